@@ -1,0 +1,214 @@
+/* cdynamo.h - types shared by the tracer, the compiler and the runtime.
+ *
+ * The graph is the contract between csrc/trace/ (which builds it) and
+ * csrc/compiler/ (which lowers it).  It is plain C data: no Python objects,
+ * so the compiler can be built and tested without Python.  The Python side
+ * of a graph (callables for the eager backend, example values) lives in the
+ * tracer's own structures.
+ */
+#ifndef CDYNAMO_H
+#define CDYNAMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CDY_MAX_NDIM 8
+#define CDY_ERRLEN 512
+
+/* ---- dtypes --------------------------------------------------------------
+ * X(ENUM, torch name, C storage type, C compute type, size, is_float, is_int)
+ * bool is stored as one byte holding 0 or 1, exactly as torch stores it.   */
+#define CDY_DTYPES(X)                                                   \
+    X(BOOL, "bool", "uint8_t", "uint8_t", 1, 0, 0)                      \
+    X(UINT8, "uint8", "uint8_t", "uint8_t", 1, 0, 1)                    \
+    X(INT8, "int8", "int8_t", "int8_t", 1, 0, 1)                        \
+    X(INT16, "int16", "int16_t", "int16_t", 2, 0, 1)                    \
+    X(INT32, "int32", "int32_t", "int32_t", 4, 0, 1)                    \
+    X(INT64, "int64", "int64_t", "int64_t", 8, 0, 1)                    \
+    X(FLOAT32, "float32", "float", "float", 4, 1, 0)                    \
+    X(FLOAT64, "float64", "double", "double", 8, 1, 0)
+
+typedef enum {
+#define CDY_X(e, n, st, ct, sz, f, i) CDY_DT_##e,
+    CDY_DTYPES(CDY_X)
+#undef CDY_X
+    CDY_DT_COUNT,
+    CDY_DT_NONE = -1
+} cdy_dtype;
+
+typedef struct {
+    const char *name;      /* torch's name, e.g. "float32" */
+    const char *ctype;     /* C storage type */
+    const char *cctype;    /* C compute type */
+    int size;
+    int is_float;
+    int is_int;
+} cdy_dtype_info;
+
+extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
+
+/* ---- ops -----------------------------------------------------------------
+ * X(ENUM, name, nargs, kind)
+ * kind: U unary math, B binary arithmetic, C comparison (bool out),
+ *       T ternary (where: cond, a, b).                                      */
+#define CDY_OPS(X)                      \
+    X(ADD, "add", 2, 'B')               \
+    X(SUB, "sub", 2, 'B')               \
+    X(MUL, "mul", 2, 'B')               \
+    X(DIV, "div", 2, 'B')               \
+    X(MAXIMUM, "maximum", 2, 'B')       \
+    X(MINIMUM, "minimum", 2, 'B')       \
+    X(NEG, "neg", 1, 'U')               \
+    X(ABS, "abs", 1, 'U')               \
+    X(EXP, "exp", 1, 'U')               \
+    X(LOG, "log", 1, 'U')               \
+    X(SQRT, "sqrt", 1, 'U')             \
+    X(RELU, "relu", 1, 'U')             \
+    X(SIGMOID, "sigmoid", 1, 'U')       \
+    X(TANH, "tanh", 1, 'U')             \
+    X(EQ, "eq", 2, 'C')                 \
+    X(NE, "ne", 2, 'C')                 \
+    X(LT, "lt", 2, 'C')                 \
+    X(LE, "le", 2, 'C')                 \
+    X(GT, "gt", 2, 'C')                 \
+    X(GE, "ge", 2, 'C')                 \
+    X(WHERE, "where", 3, 'T')
+
+typedef enum {
+#define CDY_X(e, n, a, k) CDY_OP_##e,
+    CDY_OPS(CDY_X)
+#undef CDY_X
+    CDY_OP_COUNT,
+    CDY_OP_NONE = -1
+} cdy_op;
+
+typedef struct {
+    const char *name;
+    int nargs;
+    char kind;
+} cdy_op_info;
+
+extern const cdy_op_info cdy_op_table[CDY_OP_COUNT];
+
+/* ---- tensor meta ---------------------------------------------------------- */
+typedef struct {
+    int dtype;                      /* cdy_dtype */
+    int ndim;
+    int64_t sizes[CDY_MAX_NDIM];
+    int64_t strides[CDY_MAX_NDIM];  /* in elements */
+} cdy_meta;
+
+int64_t cdy_meta_numel(const cdy_meta *m);
+
+/* ---- graph ------------------------------------------------------------------
+ * Values are numbered 0..nvalues-1.  A value is a graph input (a tensor
+ * passed at run time), a scalar constant, or the output of a node.  Node
+ * arguments refer to values by number; values are in topological order.    */
+typedef enum { CDY_VAL_INPUT, CDY_VAL_SCALAR, CDY_VAL_NODE } cdy_val_kind;
+
+typedef struct {
+    int kind;          /* cdy_val_kind */
+    cdy_meta meta;     /* INPUT, NODE: the tensor's meta; SCALAR: dtype only, ndim 0 */
+    /* INPUT */
+    int input_index;   /* position in the runtime's input array */
+    /* SCALAR: a Python number; dtype says which field holds it
+     * (BOOL/ints use i, FLOAT64 uses f).  Cast to the compute dtype at use. */
+    int64_t i;
+    double f;
+    /* NODE */
+    int op;            /* cdy_op */
+    int nargs;
+    int args[4];       /* value numbers */
+    int compute_dtype; /* dtype the op computes in (torch's common dtype) */
+    int source_line;   /* user's line number, for comments and logs */
+} cdy_value;
+
+typedef struct {
+    int nvalues, cap_values;
+    cdy_value *values;
+    int ninputs;
+    int noutputs;
+    int *outputs;      /* value numbers returned, in order (may be inputs) */
+} cdy_graph;
+
+/* ---- compiler: graph -> C source -> shared object ---------------------------
+ * A kernel is a typed C function with one pointer parameter per buffer it
+ * touches, e.g. `void kernel_0(const float *in_ptr0, float *out_ptr0)`.
+ * Each parameter is a buffer of the plan.                                    */
+#define CDY_MAX_KARGS 64
+
+typedef struct {
+    char symbol[48];        /* function name in the shared object */
+    int nargs;
+    int args[CDY_MAX_KARGS]; /* buffer numbers (see cdy_plan) */
+} cdy_kernel_desc;
+
+/* A plan says how the runtime executes a compiled graph.
+ * Buffers 0..ninputs-1 are the inputs; the others are allocated per call with
+ * the meta given (outputs and temporaries).                                 */
+typedef struct {
+    int ninputs;
+    int nbuffers;
+    cdy_meta *buffers;       /* nbuffers entries; inputs' meta too */
+    int nkernels;
+    cdy_kernel_desc *kernels;
+    int noutputs;
+    int *outputs;            /* buffer numbers returned */
+    char *source;            /* the generated C (malloc'd) */
+    int nthreads;            /* OpenMP threads the source was generated for */
+} cdy_plan;
+
+/* Lower `g` to C.  Fills *plan (free with cdy_plan_free).
+ * Returns 0, or -1 with a message in err. */
+int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, size_t errlen);
+void cdy_plan_free(cdy_plan *plan);
+
+typedef struct {
+    const char *cc;          /* compiler command, e.g. "gcc" */
+    const char *cache_dir;   /* directory for the .so files */
+    const char *extra_flags; /* appended to the command line (may be NULL) */
+} cdy_cc_opts;
+
+/* Compile `source` to a shared object in the cache (or find it there).
+ * On success writes the .so path into so_path, sets *disk_hit to 1 when the
+ * file was already cached, and returns 0; else -1 with a message in err.   */
+int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
+                 size_t so_path_len, int *disk_hit, char *err, size_t errlen);
+
+/* ---- arena: memory for one compilation, freed in one call ------------------ */
+typedef struct cdy_arena_block cdy_arena_block;
+typedef struct {
+    cdy_arena_block *head;
+} cdy_arena;
+
+void *cdy_arena_alloc(cdy_arena *a, size_t n);     /* zeroed; NULL on OOM */
+char *cdy_arena_strdup(cdy_arena *a, const char *s);
+void cdy_arena_free(cdy_arena *a);
+
+/* ---- growable string buffer (compiler output, logs) ---------------------- */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int oom;
+} cdy_buf;
+
+void cdy_buf_printf(cdy_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cdy_buf_puts(cdy_buf *b, const char *s);
+char *cdy_buf_take(cdy_buf *b);   /* returns data (malloc'd), resets b */
+void cdy_buf_free(cdy_buf *b);
+
+/* ---- asserts ----------------------------------------------------------------- */
+#ifdef CDY_DEBUG_BUILD
+#include <stdio.h>
+#define CDY_ASSERT(c, msg)                                                   \
+    do {                                                                     \
+        if (!(c))                                                            \
+            fprintf(stderr, "cdynamo assert %s:%d: %s (%s)\n", __FILE__,     \
+                    __LINE__, msg, #c);                                      \
+    } while (0)
+#else
+#define CDY_ASSERT(c, msg) ((void)0)
+#endif
+
+#endif /* CDYNAMO_H */
