@@ -1,0 +1,263 @@
+/* bytecode.c - build the transformed code object of a cache entry:
+ *
+ *     RESUME 0
+ *     LOAD_GLOBAL   (NULL + __compiled_fn_N)
+ *     LOAD_FAST     <each graph input>          (or LOAD_GLOBAL/LOAD_ATTR chains)
+ *     PRECALL n; CALL n
+ *     RETURN_VALUE                                when the result is one tensor
+ *     STORE_FAST ___outs; <rebuild the return value>; RETURN_VALUE   otherwise
+ *
+ * Its arguments are every argument slot of the original code, positionally
+ * (the hook passes the frame's localsplus), so it has no *args/**kwargs.
+ * Inline caches, the 3.11 location table, stack size and an empty exception
+ * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
+#include "internal.h"
+#include "frame/opcodes.h"
+
+#include <string.h>
+
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t len, cap;
+    int oom;
+} bytevec;
+
+/* Append byte c to v (sets v->oom on failure). */
+static void byte_push(bytevec *v, unsigned char c)
+{
+    if (v->len == v->cap) {
+        Py_ssize_t cap = v->cap ? 2 * v->cap : 64;
+        unsigned char *d = v->oom ? NULL : PyMem_Realloc(v->data, (size_t)cap);
+        if (!d) {
+            v->oom = 1;
+            return;
+        }
+        v->data = d;
+        v->cap = cap;
+    }
+    v->data[v->len++] = c;
+}
+
+typedef struct {
+    bytevec code;          /* code units, 2 bytes each */
+    PyObject *consts;      /* list */
+    PyObject *names;       /* list */
+    int depth, maxdepth;
+    int ncodeunits;
+    int outs_slot;
+    int failed;
+} bc_writer;
+
+/* Append one code unit (opcode, oparg byte). */
+static void unit(bc_writer *w, int op, int arg)
+{
+    byte_push(&w->code, (unsigned char)op);
+    byte_push(&w->code, (unsigned char)(arg & 0xff));
+    w->failed |= w->code.oom;
+    w->ncodeunits++;
+}
+
+/* Emit op with oparg (EXTENDED_ARG prefixes as needed), its caches, and the stack effect. */
+static void emit(bc_writer *w, int op, int arg, int effect)
+{
+    if (arg > 0xffffff)
+        unit(w, CDY_EXTENDED_ARG, (arg >> 24) & 0xff);
+    if (arg > 0xffff)
+        unit(w, CDY_EXTENDED_ARG, (arg >> 16) & 0xff);
+    if (arg > 0xff)
+        unit(w, CDY_EXTENDED_ARG, (arg >> 8) & 0xff);
+    unit(w, op, arg);
+    for (int i = 0; i < cdy_opcode_caches(op); i++)
+        unit(w, CDY_CACHE, 0);
+    w->depth += effect;
+    if (w->depth > w->maxdepth)
+        w->maxdepth = w->depth;
+}
+
+/* Index of obj in the list (by identity for consts, equality for names); appends. */
+static int list_index(bc_writer *w, PyObject *list, PyObject *obj, int by_identity)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PyList_GET_ITEM(list, i);
+        if (it == obj)
+            return (int)i;
+        if (!by_identity && PyUnicode_Check(it) && PyUnicode_Compare(it, obj) == 0)
+            return (int)i;
+    }
+    if (PyList_Append(list, obj)) {
+        w->failed = 1;
+        return 0;
+    }
+    return (int)n;
+}
+
+/* Push the value of source s. */
+static void emit_source(bc_writer *w, const cdy_src *s)
+{
+    if (s->kind == CDY_SRC_LOCAL)
+        emit(w, CDY_LOAD_FAST, s->slot, 1);
+    else if (s->kind == CDY_SRC_GLOBAL)
+        emit(w, CDY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
+    else
+        w->failed = 1;
+    for (int i = 0; i < s->nattrs; i++)
+        emit(w, CDY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
+}
+
+/* Push a constant. */
+static void emit_const(bc_writer *w, PyObject *obj)
+{
+    emit(w, CDY_LOAD_CONST, list_index(w, w->consts, obj, 1), 1);
+}
+
+/* Push the value described by r (outputs come from ___outs). */
+static void emit_ret(bc_writer *w, const cdy_ret *r)
+{
+    switch (r->kind) {
+    case CDY_RET_OUTPUT: {
+        PyObject *k = PyLong_FromLong(r->index);
+        if (!k) {
+            w->failed = 1;
+            return;
+        }
+        emit(w, CDY_LOAD_FAST, w->outs_slot, 1);
+        emit_const(w, k);
+        Py_DECREF(k);
+        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        break;
+    }
+    case CDY_RET_CONST:
+        emit_const(w, r->obj);
+        break;
+    case CDY_RET_SOURCE:
+        emit_source(w, r->src);
+        break;
+    default:
+        for (int i = 0; i < r->n; i++)
+            emit_ret(w, r->items[i]);
+        emit(w, r->kind == CDY_RET_TUPLE ? CDY_BUILD_TUPLE : CDY_BUILD_LIST, r->n, 1 - r->n);
+    }
+}
+
+/* 3.11 location table: every code unit on `line` (no column info). */
+static PyObject *line_table(int ncodeunits, int firstlineno, int line)
+{
+    bytevec b = {0};
+    int delta = line - firstlineno;
+    for (int done = 0; done < ncodeunits;) {
+        int len = ncodeunits - done > 8 ? 8 : ncodeunits - done;
+        byte_push(&b, (unsigned char)(0x80 | (13 << 3) | (len - 1)));
+        unsigned int u = delta < 0 ? ((unsigned)(-delta) << 1) | 1u : (unsigned)delta << 1;
+        for (; u >= 64; u >>= 6)
+            byte_push(&b, (unsigned char)(64 | (u & 63)));
+        byte_push(&b, (unsigned char)u);
+        delta = 0;
+        done += len;
+    }
+    PyObject *r = b.oom ? PyErr_NoMemory() : PyBytes_FromStringAndSize((char *)b.data, b.len);
+    PyMem_Free(b.data);
+    return r;
+}
+
+/* Number of argument slots: positional, keyword-only, *args, **kwargs. */
+int cdy_code_nargslots(PyCodeObject *co)
+{
+    int n = co->co_argcount + co->co_kwonlyargcount;
+    if (co->co_flags & CO_VARARGS)
+        n++;
+    if (co->co_flags & CO_VARKEYWORDS)
+        n++;
+    return n;
+}
+
+/* co.replace(**kw) with the written parts; new ref or NULL. */
+static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line)
+{
+    PyObject *varnames = NULL, *kw = NULL, *code = NULL, *res = NULL, *meth = NULL;
+    PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
+    if (!orig_vars)
+        return NULL;
+    varnames = PySequence_List(orig_vars);
+    Py_DECREF(orig_vars);
+    PyObject *outs = PyUnicode_FromString("___outs");
+    int bad = !varnames || !outs || PyList_Append(varnames, outs);
+    Py_XDECREF(outs);
+    if (bad)
+        goto done;
+    PyObject *vt = PyList_AsTuple(varnames), *ct = PyList_AsTuple(w->consts),
+             *nt = PyList_AsTuple(w->names);
+    PyObject *lt = line_table(w->ncodeunits, orig->co_firstlineno, line);
+    code = PyBytes_FromStringAndSize((char *)w->code.data, w->code.len);
+    kw = Py_BuildValue("{s:i,s:i,s:i,s:n,s:i,s:i,s:O,s:O,s:O,s:O,s:(),s:(),s:O,s:y#}",
+                       "co_argcount", nargslots, "co_posonlyargcount", 0,
+                       "co_kwonlyargcount", 0, "co_nlocals", vt ? PyTuple_GET_SIZE(vt) : 0,
+                       "co_stacksize", w->maxdepth + 1, "co_flags", CO_OPTIMIZED | CO_NEWLOCALS,
+                       "co_code", code ? code : Py_None, "co_consts", ct ? ct : Py_None,
+                       "co_names", nt ? nt : Py_None, "co_varnames", vt ? vt : Py_None,
+                       "co_freevars", "co_cellvars", "co_linetable", lt ? lt : Py_None,
+                       "co_exceptiontable", "", (Py_ssize_t)0);
+    Py_XDECREF(vt);
+    Py_XDECREF(ct);
+    Py_XDECREF(nt);
+    Py_XDECREF(lt);
+    if (!kw || PyErr_Occurred())
+        goto done;
+    meth = PyObject_GetAttrString((PyObject *)orig, "replace");
+    if (meth) {
+        PyObject *empty = PyTuple_New(0);
+        res = empty ? PyObject_Call(meth, empty, kw) : NULL;
+        Py_XDECREF(empty);
+    }
+done:
+    Py_XDECREF(varnames);
+    Py_XDECREF(kw);
+    Py_XDECREF(code);
+    Py_XDECREF(meth);
+    return res;
+}
+
+/* The transformed code for trace t; see the file comment. */
+PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
+                             int single, int call_graph)
+{
+    bc_writer w = {0};
+    int nargslots = cdy_code_nargslots(orig);
+    PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
+    if (!orig_vars)
+        return NULL;
+    w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars);
+    Py_DECREF(orig_vars);
+    w.consts = PyList_New(0);
+    w.names = PyList_New(0);
+    PyObject *res = NULL;
+    if (!w.consts || !w.names)
+        goto done;
+    emit(&w, CDY_RESUME, 0, 0);
+    if (call_graph) {
+        emit(&w, CDY_LOAD_GLOBAL, (list_index(&w, w.names, fn_name, 0) << 1) | 1, 2);
+        for (int i = 0; i < t->graph.ninputs; i++)
+            emit_source(&w, &t->input_srcs[i]);
+        emit(&w, CDY_PRECALL, t->graph.ninputs, 0);
+        emit(&w, CDY_CALL, t->graph.ninputs, -(t->graph.ninputs + 1));
+        if (single) {
+            emit(&w, CDY_RETURN_VALUE, 0, -1);
+            goto built;
+        }
+        emit(&w, CDY_STORE_FAST, w.outs_slot, -1);
+    }
+    emit_ret(&w, t->ret);
+    emit(&w, CDY_RETURN_VALUE, 0, -1);
+built:
+    if (w.failed) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "cdynamo: could not write the transformed bytecode");
+        goto done;
+    }
+    res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno);
+done:
+    PyMem_Free(w.code.data);
+    Py_XDECREF(w.consts);
+    Py_XDECREF(w.names);
+    return res;
+}

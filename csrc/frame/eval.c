@@ -1,0 +1,632 @@
+/* eval.c - the PEP 523 frame hook, per-code cache entries, and the
+ * OptimizedFunction wrapper that turns the hook on for the calls it makes.
+ *
+ * The hook is installed interpreter-wide only while at least one optimized
+ * call runs (3.11 stops inlining Python calls while any hook is set), and it
+ * acts only on threads whose thread-local state says an optimized call is in
+ * progress.  For a fresh frame of a traceable code object it checks the
+ * guards of each cache entry; a hit calls the entry's transformed code (a
+ * function made from it, so CPython builds and clears that shadow frame)
+ * with the frame's argument slots; a miss traces and compiles.  Anything we
+ * do not handle runs _PyEval_EvalFrameDefault on the frame untouched.     */
+#define Py_BUILD_CORE 1
+#include "internal.h"
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+#include <string.h>
+
+_Thread_local cdy_tls cdy_tls_state;
+cdy_stats_t cdy_stats;
+
+enum { CODE_NEW = 0, CODE_TRACE, CODE_SKIP, CODE_SHADOW };
+
+typedef struct cdy_entry {
+    struct cdy_entry *next;
+    cdy_guards guards;
+    PyObject *shadow_fn;     /* NULL: this entry runs the frame eagerly */
+    PyObject *globals;       /* where fn_name was stored */
+    PyObject *fn_name;
+    int backend;
+} cdy_entry;
+
+typedef struct cdy_extra {
+    int state;
+    int nentries;
+    int limit_warned;
+    int nargslots;
+    cdy_entry *entries;
+    PyCodeObject *code;      /* borrowed: the extra dies with the code */
+    struct cdy_extra *prev, *next;   /* all extras, for reset() */
+} cdy_extra;
+
+static Py_ssize_t extra_index = -1;
+static cdy_extra *all_extras;
+static int active_calls;
+static _PyFrameEvalFunction saved_eval;
+static PyObject *skip_prefixes;      /* tuple of str */
+static int fn_counter;
+
+/* ---- cache entries ----------------------------------------------------- */
+
+/* Free an entry and drop its compiled function from the globals. */
+static void entry_free(cdy_entry *e)
+{
+    if (e->globals && e->fn_name) {
+        if (PyDict_DelItem(e->globals, e->fn_name))
+            PyErr_Clear();
+    }
+    cdy_guards_free(&e->guards);
+    Py_XDECREF(e->shadow_fn);
+    Py_XDECREF(e->globals);
+    Py_XDECREF(e->fn_name);
+    PyMem_Free(e);
+}
+
+/* Free every entry of x. */
+static void extra_clear_entries(cdy_extra *x)
+{
+    while (x->entries) {
+        cdy_entry *e = x->entries;
+        x->entries = e->next;
+        entry_free(e);
+    }
+    x->nentries = 0;
+    x->limit_warned = 0;
+}
+
+/* Destructor CPython calls when the code object dies. */
+static void extra_free(void *p)
+{
+    cdy_extra *x = p;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    extra_clear_entries(x);
+    if (x->prev)
+        x->prev->next = x->next;
+    else if (all_extras == x)
+        all_extras = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    PyMem_Free(x);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* 1 if the code's file is one we never trace (torch, stdlib, cdynamo). */
+static int code_is_skipped(PyCodeObject *co)
+{
+    const int noflags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+    if ((co->co_flags & noflags) || !(co->co_flags & CO_OPTIMIZED))
+        return 1;
+    if (!skip_prefixes)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(skip_prefixes); i++) {
+        Py_ssize_t r = PyUnicode_Tailmatch(co->co_filename, PyTuple_GET_ITEM(skip_prefixes, i),
+                                           0, PY_SSIZE_T_MAX, -1);
+        if (r < 0)
+            PyErr_Clear();
+        if (r > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The extra state of co, created on first sight; NULL on failure. */
+static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
+{
+    void *p = NULL;
+    if (_PyCode_GetExtra((PyObject *)co, extra_index, &p))
+        return NULL;
+    if (p)
+        return p;
+    cdy_extra *x = PyMem_Calloc(1, sizeof(cdy_extra));
+    if (!x)
+        return NULL;
+    x->code = co;
+    x->nargslots = cdy_code_nargslots(co);
+    x->state = state_if_new >= 0 ? state_if_new : (code_is_skipped(co) ? CODE_SKIP : CODE_TRACE);
+    if (_PyCode_SetExtra((PyObject *)co, extra_index, x)) {
+        PyMem_Free(x);
+        return NULL;
+    }
+    x->next = all_extras;
+    if (all_extras)
+        all_extras->prev = x;
+    all_extras = x;
+    return x;
+}
+
+/* ---- logging helpers ------------------------------------------------------- */
+
+/* Recompile log: function, place, and the first failing guard. */
+static void log_recompile(PyCodeObject *co, const char *why)
+{
+    if (!cdy_log_on("recompiles"))
+        return;
+    cdy_log("recompiles", "Recompiling function %s in %s:%d\n"
+            "    triggered by the following guard failure(s):\n    - %s",
+            PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+            co->co_firstlineno, why);
+}
+
+/* The per-entry logs: guards, bytecode, output code. */
+static void log_new_entry(PyCodeObject *co, cdy_entry *e, PyObject *code, PyObject *compiled)
+{
+    if (cdy_log_on("guards")) {
+        PyObject *txt = cdy_guards_text(&e->guards);
+        if (txt)
+            cdy_log("guards", "GUARDS for %s (%s:%d):\n%s", PyUnicode_AsUTF8(co->co_name),
+                    PyUnicode_AsUTF8(co->co_filename), co->co_firstlineno, PyUnicode_AsUTF8(txt));
+        Py_XDECREF(txt);
+        PyErr_Clear();
+    }
+    if (code && cdy_log_on("bytecode")) {
+        PyObject *r = cdy_py_call("log_bytecode", "OO", (PyObject *)co, code);
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    if (compiled && cdy_log_on("output_code")) {
+        PyObject *src = PyObject_GetAttrString(compiled, "source");
+        if (src && PyUnicode_Check(src))
+            cdy_log("output_code", "Output code of %s (%s):\n%s", PyUnicode_AsUTF8(e->fn_name),
+                    PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(src));
+        Py_XDECREF(src);
+        PyErr_Clear();
+    }
+}
+
+/* ---- conversion: trace + compile + transformed code --------------------- */
+
+/* Compile t with the configured backend; new ref to the callable, or NULL
+ * with a message in err (no exception left set). */
+static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int backend,
+                               char *err, size_t errlen)
+{
+    if (backend == CDY_BACKEND_EAGER) {
+        PyObject *c = cdy_compiled_eager(t, name, single);
+        if (!c) {
+            snprintf(err, errlen, "eager backend failed");
+            PyErr_Clear();
+        }
+        return c;
+    }
+    PyObject *res = NULL, *cc = cdy_config_get("cc"), *dir = cdy_config_get("cache_dir");
+    PyObject *nth = cdy_py_call("num_threads", "");
+    cdy_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    if (!cc || !dir || !nth || !PyUnicode_Check(cc) || !PyUnicode_Check(dir)) {
+        snprintf(err, errlen, "cdynamo.config.cc / cache_dir are not strings");
+        goto done;
+    }
+    if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), &plan, err, errlen))
+        goto done;
+    cdy_cc_opts opts = {PyUnicode_AsUTF8(cc), PyUnicode_AsUTF8(dir), NULL};
+    char so_path[4096];
+    int disk_hit = 0;
+    if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
+        goto done;
+    if (disk_hit)
+        cdy_stats.disk_cache_hits++;
+    else
+        cdy_stats.kernels_compiled += plan.nkernels;
+    res = cdy_compiled_from_plan(&plan, so_path, name, single);
+    if (!res) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *s = ev ? PyObject_Str(ev) : NULL;
+        snprintf(err, errlen, "loading the compiled kernels failed: %s",
+                 s ? PyUnicode_AsUTF8(s) : "unknown error");
+        Py_XDECREF(s);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    }
+done:
+    cdy_plan_free(&plan);
+    Py_XDECREF(cc);
+    Py_XDECREF(dir);
+    Py_XDECREF(nth);
+    PyErr_Clear();
+    return res;
+}
+
+/* Make t's guards into a new entry (moved); NULL on OOM. */
+static cdy_entry *entry_new(cdy_trace *t, int backend)
+{
+    cdy_entry *e = PyMem_Calloc(1, sizeof(cdy_entry));
+    if (!e)
+        return NULL;
+    e->guards = t->guards;
+    memset(&t->guards, 0, sizeof(t->guards));
+    e->backend = backend;
+    return e;
+}
+
+/* Fill e with compiled code for t; on failure e stays an eager entry and a
+ * warning names the cause. */
+static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame)
+{
+    PyCodeObject *co = frame->f_code;
+    char name[64], err[CDY_ERRLEN] = "";
+    snprintf(name, sizeof(name), "__compiled_fn_%d", fn_counter++);
+    int call_graph = t->graph.noutputs > 0;
+    int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1;
+    PyObject *compiled = NULL, *code = NULL;
+    if (call_graph) {
+        compiled = compile_graph(t, name, single, e->backend, err, sizeof(err));
+        if (!compiled)
+            goto fail;
+    }
+    e->fn_name = PyUnicode_FromString(name);
+    e->globals = Py_NewRef(frame->f_globals);
+    if (!e->fn_name || (compiled && PyDict_SetItem(e->globals, e->fn_name, compiled)))
+        goto pyfail;
+    code = cdy_bytecode_build(co, t, e->fn_name, single, call_graph);
+    if (!code)
+        goto pyfail;
+    e->shadow_fn = PyFunction_New(code, frame->f_globals);
+    if (!e->shadow_fn)
+        goto pyfail;
+    if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
+        goto pyfail;
+    cdy_stats.frames_compiled++;
+    log_new_entry(co, e, code, compiled);
+    Py_XDECREF(compiled);
+    Py_DECREF(code);
+    return;
+pyfail:
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *s = ev ? PyObject_Str(ev) : NULL;
+        snprintf(err, sizeof(err), "building the transformed code failed: %s",
+                 s ? PyUnicode_AsUTF8(s) : "unknown error");
+        Py_XDECREF(s);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+    }
+fail:
+    Py_XDECREF(compiled);
+    Py_XDECREF(code);
+    Py_CLEAR(e->shadow_fn);
+    cdy_stats.fallbacks++;
+    PyObject *r = cdy_py_call("warn_fallback", "Us", co->co_name, err);
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* Report a trace that stopped: stats, break log; raise Unsupported under
+ * fullgraph (returns -1 then). */
+static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
+{
+    cdy_stats.graph_breaks++;
+    cdy_stats.fallbacks++;
+    cdy_record_break(t->reason, co->co_filename, t->reason_line, PyUnicode_AsUTF8(co->co_name));
+    if (cdy_log_on("graph_breaks"))
+        cdy_log("graph_breaks", "Graph break in %s at %s:%d: %s (the frame runs eagerly)",
+                PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+                t->reason_line, t->reason);
+    if (cdy_tls_state.fullgraph) {
+        PyObject *r = cdy_py_call("raise_unsupported", "sUi", t->reason, co->co_filename,
+                                  t->reason_line);
+        Py_XDECREF(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Trace and compile the frame into a new entry of x (prepended).  Returns
+ * the entry, or NULL when the frame should run eagerly without one; -1 in
+ * *raise when an exception is set for the caller (fullgraph). */
+static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *raise)
+{
+    PyCodeObject *co = frame->f_code;
+    cdy_trace *t = PyMem_Calloc(1, sizeof(cdy_trace));
+    if (!t)
+        return NULL;
+    cdy_tls saved = cdy_tls_state;
+    cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
+    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
+    cdy_entry *e = NULL;
+    if (t->status == CDY_TRACE_ERROR) {
+        /* the user's code raises for these inputs: eager raises it properly */
+        cdy_stats.fallbacks++;
+        if (cdy_log_on("graph_breaks"))
+            cdy_log("graph_breaks", "%s: tracing stopped at %s:%d: %s (the frame runs eagerly)",
+                    PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+                    t->reason_line, t->reason);
+    }
+    else if (t->status == CDY_TRACE_UNSUPPORTED) {
+        if (report_trace_stop(t, co))
+            *raise = 1;
+        else
+            e = entry_new(t, saved.backend);
+    }
+    else if ((e = entry_new(t, saved.backend)))
+        entry_compile(e, t, frame);
+    if (e) {
+        e->next = x->entries;
+        x->entries = e;
+        x->nentries++;
+    }
+    cdy_trace_free(t);
+    PyMem_Free(t);
+    cdy_tls_state = saved;
+    return e;
+}
+
+/* ---- the hook ------------------------------------------------------------- */
+
+/* Run entry e for frame: its transformed code, or the frame itself. */
+static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_extra *x,
+                           cdy_entry *e, int throwflag)
+{
+    if (!e->shadow_fn)
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
+}
+
+/* The configured recompile limit (8 by default). */
+static long cache_limit(void)
+{
+    PyObject *v = cdy_config_get("cache_size_limit");
+    long n = v ? PyLong_AsLong(v) : 8;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return n < 0 ? 8 : n;
+}
+
+/* The eval-frame function installed while optimized calls run. */
+static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int throwflag)
+{
+    if (!cdy_tls_state.enabled || throwflag)
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    PyCodeObject *co = frame->f_code;
+    cdy_extra *x = get_extra(co, -1);
+    if (!x) {
+        PyErr_Clear();
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
+    if (x->state != CODE_TRACE || frame->prev_instr != _PyCode_CODE(co) - 1 ||
+        frame->owner != FRAME_OWNED_BY_THREAD)
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    cdy_stats.frames_seen++;
+    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    char why[CDY_ERRLEN] = "";
+    int first = 1;
+    for (cdy_entry *e = x->entries; e; e = e->next) {
+        if (e->backend != cdy_tls_state.backend)
+            continue;
+        int ok = cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals,
+                                  frame->f_builtins, closure, first ? why : NULL, sizeof(why));
+        first = 0;
+        if (ok) {
+            cdy_stats.cache_hits++;
+            return run_entry(ts, frame, x, e, throwflag);
+        }
+    }
+    cdy_stats.cache_misses++;
+    if (x->nentries >= cache_limit()) {
+        cdy_stats.fallbacks++;
+        if (!x->limit_warned) {
+            x->limit_warned = 1;
+            PyObject *r = cdy_py_call("warn_cache_limit", "OUs", (PyObject *)co, co->co_filename, why);
+            Py_XDECREF(r);
+            if (!r)
+                return NULL;   /* warnings turned into errors */
+        }
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
+    if (x->nentries > 0) {
+        cdy_stats.recompiles++;
+        log_recompile(co, why);
+    }
+    int raise = 0;
+    cdy_entry *e = convert_frame(frame, x, &raise);
+    if (raise)
+        return NULL;
+    if (!e)
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    return run_entry(ts, frame, x, e, throwflag);
+}
+
+/* Install the hook for the first active optimized call. */
+static void hook_enter(void)
+{
+    if (active_calls++ == 0) {
+        PyInterpreterState *interp = PyInterpreterState_Get();
+        saved_eval = _PyInterpreterState_GetEvalFrameFunc(interp);
+        _PyInterpreterState_SetEvalFrameFunc(interp, cdy_eval);
+    }
+}
+
+/* Remove it after the last one. */
+static void hook_exit(void)
+{
+    if (--active_calls == 0)
+        _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), saved_eval);
+}
+
+/* ---- OptimizedFunction: the object cdynamo.optimize returns ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn;
+    PyObject *dict;
+    int enable;              /* 0: cdynamo.disable wrapper */
+    int backend;
+    int fullgraph;
+} cdy_optimized;
+
+/* Call fn with the hook on (or off, for disable) on this thread. */
+static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t nargsf,
+                                PyObject *kwnames)
+{
+    cdy_optimized *o = (cdy_optimized *)self;
+    cdy_tls saved = cdy_tls_state;
+    cdy_tls_state.enabled = o->enable;
+    if (o->enable) {
+        cdy_tls_state.backend = o->backend;
+        cdy_tls_state.fullgraph = o->fullgraph;
+    }
+    hook_enter();
+    PyObject *r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
+    hook_exit();
+    cdy_tls_state = saved;
+    return r;
+}
+
+static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fn", "backend", "fullgraph", "enable", NULL};
+    PyObject *fn;
+    const char *backend = "c";
+    int fullgraph = 0, enable = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|spp", kwlist, &fn, &backend, &fullgraph, &enable))
+        return NULL;
+    if (!PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "expected a callable, got %R", fn);
+    int b;
+    if (!strcmp(backend, "c"))
+        b = CDY_BACKEND_C;
+    else if (!strcmp(backend, "eager"))
+        b = CDY_BACKEND_EAGER;
+    else
+        return PyErr_Format(PyExc_ValueError, "unknown backend %R: expected 'c' or 'eager'",
+                            PyTuple_GET_ITEM(args, 1));
+    cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
+    if (!o)
+        return NULL;
+    o->fn = Py_NewRef(fn);
+    o->backend = b;
+    o->fullgraph = fullgraph;
+    o->enable = enable;
+    o->vectorcall = optimized_call;
+    return (PyObject *)o;
+}
+
+static int optimized_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    cdy_optimized *o = (cdy_optimized *)self;
+    Py_VISIT(o->fn);
+    Py_VISIT(o->dict);
+    return 0;
+}
+
+static int optimized_clear(PyObject *self)
+{
+    cdy_optimized *o = (cdy_optimized *)self;
+    Py_CLEAR(o->fn);
+    Py_CLEAR(o->dict);
+    return 0;
+}
+
+static void optimized_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    optimized_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* Bind as a method when used on a class attribute. */
+static PyObject *optimized_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (!obj || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *optimized_repr(PyObject *self)
+{
+    cdy_optimized *o = (cdy_optimized *)self;
+    return PyUnicode_FromFormat("<cdynamo.%s %R>", o->enable ? "optimize" : "disable", o->fn);
+}
+
+static PyObject *optimized_get_fn(PyObject *self, void *c)
+{
+    return Py_NewRef(((cdy_optimized *)self)->fn);
+}
+
+static PyGetSetDef optimized_getset[] = {
+    {"_orig_fn", optimized_get_fn, NULL, "the wrapped callable", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+PyTypeObject cdy_optimized_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdynamo._C.OptimizedFunction",
+    .tp_basicsize = sizeof(cdy_optimized),
+    .tp_dealloc = optimized_dealloc,
+    .tp_repr = optimized_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(cdy_optimized, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = optimized_traverse,
+    .tp_clear = optimized_clear,
+    .tp_descr_get = optimized_get,
+    .tp_dictoffset = offsetof(cdy_optimized, dict),
+    .tp_getset = optimized_getset,
+    .tp_new = optimized_new,
+};
+
+/* ---- module-level functions ---------------------------------------------------- */
+
+/* Forget every cache entry of every code object (compiled code is released). */
+PyObject *cdy_frame_reset(void)
+{
+    for (cdy_extra *x = all_extras; x; x = x->next) {
+        extra_clear_entries(x);
+        if (x->state == CODE_SKIP && !code_is_skipped(x->code))
+            x->state = CODE_TRACE;
+    }
+    memset(&cdy_stats, 0, sizeof(cdy_stats));
+    Py_RETURN_NONE;
+}
+
+/* _C.set_skip_prefixes(tuple_of_paths) */
+static PyObject *set_skip_prefixes(PyObject *self, PyObject *arg)
+{
+    if (!PyTuple_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "expected a tuple of str");
+    Py_XSETREF(skip_prefixes, Py_NewRef(arg));
+    Py_RETURN_NONE;
+}
+
+/* _C.cache_entry_count(code) -> number of cache entries */
+static PyObject *cache_entry_count(PyObject *self, PyObject *arg)
+{
+    if (!PyCode_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "expected a code object");
+    void *p = NULL;
+    if (_PyCode_GetExtra(arg, extra_index, &p))
+        return NULL;
+    return PyLong_FromLong(p ? ((cdy_extra *)p)->nentries : 0);
+}
+
+static PyMethodDef frame_methods[] = {
+    {"set_skip_prefixes", set_skip_prefixes, METH_O, "paths whose code is never traced"},
+    {"cache_entry_count", cache_entry_count, METH_O, "cache entries of a code object"},
+    {NULL},
+};
+
+/* Register the frame types and functions in module; 0 or -1. */
+int cdy_frame_init(PyObject *module)
+{
+    extra_index = _PyEval_RequestCodeExtraIndex(extra_free);
+    if (extra_index < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "no code extra index available");
+        return -1;
+    }
+    if (PyType_Ready(&cdy_optimized_type) < 0)
+        return -1;
+    Py_INCREF(&cdy_optimized_type);
+    if (PyModule_AddObject(module, "OptimizedFunction", (PyObject *)&cdy_optimized_type) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, frame_methods);
+}

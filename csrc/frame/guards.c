@@ -1,0 +1,320 @@
+/* guards.c - sources (where a traced value lives at frame entry) and the
+ * guards that must hold for a cache entry to be reused. */
+#include "internal.h"
+
+#include <string.h>
+
+/* ---- sources ------------------------------------------------------------- */
+
+/* Copy src into dst, taking new references to the names. */
+void cdy_src_copy(cdy_src *dst, const cdy_src *src)
+{
+    *dst = *src;
+    Py_XINCREF(dst->name);
+    for (int i = 0; i < dst->nattrs; i++)
+        Py_INCREF(dst->attrs[i]);
+}
+
+/* Drop the references a source holds. */
+void cdy_src_clear(cdy_src *s)
+{
+    Py_CLEAR(s->name);
+    for (int i = 0; i < s->nattrs; i++)
+        Py_CLEAR(s->attrs[i]);
+    s->nattrs = 0;
+}
+
+/* The base object of s (new ref) or NULL with an error set. */
+static PyObject *src_base(const cdy_src *s, PyObject *const *locals, PyObject *globals,
+                          PyObject *builtins, PyObject *closure)
+{
+    PyObject *v = NULL;
+    switch (s->kind) {
+    case CDY_SRC_LOCAL:
+        v = locals[s->slot];
+        if (!v)
+            PyErr_Format(PyExc_UnboundLocalError, "local slot %d is unbound", s->slot);
+        break;
+    case CDY_SRC_GLOBAL:
+        v = PyDict_GetItemWithError(globals, s->name);
+        if (!v && !PyErr_Occurred())
+            v = PyDict_GetItemWithError(builtins, s->name);
+        if (!v && !PyErr_Occurred())
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", s->name);
+        break;
+    case CDY_SRC_DEREF:
+        if (closure && s->slot < PyTuple_GET_SIZE(closure)) {
+            v = PyCell_GET(PyTuple_GET_ITEM(closure, s->slot));
+            if (!v)
+                PyErr_SetString(PyExc_NameError, "free variable is empty");
+        }
+        else
+            PyErr_SetString(PyExc_SystemError, "closure cell missing");
+        break;
+    }
+    Py_XINCREF(v);
+    return v;
+}
+
+/* Value of s at frame entry; new reference or NULL with an error set. */
+PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *globals,
+                        PyObject *builtins, PyObject *closure)
+{
+    PyObject *v = src_base(s, locals, globals, builtins, closure);
+    for (int i = 0; v && i < s->nattrs; i++) {
+        PyObject *next = PyObject_GetAttr(v, s->attrs[i]);
+        Py_DECREF(v);
+        v = next;
+    }
+    return v;
+}
+
+/* Readable name of s: "x", "G['w']", "x.weight". */
+void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    if (s->kind == CDY_SRC_LOCAL && code) {
+        PyObject *nm = PyTuple_GetItem(code->co_localsplusnames, s->slot);
+        len = (size_t)snprintf(buf, n, "%s", nm ? PyUnicode_AsUTF8(nm) : "?");
+    }
+    else if (s->kind == CDY_SRC_GLOBAL)
+        len = (size_t)snprintf(buf, n, "G['%s']", PyUnicode_AsUTF8(s->name));
+    else if (s->kind == CDY_SRC_DEREF && code) {
+        PyObject *nm = PyTuple_GetItem(code->co_freevars, s->slot);
+        len = (size_t)snprintf(buf, n, "%s", nm ? PyUnicode_AsUTF8(nm) : "?");
+    }
+    PyErr_Clear();
+    for (int i = 0; i < s->nattrs && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, ".%s", PyUnicode_AsUTF8(s->attrs[i]));
+}
+
+/* ---- guard lists ----------------------------------------------------------- */
+
+/* Free every guard and the list's storage. */
+void cdy_guards_free(cdy_guards *gs)
+{
+    for (int i = 0; i < gs->n; i++) {
+        cdy_guard *g = &gs->items[i];
+        cdy_src_clear(&g->src);
+        Py_CLEAR(g->expect);
+        Py_CLEAR(g->dtype);
+    }
+    PyMem_Free(gs->items);
+    gs->items = NULL;
+    gs->n = gs->cap = 0;
+}
+
+/* Append a zeroed guard of kind on src; NULL with MemoryError on failure. */
+cdy_guard *cdy_guards_add(cdy_guards *gs, int kind, const cdy_src *src, const char *desc)
+{
+    if (gs->n == gs->cap) {
+        int cap = gs->cap ? 2 * gs->cap : 8;
+        cdy_guard *items = PyMem_Realloc(gs->items, sizeof(cdy_guard) * (size_t)cap);
+        if (!items) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        gs->items = items;
+        gs->cap = cap;
+    }
+    cdy_guard *g = &gs->items[gs->n++];
+    memset(g, 0, sizeof(*g));
+    g->kind = kind;
+    cdy_src_copy(&g->src, src);
+    snprintf(g->desc, sizeof(g->desc), "%s", desc);
+    return g;
+}
+
+/* Read an int64 tuple (torch.Size or stride tuple) into out; -1 on error. */
+static int read_int_tuple(PyObject *t, int64_t *out, int max, int *n)
+{
+    if (!PyTuple_Check(t))
+        return -1;
+    Py_ssize_t len = PyTuple_GET_SIZE(t);
+    if (len > max)
+        return -1;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    *n = (int)len;
+    return 0;
+}
+
+/* Check a TENSOR guard on v: 1 holds, 0 fails (message in why). */
+static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
+{
+    if ((PyObject *)Py_TYPE(v) != g->expect) {
+        snprintf(why, n, "tensor '%s' type mismatch. expected %s, actual %s", g->desc,
+                 ((PyTypeObject *)g->expect)->tp_name, Py_TYPE(v)->tp_name);
+        return 0;
+    }
+    int ok = 1;
+    PyObject *dt = PyObject_GetAttr(v, cdy_str.dtype);
+    PyObject *rg = dt ? PyObject_GetAttr(v, cdy_str.requires_grad) : NULL;
+    PyObject *cpu = rg ? PyObject_GetAttr(v, cdy_str.is_cpu) : NULL;
+    PyObject *lay = cpu ? PyObject_GetAttr(v, cdy_str.layout) : NULL;
+    PyObject *shape = lay ? PyObject_GetAttr(v, cdy_str.shape) : NULL;
+    PyObject *stride = shape ? PyObject_CallMethodNoArgs(v, cdy_str.stride) : NULL;
+    int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    int nd = -1, nd2 = -1;
+    if (!stride) {
+        PyErr_Clear();
+        snprintf(why, n, "tensor '%s' properties could not be read", g->desc);
+        ok = 0;
+    }
+    else if (dt != g->dtype) {
+        PyObject *a = PyObject_Str(g->dtype), *b = PyObject_Str(dt);
+        snprintf(why, n, "tensor '%s' dtype mismatch. expected %s, actual %s", g->desc,
+                 a ? PyUnicode_AsUTF8(a) : "?", b ? PyUnicode_AsUTF8(b) : "?");
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        ok = 0;
+    }
+    else if (cpu != Py_True) {
+        snprintf(why, n, "tensor '%s' device mismatch. expected cpu", g->desc);
+        ok = 0;
+    }
+    else if (lay != cdy_strided_layout) {
+        snprintf(why, n, "tensor '%s' layout mismatch. expected torch.strided", g->desc);
+        ok = 0;
+    }
+    else if ((rg == Py_True) != g->requires_grad) {
+        snprintf(why, n, "tensor '%s' requires_grad mismatch. expected %s, actual %s",
+                 g->desc, g->requires_grad ? "True" : "False", rg == Py_True ? "True" : "False");
+        ok = 0;
+    }
+    else if (read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
+             read_int_tuple(stride, st, CDY_MAX_NDIM, &nd2) || nd != g->ndim) {
+        PyErr_Clear();
+        snprintf(why, n, "tensor '%s' rank mismatch. expected %d, actual %d", g->desc, g->ndim, nd);
+        ok = 0;
+    }
+    else {
+        for (int d = 0; ok && d < nd; d++)
+            if (sz[d] != g->sizes[d]) {
+                snprintf(why, n, "tensor '%s' size mismatch at index %d. expected %lld, actual %lld",
+                         g->desc, d, (long long)g->sizes[d], (long long)sz[d]);
+                ok = 0;
+            }
+        for (int d = 0; ok && d < nd; d++)
+            if (st[d] != g->strides[d]) {
+                snprintf(why, n, "tensor '%s' stride mismatch at index %d. expected %lld, actual %lld",
+                         g->desc, d, (long long)g->strides[d], (long long)st[d]);
+                ok = 0;
+            }
+    }
+    Py_XDECREF(dt);
+    Py_XDECREF(rg);
+    Py_XDECREF(cpu);
+    Py_XDECREF(lay);
+    Py_XDECREF(shape);
+    Py_XDECREF(stride);
+    return ok;
+}
+
+/* Check a CONST guard on v: exact type and equal value. */
+static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
+{
+    int eq = 0;
+    if (Py_TYPE(v) == Py_TYPE(g->expect)) {
+        eq = PyObject_RichCompareBool(v, g->expect, Py_EQ);
+        if (eq < 0) {
+            PyErr_Clear();
+            eq = 0;
+        }
+    }
+    if (!eq) {
+        PyObject *a = PyObject_Repr(g->expect), *b = PyObject_Repr(v);
+        snprintf(why, n, "value mismatch for '%s'. expected %s, actual %s", g->desc,
+                 a ? PyUnicode_AsUTF8(a) : "?", b ? PyUnicode_AsUTF8(b) : "?");
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+    }
+    return eq;
+}
+
+/* Check one guard; 1 holds, 0 fails. */
+static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure, char *why, size_t n)
+{
+    PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
+    if (!v) {
+        PyErr_Clear();
+        snprintf(why, n, "'%s' could not be read", g->desc);
+        return 0;
+    }
+    int ok;
+    switch (g->kind) {
+    case CDY_GUARD_TENSOR:
+        ok = check_tensor(g, v, why, n);
+        break;
+    case CDY_GUARD_CONST:
+        ok = check_const(g, v, why, n);
+        break;
+    default:
+        ok = v == g->expect;
+        if (!ok)
+            snprintf(why, n, "'%s' is not the same object (identity changed)", g->desc);
+        break;
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+/* 1 if all guards hold, 0 if one fails (message in why). */
+int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure, char *why, size_t whylen)
+{
+    char dummy[8];
+    if (!why) {
+        why = dummy;
+        whylen = sizeof(dummy);
+    }
+    for (int i = 0; i < gs->n; i++)
+        if (!check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
+            return 0;
+    return 1;
+}
+
+/* One line per guard, readable. */
+PyObject *cdy_guards_text(const cdy_guards *gs)
+{
+    cdy_buf b = {0};
+    for (int i = 0; i < gs->n; i++) {
+        const cdy_guard *g = &gs->items[i];
+        if (g->kind == CDY_GUARD_TENSOR) {
+            PyObject *dt = PyObject_Str(g->dtype);
+            cdy_buf_printf(&b, "TENSOR_MATCH: %s: %s, %s, device=cpu, requires_grad=%s, size=[",
+                           g->desc, ((PyTypeObject *)g->expect)->tp_name,
+                           dt ? PyUnicode_AsUTF8(dt) : "?", g->requires_grad ? "True" : "False");
+            Py_XDECREF(dt);
+            for (int d = 0; d < g->ndim; d++)
+                cdy_buf_printf(&b, "%s%lld", d ? ", " : "", (long long)g->sizes[d]);
+            cdy_buf_puts(&b, "], stride=[");
+            for (int d = 0; d < g->ndim; d++)
+                cdy_buf_printf(&b, "%s%lld", d ? ", " : "", (long long)g->strides[d]);
+            cdy_buf_puts(&b, "]\n");
+        }
+        else {
+            PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
+            if (g->kind == CDY_GUARD_CONST)
+                cdy_buf_printf(&b, "CONST_MATCH: %s == %s (type %s)\n", g->desc,
+                               r ? PyUnicode_AsUTF8(r) : "?", Py_TYPE(g->expect)->tp_name);
+            else
+                cdy_buf_printf(&b, "ID_MATCH: %s is <%s object at %p>\n", g->desc,
+                               Py_TYPE(g->expect)->tp_name, (void *)g->expect);
+            Py_XDECREF(r);
+        }
+    }
+    PyErr_Clear();
+    char *s = cdy_buf_take(&b);
+    if (!s)
+        return PyErr_NoMemory();
+    PyObject *res = PyUnicode_FromString(s);
+    free(s);
+    return res;
+}

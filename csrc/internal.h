@@ -1,0 +1,189 @@
+/* internal.h - declarations shared by the Python-facing parts of cdynamo._C:
+ * frame hook, guards, bytecode, tracer, runtime.  Includes CPython's
+ * internal frame layout (3.11), so it is included only by our own .c files. */
+#ifndef CDYNAMO_INTERNAL_H
+#define CDYNAMO_INTERNAL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "cdynamo.h"
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
+#error "cdynamo supports CPython 3.11 (frame layout and opcodes are per version)"
+#endif
+
+/* ---- sources: where a value read by the trace lives at frame entry ------- */
+typedef enum {
+    CDY_SRC_LOCAL,    /* frame->localsplus[slot] (an argument) */
+    CDY_SRC_GLOBAL,   /* f_globals[name], falling back to builtins */
+    CDY_SRC_DEREF,    /* closure cell `slot` of the function (free variable) */
+} cdy_src_kind;
+
+#define CDY_MAX_ATTRS 8
+typedef struct {
+    int kind;                        /* cdy_src_kind */
+    int slot;                        /* LOCAL: localsplus index; DEREF: closure index */
+    PyObject *name;                  /* GLOBAL: the name (owned str) */
+    int nattrs;                      /* then getattr along attrs[] */
+    PyObject *attrs[CDY_MAX_ATTRS];  /* owned strs */
+} cdy_src;
+
+void cdy_src_copy(cdy_src *dst, const cdy_src *src);   /* new references */
+void cdy_src_clear(cdy_src *s);
+/* Value of s in the frame's context; new reference, or NULL (error set). */
+struct _PyInterpreterFrame;
+PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals,
+                        PyObject *globals, PyObject *builtins, PyObject *closure);
+/* Readable name for logs: "x", "G['w']", "x.weight". Writes into buf. */
+void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
+
+/* ---- guards -------------------------------------------------------------- */
+#define CDY_GUARD_KINDS(X)                                    \
+    X(TENSOR, "tensor: type, dtype, device, layout, requires_grad, sizes, strides") \
+    X(CONST, "value: exact type and ==")                      \
+    X(ID, "identity of the object")
+
+typedef enum {
+#define CDY_X(e, d) CDY_GUARD_##e,
+    CDY_GUARD_KINDS(CDY_X)
+#undef CDY_X
+} cdy_guard_kind;
+
+typedef struct {
+    int kind;
+    cdy_src src;
+    char desc[96];          /* name for messages, e.g. "x" */
+    PyObject *expect;       /* CONST: value; ID: object; TENSOR: exact type */
+    PyObject *dtype;        /* TENSOR: torch.dtype (singleton) */
+    int requires_grad;
+    int ndim;
+    int64_t sizes[CDY_MAX_NDIM];
+    int64_t strides[CDY_MAX_NDIM];
+} cdy_guard;
+
+typedef struct {
+    int n, cap;
+    cdy_guard *items;
+} cdy_guards;
+
+void cdy_guards_free(cdy_guards *gs);
+/* Append a guard on s; returns it (zeroed apart from kind/src) or NULL (MemoryError). */
+cdy_guard *cdy_guards_add(cdy_guards *gs, int kind, const cdy_src *src, const char *desc);
+/* 1 if every guard holds for this frame, 0 if one fails (its message into
+ * why when why != NULL), -1 on an internal error (exception set). */
+int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure, char *why, size_t whylen);
+/* The guard list as text, one guard a line (new str). */
+PyObject *cdy_guards_text(const cdy_guards *gs);
+
+/* ---- trace result ---------------------------------------------------------- */
+typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST } cdy_ret_kind;
+
+typedef struct cdy_ret {
+    int kind;
+    int index;               /* OUTPUT: position among the graph's outputs */
+    PyObject *obj;           /* CONST (borrowed from the trace's keep list) */
+    const cdy_src *src;      /* SOURCE */
+    int n;
+    struct cdy_ret **items;  /* TUPLE, LIST */
+} cdy_ret;
+
+/* One traced call, for the eager backend: fn(*args, **kw) with graph values. */
+typedef struct {
+    PyObject *fn;            /* borrowed (kept alive by keep list) */
+    int nargs;               /* positional + keyword values */
+    int *ref;                /* per arg: graph value number, or -1 for constant */
+    PyObject **cst;          /* per arg: the constant (borrowed) */
+    PyObject *kwnames;       /* tuple or NULL (borrowed) */
+    int value;               /* graph value this call defines */
+} cdy_pynode;
+
+typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR } cdy_trace_status;
+
+typedef struct {
+    cdy_arena arena;
+    PyObject *keep;          /* list owning every object the trace refers to */
+    cdy_graph graph;
+    int npynodes, cap_pynodes;
+    cdy_pynode *pynodes;
+    cdy_src *input_srcs;     /* per graph input, its source (arena) */
+    cdy_guards guards;       /* moved to the cache entry on success */
+    cdy_ret *ret;
+    int status;
+    char reason[CDY_ERRLEN];
+    int reason_line;         /* user's line of the failure */
+    int return_line;
+    int noutputs_hint;
+} cdy_trace;
+
+/* Trace `code` symbolically with the frame's actual arguments as examples.
+ * Always returns with t->status set; on CDY_TRACE_ERROR/UNSUPPORTED
+ * t->reason says why.  No Python exception is left set. */
+void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
+                   PyObject *globals, PyObject *builtins, PyObject *closure);
+void cdy_trace_free(cdy_trace *t);
+
+/* ---- runtime: compiled graphs -------------------------------------------- */
+extern PyTypeObject cdy_compiled_type;
+/* A callable running the plan's kernels from the .so at so_path (C backend). */
+PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path,
+                                 const char *name, int single);
+/* A callable running the trace's calls through torch (eager backend). */
+PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single);
+int cdy_runtime_init(PyObject *torch);
+
+/* ---- bytecode -------------------------------------------------------------- */
+/* The transformed code: call global `fn_name` with the graph inputs and
+ * rebuild the return value.  New reference or NULL (exception set). */
+PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
+                             int single, int call_graph);
+/* Number of argument slots of code (positional, kw-only, *args, **kwargs). */
+int cdy_code_nargslots(PyCodeObject *co);
+
+/* ---- frame hook and per-code cache ----------------------------------------- */
+typedef struct {
+    int enabled;             /* an optimized function runs on this thread */
+    int backend;             /* CDY_BACKEND_* */
+    int fullgraph;
+} cdy_tls;
+
+enum { CDY_BACKEND_C = 0, CDY_BACKEND_EAGER = 1 };
+
+extern _Thread_local cdy_tls cdy_tls_state;
+extern PyTypeObject cdy_optimized_type;
+int cdy_frame_init(PyObject *module);
+PyObject *cdy_frame_reset(void);
+
+/* ---- counters (GIL-protected) --------------------------------------------- */
+#define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
+    X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits)
+typedef struct {
+#define CDY_X(n) long long n;
+    CDY_STATS(CDY_X)
+#undef CDY_X
+} cdy_stats_t;
+extern cdy_stats_t cdy_stats;
+
+/* ---- hooks into the Python package (slow paths only) ---------------------- */
+/* Calls cdynamo._support.<name>(*args); returns new ref or NULL (error set). */
+PyObject *cdy_py_call(const char *name, const char *fmt, ...);
+/* 1 if log topic is on (set by cdynamo at import through _C.set_log_topics). */
+int cdy_log_on(const char *topic);
+/* Emit text under a topic through the package's logger; never fails. */
+void cdy_log(const char *topic, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The package's config value (new ref) or NULL with error set. */
+PyObject *cdy_config_get(const char *name);
+/* Record a graph break / fallback reason for stats and explain. */
+void cdy_record_break(const char *reason, PyObject *filename, int line, const char *fn);
+
+/* interned strings used on hot paths */
+typedef struct {
+    PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu;
+} cdy_strs_t;
+extern cdy_strs_t cdy_str;
+extern PyObject *cdy_torch;           /* the torch module */
+extern PyObject *cdy_tensor_type;     /* torch.Tensor */
+extern PyObject *cdy_strided_layout;  /* torch.strided */
+
+#endif /* CDYNAMO_INTERNAL_H */

@@ -1,0 +1,165 @@
+/* optable.c - which Python callables and Tensor methods are which graph op.
+ *
+ * Every op of CDY_OPS is reachable as torch.<name>, torch.Tensor.<name> and
+ * the method <name>; the aliases below add the other spellings users write.
+ * Built once, at the first trace, by looking the names up in torch.        */
+#include "internal.h"
+#include "trace/trace.h"
+
+/* X(op, "module path", "attribute"): function aliases */
+#define CDY_FN_ALIASES(X)                                   \
+    X(RELU, "torch.nn.functional", "relu")                  \
+    X(SIGMOID, "torch.nn.functional", "sigmoid")            \
+    X(TANH, "torch.nn.functional", "tanh")                  \
+    X(SIGMOID, "torch.special", "expit")                    \
+    X(EXP, "torch.special", "exp")                          \
+    X(DIV, "torch", "true_divide")                          \
+    X(DIV, "torch", "divide")                               \
+    X(MUL, "torch", "multiply")                             \
+    X(SUB, "torch", "subtract")                             \
+    X(NEG, "torch", "negative")                             \
+    X(ABS, "torch", "absolute")                             \
+    X(GT, "torch", "greater")                               \
+    X(GE, "torch", "greater_equal")                         \
+    X(LT, "torch", "less")                                  \
+    X(LE, "torch", "less_equal")                            \
+    X(NE, "torch", "not_equal")                             \
+    X(ABS, "builtins", "abs")                               \
+    X(ADD, "operator", "add")                               \
+    X(SUB, "operator", "sub")                               \
+    X(MUL, "operator", "mul")                               \
+    X(DIV, "operator", "truediv")                           \
+    X(NEG, "operator", "neg")                               \
+    X(EQ, "operator", "eq")                                 \
+    X(NE, "operator", "ne")                                 \
+    X(LT, "operator", "lt")                                 \
+    X(LE, "operator", "le")                                 \
+    X(GT, "operator", "gt")                                 \
+    X(GE, "operator", "ge")
+
+/* X(op, "method"): method aliases */
+#define CDY_METHOD_ALIASES(X)                               \
+    X(DIV, "true_divide")                                   \
+    X(DIV, "divide")                                        \
+    X(MUL, "multiply")                                      \
+    X(SUB, "subtract")                                      \
+    X(NEG, "negative")                                      \
+    X(ABS, "absolute")                                      \
+    X(GT, "greater")                                        \
+    X(GE, "greater_equal")                                  \
+    X(LT, "less")                                           \
+    X(LE, "less_equal")                                     \
+    X(NE, "not_equal")                                      \
+    X(ABS, "__abs__")                                       \
+    X(NEG, "__neg__")
+
+static PyObject *fn_ops;       /* {callable: op int} */
+static PyObject *method_ops;   /* {name: op int} */
+static PyObject *dtype_objs[CDY_DT_COUNT];
+
+/* Map key -> op in dict d; 0 or -1. */
+static int put(PyObject *d, PyObject *key, int op)
+{
+    PyObject *v = PyLong_FromLong(op);
+    int r = v ? PyDict_SetItem(d, key, v) : -1;
+    Py_XDECREF(v);
+    return r;
+}
+
+/* Add module_path.attr -> op, quietly skipping names this torch lacks. */
+static int put_fn(const char *module_path, const char *attr, int op)
+{
+    PyObject *m = PyImport_ImportModule(module_path);
+    PyObject *f = m ? PyObject_GetAttrString(m, attr) : NULL;
+    int r = 0;
+    if (f)
+        r = put(fn_ops, f, op);
+    else
+        PyErr_Clear();
+    Py_XDECREF(m);
+    Py_XDECREF(f);
+    return r;
+}
+
+/* Add method name -> op, and torch.Tensor.<name> -> op. */
+static int put_method(PyObject *tensor_type, const char *name, int op)
+{
+    PyObject *s = PyUnicode_FromString(name);
+    int r = s ? put(method_ops, s, op) : -1;
+    PyObject *f = r == 0 ? PyObject_GetAttr(tensor_type, s) : NULL;
+    if (f)
+        r = put(fn_ops, f, op);
+    else
+        PyErr_Clear();
+    Py_XDECREF(f);
+    Py_XDECREF(s);
+    return r;
+}
+
+/* Build the tables; 0 or -1 with an error set. */
+int cdy_optable_init(PyObject *torch)
+{
+    if (fn_ops)
+        return 0;
+    fn_ops = PyDict_New();
+    method_ops = PyDict_New();
+    if (!fn_ops || !method_ops)
+        return -1;
+    PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
+    if (!tensor)
+        return -1;
+    int r = 0;
+    for (int op = 0; op < CDY_OP_COUNT && !r; op++) {
+        r |= put_fn("torch", cdy_op_table[op].name, op);
+        r |= put_method(tensor, cdy_op_table[op].name, op);
+    }
+#define CDY_X(op, mod, attr) r |= put_fn(mod, attr, CDY_OP_##op);
+    CDY_FN_ALIASES(CDY_X)
+#undef CDY_X
+#define CDY_X(op, name) r |= put_method(tensor, name, CDY_OP_##op);
+    CDY_METHOD_ALIASES(CDY_X)
+#undef CDY_X
+    Py_DECREF(tensor);
+    for (int d = 0; d < CDY_DT_COUNT && !r; d++)
+        if (!(dtype_objs[d] = PyObject_GetAttrString(torch, cdy_dtype_table[d].name)))
+            r = -1;
+    return r ? -1 : 0;
+}
+
+/* Look key up in d; the op, or CDY_OP_NONE. */
+static int lookup(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (!v) {
+        PyErr_Clear();   /* unhashable callables are simply not ops */
+        return CDY_OP_NONE;
+    }
+    return (int)PyLong_AsLong(v);
+}
+
+/* The op a callable computes, or CDY_OP_NONE. */
+int cdy_optable_fn(PyObject *callable)
+{
+    return lookup(fn_ops, callable);
+}
+
+/* The op a Tensor method name computes, or CDY_OP_NONE. */
+int cdy_optable_method(PyObject *name)
+{
+    return lookup(method_ops, name);
+}
+
+/* The cdy_dtype of a torch.dtype object, or CDY_DT_NONE. */
+int cdy_dtype_from_obj(PyObject *dtype)
+{
+    for (int d = 0; d < CDY_DT_COUNT; d++)
+        if (dtype_objs[d] == dtype)
+            return d;
+    return CDY_DT_NONE;
+}
+
+/* The torch.dtype object of d (borrowed). */
+PyObject *cdy_dtype_obj(int d)
+{
+    return dtype_objs[d];
+}
