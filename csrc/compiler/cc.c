@@ -26,7 +26,9 @@
 
 extern char **environ;
 
-#define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv " \
+/* -z nodelete: the kernel .so (and the libgomp it pulls in) stays mapped after
+ * dlclose, since unloading libgomp under live OpenMP worker threads crashes. */
+#define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv -Wl,-z,nodelete " \
                  "-ffp-contract=off -fno-math-errno"
 #define CC_PATH_MAX 4096
 #define CC_MAX_ARGV 128
