@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +65,8 @@ static int tg_input(tgraph *t, int dtype, int ndim, const int64_t *sizes, const 
     x->kind = CDY_VAL_INPUT;
     x->meta.dtype = dtype;
     x->meta.ndim = ndim;
-    memcpy(x->meta.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0)
+        memcpy(x->meta.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
     if (strides)
         memcpy(x->meta.strides, strides, sizeof(int64_t) * (size_t)ndim);
     else
@@ -720,6 +723,55 @@ static void test_errors(void)
                        sizeof(err)) == 0 && hit == 0, "extra flags: %s", err);
 }
 
+typedef struct {
+    int rc;
+    char so[512];
+} tbuild;
+
+/* Thread body: build one fixed source into the cache. */
+static void *build_thread(void *arg)
+{
+    tbuild *b = arg;
+    char err[CDY_ERRLEN];
+    int hit;
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    b->rc = cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, b->so,
+                         sizeof(b->so), &hit, err, sizeof(err));
+    return NULL;
+}
+
+/* Concurrent builds of one source all succeed and yield a loadable .so; a
+ * corrupt cached file is rebuilt rather than reported as a hit. */
+static void test_concurrent_and_corrupt(void)
+{
+    pthread_t th[4];
+    tbuild b[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, build_thread, &b[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    int ok = 1;
+    for (int i = 0; i < 4; i++)
+        ok &= b[i].rc == 0 && strcmp(b[i].so, b[0].so) == 0;
+    CHECK(ok, "concurrent builds");
+    void *lib = dlopen(b[0].so, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib && dlsym(lib, "cdy_concurrent"), "concurrently built .so loads");
+    if (lib)
+        dlclose(lib);
+
+    unlink(b[0].so);                   /* still mapped (nodelete): replace, never truncate */
+    int fd = open(b[0].so, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        CHECK(write(fd, "junk", 4) == 4, "write junk");
+        close(fd);
+    }
+    char err[CDY_ERRLEN], so[512];
+    int hit = -1;
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    CHECK(cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, so, sizeof(so),
+                       &hit, err, sizeof(err)) == 0 && hit == 0, "corrupt .so rebuilt: %s", err);
+}
+
 /* No temporary files may be left in the cache dir. */
 static void check_and_clean_cache(void)
 {
@@ -767,6 +819,7 @@ int main(void)
     test_ints_and_empty();
     test_two_groups();
     test_errors();
+    test_concurrent_and_corrupt();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
         printf("cache kept in %s\n", cache_dir);
     else
