@@ -293,6 +293,8 @@ static int cc_fail_output(char *err, size_t errlen, int status, const char *out)
         if (*end == '\n')
             lines++;
     int n = (int)(end - out);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+        n--;
     if (WIFEXITED(status))
         return cc_fail(err, errlen, "C compiler failed (exit %d): %.*s", WEXITSTATUS(status),
                        n, out);

@@ -653,6 +653,42 @@ static void test_ints_and_empty(void)
     }
 }
 
+/* 3-D, input permuted (no coalescing), small outer dim: collapse(2). */
+static void test_collapse(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[3] = {2, 300, 100}, st[3] = {1, 2, 600};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 3, sz, st);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 3, sz, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_DIV, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0));
+    tcompiled tc;
+    if (tc_build(&t, 4, &tc, NULL)) {
+        CHECK(0, "collapse: build failed");
+        return;
+    }
+    CHECK(strstr(tc.plan.source, "collapse(2)") != NULL, "collapse(2) expected");
+    float *x = malloc(sizeof(float) * 60000), *y = malloc(sizeof(float) * 60000);
+    unsigned s = 5;
+    for (int i = 0; i < 60000; i++) {
+        x[i] = rnd(&s);
+        y[i] = rnd(&s);
+    }
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const float *o = tc_out(&tc, 0);
+    int bad = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 300; j++)
+            for (int k = 0; k < 100; k++)
+                bad += !same_f32(o[i * 30000 + j * 100 + k],
+                                 x[i + j * 2 + k * 600] / y[i * 30000 + j * 100 + k]);
+    CHECK(bad == 0, "collapse: %d mismatches", bad);
+    free(x);
+    free(y);
+    tc_free(&tc);
+}
+
 /* Two iteration spaces give two kernels. */
 static void test_two_groups(void)
 {
@@ -818,6 +854,7 @@ int main(void)
     test_large_parallel();
     test_ints_and_empty();
     test_two_groups();
+    test_collapse();
     test_errors();
     test_concurrent_and_corrupt();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
