@@ -1,0 +1,425 @@
+/* cc.c - compile generated C to a shared object, cached on disk.
+ *
+ * The cache key is a 128-bit FNV-1a hash of the source, the compiler
+ * command, the flags, the compiler's --version output and the CPU's feature
+ * flags (-march=native makes the code CPU-specific).  Files are written under
+ * temporary names and renamed into place, so concurrent builders (threads or
+ * processes) never see a half-written .so.  The compiler runs through
+ * posix_spawnp (no shell); opts->cc and opts->extra_flags are split on
+ * blanks, without quoting.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cdynamo.h"
+
+extern char **environ;
+
+/* -z nodelete: the kernel .so (and the libgomp it pulls in) stays mapped after
+ * dlclose, since unloading libgomp under live OpenMP worker threads crashes. */
+#define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv -Wl,-z,nodelete " \
+                 "-ffp-contract=off -fno-math-errno"
+#define CC_PATH_MAX 4096
+#define CC_MAX_ARGV 128
+#define CC_CAPTURE_MAX 65536     /* bytes of compiler output kept */
+#define CC_ERR_LINES 12          /* stderr lines quoted in an error */
+#define CC_MEMO_MAX 16           /* compilers whose version is remembered */
+
+__extension__ typedef unsigned __int128 cc_u128;
+
+static pthread_mutex_t cc_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *cc_cpu_flags;                       /* under cc_lock */
+static struct {
+    char *cc, *version;
+} cc_versions[CC_MEMO_MAX];                      /* under cc_lock */
+static atomic_ulong cc_counter;
+
+/* Write a formatted message into err; returns -1. */
+static int cc_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cc_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Fold n bytes of p into the 128-bit FNV-1a state h. */
+static void cc_hash(cc_u128 *h, const void *p, size_t n)
+{
+    const cc_u128 prime = ((cc_u128)1 << 88) + 0x13B;
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) {
+        *h ^= s[i];
+        *h *= prime;
+    }
+}
+
+/* Fold a NUL-terminated string (with its NUL, as a separator) into h. */
+static void cc_hash_str(cc_u128 *h, const char *s)
+{
+    cc_hash(h, s ? s : "", strlen(s ? s : "") + 1);
+}
+
+/* Split s on blanks into argv[*argc...]; returns -1 when argv is full.
+ * The words point into `copy`, a malloc'd copy of s the caller frees. */
+static int cc_split(const char *s, char **copy, char **argv, int *argc)
+{
+    *copy = strdup(s ? s : "");
+    if (!*copy)
+        return -1;
+    char *save = NULL;
+    for (char *p = strtok_r(*copy, " \t\n", &save); p; p = strtok_r(NULL, " \t\n", &save)) {
+        if (*argc >= CC_MAX_ARGV - 1)
+            return -1;
+        argv[(*argc)++] = p;
+    }
+    argv[*argc] = NULL;
+    return 0;
+}
+
+/* Run argv with stdout+stderr captured into out (at most CC_CAPTURE_MAX bytes).
+ * Returns 0 and the wait status in *status, or an errno value when the
+ * program could not be started. */
+static int cc_run(char **argv, cdy_buf *out, int *status)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC))
+        return errno;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc) {
+        close(fds[0]);
+        return rc;
+    }
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(fds[0], chunk, sizeof(chunk) - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        chunk[n] = 0;
+        if (out->len < CC_CAPTURE_MAX)
+            cdy_buf_puts(out, chunk);
+    }
+    close(fds[0]);
+    while (waitpid(pid, status, 0) < 0) {
+        if (errno != EINTR) {
+            *status = 0;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Remember ver as cc's version if there is room (takes ver either way). */
+static void cc_remember(const char *cc, char *ver)
+{
+    pthread_mutex_lock(&cc_lock);
+    int i = 0;
+    while (i < CC_MEMO_MAX && cc_versions[i].cc && strcmp(cc_versions[i].cc, cc) != 0)
+        i++;
+    if (i < CC_MEMO_MAX && !cc_versions[i].cc && (cc_versions[i].cc = strdup(cc))) {
+        cc_versions[i].version = ver;
+        ver = NULL;
+    }
+    pthread_mutex_unlock(&cc_lock);
+    free(ver);
+}
+
+/* Fold cc's memoized version into h; 1 if it was known, else 0. */
+static int cc_hash_known_version(const char *cc, cc_u128 *h)
+{
+    int found = 0;
+    pthread_mutex_lock(&cc_lock);
+    for (int i = 0; i < CC_MEMO_MAX && cc_versions[i].cc && !found; i++)
+        if (strcmp(cc_versions[i].cc, cc) == 0) {
+            cc_hash_str(h, cc_versions[i].version);
+            found = 1;
+        }
+    pthread_mutex_unlock(&cc_lock);
+    return found;
+}
+
+/* Fold the output of `<cc> --version` into h (run once per process per
+ * compiler); 0, or -1 with err set when the compiler cannot be run. */
+static int cc_hash_version(const char *cc, cc_u128 *h, char *err, size_t errlen)
+{
+    if (cc_hash_known_version(cc, h))
+        return 0;
+    char *argv[CC_MAX_ARGV], *copy = NULL;
+    int argc = 0, status = 0;
+    cdy_buf out = {0};
+    if (cc_split(cc, &copy, argv, &argc) || argc == 0 || argc >= CC_MAX_ARGV - 2) {
+        free(copy);
+        return cc_fail(err, errlen, "bad C compiler command '%s'", cc);
+    }
+    argv[argc++] = "--version";
+    argv[argc] = NULL;
+    int rc = cc_run(argv, &out, &status);
+    free(copy);
+    char *ver = cdy_buf_take(&out);
+    if (rc || !ver || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        free(ver);
+        if (rc == ENOENT || rc == EACCES || (!rc && WIFEXITED(status) && WEXITSTATUS(status) == 127))
+            return cc_fail(err, errlen, "C compiler '%s' not found", cc);
+        return cc_fail(err, errlen, "C compiler '%s' cannot be run: %s", cc,
+                       rc ? strerror(rc) : "'--version' failed");
+    }
+    cc_hash_str(h, ver);
+    cc_remember(cc, ver);
+    return 0;
+}
+
+/* The "flags" line of /proc/cpuinfo (malloc'd), or "unknown". */
+static char *cc_read_cpu_flags(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char *line = NULL, *res = NULL;
+    size_t cap = 0;
+    while (f && !res && getline(&line, &cap, f) > 0)
+        if (strncmp(line, "flags", 5) == 0)
+            res = strdup(line);
+    free(line);
+    if (f)
+        fclose(f);
+    return res ? res : strdup("unknown");
+}
+
+/* Fold the CPU feature flags (read once per process) into h. */
+static void cc_hash_cpu(cc_u128 *h)
+{
+    pthread_mutex_lock(&cc_lock);
+    if (!cc_cpu_flags)
+        cc_cpu_flags = cc_read_cpu_flags();
+    cc_hash_str(h, cc_cpu_flags ? cc_cpu_flags : "unknown");
+    pthread_mutex_unlock(&cc_lock);
+}
+
+/* Create dir and its parents (mode 0700 for the ones created); 0 or errno. */
+static int cc_mkdir_p(const char *dir)
+{
+    char path[CC_PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof(path))
+        return ENAMETOOLONG;
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1; ; p++) {
+        if (*p != '/' && *p != 0)
+            continue;
+        char saved = *p;
+        *p = 0;
+        if (mkdir(path, 0700) && errno != EEXIST)
+            return errno;
+        *p = saved;
+        if (!saved)
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st))
+        return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+/* Whether path is a non-empty regular file starting with the ELF magic. */
+static int cc_is_elf(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    unsigned char magic[4];
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 4 &&
+             read(fd, magic, 4) == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Write n bytes of s to a new file at path (mode 0600); 0 or errno. */
+static int cc_write_file(const char *path, const char *s, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno;
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            unlink(path);
+            return e;
+        }
+        s += w;
+        n -= (size_t)w;
+    }
+    if (close(fd)) {
+        int e = errno;
+        unlink(path);
+        return e;
+    }
+    return 0;
+}
+
+/* Copy the first CC_ERR_LINES lines of the compiler's output into err. */
+static int cc_fail_output(char *err, size_t errlen, int status, const char *out)
+{
+    const char *end = out;
+    for (int lines = 0; *end && lines < CC_ERR_LINES; end++)
+        if (*end == '\n')
+            lines++;
+    int n = (int)(end - out);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+        n--;
+    if (WIFEXITED(status))
+        return cc_fail(err, errlen, "C compiler failed (exit %d): %.*s", WEXITSTATUS(status),
+                       n, out);
+    if (WIFSIGNALED(status))
+        return cc_fail(err, errlen, "C compiler killed by signal %d: %.*s", WTERMSIG(status),
+                       n, out);
+    return cc_fail(err, errlen, "C compiler failed: %.*s", n, out);
+}
+
+/* Run the compiler on src_path producing so_tmp; 0 or -1 with err set. */
+static int cc_compile(const cdy_cc_opts *opts, const char *src_path, const char *so_tmp,
+                      char *err, size_t errlen)
+{
+    char *argv[CC_MAX_ARGV], *c1 = NULL, *c2 = NULL, *c3 = NULL;
+    int argc = 0, status = 0, rc = -1;
+    cdy_buf out = {0};
+    if (cc_split(opts->cc, &c1, argv, &argc) || cc_split(CC_FLAGS, &c2, argv, &argc) ||
+        argc + 4 >= CC_MAX_ARGV) {
+        cc_fail(err, errlen, "C compiler command line too long");
+        goto done;
+    }
+    argv[argc++] = (char *)src_path;
+    argv[argc++] = "-o";
+    argv[argc++] = (char *)so_tmp;
+    argv[argc] = NULL;
+    if (cc_split(opts->extra_flags, &c3, argv, &argc)) {
+        cc_fail(err, errlen, "C compiler command line too long");
+        goto done;
+    }
+    int e = cc_run(argv, &out, &status);
+    if (e == ENOENT || e == EACCES)
+        cc_fail(err, errlen, "C compiler '%s' not found", opts->cc);
+    else if (e)
+        cc_fail(err, errlen, "C compiler '%s' cannot be run: %s", opts->cc, strerror(e));
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        cc_fail_output(err, errlen, status, out.data ? out.data : "");
+    else
+        rc = 0;
+done:
+    free(c1);
+    free(c2);
+    free(c3);
+    cdy_buf_free(&out);
+    return rc;
+}
+
+/* Hex name of the cache key of source under opts; 0 or -1 with err set. */
+static int cc_key(const char *source, const cdy_cc_opts *opts, char hex[33], char *err,
+                  size_t errlen)
+{
+    cc_u128 h = ((cc_u128)0x6c62272e07bb0142ULL << 64) | 0x62b821756295c58dULL;
+    cc_hash_str(&h, source);
+    cc_hash_str(&h, opts->cc);
+    cc_hash_str(&h, CC_FLAGS);
+    cc_hash_str(&h, opts->extra_flags);
+    if (cc_hash_version(opts->cc, &h, err, errlen))
+        return -1;
+    cc_hash_cpu(&h);
+    snprintf(hex, 33, "%016llx%016llx", (unsigned long long)(h >> 64),
+             (unsigned long long)(uint64_t)h);
+    return 0;
+}
+
+/* Compile into the cache under temporary names, then rename into place. */
+static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const char *base,
+                          const char *so_path, char *err, size_t errlen)
+{
+    char src_tmp[CC_PATH_MAX], so_tmp[CC_PATH_MAX], src_final[CC_PATH_MAX];
+    unsigned long n = atomic_fetch_add(&cc_counter, 1);
+    long pid = (long)getpid();
+    int l1 = snprintf(src_tmp, sizeof(src_tmp), "%s.%ld.%lu.tmp.c", base, pid, n);
+    int l2 = snprintf(so_tmp, sizeof(so_tmp), "%s.so.tmp.%ld.%lu", base, pid, n);
+    int l3 = snprintf(src_final, sizeof(src_final), "%s.c", base);
+    if (l1 < 0 || l2 < 0 || l3 < 0 || (size_t)l1 >= sizeof(src_tmp) ||
+        (size_t)l2 >= sizeof(so_tmp) || (size_t)l3 >= sizeof(src_final))
+        return cc_fail(err, errlen, "cache path too long: %s", base);
+    int e = cc_write_file(src_tmp, source, strlen(source));
+    if (e)
+        return cc_fail(err, errlen, "cannot write %s: %s", src_tmp, strerror(e));
+    if (cc_compile(opts, src_tmp, so_tmp, err, errlen)) {
+        unlink(src_tmp);
+        unlink(so_tmp);
+        return -1;
+    }
+    if (rename(so_tmp, so_path)) {
+        e = errno;
+        unlink(src_tmp);
+        unlink(so_tmp);
+        return cc_fail(err, errlen, "cannot rename %s to %s: %s", so_tmp, so_path, strerror(e));
+    }
+    if (rename(src_tmp, src_final))                  /* the .c is only for debugging */
+        unlink(src_tmp);
+    return 0;
+}
+
+/* Compile source to a cached shared object (see cdynamo.h). */
+int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
+                 size_t so_path_len, int *disk_hit, char *err, size_t errlen)
+{
+    char hex[33], base[CC_PATH_MAX];
+    if (err && errlen)
+        err[0] = 0;
+    if (disk_hit)
+        *disk_hit = 0;
+    if (!source || !opts || !opts->cc || !opts->cc[0] || !opts->cache_dir ||
+        !opts->cache_dir[0] || !so_path)
+        return cc_fail(err, errlen, "cdy_cc_build: missing source, compiler or cache dir");
+    if (cc_key(source, opts, hex, err, errlen))
+        return -1;
+    int n = snprintf(base, sizeof(base), "%s/k%s", opts->cache_dir, hex);
+    if (n < 0 || (size_t)n + 8 >= sizeof(base) || (size_t)n + 4 > so_path_len)
+        return cc_fail(err, errlen, "cache path too long for %s", opts->cache_dir);
+    snprintf(so_path, so_path_len, "%s.so", base);
+    if (cc_is_elf(so_path)) {
+        if (disk_hit)
+            *disk_hit = 1;
+        return 0;
+    }
+    int e = cc_mkdir_p(opts->cache_dir);
+    if (e)
+        return cc_fail(err, errlen, "cannot create cache dir %s: %s", opts->cache_dir,
+                       strerror(e));
+    if (cc_build_fresh(source, opts, base, so_path, err, errlen)) {
+        so_path[0] = 0;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,846 @@
+/* codegen.c - lower a graph of elementwise ops to C kernels.
+ *
+ * Pipeline (cdy_codegen): check the graph, number the buffers, group the
+ * output nodes by iteration space, then per group: mark the live values,
+ * pick parameters, build a loop nest (order dims by the first output's
+ * strides, drop size-1 dims, coalesce), and emit one C function that loads
+ * the inputs, recomputes every live node per element and stores the outputs.
+ * Every size and stride is a constant in the C text: a graph is specialised
+ * to its inputs' meta, and guards check it.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdynamo.h"
+
+/* Work below this many elements runs on one thread. */
+#define CG_PARALLEL_NUMEL 32768
+/* Elements per OpenMP chunk of a flat 1-D loop. */
+#define CG_BLOCK 4096
+/* Parameters of one kernel, at most. */
+#define CG_MAX_OPS CDY_MAX_KARGS
+
+/* C expression templates, one per op and kind of compute dtype:
+ * X(op, float, integer, bool).  $0 $1 $2 are the (already cast) args,
+ * $f is "f" for float32 math functions and "" for float64, $T the compute
+ * C type.  NULL: no such op in that dtype (torch rejects it or promotes). */
+#define CG_OP_TEMPLATES(X)                                                   \
+    X(ADD, "$0 + $1", "$0 + $1", "$0 + $1")                                  \
+    X(SUB, "$0 - $1", "$0 - $1", NULL)                                       \
+    X(MUL, "$0 * $1", "$0 * $1", "$0 * $1")                                  \
+    X(DIV, "$0 / $1", NULL, NULL)                                            \
+    X(MAXIMUM, "$0 != $0 ? $0 : $1 != $1 ? $1 : $0 > $1 ? $0 : $1",          \
+      "$0 > $1 ? $0 : $1", "$0 > $1 ? $0 : $1")                              \
+    X(MINIMUM, "$0 != $0 ? $0 : $1 != $1 ? $1 : $0 < $1 ? $0 : $1",          \
+      "$0 < $1 ? $0 : $1", "$0 < $1 ? $0 : $1")                              \
+    X(NEG, "-$0", "-$0", NULL)                                               \
+    X(ABS, "fabs$f($0)", "$0 < 0 ? -$0 : $0", "$0")                          \
+    X(EXP, "exp$f($0)", NULL, NULL)                                          \
+    X(LOG, "log$f($0)", NULL, NULL)                                          \
+    X(SQRT, "sqrt$f($0)", NULL, NULL)                                        \
+    X(RELU, "$0 < 0 ? 0 : $0", "$0 < 0 ? 0 : $0", "$0")                      \
+    X(SIGMOID, "($T)1 / (($T)1 + exp$f(-$0))", NULL, NULL)                   \
+    X(TANH, "tanh$f($0)", NULL, NULL)                                        \
+    X(EQ, "$0 == $1", "$0 == $1", "$0 == $1")                                \
+    X(NE, "$0 != $1", "$0 != $1", "$0 != $1")                                \
+    X(LT, "$0 < $1", "$0 < $1", "$0 < $1")                                   \
+    X(LE, "$0 <= $1", "$0 <= $1", "$0 <= $1")                                \
+    X(GT, "$0 > $1", "$0 > $1", "$0 > $1")                                   \
+    X(GE, "$0 >= $1", "$0 >= $1", "$0 >= $1")                                \
+    X(WHERE, "$0 ? $1 : $2", "$0 ? $1 : $2", "$0 ? $1 : $2")
+
+typedef struct {
+    const char *flt, *integer, *boolean;
+} cg_template;
+
+static const cg_template cg_templates[CDY_OP_COUNT] = {
+#define CG_X(op, f, i, b) [CDY_OP_##op] = {f, i, b},
+    CG_OP_TEMPLATES(CG_X)
+#undef CG_X
+};
+
+/* One pointer parameter of a kernel: a graph input or an output node. */
+typedef struct {
+    int buffer;                      /* plan buffer number */
+    int is_out;
+    int value;                       /* value number (outputs; first user for inputs) */
+    int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
+} cg_operand;
+
+/* The loop nest of a kernel after ordering and coalescing, outer first. */
+typedef struct {
+    int ndim;
+    int64_t size[CDY_MAX_NDIM];
+    int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
+} cg_nest;
+
+/* A group of output nodes sharing one iteration space. */
+typedef struct {
+    int ndim;
+    const int64_t *sizes;
+    int nout;
+    int *outs;                       /* value numbers */
+} cg_group;
+
+typedef struct {
+    const cdy_graph *g;
+    int nthreads;
+    cdy_arena arena;
+    cdy_buf src;
+    char *err;
+    size_t errlen;
+    int *val_buf;                    /* value -> plan buffer, -1 if none */
+    char *live;                      /* value -> needed by the current kernel */
+    int *param;                      /* plan buffer -> parameter of the current kernel */
+} cg_ctx;
+
+/* Write a formatted message into the caller's err buffer; returns -1. */
+static int cg_fail(cg_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int cg_fail(cg_ctx *c, const char *fmt, ...)
+{
+    if (c->err && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* A formatted string in the arena; NULL on out of memory. */
+static char *cg_strf(cg_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static char *cg_strf(cg_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *s = cdy_arena_alloc(&c->arena, (size_t)n + 1);
+    if (!s)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Whether dt names a row of the dtype table. */
+static int cg_dtype_ok(int dt)
+{
+    return dt >= 0 && dt < CDY_DT_COUNT;
+}
+
+/* Check a tensor meta's dtype, rank and sizes; 0 or -1 with a message. */
+static int cg_check_meta(cg_ctx *c, int v, const cdy_meta *m)
+{
+    if (!cg_dtype_ok(m->dtype))
+        return cg_fail(c, "value %d: dtype %d is not supported", v, m->dtype);
+    if (m->ndim < 0 || m->ndim > CDY_MAX_NDIM)
+        return cg_fail(c, "value %d: ndim %d is not supported (max %d)", v,
+                       m->ndim, CDY_MAX_NDIM);
+    for (int d = 0; d < m->ndim; d++)
+        if (m->sizes[d] < 0)
+            return cg_fail(c, "value %d: negative size at dim %d", v, d);
+    return 0;
+}
+
+/* Check that node v's sizes are the broadcast of its tensor args' sizes. */
+static int cg_check_broadcast(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *m = &val->meta;
+    for (int d = 0; d < m->ndim; d++) {
+        int64_t want = 1;
+        for (int a = 0; a < val->nargs; a++) {
+            const cdy_value *arg = &c->g->values[val->args[a]];
+            if (arg->kind == CDY_VAL_SCALAR)
+                continue;
+            int ad = d - (m->ndim - arg->meta.ndim);
+            if (ad < 0)
+                continue;
+            int64_t s = arg->meta.sizes[ad];
+            if (s == 1)
+                continue;
+            if (want != 1 && s != want)
+                return cg_fail(c, "value %d (%s): arg sizes do not broadcast at dim %d",
+                               v, cdy_op_table[val->op].name, d);
+            want = s;
+        }
+        if (m->sizes[d] != want)
+            return cg_fail(c, "value %d (%s): size %lld at dim %d is not the broadcast "
+                           "of its args (%lld)", v, cdy_op_table[val->op].name,
+                           (long long)m->sizes[d], d, (long long)want);
+    }
+    return 0;
+}
+
+/* Check one node: op, arity, args earlier in the graph, dtypes, ranks. */
+static int cg_check_node(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (val->op < 0 || val->op >= CDY_OP_COUNT)
+        return cg_fail(c, "value %d: op %d is not supported", v, val->op);
+    const cdy_op_info *oi = &cdy_op_table[val->op];
+    if (val->nargs != oi->nargs)
+        return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
+                       val->nargs, oi->nargs);
+    if (!cg_dtype_ok(val->compute_dtype))
+        return cg_fail(c, "value %d (%s): compute dtype %d is not supported", v,
+                       oi->name, val->compute_dtype);
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    for (int a = 0; a < val->nargs; a++) {
+        int av = val->args[a];
+        if (av < 0 || av >= v)
+            return cg_fail(c, "value %d (%s): arg %d refers to value %d (not earlier "
+                           "in the graph)", v, oi->name, a, av);
+        const cdy_value *arg = &c->g->values[av];
+        if (arg->kind != CDY_VAL_SCALAR && arg->meta.ndim > val->meta.ndim)
+            return cg_fail(c, "value %d (%s): arg %d has more dims than the result",
+                           v, oi->name, a);
+    }
+    return cg_check_broadcast(c, v);
+}
+
+/* Check the whole graph and its outputs; 0 or -1 with a message. */
+static int cg_check_graph(cg_ctx *c)
+{
+    const cdy_graph *g = c->g;
+    if (g->nvalues < 0 || (g->nvalues > 0 && !g->values) || g->ninputs < 0 ||
+        g->noutputs < 0 || (g->noutputs > 0 && !g->outputs))
+        return cg_fail(c, "malformed graph");
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        switch (val->kind) {
+        case CDY_VAL_INPUT:
+            if (val->input_index < 0 || val->input_index >= g->ninputs)
+                return cg_fail(c, "value %d: input index %d out of range (%d inputs)",
+                               v, val->input_index, g->ninputs);
+            if (cg_check_meta(c, v, &val->meta))
+                return -1;
+            break;
+        case CDY_VAL_SCALAR:
+            if (!cg_dtype_ok(val->meta.dtype))
+                return cg_fail(c, "value %d: scalar dtype %d is not supported", v,
+                               val->meta.dtype);
+            break;
+        case CDY_VAL_NODE:
+            if (cg_check_node(c, v))
+                return -1;
+            break;
+        default:
+            return cg_fail(c, "value %d: unknown kind %d", v, val->kind);
+        }
+    }
+    for (int o = 0; o < g->noutputs; o++) {
+        int v = g->outputs[o];
+        if (v < 0 || v >= g->nvalues)
+            return cg_fail(c, "output %d refers to value %d (out of range)", o, v);
+        if (g->values[v].kind == CDY_VAL_SCALAR)
+            return cg_fail(c, "output %d is a constant, not a tensor", o);
+    }
+    return 0;
+}
+
+/* Fill the plan's buffers (inputs, then distinct output nodes) and outputs. */
+static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
+{
+    const cdy_graph *g = c->g;
+    int nbuf = g->ninputs;
+    for (int v = 0; v < g->nvalues; v++)
+        c->val_buf[v] = -1;
+    for (int o = 0; o < g->noutputs; o++) {
+        int v = g->outputs[o];
+        if (g->values[v].kind == CDY_VAL_NODE && c->val_buf[v] < 0)
+            c->val_buf[v] = nbuf++;
+    }
+    plan->buffers = calloc((size_t)nbuf + 1, sizeof(cdy_meta));
+    plan->outputs = calloc((size_t)g->noutputs + 1, sizeof(int));
+    if (!plan->buffers || !plan->outputs)
+        return cg_fail(c, "out of memory");
+    plan->ninputs = g->ninputs;
+    plan->nbuffers = nbuf;
+    char *seen = cdy_arena_alloc(&c->arena, (size_t)g->ninputs + 1);
+    if (!seen)
+        return cg_fail(c, "out of memory");
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind == CDY_VAL_INPUT) {
+            if (seen[val->input_index])
+                return cg_fail(c, "input index %d is used by two values", val->input_index);
+            seen[val->input_index] = 1;
+            c->val_buf[v] = val->input_index;
+            plan->buffers[val->input_index] = val->meta;
+        } else if (val->kind == CDY_VAL_NODE && c->val_buf[v] >= 0) {
+            plan->buffers[c->val_buf[v]] = val->meta;
+        }
+    }
+    for (int i = 0; i < g->ninputs; i++)
+        if (!seen[i])
+            return cg_fail(c, "graph input %d has no value", i);
+    plan->noutputs = g->noutputs;
+    for (int o = 0; o < g->noutputs; o++)
+        plan->outputs[o] = c->val_buf[g->outputs[o]];
+    return 0;
+}
+
+/* Whether two metas have the same rank and sizes (one iteration space). */
+static int cg_same_sizes(const cdy_meta *a, int ndim, const int64_t *sizes)
+{
+    if (a->ndim != ndim)
+        return 0;
+    for (int d = 0; d < ndim; d++)
+        if (a->sizes[d] != sizes[d])
+            return 0;
+    return 1;
+}
+
+/* Group the distinct output nodes by sizes, in order of first appearance.
+ * Returns the number of groups (in *groups, arena memory), or -1. */
+static int cg_group_outputs(cg_ctx *c, cg_group **groups)
+{
+    const cdy_graph *g = c->g;
+    cg_group *gr = cdy_arena_alloc(&c->arena, sizeof(cg_group) * ((size_t)g->noutputs + 1));
+    char *done = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!gr || !done)
+        return cg_fail(c, "out of memory");
+    int ng = 0;
+    for (int o = 0; o < g->noutputs; o++) {
+        int v = g->outputs[o];
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_NODE || done[v])
+            continue;
+        done[v] = 1;
+        int k = 0;
+        while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
+            k++;
+        if (k == ng) {
+            gr[k].ndim = val->meta.ndim;
+            gr[k].sizes = val->meta.sizes;
+            gr[k].outs = cdy_arena_alloc(&c->arena, sizeof(int) * (size_t)g->noutputs);
+            if (!gr[k].outs)
+                return cg_fail(c, "out of memory");
+            ng++;
+        }
+        gr[k].outs[gr[k].nout++] = v;
+    }
+    *groups = gr;
+    return ng;
+}
+
+/* Mark in c->live every value the group's outputs depend on. */
+static void cg_mark_live(cg_ctx *c, const cg_group *grp)
+{
+    const cdy_graph *g = c->g;
+    memset(c->live, 0, (size_t)g->nvalues);
+    int top = 0;
+    for (int i = 0; i < grp->nout; i++) {
+        c->live[grp->outs[i]] = 1;
+        if (grp->outs[i] > top)
+            top = grp->outs[i];
+    }
+    for (int v = top; v >= 0; v--) {
+        const cdy_value *val = &g->values[v];
+        if (!c->live[v] || val->kind != CDY_VAL_NODE)
+            continue;
+        for (int a = 0; a < val->nargs; a++)
+            c->live[val->args[a]] = 1;
+    }
+}
+
+/* Strides of a tensor seen from an iteration space of rank ndim: dims align
+ * from the right, a missing dim or a dim of size 1 has stride 0. */
+static void cg_broadcast_strides(const cdy_meta *m, int ndim, int64_t *out)
+{
+    int shift = ndim - m->ndim;
+    for (int d = 0; d < ndim; d++) {
+        int md = d - shift;
+        out[d] = (md < 0 || m->sizes[md] == 1) ? 0 : m->strides[md];
+    }
+}
+
+/* Collect the kernel's parameters: live inputs by buffer number, then the
+ * outputs.  Sets c->param.  Returns the count, or -1. */
+static int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nbuffers)
+{
+    const cdy_graph *g = c->g;
+    int n = 0;
+    for (int b = 0; b < nbuffers; b++)
+        c->param[b] = -1;
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (!c->live[v] || val->kind != CDY_VAL_INPUT)
+            continue;
+        c->param[c->val_buf[v]] = -2;         /* numbered below, in buffer order */
+    }
+    for (int b = 0; b < nbuffers; b++)
+        if (c->param[b] == -2)
+            c->param[b] = n++;
+    n = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (!c->live[v] || val->kind != CDY_VAL_INPUT)
+            continue;
+        int p = c->param[c->val_buf[v]];
+        if (p >= CG_MAX_OPS)
+            return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
+        ops[p].buffer = c->val_buf[v];
+        ops[p].value = v;
+        ops[p].is_out = 0;
+        cg_broadcast_strides(&val->meta, grp->ndim, ops[p].stride);
+        if (p + 1 > n)
+            n = p + 1;
+    }
+    for (int i = 0; i < grp->nout; i++) {
+        if (n >= CG_MAX_OPS)
+            return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
+        const cdy_value *val = &g->values[grp->outs[i]];
+        ops[n].buffer = c->val_buf[grp->outs[i]];
+        ops[n].value = grp->outs[i];
+        ops[n].is_out = 1;
+        cg_broadcast_strides(&val->meta, grp->ndim, ops[n].stride);
+        c->param[ops[n].buffer] = n;
+        n++;
+    }
+    return n;
+}
+
+/* Index of the first output operand. */
+static int cg_first_out(const cg_operand *ops, int nops)
+{
+    int k = 0;
+    while (k < nops && !ops[k].is_out)
+        k++;
+    return k;
+}
+
+/* Build the loop nest: dims of size 1 dropped, the rest ordered by the first
+ * output's strides (largest outermost, ties by dim order), then adjacent
+ * dims merged when every operand walks them as one. */
+static void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest *nest)
+{
+    int order[CDY_MAX_NDIM], n = 0;
+    const cg_operand *first = &ops[cg_first_out(ops, nops)];
+    memset(nest, 0, sizeof(*nest));
+    for (int d = 0; d < grp->ndim; d++) {
+        if (grp->sizes[d] == 0) {             /* empty: one loop that never runs */
+            nest->ndim = 1;
+            return;
+        }
+        if (grp->sizes[d] != 1)
+            order[n++] = d;
+    }
+    for (int i = 1; i < n; i++) {             /* stable insertion sort, descending */
+        int d = order[i], j = i;
+        while (j > 0 && first->stride[order[j - 1]] < first->stride[d]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = d;
+    }
+    for (int i = 0; i < n; i++) {
+        int d = order[i], k = nest->ndim;
+        int merge = k > 0;
+        for (int o = 0; o < nops && merge; o++)
+            merge = nest->stride[o][k - 1] == ops[o].stride[d] * grp->sizes[d];
+        if (merge) {
+            nest->size[k - 1] *= grp->sizes[d];
+            for (int o = 0; o < nops; o++)
+                nest->stride[o][k - 1] = ops[o].stride[d];
+        } else {
+            nest->size[k] = grp->sizes[d];
+            for (int o = 0; o < nops; o++)
+                nest->stride[o][k] = ops[o].stride[d];
+            nest->ndim++;
+        }
+    }
+}
+
+/* Append n levels of indentation. */
+static void cg_indent(cdy_buf *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        cdy_buf_puts(b, "    ");
+}
+
+/* Append the element offset of operand o in the nest: sum of i_d * stride. */
+static void cg_emit_offset(cdy_buf *b, const cg_nest *nest, int o)
+{
+    int any = 0;
+    for (int d = 0; d < nest->ndim; d++) {
+        int64_t s = nest->stride[o][d];
+        if (s == 0)
+            continue;
+        cdy_buf_puts(b, any ? " + " : "");
+        if (s == 1)
+            cdy_buf_printf(b, "i%d", d);
+        else
+            cdy_buf_printf(b, "i%d * %lldLL", d, (long long)s);
+        any = 1;
+    }
+    if (!any)
+        cdy_buf_puts(b, "0");
+}
+
+/* C literal for scalar value v (its own dtype, before any cast). */
+static char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
+{
+    if (!cdy_dtype_table[val->meta.dtype].is_float) {
+        if (val->meta.dtype == CDY_DT_BOOL)
+            return cg_strf(c, "%d", val->i != 0);
+        if (val->i == INT64_MIN)
+            return cg_strf(c, "(-9223372036854775807LL - 1)");
+        return cg_strf(c, val->i < 0 ? "(%lldLL)" : "%lldLL", (long long)val->i);
+    }
+    double f = val->f;
+    if (isnan(f))
+        return cg_strf(c, "NAN");
+    if (isinf(f))
+        return cg_strf(c, f < 0 ? "(-INFINITY)" : "INFINITY");
+    char tmp[40];
+    snprintf(tmp, sizeof(tmp), "%.17g", f);
+    const char *dot = strpbrk(tmp, ".e") ? "" : ".0";
+    return cg_strf(c, signbit(f) ? "(%s%s)" : "%s%s", tmp, dot);
+}
+
+/* Expression for value v converted from dtype `from` to dtype `to`:
+ * a cast to bool is a test against zero. */
+static char *cg_cast(cg_ctx *c, const char *e, int from, int to)
+{
+    if (from == to)
+        return cg_strf(c, "%s", e);
+    if (to == CDY_DT_BOOL)
+        return cg_strf(c, "(%s != 0)", e);
+    return cg_strf(c, "(%s)%s", cdy_dtype_table[to].cctype, e);
+}
+
+/* Name of value v inside the kernel body (input local, node local, literal). */
+static char *cg_value_expr(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (val->kind == CDY_VAL_SCALAR)
+        return cg_scalar_literal(c, val);
+    if (val->kind == CDY_VAL_INPUT)
+        return cg_strf(c, "x%d", c->param[c->val_buf[v]]);
+    return cg_strf(c, "t%d", v);
+}
+
+/* Pick the template of node val for its compute dtype; NULL if none. */
+static const char *cg_template_for(const cdy_value *val)
+{
+    const cg_template *t = &cg_templates[val->op];
+    const cdy_dtype_info *di = &cdy_dtype_table[val->compute_dtype];
+    if (di->is_float)
+        return t->flt;
+    if (val->compute_dtype == CDY_DT_BOOL)
+        return t->boolean;
+    return t->integer;
+}
+
+/* Expand template t with args a[], into b. */
+static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compute_dtype)
+{
+    for (const char *p = t; *p; p++) {
+        if (*p != '$' || !p[1]) {
+            char ch[2] = {*p, 0};
+            cdy_buf_puts(b, ch);
+            continue;
+        }
+        p++;
+        if (*p >= '0' && *p <= '2')
+            cdy_buf_puts(b, a[*p - '0']);
+        else if (*p == 'f')
+            cdy_buf_puts(b, compute_dtype == CDY_DT_FLOAT32 ? "f" : "");
+        else if (*p == 'T')
+            cdy_buf_puts(b, cdy_dtype_table[compute_dtype].cctype);
+    }
+}
+
+/* Emit `T tV = <op expression>;` for node v at indentation ind. */
+static int cg_emit_node(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_op_info *oi = &cdy_op_table[val->op];
+    const char *tmpl = cg_template_for(val);
+    if (!tmpl)
+        return cg_fail(c, "value %d: %s is not supported in dtype %s", v, oi->name,
+                       cdy_dtype_table[val->compute_dtype].name);
+    const char *args[3] = {"", "", ""};
+    for (int a = 0; a < val->nargs; a++) {
+        int av = val->args[a];
+        int adt = c->g->values[av].meta.dtype;
+        char *e = cg_value_expr(c, av);
+        int to = (val->op == CDY_OP_WHERE && a == 0) ? CDY_DT_BOOL : val->compute_dtype;
+        args[a] = e ? cg_cast(c, e, adt, to) : NULL;
+        if (!args[a])
+            return cg_fail(c, "out of memory");
+    }
+    cdy_buf expr = {0};
+    cg_expand(&expr, tmpl, args, val->compute_dtype);
+    char *ex = cdy_buf_take(&expr);
+    if (!ex)
+        return cg_fail(c, "out of memory");
+    int from = oi->kind == 'C' ? CDY_DT_BOOL : val->compute_dtype;
+    int out = val->meta.dtype;
+    const cdy_dtype_info *od = &cdy_dtype_table[out];
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s t%d = ", od->ctype, v);
+    if (out == CDY_DT_BOOL && from != CDY_DT_BOOL)
+        cdy_buf_printf(&c->src, "(%s) != 0;", ex);
+    else if (from == out && od->size >= 4)
+        cdy_buf_printf(&c->src, "%s;", ex);
+    else if (out == CDY_DT_BOOL && oi->kind != 'C' && strcmp(tmpl, "$0") != 0)
+        cdy_buf_printf(&c->src, "(%s) != 0;", ex);   /* e.g. bool add: 1 + 1 */
+    else
+        cdy_buf_printf(&c->src, "(%s)(%s);", od->ctype, ex);
+    if (val->source_line > 0)
+        cdy_buf_printf(&c->src, "  /* %s, line %d */\n", oi->name, val->source_line);
+    else
+        cdy_buf_printf(&c->src, "  /* %s */\n", oi->name);
+    free(ex);
+    return 0;
+}
+
+/* Emit the per-element body: loads, live nodes in order, stores. */
+static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                        int ind)
+{
+    for (int o = 0; o < nops; o++) {
+        if (ops[o].is_out)
+            continue;
+        const cdy_meta *m = &c->g->values[ops[o].value].meta;
+        cg_indent(&c->src, ind);
+        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype,
+                       o, o);
+        cg_emit_offset(&c->src, nest, o);
+        cdy_buf_puts(&c->src, "];\n");
+    }
+    for (int v = 0; v < c->g->nvalues; v++)
+        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && cg_emit_node(c, v, ind))
+            return -1;
+    int first = cg_first_out(ops, nops);
+    for (int o = first; o < nops; o++) {
+        cg_indent(&c->src, ind);
+        cdy_buf_printf(&c->src, "out_ptr%d[", o - first);
+        cg_emit_offset(&c->src, nest, o);
+        cdy_buf_printf(&c->src, "] = t%d;\n", ops[o].value);
+    }
+    return 0;
+}
+
+/* Whether every operand walks the innermost loop with stride 0 or 1, and
+ * every output with stride 1 (so the loop vectorizes). */
+static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *nest)
+{
+    int d = nest->ndim - 1;
+    for (int o = 0; o < nops; o++) {
+        int64_t s = nest->stride[o][d];
+        if (s != 1 && (ops[o].is_out || s != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* Emit the loop nest around the body; a flat parallel loop is split into
+ * blocks so each thread gets contiguous chunks. */
+static int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                         int64_t numel)
+{
+    cdy_buf *b = &c->src;
+    int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && nest->ndim > 0;
+    int ivdep = nest->ndim > 0 && cg_inner_contiguous(ops, nops, nest);
+    int ind = 1;
+    if (nest->ndim == 0) {
+        cdy_buf_puts(b, "    {\n");
+        if (cg_emit_body(c, ops, nops, nest, 2))
+            return -1;
+        cdy_buf_puts(b, "    }\n");
+        return 0;
+    }
+    if (par && nest->ndim == 1) {
+        int64_t n = nest->size[0];
+        cdy_buf_printf(b, "    #pragma omp parallel for num_threads(NTHREADS) schedule(static)\n"
+                          "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
+                          "        const int64_t lo = ib * %dLL;\n"
+                          "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
+                       (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
+                       (long long)n, CG_BLOCK, (long long)n);
+        if (ivdep)
+            cdy_buf_puts(b, "        #pragma GCC ivdep\n");
+        cdy_buf_puts(b, "        for (int64_t i0 = lo; i0 < hi; i0++) {\n");
+        if (cg_emit_body(c, ops, nops, nest, 3))
+            return -1;
+        cdy_buf_puts(b, "        }\n    }\n");
+        return 0;
+    }
+    for (int d = 0; d < nest->ndim; d++, ind++) {
+        if (d == 0 && par) {
+            int collapse = nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads;
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           collapse ? " collapse(2)" : "");
+        }
+        if (d == nest->ndim - 1 && ivdep) {
+            cg_indent(b, ind);
+            cdy_buf_puts(b, "#pragma GCC ivdep\n");
+        }
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                       (long long)nest->size[d], d);
+    }
+    if (cg_emit_body(c, ops, nops, nest, ind))
+        return -1;
+    while (--ind > 0) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    return 0;
+}
+
+/* Emit the comment naming the fused ops and outputs, and the signature. */
+static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
+                           int nops, const cg_nest *nest)
+{
+    cdy_buf *b = &c->src;
+    cdy_buf_puts(b, "\n/* fused:");
+    int n = 0;
+    for (int v = 0; v < c->g->nvalues; v++)
+        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE)
+            cdy_buf_printf(b, "%s %s", n++ ? "," : "", cdy_op_table[c->g->values[v].op].name);
+    cdy_buf_puts(b, "  (outputs:");
+    for (int i = 0; i < grp->nout; i++)
+        cdy_buf_printf(b, "%s buf%d", i ? "," : "", c->val_buf[grp->outs[i]]);
+    cdy_buf_puts(b, ")\n * loops:");
+    for (int d = 0; d < nest->ndim; d++)
+        cdy_buf_printf(b, " %lld", (long long)nest->size[d]);
+    if (nest->ndim == 0)
+        cdy_buf_puts(b, " none (one element)");
+    cdy_buf_puts(b, " */\n");
+    cdy_buf_printf(b, "CDY_EXPORT void kernel_%d(", k);
+    int first = cg_first_out(ops, nops);
+    for (int o = 0; o < nops; o++) {
+        const char *ct = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype;
+        if (o)
+            cdy_buf_puts(b, ", ");
+        if (ops[o].is_out)
+            cdy_buf_printf(b, "%s *restrict out_ptr%d", ct, o - first);
+        else
+            cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
+    }
+    cdy_buf_puts(b, ")\n{\n");
+}
+
+/* Emit kernel k for group grp and describe it in *kd. */
+static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
+                          cdy_kernel_desc *kd)
+{
+    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    if (!ops || !nest)
+        return cg_fail(c, "out of memory");
+    cg_mark_live(c, grp);
+    int nops = cg_operands(c, grp, ops, nbuffers);
+    if (nops < 0)
+        return -1;
+    cg_build_nest(grp, ops, nops, nest);
+    int64_t numel = 1;
+    for (int d = 0; d < grp->ndim; d++)
+        numel *= grp->sizes[d];
+    cg_emit_header(c, k, grp, ops, nops, nest);
+    if (cg_emit_loops(c, ops, nops, nest, numel))
+        return -1;
+    cdy_buf_puts(&c->src, "}\n");
+    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k);
+    kd->nargs = nops;
+    for (int o = 0; o < nops; o++)
+        kd->args[o] = ops[o].buffer;
+    return 0;
+}
+
+/* Emit the file prologue. */
+static void cg_emit_prologue(cg_ctx *c, int nkernels)
+{
+    cdy_buf_printf(&c->src,
+                   "/* generated by cdynamo: %d kernel%s, elementwise, specialised to fixed "
+                   "sizes and strides */\n"
+                   "#include <stdint.h>\n"
+                   "#include <math.h>\n"
+                   "\n"
+                   "#define NTHREADS %d\n"
+                   "#define CDY_EXPORT __attribute__((visibility(\"default\")))\n",
+                   nkernels, nkernels == 1 ? "" : "s", c->nthreads);
+}
+
+/* Allocate the per-value scratch arrays of c; 0 or -1. */
+static int cg_scratch(cg_ctx *c)
+{
+    size_t nv = (size_t)c->g->nvalues + 1;
+    size_t nb = nv + (size_t)c->g->ninputs + 1;
+    c->val_buf = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->live = cdy_arena_alloc(&c->arena, nv);
+    c->param = cdy_arena_alloc(&c->arena, sizeof(int) * nb);
+    return (c->val_buf && c->live && c->param) ? 0 : cg_fail(c, "out of memory");
+}
+
+/* Run the passes; on failure the caller frees the partial plan. */
+static int cg_run(cg_ctx *c, cdy_plan *plan)
+{
+    cg_group *groups = NULL;
+    if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
+        return -1;
+    int ng = cg_group_outputs(c, &groups);
+    if (ng < 0)
+        return -1;
+    plan->kernels = calloc((size_t)ng + 1, sizeof(cdy_kernel_desc));
+    if (!plan->kernels)
+        return cg_fail(c, "out of memory");
+    cg_emit_prologue(c, ng);
+    for (int k = 0; k < ng; k++) {
+        if (cg_emit_kernel(c, k, &groups[k], plan->nbuffers, &plan->kernels[k]))
+            return -1;
+        plan->nkernels = k + 1;
+    }
+    plan->source = cdy_buf_take(&c->src);
+    if (!plan->source)
+        return cg_fail(c, "out of memory");
+    return 0;
+}
+
+/* Lower g to C kernels and a plan (see cdynamo.h); 0 or -1 with err set. */
+int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, size_t errlen)
+{
+    cg_ctx c = {.g = g, .nthreads = nthreads < 1 ? 1 : nthreads, .err = err, .errlen = errlen};
+    if (err && errlen)
+        err[0] = 0;
+    if (!plan)
+        return cg_fail(&c, "no plan given");
+    memset(plan, 0, sizeof(*plan));
+    if (!g)
+        return cg_fail(&c, "no graph given");
+    plan->nthreads = c.nthreads;
+    int rc = cg_run(&c, plan);
+    cdy_buf_free(&c.src);
+    cdy_arena_free(&c.arena);
+    if (rc)
+        cdy_plan_free(plan);
+    return rc;
+}
+
+/* Free everything a plan owns and zero it; safe on a zeroed plan. */
+void cdy_plan_free(cdy_plan *plan)
+{
+    if (!plan)
+        return;
+    free(plan->buffers);
+    free(plan->kernels);
+    free(plan->outputs);
+    free(plan->source);
+    memset(plan, 0, sizeof(*plan));
+}

@@ -1,0 +1,866 @@
+/* test_compiler.c - build graphs by hand, compile them with cdy_codegen and
+ * cdy_cc_build, run the kernels through dlopen and compare against a plain C
+ * reference.  No Python.  Exit status 0 when every check passes. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cdynamo.h"
+
+static int failures, checks;
+static char cache_dir[256];
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        checks++;                                                          \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+/* ---- graph building ------------------------------------------------------- */
+
+#define TG_MAX 32
+typedef struct {
+    cdy_graph g;
+    cdy_value vals[TG_MAX];
+    int outs[TG_MAX];
+} tgraph;
+
+/* Start an empty graph. */
+static void tg_init(tgraph *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->g.values = t->vals;
+    t->g.cap_values = TG_MAX;
+    t->g.outputs = t->outs;
+}
+
+/* Contiguous strides for sizes. */
+static void contiguous(int ndim, const int64_t *sizes, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= sizes[d] > 1 ? sizes[d] : 1;
+    }
+}
+
+/* Add an input; strides NULL means contiguous.  Returns its value number. */
+static int tg_input(tgraph *t, int dtype, int ndim, const int64_t *sizes, const int64_t *strides)
+{
+    int v = t->g.nvalues++;
+    cdy_value *x = &t->vals[v];
+    x->kind = CDY_VAL_INPUT;
+    x->meta.dtype = dtype;
+    x->meta.ndim = ndim;
+    if (ndim > 0)
+        memcpy(x->meta.sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    if (strides)
+        memcpy(x->meta.strides, strides, sizeof(int64_t) * (size_t)ndim);
+    else
+        contiguous(ndim, sizes, x->meta.strides);
+    x->input_index = t->g.ninputs++;
+    return v;
+}
+
+/* Add a scalar constant (float64 when is_float, else int64). */
+static int tg_scalar(tgraph *t, int is_float, double f, int64_t i)
+{
+    int v = t->g.nvalues++;
+    cdy_value *x = &t->vals[v];
+    x->kind = CDY_VAL_SCALAR;
+    x->meta.dtype = is_float ? CDY_DT_FLOAT64 : CDY_DT_INT64;
+    x->f = f;
+    x->i = i;
+    return v;
+}
+
+/* Add a node; its sizes are the broadcast of the args, its strides contiguous. */
+static int tg_node(tgraph *t, int op, int compute, int out, int a, int b, int c)
+{
+    int v = t->g.nvalues++;
+    cdy_value *x = &t->vals[v];
+    int args[3] = {a, b, c};
+    x->kind = CDY_VAL_NODE;
+    x->op = op;
+    x->nargs = cdy_op_table[op].nargs;
+    x->compute_dtype = compute;
+    x->meta.dtype = out;
+    x->source_line = 10 + v;
+    for (int i = 0; i < x->nargs; i++) {
+        x->args[i] = args[i];
+        const cdy_meta *m = &t->vals[args[i]].meta;
+        if (m->ndim > x->meta.ndim)
+            x->meta.ndim = m->ndim;
+    }
+    for (int d = 0; d < x->meta.ndim; d++)
+        x->meta.sizes[d] = 1;
+    for (int i = 0; i < x->nargs; i++) {
+        const cdy_meta *m = &t->vals[args[i]].meta;
+        for (int d = 0; d < m->ndim; d++) {
+            int od = d + x->meta.ndim - m->ndim;
+            if (m->sizes[d] != 1)
+                x->meta.sizes[od] = m->sizes[d];
+        }
+    }
+    contiguous(x->meta.ndim, x->meta.sizes, x->meta.strides);
+    return v;
+}
+
+/* Mark v as a graph output. */
+static void tg_output(tgraph *t, int v)
+{
+    t->outs[t->g.noutputs++] = v;
+}
+
+/* ---- compiling and running ------------------------------------------------ */
+
+typedef struct {
+    cdy_plan plan;
+    void *lib;
+    void *bufs[TG_MAX];
+    int owned[TG_MAX];
+} tcompiled;
+
+/* Elements of storage a meta needs (0 if empty). */
+static int64_t storage_elems(const cdy_meta *m)
+{
+    int64_t n = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        n += (m->sizes[d] - 1) * m->strides[d];
+    }
+    return n;
+}
+
+/* Codegen + build + dlopen; 0 on success.  *disk_hit reports the cache. */
+static int tc_build(tgraph *t, int nthreads, tcompiled *tc, int *disk_hit)
+{
+    char err[CDY_ERRLEN], so[512];
+    memset(tc, 0, sizeof(*tc));
+    if (cdy_codegen(&t->g, nthreads, &tc->plan, err, sizeof(err))) {
+        fprintf(stderr, "codegen: %s\n", err);
+        return -1;
+    }
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    int hit = 0;
+    if (cdy_cc_build(tc->plan.source, &opts, so, sizeof(so), &hit, err, sizeof(err))) {
+        fprintf(stderr, "build: %s\n", err);
+        cdy_plan_free(&tc->plan);
+        return -1;
+    }
+    if (disk_hit)
+        *disk_hit = hit;
+    tc->lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!tc->lib) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        cdy_plan_free(&tc->plan);
+        return -1;
+    }
+    return 0;
+}
+
+/* Call a kernel with nargs pointer arguments. */
+static void call_kernel(void *fn, int nargs, void **a)
+{
+    typedef void (*f1)(void *);
+    typedef void (*f2)(void *, void *);
+    typedef void (*f3)(void *, void *, void *);
+    typedef void (*f4)(void *, void *, void *, void *);
+    typedef void (*f5)(void *, void *, void *, void *, void *);
+    typedef void (*f6)(void *, void *, void *, void *, void *, void *);
+    typedef void (*f7)(void *, void *, void *, void *, void *, void *, void *);
+    typedef void (*f8)(void *, void *, void *, void *, void *, void *, void *, void *);
+    union { void *p; f1 a; f2 b; f3 c; f4 d; f5 e; f6 f; f7 g; f8 h; } u = {fn};
+    switch (nargs) {
+    case 1: u.a(a[0]); break;
+    case 2: u.b(a[0], a[1]); break;
+    case 3: u.c(a[0], a[1], a[2]); break;
+    case 4: u.d(a[0], a[1], a[2], a[3]); break;
+    case 5: u.e(a[0], a[1], a[2], a[3], a[4]); break;
+    case 6: u.f(a[0], a[1], a[2], a[3], a[4], a[5]); break;
+    case 7: u.g(a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
+    case 8: u.h(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
+    default: fprintf(stderr, "call_kernel: %d args unsupported\n", nargs); failures++;
+    }
+}
+
+/* Allocate the output buffers (filled with 0x5a bytes) and run every kernel.
+ * inputs[i] is the data of graph input i. */
+static void tc_run(tcompiled *tc, void **inputs)
+{
+    cdy_plan *p = &tc->plan;
+    for (int b = 0; b < p->nbuffers; b++) {
+        if (b < p->ninputs) {
+            tc->bufs[b] = inputs[b];
+            continue;
+        }
+        const cdy_meta *m = &p->buffers[b];
+        size_t n = (size_t)storage_elems(m) * (size_t)cdy_dtype_table[m->dtype].size;
+        tc->bufs[b] = malloc(n + 1);
+        memset(tc->bufs[b], 0x5a, n + 1);
+        tc->owned[b] = 1;
+    }
+    for (int k = 0; k < p->nkernels; k++) {
+        void *fn = dlsym(tc->lib, p->kernels[k].symbol);
+        CHECK(fn != NULL, "symbol %s missing", p->kernels[k].symbol);
+        if (!fn)
+            continue;
+        void *a[CDY_MAX_KARGS];
+        for (int i = 0; i < p->kernels[k].nargs; i++)
+            a[i] = tc->bufs[p->kernels[k].args[i]];
+        call_kernel(fn, p->kernels[k].nargs, a);
+    }
+}
+
+/* Data pointer of graph output o. */
+static void *tc_out(tcompiled *tc, int o)
+{
+    return tc->bufs[tc->plan.outputs[o]];
+}
+
+/* Release everything of tc. */
+static void tc_free(tcompiled *tc)
+{
+    for (int b = 0; b < TG_MAX; b++)
+        if (tc->owned[b])
+            free(tc->bufs[b]);
+    if (tc->lib)
+        dlclose(tc->lib);
+    cdy_plan_free(&tc->plan);
+}
+
+/* Bitwise float equality (NaN == NaN; -0 != +0). */
+static int same_f32(float a, float b)
+{
+    return memcmp(&a, &b, sizeof(a)) == 0 || (isnan(a) && isnan(b));
+}
+
+static int same_f64(double a, double b)
+{
+    return memcmp(&a, &b, sizeof(a)) == 0 || (isnan(a) && isnan(b));
+}
+
+/* Deterministic pseudo-random float in [-2, 2). */
+static float rnd(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 16384.0f - 2.0f;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+/* out = a + b over contiguous float32 vectors; second build is a disk hit. */
+static void test_contiguous_add(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {1000};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 1, n, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 1, n, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0));
+    tcompiled tc;
+    int hit = -1;
+    if (tc_build(&t, 4, &tc, &hit)) {
+        CHECK(0, "contiguous add: build failed");
+        return;
+    }
+    CHECK(hit == 0, "first build should not be a disk hit");
+    CHECK(strstr(tc.plan.source, "#pragma GCC ivdep") != NULL, "flat loop should be ivdep");
+    CHECK(strstr(tc.plan.source, "omp parallel") == NULL, "1000 elements: no OpenMP");
+    CHECK(strstr(tc.plan.source, "const float *restrict in_ptr0") != NULL, "typed signature");
+    CHECK(strstr(tc.plan.source, "/* fused: add") != NULL, "fused comment");
+    CHECK(tc.plan.nbuffers == 3 && tc.plan.nkernels == 1 && tc.plan.kernels[0].nargs == 3,
+          "plan shape");
+    float x[1000], y[1000];
+    unsigned s = 1;
+    for (int i = 0; i < 1000; i++) {
+        x[i] = rnd(&s);
+        y[i] = rnd(&s);
+    }
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const float *o = tc_out(&tc, 0);
+    int bad = 0;
+    for (int i = 0; i < 1000; i++)
+        bad += !same_f32(o[i], x[i] + y[i]);
+    CHECK(bad == 0, "contiguous add: %d mismatches", bad);
+    tc_free(&tc);
+    if (tc_build(&t, 4, &tc, &hit) == 0) {
+        CHECK(hit == 1, "second build should be a disk hit");
+        tc_free(&tc);
+    }
+}
+
+/* relu(a * b + 1.0) with a (64,1), b (1,1024); also a*b as a second output. */
+static void test_broadcast(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sa[2] = {64, 1}, sb[2] = {1, 1024};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sa, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 2, sb, NULL);
+    int one = tg_scalar(&t, 1, 1.0, 0);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0);
+    int ad = tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, m, one, 0);
+    int r = tg_node(&t, CDY_OP_RELU, CDY_DT_FLOAT32, CDY_DT_FLOAT32, ad, 0, 0);
+    tg_node(&t, CDY_OP_EXP, CDY_DT_FLOAT32, CDY_DT_FLOAT32, r, 0, 0);   /* dead */
+    tg_output(&t, r);
+    tg_output(&t, m);
+    tg_output(&t, r);                                                   /* repeated */
+    tg_output(&t, a);                                                   /* an input */
+    tcompiled tc;
+    if (tc_build(&t, 4, &tc, NULL)) {
+        CHECK(0, "broadcast: build failed");
+        return;
+    }
+    cdy_plan *p = &tc.plan;
+    CHECK(p->nkernels == 1, "one kernel for one iteration space, got %d", p->nkernels);
+    CHECK(p->nbuffers == 4, "2 inputs + 2 distinct node outputs, got %d", p->nbuffers);
+    CHECK(p->noutputs == 4 && p->outputs[0] == p->outputs[2] && p->outputs[3] == 0,
+          "output mapping");
+    CHECK(strstr(p->source, "exp") == NULL, "dead node emitted");
+    CHECK(strstr(p->source, "omp parallel") != NULL, "65536 elements: OpenMP");
+    float x[64], y[1024];
+    unsigned s = 7;
+    for (int i = 0; i < 64; i++)
+        x[i] = rnd(&s);
+    for (int i = 0; i < 1024; i++)
+        y[i] = rnd(&s);
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const float *o0 = tc_out(&tc, 0), *o1 = tc_out(&tc, 1);
+    int bad = 0;
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 1024; j++) {
+            float mm = x[i] * y[j], v = mm + 1.0f;
+            v = v < 0 ? 0 : v;
+            bad += !same_f32(o0[i * 1024 + j], v) + !same_f32(o1[i * 1024 + j], mm);
+        }
+    CHECK(bad == 0, "broadcast: %d mismatches", bad);
+    CHECK(tc_out(&tc, 3) == (void *)x, "input output is the input buffer");
+    tc_free(&tc);
+}
+
+/* x is a transposed view (sizes 32x48, strides 1,32); y contiguous; x - y.
+ * Also a channels_last 4-D add that must coalesce to one flat loop. */
+static void test_noncontiguous(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {32, 48}, st[2] = {1, 32};
+    int x = tg_input(&t, CDY_DT_FLOAT64, 2, sz, st);
+    int y = tg_input(&t, CDY_DT_FLOAT64, 2, sz, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_SUB, CDY_DT_FLOAT64, CDY_DT_FLOAT64, x, y, 0));
+    tcompiled tc;
+    if (tc_build(&t, 2, &tc, NULL) == 0) {
+        double xd[32 * 48], yd[32 * 48];
+        for (int i = 0; i < 32 * 48; i++) {
+            xd[i] = i * 0.5;
+            yd[i] = i * 0.25 - 3;
+        }
+        void *in[2] = {xd, yd};
+        tc_run(&tc, in);
+        const double *o = tc_out(&tc, 0);
+        int bad = 0;
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 48; j++)
+                bad += !same_f64(o[i * 48 + j], xd[i + j * 32] - yd[i * 48 + j]);
+        CHECK(bad == 0, "transposed: %d mismatches", bad);
+        tc_free(&tc);
+    } else {
+        CHECK(0, "transposed: build failed");
+    }
+
+    tg_init(&t);
+    int64_t s4[4] = {2, 3, 4, 5}, cl[4] = {60, 1, 15, 3};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 4, s4, cl);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 4, s4, cl);
+    int n = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0);
+    memcpy(t.vals[n].meta.strides, cl, sizeof(cl));
+    tg_output(&t, n);
+    if (tc_build(&t, 2, &tc, NULL) == 0) {
+        CHECK(strstr(tc.plan.source, "loops: 120 */") != NULL, "channels_last should be flat");
+        float fa[120], fb[120];
+        for (int i = 0; i < 120; i++) {
+            fa[i] = (float)i * 0.1f;
+            fb[i] = 3.0f - (float)i;
+        }
+        void *in[2] = {fa, fb};
+        tc_run(&tc, in);
+        const float *o = tc_out(&tc, 0);
+        int bad = 0;
+        for (int i = 0; i < 120; i++)
+            bad += !same_f32(o[i], fa[i] * fb[i]);
+        CHECK(bad == 0, "channels_last: %d mismatches", bad);
+        tc_free(&tc);
+    } else {
+        CHECK(0, "channels_last: build failed");
+    }
+}
+
+/* 0-d: exp(x * 2.0) and sigmoid/tanh/log/sqrt/abs/neg on a float64 vector. */
+static void test_zero_dim_and_math(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int x = tg_input(&t, CDY_DT_FLOAT32, 0, NULL, NULL);
+    int two = tg_scalar(&t, 1, 2.0, 0);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, x, two, 0);
+    tg_output(&t, tg_node(&t, CDY_OP_EXP, CDY_DT_FLOAT32, CDY_DT_FLOAT32, m, 0, 0));
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL) == 0) {
+        float v = 0.3f;
+        void *in[1] = {&v};
+        tc_run(&tc, in);
+        CHECK(same_f32(*(float *)tc_out(&tc, 0), expf(v * 2.0f)), "0-d exp");
+        tc_free(&tc);
+    } else {
+        CHECK(0, "0-d: build failed");
+    }
+
+    tg_init(&t);
+    int64_t n[1] = {9};
+    int a = tg_input(&t, CDY_DT_FLOAT64, 1, n, NULL);
+    int ops[6] = {CDY_OP_SIGMOID, CDY_OP_TANH, CDY_OP_LOG, CDY_OP_SQRT, CDY_OP_ABS, CDY_OP_NEG};
+    for (int i = 0; i < 6; i++)
+        tg_output(&t, tg_node(&t, ops[i], CDY_DT_FLOAT64, CDY_DT_FLOAT64, a, 0, 0));
+    if (tc_build(&t, 1, &tc, NULL) == 0) {
+        double d[9] = {-2.5, -0.0, 0.0, 0.5, 3.0, INFINITY, -INFINITY, NAN, 1e-300};
+        void *in[1] = {d};
+        tc_run(&tc, in);
+        int bad = 0;
+        for (int i = 0; i < 9; i++) {
+            bad += !same_f64(((double *)tc_out(&tc, 0))[i], 1.0 / (1.0 + exp(-d[i])));
+            bad += !same_f64(((double *)tc_out(&tc, 1))[i], tanh(d[i]));
+            bad += !same_f64(((double *)tc_out(&tc, 2))[i], log(d[i]));
+            bad += !same_f64(((double *)tc_out(&tc, 3))[i], sqrt(d[i]));
+            bad += !same_f64(((double *)tc_out(&tc, 4))[i], fabs(d[i]));
+            bad += !same_f64(((double *)tc_out(&tc, 5))[i], -d[i]);
+        }
+        CHECK(bad == 0, "float64 math: %d mismatches", bad);
+        tc_free(&tc);
+    } else {
+        CHECK(0, "math: build failed");
+    }
+}
+
+/* uint8: a - b, a * b and a + 300 wrap modulo 256. */
+static void test_uint8_wrap(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {256};
+    int a = tg_input(&t, CDY_DT_UINT8, 1, n, NULL);
+    int b = tg_input(&t, CDY_DT_UINT8, 1, n, NULL);
+    int k = tg_scalar(&t, 0, 0, 300);
+    tg_output(&t, tg_node(&t, CDY_OP_SUB, CDY_DT_UINT8, CDY_DT_UINT8, a, b, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_MUL, CDY_DT_UINT8, CDY_DT_UINT8, a, b, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_ADD, CDY_DT_UINT8, CDY_DT_UINT8, a, k, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_NEG, CDY_DT_UINT8, CDY_DT_UINT8, a, 0, 0));
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL)) {
+        CHECK(0, "uint8: build failed");
+        return;
+    }
+    uint8_t x[256], y[256];
+    for (int i = 0; i < 256; i++) {
+        x[i] = (uint8_t)i;
+        y[i] = (uint8_t)(255 - i * 7);
+    }
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const uint8_t *o0 = tc_out(&tc, 0), *o1 = tc_out(&tc, 1), *o2 = tc_out(&tc, 2),
+                  *o3 = tc_out(&tc, 3);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) {
+        bad += o0[i] != (uint8_t)(x[i] - y[i]);
+        bad += o1[i] != (uint8_t)(x[i] * y[i]);
+        bad += o2[i] != (uint8_t)(x[i] + 44);
+        bad += o3[i] != (uint8_t)(256 - x[i]);
+    }
+    CHECK(bad == 0, "uint8 wrap: %d mismatches", bad);
+    tc_free(&tc);
+}
+
+/* lt(a, b), eq(a, 0.5) -> bool; where(lt, a, 0.0); bool add stays 0/1. */
+static void test_bool_and_where(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[2] = {3, 50};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, n, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 2, n, NULL);
+    int half = tg_scalar(&t, 1, 0.5, 0);
+    int zero = tg_scalar(&t, 1, 0.0, 0);
+    int lt = tg_node(&t, CDY_OP_LT, CDY_DT_FLOAT32, CDY_DT_BOOL, a, b, 0);
+    int eq = tg_node(&t, CDY_OP_EQ, CDY_DT_FLOAT32, CDY_DT_BOOL, a, half, 0);
+    int w = tg_node(&t, CDY_OP_WHERE, CDY_DT_FLOAT32, CDY_DT_FLOAT32, lt, a, zero);
+    int or_ = tg_node(&t, CDY_OP_ADD, CDY_DT_BOOL, CDY_DT_BOOL, lt, lt, 0);
+    tg_output(&t, lt);
+    tg_output(&t, eq);
+    tg_output(&t, w);
+    tg_output(&t, or_);
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL)) {
+        CHECK(0, "bool: build failed");
+        return;
+    }
+    float x[150], y[150];
+    unsigned s = 3;
+    for (int i = 0; i < 150; i++) {
+        x[i] = i % 10 == 0 ? 0.5f : rnd(&s);
+        y[i] = rnd(&s);
+    }
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const uint8_t *o0 = tc_out(&tc, 0), *o1 = tc_out(&tc, 1), *o3 = tc_out(&tc, 3);
+    const float *o2 = tc_out(&tc, 2);
+    int bad = 0;
+    for (int i = 0; i < 150; i++) {
+        bad += o0[i] != (x[i] < y[i]);
+        bad += o1[i] != (x[i] == 0.5f);
+        bad += !same_f32(o2[i], x[i] < y[i] ? x[i] : 0.0f);
+        bad += o3[i] != (x[i] < y[i]);
+    }
+    CHECK(bad == 0, "bool/where: %d mismatches", bad);
+    tc_free(&tc);
+}
+
+/* maximum / minimum propagate NaN from either side. */
+static void test_nan_maximum(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {6};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 1, n, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 1, n, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_MAXIMUM, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_MINIMUM, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_RELU, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, 0, 0));
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL)) {
+        CHECK(0, "nan: build failed");
+        return;
+    }
+    float x[6] = {NAN, 1, 2, NAN, -1, -0.0f}, y[6] = {1, NAN, 3, NAN, -2, 5};
+    float mx[6] = {NAN, NAN, 3, NAN, -1, 5}, mn[6] = {NAN, NAN, 2, NAN, -2, -0.0f};
+    float rl[6] = {NAN, 1, 2, NAN, 0, -0.0f};
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        bad += !same_f32(((float *)tc_out(&tc, 0))[i], mx[i]);
+        bad += !same_f32(((float *)tc_out(&tc, 1))[i], mn[i]);
+        bad += !same_f32(((float *)tc_out(&tc, 2))[i], rl[i]);
+    }
+    CHECK(bad == 0, "maximum/minimum/relu NaN: %d mismatches", bad);
+    tc_free(&tc);
+}
+
+/* A 1-D input of 1<<20 elements: OpenMP blocks; also special literals. */
+static void test_large_parallel(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {1 << 20};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 1, n, NULL);
+    int c = tg_scalar(&t, 1, -0.0, 0);
+    int inf = tg_scalar(&t, 1, -INFINITY, 0);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, c, 0);
+    tg_output(&t, m);
+    tg_output(&t, tg_node(&t, CDY_OP_MAXIMUM, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, inf, 0));
+    tcompiled tc;
+    if (tc_build(&t, 4, &tc, NULL)) {
+        CHECK(0, "large: build failed");
+        return;
+    }
+    CHECK(strstr(tc.plan.source, "num_threads(NTHREADS)") != NULL, "OpenMP pragma missing");
+    CHECK(strstr(tc.plan.source, "#define NTHREADS 4") != NULL, "nthreads not in source");
+    float *x = malloc(sizeof(float) << 20);
+    unsigned s = 11;
+    for (int i = 0; i < 1 << 20; i++)
+        x[i] = rnd(&s);
+    void *in[1] = {x};
+    tc_run(&tc, in);
+    const float *o0 = tc_out(&tc, 0), *o1 = tc_out(&tc, 1);
+    int bad = 0;
+    for (int i = 0; i < 1 << 20; i++)
+        bad += !same_f32(o0[i], x[i] * -0.0f) + !same_f32(o1[i], x[i]);
+    CHECK(bad == 0, "large: %d mismatches", bad);
+    free(x);
+    tc_free(&tc);
+}
+
+/* Int64 with INT64_MIN scalar (wraps), int32 abs of INT32_MIN, zero-size. */
+static void test_ints_and_empty(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {4};
+    int a = tg_input(&t, CDY_DT_INT64, 1, n, NULL);
+    int b = tg_input(&t, CDY_DT_INT32, 1, n, NULL);
+    int k = tg_scalar(&t, 0, 0, INT64_MIN);
+    tg_output(&t, tg_node(&t, CDY_OP_ADD, CDY_DT_INT64, CDY_DT_INT64, a, k, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_ABS, CDY_DT_INT32, CDY_DT_INT32, b, 0, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_MUL, CDY_DT_INT64, CDY_DT_INT64, a, b, 0));
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL) == 0) {
+        int64_t x[4] = {0, -1, INT64_MAX, 5};
+        int32_t y[4] = {INT32_MIN, -3, 2, 0};
+        void *in[2] = {x, y};
+        tc_run(&tc, in);
+        const int64_t *o0 = tc_out(&tc, 0), *o2 = tc_out(&tc, 2);
+        const int32_t *o1 = tc_out(&tc, 1);
+        int bad = 0;
+        for (int i = 0; i < 4; i++) {
+            bad += o0[i] != (int64_t)((uint64_t)x[i] + (uint64_t)INT64_MIN);
+            bad += o1[i] != (y[i] == INT32_MIN ? INT32_MIN : abs(y[i]));
+            bad += o2[i] != (int64_t)((uint64_t)x[i] * (uint64_t)(int64_t)y[i]);
+        }
+        CHECK(bad == 0, "ints: %d mismatches", bad);
+        tc_free(&tc);
+    } else {
+        CHECK(0, "ints: build failed");
+    }
+
+    tg_init(&t);
+    int64_t z[2] = {0, 5}, one[1] = {5};
+    int e = tg_input(&t, CDY_DT_FLOAT32, 2, z, NULL);
+    int f = tg_input(&t, CDY_DT_FLOAT32, 1, one, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, e, f, 0));
+    if (tc_build(&t, 4, &tc, NULL) == 0) {
+        CHECK(tc.plan.nkernels == 1, "zero-size kernel still emitted");
+        float fv[5] = {0};
+        void *in[2] = {NULL, fv};
+        tc_run(&tc, in);
+        tc_free(&tc);
+    } else {
+        CHECK(0, "zero-size: build failed");
+    }
+}
+
+/* 3-D, input permuted (no coalescing), small outer dim: collapse(2). */
+static void test_collapse(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[3] = {2, 300, 100}, st[3] = {1, 2, 600};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 3, sz, st);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 3, sz, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_DIV, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0));
+    tcompiled tc;
+    if (tc_build(&t, 4, &tc, NULL)) {
+        CHECK(0, "collapse: build failed");
+        return;
+    }
+    CHECK(strstr(tc.plan.source, "collapse(2)") != NULL, "collapse(2) expected");
+    float *x = malloc(sizeof(float) * 60000), *y = malloc(sizeof(float) * 60000);
+    unsigned s = 5;
+    for (int i = 0; i < 60000; i++) {
+        x[i] = rnd(&s);
+        y[i] = rnd(&s);
+    }
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    const float *o = tc_out(&tc, 0);
+    int bad = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 300; j++)
+            for (int k = 0; k < 100; k++)
+                bad += !same_f32(o[i * 30000 + j * 100 + k],
+                                 x[i + j * 2 + k * 600] / y[i * 30000 + j * 100 + k]);
+    CHECK(bad == 0, "collapse: %d mismatches", bad);
+    free(x);
+    free(y);
+    tc_free(&tc);
+}
+
+/* Two iteration spaces give two kernels. */
+static void test_two_groups(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sa[2] = {4, 8}, sb[1] = {8};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sa, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 1, sb, NULL);
+    int nb = tg_node(&t, CDY_OP_NEG, CDY_DT_FLOAT32, CDY_DT_FLOAT32, b, 0, 0);
+    int s = tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, nb, 0);
+    tg_output(&t, s);
+    tg_output(&t, nb);
+    tcompiled tc;
+    if (tc_build(&t, 1, &tc, NULL)) {
+        CHECK(0, "groups: build failed");
+        return;
+    }
+    CHECK(tc.plan.nkernels == 2, "two kernels expected, got %d", tc.plan.nkernels);
+    float x[32], y[8];
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)i;
+    for (int i = 0; i < 8; i++)
+        y[i] = (float)(i * i);
+    void *in[2] = {x, y};
+    tc_run(&tc, in);
+    int bad = 0;
+    for (int i = 0; i < 32; i++)
+        bad += !same_f32(((float *)tc_out(&tc, 0))[i], x[i] + -y[i % 8]);
+    for (int i = 0; i < 8; i++)
+        bad += !same_f32(((float *)tc_out(&tc, 1))[i], -y[i]);
+    CHECK(bad == 0, "groups: %d mismatches", bad);
+    tc_free(&tc);
+}
+
+/* Unsupported graphs and failing builds return -1 with a message. */
+static void test_errors(void)
+{
+    char err[CDY_ERRLEN], so[512];
+    cdy_plan plan;
+    tgraph t;
+    tg_init(&t);
+    int64_t n[1] = {4};
+    int a = tg_input(&t, CDY_DT_INT32, 1, n, NULL);
+    tg_output(&t, tg_node(&t, CDY_OP_DIV, CDY_DT_INT32, CDY_DT_INT32, a, a, 0));
+    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && err[0],
+          "integer div should fail");
+    t.vals[a].meta.dtype = 42;
+    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
+          "bad dtype: %s", err);
+    t.vals[a].meta.dtype = CDY_DT_INT32;
+    t.vals[a].meta.ndim = 9;
+    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "ndim"),
+          "ndim 9: %s", err);
+    CHECK(plan.source == NULL && plan.buffers == NULL, "failed plan is empty");
+
+    int hit;
+    cdy_cc_opts bad = {"cdy-no-such-compiler-xyz", cache_dir, NULL};
+    CHECK(cdy_cc_build("int x;", &bad, so, sizeof(so), &hit, err, sizeof(err)) == -1 &&
+              strstr(err, "not found"), "missing compiler: %s", err);
+    cdy_cc_opts good = {"gcc", cache_dir, NULL};
+    CHECK(cdy_cc_build("int f( {", &good, so, sizeof(so), &hit, err, sizeof(err)) == -1 &&
+              strstr(err, "C compiler failed (exit"), "syntax error: %s", err);
+    cdy_cc_opts ro = {"gcc", "/proc/cdy-cannot-create/x", NULL};
+    CHECK(cdy_cc_build("int y;", &ro, so, sizeof(so), &hit, err, sizeof(err)) == -1 && err[0],
+          "unwritable dir should fail");
+    cdy_cc_opts extra = {"gcc", cache_dir, "-DCDY_TEST_FLAG=1"};
+    CHECK(cdy_cc_build("int z = CDY_TEST_FLAG;", &extra, so, sizeof(so), &hit, err,
+                       sizeof(err)) == 0 && hit == 0, "extra flags: %s", err);
+}
+
+typedef struct {
+    int rc;
+    char so[512];
+} tbuild;
+
+/* Thread body: build one fixed source into the cache. */
+static void *build_thread(void *arg)
+{
+    tbuild *b = arg;
+    char err[CDY_ERRLEN];
+    int hit;
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    b->rc = cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, b->so,
+                         sizeof(b->so), &hit, err, sizeof(err));
+    return NULL;
+}
+
+/* Concurrent builds of one source all succeed and yield a loadable .so; a
+ * corrupt cached file is rebuilt rather than reported as a hit. */
+static void test_concurrent_and_corrupt(void)
+{
+    pthread_t th[4];
+    tbuild b[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, build_thread, &b[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    int ok = 1;
+    for (int i = 0; i < 4; i++)
+        ok &= b[i].rc == 0 && strcmp(b[i].so, b[0].so) == 0;
+    CHECK(ok, "concurrent builds");
+    void *lib = dlopen(b[0].so, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib && dlsym(lib, "cdy_concurrent"), "concurrently built .so loads");
+    if (lib)
+        dlclose(lib);
+
+    unlink(b[0].so);                   /* still mapped (nodelete): replace, never truncate */
+    int fd = open(b[0].so, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        CHECK(write(fd, "junk", 4) == 4, "write junk");
+        close(fd);
+    }
+    char err[CDY_ERRLEN], so[512];
+    int hit = -1;
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    CHECK(cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, so, sizeof(so),
+                       &hit, err, sizeof(err)) == 0 && hit == 0, "corrupt .so rebuilt: %s", err);
+}
+
+/* No temporary files may be left in the cache dir. */
+static void check_and_clean_cache(void)
+{
+    DIR *d = opendir(cache_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[600];
+    int tmp = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (strstr(e->d_name, "tmp"))
+            tmp++;
+        snprintf(path, sizeof(path), "%s/%s", cache_dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    CHECK(tmp == 0, "%d temporary files left in the cache", tmp);
+    rmdir(cache_dir);
+    char *slash = strrchr(cache_dir, '/');
+    for (int i = 0; i < 2 && slash; i++) {
+        *slash = 0;
+        rmdir(cache_dir);
+        slash = strrchr(cache_dir, '/');
+    }
+}
+
+int main(void)
+{
+    char root[] = "/tmp/cdy_test_XXXXXX";
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache/sub", root);
+    test_contiguous_add();
+    test_broadcast();
+    test_noncontiguous();
+    test_zero_dim_and_math();
+    test_uint8_wrap();
+    test_bool_and_where();
+    test_nan_maximum();
+    test_large_parallel();
+    test_ints_and_empty();
+    test_two_groups();
+    test_collapse();
+    test_errors();
+    test_concurrent_and_corrupt();
+    if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
+        printf("cache kept in %s\n", cache_dir);
+    else
+        check_and_clean_cache();
+    printf("%d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
