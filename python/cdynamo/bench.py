@@ -695,7 +695,8 @@ def run_isolated(w: Workload, args, systems: Systems, progress: Progress) -> dic
 
 # --------------------------------------------------------------------------- output
 
-def print_table(rows: list[dict], machine: dict, file=sys.stdout):
+def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
+                file=sys.stdout):
     bw = machine.get("bandwidth_gbps") or {}
     print(f"cdynamo bench | {machine['cpu_model']} | {machine['cores']} cores, "
           f"{machine['threads']} threads | torch {machine['torch_version']} | "
@@ -703,6 +704,10 @@ def print_table(rows: list[dict], machine: dict, file=sys.stdout):
     if bw:
         print(f"memory bandwidth (torch, 64 MB): copy {bw.get('copy_gbps')} GB/s, "
               f"triad {bw.get('triad_gbps')} GB/s", file=file)
+    st = {k: v for k, v in (startup or {}).items() if v is not None}
+    if st:
+        print("one-time start-up (first compile in this process, not in 'comp s'): "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()), file=file)
     head = ["workload", "kind", "eager us", "inductor us", "cdynamo us", "ind x", "cdy x",
             "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "status"]
     body = []
@@ -929,7 +934,7 @@ def parent_main(args, cache_root: str) -> int:
         "total_s": round(time.perf_counter() - t_start, 2),
         "rows": rows,
     }
-    print_table(rows, machine)
+    print_table(rows, machine, startup)
     if args.json:
         d = os.path.dirname(os.path.abspath(args.json))
         os.makedirs(d, exist_ok=True)
