@@ -554,7 +554,8 @@ def run_workload(w: Workload, systems: Systems, args, progress: Progress,
                 row["ok"][s] = False
                 row["error"][s] = msg
                 continue
-            row["compile_s"][s] = round(t_first - statistics.median(steady), 4)
+            # clamped: without a compile the difference is timer noise around zero
+            row["compile_s"][s] = round(max(0.0, t_first - statistics.median(steady)), 4)
             if _strides(out) != exp_strides:
                 row["notes"].append(f"{s}: output strides {_strides(out)} differ from eager "
                                     f"{exp_strides}")
@@ -767,18 +768,27 @@ def write_plot(path: str, rows: list[dict]) -> bool:
         return False
     names = [r["name"] for r in rows]
     xs = range(len(rows))
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.9), 8))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.9), 9))
     wdt = 0.38
-    for i, (s, col) in enumerate((("inductor", "tab:orange"), ("cdynamo", "tab:blue"))):
-        sp = [r["speedup"][s] or 0 for r in rows]
-        ax1.bar([x + (i - 0.5) * wdt for x in xs], sp, wdt, label=s, color=col)
-        cs = [r["compile_s"][s] or 0 for r in rows]
-        ax2.bar([x + (i - 0.5) * wdt for x in xs], cs, wdt, label=s, color=col)
+    # log scales (speed-ups range from 0.05x to 10x, compile times from ms to s); a missing
+    # bar is labelled with why: FAIL (error / wrong result) or n/a (not run)
+    for ax, key, floor in ((ax1, "speedup", 1e-2), (ax2, "compile_s", 1e-4)):
+        for i, (s, col) in enumerate((("inductor", "tab:orange"), ("cdynamo", "tab:blue"))):
+            pos = [x + (i - 0.5) * wdt for x in xs]
+            vals = [r[key][s] for r in rows]
+            ax.bar(pos, [max(v, floor) if v is not None else floor for v in vals], wdt,
+                   bottom=0, label=s, color=col)
+            for x, v, r in zip(pos, vals, rows):
+                if v is None:
+                    ax.text(x, floor * 1.5, "FAIL" if r["ok"][s] is False else "n/a",
+                            ha="center", va="bottom", fontsize=7, rotation=90, color=col)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor)
     ax1.axhline(1.0, color="gray", lw=0.8)
-    ax1.set_ylabel("speed-up over eager (x)")
+    ax1.set_ylabel("speed-up over eager (x, log)")
     ax1.set_title("steady-state speed-up (higher is better)")
-    ax2.set_ylabel("cold compile time (s)")
-    ax2.set_title("compile time (lower is better)")
+    ax2.set_ylabel("cold compile time (s, log)")
+    ax2.set_title("compile time, first call - steady call (lower is better)")
     for ax in (ax1, ax2):
         ax.set_xticks(list(xs))
         ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
