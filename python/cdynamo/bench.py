@@ -1,0 +1,962 @@
+"""Side-by-side benchmark: eager PyTorch vs torch.compile (inductor) vs cdynamo.
+
+Run as ``python -m cdynamo.bench [--quick] [--threads N] [--filter NAME] [--no-inductor]
+[--json PATH] [--plot PATH]``.  See ``--help``.
+
+For each workload the harness
+  1. runs eager once for the reference result (seeded inputs),
+  2. builds each compiled system fresh (cold caches) and times its first call; the
+     compile time is ``first call - steady call``,
+  3. checks every system's output against eager (torch.testing.assert_close),
+  4. measures the steady-state time per call of all systems INTERLEAVED: each round
+     runs one batch (~2-10 ms) of every system in turn (rotating the order); the
+     reported number is the median over rounds of the per-call time of a batch,
+  5. for memory-bound ("pointwise") workloads, converts the time into GB/s (bytes read +
+     written / median time) and a share of the measured copy bandwidth.
+
+A system that fails (cannot be imported, raises, or gives a wrong result) is reported in
+its row (ok = false, error = message) and the run goes on.  With ``--isolate`` every
+workload runs in a child process, so even a crash (segfault) in a compiled system is
+attributed to that system and the row is re-run without it.
+
+This module is NOT imported by ``import cdynamo``; it only imports cdynamo lazily.
+New workloads: append a ``Workload`` to ``WORKLOADS`` (module-level function, input
+factory, kind tag such as "overhead", "pointwise", "reduction", "model").
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+SYSTEMS = ("eager", "inductor", "cdynamo")
+ROW_MARKER = "CDYNAMO_BENCH_ROW "
+
+
+# --------------------------------------------------------------------------- workloads
+
+@dataclass
+class Workload:
+    """One benchmark case.
+
+    fn           a plain module-level function taking the tensors from make_inputs()
+    make_inputs  zero-argument factory returning a tuple of inputs (called after
+                 torch.manual_seed(0))
+    kind         tag: "overhead" (tiny, per-call cost), "pointwise" (memory bound: GB/s
+                 is reported), "reduction", "model", ...
+    quick_inputs optional smaller factory used with --quick
+    rtol, atol   optional tolerances for torch.testing.assert_close (default: its own)
+    """
+    name: str
+    fn: Callable[..., Any]
+    make_inputs: Callable[[], tuple]
+    kind: str = "pointwise"
+    quick_inputs: Optional[Callable[[], tuple]] = None
+    rtol: Optional[float] = None
+    atol: Optional[float] = None
+    description: str = ""
+
+    def inputs(self, quick: bool) -> tuple:
+        factory = self.quick_inputs if (quick and self.quick_inputs) else self.make_inputs
+        return tuple(factory())
+
+
+def add1(x):
+    return x + 1
+
+
+def pointwise_chain(x, y):
+    return torch.relu(x * y + 1.0)
+
+
+def sigmoid_tanh(x, y):
+    return torch.sigmoid(x) * torch.tanh(y)
+
+
+def where_cmp(x, y):
+    return torch.where(x > y, x, y * 2)
+
+
+def maximum(x, y):
+    return torch.maximum(x, y)
+
+
+def neg(x):
+    return -x
+
+
+def broadcast_add(x, y):
+    return x + y
+
+
+def mul2(x):
+    return x * 2
+
+
+def int64_arith(a, b):
+    return a * 3 - b
+
+
+def _f32(*shape):
+    return lambda: (torch.randn(*shape), torch.randn(*shape))
+
+
+def _u8(*shape, n=2):
+    return lambda: tuple(torch.randint(0, 256, shape, dtype=torch.uint8) for _ in range(n))
+
+
+def _i64(*shape):
+    return lambda: tuple(torch.randint(-1000, 1000, shape, dtype=torch.int64) for _ in range(2))
+
+
+def _channels_last():
+    return (torch.randn(8, 32, 56, 56).contiguous(memory_format=torch.channels_last),)
+
+
+def _channels_last_quick():
+    return (torch.randn(2, 32, 56, 56).contiguous(memory_format=torch.channels_last),)
+
+
+WORKLOADS: list[Workload] = [
+    Workload("add1_8", add1, lambda: (torch.randn(8),), kind="overhead",
+             description="x + 1, 8 float32: per-call overhead"),
+    Workload("pointwise_chain", pointwise_chain, _f32(4096, 1024),
+             quick_inputs=_f32(1024, 1024),
+             description="relu(x*y + 1.0), 4M float32 (quick: 1M)"),
+    Workload("pointwise_chain_small", pointwise_chain, _f32(64, 1024),
+             description="relu(x*y + 1.0), 64x1024 float32"),
+    Workload("sigmoid_tanh", sigmoid_tanh, _f32(1024, 1024), quick_inputs=_f32(256, 1024),
+             rtol=1e-5, atol=1e-5,
+             description="sigmoid(x) * tanh(y), 1M float32 (quick: 256K)"),
+    Workload("where_cmp", where_cmp, _f32(1024, 1024), quick_inputs=_f32(256, 1024),
+             description="where(x > y, x, y*2), 1M float32 (quick: 256K)"),
+    Workload("maximum_u8", maximum, _u8(1, 3, 224, 224),
+             description="maximum(x, y), uint8 1x3x224x224"),
+    Workload("neg_u8", neg, _u8(1, 3, 224, 224, n=1),
+             description="-x, uint8 1x3x224x224 (wraps)"),
+    Workload("broadcast_add", broadcast_add, lambda: (torch.randn(64, 1), torch.randn(1, 1024)),
+             description="(64,1) + (1,1024) float32"),
+    Workload("channels_last_mul", mul2, _channels_last, quick_inputs=_channels_last_quick,
+             description="x*2, channels_last 8x32x56x56 float32 (quick: 2x32x56x56)"),
+    Workload("int64_arith", int64_arith, _i64(1024, 1024), quick_inputs=_i64(256, 1024),
+             description="a*3 - b, 1M int64 (quick: 256K)"),
+]
+
+
+def select_workloads(filters: Optional[list[str]]) -> list[Workload]:
+    """Workloads whose name contains any of the (comma separated, repeatable) filters."""
+    pats = [p.strip() for f in (filters or []) for p in f.split(",") if p.strip()]
+    if not pats:
+        return list(WORKLOADS)
+    return [w for w in WORKLOADS if any(p in w.name for p in pats)]
+
+
+# --------------------------------------------------------------------------- utilities
+
+def _err(e: BaseException, limit: int = 2000) -> str:
+    msg = f"{type(e).__name__}: {e}"
+    return msg if len(msg) <= limit else msg[:limit] + " ..."
+
+
+def _nbytes(obj) -> int:
+    """Bytes of the tensors in obj (nested tuples/lists), each storage counted once."""
+    seen, total = set(), 0
+
+    def walk(o):
+        nonlocal total
+        if isinstance(o, torch.Tensor):
+            key = (o.untyped_storage().data_ptr(), o.data_ptr(), o.numel())
+            if key not in seen:
+                seen.add(key)
+                total += o.numel() * o.element_size()
+        elif isinstance(o, (tuple, list)):
+            for i in o:
+                walk(i)
+        elif isinstance(o, dict):
+            for i in o.values():
+                walk(i)
+    walk(obj)
+    return total
+
+
+def _strides(obj):
+    if isinstance(obj, torch.Tensor):
+        return tuple(obj.stride())
+    if isinstance(obj, (tuple, list)):
+        return tuple(_strides(o) for o in obj)
+    return None
+
+
+def _fmt_us(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _fmt(v: Optional[float], spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+class Progress:
+    """A one-line text progress bar on stderr (one line per update when not a tty)."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self.total, self.done, self.enabled = max(total, 1), 0, enabled
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self._last_len = 0
+
+    def update(self, msg: str, advance: int = 0):
+        self.done += advance
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * min(self.done, self.total) / self.total)
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{time.perf_counter() - self.t0:6.1f}s  {msg}")
+        if self.tty:
+            pad = max(0, self._last_len - len(line))
+            sys.stderr.write("\r" + line + " " * pad)
+            self._last_len = len(line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+class Phase:
+    """Records the current phase in a file (child processes of --isolate) so that the parent
+    can tell which system was running when the child crashed."""
+
+    def __init__(self, path: Optional[str]):
+        self.f = open(path, "w") if path else None
+
+    def __call__(self, system: str, what: str):
+        if self.f:
+            self.f.seek(0)
+            self.f.write(f"{system}\t{what}")
+            self.f.truncate()
+            self.f.flush()
+
+
+# --------------------------------------------------------------------------- machine
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gcc_version() -> Optional[str]:
+    cc = os.environ.get("CDYNAMO_CC", "gcc")
+    try:
+        out = subprocess.run([cc, "-dumpfullversion"], capture_output=True, text=True, timeout=10)
+        return f"{cc} {out.stdout.strip()}" if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def measure_bandwidth(quick: bool) -> dict:
+    """Copy and triad bandwidth with torch on 64 MB float32 arrays, best of a few runs.
+    copy: b -> a (2 x 64 MB moved); triad: a = b + 3*c (3 x 64 MB moved).  GB = 1e9 bytes."""
+    n = (64 << 20) // 4
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    reps = 3 if quick else 7
+    nb = n * 4
+
+    def best(fn, moved):
+        fn()
+        t = min(_timed(fn) for _ in range(reps))
+        return moved / t / 1e9
+
+    copy = best(lambda: a.copy_(b), 2 * nb)
+    triad = best(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * nb)
+    del a, b, c
+    return {"copy_gbps": round(copy, 2), "triad_gbps": round(triad, 2), "array_mb": 64,
+            "runs": reps}
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def machine_info(bandwidth: Optional[dict], cdynamo_error: Optional[str]) -> dict:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count()
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_available": affinity,
+        "threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "compiler": gcc_version(),
+        "bandwidth_gbps": bandwidth,
+        "cdynamo_available": cdynamo_error is None,
+        "cdynamo_error": cdynamo_error,
+    }
+
+
+# --------------------------------------------------------------------------- systems
+
+def load_cdynamo():
+    """(module, None) or (None, error message).  Imports cdynamo._C explicitly first, so a
+    missing/unbuilt C core is reported as such."""
+    try:
+        import cdynamo._C  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return None, "import cdynamo._C failed: " + _err(e)
+    try:
+        import cdynamo
+    except Exception as e:  # noqa: BLE001
+        return None, "import cdynamo failed: " + _err(e)
+    if not callable(getattr(cdynamo, "optimize", None)):
+        return None, "cdynamo has no callable optimize()"
+    return cdynamo, None
+
+
+def probe_cdynamo_subprocess() -> Optional[str]:
+    """None if `import cdynamo._C` works in a child process, else the reason (--isolate: the
+    parent never imports the C core, so that it cannot crash the parent)."""
+    code = ("import sys\ntry:\n import cdynamo._C, cdynamo\n"
+            "except Exception as e:\n print(f'{type(e).__name__}: {e}'); sys.exit(1)\n")
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "probe failed: " + _err(e)
+    if p.returncode == 0:
+        return None
+    if p.returncode < 0:
+        return f"import cdynamo._C crashed (signal {-p.returncode})"
+    return "import cdynamo._C failed: " + (p.stdout.strip() or p.stderr.strip()[-500:])
+
+
+class Systems:
+    """Builds the callables of each system for one function, with fresh caches."""
+
+    def __init__(self, args, cache_root: str, load: bool = True):
+        self.args = args
+        self.cache_root = cache_root
+        self.enabled = {"eager": True, "inductor": not args.no_inductor,
+                        "cdynamo": not args.no_cdynamo}
+        self.skip_reason = {"inductor": "disabled (--no-inductor)",
+                            "cdynamo": "disabled (--no-cdynamo)"}
+        self.cdynamo = None
+        self.cdynamo_error = None
+        if self.enabled["cdynamo"] and load:
+            os.environ["CDYNAMO_CACHE_DIR"] = os.path.join(cache_root, "cdynamo-import")
+            self.cdynamo, self.cdynamo_error = load_cdynamo()
+        elif self.enabled["cdynamo"]:
+            self.cdynamo_error = probe_cdynamo_subprocess()
+        self.inductor_compile_total = 0.0
+        self.counter = 0
+
+    def fresh_caches(self):
+        """A new cache directory for each compiler, and in-process caches dropped."""
+        self.counter += 1
+        tag = str(self.counter)
+        if self.enabled["inductor"]:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.cache_root, "inductor", tag)
+            try:
+                torch._dynamo.reset()
+                from torch._inductor.utils import clear_caches
+                clear_caches()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.cdynamo is not None:
+            d = os.path.join(self.cache_root, "cdynamo", tag)
+            os.environ["CDYNAMO_CACHE_DIR"] = d
+            cfg = getattr(self.cdynamo, "config", None)
+            if cfg is not None and hasattr(cfg, "cache_dir"):
+                try:
+                    cfg.cache_dir = d
+                except Exception:  # noqa: BLE001
+                    pass
+            reset = getattr(self.cdynamo, "reset", None)
+            if callable(reset):
+                reset()
+
+    def build(self, system: str, fn):
+        if system == "eager":
+            return fn
+        if system == "inductor":
+            return torch.compile(fn)
+        if system == "cdynamo":
+            if self.cdynamo is None:
+                raise RuntimeError(self.cdynamo_error or "cdynamo not loaded")
+            return self.cdynamo.optimize(fn)
+        raise ValueError(system)
+
+    def stats(self) -> Optional[dict]:
+        st = getattr(self.cdynamo, "stats", None) if self.cdynamo else None
+        if not callable(st):
+            return None
+        try:
+            s = st()
+            return dict(s) if not isinstance(s, dict) else s
+        except Exception as e:  # noqa: BLE001
+            return {"error": _err(e)}
+
+
+def warm_up(systems: Systems, progress: Progress) -> dict:
+    """Pay one-time costs (imports, first compiler start) on a throwaway function so that
+    per-workload compile times measure compilation, not process start-up."""
+    out: dict = {"inductor": None, "cdynamo": None}
+    x = torch.randn(3, 5)
+
+    def _warm(a):
+        return a * 2 - 1
+
+    for s in ("inductor", "cdynamo"):
+        if not systems.enabled[s] or (s == "cdynamo" and systems.cdynamo is None):
+            continue
+        progress.update(f"warm-up {s}")
+        systems.fresh_caches()
+        try:
+            f = systems.build(s, _warm)
+            out[s] = round(_timed(lambda: f(x)), 4)
+        except Exception as e:  # noqa: BLE001
+            out[s] = None
+            if systems.args.verbose:
+                traceback.print_exc()
+            sys.stderr.write(f"\nwarning: {s} warm-up failed: {_err(e, 300)}\n")
+    return out
+
+
+# --------------------------------------------------------------------------- one workload
+
+def empty_row(w: Workload) -> dict:
+    none = {s: None for s in SYSTEMS}
+    return {
+        "name": w.name, "kind": w.kind, "description": w.description,
+        "ok": dict(none), "error": dict(none),
+        "compile_s": {"inductor": None, "cdynamo": None},
+        "us": dict(none),
+        "speedup": {"inductor": None, "cdynamo": None},
+        "gbps": None, "bw_share": None,
+        "bytes": None, "batch": dict(none), "rounds": None, "notes": [],
+        "cdynamo_stats": None,
+    }
+
+
+def _check(w: Workload, out, expected) -> Optional[str]:
+    """None if out matches eager, else a message."""
+    kw = {}
+    if w.rtol is not None or w.atol is not None:
+        kw = {"rtol": w.rtol if w.rtol is not None else 1.3e-6,
+              "atol": w.atol if w.atol is not None else 1e-5}
+    try:
+        torch.testing.assert_close(out, expected, **kw)
+    except Exception as e:  # noqa: BLE001
+        return "wrong result: " + _err(e, 600)
+    return None
+
+
+def run_workload(w: Workload, systems: Systems, args, progress: Progress,
+                 phase: Phase, skip: Optional[dict] = None) -> dict:
+    """Compile, check and time one workload on all systems; never raises for a system's
+    failure.  skip: {system: reason} for systems not to run (crashed before, budget)."""
+    row = empty_row(w)
+    skip = dict(skip or {})
+    torch.manual_seed(0)
+    inputs = w.inputs(args.quick)
+
+    # eager reference
+    phase("eager", "reference")
+    try:
+        expected = w.fn(*inputs)
+        w.fn(*inputs)
+        row["ok"]["eager"] = True
+    except Exception as e:  # noqa: BLE001
+        row["ok"]["eager"] = False
+        row["error"]["eager"] = _err(e)
+        for s in ("inductor", "cdynamo"):
+            row["error"][s] = "not run: eager failed"
+        return row
+    row["bytes"] = _nbytes(inputs) + _nbytes(expected)
+    exp_strides = _strides(expected)
+
+    callables = {"eager": w.fn}
+    for s in ("inductor", "cdynamo"):
+        if s in skip:
+            row["error"][s] = skip[s]
+            continue
+        if not systems.enabled[s]:
+            row["error"][s] = systems.skip_reason[s]
+            continue
+        if (s == "inductor" and args.inductor_budget is not None
+                and systems.inductor_compile_total >= args.inductor_budget):
+            row["error"][s] = (f"skipped: inductor compile budget of {args.inductor_budget:g}s "
+                               f"spent (--inductor-budget)")
+            continue
+        if s == "cdynamo" and systems.cdynamo is None:
+            row["ok"][s] = False
+            row["error"][s] = systems.cdynamo_error
+            continue
+        progress.update(f"{w.name}: {s} compile")
+        systems.fresh_caches()
+        try:
+            phase(s, "build")
+            f = systems.build(s, w.fn)
+            phase(s, "first call (compile)")
+            t0 = time.perf_counter()
+            out = f(*inputs)
+            t_first = time.perf_counter() - t0
+            if s == "inductor":
+                systems.inductor_compile_total += t_first
+            phase(s, "check")
+            msg = _check(w, out, expected)
+            if msg is None:
+                phase(s, "steady calls")
+                f(*inputs)
+                steady = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    out = f(*inputs)
+                    steady.append(time.perf_counter() - t0)
+                msg = _check(w, out, expected)
+                if msg is not None:
+                    msg = "later call: " + msg
+            if msg is not None:
+                row["ok"][s] = False
+                row["error"][s] = msg
+                continue
+            # clamped: without a compile the difference is timer noise around zero
+            row["compile_s"][s] = round(max(0.0, t_first - statistics.median(steady)), 4)
+            if _strides(out) != exp_strides:
+                row["notes"].append(f"{s}: output strides {_strides(out)} differ from eager "
+                                    f"{exp_strides}")
+            row["ok"][s] = True
+            callables[s] = f
+        except Exception as e:  # noqa: BLE001
+            if args.verbose:
+                traceback.print_exc()
+            row["ok"][s] = False
+            row["error"][s] = _err(e)
+        finally:
+            if s == "cdynamo":
+                row["cdynamo_stats"] = systems.stats()
+
+    # steady state, interleaved
+    progress.update(f"{w.name}: timing {', '.join(callables)}")
+    names = list(callables)
+    batch, est = {}, {}
+    for s in names:
+        phase(s, "calibrate")
+        f = callables[s]
+        # a first estimate from single calls, refined on a small batch (timer resolution)
+        e1 = min(_timed(lambda: f(*inputs)) for _ in range(3))
+        n = int(min(max(1, 1e-3 / max(e1, 1e-9)), 1_000_000))
+        est[s] = min(_timed(lambda: [f(*inputs) for _ in range(n)]) for _ in range(2)) / n
+        batch[s] = int(min(max(1, args.batch_ms * 1e-3 / max(est[s], 1e-9)), 1_000_000))
+    round_cost = sum(batch[s] * est[s] for s in names)
+    rounds = args.rounds
+    if round_cost > 0:
+        rounds = max(3, min(rounds, int(args.max_time_per_workload / round_cost)))
+    per_call = {s: [] for s in names}
+    gc_was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for s in order:
+                phase(s, "timing")
+                f, n = callables[s], batch[s]
+                it = range(n)
+                t0 = time.perf_counter()
+                for _ in it:
+                    f(*inputs)
+                per_call[s].append((time.perf_counter() - t0) / n)
+    finally:
+        if gc_was:
+            gc.enable()
+    phase("", "done")
+    for s in names:
+        row["us"][s] = round(statistics.median(per_call[s]) * 1e6, 3)
+        row["batch"][s] = batch[s]
+    row["rounds"] = rounds
+    for s in ("inductor", "cdynamo"):
+        if row["us"][s]:
+            row["speedup"][s] = round(row["us"]["eager"] / row["us"][s], 3)
+    if w.kind == "pointwise" and row["bytes"]:
+        bw = args.copy_gbps
+        row["gbps"] = {s: (round(row["bytes"] / (row["us"][s] * 1e-6) / 1e9, 2)
+                           if row["us"][s] else None) for s in SYSTEMS}
+        if bw:
+            row["bw_share"] = {s: (round(g / bw, 3) if g is not None else None)
+                               for s, g in row["gbps"].items()}
+    return row
+
+
+# --------------------------------------------------------------------------- isolation
+
+def _child_cmd() -> list[str]:
+    spec = globals().get("__spec__")
+    if spec is not None and getattr(spec, "name", None):
+        return [sys.executable, "-m", spec.name]
+    return [sys.executable, os.path.abspath(__file__)]
+
+
+def run_isolated(w: Workload, args, systems: Systems, progress: Progress) -> dict:
+    """Runs one workload in a child process; a crash is attributed to the system that was
+    running (from the phase file) and the workload is re-run without it."""
+    skip: dict = {}
+    crashes: dict = {}
+    for _attempt in range(len(SYSTEMS)):
+        with tempfile.NamedTemporaryFile("r", suffix=".phase", delete=False) as pf:
+            phase_path = pf.name
+        cmd = _child_cmd() + ["--_child", w.name, "--_phase-file", phase_path,
+                              "--_copy-gbps", str(args.copy_gbps or 0),
+                              "--rounds", str(args.rounds), "--batch-ms", str(args.batch_ms),
+                              "--max-time-per-workload", str(args.max_time_per_workload)]
+        if args.quick:
+            cmd.append("--quick")
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        if args.no_cdynamo:
+            cmd.append("--no-cdynamo")
+        if args.verbose:
+            cmd.append("--verbose")
+        over_budget = (args.inductor_budget is not None
+                       and systems.inductor_compile_total >= args.inductor_budget)
+        if args.no_inductor or over_budget:
+            cmd.append("--no-inductor")
+        for s, reason in skip.items():
+            cmd += ["--_skip", f"{s}={reason}"]
+        progress.update(f"{w.name}: child process")
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
+        try:
+            with open(phase_path) as f:
+                last = f.read()
+        finally:
+            os.unlink(phase_path)
+        row = None
+        for line in proc.stdout.splitlines():
+            if line.startswith(ROW_MARKER):
+                row = json.loads(line[len(ROW_MARKER):])
+        if row is not None and proc.returncode == 0:
+            if over_budget and not args.no_inductor:
+                row["error"]["inductor"] = (f"skipped: inductor compile budget of "
+                                            f"{args.inductor_budget:g}s spent")
+            if row["compile_s"].get("inductor"):
+                systems.inductor_compile_total += row["compile_s"]["inductor"]
+            for s, msg in crashes.items():
+                row["ok"][s] = False
+                row["error"][s] = msg
+            return row
+        system, _, what = last.partition("\t")
+        how = (f"signal {-proc.returncode}" if proc.returncode < 0
+               else f"exit code {proc.returncode}")
+        msg = f"crashed ({how}) during {what or 'start-up'}"
+        if system not in ("inductor", "cdynamo") or system in skip:
+            row = empty_row(w)
+            row["ok"]["eager"] = False
+            row["error"]["eager"] = f"child process {msg} (phase: {system or '?'})"
+            return row
+        crashes[system] = msg
+        skip[system] = f"not run after crash: {msg}"
+    row = empty_row(w)
+    row["error"]["eager"] = "gave up after repeated crashes"
+    return row
+
+
+# --------------------------------------------------------------------------- output
+
+def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
+                file=sys.stdout):
+    bw = machine.get("bandwidth_gbps") or {}
+    print(f"cdynamo bench | {machine['cpu_model']} | {machine['cores']} cores, "
+          f"{machine['threads']} threads | torch {machine['torch_version']} | "
+          f"python {machine['python_version']}", file=file)
+    if bw:
+        print(f"memory bandwidth (torch, 64 MB): copy {bw.get('copy_gbps')} GB/s, "
+              f"triad {bw.get('triad_gbps')} GB/s", file=file)
+    st = {k: v for k, v in (startup or {}).items() if v is not None}
+    if st:
+        print("one-time start-up (first compile in this process, not in 'comp s'): "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()), file=file)
+    head = ["workload", "kind", "eager us", "inductor us", "cdynamo us", "ind x", "cdy x",
+            "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "status"]
+    body = []
+    for r in rows:
+        g = r.get("gbps") or {}
+        share = (r.get("bw_share") or {}).get("cdynamo")
+        gb = "/".join(_fmt(g.get(s), ".1f") for s in SYSTEMS) if g else "-"
+        status = []
+        for s in SYSTEMS:
+            if r["ok"].get(s) is False:
+                status.append(f"{s}:FAIL")
+            elif r["ok"].get(s) is None and r["error"].get(s) and s != "eager":
+                status.append(f"{s}:skip")
+        body.append([r["name"], r["kind"], _fmt_us(r["us"]["eager"]),
+                     _fmt_us(r["us"]["inductor"]), _fmt_us(r["us"]["cdynamo"]),
+                     _fmt(r["speedup"]["inductor"], ".2f"), _fmt(r["speedup"]["cdynamo"], ".2f"),
+                     _fmt(r["compile_s"]["inductor"], ".3f"),
+                     _fmt(r["compile_s"]["cdynamo"], ".3f"),
+                     gb, "-" if share is None else f"{share * 100:.0f}%",
+                     " ".join(status) or "ok"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    fmt_row = lambda cells: "  ".join(  # noqa: E731
+        (c.ljust(wd) if i in (0, 1, len(cells) - 1) else c.rjust(wd))
+        for i, (c, wd) in enumerate(zip(cells, widths)))
+    print(fmt_row(head), file=file)
+    print("  ".join("-" * wd for wd in widths), file=file)
+    for b in body:
+        print(fmt_row(b), file=file)
+    print("us = median microseconds per call (interleaved rounds); x = eager/compiled; "
+          "comp s = first call - steady call (cold caches)", file=file)
+    # identical errors are grouped: one line per (system, message) with the rows it hit
+    groups: dict = {}
+    for r in rows:
+        for s in SYSTEMS:
+            e = r["error"].get(s)
+            if e:
+                groups.setdefault((s, e.splitlines()[0]), []).append(r["name"])
+    notes = [(r["name"], n) for r in rows for n in r.get("notes", [])]
+    if groups or notes:
+        print("\nerrors / skipped:", file=file)
+        for (s, first), names in groups.items():
+            where = (f"all {len(names)} workloads" if len(names) == len(rows) and len(rows) > 1
+                     else ", ".join(names))
+            print(f"  {s:9s} {first[:200]}\n            [{where}]", file=file)
+        for name, n in notes:
+            print(f"  note      {name}: {n[:200]}", file=file)
+
+
+def write_plot(path: str, rows: list[dict]) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"--plot: matplotlib is not importable ({_err(e, 200)}); "
+                         f"skipping the plot. `pip install matplotlib` to get it.\n")
+        return False
+    names = [r["name"] for r in rows]
+    xs = range(len(rows))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.9), 9))
+    wdt = 0.38
+    # log scales (speed-ups range from 0.05x to 10x, compile times from ms to s); a missing
+    # bar is labelled with why: FAIL (error / wrong result) or n/a (not run)
+    for ax, key, floor in ((ax1, "speedup", 1e-2), (ax2, "compile_s", 1e-4)):
+        for i, (s, col) in enumerate((("inductor", "tab:orange"), ("cdynamo", "tab:blue"))):
+            pos = [x + (i - 0.5) * wdt for x in xs]
+            vals = [r[key][s] for r in rows]
+            ax.bar(pos, [max(v, floor) if v is not None else floor for v in vals], wdt,
+                   bottom=0, label=s, color=col)
+            for x, v, r in zip(pos, vals, rows):
+                if v is None:
+                    ax.text(x, floor * 1.5, "FAIL" if r["ok"][s] is False else "n/a",
+                            ha="center", va="bottom", fontsize=7, rotation=90, color=col)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor)
+    ax1.axhline(1.0, color="gray", lw=0.8)
+    ax1.set_ylabel("speed-up over eager (x, log)")
+    ax1.set_title("steady-state speed-up (higher is better)")
+    ax2.set_ylabel("cold compile time (s, log)")
+    ax2.set_title("compile time, first call - steady call (lower is better)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m cdynamo.bench",
+        description="Benchmark eager PyTorch vs torch.compile (inductor) vs cdynamo.")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer rounds and smaller sizes; with inductor, a 30 s inductor "
+                        "compile budget (see --inductor-budget)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads(N) and OMP_NUM_THREADS=N for all systems")
+    p.add_argument("--filter", action="append", default=None, metavar="NAME",
+                   help="substring of workload names; repeatable or comma separated")
+    p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
+    p.add_argument("--no-cdynamo", action="store_true", help="skip cdynamo")
+    p.add_argument("--json", metavar="PATH", help="write results as JSON")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
+    p.add_argument("--list", action="store_true", help="list workloads and exit")
+    p.add_argument("--isolate", action="store_true",
+                   help="run each workload in a child process (survives crashes)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if any system failed (error or wrong result)")
+    p.add_argument("--rounds", type=int, default=None, help="timing rounds (default 21, quick 7)")
+    p.add_argument("--batch-ms", type=float, default=5.0,
+                   help="target milliseconds per timed batch (default 5)")
+    p.add_argument("--max-time-per-workload", type=float, default=None,
+                   help="seconds of interleaved timing per workload at most (default 3, quick 1)")
+    p.add_argument("--inductor-budget", type=float, default=None, metavar="S",
+                   help="stop compiling with inductor once its compile times sum past S seconds"
+                        " (default: none; 30 with --quick)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="print tracebacks")
+    # internal (--isolate children)
+    p.add_argument("--_child", help=argparse.SUPPRESS)
+    p.add_argument("--_phase-file", dest="phase_file", help=argparse.SUPPRESS)
+    p.add_argument("--_copy-gbps", dest="copy_gbps_in", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--_skip", action="append", default=[], help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.rounds is None:
+        a.rounds = 7 if a.quick else 21
+    if a.max_time_per_workload is None:
+        a.max_time_per_workload = 1.0 if a.quick else 3.0
+    if a.inductor_budget is None and a.quick:
+        a.inductor_budget = 30.0
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    faulthandler.enable()
+    if args.list:
+        for w in WORKLOADS:
+            print(f"{w.name:24s} {w.kind:10s} {w.description}")
+        return 0
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        torch.set_num_threads(args.threads)
+
+    cache_root = tempfile.mkdtemp(prefix="cdynamo-bench-")
+    try:
+        if args._child:
+            return child_main(args, cache_root)
+        return parent_main(args, cache_root)
+    finally:
+        shutil.rmtree(cache_root, ignore_errors=True)
+
+
+def child_main(args, cache_root: str) -> int:
+    ws = [w for w in WORKLOADS if w.name == args._child]
+    if not ws:
+        print(f"unknown workload {args._child}", file=sys.stderr)
+        return 2
+    args.copy_gbps = args.copy_gbps_in or None
+    phase = Phase(args.phase_file)
+    progress = Progress(1, enabled=False)
+    phase("", "start-up")
+    systems = Systems(args, cache_root)
+    if systems.cdynamo is not None:
+        cfg = getattr(systems.cdynamo, "config", None)
+        for attr in ("threads", "num_threads"):
+            if args.threads and cfg is not None and hasattr(cfg, attr):
+                setattr(cfg, attr, args.threads)
+    warm_up(systems, progress)
+    skip = dict(s.split("=", 1) for s in args._skip)
+    row = run_workload(ws[0], systems, args, progress, phase, skip=skip)
+    sys.stdout.write(ROW_MARKER + json.dumps(row) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def parent_main(args, cache_root: str) -> int:
+    workloads = select_workloads(args.filter)
+    if not workloads:
+        print(f"no workload matches {args.filter}; known: "
+              f"{', '.join(w.name for w in WORKLOADS)}", file=sys.stderr)
+        return 2
+    progress = Progress(len(workloads) + 1, enabled=not args.no_progress)
+    progress.update("memory bandwidth")
+    bandwidth = measure_bandwidth(args.quick)
+    args.copy_gbps = bandwidth["copy_gbps"]
+    progress.update("memory bandwidth", advance=1)
+
+    systems = Systems(args, cache_root, load=not args.isolate)
+    if systems.cdynamo is not None and args.threads:
+        cfg = getattr(systems.cdynamo, "config", None)
+        for attr in ("threads", "num_threads"):
+            if cfg is not None and hasattr(cfg, attr):
+                setattr(cfg, attr, args.threads)
+    startup = {"inductor": None, "cdynamo": None}
+    if not args.isolate:
+        startup = warm_up(systems, progress)
+    phase = Phase(None)
+    rows = []
+    t_start = time.perf_counter()
+    for w in workloads:
+        progress.update(w.name)
+        try:
+            if args.isolate:
+                row = run_isolated(w, args, systems, progress)
+            else:
+                row = run_workload(w, systems, args, progress, phase)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001  (a harness bug: keep going)
+            if args.verbose:
+                traceback.print_exc()
+            row = empty_row(w)
+            row["error"]["eager"] = "harness error: " + _err(e)
+        rows.append(row)
+        progress.update(w.name + " done", advance=1)
+    progress.close()
+
+    machine = machine_info(bandwidth, systems.cdynamo_error if not args.no_cdynamo else
+                           "disabled (--no-cdynamo)")
+    result = {
+        "machine": machine,
+        "config": {"quick": args.quick, "threads": torch.get_num_threads(),
+                   "rounds": args.rounds, "batch_ms": args.batch_ms,
+                   "filters": args.filter, "inductor": not args.no_inductor,
+                   "cdynamo": not args.no_cdynamo, "isolate": args.isolate,
+                   "inductor_budget_s": args.inductor_budget},
+        "startup_s": startup,
+        "total_s": round(time.perf_counter() - t_start, 2),
+        "rows": rows,
+    }
+    print_table(rows, machine, startup)
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(d, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"\nwrote {args.json}")
+    if args.plot and write_plot(args.plot, rows):
+        print(f"wrote {args.plot}")
+    if args.strict and any(v is False for r in rows for v in r["ok"].values()):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
