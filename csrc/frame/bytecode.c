@@ -8,7 +8,7 @@
  *     STORE_FAST ___outs; <rebuild the return value>; RETURN_VALUE   otherwise
  *
  * Its arguments are every argument slot of the original code, positionally
- * (the hook passes the frame's localsplus), so it has no *args/**kwargs.
+ * (the hook passes the frame's localsplus), so it has no star-args.
  * Inline caches, the 3.11 location table, stack size and an empty exception
  * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
 #include "internal.h"

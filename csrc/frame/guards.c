@@ -81,7 +81,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n)
     else if (s->kind == CDY_SRC_GLOBAL)
         len = (size_t)snprintf(buf, n, "G['%s']", PyUnicode_AsUTF8(s->name));
     else if (s->kind == CDY_SRC_DEREF && code) {
-        PyObject *nm = PyTuple_GetItem(code->co_freevars, s->slot);
+        int first_free = code->co_nlocalsplus - code->co_nfreevars;
+        PyObject *nm = PyTuple_GetItem(code->co_localsplusnames, first_free + s->slot);
         len = (size_t)snprintf(buf, n, "%s", nm ? PyUnicode_AsUTF8(nm) : "?");
     }
     PyErr_Clear();

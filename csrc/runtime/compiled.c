@@ -35,7 +35,7 @@ typedef struct {
     void *dl;
     int nkernels;
     rt_kernel *kernels;
-    PyObject **alloc_args; /* per buffer >= ninputs: (sizes, strides, dtype) */
+    PyObject ***alloc_args; /* per buffer >= ninputs: {sizes, strides, dtype} */
     /* eager backend */
     int nvalues, npynodes;
     cdy_pynode *pynodes;  /* own copies of the arrays */

@@ -1,0 +1,181 @@
+/* module.c - the cdynamo._C module: initialisation, counters, and the
+ * slow-path bridges to the Python package (config, logs, warnings).       */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+cdy_strs_t cdy_str;
+PyObject *cdy_torch;
+PyObject *cdy_tensor_type;
+PyObject *cdy_strided_layout;
+
+static PyObject *support_mod;   /* cdynamo._support, imported on first use */
+static PyObject *config_mod;    /* cdynamo.config */
+static PyObject *log_topics;    /* frozenset of enabled topic names */
+
+/* cdynamo._support (borrowed) or NULL with error. */
+static PyObject *support(void)
+{
+    if (!support_mod)
+        support_mod = PyImport_ImportModule("cdynamo._support");
+    return support_mod;
+}
+
+/* Call cdynamo._support.<name>(*Py_BuildValue(fmt, ...)); new ref or NULL. */
+PyObject *cdy_py_call(const char *name, const char *fmt, ...)
+{
+    PyObject *mod = support();
+    PyObject *fn = mod ? PyObject_GetAttrString(mod, name) : NULL;
+    if (!fn)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *args = Py_VaBuildValue(fmt[0] ? fmt : "()", ap);
+    va_end(ap);
+    PyObject *r = NULL;
+    if (args && !PyTuple_Check(args)) {
+        PyObject *t = PyTuple_Pack(1, args);
+        Py_SETREF(args, t);
+    }
+    if (args)
+        r = PyObject_Call(fn, args, NULL);
+    Py_XDECREF(args);
+    Py_DECREF(fn);
+    return r;
+}
+
+/* 1 if topic is enabled. */
+int cdy_log_on(const char *topic)
+{
+    if (!log_topics || PySet_GET_SIZE(log_topics) == 0)
+        return 0;
+    PyObject *s = PyUnicode_FromString(topic);
+    int r = s ? PySet_Contains(log_topics, s) : 0;
+    Py_XDECREF(s);
+    if (r < 0)
+        PyErr_Clear();
+    return r > 0;
+}
+
+/* Log text under topic through cdynamo._support.log; errors are swallowed. */
+void cdy_log(const char *topic, const char *fmt, ...)
+{
+    if (!cdy_log_on(topic))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *text = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (text) {
+        PyObject *r = cdy_py_call("log", "sO", topic, text);
+        Py_XDECREF(r);
+        Py_DECREF(text);
+    }
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* cdynamo.config.<name>, new ref or NULL with error. */
+PyObject *cdy_config_get(const char *name)
+{
+    if (!config_mod)
+        config_mod = PyImport_ImportModule("cdynamo.config");
+    return config_mod ? PyObject_GetAttrString(config_mod, name) : NULL;
+}
+
+/* Hand a graph-break reason to the package (explain, stats). */
+void cdy_record_break(const char *reason, PyObject *filename, int line, const char *fn)
+{
+    PyObject *r = cdy_py_call("record_break", "sOis", reason, filename, line, fn);
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* _C.stats() -> dict of counters */
+static PyObject *py_stats(PyObject *self, PyObject *unused)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+#define CDY_X(n)                                                   \
+    {                                                              \
+        PyObject *v = PyLong_FromLongLong(cdy_stats.n);             \
+        if (!v || PyDict_SetItemString(d, #n, v)) {                \
+            Py_XDECREF(v);                                         \
+            Py_DECREF(d);                                          \
+            return NULL;                                           \
+        }                                                          \
+        Py_DECREF(v);                                              \
+    }
+    CDY_STATS(CDY_X)
+#undef CDY_X
+    return d;
+}
+
+/* _C.reset(): drop all cache entries and counters. */
+static PyObject *py_reset(PyObject *self, PyObject *unused)
+{
+    return cdy_frame_reset();
+}
+
+/* _C.set_log_topics(iterable of str) */
+static PyObject *py_set_log_topics(PyObject *self, PyObject *arg)
+{
+    PyObject *s = PyFrozenSet_New(arg);
+    if (!s)
+        return NULL;
+    Py_XSETREF(log_topics, s);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"stats", py_stats, METH_NOARGS, "counters of the frame hook and compiler"},
+    {"reset", py_reset, METH_NOARGS, "forget every compiled entry and reset counters"},
+    {"set_log_topics", py_set_log_topics, METH_O, "enable log topics"},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo's C core", -1, module_methods,
+};
+
+/* Intern the hot-path attribute names; 0 or -1. */
+static int init_strings(void)
+{
+#define CDY_S(f) (cdy_str.f = PyUnicode_InternFromString(#f))
+    if (!CDY_S(data_ptr) || !CDY_S(dtype) || !CDY_S(shape) || !CDY_S(stride) ||
+        !CDY_S(requires_grad) || !CDY_S(layout) || !CDY_S(is_cpu))
+        return -1;
+#undef CDY_S
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (init_strings())
+        goto fail;
+    cdy_torch = PyImport_ImportModule("torch");
+    if (!cdy_torch)
+        goto fail;
+    cdy_tensor_type = PyObject_GetAttrString(cdy_torch, "Tensor");
+    cdy_strided_layout = PyObject_GetAttrString(cdy_torch, "strided");
+    if (!cdy_tensor_type || !cdy_strided_layout || cdy_runtime_init(cdy_torch))
+        goto fail;
+    if (PyType_Ready(&cdy_compiled_type) < 0)
+        goto fail;
+    Py_INCREF(&cdy_compiled_type);
+    if (PyModule_AddObject(m, "CompiledGraph", (PyObject *)&cdy_compiled_type) < 0)
+        goto fail;
+    if (cdy_frame_init(m))
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

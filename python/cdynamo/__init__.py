@@ -1,0 +1,79 @@
+"""cdynamo: a JIT compiler for PyTorch programs on the CPU, written in C.
+
+    @cdynamo.optimize
+    def f(x, y):
+        return torch.relu(x * y + 1.0)
+
+The first call traces the function's bytecode into a graph, compiles it to
+C with OpenMP, and patches the bytecode to call the compiled code; later
+calls whose guards pass run the compiled code straight from C.
+"""
+import os
+import sys
+import sysconfig
+
+import torch
+
+from . import config
+from ._support import CdynamoWarning, Unsupported, parse_topics
+from . import _support, _C
+
+__all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning"]
+
+_C.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
+_C.set_skip_prefixes(tuple(
+    os.path.dirname(m.__file__) + os.sep
+    for m in (torch, sys.modules[__name__])
+) + (sysconfig.get_paths()["stdlib"] + os.sep, "<frozen "))
+
+_BACKENDS = ("c", "eager")
+
+
+def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
+    """Compile fn (a function or callable) with cdynamo; usable bare or with arguments.
+
+    backend: "c" (generate and compile C) or "eager" (trace, then run the graph
+    with torch ops: isolates tracer bugs from compiler bugs).
+    fullgraph: raise cdynamo.Unsupported instead of falling back to eager.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"cdynamo.optimize: unknown backend {backend!r}; expected one of {_BACKENDS}")
+    if dynamic:
+        raise NotImplementedError("cdynamo.optimize: dynamic=True is not supported yet; "
+                                  "shapes are specialised and guarded")
+    if fn_or_module is None:
+        return lambda fn: optimize(fn, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+    if not callable(fn_or_module):
+        raise TypeError(f"cdynamo.optimize expects a function or nn.Module, got "
+                        f"{type(fn_or_module).__name__}: {fn_or_module!r}")
+    if config.disable:
+        return fn_or_module
+    wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph))
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, attr, getattr(fn_or_module, attr))
+        except AttributeError:
+            pass
+    wrapper.__wrapped__ = fn_or_module
+    return wrapper
+
+
+def disable(fn):
+    """Run fn without cdynamo, also when called from an optimized function."""
+    if not callable(fn):
+        raise TypeError(f"cdynamo.disable expects a callable, got {type(fn).__name__}: {fn!r}")
+    wrapper = _C.OptimizedFunction(fn, "c", False, False)
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def reset():
+    """Forget all compiled code and counters."""
+    _C.reset()
+    _support.breaks.clear()
+
+
+def stats():
+    """Counters: frames_seen, frames_compiled, cache_hits, cache_misses, recompiles,
+    graph_breaks, fallbacks, kernels_compiled, disk_cache_hits."""
+    return _C.stats()
