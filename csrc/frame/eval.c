@@ -75,10 +75,13 @@ static void extra_clear_entries(cdy_extra *x)
     x->limit_warned = 0;
 }
 
-/* Destructor CPython calls when the code object dies. */
+/* Destructor CPython calls when the code object dies (p is NULL when only
+ * another extra index, e.g. TorchDynamo's, was set on the code). */
 static void extra_free(void *p)
 {
     cdy_extra *x = p;
+    if (!x)
+        return;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     extra_clear_entries(x);
@@ -496,8 +499,8 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     else if (!strcmp(backend, "eager"))
         b = CDY_BACKEND_EAGER;
     else
-        return PyErr_Format(PyExc_ValueError, "unknown backend %R: expected 'c' or 'eager'",
-                            PyTuple_GET_ITEM(args, 1));
+        return PyErr_Format(PyExc_ValueError, "unknown backend '%s': expected 'c' or 'eager'",
+                            backend);
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
         return NULL;
