@@ -9,7 +9,6 @@ C with OpenMP, and patches the bytecode to call the compiled code; later
 calls whose guards pass run the compiled code straight from C.
 """
 import os
-import sys
 import sysconfig
 
 import torch
@@ -21,10 +20,10 @@ from . import _support, _C
 __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning"]
 
 _C.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
-_C.set_skip_prefixes(tuple(
-    os.path.dirname(m.__file__) + os.sep
-    for m in (torch, sys.modules[__name__])
-) + (sysconfig.get_paths()["stdlib"] + os.sep, "<frozen "))
+# Frames from these files are never traced: torch's and the standard library's.
+# (cdynamo's own Python never runs under the hook: the hook is off while tracing.)
+_C.set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep,
+                      sysconfig.get_paths()["stdlib"] + os.sep, "<frozen "))
 
 _BACKENDS = ("c", "eager")
 
