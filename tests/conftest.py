@@ -1,0 +1,115 @@
+"""Shared fixtures and helpers for the cdynamo test suite.
+
+Every test gets a fresh on-disk kernel cache (cdynamo.config.cache_dir and the
+CDYNAMO_CACHE_DIR environment variable point at a per-test temp dir) and a
+cdynamo.reset() before and after it, so counters in cdynamo.stats() start at 0.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import cdynamo
+
+# ops whose float32 result may differ by an ulp or so from ATen's vectorized versions
+TRANSCENDENTAL = {"exp", "log", "sqrt", "sigmoid", "tanh", "div", "truediv"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_cdynamo(tmp_path, monkeypatch):
+    cache = tmp_path / "cdynamo_cache"
+    cache.mkdir()
+    monkeypatch.setenv("CDYNAMO_CACHE_DIR", str(cache))
+    monkeypatch.setattr(cdynamo.config, "cache_dir", str(cache))
+    monkeypatch.setattr(cdynamo.config, "cache_size_limit", cdynamo.config.cache_size_limit)
+    cdynamo.reset()
+    yield cache
+    cdynamo.reset()
+
+
+def _flatten(out):
+    if isinstance(out, (tuple, list)):
+        res = []
+        for o in out:
+            res.extend(_flatten(o))
+        return res
+    return [out]
+
+
+def assert_same(expected, actual, transcendental=False):
+    """Compare an eager result with a compiled one: structure, types, dtype, shape,
+    stride and values (exact for integer/bool dtypes)."""
+    assert type(actual) is type(expected), (type(expected), type(actual))
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for e, a in zip(expected, actual):
+            assert_same(e, a, transcendental)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected
+        return
+    assert actual.dtype == expected.dtype, (expected.dtype, actual.dtype)
+    assert actual.shape == expected.shape, (expected.shape, actual.shape)
+    if expected.numel() > 1:
+        assert actual.stride() == expected.stride(), (expected.stride(), actual.stride())
+    if expected.dtype.is_floating_point:
+        if transcendental and expected.dtype == torch.float32:
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+        else:
+            torch.testing.assert_close(actual, expected, equal_nan=True)
+    else:
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+def check(fn, *args, backend="c", transcendental=False, calls=2, compiled=True, **kwargs):
+    """Run fn eagerly and under cdynamo.optimize(fn, backend=backend) `calls` times;
+    every compiled result must equal eager's. With compiled=True the frame must really
+    have been compiled (no fallback, no graph break). Returns cdynamo.stats()."""
+    snapshots = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    expected = fn(*args, **kwargs)
+    opt = cdynamo.optimize(fn, backend=backend)
+    for _ in range(calls):
+        actual = opt(*args, **kwargs)
+        assert_same(expected, actual, transcendental)
+    # inputs must not have been modified
+    for a, c in zip(args, snapshots):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, c, rtol=0, atol=0, equal_nan=True)
+    st = cdynamo.stats()
+    if compiled:
+        assert st["frames_compiled"] >= 1, st
+        assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, st
+        if backend == "c" and calls > 1:
+            assert st["cache_hits"] >= calls - 1, st
+    return st
+
+
+def check_raises(fn, *args, backend="c"):
+    """fn raises eagerly: the optimized fn must raise the same exception type.
+    Returns (eager_exc, compiled_exc)."""
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    opt = cdynamo.optimize(fn, backend=backend)
+    with pytest.raises(Exception) as comp:
+        opt(*args)
+    assert type(comp.value) is type(eager.value), (eager.value, comp.value)
+    return eager.value, comp.value
+
+
+def run_python(code, env_extra=None, cache_dir=None, timeout=120):
+    """Run `code` in a fresh interpreter that imports cdynamo the same way this one does."""
+    env = dict(os.environ)
+    paths = [os.path.dirname(os.path.dirname(os.path.abspath(cdynamo.__file__)))]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("CDYNAMO_LOGS", None)
+    if cache_dir is not None:
+        env["CDYNAMO_CACHE_DIR"] = str(cache_dir)
+    if env_extra:
+        env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
