@@ -123,6 +123,8 @@ typedef struct {
 void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
                    PyObject *globals, PyObject *builtins, PyObject *closure);
 void cdy_trace_free(cdy_trace *t);
+/* Readable text of t's graph (new str), for logs, the debug dir and explain. */
+PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 
 /* ---- runtime: compiled graphs -------------------------------------------- */
 extern PyTypeObject cdy_compiled_type;

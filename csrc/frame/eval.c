@@ -15,6 +15,7 @@
 #undef Py_BUILD_CORE
 
 #include <string.h>
+#include <time.h>
 
 _Thread_local cdy_tls cdy_tls_state;
 cdy_stats_t cdy_stats;
@@ -180,6 +181,43 @@ static void log_new_entry(PyCodeObject *co, cdy_entry *e, PyObject *code, PyObje
 
 /* ---- conversion: trace + compile + transformed code --------------------- */
 
+/* Seconds on the monotonic clock. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Tell the package about a new compiled entry (explain, debug directory). */
+static void report_compile(PyCodeObject *co, cdy_trace *t, cdy_entry *e, PyObject *code,
+                           PyObject *compiled, double seconds)
+{
+    int nodes = 0;
+    for (int v = 0; v < t->graph.nvalues; v++)
+        nodes += t->graph.values[v].kind == CDY_VAL_NODE;
+    PyObject *graph = cdy_graph_text(t, co);
+    PyObject *guards = cdy_guards_text(&e->guards);
+    PyObject *src = compiled ? PyObject_GetAttrString(compiled, "source") : NULL;
+    PyErr_Clear();
+    PyObject *info = Py_BuildValue(
+        "{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:s,s:d,s:i,s:i,s:O}", "name", e->fn_name, "code",
+        (PyObject *)co, "new_code", code ? code : Py_None, "graph", graph ? graph : Py_None,
+        "guards", guards ? guards : Py_None, "source", src ? src : Py_None, "compiled",
+        compiled ? compiled : Py_None, "backend", e->backend == CDY_BACKEND_EAGER ? "eager" : "c",
+        "compile_time_s", seconds, "op_count", nodes, "num_inputs", t->graph.ninputs,
+        "globals", e->globals);
+    if (info) {
+        PyObject *r = cdy_py_call("on_compile", "O", info);
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(info);
+    Py_XDECREF(graph);
+    Py_XDECREF(guards);
+    Py_XDECREF(src);
+    PyErr_Clear();
+}
+
 /* Compile t with the configured backend; new ref to the callable, or NULL
  * with a message in err (no exception left set). */
 static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int backend,
@@ -247,7 +285,7 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
 
 /* Fill e with compiled code for t; on failure e stays an eager entry and a
  * warning names the cause. */
-static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame)
+static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame, double t0)
 {
     PyCodeObject *co = frame->f_code;
     char name[64], err[CDY_ERRLEN] = "";
@@ -274,6 +312,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto pyfail;
     cdy_stats.frames_compiled++;
     log_new_entry(co, e, code, compiled);
+    report_compile(co, t, e, code, compiled, now_s() - t0);
     Py_XDECREF(compiled);
     Py_DECREF(code);
     return;
@@ -331,6 +370,7 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
         return NULL;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
+    double t0 = now_s();
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
@@ -349,7 +389,7 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
             e = entry_new(t, saved.backend);
     }
     else if ((e = entry_new(t, saved.backend)))
-        entry_compile(e, t, frame);
+        entry_compile(e, t, frame, t0);
     if (e) {
         e->next = x->entries;
         x->entries = e;

@@ -70,6 +70,7 @@ def reset():
     """Forget all compiled code and counters."""
     _C.reset()
     _support.breaks.clear()
+    _support.compiles.clear()
 
 
 def stats():

@@ -77,3 +77,16 @@ def raise_unsupported(reason, filename, line):
 def num_threads():
     n = config.num_threads
     return int(n) if n else torch.get_num_threads()
+
+
+#: compiled entries since the last reset, as dicts (see on_compile)
+compiles = []
+
+
+def on_compile(info):
+    """Called by the C core once per new compiled entry with its graph text, guards,
+    original and new code, generated source, backend, compile time and op count."""
+    compiles.append({k: info[k] for k in ("name", "graph", "guards", "backend",
+                                          "compile_time_s", "op_count", "num_inputs")}
+                    | {"function": info["code"].co_name, "filename": info["code"].co_filename,
+                       "firstlineno": info["code"].co_firstlineno})
