@@ -448,3 +448,65 @@ def test_eager_backend_dtypes(dtype):
         check_raises(f, x, y, backend="eager")
         return
     check(f, x, y, backend="eager")
+
+
+# --- integer edge cases, out-of-range scalars, other dtypes -------------------------------
+
+EDGE_CASES = [
+    ("i64_mul_overflow", lambda x: x * 4, [torch.tensor([2**62, -2**62, 2**63 - 1, -2**63, 5])]),
+    ("i64_add_overflow", lambda x: x + x, [torch.tensor([2**62, -2**62, 2**63 - 1, -2**63, 5])]),
+    ("i64_neg_abs_min", lambda x: (-x, x.abs()), [torch.tensor([-2**63, 2**63 - 1, 0])]),
+    ("i32_plus_big_int", lambda x: x + 2**40, [torch.tensor([2**31 - 1, -2**31, 7],
+                                                              dtype=torch.int32)]),
+    ("i32_mul_wrap", lambda x: x * 3, [torch.tensor([2**31 - 1, -2**31, 7], dtype=torch.int32)]),
+    ("u8_plus_300", lambda x: x + 300, [torch.tensor([0, 5, 255], dtype=torch.uint8)]),
+    ("u8_minus_float", lambda x: x - 1.5, [torch.tensor([0, 5, 255], dtype=torch.uint8)]),
+    ("u8_cmp_out_of_range", lambda x: (x > -1, x == 256, x < 256.5),
+     [torch.tensor([0, 5, 255], dtype=torch.uint8)]),
+    ("i8_cmp_200", lambda x: x < 200, [torch.tensor([1, -3, 127], dtype=torch.int8)]),
+    ("u8_times_minus1", lambda x: x * -1, [torch.tensor([0, 5, 255], dtype=torch.uint8)]),
+    ("u8_vs_i8", lambda x, y: (x == y, x < y, x + y, torch.maximum(x, y)),
+     [torch.tensor([255, 1, 128], dtype=torch.uint8),
+      torch.tensor([-1, 1, -128], dtype=torch.int8)]),
+    ("int_vs_float_cmp", lambda x, y: (x >= y, x == y, torch.minimum(x, y)),
+     [torch.tensor([1, 2, 3]), torch.tensor([1.5, 2.0, float("nan")])]),
+    ("i16_true_div", lambda x, y: x / y, [torch.tensor([7, -7, 0], dtype=torch.int16),
+                                          torch.tensor([2, 2, 0], dtype=torch.int16)]),
+    ("0d_int_with_f32", lambda x, y: x + y, [torch.tensor(3), torch.randn(4)]),
+    ("0d_f64_with_i32", lambda x, y: x + y, [torch.tensor(3.5, dtype=torch.float64),
+                                             torch.tensor([1, 2], dtype=torch.int32)]),
+    ("0d_bool_with_u8", lambda x, y: x * y, [torch.tensor(True),
+                                             torch.tensor([3, 4], dtype=torch.uint8)]),
+    ("where_int_scalars", lambda x: (torch.where(x > 0, 1, 0), torch.where(x > 0, 1, 2.5)),
+     [torch.randn(6)]),
+    ("where_i32_float_scalar", lambda x: torch.where(x > 0, x, 0.5),
+     [torch.tensor([-1, 0, 3], dtype=torch.int32)]),
+    ("sigmoid_tanh_saturate", lambda x: (torch.sigmoid(x), torch.tanh(x), torch.exp(x)),
+     [torch.tensor([100.0, -100.0, -88.0, 89.0, 20.0, -20.0, 1e-8])]),
+    ("int_transcendental", lambda x: (torch.exp(x), torch.sigmoid(x), torch.sqrt(x),
+                                      torch.log(x)),
+     [torch.tensor([-4, 0, 1, 4], dtype=torch.int32)]),
+    ("u8_bool_transcendental", lambda x, y: (torch.exp(x), torch.tanh(y)),
+     [torch.tensor([0, 1, 200], dtype=torch.uint8), torch.tensor([True, False])]),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
+def test_edge_cases(name, fn, args):
+    check(fn, *args, transcendental=True)
+
+
+@pytest.mark.xfail(reason="BUG: torch.where(x > 0, x, 300) with a uint8 x: eager raises "
+                          "RuntimeError 'value cannot be converted to type uint8_t without "
+                          "overflow'; cdynamo returns a uint8 tensor with 300 wrapped to 44",
+                   strict=True)
+def test_where_out_of_range_scalar_raises():
+    x = torch.tensor([0, 5, 255], dtype=torch.uint8)
+    check_raises(lambda a: torch.where(a > 0, a, 300), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.complex64], ids=str)
+def test_other_dtypes_correct(dtype):
+    x = torch.randn(5).to(dtype)
+    st = check(lambda a: a * 2 + 1, x, compiled=False)
+    assert st["frames_seen"] == 2
