@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #define CDY_MAX_NDIM 8
+#define CDY_MAX_NODE_ARGS 8
 #define CDY_ERRLEN 512
 
 /* ---- dtypes --------------------------------------------------------------
@@ -50,7 +51,9 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
 /* ---- ops -----------------------------------------------------------------
  * X(ENUM, name, nargs, kind)
  * kind: U unary math, B binary arithmetic, C comparison (bool out),
- *       T ternary (where: cond, a, b).                                      */
+ *       T ternary (where: cond, a, b), E extern: any other torch op, run
+ *       through torch at run time (its tensor arguments are in args[]; the
+ *       whole call, constants included, is the tracer's pynode).            */
 #define CDY_OPS(X)                      \
     X(ADD, "add", 2, 'B')               \
     X(SUB, "sub", 2, 'B')               \
@@ -72,7 +75,8 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(LE, "le", 2, 'C')                 \
     X(GT, "gt", 2, 'C')                 \
     X(GE, "ge", 2, 'C')                 \
-    X(WHERE, "where", 3, 'T')
+    X(WHERE, "where", 3, 'T')           \
+    X(EXTERN, "extern", -1, 'E')
 
 typedef enum {
 #define CDY_X(e, n, a, k) CDY_OP_##e,
@@ -118,7 +122,7 @@ typedef struct {
     /* NODE */
     int op;            /* cdy_op */
     int nargs;
-    int args[4];       /* value numbers */
+    int args[CDY_MAX_NODE_ARGS]; /* value numbers */
     int compute_dtype; /* dtype the op computes in (torch's common dtype) */
     int source_line;   /* user's line number, for comments and logs */
 } cdy_value;
@@ -143,9 +147,19 @@ typedef struct {
     int args[CDY_MAX_KARGS]; /* buffer numbers (see cdy_plan) */
 } cdy_kernel_desc;
 
-/* A plan says how the runtime executes a compiled graph.
- * Buffers 0..ninputs-1 are the inputs; the others are allocated per call with
- * the meta given (outputs and temporaries).                                 */
+/* A step of a plan: run kernel `index`, or call extern node `index` (a
+ * graph value) through torch, which produces buffer `out_buffer`.           */
+typedef enum { CDY_STEP_KERNEL, CDY_STEP_EXTERN } cdy_step_kind;
+typedef struct {
+    int kind;
+    int index;
+    int out_buffer;
+} cdy_step;
+
+/* A plan says how the runtime executes a compiled graph: its steps in order.
+ * Buffers 0..ninputs-1 are the inputs; extern steps produce theirs; the
+ * others (kernel outputs: graph outputs and values an extern reads) are
+ * allocated per call with the meta given (buffer_alloc[b] = 1).            */
 typedef struct {
     int ninputs;
     int nbuffers;
@@ -156,6 +170,11 @@ typedef struct {
     int *outputs;            /* buffer numbers returned */
     char *source;            /* the generated C (malloc'd) */
     int nthreads;            /* OpenMP threads the source was generated for */
+    int nsteps;
+    cdy_step *steps;
+    int nvalues;
+    int *value_buffer;       /* graph value -> buffer number, or -1 */
+    char *buffer_alloc;      /* per buffer: 1 if the runtime allocates it */
 } cdy_plan;
 
 /* Lower `g` to C.  Fills *plan (free with cdy_plan_free).

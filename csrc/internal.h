@@ -20,13 +20,15 @@ typedef enum {
     CDY_SRC_DEREF,    /* closure cell `slot` of the function (free variable) */
 } cdy_src_kind;
 
-#define CDY_MAX_ATTRS 8
+#define CDY_MAX_ATTRS 12
 typedef struct {
     int kind;                        /* cdy_src_kind */
     int slot;                        /* LOCAL: localsplus index; DEREF: closure index */
     PyObject *name;                  /* GLOBAL: the name (owned str) */
-    int nattrs;                      /* then getattr along attrs[] */
-    PyObject *attrs[CDY_MAX_ATTRS];  /* owned strs */
+    PyObject *dict;                  /* GLOBAL: the globals dict (owned); NULL: the frame's */
+    int nattrs;                      /* then one step per attrs[]: */
+    PyObject *attrs[CDY_MAX_ATTRS];  /* owned: attribute name, or item key */
+    char item[CDY_MAX_ATTRS];        /* 1: step is obj[key] (a dict item), 0: getattr */
 } cdy_src;
 
 void cdy_src_copy(cdy_src *dst, const cdy_src *src);   /* new references */
@@ -42,7 +44,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
 #define CDY_GUARD_KINDS(X)                                    \
     X(TENSOR, "tensor: type, dtype, device, layout, requires_grad, sizes, strides") \
     X(CONST, "value: exact type and ==")                      \
-    X(ID, "identity of the object")
+    X(ID, "identity of the object")                           \
+    X(GRAD_MODE, "torch.is_grad_enabled() is off")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -78,7 +81,8 @@ int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *gl
 PyObject *cdy_guards_text(const cdy_guards *gs);
 
 /* ---- trace result ---------------------------------------------------------- */
-typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST } cdy_ret_kind;
+typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST,
+               CDY_RET_DICT } cdy_ret_kind;
 
 typedef struct cdy_ret {
     int kind;
@@ -86,17 +90,29 @@ typedef struct cdy_ret {
     PyObject *obj;           /* CONST (borrowed from the trace's keep list) */
     const cdy_src *src;      /* SOURCE */
     int n;
-    struct cdy_ret **items;  /* TUPLE, LIST */
+    struct cdy_ret **items;  /* TUPLE, LIST, DICT values */
+    PyObject **keys;         /* DICT keys (borrowed constants) */
 } cdy_ret;
 
-/* One traced call, for the eager backend: fn(*args, **kw) with graph values. */
+/* A list/tuple argument of a traced call, rebuilt per call from graph values. */
+typedef struct {
+    int is_list;
+    int n;
+    int *ref;                /* per item: graph value number, or -1 for constant */
+    PyObject **cst;          /* per item: the constant (borrowed) */
+} cdy_pyseq;
+
+/* One traced call, for the eager backend and extern nodes: fn(*args, **kw). */
 typedef struct {
     PyObject *fn;            /* borrowed (kept alive by keep list) */
     int nargs;               /* positional + keyword values */
-    int *ref;                /* per arg: graph value number, or -1 for constant */
+    int *ref;                /* per arg: graph value, -1 constant, -2 sequence (seq[i]) */
     PyObject **cst;          /* per arg: the constant (borrowed) */
+    cdy_pyseq *seq;          /* per arg: the sequence when ref is -2 */
     PyObject *kwnames;       /* tuple or NULL (borrowed) */
-    int value;               /* graph value this call defines */
+    int value;               /* graph value this call defines; -1 for a multi-output call */
+    int item;                /* >= 0: this node is item `item` of pynode `base`'s result */
+    int base;
 } cdy_pynode;
 
 typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR } cdy_trace_status;
@@ -114,7 +130,12 @@ typedef struct {
     char reason[CDY_ERRLEN];
     int reason_line;         /* user's line of the failure */
     int return_line;
-    int noutputs_hint;
+    PyObject *reason_file;   /* file of the failure (borrowed: a traced code's filename) */
+    PyCodeObject *top_code;  /* the frame's code (names of sources) */
+    void *memo;              /* sources already wrapped (trace/vars.c) */
+    int nmemo, cap_memo;
+    int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
+    int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
 } cdy_trace;
 
 /* Trace `code` symbolically with the frame's actual arguments as examples.
@@ -130,7 +151,7 @@ PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 extern PyTypeObject cdy_compiled_type;
 /* A callable running the plan's kernels from the .so at so_path (C backend). */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path,
-                                 const char *name, int single);
+                                 const char *name, int single, const cdy_trace *t);
 /* A callable running the trace's calls through torch (eager backend). */
 PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single);
 int cdy_runtime_init(PyObject *torch);

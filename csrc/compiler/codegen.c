@@ -50,7 +50,8 @@
     X(LE, "$0 <= $1", "$0 <= $1", "$0 <= $1")                                \
     X(GT, "$0 > $1", "$0 > $1", "$0 > $1")                                   \
     X(GE, "$0 >= $1", "$0 >= $1", "$0 >= $1")                                \
-    X(WHERE, "$0 ? $1 : $2", "$0 ? $1 : $2", "$0 ? $1 : $2")
+    X(WHERE, "$0 ? $1 : $2", "$0 ? $1 : $2", "$0 ? $1 : $2")                 \
+    X(EXTERN, NULL, NULL, NULL)
 
 typedef struct {
     const char *flt, *integer, *boolean;
@@ -95,6 +96,7 @@ typedef struct {
     int *val_buf;                    /* value -> plan buffer, -1 if none */
     char *live;                      /* value -> needed by the current kernel */
     int *param;                      /* plan buffer -> parameter of the current kernel */
+    char *in_group;                  /* value -> output of the current kernel */
 } cg_ctx;
 
 /* Write a formatted message into the caller's err buffer; returns -1. */
@@ -188,6 +190,14 @@ static int cg_check_node(cg_ctx *c, int v)
     if (val->op < 0 || val->op >= CDY_OP_COUNT)
         return cg_fail(c, "value %d: op %d is not supported", v, val->op);
     const cdy_op_info *oi = &cdy_op_table[val->op];
+    if (oi->kind == 'E') {            /* run by torch: only its tensor args matter here */
+        if (val->nargs < 0 || val->nargs > CDY_MAX_NODE_ARGS)
+            return cg_fail(c, "value %d (extern): %d tensor args", v, val->nargs);
+        for (int a = 0; a < val->nargs; a++)
+            if (val->args[a] < 0 || val->args[a] >= v)
+                return cg_fail(c, "value %d (extern): arg %d is not earlier in the graph", v, a);
+        return cg_check_meta(c, v, &val->meta);
+    }
     if (val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
@@ -249,22 +259,41 @@ static int cg_check_graph(cg_ctx *c)
     return 0;
 }
 
-/* Fill the plan's buffers (inputs, then distinct output nodes) and outputs. */
+/* 1 if node v is an extern op. */
+static int cg_is_extern(const cdy_graph *g, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && cdy_op_table[g->values[v].op].kind == 'E';
+}
+
+/* Fill the plan's buffers and outputs.  Realized values get a buffer: the
+ * inputs, extern results, graph outputs and the tensors an extern reads;
+ * every other node is recomputed inside the kernels that need it. */
 static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
 {
     const cdy_graph *g = c->g;
     int nbuf = g->ninputs;
+    char *real = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!real)
+        return cg_fail(c, "out of memory");
+    for (int o = 0; o < g->noutputs; o++)
+        real[g->outputs[o]] = 1;
     for (int v = 0; v < g->nvalues; v++)
-        c->val_buf[v] = -1;
-    for (int o = 0; o < g->noutputs; o++) {
-        int v = g->outputs[o];
-        if (g->values[v].kind == CDY_VAL_NODE && c->val_buf[v] < 0)
-            c->val_buf[v] = nbuf++;
-    }
+        if (cg_is_extern(g, v)) {
+            real[v] = 1;
+            for (int a = 0; a < g->values[v].nargs; a++)
+                real[g->values[v].args[a]] = 1;
+        }
+    for (int v = 0; v < g->nvalues; v++)
+        c->val_buf[v] = g->values[v].kind == CDY_VAL_NODE && real[v] ? nbuf++ : -1;
     plan->buffers = calloc((size_t)nbuf + 1, sizeof(cdy_meta));
     plan->outputs = calloc((size_t)g->noutputs + 1, sizeof(int));
-    if (!plan->buffers || !plan->outputs)
+    plan->value_buffer = calloc((size_t)g->nvalues + 1, sizeof(int));
+    plan->buffer_alloc = calloc((size_t)nbuf + 1, 1);
+    plan->steps = calloc((size_t)g->nvalues + 1, sizeof(cdy_step));
+    if (!plan->buffers || !plan->outputs || !plan->value_buffer || !plan->buffer_alloc ||
+        !plan->steps)
         return cg_fail(c, "out of memory");
+    plan->nvalues = g->nvalues;
     plan->ninputs = g->ninputs;
     plan->nbuffers = nbuf;
     char *seen = cdy_arena_alloc(&c->arena, (size_t)g->ninputs + 1);
@@ -280,8 +309,11 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
             plan->buffers[val->input_index] = val->meta;
         } else if (val->kind == CDY_VAL_NODE && c->val_buf[v] >= 0) {
             plan->buffers[c->val_buf[v]] = val->meta;
+            plan->buffer_alloc[c->val_buf[v]] = !cg_is_extern(g, v);
         }
     }
+    for (int v = 0; v < g->nvalues; v++)
+        plan->value_buffer[v] = c->val_buf[v];
     for (int i = 0; i < g->ninputs; i++)
         if (!seen[i])
             return cg_fail(c, "graph input %d has no value", i);
@@ -302,29 +334,26 @@ static int cg_same_sizes(const cdy_meta *a, int ndim, const int64_t *sizes)
     return 1;
 }
 
-/* Group the distinct output nodes by sizes, in order of first appearance.
- * Returns the number of groups (in *groups, arena memory), or -1. */
-static int cg_group_outputs(cg_ctx *c, cg_group **groups)
+/* Group the realized pointwise nodes among values [lo, hi) by sizes, in
+ * order.  Returns the number of groups (in *groups, arena memory), or -1. */
+static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
 {
     const cdy_graph *g = c->g;
-    cg_group *gr = cdy_arena_alloc(&c->arena, sizeof(cg_group) * ((size_t)g->noutputs + 1));
-    char *done = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
-    if (!gr || !done)
+    cg_group *gr = cdy_arena_alloc(&c->arena, sizeof(cg_group) * ((size_t)(hi - lo) + 1));
+    if (!gr)
         return cg_fail(c, "out of memory");
     int ng = 0;
-    for (int o = 0; o < g->noutputs; o++) {
-        int v = g->outputs[o];
+    for (int v = lo; v < hi; v++) {
         const cdy_value *val = &g->values[v];
-        if (val->kind != CDY_VAL_NODE || done[v])
+        if (val->kind != CDY_VAL_NODE || c->val_buf[v] < 0 || cg_is_extern(g, v))
             continue;
-        done[v] = 1;
         int k = 0;
         while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
             k++;
         if (k == ng) {
             gr[k].ndim = val->meta.ndim;
             gr[k].sizes = val->meta.sizes;
-            gr[k].outs = cdy_arena_alloc(&c->arena, sizeof(int) * (size_t)g->noutputs);
+            gr[k].outs = cdy_arena_alloc(&c->arena, sizeof(int) * (size_t)(hi - lo));
             if (!gr[k].outs)
                 return cg_fail(c, "out of memory");
             ng++;
@@ -335,20 +364,29 @@ static int cg_group_outputs(cg_ctx *c, cg_group **groups)
     return ng;
 }
 
-/* Mark in c->live every value the group's outputs depend on. */
+/* 1 if v is loaded from a buffer by the current kernel (an input, an extern
+ * result, or a value an earlier kernel realized). */
+static int cg_is_leaf(cg_ctx *c, int v)
+{
+    return c->val_buf[v] >= 0 && !c->in_group[v];
+}
+
+/* Mark in c->live every value the group's outputs depend on, down to leaves. */
 static void cg_mark_live(cg_ctx *c, const cg_group *grp)
 {
     const cdy_graph *g = c->g;
     memset(c->live, 0, (size_t)g->nvalues);
+    memset(c->in_group, 0, (size_t)g->nvalues);
     int top = 0;
     for (int i = 0; i < grp->nout; i++) {
         c->live[grp->outs[i]] = 1;
+        c->in_group[grp->outs[i]] = 1;
         if (grp->outs[i] > top)
             top = grp->outs[i];
     }
     for (int v = top; v >= 0; v--) {
         const cdy_value *val = &g->values[v];
-        if (!c->live[v] || val->kind != CDY_VAL_NODE)
+        if (!c->live[v] || val->kind != CDY_VAL_NODE || cg_is_leaf(c, v))
             continue;
         for (int a = 0; a < val->nargs; a++)
             c->live[val->args[a]] = 1;
@@ -375,8 +413,7 @@ static int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nbuf
     for (int b = 0; b < nbuffers; b++)
         c->param[b] = -1;
     for (int v = 0; v < g->nvalues; v++) {
-        const cdy_value *val = &g->values[v];
-        if (!c->live[v] || val->kind != CDY_VAL_INPUT)
+        if (!c->live[v] || !cg_is_leaf(c, v))
             continue;
         c->param[c->val_buf[v]] = -2;         /* numbered below, in buffer order */
     }
@@ -386,7 +423,7 @@ static int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nbuf
     n = 0;
     for (int v = 0; v < g->nvalues; v++) {
         const cdy_value *val = &g->values[v];
-        if (!c->live[v] || val->kind != CDY_VAL_INPUT)
+        if (!c->live[v] || !cg_is_leaf(c, v))
             continue;
         int p = c->param[c->val_buf[v]];
         if (p >= CG_MAX_OPS)
@@ -527,7 +564,7 @@ static char *cg_value_expr(cg_ctx *c, int v)
     const cdy_value *val = &c->g->values[v];
     if (val->kind == CDY_VAL_SCALAR)
         return cg_scalar_literal(c, val);
-    if (val->kind == CDY_VAL_INPUT)
+    if (cg_is_leaf(c, v))
         return cg_strf(c, "x%d", c->param[c->val_buf[v]]);
     return cg_strf(c, "t%d", v);
 }
@@ -623,7 +660,8 @@ static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nes
         cdy_buf_puts(&c->src, "];\n");
     }
     for (int v = 0; v < c->g->nvalues; v++)
-        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && cg_emit_node(c, v, ind))
+        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v) &&
+            cg_emit_node(c, v, ind))
             return -1;
     int first = cg_first_out(ops, nops);
     for (int o = first; o < nops; o++) {
@@ -712,7 +750,7 @@ static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_opera
     cdy_buf_puts(b, "\n/* fused:");
     int n = 0;
     for (int v = 0; v < c->g->nvalues; v++)
-        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE)
+        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v))
             cdy_buf_printf(b, "%s %s", n++ ? "," : "", cdy_op_table[c->g->values[v].op].name);
     cdy_buf_puts(b, "  (outputs:");
     for (int i = 0; i < grp->nout; i++)
@@ -765,17 +803,17 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
 }
 
 /* Emit the file prologue. */
-static void cg_emit_prologue(cg_ctx *c, int nkernels)
+static void cg_emit_prologue(cg_ctx *c)
 {
     cdy_buf_printf(&c->src,
-                   "/* generated by cdynamo: %d kernel%s, elementwise, specialised to fixed "
+                   "/* generated by cdynamo: elementwise kernels specialised to fixed "
                    "sizes and strides */\n"
                    "#include <stdint.h>\n"
                    "#include <math.h>\n"
                    "\n"
                    "#define NTHREADS %d\n"
                    "#define CDY_EXPORT __attribute__((visibility(\"default\")))\n",
-                   nkernels, nkernels == 1 ? "" : "s", c->nthreads);
+                   c->nthreads);
 }
 
 /* Allocate the per-value scratch arrays of c; 0 or -1. */
@@ -786,27 +824,50 @@ static int cg_scratch(cg_ctx *c)
     c->val_buf = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->live = cdy_arena_alloc(&c->arena, nv);
     c->param = cdy_arena_alloc(&c->arena, sizeof(int) * nb);
-    return (c->val_buf && c->live && c->param) ? 0 : cg_fail(c, "out of memory");
+    c->in_group = cdy_arena_alloc(&c->arena, nv);
+    return (c->val_buf && c->live && c->param && c->in_group) ? 0 : cg_fail(c, "out of memory");
 }
 
-/* Run the passes; on failure the caller frees the partial plan. */
-static int cg_run(cg_ctx *c, cdy_plan *plan)
+/* Emit the kernels realizing the pointwise values of [lo, hi) as steps. */
+static int cg_emit_segment(cg_ctx *c, cdy_plan *plan, int lo, int hi)
 {
     cg_group *groups = NULL;
-    if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
-        return -1;
-    int ng = cg_group_outputs(c, &groups);
+    int ng = cg_group_outputs(c, lo, hi, &groups);
     if (ng < 0)
         return -1;
-    plan->kernels = calloc((size_t)ng + 1, sizeof(cdy_kernel_desc));
-    if (!plan->kernels)
-        return cg_fail(c, "out of memory");
-    cg_emit_prologue(c, ng);
-    for (int k = 0; k < ng; k++) {
-        if (cg_emit_kernel(c, k, &groups[k], plan->nbuffers, &plan->kernels[k]))
+    for (int i = 0; i < ng; i++) {
+        int k = plan->nkernels;
+        if (cg_emit_kernel(c, k, &groups[i], plan->nbuffers, &plan->kernels[k]))
             return -1;
         plan->nkernels = k + 1;
+        plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k, -1};
     }
+    return 0;
+}
+
+/* Run the passes; on failure the caller frees the partial plan.  Kernels are
+ * emitted per segment between extern calls, so every value a step reads is
+ * realized by an earlier step. */
+static int cg_run(cg_ctx *c, cdy_plan *plan)
+{
+    const cdy_graph *g = c->g;
+    if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
+        return -1;
+    plan->kernels = calloc((size_t)g->nvalues + 1, sizeof(cdy_kernel_desc));
+    if (!plan->kernels)
+        return cg_fail(c, "out of memory");
+    cg_emit_prologue(c);
+    int lo = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        if (!cg_is_extern(g, v))
+            continue;
+        if (cg_emit_segment(c, plan, lo, v))
+            return -1;
+        plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]};
+        lo = v + 1;
+    }
+    if (cg_emit_segment(c, plan, lo, g->nvalues))
+        return -1;
     plan->source = cdy_buf_take(&c->src);
     if (!plan->source)
         return cg_fail(c, "out of memory");
@@ -842,5 +903,8 @@ void cdy_plan_free(cdy_plan *plan)
     free(plan->kernels);
     free(plan->outputs);
     free(plan->source);
+    free(plan->steps);
+    free(plan->value_buffer);
+    free(plan->buffer_alloc);
     memset(plan, 0, sizeof(*plan));
 }

@@ -92,17 +92,30 @@ static int list_index(bc_writer *w, PyObject *list, PyObject *obj, int by_identi
     return (int)n;
 }
 
+static void emit_const(bc_writer *w, PyObject *obj);
+
 /* Push the value of source s. */
 static void emit_source(bc_writer *w, const cdy_src *s)
 {
     if (s->kind == CDY_SRC_LOCAL)
         emit(w, CDY_LOAD_FAST, s->slot, 1);
-    else if (s->kind == CDY_SRC_GLOBAL)
+    else if (s->kind == CDY_SRC_GLOBAL && !s->dict)
         emit(w, CDY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
+    else if (s->kind == CDY_SRC_GLOBAL) {   /* another module's global: dict[name] */
+        emit_const(w, s->dict);
+        emit_const(w, s->name);
+        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+    }
     else
         w->failed = 1;
-    for (int i = 0; i < s->nattrs; i++)
-        emit(w, CDY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
+    for (int i = 0; i < s->nattrs; i++) {
+        if (s->item[i]) {
+            emit_const(w, s->attrs[i]);
+            emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        }
+        else
+            emit(w, CDY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
+    }
 }
 
 /* Push a constant. */
@@ -133,6 +146,21 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
     case CDY_RET_SOURCE:
         emit_source(w, r->src);
         break;
+    case CDY_RET_DICT: {
+        PyObject *keys = PyTuple_New(r->n);
+        for (int i = 0; keys && i < r->n; i++)
+            PyTuple_SET_ITEM(keys, i, Py_NewRef(r->keys[i]));
+        if (!keys) {
+            w->failed = 1;
+            return;
+        }
+        for (int i = 0; i < r->n; i++)
+            emit_ret(w, r->items[i]);
+        emit_const(w, keys);
+        Py_DECREF(keys);
+        emit(w, CDY_BUILD_CONST_KEY_MAP, r->n, -r->n);
+        break;
+    }
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);

@@ -244,13 +244,15 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
     cdy_cc_opts opts = {PyUnicode_AsUTF8(cc), PyUnicode_AsUTF8(dir), NULL};
     char so_path[4096];
     int disk_hit = 0;
-    if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
-        goto done;
-    if (disk_hit)
-        cdy_stats.disk_cache_hits++;
-    else
-        cdy_stats.kernels_compiled += plan.nkernels;
-    res = cdy_compiled_from_plan(&plan, so_path, name, single);
+    if (plan.nkernels > 0) {   /* a graph of extern calls only needs no C */
+        if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
+            goto done;
+        if (disk_hit)
+            cdy_stats.disk_cache_hits++;
+        else
+            cdy_stats.kernels_compiled += plan.nkernels;
+    }
+    res = cdy_compiled_from_plan(&plan, plan.nkernels > 0 ? so_path : NULL, name, single, t);
     if (!res) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
@@ -345,14 +347,13 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
 {
     cdy_stats.graph_breaks++;
     cdy_stats.fallbacks++;
-    cdy_record_break(t->reason, co->co_filename, t->reason_line, PyUnicode_AsUTF8(co->co_name));
+    PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
+    cdy_record_break(t->reason, file, t->reason_line, PyUnicode_AsUTF8(co->co_name));
     if (cdy_log_on("graph_breaks"))
         cdy_log("graph_breaks", "Graph break in %s at %s:%d: %s (the frame runs eagerly)",
-                PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
-                t->reason_line, t->reason);
+                PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(file), t->reason_line, t->reason);
     if (cdy_tls_state.fullgraph) {
-        PyObject *r = cdy_py_call("raise_unsupported", "sUi", t->reason, co->co_filename,
-                                  t->reason_line);
+        PyObject *r = cdy_py_call("raise_unsupported", "sUi", t->reason, file, t->reason_line);
         Py_XDECREF(r);
         return -1;
     }
@@ -375,12 +376,15 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
     cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
     if (t->status == CDY_TRACE_ERROR) {
-        /* the user's code raises for these inputs: eager raises it properly */
+        /* the user's code raises for these inputs: eager raises it, with the
+         * user's traceback; the entry keeps us from tracing it again */
         cdy_stats.fallbacks++;
         if (cdy_log_on("graph_breaks"))
             cdy_log("graph_breaks", "%s: tracing stopped at %s:%d: %s (the frame runs eagerly)",
-                    PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+                    PyUnicode_AsUTF8(co->co_name),
+                    PyUnicode_AsUTF8(t->reason_file ? t->reason_file : co->co_filename),
                     t->reason_line, t->reason);
+        e = entry_new(t, saved.backend);
     }
     else if (t->status == CDY_TRACE_UNSUPPORTED) {
         if (report_trace_stop(t, co))

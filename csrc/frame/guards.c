@@ -11,6 +11,7 @@ void cdy_src_copy(cdy_src *dst, const cdy_src *src)
 {
     *dst = *src;
     Py_XINCREF(dst->name);
+    Py_XINCREF(dst->dict);
     for (int i = 0; i < dst->nattrs; i++)
         Py_INCREF(dst->attrs[i]);
 }
@@ -19,6 +20,7 @@ void cdy_src_copy(cdy_src *dst, const cdy_src *src)
 void cdy_src_clear(cdy_src *s)
 {
     Py_CLEAR(s->name);
+    Py_CLEAR(s->dict);
     for (int i = 0; i < s->nattrs; i++)
         Py_CLEAR(s->attrs[i]);
     s->nattrs = 0;
@@ -36,7 +38,7 @@ static PyObject *src_base(const cdy_src *s, PyObject *const *locals, PyObject *g
             PyErr_Format(PyExc_UnboundLocalError, "local slot %d is unbound", s->slot);
         break;
     case CDY_SRC_GLOBAL:
-        v = PyDict_GetItemWithError(globals, s->name);
+        v = PyDict_GetItemWithError(s->dict ? s->dict : globals, s->name);
         if (!v && !PyErr_Occurred())
             v = PyDict_GetItemWithError(builtins, s->name);
         if (!v && !PyErr_Occurred())
@@ -62,7 +64,17 @@ PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *glo
 {
     PyObject *v = src_base(s, locals, globals, builtins, closure);
     for (int i = 0; v && i < s->nattrs; i++) {
-        PyObject *next = PyObject_GetAttr(v, s->attrs[i]);
+        PyObject *next;
+        if (!s->item[i])
+            next = PyObject_GetAttr(v, s->attrs[i]);
+        else if (PyDict_CheckExact(v)) {
+            next = PyDict_GetItemWithError(v, s->attrs[i]);
+            if (!next && !PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, s->attrs[i]);
+            Py_XINCREF(next);
+        }
+        else
+            next = PyObject_GetItem(v, s->attrs[i]);
         Py_DECREF(v);
         v = next;
     }
@@ -86,8 +98,15 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n)
         len = (size_t)snprintf(buf, n, "%s", nm ? PyUnicode_AsUTF8(nm) : "?");
     }
     PyErr_Clear();
-    for (int i = 0; i < s->nattrs && len < n; i++)
-        len += (size_t)snprintf(buf + len, n - len, ".%s", PyUnicode_AsUTF8(s->attrs[i]));
+    for (int i = 0; i < s->nattrs && len < n; i++) {
+        PyObject *r = s->item[i] ? PyObject_Repr(s->attrs[i]) : NULL;
+        if (s->item[i])
+            len += (size_t)snprintf(buf + len, n - len, "[%s]", r ? PyUnicode_AsUTF8(r) : "?");
+        else
+            len += (size_t)snprintf(buf + len, n - len, ".%s", PyUnicode_AsUTF8(s->attrs[i]));
+        Py_XDECREF(r);
+    }
+    PyErr_Clear();
 }
 
 /* ---- guard lists ----------------------------------------------------------- */
@@ -242,6 +261,15 @@ static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n)
 {
+    if (g->kind == CDY_GUARD_GRAD_MODE) {
+        PyObject *r = PyObject_CallNoArgs(g->expect);
+        int ok = r == Py_False;
+        Py_XDECREF(r);
+        PyErr_Clear();
+        if (!ok)
+            snprintf(why, n, "grad mode changed: the entry was compiled under torch.no_grad()");
+        return ok;
+    }
     PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
     if (!v) {
         PyErr_Clear();
@@ -300,6 +328,8 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
                 cdy_buf_printf(&b, "%s%lld", d ? ", " : "", (long long)g->strides[d]);
             cdy_buf_puts(&b, "]\n");
         }
+        else if (g->kind == CDY_GUARD_GRAD_MODE)
+            cdy_buf_puts(&b, "GRAD_MODE: torch.is_grad_enabled() is False\n");
         else {
             PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
             if (g->kind == CDY_GUARD_CONST)

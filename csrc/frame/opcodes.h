@@ -15,12 +15,16 @@
     X(UNARY_NOT, 12, 0)                           \
     X(UNARY_INVERT, 15, 0)                        \
     X(BINARY_SUBSCR, 25, 4)                       \
+    X(GET_ITER, 68, 0)                            \
+    X(LIST_TO_TUPLE, 82, 0)                       \
     X(RETURN_VALUE, 83, 0)                        \
     X(UNPACK_SEQUENCE, 92, 1)                     \
+    X(FOR_ITER, 93, 0)                            \
     X(SWAP, 99, 0)                                \
     X(LOAD_CONST, 100, 0)                         \
     X(BUILD_TUPLE, 102, 0)                        \
     X(BUILD_LIST, 103, 0)                         \
+    X(BUILD_MAP, 105, 0)                          \
     X(LOAD_ATTR, 106, 4)                          \
     X(COMPARE_OP, 107, 2)                         \
     X(JUMP_FORWARD, 110, 0)                       \
@@ -30,6 +34,7 @@
     X(POP_JUMP_FORWARD_IF_TRUE, 115, 0)           \
     X(LOAD_GLOBAL, 116, 5)                        \
     X(IS_OP, 117, 0)                              \
+    X(CONTAINS_OP, 118, 0)                        \
     X(COPY, 120, 0)                               \
     X(BINARY_OP, 122, 1)                          \
     X(LOAD_FAST, 124, 0)                          \
@@ -40,13 +45,22 @@
     X(MAKE_CELL, 135, 0)                          \
     X(LOAD_CLOSURE, 136, 0)                       \
     X(LOAD_DEREF, 137, 0)                         \
+    X(STORE_DEREF, 138, 0)                        \
     X(JUMP_BACKWARD, 140, 0)                      \
+    X(BUILD_SLICE, 133, 0)                        \
+    X(CALL_FUNCTION_EX, 142, 0)                   \
     X(EXTENDED_ARG, 144, 0)                       \
+    X(LIST_APPEND, 145, 0)                        \
     X(COPY_FREE_VARS, 149, 0)                     \
     X(RESUME, 151, 0)                             \
+    X(FORMAT_VALUE, 155, 0)                       \
+    X(BUILD_CONST_KEY_MAP, 156, 0)                \
+    X(BUILD_STRING, 157, 0)                       \
     X(LOAD_METHOD, 160, 10)                       \
     X(PRECALL, 166, 1)                            \
     X(CALL, 171, 4)                               \
+    X(LIST_EXTEND, 162, 0)                        \
+    X(DICT_MERGE, 164, 0)                         \
     X(KW_NAMES, 172, 0)                           \
     X(POP_JUMP_BACKWARD_IF_NOT_NONE, 173, 0)      \
     X(POP_JUMP_BACKWARD_IF_NONE, 174, 0)          \

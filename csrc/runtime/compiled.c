@@ -35,7 +35,12 @@ typedef struct {
     void *dl;
     int nkernels;
     rt_kernel *kernels;
-    PyObject ***alloc_args; /* per buffer >= ninputs: {sizes, strides, dtype} */
+    PyObject **buf_meta;  /* per non-input buffer: (sizes, strides, dtype) */
+    char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
+    int nsteps;
+    cdy_step *steps;
+    int *value_buffer;    /* graph value -> buffer (C backend) */
+    int *pynode_of;       /* graph value -> index in pynodes, or -1 */
     /* eager backend */
     int nvalues, npynodes;
     cdy_pynode *pynodes;  /* own copies of the arrays */
@@ -109,7 +114,88 @@ static PyObject *make_result(cdy_compiled *c, PyObject **vals)
     return t;
 }
 
-/* Run the kernels on args; the C backend's vectorcall. */
+/* A fresh list/tuple for sequence argument s, items from vals or constants. */
+static PyObject *build_seq(const cdy_pyseq *s, PyObject *const *vals, const int *map)
+{
+    PyObject *r = s->is_list ? PyList_New(s->n) : PyTuple_New(s->n);
+    for (int i = 0; r && i < s->n; i++) {
+        PyObject *v = s->ref[i] >= 0 ? vals[map ? map[s->ref[i]] : s->ref[i]] : s->cst[i];
+        if (s->is_list)
+            PyList_SET_ITEM(r, i, Py_NewRef(v));
+        else
+            PyTuple_SET_ITEM(r, i, Py_NewRef(v));
+    }
+    return r;
+}
+
+/* Call pynode p with arguments from vals (graph values, through map when
+ * given) or its constants; new ref or NULL. */
+static PyObject *call_pynode(const cdy_pynode *p, PyObject *const *vals, const int *map)
+{
+    PyObject *av[32], *tmp[32];
+    int ntmp = 0;
+    PyObject *r = NULL;
+    for (int a = 0; a < p->nargs && a < 32; a++) {
+        if (p->ref[a] >= 0)
+            av[a] = vals[map ? map[p->ref[a]] : p->ref[a]];
+        else if (p->ref[a] == -2) {
+            if (!(av[a] = tmp[ntmp++] = build_seq(&p->seq[a], vals, map)))
+                goto done;
+        }
+        else
+            av[a] = p->cst[a];
+    }
+    Py_ssize_t nkw = p->kwnames ? PyTuple_GET_SIZE(p->kwnames) : 0;
+    r = PyObject_Vectorcall(p->fn, av, (size_t)(p->nargs - nkw), p->kwnames);
+done:
+    for (int i = 0; i < ntmp; i++)
+        Py_XDECREF(tmp[i]);
+    return r;
+}
+
+/* Result of pynode n (new ref): its call, or item `item` of its base call's
+ * result, which is made once per run and kept in stash[base]. */
+static PyObject *pynode_result(cdy_compiled *c, int n, PyObject *const *vals, const int *map,
+                               PyObject **stash)
+{
+    const cdy_pynode *p = &c->pynodes[n];
+    if (p->item < 0)
+        return call_pynode(p, vals, map);
+    if (!stash[p->base] && !(stash[p->base] = call_pynode(&c->pynodes[p->base], vals, map)))
+        return NULL;
+    return PySequence_GetItem(stash[p->base], p->item);
+}
+
+/* Run extern step st: call torch, keep the result as its buffer (copied to
+ * the traced strides if torch chose others).  0, or -1 with error set. */
+static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void **ptrs,
+                      PyObject **stash)
+{
+    PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
+    if (!r)
+        return -1;
+    PyObject *meta = c->buf_meta[st->out_buffer];
+    PyObject *got = PyObject_CallMethodNoArgs(r, cdy_str.stride);
+    int same = got ? PyObject_RichCompareBool(got, PyTuple_GET_ITEM(meta, 1), Py_EQ) : -1;
+    Py_XDECREF(got);
+    if (same == 0) {   /* torch picked other strides than the meta run: copy */
+        PyObject *t = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(meta), 2, kw_dtype);
+        PyObject *ok = t ? PyObject_CallMethod(t, "copy_", "O", r) : NULL;
+        Py_XDECREF(ok);
+        Py_SETREF(r, ok ? t : NULL);
+        if (!ok)
+            Py_XDECREF(t);
+    }
+    if (!r || same < 0) {
+        Py_XDECREF(r);
+        return -1;
+    }
+    bufs[st->out_buffer] = r;
+    ptrs[st->out_buffer] = tensor_ptr(r);
+    return ptrs[st->out_buffer] ? 0 : -1;
+}
+
+/* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
     cdy_compiled *c = (cdy_compiled *)self;
@@ -122,9 +208,11 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void *stackptrs[16];
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
-    PyObject *res = NULL;
+    PyObject *res = NULL, **stash = NULL;
     int i = 0;
-    if (!bufs || !ptrs) {
+    if (c->npynodes)
+        stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
+    if (!bufs || !ptrs || (c->npynodes && !stash)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -137,14 +225,24 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         }
     }
     for (; i < c->nbuffers; i++) {
-        bufs[i] = PyObject_Vectorcall(empty_strided, c->alloc_args[i], 2, kw_dtype);
+        bufs[i] = NULL;
+        if (!c->buf_alloc[i])
+            continue;   /* produced by an extern step */
+        bufs[i] = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[i]), 2,
+                                      kw_dtype);
         if (!bufs[i] || !(ptrs[i] = tensor_ptr(bufs[i]))) {
             i++;
             goto done;
         }
     }
-    for (int k = 0; k < c->nkernels; k++) {
-        rt_kernel *kn = &c->kernels[k];
+    for (int s = 0; s < c->nsteps; s++) {
+        const cdy_step *st = &c->steps[s];
+        if (st->kind == CDY_STEP_EXTERN) {
+            if (run_extern(c, st, bufs, ptrs, stash))
+                goto done;
+            continue;
+        }
+        rt_kernel *kn = &c->kernels[st->index];
         void *avals[CDY_MAX_KARGS];
         for (int a = 0; a < kn->nargs; a++)
             avals[a] = &ptrs[kn->args[a]];
@@ -161,6 +259,9 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
 done:
     for (int j = 0; bufs && j < i; j++)
         Py_XDECREF(bufs[j]);
+    for (int n = 0; stash && n < c->npynodes; n++)
+        Py_XDECREF(stash[n]);
+    PyMem_Free(stash);
     if (bufs != stackbufs)
         PyMem_Free(bufs);
     if (ptrs != stackptrs)
@@ -178,31 +279,35 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
         return NULL;
     }
     PyObject **vals = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(PyObject *));
+    PyObject **stash = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(PyObject *));
     PyObject *res = NULL;
-    if (!vals)
+    if (!vals || !stash) {
+        PyMem_Free(vals);
+        PyMem_Free(stash);
         return PyErr_NoMemory();
+    }
     for (int v = 0; v < c->nvalues; v++)
         if (c->value_input[v] >= 0) {
             vals[v] = args[c->value_input[v]];
             Py_INCREF(vals[v]);
         }
     for (int n = 0; n < c->npynodes; n++) {
-        cdy_pynode *p = &c->pynodes[n];
-        PyObject *av[16];
-        for (int a = 0; a < p->nargs; a++)
-            av[a] = p->ref[a] >= 0 ? vals[p->ref[a]] : p->cst[a];
-        Py_ssize_t nkw = p->kwnames ? PyTuple_GET_SIZE(p->kwnames) : 0;
-        PyObject *r = PyObject_Vectorcall(p->fn, av, (size_t)(p->nargs - nkw), p->kwnames);
+        if (c->pynodes[n].value < 0)
+            continue;   /* a multi-output call: made when its first item is needed */
+        PyObject *r = pynode_result(c, n, vals, NULL, stash);
         if (!r)
             goto done;
-        Py_XSETREF(vals[p->value], r);
+        Py_XSETREF(vals[c->pynodes[n].value], r);
     }
     c->calls++;
     res = make_result(c, vals);
 done:
     for (int v = 0; v < c->nvalues; v++)
         Py_XDECREF(vals[v]);
+    for (int n = 0; n < c->npynodes; n++)
+        Py_XDECREF(stash[n]);
     PyMem_Free(vals);
+    PyMem_Free(stash);
     return res;
 }
 
@@ -215,15 +320,22 @@ static void compiled_dealloc(PyObject *self)
         PyMem_Free(c->kernels[k].args);
     }
     PyMem_Free(c->kernels);
-    for (int b = 0; c->alloc_args && b < c->nbuffers; b++)
-        for (int j = 0; c->alloc_args[b] && j < 3; j++)
-            Py_XDECREF(c->alloc_args[b][j]);
-    for (int b = 0; c->alloc_args && b < c->nbuffers; b++)
-        PyMem_Free(c->alloc_args[b]);
-    PyMem_Free(c->alloc_args);
+    for (int b = 0; c->buf_meta && b < c->nbuffers; b++)
+        Py_XDECREF(c->buf_meta[b]);
+    PyMem_Free(c->buf_meta);
+    PyMem_Free(c->buf_alloc);
+    PyMem_Free(c->steps);
+    PyMem_Free(c->value_buffer);
+    PyMem_Free(c->pynode_of);
     for (int n = 0; c->pynodes && n < c->npynodes; n++) {
-        PyMem_Free(c->pynodes[n].ref);
-        PyMem_Free(c->pynodes[n].cst);
+        cdy_pynode *p = &c->pynodes[n];
+        for (int a = 0; p->seq && a < p->nargs; a++) {
+            PyMem_Free(p->seq[a].ref);
+            PyMem_Free(p->seq[a].cst);
+        }
+        PyMem_Free(p->seq);
+        PyMem_Free(p->ref);
+        PyMem_Free(p->cst);
     }
     PyMem_Free(c->pynodes);
     PyMem_Free(c->value_input);
@@ -326,30 +438,72 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
     return 0;
 }
 
-/* Prebuilt (sizes, strides, dtype) for allocating buffer b; 0 or -1. */
-static int prepare_alloc(cdy_compiled *c, const cdy_meta *m, int b)
+/* Prebuilt (sizes, strides, dtype) of buffer b, for allocating or checking it. */
+static int prepare_meta(cdy_compiled *c, const cdy_meta *m, int b)
 {
-    PyObject **a = PyMem_Calloc(3, sizeof(PyObject *));
-    if (!a) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    c->alloc_args[b] = a;
-    a[0] = int_tuple(m->sizes, m->ndim);
-    a[1] = int_tuple(m->strides, m->ndim);
-    a[2] = Py_NewRef(dtype_objs[m->dtype]);
-    return a[0] && a[1] ? 0 : -1;
+    PyObject *sz = int_tuple(m->sizes, m->ndim), *st = int_tuple(m->strides, m->ndim);
+    if (sz && st)
+        c->buf_meta[b] = PyTuple_Pack(3, sz, st, dtype_objs[m->dtype]);
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    return c->buf_meta[b] ? 0 : -1;
 }
 
-/* The C-backend callable for plan, loading so_path.  New ref or NULL. */
+/* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
+static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
+{
+    c->npynodes = t->npynodes;
+    c->keep = Py_NewRef(t->keep);
+    c->pynodes = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(cdy_pynode));
+    c->pynode_of = PyMem_Calloc((size_t)t->graph.nvalues + 1, sizeof(int));
+    if (!c->pynodes || !c->pynode_of)
+        goto oom;
+    for (int v = 0; v < t->graph.nvalues; v++)
+        c->pynode_of[v] = -1;
+    for (int n = 0; n < c->npynodes; n++) {
+        const cdy_pynode *s = &t->pynodes[n];
+        cdy_pynode *d = &c->pynodes[n];
+        *d = *s;
+        d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
+        d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));
+        if (!d->ref || !d->cst)
+            goto oom;
+        memcpy(d->ref, s->ref, sizeof(int) * (size_t)s->nargs);
+        memcpy(d->cst, s->cst, sizeof(PyObject *) * (size_t)s->nargs);
+        d->seq = PyMem_Calloc((size_t)s->nargs + 1, sizeof(cdy_pyseq));
+        if (!d->seq)
+            goto oom;
+        for (int a = 0; a < s->nargs; a++) {
+            if (s->ref[a] != -2)
+                continue;
+            cdy_pyseq *q = &d->seq[a];
+            *q = s->seq[a];
+            q->ref = PyMem_Calloc((size_t)q->n + 1, sizeof(int));
+            q->cst = PyMem_Calloc((size_t)q->n + 1, sizeof(PyObject *));
+            if (!q->ref || !q->cst)
+                goto oom;
+            memcpy(q->ref, s->seq[a].ref, sizeof(int) * (size_t)q->n);
+            memcpy(q->cst, s->seq[a].cst, sizeof(PyObject *) * (size_t)q->n);
+        }
+        if (s->value >= 0)
+            c->pynode_of[s->value] = n;
+    }
+    return 0;
+oom:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* The C-backend callable for plan, loading so_path (NULL: no kernels) and
+ * calling t's extern nodes through torch.  New ref or NULL. */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, const char *name,
-                                 int single)
+                                 int single, const cdy_trace *t)
 {
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
         return NULL;
-    c->dl = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-    if (!c->dl) {
+    c->dl = so_path ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (so_path && !c->dl) {
         const char *e = dlerror();
         PyErr_Format(PyExc_OSError, "dlopen failed: %s", e ? e : so_path);
         goto fail;
@@ -360,18 +514,28 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     c->nkernels = plan->nkernels;
     c->outputs = PyMem_Calloc((size_t)plan->noutputs + 1, sizeof(int));
     c->kernels = PyMem_Calloc((size_t)plan->nkernels + 1, sizeof(rt_kernel));
-    c->alloc_args = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject **));
-    if (!c->outputs || !c->kernels || !c->alloc_args) {
+    c->buf_meta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject *));
+    c->buf_alloc = PyMem_Calloc((size_t)plan->nbuffers + 1, 1);
+    c->nsteps = plan->nsteps;
+    c->steps = PyMem_Calloc((size_t)plan->nsteps + 1, sizeof(cdy_step));
+    c->value_buffer = PyMem_Calloc((size_t)plan->nvalues + 1, sizeof(int));
+    if (!c->outputs || !c->kernels || !c->buf_meta || !c->buf_alloc || !c->steps ||
+        !c->value_buffer) {
         PyErr_NoMemory();
         goto fail;
     }
     memcpy(c->outputs, plan->outputs, sizeof(int) * (size_t)plan->noutputs);
+    memcpy(c->steps, plan->steps, sizeof(cdy_step) * (size_t)plan->nsteps);
+    memcpy(c->value_buffer, plan->value_buffer, sizeof(int) * (size_t)plan->nvalues);
+    memcpy(c->buf_alloc, plan->buffer_alloc, (size_t)plan->nbuffers);
     for (int k = 0; k < plan->nkernels; k++)
         if (load_kernel(c, plan, k))
             goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
-        if (prepare_alloc(c, &plan->buffers[b], b))
+        if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
+    if (copy_pynodes(c, t))
+        goto fail;
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
     if (!c->source)
         goto fail;
@@ -392,33 +556,22 @@ PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single)
     c->ninputs = t->graph.ninputs;
     c->nvalues = t->graph.nvalues;
     c->noutputs = t->graph.noutputs;
-    c->npynodes = t->npynodes;
-    c->keep = Py_NewRef(t->keep);
+    if (copy_pynodes(c, t))
+        goto fail;
     c->outputs = PyMem_Calloc((size_t)c->noutputs + 1, sizeof(int));
     c->value_input = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(int));
-    c->pynodes = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(cdy_pynode));
-    if (!c->outputs || !c->value_input || !c->pynodes)
+    if (!c->outputs || !c->value_input)
         goto oom;
     memcpy(c->outputs, t->graph.outputs, sizeof(int) * (size_t)c->noutputs);
     for (int v = 0; v < c->nvalues; v++) {
         const cdy_value *val = &t->graph.values[v];
         c->value_input[v] = val->kind == CDY_VAL_INPUT ? val->input_index : -1;
     }
-    for (int n = 0; n < c->npynodes; n++) {
-        const cdy_pynode *s = &t->pynodes[n];
-        cdy_pynode *d = &c->pynodes[n];
-        *d = *s;
-        d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
-        d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));
-        if (!d->ref || !d->cst)
-            goto oom;
-        memcpy(d->ref, s->ref, sizeof(int) * (size_t)s->nargs);
-        memcpy(d->cst, s->cst, sizeof(PyObject *) * (size_t)s->nargs);
-    }
     c->vectorcall = run_eager;
     return (PyObject *)c;
 oom:
     PyErr_NoMemory();
+fail:
     Py_DECREF(c);
     return NULL;
 }

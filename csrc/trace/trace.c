@@ -1,64 +1,19 @@
-/* trace.c - the symbolic bytecode interpreter.
- *
- * Runs a function's 3.11 bytecode over symbolic values (tvars): tensors are
- * fake tensors on torch's meta device, so every op's output dtype, sizes and
- * strides come from torch itself; Python scalars, strings, None and tuples of
- * them are constants; modules and functions are objects.  Each value read
- * from the frame (an argument, a global, an attribute of a module) gets a
- * source and a guard.  Tensor ops become graph nodes.  Anything else stops
- * the trace with a reason: the frame then runs eagerly.                    */
-#include "internal.h"
-#include "frame/opcodes.h"
+/* trace.c - the symbolic bytecode interpreter: the loop and one handler per
+ * opcode (CPython 3.11).  Values are tvars (trace/vars.c); calls are in
+ * trace/calls.c.  A frame's trace ends at RETURN_VALUE, or stops with a
+ * reason: the frame then runs eagerly (a graph break).                    */
 #include "trace/trace.h"
+#include "frame/opcodes.h"
 
 #include <stdarg.h>
 #include <string.h>
 
-#define MAX_INSTRUCTIONS 200000
-
-typedef enum { TV_NULL, TV_CONST, TV_TENSOR, TV_TUPLE, TV_LIST, TV_OBJ, TV_METHOD } tv_kind;
-
-typedef struct tvar {
-    int kind;
-    PyObject *obj;        /* CONST value; OBJ object; TENSOR fake tensor; METHOD name (borrowed: keep list) */
-    int value;            /* TENSOR: graph value number */
-    const cdy_src *src;   /* where it lives at frame entry; NULL when the trace made it */
-    struct tvar *self;    /* METHOD: the tensor */
-    int n;
-    struct tvar **items;  /* TUPLE, LIST */
-} tvar;
-
-typedef struct {
-    PyObject *name;
-    tvar *var;
-} global_memo;
-
-typedef struct {
-    cdy_trace *t;
-    PyCodeObject *co;
-    PyObject *const *frame_locals;
-    PyObject *globals, *builtins, *closure;
-    PyObject *bytes;          /* co_code */
-    const unsigned char *code;
-    int ncode;                /* code units */
-    int pc;                   /* current instruction (code units) */
-    tvar **locals;
-    int nlocals;
-    tvar **stack;
-    int sp, stack_cap;
-    PyObject *kwnames;
-    global_memo *gmemo;
-    int ngmemo;
-    tvar null_var;
-} tracer;
-
-static PyObject *empty_strided, *meta_kw, *meta_str, *result_type_fn, *torch_mod;
-static PyObject *tensor_type, *parameter_type;
+#define MAX_INSTRUCTIONS 500000
 
 /* ---- failure ------------------------------------------------------------- */
 
 /* Stop the trace with status and a formatted reason; returns -1. */
-static int stop(tracer *tr, int status, const char *fmt, ...)
+int cdy_tr_stop(tracer *tr, int status, const char *fmt, ...)
 {
     cdy_trace *t = tr->t;
     if (t->status != CDY_TRACE_OK)
@@ -69,19 +24,20 @@ static int stop(tracer *tr, int status, const char *fmt, ...)
     va_end(ap);
     t->status = status;
     t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    t->reason_file = tr->co->co_filename;
     return -1;
 }
 
 /* Stop with the pending Python exception's text as the reason; -1. */
-static int stop_exc(tracer *tr, int status, const char *what)
+int cdy_tr_stop_exc(tracer *tr, int status, const char *what)
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
     PyObject *s = ev ? PyObject_Str(ev) : NULL;
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
-    stop(tr, status, "%s: %s: %s", what, et ? ((PyTypeObject *)et)->tp_name : "error",
-         msg ? msg : "?");
+    cdy_tr_stop(tr, status, "%s: %s: %.300s", what, et ? ((PyTypeObject *)et)->tp_name : "error",
+                msg ? msg : "?");
     Py_XDECREF(s);
     Py_XDECREF(et);
     Py_XDECREF(ev);
@@ -90,10 +46,8 @@ static int stop_exc(tracer *tr, int status, const char *what)
     return -1;
 }
 
-/* ---- allocation ---------------------------------------------------------------- */
-
-/* Keep a new reference alive for the trace's life; returns it borrowed. */
-static PyObject *keep(tracer *tr, PyObject *o)
+/* Keep a new reference alive for the trace's life; returns it borrowed (NULL stays NULL). */
+PyObject *cdy_tr_keep(tracer *tr, PyObject *o)
 {
     if (!o)
         return NULL;
@@ -102,236 +56,7 @@ static PyObject *keep(tracer *tr, PyObject *o)
     return r ? NULL : o;
 }
 
-/* A zeroed tvar of kind from the arena. */
-static tvar *tv_new(tracer *tr, int kind)
-{
-    tvar *v = cdy_arena_alloc(&tr->t->arena, sizeof(tvar));
-    if (v)
-        v->kind = kind;
-    else
-        stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-    return v;
-}
-
-/* A constant tvar holding a new reference o (kept). */
-static tvar *tv_const(tracer *tr, PyObject *o)
-{
-    if (!keep(tr, o)) {
-        stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-        return NULL;
-    }
-    tvar *v = tv_new(tr, TV_CONST);
-    if (v)
-        v->obj = o;
-    return v;
-}
-
-/* A new graph value; NULL on OOM. */
-static cdy_value *graph_add(tracer *tr, int kind, int *index)
-{
-    cdy_graph *g = &tr->t->graph;
-    if (g->nvalues == g->cap_values) {
-        int cap = g->cap_values ? 2 * g->cap_values : 32;
-        cdy_value *v = PyMem_Realloc(g->values, sizeof(cdy_value) * (size_t)cap);
-        if (!v) {
-            stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-            return NULL;
-        }
-        g->values = v;
-        g->cap_values = cap;
-    }
-    cdy_value *v = &g->values[g->nvalues];
-    memset(v, 0, sizeof(*v));
-    v->kind = kind;
-    *index = g->nvalues++;
-    return v;
-}
-
-/* ---- constants and sources -------------------------------------------------- */
-
-/* 1 if o is a constant we guard by value: None, bool, int, float, str, tuples of them. */
-static int is_const(PyObject *o)
-{
-    if (o == Py_None || o == Py_Ellipsis || PyBool_Check(o) || PyLong_CheckExact(o) ||
-        PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
-        return 1;
-    if (PyTuple_CheckExact(o)) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
-            if (!is_const(PyTuple_GET_ITEM(o, i)))
-                return 0;
-        return 1;
-    }
-    return 0;
-}
-
-/* 1 if o is torch or one of its submodules (whose attributes we do not guard). */
-static int is_torch_module(PyObject *o)
-{
-    if (!PyModule_Check(o))
-        return 0;
-    const char *n = PyModule_GetName(o);
-    if (!n) {
-        PyErr_Clear();
-        return 0;
-    }
-    return !strcmp(n, "torch") || !strncmp(n, "torch.", 6);
-}
-
-/* Readable name of a source, for guard messages. */
-static void src_desc(tracer *tr, const cdy_src *s, char *buf, size_t n)
-{
-    cdy_src_name(s, tr->co, buf, n);
-}
-
-/* A source extending base with attribute name; arena-allocated. */
-static cdy_src *src_attr(tracer *tr, const cdy_src *base, PyObject *name)
-{
-    if (base->nattrs >= CDY_MAX_ATTRS)
-        return NULL;
-    cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
-    if (!s)
-        return NULL;
-    *s = *base;
-    s->attrs[s->nattrs++] = name;   /* names are kept alive by co_names / keep list */
-    return s;
-}
-
-/* The fake (meta) tensor mirroring real tensor x; new ref or NULL. */
-static PyObject *make_fake(PyObject *x, PyObject *dtype)
-{
-    PyObject *size = PyObject_GetAttr(x, cdy_str.shape);
-    PyObject *stride = size ? PyObject_CallMethodNoArgs(x, cdy_str.stride) : NULL;
-    PyObject *r = NULL;
-    if (stride) {
-        PyObject *args[4] = {size, stride, dtype, meta_str};
-        r = PyObject_Vectorcall(empty_strided, args, 2, meta_kw);
-    }
-    Py_XDECREF(size);
-    Py_XDECREF(stride);
-    return r;
-}
-
-/* Read meta (dtype, sizes, strides) of a (fake) tensor; 0, or -1 if unsupported. */
-static int read_meta(tracer *tr, PyObject *x, cdy_meta *m)
-{
-    PyObject *dt = PyObject_GetAttr(x, cdy_str.dtype);
-    PyObject *size = dt ? PyObject_GetAttr(x, cdy_str.shape) : NULL;
-    PyObject *stride = size ? PyObject_CallMethodNoArgs(x, cdy_str.stride) : NULL;
-    int r = -1;
-    if (!stride) {
-        stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor meta");
-        goto done;
-    }
-    m->dtype = cdy_dtype_from_obj(dt);
-    m->ndim = (int)PyTuple_GET_SIZE(size);
-    if (m->dtype == CDY_DT_NONE) {
-        PyObject *s = PyObject_Str(dt);
-        stop(tr, CDY_TRACE_UNSUPPORTED, "dtype %s is not supported", s ? PyUnicode_AsUTF8(s) : "?");
-        Py_XDECREF(s);
-        goto done;
-    }
-    if (m->ndim > CDY_MAX_NDIM) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensors of more than %d dims are not supported", CDY_MAX_NDIM);
-        goto done;
-    }
-    for (int d = 0; d < m->ndim; d++) {
-        m->sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, d));
-        m->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
-    }
-    r = 0;
-done:
-    Py_XDECREF(dt);
-    Py_XDECREF(size);
-    Py_XDECREF(stride);
-    return r;
-}
-
-/* A tensor read from the frame at src: guard it, make it a graph input. */
-static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src)
-{
-    char desc[96];
-    src_desc(tr, src, desc, sizeof(desc));
-    if (!src || src->kind == CDY_SRC_DEREF) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' from a closure cell is not supported", desc);
-        return NULL;
-    }
-    PyObject *cpu = PyObject_GetAttr(x, cdy_str.is_cpu);
-    PyObject *lay = cpu ? PyObject_GetAttr(x, cdy_str.layout) : NULL;
-    PyObject *rg = lay ? PyObject_GetAttr(x, cdy_str.requires_grad) : NULL;
-    PyObject *dt = rg ? PyObject_GetAttr(x, cdy_str.dtype) : NULL;
-    tvar *v = NULL;
-    if (!dt)
-        stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor properties");
-    else if (cpu != Py_True)
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not on the CPU", desc);
-    else if (lay != cdy_strided_layout)
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not strided (sparse or mkldnn)", desc);
-    else if (rg == Py_True)
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' requires grad: autograd is not supported", desc);
-    else {
-        cdy_meta m;
-        PyObject *fake = make_fake(x, dt);
-        int idx;
-        cdy_value *gv;
-        cdy_guard *g;
-        if (!fake)
-            stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
-        else if (keep(tr, fake) && !read_meta(tr, fake, &m) && (gv = graph_add(tr, CDY_VAL_INPUT, &idx)) &&
-                 (g = cdy_guards_add(&tr->t->guards, CDY_GUARD_TENSOR, src, desc)) &&
-                 (v = tv_new(tr, TV_TENSOR))) {
-            gv->meta = m;
-            gv->input_index = tr->t->graph.ninputs++;
-            g->expect = Py_NewRef((PyObject *)Py_TYPE(x));
-            g->dtype = Py_NewRef(dt);
-            g->requires_grad = 0;
-            g->ndim = m.ndim;
-            memcpy(g->sizes, m.sizes, sizeof(m.sizes));
-            memcpy(g->strides, m.strides, sizeof(m.strides));
-            v->obj = fake;
-            v->value = idx;
-            v->src = src;
-        }
-        else if (tr->t->status == CDY_TRACE_OK)
-            stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    }
-    Py_XDECREF(cpu);
-    Py_XDECREF(lay);
-    Py_XDECREF(rg);
-    Py_XDECREF(dt);
-    return v;
-}
-
-/* A tvar for object o read from the frame at src, with its guard.
- * guard=0 skips the guard (attributes of torch modules). */
-static tvar *wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
-{
-    PyTypeObject *tp = Py_TYPE(o);
-    if ((PyObject *)tp == tensor_type || (PyObject *)tp == parameter_type)
-        return wrap_tensor(tr, o, src);
-    if (PyObject_TypeCheck(o, (PyTypeObject *)tensor_type)) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "tensor subclass %s is not supported", tp->tp_name);
-        return NULL;
-    }
-    int konst = is_const(o);
-    if (guard && src) {
-        char desc[96];
-        src_desc(tr, src, desc, sizeof(desc));
-        cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST : CDY_GUARD_ID, src, desc);
-        if (!g) {
-            stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-            return NULL;
-        }
-        g->expect = Py_NewRef(o);
-    }
-    tvar *v = konst ? tv_const(tr, Py_NewRef(o)) : NULL;
-    if (!konst && keep(tr, Py_NewRef(o)) && (v = tv_new(tr, TV_OBJ)))
-        v->obj = o;
-    if (v)
-        v->src = src;
-    return v;
-}
-
-/* ---- stack ------------------------------------------------------------------------ */
+/* ---- stack ------------------------------------------------------------------ */
 
 /* Push v (NULL means a failure already recorded); 0 or -1. */
 static int push(tracer *tr, tvar *v)
@@ -339,7 +64,7 @@ static int push(tracer *tr, tvar *v)
     if (!v)
         return -1;
     if (tr->sp == tr->stack_cap)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "stack overflow in trace");
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack overflow in trace");
     tr->stack[tr->sp++] = v;
     return 0;
 }
@@ -354,501 +79,80 @@ static tvar *peek(tracer *tr, int i)
     return tr->sp >= i ? tr->stack[tr->sp - i] : &tr->null_var;
 }
 
-/* ---- tensor ops ---------------------------------------------------------------- */
+/* ---- loads and stores ---------------------------------------------------------- */
 
-/* Graph value for an argument: a tensor's value or a new scalar; -1 if unsupported. */
-static int arg_value(tracer *tr, tvar *a)
-{
-    if (a->kind == TV_TENSOR)
-        return a->value;
-    if (a->kind != TV_CONST)
-        return -1;
-    PyObject *o = a->obj;
-    int idx;
-    cdy_value *v;
-    if (PyBool_Check(o)) {
-        if (!(v = graph_add(tr, CDY_VAL_SCALAR, &idx)))
-            return -1;
-        v->meta.dtype = CDY_DT_BOOL;
-        v->i = o == Py_True;
-    }
-    else if (PyLong_CheckExact(o)) {
-        long long i = PyLong_AsLongLong(o);
-        if (i == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return -1;
-        }
-        if (!(v = graph_add(tr, CDY_VAL_SCALAR, &idx)))
-            return -1;
-        v->meta.dtype = CDY_DT_INT64;
-        v->i = i;
-    }
-    else if (PyFloat_CheckExact(o)) {
-        if (!(v = graph_add(tr, CDY_VAL_SCALAR, &idx)))
-            return -1;
-        v->meta.dtype = CDY_DT_FLOAT64;
-        v->f = PyFloat_AS_DOUBLE(o);
-    }
-    else
-        return -1;
-    return idx;
-}
-
-/* The dtype torch computes a comparison in: torch.result_type(a, b). */
-static int compare_dtype(tracer *tr, PyObject *a, PyObject *b)
-{
-    PyObject *args[2] = {a, b};
-    PyObject *dt = PyObject_Vectorcall(result_type_fn, args, 2, NULL);
-    if (!dt) {
-        PyErr_Clear();
-        return CDY_DT_NONE;
-    }
-    int d = cdy_dtype_from_obj(dt);
-    Py_DECREF(dt);
-    return d;
-}
-
-/* Record the call for the eager backend; 0 or -1. */
-static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int value)
-{
-    cdy_trace *t = tr->t;
-    if (t->npynodes == t->cap_pynodes) {
-        int cap = t->cap_pynodes ? 2 * t->cap_pynodes : 16;
-        cdy_pynode *p = PyMem_Realloc(t->pynodes, sizeof(cdy_pynode) * (size_t)cap);
-        if (!p)
-            return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-        t->pynodes = p;
-        t->cap_pynodes = cap;
-    }
-    cdy_pynode *p = &t->pynodes[t->npynodes++];
-    p->fn = fn;
-    p->nargs = nargs;
-    p->kwnames = kwnames;
-    p->value = value;
-    p->ref = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(nargs + 1));
-    p->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
-    if (!p->ref || !p->cst)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-    for (int i = 0; i < nargs; i++) {
-        p->ref[i] = args[i]->kind == TV_TENSOR ? args[i]->value : -1;
-        p->cst[i] = args[i]->kind == TV_TENSOR ? NULL : args[i]->obj;
-    }
-    return 0;
-}
-
-/* Call fn(*args) where some args are tensors: run it on the fake tensors
- * for the output meta, and add a graph node for op.  NULL when stopped. */
-static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tvar **args,
-                         int nargs, PyObject *kwnames)
-{
-    PyObject *pyargs[16];
-    if (nargs > 16) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many arguments", what);
-        return NULL;
-    }
-    for (int i = 0; i < nargs; i++) {
-        if (args[i]->kind != TV_TENSOR && args[i]->kind != TV_CONST) {
-            stop(tr, CDY_TRACE_UNSUPPORTED, "%s: argument %d is not a tensor or a constant", what, i);
-            return NULL;
-        }
-        pyargs[i] = args[i]->obj;
-    }
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *out = PyObject_Vectorcall(fn, pyargs, (size_t)(nargs - nkw), kwnames);
-    if (!out) {
-        int unsupported = PyErr_ExceptionMatches(PyExc_NotImplementedError);
-        stop_exc(tr, unsupported ? CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what);
-        return NULL;
-    }
-    if (!keep(tr, out)) {
-        stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-        return NULL;
-    }
-    if (!PyObject_TypeCheck(out, (PyTypeObject *)tensor_type)) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned %s, not a tensor", what, Py_TYPE(out)->tp_name);
-        return NULL;
-    }
-    if (op == CDY_OP_NONE) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no lowering in cdynamo", what);
-        return NULL;
-    }
-    if (nkw) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s: keyword arguments are not supported", what);
-        return NULL;
-    }
-    if (nargs != cdy_op_table[op].nargs) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s: %d arguments, expected %d", what, nargs,
-             cdy_op_table[op].nargs);
-        return NULL;
-    }
-    cdy_meta m;
-    if (read_meta(tr, out, &m))
-        return NULL;
-    int argv[4];
-    for (int i = 0; i < nargs; i++)
-        if ((argv[i] = arg_value(tr, args[i])) < 0) {
-            if (tr->t->status == CDY_TRACE_OK)
-                stop(tr, CDY_TRACE_UNSUPPORTED, "%s: argument %d is not a tensor or number", what, i);
-            return NULL;
-        }
-    int compute = m.dtype;
-    if (cdy_op_table[op].kind == 'C' && (compute = compare_dtype(tr, pyargs[0], pyargs[1])) < 0) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
-        return NULL;
-    }
-    int idx;
-    cdy_value *gv = graph_add(tr, CDY_VAL_NODE, &idx);
-    tvar *v = gv ? tv_new(tr, TV_TENSOR) : NULL;
-    if (!v)
-        return NULL;
-    gv->meta = m;
-    gv->op = op;
-    gv->nargs = nargs;
-    memcpy(gv->args, argv, sizeof(int) * (size_t)nargs);
-    gv->compute_dtype = compute;
-    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
-    v->obj = out;
-    v->value = idx;
-    if (add_pynode(tr, fn, args, nargs, kwnames, idx))
-        return NULL;
-    return v;
-}
-
-/* ---- constant folding ------------------------------------------------------------ */
-
-/* Result of calling fn on constants, as a constant; NULL when stopped. */
-static tvar *fold_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
-{
-    PyObject *pyargs[16];
-    if (nargs > 16) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
-        return NULL;
-    }
-    for (int i = 0; i < nargs; i++)
-        pyargs[i] = args[i]->obj;
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *r = PyObject_Vectorcall(fn, pyargs, (size_t)(nargs - nkw), kwnames);
-    if (!r) {
-        stop_exc(tr, CDY_TRACE_ERROR, "constant expression");
-        return NULL;
-    }
-    if (!is_const(r)) {
-        Py_DECREF(r);
-        stop(tr, CDY_TRACE_UNSUPPORTED, "constant expression gave a non-constant");
-        return NULL;
-    }
-    return tv_const(tr, r);
-}
-
-/* 1 if fn is a pure function of constants we may evaluate at trace time. */
-static int foldable_fn(PyObject *fn)
-{
-    static const char *builtins[] = {"abs", "min", "max", "len", "float", "int", "bool", "round",
-                                     "pow", "divmod", "str", NULL};
-    if (!PyCFunction_Check(fn))
-        return fn == (PyObject *)&PyFloat_Type || fn == (PyObject *)&PyLong_Type ||
-               fn == (PyObject *)&PyBool_Type || fn == (PyObject *)&PyUnicode_Type;
-    PyObject *self = PyCFunction_GET_SELF(fn);
-    if (!self || !PyModule_Check(self))
-        return 0;
-    const char *mod = PyModule_GetName(self);
-    if (!mod) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (!strcmp(mod, "math"))
-        return 1;
-    if (strcmp(mod, "builtins"))
-        return 0;
-    const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
-    for (int i = 0; builtins[i]; i++)
-        if (!strcmp(name, builtins[i]))
-            return 1;
-    return 0;
-}
-
-/* ---- opcode handlers ---------------------------------------------------------------- */
-
-/* 1 if any of args is a tensor. */
-static int any_tensor(tvar **args, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (args[i]->kind == TV_TENSOR)
-            return 1;
-    return 0;
-}
-
-/* 1 if all of args are constants. */
-static int all_const(tvar **args, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (args[i]->kind != TV_CONST)
-            return 0;
-    return 1;
-}
-
-/* Short text naming a callable, for reasons. */
-static void callable_name(PyObject *fn, char *buf, size_t n)
-{
-    PyObject *q = PyObject_GetAttrString(fn, "__qualname__");
-    if (!q) {
-        PyErr_Clear();
-        q = PyObject_Repr(fn);
-    }
-    snprintf(buf, n, "%s", q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : "?");
-    Py_XDECREF(q);
-    PyErr_Clear();
-}
-
-/* Apply callable to args (an operator, function or method); NULL when stopped. */
-static tvar *do_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
-{
-    char name[128];
-    if (callable->kind == TV_METHOD) {
-        int op = cdy_optable_method(callable->obj);
-        PyObject *fn = keep(tr, PyObject_GetAttr(tensor_type, callable->obj));
-        snprintf(name, sizeof(name), "Tensor.%s", PyUnicode_AsUTF8(callable->obj));
-        if (!fn) {
-            stop_exc(tr, CDY_TRACE_UNSUPPORTED, name);
-            return NULL;
-        }
-        if (op == CDY_OP_WHERE && nargs == 3) {   /* x.where(cond, y) is where(cond, x, y) */
-            tvar *re[3] = {args[1], args[0], args[2]};
-            PyObject *tw = PyObject_GetAttrString(torch_mod, "where");
-            if (!keep(tr, tw)) {
-                stop_exc(tr, CDY_TRACE_UNSUPPORTED, name);
-                return NULL;
-            }
-            return tensor_call(tr, op, tw, name, re, 3, kwnames);
-        }
-        return tensor_call(tr, op, fn, name, args, nargs, kwnames);
-    }
-    if (callable->kind != TV_OBJ && callable->kind != TV_CONST) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "call of a value that is not a known function");
-        return NULL;
-    }
-    PyObject *fn = callable->obj;
-    callable_name(fn, name, sizeof(name));
-    if (any_tensor(args, nargs))
-        return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames);
-    if (all_const(args, nargs) && foldable_fn(fn))
-        return fold_call(tr, fn, args, nargs, kwnames);
-    stop(tr, CDY_TRACE_UNSUPPORTED, "call to %s is not supported", name);
-    return NULL;
-}
-
-/* Binary operator `fn` (an operator.* function) on the two top values. */
-static int binary(tracer *tr, PyObject *fn, const char *opname)
-{
-    tvar *b = pop(tr), *a = pop(tr);
-    tvar *args[2] = {a, b};
-    if (all_const(args, 2))
-        return push(tr, fold_call(tr, fn, args, 2, NULL));
-    if (!any_tensor(args, 2))
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "operator %s on non-constant, non-tensor values", opname);
-    return push(tr, tensor_call(tr, cdy_optable_fn(fn), fn, opname, args, 2, NULL));
-}
-
-static PyObject *op_funcs[32];   /* operator.* by BINARY_OP / COMPARE_OP code */
-
-/* operator.<name>, cached by slot; borrowed. */
-static PyObject *operator_fn(int slot, const char *name)
-{
-    if (!op_funcs[slot]) {
-        PyObject *m = PyImport_ImportModule("operator");
-        op_funcs[slot] = m ? PyObject_GetAttrString(m, name) : NULL;
-        Py_XDECREF(m);
-    }
-    return op_funcs[slot];
-}
-
-/* BINARY_OP oparg */
-static int op_binary(tracer *tr, int oparg)
-{
-    static const char *names[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod",
-                                  "or_", "pow", "rshift", "sub", "truediv", "xor"};
-    static const char *syms[] = {"+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^"};
-    int inplace = oparg >= CDY_NB_INPLACE_FIRST;
-    int base = inplace ? oparg - CDY_NB_INPLACE_FIRST : oparg;
-    if (base < 0 || base > 12)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "binary operator %d", oparg);
-    if (inplace && (peek(tr, 2)->kind == TV_TENSOR))
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "in-place operator %s= on a tensor", syms[base]);
-    PyObject *fn = operator_fn(base, names[base]);
-    if (!fn)
-        return stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    return binary(tr, fn, syms[base]);
-}
-
-/* COMPARE_OP oparg (3.11: 0 < 1 <= 2 == 3 != 4 > 5 >=) */
-static int op_compare(tracer *tr, int oparg)
-{
-    static const char *names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
-    static const char *syms[] = {"<", "<=", "==", "!=", ">", ">="};
-    if (oparg < 0 || oparg > 5)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "comparison %d", oparg);
-    PyObject *fn = operator_fn(16 + oparg, names[oparg]);
-    if (!fn)
-        return stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    return binary(tr, fn, syms[oparg]);
-}
-
-/* UNARY_NEGATIVE / UNARY_NOT on the top value. */
-static int op_unary(tracer *tr, int neg)
-{
-    tvar *a = pop(tr);
-    PyObject *fn = neg ? operator_fn(24, "neg") : operator_fn(25, "not_");
-    if (!fn)
-        return stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    if (a->kind == TV_CONST)
-        return push(tr, fold_call(tr, fn, &a, 1, NULL));
-    if (a->kind == TV_TENSOR && neg)
-        return push(tr, tensor_call(tr, CDY_OP_NEG, fn, "-", &a, 1, NULL));
-    if (a->kind == TV_TENSOR)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "'not' on a tensor is data-dependent control flow");
-    return stop(tr, CDY_TRACE_UNSUPPORTED, "unary operator on a non-constant value");
-}
-
-/* LOAD_FAST slot: arguments are wrapped (and guarded) on first use. */
+/* LOAD_FAST slot: the top frame's arguments are wrapped (and guarded) on first use. */
 static int op_load_fast(tracer *tr, int slot)
 {
     if (slot >= tr->nlocals)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "bad local slot");
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "bad local slot");
     if (!tr->locals[slot]) {
-        PyObject *o = slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
+        PyObject *o = tr->frame_locals && slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
         if (!o)
-            return stop(tr, CDY_TRACE_ERROR, "local variable referenced before assignment");
-        cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "local variable '%s' referenced before assignment",
+                               PyUnicode_AsUTF8(PyTuple_GET_ITEM(tr->co->co_localsplusnames, slot)));
+        cdy_src *s = cdy_src_new(tr, CDY_SRC_LOCAL);
         if (!s)
-            return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-        s->kind = CDY_SRC_LOCAL;
+            return -1;
         s->slot = slot;
-        tr->locals[slot] = wrap(tr, o, s, 1);
+        tr->locals[slot] = cdy_wrap(tr, o, s, 1);
     }
     return push(tr, tr->locals[slot]);
 }
 
-/* LOAD_GLOBAL name (memoized so each global is guarded once). */
+/* LOAD_GLOBAL name from the function's globals (then builtins). */
 static int op_load_global(tracer *tr, int oparg)
 {
     PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, oparg >> 1);
     if ((oparg & 1) && push(tr, &tr->null_var))
         return -1;
-    for (int i = 0; i < tr->ngmemo; i++)
-        if (tr->gmemo[i].name == name)
-            return push(tr, tr->gmemo[i].var);
     PyObject *o = PyDict_GetItemWithError(tr->globals, name);
     if (!o && !PyErr_Occurred())
         o = PyDict_GetItemWithError(tr->builtins, name);
     if (!o) {
         if (PyErr_Occurred())
-            return stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a global");
-        return stop(tr, CDY_TRACE_ERROR, "name '%s' is not defined", PyUnicode_AsUTF8(name));
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a global");
+        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "name '%s' is not defined", PyUnicode_AsUTF8(name));
     }
-    cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
-    global_memo *gm = cdy_arena_alloc(&tr->t->arena, sizeof(global_memo) * (size_t)(tr->ngmemo + 1));
-    if (!s || !gm)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-    s->kind = CDY_SRC_GLOBAL;
-    s->name = name;
-    tvar *v = wrap(tr, o, s, 1);
-    if (!v)
+    cdy_src *s = cdy_src_new(tr, CDY_SRC_GLOBAL);
+    if (!s)
         return -1;
-    if (tr->ngmemo)
-        memcpy(gm, tr->gmemo, sizeof(global_memo) * (size_t)tr->ngmemo);
-    gm[tr->ngmemo].name = name;
-    gm[tr->ngmemo].var = v;
-    tr->gmemo = gm;
-    tr->ngmemo++;
-    return push(tr, v);
+    s->name = name;
+    if (tr->parent)   /* an inlined function: its own module's globals */
+        s->dict = tr->globals;
+    return push(tr, cdy_wrap(tr, o, s, tr->guard_globals));
 }
 
-/* LOAD_DEREF of a free variable (a closure cell). */
+/* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free
+ * variables come from the function's closure. */
 static int op_load_deref(tracer *tr, int oparg)
 {
-    int first_free = (int)(tr->co->co_nlocalsplus - tr->co->co_nfreevars);
+    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
+    if (oparg < first_free)
+        return tr->locals[oparg] ? push(tr, tr->locals[oparg]) : op_load_fast(tr, oparg);
     int idx = oparg - first_free;
-    if (idx < 0 || !tr->closure || idx >= PyTuple_GET_SIZE(tr->closure))
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "cell variables of this frame are not supported");
+    if (!tr->closure || idx >= PyTuple_GET_SIZE(tr->closure))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure cell missing");
     PyObject *o = PyCell_GET(PyTuple_GET_ITEM(tr->closure, idx));
     if (!o)
-        return stop(tr, CDY_TRACE_ERROR, "free variable referenced before assignment");
-    cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
-    if (!s)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-    s->kind = CDY_SRC_DEREF;
-    s->slot = idx;
-    return push(tr, wrap(tr, o, s, 1));
+        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "free variable referenced before assignment");
+    cdy_src *s = NULL;
+    if (!tr->parent) {
+        s = cdy_src_new(tr, CDY_SRC_DEREF);
+        if (!s)
+            return -1;
+        s->slot = idx;
+    }
+    return push(tr, cdy_wrap(tr, o, s, s != NULL));
 }
 
-/* Attribute of a tensor that is a constant under the tensor's guard. */
-static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
-{
-    const char *n = PyUnicode_AsUTF8(name);
-    static const char *ok[] = {"shape", "dtype", "ndim", "device", "is_cuda", "is_floating_point",
-                               "layout", NULL};
-    for (int i = 0; ok[i]; i++)
-        if (!strcmp(n, ok[i])) {
-            PyObject *v = PyObject_GetAttr(t->obj, name);
-            if (!v) {
-                stop_exc(tr, CDY_TRACE_ERROR, "tensor attribute");
-                return NULL;
-            }
-            if (!strcmp(n, "device")) {   /* the fake says meta; the real tensor is on the cpu */
-                Py_DECREF(v);
-                v = PyObject_CallMethod(torch_mod, "device", "s", "cpu");
-            }
-            if (!keep(tr, v)) {
-                stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-                return NULL;
-            }
-            tvar *r = tv_new(tr, is_const(v) ? TV_CONST : TV_OBJ);
-            if (r)
-                r->obj = v;
-            return r;
-        }
-    stop(tr, CDY_TRACE_UNSUPPORTED, "tensor attribute '%s' is not supported", n);
-    return NULL;
-}
-
-/* getattr(base, name) as a tvar. */
-static tvar *get_attr(tracer *tr, tvar *base, PyObject *name)
-{
-    if (base->kind == TV_TENSOR)
-        return tensor_attr(tr, base, name);
-    if (base->kind != TV_OBJ) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of a %s value", PyUnicode_AsUTF8(name),
-             base->kind == TV_CONST ? "constant" : "non-object");
-        return NULL;
-    }
-    if (!PyModule_Check(base->obj)) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of a %s object is not supported",
-             PyUnicode_AsUTF8(name), Py_TYPE(base->obj)->tp_name);
-        return NULL;
-    }
-    PyObject *o = PyObject_GetAttr(base->obj, name);
-    if (!o) {
-        stop_exc(tr, CDY_TRACE_ERROR, "attribute");
-        return NULL;
-    }
-    int torch_attr = is_torch_module(base->obj);
-    const cdy_src *s = base->src ? src_attr(tr, base->src, name) : NULL;
-    if (!s && !torch_attr) {
-        Py_DECREF(o);
-        stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an unguardable module", PyUnicode_AsUTF8(name));
-        return NULL;
-    }
-    tvar *v = wrap(tr, o, s, !torch_attr);
-    Py_DECREF(o);
-    return v;
-}
-
-/* LOAD_METHOD: a Tensor method becomes (METHOD, self); other attributes (NULL, attr). */
+/* LOAD_METHOD: a Tensor or container method becomes (METHOD, self); other
+ * attributes (NULL, attr). */
 static int op_load_method(tracer *tr, PyObject *name)
 {
     tvar *base = pop(tr);
-    if (base->kind == TV_TENSOR) {
-        tvar *m = tv_new(tr, TV_METHOD);
+    if (base->kind == TV_TENSOR || base->kind == TV_DICT || base->kind == TV_LIST) {
+        tvar *m = cdy_tv_new(tr, TV_METHOD);
         if (!m)
             return -1;
         m->obj = name;
@@ -857,15 +161,16 @@ static int op_load_method(tracer *tr, PyObject *name)
     }
     if (push(tr, &tr->null_var))
         return -1;
-    return push(tr, get_attr(tr, base, name));
+    return push(tr, cdy_get_attr(tr, base, name));
 }
+
+/* ---- calls and operators -------------------------------------------------------------- */
 
 /* CALL oparg, with the pending KW_NAMES. */
 static int op_call(tracer *tr, int oparg)
 {
     tvar *meth = peek(tr, oparg + 2);
-    tvar *callable;
-    tvar **args;
+    tvar *callable, **args;
     int nargs;
     if (meth->kind != TV_NULL) {
         callable = meth;
@@ -879,88 +184,209 @@ static int op_call(tracer *tr, int oparg)
     }
     PyObject *kw = tr->kwnames;
     tr->kwnames = NULL;
-    tvar *r = do_call(tr, callable, args, nargs, kw);
+    tvar *r = cdy_call(tr, callable, args, nargs, kw);
     tr->sp -= oparg + 2;
     return push(tr, r);
 }
 
-/* BUILD_TUPLE / BUILD_LIST n */
+/* CALL_FUNCTION_EX: f(*args) or f(*args, **kwargs) with known containers. */
+static int op_call_ex(tracer *tr, int oparg)
+{
+    tvar *kw = (oparg & 1) ? pop(tr) : NULL, *pos = pop(tr), *fn = pop(tr);
+    pop(tr);   /* the NULL below the callable */
+    tvar *it = cdy_iterate(tr, pos);
+    if (!it)
+        return -1;
+    if (kw && kw->kind != TV_DICT)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "**kwargs of an unknown mapping");
+    int np = it->n - it->pos, nk = kw ? kw->n : 0;
+    if (np + nk > CDY_MAX_CALL_ARGS)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
+    tvar *args[CDY_MAX_CALL_ARGS];
+    memcpy(args, it->items + it->pos, sizeof(tvar *) * (size_t)np);
+    PyObject *names = NULL;
+    if (nk) {
+        names = PyTuple_New(nk);
+        for (int i = 0; names && i < nk; i++) {
+            PyTuple_SET_ITEM(names, i, Py_NewRef(kw->keys[i]));
+            args[np + i] = kw->items[i];
+        }
+        if (!cdy_tr_keep(tr, names))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    }
+    return push(tr, cdy_call(tr, fn, args, np + nk, names));
+}
+
+/* BINARY_OP oparg */
+static int op_binary(tracer *tr, int oparg)
+{
+    static const char *names[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod",
+                                  "or_", "pow", "rshift", "sub", "truediv", "xor"};
+    static const char *syms[] = {"+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^"};
+    int inplace = oparg >= CDY_NB_INPLACE_FIRST;
+    int base = inplace ? oparg - CDY_NB_INPLACE_FIRST : oparg;
+    if (base < 0 || base > 12)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "binary operator %d", oparg);
+    if (inplace && peek(tr, 2)->kind == TV_TENSOR)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "in-place operator %s= on a tensor", syms[base]);
+    tvar *args[2];
+    args[1] = pop(tr);
+    args[0] = pop(tr);
+    if (base == 0 && args[0]->kind == args[1]->kind && (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)) {
+        int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+        if (!items)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
+        memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
+        return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
+    }
+    PyObject *fn = cdy_operator_fn(base, names[base]);
+    if (!fn)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    return push(tr, cdy_call_operator(tr, fn, syms[base], args, 2));
+}
+
+/* COMPARE_OP oparg (3.11: 0 < 1 <= 2 == 3 != 4 > 5 >=) */
+static int op_compare(tracer *tr, int oparg)
+{
+    static const char *names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+    static const char *syms[] = {"<", "<=", "==", "!=", ">", ">="};
+    if (oparg < 0 || oparg > 5)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "comparison %d", oparg);
+    PyObject *fn = cdy_operator_fn(16 + oparg, names[oparg]);
+    tvar *args[2];
+    args[1] = pop(tr);
+    args[0] = pop(tr);
+    if (!fn)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    return push(tr, cdy_call_operator(tr, fn, syms[oparg], args, 2));
+}
+
+/* UNARY_NEGATIVE / UNARY_NOT / UNARY_INVERT / UNARY_POSITIVE on the top value. */
+static int op_unary(tracer *tr, int op)
+{
+    tvar *a = pop(tr);
+    if (op == CDY_UNARY_NOT) {
+        int t = cdy_truth(tr, a);
+        return t < 0 ? -1 : push(tr, cdy_tv_const(tr, PyBool_FromLong(!t)));
+    }
+    const char *name = op == CDY_UNARY_NEGATIVE ? "neg" : op == CDY_UNARY_INVERT ? "invert" : "pos";
+    int slot = op == CDY_UNARY_NEGATIVE ? 24 : op == CDY_UNARY_INVERT ? 25 : 26;
+    PyObject *fn = cdy_operator_fn(slot, name);
+    if (!fn)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    return push(tr, cdy_call_operator(tr, fn, name, &a, 1));
+}
+
+/* BINARY_SUBSCR: containers with constant keys, tensor indexing (an extern),
+ * constant folding. */
+static int op_subscr(tracer *tr)
+{
+    tvar *i = pop(tr), *s = pop(tr);
+    if (i->kind == TV_CONST && (s->kind == TV_TUPLE || s->kind == TV_LIST)) {
+        if (PySlice_Check(i->obj)) {
+            Py_ssize_t start, stop, step, n;
+            if (PySlice_Unpack(i->obj, &start, &stop, &step) < 0)
+                return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "slice");
+            n = PySlice_AdjustIndices(s->n, &start, &stop, step);
+            tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+            for (Py_ssize_t k = 0; items && k < n; k++)
+                items[k] = s->items[start + k * step];
+            return push(tr, items ? cdy_tv_seq(tr, s->kind, items, (int)n) : NULL);
+        }
+        if (!PyLong_Check(i->obj))
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "sequence index is not an integer");
+        long k = PyLong_AsLong(i->obj);
+        if (k < 0)
+            k += s->n;
+        if (k < 0 || k >= s->n)
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "index out of range");
+        return push(tr, s->items[k]);
+    }
+    if (s->kind == TV_DICT) {
+        tvar *m = cdy_tv_new(tr, TV_METHOD);
+        if (!m || !(m->obj = cdy_tr_keep(tr, PyUnicode_FromString("__getitem__"))))
+            return -1;
+        m->self = s;
+        tvar *args[2] = {s, i};
+        return push(tr, cdy_call(tr, m, args, 2, NULL));
+    }
+    if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST &&
+        (PyList_Check(s->obj) || PyDict_Check(s->obj) || PyTuple_Check(s->obj))) {
+        PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* a container read from the frame */
+        if (!v)
+            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "subscript");
+        const cdy_src *src = cdy_src_step(tr, s->src, i->obj, 1);
+        tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
+        Py_DECREF(v);
+        return push(tr, r);
+    }
+    PyObject *fn = cdy_operator_fn(27, "getitem");
+    if (!fn)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    tvar *args[2] = {s, i};
+    return push(tr, cdy_call_operator(tr, fn, "[]", args, 2));
+}
+
+/* ---- containers --------------------------------------------------------------------- */
+
+/* BUILD_TUPLE / BUILD_LIST n (a tuple of constants is a constant). */
 static int op_build(tracer *tr, int n, int kind)
 {
     if (n > tr->sp)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
-    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
-    tvar *v = items ? tv_new(tr, kind) : NULL;
-    if (!v)
-        return -1;
-    memcpy(items, &tr->stack[tr->sp - n], sizeof(tvar *) * (size_t)n);
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
+    tvar **items = &tr->stack[tr->sp - n];
     tr->sp -= n;
-    v->n = n;
-    v->items = items;
-    if (kind == TV_TUPLE && all_const(items, n)) {   /* a tuple of constants is a constant */
+    int all_const = 1;
+    for (int i = 0; i < n; i++)
+        all_const &= items[i]->kind == TV_CONST;
+    if (kind == TV_TUPLE && all_const) {
         PyObject *t = PyTuple_New(n);
         for (int i = 0; t && i < n; i++)
             PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]->obj));
-        return push(tr, t ? tv_const(tr, t) : NULL);
+        return push(tr, t ? cdy_tv_const(tr, t) : NULL);
     }
-    return push(tr, v);
+    return push(tr, cdy_tv_seq(tr, kind, items, n));
+}
+
+/* BUILD_MAP n / BUILD_CONST_KEY_MAP n: a dict with constant keys. */
+static int op_build_map(tracer *tr, int n, int const_keys)
+{
+    tvar *d = cdy_tv_new(tr, TV_DICT);
+    tvar *keys = const_keys ? pop(tr) : NULL;
+    if (!d)
+        return -1;
+    d->items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    d->keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(n + 1));
+    if (!d->items || !d->keys || n * (2 - const_keys) > tr->sp)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "bad dict display");
+    tvar **base = &tr->stack[tr->sp - n * (2 - const_keys)];
+    for (int i = 0; i < n; i++) {
+        tvar *k = const_keys ? NULL : base[2 * i];
+        PyObject *key = const_keys ? PyTuple_GET_ITEM(keys->obj, i) : k->obj;
+        if (!const_keys && k->kind != TV_CONST)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dict key is not a constant");
+        d->keys[i] = key;
+        d->items[i] = const_keys ? base[i] : base[2 * i + 1];
+    }
+    d->n = n;
+    tr->sp -= n * (2 - const_keys);
+    return push(tr, d);
 }
 
 /* UNPACK_SEQUENCE n */
 static int op_unpack(tracer *tr, int n)
 {
-    tvar *s = pop(tr);
-    if ((s->kind == TV_TUPLE || s->kind == TV_LIST) && s->n == n) {
-        for (int i = n - 1; i >= 0; i--)
-            if (push(tr, s->items[i]))
-                return -1;
-        return 0;
-    }
-    if (s->kind == TV_CONST && PyTuple_Check(s->obj) && PyTuple_GET_SIZE(s->obj) == n) {
-        for (int i = n - 1; i >= 0; i--)
-            if (push(tr, tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(s->obj, i)))))
-                return -1;
-        return 0;
-    }
-    return stop(tr, CDY_TRACE_UNSUPPORTED, "unpacking a value that is not a tuple or list of length %d", n);
-}
-
-/* BINARY_SUBSCR: tuple/list with a constant index, or constant folding. */
-static int op_subscr(tracer *tr)
-{
-    tvar *i = pop(tr), *s = pop(tr);
-    if (i->kind == TV_CONST && (s->kind == TV_TUPLE || s->kind == TV_LIST) && PyLong_CheckExact(i->obj)) {
-        long k = PyLong_AsLong(i->obj);
-        if (k < 0)
-            k += s->n;
-        if (k < 0 || k >= s->n)
-            return stop(tr, CDY_TRACE_ERROR, "index out of range");
-        return push(tr, s->items[k]);
-    }
-    if (i->kind == TV_CONST && s->kind == TV_CONST) {
-        PyObject *r = PyObject_GetItem(s->obj, i->obj);
-        if (!r)
-            return stop_exc(tr, CDY_TRACE_ERROR, "subscript");
-        return push(tr, tv_const(tr, r));
-    }
-    return stop(tr, CDY_TRACE_UNSUPPORTED, "subscript of a %s is not supported",
-                s->kind == TV_TENSOR ? "tensor" : "value");
-}
-
-/* Truth value of v for a branch: 0/1, or -1 when stopped. */
-static int truth(tracer *tr, tvar *v)
-{
-    if (v->kind == TV_TENSOR)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "data-dependent branch on a tensor value");
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST)
-        return v->n > 0;
-    if (v->kind == TV_CONST || v->kind == TV_OBJ) {
-        int r = PyObject_IsTrue(v->obj);
-        if (r < 0)
-            return stop_exc(tr, CDY_TRACE_ERROR, "truth value");
-        return r;
-    }
-    return stop(tr, CDY_TRACE_UNSUPPORTED, "branch on an unsupported value");
+    tvar *it = cdy_iterate(tr, pop(tr));
+    if (!it)
+        return -1;
+    if (it->n - it->pos != n)
+        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "cannot unpack %d values into %d", it->n - it->pos, n);
+    for (int i = it->n - 1; i >= it->pos; i--)
+        if (push(tr, it->items[i]))
+            return -1;
+    return 0;
 }
 
 /* 1 if v is None, 0 if not, -1 when unknown. */
@@ -968,12 +394,86 @@ static int is_none(tracer *tr, tvar *v)
 {
     if (v->kind == TV_CONST || v->kind == TV_OBJ)
         return v->obj == Py_None;
-    if (v->kind == TV_TENSOR || v->kind == TV_TUPLE || v->kind == TV_LIST)
-        return 0;
-    return stop(tr, CDY_TRACE_UNSUPPORTED, "'is None' on an unsupported value");
+    if (v->kind == TV_NULL)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'is None' on an unsupported value");
+    return 0;
 }
 
-/* ---- return value ---------------------------------------------------------------------- */
+/* IS_OP: identity tests the trace can decide. */
+static int op_is(tracer *tr, int invert)
+{
+    tvar *b = pop(tr), *a = pop(tr);
+    int r;
+    if (b->kind == TV_CONST && b->obj == Py_None)
+        r = is_none(tr, a);
+    else if (a->kind == TV_CONST && a->obj == Py_None)
+        r = is_none(tr, b);
+    else if (a == b)
+        r = 1;
+    else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
+        r = a->obj == b->obj;
+    else if (a->kind != b->kind)
+        r = 0;
+    else
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'is' on these values is not supported");
+    if (r < 0)
+        return -1;
+    return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
+}
+
+/* CONTAINS_OP: `k in container` for constants and trace-made containers. */
+static int op_contains(tracer *tr, int invert)
+{
+    tvar *c = pop(tr), *k = pop(tr);
+    int r = -1;
+    if (k->kind == TV_CONST && c->kind == TV_CONST)
+        r = PySequence_Contains(c->obj, k->obj);
+    else if (k->kind == TV_CONST && c->kind == TV_DICT) {
+        r = 0;
+        for (int i = 0; i < c->n && !r; i++)
+            r = PyObject_RichCompareBool(c->keys[i], k->obj, Py_EQ) == 1;
+    }
+    else if (c->kind == TV_TUPLE || c->kind == TV_LIST) {
+        r = 0;
+        for (int i = 0; i < c->n && !r; i++) {
+            tvar *it = c->items[i];
+            if (it == k)
+                r = 1;
+            else if (it->kind == TV_CONST && k->kind == TV_CONST)
+                r = PyObject_RichCompareBool(it->obj, k->obj, Py_EQ) == 1;
+            else if (it->kind == TV_TENSOR || k->kind == TV_TENSOR)
+                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' with tensors");
+        }
+    }
+    if (r < 0) {
+        PyErr_Clear();
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' on these values is not supported");
+    }
+    return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
+}
+
+/* FORMAT_VALUE / BUILD_STRING on constants (f-strings). */
+static int op_format(tracer *tr, int oparg)
+{
+    tvar *spec = (oparg & 4) ? pop(tr) : NULL, *v = pop(tr);
+    if (v->kind != TV_CONST)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "f-string of a non-constant");
+    PyObject *x = Py_NewRef(v->obj), *s;
+    int conv = oparg & 3;
+    if (conv == 1)
+        Py_SETREF(x, PyObject_Str(x));
+    else if (conv == 2)
+        Py_SETREF(x, PyObject_Repr(x));
+    else if (conv == 3)
+        Py_SETREF(x, PyObject_ASCII(x));
+    s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
+    Py_XDECREF(x);
+    if (!s)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "format");
+    return push(tr, cdy_tv_const(tr, s));
+}
+
+/* ---- return ----------------------------------------------------------------------- */
 
 /* Describe v as the return structure; tensors made by the graph become outputs. */
 static cdy_ret *make_ret(tracer *tr, tvar *v)
@@ -981,16 +481,11 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
     cdy_trace *t = tr->t;
     cdy_ret *r = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
     if (!r) {
-        stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
         return NULL;
     }
     switch (v->kind) {
     case TV_TENSOR:
-        if (v->src) {
-            r->kind = CDY_RET_SOURCE;
-            r->src = v->src;
-            return r;
-        }
         r->kind = CDY_RET_OUTPUT;
         for (int i = 0; i < t->graph.noutputs; i++)
             if (t->graph.outputs[i] == v->value) {
@@ -1015,7 +510,20 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         r->n = v->n;
         r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
         if (!r->items) {
-            stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return NULL;
+        }
+        for (int i = 0; i < v->n; i++)
+            if (!(r->items[i] = make_ret(tr, v->items[i])))
+                return NULL;
+        return r;
+    case TV_DICT:
+        r->kind = CDY_RET_DICT;
+        r->n = v->n;
+        r->keys = v->keys;
+        r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
+        if (!r->items) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
             return NULL;
         }
         for (int i = 0; i < v->n; i++)
@@ -1023,7 +531,7 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
                 return NULL;
         return r;
     default:
-        stop(tr, CDY_TRACE_UNSUPPORTED, "returning this kind of value is not supported");
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "returning this kind of value is not supported");
         return NULL;
     }
 }
@@ -1034,20 +542,24 @@ static int count_tensors(tvar *v)
     if (v->kind == TV_TENSOR)
         return 1;
     int n = 0;
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST)
+    if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
         for (int i = 0; i < v->n; i++)
             n += count_tensors(v->items[i]);
     return n;
 }
 
-/* RETURN_VALUE: finish the trace. */
+/* RETURN_VALUE: an inlined frame hands its value back; the top frame ends the trace. */
 static int op_return(tracer *tr)
 {
     tvar *v = pop(tr);
+    if (tr->parent) {
+        tr->retval = v;
+        return 1;
+    }
     cdy_trace *t = tr->t;
     t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(count_tensors(v) + 1));
     if (!t->graph.outputs)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
     t->return_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->ret = make_ret(tr, v);
     return t->ret ? 1 : -1;
@@ -1072,17 +584,48 @@ static void opcode_name(int op, char *buf, size_t n)
 static int jump(tracer *tr, int target, int *next)
 {
     if (target < 0 || target >= tr->ncode)
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "jump out of range");
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "jump out of range");
     *next = target;
     return 0;
+}
+
+/* Conditional jumps: POP_JUMP_{FORWARD,BACKWARD}_IF_{TRUE,FALSE,NONE,NOT_NONE}. */
+static int op_pop_jump(tracer *tr, int op, int oparg, int *next)
+{
+    int fwd = op == CDY_POP_JUMP_FORWARD_IF_FALSE || op == CDY_POP_JUMP_FORWARD_IF_TRUE ||
+              op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_FORWARD_IF_NOT_NONE;
+    int on_none = op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NONE ||
+                  op == CDY_POP_JUMP_FORWARD_IF_NOT_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NOT_NONE;
+    int when = op == CDY_POP_JUMP_FORWARD_IF_TRUE || op == CDY_POP_JUMP_BACKWARD_IF_TRUE ||
+               op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NONE;
+    tvar *v = pop(tr);
+    int c = on_none ? is_none(tr, v) : cdy_truth(tr, v);
+    if (c < 0)
+        return -1;
+    if (c == when)
+        return jump(tr, fwd ? *next + oparg : *next - oparg, next);
+    return 0;
+}
+
+/* FOR_ITER delta: next item, or pop the iterator and jump past the loop. */
+static int op_for_iter(tracer *tr, int oparg, int *next)
+{
+    tvar *it = peek(tr, 1);
+    if (it->kind != TV_ITER)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "FOR_ITER on a non-iterator");
+    if (it->pos < it->n)
+        return push(tr, it->items[it->pos++]);
+    pop(tr);
+    return jump(tr, *next + oparg, next);
 }
 
 /* Execute the instruction at tr->pc; sets *next.  1 = returned, 0 = go on, -1 = stopped. */
 static int step(tracer *tr, int op, int oparg, int *next)
 {
-    int nx = *next, c;
+    PyObject *names = tr->co->co_names;
     switch (op) {
     case CDY_NOP: case CDY_RESUME: case CDY_PRECALL: case CDY_CACHE: case CDY_COPY_FREE_VARS:
+    case CDY_MAKE_CELL:
         return 0;
     case CDY_PUSH_NULL:
         return push(tr, &tr->null_var);
@@ -1091,116 +634,155 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return 0;
     case CDY_LOAD_FAST:
         return op_load_fast(tr, oparg);
-    case CDY_STORE_FAST:
-        if (oparg >= tr->nlocals)
-            return stop(tr, CDY_TRACE_UNSUPPORTED, "bad local slot");
+    case CDY_STORE_FAST: case CDY_STORE_DEREF:
+        if (oparg >= tr->nlocals || (op == CDY_STORE_DEREF &&
+                                     oparg >= tr->co->co_nlocalsplus - tr->co->co_nfreevars))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "storing to a free variable");
         tr->locals[oparg] = pop(tr);
         return 0;
     case CDY_DELETE_FAST:
         tr->locals[oparg] = NULL;
         return 0;
     case CDY_LOAD_CONST:
-        return push(tr, tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(tr->co->co_consts, oparg))));
+        return push(tr, cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(tr->co->co_consts, oparg))));
     case CDY_LOAD_GLOBAL:
         return op_load_global(tr, oparg);
     case CDY_LOAD_DEREF:
         return op_load_deref(tr, oparg);
     case CDY_LOAD_ATTR:
-        return push(tr, get_attr(tr, pop(tr), PyTuple_GET_ITEM(tr->co->co_names, oparg)));
+        return push(tr, cdy_get_attr(tr, pop(tr), PyTuple_GET_ITEM(names, oparg)));
     case CDY_LOAD_METHOD:
-        return op_load_method(tr, PyTuple_GET_ITEM(tr->co->co_names, oparg));
+        return op_load_method(tr, PyTuple_GET_ITEM(names, oparg));
     case CDY_KW_NAMES:
         tr->kwnames = PyTuple_GET_ITEM(tr->co->co_consts, oparg);
         return 0;
     case CDY_CALL:
         return op_call(tr, oparg);
+    case CDY_CALL_FUNCTION_EX:
+        return op_call_ex(tr, oparg);
     case CDY_BINARY_OP:
         return op_binary(tr, oparg);
     case CDY_COMPARE_OP:
         return op_compare(tr, oparg);
-    case CDY_UNARY_NEGATIVE:
-        return op_unary(tr, 1);
-    case CDY_UNARY_NOT:
-        return op_unary(tr, 0);
+    case CDY_UNARY_NEGATIVE: case CDY_UNARY_NOT: case CDY_UNARY_INVERT: case CDY_UNARY_POSITIVE:
+        return op_unary(tr, op);
     case CDY_BUILD_TUPLE:
         return op_build(tr, oparg, TV_TUPLE);
     case CDY_BUILD_LIST:
         return op_build(tr, oparg, TV_LIST);
+    case CDY_LIST_TO_TUPLE: {
+        tvar *l = pop(tr);
+        return push(tr, l->kind == TV_LIST ? cdy_tv_seq(tr, TV_TUPLE, l->items, l->n) : NULL);
+    }
+    case CDY_LIST_EXTEND: case CDY_LIST_APPEND: {
+        tvar *v = pop(tr), *l = peek(tr, oparg);
+        tvar *src = op == CDY_LIST_APPEND ? cdy_tv_seq(tr, TV_TUPLE, &v, 1) : cdy_iterate(tr, v);
+        if (!src || l->kind != TV_LIST)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "list extend");
+        int n = l->n + src->n - src->pos;
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+        if (!items)
+            return -1;
+        memcpy(items, l->items, sizeof(tvar *) * (size_t)l->n);
+        memcpy(items + l->n, src->items + src->pos, sizeof(tvar *) * (size_t)(src->n - src->pos));
+        l->items = items;
+        l->n = n;
+        return 0;
+    }
+    case CDY_BUILD_MAP:
+        return op_build_map(tr, oparg, 0);
+    case CDY_BUILD_CONST_KEY_MAP:
+        return op_build_map(tr, oparg, 1);
+    case CDY_BUILD_SLICE: {
+        tvar *c = oparg == 3 ? pop(tr) : NULL, *b = pop(tr), *a = pop(tr);
+        if (a->kind != TV_CONST || b->kind != TV_CONST || (c && c->kind != TV_CONST))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "slice with non-constant bounds");
+        return push(tr, cdy_tv_const(tr, PySlice_New(a->obj, b->obj, c ? c->obj : NULL)));
+    }
     case CDY_UNPACK_SEQUENCE:
         return op_unpack(tr, oparg);
     case CDY_BINARY_SUBSCR:
         return op_subscr(tr);
+    case CDY_GET_ITER:
+        return push(tr, cdy_iterate(tr, pop(tr)));
+    case CDY_FOR_ITER:
+        return op_for_iter(tr, oparg, next);
     case CDY_COPY:
         return push(tr, peek(tr, oparg));
     case CDY_SWAP: {
         if (oparg > tr->sp)
-            return stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
         tvar *a = tr->stack[tr->sp - 1];
         tr->stack[tr->sp - 1] = tr->stack[tr->sp - oparg];
         tr->stack[tr->sp - oparg] = a;
         return 0;
     }
-    case CDY_IS_OP: {
-        tvar *b = pop(tr), *a = pop(tr);
-        int r;
-        if (b->kind == TV_CONST && b->obj == Py_None)
-            r = is_none(tr, a);
-        else if (a->kind == TV_CONST && a->obj == Py_None)
-            r = is_none(tr, b);
-        else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
-            r = a->obj == b->obj;
-        else
-            return stop(tr, CDY_TRACE_UNSUPPORTED, "'is' on these values is not supported");
-        if (r < 0)
-            return -1;
-        return push(tr, tv_const(tr, PyBool_FromLong(r != oparg)));
+    case CDY_IS_OP:
+        return op_is(tr, oparg);
+    case CDY_CONTAINS_OP:
+        return op_contains(tr, oparg);
+    case CDY_FORMAT_VALUE:
+        return op_format(tr, oparg);
+    case CDY_BUILD_STRING: {
+        PyObject *parts = PyTuple_New(oparg);
+        for (int i = oparg - 1; parts && i >= 0; i--) {
+            tvar *s = pop(tr);
+            if (s->kind != TV_CONST || !PyUnicode_Check(s->obj)) {
+                Py_DECREF(parts);
+                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "f-string part is not a constant");
+            }
+            PyTuple_SET_ITEM(parts, i, Py_NewRef(s->obj));
+        }
+        PyObject *empty = PyUnicode_FromString("");
+        PyObject *r = parts && empty ? PyUnicode_Join(empty, parts) : NULL;
+        Py_XDECREF(parts);
+        Py_XDECREF(empty);
+        return push(tr, r ? cdy_tv_const(tr, r) : NULL);
     }
     case CDY_JUMP_FORWARD:
-        return jump(tr, nx + oparg, next);
+        return jump(tr, *next + oparg, next);
     case CDY_JUMP_BACKWARD:
-        return jump(tr, nx - oparg, next);
+        return jump(tr, *next - oparg, next);
     case CDY_POP_JUMP_FORWARD_IF_FALSE: case CDY_POP_JUMP_BACKWARD_IF_FALSE:
     case CDY_POP_JUMP_FORWARD_IF_TRUE: case CDY_POP_JUMP_BACKWARD_IF_TRUE:
-        if ((c = truth(tr, pop(tr))) < 0)
-            return -1;
-        if (c == (op == CDY_POP_JUMP_FORWARD_IF_TRUE || op == CDY_POP_JUMP_BACKWARD_IF_TRUE))
-            return jump(tr, op == CDY_POP_JUMP_FORWARD_IF_FALSE || op == CDY_POP_JUMP_FORWARD_IF_TRUE
-                                ? nx + oparg : nx - oparg, next);
-        return 0;
     case CDY_POP_JUMP_FORWARD_IF_NONE: case CDY_POP_JUMP_BACKWARD_IF_NONE:
     case CDY_POP_JUMP_FORWARD_IF_NOT_NONE: case CDY_POP_JUMP_BACKWARD_IF_NOT_NONE:
-        if ((c = is_none(tr, pop(tr))) < 0)
-            return -1;
-        if (c == (op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NONE))
-            return jump(tr, op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_FORWARD_IF_NOT_NONE
-                                ? nx + oparg : nx - oparg, next);
-        return 0;
-    case CDY_JUMP_IF_FALSE_OR_POP: case CDY_JUMP_IF_TRUE_OR_POP:
-        if ((c = truth(tr, peek(tr, 1))) < 0)
+        return op_pop_jump(tr, op, oparg, next);
+    case CDY_JUMP_IF_FALSE_OR_POP: case CDY_JUMP_IF_TRUE_OR_POP: {
+        int c = cdy_truth(tr, peek(tr, 1));
+        if (c < 0)
             return -1;
         if (c == (op == CDY_JUMP_IF_TRUE_OR_POP))
-            return jump(tr, nx + oparg, next);
+            return jump(tr, *next + oparg, next);
         pop(tr);
         return 0;
+    }
     case CDY_RETURN_VALUE:
         return op_return(tr);
     default: {
         char name[64];
         opcode_name(op, name, sizeof(name));
-        return stop(tr, CDY_TRACE_UNSUPPORTED, "opcode %s is not supported", name);
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "opcode %s is not supported", name);
     }
     }
 }
 
-/* Run the bytecode from the start until RETURN_VALUE or a stop. */
-static void run(tracer *tr)
+/* Run tr's code from the start until it returns (0) or the trace stops (-1). */
+int cdy_tr_run_frame(tracer *tr)
 {
+    tr->bytes = cdy_tr_keep(tr, PyCode_GetCode(tr->co));
+    if (!tr->bytes)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading the bytecode");
+    tr->code = (const unsigned char *)PyBytes_AS_STRING(tr->bytes);
+    tr->ncode = (int)(PyBytes_GET_SIZE(tr->bytes) / 2);
+    tr->stack_cap = tr->co->co_stacksize + 8;
+    tr->stack = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)tr->stack_cap);
+    if (!tr->stack)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
     int pc = 0, ext = 0;
     for (int count = 0; count < MAX_INSTRUCTIONS; count++) {
-        if (pc >= tr->ncode) {
-            stop(tr, CDY_TRACE_UNSUPPORTED, "ran off the end of the code");
-            return;
-        }
+        if (pc >= tr->ncode)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "ran off the end of the code");
         int op = tr->code[2 * pc], oparg = tr->code[2 * pc + 1] | ext;
         tr->pc = pc;
         int next = pc + 1 + cdy_opcode_caches(op);
@@ -1212,29 +794,39 @@ static void run(tracer *tr)
         ext = 0;
         int r = step(tr, op, oparg, &next);
         if (r)
-            return;
+            return r > 0 ? 0 : -1;
         pc = next;
     }
-    stop(tr, CDY_TRACE_UNSUPPORTED, "trace too long (more than %d instructions)", MAX_INSTRUCTIONS);
+    return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "trace too long (more than %d instructions)",
+                       MAX_INSTRUCTIONS);
 }
 
 /* One-time lookups of torch objects; 0 or -1. */
 static int trace_init(void)
 {
-    if (empty_strided)
+    return cdy_vars_init() || cdy_calls_init() || cdy_optable_init(cdy_torch) ? -1 : 0;
+}
+
+/* Input sources in input order: the source of each graph input's guard. */
+static void collect_input_srcs(cdy_trace *t)
+{
+    t->input_srcs = cdy_arena_alloc(&t->arena, sizeof(cdy_src) * (size_t)(t->graph.ninputs + 1));
+    for (int i = 0, k = 0; t->input_srcs && i < t->guards.n; i++)
+        if (t->guards.items[i].kind == CDY_GUARD_TENSOR && k < t->graph.ninputs)
+            t->input_srcs[k++] = t->guards.items[i].src;
+}
+
+/* Add the grad-mode guard when an input requires grad; 0 or -1. */
+static int guard_grad_mode(tracer *tr)
+{
+    if (!tr->t->any_requires_grad)
         return 0;
-    torch_mod = cdy_torch;
-    tensor_type = cdy_tensor_type;
-    PyObject *nn = PyImport_ImportModule("torch.nn");
-    parameter_type = nn ? PyObject_GetAttrString(nn, "Parameter") : NULL;
-    Py_XDECREF(nn);
-    result_type_fn = PyObject_GetAttrString(cdy_torch, "result_type");
-    meta_str = PyUnicode_FromString("meta");
-    meta_kw = Py_BuildValue("(ss)", "dtype", "device");
-    empty_strided = PyObject_GetAttrString(cdy_torch, "empty_strided");
-    if (!parameter_type || !result_type_fn || !meta_str || !meta_kw || !empty_strided)
-        return -1;
-    return cdy_optable_init(cdy_torch);
+    cdy_src none = {0};
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode");
+    if (!g)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    g->expect = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
+    return g->expect ? 0 : cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
 }
 
 /* Trace code with the frame's arguments; see internal.h. */
@@ -1246,41 +838,32 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     tr.t = t;
     tr.co = code;
     tr.null_var.kind = TV_NULL;
+    tr.guard_globals = 1;
     t->status = CDY_TRACE_OK;
+    t->top_code = code;
     t->keep = PyList_New(0);
     if (!t->keep || trace_init()) {
-        stop_exc(&tr, CDY_TRACE_UNSUPPORTED, "tracer initialisation");
+        cdy_tr_stop_exc(&tr, CDY_TRACE_UNSUPPORTED, "tracer initialisation");
         return;
     }
+    PyObject *ge = PyObject_CallMethod(cdy_torch, "is_grad_enabled", NULL);
+    t->grad_enabled = ge != Py_False;
+    Py_XDECREF(ge);
     tr.frame_locals = locals;
     tr.globals = globals;
     tr.builtins = builtins;
     tr.closure = closure;
-    tr.bytes = PyCode_GetCode(code);
-    if (!tr.bytes || !keep(&tr, tr.bytes)) {
-        stop_exc(&tr, CDY_TRACE_UNSUPPORTED, "reading the bytecode");
-        return;
-    }
-    tr.code = (const unsigned char *)PyBytes_AS_STRING(tr.bytes);
-    tr.ncode = (int)(PyBytes_GET_SIZE(tr.bytes) / 2);
     tr.nlocals = code->co_nlocalsplus;
     tr.locals = cdy_arena_alloc(&t->arena, sizeof(tvar *) * (size_t)(tr.nlocals + 1));
-    tr.stack_cap = code->co_stacksize + 8;
-    tr.stack = cdy_arena_alloc(&t->arena, sizeof(tvar *) * (size_t)tr.stack_cap);
-    if (!tr.locals || !tr.stack) {
-        stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    if (!tr.locals) {
+        cdy_tr_stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
         return;
     }
-    run(&tr);
-    int nslots = cdy_code_nargslots(code);
-    t->input_srcs = cdy_arena_alloc(&t->arena, sizeof(cdy_src) * (size_t)(t->graph.ninputs + 1));
+    if (cdy_tr_run_frame(&tr) == 0)
+        guard_grad_mode(&tr);
+    collect_input_srcs(t);
     if (!t->input_srcs && t->status == CDY_TRACE_OK)
-        stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-    (void)nslots;
-    /* input sources in input order, from the guards (one TENSOR guard per input) */
-    for (int i = 0, k = 0; t->input_srcs && i < t->guards.n; i++)
-        if (t->guards.items[i].kind == CDY_GUARD_TENSOR && k < t->graph.ninputs)
-            t->input_srcs[k++] = t->guards.items[i].src;
+        cdy_tr_stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
     PyErr_Clear();
 }
 

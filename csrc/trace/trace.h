@@ -1,9 +1,110 @@
-/* trace.h - the tracer's own tables (optable.c), shared with trace.c. */
+/* trace.h - the tracer's internal types, shared by trace.c (the interpreter
+ * loop and opcodes), vars.c (symbolic values, sources, guards, attributes),
+ * calls.c (tensor ops, extern ops, inlined Python calls, builtins) and
+ * optable.c (which callables are which graph op). */
 #ifndef CDY_TRACE_H
 #define CDY_TRACE_H
 
 #include "internal.h"
 
+#define CDY_MAX_INLINE_DEPTH 48
+#define CDY_MAX_CALL_ARGS 32
+
+typedef enum {
+    TV_NULL,     /* the NULL CPython pushes below a callable */
+    TV_CONST,    /* an immutable Python value: None, numbers, str, tuples of them, dtypes */
+    TV_TENSOR,   /* a graph value; obj is its fake (meta) tensor */
+    TV_TUPLE,    /* items[] */
+    TV_LIST,     /* items[] (fresh list made by the traced code) */
+    TV_DICT,     /* keys[] (constants) -> items[] */
+    TV_OBJ,      /* any other object, guarded by identity: modules, functions, nn.Modules */
+    TV_METHOD,   /* Tensor method `obj` (a name) bound to tensor self */
+    TV_BOUND,    /* Python function `obj` bound to self (a method of a user object) */
+    TV_ITER,     /* an iterator over items[] at pos */
+} tv_kind;
+
+typedef struct tvar {
+    int kind;
+    PyObject *obj;          /* CONST/OBJ: the object; TENSOR: fake; METHOD: name; BOUND: function */
+    int value;              /* TENSOR: graph value number */
+    PyTypeObject *tp;       /* TENSOR: the real tensor's type */
+    int requires_grad;      /* TENSOR: an input that requires grad (grad mode is off) */
+    const cdy_src *src;     /* where it lives at frame entry; NULL when the trace made it */
+    struct tvar *self;      /* METHOD, BOUND */
+    int n, pos;
+    struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
+    PyObject **keys;        /* DICT */
+} tvar;
+
+typedef struct {
+    const char *key;        /* source description */
+    tvar *var;
+} tv_memo;
+
+/* One frame being traced: the top one, or a function inlined into it. */
+typedef struct tracer {
+    cdy_trace *t;
+    struct tracer *parent;
+    int depth;
+    PyCodeObject *co;
+    PyObject *const *frame_locals;   /* top frame only: the real arguments */
+    PyObject *globals;               /* the function's globals */
+    PyObject *builtins, *closure;
+    const cdy_src *func_src;         /* inlined: source of the function object (closure cells) */
+    int guard_globals;               /* 0 for torch's own code: its globals are not guarded */
+    PyObject *bytes;
+    const unsigned char *code;
+    int ncode, pc;
+    tvar **locals;
+    int nlocals;
+    tvar **stack;
+    int sp, stack_cap;
+    PyObject *kwnames;
+    tvar *retval;                    /* inlined frame: what it returned */
+    tvar null_var;
+} tracer;
+
+/* ---- trace.c ---- */
+int cdy_tr_stop(tracer *tr, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int cdy_tr_stop_exc(tracer *tr, int status, const char *what);
+PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
+/* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
+int cdy_tr_run_frame(tracer *tr);
+
+/* ---- vars.c ---- */
+int cdy_vars_init(void);
+tvar *cdy_tv_new(tracer *tr, int kind);
+tvar *cdy_tv_const(tracer *tr, PyObject *o);           /* steals o */
+tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n);
+int cdy_is_const(PyObject *o);
+int cdy_is_torch_module(PyObject *o);
+int cdy_is_torch_callable(PyObject *fn);
+cdy_src *cdy_src_new(tracer *tr, int kind);
+cdy_src *cdy_src_step(tracer *tr, const cdy_src *base, PyObject *key, int item);
+/* A tvar for o read at src, guarded (guard=0: not guarded). */
+tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard);
+/* A new graph value; NULL when stopped. */
+cdy_value *cdy_graph_add(tracer *tr, int kind, int *index);
+int cdy_read_meta(tracer *tr, PyObject *x, cdy_meta *m);
+/* A TENSOR tvar for a new graph node with output fake `out` (made meta if it is not). */
+tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index);
+tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
+/* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
+tvar *cdy_iterate(tracer *tr, tvar *v);
+int cdy_truth(tracer *tr, tvar *v);
+extern PyObject *cdy_module_type;    /* torch.nn.Module */
+extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
+
+/* ---- calls.c ---- */
+int cdy_calls_init(void);
+/* Apply callable to args (positional, then kwnames' values); NULL when stopped. */
+tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames);
+/* operator.<name>, cached in slot (borrowed); NULL with error. */
+PyObject *cdy_operator_fn(int slot, const char *name);
+/* Operator fn (an operator.* function) on tensors/constants. */
+tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
+
+/* ---- optable.c ---- */
 int cdy_optable_init(PyObject *torch);
 int cdy_optable_fn(PyObject *callable);     /* op or CDY_OP_NONE */
 int cdy_optable_method(PyObject *name);     /* op or CDY_OP_NONE */

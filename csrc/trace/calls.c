@@ -1,0 +1,827 @@
+/* calls.c - what a traced call does.
+ *
+ *   torch op we lower     -> a pointwise graph node (fused into C kernels)
+ *   any other torch op    -> an extern node: run through torch at run time
+ *   tensor query (size()) -> a constant, exact under the tensor's guard
+ *   Python function       -> inlined: traced in a nested frame
+ *   nn.Module             -> its forward, inlined (no hooks allowed)
+ *   pure builtins         -> evaluated on constants; len/isinstance/... on tvars
+ * Everything else stops the trace with a reason (a graph break).          */
+#include "trace/trace.h"
+
+#include <string.h>
+
+static PyObject *result_type_fn, *op_funcs[32], *builtins_mod, *str_inplace, *str_forward;
+static PyObject *global_hook_dicts[4];
+
+/* operator.<name> (cached by slot), borrowed; NULL with error. */
+PyObject *cdy_operator_fn(int slot, const char *name)
+{
+    if (!op_funcs[slot]) {
+        PyObject *m = PyImport_ImportModule("operator");
+        op_funcs[slot] = m ? PyObject_GetAttrString(m, name) : NULL;
+        Py_XDECREF(m);
+    }
+    return op_funcs[slot];
+}
+
+/* One-time lookups; 0 or -1. */
+int cdy_calls_init(void)
+{
+    if (result_type_fn)
+        return 0;
+    result_type_fn = PyObject_GetAttrString(cdy_torch, "result_type");
+    builtins_mod = PyImport_ImportModule("builtins");
+    str_inplace = PyUnicode_InternFromString("inplace");
+    str_forward = PyUnicode_InternFromString("forward");
+    PyObject *mm = PyImport_ImportModule("torch.nn.modules.module");
+    static const char *hooks[4] = {"_global_forward_hooks", "_global_forward_pre_hooks",
+                                   "_global_backward_hooks", "_global_backward_pre_hooks"};
+    for (int i = 0; mm && i < 4; i++) {
+        global_hook_dicts[i] = PyObject_GetAttrString(mm, hooks[i]);
+        PyErr_Clear();
+    }
+    Py_XDECREF(mm);
+    return result_type_fn && builtins_mod && str_inplace && str_forward ? 0 : -1;
+}
+
+/* ---- tensor ops ------------------------------------------------------------- */
+
+/* Graph value for a pointwise argument: a tensor's value or a new scalar; -1 if not one. */
+static int arg_value(tracer *tr, tvar *a)
+{
+    if (a->kind == TV_TENSOR)
+        return a->value;
+    if (a->kind != TV_CONST)
+        return -1;
+    PyObject *o = a->obj;
+    int idx;
+    cdy_value *v;
+    if (PyBool_Check(o) || PyLong_CheckExact(o)) {
+        long long i = PyLong_AsLongLong(o);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (!(v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx)))
+            return -1;
+        v->meta.dtype = PyBool_Check(o) ? CDY_DT_BOOL : CDY_DT_INT64;
+        v->i = i;
+    }
+    else if (PyFloat_CheckExact(o)) {
+        if (!(v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx)))
+            return -1;
+        v->meta.dtype = CDY_DT_FLOAT64;
+        v->f = PyFloat_AS_DOUBLE(o);
+    }
+    else
+        return -1;
+    return idx;
+}
+
+/* The dtype torch computes a comparison in: torch.result_type(a, b). */
+static int compare_dtype(PyObject *a, PyObject *b)
+{
+    PyObject *args[2] = {a, b};
+    PyObject *dt = PyObject_Vectorcall(result_type_fn, args, 2, NULL);
+    if (!dt) {
+        PyErr_Clear();
+        return CDY_DT_NONE;
+    }
+    int d = cdy_dtype_from_obj(dt);
+    Py_DECREF(dt);
+    return d;
+}
+
+/* The Python value of argument a for a call on fakes: tensors are their
+ * fakes; a list/tuple of tensors and constants becomes a real list/tuple. */
+static PyObject *fake_arg(tracer *tr, tvar *a)
+{
+    if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
+        return a->obj;
+    if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
+        PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
+        for (int i = 0; s && i < a->n; i++) {
+            tvar *it = a->items[i];
+            if (it->kind != TV_TENSOR && it->kind != TV_CONST) {
+                Py_DECREF(s);
+                return NULL;
+            }
+            if (a->kind == TV_TUPLE)
+                PyTuple_SET_ITEM(s, i, Py_NewRef(it->obj));
+            else
+                PyList_SET_ITEM(s, i, Py_NewRef(it->obj));
+        }
+        return cdy_tr_keep(tr, s);
+    }
+    return NULL;
+}
+
+/* Record the call for the eager backend and for extern nodes; 0 or -1. */
+static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                      int value)
+{
+    cdy_trace *t = tr->t;
+    if (t->npynodes == t->cap_pynodes) {
+        int cap = t->cap_pynodes ? 2 * t->cap_pynodes : 16;
+        cdy_pynode *p = PyMem_Realloc(t->pynodes, sizeof(cdy_pynode) * (size_t)cap);
+        if (!p)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        t->pynodes = p;
+        t->cap_pynodes = cap;
+    }
+    cdy_pynode *p = &t->pynodes[t->npynodes++];
+    memset(p, 0, sizeof(*p));
+    p->item = -1;
+    p->fn = fn;
+    p->nargs = nargs;
+    p->kwnames = kwnames;
+    p->value = value;
+    p->ref = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(nargs + 1));
+    p->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
+    p->seq = cdy_arena_alloc(&t->arena, sizeof(cdy_pyseq) * (size_t)(nargs + 1));
+    if (!p->ref || !p->cst || !p->seq)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    for (int i = 0; i < nargs; i++) {
+        tvar *a = args[i];
+        p->ref[i] = -1;
+        if (a->kind == TV_TENSOR)
+            p->ref[i] = a->value;
+        else if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
+            cdy_pyseq *s = &p->seq[i];
+            s->is_list = a->kind == TV_LIST;
+            s->n = a->n;
+            s->ref = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(a->n + 1));
+            s->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(a->n + 1));
+            if (!s->ref || !s->cst)
+                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            for (int j = 0; j < a->n; j++) {
+                s->ref[j] = a->items[j]->kind == TV_TENSOR ? a->items[j]->value : -1;
+                s->cst[j] = a->items[j]->obj;
+            }
+            p->ref[i] = -2;
+        }
+        else
+            p->cst[i] = a->obj;
+    }
+    return 0;
+}
+
+/* Tensor values among args (and inside list/tuple args), into out[]; count or -1. */
+static int tensor_args(tvar **args, int nargs, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < nargs; i++) {
+        tvar *a = args[i];
+        int cnt = (a->kind == TV_TUPLE || a->kind == TV_LIST) ? a->n : 1;
+        for (int j = 0; j < cnt; j++) {
+            tvar *it = (a->kind == TV_TUPLE || a->kind == TV_LIST) ? a->items[j] : a;
+            if (it->kind != TV_TENSOR)
+                continue;
+            if (n == CDY_MAX_NODE_ARGS)
+                return -1;
+            out[n++] = it->value;
+        }
+    }
+    return n;
+}
+
+/* Method names that read tensor data or leave the graph: never traced. */
+static int data_dependent(const char *name)
+{
+    static const char *names[] = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__",
+                                  "__float__", "__index__", "nonzero", "unique", "cpu", "cuda",
+                                  "backward", "register_hook", "retain_grad", "storage",
+                                  "untyped_storage", "__array__", "__repr__", "__str__", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* Tensor methods whose result is a Python value fixed by the tensor's meta. */
+static int meta_query(const char *name)
+{
+    static const char *names[] = {"size", "dim", "ndimension", "numel", "nelement", "stride",
+                                  "is_contiguous", "is_floating_point", "is_complex",
+                                  "element_size", "__len__", "get_device", "is_signed", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* A call returning a tuple/list of tensors `out` (fakes): one call pynode and
+ * an extern node per item; a TUPLE/LIST tvar of them.  NULL when stopped. */
+static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                        PyObject *kwnames, PyObject *out)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
+    int argv[CDY_MAX_NODE_ARGS], ntensors = tensor_args(args, nargs, argv);
+    if (ntensors < 0 || n > 64) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many tensors", what);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type)) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned a sequence of non-tensors", what);
+            return NULL;
+        }
+    if (add_pynode(tr, fn, args, nargs, kwnames, -1))
+        return NULL;
+    int base = tr->t->npynodes - 1;
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    if (!items)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int idx;
+        tvar *v = cdy_tensor_node(tr, PySequence_Fast_ITEMS(out)[i], &idx);
+        if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
+            return NULL;
+        cdy_value *gv = &tr->t->graph.values[idx];
+        gv->op = CDY_OP_EXTERN;
+        gv->nargs = ntensors;
+        memcpy(gv->args, argv, sizeof(int) * (size_t)ntensors);
+        gv->compute_dtype = gv->meta.dtype;
+        tr->t->pynodes[tr->t->npynodes - 1].item = (int)i;
+        tr->t->pynodes[tr->t->npynodes - 1].base = base;
+        items[i] = v;
+    }
+    return cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
+}
+
+/* Call fn(*args) where args hold tensors: run it on the fakes for the
+ * output meta; add a pointwise node for op when it is one we lower, else an
+ * extern node.  `query`: the result is a constant (size(), dim(), ...). */
+static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tvar **args,
+                         int nargs, PyObject *kwnames, int query)
+{
+    PyObject *pyargs[CDY_MAX_CALL_ARGS];
+    if (nargs > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many arguments", what);
+        return NULL;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nkw == 1 && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_inplace) == 0 &&
+        args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_False) {
+        nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
+        kwnames = NULL;
+        nkw = 0;
+    }
+    for (int i = 0; i < nargs; i++)
+        if (!(pyargs[i] = fake_arg(tr, args[i]))) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: argument %d is not a tensor, constant "
+                        "or sequence of them", what, i);
+            return NULL;
+        }
+    PyObject *out = PyObject_Vectorcall(fn, pyargs, (size_t)(nargs - nkw), kwnames);
+    if (!out) {
+        int unsupported = PyErr_ExceptionMatches(PyExc_NotImplementedError);
+        cdy_tr_stop_exc(tr, unsupported ? CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what);
+        return NULL;
+    }
+    if (!cdy_tr_keep(tr, out)) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    if (query) {
+        if (!cdy_is_const(out)) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned a non-constant", what);
+            return NULL;
+        }
+        return cdy_tv_const(tr, Py_NewRef(out));
+    }
+    if (PyTuple_Check(out) || PyList_Check(out))
+        return multi_call(tr, fn, what, args, nargs, kwnames, out);
+    if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned %s, not a tensor", what,
+                    Py_TYPE(out)->tp_name);
+        return NULL;
+    }
+    int pointwise = op != CDY_OP_NONE && !nkw && nargs == cdy_op_table[op].nargs;
+    int argv[CDY_MAX_NODE_ARGS], ntensors = 0;
+    if (pointwise)
+        for (int i = 0; i < nargs && pointwise; i++)
+            pointwise = (argv[i] = arg_value(tr, args[i])) >= 0;
+    if (tr->t->status != CDY_TRACE_OK)
+        return NULL;
+    if (!pointwise && (ntensors = tensor_args(args, nargs, argv)) < 0) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: more than %d tensor arguments", what,
+                    CDY_MAX_NODE_ARGS);
+        return NULL;
+    }
+    int idx;
+    tvar *v = cdy_tensor_node(tr, out, &idx);
+    if (!v)
+        return NULL;
+    cdy_value *gv = &tr->t->graph.values[idx];
+    gv->op = pointwise ? op : CDY_OP_EXTERN;
+    gv->nargs = pointwise ? nargs : ntensors;
+    memcpy(gv->args, argv, sizeof(int) * (size_t)gv->nargs);
+    gv->compute_dtype = gv->meta.dtype;
+    if (pointwise && cdy_op_table[op].kind == 'C' &&
+        (gv->compute_dtype = compare_dtype(pyargs[0], pyargs[1])) < 0) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
+        return NULL;
+    }
+    if (add_pynode(tr, fn, args, nargs, kwnames, idx))
+        return NULL;
+    return v;
+}
+
+/* Operator fn on tensors/constants: constants fold, tensors trace. */
+tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs)
+{
+    int all_const = 1, any_tensor = 0;
+    for (int i = 0; i < nargs; i++) {
+        all_const &= args[i]->kind == TV_CONST;
+        any_tensor |= args[i]->kind == TV_TENSOR;
+    }
+    if (all_const) {
+        PyObject *pa[3];
+        for (int i = 0; i < nargs; i++)
+            pa[i] = args[i]->obj;
+        PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)nargs, NULL);
+        if (!r) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, sym);
+            return NULL;
+        }
+        if (!cdy_is_const(r)) {
+            Py_DECREF(r);
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "operator %s gave a non-constant", sym);
+            return NULL;
+        }
+        return cdy_tv_const(tr, r);
+    }
+    if (!any_tensor) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "operator %s on these values is not supported", sym);
+        return NULL;
+    }
+    return tensor_call(tr, cdy_optable_fn(fn), fn, sym, args, nargs, NULL, 0);
+}
+
+/* ---- inlining Python functions ------------------------------------------------ */
+
+/* Bind args/kwnames to the parameters of code co (with func's defaults) into
+ * locals[]; 0, or -1 when stopped. */
+static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **args, int nargs,
+                     PyObject *kwnames)
+{
+    PyCodeObject *co = (PyCodeObject *)func->func_code;
+    int npos = co->co_argcount, nkwo = co->co_kwonlyargcount;
+    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0, npass = nargs - nkw;
+    int slot_var = npos + nkwo, slot_kw = slot_var + !!(co->co_flags & CO_VARARGS);
+    tvar **L = sub->locals;
+    for (int i = 0; i < npass && i < npos; i++)
+        L[i] = args[i];
+    if (npass > npos) {
+        if (!(co->co_flags & CO_VARARGS))
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() takes %d positional arguments but %d "
+                               "were given", PyUnicode_AsUTF8(co->co_name), npos, npass);
+        if (!(L[slot_var] = cdy_tv_seq(tr, TV_TUPLE, args + npos, npass - npos)))
+            return -1;
+    }
+    else if (co->co_flags & CO_VARARGS && !(L[slot_var] = cdy_tv_seq(tr, TV_TUPLE, NULL, 0)))
+        return -1;
+    tvar *kwdict = NULL;
+    if (co->co_flags & CO_VARKEYWORDS) {
+        if (!(kwdict = cdy_tv_new(tr, TV_DICT)))
+            return -1;
+        kwdict->items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nkw + 1));
+        kwdict->keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nkw + 1));
+        L[slot_kw] = kwdict;
+    }
+    for (int k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = -1;
+        for (int i = co->co_posonlyargcount; i < npos + nkwo && slot < 0; i++)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(co->co_localsplusnames, i), name) == 0)
+                slot = i;
+        if (slot >= 0)
+            L[slot] = args[npass + k];
+        else if (kwdict) {
+            kwdict->keys[kwdict->n] = name;
+            kwdict->items[kwdict->n++] = args[npass + k];
+        }
+        else
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() got an unexpected keyword argument '%s'",
+                               PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(name));
+    }
+    PyObject *defs = func->func_defaults, *kwdefs = func->func_kwdefaults;
+    int ndefs = defs ? (int)PyTuple_GET_SIZE(defs) : 0;
+    for (int i = 0; i < npos + nkwo; i++) {
+        if (L[i])
+            continue;
+        PyObject *d = NULL;
+        if (i < npos && i >= npos - ndefs)
+            d = PyTuple_GET_ITEM(defs, i - (npos - ndefs));
+        else if (i >= npos && kwdefs)
+            d = PyDict_GetItemWithError(kwdefs, PyTuple_GET_ITEM(co->co_localsplusnames, i));
+        if (!d)
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() missing argument '%s'",
+                               PyUnicode_AsUTF8(co->co_name),
+                               PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)));
+        if (!(L[i] = cdy_wrap(tr, d, NULL, 0)))
+            return -1;
+    }
+    return 0;
+}
+
+/* Trace a call of Python function func inline; its return value, or NULL. */
+static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyObject *kwnames,
+                         const cdy_src *func_src)
+{
+    PyFunctionObject *func = (PyFunctionObject *)fobj;
+    PyCodeObject *co = (PyCodeObject *)func->func_code;
+    const int noflags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+    if (co->co_flags & noflags) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to generator/coroutine function %s",
+                    PyUnicode_AsUTF8(co->co_qualname));
+        return NULL;
+    }
+    if (tr->depth >= CDY_MAX_INLINE_DEPTH) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "inlining deeper than %d calls", CDY_MAX_INLINE_DEPTH);
+        return NULL;
+    }
+    tracer sub;
+    memset(&sub, 0, sizeof(sub));
+    sub.t = tr->t;
+    sub.parent = tr;
+    sub.depth = tr->depth + 1;
+    sub.co = co;
+    sub.globals = func->func_globals;
+    sub.builtins = func->func_builtins;
+    sub.closure = func->func_closure;
+    sub.func_src = func_src;
+    sub.guard_globals = !cdy_is_torch_callable(fobj);
+    sub.null_var.kind = TV_NULL;
+    sub.nlocals = co->co_nlocalsplus;
+    sub.locals = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(sub.nlocals + 1));
+    if (!sub.locals || !cdy_tr_keep(tr, Py_NewRef(fobj))) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return NULL;
+    }
+    if (bind_args(tr, &sub, func, args, nargs, kwnames) || cdy_tr_run_frame(&sub))
+        return NULL;
+    return sub.retval;
+}
+
+/* 1 if module m has no hooks of its own and no global module hooks are set. */
+static int module_has_hooks(PyObject *m)
+{
+    static const char *own[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                "_backward_pre_hooks", NULL};
+    PyObject **dp = _PyObject_GetDictPtr(m);
+    for (int i = 0; dp && *dp && own[i]; i++) {
+        PyObject *d = PyDict_GetItemString(*dp, own[i]);
+        if (d && PyDict_Check(d) && PyDict_GET_SIZE(d) > 0)
+            return 1;
+    }
+    for (int i = 0; i < 4; i++)
+        if (global_hook_dicts[i] && PyDict_Check(global_hook_dicts[i]) &&
+            PyDict_GET_SIZE(global_hook_dicts[i]) > 0)
+            return 1;
+    return 0;
+}
+
+/* Call of an nn.Module: its forward inlined with the module as self. */
+static tvar *call_module(tracer *tr, tvar *mod, tvar **args, int nargs, PyObject *kwnames)
+{
+    if (module_has_hooks(mod->obj)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "module %s has hooks", Py_TYPE(mod->obj)->tp_name);
+        return NULL;
+    }
+    PyObject *fwd = _PyType_Lookup(Py_TYPE(mod->obj), str_forward);
+    if (!fwd || !PyFunction_Check(fwd)) {
+        PyErr_Clear();
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "module %s has no Python forward",
+                    Py_TYPE(mod->obj)->tp_name);
+        return NULL;
+    }
+    tvar *all[CDY_MAX_CALL_ARGS + 1];
+    if (nargs + 1 > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
+        return NULL;
+    }
+    all[0] = mod;
+    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+    return inline_call(tr, fwd, all, nargs + 1, kwnames, NULL);
+}
+
+/* ---- builtins and container methods -------------------------------------------- */
+
+/* Python type that a tvar's value has (borrowed). */
+static PyObject *tvar_type(tvar *v)
+{
+    switch (v->kind) {
+    case TV_TENSOR: return (PyObject *)v->tp;
+    case TV_TUPLE: return (PyObject *)&PyTuple_Type;
+    case TV_LIST: return (PyObject *)&PyList_Type;
+    case TV_DICT: return (PyObject *)&PyDict_Type;
+    default: return v->obj ? (PyObject *)Py_TYPE(v->obj) : (PyObject *)&PyBaseObject_Type;
+    }
+}
+
+/* 1 if fn is a pure builtin or math function we may evaluate on constants. */
+static int foldable_fn(PyObject *fn)
+{
+    static const char *ok[] = {"abs", "min", "max", "len", "round", "pow", "divmod", "sum",
+                               "all", "any", "sorted", NULL};
+    if (fn == (PyObject *)&PyFloat_Type || fn == (PyObject *)&PyLong_Type ||
+        fn == (PyObject *)&PyBool_Type || fn == (PyObject *)&PyUnicode_Type ||
+        fn == (PyObject *)&PyTuple_Type || fn == (PyObject *)&PyRange_Type ||
+        fn == (PyObject *)&PySlice_Type)
+        return 1;
+    if (!PyCFunction_Check(fn))
+        return 0;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    if (!self || !PyModule_Check(self))
+        return 0;
+    const char *mod = PyModule_GetName(self);
+    if (!mod) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!strcmp(mod, "math"))
+        return 1;
+    if (strcmp(mod, "builtins"))
+        return 0;
+    const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    for (int i = 0; ok[i]; i++)
+        if (!strcmp(name, ok[i]))
+            return 1;
+    return 0;
+}
+
+/* Name of builtin function fn, or "" if it is not a builtins function. */
+static const char *builtin_name(PyObject *fn)
+{
+    if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == builtins_mod)
+        return ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    if (fn == (PyObject *)&PyTuple_Type)
+        return "tuple";
+    if (fn == (PyObject *)&PyList_Type)
+        return "list";
+    if (fn == (PyObject *)&PyEnum_Type)
+        return "enumerate";
+    if (fn == (PyObject *)&PyZip_Type)
+        return "zip";
+    if (fn == (PyObject *)&PyReversed_Type)
+        return "reversed";
+    return "";
+}
+
+/* Builtins that take symbolic values; NULL with no stop when fn is not one. */
+static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                          int *handled)
+{
+    const char *n = builtin_name(fn);
+    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0;
+    *handled = 1;
+    if (!strcmp(n, "len") && nargs == 1) {
+        tvar *a = args[0];
+        long k = -1;
+        if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
+            k = a->n;
+        else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
+            k = PyObject_Length(a->obj);
+        if (k < 0) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "len()");
+            return NULL;
+        }
+        return cdy_tv_const(tr, PyLong_FromLong(k));
+    }
+    if (!strcmp(n, "isinstance") && nargs == 2 && args[1]->obj) {
+        int r = PyObject_IsSubclass(tvar_type(args[0]), args[1]->obj);
+        if (r < 0) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "isinstance()");
+            return NULL;
+        }
+        return cdy_tv_const(tr, PyBool_FromLong(r));
+    }
+    if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
+        args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {
+        PyObject *probe = args[0]->obj;
+        int has = probe ? PyObject_HasAttr(probe, args[1]->obj) : 0;
+        if (!strcmp(n, "hasattr"))
+            return cdy_tv_const(tr, PyBool_FromLong(has));
+        if (!has && nargs == 3)
+            return args[2];
+        return cdy_get_attr(tr, args[0], args[1]->obj);
+    }
+    if ((!strcmp(n, "tuple") || !strcmp(n, "list")) && nargs <= 1) {
+        tvar *it = nargs ? cdy_iterate(tr, args[0]) : cdy_tv_seq(tr, TV_ITER, NULL, 0);
+        return it ? cdy_tv_seq(tr, n[0] == 't' ? TV_TUPLE : TV_LIST, it->items + it->pos,
+                               it->n - it->pos) : NULL;
+    }
+    if (!strcmp(n, "reversed") && nargs == 1) {
+        tvar *it = cdy_iterate(tr, args[0]);
+        if (!it)
+            return NULL;
+        tvar **rev = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(it->n + 1));
+        for (int i = 0; rev && i < it->n - it->pos; i++)
+            rev[i] = it->items[it->n - 1 - i];
+        return rev ? cdy_tv_seq(tr, TV_ITER, rev, it->n - it->pos) : NULL;
+    }
+    if (!strcmp(n, "enumerate") && nargs >= 1 && !nkw) {
+        tvar *it = cdy_iterate(tr, args[0]);
+        long start = nargs > 1 && args[1]->kind == TV_CONST ? PyLong_AsLong(args[1]->obj) : 0;
+        if (!it)
+            return NULL;
+        int m = it->n - it->pos;
+        tvar **pairs = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(m + 1));
+        for (int i = 0; pairs && i < m; i++) {
+            tvar *p[2] = {cdy_tv_const(tr, PyLong_FromLong(start + i)), it->items[it->pos + i]};
+            if (!p[0] || !(pairs[i] = cdy_tv_seq(tr, TV_TUPLE, p, 2)))
+                return NULL;
+        }
+        return pairs ? cdy_tv_seq(tr, TV_ITER, pairs, m) : NULL;
+    }
+    if (!strcmp(n, "zip") && nargs >= 1 && !nkw && nargs <= 8) {
+        tvar *its[8];
+        int m = 1 << 30;
+        for (int i = 0; i < nargs; i++) {
+            if (!(its[i] = cdy_iterate(tr, args[i])))
+                return NULL;
+            if (its[i]->n - its[i]->pos < m)
+                m = its[i]->n - its[i]->pos;
+        }
+        tvar **tuples = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(m + 1));
+        for (int k = 0; tuples && k < m; k++) {
+            tvar *row[8];
+            for (int i = 0; i < nargs; i++)
+                row[i] = its[i]->items[its[i]->pos + k];
+            if (!(tuples[k] = cdy_tv_seq(tr, TV_TUPLE, row, nargs)))
+                return NULL;
+        }
+        return tuples ? cdy_tv_seq(tr, TV_ITER, tuples, m) : NULL;
+    }
+    if (!strcmp(n, "print")) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "print() is a side effect");
+        return NULL;
+    }
+    *handled = 0;
+    return NULL;
+}
+
+/* dict/list methods on trace-made containers. */
+static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **args, int nargs)
+{
+    if (self->kind == TV_DICT) {
+        int get = !strcmp(name, "get"), items = !strcmp(name, "items");
+        if ((get || !strcmp(name, "__getitem__")) && nargs >= 1 && args[0]->kind == TV_CONST) {
+            for (int i = 0; i < self->n; i++)
+                if (PyObject_RichCompareBool(self->keys[i], args[0]->obj, Py_EQ) == 1)
+                    return self->items[i];
+            PyErr_Clear();
+            if (get)
+                return nargs > 1 ? args[1] : cdy_tv_const(tr, Py_NewRef(Py_None));
+            cdy_tr_stop(tr, CDY_TRACE_ERROR, "KeyError");
+            return NULL;
+        }
+        if (items || !strcmp(name, "values") || !strcmp(name, "keys")) {
+            tvar **out = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 1));
+            for (int i = 0; out && i < self->n; i++) {
+                tvar *k = cdy_tv_const(tr, Py_NewRef(self->keys[i]));
+                tvar *p[2] = {k, self->items[i]};
+                out[i] = !strcmp(name, "keys") ? k : items ? cdy_tv_seq(tr, TV_TUPLE, p, 2) : self->items[i];
+                if (!out[i])
+                    return NULL;
+            }
+            return out ? cdy_tv_seq(tr, TV_LIST, out, self->n) : NULL;
+        }
+    }
+    if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 2));
+        if (!items)
+            return NULL;
+        if (self->n)
+            memcpy(items, self->items, sizeof(tvar *) * (size_t)self->n);
+        items[self->n] = args[0];
+        self->items = items;
+        self->n++;
+        return cdy_tv_const(tr, Py_NewRef(Py_None));
+    }
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "method %s of a %s is not supported", name,
+                self->kind == TV_DICT ? "dict" : self->kind == TV_LIST ? "list" : "value");
+    return NULL;
+}
+
+/* Short text naming a callable, for reasons. */
+static void callable_name(PyObject *fn, char *buf, size_t n)
+{
+    PyObject *q = PyObject_GetAttrString(fn, "__qualname__");
+    if (!q) {
+        PyErr_Clear();
+        q = PyObject_Repr(fn);
+    }
+    snprintf(buf, n, "%s", q && PyUnicode_Check(q) ? PyUnicode_AsUTF8(q) : "?");
+    Py_XDECREF(q);
+    PyErr_Clear();
+}
+
+/* A Tensor method call self.name(*args). */
+static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
+{
+    const char *name = PyUnicode_AsUTF8(m->obj);
+    char what[96];
+    snprintf(what, sizeof(what), "Tensor.%s", name);
+    size_t len = strlen(name);
+    if (data_dependent(name)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s() needs the tensor's data", what);
+        return NULL;
+    }
+    if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_') {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "in-place %s() is not supported", what);
+        return NULL;
+    }
+    PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, m->obj));
+    if (!fn) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
+        return NULL;
+    }
+    int op = cdy_optable_method(m->obj);
+    if (op == CDY_OP_WHERE && nargs == 3 && !kwnames) {   /* x.where(cond, y) = where(cond, x, y) */
+        tvar *re[3] = {args[1], args[0], args[2]};
+        PyObject *tw = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, "where"));
+        return tw ? tensor_call(tr, op, tw, what, re, 3, NULL, 0) : NULL;
+    }
+    return tensor_call(tr, op, fn, what, args, nargs, kwnames, meta_query(name));
+}
+
+/* Apply callable to args; see the file comment.  NULL when stopped. */
+tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
+{
+    char name[160];
+    if (callable->kind == TV_METHOD && callable->self->kind == TV_TENSOR)
+        return tensor_method(tr, callable, args, nargs, kwnames);
+    if (callable->kind == TV_METHOD)
+        return container_method(tr, callable->self, PyUnicode_AsUTF8(callable->obj), args + 1,
+                                nargs - 1);
+    if (callable->kind == TV_BOUND) {
+        tvar *all[CDY_MAX_CALL_ARGS + 1];
+        if (nargs + 1 > CDY_MAX_CALL_ARGS) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
+            return NULL;
+        }
+        all[0] = callable->self;
+        memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+        return inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL);
+    }
+    if (callable->kind != TV_OBJ && callable->kind != TV_CONST) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call of a value that is not a function");
+        return NULL;
+    }
+    PyObject *fn = callable->obj;
+    callable_name(fn, name, sizeof(name));
+    int any_tensor = 0, all_const = 1, handled;
+    for (int i = 0; i < nargs; i++) {
+        any_tensor |= args[i]->kind == TV_TENSOR;
+        all_const &= args[i]->kind == TV_CONST;
+        if (args[i]->kind == TV_TUPLE || args[i]->kind == TV_LIST)
+            for (int j = 0; j < args[i]->n; j++)
+                any_tensor |= args[i]->items[j]->kind == TV_TENSOR;
+    }
+    if (PyObject_TypeCheck(fn, (PyTypeObject *)cdy_module_type))
+        return call_module(tr, callable, args, nargs, kwnames);
+    tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    if (all_const && foldable_fn(fn)) {
+        PyObject *pa[CDY_MAX_CALL_ARGS];
+        Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        for (int i = 0; i < nargs && i < CDY_MAX_CALL_ARGS; i++)
+            pa[i] = args[i]->obj;
+        PyObject *res = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
+        if (!res) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, name);
+            return NULL;
+        }
+        if (!cdy_is_const(res)) {
+            Py_DECREF(res);
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s gave a non-constant", name);
+            return NULL;
+        }
+        return cdy_tv_const(tr, res);
+    }
+    if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE) {
+        if (PyType_Check(fn) && !any_tensor) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "constructing %s is not supported", name);
+            return NULL;
+        }
+        return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames, 0);
+    }
+    if (PyFunction_Check(fn))
+        return inline_call(tr, fn, args, nargs, kwnames, callable->src);
+    if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
+        tvar *self = cdy_wrap(tr, PyMethod_GET_SELF(fn), NULL, 0);
+        tvar *all[CDY_MAX_CALL_ARGS + 1];
+        if (!self || nargs + 1 > CDY_MAX_CALL_ARGS)
+            return NULL;
+        all[0] = self;
+        memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+        return inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL);
+    }
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to %s is not supported", name);
+    return NULL;
+}

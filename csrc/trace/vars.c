@@ -1,0 +1,654 @@
+/* vars.c - symbolic values of the tracer: constants, fake tensors, objects,
+ * containers; the sources they are read from and the guards that reading
+ * them implies; attribute access on tensors, modules and user objects.     */
+#include "trace/trace.h"
+
+#include <string.h>
+
+PyObject *cdy_module_type, *cdy_parameter_type;
+static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type;
+static PyObject *sequential_type, *modulelist_type, *moduledict_type;
+static PyObject *str_dict, *str_modules, *str_parameters, *str_buffers;
+
+/* Look up the torch objects this file needs; 0 or -1. */
+int cdy_vars_init(void)
+{
+    if (empty_strided)
+        return 0;
+    PyObject *nn = PyImport_ImportModule("torch.nn");
+    if (!nn)
+        return -1;
+    cdy_module_type = PyObject_GetAttrString(nn, "Module");
+    cdy_parameter_type = PyObject_GetAttrString(nn, "Parameter");
+    sequential_type = PyObject_GetAttrString(nn, "Sequential");
+    modulelist_type = PyObject_GetAttrString(nn, "ModuleList");
+    moduledict_type = PyObject_GetAttrString(nn, "ModuleDict");
+    Py_DECREF(nn);
+    torch_size_type = PyObject_GetAttrString(cdy_torch, "Size");
+    dtype_type = PyObject_GetAttrString(cdy_torch, "dtype");
+    meta_str = PyUnicode_FromString("meta");
+    meta_kw = Py_BuildValue("(ss)", "dtype", "device");
+    str_dict = PyUnicode_InternFromString("__dict__");
+    str_modules = PyUnicode_InternFromString("_modules");
+    str_parameters = PyUnicode_InternFromString("_parameters");
+    str_buffers = PyUnicode_InternFromString("_buffers");
+    empty_strided = PyObject_GetAttrString(cdy_torch, "empty_strided");
+    if (!cdy_module_type || !cdy_parameter_type || !sequential_type || !modulelist_type ||
+        !moduledict_type || !torch_size_type || !dtype_type || !meta_str || !meta_kw ||
+        !str_dict || !empty_strided)
+        return -1;
+    return 0;
+}
+
+/* ---- basic values ------------------------------------------------------- */
+
+/* A zeroed tvar of kind from the arena; NULL when stopped. */
+tvar *cdy_tv_new(tracer *tr, int kind)
+{
+    tvar *v = cdy_arena_alloc(&tr->t->arena, sizeof(tvar));
+    if (v)
+        v->kind = kind;
+    else
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    return v;
+}
+
+/* A constant tvar holding o (a new reference, kept by the trace). */
+tvar *cdy_tv_const(tracer *tr, PyObject *o)
+{
+    if (!cdy_tr_keep(tr, o)) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    tvar *v = cdy_tv_new(tr, TV_CONST);
+    if (v)
+        v->obj = o;
+    return v;
+}
+
+/* A TUPLE/LIST/ITER tvar over a copy of items[0..n). */
+tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n)
+{
+    tvar **copy = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    tvar *v = copy ? cdy_tv_new(tr, kind) : NULL;
+    if (!v)
+        return NULL;
+    if (n)
+        memcpy(copy, items, sizeof(tvar *) * (size_t)n);
+    v->items = copy;
+    v->n = n;
+    return v;
+}
+
+/* 1 if o is a value we treat as a constant (guarded by value). */
+int cdy_is_const(PyObject *o)
+{
+    if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
+        PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+        PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type)
+        return 1;
+    if (PySlice_Check(o)) {
+        PySliceObject *s = (PySliceObject *)o;
+        return cdy_is_const(s->start) && cdy_is_const(s->stop) && cdy_is_const(s->step);
+    }
+    if (PyTuple_CheckExact(o) || (PyObject *)Py_TYPE(o) == torch_size_type) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
+            if (!cdy_is_const(PyTuple_GET_ITEM(o, i)))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 if o is torch or one of its submodules (whose attributes we do not guard). */
+int cdy_is_torch_module(PyObject *o)
+{
+    if (!PyModule_Check(o))
+        return 0;
+    const char *n = PyModule_GetName(o);
+    if (!n) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !strcmp(n, "torch") || !strncmp(n, "torch.", 6);
+}
+
+/* 1 if fn is defined by torch (its __module__ is torch or torch.*). */
+int cdy_is_torch_callable(PyObject *fn)
+{
+    PyObject *m = PyObject_GetAttrString(fn, "__module__");
+    int r = 0;
+    if (m && PyUnicode_Check(m)) {
+        const char *n = PyUnicode_AsUTF8(m);
+        r = n && (!strcmp(n, "torch") || !strncmp(n, "torch.", 6));
+    }
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return r;
+}
+
+/* ---- sources ----------------------------------------------------------------- */
+
+/* A zeroed source of kind, in the arena. */
+cdy_src *cdy_src_new(tracer *tr, int kind)
+{
+    cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
+    if (s)
+        s->kind = kind;
+    else
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    return s;
+}
+
+/* base followed by one more step (getattr name, or [key] when item). */
+cdy_src *cdy_src_step(tracer *tr, const cdy_src *base, PyObject *key, int item)
+{
+    if (!base || base->nattrs >= CDY_MAX_ATTRS)
+        return NULL;
+    cdy_src *s = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
+    if (!s || !cdy_tr_keep(tr, Py_NewRef(key)))
+        return NULL;
+    *s = *base;
+    s->attrs[s->nattrs] = key;
+    s->item[s->nattrs++] = (char)item;
+    return s;
+}
+
+/* ---- graph values ------------------------------------------------------------ */
+
+/* A new graph value; NULL when stopped. */
+cdy_value *cdy_graph_add(tracer *tr, int kind, int *index)
+{
+    cdy_graph *g = &tr->t->graph;
+    if (g->nvalues == g->cap_values) {
+        int cap = g->cap_values ? 2 * g->cap_values : 32;
+        cdy_value *v = PyMem_Realloc(g->values, sizeof(cdy_value) * (size_t)cap);
+        if (!v) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return NULL;
+        }
+        g->values = v;
+        g->cap_values = cap;
+    }
+    cdy_value *v = &g->values[g->nvalues];
+    memset(v, 0, sizeof(*v));
+    v->kind = kind;
+    *index = g->nvalues++;
+    return v;
+}
+
+/* Read meta (dtype, sizes, strides) of a (fake) tensor; 0, or -1 if unsupported. */
+int cdy_read_meta(tracer *tr, PyObject *x, cdy_meta *m)
+{
+    PyObject *dt = PyObject_GetAttr(x, cdy_str.dtype);
+    PyObject *size = dt ? PyObject_GetAttr(x, cdy_str.shape) : NULL;
+    PyObject *stride = size ? PyObject_CallMethodNoArgs(x, cdy_str.stride) : NULL;
+    int r = -1;
+    if (!stride) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor meta");
+        goto done;
+    }
+    m->dtype = cdy_dtype_from_obj(dt);
+    m->ndim = (int)PyTuple_GET_SIZE(size);
+    if (m->dtype == CDY_DT_NONE) {
+        PyObject *s = PyObject_Str(dt);
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dtype %s is not supported",
+                    s ? PyUnicode_AsUTF8(s) : "?");
+        Py_XDECREF(s);
+        goto done;
+    }
+    if (m->ndim > CDY_MAX_NDIM) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensors of more than %d dims are not supported",
+                    CDY_MAX_NDIM);
+        goto done;
+    }
+    for (int d = 0; d < m->ndim; d++) {
+        m->sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, d));
+        m->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
+    }
+    r = 0;
+done:
+    Py_XDECREF(dt);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    return r;
+}
+
+/* A fake (meta) tensor with x's sizes, strides and dtype; new ref or NULL. */
+static PyObject *make_fake(PyObject *x, PyObject *dtype)
+{
+    PyObject *size = PyObject_GetAttr(x, cdy_str.shape);
+    PyObject *stride = size ? PyObject_CallMethodNoArgs(x, cdy_str.stride) : NULL;
+    PyObject *dt = dtype ? Py_NewRef(dtype) : (stride ? PyObject_GetAttr(x, cdy_str.dtype) : NULL);
+    PyObject *r = NULL;
+    if (stride && dt) {
+        PyObject *args[4] = {size, stride, dt, meta_str};
+        r = PyObject_Vectorcall(empty_strided, args, 2, meta_kw);
+    }
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    Py_XDECREF(dt);
+    return r;
+}
+
+/* 1 if tensor x lives on the meta device. */
+static int is_meta(PyObject *x)
+{
+    PyObject *m = PyObject_GetAttrString(x, "is_meta");
+    int r = m == Py_True;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return r;
+}
+
+/* A TENSOR tvar for a new graph node whose result is `out`. */
+tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index)
+{
+    if (!is_meta(out)) {   /* e.g. a factory call made a real tensor: keep only its meta */
+        PyObject *fake = make_fake(out, NULL);
+        if (!fake) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+            return NULL;
+        }
+        out = fake;
+        if (!cdy_tr_keep(tr, out))
+            return NULL;
+    }
+    cdy_meta m;
+    if (cdy_read_meta(tr, out, &m))
+        return NULL;
+    cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, index);
+    tvar *v = gv ? cdy_tv_new(tr, TV_TENSOR) : NULL;
+    if (!v)
+        return NULL;
+    gv->meta = m;
+    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    v->obj = out;
+    v->value = *index;
+    v->tp = (PyTypeObject *)cdy_tensor_type;
+    return v;
+}
+
+/* ---- wrapping values read from the frame ----------------------------------- */
+
+/* The memo entry of src's description, if this trace wrapped it already. */
+static tvar *memo_find(tracer *tr, const char *desc)
+{
+    tv_memo *m = (tv_memo *)tr->t->memo;
+    for (int i = 0; i < tr->t->nmemo; i++)
+        if (!strcmp(m[i].key, desc))
+            return m[i].var;
+    return NULL;
+}
+
+/* Remember that desc was wrapped as v. */
+static void memo_add(tracer *tr, const char *desc, tvar *v)
+{
+    cdy_trace *t = tr->t;
+    if (t->nmemo == t->cap_memo) {
+        int cap = t->cap_memo ? 2 * t->cap_memo : 64;
+        tv_memo *m = cdy_arena_alloc(&t->arena, sizeof(tv_memo) * (size_t)cap);
+        if (!m)
+            return;
+        if (t->nmemo)
+            memcpy(m, t->memo, sizeof(tv_memo) * (size_t)t->nmemo);
+        t->memo = m;
+        t->cap_memo = cap;
+    }
+    tv_memo *m = (tv_memo *)t->memo;
+    m[t->nmemo].key = cdy_arena_strdup(&t->arena, desc);
+    m[t->nmemo++].var = v;
+}
+
+/* A tensor read from the frame at src: guard it, make it a graph input. */
+static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char *desc)
+{
+    if (!src || src->kind == CDY_SRC_DEREF) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' from a closure cell is not supported", desc);
+        return NULL;
+    }
+    PyObject *cpu = PyObject_GetAttr(x, cdy_str.is_cpu);
+    PyObject *lay = cpu ? PyObject_GetAttr(x, cdy_str.layout) : NULL;
+    PyObject *rg = lay ? PyObject_GetAttr(x, cdy_str.requires_grad) : NULL;
+    PyObject *dt = rg ? PyObject_GetAttr(x, cdy_str.dtype) : NULL;
+    tvar *v = NULL;
+    if (!dt)
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor properties");
+    else if (cpu != Py_True)
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not on the CPU", desc);
+    else if (lay != cdy_strided_layout)
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not strided (sparse or mkldnn)", desc);
+    else if (rg == Py_True && tr->t->grad_enabled)
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
+                    "tensor '%s' requires grad and grad mode is on: autograd is not supported "
+                    "(run under torch.no_grad() or torch.inference_mode())", desc);
+    else {
+        cdy_meta m;
+        PyObject *fake = make_fake(x, dt);
+        int idx;
+        cdy_value *gv;
+        cdy_guard *g;
+        if (!fake)
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+        else if (cdy_tr_keep(tr, fake) && !cdy_read_meta(tr, fake, &m) &&
+                 (gv = cdy_graph_add(tr, CDY_VAL_INPUT, &idx)) &&
+                 (g = cdy_guards_add(&tr->t->guards, CDY_GUARD_TENSOR, src, desc)) &&
+                 (v = cdy_tv_new(tr, TV_TENSOR))) {
+            gv->meta = m;
+            gv->input_index = tr->t->graph.ninputs++;
+            g->expect = Py_NewRef((PyObject *)Py_TYPE(x));
+            g->dtype = Py_NewRef(dt);
+            g->requires_grad = rg == Py_True;
+            g->ndim = m.ndim;
+            memcpy(g->sizes, m.sizes, sizeof(m.sizes));
+            memcpy(g->strides, m.strides, sizeof(m.strides));
+            tr->t->any_requires_grad |= rg == Py_True;
+            v->obj = fake;
+            v->value = idx;
+            v->src = src;
+            v->tp = Py_TYPE(x);
+            v->requires_grad = rg == Py_True;
+        }
+        else if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    }
+    Py_XDECREF(cpu);
+    Py_XDECREF(lay);
+    Py_XDECREF(rg);
+    Py_XDECREF(dt);
+    return v;
+}
+
+/* A tvar for object o read from the frame at src, with its guard (none when
+ * guard is 0: attributes of torch modules and torch's own globals). */
+tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
+{
+    char desc[160] = "";
+    if (src) {
+        cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
+        tvar *seen = memo_find(tr, desc);
+        if (seen)
+            return seen;
+    }
+    PyTypeObject *tp = Py_TYPE(o);
+    tvar *v;
+    if (PyObject_TypeCheck(o, (PyTypeObject *)cdy_tensor_type)) {
+        if ((PyObject *)tp != cdy_tensor_type && (PyObject *)tp != cdy_parameter_type) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor subclass %s is not supported", tp->tp_name);
+            return NULL;
+        }
+        v = wrap_tensor(tr, o, src, desc);
+    }
+    else {
+        int konst = cdy_is_const(o);
+        if (guard && src) {
+            cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST : CDY_GUARD_ID,
+                                          src, desc);
+            if (!g) {
+                cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+                return NULL;
+            }
+            g->expect = Py_NewRef(o);
+        }
+        v = konst ? cdy_tv_const(tr, Py_NewRef(o)) : NULL;
+        if (!konst && cdy_tr_keep(tr, Py_NewRef(o)) && (v = cdy_tv_new(tr, TV_OBJ)))
+            v->obj = o;
+        if (v)
+            v->src = src;
+    }
+    if (v && src)
+        memo_add(tr, desc, v);
+    return v;
+}
+
+/* ---- attributes ------------------------------------------------------------------ */
+
+/* Attribute of a tensor that is a constant under the tensor's guard. */
+static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
+{
+    const char *n = PyUnicode_AsUTF8(name);
+    static const char *consts[] = {"shape", "dtype", "ndim", "is_cuda", "layout", "is_sparse",
+                                   "is_quantized", "is_meta", "requires_grad", NULL};
+    static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
+    for (int i = 0; views[i]; i++)
+        if (!strcmp(n, views[i])) {   /* a view: an extern getattr */
+            PyObject *ga = PyObject_GetAttrString(PyImport_AddModule("builtins"), "getattr");
+            tvar *nm = cdy_tv_const(tr, Py_NewRef(name));
+            tvar *args[2] = {t, nm};
+            tvar *fn = ga && nm ? cdy_tv_new(tr, TV_OBJ) : NULL;
+            if (!fn || !cdy_tr_keep(tr, ga))
+                return NULL;
+            fn->obj = ga;
+            return cdy_call(tr, fn, args, 2, NULL);
+        }
+    if (!strcmp(n, "device")) {       /* the fake says meta; the real tensor is on the cpu */
+        PyObject *d = PyObject_CallMethod(cdy_torch, "device", "s", "cpu");
+        if (!d || !cdy_tr_keep(tr, d))
+            return NULL;
+        tvar *r = cdy_tv_new(tr, TV_OBJ);
+        if (r)
+            r->obj = d;
+        return r;
+    }
+    if (!strcmp(n, "requires_grad"))
+        return cdy_tv_const(tr, Py_NewRef(t->requires_grad ? Py_True : Py_False));
+    for (int i = 0; consts[i]; i++)
+        if (!strcmp(n, consts[i])) {
+            PyObject *v = PyObject_GetAttr(t->obj, name);
+            if (!v) {
+                cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "tensor attribute");
+                return NULL;
+            }
+            return cdy_tv_const(tr, v);
+        }
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor attribute '%s' is not supported", n);
+    return NULL;
+}
+
+/* Where attribute name of nn.Module/object o lives: its __dict__, or one of a
+ * module's _parameters/_buffers/_modules dicts.  Sets *src_out, returns the
+ * value (new ref), or NULL with no error when it is not an instance attribute. */
+static PyObject *instance_attr(tracer *tr, PyObject *o, const cdy_src *base, PyObject *name,
+                               const cdy_src **src_out)
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(o);
+    PyObject *d = dictptr ? *dictptr : NULL;
+    if (!d)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(d, name);
+    if (v) {
+        *src_out = cdy_src_step(tr, base, name, 0);
+        return Py_NewRef(v);
+    }
+    if (!PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type))
+        return NULL;
+    PyObject *homes[3] = {str_parameters, str_buffers, str_modules};
+    for (int i = 0; i < 3; i++) {
+        PyObject *h = PyDict_GetItemWithError(d, homes[i]);
+        v = h && PyDict_Check(h) ? PyDict_GetItemWithError(h, name) : NULL;
+        if (v) {
+            const cdy_src *s1 = cdy_src_step(tr, base, homes[i], 0);
+            *src_out = s1 ? cdy_src_step(tr, s1, name, 1) : NULL;
+            return Py_NewRef(v);
+        }
+    }
+    PyErr_Clear();
+    return NULL;
+}
+
+/* Attribute name of a Python object (module, nn.Module, user object). */
+static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
+{
+    PyObject *o = base->obj;
+    const cdy_src *src = NULL;
+    if (PyModule_Check(o)) {
+        PyObject *v = PyObject_GetAttr(o, name);
+        if (!v) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "attribute");
+            return NULL;
+        }
+        int torch_attr = cdy_is_torch_module(o);
+        src = base->src ? cdy_src_step(tr, base->src, name, 0) : NULL;
+        tvar *r = (src || torch_attr) ? cdy_wrap(tr, v, src, !torch_attr) : NULL;
+        if (!src && !torch_attr)
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an unguardable module",
+                        PyUnicode_AsUTF8(name));
+        Py_DECREF(v);
+        return r;
+    }
+    /* class attributes that are descriptors: methods, properties */
+    PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
+    if (cls_attr && PyFunction_Check(cls_attr)) {
+        tvar *b = cdy_tv_new(tr, TV_BOUND);
+        if (b) {
+            b->obj = cls_attr;
+            b->self = base;
+        }
+        return b;
+    }
+    if (cls_attr && PyObject_TypeCheck(cls_attr, &PyProperty_Type)) {
+        PyObject *fget = PyObject_GetAttrString(cls_attr, "fget");
+        tvar *fn = fget && cdy_tr_keep(tr, fget) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+        if (!fn)
+            return NULL;
+        fn->obj = fget;
+        return cdy_call(tr, fn, &base, 1, NULL);
+    }
+    if (!base->src) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an object with no source",
+                    PyUnicode_AsUTF8(name));
+        return NULL;
+    }
+    PyObject *v = instance_attr(tr, o, base->src, name, &src);
+    if (!v && PyErr_Occurred()) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "attribute");
+        return NULL;
+    }
+    if (!v) {   /* class-level value or __getattr__: read it generically */
+        v = PyObject_GetAttr(o, name);
+        if (!v) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "attribute");
+            return NULL;
+        }
+        src = cdy_src_step(tr, base->src, name, 0);
+    }
+    tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
+    if (!src)
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+    Py_DECREF(v);
+    return r;
+}
+
+/* getattr(base, name) as a tvar; NULL when stopped. */
+tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
+{
+    if (base->kind == TV_TENSOR)
+        return tensor_attr(tr, base, name);
+    if (base->kind == TV_OBJ)
+        return object_attr(tr, base, name);
+    if (base->kind == TV_CONST) {   /* e.g. (1.5).real, dtype.is_floating_point */
+        PyObject *v = PyObject_GetAttr(base->obj, name);
+        if (v && cdy_is_const(v))
+            return cdy_tv_const(tr, v);
+        Py_XDECREF(v);
+        PyErr_Clear();
+    }
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of this kind of value is not supported",
+                PyUnicode_AsUTF8(name));
+    return NULL;
+}
+
+/* ---- iteration and truth -------------------------------------------------------- */
+
+/* The submodules of a Sequential/ModuleList/ModuleDict (values), with sources. */
+static tvar *iterate_modules(tracer *tr, tvar *v, int values)
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(v->obj);
+    PyObject *mods = dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, str_modules) : NULL;
+    if (!mods || !PyDict_Check(mods) || !v->src) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating a module container without a source");
+        return NULL;
+    }
+    int n = (int)PyDict_GET_SIZE(mods);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    const cdy_src *ms = cdy_src_step(tr, v->src, str_modules, 0);
+    if (!items || !ms)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *val;
+    for (int i = 0; PyDict_Next(mods, &pos, &key, &val); i++) {
+        tvar *m = cdy_wrap(tr, val, cdy_src_step(tr, ms, key, 1), 1);
+        if (!m)
+            return NULL;
+        if (values)
+            items[i] = m;
+        else {   /* (name, module) */
+            tvar *pair[2] = {cdy_tv_const(tr, Py_NewRef(key)), m};
+            if (!pair[0] || !(items[i] = cdy_tv_seq(tr, TV_TUPLE, pair, 2)))
+                return NULL;
+        }
+    }
+    return cdy_tv_seq(tr, TV_ITER, items, n);
+}
+
+/* An iterator tvar over v's items; NULL when stopped. */
+tvar *cdy_iterate(tracer *tr, tvar *v)
+{
+    if (v->kind == TV_TUPLE || v->kind == TV_LIST)
+        return cdy_tv_seq(tr, TV_ITER, v->items, v->n);
+    if (v->kind == TV_DICT) {
+        tvar **keys = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(v->n + 1));
+        for (int i = 0; keys && i < v->n; i++)
+            if (!(keys[i] = cdy_tv_const(tr, Py_NewRef(v->keys[i]))))
+                return NULL;
+        return keys ? cdy_tv_seq(tr, TV_ITER, keys, v->n) : NULL;
+    }
+    if (v->kind == TV_ITER)
+        return v;
+    if (v->kind == TV_CONST && (PyTuple_Check(v->obj) || PyRange_Check(v->obj) ||
+                                PyUnicode_Check(v->obj))) {
+        PyObject *seq = PySequence_Tuple(v->obj);
+        if (!seq || PyTuple_GET_SIZE(seq) > 100000) {
+            Py_XDECREF(seq);
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating a huge constant");
+            return NULL;
+        }
+        int n = (int)PyTuple_GET_SIZE(seq);
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+        for (int i = 0; items && i < n; i++)
+            if (!(items[i] = cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(seq, i))))) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        Py_DECREF(seq);
+        return items ? cdy_tv_seq(tr, TV_ITER, items, n) : NULL;
+    }
+    if (v->kind == TV_OBJ && (PyObject_TypeCheck(v->obj, (PyTypeObject *)sequential_type) ||
+                              PyObject_TypeCheck(v->obj, (PyTypeObject *)modulelist_type)))
+        return iterate_modules(tr, v, 1);
+    if (v->kind == TV_OBJ && PyObject_TypeCheck(v->obj, (PyTypeObject *)moduledict_type))
+        return iterate_modules(tr, v, 1);
+    if (v->kind == TV_TENSOR)
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating over a tensor");
+    else
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating over this kind of value");
+    return NULL;
+}
+
+/* Truth value of v for a branch: 0/1, or -1 when stopped. */
+int cdy_truth(tracer *tr, tvar *v)
+{
+    if (v->kind == TV_TENSOR)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "data-dependent branch on a tensor value");
+    if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
+        return v->n > 0;
+    if (v->kind == TV_CONST || v->kind == TV_OBJ) {
+        int r = PyObject_IsTrue(v->obj);
+        if (r < 0)
+            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "truth value");
+        return r;
+    }
+    if (v->kind == TV_BOUND || v->kind == TV_METHOD)
+        return 1;
+    return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "branch on an unsupported value");
+}
