@@ -156,6 +156,9 @@ typedef struct {
     int *outputs;            /* buffer numbers returned */
     char *source;            /* the generated C (malloc'd) */
     int nthreads;            /* OpenMP threads the source was generated for */
+    char *ir_pre;            /* loop IR before fusion: one loop per graph node (malloc'd) */
+    char *ir_post;           /* per kernel: loops, fused nodes, loads/stores, vectorized and
+                              * parallel or not and why, fusion decisions (malloc'd) */
 } cdy_plan;
 
 /* Lower `g` to C.  Fills *plan (free with cdy_plan_free).

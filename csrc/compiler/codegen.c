@@ -95,6 +95,9 @@ typedef struct {
     int *val_buf;                    /* value -> plan buffer, -1 if none */
     char *live;                      /* value -> needed by the current kernel */
     int *param;                      /* plan buffer -> parameter of the current kernel */
+    cdy_buf ir_pre, ir_post;         /* IR dumps (see cdy_plan.ir_pre / ir_post) */
+    int *val_nk;                     /* value -> number of kernels computing it */
+    int *val_k0;                     /* value -> first kernel computing it */
 } cg_ctx;
 
 /* Write a formatted message into the caller's err buffer; returns -1. */
@@ -737,6 +740,190 @@ static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_opera
     cdy_buf_puts(b, ")\n{\n");
 }
 
+/* ---- IR dumps: text for the debug directory and the fusion log ---------- */
+
+/* Append "[a, b, c]" for n sizes. */
+static void cg_ir_dims(cdy_buf *b, const int64_t *a, int n)
+{
+    cdy_buf_puts(b, "[");
+    for (int d = 0; d < n; d++)
+        cdy_buf_printf(b, "%s%lld", d ? ", " : "", (long long)a[d]);
+    cdy_buf_puts(b, "]");
+}
+
+/* Append value v as an operand: %N for tensors, the literal for scalars. */
+static void cg_ir_operand(cg_ctx *c, cdy_buf *b, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (val->kind != CDY_VAL_SCALAR) {
+        cdy_buf_printf(b, "%%%d", v);
+        return;
+    }
+    char *lit = cg_scalar_literal(c, val);
+    cdy_buf_puts(b, lit ? lit : "?");
+}
+
+/* Write the pre-fusion IR: every graph node as its own elementwise loop. */
+static void cg_ir_pre(cg_ctx *c)
+{
+    const cdy_graph *g = c->g;
+    cdy_buf *b = &c->ir_pre;
+    cdy_buf_printf(b, "# loop IR before fusion: one elementwise loop per graph node; "
+                      "%%N is value N of graph.txt\n");
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind == CDY_VAL_INPUT) {
+            cdy_buf_printf(b, "%%%d = input %d : %s", v, val->input_index,
+                           cdy_dtype_table[val->meta.dtype].name);
+            cg_ir_dims(b, val->meta.sizes, val->meta.ndim);
+            cdy_buf_puts(b, " strides ");
+            cg_ir_dims(b, val->meta.strides, val->meta.ndim);
+            cdy_buf_puts(b, "\n");
+        } else if (val->kind == CDY_VAL_NODE) {
+            cdy_buf_printf(b, "%%%d = %s(", v, cdy_op_table[val->op].name);
+            for (int a = 0; a < val->nargs; a++) {
+                cdy_buf_puts(b, a ? ", " : "");
+                cg_ir_operand(c, b, val->args[a]);
+            }
+            cdy_buf_printf(b, ") over ");
+            cg_ir_dims(b, val->meta.sizes, val->meta.ndim);
+            cdy_buf_printf(b, " : %s (compute %s)", cdy_dtype_table[val->meta.dtype].name,
+                           cdy_dtype_table[val->compute_dtype].name);
+            if (val->source_line > 0)
+                cdy_buf_printf(b, "  # line %d", val->source_line);
+            cdy_buf_puts(b, "\n");
+        }
+    }
+    cdy_buf_puts(b, "outputs:");
+    for (int o = 0; o < g->noutputs; o++)
+        cdy_buf_printf(b, "%s %%%d", o ? "," : "", g->outputs[o]);
+    cdy_buf_puts(b, "\n");
+}
+
+/* Append operand o's C name, plan buffer and graph value: "in_ptr0 = buf0 (%0)". */
+static void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o)
+{
+    int first = cg_first_out(ops, nops);
+    if (ops[o].is_out)
+        cdy_buf_printf(b, "out_ptr%d = buf%d (%%%d)", o - first, ops[o].buffer, ops[o].value);
+    else
+        cdy_buf_printf(b, "in_ptr%d = buf%d (%%%d)", o, ops[o].buffer, ops[o].value);
+}
+
+/* Append why the kernel's inner loop is or is not vectorized
+ * (mirrors cg_inner_contiguous, which decides it). */
+static void cg_ir_vector(cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest)
+{
+    if (nest->ndim == 0) {
+        cdy_buf_puts(b, "  vectorized: no: no loop (one element)\n");
+        return;
+    }
+    int d = nest->ndim - 1;
+    if (cg_inner_contiguous(ops, nops, nest)) {
+        cdy_buf_printf(b, "  vectorized: yes: inner loop (%lld elements) has unit or zero "
+                          "stride for every operand (#pragma GCC ivdep, gcc -O3)\n",
+                       (long long)nest->size[d]);
+        return;
+    }
+    cdy_buf_printf(b, "  vectorized: no: non-unit stride inner loop (%lld elements):",
+                   (long long)nest->size[d]);
+    int n = 0;
+    for (int o = 0; o < nops; o++) {
+        int64_t s = nest->stride[o][d];
+        if (s == 1 || (!ops[o].is_out && s == 0))
+            continue;
+        cdy_buf_puts(b, n++ ? "," : "");
+        cdy_buf_puts(b, " ");
+        cg_ir_param(b, ops, nops, o);
+        cdy_buf_printf(b, " stride %lld", (long long)s);
+    }
+    cdy_buf_puts(b, "\n");
+}
+
+/* Append whether the kernel runs on several threads and why
+ * (mirrors the choice in cg_emit_loops). */
+static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_nest *nest, int64_t numel)
+{
+    if (nest->ndim == 0)
+        cdy_buf_puts(b, "  parallel: no: one element\n");
+    else if (c->nthreads <= 1)
+        cdy_buf_puts(b, "  parallel: no: generated for 1 thread\n");
+    else if (numel < CG_PARALLEL_NUMEL)
+        cdy_buf_printf(b, "  parallel: no: %lld elements < %d (threshold)\n",
+                       (long long)numel, CG_PARALLEL_NUMEL);
+    else if (nest->ndim == 1)
+        cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, "
+                          "%d threads\n", CG_BLOCK, c->nthreads);
+    else
+        cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, %d threads\n",
+                       nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
+                           ? " (collapse(2))" : "", c->nthreads);
+}
+
+/* Describe kernel k in the post-fusion IR and count the nodes it computes. */
+static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
+                         int nops, const cg_nest *nest, int64_t numel)
+{
+    cdy_buf *b = &c->ir_post;
+    cdy_buf_printf(b, "kernel_%d: iteration space ", k);
+    cg_ir_dims(b, grp->sizes, grp->ndim);
+    cdy_buf_printf(b, " (%lld elements); loops after dropping size-1 dims, ordering by the "
+                      "first output's strides and coalescing: ", (long long)numel);
+    cg_ir_dims(b, nest->size, nest->ndim);
+    cdy_buf_puts(b, "\n  fuses:");
+    int n = 0;
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (!c->live[v] || c->g->values[v].kind != CDY_VAL_NODE)
+            continue;
+        cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
+        if (c->val_nk[v]++ == 0)
+            c->val_k0[v] = k;
+    }
+    if (!n)
+        cdy_buf_puts(b, " (no nodes)");
+    cdy_buf_puts(b, "\n");
+    for (int o = 0; o < nops; o++) {
+        cdy_buf_puts(b, ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(b, ops, nops, o);
+        cdy_buf_printf(b, " %s strides ",
+                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].name);
+        cg_ir_dims(b, nest->stride[o], nest->ndim);
+        cdy_buf_puts(b, "\n");
+    }
+    cg_ir_vector(b, ops, nops, nest);
+    cg_ir_parallel(c, b, nest, numel);
+}
+
+/* Append the fusion decisions: why kernels are separate, which nodes are
+ * recomputed in several kernels, which are computed by none. */
+static void cg_ir_decisions(cg_ctx *c, const cg_group *groups, int ng)
+{
+    cdy_buf *b = &c->ir_post;
+    cdy_buf_puts(b, "fusion decisions:\n");
+    if (ng == 0)
+        cdy_buf_puts(b, "  no kernels: every output is an input\n");
+    for (int k = 1; k < ng; k++) {
+        cdy_buf_printf(b, "  kernel_%d is a separate kernel: its iteration space ", k);
+        cg_ir_dims(b, groups[k].sizes, groups[k].ndim);
+        cdy_buf_puts(b, " differs from kernel_0's ");
+        cg_ir_dims(b, groups[0].sizes, groups[0].ndim);
+        cdy_buf_puts(b, "\n");
+    }
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (c->g->values[v].kind != CDY_VAL_NODE)
+            continue;
+        const char *op = cdy_op_table[c->g->values[v].op].name;
+        if (c->val_nk[v] == 0)
+            cdy_buf_printf(b, "  %%%d %s not computed: no output depends on it\n", v, op);
+        else if (c->val_nk[v] > 1)
+            cdy_buf_printf(b, "  %%%d %s recomputed in %d kernels (first kernel_%d): read by "
+                              "outputs of different iteration spaces\n",
+                           v, op, c->val_nk[v], c->val_k0[v]);
+    }
+    if (ng == 1)
+        cdy_buf_puts(b, "  all outputs share one iteration space: one kernel\n");
+}
+
 /* Emit kernel k for group grp and describe it in *kd. */
 static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
                           cdy_kernel_desc *kd)
@@ -754,6 +941,7 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
     for (int d = 0; d < grp->ndim; d++)
         numel *= grp->sizes[d];
     cg_emit_header(c, k, grp, ops, nops, nest);
+    cg_ir_kernel(c, k, grp, ops, nops, nest, numel);
     if (cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
@@ -786,7 +974,10 @@ static int cg_scratch(cg_ctx *c)
     c->val_buf = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->live = cdy_arena_alloc(&c->arena, nv);
     c->param = cdy_arena_alloc(&c->arena, sizeof(int) * nb);
-    return (c->val_buf && c->live && c->param) ? 0 : cg_fail(c, "out of memory");
+    c->val_nk = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    return (c->val_buf && c->live && c->param && c->val_nk && c->val_k0)
+               ? 0 : cg_fail(c, "out of memory");
 }
 
 /* Run the passes; on failure the caller frees the partial plan. */
@@ -802,13 +993,20 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     if (!plan->kernels)
         return cg_fail(c, "out of memory");
     cg_emit_prologue(c, ng);
+    cg_ir_pre(c);
+    cdy_buf_printf(&c->ir_post, "# loop IR after fusion: %d kernel%s, %d thread%s; bufN is a "
+                   "plan buffer, %%N a graph value\n", ng, ng == 1 ? "" : "s", c->nthreads,
+                   c->nthreads == 1 ? "" : "s");
     for (int k = 0; k < ng; k++) {
         if (cg_emit_kernel(c, k, &groups[k], plan->nbuffers, &plan->kernels[k]))
             return -1;
         plan->nkernels = k + 1;
     }
+    cg_ir_decisions(c, groups, ng);
     plan->source = cdy_buf_take(&c->src);
-    if (!plan->source)
+    plan->ir_pre = cdy_buf_take(&c->ir_pre);
+    plan->ir_post = cdy_buf_take(&c->ir_post);
+    if (!plan->source || !plan->ir_pre || !plan->ir_post)
         return cg_fail(c, "out of memory");
     return 0;
 }
@@ -827,6 +1025,8 @@ int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, siz
     plan->nthreads = c.nthreads;
     int rc = cg_run(&c, plan);
     cdy_buf_free(&c.src);
+    cdy_buf_free(&c.ir_pre);
+    cdy_buf_free(&c.ir_post);
     cdy_arena_free(&c.arena);
     if (rc)
         cdy_plan_free(plan);
@@ -842,5 +1042,7 @@ void cdy_plan_free(cdy_plan *plan)
     free(plan->kernels);
     free(plan->outputs);
     free(plan->source);
+    free(plan->ir_pre);
+    free(plan->ir_post);
     memset(plan, 0, sizeof(*plan));
 }

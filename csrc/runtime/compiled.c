@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <ffi.h>
 #include <string.h>
+#include <time.h>
 
 /* Work (elements) above which the GIL is released around a kernel call. */
 #define CDY_RELEASE_GIL_NUMEL 65536
@@ -21,7 +22,14 @@ typedef struct {
     int nargs;
     int *args;            /* buffer numbers */
     int64_t work;         /* largest buffer numel it touches */
+    char symbol[48];      /* kernel name in the shared object */
+    long long prof_calls; /* profiled calls (cdy_rt_profile_kernels on) */
+    long long prof_ns;    /* their total wall time */
 } rt_kernel;
+
+/* Time every kernel call (set by CompiledGraph.set_profile_kernels); read
+ * once per call of a compiled graph. */
+static int cdy_rt_profile_kernels;
 
 typedef struct {
     PyObject_HEAD
@@ -42,6 +50,8 @@ typedef struct {
     PyObject *keep;       /* objects the pynodes refer to */
     int *value_input;     /* per value: input position or -1 */
     PyObject *source;     /* generated C (str) or None */
+    PyObject *ir_pre;     /* loop IR before / after fusion (str), NULL for eager */
+    PyObject *ir_post;
     long long calls;
 } cdy_compiled;
 
@@ -109,6 +119,58 @@ static PyObject *make_result(cdy_compiled *c, PyObject **vals)
     return t;
 }
 
+/* Call every kernel of c on the buffers' data pointers ptrs. */
+static void run_kernels(cdy_compiled *c, void **ptrs)
+{
+    for (int k = 0; k < c->nkernels; k++) {
+        rt_kernel *kn = &c->kernels[k];
+        void *avals[CDY_MAX_KARGS];
+        for (int a = 0; a < kn->nargs; a++)
+            avals[a] = &ptrs[kn->args[a]];
+        if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
+            Py_BEGIN_ALLOW_THREADS
+            ffi_call(&kn->cif, kn->fn, NULL, avals);
+            Py_END_ALLOW_THREADS
+        }
+        else
+            ffi_call(&kn->cif, kn->fn, NULL, avals);
+    }
+}
+
+/* Monotonic clock in nanoseconds. */
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* run_kernels, timing each ffi_call into the kernel's prof_calls / prof_ns. */
+static void run_kernels_profiled(cdy_compiled *c, void **ptrs)
+{
+    for (int k = 0; k < c->nkernels; k++) {
+        rt_kernel *kn = &c->kernels[k];
+        void *avals[CDY_MAX_KARGS];
+        long long t0, t1;
+        for (int a = 0; a < kn->nargs; a++)
+            avals[a] = &ptrs[kn->args[a]];
+        if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
+            Py_BEGIN_ALLOW_THREADS
+            t0 = now_ns();
+            ffi_call(&kn->cif, kn->fn, NULL, avals);
+            t1 = now_ns();
+            Py_END_ALLOW_THREADS
+        }
+        else {
+            t0 = now_ns();
+            ffi_call(&kn->cif, kn->fn, NULL, avals);
+            t1 = now_ns();
+        }
+        kn->prof_calls++;
+        kn->prof_ns += t1 - t0;
+    }
+}
+
 /* Run the kernels on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -143,19 +205,10 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             goto done;
         }
     }
-    for (int k = 0; k < c->nkernels; k++) {
-        rt_kernel *kn = &c->kernels[k];
-        void *avals[CDY_MAX_KARGS];
-        for (int a = 0; a < kn->nargs; a++)
-            avals[a] = &ptrs[kn->args[a]];
-        if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
-            Py_BEGIN_ALLOW_THREADS
-            ffi_call(&kn->cif, kn->fn, NULL, avals);
-            Py_END_ALLOW_THREADS
-        }
-        else
-            ffi_call(&kn->cif, kn->fn, NULL, avals);
-    }
+    if (__builtin_expect(cdy_rt_profile_kernels, 0))
+        run_kernels_profiled(c, ptrs);
+    else
+        run_kernels(c, ptrs);
     c->calls++;
     res = make_result(c, bufs);
 done:
@@ -231,6 +284,8 @@ static void compiled_dealloc(PyObject *self)
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
+    Py_XDECREF(c->ir_pre);
+    Py_XDECREF(c->ir_post);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -260,8 +315,71 @@ static PyObject *compiled_get_nkernels(PyObject *self, void *closure)
     return PyLong_FromLong(((cdy_compiled *)self)->nkernels);
 }
 
+static PyObject *compiled_get_ir_pre(PyObject *self, void *closure)
+{
+    PyObject *s = ((cdy_compiled *)self)->ir_pre;
+    return Py_NewRef(s ? s : Py_None);
+}
+
+static PyObject *compiled_get_ir_post(PyObject *self, void *closure)
+{
+    PyObject *s = ((cdy_compiled *)self)->ir_post;
+    return Py_NewRef(s ? s : Py_None);
+}
+
+/* [(kernel symbol, calls, total ns)] of the calls profiled so far (new list). */
+static PyObject *compiled_get_kernel_profile(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    PyObject *l = PyList_New(c->nkernels);
+    for (int k = 0; l && k < c->nkernels; k++) {
+        rt_kernel *kn = &c->kernels[k];
+        PyObject *t = Py_BuildValue("(sLL)", kn->symbol, kn->prof_calls, kn->prof_ns);
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, k, t);
+    }
+    return l;
+}
+
+/* CompiledGraph.reset_kernel_profile(): zero the profile counters. */
+static PyObject *compiled_reset_profile(PyObject *self, PyObject *unused)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    for (int k = 0; k < c->nkernels; k++)
+        c->kernels[k].prof_calls = c->kernels[k].prof_ns = 0;
+    Py_RETURN_NONE;
+}
+
+/* CompiledGraph.set_profile_kernels(flag): turn kernel timing on or off for
+ * every compiled graph; returns the previous setting. */
+static PyObject *compiled_set_profile(PyObject *unused, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    int old = cdy_rt_profile_kernels;
+    cdy_rt_profile_kernels = on;
+    return PyBool_FromLong(old);
+}
+
+static PyMethodDef compiled_methods[] = {
+    {"reset_kernel_profile", compiled_reset_profile, METH_NOARGS,
+     "zero this graph's per-kernel call counts and times"},
+    {"set_profile_kernels", compiled_set_profile, METH_O | METH_STATIC,
+     "time every kernel call of every compiled graph (True/False); returns the old value"},
+    {NULL},
+};
+
 static PyGetSetDef compiled_getset[] = {
     {"source", compiled_get_source, NULL, "generated C source (C backend)", NULL},
+    {"ir_pre_fusion", compiled_get_ir_pre, NULL, "loop IR before fusion (C backend)", NULL},
+    {"ir_post_fusion", compiled_get_ir_post, NULL,
+     "kernels after fusion: loops, nodes, loads/stores, vectorization, parallelism", NULL},
+    {"kernel_profile", compiled_get_kernel_profile, NULL,
+     "[(kernel symbol, calls, total ns)] while profiling is on", NULL},
     {"calls", compiled_get_calls, NULL, "number of calls", NULL},
     {"num_kernels", compiled_get_nkernels, NULL, "number of kernels", NULL},
     {NULL},
@@ -277,6 +395,7 @@ PyTypeObject cdy_compiled_type = {
     .tp_vectorcall_offset = offsetof(cdy_compiled, vectorcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_getset = compiled_getset,
+    .tp_methods = compiled_methods,
 };
 
 /* A new, empty compiled graph object. */
@@ -306,6 +425,7 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
         return -1;
     }
     kn->nargs = d->nargs;
+    snprintf(kn->symbol, sizeof(kn->symbol), "%s", d->symbol);
     kn->atypes = PyMem_Calloc((size_t)d->nargs + 1, sizeof(ffi_type *));
     kn->args = PyMem_Calloc((size_t)d->nargs + 1, sizeof(int));
     if (!kn->atypes || !kn->args) {
@@ -373,7 +493,9 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         if (prepare_alloc(c, &plan->buffers[b], b))
             goto fail;
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
-    if (!c->source)
+    c->ir_pre = PyUnicode_FromString(plan->ir_pre ? plan->ir_pre : "");
+    c->ir_post = PyUnicode_FromString(plan->ir_post ? plan->ir_post : "");
+    if (!c->source || !c->ir_pre || !c->ir_post)
         goto fail;
     c->vectorcall = run_c;
     return (PyObject *)c;
