@@ -175,6 +175,9 @@ typedef struct {
     int nvalues;
     int *value_buffer;       /* graph value -> buffer number, or -1 */
     char *buffer_alloc;      /* per buffer: 1 if the runtime allocates it */
+    char *ir_pre;            /* loop IR before fusion: one loop per graph node (malloc'd) */
+    char *ir_post;           /* per kernel: loops, fused nodes, loads/stores, vectorized and
+                              * parallel or not and why, fusion decisions (malloc'd) */
 } cdy_plan;
 
 /* Lower `g` to C.  Fills *plan (free with cdy_plan_free).

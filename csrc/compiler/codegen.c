@@ -97,6 +97,10 @@ typedef struct {
     char *live;                      /* value -> needed by the current kernel */
     int *param;                      /* plan buffer -> parameter of the current kernel */
     char *in_group;                  /* value -> output of the current kernel */
+    cdy_buf ir_pre, ir_post;         /* IR dumps (see cdy_plan.ir_pre / ir_post) */
+    int *val_nk;                     /* value -> number of kernels computing it */
+    int *val_k0;                     /* value -> first kernel computing it */
+    cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
 } cg_ctx;
 
 /* Write a formatted message into the caller's err buffer; returns -1. */
@@ -775,6 +779,186 @@ static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_opera
     cdy_buf_puts(b, ")\n{\n");
 }
 
+/* ---- IR dumps: text for the debug directory and the fusion log ---------- */
+
+/* Append "[a, b, c]" for n sizes. */
+static void cg_ir_dims(cdy_buf *b, const int64_t *a, int n)
+{
+    cdy_buf_puts(b, "[");
+    for (int d = 0; d < n; d++)
+        cdy_buf_printf(b, "%s%lld", d ? ", " : "", (long long)a[d]);
+    cdy_buf_puts(b, "]");
+}
+
+/* Append value v as an operand: %N for tensors, the literal for scalars. */
+static void cg_ir_operand(cg_ctx *c, cdy_buf *b, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (val->kind != CDY_VAL_SCALAR) {
+        cdy_buf_printf(b, "%%%d", v);
+        return;
+    }
+    char *lit = cg_scalar_literal(c, val);
+    cdy_buf_puts(b, lit ? lit : "?");
+}
+
+/* Write the pre-fusion IR: every graph node as its own elementwise loop. */
+static void cg_ir_pre(cg_ctx *c)
+{
+    const cdy_graph *g = c->g;
+    cdy_buf *b = &c->ir_pre;
+    cdy_buf_printf(b, "# loop IR before fusion: one elementwise loop per graph node; "
+                      "%%N is value N of graph.txt\n");
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind == CDY_VAL_INPUT) {
+            cdy_buf_printf(b, "%%%d = input %d : %s", v, val->input_index,
+                           cdy_dtype_table[val->meta.dtype].name);
+            cg_ir_dims(b, val->meta.sizes, val->meta.ndim);
+            cdy_buf_puts(b, " strides ");
+            cg_ir_dims(b, val->meta.strides, val->meta.ndim);
+            cdy_buf_puts(b, "\n");
+        } else if (val->kind == CDY_VAL_NODE) {
+            cdy_buf_printf(b, "%%%d = %s(", v, cdy_op_table[val->op].name);
+            for (int a = 0; a < val->nargs; a++) {
+                cdy_buf_puts(b, a ? ", " : "");
+                cg_ir_operand(c, b, val->args[a]);
+            }
+            cdy_buf_printf(b, ") over ");
+            cg_ir_dims(b, val->meta.sizes, val->meta.ndim);
+            cdy_buf_printf(b, " : %s (compute %s)", cdy_dtype_table[val->meta.dtype].name,
+                           cdy_dtype_table[val->compute_dtype].name);
+            if (val->source_line > 0)
+                cdy_buf_printf(b, "  # line %d", val->source_line);
+            cdy_buf_puts(b, "\n");
+        }
+    }
+    cdy_buf_puts(b, "outputs:");
+    for (int o = 0; o < g->noutputs; o++)
+        cdy_buf_printf(b, "%s %%%d", o ? "," : "", g->outputs[o]);
+    cdy_buf_puts(b, "\n");
+}
+
+/* Append operand o's C name, plan buffer and graph value: "in_ptr0 = buf0 (%0)". */
+static void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o)
+{
+    int first = cg_first_out(ops, nops);
+    if (ops[o].is_out)
+        cdy_buf_printf(b, "out_ptr%d = buf%d (%%%d)", o - first, ops[o].buffer, ops[o].value);
+    else
+        cdy_buf_printf(b, "in_ptr%d = buf%d (%%%d)", o, ops[o].buffer, ops[o].value);
+}
+
+/* Append why the kernel's inner loop is or is not vectorized
+ * (mirrors cg_inner_contiguous, which decides it). */
+static void cg_ir_vector(cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest)
+{
+    if (nest->ndim == 0) {
+        cdy_buf_puts(b, "  vectorized: no: no loop (one element)\n");
+        return;
+    }
+    int d = nest->ndim - 1;
+    if (cg_inner_contiguous(ops, nops, nest)) {
+        cdy_buf_printf(b, "  vectorized: yes: inner loop (%lld elements) has unit or zero "
+                          "stride for every operand (#pragma GCC ivdep, gcc -O3)\n",
+                       (long long)nest->size[d]);
+        return;
+    }
+    cdy_buf_printf(b, "  vectorized: no: non-unit stride inner loop (%lld elements):",
+                   (long long)nest->size[d]);
+    int n = 0;
+    for (int o = 0; o < nops; o++) {
+        int64_t s = nest->stride[o][d];
+        if (s == 1 || (!ops[o].is_out && s == 0))
+            continue;
+        cdy_buf_puts(b, n++ ? "," : "");
+        cdy_buf_puts(b, " ");
+        cg_ir_param(b, ops, nops, o);
+        cdy_buf_printf(b, " stride %lld", (long long)s);
+    }
+    cdy_buf_puts(b, "\n");
+}
+
+/* Append whether the kernel runs on several threads and why
+ * (mirrors the choice in cg_emit_loops). */
+static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_nest *nest, int64_t numel)
+{
+    if (nest->ndim == 0)
+        cdy_buf_puts(b, "  parallel: no: one element\n");
+    else if (c->nthreads <= 1)
+        cdy_buf_puts(b, "  parallel: no: generated for 1 thread\n");
+    else if (numel < CG_PARALLEL_NUMEL)
+        cdy_buf_printf(b, "  parallel: no: %lld elements < %d (threshold)\n",
+                       (long long)numel, CG_PARALLEL_NUMEL);
+    else if (nest->ndim == 1)
+        cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, "
+                          "%d threads\n", CG_BLOCK, c->nthreads);
+    else
+        cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, %d threads\n",
+                       nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
+                           ? " (collapse(2))" : "", c->nthreads);
+}
+
+/* Describe kernel k in the post-fusion IR and count the nodes it computes. */
+static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
+                         int nops, const cg_nest *nest, int64_t numel)
+{
+    cdy_buf *b = &c->ir_post;
+    cdy_buf_printf(b, "kernel_%d: iteration space ", k);
+    cg_ir_dims(b, grp->sizes, grp->ndim);
+    cdy_buf_printf(b, " (%lld elements); loops after dropping size-1 dims, ordering by the "
+                      "first output's strides and coalescing: ", (long long)numel);
+    cg_ir_dims(b, nest->size, nest->ndim);
+    cdy_buf_puts(b, "\n  fuses:");
+    int n = 0;
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (!c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
+            continue;
+        cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
+        if (c->val_nk[v]++ == 0)
+            c->val_k0[v] = k;
+    }
+    if (!n)
+        cdy_buf_puts(b, " (no nodes)");
+    cdy_buf_puts(b, "\n");
+    for (int o = 0; o < nops; o++) {
+        cdy_buf_puts(b, ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(b, ops, nops, o);
+        cdy_buf_printf(b, " %s strides ",
+                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].name);
+        cg_ir_dims(b, nest->stride[o], nest->ndim);
+        cdy_buf_puts(b, "\n");
+    }
+    cg_ir_vector(b, ops, nops, nest);
+    cg_ir_parallel(c, b, nest, numel);
+}
+
+/* Append the fusion decisions: why kernels are separate, which nodes are
+ * recomputed in several kernels, which are computed by none. */
+static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
+{
+    cdy_buf *b = &c->ir_post;
+    int ng = plan->nkernels;
+    cdy_buf_puts(b, "fusion decisions:\n");
+    if (ng == 0)
+        cdy_buf_puts(b, "  no kernels: every output is an input or an extern result\n");
+    if (c->ir_dec.data)
+        cdy_buf_puts(b, c->ir_dec.data);
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (c->g->values[v].kind != CDY_VAL_NODE || cg_is_extern(c->g, v))
+            continue;
+        const char *op = cdy_op_table[c->g->values[v].op].name;
+        if (c->val_nk[v] == 0)
+            cdy_buf_printf(b, "  %%%d %s not computed: no output depends on it\n", v, op);
+        else if (c->val_nk[v] > 1)
+            cdy_buf_printf(b, "  %%%d %s recomputed in %d kernels (first kernel_%d): read by "
+                              "outputs of different iteration spaces\n",
+                           v, op, c->val_nk[v], c->val_k0[v]);
+    }
+    if (ng == 1)
+        cdy_buf_puts(b, "  all outputs share one iteration space: one kernel\n");
+}
+
 /* Emit kernel k for group grp and describe it in *kd. */
 static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
                           cdy_kernel_desc *kd)
@@ -792,6 +976,7 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
     for (int d = 0; d < grp->ndim; d++)
         numel *= grp->sizes[d];
     cg_emit_header(c, k, grp, ops, nops, nest);
+    cg_ir_kernel(c, k, grp, ops, nops, nest, numel);
     if (cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
@@ -825,7 +1010,10 @@ static int cg_scratch(cg_ctx *c)
     c->live = cdy_arena_alloc(&c->arena, nv);
     c->param = cdy_arena_alloc(&c->arena, sizeof(int) * nb);
     c->in_group = cdy_arena_alloc(&c->arena, nv);
-    return (c->val_buf && c->live && c->param && c->in_group) ? 0 : cg_fail(c, "out of memory");
+    c->val_nk = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0)
+               ? 0 : cg_fail(c, "out of memory");
 }
 
 /* Emit the kernels realizing the pointwise values of [lo, hi) as steps. */
@@ -837,6 +1025,13 @@ static int cg_emit_segment(cg_ctx *c, cdy_plan *plan, int lo, int hi)
         return -1;
     for (int i = 0; i < ng; i++) {
         int k = plan->nkernels;
+        if (i > 0) {
+            cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: its iteration space ", k);
+            cg_ir_dims(&c->ir_dec, groups[i].sizes, groups[i].ndim);
+            cdy_buf_printf(&c->ir_dec, " differs from kernel_%d's ", k - i);
+            cg_ir_dims(&c->ir_dec, groups[0].sizes, groups[0].ndim);
+            cdy_buf_puts(&c->ir_dec, "\n");
+        }
         if (cg_emit_kernel(c, k, &groups[i], plan->nbuffers, &plan->kernels[k]))
             return -1;
         plan->nkernels = k + 1;
@@ -857,6 +1052,9 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     if (!plan->kernels)
         return cg_fail(c, "out of memory");
     cg_emit_prologue(c);
+    cg_ir_pre(c);
+    cdy_buf_printf(&c->ir_post, "# loop IR after fusion, %d thread%s; bufN is a plan buffer, "
+                   "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
         if (!cg_is_extern(g, v))
@@ -864,12 +1062,17 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
         if (cg_emit_segment(c, plan, lo, v))
             return -1;
         plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]};
+        cdy_buf_printf(&c->ir_post, "extern %%%d -> buf%d: runs through torch (not lowered); "
+                       "kernels before and after it are separate\n", v, c->val_buf[v]);
         lo = v + 1;
     }
     if (cg_emit_segment(c, plan, lo, g->nvalues))
         return -1;
+    cg_ir_decisions(c, plan);
     plan->source = cdy_buf_take(&c->src);
-    if (!plan->source)
+    plan->ir_pre = cdy_buf_take(&c->ir_pre);
+    plan->ir_post = cdy_buf_take(&c->ir_post);
+    if (!plan->source || !plan->ir_pre || !plan->ir_post)
         return cg_fail(c, "out of memory");
     return 0;
 }
@@ -888,6 +1091,9 @@ int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, siz
     plan->nthreads = c.nthreads;
     int rc = cg_run(&c, plan);
     cdy_buf_free(&c.src);
+    cdy_buf_free(&c.ir_pre);
+    cdy_buf_free(&c.ir_post);
+    cdy_buf_free(&c.ir_dec);
     cdy_arena_free(&c.arena);
     if (rc)
         cdy_plan_free(plan);
@@ -906,5 +1112,7 @@ void cdy_plan_free(cdy_plan *plan)
     free(plan->steps);
     free(plan->value_buffer);
     free(plan->buffer_alloc);
+    free(plan->ir_pre);
+    free(plan->ir_post);
     memset(plan, 0, sizeof(*plan));
 }

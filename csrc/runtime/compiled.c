@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <ffi.h>
 #include <string.h>
+#include <time.h>
 
 /* Work (elements) above which the GIL is released around a kernel call. */
 #define CDY_RELEASE_GIL_NUMEL 65536
@@ -21,7 +22,14 @@ typedef struct {
     int nargs;
     int *args;            /* buffer numbers */
     int64_t work;         /* largest buffer numel it touches */
+    char symbol[48];      /* kernel name in the shared object */
+    long long prof_calls; /* profiled calls (cdy_rt_profile_kernels on) */
+    long long prof_ns;    /* their total wall time */
 } rt_kernel;
+
+/* Time every kernel call (set by CompiledGraph.set_profile_kernels); read
+ * once per call of a compiled graph. */
+static int cdy_rt_profile_kernels;
 
 typedef struct {
     PyObject_HEAD
@@ -47,6 +55,8 @@ typedef struct {
     PyObject *keep;       /* objects the pynodes refer to */
     int *value_input;     /* per value: input position or -1 */
     PyObject *source;     /* generated C (str) or None */
+    PyObject *ir_pre;     /* loop IR before / after fusion (str), NULL for eager */
+    PyObject *ir_post;
     long long calls;
 } cdy_compiled;
 
@@ -195,6 +205,36 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     return ptrs[st->out_buffer] ? 0 : -1;
 }
 
+/* Monotonic clock in nanoseconds. */
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Call kernel kn on the buffers' data pointers ptrs; with profiling on, add
+ * the call and its time to kn's counters. */
+static void run_kernel(rt_kernel *kn, void **ptrs)
+{
+    void *avals[CDY_MAX_KARGS];
+    for (int a = 0; a < kn->nargs; a++)
+        avals[a] = &ptrs[kn->args[a]];
+    int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
+    long long t0 = prof ? now_ns() : 0;
+    if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
+        Py_BEGIN_ALLOW_THREADS
+        ffi_call(&kn->cif, kn->fn, NULL, avals);
+        Py_END_ALLOW_THREADS
+    }
+    else
+        ffi_call(&kn->cif, kn->fn, NULL, avals);
+    if (prof) {
+        kn->prof_calls++;
+        kn->prof_ns += now_ns() - t0;
+    }
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -237,22 +277,10 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     }
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
-        if (st->kind == CDY_STEP_EXTERN) {
-            if (run_extern(c, st, bufs, ptrs, stash))
-                goto done;
-            continue;
-        }
-        rt_kernel *kn = &c->kernels[st->index];
-        void *avals[CDY_MAX_KARGS];
-        for (int a = 0; a < kn->nargs; a++)
-            avals[a] = &ptrs[kn->args[a]];
-        if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
-            Py_BEGIN_ALLOW_THREADS
-            ffi_call(&kn->cif, kn->fn, NULL, avals);
-            Py_END_ALLOW_THREADS
-        }
-        else
-            ffi_call(&kn->cif, kn->fn, NULL, avals);
+        if (st->kind == CDY_STEP_KERNEL)
+            run_kernel(&c->kernels[st->index], ptrs);
+        else if (run_extern(c, st, bufs, ptrs, stash))
+            goto done;
     }
     c->calls++;
     res = make_result(c, bufs);
@@ -343,6 +371,8 @@ static void compiled_dealloc(PyObject *self)
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
+    Py_XDECREF(c->ir_pre);
+    Py_XDECREF(c->ir_post);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -372,8 +402,71 @@ static PyObject *compiled_get_nkernels(PyObject *self, void *closure)
     return PyLong_FromLong(((cdy_compiled *)self)->nkernels);
 }
 
+static PyObject *compiled_get_ir_pre(PyObject *self, void *closure)
+{
+    PyObject *s = ((cdy_compiled *)self)->ir_pre;
+    return Py_NewRef(s ? s : Py_None);
+}
+
+static PyObject *compiled_get_ir_post(PyObject *self, void *closure)
+{
+    PyObject *s = ((cdy_compiled *)self)->ir_post;
+    return Py_NewRef(s ? s : Py_None);
+}
+
+/* [(kernel symbol, calls, total ns)] of the calls profiled so far (new list). */
+static PyObject *compiled_get_kernel_profile(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    PyObject *l = PyList_New(c->nkernels);
+    for (int k = 0; l && k < c->nkernels; k++) {
+        rt_kernel *kn = &c->kernels[k];
+        PyObject *t = Py_BuildValue("(sLL)", kn->symbol, kn->prof_calls, kn->prof_ns);
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, k, t);
+    }
+    return l;
+}
+
+/* CompiledGraph.reset_kernel_profile(): zero the profile counters. */
+static PyObject *compiled_reset_profile(PyObject *self, PyObject *unused)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    for (int k = 0; k < c->nkernels; k++)
+        c->kernels[k].prof_calls = c->kernels[k].prof_ns = 0;
+    Py_RETURN_NONE;
+}
+
+/* CompiledGraph.set_profile_kernels(flag): turn kernel timing on or off for
+ * every compiled graph; returns the previous setting. */
+static PyObject *compiled_set_profile(PyObject *unused, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    int old = cdy_rt_profile_kernels;
+    cdy_rt_profile_kernels = on;
+    return PyBool_FromLong(old);
+}
+
+static PyMethodDef compiled_methods[] = {
+    {"reset_kernel_profile", compiled_reset_profile, METH_NOARGS,
+     "zero this graph's per-kernel call counts and times"},
+    {"set_profile_kernels", compiled_set_profile, METH_O | METH_STATIC,
+     "time every kernel call of every compiled graph (True/False); returns the old value"},
+    {NULL},
+};
+
 static PyGetSetDef compiled_getset[] = {
     {"source", compiled_get_source, NULL, "generated C source (C backend)", NULL},
+    {"ir_pre_fusion", compiled_get_ir_pre, NULL, "loop IR before fusion (C backend)", NULL},
+    {"ir_post_fusion", compiled_get_ir_post, NULL,
+     "kernels after fusion: loops, nodes, loads/stores, vectorization, parallelism", NULL},
+    {"kernel_profile", compiled_get_kernel_profile, NULL,
+     "[(kernel symbol, calls, total ns)] while profiling is on", NULL},
     {"calls", compiled_get_calls, NULL, "number of calls", NULL},
     {"num_kernels", compiled_get_nkernels, NULL, "number of kernels", NULL},
     {NULL},
@@ -389,6 +482,7 @@ PyTypeObject cdy_compiled_type = {
     .tp_vectorcall_offset = offsetof(cdy_compiled, vectorcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_getset = compiled_getset,
+    .tp_methods = compiled_methods,
 };
 
 /* A new, empty compiled graph object. */
@@ -418,6 +512,7 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
         return -1;
     }
     kn->nargs = d->nargs;
+    snprintf(kn->symbol, sizeof(kn->symbol), "%s", d->symbol);
     kn->atypes = PyMem_Calloc((size_t)d->nargs + 1, sizeof(ffi_type *));
     kn->args = PyMem_Calloc((size_t)d->nargs + 1, sizeof(int));
     if (!kn->atypes || !kn->args) {
@@ -537,7 +632,9 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     if (copy_pynodes(c, t))
         goto fail;
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
-    if (!c->source)
+    c->ir_pre = PyUnicode_FromString(plan->ir_pre ? plan->ir_pre : "");
+    c->ir_post = PyUnicode_FromString(plan->ir_post ? plan->ir_post : "");
+    if (!c->source || !c->ir_pre || !c->ir_post)
         goto fail;
     c->vectorcall = run_c;
     return (PyObject *)c;

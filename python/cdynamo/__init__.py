@@ -17,9 +17,10 @@ from . import config
 from ._support import CdynamoWarning, Unsupported, parse_topics
 from . import _support, _C
 
-__all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning"]
+__all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning",
+           "explain", "profile_report", "set_profile_kernels"]
 
-_C.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
+_support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 # Frames from these files are never traced: torch's and the standard library's.
 # (cdynamo's own Python never runs under the hook: the hook is off while tracing.)
 _C.set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep,
@@ -69,11 +70,35 @@ def disable(fn):
 def reset():
     """Forget all compiled code and counters."""
     _C.reset()
-    _support.breaks.clear()
-    _support.compiles.clear()
+    _support.clear()
 
 
 def stats():
     """Counters: frames_seen, frames_compiled, cache_hits, cache_misses, recompiles,
     graph_breaks, fallbacks, kernels_compiled, disk_cache_hits."""
     return _C.stats()
+
+
+def explain(fn):
+    """explain(fn)(*args, **kwargs): run fn once under cdynamo and return an ExplainOutput
+    with graph_count, graph_break_count, break_reasons (reason, filename, line, location),
+    op_count, ops_per_graph, guards, compile_time_s and out (fn's result).  print() it
+    for a summary.  Functions already compiled for these inputs report their cached graphs."""
+    from . import _debug
+
+    def run(*args, **kwargs):
+        return _debug.explain(fn, args, kwargs)
+    return run
+
+
+def set_profile_kernels(flag=True):
+    """Time every kernel call of compiled graphs (same as cdynamo.config.profile_kernels = flag)."""
+    config.profile_kernels = bool(flag)
+
+
+def profile_report(file=None):
+    """Print (to file, default stdout) and return a table of the kernels timed while
+    cdynamo.config.profile_kernels was on: kernel, fused ops, calls, total and mean µs,
+    largest total first.  Counts run from the compile (or reset) of each graph."""
+    from . import _debug
+    return _debug.profile_report(file)

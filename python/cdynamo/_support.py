@@ -11,7 +11,7 @@ import torch
 
 from . import config
 
-TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion")
+TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug")
 
 
 class Unsupported(RuntimeError):
@@ -32,6 +32,22 @@ def parse_topics(spec):
     if "all" in names or "+cdynamo" in names:
         names |= set(TOPICS)
     return names
+
+
+#: log topics on in this process (see set_log_topics)
+topics = frozenset()
+
+
+def set_log_topics(names):
+    """Turn on exactly these log topics, in Python and in the C core."""
+    global topics
+    from . import _C
+    topics = frozenset(names)
+    _C.set_log_topics(topics)
+
+
+def log_on(topic):
+    return topic in topics
 
 
 def log(topic, text):
@@ -79,14 +95,48 @@ def num_threads():
     return int(n) if n else torch.get_num_threads()
 
 
-#: compiled entries since the last reset, as dicts (see on_compile)
+#: compiled entries since the last reset, as dicts (see on_compile); each keeps its
+#: CompiledGraph ("compiled") alive until reset, for explain and profile_report
 compiles = []
+#: code object -> its entries in compiles, for explain on cached functions
+by_code = {}
+
+
+def clear():
+    """Forget recorded breaks and compiles (cdynamo.reset)."""
+    breaks.clear()
+    compiles.clear()
+    by_code.clear()
 
 
 def on_compile(info):
     """Called by the C core once per new compiled entry with its graph text, guards,
-    original and new code, generated source, backend, compile time and op count."""
-    compiles.append({k: info[k] for k in ("name", "graph", "guards", "backend",
-                                          "compile_time_s", "op_count", "num_inputs")}
-                    | {"function": info["code"].co_name, "filename": info["code"].co_filename,
-                       "firstlineno": info["code"].co_firstlineno})
+    original and new code, generated source, backend, compile time and op count.
+    Records it, then writes the fusion / debug logs and the debug directory."""
+    code = info["code"]
+    compiled = info.get("compiled")
+    rec = {k: info.get(k) for k in ("name", "graph", "guards", "backend", "compile_time_s",
+                                    "op_count", "num_inputs", "source", "compiled")}
+    rec |= {"code": code, "function": code.co_name, "filename": code.co_filename,
+            "firstlineno": code.co_firstlineno,
+            "ir_pre": getattr(compiled, "ir_pre_fusion", None),
+            "ir_post": getattr(compiled, "ir_post_fusion", None)}
+    compiles.append(rec)
+    by_code.setdefault(code, []).append(rec)
+    try:
+        from . import _debug
+        head = f"{rec['name']} ({code.co_name}, {code.co_filename}:{code.co_firstlineno})"
+        if log_on("fusion"):
+            log("fusion", "\n".join(_debug.fusion_lines(head, rec["ir_post"])))
+        if config.debug:
+            d = _debug.write_debug_dir(info, rec)
+            if log_on("debug"):
+                log("debug", f"{head}: wrote {d}")
+        if log_on("debug"):
+            log("debug", f"{head}: backend {rec['backend']}, {rec['op_count']} ops, "
+                         f"{rec['num_inputs']} inputs, compiled in "
+                         f"{rec['compile_time_s'] * 1e3:.2f} ms\n"
+                         f"{rec['graph'] or ''}{rec['ir_post'] or ''}")
+    except Exception as e:  # noqa: BLE001  (the C core clears errors: say it here)
+        warnings.warn(f"cdynamo: writing debug output for {rec['name']} failed: "
+                      f"{type(e).__name__}: {e}", CdynamoWarning, stacklevel=2)
