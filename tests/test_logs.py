@@ -16,7 +16,8 @@ a, b = torch.randn(4, 5), torch.randn(5)
 torch.testing.assert_close(g(a, b)[0], torch.relu(a * b + 1.0))
 torch.testing.assert_close(g(a, b)[0], torch.relu(a * b + 1.0))
 def h(x):
-    return torch.cumsum(x, 0)
+    print("side effect")
+    return x + 1
 cdynamo.optimize(h)(torch.randn(3))
 print("DONE")
 """
@@ -84,7 +85,7 @@ def test_graph_breaks_log(tmp_path):
     body = topic_lines(lines, "graph_breaks")
     assert len(body) == 1, body
     assert body[0].startswith(f"Graph break in h at <string>:{H_LINE + 1}: ")
-    assert "cumsum" in body[0]
+    assert "print" in body[0]
 
 
 def test_all_topics_and_unknown(tmp_path):
