@@ -22,13 +22,17 @@ static PyObject *support(void)
     return support_mod;
 }
 
-/* Call cdynamo._support.<name>(*Py_BuildValue(fmt, ...)); new ref or NULL. */
+/* Call cdynamo._support.<name>(*Py_BuildValue(fmt, ...)) with the frame
+ * hook off on this thread (cdynamo's own Python is never traced); new ref
+ * or NULL. */
 PyObject *cdy_py_call(const char *name, const char *fmt, ...)
 {
     PyObject *mod = support();
     PyObject *fn = mod ? PyObject_GetAttrString(mod, name) : NULL;
     if (!fn)
         return NULL;
+    cdy_tls saved = cdy_tls_state;
+    cdy_tls_state.enabled = 0;
     va_list ap;
     va_start(ap, fmt);
     PyObject *args = Py_VaBuildValue(fmt[0] ? fmt : "()", ap);
@@ -42,6 +46,7 @@ PyObject *cdy_py_call(const char *name, const char *fmt, ...)
         r = PyObject_Call(fn, args, NULL);
     Py_XDECREF(args);
     Py_DECREF(fn);
+    cdy_tls_state = saved;
     return r;
 }
 

@@ -155,10 +155,6 @@ def uses_torch_attr(x):
     return torch.sigmoid(x) + 1
 
 
-@pytest.mark.xfail(reason="BUG: monkeypatching an attribute of the torch module "
-                          "(torch.sigmoid = torch.tanh) after compiling is not guarded "
-                          "(only id(torch) is): the compiled code keeps computing sigmoid",
-                   strict=True)
 def test_monkeypatched_torch_function_is_guarded():
     f = cdynamo.optimize(uses_torch_attr)
     x = torch.randn(10)
@@ -199,9 +195,6 @@ def test_cache_size_limit(monkeypatch):
     assert cdynamo.stats()["frames_compiled"] == 2
 
 
-@pytest.mark.xfail(reason="BUG: the cache-limit CdynamoWarning names garbage instead of the "
-                          "function's file, e.g. 'cdynamo: g (\\x0b:3) hit the recompile limit'",
-                   strict=True)
 def test_cache_size_limit_warning_names_file(monkeypatch):
     monkeypatch.setattr(cdynamo.config, "cache_size_limit", 1)
 
@@ -217,11 +210,6 @@ def test_cache_size_limit_warning_names_file(monkeypatch):
     assert f"({__file__}:{g.__code__.co_firstlineno})" in msgs[0], msgs[0]
 
 
-@pytest.mark.xfail(reason="BUG: cdynamo traces its own helpers: hitting the cache limit "
-                          "traces cdynamo/_support.py:warn_cache_limit (graph break "
-                          "\"attribute 'co_name' of a code object is not supported\"), "
-                          "counted in stats() and _support.breaks",
-                   strict=True)
 def test_cache_limit_does_not_trace_cdynamo_internals(monkeypatch):
     monkeypatch.setattr(cdynamo.config, "cache_size_limit", 1)
 

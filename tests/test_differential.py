@@ -60,22 +60,12 @@ def _eager_ok(fn, *args):
         return False
 
 
-BUG_BOOL_UNARY = pytest.mark.xfail(
-    reason="BUG: abs/relu of a bool tensor compile and return the input instead of raising "
-           "like eager (NotImplementedError \"abs_cpu\" not implemented for 'Bool' / "
-           "RuntimeError Boolean inputs not supported for relu); the meta kernels accept bool",
-    strict=True)
-BUG_BOOL_SUB_SCALAR = pytest.mark.xfail(
-    reason="BUG: bool tensor minus Python int (x - 1, 1 - x) compiles and returns int64 "
-           "instead of raising RuntimeError 'Subtraction, the `-` operator, with a bool tensor "
-           "is not supported' like eager",
-    strict=True)
 
 
 def _unary_params():
     for op in UNARY:
         for dt in DTYPES:
-            marks = [BUG_BOOL_UNARY] if dt == torch.bool and op in ("abs", "relu") else []
+            marks = []
             yield pytest.param(op, dt, marks=marks, id=f"{op}-{dt}")
 
 
@@ -235,7 +225,7 @@ def _scalar_params():
     for name, fn in SCALAR_FNS:
         for dt in [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8,
                    torch.bool]:
-            marks = [BUG_BOOL_SUB_SCALAR] if dt == torch.bool and name in ("1-x", "x-1") else []
+            marks = []
             yield pytest.param(name, fn, dt, marks=marks, id=f"{name}-{dt}")
 
 
@@ -496,10 +486,6 @@ def test_edge_cases(name, fn, args):
     check(fn, *args, transcendental=True)
 
 
-@pytest.mark.xfail(reason="BUG: torch.where(x > 0, x, 300) with a uint8 x: eager raises "
-                          "RuntimeError 'value cannot be converted to type uint8_t without "
-                          "overflow'; cdynamo returns a uint8 tensor with 300 wrapped to 44",
-                   strict=True)
 def test_where_out_of_range_scalar_raises():
     x = torch.tensor([0, 5, 255], dtype=torch.uint8)
     check_raises(lambda a: torch.where(a > 0, a, 300), x)

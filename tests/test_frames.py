@@ -219,9 +219,6 @@ def test_fullgraph_unsupported_raises(fn, capsys):
     assert cdynamo.stats()["graph_breaks"] >= 1
 
 
-@pytest.mark.xfail(reason="BUG: cdynamo.Unsupported message has an empty file name, "
-                          "e.g. 'print() is a side effect (at :49)' instead of "
-                          "'(at /path/file.py:49)'", strict=True)
 def test_unsupported_message_names_file_and_line():
     with pytest.raises(cdynamo.Unsupported) as exc:
         cdynamo.optimize(prints, fullgraph=True)(torch.randn(3))

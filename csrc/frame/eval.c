@@ -336,7 +336,7 @@ fail:
     Py_XDECREF(code);
     Py_CLEAR(e->shadow_fn);
     cdy_stats.fallbacks++;
-    PyObject *r = cdy_py_call("warn_fallback", "Us", co->co_name, err);
+    PyObject *r = cdy_py_call("warn_fallback", "Os", co->co_name, err);
     Py_XDECREF(r);
     PyErr_Clear();
 }
@@ -353,7 +353,7 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
         cdy_log("graph_breaks", "Graph break in %s at %s:%d: %s (the frame runs eagerly)",
                 PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(file), t->reason_line, t->reason);
     if (cdy_tls_state.fullgraph) {
-        PyObject *r = cdy_py_call("raise_unsupported", "sUi", t->reason, file, t->reason_line);
+        PyObject *r = cdy_py_call("raise_unsupported", "sOi", t->reason, file, t->reason_line);
         Py_XDECREF(r);
         return -1;
     }
@@ -460,7 +460,7 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
         cdy_stats.fallbacks++;
         if (!x->limit_warned) {
             x->limit_warned = 1;
-            PyObject *r = cdy_py_call("warn_cache_limit", "OUs", (PyObject *)co, co->co_filename, why);
+            PyObject *r = cdy_py_call("warn_cache_limit", "OOs", (PyObject *)co, co->co_filename, why);
             Py_XDECREF(r);
             if (!r)
                 return NULL;   /* warnings turned into errors */

@@ -9,6 +9,7 @@
  * Everything else stops the trace with a reason (a graph break).          */
 #include "trace/trace.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static PyObject *result_type_fn, *op_funcs[32], *builtins_mod, *str_inplace, *str_forward;
@@ -211,6 +212,37 @@ static int meta_query(const char *name)
     return 0;
 }
 
+/* 1 (and stop with ERROR: eager raises, so the frame runs eagerly) when
+ * torch's CPU kernel rejects what its meta function accepted: abs/relu/neg
+ * of bool, subtraction with a bool tensor, a `where` scalar that overflows
+ * the integer result dtype. */
+static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObject *out,
+                         const char *what)
+{
+    const cdy_value *vals = tr->t->graph.values;
+    int any_bool_tensor = 0;
+    for (int i = 0; i < nargs; i++)
+        any_bool_tensor |= vals[argv[i]].kind != CDY_VAL_SCALAR && vals[argv[i]].meta.dtype == CDY_DT_BOOL;
+    if ((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG || op == CDY_OP_SUB) &&
+        any_bool_tensor)
+        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s of a bool tensor: eager raises", what) < 0;
+    if (op == CDY_OP_WHERE) {
+        cdy_meta m;
+        if (cdy_read_meta(tr, out, &m))
+            return 1;
+        static const long long lo[] = {0, 0, -128, -32768, -2147483648LL, INT64_MIN};
+        static const long long hi[] = {1, 255, 127, 32767, 2147483647LL, INT64_MAX};
+        for (int i = 1; i < nargs && m.dtype <= CDY_DT_INT64; i++) {
+            const cdy_value *a = &vals[argv[i]];
+            if (a->kind == CDY_VAL_SCALAR && a->meta.dtype != CDY_DT_FLOAT64 &&
+                (a->i < lo[m.dtype] || a->i > hi[m.dtype]))
+                return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s: scalar %lld overflows %s: eager "
+                                   "raises", what, (long long)a->i, cdy_dtype_table[m.dtype].name) < 0;
+        }
+    }
+    return 0;
+}
+
 /* A call returning a tuple/list of tensors `out` (fakes): one call pynode and
  * an extern node per item; a TUPLE/LIST tvar of them.  NULL when stopped. */
 static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
@@ -310,6 +342,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                     CDY_MAX_NODE_ARGS);
         return NULL;
     }
+    if (pointwise && eager_rejects(tr, op, argv, nargs, out, what))
+        return NULL;
     int idx;
     tvar *v = cdy_tensor_node(tr, out, &idx);
     if (!v)

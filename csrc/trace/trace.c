@@ -114,13 +114,15 @@ static int op_load_global(tracer *tr, int oparg)
             return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a global");
         return cdy_tr_stop(tr, CDY_TRACE_ERROR, "name '%s' is not defined", PyUnicode_AsUTF8(name));
     }
+    if (!tr->guard_globals)   /* torch's own code: its globals are not guarded */
+        return push(tr, cdy_wrap(tr, o, NULL, 0));
     cdy_src *s = cdy_src_new(tr, CDY_SRC_GLOBAL);
     if (!s)
         return -1;
     s->name = name;
     if (tr->parent)   /* an inlined function: its own module's globals */
         s->dict = tr->globals;
-    return push(tr, cdy_wrap(tr, o, s, tr->guard_globals));
+    return push(tr, cdy_wrap(tr, o, s, 1));
 }
 
 /* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free

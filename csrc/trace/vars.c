@@ -487,9 +487,11 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
             cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "attribute");
             return NULL;
         }
+        /* torch.X read by user code is guarded by identity (monkeypatching it
+         * recompiles); torch's own code reaches its modules with no source */
         int torch_attr = cdy_is_torch_module(o);
         src = base->src ? cdy_src_step(tr, base->src, name, 0) : NULL;
-        tvar *r = (src || torch_attr) ? cdy_wrap(tr, v, src, !torch_attr) : NULL;
+        tvar *r = (src || torch_attr) ? cdy_wrap(tr, v, src, src != NULL) : NULL;
         if (!src && !torch_attr)
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an unguardable module",
                         PyUnicode_AsUTF8(name));
