@@ -330,11 +330,13 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                     Py_TYPE(out)->tp_name);
         return NULL;
     }
-    int pointwise = op != CDY_OP_NONE && !nkw && nargs == cdy_op_table[op].nargs;
+    tvar *bound[CDY_MAX_NODE_ARGS];
+    int nbound = op != CDY_OP_NONE ? cdy_op_bind(tr, op, args, nargs, kwnames, bound) : -1;
+    int pointwise = nbound >= 0;
     int argv[CDY_MAX_NODE_ARGS], ntensors = 0;
     if (pointwise)
-        for (int i = 0; i < nargs && pointwise; i++)
-            pointwise = (argv[i] = arg_value(tr, args[i])) >= 0;
+        for (int i = 0; i < nbound && pointwise; i++)
+            pointwise = (argv[i] = arg_value(tr, bound[i])) >= 0;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
     if (!pointwise && (ntensors = tensor_args(args, nargs, argv)) < 0) {
@@ -342,7 +344,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                     CDY_MAX_NODE_ARGS);
         return NULL;
     }
-    if (pointwise && eager_rejects(tr, op, argv, nargs, out, what))
+    if (pointwise && eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     int idx;
     tvar *v = cdy_tensor_node(tr, out, &idx);
@@ -350,11 +352,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     cdy_value *gv = &tr->t->graph.values[idx];
     gv->op = pointwise ? op : CDY_OP_EXTERN;
-    gv->nargs = pointwise ? nargs : ntensors;
+    gv->nargs = pointwise ? nbound : ntensors;
     memcpy(gv->args, argv, sizeof(int) * (size_t)gv->nargs);
     gv->compute_dtype = gv->meta.dtype;
     if (pointwise && cdy_op_table[op].kind == 'C' &&
-        (gv->compute_dtype = compare_dtype(pyargs[0], pyargs[1])) < 0) {
+        (gv->compute_dtype = compare_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
         return NULL;
     }
