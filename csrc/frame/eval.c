@@ -96,11 +96,17 @@ static void extra_free(void *p)
     PyErr_Restore(et, ev, tb);
 }
 
-/* 1 if the code's file is one we never trace (torch, stdlib, cdynamo). */
-static int code_is_skipped(PyCodeObject *co)
+/* 1 if co is a generator, coroutine or module-level code: never traced. */
+static int code_is_skipped_by_flags(PyCodeObject *co)
 {
     const int noflags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
-    if ((co->co_flags & noflags) || !(co->co_flags & CO_OPTIMIZED))
+    return (co->co_flags & noflags) || !(co->co_flags & CO_OPTIMIZED);
+}
+
+/* 1 if the code is never traced: by its flags, or its file (torch, stdlib). */
+static int code_is_skipped(PyCodeObject *co)
+{
+    if (code_is_skipped_by_flags(co))
         return 1;
     if (!skip_prefixes)
         return 0;
@@ -129,6 +135,8 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
     x->code = co;
     x->nargslots = cdy_code_nargslots(co);
     x->state = state_if_new >= 0 ? state_if_new : (code_is_skipped(co) ? CODE_SKIP : CODE_TRACE);
+    if (x->state == CODE_TRACE && code_is_skipped_by_flags(co))
+        x->state = CODE_SKIP;
     if (_PyCode_SetExtra((PyObject *)co, extra_index, x)) {
         PyMem_Free(x);
         return NULL;
@@ -545,6 +553,14 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     else
         return PyErr_Format(PyExc_ValueError, "unknown backend '%s': expected 'c' or 'eager'",
                             backend);
+    /* the function handed to optimize is traced even where its file is
+     * skipped (nn.Sequential.forward lives in torch) */
+    PyObject *code = enable && PyFunction_Check(fn) ? PyFunction_GET_CODE(fn) : NULL;
+    cdy_extra *x = code ? get_extra((PyCodeObject *)code, CODE_TRACE) : NULL;
+    if (code && !x)
+        return NULL;
+    if (x && x->state == CODE_SKIP && !code_is_skipped_by_flags((PyCodeObject *)code))
+        x->state = CODE_TRACE;
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
         return NULL;
@@ -629,8 +645,6 @@ PyObject *cdy_frame_reset(void)
 {
     for (cdy_extra *x = all_extras; x; x = x->next) {
         extra_clear_entries(x);
-        if (x->state == CODE_SKIP && !code_is_skipped(x->code))
-            x->state = CODE_TRACE;
     }
     memset(&cdy_stats, 0, sizeof(cdy_stats));
     Py_RETURN_NONE;

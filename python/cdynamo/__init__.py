@@ -48,6 +48,8 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
                         f"{type(fn_or_module).__name__}: {fn_or_module!r}")
     if config.disable:
         return fn_or_module
+    if isinstance(fn_or_module, torch.nn.Module):
+        return _optimize_module(fn_or_module, backend, bool(fullgraph))
     wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph))
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         try:
@@ -56,6 +58,27 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
             pass
     wrapper.__wrapped__ = fn_or_module
     return wrapper
+
+
+def _optimize_module(mod, backend, fullgraph):
+    """The module, seen through a subclass whose forward is compiled.
+
+    The returned object shares the original's __dict__: the same parameters,
+    buffers, submodules, state_dict and training flag, and nn.Module.__call__
+    still runs its hooks before the (compiled) forward.
+    """
+    cls = type(mod)
+    forward = _C.OptimizedFunction(cls.forward, backend, fullgraph)
+    sub = type(cls.__name__, (cls,), {
+        "forward": forward,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_cdynamo_orig_mod": mod,
+        "__reduce_ex__": lambda self, proto: mod.__reduce_ex__(proto),
+    })
+    opt = object.__new__(sub)
+    object.__setattr__(opt, "__dict__", mod.__dict__)
+    return opt
 
 
 def disable(fn):
