@@ -136,6 +136,7 @@ typedef struct {
     int nmemo, cap_memo;
     int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
+    int grad_guarded;        /* the grad-mode guard was added */
 } cdy_trace;
 
 /* Trace `code` symbolically with the frame's actual arguments as examples.

@@ -263,11 +263,12 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
 {
     if (g->kind == CDY_GUARD_GRAD_MODE) {
         PyObject *r = PyObject_CallNoArgs(g->expect);
-        int ok = r == Py_False;
+        int ok = r == (g->requires_grad ? Py_True : Py_False);
         Py_XDECREF(r);
         PyErr_Clear();
         if (!ok)
-            snprintf(why, n, "grad mode changed: the entry was compiled under torch.no_grad()");
+            snprintf(why, n, "grad mode changed: torch.is_grad_enabled() was %s when compiled",
+                     g->requires_grad ? "True" : "False");
         return ok;
     }
     PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
@@ -329,7 +330,8 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
             cdy_buf_puts(&b, "]\n");
         }
         else if (g->kind == CDY_GUARD_GRAD_MODE)
-            cdy_buf_puts(&b, "GRAD_MODE: torch.is_grad_enabled() is False\n");
+            cdy_buf_printf(&b, "GRAD_MODE: torch.is_grad_enabled() is %s\n",
+                           g->requires_grad ? "True" : "False");
         else {
             PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
             if (g->kind == CDY_GUARD_CONST)

@@ -13,7 +13,7 @@
 #include <string.h>
 
 static PyObject *result_type_fn, *op_funcs[32], *builtins_mod, *str_inplace, *str_forward;
-static PyObject *global_hook_dicts[4];
+static PyObject *global_hook_dicts[4], *is_grad_enabled_fn;
 
 /* operator.<name> (cached by slot), borrowed; NULL with error. */
 PyObject *cdy_operator_fn(int slot, const char *name)
@@ -35,6 +35,7 @@ int cdy_calls_init(void)
     builtins_mod = PyImport_ImportModule("builtins");
     str_inplace = PyUnicode_InternFromString("inplace");
     str_forward = PyUnicode_InternFromString("forward");
+    is_grad_enabled_fn = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
     PyObject *mm = PyImport_ImportModule("torch.nn.modules.module");
     static const char *hooks[4] = {"_global_forward_hooks", "_global_forward_pre_hooks",
                                    "_global_backward_hooks", "_global_backward_pre_hooks"};
@@ -316,11 +317,15 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
         return NULL;
     }
-    if (query) {
+    if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
+                  !PyTuple_Check(out) && !PyList_Check(out) && cdy_is_const(out))) {
+        /* a value fixed by the (guarded) meta and constants: a constant */
         if (!cdy_is_const(out)) {
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned a non-constant", what);
             return NULL;
         }
+        if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
+            return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
     if (PyTuple_Check(out) || PyList_Check(out))

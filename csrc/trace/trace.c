@@ -818,17 +818,25 @@ static void collect_input_srcs(cdy_trace *t)
             t->input_srcs[k++] = t->guards.items[i].src;
 }
 
-/* Add the grad-mode guard when an input requires grad; 0 or -1. */
-static int guard_grad_mode(tracer *tr)
+/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
+int cdy_guard_grad_mode(tracer *tr, int enabled)
 {
-    if (!tr->t->any_requires_grad)
+    if (tr->t->grad_guarded)
         return 0;
     cdy_src none = {0};
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode");
     if (!g)
         return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    g->requires_grad = enabled;
     g->expect = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
+    tr->t->grad_guarded = 1;
     return g->expect ? 0 : cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+}
+
+/* Guard grad mode when an input requires grad (it is off: see wrap_tensor). */
+static int guard_grad_mode(tracer *tr)
+{
+    return tr->t->any_requires_grad ? cdy_guard_grad_mode(tr, tr->t->grad_enabled) : 0;
 }
 
 /* Trace code with the frame's arguments; see internal.h. */

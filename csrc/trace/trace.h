@@ -71,6 +71,9 @@ PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
 
+/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
+int cdy_guard_grad_mode(tracer *tr, int enabled);
+
 /* ---- vars.c ---- */
 int cdy_vars_init(void);
 tvar *cdy_tv_new(tracer *tr, int kind);

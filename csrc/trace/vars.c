@@ -6,7 +6,7 @@
 #include <string.h>
 
 PyObject *cdy_module_type, *cdy_parameter_type;
-static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type;
+static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type, *device_type;
 static PyObject *sequential_type, *modulelist_type, *moduledict_type;
 static PyObject *str_dict, *str_modules, *str_parameters, *str_buffers;
 
@@ -26,6 +26,7 @@ int cdy_vars_init(void)
     Py_DECREF(nn);
     torch_size_type = PyObject_GetAttrString(cdy_torch, "Size");
     dtype_type = PyObject_GetAttrString(cdy_torch, "dtype");
+    device_type = PyObject_GetAttrString(cdy_torch, "device");
     meta_str = PyUnicode_FromString("meta");
     meta_kw = Py_BuildValue("(ss)", "dtype", "device");
     str_dict = PyUnicode_InternFromString("__dict__");
@@ -85,7 +86,8 @@ int cdy_is_const(PyObject *o)
 {
     if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
         PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
-        PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type)
+        PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type ||
+        (PyObject *)Py_TYPE(o) == device_type)
         return 1;
     if (PySlice_Check(o)) {
         PySliceObject *s = (PySliceObject *)o;
@@ -408,7 +410,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
 {
     const char *n = PyUnicode_AsUTF8(name);
     static const char *consts[] = {"shape", "dtype", "ndim", "is_cuda", "layout", "is_sparse",
-                                   "is_quantized", "is_meta", "requires_grad", NULL};
+                                   "is_quantized", "is_nested", "is_mkldnn", "is_complex",
+                                   "is_floating_point", "itemsize", NULL};
     static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
     for (int i = 0; views[i]; i++)
         if (!strcmp(n, views[i])) {   /* a view: an extern getattr */
@@ -430,6 +433,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
             r->obj = d;
         return r;
     }
+    if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
+        return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
     if (!strcmp(n, "requires_grad"))
         return cdy_tv_const(tr, Py_NewRef(t->requires_grad ? Py_True : Py_False));
     for (int i = 0; consts[i]; i++)
