@@ -45,6 +45,7 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(TENSOR, "tensor: type, dtype, device, layout, requires_grad, sizes, strides") \
     X(CONST, "value: exact type and ==")                      \
     X(ID, "identity of the object")                           \
+    X(TYPE, "exact type (nn.Module arguments: what is read from them is guarded)") \
     X(GRAD_MODE, "torch.is_grad_enabled() is off")
 
 typedef enum {

@@ -36,6 +36,7 @@ typedef struct cdy_extra {
     int nentries;
     int limit_warned;
     int nargslots;
+    int forced;              /* handed to optimize: traced wherever it lives */
     cdy_entry *entries;
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
@@ -383,7 +384,20 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
-    if (t->status == CDY_TRACE_ERROR) {
+    int nodes = 0;
+    for (int v = 0; v < t->graph.nvalues; v++)
+        nodes += t->graph.values[v].kind == CDY_VAL_NODE;
+    if (!nodes && !x->forced) {
+        /* a frame with no tensor op (a helper the hook met on its own): there
+         * is nothing to compile; run it, and its later calls, untouched */
+        x->state = CODE_SKIP;
+        if (cdy_log_on("debug"))
+            cdy_log("debug", "skipping %s (%s:%d): no tensor ops%s%s",
+                    PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+                    co->co_firstlineno, t->status != CDY_TRACE_OK ? "; stopped: " : "",
+                    t->status != CDY_TRACE_OK ? t->reason : "");
+    }
+    else if (t->status == CDY_TRACE_ERROR) {
         /* the user's code raises for these inputs: eager raises it, with the
          * user's traceback; the entry keeps us from tracing it again */
         cdy_stats.fallbacks++;
@@ -561,6 +575,8 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if (x && x->state == CODE_SKIP && !code_is_skipped_by_flags((PyCodeObject *)code))
         x->state = CODE_TRACE;
+    if (x)
+        x->forced = 1;
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
         return NULL;

@@ -285,6 +285,12 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     case CDY_GUARD_CONST:
         ok = check_const(g, v, why, n);
         break;
+    case CDY_GUARD_TYPE:
+        ok = (PyObject *)Py_TYPE(v) == g->expect;
+        if (!ok)
+            snprintf(why, n, "'%s' type mismatch. expected %s, actual %s", g->desc,
+                     ((PyTypeObject *)g->expect)->tp_name, Py_TYPE(v)->tp_name);
+        break;
     default:
         ok = v == g->expect;
         if (!ok)
@@ -337,6 +343,9 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
             if (g->kind == CDY_GUARD_CONST)
                 cdy_buf_printf(&b, "CONST_MATCH: %s == %s (type %s)\n", g->desc,
                                r ? PyUnicode_AsUTF8(r) : "?", Py_TYPE(g->expect)->tp_name);
+            else if (g->kind == CDY_GUARD_TYPE)
+                cdy_buf_printf(&b, "TYPE_MATCH: type(%s) is %s\n", g->desc,
+                               ((PyTypeObject *)g->expect)->tp_name);
             else
                 cdy_buf_printf(&b, "ID_MATCH: %s is <%s object at %p>\n", g->desc,
                                Py_TYPE(g->expect)->tp_name, (void *)g->expect);

@@ -383,14 +383,18 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     }
     else {
         int konst = cdy_is_const(o);
+        /* an nn.Module passed as an argument (self) is guarded by type: one
+         * entry serves every instance, since each attribute read has its own guard */
+        int by_type = src && src->kind == CDY_SRC_LOCAL && !src->nattrs &&
+                      PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type);
         if (guard && src) {
-            cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST : CDY_GUARD_ID,
-                                          src, desc);
+            cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
+                                          by_type ? CDY_GUARD_TYPE : CDY_GUARD_ID, src, desc);
             if (!g) {
                 cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
                 return NULL;
             }
-            g->expect = Py_NewRef(o);
+            g->expect = Py_NewRef(by_type ? (PyObject *)tp : o);
         }
         v = konst ? cdy_tv_const(tr, Py_NewRef(o)) : NULL;
         if (!konst && cdy_tr_keep(tr, Py_NewRef(o)) && (v = cdy_tv_new(tr, TV_OBJ)))
