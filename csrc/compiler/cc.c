@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -292,6 +293,37 @@ static int cc_mkdir_p(const char *dir)
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
+/* Whether the ELF64 file fd of size bytes is whole: headers and every
+ * loadable segment lie inside the file.  dlopen() maps segments without
+ * checking this, and touching a page past the end of a truncated file is a
+ * SIGBUS, so a truncated cache entry must be caught here.  NULL or the reason. */
+static const char *cc_elf_whole(int fd, off_t size)
+{
+    Elf64_Ehdr eh;
+    if (size < (off_t)sizeof(eh) || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh))
+        return "truncated ELF header";
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_type != ET_DYN || eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 ||
+        eh.e_phnum > 64)
+        return "not an ELF64 shared object";
+    if (eh.e_phoff > (uint64_t)size ||
+        (uint64_t)size - eh.e_phoff < (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr))
+        return "truncated (program headers past the end)";
+    if (eh.e_shoff > (uint64_t)size ||
+        (uint64_t)size - eh.e_shoff < (uint64_t)eh.e_shnum * eh.e_shentsize)
+        return "truncated (section headers past the end)";
+    for (int i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * sizeof(ph))) !=
+            (ssize_t)sizeof(ph))
+            return "unreadable program header";
+        if (ph.p_type == PT_LOAD &&
+            (ph.p_offset > (uint64_t)size || (uint64_t)size - ph.p_offset < ph.p_filesz))
+            return "truncated (a segment lies past the end)";
+    }
+    return NULL;
+}
+
 /* Whether path is a regular file we own, not writable by group/others, that
  * starts with the ELF magic and that dlopen() accepts.  0 when it is; else
  * ENOENT when there is no file, or -1 with the reason in why. */
@@ -317,8 +349,13 @@ static int cc_check_so(const char *path, char *why, size_t whylen)
                  (unsigned)(st.st_mode & 0777));
     else if (st.st_size <= 4 || pread(fd, magic, 4, 0) != 4 || memcmp(magic, "\x7f" "ELF", 4) != 0)
         snprintf(why, whylen, "not an ELF shared object (%lld bytes)", (long long)st.st_size);
-    else
-        rc = 0;
+    else {
+        const char *bad = cc_elf_whole(fd, st.st_size);
+        if (bad)
+            snprintf(why, whylen, "%s (%lld bytes)", bad, (long long)st.st_size);
+        else
+            rc = 0;
+    }
     close(fd);
     if (rc)
         return rc;
@@ -472,6 +509,7 @@ static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const cha
         return -1;
     }
     char why[512];
+    chmod(so_tmp, 0700);   /* private whatever the umask: gcc creates it 0777 & ~umask */
     if (cc_check_so(so_tmp, why, sizeof(why))) {
         unlink(src_tmp);
         unlink(so_tmp);
