@@ -7,8 +7,16 @@
  * processes) never see a half-written .so.  The compiler runs through
  * posix_spawnp (no shell); opts->cc and opts->extra_flags are split on
  * blanks, without quoting.
+ *
+ * Reliability: the cache dir must be private (owned by us, no group/other
+ * write) or nothing is loaded from it.  A cached file is only a hit when it
+ * is a regular file we own that dlopen() accepts; a bad entry is rebuilt and
+ * renamed over (a warning says so).  A fresh build is dlopen()ed before it is
+ * renamed into the cache, so a library that cannot load never enters it.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -26,9 +34,12 @@
 
 extern char **environ;
 
-/* -z nodelete: the kernel .so (and the libgomp it pulls in) stays mapped after
- * dlclose, since unloading libgomp under live OpenMP worker threads crashes. */
-#define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv -Wl,-z,nodelete " \
+/* No -z nodelete: kernel libraries are really unloaded when their compiled
+ * graph dies.  What must never be unloaded is libgomp (its worker threads
+ * outlive any parallel region: unloading it under them crashes), so
+ * cc_pin_openmp() pins libgomp.so.1 for the process before the first kernel
+ * is loaded.  Under torch that is torch's own libgomp.so.1 (same SONAME). */
+#define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv " \
                  "-ffp-contract=off -fno-math-errno"
 #define CC_PATH_MAX 4096
 #define CC_MAX_ARGV 128
@@ -44,6 +55,44 @@ static struct {
     char *cc, *version;
 } cc_versions[CC_MEMO_MAX];                      /* under cc_lock */
 static atomic_ulong cc_counter;
+
+/* The extension's hooks (csrc/module.c), weak: tests/c links cc.c without
+ * Python, where they are NULL and notes are dropped. */
+extern void *cdy_py_call(const char *name, const char *fmt, ...) __attribute__((weak));
+extern int PyGILState_Ensure(void) __attribute__((weak));
+extern void PyGILState_Release(int) __attribute__((weak));
+extern void Py_DecRef(void *) __attribute__((weak));
+extern void PyErr_Clear(void) __attribute__((weak));
+
+/* Tell the user about something that went wrong but was repaired (a warning
+ * through cdynamo._support.warn_cache). */
+static void cc_note(const char *msg)
+{
+    if (!cdy_py_call || !PyGILState_Ensure || !PyGILState_Release || !Py_DecRef || !PyErr_Clear)
+        return;
+    int g = PyGILState_Ensure();
+    void *r = cdy_py_call("warn_cache", "s", msg);
+    if (r)
+        Py_DecRef(r);
+    else
+        PyErr_Clear();   /* a warning turned into an error must not leak out of compile */
+    PyGILState_Release(g);
+}
+
+static pthread_once_t cc_pin_once = PTHREAD_ONCE_INIT;
+
+static void cc_pin_openmp_once(void)
+{
+    /* never closed; RTLD_NODELETE keeps it even if someone closes it */
+    if (!dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))
+        (void)dlerror();
+}
+
+/* Keep the OpenMP runtime the kernels use loaded for the life of the process. */
+static void cc_pin_openmp(void)
+{
+    pthread_once(&cc_pin_once, cc_pin_openmp_once);
+}
 
 /* Write a formatted message into err; returns -1. */
 static int cc_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -244,18 +293,98 @@ static int cc_mkdir_p(const char *dir)
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-/* Whether path is a non-empty regular file starting with the ELF magic. */
-static int cc_is_elf(const char *path)
+/* Whether the ELF64 file fd of size bytes is whole: headers and every
+ * loadable segment lie inside the file.  dlopen() maps segments without
+ * checking this, and touching a page past the end of a truncated file is a
+ * SIGBUS, so a truncated cache entry must be caught here.  NULL or the reason. */
+static const char *cc_elf_whole(int fd, off_t size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
+    Elf64_Ehdr eh;
+    if (size < (off_t)sizeof(eh) || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh))
+        return "truncated ELF header";
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_type != ET_DYN || eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 ||
+        eh.e_phnum > 64)
+        return "not an ELF64 shared object";
+    if (eh.e_phoff > (uint64_t)size ||
+        (uint64_t)size - eh.e_phoff < (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr))
+        return "truncated (program headers past the end)";
+    if (eh.e_shoff > (uint64_t)size ||
+        (uint64_t)size - eh.e_shoff < (uint64_t)eh.e_shnum * eh.e_shentsize)
+        return "truncated (section headers past the end)";
+    for (int i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * sizeof(ph))) !=
+            (ssize_t)sizeof(ph))
+            return "unreadable program header";
+        if (ph.p_type == PT_LOAD &&
+            (ph.p_offset > (uint64_t)size || (uint64_t)size - ph.p_offset < ph.p_filesz))
+            return "truncated (a segment lies past the end)";
+    }
+    return NULL;
+}
+
+/* Whether path is a regular file we own, not writable by group/others, that
+ * starts with the ELF magic and that dlopen() accepts.  0 when it is; else
+ * ENOENT when there is no file, or -1 with the reason in why. */
+static int cc_check_so(const char *path, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return ENOENT;
+        snprintf(why, whylen, "cannot open it: %s", strerror(e));
+        return -1;
+    }
     unsigned char magic[4];
     struct stat st;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 4 &&
-             read(fd, magic, 4) == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+    int rc = -1;
+    if (fstat(fd, &st))
+        snprintf(why, whylen, "cannot stat it: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(why, whylen, "not a regular file");
+    else if (st.st_uid != geteuid() || (st.st_mode & 022))
+        snprintf(why, whylen, "not private (owner uid %u, mode %03o)", (unsigned)st.st_uid,
+                 (unsigned)(st.st_mode & 0777));
+    else if (st.st_size <= 4 || pread(fd, magic, 4, 0) != 4 || memcmp(magic, "\x7f" "ELF", 4) != 0)
+        snprintf(why, whylen, "not an ELF shared object (%lld bytes)", (long long)st.st_size);
+    else {
+        const char *bad = cc_elf_whole(fd, st.st_size);
+        if (bad)
+            snprintf(why, whylen, "%s (%lld bytes)", bad, (long long)st.st_size);
+        else
+            rc = 0;
+    }
     close(fd);
-    return ok;
+    if (rc)
+        return rc;
+    cc_pin_openmp();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, whylen, "dlopen failed: %s", e ? e : "unknown error");
+        return -1;
+    }
+    dlclose(h);
+    return 0;
+}
+
+/* Check that dir is private to us (owned by the effective user, no group or
+ * other write); 0 or -1 with err set. */
+static int cc_check_dir(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(dir, &st))
+        return cc_fail(err, errlen, "cannot use cache dir %s: %s", dir, strerror(errno));
+    if (st.st_uid != geteuid())
+        return cc_fail(err, errlen, "cache dir %s is owned by uid %u, not by us (uid %u); "
+                       "refusing to load kernels from it", dir, (unsigned)st.st_uid,
+                       (unsigned)geteuid());
+    if (st.st_mode & 022)
+        return cc_fail(err, errlen, "cache dir %s is writable by group or others (mode %03o); "
+                       "refusing to load kernels from it", dir, (unsigned)(st.st_mode & 0777));
+    return 0;
 }
 
 /* Write n bytes of s to a new file at path (mode 0600); 0 or errno. */
@@ -379,6 +508,13 @@ static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const cha
         unlink(so_tmp);
         return -1;
     }
+    char why[512];
+    chmod(so_tmp, 0700);   /* private whatever the umask: gcc creates it 0777 & ~umask */
+    if (cc_check_so(so_tmp, why, sizeof(why))) {
+        unlink(src_tmp);
+        unlink(so_tmp);
+        return cc_fail(err, errlen, "the compiled kernel library cannot be loaded: %s", why);
+    }
     if (rename(so_tmp, so_path)) {
         e = errno;
         unlink(src_tmp);
@@ -408,18 +544,30 @@ int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
     if (n < 0 || (size_t)n + 8 >= sizeof(base) || (size_t)n + 4 > so_path_len)
         return cc_fail(err, errlen, "cache path too long for %s", opts->cache_dir);
     snprintf(so_path, so_path_len, "%s.so", base);
-    if (cc_is_elf(so_path)) {
-        if (disk_hit)
-            *disk_hit = 1;
-        return 0;
-    }
+    cc_pin_openmp();
     int e = cc_mkdir_p(opts->cache_dir);
     if (e)
         return cc_fail(err, errlen, "cannot create cache dir %s: %s", opts->cache_dir,
                        strerror(e));
+    if (cc_check_dir(opts->cache_dir, err, errlen))
+        return -1;
+    char why[512] = "";
+    int bad = cc_check_so(so_path, why, sizeof(why));
+    if (bad == 0) {
+        if (disk_hit)
+            *disk_hit = 1;
+        return 0;
+    }
+    /* a bad entry is not unlinked: the fresh build is renamed over it, so a
+     * concurrent builder never sees the path missing */
     if (cc_build_fresh(source, opts, base, so_path, err, errlen)) {
         so_path[0] = 0;
         return -1;
+    }
+    if (bad != ENOENT) {
+        char note[1024];
+        snprintf(note, sizeof(note), "bad kernel cache entry %s (%s) was rebuilt", so_path, why);
+        cc_note(note);
     }
     return 0;
 }

@@ -75,6 +75,12 @@ def warn_fallback(fn_name, reason):
                   CdynamoWarning, stacklevel=2)
 
 
+def warn_cache(reason):
+    """The kernel cache needed a repair (e.g. a corrupt entry was rebuilt); the
+    compiled code is used as normal."""
+    warnings.warn(f"cdynamo: {reason}", CdynamoWarning, stacklevel=2)
+
+
 def warn_cache_limit(code, filename, why):
     warnings.warn(
         f"cdynamo: {code.co_name} ({filename}:{code.co_firstlineno}) hit the recompile limit "
