@@ -467,12 +467,6 @@ def test_reset_releases_compiled_code(fresh_cdynamo):
     assert len([k for k in ns if k.startswith("__compiled_fn_")]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: csrc/frame/eval.c entry_compile calls "
-                   "cdy_py_call(\"warn_fallback\", \"Us\", co->co_name, err): in Py_BuildValue "
-                   "'U' means a C string, so the code object's name is read as char* from the "
-                   "PyObject header (its refcount bytes): the warning names garbage, and when "
-                   "those bytes are not UTF-8 Py_BuildValue fails and NO warning is given. "
-                   "Fix: \"Os\" (same in report_trace_stop: \"sUi\" -> \"sOi\").")
 def test_fallback_warning_names_the_function(monkeypatch):
     monkeypatch.setattr(cdynamo.config, "cc", "/nonexistent/cc")
     ns = {"torch": torch}

@@ -291,12 +291,6 @@ def write_regression(source, inputs, error, out_dir):
 #: known cdynamo bugs (each has an xfail regression in tests/fuzz_regressions/): a failure
 #: whose message matches is counted as "known", not as a new failure (--strict: failures)
 KNOWN = [
-    (r"eager raised RuntimeError: Subtraction, the `-` operator, with (a|two) bool",
-     "BUG bool-sub: tracer accepts sub with a bool tensor operand; eager raises RuntimeError"),
-    (r"eager raised NotImplementedError: \"abs_cpu\" not implemented for 'Bool'",
-     "BUG bool-abs: tracer accepts abs of a bool tensor; eager raises NotImplementedError"),
-    (r"eager raised RuntimeError: Boolean inputs not supported for relu",
-     "BUG bool-relu: tracer accepts relu of a bool tensor; eager raises RuntimeError"),
     (r"^\('strides', ",
      "BUG layout: output strides differ from TensorIterator's (broadcast expanded/permuted inputs)"),
 ]

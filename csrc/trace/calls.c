@@ -213,6 +213,39 @@ static int meta_query(const char *name)
     return 0;
 }
 
+/* A pointwise result dense in contiguous (or channels_last) order gets the
+ * canonical strides of that order, as CPU's TensorIterator allocates it (the
+ * meta function keeps an input's strides on size-1 dims, which then steers
+ * later ops' layouts differently from eager).  The fake to use, or NULL. */
+static PyObject *canonical_strides(tracer *tr, PyObject *out)
+{
+    static const char *formats[2] = {"contiguous_format", "channels_last"};
+    for (int f = 0; f < 2; f++) {
+        PyObject *fmt = PyObject_GetAttrString(cdy_torch, formats[f]);
+        PyObject *kw = fmt ? Py_BuildValue("{s:O}", "memory_format", fmt) : NULL;
+        PyObject *isc = PyObject_GetAttrString(out, "is_contiguous");
+        PyObject *none = PyTuple_New(0), *self = PyTuple_Pack(1, out);
+        PyObject *dense = kw && isc && none ? PyObject_Call(isc, none, kw) : NULL;
+        PyObject *fresh = NULL;
+        if (dense == Py_True) {
+            PyObject *meth = PyObject_GetAttrString(cdy_torch, "empty_like");
+            fresh = meth && self ? PyObject_Call(meth, self, kw) : NULL;
+            Py_XDECREF(meth);
+        }
+        Py_XDECREF(kw);
+        Py_XDECREF(isc);
+        Py_XDECREF(none);
+        Py_XDECREF(self);
+        Py_XDECREF(fmt);
+        Py_XDECREF(dense);
+        if (fresh)
+            return cdy_tr_keep(tr, fresh);
+        if (PyErr_Occurred())
+            PyErr_Clear();   /* channels_last needs 4 dims: not that order */
+    }
+    return out;
+}
+
 /* 1 (and stop with ERROR: eager raises, so the frame runs eagerly) when
  * torch's CPU kernel rejects what its meta function accepted: abs/relu/neg
  * of bool, subtraction with a bool tensor, a `where` scalar that overflows
@@ -221,12 +254,15 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
                          const char *what)
 {
     const cdy_value *vals = tr->t->graph.values;
-    int any_bool_tensor = 0;
-    for (int i = 0; i < nargs; i++)
-        any_bool_tensor |= vals[argv[i]].kind != CDY_VAL_SCALAR && vals[argv[i]].meta.dtype == CDY_DT_BOOL;
-    if ((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG || op == CDY_OP_SUB) &&
-        any_bool_tensor)
-        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s of a bool tensor: eager raises", what) < 0;
+    int any_bool_tensor = 0, any_bool = 0;
+    for (int i = 0; i < nargs; i++) {
+        int b = vals[argv[i]].meta.dtype == CDY_DT_BOOL;
+        any_bool |= b;   /* sub also rejects a Python bool: it becomes a bool tensor */
+        any_bool_tensor |= b && vals[argv[i]].kind != CDY_VAL_SCALAR;
+    }
+    if (((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG) && any_bool_tensor) ||
+        (op == CDY_OP_SUB && any_bool))
+        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s with a bool operand: eager raises", what) < 0;
     if (op == CDY_OP_WHERE) {
         cdy_meta m;
         if (cdy_read_meta(tr, out, &m))
@@ -350,6 +386,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     }
     if (pointwise && eager_rejects(tr, op, argv, nbound, out, what))
+        return NULL;
+    if (pointwise && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
     tvar *v = cdy_tensor_node(tr, out, &idx);

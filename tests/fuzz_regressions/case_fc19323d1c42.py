@@ -86,7 +86,7 @@ def run_case(source, inputs, cdynamo):
 
 
 #: a reason string marks a known cdynamo bug (tests/test_fuzz.py: xfail strict)
-XFAIL = 'BUG bool-abs: tracer accepts abs of a bool tensor; eager raises NotImplementedError'
+XFAIL = None  # fixed: the frame runs eagerly and raises like eager
 INPUTS = [('int32', [5], 'contig', 2)]
 SOURCE = 'INEXACT = False\n\n\ndef f(a0):\n    t1 = a0 > 0\n    return torch.abs(t1)\n'
 
