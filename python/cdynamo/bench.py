@@ -37,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import math
 import traceback
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -131,6 +133,146 @@ def _channels_last_quick():
     return (torch.randn(2, 32, 56, 56).contiguous(memory_format=torch.channels_last),)
 
 
+# --- the seeds' cases: image flips, uint8 ops, losses, softmax (torch.compile loses to eager)
+
+def hflip(x):
+    return x.flip(-1)
+
+
+def vflip(x):
+    return x.flip(-2)
+
+
+def cat_u8(x, y):
+    return torch.cat([x, y], dim=1)
+
+
+def smooth_l1(x, y):
+    return torch.nn.functional.smooth_l1_loss(x, y)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def layernorm_gelu(x, w, b):
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b))
+
+
+def row_sum(x):
+    return x.sum(dim=-1)
+
+
+def _img_u8(channels_last=False, sliced=False):
+    def make():
+        x = torch.randint(0, 256, (1, 3, 224, 256 if sliced else 224), dtype=torch.uint8)
+        if sliced:
+            x = x[..., 16:240]
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return (x,)
+    return make
+
+
+def _ln_inputs(rows, cols):
+    return lambda: (torch.randn(rows, cols), torch.randn(cols), torch.randn(cols))
+
+
+# --- models: built once per process, called through a module-level function
+
+_MODELS: dict = {}
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                               torch.nn.GELU(), torch.nn.Linear(512, 10)).eval()
+
+
+class _CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
+        self.c2, self.b2 = torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64)
+        self.fc = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.relu(self.b1(self.c1(x)))
+        x = torch.nn.functional.max_pool2d(x, 2)
+        x = torch.nn.functional.relu(self.b2(self.c2(x)))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class _Block(torch.nn.Module):
+    """A pre-norm transformer block, written out by hand."""
+
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def attention(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=-1)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        a = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+        y = (a.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+        return self.proj(y)
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, n=4):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(n)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _t5():
+    from transformers import T5Config, T5Model   # noqa: PLC0415 (optional dependency)
+    return T5Model(T5Config()).eval()   # t5-small's shape, random weights: no download
+
+
+def _model(name, build):
+    if name not in _MODELS:
+        torch.manual_seed(0)
+        _MODELS[name] = build()
+    return _MODELS[name]
+
+
+def mlp(x):
+    return _MODELS["mlp"](x)
+
+
+def cnn(x):
+    return _MODELS["cnn"](x)
+
+
+def transformer_stack(x):
+    return _MODELS["stack"](x)
+
+
+def t5_small(ids):
+    return _MODELS["t5"](input_ids=ids, decoder_input_ids=ids).last_hidden_state
+
+
+def _model_inputs(name, build, make):
+    def f():
+        _model(name, build)
+        return make()
+    return f
+
+
 WORKLOADS: list[Workload] = [
     Workload("add1_8", add1, lambda: (torch.randn(8),), kind="overhead",
              description="x + 1, 8 float32: per-call overhead"),
@@ -152,6 +294,42 @@ WORKLOADS: list[Workload] = [
              description="(64,1) + (1,1024) float32"),
     Workload("channels_last_mul", mul2, _channels_last, quick_inputs=_channels_last_quick,
              description="x*2, channels_last 8x32x56x56 float32 (quick: 2x32x56x56)"),
+    Workload("hflip_u8", hflip, _img_u8(), description="x.flip(-1), uint8 1x3x224x224"),
+    Workload("vflip_u8", vflip, _img_u8(), description="x.flip(-2), uint8 1x3x224x224"),
+    Workload("hflip_u8_cl", hflip, _img_u8(channels_last=True),
+             description="x.flip(-1), uint8 1x3x224x224 channels_last"),
+    Workload("vflip_u8_cl", vflip, _img_u8(channels_last=True),
+             description="x.flip(-2), uint8 1x3x224x224 channels_last"),
+    Workload("hflip_u8_sliced", hflip, _img_u8(sliced=True),
+             description="x[..., 16:240].flip(-1), uint8 1x3x224x224 view"),
+    Workload("cat_u8", cat_u8, _u8(1, 3, 224, 224),
+             description="cat([x, y], dim=1), uint8 1x3x224x224"),
+    Workload("smooth_l1_20", smooth_l1, _f32(20), kind="reduction",
+             description="smooth_l1_loss(x, y), 20 float32 (mean)"),
+    Workload("smooth_l1_4m", smooth_l1, _f32(4 * 1024 * 1024), quick_inputs=_f32(1024 * 1024),
+             kind="reduction", rtol=1e-4, atol=1e-6,
+             description="smooth_l1_loss(x, y), 4M float32 (mean; quick: 1M)"),
+    Workload("softmax", softmax, lambda: (torch.randn(8, 128, 128),), kind="reduction",
+             description="softmax(x, -1), 8x128x128 float32 (T5 attention shape)"),
+    Workload("layernorm_gelu", layernorm_gelu, _ln_inputs(4096, 1024),
+             quick_inputs=_ln_inputs(1024, 1024), kind="reduction", rtol=1e-4, atol=1e-5,
+             description="gelu(layer_norm(x)), 4096x1024 float32 (quick: 1024x1024)"),
+    Workload("row_sum", row_sum, lambda: (torch.randn(4096, 1024),), kind="reduction",
+             quick_inputs=lambda: (torch.randn(1024, 1024),), rtol=1e-4, atol=1e-4,
+             description="x.sum(-1), 4096x1024 float32 (quick: 1024x1024)"),
+    Workload("mlp", mlp, _model_inputs("mlp", _mlp, lambda: (torch.randn(64, 256),)), kind="model",
+             rtol=1e-4, atol=1e-5, description="MLP 256-512-512-10 (ReLU, GELU), batch 64"),
+    Workload("cnn", cnn, _model_inputs("cnn", _CNN, lambda: (torch.randn(8, 3, 32, 32),)),
+             kind="model", rtol=1e-4, atol=1e-5,
+             description="CNN: 2x (conv3x3, BatchNorm eval, ReLU), pool, linear; 8x3x32x32"),
+    Workload("transformer_stack", transformer_stack,
+             _model_inputs("stack", _Stack, lambda: (torch.randn(4, 64, 256),)), kind="model",
+             rtol=1e-4, atol=1e-4,
+             description="4 pre-norm transformer blocks, d=256, 4 heads; 4x64 tokens"),
+    Workload("t5_small", t5_small,
+             _model_inputs("t5", _t5, lambda: (torch.randint(0, 32000, (1, 32)),)), kind="model",
+             rtol=1e-4, atol=1e-4,
+             description="T5-small from its config (transformers; random weights), 32 tokens"),
     Workload("int64_arith", int64_arith, _i64(1024, 1024), quick_inputs=_i64(256, 1024),
              description="a*3 - b, 1M int64 (quick: 256K)"),
 ]
@@ -488,7 +666,14 @@ def _check(w: Workload, out, expected) -> Optional[str]:
 def run_workload(w: Workload, systems: Systems, args, progress: Progress,
                  phase: Phase, skip: Optional[dict] = None) -> dict:
     """Compile, check and time one workload on all systems; never raises for a system's
-    failure.  skip: {system: reason} for systems not to run (crashed before, budget)."""
+    failure.  skip: {system: reason} for systems not to run (crashed before, budget).
+    Models run as inference, under torch.no_grad(), for every system alike."""
+    with (torch.no_grad() if w.kind == "model" else contextlib.nullcontext()):
+        return _run_workload(w, systems, args, progress, phase, skip)
+
+
+def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
+                  phase: Phase, skip: Optional[dict] = None) -> dict:
     row = empty_row(w)
     skip = dict(skip or {})
     torch.manual_seed(0)
