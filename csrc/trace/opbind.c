@@ -240,7 +240,7 @@ static int ob_check_pow(const tvar *a, const tvar *b)
         return -1;
     if (cdy_dtype_table[rd].is_float)
         return 0;
-    if (b->kind == TV_TENSOR)
+    if (b->kind == TV_TENSOR || PyBool_Check(b->obj))   /* x ** True: meta says int64, eager bool */
         return ob_dtype(a) == CDY_DT_BOOL || ob_dtype(b) == CDY_DT_BOOL ? -1 : 0;
     return ob_const_int(b, &e) == 0 && e >= 0 ? 0 : -1;
 }
