@@ -1112,9 +1112,13 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
 
 /* Helpers of every generated file: vectorizable float32 math (exp, log,
  * tanh, erf: straight-line arithmetic and selects, within ~2.5 ulp of
- * glibc, libm's results for inf/NaN/overflow/underflow), Python-style
+ * glibc, libm's results for inf/NaN/overflow/underflow; no-trapping-math
+ * so that GCC if-converts their selects), Python-style
  * division, integer power. */
 static const char cg_prologue_math[] =
+    "/* FP exceptions are never inspected: let GCC if-convert (and so vectorize)\n"
+    " * selects around float math; values are unchanged. */\n"
+    "#pragma GCC optimize(\"no-trapping-math\")\n"
     "/* vectorizable float32 math: straight-line arithmetic and selects */\n"
     "#ifdef __FMA__\n"
     "#define CDY_FMAF(a, b, c) fmaf(a, b, c)\n"
