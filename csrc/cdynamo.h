@@ -51,7 +51,7 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
 /* ---- ops -----------------------------------------------------------------
  * X(ENUM, name, nargs, kind)
  * kind: U unary math, B binary arithmetic, C comparison (bool out),
- *       T ternary (where: cond, a, b), E extern: any other torch op, run
+ *       T ternary (where: cond, a, b; clamp: x, lo, hi), E extern: any other torch op, run
  *       through torch at run time (its tensor arguments are in args[]; the
  *       whole call, constants included, is the tracer's pynode).            */
 #define CDY_OPS(X)                      \
@@ -76,6 +76,57 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(GT, "gt", 2, 'C')                 \
     X(GE, "ge", 2, 'C')                 \
     X(WHERE, "where", 3, 'T')           \
+    X(DIV_FLOOR, "floor_divide", 2, 'B') \
+    X(DIV_TRUNC, "div_trunc", 2, 'B')   \
+    X(REMAINDER, "remainder", 2, 'B')   \
+    X(FMOD, "fmod", 2, 'B')             \
+    X(POW, "pow", 2, 'B')               \
+    X(SIGN, "sign", 1, 'U')             \
+    X(EXPM1, "expm1", 1, 'U')           \
+    X(LOG1P, "log1p", 1, 'U')           \
+    X(LOG2, "log2", 1, 'U')             \
+    X(LOG10, "log10", 1, 'U')           \
+    X(RSQRT, "rsqrt", 1, 'U')           \
+    X(RECIPROCAL, "reciprocal", 1, 'U') \
+    X(SIN, "sin", 1, 'U')               \
+    X(COS, "cos", 1, 'U')               \
+    X(TAN, "tan", 1, 'U')               \
+    X(ERF, "erf", 1, 'U')               \
+    X(FLOOR, "floor", 1, 'U')           \
+    X(CEIL, "ceil", 1, 'U')             \
+    X(ROUND, "round", 1, 'U')           \
+    X(TRUNC, "trunc", 1, 'U')           \
+    X(LEAKY_RELU, "leaky_relu", 2, 'B') \
+    X(HARDTANH, "hardtanh", 3, 'T')     \
+    X(RELU6, "relu6", 1, 'U')           \
+    X(CLAMP, "clamp", 3, 'T')           \
+    X(CLAMP_MIN, "clamp_min", 2, 'B')   \
+    X(CLAMP_MAX, "clamp_max", 2, 'B')   \
+    X(GELU, "gelu", 2, 'B')             \
+    X(SILU, "silu", 1, 'U')             \
+    X(HARDSWISH, "hardswish", 1, 'U')   \
+    X(HARDSIGMOID, "hardsigmoid", 1, 'U') \
+    X(SOFTPLUS, "softplus", 3, 'T')     \
+    X(MISH, "mish", 1, 'U')             \
+    X(LOGICAL_AND, "logical_and", 2, 'B') \
+    X(LOGICAL_OR, "logical_or", 2, 'B') \
+    X(LOGICAL_XOR, "logical_xor", 2, 'B') \
+    X(LOGICAL_NOT, "logical_not", 1, 'U') \
+    X(BITWISE_AND, "bitwise_and", 2, 'B') \
+    X(BITWISE_OR, "bitwise_or", 2, 'B') \
+    X(BITWISE_XOR, "bitwise_xor", 2, 'B') \
+    X(BITWISE_NOT, "bitwise_not", 1, 'U') \
+    X(ISNAN, "isnan", 1, 'U')           \
+    X(ISINF, "isinf", 1, 'U')           \
+    X(ISFINITE, "isfinite", 1, 'U')     \
+    X(MASKED_FILL, "masked_fill", 3, 'T') \
+    X(CAST, "to", 1, 'U')               \
+    X(TO_FLOAT, "float", 1, 'U')        \
+    X(TO_DOUBLE, "double", 1, 'U')      \
+    X(TO_INT, "int", 1, 'U')            \
+    X(TO_LONG, "long", 1, 'U')          \
+    X(TO_BOOL, "bool", 1, 'U')          \
+    X(TO_BYTE, "byte", 1, 'U')          \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

@@ -26,7 +26,10 @@
 /* C expression templates, one per op and kind of compute dtype:
  * X(op, float, integer, bool).  $0 $1 $2 are the (already cast) args,
  * $f is "f" for float32 math functions and "" for float64, $T the compute
- * C type.  NULL: no such op in that dtype (torch rejects it or promotes). */
+ * C type, $v "cdy_v" for float32 (the vectorizable math of the prologue:
+ * cdy_vexpf, ...) and "" for float64 (libm).  Scalar parameters (a slope, a
+ * clamp bound, gelu's mode) are literals, so GCC folds the tests on them.
+ * NULL: no such op in that dtype (torch rejects it or promotes). */
 #define CG_OP_TEMPLATES(X)                                                   \
     X(ADD, "$0 + $1", "$0 + $1", "$0 + $1")                                  \
     X(SUB, "$0 - $1", "$0 - $1", NULL)                                       \
@@ -38,12 +41,12 @@
       "$0 < $1 ? $0 : $1", "$0 < $1 ? $0 : $1")                              \
     X(NEG, "-$0", "-$0", NULL)                                               \
     X(ABS, "fabs$f($0)", "$0 < 0 ? -$0 : $0", "$0")                          \
-    X(EXP, "exp$f($0)", NULL, NULL)                                          \
-    X(LOG, "log$f($0)", NULL, NULL)                                          \
+    X(EXP, "$vexp$f($0)", NULL, NULL)                                        \
+    X(LOG, "$vlog$f($0)", NULL, NULL)                                        \
     X(SQRT, "sqrt$f($0)", NULL, NULL)                                        \
     X(RELU, "$0 < 0 ? 0 : $0", "$0 < 0 ? 0 : $0", "$0")                      \
-    X(SIGMOID, "($T)1 / (($T)1 + exp$f(-$0))", NULL, NULL)                   \
-    X(TANH, "tanh$f($0)", NULL, NULL)                                        \
+    X(SIGMOID, "($T)1 / (($T)1 + $vexp$f(-$0))", NULL, NULL)                 \
+    X(TANH, "$vtanh$f($0)", NULL, NULL)                                      \
     X(EQ, "$0 == $1", "$0 == $1", "$0 == $1")                                \
     X(NE, "$0 != $1", "$0 != $1", "$0 != $1")                                \
     X(LT, "$0 < $1", "$0 < $1", "$0 < $1")                                   \
@@ -51,7 +54,101 @@
     X(GT, "$0 > $1", "$0 > $1", "$0 > $1")                                   \
     X(GE, "$0 >= $1", "$0 >= $1", "$0 >= $1")                                \
     X(WHERE, "$0 ? $1 : $2", "$0 ? $1 : $2", "$0 ? $1 : $2")                 \
+    X(DIV_FLOOR, "cdy_floordiv$f($0, $1)",                                   \
+      "($T)cdy_ifloordiv((int64_t)$0, (int64_t)$1)", NULL)                   \
+    X(DIV_TRUNC, "trunc$f($0 / $1)", "($T)cdy_itruncdiv((int64_t)$0, (int64_t)$1)", NULL) \
+    X(REMAINDER, "cdy_remainder$f($0, $1)",                                  \
+      "($T)cdy_iremainder((int64_t)$0, (int64_t)$1)", NULL)                  \
+    X(FMOD, "fmod$f($0, $1)", "($T)cdy_ifmod((int64_t)$0, (int64_t)$1)", NULL) \
+    X(POW, "pow$f($0, $1)", "($T)cdy_ipow((int64_t)$0, (int64_t)$1)", NULL)  \
+    X(SIGN, "($T)(($0 > 0) - ($0 < 0))", "($0 > 0) - ($0 < 0)", "$0")        \
+    X(EXPM1, "expm1$f($0)", NULL, NULL)                                      \
+    X(LOG1P, "log1p$f($0)", NULL, NULL)                                      \
+    X(LOG2, "log2$f($0)", NULL, NULL)                                        \
+    X(LOG10, "log10$f($0)", NULL, NULL)                                      \
+    X(RSQRT, "($T)1 / sqrt$f($0)", NULL, NULL)                               \
+    X(RECIPROCAL, "($T)1 / $0", NULL, NULL)                                  \
+    X(SIN, "sin$f($0)", NULL, NULL)                                          \
+    X(COS, "cos$f($0)", NULL, NULL)                                          \
+    X(TAN, "tan$f($0)", NULL, NULL)                                          \
+    X(ERF, "$verf$f($0)", NULL, NULL)                                        \
+    X(FLOOR, "floor$f($0)", "$0", NULL)                                      \
+    X(CEIL, "ceil$f($0)", "$0", NULL)                                        \
+    X(ROUND, "nearbyint$f($0)", "$0", NULL)                                  \
+    X(TRUNC, "trunc$f($0)", "$0", NULL)                                      \
+    X(LEAKY_RELU, "$0 > 0 ? $0 : $0 * $1", NULL, NULL)                       \
+    X(HARDTANH, "$0 != $0 ? $0 : ($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", \
+      "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", NULL)           \
+    X(RELU6, "$0 != $0 ? $0 : $0 < 0 ? 0 : $0 > 6 ? 6 : $0",                 \
+      "$0 < 0 ? 0 : $0 > 6 ? 6 : $0", NULL)                                  \
+    X(CLAMP, "$0 != $0 ? $0 : ($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", \
+      "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", NULL)           \
+    X(CLAMP_MIN, "$0 != $0 ? $0 : $0 < $1 ? $1 : $0", "$0 < $1 ? $1 : $0", NULL) \
+    X(CLAMP_MAX, "$0 != $0 ? $0 : $0 > $1 ? $1 : $0", "$0 > $1 ? $1 : $0", NULL) \
+    X(GELU, "$1 == 0 ? $0 * ($T)0.5 * (($T)1 + $verf$f($0 * ($T)0.70710678118654752440))" \
+      " : ($T)0.5 * $0 * (($T)1 + $vtanh$f(($T)0.79788456080286535588 * "   \
+      "($0 + ($T)0.044715 * ($0 * $0 * $0))))", NULL, NULL)                  \
+    X(SILU, "$0 / (($T)1 + $vexp$f(-$0))", NULL, NULL)                       \
+    X(HARDSWISH, "$0 * ($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
+    X(HARDSIGMOID, "($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
+    X(SOFTPLUS, "$0 * $1 > $2 ? $0 : log1p$f($vexp$f($0 * $1)) / $1", NULL, NULL) \
+    X(MISH, "$0 * $vtanh$f(log1p$f($vexp$f($0)))", NULL, NULL)               \
+    X(LOGICAL_AND, NULL, NULL, "$0 && $1")                                   \
+    X(LOGICAL_OR, NULL, NULL, "$0 || $1")                                    \
+    X(LOGICAL_XOR, NULL, NULL, "$0 != $1")                                   \
+    X(LOGICAL_NOT, NULL, NULL, "!$0")                                        \
+    X(BITWISE_AND, NULL, "$0 & $1", "$0 & $1")                               \
+    X(BITWISE_OR, NULL, "$0 | $1", "$0 | $1")                                \
+    X(BITWISE_XOR, NULL, "$0 ^ $1", "$0 ^ $1")                               \
+    X(BITWISE_NOT, NULL, "~$0", "!$0")                                       \
+    X(ISNAN, "$0 != $0", "0", "0")                                           \
+    X(ISINF, "fabs$f($0) == ($T)INFINITY", "0", "0")                         \
+    X(ISFINITE, "fabs$f($0) < ($T)INFINITY", "1", "1")                       \
+    X(MASKED_FILL, "$1 ? $2 : $0", "$1 ? $2 : $0", "$1 ? $2 : $0")           \
+    X(CAST, "$0", "$0", "$0")                                                \
+    X(TO_FLOAT, "$0", "$0", "$0")                                            \
+    X(TO_DOUBLE, "$0", "$0", "$0")                                           \
+    X(TO_INT, "$0", "$0", "$0")                                              \
+    X(TO_LONG, "$0", "$0", "$0")                                             \
+    X(TO_BOOL, "$0", "$0", "$0")                                             \
+    X(TO_BYTE, "$0", "$0", "$0")                                             \
     X(EXTERN, NULL, NULL, NULL)
+
+/* pow with a scalar exponent: torch's special cases (x*x, sqrt, ...), folded
+ * by GCC since $1 is a literal; float template only. */
+#define CG_POW_SCALAR_TEMPLATE                                               \
+    "$1 == 2 ? $0 * $0 : $1 == 3 ? $0 * $0 * $0 : $1 == -2 ? ($T)1 / ($0 * $0) : " \
+    "$1 == ($T)0.5 ? sqrt$f($0) : $1 == ($T)-0.5 ? ($T)1 / sqrt$f($0) : "   \
+    "$1 == -1 ? ($T)1 / $0 : pow$f($0, $1)"
+
+/* Ops that do not compute in their output dtype, or read a mask:
+ * X(op, compute, mask arg).  compute 'a': in the dtype of arg 0 (tests such
+ * as isnan, and casts: the conversion to the output dtype follows); 'o': the
+ * node's compute dtype.  mask arg: index of an arg read as bool, -1 none. */
+#define CG_OP_RULES(X)                                                       \
+    X(WHERE, 'o', 0)                                                         \
+    X(MASKED_FILL, 'o', 1)                                                   \
+    X(ISNAN, 'a', -1)                                                        \
+    X(ISINF, 'a', -1)                                                        \
+    X(ISFINITE, 'a', -1)                                                     \
+    X(CAST, 'a', -1)                                                         \
+    X(TO_FLOAT, 'a', -1)                                                     \
+    X(TO_DOUBLE, 'a', -1)                                                    \
+    X(TO_INT, 'a', -1)                                                       \
+    X(TO_LONG, 'a', -1)                                                      \
+    X(TO_BOOL, 'a', -1)                                                      \
+    X(TO_BYTE, 'a', -1)
+
+typedef struct {
+    char compute;       /* 'a' or 0 (the node's compute dtype) */
+    signed char mask1;  /* mask arg + 1, 0 for none */
+} cg_rule;
+
+static const cg_rule cg_rules[CDY_OP_COUNT] = {
+#define CG_X(op, cmp, mask) [CDY_OP_##op] = {cmp == 'a' ? 'a' : 0, (signed char)((mask) + 1)},
+    CG_OP_RULES(CG_X)
+#undef CG_X
+};
 
 typedef struct {
     const char *flt, *integer, *boolean;
@@ -573,14 +670,25 @@ static char *cg_value_expr(cg_ctx *c, int v)
     return cg_strf(c, "t%d", v);
 }
 
-/* Pick the template of node val for its compute dtype; NULL if none. */
-static const char *cg_template_for(const cdy_value *val)
+/* The dtype node val computes in (see CG_OP_RULES). */
+static int cg_compute_dtype(cg_ctx *c, const cdy_value *val)
+{
+    if (cg_rules[val->op].compute == 'a' && val->nargs > 0)
+        return c->g->values[val->args[0]].meta.dtype;
+    return val->compute_dtype;
+}
+
+/* Pick the template of node val for compute dtype cdt; NULL if none. */
+static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
 {
     const cg_template *t = &cg_templates[val->op];
-    const cdy_dtype_info *di = &cdy_dtype_table[val->compute_dtype];
+    const cdy_dtype_info *di = &cdy_dtype_table[cdt];
+    if (di->is_float && val->op == CDY_OP_POW &&
+        c->g->values[val->args[1]].kind == CDY_VAL_SCALAR)
+        return CG_POW_SCALAR_TEMPLATE;
     if (di->is_float)
         return t->flt;
-    if (val->compute_dtype == CDY_DT_BOOL)
+    if (cdt == CDY_DT_BOOL)
         return t->boolean;
     return t->integer;
 }
@@ -588,6 +696,7 @@ static const char *cg_template_for(const cdy_value *val)
 /* Expand template t with args a[], into b. */
 static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compute_dtype)
 {
+    int f32 = compute_dtype == CDY_DT_FLOAT32;
     for (const char *p = t; *p; p++) {
         if (*p != '$' || !p[1]) {
             char ch[2] = {*p, 0};
@@ -598,40 +707,23 @@ static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compu
         if (*p >= '0' && *p <= '2')
             cdy_buf_puts(b, a[*p - '0']);
         else if (*p == 'f')
-            cdy_buf_puts(b, compute_dtype == CDY_DT_FLOAT32 ? "f" : "");
+            cdy_buf_puts(b, f32 ? "f" : "");
+        else if (*p == 'v')
+            cdy_buf_puts(b, f32 ? "cdy_v" : "");
         else if (*p == 'T')
             cdy_buf_puts(b, cdy_dtype_table[compute_dtype].cctype);
     }
 }
 
-/* Emit `T tV = <op expression>;` for node v at indentation ind. */
-static int cg_emit_node(cg_ctx *c, int v, int ind)
+/* Append `T tV = <expression ex computed in dtype from>;` converted to v's dtype:
+ * to bool is a test against zero, float to a narrow int goes through int32
+ * (as torch's conversions do: -1.0 -> 255 for uint8). */
+static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const char *tmpl)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
-    const char *tmpl = cg_template_for(val);
-    if (!tmpl)
-        return cg_fail(c, "value %d: %s is not supported in dtype %s", v, oi->name,
-                       cdy_dtype_table[val->compute_dtype].name);
-    const char *args[3] = {"", "", ""};
-    for (int a = 0; a < val->nargs; a++) {
-        int av = val->args[a];
-        int adt = c->g->values[av].meta.dtype;
-        char *e = cg_value_expr(c, av);
-        int to = (val->op == CDY_OP_WHERE && a == 0) ? CDY_DT_BOOL : val->compute_dtype;
-        args[a] = e ? cg_cast(c, e, adt, to) : NULL;
-        if (!args[a])
-            return cg_fail(c, "out of memory");
-    }
-    cdy_buf expr = {0};
-    cg_expand(&expr, tmpl, args, val->compute_dtype);
-    char *ex = cdy_buf_take(&expr);
-    if (!ex)
-        return cg_fail(c, "out of memory");
-    int from = oi->kind == 'C' ? CDY_DT_BOOL : val->compute_dtype;
     int out = val->meta.dtype;
     const cdy_dtype_info *od = &cdy_dtype_table[out];
-    cg_indent(&c->src, ind);
     cdy_buf_printf(&c->src, "%s t%d = ", od->ctype, v);
     if (out == CDY_DT_BOOL && from != CDY_DT_BOOL)
         cdy_buf_printf(&c->src, "(%s) != 0;", ex);
@@ -639,8 +731,39 @@ static int cg_emit_node(cg_ctx *c, int v, int ind)
         cdy_buf_printf(&c->src, "%s;", ex);
     else if (out == CDY_DT_BOOL && oi->kind != 'C' && strcmp(tmpl, "$0") != 0)
         cdy_buf_printf(&c->src, "(%s) != 0;", ex);   /* e.g. bool add: 1 + 1 */
+    else if (cdy_dtype_table[from].is_float && od->is_int && od->size < 4)
+        cdy_buf_printf(&c->src, "(%s)(int32_t)(%s);", od->ctype, ex);
     else
         cdy_buf_printf(&c->src, "(%s)(%s);", od->ctype, ex);
+}
+
+/* Emit `T tV = <op expression>;` for node v at indentation ind. */
+static int cg_emit_node(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_op_info *oi = &cdy_op_table[val->op];
+    int cdt = cg_compute_dtype(c, val);
+    const char *tmpl = cg_template_for(c, val, cdt);
+    if (!tmpl)
+        return cg_fail(c, "value %d: %s is not supported in dtype %s", v, oi->name,
+                       cdy_dtype_table[cdt].name);
+    const char *args[3] = {"", "", ""};
+    for (int a = 0; a < val->nargs && a < 3; a++) {
+        int av = val->args[a];
+        int adt = c->g->values[av].meta.dtype;
+        char *e = cg_value_expr(c, av);
+        int to = cg_rules[val->op].mask1 == a + 1 ? CDY_DT_BOOL : cdt;
+        args[a] = e ? cg_cast(c, e, adt, to) : NULL;
+        if (!args[a])
+            return cg_fail(c, "out of memory");
+    }
+    cdy_buf expr = {0};
+    cg_expand(&expr, tmpl, args, cdt);
+    char *ex = cdy_buf_take(&expr);
+    if (!ex)
+        return cg_fail(c, "out of memory");
+    cg_indent(&c->src, ind);
+    cg_emit_assign(c, v, ex, oi->kind == 'C' ? CDY_DT_BOOL : cdt, tmpl);
     if (val->source_line > 0)
         cdy_buf_printf(&c->src, "  /* %s, line %d */\n", oi->name, val->source_line);
     else
@@ -987,6 +1110,183 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
     return 0;
 }
 
+/* Helpers of every generated file: vectorizable float32 math (exp, log,
+ * tanh, erf: straight-line arithmetic and selects, within ~2.5 ulp of
+ * glibc, libm's results for inf/NaN/overflow/underflow; no-trapping-math
+ * so that GCC if-converts their selects), Python-style
+ * division, integer power. */
+static const char cg_prologue_math[] =
+    "/* FP exceptions are never inspected: let GCC if-convert (and so vectorize)\n"
+    " * selects around float math; values are unchanged. */\n"
+    "#pragma GCC optimize(\"no-trapping-math\")\n"
+    "/* vectorizable float32 math: straight-line arithmetic and selects */\n"
+    "#ifdef __FMA__\n"
+    "#define CDY_FMAF(a, b, c) fmaf(a, b, c)\n"
+    "#else\n"
+    "#define CDY_FMAF(a, b, c) ((a) * (b) + (c))\n"
+    "#endif\n"
+    "static inline int32_t cdy_fbits(float x) { union { float f; int32_t i; } u = {x}; return u.i; }\n"
+    "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"
+    "/* e^r - 1 for |r| <= ln2/2: Taylor terms to r^8. */\n"
+    "static inline float cdy_vexpm1_core(float r)\n"
+    "{\n"
+    "    float p = 2.48015873e-5f;\n"
+    "    p = CDY_FMAF(p, r, 1.98412698e-4f);\n"
+    "    p = CDY_FMAF(p, r, 1.38888889e-3f);\n"
+    "    p = CDY_FMAF(p, r, 8.33333333e-3f);\n"
+    "    p = CDY_FMAF(p, r, 4.16666667e-2f);\n"
+    "    p = CDY_FMAF(p, r, 1.66666667e-1f);\n"
+    "    p = CDY_FMAF(p, r, 0.5f);\n"
+    "    return CDY_FMAF(r * r, p, r);\n"
+    "}\n"
+    "/* e^x: x = n ln2 + r, 2^n applied in two halves so subnormal results round once. */\n"
+    "static inline float cdy_vexpf(float x)\n"
+    "{\n"
+    "    float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;\n"
+    "    float t = CDY_FMAF(xc, 1.44269504f, 12582912.0f);\n"
+    "    float n = t - 12582912.0f;\n"
+    "    float r = CDY_FMAF(n, -0.693145752f, xc);\n"
+    "    r = CDY_FMAF(n, -1.42860677e-6f, r);\n"
+    "    int32_t ni = cdy_fbits(t) - 0x4b400000;\n"
+    "    int32_t n1 = ni >> 1, n2 = ni - n1;\n"
+    "    float p = cdy_vexpm1_core(r) + 1.0f;\n"
+    "    return p * cdy_bitsf((n1 + 127) << 23) * cdy_bitsf((n2 + 127) << 23);\n"
+    "}\n"
+    "/* log(x): x = 2^e m, m in [sqrt(1/2), sqrt(2)); log(1+f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f/(2+f). */\n"
+    "static inline float cdy_vlogf(float x)\n"
+    "{\n"
+    "    int sub = x < 1.17549435e-38f;\n"
+    "    float xs = sub ? x * 8388608.0f : x;\n"
+    "    int32_t ix = cdy_fbits(xs) - 0x3f3504f3;\n"
+    "    int32_t e = (ix >> 23) - (sub ? 23 : 0);\n"
+    "    float f = cdy_bitsf((ix & 0x007fffff) + 0x3f3504f3) - 1.0f;\n"
+    "    float s = f / (2.0f + f), z = s * s;\n"
+    "    float R = z * CDY_FMAF(z, CDY_FMAF(z, CDY_FMAF(z, 0.222222222f, 0.285714286f), 0.4f), 0.666666667f);\n"
+    "    float hfsq = 0.5f * f * f;\n"
+    "    float lp = f - (hfsq - s * (hfsq + R));\n"
+    "    float ef = (float)e;\n"
+    "    float y = CDY_FMAF(ef, 0.693359375f, CDY_FMAF(ef, -2.12194440e-4f, lp));\n"
+    "    y = x == INFINITY ? x : y;\n"
+    "    y = x == 0.0f ? -INFINITY : y;\n"
+    "    y = x < 0.0f ? NAN : y;\n"
+    "    return x != x ? x : y;\n"
+    "}\n"
+    "/* tanh(x): odd polynomial below 0.625, else 1 - 2/(e^2|x| + 1) with x's sign. */\n"
+    "static inline float cdy_vtanhf(float x)\n"
+    "{\n"
+    "    float a = fabsf(x), z = x * x;\n"
+    "    float q = -8.63381277e-4f;\n"
+    "    q = CDY_FMAF(q, z, 3.30761620e-3f);\n"
+    "    q = CDY_FMAF(q, z, -8.79160815e-3f);\n"
+    "    q = CDY_FMAF(q, z, 2.18600186e-2f);\n"
+    "    q = CDY_FMAF(q, z, -5.39676509e-2f);\n"
+    "    q = CDY_FMAF(q, z, 1.33333319e-1f);\n"
+    "    q = CDY_FMAF(q, z, -3.33333333e-1f);\n"
+    "    float small = CDY_FMAF(x * z, q, x);\n"
+    "    float big = 1.0f - 2.0f / (cdy_vexpf(2.0f * a) + 1.0f);\n"
+    "    big = x < 0.0f ? -big : big;\n"
+    "    return a < 0.625f ? small : big;\n"
+    "}\n"
+    "static inline float cdy_vsigmoidf(float x) { return 1.0f / (1.0f + cdy_vexpf(-x)); }\n"
+    "/* erf(x): x P(x^2) below 1, 1 - exp(L(|x| - 2.46)) up to 3.92 (L fits log erfc), then 1; x's sign. */\n"
+    "static inline float cdy_verff(float x)\n"
+    "{\n"
+    "    float a = fabsf(x), z = x * x;\n"
+    "    float p = -9.67359096e-6f;\n"
+    "    p = CDY_FMAF(p, z, 1.12682539e-4f);\n"
+    "    p = CDY_FMAF(p, z, -8.48439656e-4f);\n"
+    "    p = CDY_FMAF(p, z, 5.22105341e-3f);\n"
+    "    p = CDY_FMAF(p, z, -2.68654383e-2f);\n"
+    "    p = CDY_FMAF(p, z, 1.12837826e-1f);\n"
+    "    p = CDY_FMAF(p, z, -3.76126385e-1f);\n"
+    "    float small = CDY_FMAF(x, 1.12837917e+0f, x * z * p);\n"
+    "    float u = (a > 3.92f ? 3.92f : a) - 2.46f;\n"
+    "    float l = -5.30742959e-08f;\n"
+    "    l = CDY_FMAF(l, u, 1.64496587e-06f);\n"
+    "    l = CDY_FMAF(l, u, -1.35534956e-05f);\n"
+    "    l = CDY_FMAF(l, u, 8.10720419e-05f);\n"
+    "    l = CDY_FMAF(l, u, -4.39639532e-04f);\n"
+    "    l = CDY_FMAF(l, u, 2.25122273e-03f);\n"
+    "    l = CDY_FMAF(l, u, -1.12114675e-02f);\n"
+    "    l = CDY_FMAF(l, u, -9.42569615e-01f);\n"
+    "    l = CDY_FMAF(l, u, -5.27722192e+00f);\n"
+    "    l = CDY_FMAF(l, u, -7.59421758e+00f);\n"
+    "    float big = a >= 3.92f ? 1.0f : 1.0f - cdy_vexpf(l);\n"
+    "    big = x < 0.0f ? -big : big;\n"
+    "    return a < 1.0f ? small : big;\n"
+    "}\n"
+    "/* Python-style floor division of floats (torch's div_floor): division by\n"
+    " * zero gives the IEEE quotient; the result is the floor of the exact quotient. */\n"
+    "static inline double cdy_floordiv(double a, double b)\n"
+    "{\n"
+    "    if (b == 0)\n"
+    "        return a / b;\n"
+    "    double m = fmod(a, b), d = (a - m) / b;\n"
+    "    if (m != 0 && (b < 0) != (m < 0))\n"
+    "        d -= 1;\n"
+    "    if (d == 0)\n"
+    "        return copysign(0.0, a / b);\n"
+    "    double fl = floor(d);\n"
+    "    return d - fl > 0.5 ? fl + 1 : fl;\n"
+    "}\n"
+    "static inline float cdy_floordivf(float a, float b)\n"
+    "{\n"
+    "    if (b == 0)\n"
+    "        return a / b;\n"
+    "    float m = fmodf(a, b), d = (a - m) / b;\n"
+    "    if (m != 0 && (b < 0) != (m < 0))\n"
+    "        d -= 1;\n"
+    "    if (d == 0)\n"
+    "        return copysignf(0.0f, a / b);\n"
+    "    float fl = floorf(d);\n"
+    "    return d - fl > 0.5f ? fl + 1 : fl;\n"
+    "}\n"
+    "/* Python-style remainder: the sign of the divisor. */\n"
+    "static inline double cdy_remainder(double a, double b)\n"
+    "{\n"
+    "    double m = fmod(a, b);\n"
+    "    return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
+    "}\n"
+    "static inline float cdy_remainderf(float a, float b)\n"
+    "{\n"
+    "    float m = fmodf(a, b);\n"
+    "    return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
+    "}\n"
+    "/* Integer division family; b == 0 never reaches a kernel (torch raises, the\n"
+    " * op stays extern); b == -1 wraps like torch instead of trapping. */\n"
+    "static inline int64_t cdy_itruncdiv(int64_t a, int64_t b)\n"
+    "{\n"
+    "    return b == -1 ? (int64_t)(0 - (uint64_t)a) : b == 0 ? 0 : a / b;\n"
+    "}\n"
+    "static inline int64_t cdy_ifloordiv(int64_t a, int64_t b)\n"
+    "{\n"
+    "    if (b == -1 || b == 0)\n"
+    "        return cdy_itruncdiv(a, b);\n"
+    "    int64_t q = a / b;\n"
+    "    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;\n"
+    "}\n"
+    "static inline int64_t cdy_ifmod(int64_t a, int64_t b)\n"
+    "{\n"
+    "    return b == -1 || b == 0 ? 0 : a % b;\n"
+    "}\n"
+    "static inline int64_t cdy_iremainder(int64_t a, int64_t b)\n"
+    "{\n"
+    "    int64_t r = cdy_ifmod(a, b);\n"
+    "    return r != 0 && (r < 0) != (b < 0) ? r + b : r;\n"
+    "}\n"
+    "/* Integer power with wrap-around; negative exponents as torch: 1, +-1 or 0. */\n"
+    "static inline int64_t cdy_ipow(int64_t a, int64_t b)\n"
+    "{\n"
+    "    if (b < 0)\n"
+    "        return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
+    "    uint64_t r = 1, x = (uint64_t)a;\n"
+    "    for (; b; b >>= 1, x *= x)\n"
+    "        if (b & 1)\n"
+    "            r *= x;\n"
+    "    return (int64_t)r;\n"
+    "}\n"
+    "\n";
+
 /* Emit the file prologue. */
 static void cg_emit_prologue(cg_ctx *c)
 {
@@ -999,6 +1299,7 @@ static void cg_emit_prologue(cg_ctx *c)
                    "#define NTHREADS %d\n"
                    "#define CDY_EXPORT __attribute__((visibility(\"default\")))\n",
                    c->nthreads);
+    cdy_buf_puts(&c->src, cg_prologue_math);
 }
 
 /* Allocate the per-value scratch arrays of c; 0 or -1. */

@@ -3,18 +3,386 @@
  * The tracer calls cdy_op_bind when a torch call maps to an op of CDY_OPS:
  * it returns the op's canonical positional arguments (tensors and numbers,
  * in the order the op's C template expects), or -1 when this particular
- * call cannot be lowered (then it runs as an extern op, still correct).   */
+ * call cannot be lowered (then it runs as an extern op, still correct).
+ *
+ * Binding is table driven: an op's signature (OB_SIGS, default "input" /
+ * "input other" / "condition input other") says which parameter each
+ * positional or keyword argument fills and what the defaults are; then a
+ * per-op check (ob_check) rejects the dtypes and values that the kernel
+ * cannot reproduce exactly (eager raises, or returns an alias).            */
 #include "trace/trace.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OB_MAX_PARAMS 8
+
+/* X(op, signature): parameters in the order of the call.  `name`: a tensor
+ * or a number, passed on; `#name`: a Python number, passed on, `=v` its
+ * default; `-name`: a flag that must be absent, None or False (dropped);
+ * `*name`: read by the op's check (dropped; absent is NULL).              */
+#define OB_SIGS(X)                                                      \
+    X(DIV, "input other -rounding_mode")                                \
+    X(POW, "input exponent")                                            \
+    X(ROUND, "input *decimals")                                         \
+    X(LEAKY_RELU, "input #negative_slope=0.01 -inplace")                \
+    X(HARDTANH, "input #min_val=-1.0 #max_val=1.0 -inplace")            \
+    X(RELU6, "input -inplace")                                          \
+    X(CLAMP, "input *min *max")                                         \
+    X(CLAMP_MIN, "input #min")                                          \
+    X(CLAMP_MAX, "input #max")                                          \
+    X(GELU, "input *approximate")                                       \
+    X(SILU, "input -inplace")                                           \
+    X(HARDSWISH, "input -inplace")                                      \
+    X(HARDSIGMOID, "input -inplace")                                    \
+    X(SOFTPLUS, "input #beta=1 #threshold=20")                          \
+    X(MISH, "input -inplace")                                           \
+    X(MASKED_FILL, "input mask #value")                                 \
+    X(CAST, "input *dtype -non_blocking -copy")
+
+static const char *const ob_sigs[CDY_OP_COUNT] = {
+#define OB_X(op, sig) [CDY_OP_##op] = sig,
+    OB_SIGS(OB_X)
+#undef OB_X
+};
+
+/* One parsed parameter of a signature. */
+typedef struct {
+    char kind;          /* 0 plain, '#', '-', '*' */
+    char name[24];
+    const char *def;    /* default text, or NULL */
+    int deflen;
+} ob_param;
+
+/* Parse signature sig into p[]; the count. */
+static int ob_parse(const char *sig, ob_param *p)
+{
+    int n = 0;
+    while (*sig && n < OB_MAX_PARAMS) {
+        while (*sig == ' ')
+            sig++;
+        if (!*sig)
+            break;
+        ob_param *q = &p[n++];
+        memset(q, 0, sizeof(*q));
+        if (strchr("#-*", *sig))
+            q->kind = *sig++;
+        size_t k = 0;
+        while (*sig && *sig != ' ' && *sig != '=' && k + 1 < sizeof(q->name))
+            q->name[k++] = *sig++;
+        if (*sig == '=') {
+            q->def = ++sig;
+            while (*sig && *sig != ' ')
+                sig++;
+            q->deflen = (int)(sig - q->def);
+        }
+    }
+    return n;
+}
+
+/* The default signature of an op without an OB_SIGS row. */
+static const char *ob_sig(int op)
+{
+    if (ob_sigs[op])
+        return ob_sigs[op];
+    switch (cdy_op_table[op].nargs) {
+    case 1: return "input";
+    case 2: return "input other";
+    default: return "condition input other";
+    }
+}
+
+/* 1 if v is a Python number constant (bool, int or float). */
+static int ob_is_number(const tvar *v)
+{
+    return v && v->kind == TV_CONST &&
+           (PyBool_Check(v->obj) || PyLong_CheckExact(v->obj) || PyFloat_CheckExact(v->obj));
+}
+
+/* A constant tvar for default text d (float if it has '.' or 'e'); NULL when stopped. */
+static tvar *ob_default(tracer *tr, const char *d, int len)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.*s", len, d);
+    PyObject *o = strpbrk(buf, ".e") ? PyFloat_FromDouble(atof(buf))
+                                     : PyLong_FromLongLong(atoll(buf));
+    return o ? cdy_tv_const(tr, o) : NULL;
+}
+
+/* Fill slot[] (one per parameter) from positional args and kwnames;
+ * 0, or -1 when an argument matches no parameter or two. */
+static int ob_slots(const ob_param *p, int np, tvar **args, int nargs, PyObject *kwnames,
+                    tvar **slot)
+{
+    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0, npos = nargs - nkw;
+    if (npos > np || npos < 0)
+        return -1;
+    for (int i = 0; i < np; i++)
+        slot[i] = i < npos ? args[i] : NULL;
+    for (int k = 0; k < nkw; k++) {
+        const char *kw = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+        int i = 0;
+        while (kw && i < np && strcmp(p[i].name, kw) != 0)
+            i++;
+        if (!kw || i == np || slot[i])
+            return -1;
+        slot[i] = args[npos + k];
+    }
+    return 0;
+}
+
+/* Apply the signature: canonical args into out[], `*` params into extra[]
+ * (NULL when absent); the count of out, or -1. */
+static int ob_apply(tracer *tr, int op, tvar **args, int nargs, PyObject *kwnames,
+                    tvar **out, tvar **extra)
+{
+    ob_param p[OB_MAX_PARAMS];
+    tvar *slot[OB_MAX_PARAMS];
+    int np = ob_parse(ob_sig(op), p), n = 0, ne = 0;
+    if (ob_slots(p, np, args, nargs, kwnames, slot))
+        return -1;
+    for (int i = 0; i < np; i++) {
+        tvar *s = slot[i];
+        if (p[i].kind == '-') {
+            if (s && !(s->kind == TV_CONST && (s->obj == Py_None || s->obj == Py_False)))
+                return -1;
+        } else if (p[i].kind == '*') {
+            extra[ne++] = s;
+        } else if (p[i].kind == '#') {
+            if (!s && p[i].def && !(s = ob_default(tr, p[i].def, p[i].deflen)))
+                return -1;
+            if (!ob_is_number(s))
+                return -1;
+            out[n++] = s;
+        } else {
+            if (!s || (s->kind != TV_TENSOR && !ob_is_number(s)))
+                return -1;
+            out[n++] = s;
+        }
+    }
+    return n;
+}
+
+/* The cdy_dtype of a tensor tvar, or CDY_DT_NONE (numbers, unknown dtypes). */
+static int ob_dtype(const tvar *v)
+{
+    if (!v || v->kind != TV_TENSOR)
+        return CDY_DT_NONE;
+    PyObject *dt = PyObject_GetAttrString(v->obj, "dtype");
+    if (!dt) {
+        PyErr_Clear();
+        return CDY_DT_NONE;
+    }
+    int d = cdy_dtype_from_obj(dt);
+    Py_DECREF(dt);
+    return d;
+}
+
+/* 1 if v is a float tensor or a Python float. */
+static int ob_floaty(const tvar *v)
+{
+    int d = ob_dtype(v);
+    if (d != CDY_DT_NONE)
+        return cdy_dtype_table[d].is_float;
+    return v && v->kind == TV_CONST && PyFloat_CheckExact(v->obj);
+}
+
+/* torch.result_type(a, b) as a cdy_dtype, or CDY_DT_NONE. */
+static int ob_result_dtype(const tvar *a, const tvar *b)
+{
+    PyObject *fn = PyObject_GetAttrString(cdy_torch, "result_type");
+    PyObject *args[2] = {a->obj, b->obj};
+    PyObject *dt = fn ? PyObject_Vectorcall(fn, args, 2, NULL) : NULL;
+    Py_XDECREF(fn);
+    if (!dt) {
+        PyErr_Clear();
+        return CDY_DT_NONE;
+    }
+    int d = cdy_dtype_from_obj(dt);
+    Py_DECREF(dt);
+    return d;
+}
+
+/* The value of an integer (or bool) constant v in *i; 0, or -1 if v is not one. */
+static int ob_const_int(const tvar *v, long long *i)
+{
+    if (!v || v->kind != TV_CONST || !(PyBool_Check(v->obj) || PyLong_CheckExact(v->obj)))
+        return -1;
+    *i = PyLong_AsLongLong(v->obj);
+    if (*i == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* Integer division family: lowered for a float result, or an integer one
+ * with a nonzero number divisor (a zero divisor raises in eager). */
+static int ob_check_division(const tvar *a, const tvar *b)
+{
+    int rd = ob_result_dtype(a, b);
+    long long d;
+    if (rd == CDY_DT_NONE)
+        return -1;
+    if (cdy_dtype_table[rd].is_float)
+        return 0;
+    return ob_const_int(b, &d) == 0 && d != 0 ? 0 : -1;
+}
+
+/* pow: an integer result needs a non-negative exponent and no bool tensors
+ * under a tensor exponent (eager raises for those). */
+static int ob_check_pow(const tvar *a, const tvar *b)
+{
+    int rd = ob_result_dtype(a, b);
+    long long e;
+    if (rd == CDY_DT_NONE)
+        return -1;
+    if (cdy_dtype_table[rd].is_float)
+        return 0;
+    if (b->kind == TV_TENSOR || PyBool_Check(b->obj))   /* x ** True: meta says int64, eager bool */
+        return ob_dtype(a) == CDY_DT_BOOL || ob_dtype(b) == CDY_DT_BOOL ? -1 : 0;
+    return ob_const_int(b, &e) == 0 && e >= 0 ? 0 : -1;
+}
+
+/* masked_fill(x, mask, value): a bool mask, and a value x's dtype holds. */
+static int ob_check_masked_fill(tvar **out)
+{
+    static const long long lo[] = {0, 0, -128, -32768, -2147483648LL, INT64_MIN};
+    static const long long hi[] = {1, 255, 127, 32767, 2147483647LL, INT64_MAX};
+    int xd = ob_dtype(out[0]);
+    long long v;
+    if (xd == CDY_DT_NONE || ob_dtype(out[1]) != CDY_DT_BOOL)
+        return -1;
+    if (cdy_dtype_table[xd].is_float)
+        return 0;
+    return ob_const_int(out[2], &v) == 0 && v >= lo[xd] && v <= hi[xd] ? 0 : -1;
+}
+
+/* A number constant for an absent clamp bound: -inf/+inf for a float
+ * result, else the range end of the integer result dtype; NULL if none. */
+static tvar *ob_open_bound(tracer *tr, tvar *x, tvar *other, int is_max)
+{
+    static const long long lo[] = {0, 0, -128, -32768, -2147483648LL, INT64_MIN};
+    static const long long hi[] = {1, 255, 127, 32767, 2147483647LL, INT64_MAX};
+    int xd = ob_dtype(x);
+    if (xd == CDY_DT_NONE)
+        return NULL;
+    if (cdy_dtype_table[xd].is_float || ob_floaty(other))
+        return cdy_tv_const(tr, PyFloat_FromDouble(is_max ? INFINITY : -INFINITY));
+    if (xd == CDY_DT_BOOL)
+        xd = CDY_DT_INT64;
+    return cdy_tv_const(tr, PyLong_FromLongLong(is_max ? hi[xd] : lo[xd]));
+}
+
+/* clamp(x, min, max) with numbers or None: both bounds as numbers in out[1..2]. */
+static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
+{
+    for (int i = 0; i < 2; i++)
+        if (extra[i] && extra[i]->kind == TV_CONST && extra[i]->obj == Py_None)
+            extra[i] = NULL;
+    if ((!extra[0] && !extra[1]) || (extra[0] && !ob_is_number(extra[0])) ||
+        (extra[1] && !ob_is_number(extra[1])) || ob_dtype(out[0]) == CDY_DT_BOOL)
+        return -1;
+    out[1] = extra[0] ? extra[0] : ob_open_bound(tr, out[0], extra[1], 0);
+    out[2] = extra[1] ? extra[1] : ob_open_bound(tr, out[0], extra[0], 1);
+    return out[1] && out[2] ? 3 : -1;
+}
+
+/* gelu(x, approximate='none'|'tanh'): the mode as a number in out[1]. */
+static int ob_check_gelu(tracer *tr, tvar **out, tvar **extra)
+{
+    int mode = 0;
+    if (extra[0]) {
+        const char *s = extra[0]->kind == TV_CONST && PyUnicode_Check(extra[0]->obj)
+                            ? PyUnicode_AsUTF8(extra[0]->obj) : NULL;
+        if (!s || (strcmp(s, "none") && strcmp(s, "tanh")))
+            return -1;
+        mode = strcmp(s, "tanh") == 0;
+    }
+    out[1] = cdy_tv_const(tr, PyLong_FromLong(mode));
+    return out[1] ? 2 : -1;
+}
+
+/* The dtype a conversion op targets (CAST: its dtype argument); NONE if unknown. */
+static int ob_cast_target(int op, tvar **extra)
+{
+    switch (op) {
+    case CDY_OP_TO_FLOAT: return CDY_DT_FLOAT32;
+    case CDY_OP_TO_DOUBLE: return CDY_DT_FLOAT64;
+    case CDY_OP_TO_INT: return CDY_DT_INT32;
+    case CDY_OP_TO_LONG: return CDY_DT_INT64;
+    case CDY_OP_TO_BOOL: return CDY_DT_BOOL;
+    case CDY_OP_TO_BYTE: return CDY_DT_UINT8;
+    default:
+        return extra[0] && extra[0]->kind == TV_CONST ? cdy_dtype_from_obj(extra[0]->obj)
+                                                      : CDY_DT_NONE;
+    }
+}
+
+/* 1 if every tensor among out[0..n) has an integer or bool dtype and every
+ * number is an int or bool. */
+static int ob_all_integral(tvar **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ob_floaty(out[i]) || (out[i]->kind == TV_TENSOR && ob_dtype(out[i]) == CDY_DT_NONE))
+            return 0;
+    return 1;
+}
+
+/* Per-op checks after binding: the final count of out, or -1. */
+static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
+{
+    int xd = ob_dtype(out[0]);
+    long long d;
+    switch (op) {
+    case CDY_OP_DIV_FLOOR: case CDY_OP_DIV_TRUNC: case CDY_OP_REMAINDER: case CDY_OP_FMOD:
+        return ob_check_division(out[0], out[1]) ? -1 : n;
+    case CDY_OP_POW:
+        return ob_check_pow(out[0], out[1]) ? -1 : n;
+    case CDY_OP_ROUND:
+        return (extra[0] && (ob_const_int(extra[0], &d) || d != 0)) || xd == CDY_DT_BOOL ? -1 : n;
+    case CDY_OP_FLOOR: case CDY_OP_CEIL: case CDY_OP_TRUNC:
+        return xd == CDY_DT_BOOL ? -1 : n;
+    case CDY_OP_LEAKY_RELU: case CDY_OP_GELU: case CDY_OP_SILU: case CDY_OP_HARDSWISH:
+    case CDY_OP_HARDSIGMOID: case CDY_OP_SOFTPLUS: case CDY_OP_MISH:
+        if (xd == CDY_DT_NONE || !cdy_dtype_table[xd].is_float)
+            return -1;
+        return op == CDY_OP_GELU ? ob_check_gelu(tr, out, extra) : n;
+    case CDY_OP_CLAMP:
+        return ob_check_clamp(tr, out, extra);
+    case CDY_OP_CLAMP_MIN: case CDY_OP_CLAMP_MAX: case CDY_OP_HARDTANH: case CDY_OP_RELU6:
+        return xd == CDY_DT_BOOL ? -1 : n;
+    case CDY_OP_BITWISE_AND: case CDY_OP_BITWISE_OR: case CDY_OP_BITWISE_XOR:
+    case CDY_OP_BITWISE_NOT:
+        return ob_all_integral(out, n) ? n : -1;
+    case CDY_OP_MASKED_FILL:
+        return ob_check_masked_fill(out) ? -1 : n;
+    case CDY_OP_CAST: case CDY_OP_TO_FLOAT: case CDY_OP_TO_DOUBLE: case CDY_OP_TO_INT:
+    case CDY_OP_TO_LONG: case CDY_OP_TO_BOOL: case CDY_OP_TO_BYTE: {
+        int to = ob_cast_target(op, extra);   /* same dtype: eager returns x itself */
+        return to == CDY_DT_NONE || xd == CDY_DT_NONE || to == xd ? -1 : n;
+    }
+    default:
+        return n;
+    }
+}
 
 /* Canonical args of `op` for a call with args (positional, then the values of
  * kwnames) into out[]; returns their count, or -1 when not lowerable. */
 int cdy_op_bind(tracer *tr, int op, tvar **args, int nargs, PyObject *kwnames, tvar **out)
 {
-    (void)tr;
-    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0;
-    if (op == CDY_OP_NONE || nkw || nargs != cdy_op_table[op].nargs)
+    tvar *extra[OB_MAX_PARAMS] = {0};
+    if (op < 0 || op >= CDY_OP_COUNT || cdy_op_table[op].kind == 'E' || nargs < 1)
         return -1;
-    for (int i = 0; i < nargs; i++)
-        out[i] = args[i];
-    return nargs;
+    int n = ob_apply(tr, op, args, nargs, kwnames, out, extra);
+    if (n < 1)
+        return -1;
+    n = ob_check(tr, op, out, n, extra);
+    if (n != cdy_op_table[op].nargs) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        return -1;
+    }
+    return n;
 }

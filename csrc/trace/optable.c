@@ -35,7 +35,38 @@
     X(LT, "operator", "lt")                                 \
     X(LE, "operator", "le")                                 \
     X(GT, "operator", "gt")                                 \
-    X(GE, "operator", "ge")
+    X(GE, "operator", "ge")                                 \
+    X(DIV_FLOOR, "operator", "floordiv")                    \
+    X(REMAINDER, "operator", "mod")                         \
+    X(POW, "operator", "pow")                               \
+    X(BITWISE_AND, "operator", "and_")                      \
+    X(BITWISE_OR, "operator", "or_")                        \
+    X(BITWISE_XOR, "operator", "xor")                       \
+    X(BITWISE_NOT, "operator", "invert")                    \
+    X(SIGN, "torch", "sgn")                                 \
+    X(TRUNC, "torch", "fix")                                \
+    X(CLAMP, "torch", "clip")                               \
+    X(EXPM1, "torch.special", "expm1")                      \
+    X(LOG1P, "torch.special", "log1p")                      \
+    X(ERF, "torch.special", "erf")                          \
+    X(ROUND, "torch.special", "round")                      \
+    X(LEAKY_RELU, "torch.nn.functional", "leaky_relu")      \
+    X(HARDTANH, "torch.nn.functional", "hardtanh")          \
+    X(RELU6, "torch.nn.functional", "relu6")                \
+    X(GELU, "torch.nn.functional", "gelu")                  \
+    X(SILU, "torch.nn.functional", "silu")                  \
+    X(HARDSWISH, "torch.nn.functional", "hardswish")        \
+    X(HARDSIGMOID, "torch.nn.functional", "hardsigmoid")    \
+    X(SOFTPLUS, "torch.nn.functional", "softplus")          \
+    X(MISH, "torch.nn.functional", "mish")                  \
+    X(LEAKY_RELU, "torch._C._nn", "leaky_relu")             \
+    X(HARDTANH, "torch._C._nn", "hardtanh")                 \
+    X(GELU, "torch._C._nn", "gelu")                         \
+    X(SILU, "torch._C._nn", "silu")                         \
+    X(HARDSWISH, "torch._C._nn", "hardswish")               \
+    X(HARDSIGMOID, "torch._C._nn", "hardsigmoid")           \
+    X(SOFTPLUS, "torch._C._nn", "softplus")                 \
+    X(MISH, "torch._C._nn", "mish")
 
 /* X(op, "method"): method aliases */
 #define CDY_METHOD_ALIASES(X)                               \
@@ -51,7 +82,17 @@
     X(LE, "less_equal")                                     \
     X(NE, "not_equal")                                      \
     X(ABS, "__abs__")                                       \
-    X(NEG, "__neg__")
+    X(NEG, "__neg__")                                       \
+    X(DIV_FLOOR, "__floordiv__")                            \
+    X(REMAINDER, "__mod__")                                 \
+    X(POW, "__pow__")                                       \
+    X(BITWISE_AND, "__and__")                               \
+    X(BITWISE_OR, "__or__")                                 \
+    X(BITWISE_XOR, "__xor__")                               \
+    X(BITWISE_NOT, "__invert__")                            \
+    X(SIGN, "sgn")                                          \
+    X(TRUNC, "fix")                                         \
+    X(CLAMP, "clip")
 
 static PyObject *fn_ops;       /* {callable: op int} */
 static PyObject *method_ops;   /* {name: op int} */
@@ -66,13 +107,14 @@ static int put(PyObject *d, PyObject *key, int op)
     return r;
 }
 
-/* Add module_path.attr -> op, quietly skipping names this torch lacks. */
+/* Add module_path.attr -> op, quietly skipping names this torch lacks and
+ * attributes that are not callables (torch.float, torch.bool are dtypes). */
 static int put_fn(const char *module_path, const char *attr, int op)
 {
     PyObject *m = PyImport_ImportModule(module_path);
     PyObject *f = m ? PyObject_GetAttrString(m, attr) : NULL;
     int r = 0;
-    if (f)
+    if (f && PyCallable_Check(f))
         r = put(fn_ops, f, op);
     else
         PyErr_Clear();
