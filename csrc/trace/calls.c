@@ -372,7 +372,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     }
     tvar *bound[CDY_MAX_NODE_ARGS];
-    int nbound = op != CDY_OP_NONE ? cdy_op_bind(tr, op, args, nargs, kwnames, bound) : -1;
+    int nbound = op != CDY_OP_NONE ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound) : -1;
     int pointwise = nbound >= 0;
     int argv[CDY_MAX_NODE_ARGS], ntensors = 0;
     if (pointwise)

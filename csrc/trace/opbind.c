@@ -23,7 +23,7 @@
  * default; `-name`: a flag that must be absent, None or False (dropped);
  * `*name`: read by the op's check (dropped; absent is NULL).              */
 #define OB_SIGS(X)                                                      \
-    X(DIV, "input other -rounding_mode")                                \
+    X(DIV, "input other *rounding_mode")                                \
     X(POW, "input exponent")                                            \
     X(ROUND, "input *decimals")                                         \
     X(LEAKY_RELU, "input #negative_slope=0.01 -inplace")                \
@@ -368,16 +368,33 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
     }
 }
 
-/* Canonical args of `op` for a call with args (positional, then the values of
- * kwnames) into out[]; returns their count, or -1 when not lowerable. */
-int cdy_op_bind(tracer *tr, int op, tvar **args, int nargs, PyObject *kwnames, tvar **out)
+/* The op torch.div computes for rounding_mode r (None, 'floor', 'trunc'), or -1. */
+static int ob_div_mode(tvar *r)
+{
+    if (!r || (r->kind == TV_CONST && r->obj == Py_None))
+        return CDY_OP_DIV;
+    const char *s = r->kind == TV_CONST && PyUnicode_Check(r->obj) ? PyUnicode_AsUTF8(r->obj) : "";
+    return !strcmp(s, "floor") ? CDY_OP_DIV_FLOOR : !strcmp(s, "trunc") ? CDY_OP_DIV_TRUNC : -1;
+}
+
+/* Canonical args of *op for a call with args (positional, then the values of
+ * kwnames) into out[]; returns their count, or -1 when not lowerable.  *op may
+ * change: torch.div(..., rounding_mode='floor') is div_floor. */
+int cdy_op_bind(tracer *tr, int *opp, tvar **args, int nargs, PyObject *kwnames, tvar **out)
 {
     tvar *extra[OB_MAX_PARAMS] = {0};
+    int op = *opp;
     if (op < 0 || op >= CDY_OP_COUNT || cdy_op_table[op].kind == 'E' || nargs < 1)
         return -1;
     int n = ob_apply(tr, op, args, nargs, kwnames, out, extra);
     if (n < 1)
         return -1;
+    if (op == CDY_OP_DIV) {
+        if ((op = ob_div_mode(extra[0])) < 0)
+            return -1;
+        extra[0] = NULL;
+        *opp = op;
+    }
     n = ob_check(tr, op, out, n, extra);
     if (n != cdy_op_table[op].nargs) {
         if (PyErr_Occurred())

@@ -110,7 +110,7 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]
  * (CDY_MAX_NODE_ARGS at most); their count, or -1: run it as an extern. */
-int cdy_op_bind(tracer *tr, int op, tvar **args, int nargs, PyObject *kwnames, tvar **out);
+int cdy_op_bind(tracer *tr, int *op, tvar **args, int nargs, PyObject *kwnames, tvar **out);
 
 /* ---- optable.c ---- */
 int cdy_optable_init(PyObject *torch);
