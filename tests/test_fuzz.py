@@ -37,4 +37,5 @@ def _regressions():
 
 @pytest.mark.parametrize("path", _regressions())
 def test_fuzz_regression(path):
-    runpy.run_path(path)["test_case"]()
+    case = runpy.run_path(path)
+    fuzz.run_case(case["SOURCE"], case["INPUTS"], cdynamo)

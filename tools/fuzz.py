@@ -26,6 +26,8 @@ import time
 import traceback
 import warnings
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGRESSION_DIR = os.path.join(ROOT, "tests", "fuzz_regressions")
 
@@ -38,9 +40,9 @@ TRANSCENDENTAL = {"exp", "log", "sqrt", "sigmoid", "tanh", "div"}
 OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
-# Shared by the fuzzer and every regression file (copied into it verbatim).
-HELPERS = r'''
-import torch
+
+# ---------------------------------------------------------------- running a case
+
 
 
 def make_input(dtype, shape, layout, seed):
@@ -120,12 +122,6 @@ def run_case(source, inputs, cdynamo):
         assert torch.equal(a, s) or (a.is_floating_point() and torch.allclose(a, s, equal_nan=True)), \
             "an input was modified"
     return "ok"
-'''
-
-_helpers_ns = {}
-exec(HELPERS, _helpers_ns)
-make_input = _helpers_ns["make_input"]
-run_case = _helpers_ns["run_case"]
 
 
 # ---------------------------------------------------------------- generation
@@ -265,16 +261,15 @@ def case_hash(source, inputs):
 
 
 def regression_text(source, inputs, error, xfail=None):
+    """A regression file: data only; tests/test_fuzz.py runs it with this file's run_case."""
     err = "\n".join("# " + line for line in error.strip().splitlines()[-12:])
     return (
-        f'"""cdynamo fuzz regression (tools/fuzz.py). Failure when found:\n"""\n{err}\n'
-        f"import cdynamo\n{HELPERS}\n\n"
-        f"#: a reason string marks a known cdynamo bug (tests/test_fuzz.py: xfail strict)\n"
+        f'"""cdynamo fuzz regression (tools/fuzz.py), run by tests/test_fuzz.py.\n'
+        f'Failure when found:"""\n{err}\n\n'
+        f"#: a reason string marks a known cdynamo bug (xfail strict); None when fixed\n"
         f"XFAIL = {xfail!r}\n"
         f"INPUTS = {inputs!r}\n"
-        f"SOURCE = {source!r}\n\n\n"
-        f"def test_case():\n"
-        f"    run_case(SOURCE, INPUTS, cdynamo)\n")
+        f"SOURCE = {source!r}\n")
 
 
 def write_regression(source, inputs, error, out_dir):

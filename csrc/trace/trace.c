@@ -508,19 +508,9 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         return r;
     case TV_TUPLE:
     case TV_LIST:
-        r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : CDY_RET_LIST;
-        r->n = v->n;
-        r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
-        if (!r->items) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
-            return NULL;
-        }
-        for (int i = 0; i < v->n; i++)
-            if (!(r->items[i] = make_ret(tr, v->items[i])))
-                return NULL;
-        return r;
     case TV_DICT:
-        r->kind = CDY_RET_DICT;
+        r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
+                                                                          : CDY_RET_DICT;
         r->n = v->n;
         r->keys = v->keys;
         r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
