@@ -46,6 +46,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(CONST, "value: exact type and ==")                      \
     X(ID, "identity of the object")                           \
     X(TYPE, "exact type (nn.Module arguments: what is read from them is guarded)") \
+    X(LEN, "exact type (list/tuple) and length: the items have guards of their own") \
+    X(KEYS, "a dict with exactly these keys, in order: the values have guards of their own") \
     X(GRAD_MODE, "torch.is_grad_enabled() is off")
 
 typedef enum {

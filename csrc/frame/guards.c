@@ -285,6 +285,24 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     case CDY_GUARD_CONST:
         ok = check_const(g, v, why, n);
         break;
+    case CDY_GUARD_LEN:
+        ok = (PyObject *)Py_TYPE(v) == g->expect && PyObject_Length(v) == g->ndim;
+        if (!ok)
+            snprintf(why, n, "'%s' is not a %s of length %d", g->desc,
+                     ((PyTypeObject *)g->expect)->tp_name, g->ndim);
+        PyErr_Clear();
+        break;
+    case CDY_GUARD_KEYS: {
+        PyObject *keys = PyDict_CheckExact(v) ? PyDict_Keys(v) : NULL;
+        PyObject *kt = keys ? PyList_AsTuple(keys) : NULL;
+        ok = kt && PyObject_RichCompareBool(kt, g->expect, Py_EQ) == 1;
+        Py_XDECREF(keys);
+        Py_XDECREF(kt);
+        PyErr_Clear();
+        if (!ok)
+            snprintf(why, n, "'%s' is not a dict with the same keys", g->desc);
+        break;
+    }
     case CDY_GUARD_TYPE:
         ok = (PyObject *)Py_TYPE(v) == g->expect;
         if (!ok)
@@ -343,6 +361,15 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
             if (g->kind == CDY_GUARD_CONST)
                 cdy_buf_printf(&b, "CONST_MATCH: %s == %s (type %s)\n", g->desc,
                                r ? PyUnicode_AsUTF8(r) : "?", Py_TYPE(g->expect)->tp_name);
+            else if (g->kind == CDY_GUARD_LEN)
+                cdy_buf_printf(&b, "LEN_MATCH: type(%s) is %s and len(%s) == %d\n", g->desc,
+                               ((PyTypeObject *)g->expect)->tp_name, g->desc, g->ndim);
+            else if (g->kind == CDY_GUARD_KEYS) {
+                PyObject *kr = PyObject_Repr(g->expect);
+                cdy_buf_printf(&b, "DICT_KEYS: %s keys == %s\n", g->desc,
+                               kr ? PyUnicode_AsUTF8(kr) : "?");
+                Py_XDECREF(kr);
+            }
             else if (g->kind == CDY_GUARD_TYPE)
                 cdy_buf_printf(&b, "TYPE_MATCH: type(%s) is %s\n", g->desc,
                                ((PyTypeObject *)g->expect)->tp_name);

@@ -15,6 +15,7 @@
     X(UNARY_NOT, 12, 0)                           \
     X(UNARY_INVERT, 15, 0)                        \
     X(BINARY_SUBSCR, 25, 4)                       \
+    X(STORE_SUBSCR, 60, 1)                        \
     X(GET_ITER, 68, 0)                            \
     X(LIST_TO_TUPLE, 82, 0)                       \
     X(RETURN_VALUE, 83, 0)                        \

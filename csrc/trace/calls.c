@@ -408,6 +408,12 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     return v;
 }
 
+/* fn(*args) with tensor args as an extern node (see trace.h). */
+tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs)
+{
+    return tensor_call(tr, CDY_OP_NONE, fn, what, args, nargs, NULL, 0);
+}
+
 /* Operator fn on tensors/constants: constants fold, tensors trace. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs)
 {
@@ -670,8 +676,12 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         }
         return cdy_tv_const(tr, PyLong_FromLong(k));
     }
-    if (!strcmp(n, "isinstance") && nargs == 2 && args[1]->obj) {
-        int r = PyObject_IsSubclass(tvar_type(args[0]), args[1]->obj);
+    if (!strcmp(n, "isinstance") && nargs == 2 && (args[1]->obj || args[1]->kind == TV_TUPLE)) {
+        PyObject *cls = args[1]->obj ? Py_NewRef(args[1]->obj) : PyTuple_New(args[1]->n);
+        for (int i = 0; !args[1]->obj && cls && i < args[1]->n; i++)
+            PyTuple_SET_ITEM(cls, i, Py_NewRef(args[1]->items[i]->obj ? args[1]->items[i]->obj : Py_None));
+        int r = cls ? PyObject_IsSubclass(tvar_type(args[0]), cls) : -1;
+        Py_XDECREF(cls);
         if (r < 0) {
             cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "isinstance()");
             return NULL;
@@ -769,6 +779,13 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
             }
             return out ? cdy_tv_seq(tr, TV_LIST, out, self->n) : NULL;
         }
+    }
+    if ((self->kind == TV_LIST || self->kind == TV_DICT) && self->src &&
+        (!strcmp(name, "append") || !strcmp(name, "pop") || !strcmp(name, "update") ||
+         !strcmp(name, "extend") || !strcmp(name, "insert") || !strcmp(name, "clear"))) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating a %s that lives outside the frame",
+                    self->kind == TV_DICT ? "dict" : "list");
+        return NULL;
     }
     if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 2));

@@ -333,6 +333,41 @@ static int op_subscr(tracer *tr)
 
 /* ---- containers --------------------------------------------------------------------- */
 
+/* STORE_SUBSCR: container[key] = value on a list or dict the trace made. */
+static int op_store_subscr(tracer *tr)
+{
+    tvar *k = pop(tr), *c = pop(tr), *v = pop(tr);
+    if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
+    if (c->kind == TV_LIST) {
+        long i = PyLong_Check(k->obj) ? PyLong_AsLong(k->obj) : -1L << 40;
+        if (i < 0 && i > -(long)c->n - 1)
+            i += c->n;
+        if (i < 0 || i >= c->n)
+            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "list assignment index out of range");
+        c->items[i] = v;
+        return 0;
+    }
+    for (int i = 0; i < c->n; i++)
+        if (PyObject_RichCompareBool(c->keys[i], k->obj, Py_EQ) == 1) {
+            c->items[i] = v;
+            return 0;
+        }
+    PyErr_Clear();
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(c->n + 1));
+    PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(c->n + 1));
+    if (!items || !keys)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    memcpy(items, c->items, sizeof(tvar *) * (size_t)c->n);
+    memcpy(keys, c->keys, sizeof(PyObject *) * (size_t)c->n);
+    items[c->n] = v;
+    keys[c->n] = k->obj;
+    c->items = items;
+    c->keys = keys;
+    c->n++;
+    return 0;
+}
+
 /* BUILD_TUPLE / BUILD_LIST n (a tuple of constants is a constant). */
 static int op_build(tracer *tr, int n, int kind)
 {
@@ -509,6 +544,11 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
     case TV_TUPLE:
     case TV_LIST:
     case TV_DICT:
+        if (v->src && v->src->kind != CDY_SRC_DEREF) {   /* the caller's own object */
+            r->kind = CDY_RET_SOURCE;
+            r->src = v->src;
+            return r;
+        }
         r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
                                                                           : CDY_RET_DICT;
         r->n = v->n;
@@ -695,6 +735,19 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_unpack(tr, oparg);
     case CDY_BINARY_SUBSCR:
         return op_subscr(tr);
+    case CDY_STORE_SUBSCR:
+        return op_store_subscr(tr);
+    case CDY_DICT_MERGE: {   /* f(**d): merge d into the dict being built */
+        tvar *src = pop(tr), *dst = peek(tr, oparg);
+        if (src->kind != TV_DICT || dst->kind != TV_DICT || dst->src)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "** of an unknown mapping");
+        for (int i = 0; i < src->n; i++) {
+            tvar *k = cdy_tv_const(tr, Py_NewRef(src->keys[i]));
+            if (!k || push(tr, src->items[i]) || push(tr, dst) || push(tr, k) || op_store_subscr(tr))
+                return -1;
+        }
+        return 0;
+    }
     case CDY_GET_ITER:
         return push(tr, cdy_iterate(tr, pop(tr)));
     case CDY_FOR_ITER:

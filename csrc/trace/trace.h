@@ -104,6 +104,8 @@ int cdy_calls_init(void);
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames);
 /* operator.<name>, cached in slot (borrowed); NULL with error. */
 PyObject *cdy_operator_fn(int slot, const char *name);
+/* fn(*args) with tensor args, run through torch at run time (an extern node). */
+tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 

@@ -361,6 +361,60 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
     return v;
 }
 
+/* A list, tuple or dict read from the frame at src: a symbolic container
+ * whose items are wrapped from item sources, guarded by type and length
+ * (or keys); so reading it never goes stale, and equal containers reuse
+ * the entry.  Big containers, or dicts with non-constant keys: identity. */
+static tvar *wrap_container(tracer *tr, PyObject *o, const cdy_src *src, const char *desc)
+{
+    int is_dict = PyDict_CheckExact(o);
+    Py_ssize_t n = is_dict ? PyDict_GET_SIZE(o) : PySequence_Fast_GET_SIZE(o);
+    PyObject *keys = is_dict ? PyDict_Keys(o) : NULL, *kt = keys ? PyList_AsTuple(keys) : NULL;
+    Py_XDECREF(keys);
+    if (n > 256 || (is_dict && (!kt || !cdy_is_const(kt)))) {
+        Py_XDECREF(kt);
+        PyErr_Clear();
+        cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, src, desc);
+        tvar *v = g && cdy_tr_keep(tr, Py_NewRef(o)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+        if (g)
+            g->expect = Py_NewRef(o);
+        if (v) {
+            v->obj = o;
+            v->src = src;
+        }
+        return v;
+    }
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, is_dict ? CDY_GUARD_KEYS : CDY_GUARD_LEN, src, desc);
+    if (!g) {
+        Py_XDECREF(kt);
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    g->expect = is_dict ? kt : Py_NewRef((PyObject *)Py_TYPE(o));
+    g->ndim = (int)n;
+    tvar *v = cdy_tv_new(tr, is_dict ? TV_DICT : PyList_CheckExact(o) ? TV_LIST : TV_TUPLE);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    PyObject **ks = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(n + 1));
+    if (!v || !items || !ks)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = is_dict ? PyTuple_GET_ITEM(kt, i) : cdy_tr_keep(tr, PyLong_FromSsize_t(i));
+        PyObject *item = is_dict ? PyDict_GetItemWithError(o, key) : PySequence_Fast_ITEMS(o)[i];
+        const cdy_src *is = key && item ? cdy_src_step(tr, src, key, 1) : NULL;
+        if (!is || !(items[i] = cdy_wrap(tr, item, is, 1))) {
+            if (tr->t->status == CDY_TRACE_OK)
+                cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "container '%s' too deep to guard", desc);
+            return NULL;
+        }
+        ks[i] = key;
+    }
+    v->items = items;
+    v->keys = is_dict ? ks : NULL;
+    v->n = (int)n;
+    v->src = src;
+    return v;
+}
+
 /* A tvar for object o read from the frame at src, with its guard (none when
  * guard is 0: attributes of torch modules and torch's own globals). */
 tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
@@ -374,7 +428,11 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     }
     PyTypeObject *tp = Py_TYPE(o);
     tvar *v;
-    if (PyObject_TypeCheck(o, (PyTypeObject *)cdy_tensor_type)) {
+    if (src && guard && (PyList_CheckExact(o) || PyDict_CheckExact(o) ||
+                         (PyTuple_CheckExact(o) && !cdy_is_const(o)))) {
+        v = wrap_container(tr, o, src, desc);
+    }
+    else if (PyObject_TypeCheck(o, (PyTypeObject *)cdy_tensor_type)) {
         if ((PyObject *)tp != cdy_tensor_type && (PyObject *)tp != cdy_parameter_type) {
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor subclass %s is not supported", tp->tp_name);
             return NULL;
@@ -383,9 +441,10 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     }
     else {
         int konst = cdy_is_const(o);
-        /* an nn.Module passed as an argument (self) is guarded by type: one
-         * entry serves every instance, since each attribute read has its own guard */
-        int by_type = src && src->kind == CDY_SRC_LOCAL && !src->nattrs &&
+        /* an nn.Module (self, or a submodule read from one) is guarded by
+         * type: one entry serves every instance, since each attribute read
+         * from it has its own guard; globals stay guarded by identity */
+        int by_type = src && (src->kind == CDY_SRC_LOCAL || src->nattrs) &&
                       PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type);
         if (guard && src) {
             cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
@@ -418,15 +477,15 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                                    "is_floating_point", "itemsize", NULL};
     static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
     for (int i = 0; views[i]; i++)
-        if (!strcmp(n, views[i])) {   /* a view: an extern getattr */
-            PyObject *ga = PyObject_GetAttrString(PyImport_AddModule("builtins"), "getattr");
-            tvar *nm = cdy_tv_const(tr, Py_NewRef(name));
-            tvar *args[2] = {t, nm};
-            tvar *fn = ga && nm ? cdy_tv_new(tr, TV_OBJ) : NULL;
-            if (!fn || !cdy_tr_keep(tr, ga))
+        if (!strcmp(n, views[i])) {   /* a view: an extern call of operator.attrgetter(name) */
+            PyObject *op = PyImport_ImportModule("operator");
+            PyObject *ag = op ? PyObject_CallMethod(op, "attrgetter", "O", name) : NULL;
+            Py_XDECREF(op);
+            if (!cdy_tr_keep(tr, ag)) {
+                cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
                 return NULL;
-            fn->obj = ga;
-            return cdy_call(tr, fn, args, 2, NULL);
+            }
+            return cdy_call_extern(tr, ag, n, &t, 1);
         }
     if (!strcmp(n, "device")) {       /* the fake says meta; the real tensor is on the cpu */
         PyObject *d = PyObject_CallMethod(cdy_torch, "device", "s", "cpu");
@@ -460,10 +519,10 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
 static PyObject *instance_attr(tracer *tr, PyObject *o, const cdy_src *base, PyObject *name,
                                const cdy_src **src_out)
 {
-    PyObject **dictptr = _PyObject_GetDictPtr(o);
+    PyObject **dictptr = PyType_Check(o) ? NULL : _PyObject_GetDictPtr(o);
     PyObject *d = dictptr ? *dictptr : NULL;
     if (!d)
-        return NULL;
+        return NULL;   /* classes: read through getattr, which applies descriptors */
     PyObject *v = PyDict_GetItemWithError(d, name);
     if (v) {
         *src_out = cdy_src_step(tr, base, name, 0);
@@ -509,11 +568,21 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     }
     /* class attributes that are descriptors: methods, properties */
     PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
-    if (cls_attr && PyFunction_Check(cls_attr)) {
+    if (cls_attr && PyFunction_Check(cls_attr) && !PyType_Check(o)) {
         tvar *b = cdy_tv_new(tr, TV_BOUND);
         if (b) {
             b->obj = cls_attr;
             b->self = base;
+        }
+        return b;
+    }
+    if (cls_attr && PyObject_TypeCheck(cls_attr, &PyClassMethod_Type) && !PyType_Check(o)) {
+        PyObject *fn = PyObject_GetAttrString(cls_attr, "__func__");
+        tvar *cls = fn && cdy_tr_keep(tr, fn) ? cdy_wrap(tr, (PyObject *)Py_TYPE(o), NULL, 0) : NULL;
+        tvar *b = cls ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {   /* the class is fixed by o's guard */
+            b->obj = fn;
+            b->self = cls;
         }
         return b;
     }
