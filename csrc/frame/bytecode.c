@@ -8,7 +8,8 @@
  *     STORE_FAST ___outs; <rebuild the return value>; RETURN_VALUE   otherwise
  *
  * Its arguments are every argument slot of the original code, positionally
- * (the hook passes the frame's localsplus), so it has no star-args.
+ * (the hook passes the frame's localsplus), so it has no star-args, then
+ * the contents of the original's closure cells (free variables).
  * Inline caches, the 3.11 location table, stack size and an empty exception
  * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
 #include "internal.h"
@@ -45,6 +46,7 @@ typedef struct {
     int depth, maxdepth;
     int ncodeunits;
     int outs_slot;
+    int cell_base;         /* first parameter holding a closure cell's contents */
     int failed;
 } bc_writer;
 
@@ -99,6 +101,8 @@ static void emit_source(bc_writer *w, const cdy_src *s)
 {
     if (s->kind == CDY_SRC_LOCAL)
         emit(w, CDY_LOAD_FAST, s->slot, 1);
+    else if (s->kind == CDY_SRC_DEREF)
+        emit(w, CDY_LOAD_FAST, w->cell_base + s->slot, 1);
     else if (s->kind == CDY_SRC_GLOBAL && !s->dict)
         emit(w, CDY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
     else if (s->kind == CDY_SRC_GLOBAL) {   /* another module's global: dict[name] */
@@ -199,26 +203,39 @@ int cdy_code_nargslots(PyCodeObject *co)
     return n;
 }
 
+/* The transformed code's local names: the argument slots, one ___cellN per
+ * free variable, the original's other locals, ___outs.  New list or NULL. */
+static PyObject *new_varnames(PyCodeObject *orig, int nargslots)
+{
+    PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
+    PyObject *v = orig_vars ? PySequence_List(orig_vars) : NULL;
+    Py_XDECREF(orig_vars);
+    for (int i = 0; v && i < orig->co_nfreevars; i++) {
+        PyObject *nm = PyUnicode_FromFormat("___cell%d", i);
+        if (!nm || PyList_Insert(v, nargslots + i, nm))
+            Py_CLEAR(v);
+        Py_XDECREF(nm);
+    }
+    PyObject *outs = PyUnicode_FromString("___outs");
+    if (!outs || (v && PyList_Append(v, outs)))
+        Py_CLEAR(v);
+    Py_XDECREF(outs);
+    return v;
+}
+
 /* co.replace(**kw) with the written parts; new ref or NULL. */
 static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line)
 {
     PyObject *varnames = NULL, *kw = NULL, *code = NULL, *res = NULL, *meth = NULL;
-    PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
-    if (!orig_vars)
-        return NULL;
-    varnames = PySequence_List(orig_vars);
-    Py_DECREF(orig_vars);
-    PyObject *outs = PyUnicode_FromString("___outs");
-    int bad = !varnames || !outs || PyList_Append(varnames, outs);
-    Py_XDECREF(outs);
-    if (bad)
+    varnames = new_varnames(orig, nargslots);
+    if (!varnames)
         goto done;
     PyObject *vt = PyList_AsTuple(varnames), *ct = PyList_AsTuple(w->consts),
              *nt = PyList_AsTuple(w->names);
     PyObject *lt = line_table(w->ncodeunits, orig->co_firstlineno, line);
     code = PyBytes_FromStringAndSize((char *)w->code.data, w->code.len);
     kw = Py_BuildValue("{s:i,s:i,s:i,s:n,s:i,s:i,s:O,s:O,s:O,s:O,s:(),s:(),s:O,s:y#}",
-                       "co_argcount", nargslots, "co_posonlyargcount", 0,
+                       "co_argcount", nargslots + orig->co_nfreevars, "co_posonlyargcount", 0,
                        "co_kwonlyargcount", 0, "co_nlocals", vt ? PyTuple_GET_SIZE(vt) : 0,
                        "co_stacksize", w->maxdepth + 1, "co_flags", CO_OPTIMIZED | CO_NEWLOCALS,
                        "co_code", code ? code : Py_None, "co_consts", ct ? ct : Py_None,
@@ -254,7 +271,8 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     if (!orig_vars)
         return NULL;
-    w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars);
+    w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars) + orig->co_nfreevars;
+    w.cell_base = nargslots;
     Py_DECREF(orig_vars);
     w.consts = PyList_New(0);
     w.names = PyList_New(0);

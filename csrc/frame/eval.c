@@ -435,7 +435,24 @@ static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_ex
 {
     if (!e->shadow_fn)
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
-    return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
+    int nfree = frame->f_code->co_nfreevars;
+    if (!nfree)
+        return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
+    /* the transformed code also takes the closure cells' contents */
+    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    PyObject *stack[64], **args = stack;
+    int n = x->nargslots + nfree;
+    if (n > 64 && !(args = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
+        return PyErr_NoMemory();
+    memcpy(args, frame->localsplus, sizeof(PyObject *) * (size_t)x->nargslots);
+    for (int i = 0; i < nfree; i++) {
+        PyObject *v = closure && i < PyTuple_GET_SIZE(closure) ? PyCell_GET(PyTuple_GET_ITEM(closure, i)) : NULL;
+        args[x->nargslots + i] = v ? v : Py_None;
+    }
+    PyObject *r = PyObject_Vectorcall(e->shadow_fn, args, (size_t)n, NULL);
+    if (args != stack)
+        PyMem_Free(args);
+    return r;
 }
 
 /* The configured recompile limit (8 by default). */

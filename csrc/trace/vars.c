@@ -305,8 +305,8 @@ static void memo_add(tracer *tr, const char *desc, tvar *v)
 /* A tensor read from the frame at src: guard it, make it a graph input. */
 static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char *desc)
 {
-    if (!src || src->kind == CDY_SRC_DEREF) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' from a closure cell is not supported", desc);
+    if (!src) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' has no source to load it from", desc);
         return NULL;
     }
     PyObject *cpu = PyObject_GetAttr(x, cdy_str.is_cpu);
