@@ -158,8 +158,7 @@ def test_closure_free_variables():
     one_graph(f, X)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a tensor in a closure cell: "
-                                       "\"tensor 'w' from a closure cell is not supported\"")
+# Regression (failed at 04e87a6): a tensor in a closure cell was unsupported
 def test_closure_tensor_cell():
     w = torch.randn(6)
 
