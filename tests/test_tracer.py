@@ -182,8 +182,6 @@ def test_nested_calls():
     one_graph(f, X)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a def / lambda inside the traced frame: "
-                                       "'opcode MAKE_FUNCTION is not supported'")
 def test_nested_function_defined_inside():
     def f(x):
         def g(t):

@@ -17,7 +17,9 @@
     X(BINARY_SUBSCR, 25, 4)                       \
     X(STORE_SUBSCR, 60, 1)                        \
     X(GET_ITER, 68, 0)                            \
+    X(RETURN_GENERATOR, 75, 0)                    \
     X(LIST_TO_TUPLE, 82, 0)                       \
+    X(YIELD_VALUE, 86, 0)                         \
     X(RETURN_VALUE, 83, 0)                        \
     X(UNPACK_SEQUENCE, 92, 1)                     \
     X(FOR_ITER, 93, 0)                            \
@@ -48,6 +50,7 @@
     X(LOAD_DEREF, 137, 0)                         \
     X(STORE_DEREF, 138, 0)                        \
     X(JUMP_BACKWARD, 140, 0)                      \
+    X(MAKE_FUNCTION, 132, 0)                      \
     X(BUILD_SLICE, 133, 0)                        \
     X(CALL_FUNCTION_EX, 142, 0)                   \
     X(EXTENDED_ARG, 144, 0)                       \

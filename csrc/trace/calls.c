@@ -512,13 +512,15 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
     return 0;
 }
 
-/* Trace a call of Python function func inline; its return value, or NULL. */
-static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyObject *kwnames,
-                         const cdy_src *func_src)
+/* Trace a call of Python function func inline (cells: the closure of a
+ * function the trace made); its return value, or NULL.  A generator runs to
+ * the end and returns an iterator over what it yielded. */
+static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int nargs,
+                               PyObject *kwnames, const cdy_src *func_src, tvar **cells)
 {
     PyFunctionObject *func = (PyFunctionObject *)fobj;
     PyCodeObject *co = (PyCodeObject *)func->func_code;
-    const int noflags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+    const int noflags = CO_COROUTINE | CO_ASYNC_GENERATOR;
     if (co->co_flags & noflags) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to generator/coroutine function %s",
                     PyUnicode_AsUTF8(co->co_qualname));
@@ -537,7 +539,10 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
     sub.globals = func->func_globals;
     sub.builtins = func->func_builtins;
     sub.closure = func->func_closure;
+    sub.cells = cells;
     sub.func_src = func_src;
+    if ((co->co_flags & CO_GENERATOR) && !(sub.yielded = cdy_tv_seq(tr, TV_LIST, NULL, 0)))
+        return NULL;
     sub.guard_globals = !cdy_is_torch_callable(fobj);
     sub.null_var.kind = TV_NULL;
     sub.nlocals = co->co_nlocalsplus;
@@ -549,6 +554,30 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
     if (bind_args(tr, &sub, func, args, nargs, kwnames) || cdy_tr_run_frame(&sub))
         return NULL;
     return sub.retval;
+}
+
+/* inline_call_cells for a function with its own (real) closure. */
+static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyObject *kwnames,
+                         const cdy_src *func_src)
+{
+    return inline_call_cells(tr, fobj, args, nargs, kwnames, func_src, NULL);
+}
+
+/* A constant for v when it is a sequence of constants (so pure builtins such
+ * as all/any/sum/min/max can fold over it); else v itself. */
+static tvar *as_const_seq(tracer *tr, tvar *v)
+{
+    if (v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_ITER)
+        return v;
+    int start = v->kind == TV_ITER ? v->pos : 0;
+    for (int i = start; i < v->n; i++)
+        if (v->items[i]->kind != TV_CONST)
+            return v;
+    PyObject *t = PyTuple_New(v->n - start);
+    for (int i = start; t && i < v->n; i++)
+        PyTuple_SET_ITEM(t, i - start, Py_NewRef(v->items[i]->obj));
+    tvar *c = t ? cdy_tv_const(tr, t) : NULL;
+    return c ? c : v;
 }
 
 /* 1 if module m has no hooks of its own and no global module hooks are set. */
@@ -864,6 +893,15 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
         return inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL);
     }
+    if (callable->kind == TV_FUNC) {
+        PyCodeObject *fco = (PyCodeObject *)PyFunction_GET_CODE(callable->obj);
+        if (callable->n != fco->co_nfreevars) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure of a made function");
+            return NULL;
+        }
+        return inline_call_cells(tr, callable->obj, args, nargs, kwnames, NULL,
+                                 callable->n ? callable->items : NULL);
+    }
     if (callable->kind != TV_OBJ && callable->kind != TV_CONST) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call of a value that is not a function");
         return NULL;
@@ -883,6 +921,14 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
+    tvar *conv[CDY_MAX_CALL_ARGS];   /* sequences of constants, as constants */
+    if (!all_const && foldable_fn(fn) && nargs <= CDY_MAX_CALL_ARGS) {
+        all_const = 1;
+        for (int i = 0; i < nargs; i++)
+            all_const &= (conv[i] = as_const_seq(tr, args[i]))->kind == TV_CONST;
+        if (all_const)
+            args = conv;
+    }
     if (all_const && foldable_fn(fn)) {
         PyObject *pa[CDY_MAX_CALL_ARGS];
         Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;

@@ -126,13 +126,15 @@ static int op_load_global(tracer *tr, int oparg)
 }
 
 /* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free
- * variables come from the function's closure. */
+ * variables come from the trace-made function's cells, or the closure. */
 static int op_load_deref(tracer *tr, int oparg)
 {
     int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
     if (oparg < first_free)
         return tr->locals[oparg] ? push(tr, tr->locals[oparg]) : op_load_fast(tr, oparg);
     int idx = oparg - first_free;
+    if (tr->cells)
+        return push(tr, cdy_tr_cell_value(tr, tr->cells[idx]));
     if (!tr->closure || idx >= PyTuple_GET_SIZE(tr->closure))
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure cell missing");
     PyObject *o = PyCell_GET(PyTuple_GET_ITEM(tr->closure, idx));
@@ -146,6 +148,62 @@ static int op_load_deref(tracer *tr, int oparg)
         s->slot = idx;
     }
     return push(tr, cdy_wrap(tr, o, s, s != NULL));
+}
+
+/* 1 if owner is tr or one of the frames it was inlined from (still traced). */
+static int frame_alive(tracer *tr, tracer *owner)
+{
+    for (; tr; tr = tr->parent)
+        if (tr == owner)
+            return 1;
+    return 0;
+}
+
+/* The current value of cell c; see trace.h. */
+tvar *cdy_tr_cell_value(tracer *tr, tvar *c)
+{
+    tracer *o = c->owner;
+    if (!frame_alive(tr, o)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "a closure outlived the frame that made it");
+        return NULL;
+    }
+    if (op_load_deref(o, c->pos))   /* pushes onto the owner's (paused) stack */
+        return NULL;
+    return pop(o);
+}
+
+/* LOAD_CLOSURE slot: a cell of this frame (a local), or one it was handed. */
+static int op_load_closure(tracer *tr, int oparg)
+{
+    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
+    if (oparg >= first_free && tr->cells)
+        return push(tr, tr->cells[oparg - first_free]);
+    tvar *c = cdy_tv_new(tr, TV_CELL);
+    if (!c)
+        return -1;
+    c->owner = tr;
+    c->pos = oparg;
+    return push(tr, c);
+}
+
+/* MAKE_FUNCTION flags: a function value, with constant defaults and cells. */
+static int op_make_function(tracer *tr, int oparg)
+{
+    tvar *code = pop(tr), *closure = (oparg & 8) ? pop(tr) : NULL;
+    if (oparg & 4)
+        pop(tr);   /* annotations */
+    tvar *kwdefs = (oparg & 2) ? pop(tr) : NULL, *defs = (oparg & 1) ? pop(tr) : NULL;
+    if (code->kind != TV_CONST || !PyCode_Check(code->obj) || kwdefs ||
+        (defs && defs->kind != TV_CONST) || (closure && closure->kind != TV_TUPLE))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "making this function is not supported");
+    PyObject *fn = cdy_tr_keep(tr, PyFunction_New(code->obj, tr->globals));
+    if (!fn || (defs && PyFunction_SetDefaults(fn, defs->obj)))
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a function");
+    tvar *f = closure ? cdy_tv_seq(tr, TV_FUNC, closure->items, closure->n)
+                      : cdy_tv_seq(tr, TV_FUNC, NULL, 0);
+    if (f)
+        f->obj = fn;
+    return push(tr, f);
 }
 
 /* LOAD_METHOD: a Tensor or container method becomes (METHOD, self); other
@@ -584,6 +642,10 @@ static int count_tensors(tvar *v)
 static int op_return(tracer *tr)
 {
     tvar *v = pop(tr);
+    if (tr->parent && tr->yielded) {   /* a generator: the caller iterates its values */
+        tr->retval = cdy_tv_seq(tr, TV_ITER, tr->yielded->items, tr->yielded->n);
+        return tr->retval ? 1 : -1;
+    }
     if (tr->parent) {
         tr->retval = v;
         return 1;
@@ -804,6 +866,27 @@ static int step(tracer *tr, int op, int oparg, int *next)
     }
     case CDY_RETURN_VALUE:
         return op_return(tr);
+    case CDY_LOAD_CLOSURE:
+        return op_load_closure(tr, oparg);
+    case CDY_MAKE_FUNCTION:
+        return op_make_function(tr, oparg);
+    case CDY_RETURN_GENERATOR:   /* a generator run to the end: its first POP_TOP eats this */
+        if (!tr->yielded)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "generator");
+        return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
+    case CDY_YIELD_VALUE: {      /* collect the value; the generator is resumed with None */
+        tvar *v = pop(tr), *y = tr->yielded;
+        if (!y)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "yield");
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(y->n + 1));
+        if (!items)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        if (y->n)
+            memcpy(items, y->items, sizeof(tvar *) * (size_t)y->n);
+        items[y->n++] = v;
+        y->items = items;
+        return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
+    }
     default: {
         char name[64];
         opcode_name(op, name, sizeof(name));

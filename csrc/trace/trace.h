@@ -21,6 +21,8 @@ typedef enum {
     TV_METHOD,   /* Tensor method `obj` (a name) bound to tensor self */
     TV_BOUND,    /* Python function `obj` bound to self (a method of a user object) */
     TV_ITER,     /* an iterator over items[] at pos */
+    TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
+    TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
 } tv_kind;
 
 typedef struct tvar {
@@ -34,6 +36,7 @@ typedef struct tvar {
     int n, pos;
     struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
     PyObject **keys;        /* DICT */
+    struct tracer *owner;   /* CELL */
 } tvar;
 
 typedef struct {
@@ -61,6 +64,8 @@ typedef struct tracer {
     int sp, stack_cap;
     PyObject *kwnames;
     tvar *retval;                    /* inlined frame: what it returned */
+    tvar **cells;                    /* inlined TV_FUNC: its closure (TV_CELLs) */
+    tvar *yielded;                   /* a generator run to the end: what it yielded */
     tvar null_var;
 } tracer;
 
@@ -70,6 +75,8 @@ int cdy_tr_stop_exc(tracer *tr, int status, const char *what);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
+/* The current value of cell c (a slot of a frame still being traced); NULL when stopped. */
+tvar *cdy_tr_cell_value(tracer *tr, tvar *c);
 
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled);
