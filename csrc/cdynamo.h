@@ -53,7 +53,10 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
  * kind: U unary math, B binary arithmetic, C comparison (bool out),
  *       T ternary (where: cond, a, b; clamp: x, lo, hi), E extern: any other torch op, run
  *       through torch at run time (its tensor arguments are in args[]; the
- *       whole call, constants included, is the tracer's pynode).            */
+ *       whole call, constants included, is the tracer's pynode),
+ *       R reduction: args (input, dims_mask, keepdim), dims_mask a SCALAR int
+ *       whose bit d says input dim d is reduced, keepdim a SCALAR bool; the
+ *       node's meta is the reduced result (int/bool sum and prod: int64).   */
 #define CDY_OPS(X)                      \
     X(ADD, "add", 2, 'B')               \
     X(SUB, "sub", 2, 'B')               \
@@ -127,6 +130,11 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(TO_LONG, "long", 1, 'U')          \
     X(TO_BOOL, "bool", 1, 'U')          \
     X(TO_BYTE, "byte", 1, 'U')          \
+    X(SUM, "sum", 3, 'R')               \
+    X(MEAN, "mean", 3, 'R')             \
+    X(AMAX, "amax", 3, 'R')             \
+    X(AMIN, "amin", 3, 'R')             \
+    X(PROD, "prod", 3, 'R')             \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

@@ -39,7 +39,12 @@
     X(SOFTPLUS, "input #beta=1 #threshold=20")                          \
     X(MISH, "input -inplace")                                           \
     X(MASKED_FILL, "input mask #value")                                 \
-    X(CAST, "input *dtype -non_blocking -copy")
+    X(CAST, "input *dtype -non_blocking -copy")                         \
+    X(SUM, "input *dim *keepdim -dtype")                                \
+    X(MEAN, "input *dim *keepdim -dtype")                               \
+    X(AMAX, "input *dim *keepdim")                                      \
+    X(AMIN, "input *dim *keepdim")                                      \
+    X(PROD, "input *dim *keepdim -dtype")
 
 static const char *const ob_sigs[CDY_OP_COUNT] = {
 #define OB_X(op, sig) [CDY_OP_##op] = sig,
@@ -330,6 +335,71 @@ static int ob_all_integral(tvar **out, int n)
     return 1;
 }
 
+/* Add dim item d (an int constant) of a tensor of ndim dims to *mask;
+ * 0, or -1 if d is not an int in range or repeats. */
+static int ob_dim_bit(const tvar *d, int ndim, long long *mask)
+{
+    long long i;
+    if (!d || d->kind != TV_CONST || !PyLong_CheckExact(d->obj) || ob_const_int(d, &i))
+        return -1;
+    int n = ndim > 0 ? ndim : 1;        /* a 0-dim tensor takes dim 0 or -1 */
+    if (i < -n || i >= n)
+        return -1;
+    if (i < 0)
+        i += n;
+    if (ndim == 0)
+        return 0;
+    if (*mask & (1LL << i))
+        return -1;
+    *mask |= 1LL << i;
+    return 0;
+}
+
+/* Reductions (input, dim, keepdim) -> (input, dims mask, keepdim): dim an
+ * int, a non-empty tuple/list of ints, or None/absent (every dim); keepdim a
+ * bool.  Int/bool mean (eager raises) and anything else stay extern. */
+static int ob_check_reduce(tracer *tr, int op, tvar **out, tvar **extra)
+{
+    tvar *x = out[0], *dim = extra[0], *kd = extra[1];
+    if (!x || x->kind != TV_TENSOR || x->value < 0 || x->value >= tr->t->graph.nvalues)
+        return -1;
+    const cdy_meta *m = &tr->t->graph.values[x->value].meta;
+    int xd = ob_dtype(x);
+    if (xd == CDY_DT_NONE || xd != m->dtype || m->ndim > CDY_MAX_NDIM)
+        return -1;
+    if (op == CDY_OP_MEAN && !cdy_dtype_table[xd].is_float)
+        return -1;
+    long long mask = 0;
+    if (!dim || (dim->kind == TV_CONST && dim->obj == Py_None)) {
+        mask = m->ndim > 0 ? (1LL << m->ndim) - 1 : 0;
+    } else if (dim->kind == TV_CONST && (PyTuple_Check(dim->obj) || PyList_Check(dim->obj))) {
+        Py_ssize_t n = PySequence_Size(dim->obj);
+        if (n <= 0)                       /* dim=(): all dims or none, per op: extern */
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *it = PySequence_GetItem(dim->obj, i);
+            tvar tmp = {.kind = TV_CONST, .obj = it};
+            int bad = !it || ob_dim_bit(&tmp, m->ndim, &mask);
+            Py_XDECREF(it);
+            if (bad)
+                return -1;
+        }
+    } else if (dim->kind == TV_TUPLE || dim->kind == TV_LIST) {
+        if (dim->n <= 0)
+            return -1;
+        for (int i = 0; i < dim->n; i++)
+            if (ob_dim_bit(dim->items[i], m->ndim, &mask))
+                return -1;
+    } else if (ob_dim_bit(dim, m->ndim, &mask)) {
+        return -1;
+    }
+    if (kd && !(kd->kind == TV_CONST && PyBool_Check(kd->obj)))
+        return -1;
+    out[1] = cdy_tv_const(tr, PyLong_FromLongLong(mask));
+    out[2] = cdy_tv_const(tr, Py_NewRef(kd && kd->obj == Py_True ? Py_True : Py_False));
+    return out[1] && out[2] ? 3 : -1;
+}
+
 /* Per-op checks after binding: the final count of out, or -1. */
 static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
 {
@@ -363,6 +433,8 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
         int to = ob_cast_target(op, extra);   /* same dtype: eager returns x itself */
         return to == CDY_DT_NONE || xd == CDY_DT_NONE || to == xd ? -1 : n;
     }
+    case CDY_OP_SUM: case CDY_OP_MEAN: case CDY_OP_AMAX: case CDY_OP_AMIN: case CDY_OP_PROD:
+        return ob_check_reduce(tr, op, out, extra);
     default:
         return n;
     }

@@ -959,6 +959,111 @@ static void test_vector_math(void)
     tc_free(&tc);
 }
 
+/* Add reduction node op of input x over dims mask (keepdim or not); the
+ * result's dtype out, contiguous. */
+static int tg_reduce(tgraph *t, int op, int out, int x, int64_t mask, int keepdim)
+{
+    int m = tg_scalar(t, 0, 0, mask);
+    int k = tg_scalar(t, 0, 0, keepdim);
+    t->vals[k].meta.dtype = CDY_DT_BOOL;
+    int v = t->g.nvalues++;
+    cdy_value *r = &t->vals[v];
+    const cdy_meta *im = &t->vals[x].meta;
+    r->kind = CDY_VAL_NODE;
+    r->op = op;
+    r->nargs = 3;
+    r->args[0] = x;
+    r->args[1] = m;
+    r->args[2] = k;
+    r->compute_dtype = out;
+    r->meta.dtype = out;
+    for (int d = 0; d < im->ndim; d++) {
+        if (!((mask >> d) & 1))
+            r->meta.sizes[r->meta.ndim++] = im->sizes[d];
+        else if (keepdim)
+            r->meta.sizes[r->meta.ndim++] = 1;
+    }
+    contiguous(r->meta.ndim, r->meta.sizes, r->meta.strides);
+    return v;
+}
+
+/* x - sum(x * x, -1, keepdim) over [64, 1024] (parallel, prologue fused),
+ * amax(x, 0) with a NaN column, sum of int32 over all dims -> int64, prod
+ * over an empty dim, and a malformed reduction rejected. */
+static void test_reductions(void)
+{
+    enum { R = 64, C = 1024 };
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {R, C}, isz[2] = {3, 5}, esz[2] = {2, 0};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int ia = tg_input(&t, CDY_DT_INT32, 2, isz, NULL);
+    int ea = tg_input(&t, CDY_DT_FLOAT64, 2, esz, NULL);
+    int sq = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, a, 0);
+    int s = tg_reduce(&t, CDY_OP_SUM, CDY_DT_FLOAT32, sq, 2, 1);
+    tg_output(&t, tg_node(&t, CDY_OP_SUB, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, s, 0));
+    tg_output(&t, tg_reduce(&t, CDY_OP_AMAX, CDY_DT_FLOAT32, a, 1, 0));
+    tg_output(&t, tg_reduce(&t, CDY_OP_SUM, CDY_DT_INT64, ia, 3, 0));
+    tg_output(&t, tg_reduce(&t, CDY_OP_PROD, CDY_DT_FLOAT64, ea, 2, 0));
+    tcompiled tc;
+    if (tc_build(&t, 2, &tc, NULL)) {
+        CHECK(0, "reductions: build failed");
+        return;
+    }
+    CHECK(tc.plan.nkernels == 5, "reductions: %d kernels, expected 5", tc.plan.nkernels);
+    CHECK(strstr(tc.plan.source, "reduction(+:acc)") != NULL, "reductions: no simd reduction");
+    float *x = malloc(sizeof(float) * R * C);
+    int32_t xi[15];
+    double xe[1] = {0};
+    unsigned st = 5;
+    for (int i = 0; i < R * C; i++)
+        x[i] = rnd(&st);
+    x[3 * C + 7] = NAN;
+    for (int i = 0; i < 15; i++)
+        xi[i] = i % 2 ? 2000000000 : -7;
+    void *in[3] = {x, xi, xe};
+    tc_run(&tc, in);
+    const float *o0 = tc_out(&tc, 0), *o1 = tc_out(&tc, 1);
+    const int64_t *o2 = tc_out(&tc, 2);
+    const double *o3 = tc_out(&tc, 3);
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        double acc = 0;
+        for (int cc = 0; cc < C; cc++)
+            acc += (double)(x[r * C + cc] * x[r * C + cc]);
+        for (int cc = 0; cc < C; cc++) {
+            float want = x[r * C + cc] - (float)acc, got = o0[r * C + cc];
+            bad += r == 3 ? got == got : fabsf(got - want) > 1e-5f * fabsf(want) + 1e-5f;
+        }
+    }
+    for (int cc = 0; cc < C; cc++) {
+        float m = -INFINITY;
+        for (int r = 0; r < R; r++)
+            m = x[r * C + cc] > m ? x[r * C + cc] : m;
+        bad += cc == 7 ? o1[cc] == o1[cc] : !same_f32(o1[cc], m);
+    }
+    int64_t isum = 0;
+    for (int i = 0; i < 15; i++)
+        isum += xi[i];
+    CHECK(bad == 0, "reductions: %d mismatches", bad);
+    CHECK(o2[0] == isum, "reductions: int sum %lld, expected %lld", (long long)o2[0],
+          (long long)isum);
+    CHECK(o3[0] == 1.0 && o3[1] == 1.0, "reductions: empty prod %g %g", o3[0], o3[1]);
+    free(x);
+    tc_free(&tc);
+
+    tgraph e;                             /* result sizes that are not the reduction's */
+    tg_init(&e);
+    int b = tg_input(&e, CDY_DT_FLOAT32, 2, sz, NULL);
+    int r = tg_reduce(&e, CDY_OP_SUM, CDY_DT_FLOAT32, b, 1, 0);
+    e.vals[r].meta.sizes[0] = 3;
+    tg_output(&e, r);
+    cdy_plan plan;
+    char err[CDY_ERRLEN];
+    CHECK(cdy_codegen(&e.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "reduction"),
+          "reductions: bad sizes accepted (%s)", err);
+}
+
 int main(void)
 {
     char root[] = "/tmp/cdy_test_XXXXXX";
@@ -983,6 +1088,7 @@ int main(void)
     test_int_division();
     test_casts();
     test_vector_math();
+    test_reductions();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
         printf("cache kept in %s\n", cache_dir);
     else
