@@ -80,6 +80,8 @@ cdy_guard *cdy_guards_add(cdy_guards *gs, int kind, const cdy_src *src, const ch
  * why when why != NULL), -1 on an internal error (exception set). */
 int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t whylen);
+/* 1 if v's repr is cheap and short enough for a guard message. */
+int cdy_guard_value_is_small(PyObject *v);
 /* The guard list as text, one guard a line (new str). */
 PyObject *cdy_guards_text(const cdy_guards *gs);
 

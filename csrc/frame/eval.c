@@ -282,6 +282,22 @@ done:
     return res;
 }
 
+/* Order guards cheapest first, keeping trace order within a kind: constant,
+ * type and identity checks fail fast, so an entry for another layer or
+ * setting is rejected before its tensors are read. */
+static void sort_guards(cdy_guards *gs)
+{
+    for (int i = 1; i < gs->n; i++) {
+        cdy_guard g = gs->items[i];
+        int j = i;
+        while (j > 0 && gs->items[j - 1].kind == CDY_GUARD_TENSOR && g.kind != CDY_GUARD_TENSOR) {
+            gs->items[j] = gs->items[j - 1];
+            j--;
+        }
+        gs->items[j] = g;
+    }
+}
+
 /* Make t's guards into a new entry (moved); NULL on OOM. */
 static cdy_entry *entry_new(cdy_trace *t, int backend)
 {
@@ -290,6 +306,7 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
         return NULL;
     e->guards = t->guards;
     memset(&t->guards, 0, sizeof(t->guards));
+    sort_guards(&e->guards);
     e->backend = backend;
     return e;
 }
@@ -482,20 +499,23 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
     cdy_stats.frames_seen++;
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     char why[CDY_ERRLEN] = "";
-    int first = 1;
+    cdy_entry *first = NULL;
     for (cdy_entry *e = x->entries; e; e = e->next) {
         if (e->backend != cdy_tls_state.backend)
             continue;
-        int ok = cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals,
-                                  frame->f_builtins, closure, first ? why : NULL, sizeof(why));
-        first = 0;
-        if (ok) {
+        first = first ? first : e;
+        if (cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals,
+                             frame->f_builtins, closure, NULL, 0)) {
             cdy_stats.cache_hits++;
             return run_entry(ts, frame, x, e, throwflag);
         }
     }
     cdy_stats.cache_misses++;
-    if (x->nentries >= cache_limit()) {
+    int limit = x->nentries >= cache_limit();
+    if (first && ((!limit && cdy_log_on("recompiles")) || (limit && !x->limit_warned)))
+        cdy_guards_check(&first->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
+                         closure, why, sizeof(why));   /* again, for the message */
+    if (limit) {
         cdy_stats.fallbacks++;
         if (!x->limit_warned) {
             x->limit_warned = 1;

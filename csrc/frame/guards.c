@@ -186,7 +186,7 @@ static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
         ok = 0;
     }
     else if (dt != g->dtype) {
-        PyObject *a = PyObject_Str(g->dtype), *b = PyObject_Str(dt);
+        PyObject *a = n ? PyObject_Str(g->dtype) : NULL, *b = n ? PyObject_Str(dt) : NULL;
         snprintf(why, n, "tensor '%s' dtype mismatch. expected %s, actual %s", g->desc,
                  a ? PyUnicode_AsUTF8(a) : "?", b ? PyUnicode_AsUTF8(b) : "?");
         Py_XDECREF(a);
@@ -235,6 +235,22 @@ static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return ok;
 }
 
+/* 1 if v's repr is cheap and short (numbers, str, None, small tuples). */
+int cdy_guard_value_is_small(PyObject *v)
+{
+    if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v))
+        return 1;
+    if (PyUnicode_CheckExact(v))
+        return PyUnicode_GET_LENGTH(v) < 200;
+    if (PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) < 16) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++)
+            if (!cdy_guard_value_is_small(PyTuple_GET_ITEM(v, i)))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
 /* Check a CONST guard on v: exact type and equal value. */
 static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
 {
@@ -246,8 +262,10 @@ static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
             eq = 0;
         }
     }
-    if (!eq) {
-        PyObject *a = PyObject_Repr(g->expect), *b = PyObject_Repr(v);
+    if (!eq && n) {   /* the message only when asked for; never the repr of a big value */
+        PyObject *a = PyObject_Repr(g->expect);
+        PyObject *b = cdy_guard_value_is_small(v) ? PyObject_Repr(v)
+                                                  : PyUnicode_FromFormat("<%s>", Py_TYPE(v)->tp_name);
         snprintf(why, n, "value mismatch for '%s'. expected %s, actual %s", g->desc,
                  a ? PyUnicode_AsUTF8(a) : "?", b ? PyUnicode_AsUTF8(b) : "?");
         Py_XDECREF(a);
@@ -319,14 +337,14 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     return ok;
 }
 
-/* 1 if all guards hold, 0 if one fails (message in why). */
+/* 1 if all guards hold, 0 if one fails (its message in why, when why is given). */
 int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t whylen)
 {
-    char dummy[8];
-    if (!why) {
+    char dummy[1];
+    if (!why) {   /* no message wanted: the checks skip formatting when whylen is 0 */
         why = dummy;
-        whylen = sizeof(dummy);
+        whylen = 0;
     }
     for (int i = 0; i < gs->n; i++)
         if (!check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
