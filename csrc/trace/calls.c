@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *result_type_fn, *op_funcs[32], *builtins_mod, *str_inplace, *str_forward;
+static PyObject *op_funcs[32], *builtins_mod, *str_inplace, *str_forward;
 static PyObject *global_hook_dicts[4], *is_grad_enabled_fn;
 
 /* operator.<name> (cached by slot), borrowed; NULL with error. */
@@ -29,9 +29,8 @@ PyObject *cdy_operator_fn(int slot, const char *name)
 /* One-time lookups; 0 or -1. */
 int cdy_calls_init(void)
 {
-    if (result_type_fn)
+    if (builtins_mod)
         return 0;
-    result_type_fn = PyObject_GetAttrString(cdy_torch, "result_type");
     builtins_mod = PyImport_ImportModule("builtins");
     str_inplace = PyUnicode_InternFromString("inplace");
     str_forward = PyUnicode_InternFromString("forward");
@@ -44,7 +43,7 @@ int cdy_calls_init(void)
         PyErr_Clear();
     }
     Py_XDECREF(mm);
-    return result_type_fn && builtins_mod && str_inplace && str_forward ? 0 : -1;
+    return builtins_mod && str_inplace && str_forward ? 0 : -1;
 }
 
 /* ---- tensor ops ------------------------------------------------------------- */
@@ -79,20 +78,6 @@ static int arg_value(tracer *tr, tvar *a)
     else
         return -1;
     return idx;
-}
-
-/* The dtype torch computes a comparison in: torch.result_type(a, b). */
-static int compare_dtype(PyObject *a, PyObject *b)
-{
-    PyObject *args[2] = {a, b};
-    PyObject *dt = PyObject_Vectorcall(result_type_fn, args, 2, NULL);
-    if (!dt) {
-        PyErr_Clear();
-        return CDY_DT_NONE;
-    }
-    int d = cdy_dtype_from_obj(dt);
-    Py_DECREF(dt);
-    return d;
 }
 
 /* The Python value of argument a for a call on fakes: tensors are their
@@ -399,7 +384,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     memcpy(gv->args, argv, sizeof(int) * (size_t)gv->nargs);
     gv->compute_dtype = gv->meta.dtype;
     if (pointwise && cdy_op_table[op].kind == 'C' &&
-        (gv->compute_dtype = compare_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
+        (gv->compute_dtype = cdy_result_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
         return NULL;
     }

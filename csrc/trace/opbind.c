@@ -174,14 +174,7 @@ static int ob_dtype(const tvar *v)
 {
     if (!v || v->kind != TV_TENSOR)
         return CDY_DT_NONE;
-    PyObject *dt = PyObject_GetAttrString(v->obj, "dtype");
-    if (!dt) {
-        PyErr_Clear();
-        return CDY_DT_NONE;
-    }
-    int d = cdy_dtype_from_obj(dt);
-    Py_DECREF(dt);
-    return d;
+    return cdy_dtype_take(PyObject_GetAttrString(v->obj, "dtype"));
 }
 
 /* 1 if v is a float tensor or a Python float. */
@@ -196,17 +189,7 @@ static int ob_floaty(const tvar *v)
 /* torch.result_type(a, b) as a cdy_dtype, or CDY_DT_NONE. */
 static int ob_result_dtype(const tvar *a, const tvar *b)
 {
-    PyObject *fn = PyObject_GetAttrString(cdy_torch, "result_type");
-    PyObject *args[2] = {a->obj, b->obj};
-    PyObject *dt = fn ? PyObject_Vectorcall(fn, args, 2, NULL) : NULL;
-    Py_XDECREF(fn);
-    if (!dt) {
-        PyErr_Clear();
-        return CDY_DT_NONE;
-    }
-    int d = cdy_dtype_from_obj(dt);
-    Py_DECREF(dt);
-    return d;
+    return cdy_result_dtype(a->obj, b->obj);
 }
 
 /* The value of an integer (or bool) constant v in *i; 0, or -1 if v is not one. */

@@ -200,6 +200,29 @@ int cdy_dtype_from_obj(PyObject *dtype)
     return CDY_DT_NONE;
 }
 
+/* The cdy_dtype of dt, a new reference to a torch.dtype (consumed; NULL
+ * allowed), or CDY_DT_NONE.  Leaves no error set. */
+int cdy_dtype_take(PyObject *dt)
+{
+    if (!dt) {
+        PyErr_Clear();
+        return CDY_DT_NONE;
+    }
+    int d = cdy_dtype_from_obj(dt);
+    Py_DECREF(dt);
+    return d;
+}
+
+/* torch.result_type(a, b) as a cdy_dtype, or CDY_DT_NONE. */
+int cdy_result_dtype(PyObject *a, PyObject *b)
+{
+    PyObject *fn = PyObject_GetAttrString(cdy_torch, "result_type");
+    PyObject *args[2] = {a, b};
+    PyObject *dt = fn ? PyObject_Vectorcall(fn, args, 2, NULL) : NULL;
+    Py_XDECREF(fn);
+    return cdy_dtype_take(dt);
+}
+
 /* The torch.dtype object of d (borrowed). */
 PyObject *cdy_dtype_obj(int d)
 {
