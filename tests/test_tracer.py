@@ -900,3 +900,37 @@ def test_explain_one_graph():
     out = cdynamo.explain(f)(X)
     assert out.graph_count == 1 and out.graph_break_count == 0
     assert out.op_count >= 2
+
+
+def _make_closure_helper():
+    k = 2.0
+    w = torch.ones(6)
+
+    def helper(x):
+        return x * k + w
+
+    def rebind(new_k, new_w):
+        nonlocal k, w
+        k, w = new_k, new_w
+    return helper, rebind
+
+
+_closure_helper, _rebind_closure = _make_closure_helper()
+
+
+def _calls_closure_helper(x):
+    return _closure_helper(x) + 1
+
+
+def test_inlined_function_closure_cells_are_guarded():
+    # Regression: the cells of an inlined function were read unguarded, so
+    # rebinding them after compiling kept returning the old values.
+    opt = cdynamo.optimize(_calls_closure_helper)
+    assert_same(_calls_closure_helper(X), opt(X))
+    _rebind_closure(5.0, torch.zeros(6))
+    try:
+        assert_same(_calls_closure_helper(X), opt(X))
+        st = cdynamo.stats()
+        assert st["recompiles"] == 1 and st["graph_breaks"] == 0, st
+    finally:
+        _rebind_closure(2.0, torch.ones(6))

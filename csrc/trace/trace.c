@@ -140,13 +140,28 @@ static int op_load_deref(tracer *tr, int oparg)
     PyObject *o = PyCell_GET(PyTuple_GET_ITEM(tr->closure, idx));
     if (!o)
         return cdy_tr_stop(tr, CDY_TRACE_ERROR, "free variable referenced before assignment");
-    cdy_src *s = NULL;
+    const cdy_src *s = NULL;
     if (!tr->parent) {
-        s = cdy_src_new(tr, CDY_SRC_DEREF);
-        if (!s)
+        cdy_src *d = cdy_src_new(tr, CDY_SRC_DEREF);
+        if (!d)
             return -1;
-        s->slot = idx;
+        d->slot = idx;
+        s = d;
     }
+    else if (tr->func_src) {   /* an inlined function read from the frame: fn.__closure__[i].cell_contents */
+        static PyObject *closure_str, *contents_str;
+        if (!closure_str && !(closure_str = PyUnicode_InternFromString("__closure__")))
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        if (!contents_str && !(contents_str = PyUnicode_InternFromString("cell_contents")))
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        PyObject *key = cdy_tr_keep(tr, PyLong_FromLong(idx));
+        const cdy_src *c = key ? cdy_src_step(tr, tr->func_src, closure_str, 0) : NULL;
+        c = c ? cdy_src_step(tr, c, key, 1) : NULL;
+        s = c ? cdy_src_step(tr, c, contents_str, 0) : NULL;
+        if (!s)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure cell source too deep to guard");
+    }
+    /* else: a method or a function the trace made: its cells are fixed with it */
     return push(tr, cdy_wrap(tr, o, s, s != NULL));
 }
 

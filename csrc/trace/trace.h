@@ -53,7 +53,7 @@ typedef struct tracer {
     PyObject *const *frame_locals;   /* top frame only: the real arguments */
     PyObject *globals;               /* the function's globals */
     PyObject *builtins, *closure;
-    const cdy_src *func_src;         /* inlined: source of the function object (closure cells) */
+    const cdy_src *func_src;         /* inlined: where the function object lives (guards its cells) */
     int guard_globals;               /* 0 for torch's own code: its globals are not guarded */
     PyObject *bytes;
     const unsigned char *code;
