@@ -206,6 +206,9 @@ PyObject *cdy_config_get(const char *name);
 /* Record a graph break / fallback reason for stats and explain. */
 void cdy_record_break(const char *reason, PyObject *filename, int line, const char *fn);
 
+/* The text of b as a new str (b is emptied), or NULL with an error set. */
+PyObject *cdy_buf_str(cdy_buf *b);
+
 /* interned strings used on hot paths */
 typedef struct {
     PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu;

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 cdy_strs_t cdy_str;
@@ -81,6 +82,17 @@ void cdy_log(const char *topic, const char *fmt, ...)
     }
     PyErr_Clear();
     PyErr_Restore(et, ev, tb);
+}
+
+/* The text of b as a new str (b is emptied), or NULL with an error set. */
+PyObject *cdy_buf_str(cdy_buf *b)
+{
+    char *s = cdy_buf_take(b);
+    if (!s)
+        return PyErr_NoMemory();
+    PyObject *r = PyUnicode_FromString(s);
+    free(s);
+    return r;
 }
 
 /* cdynamo.config.<name>, new ref or NULL with error. */

@@ -398,10 +398,5 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
         }
     }
     PyErr_Clear();
-    char *s = cdy_buf_take(&b);
-    if (!s)
-        return PyErr_NoMemory();
-    PyObject *res = PyUnicode_FromString(s);
-    free(s);
-    return res;
+    return cdy_buf_str(&b);
 }

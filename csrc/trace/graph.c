@@ -55,10 +55,5 @@ PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co)
         cdy_buf_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
     cdy_buf_puts(&b, ")\n");
     PyErr_Clear();
-    char *s = cdy_buf_take(&b);
-    if (!s)
-        return PyErr_NoMemory();
-    PyObject *r = PyUnicode_FromString(s);
-    free(s);
-    return r;
+    return cdy_buf_str(&b);
 }

@@ -222,9 +222,3 @@ int cdy_result_dtype(PyObject *a, PyObject *b)
     Py_XDECREF(fn);
     return cdy_dtype_take(dt);
 }
-
-/* The torch.dtype object of d (borrowed). */
-PyObject *cdy_dtype_obj(int d)
-{
-    return dtype_objs[d];
-}

@@ -126,7 +126,6 @@ int cdy_optable_init(PyObject *torch);
 int cdy_optable_fn(PyObject *callable);     /* op or CDY_OP_NONE */
 int cdy_optable_method(PyObject *name);     /* op or CDY_OP_NONE */
 int cdy_dtype_from_obj(PyObject *dtype);    /* cdy_dtype or CDY_DT_NONE */
-PyObject *cdy_dtype_obj(int dtype);         /* borrowed */
 int cdy_dtype_take(PyObject *dt);           /* consumes dt (may be NULL); cdy_dtype or NONE */
 int cdy_result_dtype(PyObject *a, PyObject *b);   /* torch.result_type(a, b) or NONE */
 
