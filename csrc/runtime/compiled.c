@@ -51,6 +51,7 @@ typedef struct {
     int *pynode_of;       /* graph value -> index in pynodes, or -1 */
     /* eager backend */
     int nvalues, npynodes;
+    int multi;            /* a multi-output extern: calls need a stash for its result */
     cdy_pynode *pynodes;  /* own copies of the arrays */
     PyObject *keep;       /* objects the pynodes refer to */
     int *value_input;     /* per value: input position or -1 */
@@ -250,9 +251,9 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
     PyObject *res = NULL, **stash = NULL;
     int i = 0;
-    if (c->npynodes)
+    if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
-    if (!bufs || !ptrs || (c->npynodes && !stash)) {
+    if (!bufs || !ptrs || (c->multi && !stash)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -582,6 +583,8 @@ static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
         }
         if (s->value >= 0)
             c->pynode_of[s->value] = n;
+        else
+            c->multi = 1;
     }
     return 0;
 oom:
