@@ -14,14 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdynamo.h"
-
-/* Work below this many elements runs on one thread. */
-#define CG_PARALLEL_NUMEL 32768
-/* Elements per OpenMP chunk of a flat 1-D loop. */
-#define CG_BLOCK 4096
-/* Parameters of one kernel, at most. */
-#define CG_MAX_OPS CDY_MAX_KARGS
+#include "compiler/cg.h"
 
 /* C expression templates, one per op and kind of compute dtype:
  * X(op, float, integer, bool).  $0 $1 $2 are the (already cast) args,
@@ -160,50 +153,9 @@ static const cg_template cg_templates[CDY_OP_COUNT] = {
 #undef CG_X
 };
 
-/* One pointer parameter of a kernel: a graph input or an output node. */
-typedef struct {
-    int buffer;                      /* plan buffer number */
-    int is_out;
-    int value;                       /* value number (outputs; first user for inputs) */
-    int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
-} cg_operand;
-
-/* The loop nest of a kernel after ordering and coalescing, outer first. */
-typedef struct {
-    int ndim;
-    int64_t size[CDY_MAX_NDIM];
-    int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
-} cg_nest;
-
-/* A group of output nodes sharing one iteration space. */
-typedef struct {
-    int ndim;
-    const int64_t *sizes;
-    int nout;
-    int *outs;                       /* value numbers */
-} cg_group;
-
-typedef struct {
-    const cdy_graph *g;
-    int nthreads;
-    cdy_arena arena;
-    cdy_buf src;
-    char *err;
-    size_t errlen;
-    int *val_buf;                    /* value -> plan buffer, -1 if none */
-    char *live;                      /* value -> needed by the current kernel */
-    int *param;                      /* plan buffer -> parameter of the current kernel */
-    char *in_group;                  /* value -> output of the current kernel */
-    cdy_buf ir_pre, ir_post;         /* IR dumps (see cdy_plan.ir_pre / ir_post) */
-    int *val_nk;                     /* value -> number of kernels computing it */
-    int *val_k0;                     /* value -> first kernel computing it */
-    cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
-} cg_ctx;
 
 /* Write a formatted message into the caller's err buffer; returns -1. */
-static int cg_fail(cg_ctx *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cg_fail(cg_ctx *c, const char *fmt, ...)
+int cg_fail(cg_ctx *c, const char *fmt, ...)
 {
     if (c->err && c->errlen) {
         va_list ap;
@@ -215,9 +167,7 @@ static int cg_fail(cg_ctx *c, const char *fmt, ...)
 }
 
 /* A formatted string in the arena; NULL on out of memory. */
-static char *cg_strf(cg_ctx *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static char *cg_strf(cg_ctx *c, const char *fmt, ...)
+char *cg_strf(cg_ctx *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -241,7 +191,7 @@ static int cg_dtype_ok(int dt)
 }
 
 /* Check a tensor meta's dtype, rank and sizes; 0 or -1 with a message. */
-static int cg_check_meta(cg_ctx *c, int v, const cdy_meta *m)
+int cg_check_meta(cg_ctx *c, int v, const cdy_meta *m)
 {
     if (!cg_dtype_ok(m->dtype))
         return cg_fail(c, "value %d: dtype %d is not supported", v, m->dtype);
@@ -284,44 +234,49 @@ static int cg_check_broadcast(cg_ctx *c, int v)
     return 0;
 }
 
-/* Check reduction node v: a tensor input, an int dims mask within its rank,
- * a bool keepdim, the result's sizes and dtype those of torch's reduction. */
-static int cg_check_reduce(cg_ctx *c, int v)
+/* 1 if node v is an extern op. */
+int cg_is_extern(const cdy_graph *g, int v)
 {
-    const cdy_value *val = &c->g->values[v];
-    const char *name = cdy_op_table[val->op].name;
-    if (cg_check_meta(c, v, &val->meta))
-        return -1;
-    for (int a = 0; a < 3; a++)
-        if (val->args[a] < 0 || val->args[a] >= v)
-            return cg_fail(c, "value %d (%s): arg %d is not earlier in the graph", v, name, a);
-    const cdy_value *in = &c->g->values[val->args[0]];
-    const cdy_value *mk = &c->g->values[val->args[1]];
-    const cdy_value *kd = &c->g->values[val->args[2]];
-    if (in->kind == CDY_VAL_SCALAR || mk->kind != CDY_VAL_SCALAR || kd->kind != CDY_VAL_SCALAR ||
-        cdy_dtype_table[mk->meta.dtype].is_float || cdy_dtype_table[kd->meta.dtype].is_float)
-        return cg_fail(c, "value %d (%s): args must be a tensor, an int mask and a bool", v, name);
-    const cdy_meta *im = &in->meta, *om = &val->meta;
-    if (mk->i < 0 || mk->i >= ((int64_t)1 << im->ndim))
-        return cg_fail(c, "value %d (%s): dims mask %lld out of range", v, name, (long long)mk->i);
-    int od = 0;
-    for (int d = 0; d < im->ndim; d++) {
-        int red = (int)((mk->i >> d) & 1);
-        if (red && !kd->i)
-            continue;
-        if (od >= om->ndim || om->sizes[od] != (red ? 1 : im->sizes[d]))
-            return cg_fail(c, "value %d (%s): result sizes are not the reduction's", v, name);
-        od++;
+    return g->values[v].kind == CDY_VAL_NODE && cdy_op_table[g->values[v].op].kind == 'E';
+}
+
+/* 1 if node v is of a special kind (CG_SPECIAL_KINDS). */
+int cg_is_special(const cdy_graph *g, int v)
+{
+    if (g->values[v].kind != CDY_VAL_NODE)
+        return 0;
+    switch (cdy_op_table[g->values[v].op].kind) {
+#define CG_X(kind, check, emit) case kind:
+    CG_SPECIAL_KINDS(CG_X)
+#undef CG_X
+        return 1;
+    default:
+        return 0;
     }
-    if (od != om->ndim)
-        return cg_fail(c, "value %d (%s): result rank %d, expected %d", v, name, om->ndim, od);
-    int idt = im->dtype, odt = om->dtype, want = idt;
-    if ((val->op == CDY_OP_SUM || val->op == CDY_OP_PROD) && !cdy_dtype_table[idt].is_float)
-        want = CDY_DT_INT64;
-    if (odt != want || (val->op == CDY_OP_MEAN && !cdy_dtype_table[idt].is_float))
-        return cg_fail(c, "value %d (%s): dtype %s -> %s is not supported", v, name,
-                       cdy_dtype_table[idt].name, cdy_dtype_table[odt].name);
-    return 0;
+}
+
+/* Check special node v with its kind's checker; 0 or -1. */
+static int cg_check_special(cg_ctx *c, int v)
+{
+    switch (cdy_op_table[c->g->values[v].op].kind) {
+#define CG_X(kind, check, emit) case kind: return check(c, v);
+    CG_SPECIAL_KINDS(CG_X)
+#undef CG_X
+    default:
+        return cg_fail(c, "value %d: no checker for its kind", v);
+    }
+}
+
+/* Emit special node v with its kind's emitter; 0 or -1. */
+static int cg_emit_special(cg_ctx *c, cdy_plan *plan, int v)
+{
+    switch (cdy_op_table[c->g->values[v].op].kind) {
+#define CG_X(kind, check, emit) case kind: return emit(c, plan, v);
+    CG_SPECIAL_KINDS(CG_X)
+#undef CG_X
+    default:
+        return cg_fail(c, "value %d: no emitter for its kind", v);
+    }
 }
 
 /* Check one node: op, arity, args earlier in the graph, dtypes, ranks. */
@@ -342,8 +297,8 @@ static int cg_check_node(cg_ctx *c, int v)
     if (val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
-    if (oi->kind == 'R')
-        return cg_check_reduce(c, v);
+    if (cg_is_special(c->g, v))
+        return cg_check_special(c, v);
     if (!cg_dtype_ok(val->compute_dtype))
         return cg_fail(c, "value %d (%s): compute dtype %d is not supported", v,
                        oi->name, val->compute_dtype);
@@ -402,18 +357,6 @@ static int cg_check_graph(cg_ctx *c)
     return 0;
 }
 
-/* 1 if node v is an extern op. */
-static int cg_is_extern(const cdy_graph *g, int v)
-{
-    return g->values[v].kind == CDY_VAL_NODE && cdy_op_table[g->values[v].op].kind == 'E';
-}
-
-/* 1 if node v is a reduction. */
-static int cg_is_reduce(const cdy_graph *g, int v)
-{
-    return g->values[v].kind == CDY_VAL_NODE && cdy_op_table[g->values[v].op].kind == 'R';
-}
-
 /* Fill the plan's buffers and outputs.  Realized values get a buffer: the
  * inputs, extern results, reduction results, graph outputs and the tensors an extern reads;
  * every other node is recomputed inside the kernels that need it. */
@@ -427,7 +370,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
     for (int o = 0; o < g->noutputs; o++)
         real[g->outputs[o]] = 1;
     for (int v = 0; v < g->nvalues; v++)
-        if (cg_is_reduce(g, v))
+        if (cg_is_special(g, v))
             real[v] = 1;
     for (int v = 0; v < g->nvalues; v++)
         if (cg_is_extern(g, v)) {
@@ -441,13 +384,13 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
     plan->outputs = calloc((size_t)g->noutputs + 1, sizeof(int));
     plan->value_buffer = calloc((size_t)g->nvalues + 1, sizeof(int));
     plan->buffer_alloc = calloc((size_t)nbuf + 1, 1);
-    plan->steps = calloc((size_t)g->nvalues + 1, sizeof(cdy_step));
+    plan->steps = calloc((size_t)g->nvalues * 4 + 8, sizeof(cdy_step));
     if (!plan->buffers || !plan->outputs || !plan->value_buffer || !plan->buffer_alloc ||
         !plan->steps)
         return cg_fail(c, "out of memory");
     plan->nvalues = g->nvalues;
     plan->ninputs = g->ninputs;
-    plan->nbuffers = nbuf;
+    plan->nbuffers = c->nbuffers = nbuf;
     char *seen = cdy_arena_alloc(&c->arena, (size_t)g->ninputs + 1);
     if (!seen)
         return cg_fail(c, "out of memory");
@@ -498,7 +441,7 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
     for (int v = lo; v < hi; v++) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE || c->val_buf[v] < 0 || cg_is_extern(g, v) ||
-            cg_is_reduce(g, v))
+            cg_is_special(g, v))
             continue;
         int k = 0;
         while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
@@ -519,13 +462,13 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
 
 /* 1 if v is loaded from a buffer by the current kernel (an input, an extern
  * result, or a value an earlier kernel realized). */
-static int cg_is_leaf(cg_ctx *c, int v)
+int cg_is_leaf(cg_ctx *c, int v)
 {
     return c->val_buf[v] >= 0 && !c->in_group[v];
 }
 
 /* Mark in c->live every value the group's outputs depend on, down to leaves. */
-static void cg_mark_live(cg_ctx *c, const cg_group *grp)
+void cg_mark_live(cg_ctx *c, const cg_group *grp)
 {
     const cdy_graph *g = c->g;
     memset(c->live, 0, (size_t)g->nvalues);
@@ -548,7 +491,7 @@ static void cg_mark_live(cg_ctx *c, const cg_group *grp)
 
 /* Strides of a tensor seen from an iteration space of rank ndim: dims align
  * from the right, a missing dim or a dim of size 1 has stride 0. */
-static void cg_broadcast_strides(const cdy_meta *m, int ndim, int64_t *out)
+void cg_broadcast_strides(const cdy_meta *m, int ndim, int64_t *out)
 {
     int shift = ndim - m->ndim;
     for (int d = 0; d < ndim; d++) {
@@ -559,10 +502,10 @@ static void cg_broadcast_strides(const cdy_meta *m, int ndim, int64_t *out)
 
 /* Collect the kernel's parameters: live inputs by buffer number, then the
  * outputs.  Sets c->param.  Returns the count, or -1. */
-static int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nbuffers)
+int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
 {
     const cdy_graph *g = c->g;
-    int n = 0;
+    int n = 0, nbuffers = c->nbuffers;
     for (int b = 0; b < nbuffers; b++)
         c->param[b] = -1;
     for (int v = 0; v < g->nvalues; v++) {
@@ -603,7 +546,7 @@ static int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nbuf
 }
 
 /* Index of the first output operand. */
-static int cg_first_out(const cg_operand *ops, int nops)
+int cg_first_out(const cg_operand *ops, int nops)
 {
     int k = 0;
     while (k < nops && !ops[k].is_out)
@@ -614,7 +557,7 @@ static int cg_first_out(const cg_operand *ops, int nops)
 /* Build the loop nest: dims of size 1 dropped, the rest ordered by the first
  * output's strides (largest outermost, ties by dim order), then adjacent
  * dims merged when every operand walks them as one. */
-static void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest *nest)
+void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest *nest)
 {
     int order[CDY_MAX_NDIM], n = 0;
     const cg_operand *first = &ops[cg_first_out(ops, nops)];
@@ -654,7 +597,7 @@ static void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, 
 }
 
 /* Append n levels of indentation. */
-static void cg_indent(cdy_buf *b, int n)
+void cg_indent(cdy_buf *b, int n)
 {
     for (int i = 0; i < n; i++)
         cdy_buf_puts(b, "    ");
@@ -680,7 +623,7 @@ static void cg_emit_offset(cdy_buf *b, const cg_nest *nest, int o)
 }
 
 /* C literal for scalar value v (its own dtype, before any cast). */
-static char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
+char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
 {
     if (!cdy_dtype_table[val->meta.dtype].is_float) {
         if (val->meta.dtype == CDY_DT_BOOL)
@@ -702,7 +645,7 @@ static char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
 
 /* Expression for value v converted from dtype `from` to dtype `to`:
  * a cast to bool is a test against zero. */
-static char *cg_cast(cg_ctx *c, const char *e, int from, int to)
+char *cg_cast(cg_ctx *c, const char *e, int from, int to)
 {
     if (from == to)
         return cg_strf(c, "%s", e);
@@ -712,7 +655,7 @@ static char *cg_cast(cg_ctx *c, const char *e, int from, int to)
 }
 
 /* Name of value v inside the kernel body (input local, node local, literal). */
-static char *cg_value_expr(cg_ctx *c, int v)
+char *cg_value_expr(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     if (val->kind == CDY_VAL_SCALAR)
@@ -790,7 +733,7 @@ static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const cha
 }
 
 /* Emit `T tV = <op expression>;` for node v at indentation ind. */
-static int cg_emit_node(cg_ctx *c, int v, int ind)
+int cg_emit_node(cg_ctx *c, int v, int ind)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
@@ -922,7 +865,7 @@ static int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_ne
 }
 
 /* Emit the comment naming the fused ops and outputs, and the signature. */
-static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
+void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
                            int nops, const cg_nest *nest)
 {
     cdy_buf *b = &c->src;
@@ -957,7 +900,7 @@ static void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_opera
 /* ---- IR dumps: text for the debug directory and the fusion log ---------- */
 
 /* Append "[a, b, c]" for n sizes. */
-static void cg_ir_dims(cdy_buf *b, const int64_t *a, int n)
+void cg_ir_dims(cdy_buf *b, const int64_t *a, int n)
 {
     cdy_buf_puts(b, "[");
     for (int d = 0; d < n; d++)
@@ -1015,7 +958,7 @@ static void cg_ir_pre(cg_ctx *c)
 }
 
 /* Append operand o's C name, plan buffer and graph value: "in_ptr0 = buf0 (%0)". */
-static void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o)
+void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o)
 {
     int first = cg_first_out(ops, nops);
     if (ops[o].is_out)
@@ -1074,6 +1017,22 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_nest *nest, int64_t n
                            ? " (collapse(2))" : "", c->nthreads);
 }
 
+/* Append "  fuses: %v op, ..." for the nodes kernel k computes (live, not
+ * leaves, not `skip`) and count them in val_nk/val_k0 for the decisions. */
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k, int skip)
+{
+    int n = 0;
+    cdy_buf_puts(b, "  fuses:");
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (v == skip || !c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
+            continue;
+        cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
+        if (c->val_nk[v]++ == 0)
+            c->val_k0[v] = k;
+    }
+    cdy_buf_puts(b, n ? "\n" : " (no nodes)\n");
+}
+
 /* Describe kernel k in the post-fusion IR and count the nodes it computes. */
 static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
                          int nops, const cg_nest *nest, int64_t numel)
@@ -1084,18 +1043,8 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
     cdy_buf_printf(b, " (%lld elements); loops after dropping size-1 dims, ordering by the "
                       "first output's strides and coalescing: ", (long long)numel);
     cg_ir_dims(b, nest->size, nest->ndim);
-    cdy_buf_puts(b, "\n  fuses:");
-    int n = 0;
-    for (int v = 0; v < c->g->nvalues; v++) {
-        if (!c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
-            continue;
-        cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
-        if (c->val_nk[v]++ == 0)
-            c->val_k0[v] = k;
-    }
-    if (!n)
-        cdy_buf_puts(b, " (no nodes)");
     cdy_buf_puts(b, "\n");
+    cg_ir_fuses(c, b, k, -1);
     for (int o = 0; o < nops; o++) {
         cdy_buf_puts(b, ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(b, ops, nops, o);
@@ -1134,16 +1083,38 @@ static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
         cdy_buf_puts(b, "  all outputs share one iteration space: one kernel\n");
 }
 
-/* Emit kernel k for group grp and describe it in *kd. */
-static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
-                          cdy_kernel_desc *kd)
+/* The number the next kernel of plan gets, or -1 with a message. */
+int cg_kernel_begin(cg_ctx *c, cdy_plan *plan)
+{
+    if (plan->nkernels >= c->max_kernels || plan->nsteps >= c->max_steps)
+        return cg_fail(c, "too many kernels");
+    return plan->nkernels;
+}
+
+/* Record kernel k (symbol kernel_<k>, parameters ops' buffers) and its step. */
+void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops)
+{
+    cdy_kernel_desc *kd = &plan->kernels[k];
+    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k);
+    kd->nargs = nops;
+    for (int o = 0; o < nops; o++)
+        kd->args[o] = ops[o].buffer;
+    plan->nkernels = k + 1;
+    plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k, -1};
+}
+
+/* Emit the pointwise kernel computing group grp's outputs, as the next step. */
+static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
 {
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
     if (!ops || !nest)
         return cg_fail(c, "out of memory");
     cg_mark_live(c, grp);
-    int nops = cg_operands(c, grp, ops, nbuffers);
+    int nops = cg_operands(c, grp, ops);
     if (nops < 0)
         return -1;
     cg_build_nest(grp, ops, nops, nest);
@@ -1155,408 +1126,9 @@ static int cg_emit_kernel(cg_ctx *c, int k, const cg_group *grp, int nbuffers,
     if (cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
-    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k);
-    kd->nargs = nops;
-    for (int o = 0; o < nops; o++)
-        kd->args[o] = ops[o].buffer;
+    cg_kernel_end(plan, k, ops, nops);
     return 0;
 }
-
-/* ---- reductions ----------------------------------------------------------- */
-
-/* Append operand o's offset in a reduction kernel: outer loops i<d>, reduced loops r<d>. */
-static void cg_red_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int o)
-{
-    int any = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const cg_nest *n = pass ? rn : on;
-        for (int d = 0; d < n->ndim; d++) {
-            int64_t s = n->stride[o][d];
-            if (s == 0)
-                continue;
-            cdy_buf_puts(b, any ? " + " : "");
-            if (s == 1)
-                cdy_buf_printf(b, "%c%d", pass ? 'r' : 'i', d);
-            else
-                cdy_buf_printf(b, "%c%d * %lldLL", pass ? 'r' : 'i', d, (long long)s);
-            any = 1;
-        }
-    }
-    if (!any)
-        cdy_buf_puts(b, "0");
-}
-
-/* The C literal amax (is_max) / amin starts from in dtype dt. */
-static const char *cg_red_init(int dt, int is_max)
-{
-    static const char *lo[] = {"0", "0", "(-128)", "(-32768)", "(-2147483647 - 1)",
-                               "(-9223372036854775807LL - 1)", "(-INFINITY)", "(-INFINITY)"};
-    static const char *hi[] = {"1", "255", "127", "32767", "2147483647",
-                               "9223372036854775807LL", "INFINITY", "INFINITY"};
-    return is_max ? lo[dt] : hi[dt];
-}
-
-/* Emit reduction node v as kernel k: a loop nest over the kept dims (outer,
- * parallel when large), an accumulator per output element, a loop nest over
- * the reduced dims whose body computes the reduction's input expression
- * inline from leaves (the pointwise prologue is fused, never realized). */
-static int cg_emit_reduce(cg_ctx *c, int k, int v, int nbuffers, cdy_kernel_desc *kd)
-{
-    const cdy_graph *g = c->g;
-    const cdy_value *val = &g->values[v];
-    int in = val->args[0], op = val->op;
-    const cdy_meta *im = &g->values[in].meta, *om = &val->meta;
-    int64_t mask = g->values[val->args[1]].i;
-    int keep = g->values[val->args[2]].i != 0;
-    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
-    cg_nest *on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    cg_nest *rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    int64_t *osz = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM * 2);
-    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
-    if (!ops || !on || !rn || !osz || !outs)
-        return cg_fail(c, "out of memory");
-    int64_t *rsz = osz + CDY_MAX_NDIM;
-    outs[0] = v;
-    cg_group grp = {im->ndim, im->sizes, 1, outs};
-    cg_mark_live(c, &grp);
-    int nops = cg_operands(c, &grp, ops, nbuffers);
-    if (nops < 0)
-        return -1;
-    int first = cg_first_out(ops, nops), od = 0;
-    int64_t rnumel = 1, inumel = 1, onumel = cdy_meta_numel(om);
-    for (int d = 0; d < im->ndim; d++) {
-        int red = (int)((mask >> d) & 1);
-        inumel *= im->sizes[d];
-        if (red) {
-            rnumel *= im->sizes[d];
-            ops[first].stride[d] = 0;
-            osz[d] = 1;
-            rsz[d] = im->sizes[d];
-            od += keep;
-        } else {
-            ops[first].stride[d] = om->sizes[od] == 1 ? 0 : om->strides[od];
-            od++;
-            osz[d] = im->sizes[d];
-            rsz[d] = 1;
-        }
-    }
-    cg_group og = {im->ndim, osz, 1, outs}, rg = {im->ndim, rsz, 1, outs};
-    cg_build_nest(&og, ops, nops, on);
-    cg_build_nest(&rg, ops, nops, rn);
-    int odt = om->dtype, flt = cdy_dtype_table[odt].is_float;
-    int is_mm = op == CDY_OP_AMAX || op == CDY_OP_AMIN;
-    const char *acct = is_mm ? cdy_dtype_table[odt].cctype : flt ? "double" : "int64_t";
-    const char *init = is_mm ? cg_red_init(odt, op == CDY_OP_AMAX) : op == CDY_OP_PROD ? "1" : "0";
-    const char *clause = op == CDY_OP_PROD ? "reduction(*:acc)"
-                         : op == CDY_OP_AMAX ? (flt ? "reduction(max:acc) reduction(|:nanf)"
-                                                    : "reduction(max:acc)")
-                         : op == CDY_OP_AMIN ? (flt ? "reduction(min:acc) reduction(|:nanf)"
-                                                    : "reduction(min:acc)")
-                                             : "reduction(+:acc)";
-    int big = c->nthreads > 1 && inumel >= CG_PARALLEL_NUMEL;
-    int par_out = big && on->ndim > 0 && onumel >= c->nthreads;
-    int par_in = big && on->ndim == 0 && rn->ndim > 0;
-    cg_emit_header(c, k, &grp, ops, nops, on);
-
-    /* IR */
-    cdy_buf *ir = &c->ir_post;
-    cdy_buf_printf(ir, "kernel_%d: reduction %%%d %s of %%%d ", k, v, cdy_op_table[op].name, in);
-    cg_ir_dims(ir, im->sizes, im->ndim);
-    cdy_buf_printf(ir, " over dims mask 0x%llx%s -> ", (long long)mask, keep ? " keepdim" : "");
-    cg_ir_dims(ir, om->sizes, om->ndim);
-    cdy_buf_puts(ir, "; outer loops ");
-    cg_ir_dims(ir, on->size, on->ndim);
-    cdy_buf_puts(ir, ", reduced loops ");
-    cg_ir_dims(ir, rn->size, rn->ndim);
-    cdy_buf_printf(ir, ", accumulator %s\n  fuses:", acct);
-    int n = 0;
-    for (int u = 0; u < g->nvalues; u++) {
-        if (!c->live[u] || g->values[u].kind != CDY_VAL_NODE || cg_is_leaf(c, u))
-            continue;
-        cdy_buf_printf(ir, "%s %%%d %s", n++ ? "," : "", u, cdy_op_table[g->values[u].op].name);
-        if (c->val_nk[u]++ == 0)
-            c->val_k0[u] = k;
-    }
-    cdy_buf_puts(ir, "\n");
-    for (int o = 0; o < nops; o++) {
-        cdy_buf_puts(ir, ops[o].is_out ? "  store " : "  load  ");
-        cg_ir_param(ir, ops, nops, o);
-        cdy_buf_puts(ir, "\n");
-    }
-    cdy_buf_printf(ir, "  parallel: %s\n", par_out ? "yes: omp parallel for over the outer loop"
-                                          : par_in ? "yes: omp parallel for reduction over the "
-                                                     "reduced loop"
-                                                   : "no: small, or too few outputs");
-    cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: reduction %%%d %s (values "
-                               "before it are realized first; its prologue is fused)\n",
-                   k, v, cdy_op_table[op].name);
-
-    /* C */
-    cdy_buf *b = &c->src;
-    int ind = 1;
-    for (int d = 0; d < on->ndim; d++, ind++) {
-        if (d == 0 && par_out) {
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           on->ndim >= 2 && on->size[0] < 4 * (int64_t)c->nthreads
-                               ? " collapse(2)" : "");
-        }
-        cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)on->size[d], d);
-    }
-    int oind = ind;
-    cg_indent(b, ind);
-    cdy_buf_printf(b, "%s acc = %s;\n", acct, init);
-    if (is_mm && flt) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "int nanf = 0;\n");
-    }
-    for (int d = 0; d < rn->ndim; d++, ind++) {
-        cg_indent(b, ind);
-        if (d == 0 && par_in)
-            cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) %s\n",
-                           rn->ndim == 1 ? " simd" : "", clause);
-        else if (d == rn->ndim - 1)
-            cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
-        cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
-                       (long long)rn->size[d], d);
-    }
-    cg_indent(b, ind);
-    cdy_buf_puts(b, "{\n");
-    ind++;
-    for (int o = 0; o < nops; o++) {
-        if (ops[o].is_out)
-            continue;
-        const cdy_meta *m = &g->values[ops[o].value].meta;
-        cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
-        cg_red_offset(b, on, rn, o);
-        cdy_buf_puts(b, "];\n");
-    }
-    for (int u = 0; u < g->nvalues; u++)
-        if (u != v && c->live[u] && g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u) &&
-            cg_emit_node(c, u, ind))
-            return -1;
-    char *e = cg_value_expr(c, in);
-    if (!e)
-        return cg_fail(c, "out of memory");
-    cg_indent(b, ind);
-    if (op == CDY_OP_SUM || op == CDY_OP_MEAN)
-        cdy_buf_printf(b, "acc += (%s)%s;\n", acct, e);
-    else if (op == CDY_OP_PROD)
-        cdy_buf_printf(b, "acc *= (%s)%s;\n", acct, e);
-    else {
-        cdy_buf_printf(b, "acc = %s %c acc ? %s : acc;\n", e, op == CDY_OP_AMAX ? '>' : '<', e);
-        if (flt) {
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "nanf |= %s != %s;\n", e, e);
-        }
-    }
-    while (--ind >= oind) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "}\n");
-    }
-    ind = oind;
-    const char *oct = cdy_dtype_table[odt].ctype;
-    cg_indent(b, ind);
-    cdy_buf_puts(b, "out_ptr0[");
-    cg_red_offset(b, on, rn, first);
-    if (op == CDY_OP_MEAN)
-        cdy_buf_printf(b, "] = (%s)(acc / %lld.0);\n", oct, (long long)rnumel);
-    else if (is_mm && flt)
-        cdy_buf_printf(b, "] = nanf ? (%s)NAN : acc;\n", oct);
-    else
-        cdy_buf_printf(b, "] = (%s)acc;\n", oct);
-    while (--ind > 0) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "}\n");
-    }
-    cdy_buf_puts(b, "}\n");
-    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k);
-    kd->nargs = nops;
-    for (int o = 0; o < nops; o++)
-        kd->args[o] = ops[o].buffer;
-    return 0;
-}
-
-/* Helpers of every generated file: vectorizable float32 math (exp, log,
- * tanh, erf: straight-line arithmetic and selects, within ~2.5 ulp of
- * glibc, libm's results for inf/NaN/overflow/underflow; no-trapping-math
- * so that GCC if-converts their selects), Python-style
- * division, integer power. */
-static const char cg_prologue_math[] =
-    "/* FP exceptions are never inspected: let GCC if-convert (and so vectorize)\n"
-    " * selects around float math; values are unchanged. */\n"
-    "#pragma GCC optimize(\"no-trapping-math\")\n"
-    "/* vectorizable float32 math: straight-line arithmetic and selects */\n"
-    "#ifdef __FMA__\n"
-    "#define CDY_FMAF(a, b, c) fmaf(a, b, c)\n"
-    "#else\n"
-    "#define CDY_FMAF(a, b, c) ((a) * (b) + (c))\n"
-    "#endif\n"
-    "static inline int32_t cdy_fbits(float x) { union { float f; int32_t i; } u = {x}; return u.i; }\n"
-    "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"
-    "/* e^r - 1 for |r| <= ln2/2: Taylor terms to r^8. */\n"
-    "static inline float cdy_vexpm1_core(float r)\n"
-    "{\n"
-    "    float p = 2.48015873e-5f;\n"
-    "    p = CDY_FMAF(p, r, 1.98412698e-4f);\n"
-    "    p = CDY_FMAF(p, r, 1.38888889e-3f);\n"
-    "    p = CDY_FMAF(p, r, 8.33333333e-3f);\n"
-    "    p = CDY_FMAF(p, r, 4.16666667e-2f);\n"
-    "    p = CDY_FMAF(p, r, 1.66666667e-1f);\n"
-    "    p = CDY_FMAF(p, r, 0.5f);\n"
-    "    return CDY_FMAF(r * r, p, r);\n"
-    "}\n"
-    "/* e^x: x = n ln2 + r, 2^n applied in two halves so subnormal results round once. */\n"
-    "static inline float cdy_vexpf(float x)\n"
-    "{\n"
-    "    float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;\n"
-    "    float t = CDY_FMAF(xc, 1.44269504f, 12582912.0f);\n"
-    "    float n = t - 12582912.0f;\n"
-    "    float r = CDY_FMAF(n, -0.693145752f, xc);\n"
-    "    r = CDY_FMAF(n, -1.42860677e-6f, r);\n"
-    "    int32_t ni = cdy_fbits(t) - 0x4b400000;\n"
-    "    int32_t n1 = ni >> 1, n2 = ni - n1;\n"
-    "    float p = cdy_vexpm1_core(r) + 1.0f;\n"
-    "    return p * cdy_bitsf((n1 + 127) << 23) * cdy_bitsf((n2 + 127) << 23);\n"
-    "}\n"
-    "/* log(x): x = 2^e m, m in [sqrt(1/2), sqrt(2)); log(1+f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f/(2+f). */\n"
-    "static inline float cdy_vlogf(float x)\n"
-    "{\n"
-    "    int sub = x < 1.17549435e-38f;\n"
-    "    float xs = sub ? x * 8388608.0f : x;\n"
-    "    int32_t ix = cdy_fbits(xs) - 0x3f3504f3;\n"
-    "    int32_t e = (ix >> 23) - (sub ? 23 : 0);\n"
-    "    float f = cdy_bitsf((ix & 0x007fffff) + 0x3f3504f3) - 1.0f;\n"
-    "    float s = f / (2.0f + f), z = s * s;\n"
-    "    float R = z * CDY_FMAF(z, CDY_FMAF(z, CDY_FMAF(z, 0.222222222f, 0.285714286f), 0.4f), 0.666666667f);\n"
-    "    float hfsq = 0.5f * f * f;\n"
-    "    float lp = f - (hfsq - s * (hfsq + R));\n"
-    "    float ef = (float)e;\n"
-    "    float y = CDY_FMAF(ef, 0.693359375f, CDY_FMAF(ef, -2.12194440e-4f, lp));\n"
-    "    y = x == INFINITY ? x : y;\n"
-    "    y = x == 0.0f ? -INFINITY : y;\n"
-    "    y = x < 0.0f ? NAN : y;\n"
-    "    return x != x ? x : y;\n"
-    "}\n"
-    "/* tanh(x): odd polynomial below 0.625, else 1 - 2/(e^2|x| + 1) with x's sign. */\n"
-    "static inline float cdy_vtanhf(float x)\n"
-    "{\n"
-    "    float a = fabsf(x), z = x * x;\n"
-    "    float q = -8.63381277e-4f;\n"
-    "    q = CDY_FMAF(q, z, 3.30761620e-3f);\n"
-    "    q = CDY_FMAF(q, z, -8.79160815e-3f);\n"
-    "    q = CDY_FMAF(q, z, 2.18600186e-2f);\n"
-    "    q = CDY_FMAF(q, z, -5.39676509e-2f);\n"
-    "    q = CDY_FMAF(q, z, 1.33333319e-1f);\n"
-    "    q = CDY_FMAF(q, z, -3.33333333e-1f);\n"
-    "    float small = CDY_FMAF(x * z, q, x);\n"
-    "    float big = 1.0f - 2.0f / (cdy_vexpf(2.0f * a) + 1.0f);\n"
-    "    big = x < 0.0f ? -big : big;\n"
-    "    return a < 0.625f ? small : big;\n"
-    "}\n"
-    "static inline float cdy_vsigmoidf(float x) { return 1.0f / (1.0f + cdy_vexpf(-x)); }\n"
-    "/* erf(x): x P(x^2) below 1, 1 - exp(L(|x| - 2.46)) up to 3.92 (L fits log erfc), then 1; x's sign. */\n"
-    "static inline float cdy_verff(float x)\n"
-    "{\n"
-    "    float a = fabsf(x), z = x * x;\n"
-    "    float p = -9.67359096e-6f;\n"
-    "    p = CDY_FMAF(p, z, 1.12682539e-4f);\n"
-    "    p = CDY_FMAF(p, z, -8.48439656e-4f);\n"
-    "    p = CDY_FMAF(p, z, 5.22105341e-3f);\n"
-    "    p = CDY_FMAF(p, z, -2.68654383e-2f);\n"
-    "    p = CDY_FMAF(p, z, 1.12837826e-1f);\n"
-    "    p = CDY_FMAF(p, z, -3.76126385e-1f);\n"
-    "    float small = CDY_FMAF(x, 1.12837917e+0f, x * z * p);\n"
-    "    float u = (a > 3.92f ? 3.92f : a) - 2.46f;\n"
-    "    float l = -5.30742959e-08f;\n"
-    "    l = CDY_FMAF(l, u, 1.64496587e-06f);\n"
-    "    l = CDY_FMAF(l, u, -1.35534956e-05f);\n"
-    "    l = CDY_FMAF(l, u, 8.10720419e-05f);\n"
-    "    l = CDY_FMAF(l, u, -4.39639532e-04f);\n"
-    "    l = CDY_FMAF(l, u, 2.25122273e-03f);\n"
-    "    l = CDY_FMAF(l, u, -1.12114675e-02f);\n"
-    "    l = CDY_FMAF(l, u, -9.42569615e-01f);\n"
-    "    l = CDY_FMAF(l, u, -5.27722192e+00f);\n"
-    "    l = CDY_FMAF(l, u, -7.59421758e+00f);\n"
-    "    float big = a >= 3.92f ? 1.0f : 1.0f - cdy_vexpf(l);\n"
-    "    big = x < 0.0f ? -big : big;\n"
-    "    return a < 1.0f ? small : big;\n"
-    "}\n"
-    "/* Python-style floor division of floats (torch's div_floor): division by\n"
-    " * zero gives the IEEE quotient; the result is the floor of the exact quotient. */\n"
-    "static inline double cdy_floordiv(double a, double b)\n"
-    "{\n"
-    "    if (b == 0)\n"
-    "        return a / b;\n"
-    "    double m = fmod(a, b), d = (a - m) / b;\n"
-    "    if (m != 0 && (b < 0) != (m < 0))\n"
-    "        d -= 1;\n"
-    "    if (d == 0)\n"
-    "        return copysign(0.0, a / b);\n"
-    "    double fl = floor(d);\n"
-    "    return d - fl > 0.5 ? fl + 1 : fl;\n"
-    "}\n"
-    "static inline float cdy_floordivf(float a, float b)\n"
-    "{\n"
-    "    if (b == 0)\n"
-    "        return a / b;\n"
-    "    float m = fmodf(a, b), d = (a - m) / b;\n"
-    "    if (m != 0 && (b < 0) != (m < 0))\n"
-    "        d -= 1;\n"
-    "    if (d == 0)\n"
-    "        return copysignf(0.0f, a / b);\n"
-    "    float fl = floorf(d);\n"
-    "    return d - fl > 0.5f ? fl + 1 : fl;\n"
-    "}\n"
-    "/* Python-style remainder: the sign of the divisor. */\n"
-    "static inline double cdy_remainder(double a, double b)\n"
-    "{\n"
-    "    double m = fmod(a, b);\n"
-    "    return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
-    "}\n"
-    "static inline float cdy_remainderf(float a, float b)\n"
-    "{\n"
-    "    float m = fmodf(a, b);\n"
-    "    return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
-    "}\n"
-    "/* Integer division family; b == 0 never reaches a kernel (torch raises, the\n"
-    " * op stays extern); b == -1 wraps like torch instead of trapping. */\n"
-    "static inline int64_t cdy_itruncdiv(int64_t a, int64_t b)\n"
-    "{\n"
-    "    return b == -1 ? (int64_t)(0 - (uint64_t)a) : b == 0 ? 0 : a / b;\n"
-    "}\n"
-    "static inline int64_t cdy_ifloordiv(int64_t a, int64_t b)\n"
-    "{\n"
-    "    if (b == -1 || b == 0)\n"
-    "        return cdy_itruncdiv(a, b);\n"
-    "    int64_t q = a / b;\n"
-    "    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;\n"
-    "}\n"
-    "static inline int64_t cdy_ifmod(int64_t a, int64_t b)\n"
-    "{\n"
-    "    return b == -1 || b == 0 ? 0 : a % b;\n"
-    "}\n"
-    "static inline int64_t cdy_iremainder(int64_t a, int64_t b)\n"
-    "{\n"
-    "    int64_t r = cdy_ifmod(a, b);\n"
-    "    return r != 0 && (r < 0) != (b < 0) ? r + b : r;\n"
-    "}\n"
-    "/* Integer power with wrap-around; negative exponents as torch: 1, +-1 or 0. */\n"
-    "static inline int64_t cdy_ipow(int64_t a, int64_t b)\n"
-    "{\n"
-    "    if (b < 0)\n"
-    "        return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
-    "    uint64_t r = 1, x = (uint64_t)a;\n"
-    "    for (; b; b >>= 1, x *= x)\n"
-    "        if (b & 1)\n"
-    "            r *= x;\n"
-    "    return (int64_t)r;\n"
-    "}\n"
-    "\n";
 
 /* Emit the file prologue. */
 static void cg_emit_prologue(cg_ctx *c)
@@ -1584,6 +1156,7 @@ static int cg_scratch(cg_ctx *c)
     c->in_group = cdy_arena_alloc(&c->arena, nv);
     c->val_nk = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->nbuffers = 0;
     return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0)
                ? 0 : cg_fail(c, "out of memory");
 }
@@ -1604,10 +1177,8 @@ static int cg_emit_segment(cg_ctx *c, cdy_plan *plan, int lo, int hi)
             cg_ir_dims(&c->ir_dec, groups[0].sizes, groups[0].ndim);
             cdy_buf_puts(&c->ir_dec, "\n");
         }
-        if (cg_emit_kernel(c, k, &groups[i], plan->nbuffers, &plan->kernels[k]))
+        if (cg_emit_kernel(c, plan, &groups[i]))
             return -1;
-        plan->nkernels = k + 1;
-        plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k, -1};
     }
     return 0;
 }
@@ -1620,7 +1191,8 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     const cdy_graph *g = c->g;
     if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
         return -1;
-    plan->kernels = calloc((size_t)g->nvalues + 1, sizeof(cdy_kernel_desc));
+    c->max_kernels = c->max_steps = 4 * g->nvalues + 8;
+    plan->kernels = calloc((size_t)c->max_kernels, sizeof(cdy_kernel_desc));
     if (!plan->kernels)
         return cg_fail(c, "out of memory");
     cg_emit_prologue(c);
@@ -1629,15 +1201,9 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
                    "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        if (cg_is_reduce(g, v)) {     /* a boundary: what it reads is realized first */
-            int k;
-            if (cg_emit_segment(c, plan, lo, v))
+        if (cg_is_special(g, v)) {     /* a boundary: what it reads is realized first */
+            if (cg_emit_segment(c, plan, lo, v) || cg_emit_special(c, plan, v))
                 return -1;
-            k = plan->nkernels;
-            if (cg_emit_reduce(c, k, v, plan->nbuffers, &plan->kernels[k]))
-                return -1;
-            plan->nkernels = k + 1;
-            plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k, -1};
             lo = v + 1;
             continue;
         }

@@ -349,6 +349,13 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
+    cdy_lower_fn lower = op == CDY_OP_NONE ? cdy_lower_find(fn) : NULL;
+    if (lower) {
+        cdy_lower_call call = {fn, what, args, nargs, kwnames, out};
+        tvar *r = lower(tr, &call);
+        if (r || tr->t->status != CDY_TRACE_OK)
+            return r;
+    }
     if (PyTuple_Check(out) || PyList_Check(out))
         return multi_call(tr, fn, what, args, nargs, kwnames, out);
     if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type)) {
@@ -391,6 +398,18 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (add_pynode(tr, fn, args, nargs, kwnames, idx))
         return NULL;
     return v;
+}
+
+/* The result tvar of lowered call `call` (node v), its pynode recorded. */
+tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
+{
+    tvar *r = cdy_tv_new(tr, TV_TENSOR);
+    if (!r || add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, v))
+        return NULL;
+    r->obj = call->out;
+    r->value = v;
+    r->tp = (PyTypeObject *)cdy_tensor_type;
+    return r;
 }
 
 /* fn(*args) with tensor args as an extern node (see trace.h). */
@@ -931,7 +950,7 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         }
         return cdy_tv_const(tr, res);
     }
-    if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE) {
+    if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "constructing %s is not supported", name);
             return NULL;

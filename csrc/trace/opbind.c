@@ -137,6 +137,16 @@ static int ob_slots(const ob_param *p, int np, tvar **args, int nargs, PyObject 
     return 0;
 }
 
+/* Bind args/kwnames to the parameter names of signature sig (the prefixes
+ * # - * and defaults are ignored here) into slot[] (NULL when absent);
+ * 0, or -1 when an argument fits no parameter or two. */
+int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, tvar **slot)
+{
+    ob_param p[OB_MAX_PARAMS];
+    int np = ob_parse(sig, p);
+    return ob_slots(p, np, args, nargs, kwnames, slot);
+}
+
 /* Apply the signature: canonical args into out[], `*` params into extra[]
  * (NULL when absent); the count of out, or -1. */
 static int ob_apply(tracer *tr, int op, tvar **args, int nargs, PyObject *kwnames,

@@ -947,7 +947,8 @@ int cdy_tr_run_frame(tracer *tr)
 /* One-time lookups of torch objects; 0 or -1. */
 static int trace_init(void)
 {
-    return cdy_vars_init() || cdy_calls_init() || cdy_optable_init(cdy_torch) ? -1 : 0;
+    return cdy_vars_init() || cdy_calls_init() || cdy_optable_init(cdy_torch) ||
+           cdy_lower_init(cdy_torch) ? -1 : 0;
 }
 
 /* Input sources in input order: the source of each graph input's guard. */

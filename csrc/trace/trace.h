@@ -120,6 +120,59 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
 /* Canonical positional args of lowered op `op` for this call into out[]
  * (CDY_MAX_NODE_ARGS at most); their count, or -1: run it as an extern. */
 int cdy_op_bind(tracer *tr, int *op, tvar **args, int nargs, PyObject *kwnames, tvar **out);
+/* Bind args/kwnames by the parameter names of sig (up to 8, e.g. "input dim
+ * *dtype"; prefixes and defaults ignored) into slot[] (NULL when absent);
+ * 0, or -1 when an argument fits no parameter or two. */
+int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, tvar **slot);
+
+/* ---- lower.c: composite lowerings ------------------------------------------
+ * A lowering turns one torch call into graph nodes of its own (several
+ * pointwise nodes, a special-kind node, a view...).  Each area registers its
+ * callables in a table of its own file (lower_views.c, lower_rows.c,
+ * lower_reduce.c, lower_pool.c), listed in lower.c.  tensor_call runs the
+ * lowering after the call has run on the fakes: call->out is torch's result,
+ * whose meta the lowered result must have. */
+typedef struct {
+    PyObject *fn;          /* the callable: a torch function or Tensor.<name> */
+    const char *what;      /* its name, for reasons */
+    tvar **args;           /* positional, then kwnames' values */
+    int nargs;
+    PyObject *kwnames;
+    PyObject *out;         /* torch's result on the fakes: a tensor or a tuple of them */
+} cdy_lower_call;
+
+/* The result tvar; NULL with the trace stopped (an error); or NULL without
+ * a stop: this call is not lowerable, it becomes an extern node. */
+typedef tvar *(*cdy_lower_fn)(tracer *tr, const cdy_lower_call *call);
+
+/* One registration: `name` looked up where `where` says, one letter each:
+ * t torch.<name>, f torch.nn.functional.<name>, n torch._C._nn.<name>,
+ * s torch.special.<name>, m the Tensor method <name> (and Tensor.<name>). */
+typedef struct {
+    const char *name;
+    const char *where;
+    cdy_lower_fn fn;
+} cdy_lowering;
+
+extern const cdy_lowering cdy_lowerings_views[];    /* each ends with {NULL} */
+extern const cdy_lowering cdy_lowerings_rows[];
+extern const cdy_lowering cdy_lowerings_reduce[];
+extern const cdy_lowering cdy_lowerings_pool[];
+
+int cdy_lower_init(PyObject *torch);
+/* The lowering registered for callable fn, or NULL. */
+cdy_lower_fn cdy_lower_find(PyObject *fn);
+/* A new node computing op over args (value numbers) with meta m and compute
+ * dtype cdt (no pynode); its value number, or -1 when stopped. */
+int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt);
+/* A new scalar value (int64, float64 or bool); its number, or -1 when stopped. */
+int cdy_scalar_int(tracer *tr, long long i);
+int cdy_scalar_float(tracer *tr, double f);
+int cdy_scalar_bool(tracer *tr, int b);
+/* The TV_TENSOR of a lowered call's result node v (its fake is call->out,
+ * whose meta v must have), with the call recorded as v's pynode (the eager
+ * backend replays it; a realized view runs it).  NULL when stopped. */
+tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v);
 
 /* ---- optable.c ---- */
 int cdy_optable_init(PyObject *torch);

@@ -1,0 +1,117 @@
+/* cg.h - the compiler's internal interface, shared by codegen.c (checks,
+ * buffers, pointwise fusion, the driver), reduce.c and the other emitters of
+ * node kinds that get kernels of their own, and mathlib.c.
+ *
+ * A "special" node kind (CG_SPECIAL_KINDS) is a fusion boundary: the values
+ * it reads are realized first (segments of pointwise kernels end before it),
+ * its result is a buffer, and its emitter writes the kernel(s) computing it.
+ * An emitter may fuse the pointwise producers of its input (see reduce.c:
+ * cg_mark_live + cg_operands + cg_emit_node recompute them per element). */
+#ifndef CDY_CG_H
+#define CDY_CG_H
+
+#include <stdint.h>
+
+#include "cdynamo.h"
+
+/* Work below this many elements runs on one thread. */
+#define CG_PARALLEL_NUMEL 32768
+/* Elements per OpenMP chunk of a flat 1-D loop. */
+#define CG_BLOCK 4096
+/* Parameters of one kernel, at most. */
+#define CG_MAX_OPS CDY_MAX_KARGS
+
+/* One pointer parameter of a kernel: a graph input or an output node. */
+typedef struct {
+    int buffer;                      /* plan buffer number */
+    int is_out;
+    int value;                       /* value number (outputs; first user for inputs) */
+    int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
+} cg_operand;
+
+/* The loop nest of a kernel after ordering and coalescing, outer first. */
+typedef struct {
+    int ndim;
+    int64_t size[CDY_MAX_NDIM];
+    int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
+} cg_nest;
+
+/* A group of output nodes sharing one iteration space. */
+typedef struct {
+    int ndim;
+    const int64_t *sizes;
+    int nout;
+    int *outs;                       /* value numbers */
+} cg_group;
+
+typedef struct {
+    const cdy_graph *g;
+    int nthreads;
+    cdy_arena arena;
+    cdy_buf src;
+    char *err;
+    size_t errlen;
+    int *val_buf;                    /* value -> plan buffer, -1 if none */
+    char *live;                      /* value -> needed by the current kernel */
+    int *param;                      /* plan buffer -> parameter of the current kernel */
+    char *in_group;                  /* value -> output of the current kernel */
+    cdy_buf ir_pre, ir_post;         /* IR dumps (see cdy_plan.ir_pre / ir_post) */
+    int *val_nk;                     /* value -> number of kernels computing it */
+    int *val_k0;                     /* value -> first kernel computing it */
+    cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
+    int nbuffers;                    /* the plan's buffer count */
+    int max_kernels, max_steps;      /* capacity of plan->kernels and plan->steps */
+} cg_ctx;
+
+/* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
+ * check: 0, or -1 with a message (cg_fail).  emit: write the kernels of
+ * node v and append their steps (cg_kernel_begin / cg_kernel_end); 0 or -1. */
+int cg_check_reduce(cg_ctx *c, int v);
+int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
+
+#define CG_SPECIAL_KINDS(X)                                                  \
+    X('R', cg_check_reduce, cg_emit_reduce)
+
+/* 1 if node v of g is of a special kind. */
+int cg_is_special(const cdy_graph *g, int v);
+
+/* ---- shared helpers (codegen.c) ------------------------------------------ */
+int cg_fail(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *cg_strf(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cg_check_meta(cg_ctx *c, int v, const cdy_meta *m);
+int cg_is_extern(const cdy_graph *g, int v);
+/* 1 if v is loaded from a buffer by the current kernel. */
+int cg_is_leaf(cg_ctx *c, int v);
+/* Mark the values grp's outputs depend on, down to leaves (c->live, c->in_group). */
+void cg_mark_live(cg_ctx *c, const cg_group *grp);
+/* Broadcast strides of m in an iteration space of rank ndim. */
+void cg_broadcast_strides(const cdy_meta *m, int ndim, int64_t *out);
+/* The kernel's parameters (live leaves, then grp's outputs); count or -1. */
+int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops);
+int cg_first_out(const cg_operand *ops, int nops);
+/* Loop nest: size-1 dims dropped, ordered by the first output's strides, coalesced. */
+void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest *nest);
+void cg_indent(cdy_buf *b, int n);
+char *cg_scalar_literal(cg_ctx *c, const cdy_value *val);
+char *cg_cast(cg_ctx *c, const char *e, int from, int to);
+/* Name of value v in a kernel body: x<param> (leaf), t<v> (node), a literal. */
+char *cg_value_expr(cg_ctx *c, int v);
+/* Emit `T t<v> = <op expression>;` for pointwise node v. */
+int cg_emit_node(cg_ctx *c, int v, int ind);
+/* Emit the comment naming the fused ops and the kernel's signature. */
+void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops, int nops,
+                    const cg_nest *nest);
+void cg_ir_dims(cdy_buf *b, const int64_t *a, int n);
+void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o);
+/* Count the nodes kernel k computes (for the fusion decisions) and list them in b. */
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k, int skip);
+/* The number the next kernel of plan gets, or -1 (too many kernels). */
+int cg_kernel_begin(cg_ctx *c, cdy_plan *plan);
+/* Record kernel k with parameters ops[0..nops) and its step in plan. */
+void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops);
+
+/* ---- mathlib.c ------------------------------------------------------------ */
+/* Helpers every generated file starts with (vector math, Python division). */
+extern const char cg_prologue_math[];
+
+#endif /* CDY_CG_H */

@@ -1,0 +1,141 @@
+/* lower.c - the registry of composite lowerings and the node-building API
+ * they use (see trace.h).  The tables live in the area files; this file
+ * resolves their names to callables once, at the first trace. */
+#include "trace/trace.h"
+
+#include <string.h>
+
+static PyObject *lower_fns;    /* {callable: table << 16 | row} */
+
+/* Every area's table, in lookup order (an earlier registration wins). */
+static const cdy_lowering *const all_tables[] = {
+    cdy_lowerings_views, cdy_lowerings_rows, cdy_lowerings_reduce, cdy_lowerings_pool, NULL,
+};
+
+/* Module path of where-letter w, or NULL. */
+static const char *where_module(char w)
+{
+    switch (w) {
+    case 't': return "torch";
+    case 'f': return "torch.nn.functional";
+    case 'n': return "torch._C._nn";
+    case 's': return "torch.special";
+    case 'm': return "torch.Tensor";   /* resolved through Tensor below */
+    default: return NULL;
+    }
+}
+
+/* Register obj.<name> (when it exists and is callable) as row `code`; 0 or -1. */
+static int put_attr(PyObject *obj, const char *name, long code)
+{
+    PyObject *f = PyObject_GetAttrString(obj, name);
+    if (!f || !PyCallable_Check(f)) {
+        Py_XDECREF(f);
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *k = PyLong_FromLong(code);
+    int r = k ? PyDict_SetDefault(lower_fns, f, k) ? 0 : -1 : -1;
+    Py_XDECREF(k);
+    Py_DECREF(f);
+    return r;
+}
+
+/* Register one row of table t (row i) everywhere its `where` says; 0 or -1. */
+static int put_row(PyObject *torch, int t, int i)
+{
+    const cdy_lowering *row = &all_tables[t][i];
+    long code = (long)t << 16 | i;
+    for (const char *w = row->where; *w; w++) {
+        PyObject *obj = NULL;
+        if (*w == 'm')
+            obj = PyObject_GetAttrString(torch, "Tensor");
+        else if (where_module(*w))
+            obj = PyImport_ImportModule(where_module(*w));
+        if (!obj) {
+            PyErr_Clear();
+            continue;
+        }
+        int r = put_attr(obj, row->name, code);
+        Py_DECREF(obj);
+        if (r)
+            return -1;
+    }
+    return 0;
+}
+
+/* Resolve every table's names to callables; 0 or -1 with an error set. */
+int cdy_lower_init(PyObject *torch)
+{
+    if (lower_fns)
+        return 0;
+    if (!(lower_fns = PyDict_New()))
+        return -1;
+    for (int t = 0; all_tables[t]; t++)
+        for (int i = 0; all_tables[t][i].name; i++)
+            if (put_row(torch, t, i))
+                return -1;
+    return 0;
+}
+
+/* The lowering registered for callable fn, or NULL. */
+cdy_lower_fn cdy_lower_find(PyObject *fn)
+{
+    if (!lower_fns)
+        return NULL;
+    PyObject *k = PyDict_GetItemWithError(lower_fns, fn);
+    if (!k) {
+        PyErr_Clear();   /* unhashable callables are simply not registered */
+        return NULL;
+    }
+    long code = PyLong_AsLong(k);
+    return all_tables[code >> 16][code & 0xffff].fn;
+}
+
+/* A new node computing op over args with meta m; its value number or -1. */
+int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt)
+{
+    int idx;
+    if (nargs < 0 || nargs > CDY_MAX_NODE_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "internal error: %d node args", nargs);
+        return -1;
+    }
+    cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, &idx);
+    if (!gv)
+        return -1;
+    gv->meta = *m;
+    gv->op = op;
+    gv->nargs = nargs;
+    memcpy(gv->args, args, sizeof(int) * (size_t)nargs);
+    gv->compute_dtype = cdt;
+    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    return idx;
+}
+
+/* A new scalar value of dtype dt holding i or f; its number or -1. */
+static int scalar_add(tracer *tr, int dt, long long i, double f)
+{
+    int idx;
+    cdy_value *v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx);
+    if (!v)
+        return -1;
+    v->meta.dtype = dt;
+    v->i = i;
+    v->f = f;
+    return idx;
+}
+
+int cdy_scalar_int(tracer *tr, long long i)
+{
+    return scalar_add(tr, CDY_DT_INT64, i, 0);
+}
+
+int cdy_scalar_float(tracer *tr, double f)
+{
+    return scalar_add(tr, CDY_DT_FLOAT64, 0, f);
+}
+
+int cdy_scalar_bool(tracer *tr, int b)
+{
+    return scalar_add(tr, CDY_DT_BOOL, b != 0, 0);
+}
