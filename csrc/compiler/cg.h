@@ -60,7 +60,7 @@ typedef struct {
     int *val_k0;                     /* value -> first kernel computing it */
     cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
     int nbuffers;                    /* the plan's buffer count */
-    int max_kernels, max_steps;      /* capacity of plan->kernels and plan->steps */
+    int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -92,6 +92,9 @@ int cg_first_out(const cg_operand *ops, int nops);
 /* Loop nest: size-1 dims dropped, ordered by the first output's strides, coalesced. */
 void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest *nest);
 void cg_indent(cdy_buf *b, int n);
+/* Append operand o's index terms in nest ("<var><d> * stride", " + "-joined;
+ * *any: a term came before, set when one is written). */
+void cg_offset_terms(cdy_buf *b, const cg_nest *nest, int o, char var, int *any);
 char *cg_scalar_literal(cg_ctx *c, const cdy_value *val);
 char *cg_cast(cg_ctx *c, const char *e, int from, int to);
 /* Name of value v in a kernel body: x<param> (leaf), t<v> (node), a literal. */
@@ -104,7 +107,7 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
 void cg_ir_dims(cdy_buf *b, const int64_t *a, int n);
 void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o);
 /* Count the nodes kernel k computes (for the fusion decisions) and list them in b. */
-void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k, int skip);
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k);
 /* The number the next kernel of plan gets, or -1 (too many kernels). */
 int cg_kernel_begin(cg_ctx *c, cdy_plan *plan);
 /* Record kernel k with parameters ops[0..nops) and its step in plan. */

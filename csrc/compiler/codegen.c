@@ -384,9 +384,11 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
     plan->outputs = calloc((size_t)g->noutputs + 1, sizeof(int));
     plan->value_buffer = calloc((size_t)g->nvalues + 1, sizeof(int));
     plan->buffer_alloc = calloc((size_t)nbuf + 1, 1);
-    plan->steps = calloc((size_t)g->nvalues * 4 + 8, sizeof(cdy_step));
+    c->cap_steps = 4 * g->nvalues + 8;    /* kernels and externs together */
+    plan->steps = calloc((size_t)c->cap_steps, sizeof(cdy_step));
+    plan->kernels = calloc((size_t)c->cap_steps, sizeof(cdy_kernel_desc));
     if (!plan->buffers || !plan->outputs || !plan->value_buffer || !plan->buffer_alloc ||
-        !plan->steps)
+        !plan->steps || !plan->kernels)
         return cg_fail(c, "out of memory");
     plan->nvalues = g->nvalues;
     plan->ninputs = g->ninputs;
@@ -603,21 +605,28 @@ void cg_indent(cdy_buf *b, int n)
         cdy_buf_puts(b, "    ");
 }
 
-/* Append the element offset of operand o in the nest: sum of i_d * stride. */
-static void cg_emit_offset(cdy_buf *b, const cg_nest *nest, int o)
+/* Append operand o's terms in nest, " + "-separated: <var><d> * stride for
+ * each loop d with a nonzero stride; *any says whether a term came before. */
+void cg_offset_terms(cdy_buf *b, const cg_nest *nest, int o, char var, int *any)
 {
-    int any = 0;
     for (int d = 0; d < nest->ndim; d++) {
         int64_t s = nest->stride[o][d];
         if (s == 0)
             continue;
-        cdy_buf_puts(b, any ? " + " : "");
+        cdy_buf_puts(b, *any ? " + " : "");
         if (s == 1)
-            cdy_buf_printf(b, "i%d", d);
+            cdy_buf_printf(b, "%c%d", var, d);
         else
-            cdy_buf_printf(b, "i%d * %lldLL", d, (long long)s);
-        any = 1;
+            cdy_buf_printf(b, "%c%d * %lldLL", var, d, (long long)s);
+        *any = 1;
     }
+}
+
+/* Append the element offset of operand o in the nest: sum of i_d * stride. */
+static void cg_emit_offset(cdy_buf *b, const cg_nest *nest, int o)
+{
+    int any = 0;
+    cg_offset_terms(b, nest, o, 'i', &any);
     if (!any)
         cdy_buf_puts(b, "0");
 }
@@ -1018,13 +1027,13 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_nest *nest, int64_t n
 }
 
 /* Append "  fuses: %v op, ..." for the nodes kernel k computes (live, not
- * leaves, not `skip`) and count them in val_nk/val_k0 for the decisions. */
-void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k, int skip)
+ * leaves) and count them in val_nk/val_k0 for the decisions. */
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k)
 {
     int n = 0;
     cdy_buf_puts(b, "  fuses:");
     for (int v = 0; v < c->g->nvalues; v++) {
-        if (v == skip || !c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
+        if (!c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
             continue;
         cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
         if (c->val_nk[v]++ == 0)
@@ -1044,7 +1053,7 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
                       "first output's strides and coalescing: ", (long long)numel);
     cg_ir_dims(b, nest->size, nest->ndim);
     cdy_buf_puts(b, "\n");
-    cg_ir_fuses(c, b, k, -1);
+    cg_ir_fuses(c, b, k);
     for (int o = 0; o < nops; o++) {
         cdy_buf_puts(b, ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(b, ops, nops, o);
@@ -1083,12 +1092,26 @@ static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
         cdy_buf_puts(b, "  all outputs share one iteration space: one kernel\n");
 }
 
-/* The number the next kernel of plan gets, or -1 with a message. */
+/* 0 if plan has room for one more step, else -1 with a message. */
+static int cg_step_room(cg_ctx *c, const cdy_plan *plan)
+{
+    return plan->nsteps < c->cap_steps ? 0
+                                       : cg_fail(c, "too many steps (more than %d)", c->cap_steps);
+}
+
+/* Append step st to plan; 0, or -1 with a message when the plan is full. */
+static int cg_push_step(cg_ctx *c, cdy_plan *plan, cdy_step st)
+{
+    if (cg_step_room(c, plan))
+        return -1;
+    plan->steps[plan->nsteps++] = st;
+    return 0;
+}
+
+/* The number the next kernel of plan gets (its step has room), or -1. */
 int cg_kernel_begin(cg_ctx *c, cdy_plan *plan)
 {
-    if (plan->nkernels >= c->max_kernels || plan->nsteps >= c->max_steps)
-        return cg_fail(c, "too many kernels");
-    return plan->nkernels;
+    return cg_step_room(c, plan) ? -1 : plan->nkernels;
 }
 
 /* Record kernel k (symbol kernel_<k>, parameters ops' buffers) and its step. */
@@ -1191,10 +1214,6 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     const cdy_graph *g = c->g;
     if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
         return -1;
-    c->max_kernels = c->max_steps = 4 * g->nvalues + 8;
-    plan->kernels = calloc((size_t)c->max_kernels, sizeof(cdy_kernel_desc));
-    if (!plan->kernels)
-        return cg_fail(c, "out of memory");
     cg_emit_prologue(c);
     cg_ir_pre(c);
     cdy_buf_printf(&c->ir_post, "# loop IR after fusion, %d thread%s; bufN is a plan buffer, "
@@ -1211,7 +1230,8 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
             continue;
         if (cg_emit_segment(c, plan, lo, v))
             return -1;
-        plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]};
+        if (cg_push_step(c, plan, (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]}))
+            return -1;
         cdy_buf_printf(&c->ir_post, "extern %%%d -> buf%d: runs through torch (not lowered); "
                        "kernels before and after it are separate\n", v, c->val_buf[v]);
         lo = v + 1;

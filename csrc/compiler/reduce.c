@@ -50,20 +50,8 @@ int cg_check_reduce(cg_ctx *c, int v)
 static void cg_red_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int o)
 {
     int any = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const cg_nest *n = pass ? rn : on;
-        for (int d = 0; d < n->ndim; d++) {
-            int64_t s = n->stride[o][d];
-            if (s == 0)
-                continue;
-            cdy_buf_puts(b, any ? " + " : "");
-            if (s == 1)
-                cdy_buf_printf(b, "%c%d", pass ? 'r' : 'i', d);
-            else
-                cdy_buf_printf(b, "%c%d * %lldLL", pass ? 'r' : 'i', d, (long long)s);
-            any = 1;
-        }
-    }
+    cg_offset_terms(b, on, o, 'i', &any);
+    cg_offset_terms(b, rn, o, 'r', &any);
     if (!any)
         cdy_buf_puts(b, "0");
 }
@@ -154,7 +142,7 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
     cdy_buf_puts(ir, ", reduced loops ");
     cg_ir_dims(ir, rn->size, rn->ndim);
     cdy_buf_printf(ir, ", accumulator %s\n", acct);
-    cg_ir_fuses(c, ir, k, -1);
+    cg_ir_fuses(c, ir, k);
     for (int o = 0; o < nops; o++) {
         cdy_buf_puts(ir, ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, ops, nops, o);
