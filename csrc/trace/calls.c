@@ -56,28 +56,19 @@ static int arg_value(tracer *tr, tvar *a)
     if (a->kind != TV_CONST)
         return -1;
     PyObject *o = a->obj;
-    int idx;
-    cdy_value *v;
-    if (PyBool_Check(o) || PyLong_CheckExact(o)) {
+    if (PyBool_Check(o))
+        return cdy_scalar_bool(tr, o == Py_True);
+    if (PyLong_CheckExact(o)) {
         long long i = PyLong_AsLongLong(o);
         if (i == -1 && PyErr_Occurred()) {
             PyErr_Clear();
             return -1;
         }
-        if (!(v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx)))
-            return -1;
-        v->meta.dtype = PyBool_Check(o) ? CDY_DT_BOOL : CDY_DT_INT64;
-        v->i = i;
+        return cdy_scalar_int(tr, i);
     }
-    else if (PyFloat_CheckExact(o)) {
-        if (!(v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx)))
-            return -1;
-        v->meta.dtype = CDY_DT_FLOAT64;
-        v->f = PyFloat_AS_DOUBLE(o);
-    }
-    else
-        return -1;
-    return idx;
+    if (PyFloat_CheckExact(o))
+        return cdy_scalar_float(tr, PyFloat_AS_DOUBLE(o));
+    return -1;
 }
 
 /* The Python value of argument a for a call on fakes: tensors are their
@@ -403,13 +394,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
 /* The result tvar of lowered call `call` (node v), its pynode recorded. */
 tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
 {
-    tvar *r = cdy_tv_new(tr, TV_TENSOR);
-    if (!r || add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, v))
+    if (add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, v))
         return NULL;
-    r->obj = call->out;
-    r->value = v;
-    r->tp = (PyTypeObject *)cdy_tensor_type;
-    return r;
+    return cdy_tensor_tvar(tr, call->out, v);
 }
 
 /* fn(*args) with tensor args as an extern node (see trace.h). */

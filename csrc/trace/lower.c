@@ -1,9 +1,7 @@
-/* lower.c - the registry of composite lowerings and the node-building API
- * they use (see trace.h).  The tables live in the area files; this file
- * resolves their names to callables once, at the first trace. */
+/* lower.c - the registry of composite lowerings (see trace.h).  The tables
+ * live in the area files; this file resolves their names to callables once,
+ * at the first trace.  The node-building API they use is in vars.c. */
 #include "trace/trace.h"
-
-#include <string.h>
 
 static PyObject *lower_fns;    /* {callable: table << 16 | row} */
 
@@ -12,7 +10,7 @@ static const cdy_lowering *const all_tables[] = {
     cdy_lowerings_views, cdy_lowerings_rows, cdy_lowerings_reduce, cdy_lowerings_pool, NULL,
 };
 
-/* Module path of where-letter w, or NULL. */
+/* Module path of where-letter w ('m', Tensor, is resolved by put_row), or NULL. */
 static const char *where_module(char w)
 {
     switch (w) {
@@ -20,7 +18,6 @@ static const char *where_module(char w)
     case 'f': return "torch.nn.functional";
     case 'n': return "torch._C._nn";
     case 's': return "torch.special";
-    case 'm': return "torch.Tensor";   /* resolved through Tensor below */
     default: return NULL;
     }
 }
@@ -90,52 +87,4 @@ cdy_lower_fn cdy_lower_find(PyObject *fn)
     }
     long code = PyLong_AsLong(k);
     return all_tables[code >> 16][code & 0xffff].fn;
-}
-
-/* A new node computing op over args with meta m; its value number or -1. */
-int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt)
-{
-    int idx;
-    if (nargs < 0 || nargs > CDY_MAX_NODE_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "internal error: %d node args", nargs);
-        return -1;
-    }
-    cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, &idx);
-    if (!gv)
-        return -1;
-    gv->meta = *m;
-    gv->op = op;
-    gv->nargs = nargs;
-    memcpy(gv->args, args, sizeof(int) * (size_t)nargs);
-    gv->compute_dtype = cdt;
-    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
-    return idx;
-}
-
-/* A new scalar value of dtype dt holding i or f; its number or -1. */
-static int scalar_add(tracer *tr, int dt, long long i, double f)
-{
-    int idx;
-    cdy_value *v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx);
-    if (!v)
-        return -1;
-    v->meta.dtype = dt;
-    v->i = i;
-    v->f = f;
-    return idx;
-}
-
-int cdy_scalar_int(tracer *tr, long long i)
-{
-    return scalar_add(tr, CDY_DT_INT64, i, 0);
-}
-
-int cdy_scalar_float(tracer *tr, double f)
-{
-    return scalar_add(tr, CDY_DT_FLOAT64, 0, f);
-}
-
-int cdy_scalar_bool(tracer *tr, int b)
-{
-    return scalar_add(tr, CDY_DT_BOOL, b != 0, 0);
 }

@@ -96,8 +96,17 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard);
 /* A new graph value; NULL when stopped. */
 cdy_value *cdy_graph_add(tracer *tr, int kind, int *index);
 int cdy_read_meta(tracer *tr, PyObject *x, cdy_meta *m);
+/* A new node computing op over args (value numbers) with meta m and compute
+ * dtype cdt (no pynode); its value number, or -1 when stopped. */
+int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt);
+/* A new scalar value (int64, float64 or bool); its number, or -1 when stopped. */
+int cdy_scalar_int(tracer *tr, long long i);
+int cdy_scalar_float(tracer *tr, double f);
+int cdy_scalar_bool(tracer *tr, int b);
 /* A TENSOR tvar for a new graph node with output fake `out` (made meta if it is not). */
 tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index);
+/* A TENSOR tvar for graph value `value` whose fake is `fake`; NULL when stopped. */
+tvar *cdy_tensor_tvar(tracer *tr, PyObject *fake, int value);
 tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
@@ -162,13 +171,6 @@ extern const cdy_lowering cdy_lowerings_pool[];
 int cdy_lower_init(PyObject *torch);
 /* The lowering registered for callable fn, or NULL. */
 cdy_lower_fn cdy_lower_find(PyObject *fn);
-/* A new node computing op over args (value numbers) with meta m and compute
- * dtype cdt (no pynode); its value number, or -1 when stopped. */
-int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt);
-/* A new scalar value (int64, float64 or bool); its number, or -1 when stopped. */
-int cdy_scalar_int(tracer *tr, long long i);
-int cdy_scalar_float(tracer *tr, double f);
-int cdy_scalar_bool(tracer *tr, int b);
 /* The TV_TENSOR of a lowered call's result node v (its fake is call->out,
  * whose meta v must have), with the call recorded as v's pynode (the eager
  * backend replays it; a realized view runs it).  NULL when stopped. */

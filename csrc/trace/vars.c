@@ -259,16 +259,70 @@ tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index)
     cdy_meta m;
     if (cdy_read_meta(tr, out, &m))
         return NULL;
-    cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, index);
-    tvar *v = gv ? cdy_tv_new(tr, TV_TENSOR) : NULL;
+    if ((*index = cdy_node_add(tr, CDY_OP_EXTERN, NULL, 0, &m, m.dtype)) < 0)
+        return NULL;
+    return cdy_tensor_tvar(tr, out, *index);
+}
+
+/* A TENSOR tvar for graph value `value` whose fake is `fake`; NULL when stopped. */
+tvar *cdy_tensor_tvar(tracer *tr, PyObject *fake, int value)
+{
+    tvar *v = cdy_tv_new(tr, TV_TENSOR);
     if (!v)
         return NULL;
-    gv->meta = m;
-    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
-    v->obj = out;
-    v->value = *index;
+    v->obj = fake;
+    v->value = value;
     v->tp = (PyTypeObject *)cdy_tensor_type;
     return v;
+}
+
+/* A new node computing op over args with meta m; its value number or -1. */
+int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt)
+{
+    int idx;
+    if (nargs < 0 || nargs > CDY_MAX_NODE_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "internal error: %d node args", nargs);
+        return -1;
+    }
+    cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, &idx);
+    if (!gv)
+        return -1;
+    gv->meta = *m;
+    gv->op = op;
+    gv->nargs = nargs;
+    if (nargs)
+        memcpy(gv->args, args, sizeof(int) * (size_t)nargs);
+    gv->compute_dtype = cdt;
+    gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    return idx;
+}
+
+/* A new scalar value of dtype dt holding i or f; its number or -1. */
+static int scalar_add(tracer *tr, int dt, long long i, double f)
+{
+    int idx;
+    cdy_value *v = cdy_graph_add(tr, CDY_VAL_SCALAR, &idx);
+    if (!v)
+        return -1;
+    v->meta.dtype = dt;
+    v->i = i;
+    v->f = f;
+    return idx;
+}
+
+int cdy_scalar_int(tracer *tr, long long i)
+{
+    return scalar_add(tr, CDY_DT_INT64, i, 0);
+}
+
+int cdy_scalar_float(tracer *tr, double f)
+{
+    return scalar_add(tr, CDY_DT_FLOAT64, 0, f);
+}
+
+int cdy_scalar_bool(tracer *tr, int b)
+{
+    return scalar_add(tr, CDY_DT_BOOL, b != 0, 0);
 }
 
 /* ---- wrapping values read from the frame ----------------------------------- */
