@@ -311,6 +311,30 @@ def test_disk_cache_across_processes(tmp_path):
     assert third["kernels_compiled"] >= 1 and third["disk_cache_hits"] == 0
 
 
+POINTWISE_NO_TORCH_META = """
+import sys, torch, cdynamo
+@cdynamo.optimize
+def f(x, y):
+    a = torch.where(x > 0, x * 2.0, -y) + 1
+    return torch.sigmoid(a).float() / (y.abs() + 1), (x < y) | (x == 0)
+x = torch.randn(4, 6)
+y = torch.randn(6, 4).t()
+out = f(x, y)
+ref = (torch.sigmoid(torch.where(x > 0, x * 2.0, -y) + 1) / (y.abs() + 1), (x < y) | (x == 0))
+torch.testing.assert_close(out, ref)
+assert out[0].stride() == ref[0].stride(), (out[0].stride(), ref[0].stride())
+print("DYNAMO", "torch._dynamo" in sys.modules)
+"""
+
+
+def test_pointwise_trace_runs_no_torch_meta_function(tmp_path):
+    # torch 2.13's pointwise meta functions are Python refs whose first call
+    # imports torch._dynamo (~1.2 s): C rules give lowered pointwise ops their meta
+    r = run_python(POINTWISE_NO_TORCH_META, cache_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "DYNAMO False" in r.stdout, r.stdout
+
+
 def test_disk_cache_in_process_after_reset():
     x = torch.randn(9)
     g = lambda a: torch.tanh(a) * 3  # noqa: E731

@@ -295,24 +295,13 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
     return cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
 }
 
-/* Call fn(*args) where args hold tensors: run it on the fakes for the
- * output meta; add a pointwise node for op when it is one we lower, else an
- * extern node.  `query`: the result is a constant (size(), dim(), ...). */
-static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tvar **args,
-                         int nargs, PyObject *kwnames, int query)
+/* fn(*args) run on the fakes (tensors are their fakes): its result, kept by
+ * the trace, or NULL with the trace stopped (ERROR when torch raised). */
+static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                           PyObject *kwnames)
 {
     PyObject *pyargs[CDY_MAX_CALL_ARGS];
-    if (nargs > CDY_MAX_CALL_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many arguments", what);
-        return NULL;
-    }
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nkw == 1 && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_inplace) == 0 &&
-        args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_False) {
-        nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
-        kwnames = NULL;
-        nkw = 0;
-    }
     for (int i = 0; i < nargs; i++)
         if (!(pyargs[i] = fake_arg(tr, args[i]))) {
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: argument %d is not a tensor, constant "
@@ -329,6 +318,35 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
         return NULL;
     }
+    return out;
+}
+
+/* Call fn(*args) where args hold tensors: run it on the fakes for the
+ * output meta; add a pointwise node for op when it is one we lower, else an
+ * extern node.  `query`: the result is a constant (size(), dim(), ...). */
+static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tvar **args,
+                         int nargs, PyObject *kwnames, int query)
+{
+    if (nargs > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many arguments", what);
+        return NULL;
+    }
+    if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
+        PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_inplace) == 0 &&
+        args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_False) {
+        nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
+        kwnames = NULL;
+    }
+    tvar *bound[CDY_MAX_NODE_ARGS];
+    int nbound = op != CDY_OP_NONE && !query ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound)
+                                             : -1;
+    /* a lowered pointwise op's meta comes from C rules when they cover the call */
+    PyObject *out = nbound >= 0 ? cdy_meta_pointwise(tr, op, fn, bound, nbound) : NULL;
+    int c_meta = out != NULL;
+    if (tr->t->status != CDY_TRACE_OK)
+        return NULL;
+    if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
+        return NULL;
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
                   !PyTuple_Check(out) && !PyList_Check(out) && cdy_is_const(out))) {
         /* a value fixed by the (guarded) meta and constants: a constant */
@@ -354,8 +372,6 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                     Py_TYPE(out)->tp_name);
         return NULL;
     }
-    tvar *bound[CDY_MAX_NODE_ARGS];
-    int nbound = op != CDY_OP_NONE ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound) : -1;
     int pointwise = nbound >= 0;
     int argv[CDY_MAX_NODE_ARGS], ntensors = 0;
     if (pointwise)
@@ -370,7 +386,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     }
     if (pointwise && eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
-    if (pointwise && !(out = canonical_strides(tr, out)))
+    if (pointwise && !c_meta && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
     tvar *v = cdy_tensor_node(tr, out, &idx);

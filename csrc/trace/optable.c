@@ -200,6 +200,12 @@ int cdy_dtype_from_obj(PyObject *dtype)
     return CDY_DT_NONE;
 }
 
+/* The torch.dtype object of cdy_dtype dt (borrowed; the table is built at init). */
+PyObject *cdy_dtype_obj(int dt)
+{
+    return dtype_objs[dt];
+}
+
 /* The cdy_dtype of dt, a new reference to a torch.dtype (consumed; NULL
  * allowed), or CDY_DT_NONE.  Leaves no error set. */
 int cdy_dtype_take(PyObject *dt)

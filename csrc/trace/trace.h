@@ -105,6 +105,8 @@ int cdy_scalar_float(tracer *tr, double f);
 int cdy_scalar_bool(tracer *tr, int b);
 /* A TENSOR tvar for a new graph node with output fake `out` (made meta if it is not). */
 tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index);
+/* A new meta tensor with meta m, kept by the trace; NULL when stopped. */
+PyObject *cdy_fake_from_meta(tracer *tr, const cdy_meta *m);
 /* A TENSOR tvar for graph value `value` whose fake is `fake`; NULL when stopped. */
 tvar *cdy_tensor_tvar(tracer *tr, PyObject *fake, int value);
 tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
@@ -124,6 +126,12 @@ PyObject *cdy_operator_fn(int slot, const char *name);
 tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
+
+/* ---- meta.c ---- */
+/* A fake for pointwise op `op` over its bound args (called as fn), its meta
+ * (sizes, strides, dtype) computed in C as CPU's TensorIterator does; NULL
+ * with no error when the rules do not cover the call (run torch instead). */
+PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int n);
 
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]
@@ -181,6 +189,7 @@ int cdy_optable_init(PyObject *torch);
 int cdy_optable_fn(PyObject *callable);     /* op or CDY_OP_NONE */
 int cdy_optable_method(PyObject *name);     /* op or CDY_OP_NONE */
 int cdy_dtype_from_obj(PyObject *dtype);    /* cdy_dtype or CDY_DT_NONE */
+PyObject *cdy_dtype_obj(int dt);            /* the torch.dtype (borrowed) */
 int cdy_dtype_take(PyObject *dt);           /* consumes dt (may be NULL); cdy_dtype or NONE */
 int cdy_result_dtype(PyObject *a, PyObject *b);   /* torch.result_type(a, b) or NONE */
 

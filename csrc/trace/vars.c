@@ -233,6 +233,27 @@ static PyObject *make_fake(PyObject *x, PyObject *dtype)
     return r;
 }
 
+/* A new meta tensor with meta m, kept by the trace; NULL when stopped. */
+PyObject *cdy_fake_from_meta(tracer *tr, const cdy_meta *m)
+{
+    PyObject *size = PyTuple_New(m->ndim), *stride = PyTuple_New(m->ndim), *r = NULL;
+    for (int d = 0; size && stride && d < m->ndim; d++) {
+        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(m->sizes[d]));
+        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(m->strides[d]));
+    }
+    if (size && stride && !PyErr_Occurred()) {
+        PyObject *args[4] = {size, stride, cdy_dtype_obj(m->dtype), meta_str};
+        r = PyObject_Vectorcall(empty_strided, args, 2, meta_kw);
+    }
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    if (!r || !cdy_tr_keep(tr, r)) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+        return NULL;
+    }
+    return r;
+}
+
 /* 1 if tensor x lives on the meta device. */
 static int is_meta(PyObject *x)
 {

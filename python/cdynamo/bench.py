@@ -14,6 +14,9 @@ For each workload the harness
   5. for memory-bound ("pointwise") workloads, converts the time into GB/s (bytes read +
      written / median time) and a share of the measured copy bandwidth.
 
+Once per run it also measures the warm start of each compiler: the first call of a small
+pointwise function in a new process whose disk cache a previous process filled.
+
 A system that fails (cannot be imported, raises, or gives a wrong result) is reported in
 its row (ok = false, error = message) and the run goes on.  With ``--isolate`` every
 workload runs in a child process, so even a crash (segfault) in a compiled system is
@@ -640,6 +643,59 @@ def warm_up(systems: Systems, progress: Progress) -> dict:
     return out
 
 
+WARM_START_SCRIPT = """
+import sys, time
+import torch
+{imp}
+def f(x, y):
+    return torch.sigmoid(x * y + 1) * y
+x, y = torch.randn(1024), torch.randn(1024)
+g = {build}
+t0 = time.perf_counter()
+out = g(x, y)
+t1 = time.perf_counter()
+torch.testing.assert_close(out, f(x, y))
+print("WARM_START", t1 - t0)
+"""
+
+WARM_START_SYSTEMS = {
+    "inductor": ("", "torch.compile(f)"),
+    "cdynamo": ("import cdynamo", "cdynamo.optimize(f)"),
+}
+
+
+def measure_warm_start(systems: Systems, progress: Progress) -> dict:
+    """Seconds of the first call of a small pointwise function in a new process whose
+    compiler disk cache is already filled (a second process after a first one): the
+    time a restarted program waits before compiled code runs.  Imports are excluded."""
+    out: dict = {"inductor": None, "cdynamo": None}
+    for s, (imp, build) in WARM_START_SYSTEMS.items():
+        if not systems.enabled[s] or (s == "cdynamo" and systems.cdynamo_error):
+            continue
+        progress.update(f"warm start {s}")
+        env = dict(os.environ)
+        env["CDYNAMO_CACHE_DIR"] = os.path.join(systems.cache_root, "warm", "cdynamo")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(systems.cache_root, "warm", "inductor")
+        code = WARM_START_SCRIPT.format(imp=imp, build=build)
+        times = []
+        for _ in range(2):   # the first fills the cache, the second is measured
+            try:
+                p = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                   text=True, env=env, timeout=600)
+            except (OSError, subprocess.SubprocessError) as e:
+                sys.stderr.write(f"\nwarning: {s} warm start failed: {_err(e, 300)}\n")
+                break
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("WARM_START ")]
+            if p.returncode != 0 or not line:
+                sys.stderr.write(f"\nwarning: {s} warm start failed: "
+                                 f"{(p.stderr or p.stdout).strip()[-300:]}\n")
+                break
+            times.append(float(line[0].split()[1]))
+        if len(times) == 2:
+            out[s] = round(times[1], 4)
+    return out
+
+
 # --------------------------------------------------------------------------- one workload
 
 def empty_row(w: Workload) -> dict:
@@ -888,7 +944,7 @@ def run_isolated(w: Workload, args, systems: Systems, progress: Progress) -> dic
 # --------------------------------------------------------------------------- output
 
 def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
-                file=sys.stdout):
+                file=sys.stdout, warm_start: Optional[dict] = None):
     bw = machine.get("bandwidth_gbps") or {}
     print(f"cdynamo bench | {machine['cpu_model']} | {machine['cores']} cores, "
           f"{machine['threads']} threads | torch {machine['torch_version']} | "
@@ -900,6 +956,10 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     if st:
         print("one-time start-up (first compile in this process, not in 'comp s'): "
               + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()), file=file)
+    ws = {k: v for k, v in (warm_start or {}).items() if v is not None}
+    if ws:
+        print("warm start (first call in a new process, disk cache filled, imports excluded): "
+              + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in ws.items()), file=file)
     head = ["workload", "kind", "eager us", "inductor us", "cdynamo us", "ind x", "cdy x",
             "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "status"]
     body = []
@@ -1101,6 +1161,7 @@ def parent_main(args, cache_root: str) -> int:
     startup = {"inductor": None, "cdynamo": None}
     if not args.isolate:
         startup = warm_up(systems, progress)
+    warm_start = measure_warm_start(systems, progress)
     phase = Phase(None)
     rows = []
     t_start = time.perf_counter()
@@ -1132,10 +1193,11 @@ def parent_main(args, cache_root: str) -> int:
                    "cdynamo": not args.no_cdynamo, "isolate": args.isolate,
                    "inductor_budget_s": args.inductor_budget},
         "startup_s": startup,
+        "warm_start_s": warm_start,
         "total_s": round(time.perf_counter() - t_start, 2),
         "rows": rows,
     }
-    print_table(rows, machine, startup)
+    print_table(rows, machine, startup, warm_start=warm_start)
     if args.json:
         d = os.path.dirname(os.path.abspath(args.json))
         os.makedirs(d, exist_ok=True)

@@ -1,0 +1,355 @@
+/* meta.c - the result meta of lowered pointwise ops, computed in C as CPU's
+ * TensorIterator computes it: broadcast sizes, torch's type promotion, and
+ * the output strides (the "fast setup" layouts, else input strides ordered
+ * dimension by dimension).
+ *
+ * Why: in torch 2.13 the meta functions of pointwise ops are Python refs, and
+ * the first of them in a process imports torch._dynamo (about 1.2 s); each
+ * later one costs tens of microseconds.  A function of pointwise ops is now
+ * traced without running torch at all, so a warm start from the disk cache
+ * takes milliseconds.  Anything these rules do not cover (other ops, a cast
+ * with dtype=, empty tensors, arguments torch would reject) returns "not
+ * handled" and the tracer runs torch's meta function as before. */
+#include "trace/trace.h"
+
+#include <string.h>
+
+/* Result dtype rule of each op whose meta is computed here:
+ * X(op, rule): D torch.result_type of the args (unary: the input's dtype),
+ * F D, then integer/bool -> the default float dtype, B bool,
+ * L D, then bool -> int64 (pow), A the first arg's dtype (float-only ops:
+ * the binding rejected the rest), W where: result_type of args 1 and 2,
+ * with a bool condition, 1..6 a fixed cast target (float, double, int, long,
+ * bool, byte), S the op has no Scalar overload: every arg must be a tensor. */
+#define CDY_META_RULES(X)                                                    \
+    X(ADD, 'D') X(SUB, 'D') X(MUL, 'D') X(DIV, 'F')                          \
+    X(MAXIMUM, 'S') X(MINIMUM, 'S') X(NEG, 'D') X(ABS, 'D') X(EXP, 'F')      \
+    X(LOG, 'F') X(SQRT, 'F') X(RELU, 'D') X(SIGMOID, 'F') X(TANH, 'F')       \
+    X(EQ, 'B') X(NE, 'B') X(LT, 'B') X(LE, 'B') X(GT, 'B') X(GE, 'B')        \
+    X(WHERE, 'W') X(DIV_FLOOR, 'D') X(DIV_TRUNC, 'D') X(REMAINDER, 'D')      \
+    X(FMOD, 'D') X(POW, 'L') X(SIGN, 'D') X(EXPM1, 'F') X(LOG1P, 'F')        \
+    X(LOG2, 'F') X(LOG10, 'F') X(RSQRT, 'F') X(RECIPROCAL, 'F') X(SIN, 'F')  \
+    X(COS, 'F') X(TAN, 'F') X(ERF, 'F') X(FLOOR, 'D') X(CEIL, 'D')           \
+    X(ROUND, 'D') X(TRUNC, 'D') X(LEAKY_RELU, 'A') X(GELU, 'A')              \
+    X(SILU, 'A') X(HARDSWISH, 'A') X(HARDSIGMOID, 'A') X(SOFTPLUS, 'A')      \
+    X(MISH, 'A') X(ISNAN, 'B') X(ISINF, 'B') X(ISFINITE, 'B')                \
+    X(BITWISE_AND, 'D') X(BITWISE_OR, 'D') X(BITWISE_XOR, 'D')               \
+    X(BITWISE_NOT, 'D') X(TO_FLOAT, 1) X(TO_DOUBLE, 2) X(TO_INT, 3)          \
+    X(TO_LONG, 4) X(TO_BOOL, 5) X(TO_BYTE, 6)
+
+static const char meta_rule[CDY_OP_COUNT] = {
+#define CDY_X(op, r) [CDY_OP_##op] = r,
+    CDY_META_RULES(CDY_X)
+#undef CDY_X
+};
+
+static const int cast_target[7] = {CDY_DT_NONE, CDY_DT_FLOAT32, CDY_DT_FLOAT64, CDY_DT_INT32,
+                                   CDY_DT_INT64, CDY_DT_BOOL, CDY_DT_UINT8};
+
+/* One operand of the iteration: sizes and element strides (0-dim for a number). */
+typedef struct {
+    int ndim;
+    const int64_t *sizes, *strides;
+} mt_operand;
+
+/* 1 if the operand's strides are those of a contiguous tensor (size-1 dims ignored). */
+static int mt_contiguous(const mt_operand *o)
+{
+    int64_t expect = 1;
+    for (int d = o->ndim - 1; d >= 0; d--) {
+        if (o->sizes[d] == 1)
+            continue;
+        if (o->strides[d] != expect)
+            return 0;
+        expect *= o->sizes[d];
+    }
+    return 1;
+}
+
+/* Canonical channels_last strides of 4-d sizes s into st. */
+static void mt_channels_last_strides(const int64_t *s, int64_t *st)
+{
+    st[1] = 1;
+    st[3] = s[1] > 1 ? s[1] : 1;
+    st[2] = st[3] * (s[3] > 1 ? s[3] : 1);
+    st[0] = st[2] * (s[2] > 1 ? s[2] : 1);
+}
+
+/* 1 if the operand is channels_last-contiguous (4-d; size-1 dims ignored). */
+static int mt_channels_last(const mt_operand *o)
+{
+    static const int order[4] = {1, 3, 2, 0};   /* innermost first */
+    if (o->ndim != 4)
+        return 0;
+    int64_t expect = 1;
+    for (int k = 0; k < 4; k++) {
+        int d = order[k];
+        if (o->sizes[d] == 1)
+            continue;
+        if (o->strides[d] != expect)
+            return 0;
+        expect *= o->sizes[d];
+    }
+    return 1;
+}
+
+/* 1 if the operand's elements are dense and do not overlap, in some order. */
+static int mt_dense(const mt_operand *o)
+{
+    int idx[CDY_MAX_NDIM], n = 0;
+    for (int d = 0; d < o->ndim; d++)
+        if (o->sizes[d] != 1)
+            idx[n++] = d;
+    for (int i = 1; i < n; i++)                 /* sort by stride, ascending */
+        for (int j = i; j > 0 && o->strides[idx[j - 1]] > o->strides[idx[j]]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    int64_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (o->strides[idx[i]] != expect)
+            return 0;
+        expect *= o->sizes[idx[i]];
+    }
+    return 1;
+}
+
+/* Contiguous strides of sizes s (ndim n) into st. */
+static void mt_contiguous_strides(const int64_t *s, int n, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= s[d] > 1 ? s[d] : 1;
+    }
+}
+
+/* Broadcast the operands' sizes into m (sizes, ndim) and say whether every
+ * operand has the same shape (TensorIterator's all_ops_same_shape_); 0, or -1
+ * when the sizes do not broadcast. */
+static int mt_shape(const mt_operand *ops, int n, cdy_meta *m, int *same)
+{
+    int has_scalars = 0, has_tensors = 0;
+    m->ndim = 0;
+    *same = 1;
+    for (int i = 0; i < n; i++) {
+        const mt_operand *o = &ops[i];
+        if (o->ndim == 0)
+            has_scalars = 1;
+        else
+            has_tensors = 1;
+        if (has_scalars && has_tensors)
+            *same = 0;
+        if (m->ndim == 0) {
+            m->ndim = o->ndim;
+            memcpy(m->sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+            continue;
+        }
+        int nd = o->ndim > m->ndim ? o->ndim : m->ndim;
+        int64_t out[CDY_MAX_NDIM];
+        for (int d = 0; d < nd; d++) {
+            int a = d - (nd - m->ndim), b = d - (nd - o->ndim);
+            int64_t sa = a >= 0 ? m->sizes[a] : 1, sb = b >= 0 ? o->sizes[b] : 1;
+            if (sa != sb && sa != 1 && sb != 1)
+                return -1;
+            if (sa != sb || o->ndim != m->ndim)
+                *same = 0;
+            out[d] = sa == 1 ? sb : sa;
+        }
+        m->ndim = nd;
+        memcpy(m->sizes, out, sizeof(int64_t) * (size_t)nd);
+    }
+    return 0;
+}
+
+/* Operand o's stride on iteration dim d of an ndim-dim space (0 where broadcast). */
+static int64_t mt_stride(const mt_operand *o, const cdy_meta *m, int d)
+{
+    int od = d - (m->ndim - o->ndim);
+    if (od < 0 || (o->sizes[od] == 1 && m->sizes[d] != 1))
+        return 0;
+    return o->strides[od];
+}
+
+/* TensorIterator's comparison of dims a and b: 1 to swap, -1 to keep, 0 undecided. */
+static int mt_should_swap(const mt_operand *ops, int n, const cdy_meta *m, int a, int b)
+{
+    for (int i = 0; i < n; i++) {
+        int64_t s0 = mt_stride(&ops[i], m, a), s1 = mt_stride(&ops[i], m, b);
+        if (s0 == 0 || s1 == 0)
+            continue;
+        if (s0 < s1)
+            return -1;
+        if (s0 > s1)
+            return 1;
+        if (m->sizes[a] > m->sizes[b])
+            return 1;
+    }
+    return 0;
+}
+
+/* Output strides by TensorIterator's reorder_dimensions: dims sorted fastest
+ * first by the inputs' strides (insertion sort with undecided comparisons),
+ * contiguous when that order is the reverse of the dims. */
+static void mt_reorder_strides(const mt_operand *ops, int n, cdy_meta *m)
+{
+    int perm[CDY_MAX_NDIM], nd = m->ndim;
+    for (int i = 0; i < nd; i++)
+        perm[i] = nd - 1 - i;
+    for (int i = 1; i < nd; i++) {
+        int d1 = i;
+        for (int d0 = i - 1; d0 >= 0; d0--) {
+            int c = mt_should_swap(ops, n, m, perm[d0], perm[d1]);
+            if (c > 0) {
+                int t = perm[d0];
+                perm[d0] = perm[d1];
+                perm[d1] = t;
+                d1 = d0;
+            } else if (c < 0) {
+                break;
+            }
+        }
+    }
+    int inverted = 1;
+    for (int i = 0; i < nd; i++)
+        inverted &= perm[i] == nd - 1 - i;
+    if (inverted) {
+        mt_contiguous_strides(m->sizes, nd, m->strides);
+        return;
+    }
+    int64_t next = 1;
+    for (int i = 0; i < nd; i++) {
+        m->strides[perm[i]] = next;
+        next *= m->sizes[perm[i]];
+    }
+}
+
+/* Sizes and strides of the result of an elementwise op over ops, as CPU's
+ * TensorIterator allocates it; 0, or -1 when the sizes do not broadcast. */
+static int mt_layout(const mt_operand *ops, int n, cdy_meta *m)
+{
+    int same;
+    if (mt_shape(ops, n, m, &same))
+        return -1;
+    if (same) {
+        int contiguous = 1, channels_last = 1, dense = 1;
+        for (int i = 0; i < n; i++) {
+            contiguous &= mt_contiguous(&ops[i]);
+            channels_last &= mt_channels_last(&ops[i]);
+            dense &= mt_dense(&ops[i]);
+            if (i > 0)
+                dense &= !memcmp(ops[i].strides, ops[0].strides,
+                                 sizeof(int64_t) * (size_t)ops[0].ndim);
+        }
+        if (contiguous) {
+            mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+            return 0;
+        }
+        if (channels_last) {
+            mt_channels_last_strides(m->sizes, m->strides);
+            return 0;
+        }
+        if (dense) {
+            memcpy(m->strides, ops[0].strides, sizeof(int64_t) * (size_t)m->ndim);
+            return 0;
+        }
+    }
+    mt_reorder_strides(ops, n, m);
+    return 0;
+}
+
+/* 1 if a is a Python number constant. */
+static int mt_number(const tvar *a)
+{
+    return a->kind == TV_CONST &&
+           (PyBool_Check(a->obj) || PyLong_CheckExact(a->obj) || PyFloat_CheckExact(a->obj));
+}
+
+/* The result dtype of op over the bound args by its rule, or CDY_DT_NONE. */
+static int mt_dtype(int op, tvar **args, int n, const cdy_value *vals)
+{
+    int rule = meta_rule[op];
+    if (rule >= 1 && rule <= 6)
+        return cast_target[rule];
+    if (rule == 'B')
+        return CDY_DT_BOOL;
+    int x = vals[args[0]->value].meta.dtype;
+    if (rule == 'A')
+        return x;
+    if (rule == 'W') {
+        if (x != CDY_DT_BOOL)
+            return CDY_DT_NONE;                /* eager rejects a non-bool condition */
+        return cdy_result_dtype(args[1]->obj, args[2]->obj);
+    }
+    int r = n == 1 ? x : cdy_result_dtype(args[0]->obj, args[1]->obj);
+    if (r == CDY_DT_NONE)
+        return r;
+    if (rule == 'F' && !cdy_dtype_table[r].is_float) {
+        int dflt = cdy_dtype_take(PyObject_CallMethod(cdy_torch, "get_default_dtype", NULL));
+        return dflt == CDY_DT_FLOAT32 || dflt == CDY_DT_FLOAT64 ? dflt : CDY_DT_NONE;
+    }
+    if (rule == 'L' && r == CDY_DT_BOOL)
+        return CDY_DT_INT64;
+    return r;
+}
+
+/* 1 if fn is a function of the operator module (which takes a number first). */
+static int mt_operator_fn(PyObject *fn)
+{
+    PyObject *mod = PyObject_GetAttrString(fn, "__module__");
+    int r = mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "_operator") == 0;
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    return r;
+}
+
+/* The operands of a call whose meta these rules can compute, into ops: the
+ * data args (tensors, and numbers where every spelling of the op takes one),
+ * not the op's number parameters (a slope, gelu's mode); their count, or -1. */
+static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value *vals,
+                       mt_operand *ops)
+{
+    char kind = cdy_op_table[op].kind;
+    int ndata = meta_rule[op] == 'A' || kind == 'U' ? 1 : kind == 'T' ? 3 : 2;
+    int ntensors = 0;
+    for (int i = 0; i < n; i++) {
+        tvar *a = args[i];
+        if (i >= ndata) {
+            if (!mt_number(a))
+                return -1;
+        } else if (a->kind == TV_TENSOR) {
+            const cdy_meta *m = &vals[a->value].meta;
+            if (cdy_meta_numel(m) == 0)
+                return -1;                     /* empty results: leave them to torch */
+            ops[i] = (mt_operand){m->ndim, m->sizes, m->strides};
+            ntensors++;
+        } else if (!mt_number(a) || meta_rule[op] == 'S' || (i == 0 && !mt_operator_fn(fn))) {
+            return -1;                         /* torch.add(2, x) raises; 2 + x does not */
+        } else {
+            ops[i] = (mt_operand){0, NULL, NULL};
+        }
+    }
+    return ntensors && n >= ndata ? ndata : -1;
+}
+
+/* A fake of pointwise op `op` over its bound args (called as fn), its meta
+ * computed here; a new meta tensor (kept by the trace), or NULL with no
+ * error when these rules do not cover the call (run torch's meta instead).
+ * NULL with the trace stopped on an internal error. */
+PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int n)
+{
+    mt_operand ops[CDY_MAX_NODE_ARGS];
+    const cdy_value *vals = tr->t->graph.values;
+    if (op < 0 || op >= CDY_OP_COUNT || !meta_rule[op] || n < 1 || n > CDY_MAX_NODE_ARGS)
+        return NULL;
+    int nops = mt_operands(op, fn, args, n, vals, ops);
+    if (nops < 0)
+        return NULL;
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.dtype = mt_dtype(op, args, n, vals);
+    if (m.dtype == CDY_DT_NONE || mt_layout(ops, nops, &m))
+        return NULL;
+    return cdy_fake_from_meta(tr, &m);
+}
