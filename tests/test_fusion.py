@@ -1,0 +1,88 @@
+"""One test per fusion kind: the number of kernels, externs and buffers of the
+compiled graph, read from its generated C and plan, with the result equal to eager."""
+import torch
+import torch.nn.functional as F
+
+import cdynamo
+from conftest import check
+
+
+def _compiled():
+    """The CompiledGraph of the last compile (C backend)."""
+    return cdynamo._support.compiles[-1]["compiled"]
+
+
+def _kernels(c):
+    return c.source.count("CDY_EXPORT void kernel_")
+
+
+def _externs(c):
+    return sum(1 for ln in c.ir_post_fusion.splitlines() if ln.startswith("extern %"))
+
+
+def test_pointwise_chain_is_one_kernel():
+    x, y = torch.randn(64, 128), torch.randn(128)
+    check(lambda x, y: torch.sigmoid(x * y + 1).relu() - x.abs() / 2, x, y, transcendental=True)
+    c = _compiled()
+    assert _kernels(c) == 1 and _externs(c) == 0 and c.num_kernels == 1
+    # only the output is a buffer: every intermediate is recomputed in registers
+    assert "store out_ptr0" in c.ir_post_fusion and "out_ptr1" not in c.source
+
+
+def test_outputs_of_one_iteration_space_share_a_kernel():
+    x = torch.randn(32, 32)
+    check(lambda x: (x + 1, x * 2, (x > 0).float()), x)
+    c = _compiled()
+    assert _kernels(c) == 1 and "out_ptr2" in c.source
+
+
+def test_outputs_of_different_iteration_spaces_get_a_kernel_each():
+    x, y = torch.randn(8, 1), torch.randn(1, 16)
+    check(lambda x, y: (x * 2, x * y), x, y)
+    c = _compiled()
+    assert _kernels(c) == 2
+    assert "is a separate kernel: its iteration space" in c.ir_post_fusion
+
+
+def test_reduction_fuses_its_pointwise_prologue():
+    x, y = torch.randn(64, 256), torch.randn(64, 256)
+    check(lambda x, y: (x * y + 1).exp().sum(-1), x, y, transcendental=True)
+    c = _compiled()
+    assert _kernels(c) == 1 and _externs(c) == 0
+    assert "reduction" in c.ir_post_fusion and "fuses:" in c.ir_post_fusion
+
+
+def test_reduction_then_epilogue_is_two_kernels():
+    x = torch.randn(64, 256)
+    check(lambda x: x - x.mean(-1, keepdim=True), x)
+    c = _compiled()
+    assert _kernels(c) == 2 and _externs(c) == 0
+
+
+def test_extern_epilogue_bias_gelu_is_one_kernel():
+    x, w, b = torch.randn(32, 64), torch.randn(64, 96), torch.randn(96)
+    check(lambda x, w, b: F.gelu(x @ w + b), x, w, b, transcendental=True)
+    c = _compiled()
+    assert _externs(c) == 1 and _kernels(c) == 1
+    kernel = c.source[c.source.index("CDY_EXPORT void kernel_"):]
+    assert "add" in kernel and "gelu" in kernel
+
+
+def test_extern_prologue_is_realized_by_one_kernel():
+    x, w = torch.randn(32, 64), torch.randn(64, 16)
+    check(lambda x, w: torch.relu(x * 2 + 1) @ w, x, w)
+    c = _compiled()
+    assert _externs(c) == 1 and _kernels(c) == 1
+
+
+def test_value_used_by_two_iteration_spaces_is_recomputed_not_stored():
+    x, y = torch.randn(16, 1), torch.randn(1, 8)
+
+    def f(x, y):
+        a = x + 1
+        return a * 3, a * y
+
+    check(f, x, y)
+    c = _compiled()
+    assert _kernels(c) == 2
+    assert "recomputed in 2 kernels" in c.ir_post_fusion
