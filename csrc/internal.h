@@ -209,6 +209,24 @@ void cdy_record_break(const char *reason, PyObject *filename, int line, const ch
 /* The text of b as a new str (b is emptied), or NULL with an error set. */
 PyObject *cdy_buf_str(cdy_buf *b);
 
+/* ---- fast tensor attribute reads (runtime/tensor_attrs.c) ----------------
+ * X(name): data descriptors (getsets) and no-argument methods of
+ * torch.Tensor read on every call of a compiled function.                  */
+#define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr)
+
+typedef enum {
+#define CDY_X(a) CDY_TA_##a,
+    CDY_TENSOR_ATTRS(CDY_X)
+#undef CDY_X
+    CDY_TA_COUNT
+} cdy_tensor_attr_id;
+
+/* v.<attr> (a new reference, or NULL with an error) through the C function
+ * its type implements it with, resolved once per type and version tag;
+ * PyObject_GetAttr (and a call, for methods) when it is not a C getset or
+ * a no-argument C method. */
+PyObject *cdy_tensor_attr(PyObject *v, int attr);
+
 /* interned strings used on hot paths */
 typedef struct {
     PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu;

@@ -172,11 +172,11 @@ static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
         return 0;
     }
     int ok = 1;
-    PyObject *dt = PyObject_GetAttr(v, cdy_str.dtype);
-    PyObject *rg = dt ? PyObject_GetAttr(v, cdy_str.requires_grad) : NULL;
-    PyObject *cpu = rg ? PyObject_GetAttr(v, cdy_str.is_cpu) : NULL;
-    PyObject *lay = cpu ? PyObject_GetAttr(v, cdy_str.layout) : NULL;
-    PyObject *shape = lay ? PyObject_GetAttr(v, cdy_str.shape) : NULL;
+    PyObject *dt = cdy_tensor_attr(v, CDY_TA_dtype);
+    PyObject *rg = dt ? cdy_tensor_attr(v, CDY_TA_requires_grad) : NULL;
+    PyObject *cpu = rg ? cdy_tensor_attr(v, CDY_TA_is_cpu) : NULL;
+    PyObject *lay = cpu ? cdy_tensor_attr(v, CDY_TA_layout) : NULL;
+    PyObject *shape = lay ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
     PyObject *stride = shape ? PyObject_CallMethodNoArgs(v, cdy_str.stride) : NULL;
     int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
     int nd = -1, nd2 = -1;

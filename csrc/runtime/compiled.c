@@ -83,7 +83,7 @@ int cdy_runtime_init(PyObject *torch)
 /* Data pointer of tensor t, or NULL with error set. */
 static void *tensor_ptr(PyObject *t)
 {
-    PyObject *p = PyObject_CallMethodNoArgs(t, cdy_str.data_ptr);
+    PyObject *p = cdy_tensor_attr(t, CDY_TA_data_ptr);
     if (!p)
         return NULL;
     void *v = PyLong_AsVoidPtr(p);
