@@ -57,6 +57,18 @@ def test_reduction_then_epilogue_is_two_kernels():
     check(lambda x: x - x.mean(-1, keepdim=True), x)
     c = _compiled()
     assert _kernels(c) == 2 and _externs(c) == 0
+    # the mean is read by the second kernel only: scratch memory, not a tensor per call
+    assert c.scratch_bytes == 64 * 4
+
+
+def test_buffer_read_by_an_extern_or_returned_is_a_tensor():
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    check(lambda x, w: (x - x.amax(-1, keepdim=True)) @ w, x, w)
+    c = _compiled()
+    assert _externs(c) == 1 and c.scratch_bytes == 16 * 4   # amax: scratch; x - amax: mm's arg
+    p = torch.rand(16, 32) + 0.5          # sums far from 0: the quotient is well conditioned
+    check(lambda p: (p.sum(-1), p / p.sum(-1, keepdim=True)), p)
+    assert _compiled().scratch_bytes == 64                   # returned sum: a tensor
 
 
 def test_extern_epilogue_bias_gelu_is_one_kernel():

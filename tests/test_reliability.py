@@ -480,3 +480,31 @@ def test_fallback_warning_names_the_function(monkeypatch):
     out, msgs = run_calls(cdynamo.optimize(ns["cdy_named_fn"]), x, calls=1)
     assert torch.equal(out, x + 1)
     assert len(msgs) == 1 and "could not compile cdy_named_fn:" in msgs[0], msgs
+
+
+def test_scratch_memory_of_a_graph_used_by_threads_at_once():
+    # the reduction result lives in the graph's scratch block; big kernels run without
+    # the GIL, so calls from several threads overlap and must not share that block
+    def f(x):
+        return torch.exp(x - x.amax(-1, keepdim=True))
+
+    g = cdynamo.optimize(f)
+    xs = [torch.randn(64, 4096) + i for i in range(4)]
+    refs = [f(x) for x in xs]
+    g(xs[0])
+    assert cdynamo._support.compiles[-1]["compiled"].scratch_bytes == 64 * 4
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(30):
+                torch.testing.assert_close(g(xs[i]), refs[i])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

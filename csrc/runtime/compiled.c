@@ -1,8 +1,9 @@
 /* compiled.c - CompiledGraph: the callable that the patched bytecode calls.
  *
  * C backend: allocates the output buffers through torch.empty_strided with
- * the meta eager would give, reads every buffer's data pointer and calls the
- * kernels of a dlopen()ed shared object through libffi (cifs prepared once,
+ * the meta eager would give (buffers only kernels read live in one block of
+ * scratch memory the graph keeps between calls), reads every buffer's data
+ * pointer and calls the kernels of a dlopen()ed shared object through libffi (cifs prepared once,
  * at load).  Eager backend: replays the traced torch calls.  Both take the
  * graph inputs positionally and return one tensor or a tuple of tensors.   */
 #include "internal.h"
@@ -45,6 +46,10 @@ typedef struct {
     rt_kernel *kernels;
     PyObject **buf_meta;  /* per non-input buffer: (sizes, strides, dtype) */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
+    int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor */
+    size_t scratch_bytes; /* size of the scratch block (0: none) */
+    void *scratch;        /* the block, kept between calls; NULL until first used */
+    int scratch_busy;     /* a call is using it (another thread gets its own block) */
     int nsteps;
     cdy_step *steps;
     int *value_buffer;    /* graph value -> buffer (C backend) */
@@ -236,6 +241,29 @@ static void run_kernel(rt_kernel *kn, void **ptrs)
     }
 }
 
+/* The scratch block for one call: the graph's own (allocated at first use)
+ * unless another call holds it, then a fresh one; NULL with MemoryError. */
+static void *scratch_take(cdy_compiled *c)
+{
+    void *block = c->scratch_busy ? PyMem_Malloc(c->scratch_bytes)
+                                  : c->scratch ? c->scratch
+                                               : (c->scratch = PyMem_Malloc(c->scratch_bytes));
+    if (!block)
+        return PyErr_NoMemory();
+    if (block == c->scratch)
+        c->scratch_busy = 1;
+    return block;
+}
+
+/* Give back a block from scratch_take (NULL: none was taken). */
+static void scratch_give(cdy_compiled *c, void *block)
+{
+    if (block == c->scratch)
+        c->scratch_busy = 0;
+    else
+        PyMem_Free(block);
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -250,6 +278,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
     PyObject *res = NULL, **stash = NULL;
+    void *scratch = NULL;
     int i = 0;
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
@@ -265,10 +294,16 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             goto done;
         }
     }
+    if (c->scratch_bytes && !(scratch = scratch_take(c)))
+        goto done;
     for (; i < c->nbuffers; i++) {
         bufs[i] = NULL;
         if (!c->buf_alloc[i])
             continue;   /* produced by an extern step */
+        if (c->scratch_off[i] >= 0) {
+            ptrs[i] = (char *)scratch + c->scratch_off[i];
+            continue;
+        }
         bufs[i] = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[i]), 2,
                                       kw_dtype);
         if (!bufs[i] || !(ptrs[i] = tensor_ptr(bufs[i]))) {
@@ -291,6 +326,7 @@ done:
     for (int n = 0; stash && n < c->npynodes; n++)
         Py_XDECREF(stash[n]);
     PyMem_Free(stash);
+    scratch_give(c, scratch);
     if (bufs != stackbufs)
         PyMem_Free(bufs);
     if (ptrs != stackptrs)
@@ -353,6 +389,8 @@ static void compiled_dealloc(PyObject *self)
         Py_XDECREF(c->buf_meta[b]);
     PyMem_Free(c->buf_meta);
     PyMem_Free(c->buf_alloc);
+    PyMem_Free(c->scratch_off);
+    PyMem_Free(c->scratch);
     PyMem_Free(c->steps);
     PyMem_Free(c->value_buffer);
     PyMem_Free(c->pynode_of);
@@ -401,6 +439,11 @@ static PyObject *compiled_get_calls(PyObject *self, void *closure)
 static PyObject *compiled_get_nkernels(PyObject *self, void *closure)
 {
     return PyLong_FromLong(((cdy_compiled *)self)->nkernels);
+}
+
+static PyObject *compiled_get_scratch_bytes(PyObject *self, void *closure)
+{
+    return PyLong_FromSize_t(((cdy_compiled *)self)->scratch_bytes);
 }
 
 static PyObject *compiled_get_ir_pre(PyObject *self, void *closure)
@@ -470,6 +513,9 @@ static PyGetSetDef compiled_getset[] = {
      "[(kernel symbol, calls, total ns)] while profiling is on", NULL},
     {"calls", compiled_get_calls, NULL, "number of calls", NULL},
     {"num_kernels", compiled_get_nkernels, NULL, "number of kernels", NULL},
+    {"scratch_bytes", compiled_get_scratch_bytes, NULL,
+     "bytes of the block holding the buffers only kernels read (no tensors made per call)",
+     NULL},
     {NULL},
 };
 
@@ -545,6 +591,60 @@ static int prepare_meta(cdy_compiled *c, const cdy_meta *m, int b)
     return c->buf_meta[b] ? 0 : -1;
 }
 
+/* Mark buffer of graph value v as a tensor (not scratch), if it has one. */
+static void mark_tensor(cdy_compiled *c, char *tensor, int v)
+{
+    if (v >= 0 && v < c->nvalues && c->value_buffer[v] >= 0)
+        tensor[c->value_buffer[v]] = 1;
+}
+
+/* Mark the buffers pynode n (and the call it is an item of) passes to torch. */
+static void mark_pynode_args(cdy_compiled *c, char *tensor, int n)
+{
+    const cdy_pynode *p = &c->pynodes[n];
+    if (p->item >= 0)
+        p = &c->pynodes[p->base];
+    for (int a = 0; a < p->nargs; a++) {
+        if (p->ref[a] >= 0)
+            mark_tensor(c, tensor, p->ref[a]);
+        else if (p->ref[a] == -2)
+            for (int j = 0; j < p->seq[a].n; j++)
+                mark_tensor(c, tensor, p->seq[a].ref[j]);
+    }
+}
+
+/* Lay out the scratch block: every buffer we allocate that no output and no
+ * extern call (torch) sees is only read and written by kernels, so it needs
+ * memory, not a tensor.  0, or -1 with MemoryError. */
+static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
+{
+    char *tensor = PyMem_Calloc((size_t)c->nbuffers + 1, 1);
+    c->scratch_off = PyMem_Calloc((size_t)c->nbuffers + 1, sizeof(int64_t));
+    if (!tensor || !c->scratch_off) {
+        PyMem_Free(tensor);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int o = 0; o < c->noutputs; o++)
+        tensor[c->outputs[o]] = 1;
+    for (int s = 0; s < c->nsteps; s++)
+        if (c->steps[s].kind == CDY_STEP_EXTERN)
+            mark_pynode_args(c, tensor, c->pynode_of[c->steps[s].index]);
+    for (int b = 0; b < c->nbuffers; b++) {
+        const cdy_meta *m = &plan->buffers[b];
+        c->scratch_off[b] = -1;
+        if (b < c->ninputs || !c->buf_alloc[b] || tensor[b] || cdy_meta_numel(m) == 0)
+            continue;
+        int64_t extent = 1;
+        for (int d = 0; d < m->ndim; d++)
+            extent += (m->sizes[d] - 1) * m->strides[d];
+        c->scratch_off[b] = (int64_t)c->scratch_bytes;
+        c->scratch_bytes += ((size_t)extent * (size_t)cdy_dtype_table[m->dtype].size + 63) & ~(size_t)63;
+    }
+    PyMem_Free(tensor);
+    return 0;
+}
+
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
 static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
 {
@@ -607,6 +707,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         goto fail;
     }
     c->ninputs = plan->ninputs;
+    c->nvalues = plan->nvalues;
     c->nbuffers = plan->nbuffers;
     c->noutputs = plan->noutputs;
     c->nkernels = plan->nkernels;
@@ -632,7 +733,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
-    if (copy_pynodes(c, t))
+    if (copy_pynodes(c, t) || plan_scratch(c, plan))
         goto fail;
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
     c->ir_pre = PyUnicode_FromString(plan->ir_pre ? plan->ir_pre : "");
