@@ -52,6 +52,9 @@ typedef struct {
     const int64_t *sizes, *strides;
 } mt_operand;
 
+/* The sizes and strides of a number's 0-dim operand (never read, never NULL). */
+static const int64_t mt_no_dims[1];
+
 /* 1 if the operand's strides are those of a contiguous tensor (size-1 dims ignored). */
 static int mt_contiguous(const mt_operand *o)
 {
@@ -327,7 +330,7 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
         } else if (!mt_number(a) || meta_rule[op] == 'S' || (i == 0 && !mt_operator_fn(fn))) {
             return -1;                         /* torch.add(2, x) raises; 2 + x does not */
         } else {
-            ops[i] = (mt_operand){0, NULL, NULL};
+            ops[i] = (mt_operand){0, mt_no_dims, mt_no_dims};
         }
     }
     return ntensors && n >= ndata ? ndata : -1;
