@@ -135,6 +135,16 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(AMAX, "amax", 3, 'R')             \
     X(AMIN, "amin", 3, 'R')             \
     X(PROD, "prod", 3, 'R')             \
+    /* rows: row kernels (kind N; names that torch lacks, so that torch.<name> \
+     * is no pointwise op: tracer lowerings make them, see lower_rows.c):     \
+     * softmax and log_softmax: (input, dim);                                 \
+     * layer_norm: (input, weight, bias, eps, trailing dims normalized);      \
+     * group_norm: (input, weight, bias, eps, groups); weight and bias are   \
+     * tensors or SCALARs (absent); the result has the input's sizes/dtype */ \
+    X(SOFTMAX, "row_softmax", 2, 'N')       \
+    X(LOG_SOFTMAX, "row_log_softmax", 2, 'N') \
+    X(LAYER_NORM, "row_layer_norm", 5, 'N') \
+    X(GROUP_NORM, "row_group_norm", 5, 'N') \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

@@ -1,0 +1,405 @@
+/* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
+ * group_norm): one kernel each.  The input's dims split into outer dims (the
+ * rows, parallel when large) and row dims; per row a few passes over the row
+ * dims, each recomputing the input's pointwise prologue inline from leaves
+ * (as reduce.c does), accumulating in double, then a pass writing the row. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/cg.h"
+
+/* The shape of a row kernel: its iteration space (group_norm splits the
+ * channel dim into groups x channels per group) and which dims are rows. */
+typedef struct {
+    int ndim;
+    int64_t size[CDY_MAX_NDIM];
+    int row[CDY_MAX_NDIM];       /* 1: dim is inside a row (reduced) */
+    int64_t nrow;                /* elements per row */
+    int64_t numel;
+} cg_rowshape;
+
+/* 1 if value a is a tensor (not an absent-argument SCALAR). */
+static int cg_row_tensor(const cdy_graph *g, int a)
+{
+    return g->values[a].kind != CDY_VAL_SCALAR;
+}
+
+/* Check an optional weight/bias arg a of norm node v over trailing sizes
+ * sz[0..n) (the channel count for group_norm): a SCALAR or a tensor of those
+ * sizes and the input's dtype; 0 or -1. */
+static int cg_check_affine(cg_ctx *c, int v, int a, const int64_t *sz, int n)
+{
+    const cdy_value *w = &c->g->values[a];
+    const char *name = cdy_op_table[c->g->values[v].op].name;
+    if (w->kind == CDY_VAL_SCALAR)
+        return 0;
+    if (w->meta.dtype != c->g->values[v].meta.dtype || w->meta.ndim != n)
+        return cg_fail(c, "value %d (%s): weight/bias dtype or rank mismatch", v, name);
+    for (int d = 0; d < n; d++)
+        if (w->meta.sizes[d] != sz[d])
+            return cg_fail(c, "value %d (%s): weight/bias sizes mismatch", v, name);
+    if (c->g->values[v].op == CDY_OP_GROUP_NORM && w->kind == CDY_VAL_NODE &&
+        !cg_is_extern(c->g, a) && !cg_is_special(c->g, a))
+        return cg_fail(c, "value %d (%s): weight/bias must be realized", v, name);
+    return 0;
+}
+
+/* Check the op-specific SCALAR params of row node v (dims, eps, groups). */
+static int cg_check_row_params(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *im = &c->g->values[val->args[0]].meta;
+    const char *name = cdy_op_table[val->op].name;
+    int last = val->nargs - 1;
+    const cdy_value *p = &c->g->values[val->args[last]];
+    if (p->kind != CDY_VAL_SCALAR || cdy_dtype_table[p->meta.dtype].is_float)
+        return cg_fail(c, "value %d (%s): last arg must be an int", v, name);
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+        return p->i < 0 || p->i >= im->ndim ? cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i, im->ndim) : 0;
+    const cdy_value *eps = &c->g->values[val->args[3]];
+    if (eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64)
+        return cg_fail(c, "value %d (%s): eps must be a float", v, name);
+    if (val->op == CDY_OP_LAYER_NORM) {
+        if (p->i < 0 || p->i > im->ndim)
+            return cg_fail(c, "value %d (%s): bad normalized rank", v, name);
+        const int64_t *tail = im->sizes + (im->ndim - p->i);
+        return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
+               cg_check_affine(c, v, val->args[2], tail, (int)p->i);
+    }
+    if (im->ndim < 2 || im->ndim >= CDY_MAX_NDIM || p->i <= 0 || im->sizes[1] % p->i)
+        return cg_fail(c, "value %d (%s): bad groups or rank", v, name);
+    return cg_check_affine(c, v, val->args[1], &im->sizes[1], 1) ||
+           cg_check_affine(c, v, val->args[2], &im->sizes[1], 1);
+}
+
+/* Check row node v: a float32/float64 tensor input, a result of its sizes
+ * and dtype, the op's params in range. */
+int cg_check_rows(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const char *name = cdy_op_table[val->op].name;
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    for (int a = 0; a < val->nargs; a++)
+        if (val->args[a] < 0 || val->args[a] >= v)
+            return cg_fail(c, "value %d (%s): arg %d is not earlier in the graph", v, name, a);
+    const cdy_value *in = &c->g->values[val->args[0]];
+    const cdy_meta *im = &in->meta, *om = &val->meta;
+    if (in->kind == CDY_VAL_SCALAR || im->ndim != om->ndim || im->dtype != om->dtype ||
+        (om->dtype != CDY_DT_FLOAT32 && om->dtype != CDY_DT_FLOAT64))
+        return cg_fail(c, "value %d (%s): input must be a float tensor of the result's dtype",
+                       v, name);
+    for (int d = 0; d < im->ndim; d++)
+        if (im->sizes[d] != om->sizes[d])
+            return cg_fail(c, "value %d (%s): result sizes are not the input's", v, name);
+    return cg_check_row_params(c, v);
+}
+
+/* Fill rs for node v: iteration space and row dims (group_norm: dim 1 split
+ * into groups x channels per group, rows are (n, group)). */
+static void cg_row_shape(const cdy_graph *g, int v, cg_rowshape *rs)
+{
+    const cdy_value *val = &g->values[v];
+    const cdy_meta *im = &g->values[val->args[0]].meta;
+    int64_t p = g->values[val->args[val->nargs - 1]].i;
+    memset(rs, 0, sizeof(*rs));
+    rs->ndim = im->ndim;
+    memcpy(rs->size, im->sizes, sizeof(int64_t) * (size_t)im->ndim);
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+        rs->row[p] = 1;
+    else if (val->op == CDY_OP_LAYER_NORM)
+        for (int d = im->ndim - (int)p; d < im->ndim; d++)
+            rs->row[d] = 1;
+    else {
+        rs->ndim = im->ndim + 1;
+        rs->size[1] = p;
+        rs->size[2] = im->sizes[1] / p;
+        memcpy(rs->size + 3, im->sizes + 2, sizeof(int64_t) * (size_t)(im->ndim - 2));
+        for (int d = 2; d < rs->ndim; d++)
+            rs->row[d] = 1;
+    }
+    rs->nrow = rs->numel = 1;
+    for (int d = 0; d < rs->ndim; d++) {
+        rs->numel *= rs->size[d];
+        rs->nrow *= rs->row[d] ? rs->size[d] : 1;
+    }
+}
+
+/* group_norm: rewrite each operand's strides for dim 1 split in G x C/G;
+ * the weight/bias operands (per channel, shape [C]) index the channel. */
+static void cg_row_split(const cdy_graph *g, int v, const cg_rowshape *rs, cg_operand *ops,
+                         int nops)
+{
+    const cdy_value *val = &g->values[v];
+    int64_t cpg = rs->size[2];
+    for (int o = 0; o < nops; o++) {
+        int64_t *st = ops[o].stride, cs;
+        const cdy_meta *m = &g->values[ops[o].value].meta;
+        int affine = !ops[o].is_out && (ops[o].value == val->args[1] ||
+                                        ops[o].value == val->args[2]);
+        if (affine) {
+            cs = m->sizes[0] == 1 ? 0 : m->strides[0];
+            memset(st, 0, sizeof(int64_t) * CDY_MAX_NDIM);
+        } else {
+            cs = st[1];
+            memmove(st + 2, st + 1, sizeof(int64_t) * (size_t)(rs->ndim - 2));
+        }
+        st[1] = cs * cpg;
+        st[2] = cs;
+    }
+}
+
+/* Append operand o's offset: outer loops i<d>, row loops r<d>. */
+static void cg_row_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int o)
+{
+    int any = 0;
+    cg_offset_terms(b, on, o, 'i', &any);
+    cg_offset_terms(b, rn, o, 'r', &any);
+    if (!any)
+        cdy_buf_puts(b, "0");
+}
+
+/* The kernel's working state, shared by the pass emitters. */
+typedef struct {
+    cg_ctx *c;
+    int v, in, nops, first;
+    cg_operand *ops;
+    cg_nest *on, *rn;
+    const char *T;               /* compute C type */
+    const char *vexp;            /* exp function of T: cdy_vexpf or exp */
+    char *e;                     /* the input's expression in a pass body */
+    char *out;                   /* the output's element, out_ptr0[...] */
+} cg_rowk;
+
+/* Emit one pass over a row at indentation ind: the row loops (the innermost
+ * one `#pragma omp simd <clause>` when clause is not NULL), a body of loads
+ * and prologue nodes (when prologue) and then stmt; 0 or -1. */
+static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, const char *stmt)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *b = &c->src;
+    int d0 = ind;
+    if (!stmt)
+        return cg_fail(c, "out of memory");
+    for (int d = 0; d < k->rn->ndim; d++, ind++) {
+        if (d == k->rn->ndim - 1 && clause) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
+        }
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
+                       (long long)k->rn->size[d], d);
+    }
+    cg_indent(b, ind++);
+    cdy_buf_puts(b, "{\n");
+    for (int o = 0; prologue && o < k->nops; o++) {
+        if (k->ops[o].is_out)
+            continue;
+        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cg_row_offset(b, k->on, k->rn, o);
+        cdy_buf_puts(b, "];\n");
+    }
+    for (int u = 0; prologue && u < c->g->nvalues; u++)
+        if (u != k->v && c->live[u] && c->g->values[u].kind == CDY_VAL_NODE &&
+            !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
+            return -1;
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "%s\n", stmt);
+    while (--ind >= d0) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    return 0;
+}
+
+/* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
+static int cg_row_line(cg_rowk *k, int ind, const char *s)
+{
+    if (!s)
+        return cg_fail(k->c, "out of memory");
+    cg_indent(&k->c->src, ind);
+    cdy_buf_printf(&k->c->src, "%s\n", s);
+    return 0;
+}
+
+/* Softmax / log_softmax of one row: max, sum of exp(x - max) (softmax
+ * stores the exps), then the scaled exps or x - max - log(sum). */
+static int cg_row_softmax(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    int logsm = c->g->values[k->v].op == CDY_OP_LOG_SOFTMAX;
+    if (cg_row_line(k, ind, cg_strf(c, "%s mx = -INFINITY;", k->T)) ||
+        cg_row_pass(k, ind, "reduction(max:mx)", 1,
+                    cg_strf(c, "mx = %s > mx ? %s : mx;", k->e, k->e)) ||
+        cg_row_line(k, ind, "double sum = 0;"))
+        return -1;
+    const char *st = logsm ? cg_strf(c, "sum += (double)%s(%s - mx);", k->vexp, k->e)
+                           : cg_strf(c, "const %s ex = %s(%s - mx); %s = ex; sum += (double)ex;",
+                                     k->T, k->vexp, k->e, k->out);
+    if (cg_row_pass(k, ind, "reduction(+:sum)", 1, st))
+        return -1;
+    if (logsm)
+        return cg_row_line(k, ind, cg_strf(c, "const %s lse = (%s)log(sum);", k->T, k->T)) ||
+               cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = (%s - mx) - lse;", k->out, k->e));
+    return cg_row_line(k, ind, cg_strf(c, "const %s inv = (%s)(1.0 / sum);", k->T, k->T)) ||
+           cg_row_pass(k, ind, "", 0, cg_strf(c, "%s *= inv;", k->out));
+}
+
+/* The affine part of a norm's output: " * w" and " + b" when present. */
+static char *cg_row_affine(cg_rowk *k, const char *x)
+{
+    cg_ctx *c = k->c;
+    const cdy_value *val = &c->g->values[k->v];
+    char *r = cg_strf(c, "%s", x);
+    if (r && cg_row_tensor(c->g, val->args[1]))
+        r = cg_strf(c, "%s * %s", r, cg_value_expr(c, val->args[1]));
+    if (r && cg_row_tensor(c->g, val->args[2]))
+        r = cg_strf(c, "%s + %s", r, cg_value_expr(c, val->args[2]));
+    return r;
+}
+
+/* layer_norm / group_norm of one row: mean, variance around it (double),
+ * then (x - mean) * rstd, scaled and shifted. */
+static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    double eps = c->g->values[c->g->values[k->v].args[3]].f;
+    if (cg_row_line(k, ind, "double s = 0, q = 0;") ||
+        cg_row_pass(k, ind, "reduction(+:s)", 1, cg_strf(c, "s += (double)%s;", k->e)) ||
+        cg_row_line(k, ind, cg_strf(c, "const double mean = s / %lld.0;", (long long)n)) ||
+        cg_row_pass(k, ind, "reduction(+:q)", 1,
+                    cg_strf(c, "const double dv = (double)%s - mean; q += dv * dv;", k->e)) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
+                                       "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
+        return -1;
+    char *y = cg_row_affine(k, cg_strf(c, "(%s - mu) * rs", k->e));
+    return y ? cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = %s;", k->out, y))
+             : cg_fail(c, "out of memory");
+}
+
+/* Write the post-fusion IR of row kernel kn. */
+static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *ir = &c->ir_post;
+    const char *name = cdy_op_table[c->g->values[k->v].op].name;
+    cdy_buf_printf(ir, "kernel_%d: row kernel %%%d %s of %%%d over ", kn, k->v, name, k->in);
+    cg_ir_dims(ir, rs->size, rs->ndim);
+    cdy_buf_printf(ir, ", %lld elements per row; outer loops ", (long long)rs->nrow);
+    cg_ir_dims(ir, k->on->size, k->on->ndim);
+    cdy_buf_puts(ir, ", row loops ");
+    cg_ir_dims(ir, k->rn->size, k->rn->ndim);
+    cdy_buf_puts(ir, ", accumulators double\n");
+    cg_ir_fuses(c, ir, kn);
+    for (int o = 0; o < k->nops; o++) {
+        cdy_buf_puts(ir, k->ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(ir, k->ops, k->nops, o);
+        cdy_buf_puts(ir, "\n");
+    }
+    cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the rows"
+                                              : "no: small, or one row");
+    cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: row op %%%d %s (values "
+                               "before it are realized first; its prologue is fused)\n",
+                   kn, k->v, name);
+}
+
+/* Build k's operands and the outer and row nests for node v; 0 or -1. */
+static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
+{
+    const cdy_graph *g = c->g;
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    int64_t *sz = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM * 2);
+    k->ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    k->on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    k->rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    if (!outs || !sz || !k->ops || !k->on || !k->rn)
+        return cg_fail(c, "out of memory");
+    const cdy_meta *im = &g->values[k->in].meta;
+    outs[0] = k->v;
+    cg_group grp = {im->ndim, im->sizes, 1, outs};
+    cg_mark_live(c, &grp);
+    if ((k->nops = cg_operands(c, &grp, k->ops)) < 0)
+        return -1;
+    k->first = cg_first_out(k->ops, k->nops);
+    if (g->values[k->v].op == CDY_OP_GROUP_NORM)
+        cg_row_split(g, k->v, rs, k->ops, k->nops);
+    for (int d = 0; d < rs->ndim; d++) {
+        sz[d] = rs->row[d] ? 1 : rs->size[d];
+        sz[CDY_MAX_NDIM + d] = rs->row[d] ? rs->size[d] : 1;
+    }
+    cg_group og = {rs->ndim, sz, 1, outs}, rg = {rs->ndim, sz + CDY_MAX_NDIM, 1, outs};
+    cg_build_nest(&og, k->ops, k->nops, k->on);
+    cg_build_nest(&rg, k->ops, k->nops, k->rn);
+    return 0;
+}
+
+/* Emit the outer loops of k (parallel when par) at indentation 1; returns
+ * the body's indentation. */
+static int cg_row_outer(cg_rowk *k, int par)
+{
+    cdy_buf *b = &k->c->src;
+    int ind = 1;
+    for (int d = 0; d < k->on->ndim; d++, ind++) {
+        if (d == 0 && par) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
+                               ? " collapse(2)" : "");
+        }
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                       (long long)k->on->size[d], d);
+    }
+    return ind;
+}
+
+/* Emit row node v as one kernel: outer loops over the rows (parallel when
+ * the work is large and there are several rows), the op's passes per row. */
+int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
+{
+    int kn = cg_kernel_begin(c, plan);
+    if (kn < 0)
+        return -1;
+    const cdy_graph *g = c->g;
+    cg_rowshape rs;
+    cg_row_shape(g, v, &rs);
+    cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0]};
+    if (cg_row_setup(c, &k, &rs))
+        return -1;
+    int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
+    k.T = f32 ? "float" : "double";
+    k.vexp = f32 ? "cdy_vexpf" : "exp";
+    k.e = cg_value_expr(c, k.in);
+    cdy_buf ob = {0};
+    cdy_buf_puts(&ob, "out_ptr0[");
+    cg_row_offset(&ob, k.on, k.rn, k.first);
+    cdy_buf_puts(&ob, "]");
+    char *os = cdy_buf_take(&ob);
+    k.out = os ? cdy_arena_strdup(&c->arena, os) : NULL;
+    free(os);
+    if (!k.e || !k.out)
+        return cg_fail(c, "out of memory");
+    int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
+    int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
+    cg_group grp = {1, rs.size, 1, &k.v};
+    cg_emit_header(c, kn, &grp, k.ops, k.nops, k.on);
+    cg_row_ir(&k, kn, &rs, par);
+    if (rs.numel > 0) {
+        int ind = cg_row_outer(&k, par);
+        int op = g->values[v].op;
+        int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
+                                                                  : cg_row_norm(&k, ind, rs.nrow);
+        if (rc)
+            return -1;
+        while (--ind > 0) {
+            cg_indent(&c->src, ind);
+            cdy_buf_puts(&c->src, "}\n");
+        }
+    }
+    cdy_buf_puts(&c->src, "}\n");
+    cg_kernel_end(plan, kn, k.ops, k.nops);
+    return 0;
+}
