@@ -2,12 +2,17 @@
  * group_norm): one kernel each.  The input's dims split into outer dims (the
  * rows, parallel when large) and row dims; per row a few passes over the row
  * dims, each recomputing the input's pointwise prologue inline from leaves
- * (as reduce.c does), accumulating in double, then a pass writing the row. */
+ * (as reduce.c does) and accumulating (CG_ROW_FLOAT_ACC), then a pass
+ * writing the row. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/cg.h"
+
+/* float32 rows up to this long accumulate in float (one partial sum per
+ * SIMD lane, as ATen's vectorized sums); longer ones, and float64, in double. */
+#define CG_ROW_FLOAT_ACC 8192
 
 /* The shape of a row kernel: its iteration space (group_norm splits the
  * channel dim into groups x channels per group) and which dims are rows. */
@@ -167,6 +172,7 @@ typedef struct {
     cg_operand *ops;
     cg_nest *on, *rn;
     const char *T;               /* compute C type */
+    const char *A;               /* accumulator C type */
     const char *vexp;            /* exp function of T: cdy_vexpf or exp */
     char *e;                     /* the input's expression in a pass body */
     char *out;                   /* the output's element, out_ptr0[...] */
@@ -234,11 +240,11 @@ static int cg_row_softmax(cg_rowk *k, int ind)
     if (cg_row_line(k, ind, cg_strf(c, "%s mx = -INFINITY;", k->T)) ||
         cg_row_pass(k, ind, "reduction(max:mx)", 1,
                     cg_strf(c, "mx = %s > mx ? %s : mx;", k->e, k->e)) ||
-        cg_row_line(k, ind, "double sum = 0;"))
+        cg_row_line(k, ind, cg_strf(c, "%s sum = 0;", k->A)))
         return -1;
-    const char *st = logsm ? cg_strf(c, "sum += (double)%s(%s - mx);", k->vexp, k->e)
-                           : cg_strf(c, "const %s ex = %s(%s - mx); %s = ex; sum += (double)ex;",
-                                     k->T, k->vexp, k->e, k->out);
+    const char *st = logsm ? cg_strf(c, "sum += (%s)%s(%s - mx);", k->A, k->vexp, k->e)
+                           : cg_strf(c, "const %s ex = %s(%s - mx); %s = ex; sum += (%s)ex;",
+                                     k->T, k->vexp, k->e, k->out, k->A);
     if (cg_row_pass(k, ind, "reduction(+:sum)", 1, st))
         return -1;
     if (logsm)
@@ -267,11 +273,12 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
-    if (cg_row_line(k, ind, "double s = 0, q = 0;") ||
-        cg_row_pass(k, ind, "reduction(+:s)", 1, cg_strf(c, "s += (double)%s;", k->e)) ||
-        cg_row_line(k, ind, cg_strf(c, "const double mean = s / %lld.0;", (long long)n)) ||
+    if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
+        cg_row_pass(k, ind, "reduction(+:s)", 1, cg_strf(c, "s += (%s)%s;", k->A, k->e)) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s mean = s / (%s)%lld.0;", k->A, k->A,
+                                    (long long)n)) ||
         cg_row_pass(k, ind, "reduction(+:q)", 1,
-                    cg_strf(c, "const double dv = (double)%s - mean; q += dv * dv;", k->e)) ||
+                    cg_strf(c, "const %s dv = (%s)%s - mean; q += dv * dv;", k->A, k->A, k->e)) ||
         cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
                                        "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
         return -1;
@@ -292,7 +299,7 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
     cg_ir_dims(ir, k->on->size, k->on->ndim);
     cdy_buf_puts(ir, ", row loops ");
     cg_ir_dims(ir, k->rn->size, k->rn->ndim);
-    cdy_buf_puts(ir, ", accumulators double\n");
+    cdy_buf_printf(ir, ", accumulators %s\n", k->A);
     cg_ir_fuses(c, ir, kn);
     for (int o = 0; o < k->nops; o++) {
         cdy_buf_puts(ir, k->ops[o].is_out ? "  store " : "  load  ");
@@ -372,6 +379,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
     k.T = f32 ? "float" : "double";
     k.vexp = f32 ? "cdy_vexpf" : "exp";
+    k.A = f32 && rs.nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
     k.e = cg_value_expr(c, k.in);
     cdy_buf ob = {0};
     cdy_buf_puts(&ob, "out_ptr0[");
