@@ -1,6 +1,6 @@
 /* lower_rows.c - composite lowerings: rows (registered in cdy_lowerings_rows).
  *
- * softmax / log_softmax, layer_norm and group_norm become one row node each
+ * softmax / log_softmax, layer_norm, group_norm and batch_norm (eval) become one row node each
  * (kind 'N', see csrc/compiler/rows.c); mse_loss, l1_loss and smooth_l1_loss
  * become pointwise nodes plus a sum/mean reduction (one fused kernel).  A
  * call that is not lowered exactly returns NULL without stopping the trace:
@@ -248,6 +248,29 @@ static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
     return lr_norm(tr, call, CDY_OP_GROUP_NORM, s, groups);
 }
 
+/* F.batch_norm(input, running_mean, running_var, weight, bias, training,
+ * momentum, eps) with training=False: a per-channel row node.  Training
+ * mode (it updates the running stats) stays extern. */
+static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *s[8];
+    double eps = 1e-5;
+    if (cdy_bind_names("input running_mean running_var weight bias training momentum eps",
+                       call->args, call->nargs, call->kwnames, s) ||
+        !s[5] || s[5]->kind != TV_CONST || s[5]->obj != Py_False ||
+        !lr_float_tensor(tr, s[0]) || (s[7] && !lr_num(s[7], &eps)) ||
+        lr_none(s[1]) || lr_none(s[2]))
+        return NULL;
+    const cdy_meta *im = &lr_val(tr, s[0])->meta;
+    if (im->ndim < 2 || !lr_contiguous(im))
+        return NULL;
+    int args[6] = {s[0]->value, -1, -1, -1, -1, cdy_scalar_float(tr, eps)};
+    for (int a = 1; a < 5; a++)
+        if ((args[a] = lr_affine(tr, s[a], s[0], 1)) < 0)
+            return NULL;
+    return args[5] < 0 ? NULL : lr_row_node(tr, call, CDY_OP_BATCH_NORM, args, 6);
+}
+
 /* ---- losses -------------------------------------------------------------- */
 
 /* A pointwise node op(a, b) (b < 0: unary) with sizes m and dtype dt
@@ -377,6 +400,7 @@ static tvar *lower_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
     X("log_softmax", "tsm", lower_log_softmax)             \
     X("layer_norm", "tf", lower_layer_norm)                \
     X("group_norm", "tf", lower_group_norm)                \
+    X("batch_norm", "f", lower_batch_norm)                 \
     X("mse_loss", "f", lower_mse_loss)                     \
     X("l1_loss", "f", lower_l1_loss)                       \
     X("smooth_l1_loss", "f", lower_smooth_l1_loss)
