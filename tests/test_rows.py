@@ -311,3 +311,41 @@ def test_losses_not_lowered_stay_correct():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(lambda x, y: F.l1_loss(x, y, size_average=False), a, b)    # legacy args
+
+
+# ---- batch_norm (eval) ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 6), (2, 6, 7), (2, 6, 4, 5), (1, 6, 2, 3, 2), (3, 6, 1, 1)])
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_eval(dtype, shape, affine):
+    x = make(shape, dtype)
+    rm, rv = make((6,), dtype, seed=1), make((6,), dtype, seed=2).abs() + 0.1
+    w = make((6,), dtype, seed=3) if affine else None
+    b = make((6,), dtype, seed=4) if affine else None
+    check(lambda t, m, v, w, b: F.batch_norm(t, m, v, w, b, False, 0.1, 1e-3), x, rm, rv, w, b)
+    lowered("row_batch_norm", kernels=1)
+
+
+def test_batch_norm_module_and_fusion():
+    bn = torch.nn.BatchNorm2d(8).eval()
+    with torch.no_grad():
+        bn.running_mean.copy_(make((8,), seed=1))
+        bn.running_var.copy_(make((8,), seed=2).abs() + 0.5)
+        bn.weight.copy_(make((8,), seed=3))
+        bn.bias.copy_(make((8,), seed=4))
+        x = make((2, 8, 6, 6))
+        check(lambda t: torch.relu(bn(t * 2 + 1)), x)
+        g, src = last()
+        assert "= row_batch_norm(" in g and "extern" not in g, g
+        check(lambda t: bn(t), make((16, 8, 32, 32)))
+        check(lambda t: bn(t), x.to(memory_format=torch.channels_last))     # stays extern
+
+
+def test_batch_norm_training_stays_extern():
+    rm, rv = torch.zeros(4), torch.ones(4)
+
+    def f(t):
+        return F.batch_norm(t, rm.clone(), rv.clone(), training=True)
+
+    check(f, make((3, 4, 5)), compiled=False)
