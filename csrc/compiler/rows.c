@@ -13,6 +13,8 @@
 /* float32 rows up to this long accumulate in float (one partial sum per
  * SIMD lane, as ATen's vectorized sums); longer ones, and float64, in double. */
 #define CG_ROW_FLOAT_ACC 8192
+/* Column mode: columns per block (see cg_row_columns). */
+#define CG_ROW_COLS 64
 
 /* The shape of a row kernel: its iteration space (group_norm splits the
  * channel dim into groups x channels per group) and which dims are rows. */
@@ -214,6 +216,7 @@ typedef struct {
     const char *vexp;            /* exp function of T: cdy_vexpf or exp */
     char *e;                     /* the input's expression in a pass body */
     char *out;                   /* the output's element, out_ptr0[...] */
+    int col;                     /* column mode: see cg_row_columns */
 } cg_rowk;
 
 /* Emit one pass over a row at indentation ind: the row loops (the innermost
@@ -227,13 +230,22 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
     if (!stmt)
         return cg_fail(c, "out of memory");
     for (int d = 0; d < k->rn->ndim; d++, ind++) {
-        if (d == k->rn->ndim - 1 && clause) {
+        if (d == k->rn->ndim - 1 && clause && !k->col) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         }
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
                        (long long)k->rn->size[d], d);
+    }
+    if (k->col) {
+        int last = k->on->ndim - 1;
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+        cg_indent(b, ind++);
+        cdy_buf_puts(b, "for (int64_t j = 0; j < jn; j++) {\n");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const int64_t i%d = jb + j;\n", last);
     }
     cg_indent(b, ind++);
     cdy_buf_puts(b, "{\n");
@@ -259,6 +271,28 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
     return 0;
 }
 
+/* Declare per-row variable `name` of C type t = init (NULL: out of memory);
+ * in column mode an array of CG_ROW_COLS, one per column of the block. */
+static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, const char *init)
+{
+    cg_ctx *c = k->c;
+    if (!init)
+        return cg_fail(c, "out of memory");
+    cdy_buf *b = &c->src;
+    cg_indent(b, ind);
+    if (!k->col) {
+        int acc = !strcmp(name, "mx") || !strcmp(name, "sum");    /* accumulators */
+        cdy_buf_printf(b, "%s%s %s = %s;\n", acc ? "" : "const ", t, name, init);
+        return 0;
+    }
+    cdy_buf_printf(b, "%s %s[%d];\n", t, name, CG_ROW_COLS);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "#pragma omp simd\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t j = 0; j < jn; j++) %s[j] = %s;\n", name, init);
+    return 0;
+}
+
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
 static int cg_row_line(cg_rowk *k, int ind, const char *s)
 {
@@ -275,21 +309,23 @@ static int cg_row_softmax(cg_rowk *k, int ind)
 {
     cg_ctx *c = k->c;
     int logsm = c->g->values[k->v].op == CDY_OP_LOG_SOFTMAX;
-    if (cg_row_line(k, ind, cg_strf(c, "%s mx = -INFINITY;", k->T)) ||
+    const char *j = k->col ? "[j]" : "";
+    if (cg_row_let(k, ind, k->T, "mx", "-INFINITY") ||
         cg_row_pass(k, ind, "reduction(max:mx)", 1,
-                    cg_strf(c, "mx = %s > mx ? %s : mx;", k->e, k->e)) ||
-        cg_row_line(k, ind, cg_strf(c, "%s sum = 0;", k->A)))
+                    cg_strf(c, "mx%s = %s > mx%s ? %s : mx%s;", j, k->e, j, k->e, j)) ||
+        cg_row_let(k, ind, k->A, "sum", "0"))
         return -1;
-    const char *st = logsm ? cg_strf(c, "sum += (%s)%s(%s - mx);", k->A, k->vexp, k->e)
-                           : cg_strf(c, "const %s ex = %s(%s - mx); %s = ex; sum += (%s)ex;",
-                                     k->T, k->vexp, k->e, k->out, k->A);
+    const char *st = logsm ? cg_strf(c, "sum%s += (%s)%s(%s - mx%s);", j, k->A, k->vexp, k->e, j)
+                           : cg_strf(c, "const %s ex = %s(%s - mx%s); %s = ex; sum%s += (%s)ex;",
+                                     k->T, k->vexp, k->e, j, k->out, j, k->A);
     if (cg_row_pass(k, ind, "reduction(+:sum)", 1, st))
         return -1;
     if (logsm)
-        return cg_row_line(k, ind, cg_strf(c, "const %s lse = (%s)log(sum);", k->T, k->T)) ||
-               cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = (%s - mx) - lse;", k->out, k->e));
-    return cg_row_line(k, ind, cg_strf(c, "const %s inv = (%s)(1.0 / sum);", k->T, k->T)) ||
-           cg_row_pass(k, ind, "", 0, cg_strf(c, "%s *= inv;", k->out));
+        return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
+               cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = (%s - mx%s) - lse%s;", k->out, k->e,
+                                                  j, j));
+    return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
+           cg_row_pass(k, ind, "", 0, cg_strf(c, "%s *= inv%s;", k->out, j));
 }
 
 /* The affine part of a norm's output: " * w" and " + b" when present. */
@@ -371,7 +407,8 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
     cg_ir_dims(ir, k->on->size, k->on->ndim);
     cdy_buf_puts(ir, ", row loops ");
     cg_ir_dims(ir, k->rn->size, k->rn->ndim);
-    cdy_buf_printf(ir, ", accumulators %s\n", k->A);
+    cdy_buf_printf(ir, ", accumulators %s%s\n", k->A,
+                   k->col ? "; column mode: blocks of columns, column loop innermost" : "");
     cg_ir_fuses(c, ir, kn);
     for (int o = 0; o < k->nops; o++) {
         cdy_buf_puts(ir, k->ops[o].is_out ? "  store " : "  load  ");
@@ -417,22 +454,44 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     return 0;
 }
 
-/* Emit the outer loops of k (parallel when par) at indentation 1; returns
- * the body's indentation. */
+/* Column mode (softmax over a dim that is not the innermost in memory):
+ * 1 when the innermost outer loop is contiguous in the output and the row
+ * is not; the rows of a block of CG_ROW_COLS such columns are then processed
+ * together, the column loop innermost (vectorized), accumulators per column. */
+static int cg_row_columns(const cg_rowk *k)
+{
+    int op = k->c->g->values[k->v].op, lo = k->on->ndim - 1, lr = k->rn->ndim - 1;
+    return (op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX) && lo >= 0 && lr >= 0 &&
+           k->on->stride[k->first][lo] == 1 && k->rn->stride[k->first][lr] != 1 &&
+           k->on->size[lo] >= 8;
+}
+
+/* Emit the outer loops of k (parallel when par) at indentation 1; in column
+ * mode the innermost is a loop over blocks of columns.  Returns the body's
+ * indentation. */
 static int cg_row_outer(cg_rowk *k, int par)
 {
     cdy_buf *b = &k->c->src;
-    int ind = 1;
-    for (int d = 0; d < k->on->ndim; d++, ind++) {
+    int ind = 1, n = k->on->ndim;
+    for (int d = 0; d < n; d++, ind++) {
         if (d == 0 && par) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
+                           n >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
                                ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)k->on->size[d], d);
+        long long sz = (long long)k->on->size[d];
+        if (k->col && d == n - 1)
+            cdy_buf_printf(b, "for (int64_t jb = 0; jb < %lldLL; jb += %d) {\n", sz, CG_ROW_COLS);
+        else
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d, sz, d);
+    }
+    if (k->col) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const int64_t jn = %lldLL - jb < %d ? %lldLL - jb : %d;\n",
+                       (long long)k->on->size[n - 1], CG_ROW_COLS,
+                       (long long)k->on->size[n - 1], CG_ROW_COLS);
     }
     return ind;
 }
@@ -464,6 +523,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     free(os);
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
+    k.col = cg_row_columns(&k);
     int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
     int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
     cg_group grp = {1, rs.size, 1, &k.v};
