@@ -349,3 +349,23 @@ def test_batch_norm_training_stays_extern():
         return F.batch_norm(t, rm.clone(), rv.clone(), training=True)
 
     check(f, make((3, 4, 5)), compiled=False)
+
+
+# ---- more edge cases ------------------------------------------------------------
+
+def test_softmax_int_input_with_dtype_and_expanded():
+    xi = torch.randint(-3, 4, (4, 6))
+    check(lambda t: torch.softmax(t, -1, dtype=torch.float32), xi)
+    lowered("row_softmax", kernels=1)
+    check(lambda t: torch.log_softmax(t, 0, dtype=torch.float64), xi)
+    xe = make((1, 6)).expand(4, 6)
+    check(lambda t: torch.softmax(t, -1), xe)
+    check(lambda t: torch.softmax(t, 0), xe)
+
+
+def test_layer_norm_fused_weight_and_chain():
+    x, w, b = make((5, 12)), make((12,), seed=1), make((12,), seed=2)
+    check(lambda t, w, b: F.layer_norm(t + 1, (12,), w * 2, b - 1), x, w, b)
+    lowered("row_layer_norm", kernels=1)
+    check(lambda t, w, b: torch.softmax(F.layer_norm(t, (12,), w, b), -1).sum(-1), x, w, b)
+    check(lambda t: F.layer_norm(t, t.shape[-2:]), make((3, 4, 5)))
