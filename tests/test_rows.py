@@ -159,8 +159,48 @@ def test_softmax_eager_backend():
 def test_softmax_then_pointwise():
     check(lambda t: torch.softmax(t, -1) * 2 + 1, make((4, 6)))
     _, src = last()
-    assert src.count("CDY_EXPORT void kernel_") == 2, src
+    assert src.count("CDY_EXPORT void kernel_") == 1, src      # epilogue fused
     check(lambda t: (torch.softmax(t, -1), torch.log_softmax(t, 0)), make((4, 6)))
+
+
+# ---- pointwise epilogue fused into the row kernel's final pass ---------------------
+
+def test_epilogue_fusion():
+    x, w, b, r = make((4, 6, 32)), make((32,), seed=1), make((32,), seed=2), make((4, 6, 32), seed=3)
+    check(lambda t, w, b, r: F.gelu(F.layer_norm(t, (32,), w, b)) + r, x, w, b, r)
+    lowered("row_layer_norm", kernels=1)
+
+    def two(t, r):
+        y = torch.softmax(t, 1)        # column mode
+        return y * r, y
+
+    check(two, x, r)
+    lowered("row_softmax", kernels=1)
+    check(lambda t, r: torch.log_softmax(t, -1).exp() > r, x[0].t(), make((32, 6), seed=7))
+    lowered("row_log_softmax", kernels=1)
+    g = make((2, 8, 5, 5))
+    gw = make((8,), seed=4)
+    check(lambda t, w: torch.relu(F.group_norm(t, 4, w)) * 3, g, gw)
+    lowered("row_group_norm", kernels=1)
+    check(lambda t, w: F.group_norm(t, 4, w) + w.reshape(8, 1, 1), g, gw)   # per-channel arg
+    check(lambda t, w: F.group_norm(t, 4, w) + w[:5], g, gw)
+    bn_m, bn_v = make((8,), seed=5), make((8,), seed=6).abs() + 0.5
+    check(lambda t, m, v: torch.relu(F.batch_norm(t, m, v, None, None, False, 0.1, 1e-5)) - 1,
+          g, bn_m, bn_v)
+    lowered("row_batch_norm", kernels=1)
+
+
+def test_epilogue_not_fused_when_it_reads_later_values():
+    x = make((4, 16))
+
+    def f(t):
+        y = torch.softmax(t, -1)
+        z = y.sum(-1, keepdim=True)        # a reduction after the row op
+        return y / z + y.amax(-1, keepdim=True)
+
+    check(f, x)
+    check(lambda t: F.layer_norm(t, (16,)) + F.layer_norm(t * 2, (16,)), x)
+    check(lambda t: F.layer_norm(torch.softmax(t, -1), (16,)) * 2, x)
 
 
 # ---- layer_norm -------------------------------------------------------------

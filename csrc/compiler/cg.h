@@ -61,6 +61,7 @@ typedef struct {
     cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
+    char *done;                      /* value -> stored by a special kernel's epilogue */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------

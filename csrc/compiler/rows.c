@@ -13,6 +13,8 @@
 /* float32 rows up to this long accumulate in float (one partial sum per
  * SIMD lane, as ATen's vectorized sums); longer ones, and float64, in double. */
 #define CG_ROW_FLOAT_ACC 8192
+/* At most this many realized pointwise consumers join a row kernel's epilogue. */
+#define CG_ROW_EPI 8
 /* Column mode: columns per block (see cg_row_columns). */
 #define CG_ROW_COLS 64
 
@@ -217,11 +219,24 @@ typedef struct {
     char *e;                     /* the input's expression in a pass body */
     char *out;                   /* the output's element, out_ptr0[...] */
     int col;                     /* column mode: see cg_row_columns */
+    int nout;                    /* outputs: v, then the realized epilogue nodes */
+    int *outs;
 } cg_rowk;
+
+/* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
+static int cg_row_line(cg_rowk *k, int ind, const char *s)
+{
+    if (!s)
+        return cg_fail(k->c, "out of memory");
+    cg_indent(&k->c->src, ind);
+    cdy_buf_printf(&k->c->src, "%s\n", s);
+    return 0;
+}
 
 /* Emit one pass over a row at indentation ind: the row loops (the innermost
  * one `#pragma omp simd <clause>` when clause is not NULL), a body of loads
- * and prologue nodes (when prologue) and then stmt; 0 or -1. */
+ * and prologue nodes (prologue 1), stmt; prologue 2 (the final pass): stmt
+ * defines t<v>, the epilogue nodes and their stores follow; 0 or -1. */
 static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, const char *stmt)
 {
     cg_ctx *c = k->c;
@@ -259,11 +274,22 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
         cdy_buf_puts(b, "];\n");
     }
     for (int u = 0; prologue && u < c->g->nvalues; u++)
-        if (u != k->v && c->live[u] && c->g->values[u].kind == CDY_VAL_NODE &&
-            !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
-            return -1;
-    cg_indent(b, ind);
-    cdy_buf_printf(b, "%s\n", stmt);
+        if (u != k->v && (u < k->v || prologue == 2) && c->live[u] &&
+            c->g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u)) {
+            if (u > k->v && *stmt && cg_row_line(k, ind, stmt))   /* t<v> before its epilogue */
+                return -1;
+            stmt = u > k->v ? "" : stmt;
+            if (cg_emit_node(c, u, ind))
+                return -1;
+        }
+    if (*stmt)
+        cg_row_line(k, ind, stmt);
+    for (int o = k->first + 1; prologue == 2 && o < k->nops; o++) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "out_ptr%d[", o - k->first);
+        cg_row_offset(b, k->on, k->rn, o);
+        cdy_buf_printf(b, "] = t%d;\n", k->ops[o].value);
+    }
     while (--ind >= d0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
@@ -293,14 +319,17 @@ static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, cons
     return 0;
 }
 
-/* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
-static int cg_row_line(cg_rowk *k, int ind, const char *s)
+
+/* The final pass: t<v> = expr stored to out_ptr0, then the epilogue
+ * (prologue: 1 when expr reads the input's expression). */
+static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr)
 {
-    if (!s)
-        return cg_fail(k->c, "out of memory");
-    cg_indent(&k->c->src, ind);
-    cdy_buf_printf(&k->c->src, "%s\n", s);
-    return 0;
+    cg_ctx *c = k->c;
+    if (!expr)
+        return cg_fail(c, "out of memory");
+    int epi = k->nout > 1;
+    return cg_row_pass(k, ind, "", epi ? 2 : prologue,
+                       cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr, k->out, k->v));
 }
 
 /* Softmax / log_softmax of one row: max, sum of exp(x - max) (softmax
@@ -322,10 +351,9 @@ static int cg_row_softmax(cg_rowk *k, int ind)
         return -1;
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
-               cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = (%s - mx%s) - lse%s;", k->out, k->e,
-                                                  j, j));
+               cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j));
     return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
-           cg_row_pass(k, ind, "", 0, cg_strf(c, "%s *= inv%s;", k->out, j));
+           cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j));
 }
 
 /* The affine part of a norm's output: " * w" and " + b" when present. */
@@ -357,8 +385,7 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
                                        "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
         return -1;
     char *y = cg_row_affine(k, cg_strf(c, "(%s - mu) * rs", k->e));
-    return y ? cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = %s;", k->out, y))
-             : cg_fail(c, "out of memory");
+    return cg_row_final(k, ind, 1, y);
 }
 
 /* The element of per-channel arg a of batch_norm node k->v for the current
@@ -392,7 +419,7 @@ static int cg_row_batch_norm(cg_rowk *k, int ind)
     return cg_row_line(k, ind, cg_strf(c, "const %s alpha = (%s)1 / sqrt%s(%s + (%s)%.17g) * %s;",
                                        k->T, k->T, f, var, k->T, eps, w)) ||
            cg_row_line(k, ind, cg_strf(c, "const %s beta = %s - %s * alpha;", k->T, b, mean)) ||
-           cg_row_pass(k, ind, "", 1, cg_strf(c, "%s = %s * alpha + beta;", k->out, k->e));
+           cg_row_final(k, ind, 1, cg_strf(c, "%s * alpha + beta", k->e));
 }
 
 /* Write the post-fusion IR of row kernel kn. */
@@ -422,11 +449,62 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
                    kn, k->v, name);
 }
 
+/* 1 if value u (after row node v) may join v's epilogue: a pointwise node
+ * over v's sizes whose tensor args are v, picked nodes (epi), inputs or
+ * values realized before v (not v's per-channel args, indexed differently). */
+static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[u], *rv = &g->values[v];
+    if (val->kind != CDY_VAL_NODE || cg_is_extern(g, u) || cg_is_special(g, u) ||
+        val->meta.ndim != rv->meta.ndim ||
+        memcmp(val->meta.sizes, rv->meta.sizes, sizeof(int64_t) * (size_t)rv->meta.ndim))
+        return 0;
+    for (int a = 0; a < val->nargs; a++) {
+        int w = val->args[a];
+        if (g->values[w].kind == CDY_VAL_SCALAR || epi[w])
+            continue;
+        if (g->values[w].kind != CDY_VAL_INPUT && (w > v || c->val_buf[w] < 0))
+            return 0;
+        for (int b = 1; rv->op != CDY_OP_LAYER_NORM && b < rv->nargs; b++)
+            if (rv->args[b] == w)
+                return 0;
+    }
+    return 1;
+}
+
+/* Pick the pointwise epilogue of row node v, computed in its final pass:
+ * k->outs = v, then the realized picked nodes (marked done: no other kernel
+ * computes them).  0 or -1. */
+static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
+{
+    const cdy_graph *g = c->g;
+    char *epi = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 1));
+    if (!epi || !k->outs)
+        return cg_fail(c, "out of memory");
+    k->outs[0] = k->v;
+    k->nout = 1;
+    epi[k->v] = 1;
+    for (int u = k->v + 1; u < g->nvalues && k->nout <= CG_ROW_EPI; u++) {
+        if (!cg_row_epi_ok(c, k->v, u, epi))
+            continue;
+        epi[u] = 1;
+        if (c->val_buf[u] >= 0) {
+            k->outs[k->nout++] = u;
+            c->done[u] = 1;
+        }
+    }
+    return 0;
+}
+
 /* Build k's operands and the outer and row nests for node v; 0 or -1. */
 static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
 {
     const cdy_graph *g = c->g;
-    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    if (cg_row_epilogue(c, k))
+        return -1;
+    int *outs = k->outs;
     int64_t *sz = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM * 2);
     k->ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     k->on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
@@ -434,8 +512,7 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     if (!outs || !sz || !k->ops || !k->on || !k->rn)
         return cg_fail(c, "out of memory");
     const cdy_meta *im = &g->values[k->in].meta;
-    outs[0] = k->v;
-    cg_group grp = {im->ndim, im->sizes, 1, outs};
+    cg_group grp = {im->ndim, im->sizes, k->nout, outs};
     cg_mark_live(c, &grp);
     if ((k->nops = cg_operands(c, &grp, k->ops)) < 0)
         return -1;
@@ -448,7 +525,8 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
         sz[d] = rs->row[d] ? 1 : rs->size[d];
         sz[CDY_MAX_NDIM + d] = rs->row[d] ? rs->size[d] : 1;
     }
-    cg_group og = {rs->ndim, sz, 1, outs}, rg = {rs->ndim, sz + CDY_MAX_NDIM, 1, outs};
+    cg_group og = {rs->ndim, sz, k->nout, outs};
+    cg_group rg = {rs->ndim, sz + CDY_MAX_NDIM, k->nout, outs};
     cg_build_nest(&og, k->ops, k->nops, k->on);
     cg_build_nest(&rg, k->ops, k->nops, k->rn);
     return 0;
@@ -526,7 +604,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     k.col = cg_row_columns(&k);
     int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
     int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
-    cg_group grp = {1, rs.size, 1, &k.v};
+    cg_group grp = {1, rs.size, k.nout, k.outs};
     cg_emit_header(c, kn, &grp, k.ops, k.nops, k.on);
     cg_row_ir(&k, kn, &rs, par);
     if (rs.numel > 0) {
