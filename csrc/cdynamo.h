@@ -135,6 +135,19 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(AMAX, "amax", 3, 'R')             \
     X(AMIN, "amin", 3, 'R')             \
     X(PROD, "prod", 3, 'R')             \
+    /* rows: row kernels (kind N; names that torch lacks, so that torch.<name> \
+     * is no pointwise op: tracer lowerings make them, see lower_rows.c):     \
+     * softmax and log_softmax: (input, dim);                                 \
+     * layer_norm: (input, weight, bias, eps, trailing dims normalized);      \
+     * group_norm: (input, weight, bias, eps, groups); weight and bias are   \
+     * tensors or SCALARs (absent); batch_norm (eval, per channel of dim 1):  \
+     * (input, running_mean, running_var, weight, bias, eps); the result has  \
+     * the input's sizes and dtype */                                         \
+    X(SOFTMAX, "row_softmax", 2, 'N')       \
+    X(LOG_SOFTMAX, "row_log_softmax", 2, 'N') \
+    X(LAYER_NORM, "row_layer_norm", 5, 'N') \
+    X(GROUP_NORM, "row_group_norm", 5, 'N') \
+    X(BATCH_NORM, "row_batch_norm", 6, 'N') \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

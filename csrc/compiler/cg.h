@@ -61,6 +61,7 @@ typedef struct {
     cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
+    char *done;                      /* value -> stored by a special kernel's epilogue */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -68,9 +69,12 @@ typedef struct {
  * node v and append their steps (cg_kernel_begin / cg_kernel_end); 0 or -1. */
 int cg_check_reduce(cg_ctx *c, int v);
 int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
+int cg_check_rows(cg_ctx *c, int v);
+int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v);
 
 #define CG_SPECIAL_KINDS(X)                                                  \
-    X('R', cg_check_reduce, cg_emit_reduce)
+    X('R', cg_check_reduce, cg_emit_reduce)                                  \
+    X('N', cg_check_rows, cg_emit_rows)
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

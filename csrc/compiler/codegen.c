@@ -443,7 +443,7 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
     for (int v = lo; v < hi; v++) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE || c->val_buf[v] < 0 || cg_is_extern(g, v) ||
-            cg_is_special(g, v))
+            cg_is_special(g, v) || c->done[v])
             continue;
         int k = 0;
         while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
@@ -1179,8 +1179,9 @@ static int cg_scratch(cg_ctx *c)
     c->in_group = cdy_arena_alloc(&c->arena, nv);
     c->val_nk = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->done = cdy_arena_alloc(&c->arena, nv);
     c->nbuffers = 0;
-    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0)
+    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0 && c->done)
                ? 0 : cg_fail(c, "out of memory");
 }
 

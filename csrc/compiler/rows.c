@@ -1,0 +1,629 @@
+/* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
+ * group_norm, batch_norm in eval mode): one kernel each.  The input's dims
+ * split into outer dims (the rows, parallel when large) and row dims; per
+ * row a few passes over the row dims, each recomputing the input's pointwise
+ * prologue inline from leaves (as reduce.c does) and accumulating
+ * (CG_ROW_FLOAT_ACC), then a final pass writing the row, which also computes
+ * the pointwise consumers of the result (the epilogue, cg_row_epilogue).
+ * Softmax over a dim that is not innermost in memory runs in column mode
+ * (cg_row_columns). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/cg.h"
+
+/* float32 rows up to this long accumulate in float (one partial sum per
+ * SIMD lane, as ATen's vectorized sums); longer ones, and float64, in double. */
+#define CG_ROW_FLOAT_ACC 8192
+/* At most this many realized pointwise consumers join a row kernel's epilogue. */
+#define CG_ROW_EPI 8
+/* Column mode: columns per block (see cg_row_columns). */
+#define CG_ROW_COLS 64
+
+/* The shape of a row kernel: its iteration space (group_norm splits the
+ * channel dim into groups x channels per group) and which dims are rows. */
+typedef struct {
+    int ndim;
+    int64_t size[CDY_MAX_NDIM];
+    int row[CDY_MAX_NDIM];       /* 1: dim is inside a row (reduced) */
+    int64_t nrow;                /* elements per row */
+    int64_t numel;
+} cg_rowshape;
+
+/* 1 if value a is a tensor (not an absent-argument SCALAR). */
+static int cg_row_tensor(const cdy_graph *g, int a)
+{
+    return g->values[a].kind != CDY_VAL_SCALAR;
+}
+
+/* Check an optional weight/bias arg a of norm node v over trailing sizes
+ * sz[0..n) (the channel count for group_norm): a SCALAR or a tensor of those
+ * sizes and the input's dtype; 0 or -1. */
+static int cg_check_affine(cg_ctx *c, int v, int a, const int64_t *sz, int n)
+{
+    const cdy_value *w = &c->g->values[a];
+    const char *name = cdy_op_table[c->g->values[v].op].name;
+    if (w->kind == CDY_VAL_SCALAR)
+        return 0;
+    if (w->meta.dtype != c->g->values[v].meta.dtype || w->meta.ndim != n)
+        return cg_fail(c, "value %d (%s): weight/bias dtype or rank mismatch", v, name);
+    for (int d = 0; d < n; d++)
+        if (w->meta.sizes[d] != sz[d])
+            return cg_fail(c, "value %d (%s): weight/bias sizes mismatch", v, name);
+    if (c->g->values[v].op != CDY_OP_LAYER_NORM && w->kind == CDY_VAL_NODE &&
+        !cg_is_extern(c->g, a) && !cg_is_special(c->g, a))
+        return cg_fail(c, "value %d (%s): weight/bias must be realized", v, name);
+    return 0;
+}
+
+/* Check batch_norm node v's params: per-channel stats (tensors), optional
+ * weight and bias, a float eps. */
+static int cg_check_batch_norm(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *im = &c->g->values[val->args[0]].meta;
+    const cdy_value *eps = &c->g->values[val->args[5]];
+    if (im->ndim < 2 || eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64 ||
+        !cg_row_tensor(c->g, val->args[1]) || !cg_row_tensor(c->g, val->args[2]))
+        return cg_fail(c, "value %d (row_batch_norm): bad args", v);
+    for (int a = 1; a < 5; a++)
+        if (cg_check_affine(c, v, val->args[a], &im->sizes[1], 1))
+            return -1;
+    return 0;
+}
+
+/* Check the op-specific SCALAR params of row node v (dims, eps, groups). */
+static int cg_check_row_params(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *im = &c->g->values[val->args[0]].meta;
+    const char *name = cdy_op_table[val->op].name;
+    if (val->op == CDY_OP_BATCH_NORM)
+        return cg_check_batch_norm(c, v);
+    int last = val->nargs - 1;
+    const cdy_value *p = &c->g->values[val->args[last]];
+    if (p->kind != CDY_VAL_SCALAR || cdy_dtype_table[p->meta.dtype].is_float)
+        return cg_fail(c, "value %d (%s): last arg must be an int", v, name);
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+        return p->i < 0 || p->i >= im->ndim ? cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i, im->ndim) : 0;
+    const cdy_value *eps = &c->g->values[val->args[3]];
+    if (eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64)
+        return cg_fail(c, "value %d (%s): eps must be a float", v, name);
+    if (val->op == CDY_OP_LAYER_NORM) {
+        if (p->i < 0 || p->i > im->ndim)
+            return cg_fail(c, "value %d (%s): bad normalized rank", v, name);
+        const int64_t *tail = im->sizes + (im->ndim - p->i);
+        return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
+               cg_check_affine(c, v, val->args[2], tail, (int)p->i);
+    }
+    if (im->ndim < 2 || im->ndim >= CDY_MAX_NDIM || p->i <= 0 || im->sizes[1] % p->i)
+        return cg_fail(c, "value %d (%s): bad groups or rank", v, name);
+    return cg_check_affine(c, v, val->args[1], &im->sizes[1], 1) ||
+           cg_check_affine(c, v, val->args[2], &im->sizes[1], 1);
+}
+
+/* Check row node v: a float32/float64 tensor input, a result of its sizes
+ * and dtype, the op's params in range. */
+int cg_check_rows(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const char *name = cdy_op_table[val->op].name;
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    for (int a = 0; a < val->nargs; a++)
+        if (val->args[a] < 0 || val->args[a] >= v)
+            return cg_fail(c, "value %d (%s): arg %d is not earlier in the graph", v, name, a);
+    const cdy_value *in = &c->g->values[val->args[0]];
+    const cdy_meta *im = &in->meta, *om = &val->meta;
+    if (in->kind == CDY_VAL_SCALAR || im->ndim != om->ndim || im->dtype != om->dtype ||
+        (om->dtype != CDY_DT_FLOAT32 && om->dtype != CDY_DT_FLOAT64))
+        return cg_fail(c, "value %d (%s): input must be a float tensor of the result's dtype",
+                       v, name);
+    for (int d = 0; d < im->ndim; d++)
+        if (im->sizes[d] != om->sizes[d])
+            return cg_fail(c, "value %d (%s): result sizes are not the input's", v, name);
+    return cg_check_row_params(c, v);
+}
+
+/* Fill rs for node v: iteration space and row dims (group_norm: dim 1 split
+ * into groups x channels per group, rows are (n, group)). */
+static void cg_row_shape(const cdy_graph *g, int v, cg_rowshape *rs)
+{
+    const cdy_value *val = &g->values[v];
+    const cdy_meta *im = &g->values[val->args[0]].meta;
+    int64_t p = g->values[val->args[val->nargs - 1]].i;
+    memset(rs, 0, sizeof(*rs));
+    rs->ndim = im->ndim;
+    memcpy(rs->size, im->sizes, sizeof(int64_t) * (size_t)im->ndim);
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+        rs->row[p] = 1;
+    else if (val->op == CDY_OP_LAYER_NORM)
+        for (int d = im->ndim - (int)p; d < im->ndim; d++)
+            rs->row[d] = 1;
+    else if (val->op == CDY_OP_BATCH_NORM)
+        for (int d = 2; d < im->ndim; d++)
+            rs->row[d] = 1;
+    else {
+        rs->ndim = im->ndim + 1;
+        rs->size[1] = p;
+        rs->size[2] = im->sizes[1] / p;
+        memcpy(rs->size + 3, im->sizes + 2, sizeof(int64_t) * (size_t)(im->ndim - 2));
+        for (int d = 2; d < rs->ndim; d++)
+            rs->row[d] = 1;
+    }
+    rs->nrow = rs->numel = 1;
+    for (int d = 0; d < rs->ndim; d++) {
+        rs->numel *= rs->size[d];
+        rs->nrow *= rs->row[d] ? rs->size[d] : 1;
+    }
+}
+
+/* group_norm: rewrite each operand's strides for dim 1 split in G x C/G;
+ * the weight/bias operands (per channel, shape [C]) index the channel. */
+static void cg_row_split(const cdy_graph *g, int v, const cg_rowshape *rs, cg_operand *ops,
+                         int nops)
+{
+    const cdy_value *val = &g->values[v];
+    int64_t cpg = rs->size[2];
+    for (int o = 0; o < nops; o++) {
+        int64_t *st = ops[o].stride, cs;
+        const cdy_meta *m = &g->values[ops[o].value].meta;
+        int affine = !ops[o].is_out && (ops[o].value == val->args[1] ||
+                                        ops[o].value == val->args[2]);
+        if (affine) {
+            cs = m->sizes[0] == 1 ? 0 : m->strides[0];
+            memset(st, 0, sizeof(int64_t) * CDY_MAX_NDIM);
+        } else {
+            cs = st[1];
+            memmove(st + 2, st + 1, sizeof(int64_t) * (size_t)(rs->ndim - 2));
+        }
+        st[1] = cs * cpg;
+        st[2] = cs;
+    }
+}
+
+/* batch_norm: the per-channel operands (stats, weight, bias: shape [C])
+ * index dim 1 only. */
+static void cg_row_channels(const cdy_graph *g, int v, cg_operand *ops, int nops)
+{
+    const cdy_value *val = &g->values[v];
+    for (int o = 0; o < nops; o++) {
+        int pc = 0;
+        for (int a = 1; a < 5; a++)
+            pc |= !ops[o].is_out && ops[o].value == val->args[a];
+        if (!pc)
+            continue;
+        const cdy_meta *m = &g->values[ops[o].value].meta;
+        memset(ops[o].stride, 0, sizeof(ops[o].stride));
+        ops[o].stride[1] = m->sizes[0] == 1 ? 0 : m->strides[0];
+    }
+}
+
+/* Append operand o's offset: outer loops i<d>, row loops r<d>. */
+static void cg_row_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int o)
+{
+    int any = 0;
+    cg_offset_terms(b, on, o, 'i', &any);
+    cg_offset_terms(b, rn, o, 'r', &any);
+    if (!any)
+        cdy_buf_puts(b, "0");
+}
+
+/* The kernel's working state, shared by the pass emitters. */
+typedef struct {
+    cg_ctx *c;
+    int v, in, nops, first;
+    cg_operand *ops;
+    cg_nest *on, *rn;
+    const char *T;               /* compute C type */
+    const char *A;               /* accumulator C type */
+    const char *vexp;            /* exp function of T: cdy_vexpf or exp */
+    char *e;                     /* the input's expression in a pass body */
+    char *out;                   /* the output's element, out_ptr0[...] */
+    int col;                     /* column mode: see cg_row_columns */
+    int nout;                    /* outputs: v, then the realized epilogue nodes */
+    int *outs;
+} cg_rowk;
+
+/* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
+static int cg_row_line(cg_rowk *k, int ind, const char *s)
+{
+    if (!s)
+        return cg_fail(k->c, "out of memory");
+    cg_indent(&k->c->src, ind);
+    cdy_buf_printf(&k->c->src, "%s\n", s);
+    return 0;
+}
+
+/* Emit one pass over a row at indentation ind: the row loops (the innermost
+ * one `#pragma omp simd <clause>` when clause is not NULL), a body of loads
+ * and prologue nodes (prologue 1), stmt; prologue 2 (the final pass): stmt
+ * defines t<v>, the epilogue nodes and their stores follow; 0 or -1. */
+static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, const char *stmt)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *b = &c->src;
+    int d0 = ind;
+    if (!stmt)
+        return cg_fail(c, "out of memory");
+    for (int d = 0; d < k->rn->ndim; d++, ind++) {
+        if (d == k->rn->ndim - 1 && clause && !k->col) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
+        }
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
+                       (long long)k->rn->size[d], d);
+    }
+    if (k->col) {
+        int last = k->on->ndim - 1;
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+        cg_indent(b, ind++);
+        cdy_buf_puts(b, "for (int64_t j = 0; j < jn; j++) {\n");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const int64_t i%d = jb + j;\n", last);
+    }
+    cg_indent(b, ind++);
+    cdy_buf_puts(b, "{\n");
+    for (int o = 0; prologue && o < k->nops; o++) {
+        if (k->ops[o].is_out)
+            continue;
+        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cg_row_offset(b, k->on, k->rn, o);
+        cdy_buf_puts(b, "];\n");
+    }
+    for (int u = 0; prologue && u < c->g->nvalues; u++)
+        if (u != k->v && (u < k->v || prologue == 2) && c->live[u] &&
+            c->g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u)) {
+            if (u > k->v && *stmt && cg_row_line(k, ind, stmt))   /* t<v> before its epilogue */
+                return -1;
+            stmt = u > k->v ? "" : stmt;
+            if (cg_emit_node(c, u, ind))
+                return -1;
+        }
+    if (*stmt)
+        cg_row_line(k, ind, stmt);
+    for (int o = k->first + 1; prologue == 2 && o < k->nops; o++) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "out_ptr%d[", o - k->first);
+        cg_row_offset(b, k->on, k->rn, o);
+        cdy_buf_printf(b, "] = t%d;\n", k->ops[o].value);
+    }
+    while (--ind >= d0) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    return 0;
+}
+
+/* Declare per-row variable `name` of C type t = init (NULL: out of memory);
+ * in column mode an array of CG_ROW_COLS, one per column of the block. */
+static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, const char *init)
+{
+    cg_ctx *c = k->c;
+    if (!init)
+        return cg_fail(c, "out of memory");
+    cdy_buf *b = &c->src;
+    cg_indent(b, ind);
+    if (!k->col) {
+        int acc = !strcmp(name, "mx") || !strcmp(name, "sum");    /* accumulators */
+        cdy_buf_printf(b, "%s%s %s = %s;\n", acc ? "" : "const ", t, name, init);
+        return 0;
+    }
+    cdy_buf_printf(b, "%s %s[%d];\n", t, name, CG_ROW_COLS);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "#pragma omp simd\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t j = 0; j < jn; j++) %s[j] = %s;\n", name, init);
+    return 0;
+}
+
+
+/* The final pass: t<v> = expr stored to out_ptr0, then the epilogue
+ * (prologue: 1 when expr reads the input's expression). */
+static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr)
+{
+    cg_ctx *c = k->c;
+    if (!expr)
+        return cg_fail(c, "out of memory");
+    int epi = k->nout > 1;
+    return cg_row_pass(k, ind, "", epi ? 2 : prologue,
+                       cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr, k->out, k->v));
+}
+
+/* Softmax / log_softmax of one row: max, sum of exp(x - max) (softmax
+ * stores the exps), then the scaled exps or x - max - log(sum). */
+static int cg_row_softmax(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    int logsm = c->g->values[k->v].op == CDY_OP_LOG_SOFTMAX;
+    const char *j = k->col ? "[j]" : "";
+    if (cg_row_let(k, ind, k->T, "mx", "-INFINITY") ||
+        cg_row_pass(k, ind, "reduction(max:mx)", 1,
+                    cg_strf(c, "mx%s = %s > mx%s ? %s : mx%s;", j, k->e, j, k->e, j)) ||
+        cg_row_let(k, ind, k->A, "sum", "0"))
+        return -1;
+    const char *st = logsm ? cg_strf(c, "sum%s += (%s)%s(%s - mx%s);", j, k->A, k->vexp, k->e, j)
+                           : cg_strf(c, "const %s ex = %s(%s - mx%s); %s = ex; sum%s += (%s)ex;",
+                                     k->T, k->vexp, k->e, j, k->out, j, k->A);
+    if (cg_row_pass(k, ind, "reduction(+:sum)", 1, st))
+        return -1;
+    if (logsm)
+        return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
+               cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j));
+    return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
+           cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j));
+}
+
+/* The affine part of a norm's output: " * w" and " + b" when present. */
+static char *cg_row_affine(cg_rowk *k, const char *x)
+{
+    cg_ctx *c = k->c;
+    const cdy_value *val = &c->g->values[k->v];
+    char *r = cg_strf(c, "%s", x);
+    if (r && cg_row_tensor(c->g, val->args[1]))
+        r = cg_strf(c, "%s * %s", r, cg_value_expr(c, val->args[1]));
+    if (r && cg_row_tensor(c->g, val->args[2]))
+        r = cg_strf(c, "%s + %s", r, cg_value_expr(c, val->args[2]));
+    return r;
+}
+
+/* layer_norm / group_norm of one row: mean, variance around it (double),
+ * then (x - mean) * rstd, scaled and shifted. */
+static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    double eps = c->g->values[c->g->values[k->v].args[3]].f;
+    if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
+        cg_row_pass(k, ind, "reduction(+:s)", 1, cg_strf(c, "s += (%s)%s;", k->A, k->e)) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s mean = s / (%s)%lld.0;", k->A, k->A,
+                                    (long long)n)) ||
+        cg_row_pass(k, ind, "reduction(+:q)", 1,
+                    cg_strf(c, "const %s dv = (%s)%s - mean; q += dv * dv;", k->A, k->A, k->e)) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
+                                       "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
+        return -1;
+    char *y = cg_row_affine(k, cg_strf(c, "(%s - mu) * rs", k->e));
+    return cg_row_final(k, ind, 1, y);
+}
+
+/* The element of per-channel arg a of batch_norm node k->v for the current
+ * row (1 or 0 when absent: weight, bias). */
+static char *cg_row_channel(cg_rowk *k, int a, const char *absent)
+{
+    cg_ctx *c = k->c;
+    int w = c->g->values[k->v].args[a];
+    if (!cg_row_tensor(c->g, w))
+        return cg_strf(c, "(%s)%s", k->T, absent);
+    int p = c->param[c->val_buf[w]], any = 0;
+    cdy_buf b = {0};
+    cg_offset_terms(&b, k->on, p, 'i', &any);
+    char *off = cdy_buf_take(&b);
+    char *r = cg_strf(c, "in_ptr%d[%s]", p, any && off ? off : "0");
+    free(off);
+    return r;
+}
+
+/* batch_norm (eval) of one row (n, c): alpha = w / sqrt(var + eps), beta =
+ * b - mean * alpha (as ATen), then x * alpha + beta over the spatial dims. */
+static int cg_row_batch_norm(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    double eps = c->g->values[c->g->values[k->v].args[5]].f;
+    char *mean = cg_row_channel(k, 1, "0"), *var = cg_row_channel(k, 2, "0");
+    char *w = cg_row_channel(k, 3, "1"), *b = cg_row_channel(k, 4, "0");
+    if (!mean || !var || !w || !b)
+        return cg_fail(c, "out of memory");
+    const char *f = k->T[0] == 'f' ? "f" : "";
+    return cg_row_line(k, ind, cg_strf(c, "const %s alpha = (%s)1 / sqrt%s(%s + (%s)%.17g) * %s;",
+                                       k->T, k->T, f, var, k->T, eps, w)) ||
+           cg_row_line(k, ind, cg_strf(c, "const %s beta = %s - %s * alpha;", k->T, b, mean)) ||
+           cg_row_final(k, ind, 1, cg_strf(c, "%s * alpha + beta", k->e));
+}
+
+/* Write the post-fusion IR of row kernel kn. */
+static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *ir = &c->ir_post;
+    const char *name = cdy_op_table[c->g->values[k->v].op].name;
+    cdy_buf_printf(ir, "kernel_%d: row kernel %%%d %s of %%%d over ", kn, k->v, name, k->in);
+    cg_ir_dims(ir, rs->size, rs->ndim);
+    cdy_buf_printf(ir, ", %lld elements per row; outer loops ", (long long)rs->nrow);
+    cg_ir_dims(ir, k->on->size, k->on->ndim);
+    cdy_buf_puts(ir, ", row loops ");
+    cg_ir_dims(ir, k->rn->size, k->rn->ndim);
+    cdy_buf_printf(ir, ", accumulators %s%s\n", k->A,
+                   k->col ? "; column mode: blocks of columns, column loop innermost" : "");
+    cg_ir_fuses(c, ir, kn);
+    for (int o = 0; o < k->nops; o++) {
+        cdy_buf_puts(ir, k->ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(ir, k->ops, k->nops, o);
+        cdy_buf_puts(ir, "\n");
+    }
+    cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the rows"
+                                              : "no: small, or one row");
+    cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: row op %%%d %s (values "
+                               "before it are realized first; its prologue is fused)\n",
+                   kn, k->v, name);
+}
+
+/* 1 if value u (after row node v) may join v's epilogue: a pointwise node
+ * over v's sizes whose tensor args are v, picked nodes (epi), inputs or
+ * values realized before v (not v's per-channel args, indexed differently). */
+static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[u], *rv = &g->values[v];
+    if (val->kind != CDY_VAL_NODE || cg_is_extern(g, u) || cg_is_special(g, u) ||
+        val->meta.ndim != rv->meta.ndim ||
+        memcmp(val->meta.sizes, rv->meta.sizes, sizeof(int64_t) * (size_t)rv->meta.ndim))
+        return 0;
+    for (int a = 0; a < val->nargs; a++) {
+        int w = val->args[a];
+        if (g->values[w].kind == CDY_VAL_SCALAR || epi[w])
+            continue;
+        if (g->values[w].kind != CDY_VAL_INPUT && (w > v || c->val_buf[w] < 0))
+            return 0;
+        for (int b = 1; rv->op != CDY_OP_LAYER_NORM && b < rv->nargs; b++)
+            if (rv->args[b] == w)
+                return 0;
+    }
+    return 1;
+}
+
+/* Pick the pointwise epilogue of row node v, computed in its final pass:
+ * k->outs = v, then the realized picked nodes (marked done: no other kernel
+ * computes them).  0 or -1. */
+static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
+{
+    const cdy_graph *g = c->g;
+    char *epi = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 1));
+    if (!epi || !k->outs)
+        return cg_fail(c, "out of memory");
+    k->outs[0] = k->v;
+    k->nout = 1;
+    epi[k->v] = 1;
+    for (int u = k->v + 1; u < g->nvalues && k->nout <= CG_ROW_EPI; u++) {
+        if (!cg_row_epi_ok(c, k->v, u, epi))
+            continue;
+        epi[u] = 1;
+        if (c->val_buf[u] >= 0) {
+            k->outs[k->nout++] = u;
+            c->done[u] = 1;
+        }
+    }
+    return 0;
+}
+
+/* Build k's operands and the outer and row nests for node v; 0 or -1. */
+static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
+{
+    const cdy_graph *g = c->g;
+    if (cg_row_epilogue(c, k))
+        return -1;
+    int *outs = k->outs;
+    int64_t *sz = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM * 2);
+    k->ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    k->on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    k->rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    if (!outs || !sz || !k->ops || !k->on || !k->rn)
+        return cg_fail(c, "out of memory");
+    const cdy_meta *im = &g->values[k->in].meta;
+    cg_group grp = {im->ndim, im->sizes, k->nout, outs};
+    cg_mark_live(c, &grp);
+    if ((k->nops = cg_operands(c, &grp, k->ops)) < 0)
+        return -1;
+    k->first = cg_first_out(k->ops, k->nops);
+    if (g->values[k->v].op == CDY_OP_GROUP_NORM)
+        cg_row_split(g, k->v, rs, k->ops, k->nops);
+    if (g->values[k->v].op == CDY_OP_BATCH_NORM)
+        cg_row_channels(g, k->v, k->ops, k->nops);
+    for (int d = 0; d < rs->ndim; d++) {
+        sz[d] = rs->row[d] ? 1 : rs->size[d];
+        sz[CDY_MAX_NDIM + d] = rs->row[d] ? rs->size[d] : 1;
+    }
+    cg_group og = {rs->ndim, sz, k->nout, outs};
+    cg_group rg = {rs->ndim, sz + CDY_MAX_NDIM, k->nout, outs};
+    cg_build_nest(&og, k->ops, k->nops, k->on);
+    cg_build_nest(&rg, k->ops, k->nops, k->rn);
+    return 0;
+}
+
+/* Column mode (softmax over a dim that is not the innermost in memory):
+ * 1 when the innermost outer loop is contiguous in the output and the row
+ * is not; the rows of a block of CG_ROW_COLS such columns are then processed
+ * together, the column loop innermost (vectorized), accumulators per column. */
+static int cg_row_columns(const cg_rowk *k)
+{
+    int op = k->c->g->values[k->v].op, lo = k->on->ndim - 1, lr = k->rn->ndim - 1;
+    return (op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX) && lo >= 0 && lr >= 0 &&
+           k->on->stride[k->first][lo] == 1 && k->rn->stride[k->first][lr] != 1 &&
+           k->on->size[lo] >= 8;
+}
+
+/* Emit the outer loops of k (parallel when par) at indentation 1; in column
+ * mode the innermost is a loop over blocks of columns.  Returns the body's
+ * indentation. */
+static int cg_row_outer(cg_rowk *k, int par)
+{
+    cdy_buf *b = &k->c->src;
+    int ind = 1, n = k->on->ndim;
+    for (int d = 0; d < n; d++, ind++) {
+        if (d == 0 && par) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           n >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
+                               ? " collapse(2)" : "");
+        }
+        cg_indent(b, ind);
+        long long sz = (long long)k->on->size[d];
+        if (k->col && d == n - 1)
+            cdy_buf_printf(b, "for (int64_t jb = 0; jb < %lldLL; jb += %d) {\n", sz, CG_ROW_COLS);
+        else
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d, sz, d);
+    }
+    if (k->col) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "const int64_t jn = %lldLL - jb < %d ? %lldLL - jb : %d;\n",
+                       (long long)k->on->size[n - 1], CG_ROW_COLS,
+                       (long long)k->on->size[n - 1], CG_ROW_COLS);
+    }
+    return ind;
+}
+
+/* Emit row node v as one kernel: outer loops over the rows (parallel when
+ * the work is large and there are several rows), the op's passes per row. */
+int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
+{
+    int kn = cg_kernel_begin(c, plan);
+    if (kn < 0)
+        return -1;
+    const cdy_graph *g = c->g;
+    cg_rowshape rs;
+    cg_row_shape(g, v, &rs);
+    cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0]};
+    if (cg_row_setup(c, &k, &rs))
+        return -1;
+    int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
+    k.T = f32 ? "float" : "double";
+    k.vexp = f32 ? "cdy_vexpf" : "exp";
+    k.A = f32 && rs.nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
+    k.e = cg_value_expr(c, k.in);
+    cdy_buf ob = {0};
+    cdy_buf_puts(&ob, "out_ptr0[");
+    cg_row_offset(&ob, k.on, k.rn, k.first);
+    cdy_buf_puts(&ob, "]");
+    char *os = cdy_buf_take(&ob);
+    k.out = os ? cdy_arena_strdup(&c->arena, os) : NULL;
+    free(os);
+    if (!k.e || !k.out)
+        return cg_fail(c, "out of memory");
+    k.col = cg_row_columns(&k);
+    int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
+    int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
+    cg_group grp = {1, rs.size, k.nout, k.outs};
+    cg_emit_header(c, kn, &grp, k.ops, k.nops, k.on);
+    cg_row_ir(&k, kn, &rs, par);
+    if (rs.numel > 0) {
+        int ind = cg_row_outer(&k, par);
+        int op = g->values[v].op;
+        int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
+                 : op == CDY_OP_BATCH_NORM ? cg_row_batch_norm(&k, ind)
+                                           : cg_row_norm(&k, ind, rs.nrow);
+        if (rc)
+            return -1;
+        while (--ind > 0) {
+            cg_indent(&c->src, ind);
+            cdy_buf_puts(&c->src, "}\n");
+        }
+    }
+    cdy_buf_puts(&c->src, "}\n");
+    cg_kernel_end(plan, kn, k.ops, k.nops);
+    return 0;
+}
