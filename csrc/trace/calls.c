@@ -399,6 +399,35 @@ tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
     return cdy_tensor_tvar(tr, call->out, v);
 }
 
+/* The TUPLE tvar of lowered call `call` whose result items are nodes vs[0..n):
+ * one pynode for the call, an item pynode per node (as multi_call). */
+tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *vs, int n)
+{
+    if (!PySequence_Check(call->out) || PySequence_Size(call->out) != n ||
+        add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, -1))
+        return NULL;
+    int base = tr->t->npynodes - 1;
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    if (!items) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *fake = cdy_tr_keep(tr, PySequence_GetItem(call->out, i));
+        if (!fake) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, call->what);
+            return NULL;
+        }
+        if (add_pynode(tr, NULL, NULL, 0, NULL, vs[i]))
+            return NULL;
+        tr->t->pynodes[tr->t->npynodes - 1].item = i;
+        tr->t->pynodes[tr->t->npynodes - 1].base = base;
+        if (!(items[i] = cdy_tensor_tvar(tr, fake, vs[i])))
+            return NULL;
+    }
+    return cdy_tv_seq(tr, TV_TUPLE, items, n);
+}
+
 /* fn(*args) with tensor args as an extern node (see trace.h). */
 tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs)
 {
