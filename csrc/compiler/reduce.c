@@ -388,11 +388,12 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
         cdy_buf_puts(b, "int64_t n = 0;\n");
     }
     for (int d = 0; d < rn->ndim; d++, ind++) {
-        cg_indent(b, ind);
-        if (d == 0 && r->par_in && clause)
+        int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause;
+        cg_indent(b, outer || inner ? ind : 0);
+        if (outer)
             cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) "
                               "%s\n", rn->ndim == 1 ? " simd" : "", clause);
-        else if (d == rn->ndim - 1 && clause)
+        else if (inner)
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
