@@ -321,3 +321,13 @@ def test_large_norm_accuracy(ord):
     out = cdynamo.optimize(fn)(x)
     torch.testing.assert_close(out, fn(x.double()).float())
     torch.testing.assert_close(out, fn(x), rtol=1e-3, atol=0)   # eager: up to 1.2e-4 off
+
+
+def test_return_types_fields():
+    x = make(torch.float32, (6, 8))
+    g = run(lambda t: t.max(dim=1).values * 2 + t.min(0).indices.sum(), x)
+    assert "extern" not in g and "= argmin(" in g, g
+    run(lambda t: torch.max(t * 2, -1, keepdim=True).indices, x)
+    run(lambda t: torch.topk(t, 3).values + 1, x)      # an extern's namedtuple result too
+    st = check(lambda t: torch.min(t, 1).values - 1, x)
+    assert st["graph_breaks"] == 0

@@ -292,7 +292,10 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         tr->t->pynodes[tr->t->npynodes - 1].base = base;
         items[i] = v;
     }
-    return cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
+    tvar *r = cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
+    if (r && PyTuple_Check(out) && !PyTuple_CheckExact(out))
+        r->obj = (PyObject *)Py_TYPE(out);   /* torch.return_types.*: .values, .indices */
+    return r;
 }
 
 /* Call fn(*args) where args hold tensors: run it on the fakes for the
@@ -425,7 +428,28 @@ tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *
         if (!(items[i] = cdy_tensor_tvar(tr, fake, vs[i])))
             return NULL;
     }
-    return cdy_tv_seq(tr, TV_TUPLE, items, n);
+    tvar *r = cdy_tv_seq(tr, TV_TUPLE, items, n);
+    if (r && PyTuple_Check(call->out) && !PyTuple_CheckExact(call->out))
+        r->obj = (PyObject *)Py_TYPE(call->out);
+    return r;
+}
+
+/* Item `name` of TUPLE v made from a torch.return_types result (v->obj its
+ * type: a field of its __match_args__), or NULL (not stopped) when none. */
+tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name)
+{
+    (void)tr;
+    if (v->kind != TV_TUPLE || !v->obj || !PyType_Check(v->obj))
+        return NULL;
+    PyObject *fields = PyObject_GetAttrString(v->obj, "__match_args__");
+    tvar *r = NULL;
+    for (Py_ssize_t i = 0; fields && PyTuple_Check(fields) && i < PyTuple_GET_SIZE(fields) &&
+                           i < v->n; i++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), name) == 0)
+            r = v->items[i];
+    Py_XDECREF(fields);
+    PyErr_Clear();
+    return r;
 }
 
 /* fn(*args) with tensor args as an extern node (see trace.h). */
