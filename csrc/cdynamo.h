@@ -137,7 +137,7 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(PROD, "prod", 3, 'R')             \
     /* reduce: argmax/argmin (int64 index, first max/min or first NaN), any/all (bool; uint8 \
      * for uint8), count_nonzero (int64), var/std (arg 3: correction, float), vector_norm \
-     * (arg 3: the order p, float).  Kind R: args (input, dims_mask, keepdim[, param]). */ \
+     * (arg 3: the order p, float), logsumexp.  Kind R: args (input, dims_mask, keepdim[, param]). */ \
     X(ARGMAX, "argmax", 3, 'R')         \
     X(ARGMIN, "argmin", 3, 'R')         \
     X(ANY, "any", 3, 'R')               \
@@ -146,6 +146,7 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(VAR, "var", 4, 'R')               \
     X(STD, "std", 4, 'R')               \
     X(NORM, "vector_norm", 4, 'R')      \
+    X(LOGSUMEXP, "logsumexp", 3, 'R')   \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

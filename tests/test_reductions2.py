@@ -331,3 +331,27 @@ def test_return_types_fields():
     run(lambda t: torch.topk(t, 3).values + 1, x)      # an extern's namedtuple result too
     st = check(lambda t: torch.min(t, 1).values - 1, x)
     assert st["graph_breaks"] == 0
+
+
+# ---- logsumexp ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, -1, (0, 2), [2, 1, 0]])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp(dtype, dim, keepdim):
+    x = make(dtype, (4, 5, 6)) * 20
+    run(lam(f"lambda t: torch.logsumexp(t, {dim}, {keepdim})"), x, lowered="logsumexp")
+    run(lam(f"lambda t: (t - 1).logsumexp(dim={dim}, keepdim={keepdim})"), x,
+        lowered="logsumexp")
+
+
+def test_logsumexp_edge():
+    x = make(torch.float32, (6, 7))
+    for t in [with_nan(x), x.t(), torch.full((3, 4), -math.inf), torch.full((3, 4), math.inf),
+              torch.tensor([[1.0, math.inf, -math.inf], [-math.inf, -math.inf, 2.0]]),
+              torch.randn(3, 0), x * 1000]:
+        run(lambda t: t.logsumexp(-1), t, lowered="logsumexp")
+    run(lambda t: t.logsumexp(0), make(torch.int64, (3, 4)))     # int: float result, extern
+    g = run(lambda t: torch.logsumexp(t * 2, 1), torch.randn(512, 512), lowered="logsumexp")
+    assert kernels() == 1, g
+    run(lambda t: torch.logsumexp(t, (0, 1)), torch.randn(512, 512), lowered="logsumexp")

@@ -1,5 +1,5 @@
 /* reduce.c - reduction nodes (kind 'R': sum, mean, amax, amin, prod, argmax,
- * argmin, any, all, count_nonzero, var, std, vector_norm over a dims mask,
+ * argmin, any, all, count_nonzero, var, std, vector_norm, logsumexp over a dims mask,
  * keepdim): one kernel each, the pointwise prologue of the input recomputed
  * per element inside the reduced loops.  An argmax/argmin right after the
  * amax/amin of the same input and dims (torch.max(x, dim)) shares its kernel:
@@ -59,7 +59,10 @@
       "nanf |= $e != $e;", "reduction(min:acc) reduction(|:nanf)", NULL, NULL, NULL,      \
       "nanf ? NAN : acc")                                                    \
     X(NORMP, 'd', "0", "acc += pow(fabs((double)$e), $P);", "reduction(+:acc)", NULL, NULL, \
-      NULL, "pow(acc, 1.0 / $P)")
+      NULL, "pow(acc, 1.0 / $P)")                                            \
+    X(LOGSUMEXP, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",          \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += exp((double)$e - m);", "reduction(+:s)", "log(s) + m")
 
 typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
@@ -119,6 +122,7 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     case CDY_OP_COUNT_NONZERO: return CG_RED_COUNT_NONZERO;
     case CDY_OP_VAR: return CG_RED_VAR;
     case CDY_OP_STD: return CG_RED_STD;
+    case CDY_OP_LOGSUMEXP: return CG_RED_LOGSUMEXP;
     default: return cg_red_norm_variant(cg_red_param(g, val));
     }
 }
@@ -131,7 +135,7 @@ static int cg_red_dtype(int op, int idt)
     switch (op) {
     case CDY_OP_SUM: case CDY_OP_PROD:
         return flt ? idt : CDY_DT_INT64;
-    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM:
+    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
         return flt ? idt : CDY_DT_NONE;
     case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_COUNT_NONZERO:
         return CDY_DT_INT64;

@@ -52,7 +52,8 @@
     X(COUNT_NONZERO, "input *dim")                                      \
     X(VAR, "input *dim *unbiased *keepdim *correction")                 \
     X(STD, "input *dim *unbiased *keepdim *correction")                 \
-    X(NORM, "input *ord *dim *keepdim -dtype")
+    X(NORM, "input *ord *dim *keepdim -dtype")                          \
+    X(LOGSUMEXP, "input *dim *keepdim")
 
 static const char *const ob_sigs[CDY_OP_COUNT] = {
 #define OB_X(op, sig) [CDY_OP_##op] = sig,
@@ -356,12 +357,12 @@ static int ob_dim_bit(const tvar *d, int ndim, long long *mask)
     return 0;
 }
 
-/* 1 if reduction op takes input dtype xd (mean, var, std, vector_norm: float
- * only; argmax/argmin: not bool, eager raises). */
+/* 1 if reduction op takes input dtype xd (mean, var, std, vector_norm,
+ * logsumexp: float only; argmax/argmin: not bool, eager raises). */
 static int ob_reduce_dtype_ok(int op, int xd)
 {
     switch (op) {
-    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM:
+    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
         return cdy_dtype_table[xd].is_float;
     case CDY_OP_ARGMAX: case CDY_OP_ARGMIN:
         return xd != CDY_DT_BOOL;
@@ -518,7 +519,7 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
     }
     case CDY_OP_SUM: case CDY_OP_MEAN: case CDY_OP_AMAX: case CDY_OP_AMIN: case CDY_OP_PROD:
     case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_ANY: case CDY_OP_ALL:
-    case CDY_OP_COUNT_NONZERO:
+    case CDY_OP_COUNT_NONZERO: case CDY_OP_LOGSUMEXP:
         return ob_check_reduce(tr, op, out, extra);
     case CDY_OP_VAR: case CDY_OP_STD:
         return ob_check_var(tr, op, out, extra);
