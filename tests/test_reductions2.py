@@ -18,8 +18,10 @@ INTS = [torch.uint8, torch.int32, torch.int64]
 FLOATS = [torch.float32, torch.float64]
 ALL = [torch.bool] + INTS + FLOATS
 
-# var/std with correction >= N warn about the degrees of freedom (eager and compiled alike)
-pytestmark = pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+# var/std with correction >= N warn about the degrees of freedom (eager and compiled alike);
+# a frame that cdynamo fails to compile (it warns and runs eagerly) fails the test
+pytestmark = [pytest.mark.filterwarnings("ignore:.*degrees of freedom"),
+              pytest.mark.filterwarnings("error::cdynamo.CdynamoWarning")]
 
 
 def source():

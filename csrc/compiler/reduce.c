@@ -6,6 +6,7 @@
  * one pass stores both the values and the indices. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/cg.h"
@@ -16,9 +17,10 @@
  * C type, 'w' double for float input else int64, 'd' double, 'l' int64, 'b' int.
  * Templates: $e the element, $A the accumulator type, $N the reduced count,
  * $P param arg 3 (correction, norm order), $L / $H the input dtype's lowest /
- * highest value, $O the output's C type.  Index variants (argmax/argmin) count
- * elements in n (row-major over the reduced dims) and keep the best in idx.
- * A NULL clause: the reduced loop never runs on several threads. */
+ * highest value, $O the output's C type, $n the element's row-major index over
+ * the reduced dims.  argmax/argmin: a pass for the max/min (NaN if any), a
+ * pass for the first index holding it.  A NULL clause: the reduced loop never
+ * runs on several threads. */
 #define CG_RED_VARIANTS(X)                                                   \
     X(SUM, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
     X(MEAN, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc / $N.0") \
@@ -31,12 +33,20 @@
       "reduction(max:acc) reduction(|:nanf)", NULL, NULL, NULL, "nanf ? ($O)NAN : acc") \
     X(AMIN_F, 'i', "$H", "acc = $e < acc ? $e : acc; nanf |= $e != $e;",     \
       "reduction(min:acc) reduction(|:nanf)", NULL, NULL, NULL, "nanf ? ($O)NAN : acc") \
-    X(ARGMAX, 'i', "$L", "if ($e > acc) { acc = $e; idx = n; }", NULL, NULL, NULL, NULL, "idx") \
-    X(ARGMIN, 'i', "$H", "if ($e < acc) { acc = $e; idx = n; }", NULL, NULL, NULL, NULL, "idx") \
-    X(ARGMAX_F, 'i', "$L", "if (acc == acc && ($e > acc || $e != $e)) { acc = $e; idx = n; }", \
-      NULL, NULL, NULL, NULL, "idx")                                         \
-    X(ARGMIN_F, 'i', "$H", "if (acc == acc && ($e < acc || $e != $e)) { acc = $e; idx = n; }", \
-      NULL, NULL, NULL, NULL, "idx")                                         \
+    X(ARGMAX, 'i', "$L", "acc = $e > acc ? $e : acc;", "reduction(max:acc)",          \
+      "int64_t idx = $N;", "if ($e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMIN, 'i', "$H", "acc = $e < acc ? $e : acc;", "reduction(min:acc)",          \
+      "int64_t idx = $N;", "if ($e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMAX_F, 'i', "$L", "acc = $e > acc ? $e : acc; nanf |= $e != $e;",   \
+      "reduction(max:acc) reduction(|:nanf)", "int64_t idx = $N;\nif (nanf) acc = ($A)NAN;", \
+      "if (nanf ? $e != $e : $e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMIN_F, 'i', "$H", "acc = $e < acc ? $e : acc; nanf |= $e != $e;",   \
+      "reduction(min:acc) reduction(|:nanf)", "int64_t idx = $N;\nif (nanf) acc = ($A)NAN;", \
+      "if (nanf ? $e != $e : $e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
     X(ANY, 'b', "0", "acc |= $e != 0;", "reduction(|:acc)", NULL, NULL, NULL, "acc") \
     X(ALL, 'b', "1", "acc &= $e != 0;", "reduction(&:acc)", NULL, NULL, NULL, "acc") \
     X(COUNT_NONZERO, 'l', "0", "acc += $e != 0;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
@@ -62,7 +72,10 @@
       NULL, "pow(acc, 1.0 / $P)")                                            \
     X(LOGSUMEXP, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",          \
       "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
-      "s += exp((double)$e - m);", "reduction(+:s)", "log(s) + m")
+      "s += exp((double)$e - m);", "reduction(+:s)", "log(s) + m")                         \
+    X(LOGSUMEXP_F32, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",      \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += (double)cdy_vexpf($e - (float)m);", "reduction(+:s)", "log(s) + m")
 
 typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
@@ -108,7 +121,7 @@ static double cg_red_param(const cdy_graph *g, const cdy_value *val)
 static int cg_red_variant_of(const cdy_graph *g, int v)
 {
     const cdy_value *val = &g->values[v];
-    int flt = cdy_dtype_table[g->values[val->args[0]].meta.dtype].is_float;
+    int idt = g->values[val->args[0]].meta.dtype, flt = cdy_dtype_table[idt].is_float;
     switch (val->op) {
     case CDY_OP_SUM: return CG_RED_SUM;
     case CDY_OP_MEAN: return CG_RED_MEAN;
@@ -122,7 +135,8 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     case CDY_OP_COUNT_NONZERO: return CG_RED_COUNT_NONZERO;
     case CDY_OP_VAR: return CG_RED_VAR;
     case CDY_OP_STD: return CG_RED_STD;
-    case CDY_OP_LOGSUMEXP: return CG_RED_LOGSUMEXP;
+    case CDY_OP_LOGSUMEXP:
+        return idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : CG_RED_LOGSUMEXP;
     default: return cg_red_norm_variant(cg_red_param(g, val));
     }
 }
@@ -235,7 +249,7 @@ static const char *cg_red_init(int dt, int is_max)
 
 /* What the templates of one reduction kernel expand to. */
 typedef struct {
-    const char *e, *acct, *param, *octype;
+    const char *e, *acct, *param, *octype, *lin;
     int idt;
     int64_t rnumel;
 } cg_red_env;
@@ -263,6 +277,7 @@ static void cg_red_expand(cdy_buf *b, const char *t, const cg_red_env *env, int 
         case 'L': cdy_buf_puts(b, cg_red_init(env->idt, 1)); break;
         case 'H': cdy_buf_puts(b, cg_red_init(env->idt, 0)); break;
         case 'O': cdy_buf_puts(b, env->octype); break;
+        case 'n': cdy_buf_puts(b, env->lin); break;
         default: break;
         }
     }
@@ -286,6 +301,26 @@ static const char *cg_red_acct(const cg_red_code *rc, int idt)
     case 'l': return "int64_t";
     default: return "int";
     }
+}
+
+/* The row-major index of the element over reduced loops rn (their order is
+ * the dims' order: cg_build_nest keeps ties of the zero output strides in dim
+ * order); NULL on out of memory. */
+static char *cg_red_linear(cg_ctx *c, const cg_nest *rn)
+{
+    cdy_buf b = {0};
+    int64_t st = 1;
+    for (int d = rn->ndim - 1; d >= 0; d--) {
+        if (st == 1)
+            cdy_buf_printf(&b, "%sr%d", b.len ? " + " : "", d);
+        else
+            cdy_buf_printf(&b, "%sr%d * %lldLL", b.len ? " + " : "", d, (long long)st);
+        st *= rn->size[d];
+    }
+    char *s = cdy_buf_take(&b);
+    char *r = cg_strf(c, "%s", s && *s ? s : "0");
+    free(s);
+    return r;
 }
 
 /* One reduction kernel being emitted: its node(s), loops and parameters. */
@@ -386,11 +421,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
     cdy_buf *b = &c->src;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
-    int oind = ind, idx = strstr(update, "idx = n") != NULL;
-    if (idx) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "int64_t n = 0;\n");
-    }
+    int oind = ind;
     for (int d = 0; d < rn->ndim; d++, ind++) {
         int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause;
         cg_indent(b, outer || inner ? ind : 0);
@@ -420,10 +451,6 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
             !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
             return -1;
     cg_red_lines(b, update, &r->env, ind);
-    if (idx) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "n++;\n");
-    }
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
@@ -444,10 +471,6 @@ static int cg_red_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     if (strstr(rc->update, "nanf")) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "int nanf = 0;\n");
-    }
-    if (strstr(rc->update, "idx")) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "int64_t idx = 0;\n");
     }
     if (cg_red_pass(c, r, rc->update, rc->clause, ind))
         return -1;
@@ -500,7 +523,8 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
     r.env.param = val->nargs > 3 ? cg_scalar_literal(c, &g->values[val->args[3]]) : "0";
     r.env.octype = cdy_dtype_table[val->meta.dtype].ctype;
     r.env.idt = idt;
-    if (!r.env.e || !r.env.param)
+    r.env.lin = cg_red_linear(c, r.rn);
+    if (!r.env.e || !r.env.param || !r.env.lin)
         return cg_fail(c, "out of memory");
     int big = c->nthreads > 1 && r.inumel >= CG_PARALLEL_NUMEL;
     r.par_out = big && r.on->ndim > 0 && r.onumel >= c->nthreads;
