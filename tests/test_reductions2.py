@@ -357,3 +357,48 @@ def test_logsumexp_edge():
     g = run(lambda t: torch.logsumexp(t * 2, 1), torch.randn(512, 512), lowered="logsumexp")
     assert kernels() == 1, g
     run(lambda t: torch.logsumexp(t, (0, 1)), torch.randn(512, 512), lowered="logsumexp")
+
+
+# ---- outer reductions: the kept innermost loop runs in blocks of accumulators ----------
+
+OUTER = ["sum", "mean", "prod", "amax", "amin", "any", "all", "count_nonzero", "norm1", "norm2",
+         "norminf", "normninf", "norm0", "norm3"]
+
+
+def outer_fn(op, dim, keepdim):
+    if op.startswith("norm"):
+        p = {"1": 1, "2": 2, "inf": "float('inf')", "ninf": "-float('inf')", "0": 0,
+             "3": 3}[op[4:]]
+        return lam(f"lambda t: torch.linalg.vector_norm(t * 2, {p}, {dim}, {keepdim})")
+    if op == "count_nonzero":
+        return lam(f"lambda t: torch.count_nonzero(t, {dim})")
+    return lam(f"lambda t: t.{op}({dim}, keepdim={keepdim})")
+
+
+@pytest.mark.parametrize("op", OUTER)
+@pytest.mark.parametrize("shape,dim", [((256, 1000), 0), ((4, 50, 70), 1), ((3, 5, 130), (0, 1)),
+                                       ((7, 3), 0)])
+def test_outer_reduction(op, shape, dim):
+    dtypes = FLOATS if op.startswith("norm") or op == "mean" else ALL
+    if op == "prod" and not isinstance(dim, int):
+        return
+    for dtype in dtypes:
+        x = make(dtype, shape)
+        if dtype.is_floating_point and op != "prod":
+            x = with_nan(x) if dtype == torch.float64 else x
+        name = "vector_norm" if op.startswith("norm") else op
+        run(outer_fn(op, dim, dtype == torch.float32), x, lowered=name)
+        if "kernel_" in source() and shape[-1] >= 64:
+            assert "acc_b[" in source(), source()
+
+
+def test_outer_reduction_prologue():
+    x = make(torch.float32, (64, 300))
+    b = make(torch.float32, (300,), seed=4)
+    run(lambda t, c: ((t - c) * (t > 0)).sum(0), x, b, lowered="sum")
+    run(lambda t, c: (t * c).amax(0, keepdim=True), x, b, lowered="amax")
+    run(lambda t, c: (t + c).sum(0), x, make(torch.float32, (64, 1), seed=5), lowered="sum")
+    run(lambda t: t.t().sum(1), x, lowered="sum")
+    run(lambda t: t.sum(0), torch.randn(2, 3, 64, 80).to(memory_format=torch.channels_last),
+        lowered="sum")
+    run(lambda t: t.sum(0), make(torch.int64, (512, 700)), lowered="sum")

@@ -77,6 +77,10 @@
       "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
       "s += (double)cdy_vexpf($e - (float)m);", "reduction(+:s)", "log(s) + m")
 
+/* Outputs per block of an outer reduction (see cg_red_block_body). */
+#define CG_RED_BLOCK 64
+#define CG_RED_BLOCK_STR "64"
+
 typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
     CG_RED_VARIANTS(CG_X)
@@ -333,6 +337,7 @@ typedef struct {
     cg_nest *on, *rn;
     int64_t inumel, onumel;
     int par_out, par_in;
+    int block;                   /* outer reduction: the last outer loop runs in blocks */
     int variant;
     cg_red_env env;
 } cg_red_kernel;
@@ -396,8 +401,10 @@ static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
     cg_ir_dims(ir, r->on->size, r->on->ndim);
     cdy_buf_puts(ir, ", reduced loops ");
     cg_ir_dims(ir, r->rn->size, r->rn->ndim);
-    cdy_buf_printf(ir, ", accumulator %s%s\n", r->env.acct,
-                   cg_red_codes[r->variant].update2 ? ", two passes" : "");
+    cdy_buf_printf(ir, ", accumulator %s%s%s\n", r->env.acct,
+                   cg_red_codes[r->variant].update2 ? ", two passes" : "",
+                   r->block ? ", outer reduction: the last outer loop in blocks of "
+                              CG_RED_BLOCK_STR " innermost (accumulator arrays)" : "");
     cg_ir_fuses(c, ir, k);
     for (int o = 0; o < r->nops; o++) {
         cdy_buf_puts(ir, r->ops[o].is_out ? "  store " : "  load  ");
@@ -413,17 +420,33 @@ static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
                    k, r->v, name);
 }
 
+/* In block mode, emit the copies of block element j's accumulators: in
+ * (store 0) `T acc = acc_b[j];` (and nanf), or out (store 1) `acc_b[j] = acc;`. */
+static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int store)
+{
+    int nan = strstr(cg_red_codes[r->variant].update, "nanf") != NULL;
+    cg_indent(&c->src, ind);
+    if (store)
+        cdy_buf_printf(&c->src, "acc_b[j] = acc;%s\n", nan ? " nanf_b[j] = nanf;" : "");
+    else
+        cdy_buf_printf(&c->src, "%s acc = acc_b[j];%s\n", r->env.acct,
+                       nan ? " int nanf = nanf_b[j];" : "");
+}
+
 /* Emit one pass over the reduced loops of r at indentation ind: the loads,
- * the prologue, `update` (clause: its OpenMP reduction, or NULL). */
+ * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
+ * mode the innermost loop is over the block (j, the last outer loop's index
+ * i<last> = ib + j), the accumulators read from and written to arrays. */
 static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, const char *clause,
                        int ind)
 {
     cdy_buf *b = &c->src;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
-    int oind = ind;
+    int oind = ind, last = r->on->ndim - 1;
     for (int d = 0; d < rn->ndim; d++, ind++) {
-        int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause;
+        int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
+                                                           !r->block;
         cg_indent(b, outer || inner ? ind : 0);
         if (outer)
             cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) "
@@ -434,9 +457,19 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
         cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
                        (long long)rn->size[d], d);
     }
+    if (r->block) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
+        cg_indent(b, ++ind);
+        cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
+    }
     cg_indent(b, ind);
     cdy_buf_puts(b, "{\n");
     ind++;
+    if (r->block)
+        cg_red_block_vars(c, r, ind, 0);
     for (int o = 0; o < r->nops; o++) {
         if (r->ops[o].is_out)
             continue;
@@ -451,6 +484,8 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
             !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
             return -1;
     cg_red_lines(b, update, &r->env, ind);
+    if (r->block)
+        cg_red_block_vars(c, r, ind, 1);
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
@@ -493,6 +528,67 @@ static int cg_red_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     return 0;
 }
 
+/* Emit the body of kernel r in block mode at indentation ind (inside the
+ * outer loops but the last, which it runs in blocks of CG_RED_BLOCK): arrays
+ * of accumulators, one pass over the reduced loops with the block innermost
+ * (contiguous: it vectorizes), the stores. */
+static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    int last = r->on->ndim - 1, nan = strstr(rc->update, "nanf") != NULL;
+    int64_t n = r->on->size[last];
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "const int64_t nb = %lldLL - ib < %d ? %lldLL - ib : %d;\n", (long long)n,
+                   CG_RED_BLOCK, (long long)n, CG_RED_BLOCK);
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "%s acc_b[%d];%s\n", r->env.acct, CG_RED_BLOCK,
+                   nan ? cg_strf(c, " int nanf_b[%d];", CG_RED_BLOCK) : "");
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "acc_b[j] = ");
+    cg_red_expand(b, rc->init, &r->env, ind + 1);
+    cdy_buf_printf(b, ";%s\n", nan ? " nanf_b[j] = 0;" : "");
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    if (cg_red_pass(c, r, rc->update, rc->clause, ind))
+        return -1;
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
+    cg_red_block_vars(c, r, ind + 1, 0);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "out_ptr0[");
+    cg_red_offset(b, r->on, r->rn, r->first);
+    cdy_buf_printf(b, "] = (%s)(", r->env.octype);
+    cg_red_expand(b, rc->result, &r->env, ind + 1);
+    cdy_buf_puts(b, ");\n");
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    return 0;
+}
+
+/* 1 if kernel r reduces an outer dim: one output, one pass, the last outer
+ * loop contiguous for the output and for some input (zero or one for the
+ * others), the reduced loops not; then it runs in blocks (cg_red_block_body). */
+static int cg_red_use_block(const cg_red_kernel *r)
+{
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    int last = r->on->ndim - 1, unit = 0;
+    if (r->nout != 1 || rc->update2 || last < 0 || r->rn->ndim == 0 || r->par_in ||
+        r->on->stride[r->first][last] != 1 || r->on->size[last] < 2)
+        return 0;
+    for (int o = 0; o < r->first; o++) {
+        int64_t s = r->on->stride[o][last], rs = r->rn->stride[o][r->rn->ndim - 1];
+        if (s != 0 && s != 1)
+            return 0;
+        unit |= s == 1 && rs != 1;
+    }
+    return unit;
+}
+
 /* Emit reduction node v as kernel k: a loop nest over the kept dims (outer,
  * parallel when large), an accumulator per output element, a loop nest over
  * the reduced dims whose body computes the reduction's input expression
@@ -529,6 +625,7 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
     int big = c->nthreads > 1 && r.inumel >= CG_PARALLEL_NUMEL;
     r.par_out = big && r.on->ndim > 0 && r.onumel >= c->nthreads;
     r.par_in = big && r.on->ndim == 0 && r.rn->ndim > 0 && rc->clause;
+    r.block = cg_red_use_block(&r);
     cg_group grp = {g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
                     r.nout, r.outs};
     cg_emit_header(c, k, &grp, r.ops, r.nops, r.on);
@@ -544,12 +641,16 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
                                ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)r.on->size[d], d);
+        if (r.block && d == r.on->ndim - 1)
+            cdy_buf_printf(b, "for (int64_t ib = 0; ib < %lldLL; ib += %d) {\n",
+                           (long long)r.on->size[d], CG_RED_BLOCK);
+        else
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                           (long long)r.on->size[d], d);
     }
     cg_indent(b, ind);
     cdy_buf_puts(b, "{\n");
-    if (cg_red_body(c, &r, ind + 1))
+    if (r.block ? cg_red_block_body(c, &r, ind + 1) : cg_red_body(c, &r, ind + 1))
         return -1;
     for (; ind > 0; ind--) {
         cg_indent(b, ind);
