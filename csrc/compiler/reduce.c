@@ -85,6 +85,7 @@ typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
     CG_RED_VARIANTS(CG_X)
 #undef CG_X
+    CG_RED_COUNT
 } cg_red_variant;
 
 typedef struct {
@@ -96,6 +97,16 @@ static const cg_red_code cg_red_codes[] = {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) [CG_RED_##v] = {a, i, u, c, m, u2, c2, r},
     CG_RED_VARIANTS(CG_X)
 #undef CG_X
+};
+
+/* The variables the mid statement of a two-pass variant declares for the
+ * second pass and the result ("type name", comma-separated): arrays of them
+ * in block mode (cg_red_block_body). */
+static const char *const cg_red_state[CG_RED_COUNT] = {
+    [CG_RED_ARGMAX] = "int64_t idx", [CG_RED_ARGMIN] = "int64_t idx",
+    [CG_RED_ARGMAX_F] = "int64_t idx", [CG_RED_ARGMIN_F] = "int64_t idx",
+    [CG_RED_VAR] = "double mean,double m2", [CG_RED_STD] = "double mean,double m2",
+    [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
 };
 
 /* The order p of a vector_norm node as a variant. */
@@ -420,26 +431,55 @@ static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
                    k, r->v, name);
 }
 
-/* In block mode, emit the copies of block element j's accumulators: in
- * (store 0) `T acc = acc_b[j];` (and nanf), or out (store 1) `acc_b[j] = acc;`. */
-static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int store)
+/* Block variables (CG_RV_*): the accumulator (and NaN flag), the state of
+ * a two-pass variant (cg_red_state). */
+enum { CG_RV_ACC = 1, CG_RV_STATE = 2 };
+
+/* In block mode, emit for block element j the copies of the variables in
+ * `which`: `T name = name_b[j];` (mode 'l'), `name_b[j] = name;` ('s'), or
+ * the arrays `T name_b[CG_RED_BLOCK];` ('d'). */
+static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int which, char mode)
 {
-    int nan = strstr(cg_red_codes[r->variant].update, "nanf") != NULL;
+    char types[4][16], names[4][16];
+    int n = 0;
+    if (which & CG_RV_ACC) {
+        snprintf(types[n], sizeof(types[0]), "%s", r->env.acct);
+        snprintf(names[n++], sizeof(names[0]), "acc");
+        if (strstr(cg_red_codes[r->variant].update, "nanf")) {
+            snprintf(types[n], sizeof(types[0]), "int");
+            snprintf(names[n++], sizeof(names[0]), "nanf");
+        }
+    }
+    const char *st = which & CG_RV_STATE ? cg_red_state[r->variant] : NULL;
+    for (const char *p = st; p && *p && n < 4; n++) {
+        int k = (int)strcspn(p, ","), sp = k;
+        while (sp > 0 && p[sp - 1] != ' ')
+            sp--;
+        snprintf(types[n], sizeof(types[0]), "%.*s", sp > 0 ? sp - 1 : 0, p);
+        snprintf(names[n], sizeof(names[0]), "%.*s", k - sp, p + sp);
+        p += k + (p[k] == ',');
+    }
     cg_indent(&c->src, ind);
-    if (store)
-        cdy_buf_printf(&c->src, "acc_b[j] = acc;%s\n", nan ? " nanf_b[j] = nanf;" : "");
-    else
-        cdy_buf_printf(&c->src, "%s acc = acc_b[j];%s\n", r->env.acct,
-                       nan ? " int nanf = nanf_b[j];" : "");
+    for (int i = 0; i < n; i++) {
+        const char *sep = i ? " " : "";
+        if (mode == 'l')
+            cdy_buf_printf(&c->src, "%s%s %s = %s_b[j];", sep, types[i], names[i], names[i]);
+        else if (mode == 's')
+            cdy_buf_printf(&c->src, "%s%s_b[j] = %s;", sep, names[i], names[i]);
+        else
+            cdy_buf_printf(&c->src, "%s%s %s_b[%d];", sep, types[i], names[i], CG_RED_BLOCK);
+    }
+    cdy_buf_puts(&c->src, "\n");
 }
 
 /* Emit one pass over the reduced loops of r at indentation ind: the loads,
  * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
  * mode the innermost loop is over the block (j, the last outer loop's index
  * i<last> = ib + j), the accumulators read from and written to arrays. */
-static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, const char *clause,
-                       int ind)
+static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
 {
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    const char *update = pass ? rc->update2 : rc->update, *clause = pass ? rc->clause2 : rc->clause;
     cdy_buf *b = &c->src;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
@@ -469,7 +509,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
     cdy_buf_puts(b, "{\n");
     ind++;
     if (r->block)
-        cg_red_block_vars(c, r, ind, 0);
+        cg_red_block_vars(c, r, ind, pass ? CG_RV_ACC | CG_RV_STATE : CG_RV_ACC, 'l');
     for (int o = 0; o < r->nops; o++) {
         if (r->ops[o].is_out)
             continue;
@@ -485,12 +525,31 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, const char *update, co
             return -1;
     cg_red_lines(b, update, &r->env, ind);
     if (r->block)
-        cg_red_block_vars(c, r, ind, 1);
+        cg_red_block_vars(c, r, ind, pass ? CG_RV_STATE : CG_RV_ACC, 's');
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
     return 0;
+}
+
+/* Emit the stores of kernel r's outputs at indentation ind: the result of
+ * its variant, and the partner amax/amin's value (acc). */
+static void cg_red_stores(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    for (int j = 0; j < r->nout; j++) {
+        const char *oct = cdy_dtype_table[c->g->values[r->outs[j]].meta.dtype].ctype;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "out_ptr%d[", j);
+        cg_red_offset(b, r->on, r->rn, r->first + j);
+        cdy_buf_printf(b, "] = (%s)(", oct);
+        if (r->outs[j] == r->v)
+            cg_red_expand(b, cg_red_codes[r->variant].result, &r->env, ind);
+        else
+            cdy_buf_puts(b, "acc");
+        cdy_buf_puts(b, ");\n");
+    }
 }
 
 /* Emit the body of kernel r per output element at indentation ind: the
@@ -507,24 +566,13 @@ static int cg_red_body(cg_ctx *c, const cg_red_kernel *r, int ind)
         cg_indent(b, ind);
         cdy_buf_puts(b, "int nanf = 0;\n");
     }
-    if (cg_red_pass(c, r, rc->update, rc->clause, ind))
+    if (cg_red_pass(c, r, 0, ind))
         return -1;
     if (rc->mid)
         cg_red_lines(b, rc->mid, &r->env, ind);
-    if (rc->update2 && cg_red_pass(c, r, rc->update2, rc->clause2, ind))
+    if (rc->update2 && cg_red_pass(c, r, 1, ind))
         return -1;
-    for (int j = 0; j < r->nout; j++) {
-        const char *oct = cdy_dtype_table[c->g->values[r->outs[j]].meta.dtype].ctype;
-        cg_indent(b, ind);
-        cdy_buf_printf(b, "out_ptr%d[", j);
-        cg_red_offset(b, r->on, r->rn, r->first + j);
-        cdy_buf_printf(b, "] = (%s)(", oct);
-        if (r->outs[j] == r->v)
-            cg_red_expand(b, rc->result, &r->env, ind);
-        else
-            cdy_buf_puts(b, "acc");
-        cdy_buf_puts(b, ");\n");
-    }
+    cg_red_stores(c, r, ind);
     return 0;
 }
 
@@ -536,48 +584,52 @@ static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
 {
     cdy_buf *b = &c->src;
     const cg_red_code *rc = &cg_red_codes[r->variant];
-    int last = r->on->ndim - 1, nan = strstr(rc->update, "nanf") != NULL;
+    int last = r->on->ndim - 1;
     int64_t n = r->on->size[last];
     cg_indent(b, ind);
     cdy_buf_printf(b, "const int64_t nb = %lldLL - ib < %d ? %lldLL - ib : %d;\n", (long long)n,
                    CG_RED_BLOCK, (long long)n, CG_RED_BLOCK);
+    cg_red_block_vars(c, r, ind, CG_RV_ACC | CG_RV_STATE, 'd');
     cg_indent(b, ind);
-    cdy_buf_printf(b, "%s acc_b[%d];%s\n", r->env.acct, CG_RED_BLOCK,
-                   nan ? cg_strf(c, " int nanf_b[%d];", CG_RED_BLOCK) : "");
-    cg_indent(b, ind);
-    cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+    cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
     cg_indent(b, ind + 1);
-    cdy_buf_puts(b, "acc_b[j] = ");
+    cdy_buf_printf(b, "%s acc = ", r->env.acct);
     cg_red_expand(b, rc->init, &r->env, ind + 1);
-    cdy_buf_printf(b, ";%s\n", nan ? " nanf_b[j] = 0;" : "");
+    cdy_buf_printf(b, ";%s\n", strstr(rc->update, "nanf") ? " int nanf = 0;" : "");
+    cg_red_block_vars(c, r, ind + 1, CG_RV_ACC, 's');
     cg_indent(b, ind);
     cdy_buf_puts(b, "}\n");
-    if (cg_red_pass(c, r, rc->update, rc->clause, ind))
+    if (cg_red_pass(c, r, 0, ind))
         return -1;
+    if (rc->update2) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+        cg_red_block_vars(c, r, ind + 1, CG_RV_ACC, 'l');
+        cg_red_lines(b, rc->mid, &r->env, ind + 1);
+        cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 's');
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+        if (cg_red_pass(c, r, 1, ind))
+            return -1;
+    }
     cg_indent(b, ind);
     cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
     cg_indent(b, ind + 1);
     cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
-    cg_red_block_vars(c, r, ind + 1, 0);
-    cg_indent(b, ind + 1);
-    cdy_buf_printf(b, "out_ptr0[");
-    cg_red_offset(b, r->on, r->rn, r->first);
-    cdy_buf_printf(b, "] = (%s)(", r->env.octype);
-    cg_red_expand(b, rc->result, &r->env, ind + 1);
-    cdy_buf_puts(b, ");\n");
+    cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 'l');
+    cg_red_stores(c, r, ind + 1);
     cg_indent(b, ind);
     cdy_buf_puts(b, "}\n");
     return 0;
 }
 
-/* 1 if kernel r reduces an outer dim: one output, one pass, the last outer
- * loop contiguous for the output and for some input (zero or one for the
- * others), the reduced loops not; then it runs in blocks (cg_red_block_body). */
+/* 1 if kernel r reduces an outer dim: the last outer loop contiguous for
+ * the first output and for some input (zero or one for the others), the
+ * reduced loops not; then it runs in blocks (cg_red_block_body). */
 static int cg_red_use_block(const cg_red_kernel *r)
 {
-    const cg_red_code *rc = &cg_red_codes[r->variant];
     int last = r->on->ndim - 1, unit = 0;
-    if (r->nout != 1 || rc->update2 || last < 0 || r->rn->ndim == 0 || r->par_in ||
+    if (last < 0 || r->rn->ndim == 0 || r->par_in ||
         r->on->stride[r->first][last] != 1 || r->on->size[last] < 2)
         return 0;
     for (int o = 0; o < r->first; o++) {
