@@ -164,7 +164,12 @@ static int red_none(const tvar *a)
 static tvar *norm_order(tracer *tr, tvar *p, tvar *dim)
 {
     if (p && p->kind == TV_CONST && PyUnicode_Check(p->obj)) {
-        if (strcmp(PyUnicode_AsUTF8(p->obj), "fro") ||
+        const char *ps = PyUnicode_AsUTF8(p->obj);
+        if (!ps) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (strcmp(ps, "fro") ||
             (dim && (dim->kind == TV_TUPLE || dim->kind == TV_LIST) && dim->n > 2) ||
             (dim && dim->kind == TV_CONST && PySequence_Check(dim->obj) &&
              PySequence_Size(dim->obj) > 2))
