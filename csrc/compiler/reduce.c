@@ -109,6 +109,15 @@ static const char *const cg_red_state[CG_RED_COUNT] = {
     [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
 };
 
+/* The second pass of argmax/argmin outside block mode: the test of the
+ * element sought; the first one found ends the pass (goto found: a scan
+ * that stops beats a vector min of int64 indices without AVX-512). */
+static const char *const cg_red_find[CG_RED_COUNT] = {
+    [CG_RED_ARGMAX] = "$e == acc", [CG_RED_ARGMIN] = "$e == acc",
+    [CG_RED_ARGMAX_F] = "nanf ? $e != $e : $e == acc",
+    [CG_RED_ARGMIN_F] = "nanf ? $e != $e : $e == acc",
+};
+
 /* The order p of a vector_norm node as a variant. */
 static int cg_red_norm_variant(double p)
 {
@@ -480,7 +489,10 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
 {
     const cg_red_code *rc = &cg_red_codes[r->variant];
     const char *update = pass ? rc->update2 : rc->update, *clause = pass ? rc->clause2 : rc->clause;
+    const char *find = pass && !r->block ? cg_red_find[r->variant] : NULL;
     cdy_buf *b = &c->src;
+    if (find)
+        clause = NULL;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
     int oind = ind, last = r->on->ndim - 1;
@@ -523,12 +535,31 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         if (!c->in_group[u] && c->live[u] && g->values[u].kind == CDY_VAL_NODE &&
             !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
             return -1;
-    cg_red_lines(b, update, &r->env, ind);
+    if (find) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "if (");
+        cg_red_expand(b, find, &r->env, ind);
+        cdy_buf_puts(b, ") {\n");
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "idx = ");
+        cg_red_expand(b, "$n", &r->env, ind);
+        cdy_buf_puts(b, ";\n");
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "goto found;\n");
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    } else {
+        cg_red_lines(b, update, &r->env, ind);
+    }
     if (r->block)
         cg_red_block_vars(c, r, ind, pass ? CG_RV_STATE : CG_RV_ACC, 's');
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
+    }
+    if (find) {
+        cg_indent(b, oind);
+        cdy_buf_puts(b, "found:;\n");
     }
     return 0;
 }
