@@ -148,6 +148,18 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(LAYER_NORM, "row_layer_norm", 5, 'N') \
     X(GROUP_NORM, "row_group_norm", 5, 'N') \
     X(BATCH_NORM, "row_batch_norm", 6, 'N') \
+    /* reduce: argmax/argmin (int64 index, first max/min or first NaN), any/all (bool; uint8 \
+     * for uint8), count_nonzero (int64), var/std (arg 3: correction, float), vector_norm \
+     * (arg 3: the order p, float), logsumexp.  Kind R: args (input, dims_mask, keepdim[, param]). */ \
+    X(ARGMAX, "argmax", 3, 'R')         \
+    X(ARGMIN, "argmin", 3, 'R')         \
+    X(ANY, "any", 3, 'R')               \
+    X(ALL, "all", 3, 'R')               \
+    X(COUNT_NONZERO, "count_nonzero", 3, 'R') \
+    X(VAR, "var", 4, 'R')               \
+    X(STD, "std", 4, 'R')               \
+    X(NORM, "vector_norm", 4, 'R')      \
+    X(LOGSUMEXP, "logsumexp", 3, 'R')   \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

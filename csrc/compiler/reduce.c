@@ -1,20 +1,196 @@
-/* reduce.c - reduction nodes (kind 'R': sum, mean, amax, amin, prod over a
- * dims mask, keepdim): one kernel each, the pointwise prologue of the input
- * recomputed per element inside the reduced loops. */
+/* reduce.c - reduction nodes (kind 'R': sum, mean, amax, amin, prod, argmax,
+ * argmin, any, all, count_nonzero, var, std, vector_norm, logsumexp over a dims mask,
+ * keepdim): one kernel each, the pointwise prologue of the input recomputed
+ * per element inside the reduced loops.  An argmax/argmin right after the
+ * amax/amin of the same input and dims (torch.max(x, dim)) shares its kernel:
+ * one pass stores both the values and the indices. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/cg.h"
 
-/* Check reduction node v: a tensor input, an int dims mask within its rank,
- * a bool keepdim, the result's sizes and dtype those of torch's reduction. */
-int cg_check_reduce(cg_ctx *c, int v)
+/* How a reduction computes, one row per variant (an op, split by input kind
+ * or norm order): X(variant, accumulator, init, update, omp clause, mid,
+ * update of a second pass, its clause, result).  accumulator: 'i' the input's
+ * C type, 'w' double for float input else int64, 'd' double, 'l' int64, 'b' int.
+ * Templates: $e the element, $A the accumulator type, $N the reduced count,
+ * $P param arg 3 (correction, norm order), $L / $H the input dtype's lowest /
+ * highest value, $O the output's C type, $n the element's row-major index over
+ * the reduced dims.  argmax/argmin: a pass for the max/min (NaN if any), a
+ * pass for the first index holding it.  A NULL clause: the reduced loop never
+ * runs on several threads. */
+#define CG_RED_VARIANTS(X)                                                   \
+    X(SUM, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
+    X(MEAN, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc / $N.0") \
+    X(PROD, 'w', "1", "acc *= ($A)$e;", "reduction(*:acc)", NULL, NULL, NULL, "acc") \
+    X(AMAX, 'i', "$L", "acc = $e > acc ? $e : acc;", "reduction(max:acc)", NULL, NULL, NULL, \
+      "acc")                                                                 \
+    X(AMIN, 'i', "$H", "acc = $e < acc ? $e : acc;", "reduction(min:acc)", NULL, NULL, NULL, \
+      "acc")                                                                 \
+    X(AMAX_F, 'i', "$L", "acc = $e > acc ? $e : acc; nanf |= $e != $e;",     \
+      "reduction(max:acc) reduction(|:nanf)", NULL, NULL, NULL, "nanf ? ($O)NAN : acc") \
+    X(AMIN_F, 'i', "$H", "acc = $e < acc ? $e : acc; nanf |= $e != $e;",     \
+      "reduction(min:acc) reduction(|:nanf)", NULL, NULL, NULL, "nanf ? ($O)NAN : acc") \
+    X(ARGMAX, 'i', "$L", "acc = $e > acc ? $e : acc;", "reduction(max:acc)",          \
+      "int64_t idx = $N;", "if ($e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMIN, 'i', "$H", "acc = $e < acc ? $e : acc;", "reduction(min:acc)",          \
+      "int64_t idx = $N;", "if ($e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMAX_F, 'i', "$L", "acc = $e > acc ? $e : acc; nanf |= $e != $e;",   \
+      "reduction(max:acc) reduction(|:nanf)", "int64_t idx = $N;\nif (nanf) acc = ($A)NAN;", \
+      "if (nanf ? $e != $e : $e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ARGMIN_F, 'i', "$H", "acc = $e < acc ? $e : acc; nanf |= $e != $e;",   \
+      "reduction(min:acc) reduction(|:nanf)", "int64_t idx = $N;\nif (nanf) acc = ($A)NAN;", \
+      "if (nanf ? $e != $e : $e == acc) idx = $n < idx ? $n : idx;", "reduction(min:idx)", \
+      "idx")                                                                 \
+    X(ANY, 'b', "0", "acc |= $e != 0;", "reduction(|:acc)", NULL, NULL, NULL, "acc") \
+    X(ALL, 'b', "1", "acc &= $e != 0;", "reduction(&:acc)", NULL, NULL, NULL, "acc") \
+    X(COUNT_NONZERO, 'l', "0", "acc += $e != 0;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
+    X(VAR, 'd', "0", "acc += (double)$e;", "reduction(+:acc)",               \
+      "const double mean = acc / $N.0;\ndouble m2 = 0;",                     \
+      "{ const double dv = (double)$e - mean; m2 += dv * dv; }", "reduction(+:m2)", \
+      "m2 / ($N.0 > $P ? $N.0 - $P : 0.0)")                                  \
+    X(STD, 'd', "0", "acc += (double)$e;", "reduction(+:acc)",               \
+      "const double mean = acc / $N.0;\ndouble m2 = 0;",                     \
+      "{ const double dv = (double)$e - mean; m2 += dv * dv; }", "reduction(+:m2)", \
+      "sqrt(m2 / ($N.0 > $P ? $N.0 - $P : 0.0))")                            \
+    X(NORM2, 'd', "0", "acc += (double)$e * (double)$e;", "reduction(+:acc)", NULL, NULL, NULL, \
+      "sqrt(acc)")                                                           \
+    X(NORM1, 'd', "0", "acc += fabs((double)$e);", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
+    X(NORM0, 'd', "0", "acc += $e != 0;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
+    X(NORMINF, 'd', "0", "acc = fabs((double)$e) > acc ? fabs((double)$e) : acc; "          \
+      "nanf |= $e != $e;", "reduction(max:acc) reduction(|:nanf)", NULL, NULL, NULL,      \
+      "nanf ? NAN : acc")                                                    \
+    X(NORMNINF, 'd', "INFINITY", "acc = fabs((double)$e) < acc ? fabs((double)$e) : acc; " \
+      "nanf |= $e != $e;", "reduction(min:acc) reduction(|:nanf)", NULL, NULL, NULL,      \
+      "nanf ? NAN : acc")                                                    \
+    X(NORMP, 'd', "0", "acc += pow(fabs((double)$e), $P);", "reduction(+:acc)", NULL, NULL, \
+      NULL, "pow(acc, 1.0 / $P)")                                            \
+    X(LOGSUMEXP, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",          \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += exp((double)$e - m);", "reduction(+:s)", "log(s) + m")                         \
+    X(LOGSUMEXP_F32, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",      \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += (double)cdy_vexpf($e - (float)m);", "reduction(+:s)", "log(s) + m")
+
+/* Outputs per block of an outer reduction (see cg_red_block_body). */
+#define CG_RED_BLOCK 64
+#define CG_RED_BLOCK_STR "64"
+
+typedef enum {
+#define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
+    CG_RED_VARIANTS(CG_X)
+#undef CG_X
+    CG_RED_COUNT
+} cg_red_variant;
+
+typedef struct {
+    char acc;
+    const char *init, *update, *clause, *mid, *update2, *clause2, *result;
+} cg_red_code;
+
+static const cg_red_code cg_red_codes[] = {
+#define CG_X(v, a, i, u, c, m, u2, c2, r) [CG_RED_##v] = {a, i, u, c, m, u2, c2, r},
+    CG_RED_VARIANTS(CG_X)
+#undef CG_X
+};
+
+/* The variables the mid statement of a two-pass variant declares for the
+ * second pass and the result ("type name", comma-separated): arrays of them
+ * in block mode (cg_red_block_body). */
+static const char *const cg_red_state[CG_RED_COUNT] = {
+    [CG_RED_ARGMAX] = "int64_t idx", [CG_RED_ARGMIN] = "int64_t idx",
+    [CG_RED_ARGMAX_F] = "int64_t idx", [CG_RED_ARGMIN_F] = "int64_t idx",
+    [CG_RED_VAR] = "double mean,double m2", [CG_RED_STD] = "double mean,double m2",
+    [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
+};
+
+/* The second pass of argmax/argmin outside block mode: the test of the
+ * element sought; the first one found ends the pass (goto found: a scan
+ * that stops beats a vector min of int64 indices without AVX-512). */
+static const char *const cg_red_find[CG_RED_COUNT] = {
+    [CG_RED_ARGMAX] = "$e == acc", [CG_RED_ARGMIN] = "$e == acc",
+    [CG_RED_ARGMAX_F] = "nanf ? $e != $e : $e == acc",
+    [CG_RED_ARGMIN_F] = "nanf ? $e != $e : $e == acc",
+};
+
+/* The order p of a vector_norm node as a variant. */
+static int cg_red_norm_variant(double p)
+{
+    if (p == 2)
+        return CG_RED_NORM2;
+    if (p == 1)
+        return CG_RED_NORM1;
+    if (p == 0)
+        return CG_RED_NORM0;
+    if (isinf(p))
+        return p > 0 ? CG_RED_NORMINF : CG_RED_NORMNINF;
+    return CG_RED_NORMP;
+}
+
+/* The param (arg 3) of node val as a double; 0 when it has none. */
+static double cg_red_param(const cdy_graph *g, const cdy_value *val)
+{
+    if (val->nargs < 4)
+        return 0;
+    const cdy_value *p = &g->values[val->args[3]];
+    return cdy_dtype_table[p->meta.dtype].is_float ? p->f : (double)p->i;
+}
+
+/* The variant computing reduction node v. */
+static int cg_red_variant_of(const cdy_graph *g, int v)
+{
+    const cdy_value *val = &g->values[v];
+    int idt = g->values[val->args[0]].meta.dtype, flt = cdy_dtype_table[idt].is_float;
+    switch (val->op) {
+    case CDY_OP_SUM: return CG_RED_SUM;
+    case CDY_OP_MEAN: return CG_RED_MEAN;
+    case CDY_OP_PROD: return CG_RED_PROD;
+    case CDY_OP_AMAX: return flt ? CG_RED_AMAX_F : CG_RED_AMAX;
+    case CDY_OP_AMIN: return flt ? CG_RED_AMIN_F : CG_RED_AMIN;
+    case CDY_OP_ARGMAX: return flt ? CG_RED_ARGMAX_F : CG_RED_ARGMAX;
+    case CDY_OP_ARGMIN: return flt ? CG_RED_ARGMIN_F : CG_RED_ARGMIN;
+    case CDY_OP_ANY: return CG_RED_ANY;
+    case CDY_OP_ALL: return CG_RED_ALL;
+    case CDY_OP_COUNT_NONZERO: return CG_RED_COUNT_NONZERO;
+    case CDY_OP_VAR: return CG_RED_VAR;
+    case CDY_OP_STD: return CG_RED_STD;
+    case CDY_OP_LOGSUMEXP:
+        return idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : CG_RED_LOGSUMEXP;
+    default: return cg_red_norm_variant(cg_red_param(g, val));
+    }
+}
+
+/* The result dtype torch gives reduction op over input dtype idt, or
+ * CDY_DT_NONE when the kernel does not support that input. */
+static int cg_red_dtype(int op, int idt)
+{
+    int flt = cdy_dtype_table[idt].is_float;
+    switch (op) {
+    case CDY_OP_SUM: case CDY_OP_PROD:
+        return flt ? idt : CDY_DT_INT64;
+    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
+        return flt ? idt : CDY_DT_NONE;
+    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_COUNT_NONZERO:
+        return CDY_DT_INT64;
+    case CDY_OP_ANY: case CDY_OP_ALL:
+        return idt == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
+    default:
+        return idt;
+    }
+}
+
+/* Check node v's args: a tensor input, an int dims mask within its rank, a
+ * bool keepdim, a number param (4-arg ops); 0 or -1 with a message. */
+static int cg_check_red_args(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     const char *name = cdy_op_table[val->op].name;
-    if (cg_check_meta(c, v, &val->meta))
-        return -1;
-    for (int a = 0; a < 3; a++)
+    for (int a = 0; a < val->nargs; a++)
         if (val->args[a] < 0 || val->args[a] >= v)
             return cg_fail(c, "value %d (%s): arg %d is not earlier in the graph", v, name, a);
     const cdy_value *in = &c->g->values[val->args[0]];
@@ -23,13 +199,27 @@ int cg_check_reduce(cg_ctx *c, int v)
     if (in->kind == CDY_VAL_SCALAR || mk->kind != CDY_VAL_SCALAR || kd->kind != CDY_VAL_SCALAR ||
         cdy_dtype_table[mk->meta.dtype].is_float || cdy_dtype_table[kd->meta.dtype].is_float)
         return cg_fail(c, "value %d (%s): args must be a tensor, an int mask and a bool", v, name);
-    const cdy_meta *im = &in->meta, *om = &val->meta;
-    if (mk->i < 0 || mk->i >= ((int64_t)1 << im->ndim))
+    if (val->nargs > 3 && c->g->values[val->args[3]].kind != CDY_VAL_SCALAR)
+        return cg_fail(c, "value %d (%s): arg 3 must be a number", v, name);
+    if (mk->i < 0 || mk->i >= ((int64_t)1 << in->meta.ndim))
         return cg_fail(c, "value %d (%s): dims mask %lld out of range", v, name, (long long)mk->i);
-    int od = 0;
+    return 0;
+}
+
+/* Check reduction node v: its args (cg_check_red_args), the result's sizes
+ * and dtype those of torch's reduction. */
+int cg_check_reduce(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const char *name = cdy_op_table[val->op].name;
+    if (cg_check_meta(c, v, &val->meta) || cg_check_red_args(c, v))
+        return -1;
+    const cdy_meta *im = &c->g->values[val->args[0]].meta, *om = &val->meta;
+    int64_t mask = c->g->values[val->args[1]].i;
+    int keep = c->g->values[val->args[2]].i != 0, od = 0;
     for (int d = 0; d < im->ndim; d++) {
-        int red = (int)((mk->i >> d) & 1);
-        if (red && !kd->i)
+        int red = (int)((mask >> d) & 1);
+        if (red && !keep)
             continue;
         if (od >= om->ndim || om->sizes[od] != (red ? 1 : im->sizes[d]))
             return cg_fail(c, "value %d (%s): result sizes are not the reduction's", v, name);
@@ -37,13 +227,28 @@ int cg_check_reduce(cg_ctx *c, int v)
     }
     if (od != om->ndim)
         return cg_fail(c, "value %d (%s): result rank %d, expected %d", v, name, om->ndim, od);
-    int idt = im->dtype, odt = om->dtype, want = idt;
-    if ((val->op == CDY_OP_SUM || val->op == CDY_OP_PROD) && !cdy_dtype_table[idt].is_float)
-        want = CDY_DT_INT64;
-    if (odt != want || (val->op == CDY_OP_MEAN && !cdy_dtype_table[idt].is_float))
+    int want = cg_red_dtype(val->op, im->dtype);
+    if (want == CDY_DT_NONE || om->dtype != want)
         return cg_fail(c, "value %d (%s): dtype %s -> %s is not supported", v, name,
-                       cdy_dtype_table[idt].name, cdy_dtype_table[odt].name);
+                       cdy_dtype_table[im->dtype].name, cdy_dtype_table[om->dtype].name);
     return 0;
+}
+
+/* The amax/amin node whose kernel argmax/argmin node v shares (the node just
+ * before it, over the same input, dims and keepdim), or -1. */
+static int cg_red_partner(const cdy_graph *g, int v)
+{
+    if (v < 1 || v >= g->nvalues || g->values[v].kind != CDY_VAL_NODE ||
+        g->values[v - 1].kind != CDY_VAL_NODE)
+        return -1;
+    const cdy_value *a = &g->values[v], *p = &g->values[v - 1];
+    int want = a->op == CDY_OP_ARGMAX ? CDY_OP_AMAX : a->op == CDY_OP_ARGMIN ? CDY_OP_AMIN : -1;
+    if (want < 0 || p->op != want || p->nargs != 3 || a->nargs != 3 || p->args[0] != a->args[0])
+        return -1;
+    for (int i = 1; i < 3; i++)
+        if (g->values[p->args[i]].i != g->values[a->args[i]].i)
+            return -1;
+    return v - 1;
 }
 
 /* Append operand o's offset in a reduction kernel: outer loops i<d>, reduced loops r<d>. */
@@ -56,7 +261,7 @@ static void cg_red_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int 
         cdy_buf_puts(b, "0");
 }
 
-/* The C literal amax (is_max) / amin starts from in dtype dt. */
+/* The C literal of the lowest (is_max) or highest value of dtype dt. */
 static const char *cg_red_init(int dt, int is_max)
 {
     static const char *lo[] = {"0", "0", "(-128)", "(-32768)", "(-2147483647 - 1)",
@@ -66,179 +271,475 @@ static const char *cg_red_init(int dt, int is_max)
     return is_max ? lo[dt] : hi[dt];
 }
 
-/* Emit reduction node v as kernel k: a loop nest over the kept dims (outer,
- * parallel when large), an accumulator per output element, a loop nest over
- * the reduced dims whose body computes the reduction's input expression
- * inline from leaves (the pointwise prologue is fused, never realized). */
-int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
+/* What the templates of one reduction kernel expand to. */
+typedef struct {
+    const char *e, *acct, *param, *octype, *lin;
+    int idt;
+    int64_t rnumel;
+} cg_red_env;
+
+/* Append template t expanded in env (see CG_RED_VARIANTS); a line after
+ * the first starts at indentation ind. */
+static void cg_red_expand(cdy_buf *b, const char *t, const cg_red_env *env, int ind)
 {
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
-        return -1;
+    for (const char *p = t; *p; p++) {
+        if (*p == '\n') {
+            cdy_buf_puts(b, "\n");
+            cg_indent(b, ind);
+            continue;
+        }
+        if (*p != '$' || !p[1]) {
+            char ch[2] = {*p, 0};
+            cdy_buf_puts(b, ch);
+            continue;
+        }
+        switch (*++p) {
+        case 'e': cdy_buf_puts(b, env->e); break;
+        case 'A': cdy_buf_puts(b, env->acct); break;
+        case 'N': cdy_buf_printf(b, "%lld", (long long)env->rnumel); break;
+        case 'P': cdy_buf_puts(b, env->param); break;
+        case 'L': cdy_buf_puts(b, cg_red_init(env->idt, 1)); break;
+        case 'H': cdy_buf_puts(b, cg_red_init(env->idt, 0)); break;
+        case 'O': cdy_buf_puts(b, env->octype); break;
+        case 'n': cdy_buf_puts(b, env->lin); break;
+        default: break;
+        }
+    }
+}
+
+/* Append template t expanded in env as lines at indentation ind. */
+static void cg_red_lines(cdy_buf *b, const char *t, const cg_red_env *env, int ind)
+{
+    cg_indent(b, ind);
+    cg_red_expand(b, t, env, ind);
+    cdy_buf_puts(b, "\n");
+}
+
+/* The accumulator's C type for code rc over input dtype idt. */
+static const char *cg_red_acct(const cg_red_code *rc, int idt)
+{
+    switch (rc->acc) {
+    case 'i': return cdy_dtype_table[idt].cctype;
+    case 'w': return cdy_dtype_table[idt].is_float ? "double" : "int64_t";
+    case 'd': return "double";
+    case 'l': return "int64_t";
+    default: return "int";
+    }
+}
+
+/* The row-major index of the element over reduced loops rn (their order is
+ * the dims' order: cg_build_nest keeps ties of the zero output strides in dim
+ * order); NULL on out of memory. */
+static char *cg_red_linear(cg_ctx *c, const cg_nest *rn)
+{
+    cdy_buf b = {0};
+    int64_t st = 1;
+    for (int d = rn->ndim - 1; d >= 0; d--) {
+        if (st == 1)
+            cdy_buf_printf(&b, "%sr%d", b.len ? " + " : "", d);
+        else
+            cdy_buf_printf(&b, "%sr%d * %lldLL", b.len ? " + " : "", d, (long long)st);
+        st *= rn->size[d];
+    }
+    char *s = cdy_buf_take(&b);
+    char *r = cg_strf(c, "%s", s && *s ? s : "0");
+    free(s);
+    return r;
+}
+
+/* One reduction kernel being emitted: its node(s), loops and parameters. */
+typedef struct {
+    int v;                       /* the node whose variant runs */
+    int nout;
+    int outs[2];                 /* outputs: [partner amax/amin,] v */
+    cg_operand *ops;
+    int nops, first;
+    cg_nest *on, *rn;
+    int64_t inumel, onumel;
+    int par_out, par_in;
+    int block;                   /* outer reduction: the last outer loop runs in blocks */
+    int variant;
+    cg_red_env env;
+} cg_red_kernel;
+
+/* Operands, outer and reduced loop nests of kernel r (outputs r->outs); 0 or -1. */
+static int cg_red_setup(cg_ctx *c, cg_red_kernel *r)
+{
     const cdy_graph *g = c->g;
-    const cdy_value *val = &g->values[v];
-    int in = val->args[0], op = val->op;
-    const cdy_meta *im = &g->values[in].meta, *om = &val->meta;
+    const cdy_value *val = &g->values[r->v];
+    const cdy_meta *im = &g->values[val->args[0]].meta;
     int64_t mask = g->values[val->args[1]].i;
     int keep = g->values[val->args[2]].i != 0;
-    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
-    cg_nest *on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    cg_nest *rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    int64_t *osz = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM * 2);
-    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
-    if (!ops || !on || !rn || !osz || !outs)
+    int64_t osz[CDY_MAX_NDIM], rsz[CDY_MAX_NDIM];
+    r->ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    r->on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    r->rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    if (!r->ops || !r->on || !r->rn)
         return cg_fail(c, "out of memory");
-    int64_t *rsz = osz + CDY_MAX_NDIM;
-    outs[0] = v;
-    cg_group grp = {im->ndim, im->sizes, 1, outs};
+    cg_group grp = {im->ndim, im->sizes, r->nout, r->outs};
     cg_mark_live(c, &grp);
-    int nops = cg_operands(c, &grp, ops);
-    if (nops < 0)
+    if ((r->nops = cg_operands(c, &grp, r->ops)) < 0)
         return -1;
-    int first = cg_first_out(ops, nops), od = 0;
-    int64_t rnumel = 1, inumel = 1, onumel = cdy_meta_numel(om);
-    for (int d = 0; d < im->ndim; d++) {
+    r->first = cg_first_out(r->ops, r->nops);
+    r->env.rnumel = r->inumel = 1;
+    for (int d = 0, od = 0; d < im->ndim; d++) {
         int red = (int)((mask >> d) & 1);
-        inumel *= im->sizes[d];
-        if (red) {
-            rnumel *= im->sizes[d];
-            ops[first].stride[d] = 0;
-            osz[d] = 1;
-            rsz[d] = im->sizes[d];
-            od += keep;
-        } else {
-            ops[first].stride[d] = om->sizes[od] == 1 ? 0 : om->strides[od];
-            od++;
-            osz[d] = im->sizes[d];
-            rsz[d] = 1;
+        r->inumel *= im->sizes[d];
+        r->env.rnumel *= red ? im->sizes[d] : 1;
+        osz[d] = red ? 1 : im->sizes[d];
+        rsz[d] = red ? im->sizes[d] : 1;
+        for (int j = 0; j < r->nout; j++) {
+            const cdy_meta *om = &g->values[r->outs[j]].meta;
+            r->ops[r->first + j].stride[d] =
+                red || om->sizes[od] == 1 ? 0 : om->strides[od];
         }
+        od += !red || keep;
     }
-    cg_group og = {im->ndim, osz, 1, outs}, rg = {im->ndim, rsz, 1, outs};
-    cg_build_nest(&og, ops, nops, on);
-    cg_build_nest(&rg, ops, nops, rn);
-    int odt = om->dtype, flt = cdy_dtype_table[odt].is_float;
-    int is_mm = op == CDY_OP_AMAX || op == CDY_OP_AMIN;
-    const char *acct = is_mm ? cdy_dtype_table[odt].cctype : flt ? "double" : "int64_t";
-    const char *init = is_mm ? cg_red_init(odt, op == CDY_OP_AMAX) : op == CDY_OP_PROD ? "1" : "0";
-    const char *clause = op == CDY_OP_PROD ? "reduction(*:acc)"
-                         : op == CDY_OP_AMAX ? (flt ? "reduction(max:acc) reduction(|:nanf)"
-                                                    : "reduction(max:acc)")
-                         : op == CDY_OP_AMIN ? (flt ? "reduction(min:acc) reduction(|:nanf)"
-                                                    : "reduction(min:acc)")
-                                             : "reduction(+:acc)";
-    int big = c->nthreads > 1 && inumel >= CG_PARALLEL_NUMEL;
-    int par_out = big && on->ndim > 0 && onumel >= c->nthreads;
-    int par_in = big && on->ndim == 0 && rn->ndim > 0;
-    cg_emit_header(c, k, &grp, ops, nops, on);
+    r->onumel = cdy_meta_numel(&val->meta);
+    cg_group og = {im->ndim, osz, r->nout, r->outs}, rg = {im->ndim, rsz, r->nout, r->outs};
+    cg_build_nest(&og, r->ops, r->nops, r->on);
+    cg_build_nest(&rg, r->ops, r->nops, r->rn);
+    return 0;
+}
 
-    /* IR */
+/* Describe kernel k (reduction r) in the post-fusion IR. */
+static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[r->v];
+    const cdy_meta *im = &g->values[val->args[0]].meta;
     cdy_buf *ir = &c->ir_post;
-    cdy_buf_printf(ir, "kernel_%d: reduction %%%d %s of %%%d ", k, v, cdy_op_table[op].name, in);
+    const char *name = cdy_op_table[val->op].name;
+    cdy_buf_printf(ir, "kernel_%d: reduction %%%d %s of %%%d ", k, r->v, name, val->args[0]);
     cg_ir_dims(ir, im->sizes, im->ndim);
-    cdy_buf_printf(ir, " over dims mask 0x%llx%s -> ", (long long)mask, keep ? " keepdim" : "");
-    cg_ir_dims(ir, om->sizes, om->ndim);
+    cdy_buf_printf(ir, " over dims mask 0x%llx%s -> ", (long long)g->values[val->args[1]].i,
+                   g->values[val->args[2]].i ? " keepdim" : "");
+    cg_ir_dims(ir, val->meta.sizes, val->meta.ndim);
+    if (r->nout > 1)
+        cdy_buf_printf(ir, " (and its values %%%d in the same pass)", r->outs[0]);
     cdy_buf_puts(ir, "; outer loops ");
-    cg_ir_dims(ir, on->size, on->ndim);
+    cg_ir_dims(ir, r->on->size, r->on->ndim);
     cdy_buf_puts(ir, ", reduced loops ");
-    cg_ir_dims(ir, rn->size, rn->ndim);
-    cdy_buf_printf(ir, ", accumulator %s\n", acct);
+    cg_ir_dims(ir, r->rn->size, r->rn->ndim);
+    cdy_buf_printf(ir, ", accumulator %s%s%s\n", r->env.acct,
+                   cg_red_codes[r->variant].update2 ? ", two passes" : "",
+                   r->block ? ", outer reduction: the last outer loop in blocks of "
+                              CG_RED_BLOCK_STR " innermost (accumulator arrays)" : "");
     cg_ir_fuses(c, ir, k);
-    for (int o = 0; o < nops; o++) {
-        cdy_buf_puts(ir, ops[o].is_out ? "  store " : "  load  ");
-        cg_ir_param(ir, ops, nops, o);
+    for (int o = 0; o < r->nops; o++) {
+        cdy_buf_puts(ir, r->ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(ir, r->ops, r->nops, o);
         cdy_buf_puts(ir, "\n");
     }
-    cdy_buf_printf(ir, "  parallel: %s\n", par_out ? "yes: omp parallel for over the outer loop"
-                                          : par_in ? "yes: omp parallel for reduction over the "
-                                                     "reduced loop"
-                                                   : "no: small, or too few outputs");
+    cdy_buf_printf(ir, "  parallel: %s\n",
+                   r->par_out ? "yes: omp parallel for over the outer loop"
+                   : r->par_in ? "yes: omp parallel for reduction over the reduced loop"
+                               : "no: small, too few outputs, or an index reduction");
     cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: reduction %%%d %s (values "
                                "before it are realized first; its prologue is fused)\n",
-                   k, v, cdy_op_table[op].name);
+                   k, r->v, name);
+}
 
-    /* C */
-    cdy_buf *b = &c->src;
-    int ind = 1;
-    for (int d = 0; d < on->ndim; d++, ind++) {
-        if (d == 0 && par_out) {
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           on->ndim >= 2 && on->size[0] < 4 * (int64_t)c->nthreads
-                               ? " collapse(2)" : "");
+/* Block variables (CG_RV_*): the accumulator (and NaN flag), the state of
+ * a two-pass variant (cg_red_state). */
+enum { CG_RV_ACC = 1, CG_RV_STATE = 2 };
+
+/* In block mode, emit for block element j the copies of the variables in
+ * `which`: `T name = name_b[j];` (mode 'l'), `name_b[j] = name;` ('s'), or
+ * the arrays `T name_b[CG_RED_BLOCK];` ('d'). */
+static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int which, char mode)
+{
+    char types[4][16], names[4][16];
+    int n = 0;
+    if (which & CG_RV_ACC) {
+        snprintf(types[n], sizeof(types[0]), "%s", r->env.acct);
+        snprintf(names[n++], sizeof(names[0]), "acc");
+        if (strstr(cg_red_codes[r->variant].update, "nanf")) {
+            snprintf(types[n], sizeof(types[0]), "int");
+            snprintf(names[n++], sizeof(names[0]), "nanf");
         }
-        cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)on->size[d], d);
     }
-    int oind = ind;
-    cg_indent(b, ind);
-    cdy_buf_printf(b, "%s acc = %s;\n", acct, init);
-    if (is_mm && flt) {
-        cg_indent(b, ind);
-        cdy_buf_puts(b, "int nanf = 0;\n");
+    const char *st = which & CG_RV_STATE ? cg_red_state[r->variant] : NULL;
+    for (const char *p = st; p && *p && n < 4; n++) {
+        int k = (int)strcspn(p, ","), sp = k;
+        while (sp > 0 && p[sp - 1] != ' ')
+            sp--;
+        snprintf(types[n], sizeof(types[0]), "%.*s", sp > 0 ? sp - 1 : 0, p);
+        snprintf(names[n], sizeof(names[0]), "%.*s", k - sp, p + sp);
+        p += k + (p[k] == ',');
     }
+    cg_indent(&c->src, ind);
+    for (int i = 0; i < n; i++) {
+        const char *sep = i ? " " : "";
+        if (mode == 'l')
+            cdy_buf_printf(&c->src, "%s%s %s = %s_b[j];", sep, types[i], names[i], names[i]);
+        else if (mode == 's')
+            cdy_buf_printf(&c->src, "%s%s_b[j] = %s;", sep, names[i], names[i]);
+        else
+            cdy_buf_printf(&c->src, "%s%s %s_b[%d];", sep, types[i], names[i], CG_RED_BLOCK);
+    }
+    cdy_buf_puts(&c->src, "\n");
+}
+
+/* Emit one pass over the reduced loops of r at indentation ind: the loads,
+ * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
+ * mode the innermost loop is over the block (j, the last outer loop's index
+ * i<last> = ib + j), the accumulators read from and written to arrays. */
+static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
+{
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    const char *update = pass ? rc->update2 : rc->update, *clause = pass ? rc->clause2 : rc->clause;
+    const char *find = pass && !r->block ? cg_red_find[r->variant] : NULL;
+    cdy_buf *b = &c->src;
+    if (find)
+        clause = NULL;
+    const cdy_graph *g = c->g;
+    const cg_nest *rn = r->rn;
+    int oind = ind, last = r->on->ndim - 1;
     for (int d = 0; d < rn->ndim; d++, ind++) {
-        cg_indent(b, ind);
-        if (d == 0 && par_in)
-            cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) %s\n",
-                           rn->ndim == 1 ? " simd" : "", clause);
-        else if (d == rn->ndim - 1)
+        int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
+                                                           !r->block;
+        cg_indent(b, outer || inner ? ind : 0);
+        if (outer)
+            cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) "
+                              "%s\n", rn->ndim == 1 ? " simd" : "", clause);
+        else if (inner)
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
                        (long long)rn->size[d], d);
     }
+    if (r->block) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
+        cg_indent(b, ++ind);
+        cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
+    }
     cg_indent(b, ind);
     cdy_buf_puts(b, "{\n");
     ind++;
-    for (int o = 0; o < nops; o++) {
-        if (ops[o].is_out)
+    if (r->block)
+        cg_red_block_vars(c, r, ind, pass ? CG_RV_ACC | CG_RV_STATE : CG_RV_ACC, 'l');
+    for (int o = 0; o < r->nops; o++) {
+        if (r->ops[o].is_out)
             continue;
-        const cdy_meta *m = &g->values[ops[o].value].meta;
+        const cdy_meta *m = &g->values[r->ops[o].value].meta;
         cg_indent(b, ind);
         cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
-        cg_red_offset(b, on, rn, o);
+        cg_red_offset(b, r->on, rn, o);
         cdy_buf_puts(b, "];\n");
     }
     for (int u = 0; u < g->nvalues; u++)
-        if (u != v && c->live[u] && g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u) &&
-            cg_emit_node(c, u, ind))
+        if (!c->in_group[u] && c->live[u] && g->values[u].kind == CDY_VAL_NODE &&
+            !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
             return -1;
-    char *e = cg_value_expr(c, in);
-    if (!e)
-        return cg_fail(c, "out of memory");
-    cg_indent(b, ind);
-    if (op == CDY_OP_SUM || op == CDY_OP_MEAN)
-        cdy_buf_printf(b, "acc += (%s)%s;\n", acct, e);
-    else if (op == CDY_OP_PROD)
-        cdy_buf_printf(b, "acc *= (%s)%s;\n", acct, e);
-    else {
-        cdy_buf_printf(b, "acc = %s %c acc ? %s : acc;\n", e, op == CDY_OP_AMAX ? '>' : '<', e);
-        if (flt) {
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "nanf |= %s != %s;\n", e, e);
-        }
+    if (find) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "if (");
+        cg_red_expand(b, find, &r->env, ind);
+        cdy_buf_puts(b, ") {\n");
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "idx = ");
+        cg_red_expand(b, "$n", &r->env, ind);
+        cdy_buf_puts(b, ";\n");
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "goto found;\n");
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    } else {
+        cg_red_lines(b, update, &r->env, ind);
     }
+    if (r->block)
+        cg_red_block_vars(c, r, ind, pass ? CG_RV_STATE : CG_RV_ACC, 's');
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
-    ind = oind;
-    const char *oct = cdy_dtype_table[odt].ctype;
+    if (find) {
+        cg_indent(b, oind);
+        cdy_buf_puts(b, "found:;\n");
+    }
+    return 0;
+}
+
+/* Emit the stores of kernel r's outputs at indentation ind: the result of
+ * its variant, and the partner amax/amin's value (acc). */
+static void cg_red_stores(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    for (int j = 0; j < r->nout; j++) {
+        const char *oct = cdy_dtype_table[c->g->values[r->outs[j]].meta.dtype].ctype;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "out_ptr%d[", j);
+        cg_red_offset(b, r->on, r->rn, r->first + j);
+        cdy_buf_printf(b, "] = (%s)(", oct);
+        if (r->outs[j] == r->v)
+            cg_red_expand(b, cg_red_codes[r->variant].result, &r->env, ind);
+        else
+            cdy_buf_puts(b, "acc");
+        cdy_buf_puts(b, ");\n");
+    }
+}
+
+/* Emit the body of kernel r per output element at indentation ind: the
+ * accumulator, the pass(es), the stores. */
+static int cg_red_body(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    const cg_red_code *rc = &cg_red_codes[r->variant];
     cg_indent(b, ind);
-    cdy_buf_puts(b, "out_ptr0[");
-    cg_red_offset(b, on, rn, first);
-    if (op == CDY_OP_MEAN)
-        cdy_buf_printf(b, "] = (%s)(acc / %lld.0);\n", oct, (long long)rnumel);
-    else if (is_mm && flt)
-        cdy_buf_printf(b, "] = nanf ? (%s)NAN : acc;\n", oct);
-    else
-        cdy_buf_printf(b, "] = (%s)acc;\n", oct);
-    while (--ind > 0) {
+    cdy_buf_printf(b, "%s acc = ", r->env.acct);
+    cg_red_expand(b, rc->init, &r->env, ind);
+    cdy_buf_puts(b, ";\n");
+    if (strstr(rc->update, "nanf")) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "int nanf = 0;\n");
+    }
+    if (cg_red_pass(c, r, 0, ind))
+        return -1;
+    if (rc->mid)
+        cg_red_lines(b, rc->mid, &r->env, ind);
+    if (rc->update2 && cg_red_pass(c, r, 1, ind))
+        return -1;
+    cg_red_stores(c, r, ind);
+    return 0;
+}
+
+/* Emit the body of kernel r in block mode at indentation ind (inside the
+ * outer loops but the last, which it runs in blocks of CG_RED_BLOCK): arrays
+ * of accumulators, one pass over the reduced loops with the block innermost
+ * (contiguous: it vectorizes), the stores. */
+static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    int last = r->on->ndim - 1;
+    int64_t n = r->on->size[last];
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "const int64_t nb = %lldLL - ib < %d ? %lldLL - ib : %d;\n", (long long)n,
+                   CG_RED_BLOCK, (long long)n, CG_RED_BLOCK);
+    cg_red_block_vars(c, r, ind, CG_RV_ACC | CG_RV_STATE, 'd');
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "%s acc = ", r->env.acct);
+    cg_red_expand(b, rc->init, &r->env, ind + 1);
+    cdy_buf_printf(b, ";%s\n", strstr(rc->update, "nanf") ? " int nanf = 0;" : "");
+    cg_red_block_vars(c, r, ind + 1, CG_RV_ACC, 's');
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    if (cg_red_pass(c, r, 0, ind))
+        return -1;
+    if (rc->update2) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+        cg_red_block_vars(c, r, ind + 1, CG_RV_ACC, 'l');
+        cg_red_lines(b, rc->mid, &r->env, ind + 1);
+        cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 's');
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+        if (cg_red_pass(c, r, 1, ind))
+            return -1;
+    }
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
+    cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 'l');
+    cg_red_stores(c, r, ind + 1);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    return 0;
+}
+
+/* 1 if kernel r reduces an outer dim: the last outer loop contiguous for
+ * the first output and for some input (zero or one for the others), the
+ * reduced loops not; then it runs in blocks (cg_red_block_body). */
+static int cg_red_use_block(const cg_red_kernel *r)
+{
+    int last = r->on->ndim - 1, unit = 0;
+    if (last < 0 || r->rn->ndim == 0 || r->par_in ||
+        r->on->stride[r->first][last] != 1 || r->on->size[last] < 2)
+        return 0;
+    for (int o = 0; o < r->first; o++) {
+        int64_t s = r->on->stride[o][last], rs = r->rn->stride[o][r->rn->ndim - 1];
+        if (s != 0 && s != 1)
+            return 0;
+        unit |= s == 1 && rs != 1;
+    }
+    return unit;
+}
+
+/* Emit reduction node v as kernel k: a loop nest over the kept dims (outer,
+ * parallel when large), an accumulator per output element, a loop nest over
+ * the reduced dims whose body computes the reduction's input expression
+ * inline from leaves (the pointwise prologue is fused, never realized).  An
+ * amax/amin whose argmax/argmin follows is emitted with it. */
+int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_graph *g = c->g;
+    if (cg_red_partner(g, v + 1) == v) {
+        cdy_buf_printf(&c->ir_post, "reduction %%%d %s: computed by the kernel of %%%d\n", v,
+                       cdy_op_table[g->values[v].op].name, v + 1);
+        return 0;
+    }
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    const cdy_value *val = &g->values[v];
+    int partner = cg_red_partner(g, v), idt = g->values[val->args[0]].meta.dtype;
+    cg_red_kernel r = {.v = v, .nout = partner >= 0 ? 2 : 1};
+    r.outs[0] = partner >= 0 ? partner : v;
+    r.outs[1] = v;
+    r.variant = cg_red_variant_of(g, v);
+    const cg_red_code *rc = &cg_red_codes[r.variant];
+    if (cg_red_setup(c, &r))
+        return -1;
+    r.env.e = cg_value_expr(c, val->args[0]);
+    r.env.acct = cg_red_acct(rc, idt);
+    r.env.param = val->nargs > 3 ? cg_scalar_literal(c, &g->values[val->args[3]]) : "0";
+    r.env.octype = cdy_dtype_table[val->meta.dtype].ctype;
+    r.env.idt = idt;
+    r.env.lin = cg_red_linear(c, r.rn);
+    if (!r.env.e || !r.env.param || !r.env.lin)
+        return cg_fail(c, "out of memory");
+    int big = c->nthreads > 1 && r.inumel >= CG_PARALLEL_NUMEL;
+    r.par_out = big && r.on->ndim > 0 && r.onumel >= c->nthreads;
+    r.par_in = big && r.on->ndim == 0 && r.rn->ndim > 0 && rc->clause;
+    r.block = cg_red_use_block(&r);
+    cg_group grp = {g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
+                    r.nout, r.outs};
+    cg_emit_header(c, k, &grp, r.ops, r.nops, r.on);
+    cg_red_ir(c, k, &r);
+
+    cdy_buf *b = &c->src;
+    int ind = 1;
+    for (int d = 0; d < r.on->ndim; d++, ind++) {
+        if (d == 0 && r.par_out) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           r.on->ndim >= 2 && r.on->size[0] < 4 * (int64_t)c->nthreads
+                               ? " collapse(2)" : "");
+        }
+        cg_indent(b, ind);
+        if (r.block && d == r.on->ndim - 1)
+            cdy_buf_printf(b, "for (int64_t ib = 0; ib < %lldLL; ib += %d) {\n",
+                           (long long)r.on->size[d], CG_RED_BLOCK);
+        else
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                           (long long)r.on->size[d], d);
+    }
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "{\n");
+    if (r.block ? cg_red_block_body(c, &r, ind + 1) : cg_red_body(c, &r, ind + 1))
+        return -1;
+    for (; ind > 0; ind--) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
     cdy_buf_puts(b, "}\n");
-    cg_kernel_end(plan, k, ops, nops);
+    cg_kernel_end(plan, k, r.ops, r.nops);
     return 0;
 }

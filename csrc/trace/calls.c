@@ -292,7 +292,10 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         tr->t->pynodes[tr->t->npynodes - 1].base = base;
         items[i] = v;
     }
-    return cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
+    tvar *r = cdy_tv_seq(tr, PyList_Check(out) ? TV_LIST : TV_TUPLE, items, (int)n);
+    if (r && PyTuple_Check(out) && !PyTuple_CheckExact(out))
+        r->obj = (PyObject *)Py_TYPE(out);   /* torch.return_types.*: .values, .indices */
+    return r;
 }
 
 /* fn(*args) run on the fakes (tensors are their fakes): its result, kept by
@@ -413,6 +416,56 @@ tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
     if (add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, v))
         return NULL;
     return cdy_tensor_tvar(tr, call->out, v);
+}
+
+/* The TUPLE tvar of lowered call `call` whose result items are nodes vs[0..n):
+ * one pynode for the call, an item pynode per node (as multi_call). */
+tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *vs, int n)
+{
+    if (!PySequence_Check(call->out) || PySequence_Size(call->out) != n ||
+        add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, -1))
+        return NULL;
+    int base = tr->t->npynodes - 1;
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    if (!items) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *fake = cdy_tr_keep(tr, PySequence_GetItem(call->out, i));
+        if (!fake) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, call->what);
+            return NULL;
+        }
+        if (add_pynode(tr, NULL, NULL, 0, NULL, vs[i]))
+            return NULL;
+        tr->t->pynodes[tr->t->npynodes - 1].item = i;
+        tr->t->pynodes[tr->t->npynodes - 1].base = base;
+        if (!(items[i] = cdy_tensor_tvar(tr, fake, vs[i])))
+            return NULL;
+    }
+    tvar *r = cdy_tv_seq(tr, TV_TUPLE, items, n);
+    if (r && PyTuple_Check(call->out) && !PyTuple_CheckExact(call->out))
+        r->obj = (PyObject *)Py_TYPE(call->out);
+    return r;
+}
+
+/* Item `name` of TUPLE v made from a torch.return_types result (v->obj its
+ * type: a field of its __match_args__), or NULL (not stopped) when none. */
+tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name)
+{
+    (void)tr;
+    if (v->kind != TV_TUPLE || !v->obj || !PyType_Check(v->obj))
+        return NULL;
+    PyObject *fields = PyObject_GetAttrString(v->obj, "__match_args__");
+    tvar *r = NULL;
+    for (Py_ssize_t i = 0; fields && PyTuple_Check(fields) && i < PyTuple_GET_SIZE(fields) &&
+                           i < v->n; i++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), name) == 0)
+            r = v->items[i];
+    Py_XDECREF(fields);
+    PyErr_Clear();
+    return r;
 }
 
 /* fn(*args) with tensor args as an extern node (see trace.h). */

@@ -44,7 +44,16 @@
     X(MEAN, "input *dim *keepdim -dtype")                               \
     X(AMAX, "input *dim *keepdim")                                      \
     X(AMIN, "input *dim *keepdim")                                      \
-    X(PROD, "input *dim *keepdim -dtype")
+    X(PROD, "input *dim *keepdim -dtype")                               \
+    X(ARGMAX, "input *dim *keepdim")                                    \
+    X(ARGMIN, "input *dim *keepdim")                                    \
+    X(ANY, "input *dim *keepdim")                                       \
+    X(ALL, "input *dim *keepdim")                                       \
+    X(COUNT_NONZERO, "input *dim")                                      \
+    X(VAR, "input *dim *unbiased *keepdim *correction")                 \
+    X(STD, "input *dim *unbiased *keepdim *correction")                 \
+    X(NORM, "input *ord *dim *keepdim -dtype")                          \
+    X(LOGSUMEXP, "input *dim *keepdim")
 
 static const char *const ob_sigs[CDY_OP_COUNT] = {
 #define OB_X(op, sig) [CDY_OP_##op] = sig,
@@ -348,6 +357,32 @@ static int ob_dim_bit(const tvar *d, int ndim, long long *mask)
     return 0;
 }
 
+/* 1 if reduction op takes input dtype xd (mean, var, std, vector_norm,
+ * logsumexp: float only; argmax/argmin: not bool, eager raises). */
+static int ob_reduce_dtype_ok(int op, int xd)
+{
+    switch (op) {
+    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
+        return cdy_dtype_table[xd].is_float;
+    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN:
+        return xd != CDY_DT_BOOL;
+    default:
+        return 1;
+    }
+}
+
+/* 1 if op has no identity (argmax, argmin, vector_norm) and reduces no
+ * element for some output of x (eager raises, or returns what the kernel cannot). */
+static int ob_reduce_empty(int op, const cdy_meta *m, long long mask)
+{
+    if (op != CDY_OP_ARGMAX && op != CDY_OP_ARGMIN && op != CDY_OP_NORM)
+        return 0;
+    for (int d = 0; d < m->ndim; d++)
+        if (m->sizes[d] == 0 && (mask >> d & 1))
+            return 1;
+    return 0;
+}
+
 /* Reductions (input, dim, keepdim) -> (input, dims mask, keepdim): dim an
  * int, a non-empty tuple/list of ints, or None/absent (every dim); keepdim a
  * bool.  Int/bool mean (eager raises) and anything else stay extern. */
@@ -360,7 +395,7 @@ static int ob_check_reduce(tracer *tr, int op, tvar **out, tvar **extra)
     int xd = ob_dtype(x);
     if (xd == CDY_DT_NONE || xd != m->dtype || m->ndim > CDY_MAX_NDIM)
         return -1;
-    if (op == CDY_OP_MEAN && !cdy_dtype_table[xd].is_float)
+    if (!ob_reduce_dtype_ok(op, xd))
         return -1;
     long long mask = 0;
     if (!dim || (dim->kind == TV_CONST && dim->obj == Py_None)) {
@@ -386,11 +421,67 @@ static int ob_check_reduce(tracer *tr, int op, tvar **out, tvar **extra)
     } else if (ob_dim_bit(dim, m->ndim, &mask)) {
         return -1;
     }
-    if (kd && !(kd->kind == TV_CONST && PyBool_Check(kd->obj)))
+    if ((kd && !(kd->kind == TV_CONST && PyBool_Check(kd->obj))) || ob_reduce_empty(op, m, mask))
         return -1;
     out[1] = cdy_tv_const(tr, PyLong_FromLongLong(mask));
     out[2] = cdy_tv_const(tr, Py_NewRef(kd && kd->obj == Py_True ? Py_True : Py_False));
     return out[1] && out[2] ? 3 : -1;
+}
+
+/* var/std (input, dim, unbiased, keepdim, correction), or the old
+ * var(input, unbiased): the reduction's args and the correction as a float
+ * in out[3] (unbiased: 1 or 0, default 1); 4, or -1. */
+static int ob_check_var(tracer *tr, int op, tvar **out, tvar **extra)
+{
+    tvar *dim = extra[0], *unb = extra[1], *corr = extra[3];
+    if (dim && dim->kind == TV_CONST && PyBool_Check(dim->obj)) {
+        if (unb)
+            return -1;
+        unb = dim;
+        dim = NULL;
+    }
+    if (corr && corr->kind == TV_CONST && corr->obj == Py_None)
+        corr = NULL;
+    if (unb && unb->kind == TV_CONST && unb->obj == Py_None)
+        unb = NULL;
+    double c = 1;
+    if (unb && corr)
+        return -1;
+    if (unb) {
+        if (unb->kind != TV_CONST || !PyBool_Check(unb->obj))
+            return -1;
+        c = unb->obj == Py_True;
+    } else if (corr) {
+        if (!ob_is_number(corr) || PyBool_Check(corr->obj))
+            return -1;
+        c = PyFloat_AsDouble(corr->obj);
+        if (c == -1 && PyErr_Occurred())
+            return -1;
+    }
+    tvar *red[2] = {dim, extra[2]};
+    if (ob_check_reduce(tr, op, out, red) != 3)
+        return -1;
+    out[3] = cdy_tv_const(tr, PyFloat_FromDouble(c));
+    return out[3] ? 4 : -1;
+}
+
+/* vector_norm (input, ord, dim, keepdim): the reduction's args and the
+ * order as a float in out[3] (default 2); 4, or -1. */
+static int ob_check_norm(tracer *tr, tvar **out, tvar **extra)
+{
+    tvar *ord = extra[0];
+    double p = 2;
+    if (ord && !(ord->kind == TV_CONST && ord->obj == Py_None)) {
+        if (!ob_is_number(ord) || PyBool_Check(ord->obj))
+            return -1;
+        p = PyFloat_AsDouble(ord->obj);
+        if (p == -1 && PyErr_Occurred())
+            return -1;
+    }
+    if (isnan(p) || ob_check_reduce(tr, CDY_OP_NORM, out, extra + 1) != 3)
+        return -1;
+    out[3] = cdy_tv_const(tr, PyFloat_FromDouble(p));
+    return out[3] ? 4 : -1;
 }
 
 /* Per-op checks after binding: the final count of out, or -1. */
@@ -427,7 +518,13 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
         return to == CDY_DT_NONE || xd == CDY_DT_NONE || to == xd ? -1 : n;
     }
     case CDY_OP_SUM: case CDY_OP_MEAN: case CDY_OP_AMAX: case CDY_OP_AMIN: case CDY_OP_PROD:
+    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_ANY: case CDY_OP_ALL:
+    case CDY_OP_COUNT_NONZERO: case CDY_OP_LOGSUMEXP:
         return ob_check_reduce(tr, op, out, extra);
+    case CDY_OP_VAR: case CDY_OP_STD:
+        return ob_check_var(tr, op, out, extra);
+    case CDY_OP_NORM:
+        return ob_check_norm(tr, out, extra);
     default:
         return n;
     }

@@ -27,7 +27,8 @@ typedef enum {
 
 typedef struct tvar {
     int kind;
-    PyObject *obj;          /* CONST/OBJ: the object; TENSOR: fake; METHOD: name; BOUND: function */
+    PyObject *obj;          /* CONST/OBJ: the object; TENSOR: fake; METHOD: name; BOUND: function;
+                             * TUPLE: NULL, or the torch.return_types type of a call's result */
     int value;              /* TENSOR: graph value number */
     PyTypeObject *tp;       /* TENSOR: the real tensor's type */
     int requires_grad;      /* TENSOR: an input that requires grad (grad mode is off) */
@@ -164,7 +165,8 @@ typedef tvar *(*cdy_lower_fn)(tracer *tr, const cdy_lower_call *call);
 
 /* One registration: `name` looked up where `where` says, one letter each:
  * t torch.<name>, f torch.nn.functional.<name>, n torch._C._nn.<name>,
- * s torch.special.<name>, m the Tensor method <name> (and Tensor.<name>). */
+ * s torch.special.<name>, l torch.linalg.<name>, m the Tensor method <name>
+ * (and Tensor.<name>). */
 typedef struct {
     const char *name;
     const char *where;
@@ -183,6 +185,13 @@ cdy_lower_fn cdy_lower_find(PyObject *fn);
  * whose meta v must have), with the call recorded as v's pynode (the eager
  * backend replays it; a realized view runs it).  NULL when stopped. */
 tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v);
+/* The TUPLE tvar of a lowered call returning a tuple (call->out) whose items
+ * are nodes vs[0..n) (metas those of the items): one pynode for the call, an
+ * item pynode per node.  NULL when stopped (or when out has not n items). */
+tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *vs, int n);
+/* Item `name` of a TUPLE made from a torch.return_types result (.values,
+ * .indices), or NULL (not stopped) when there is none. */
+tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
 
 /* ---- optable.c ---- */
 int cdy_optable_init(PyObject *torch);

@@ -708,6 +708,9 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         Py_XDECREF(v);
         PyErr_Clear();
     }
+    tvar *field = cdy_seq_field(tr, base, name);   /* torch.max(x, 1).values */
+    if (field)
+        return field;
     cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of this kind of value is not supported",
                 PyUnicode_AsUTF8(name));
     return NULL;

@@ -1064,6 +1064,91 @@ static void test_reductions(void)
           "reductions: bad sizes accepted (%s)", err);
 }
 
+/* torch.max(x, 1) as adjacent amax + argmax nodes sharing one kernel (ties,
+ * a NaN row), argmin over dim 0 (an outer reduction, in blocks: ties, a NaN
+ * column), var with correction 0 over dim 1, and var of ints rejected. */
+static void test_index_reductions(void)
+{
+    enum { R = 48, C = 200 };
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {R, C};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int mx = tg_reduce(&t, CDY_OP_AMAX, CDY_DT_FLOAT32, a, 2, 0);
+    int ix = t.g.nvalues++;
+    t.vals[ix] = t.vals[mx];
+    t.vals[ix].op = CDY_OP_ARGMAX;
+    t.vals[ix].meta.dtype = t.vals[ix].compute_dtype = CDY_DT_INT64;
+    tg_output(&t, mx);
+    tg_output(&t, ix);
+    tg_output(&t, tg_reduce(&t, CDY_OP_ARGMIN, CDY_DT_INT64, a, 1, 0));
+    int corr = tg_scalar(&t, 1, 0.0, 0);
+    int vr = tg_reduce(&t, CDY_OP_VAR, CDY_DT_FLOAT32, a, 2, 0);
+    t.vals[vr].args[3] = corr;
+    t.vals[vr].nargs = 4;
+    tg_output(&t, vr);
+    tcompiled tc;
+    if (tc_build(&t, 2, &tc, NULL)) {
+        CHECK(0, "index reductions: build failed");
+        return;
+    }
+    CHECK(tc.plan.nkernels == 3, "index reductions: %d kernels, expected 3", tc.plan.nkernels);
+    CHECK(strstr(tc.plan.source, "acc_b[") != NULL, "index reductions: no outer block");
+    float *x = malloc(sizeof(float) * R * C);
+    unsigned st = 9;
+    for (int i = 0; i < R * C; i++)
+        x[i] = rnd(&st);
+    x[5 * C + 10] = x[5 * C + 20] = 100;
+    x[7 * C + 30] = x[7 * C + 40] = NAN;
+    x[10 * C + 3] = x[20 * C + 3] = -100;
+    x[15 * C + 4] = NAN;
+    void *in[1] = {x};
+    tc_run(&tc, in);
+    const float *val = tc_out(&tc, 0), *var = tc_out(&tc, 3);
+    const int64_t *idx = tc_out(&tc, 1), *amin = tc_out(&tc, 2);
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        int best = 0;
+        double sum = 0, m2 = 0;
+        for (int cc = 1; cc < C; cc++)
+            best = x[r * C + best] != x[r * C + best] ? best
+                   : x[r * C + cc] != x[r * C + cc] || x[r * C + cc] > x[r * C + best] ? cc : best;
+        for (int cc = 0; cc < C; cc++)
+            sum += x[r * C + cc];
+        for (int cc = 0; cc < C; cc++)
+            m2 += (x[r * C + cc] - sum / C) * (x[r * C + cc] - sum / C);
+        bad += idx[r] != best || !(same_f32(val[r], x[r * C + best]) ||
+                                   (r == 7 && val[r] != val[r]));
+        bad += r == 7 ? var[r] == var[r] : fabsf(var[r] - (float)(m2 / C)) > 1e-5f;
+    }
+    for (int cc = 0; cc < C; cc++) {
+        int best = 0;
+        for (int r = 1; r < R; r++)
+            best = x[best * C + cc] != x[best * C + cc] ? best
+                   : x[r * C + cc] != x[r * C + cc] || x[r * C + cc] < x[best * C + cc] ? r : best;
+        bad += amin[cc] != best;
+    }
+    CHECK(bad == 0, "index reductions: %d mismatches", bad);
+    CHECK(idx[5] == 10 && idx[7] == 30 && amin[3] == 10 && amin[4] == 15,
+          "index reductions: ties/NaN %lld %lld %lld %lld", (long long)idx[5], (long long)idx[7],
+          (long long)amin[3], (long long)amin[4]);
+    free(x);
+    tc_free(&tc);
+
+    tgraph e;                             /* var of an int input: torch raises */
+    tg_init(&e);
+    int b = tg_input(&e, CDY_DT_INT32, 2, sz, NULL);
+    int c0 = tg_scalar(&e, 1, 1.0, 0);
+    int ev = tg_reduce(&e, CDY_OP_VAR, CDY_DT_INT32, b, 1, 0);
+    e.vals[ev].args[3] = c0;
+    e.vals[ev].nargs = 4;
+    tg_output(&e, ev);
+    cdy_plan plan;
+    char err[CDY_ERRLEN];
+    CHECK(cdy_codegen(&e.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
+          "index reductions: int var accepted (%s)", err);
+}
+
 int main(void)
 {
     char root[] = "/tmp/cdy_test_XXXXXX";
@@ -1089,6 +1174,7 @@ int main(void)
     test_casts();
     test_vector_math();
     test_reductions();
+    test_index_reductions();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
         printf("cache kept in %s\n", cache_dir);
     else

@@ -1,0 +1,413 @@
+"""Differential tests of the reductions lowered besides sum/mean/amax/amin/prod:
+argmax/argmin, max/min (with and without a dim: values and indices from one
+kernel), any/all, count_nonzero, var/std (and var_mean/std_mean), vector norms
+(torch.linalg.vector_norm, torch.norm, Tensor.norm) and F.normalize, against
+eager PyTorch: dtypes, dims, keepdim, layouts, NaN, ties, empty inputs, fused
+prologues, kernel counts."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cdynamo
+from conftest import check
+from test_reductions import graph, lam, make, run
+
+INTS = [torch.uint8, torch.int32, torch.int64]
+FLOATS = [torch.float32, torch.float64]
+ALL = [torch.bool] + INTS + FLOATS
+
+# var/std with correction >= N warn about the degrees of freedom (eager and compiled alike);
+# a frame that cdynamo fails to compile (it warns and runs eagerly) fails the test
+pytestmark = [pytest.mark.filterwarnings("ignore:.*degrees of freedom"),
+              pytest.mark.filterwarnings("error::cdynamo.CdynamoWarning")]
+
+
+def source():
+    return cdynamo._support.compiles[-1]["source"]
+
+
+def kernels():
+    return source().count("CDY_EXPORT void kernel_")
+
+
+def with_nan(x, seed=3):
+    """x with about one element in eight NaN (several per row)."""
+    g = torch.Generator().manual_seed(seed)
+    x = x.clone()
+    x[torch.rand(x.shape, generator=g) < 0.125] = float("nan")
+    return x
+
+
+def layouts(x):
+    """x contiguous, transposed, channels_last-like permuted, sliced, expanded."""
+    return [x, x.transpose(0, 2), x.permute(1, 2, 0).contiguous().permute(2, 0, 1),
+            x[:, ::2], x[:, :1].expand(x.shape)]
+
+
+# ---- argmax / argmin -----------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dtype", INTS + FLOATS)
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_arg_dims_dtypes(op, dtype, dim, keepdim):
+    x = make(dtype, (4, 5, 6))      # ints in [-5, 6): many ties
+    run(lam(f"lambda t: t.{op}({dim}, keepdim={keepdim})"), x, lowered=op)
+    run(lam(f"lambda t: torch.{op}(t, dim={dim}, keepdim={keepdim})"), x, lowered=op)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_nan_ties_layouts(op):
+    x = make(torch.float32, (6, 7, 8))
+    x = torch.where(x > 1, torch.full_like(x, 2.0), x)     # ties at the max
+    for t in layouts(with_nan(x)) + layouts(x.round()):
+        for dim in (None, 0, 1, 2):
+            run(lam(f"lambda t: t.{op}({dim})"), t, lowered=op)
+    allnan = torch.full((3, 4), float("nan"))
+    run(lam(f"lambda t: t.{op}(1)"), allnan, lowered=op)
+    inf = torch.full((3, 4), -math.inf if op == "argmax" else math.inf)
+    run(lam(f"lambda t: t.{op}(1)"), inf, lowered=op)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_raises_and_edge(op):
+    run(lam(f"lambda t: t.{op}(1)"), torch.randn(3, 0))          # eager raises
+    run(lam(f"lambda t: t.{op}()"), torch.randn(0, 4))           # eager raises
+    run(lam(f"lambda t: t.{op}(0)"), torch.randn(3, 0), lowered=op)   # empty result
+    run(lam(f"lambda t: t.{op}(1)"), torch.rand(3, 4) > 0.5)     # bool: eager raises
+    run(lam(f"lambda t: t.{op}()"), torch.tensor(2.5), lowered=op)
+    run(lam(f"lambda t: t.{op}(0)"), torch.tensor(2.5), lowered=op)
+
+
+def test_arg_fused_prologue():
+    x = make(torch.float32, (16, 32))
+    y = make(torch.float32, (32,), seed=1)
+    run(lambda a, b: (a * 2 - b).argmax(1), x, y, lowered="argmax")
+    assert kernels() == 1
+    run(lambda a: (a * a).argmin(), x, lowered="argmin")
+    assert kernels() == 1
+
+
+# ---- max / min -------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_minmax_dim(op, dtype, dim, keepdim):
+    x = make(dtype, (4, 5, 6))
+    g = run(lam(f"lambda t: torch.{op}(t, {dim}, keepdim={keepdim})"), x)
+    assert "extern" not in g and f"= arg{op}(" in g, g
+    assert kernels() == 1
+    run(lam(f"lambda t: t.{op}(dim={dim}, keepdim={keepdim})"), x)
+    assert "extern" not in graph()
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_minmax_nan_layouts(op):
+    x = make(torch.float32, (6, 7, 8)).round()       # ties
+    for t in layouts(with_nan(x)) + layouts(x):
+        for dim in (0, 1, 2):
+            run(lam(f"lambda t: torch.{op}(t, {dim})"), t)
+            assert "extern" not in graph()
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_minmax_all(op):
+    amax = "amax" if op == "max" else "amin"
+    for dtype in ALL:
+        x = make(dtype, (5, 6))
+        run(lam(f"lambda t: torch.{op}(t) * 1"), x, lowered=amax)
+        run(lam(f"lambda t: t.{op}()"), x, lowered=amax)
+    run(lam(f"lambda t: t.{op}()"), with_nan(make(torch.float64, (5, 6))), lowered=amax)
+    run(lam(f"lambda t: t.{op}()"), torch.randn(0, 3))               # eager raises
+    run(lam(f"lambda t: torch.{op}(t, 1)"), torch.randn(3, 0))       # eager raises
+
+
+def test_minmax_fused_one_kernel():
+    x = make(torch.float32, (64, 128))
+    g = run(lambda t: torch.max(t * 2, 1), x)
+    assert "= mul(" in g and "= amax(" in g and "= argmax(" in g and "extern" not in g, g
+    assert kernels() == 1
+    assert "out_ptr1" in source()
+    run(lambda t: t.min(-1, keepdim=True)[1] + 1, x)
+    assert kernels() == 2 and "extern" not in graph()
+
+
+def test_minmax_binary_still_elementwise():
+    x = make(torch.float32, (4, 5))
+    y = make(torch.float32, (4, 5), seed=1)
+    run(lambda a, b: torch.max(a, b), x, y)
+    run(lambda a, b: torch.min(a, b) + 1, x, y)
+    run(lambda a, b: a.max(b), x, y)
+
+
+def test_minmax_eager_backend():
+    x = make(torch.float32, (4, 5))
+    check(lambda t: t.max(1)[0] + t.min(1)[1], x, backend="eager")
+    check(lambda t: torch.var_mean(t, 1)[1] * 2, x, backend="eager")
+
+
+# ---- any / all / count_nonzero ---------------------------------------------------
+
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("dim", [None, 0, -1, (0, 2)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_any_all(op, dtype, dim, keepdim):
+    x = make(dtype, (4, 5, 6))
+    if dtype != torch.bool:
+        x = x * (make(torch.bool, (4, 5, 6), seed=2) | (torch.arange(6) < 5))
+    if dim is None and keepdim:
+        pytest.skip("any/all take keepdim only with a dim")
+    src = f"lambda t: t.{op}()" if dim is None else f"lambda t: t.{op}({dim}, keepdim={keepdim})"
+    run(lam(src), x, lowered=op)
+    run(lam(f"lambda t: torch.{op}(t * 2, dim=1)"), x.to(torch.float32), lowered=op)
+
+
+def test_any_all_edge():
+    run(lambda t: (t > 0).all(-1), torch.randn(3, 0), lowered="all")
+    run(lambda t: (t > 0).any(-1), torch.randn(3, 0), lowered="any")
+    run(lambda t: t.any(), torch.tensor([0.0, float("nan")]), lowered="any")
+    run(lambda t: t.all(0), torch.zeros(4, 3, dtype=torch.uint8).t(), lowered="all")
+    run(lambda t: torch.any(t), torch.tensor(0, dtype=torch.uint8), lowered="any")
+
+
+@pytest.mark.parametrize("dim", [None, 0, -1, (0, 2), (1, 2, 0)])
+def test_count_nonzero(dim):
+    for dtype in ALL:
+        x = make(dtype, (4, 5, 6))
+        src = "lambda t: torch.count_nonzero(t)" if dim is None else \
+            f"lambda t: t.count_nonzero({dim})"
+        run(lam(src), x, lowered="count_nonzero")
+    run(lambda t: torch.count_nonzero(t - 1, dim=1), with_nan(make(torch.float32, (3, 8))),
+        lowered="count_nonzero")
+
+
+# ---- var / std --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["var", "std"])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [None, 0, -1, (0, 2)])
+@pytest.mark.parametrize("kw", ["", "keepdim=True", "correction=0", "correction=2, keepdim=True",
+                                "unbiased=False", "correction=1.5", "correction=40"])
+def test_var_std(op, dtype, dim, kw):
+    x = make(dtype, (4, 5, 6))
+    sep = ", " if kw else ""
+    src = f"lambda t: t.{op}({kw})" if dim is None else f"lambda t: t.{op}({dim}{sep}{kw})"
+    if dim is None and "keepdim" in kw:
+        src = f"lambda t: torch.{op}(t, None{sep}{kw})"
+    run(lam(src), x, lowered=op)
+
+
+@pytest.mark.parametrize("op", ["var", "std"])
+def test_var_std_forms(op):
+    x = make(torch.float32, (6, 7, 8))
+    run(lam(f"lambda t: t.{op}(1, True)"), x, lowered=op)
+    run(lam(f"lambda t: t.{op}(1, False, True)"), x, lowered=op)
+    run(lam(f"lambda t: t.{op}(False)"), x, lowered=op)
+    run(lam(f"lambda t: torch.{op}(t, dim=[0, 1], unbiased=True)"), x, lowered=op)
+    for t in layouts(x) + layouts(with_nan(x)):
+        run(lam(f"lambda t: t.{op}(-1)"), t, lowered=op)
+    run(lam(f"lambda t: (t * 3 + 1).{op}(0)"), x, lowered=op)
+    run(lam(f"lambda t: t.{op}(1)"), torch.randn(3, 1), lowered=op)       # N=1: nan
+    run(lam(f"lambda t: t.{op}(1)"), torch.randn(3, 0), lowered=op)       # empty: nan
+    run(lam(f"lambda t: t.{op}()"), torch.tensor(1.5), lowered=op)
+    run(lam(f"lambda t: t.{op}(1)"), torch.full((2, 5), math.inf), lowered=op)
+    run(lam(f"lambda t: t.{op}(1)"), make(torch.int64, (3, 4)))          # eager raises
+    run(lam(f"lambda t: t.{op}(1, correction=1, unbiased=True)"), x)    # eager raises
+
+
+def test_var_large_values():
+    x = torch.randn(64, 1000, dtype=torch.float32) + 1e4     # cancellation: two passes
+    run(lambda t: t.var(-1), x, lowered="var")
+    run(lambda t: t.std(), x, lowered="std")
+
+
+@pytest.mark.parametrize("op", ["var_mean", "std_mean"])
+def test_var_mean(op):
+    x = make(torch.float32, (4, 5, 6))
+    first = op.split("_")[0]
+    for src in ["lambda t: torch.{op}(t, 1)", "lambda t: torch.{op}(t, (0, 2), keepdim=True)",
+                "lambda t: torch.{op}(t, correction=0)", "lambda t: torch.{op}(t, -1, False)"]:
+        g = run(lam(src.format(op=op)), x)
+        assert f"= {first}(" in g and "= mean(" in g and "extern" not in g, g
+    g = run(lam(f"lambda t: torch.{op}(t * 2, 1)[0] + torch.{op}(t, 1)[1]"), x)
+    assert "extern" not in g
+
+
+# ---- norms ---------------------------------------------------------------------------
+
+ORDS = [2, 1, math.inf, -math.inf, 0, 3, 0.5, -1.5, 2.0]
+
+
+@pytest.mark.parametrize("ord", ORDS)
+@pytest.mark.parametrize("dim", [None, 0, -1, (0, 2)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_vector_norm(ord, dim, keepdim):
+    for dtype in FLOATS:
+        x = make(dtype, (4, 5, 6))
+        x[0, 0, 0] = 0
+        fn = lam(f"lambda t: torch.linalg.vector_norm(t, {ord!r}, {dim}, {keepdim})"
+                 .replace("inf", "float('inf')"))
+        run(fn, x, lowered="vector_norm")
+
+
+def test_vector_norm_nan_layouts():
+    x = with_nan(make(torch.float32, (6, 7, 8)))
+    for t in layouts(x) + layouts(x.nan_to_num()):
+        for ord in ORDS:
+            fn = lam(f"lambda t: torch.linalg.vector_norm(t, {ord!r}, -1)"
+                     .replace("inf", "float('inf')"))
+            run(fn, t, lowered="vector_norm")
+    run(lambda t: torch.linalg.vector_norm(t * 2 + 1), x, lowered="vector_norm")
+    assert kernels() == 1
+
+
+def test_vector_norm_extern_and_raises():
+    x = make(torch.float32, (4, 5))
+    run(lambda t: torch.linalg.vector_norm(t, 2, 1, dtype=torch.float64), x)   # extern
+    assert "extern" in graph()
+    run(lambda t: torch.linalg.vector_norm(t, math.inf, 1), torch.randn(3, 0))  # eager raises
+    run(lambda t: torch.linalg.vector_norm(t, 2, 1), torch.randn(3, 0))          # zeros
+    run(lambda t: torch.linalg.vector_norm(t), make(torch.int64, (3, 4)))        # eager raises
+
+
+def test_norm_forms():
+    x = make(torch.float32, (4, 5, 6))
+    for src in ["lambda t: torch.norm(t)", "lambda t: t.norm()", "lambda t: t.norm(1)",
+                "lambda t: t.norm(2, -1)", "lambda t: t.norm(p=3, dim=(0, 1), keepdim=True)",
+                "lambda t: torch.norm(t, 'fro', dim=(1, 2))", "lambda t: t.norm(float('inf'), 0)",
+                "lambda t: t.norm(0)", "lambda t: torch.norm(t, dim=1)"]:
+        run(lam(src), x, lowered="vector_norm")
+    run(lambda t: torch.norm(t, "nuc", dim=(0, 1)), x[0])        # stays extern (matrix norm)
+    run(lambda t: torch.norm(t, dim=1, dtype=torch.float64), x)
+
+
+def test_normalize():
+    x = make(torch.float32, (8, 16, 4))
+    x[0, :, 0] = 0
+    for src in ["lambda t: F.normalize(t)", "lambda t: F.normalize(t, dim=-1)",
+                "lambda t: F.normalize(t, 1.0, 0)", "lambda t: F.normalize(t * 2, p=3, eps=1e-3)"]:
+        fn = eval(src, {"F": F})  # noqa: S307 - test code
+        g = run(fn, x, lowered="vector_norm")
+        assert "= clamp_min(" in g and "= div(" in g, g
+        assert kernels() == 2
+    run(lambda t: F.normalize(t, dim=1), x.transpose(0, 2), lowered="vector_norm")
+
+
+# ---- large inputs: parallel loops -----------------------------------------------------
+
+def test_large_parallel():
+    x = torch.randn(2048, 512)
+    run(lambda t: t.argmax(1), x, lowered="argmax")
+    run(lambda t: t.argmax(), x, lowered="argmax")
+    run(lambda t: torch.max(t, 0), x)
+    run(lambda t: t.var(), x, lowered="var")
+    run(lambda t: t.std(0), x, lowered="std")
+    run(lambda t: (t > 4).any(), x, lowered="any")
+    run(lambda t: (t > -6).all(1), x, lowered="all")
+    run(lambda t: torch.linalg.vector_norm(t, math.inf), x, lowered="vector_norm")
+    run(lambda t: torch.linalg.vector_norm(t, 2, 1), x, lowered="vector_norm")
+
+
+@pytest.mark.parametrize("ord", [2, 1, 3])
+def test_large_norm_accuracy(ord):
+    """Eager's float32 vector_norm over 1M elements accumulates in float32 (1e-5 to 1e-4
+    relative off the exact value); ours accumulates in double: compare with the norm of
+    the float64 input rounded to float32, and with eager at the error eager has."""
+    x = torch.randn(2048, 512)
+    fn = lam(f"lambda t: torch.linalg.vector_norm(t, {ord})")
+    out = cdynamo.optimize(fn)(x)
+    torch.testing.assert_close(out, fn(x.double()).float())
+    torch.testing.assert_close(out, fn(x), rtol=1e-3, atol=0)   # eager: up to 1.2e-4 off
+
+
+def test_return_types_fields():
+    x = make(torch.float32, (6, 8))
+    g = run(lambda t: t.max(dim=1).values * 2 + t.min(0).indices.sum(), x)
+    assert "extern" not in g and "= argmin(" in g, g
+    run(lambda t: torch.max(t * 2, -1, keepdim=True).indices, x)
+    run(lambda t: torch.topk(t, 3).values + 1, x)      # an extern's namedtuple result too
+    st = check(lambda t: torch.min(t, 1).values - 1, x)
+    assert st["graph_breaks"] == 0
+
+
+# ---- logsumexp ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, -1, (0, 2), [2, 1, 0]])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp(dtype, dim, keepdim):
+    x = make(dtype, (4, 5, 6)) * 20
+    run(lam(f"lambda t: torch.logsumexp(t, {dim}, {keepdim})"), x, lowered="logsumexp")
+    run(lam(f"lambda t: (t - 1).logsumexp(dim={dim}, keepdim={keepdim})"), x,
+        lowered="logsumexp")
+
+
+def test_logsumexp_edge():
+    x = make(torch.float32, (6, 7))
+    for t in [with_nan(x), x.t(), torch.full((3, 4), -math.inf), torch.full((3, 4), math.inf),
+              torch.tensor([[1.0, math.inf, -math.inf], [-math.inf, -math.inf, 2.0]]),
+              torch.randn(3, 0), x * 1000]:
+        run(lambda t: t.logsumexp(-1), t, lowered="logsumexp")
+    run(lambda t: t.logsumexp(0), make(torch.int64, (3, 4)))     # int: float result, extern
+    g = run(lambda t: torch.logsumexp(t * 2, 1), torch.randn(512, 512), lowered="logsumexp")
+    assert kernels() == 1, g
+    run(lambda t: torch.logsumexp(t, (0, 1)), torch.randn(512, 512), lowered="logsumexp")
+
+
+# ---- outer reductions: the kept innermost loop runs in blocks of accumulators ----------
+
+OUTER = ["sum", "mean", "prod", "amax", "amin", "any", "all", "count_nonzero", "norm1", "norm2",
+         "norminf", "normninf", "norm0", "norm3", "argmax", "argmin", "max", "min", "var", "std",
+         "logsumexp"]
+FLOAT_ONLY = {"mean", "var", "std", "logsumexp"}
+
+
+def outer_fn(op, dim, keepdim):
+    if op in ("max", "min"):
+        return lam(f"lambda t: torch.{op}(t, {dim}, {keepdim})")
+    if op in ("var", "std"):
+        return lam(f"lambda t: t.{op}({dim}, correction=0, keepdim={keepdim})")
+    if op.startswith("norm"):
+        p = {"1": 1, "2": 2, "inf": "float('inf')", "ninf": "-float('inf')", "0": 0,
+             "3": 3}[op[4:]]
+        return lam(f"lambda t: torch.linalg.vector_norm(t * 2, {p}, {dim}, {keepdim})")
+    if op == "count_nonzero":
+        return lam(f"lambda t: torch.count_nonzero(t, {dim})")
+    return lam(f"lambda t: t.{op}({dim}, keepdim={keepdim})")
+
+
+@pytest.mark.parametrize("op", OUTER)
+@pytest.mark.parametrize("shape,dim", [((256, 1000), 0), ((4, 50, 70), 1), ((3, 5, 130), (0, 1)),
+                                       ((7, 3), 0)])
+def test_outer_reduction(op, shape, dim):
+    dtypes = FLOATS if op.startswith("norm") or op in FLOAT_ONLY else ALL
+    if op in ("prod", "argmax", "argmin", "max", "min") and not isinstance(dim, int):
+        return
+    if op in ("argmax", "argmin"):
+        dtypes = INTS + FLOATS
+    for dtype in dtypes:
+        x = make(dtype, shape)
+        if dtype.is_floating_point and op != "prod":
+            x = with_nan(x) if dtype == torch.float64 else x
+        name = "vector_norm" if op.startswith("norm") else "arg" + op if op in ("max", "min") \
+            else op
+        run(outer_fn(op, dim, dtype == torch.float32), x, lowered=name)
+        if shape[-1] >= 64:
+            assert "acc_b[" in source(), source()
+
+
+def test_outer_reduction_prologue():
+    x = make(torch.float32, (64, 300))
+    b = make(torch.float32, (300,), seed=4)
+    run(lambda t, c: ((t - c) * (t > 0)).sum(0), x, b, lowered="sum")
+    run(lambda t, c: (t * c).amax(0, keepdim=True), x, b, lowered="amax")
+    run(lambda t, c: (t + c).sum(0), x, make(torch.float32, (64, 1), seed=5), lowered="sum")
+    run(lambda t: t.sum(1), x.t(), lowered="sum")
+    run(lambda t: t.sum(0), torch.randn(2, 3, 64, 80).to(memory_format=torch.channels_last),
+        lowered="sum")
+    run(lambda t: t.sum(0), make(torch.int64, (512, 700)), lowered="sum")
