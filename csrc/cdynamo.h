@@ -135,6 +135,11 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(AMAX, "amax", 3, 'R')             \
     X(AMIN, "amin", 3, 'R')             \
     X(PROD, "prod", 3, 'R')             \
+    /* views: kind V, args = the call's tensor args (args[0] the viewed \
+     * tensor); see view_base.  VIEW aliases (a torch view when realized), \
+     * VIEW_COPY is a new tensor (flip, clone) computed by a kernel. */  \
+    X(VIEW, "strided_view", -1, 'V')    \
+    X(VIEW_COPY, "strided_copy", -1, 'V') \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {
@@ -184,6 +189,13 @@ typedef struct {
     int args[CDY_MAX_NODE_ARGS]; /* value numbers */
     int compute_dtype; /* dtype the op computes in (torch's common dtype) */
     int source_line;   /* user's line number, for comments and logs */
+    /* kind 'V' nodes (VIEW, VIEW_COPY): element (i_0, ..) of the node is
+     * element view_offset + sum_d i_d * view_strides[d] of value view_base's
+     * buffer (elements from its data pointer; strides may be negative: flip).
+     * view_base is never a VIEW node. */
+    int view_base;
+    int64_t view_offset;
+    int64_t view_strides[CDY_MAX_NDIM];
 } cdy_value;
 
 typedef struct {

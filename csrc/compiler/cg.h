@@ -27,6 +27,7 @@ typedef struct {
     int is_out;
     int value;                       /* value number (outputs; first user for inputs) */
     int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
+    int64_t offset;                  /* elements added to the pointer (view loads) */
 } cg_operand;
 
 /* The loop nest of a kernel after ordering and coalescing, outer first. */
@@ -61,6 +62,7 @@ typedef struct {
     cdy_buf ir_dec;                  /* fusion decisions, appended to ir_post at the end */
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
+    int *vparam;                     /* view value -> its load parameter in the current kernel */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -71,6 +73,23 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
 
 #define CG_SPECIAL_KINDS(X)                                                  \
     X('R', cg_check_reduce, cg_emit_reduce)
+
+/* ---- views.c: kind 'V' nodes (VIEW, VIEW_COPY) --------------------------
+ * An unrealized view read by a kernel is a load of its base's buffer with its
+ * own strides and offset (a parameter of its own); a realized VIEW is an
+ * extern step (torch makes the view of its realized args); a realized
+ * VIEW_COPY is a kernel output. */
+int cg_is_view(const cdy_graph *g, int v);
+int cg_view_is_alias(const cdy_graph *g, int v);
+int cg_check_view(cg_ctx *c, int v);
+/* Mark what views need realized: bases of used views, args of realized VIEWs. */
+void cg_view_mark_real(cg_ctx *c, char *real);
+/* 1 if the values before view v (from lo) must be realized before it. */
+int cg_view_boundary(cg_ctx *c, int v, int lo);
+/* Fill *op: the load of view v in an iteration space of grp's rank. */
+void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op);
+/* Emit `T t<v> = x<param>;` for view v read through its load parameter. */
+int cg_emit_view(cg_ctx *c, int v, int ind);
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

@@ -18,6 +18,7 @@ static const char *where_module(char w)
     case 'f': return "torch.nn.functional";
     case 'n': return "torch._C._nn";
     case 's': return "torch.special";
+    case 'o': return "operator";
     default: return NULL;
     }
 }

@@ -1,0 +1,137 @@
+/* views.c - view nodes (kind 'V'): VIEW (an alias of its base: slicing,
+ * select, permute, expand, reshape as a view...) and VIEW_COPY (a new tensor
+ * whose elements are its base's at other indices: flip, clone, contiguous).
+ *
+ * A view read by a kernel and not realized is a load of its base's buffer
+ * with the view's strides and element offset (cdy_value.view_*): no buffer,
+ * no torch call.  A VIEW that must exist as a tensor (a graph output, an
+ * extern's argument) is realized by torch: its call runs as an extern step
+ * on its realized args, so it aliases them as in eager.  A realized
+ * VIEW_COPY is a pointwise kernel output whose value is the load. */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/cg.h"
+
+/* 1 if value v of g is a view node (kind 'V'). */
+int cg_is_view(const cdy_graph *g, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && g->values[v].op >= 0 &&
+           g->values[v].op < CDY_OP_COUNT && cdy_op_table[g->values[v].op].kind == 'V';
+}
+
+/* 1 if value v of g is an aliasing view (VIEW). */
+int cg_view_is_alias(const cdy_graph *g, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_VIEW;
+}
+
+/* Lowest and highest element offsets a meta-shaped walk with strides st and
+ * offset off touches, into *lo / *hi; 0 if it touches nothing (numel 0). */
+static int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo,
+                          int64_t *hi)
+{
+    *lo = *hi = off;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        int64_t span = (m->sizes[d] - 1) * st[d];
+        if (span < 0)
+            *lo += span;
+        else
+            *hi += span;
+    }
+    return 1;
+}
+
+/* Check view node v: args earlier, a tensor base that is not a VIEW, the
+ * same dtype, and every element it reads inside the base's own elements. */
+int cg_check_view(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    if (val->nargs < 1 || val->nargs > CDY_MAX_NODE_ARGS)
+        return cg_fail(c, "value %d (view): %d args", v, val->nargs);
+    for (int a = 0; a < val->nargs; a++)
+        if (val->args[a] < 0 || val->args[a] >= v ||
+            g->values[val->args[a]].kind == CDY_VAL_SCALAR)
+            return cg_fail(c, "value %d (view): arg %d is not an earlier tensor", v, a);
+    int b = val->view_base;
+    if (b < 0 || b >= v || g->values[b].kind == CDY_VAL_SCALAR || cg_view_is_alias(g, b))
+        return cg_fail(c, "value %d (view): base %d is not an earlier tensor", v, b);
+    const cdy_meta *bm = &g->values[b].meta;
+    if (bm->dtype != val->meta.dtype)
+        return cg_fail(c, "value %d (view): dtype differs from its base's", v);
+    int64_t lo, hi, blo, bhi;
+    if (!cg_view_extent(&val->meta, val->view_strides, val->view_offset, &lo, &hi))
+        return 0;
+    if (!cg_view_extent(bm, bm->strides, 0, &blo, &bhi) || lo < blo || hi > bhi)
+        return cg_fail(c, "value %d (view): reads outside its base", v);
+    return 0;
+}
+
+/* Mark in real[] the values views need realized: the base of every view
+ * that is read or realized, and the args of every realized VIEW (torch
+ * makes the view from them).  Views are visited last to first, so a chain
+ * of realized views realizes its links. */
+void cg_view_mark_real(cg_ctx *c, char *real)
+{
+    const cdy_graph *g = c->g;
+    char *used = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!used)
+        return;   /* cg_scratch's allocations fail next; nothing is emitted */
+    for (int v = 0; v < g->nvalues; v++)
+        for (int a = 0; g->values[v].kind == CDY_VAL_NODE && a < g->values[v].nargs; a++)
+            used[g->values[v].args[a]] = 1;
+    for (int v = g->nvalues - 1; v >= 0; v--) {
+        if (!cg_is_view(g, v))
+            continue;
+        const cdy_value *val = &g->values[v];
+        if (used[v] || real[v])
+            real[val->view_base] = 1;
+        if (real[v] && val->op == CDY_OP_VIEW)
+            for (int a = 0; a < val->nargs; a++)
+                real[val->args[a]] = 1;
+    }
+}
+
+/* 1 if view v needs the values before it (from lo) realized first: its base
+ * is a node computed in the current segment, or it is a realized VIEW (an
+ * extern step reading its args). */
+int cg_view_boundary(cg_ctx *c, int v, int lo)
+{
+    const cdy_graph *g = c->g;
+    int b = g->values[v].view_base;
+    if (cg_view_is_alias(g, v) && c->val_buf[v] >= 0)
+        return 1;
+    return g->values[b].kind == CDY_VAL_NODE && b >= lo;
+}
+
+/* Fill *op with the load of view v: its base's buffer, the view's strides
+ * aligned to the right of grp's rank (0 on missing and size-1 dims), its offset. */
+void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *m = &val->meta;
+    int shift = grp->ndim - m->ndim;
+    memset(op, 0, sizeof(*op));
+    op->buffer = c->val_buf[val->view_base];
+    op->value = v;
+    op->offset = val->view_offset;
+    for (int d = 0; d < grp->ndim; d++) {
+        int md = d - shift;
+        op->stride[d] = (md < 0 || m->sizes[md] == 1) ? 0 : val->view_strides[md];
+    }
+}
+
+/* Emit `T t<v> = x<p>;` (p: view v's load parameter) at indentation ind. */
+int cg_emit_view(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s t%d = x%d;  /* %s */\n", cdy_dtype_table[val->meta.dtype].ctype,
+                   v, c->vparam[v], cdy_op_table[val->op].name);
+    return 0;
+}
