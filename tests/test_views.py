@@ -249,3 +249,18 @@ def test_view_output_of_computed_aliases_other_output():
     ve.add_(1)
     vc.add_(1)
     assert_same(be, bc)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.int16, torch.float32],
+                         ids=str)
+@pytest.mark.parametrize("c", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("w", [11, 16, 33, 100])
+def test_flip_channels_last_unit_reverse(dtype, c, w):
+    """hflip of channels_last: rows of C-element units reversed (16-byte shuffles
+    when a unit is at most 8 bytes), every tail length."""
+    x = (make(dtype, (2, c, 3, w)) if dtype != torch.int16 else
+         make(torch.int64, (2, c, 3, w)).to(torch.int16))
+    x = x.contiguous(memory_format=torch.channels_last)
+    run(lambda t: t.flip(-1), x)
+    run(lambda t: t[:, :, 1:, 1:].flip(3), x)
+    assert n_externs() == 0

@@ -90,6 +90,10 @@ int cg_view_boundary(cg_ctx *c, int v, int lo);
 void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op);
 /* Emit `T t<v> = x<param>;` for view v read through its load parameter. */
 int cg_emit_view(cg_ctx *c, int v, int ind);
+/* Emit the loops of a plain copy reversing small contiguous units (a
+ * channels_last flip of W) with byte shuffles; 1 done, 0 not such a kernel. */
+int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                         const cg_nest *nest, int64_t numel);
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

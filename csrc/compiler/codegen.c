@@ -1165,7 +1165,8 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
         numel *= grp->sizes[d];
     cg_emit_header(c, k, grp, ops, nops, nest);
     cg_ir_kernel(c, k, grp, ops, nops, nest, numel);
-    if (cg_emit_loops(c, ops, nops, nest, numel))
+    if (!cg_view_emit_reverse(c, grp, ops, nops, nest, numel) &&
+        cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
     cg_kernel_end(plan, k, ops, nops);

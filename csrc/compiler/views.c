@@ -135,3 +135,95 @@ int cg_emit_view(cg_ctx *c, int v, int ind)
                    v, c->vparam[v], cdy_op_table[val->op].name);
     return 0;
 }
+
+/* Unit size in bytes when kernel (grp, ops, nest) is a plain copy whose two
+ * inner loops reverse the order of small contiguous units (channels_last
+ * flip of W: units of C elements, stride -C in, C out); else 0. */
+static int cg_reverse_unit(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                           const cg_nest *nest)
+{
+    if (nops != 2 || ops[0].is_out || !ops[1].is_out || grp->nout != 1 || nest->ndim < 2 ||
+        c->g->values[grp->outs[0]].op != CDY_OP_VIEW_COPY || c->vparam[grp->outs[0]] != 0)
+        return 0;
+    int d = nest->ndim - 1, e = d - 1;
+    int64_t u = nest->size[d], es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+    if (nest->stride[0][d] != 1 || nest->stride[1][d] != 1 || nest->stride[1][e] != u ||
+        nest->stride[0][e] != -u || u * es > 8 || nest->size[e] * u * es < 32)
+        return 0;
+    return (int)(u * es);
+}
+
+/* Emit the row loop of a unit-reversing copy (U bytes a unit, W units a
+ * row): 16-byte blocks shuffled in registers, then the tail unit by unit. */
+static void cg_reverse_row(cdy_buf *b, int ind, int U, int64_t W)
+{
+    int P = 16 / U;
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "int64_t w = 0;\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (; w * %d + 16 <= %lldLL; w += %d) {\n", U, (long long)(W * U), P);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "cdy_v16u8 a;\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(&a, src - w * %d + %d, 16);\n", U, U - 16);
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "a = __builtin_shuffle(a, (cdy_v16u8){");
+    for (int k = 0; k < 16; k++) {
+        int j = k / U, cc = k % U;
+        cdy_buf_printf(b, "%s%d", k ? ", " : "", j < P ? 16 - (j + 1) * U + cc : 0);
+    }
+    cdy_buf_puts(b, "});\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(dst + w * %d, &a, 16);\n", U);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (; w < %lldLL; w++)\n", (long long)W);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(dst + w * %d, src - w * %d, %d);\n", U, U, U);
+}
+
+/* Emit kernel loops for a unit-reversing copy (see cg_reverse_unit): the
+ * outer loops as usual (parallel when large), the row by cg_reverse_row.
+ * 1 when emitted, 0 when the kernel is not one (nothing written). */
+int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                         const cg_nest *nest, int64_t numel)
+{
+    int U = cg_reverse_unit(c, grp, ops, nops, nest);
+    if (!U)
+        return 0;
+    cdy_buf *b = &c->src;
+    int e = nest->ndim - 2, ind = 1;
+    int es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+    int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
+    cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
+    for (int d = 0; d < e; d++, ind++) {
+        cg_indent(b, ind);
+        if (d == 0 && par)
+            cdy_buf_puts(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)\n");
+        if (d == 0 && par)
+            cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                       (long long)nest->size[d], d);
+    }
+    cg_nest outer = *nest;
+    outer.ndim = e;
+    const char *name[2] = {"const uint8_t *src = (const uint8_t *)(in_ptr0 + ",
+                           "uint8_t *dst = (uint8_t *)(out_ptr0 + "};
+    for (int o = 0; o < 2; o++) {
+        int any = 0;
+        cg_indent(b, ind);
+        cdy_buf_puts(b, name[o]);
+        cg_offset_terms(b, &outer, o, 'i', &any);
+        cdy_buf_puts(b, any ? ");\n" : "0);\n");
+    }
+    cg_reverse_row(b, ind, U, nest->size[e]);
+    while (--ind > 0) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    cdy_buf_printf(&c->ir_post, "  unit-reversing copy: rows of %lld units of %d bytes reversed "
+                   "with 16-byte shuffles (%d element%s a unit)\n", (long long)nest->size[e], U,
+                   U / es, U / es == 1 ? "" : "s");
+    return 1;
+}
