@@ -140,6 +140,10 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
      * VIEW_COPY is a new tensor (flip, clone) computed by a kernel. */  \
     X(VIEW, "strided_view", -1, 'V')    \
     X(VIEW_COPY, "strided_copy", -1, 'V') \
+    /* kind K: args (piece 0..n-1, dim SCALAR int); CAT concatenates \
+     * the pieces along dim, STACK stacks them along new dim dim. */   \
+    X(CAT, "concat_pieces", -1, 'K')    \
+    X(STACK, "stack_pieces", -1, 'K')   \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

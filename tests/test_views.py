@@ -264,3 +264,70 @@ def test_flip_channels_last_unit_reverse(dtype, c, w):
     run(lambda t: t.flip(-1), x)
     run(lambda t: t[:, :, 1:, 1:].flip(3), x)
     assert n_externs() == 0
+
+
+# ---- cat / stack ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [2, 3, 5, 7])
+@pytest.mark.parametrize("dim", [0, 1, -1, -3])
+def test_cat_pieces(dtype, n, dim):
+    base = make(dtype, (2, 3, 4, 5))
+    pieces = []
+    for i in range(n):
+        shape = [2, 3, 4, 5]
+        shape[dim] = 1 + i % 3
+        pieces.append(make(dtype, tuple(shape), seed=i))
+    run(lambda *ps: torch.cat(ps, dim), *pieces)
+    assert n_externs() == 0 and n_kernels() == n
+    run(lambda *ps: torch.stack([base] + [p.narrow(dim, 0, 1).expand_as(base) for p in ps], dim),
+        *pieces)
+    assert n_externs() == (0 if n + 1 <= 7 else 1)   # more than 7 pieces: extern
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "sliced",
+                                    "expanded"])
+def test_cat_layouts_and_producers(layout):
+    x = layouts(torch.float32)[layout]
+    y = make(torch.float32, seed=4)
+    run(lambda a, b: torch.cat([a * 2, b + 1], 1), x, y)
+    assert n_externs() == 0 and n_kernels() == 2
+    run(lambda a, b: torch.cat((a.flip(-1), torch.relu(b), a[:, :1]), dim=-3) - 1, x, y)
+    assert n_externs() == 0
+    run(lambda a, b: torch.concat([a, b], dim=0), x, y)
+    run(lambda a, b: torch.concatenate([a, b], axis=2), x, y)
+
+
+def test_cat_promotes_and_broadcast_producers():
+    a = make(torch.uint8, (3, 4))
+    b = make(torch.int64, (3, 2), seed=1)
+    c = make(torch.float32, (3, 1), seed=2)
+    run(lambda a, b, c: torch.cat([a, b, c], 1), a, b, c)
+    run(lambda a, b, c: torch.cat([a + c, b * c.t()[:, :1]], -1), a, b, c)
+    assert n_externs() == 0
+    run(lambda a: torch.cat([a.bool(), a > 3]), a)
+
+
+def test_stack_and_cat_edge_cases():
+    a, b = make(torch.float32, (3, 4)), make(torch.float32, (3, 4), seed=1)
+    run(lambda a, b: torch.stack([a, b]), a, b)
+    run(lambda a, b: torch.stack((a, b), dim=-1), a, b)
+    run(lambda a, b: torch.stack([a, b], 2), a, b)
+    run(lambda a: torch.cat([a]), a)
+    run(lambda a, b: torch.cat([a, b[:0]]), a, b)
+    run(lambda a, e: torch.cat([a, e]), a, torch.zeros(0))        # legacy empty piece: extern
+    run(lambda *ps: torch.cat(ps, 1), *[a] * 8)                     # more than 7 pieces: extern
+    assert n_externs() == 1
+
+
+def test_cat_output_in_place_and_chain():
+    a, b = make(torch.float32, (3, 4)), make(torch.float32, (3, 4), seed=1)
+    run(lambda a, b: torch.cat([a, b], 1).sum(-1), a, b)
+    run(lambda a, b: torch.cat([a, b], 1).t()[1:] * 3, a, b)
+
+
+def test_cat_u8_seed():
+    x = torch.randint(0, 256, (1, 3, 224, 224), dtype=torch.uint8)
+    run(lambda a, b: torch.cat([a, b], 1), x, x.flip(-1))
+    assert n_externs() == 0 and n_kernels() == 2

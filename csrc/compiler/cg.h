@@ -63,6 +63,7 @@ typedef struct {
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
     int *vparam;                     /* view value -> its load parameter in the current kernel */
+    int cat_piece;                   /* the piece the current cat / stack kernel copies */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -71,8 +72,12 @@ typedef struct {
 int cg_check_reduce(cg_ctx *c, int v);
 int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
 
+int cg_check_cat(cg_ctx *c, int v);
+int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v);
+
 #define CG_SPECIAL_KINDS(X)                                                  \
-    X('R', cg_check_reduce, cg_emit_reduce)
+    X('R', cg_check_reduce, cg_emit_reduce)                                  \
+    X('K', cg_check_cat, cg_emit_cat)
 
 /* ---- views.c: kind 'V' nodes (VIEW, VIEW_COPY) --------------------------
  * An unrealized view read by a kernel is a load of its base's buffer with its
@@ -124,6 +129,11 @@ char *cg_cast(cg_ctx *c, const char *e, int from, int to);
 char *cg_value_expr(cg_ctx *c, int v);
 /* Emit `T t<v> = <op expression>;` for pointwise node v. */
 int cg_emit_node(cg_ctx *c, int v, int ind);
+/* Emit the pointwise loop nest and body of a kernel (parallel, vectorized). */
+int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel);
+/* Emit `T t<v> = <piece>;` for cat / stack node v (views.c). */
+int cg_emit_cat_value(cg_ctx *c, int v, int ind);
 /* Emit the comment naming the fused ops and the kernel's signature. */
 void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops, int nops,
                     const cg_nest *nest);

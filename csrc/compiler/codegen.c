@@ -296,7 +296,7 @@ static int cg_check_node(cg_ctx *c, int v)
     }
     if (oi->kind == 'V')
         return cg_check_view(c, v);
-    if (val->nargs != oi->nargs)
+    if (oi->nargs >= 0 && val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
     if (cg_is_special(c->g, v))
@@ -759,6 +759,8 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
 {
     if (cg_is_view(c->g, v))
         return cg_emit_view(c, v, ind);
+    if (cdy_op_table[c->g->values[v].op].kind == 'K')
+        return cg_emit_cat_value(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int cdt = cg_compute_dtype(c, val);
@@ -834,8 +836,8 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
 
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
-static int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                         int64_t numel)
+int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel)
 {
     cdy_buf *b = &c->src;
     int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && nest->ndim > 0;
@@ -919,9 +921,10 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
     cdy_buf_puts(b, ")\n{\n");
-    for (int o = 0; o < first; o++)
+    for (int o = 0; o < nops; o++)
         if (ops[o].offset)
-            cdy_buf_printf(b, "    in_ptr%d += %lldLL;\n", o, (long long)ops[o].offset);
+            cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
+                           o < first ? o : o - first, (long long)ops[o].offset);
 }
 
 /* ---- IR dumps: text for the debug directory and the fusion log ---------- */

@@ -227,3 +227,147 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
                    U / es, U / es == 1 ? "" : "s");
     return 1;
 }
+
+/* ---- cat / stack (kind 'K'): one kernel per non-empty piece, writing it
+ * into its window of the output buffer, its pointwise producers fused ---- */
+
+/* Output dim of piece dim pd for cat / stack node val along dim d. */
+static int cg_cat_outdim(const cdy_value *val, int d, int pd)
+{
+    return val->op == CDY_OP_STACK && pd >= d ? pd + 1 : pd;
+}
+
+/* Check cat / stack node v: tensor pieces earlier in the graph, an int dim
+ * in range, pieces' sizes those of the output but along dim, the sizes
+ * along dim adding up, no float piece in an integer / bool output. */
+int cg_check_cat(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    const cdy_meta *om = &val->meta;
+    int np = val->nargs - 1, stack = val->op == CDY_OP_STACK;
+    if (cg_check_meta(c, v, om))
+        return -1;
+    if (np < 1 || val->args[np] < 0 || val->args[np] >= v ||
+        g->values[val->args[np]].kind != CDY_VAL_SCALAR)
+        return cg_fail(c, "value %d (cat): needs pieces and a dim", v);
+    int64_t d = g->values[val->args[np]].i, total = 0;
+    if (d < 0 || d >= om->ndim)
+        return cg_fail(c, "value %d (cat): dim %lld out of range", v, (long long)d);
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        if (p < 0 || p >= v || g->values[p].kind == CDY_VAL_SCALAR)
+            return cg_fail(c, "value %d (cat): piece %d is not an earlier tensor", v, i);
+        const cdy_meta *pm = &g->values[p].meta;
+        if (pm->ndim != om->ndim - stack)
+            return cg_fail(c, "value %d (cat): piece %d has rank %d", v, i, pm->ndim);
+        for (int pd = 0; pd < pm->ndim; pd++) {
+            int od = cg_cat_outdim(val, (int)d, pd);
+            if (od != d && pm->sizes[pd] != om->sizes[od])
+                return cg_fail(c, "value %d (cat): piece %d size mismatch at dim %d", v, i, pd);
+        }
+        total += stack ? 1 : pm->sizes[d];
+        if (cdy_dtype_table[pm->dtype].is_float && !cdy_dtype_table[om->dtype].is_float)
+            return cg_fail(c, "value %d (cat): float piece into a %s result", v,
+                           cdy_dtype_table[om->dtype].name);
+        if (om->dtype == CDY_DT_BOOL && pm->dtype != CDY_DT_BOOL)
+            return cg_fail(c, "value %d (cat): non-bool piece into a bool result", v);
+    }
+    if (total != om->sizes[d])
+        return cg_fail(c, "value %d (cat): pieces add up to %lld, not %lld", v,
+                       (long long)total, (long long)om->sizes[d]);
+    return 0;
+}
+
+/* Mark live what piece p of cat node v needs (down to leaves and views),
+ * with v the kernel's only output. */
+static void cg_cat_mark(cg_ctx *c, int v, int p)
+{
+    const cdy_graph *g = c->g;
+    memset(c->live, 0, (size_t)g->nvalues);
+    memset(c->in_group, 0, (size_t)g->nvalues);
+    c->live[v] = c->in_group[v] = 1;
+    c->live[p] = 1;
+    for (int u = p; u >= 0; u--) {
+        const cdy_value *val = &g->values[u];
+        if (!c->live[u] || val->kind != CDY_VAL_NODE || cg_is_leaf(c, u) || cg_is_view(g, u))
+            continue;
+        for (int a = 0; a < val->nargs; a++)
+            c->live[val->args[a]] = 1;
+    }
+}
+
+/* Emit `T t<v> = <current piece, converted>;` for cat node v. */
+int cg_emit_cat_value(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    int p = c->cat_piece;
+    char *e = cg_value_expr(c, p);
+    char *x = e ? cg_cast(c, e, c->g->values[p].meta.dtype, val->meta.dtype) : NULL;
+    if (!x)
+        return cg_fail(c, "out of memory");
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s t%d = %s;  /* %s piece %%%d */\n",
+                   cdy_dtype_table[val->meta.dtype].ctype, v, x, cdy_op_table[val->op].name, p);
+    return 0;
+}
+
+/* Emit the kernel copying piece i (value p) of cat node v into its window,
+ * which starts at `start` along dim d. */
+static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t start)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *pm = &c->g->values[p].meta, *om = &val->meta;
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    if (!ops || !nest || !outs)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    cg_group grp = {pm->ndim, pm->sizes, 1, outs};
+    cg_cat_mark(c, v, p);
+    int nops = cg_operands(c, &grp, ops);
+    if (nops < 0)
+        return -1;
+    int first = cg_first_out(ops, nops);
+    for (int pd = 0; pd < pm->ndim; pd++)
+        ops[first].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
+    ops[first].offset = start * om->strides[d];
+    c->cat_piece = p;
+    cg_build_nest(&grp, ops, nops, nest);
+    cg_emit_header(c, k, &grp, ops, nops, nest);
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d piece %%%d ", k, cdy_op_table[val->op].name,
+                   v, p);
+    cg_ir_dims(&c->ir_post, pm->sizes, pm->ndim);
+    cdy_buf_printf(&c->ir_post, " into its window at %lld along dim %d; loops ", (long long)start, d);
+    cg_ir_dims(&c->ir_post, nest->size, nest->ndim);
+    cdy_buf_puts(&c->ir_post, "\n");
+    cg_ir_fuses(c, &c->ir_post, k);
+    if (cg_emit_loops(c, ops, nops, nest, cdy_meta_numel(pm)))
+        return -1;
+    cdy_buf_puts(&c->src, "}\n");
+    cg_kernel_end(plan, k, ops, nops);
+    return 0;
+}
+
+/* Emit cat / stack node v: a kernel per non-empty piece (see cg_emit_piece). */
+int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
+    int64_t start = 0;
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        const cdy_meta *pm = &c->g->values[p].meta;
+        if (cdy_meta_numel(pm) > 0 && cg_emit_piece(c, plan, v, p, d, start))
+            return -1;
+        start += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
+    }
+    cdy_buf_printf(&c->ir_dec, "  %%%d %s: a kernel per piece (%d pieces), each writing its "
+                   "window of the result with its producers fused\n", v,
+                   cdy_op_table[val->op].name, np);
+    return 0;
+}

@@ -239,6 +239,66 @@ static tvar *lower_flipud(tracer *tr, const cdy_lower_call *call)
     return call->nargs == 1 ? lower_copy(tr, call, d0, 1) : NULL;
 }
 
+/* cat / stack of a list of tensors along dim (named dim_name): a CAT or
+ * STACK node with args (pieces, dim), torch's result meta.  NULL (an extern)
+ * for more than 7 pieces, a dim that is not a constant int, pieces of
+ * another rank (cat's legacy empty 1-D pieces), or other arguments. */
+static tvar *lower_pieces(tracer *tr, const cdy_lower_call *call, int op, const char *sig)
+{
+    tvar *slot[2];
+    if (cdy_bind_names(sig, call->args, call->nargs, call->kwnames, slot) || !slot[0] ||
+        (slot[0]->kind != TV_LIST && slot[0]->kind != TV_TUPLE) || slot[0]->n < 1 ||
+        slot[0]->n > CDY_MAX_NODE_ARGS - 1 || !is_tensor(call->out))
+        return NULL;
+    long d = 0;
+    if (slot[1]) {
+        if (slot[1]->kind != TV_CONST || !PyLong_CheckExact(slot[1]->obj))
+            return NULL;
+        d = PyLong_AsLong(slot[1]->obj);
+        if (d == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    cdy_meta m;
+    if (cdy_read_meta(tr, call->out, &m))
+        return NULL;
+    if (d < 0)
+        d += m.ndim;
+    if (d < 0 || d >= m.ndim)
+        return NULL;
+    int argv[CDY_MAX_NODE_ARGS], n = slot[0]->n;
+    for (int i = 0; i < n; i++) {
+        tvar *it = slot[0]->items[i];
+        if (it->kind != TV_TENSOR ||
+            tr->t->graph.values[it->value].meta.ndim != m.ndim - (op == CDY_OP_STACK))
+            return NULL;
+        argv[i] = it->value;
+    }
+    if ((argv[n] = cdy_scalar_int(tr, d)) < 0)
+        return NULL;
+    int v = cdy_node_add(tr, op, argv, n + 1, &m, m.dtype);
+    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+}
+
+/* torch.cat / torch.concat(tensors, dim=0). */
+static tvar *lower_cat(tracer *tr, const cdy_lower_call *call)
+{
+    return lower_pieces(tr, call, CDY_OP_CAT, "tensors dim");
+}
+
+/* torch.concatenate(tensors, axis=0). */
+static tvar *lower_concatenate(tracer *tr, const cdy_lower_call *call)
+{
+    return lower_pieces(tr, call, CDY_OP_CAT, "tensors axis");
+}
+
+/* torch.stack(tensors, dim=0). */
+static tvar *lower_stack(tracer *tr, const cdy_lower_call *call)
+{
+    return lower_pieces(tr, call, CDY_OP_STACK, "tensors dim");
+}
+
 /* X(name, where, lowering): see cdy_lowering in trace.h. */
 #define CDY_LOWER_VIEWS(X)                      \
     X("getitem", "o", lower_view)               \
@@ -269,7 +329,11 @@ static tvar *lower_flipud(tracer *tr, const cdy_lower_call *call)
     X("fliplr", "tm", lower_fliplr)             \
     X("flipud", "tm", lower_flipud)             \
     X("clone", "tm", lower_clone)               \
-    X("contiguous", "m", lower_clone)
+    X("contiguous", "m", lower_clone)           \
+    X("cat", "t", lower_cat)                    \
+    X("concat", "t", lower_cat)                 \
+    X("concatenate", "t", lower_concatenate)    \
+    X("stack", "t", lower_stack)
 
 const cdy_lowering cdy_lowerings_views[] = {
 #define CDY_X(name, where, fn) {name, where, fn},
