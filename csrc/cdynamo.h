@@ -144,6 +144,9 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
      * the pieces along dim, STACK stacks them along new dim dim. */   \
     X(CAT, "concat_pieces", -1, 'K')    \
     X(STACK, "stack_pieces", -1, 'K')   \
+    /* PAD: args (input, value SCALAR), view_strides[d] the pad before \
+     * dim d (negative: crop); the pad after is what the size leaves. */ \
+    X(PAD, "pad_constant", -1, 'K')     \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

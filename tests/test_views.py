@@ -331,3 +331,45 @@ def test_cat_u8_seed():
     x = torch.randint(0, 256, (1, 3, 224, 224), dtype=torch.uint8)
     run(lambda a, b: torch.cat([a, b], 1), x, x.flip(-1))
     assert n_externs() == 0 and n_kernels() == 2
+
+
+# ---- constant pad ---------------------------------------------------------------------
+
+import torch.nn.functional as F  # noqa: E402
+
+PADS = [(1, 2), (0, 0, 3, 1), (-1, 2), (2, -3, -1, 1), (1, 1, 1, 1, 1, 1, 1, 1), (-2, -2),
+        (0, 0, 0, 0, -1, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "sliced",
+                                    "expanded"])
+@pytest.mark.parametrize("pad", PADS, ids=str)
+def test_constant_pad(dtype, layout, pad):
+    x = layouts(dtype)[layout]
+    value = True if dtype == torch.bool else 3
+    run(lambda t: F.pad(t, pad), x)
+    assert n_externs() == 0
+    run(lambda t: F.pad(t, pad, mode="constant", value=value), x)
+    run(lambda t: torch.constant_pad_nd(t, pad, value), x)
+    assert n_externs() == 0
+
+
+@pytest.mark.parametrize("value", [0.5, -2.0, float("inf"), float("nan"), 7])
+def test_constant_pad_values_and_producers(value):
+    x = make(torch.float32, (3, 4, 5))
+    run(lambda t: F.pad(torch.relu(t * 2), (1, -1, 2, 0), value=value) + 1, x)
+    assert n_externs() == 0 and n_kernels() == 3
+    run(lambda t: F.pad(t.flip(-1).t(), (2, 2), value=value), x[0])
+    assert n_externs() == 0
+
+
+def test_constant_pad_edge_cases():
+    x = make(torch.float32, (3, 4))
+    run(lambda t: F.pad(t, (-2, -2)), x)                    # cropped to nothing
+    run(lambda t: F.pad(t, (1, 1, -3, 0)), x)               # one row left
+    run(lambda t: F.pad(t, (0, 0, 0, -3), value=2.0), x)
+    run(lambda t: F.pad(t, (-4, 2)), x)                     # crop all, pad: all value
+    run(lambda t: F.pad(t, (1, 1), value=1.5), make(torch.int64, (3, 4)))   # inexact: extern
+    run(lambda t: F.pad(t, (1, 1), mode="reflect"), x)                      # other mode: extern
+    assert n_externs() == 1

@@ -231,6 +231,8 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
 /* ---- cat / stack (kind 'K'): one kernel per non-empty piece, writing it
  * into its window of the output buffer, its pointwise producers fused ---- */
 
+static int cg_check_pad(cg_ctx *c, int v);
+
 /* Output dim of piece dim pd for cat / stack node val along dim d. */
 static int cg_cat_outdim(const cdy_value *val, int d, int pd)
 {
@@ -246,6 +248,8 @@ int cg_check_cat(cg_ctx *c, int v)
     const cdy_value *val = &g->values[v];
     const cdy_meta *om = &val->meta;
     int np = val->nargs - 1, stack = val->op == CDY_OP_STACK;
+    if (val->op == CDY_OP_PAD)
+        return cg_check_pad(c, v);
     if (cg_check_meta(c, v, om))
         return -1;
     if (np < 1 || val->args[np] < 0 || val->args[np] >= v ||
@@ -312,12 +316,14 @@ int cg_emit_cat_value(cg_ctx *c, int v, int ind)
     return 0;
 }
 
-/* Emit the kernel copying piece i (value p) of cat node v into its window,
- * which starts at `start` along dim d. */
-static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t start)
+/* Emit the kernel copying value p (its producers fused) into the window of
+ * node v's buffer of sizes sz (rank of p), output strides ostr, element
+ * offset ooff; crop (or NULL): elements of p skipped before the window per dim. */
+static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, const int64_t *sz,
+                         const int64_t *ostr, int64_t ooff, const int64_t *crop)
 {
     const cdy_value *val = &c->g->values[v];
-    const cdy_meta *pm = &c->g->values[p].meta, *om = &val->meta;
+    int nd = c->g->values[p].meta.ndim;
     int k = cg_kernel_begin(c, plan);
     if (k < 0)
         return -1;
@@ -327,42 +333,214 @@ static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t
     if (!ops || !nest || !outs)
         return cg_fail(c, "out of memory");
     outs[0] = v;
-    cg_group grp = {pm->ndim, pm->sizes, 1, outs};
+    cg_group grp = {nd, sz, 1, outs};
     cg_cat_mark(c, v, p);
     int nops = cg_operands(c, &grp, ops);
     if (nops < 0)
         return -1;
     int first = cg_first_out(ops, nops);
-    for (int pd = 0; pd < pm->ndim; pd++)
-        ops[first].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
-    ops[first].offset = start * om->strides[d];
+    int64_t numel = 1;
+    for (int d = 0; d < nd; d++) {
+        numel *= sz[d];
+        ops[first].stride[d] = sz[d] == 1 ? 0 : ostr[d];
+        for (int o = 0; crop && o < first; o++)
+            ops[o].offset += crop[d] * ops[o].stride[d];
+    }
+    ops[first].offset = ooff;
     c->cat_piece = p;
     cg_build_nest(&grp, ops, nops, nest);
     cg_emit_header(c, k, &grp, ops, nops, nest);
-    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d piece %%%d ", k, cdy_op_table[val->op].name,
-                   v, p);
-    cg_ir_dims(&c->ir_post, pm->sizes, pm->ndim);
-    cdy_buf_printf(&c->ir_post, " into its window at %lld along dim %d; loops ", (long long)start, d);
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: %%%d ", k, cdy_op_table[val->op].name, v, p);
+    cg_ir_dims(&c->ir_post, sz, nd);
+    cdy_buf_printf(&c->ir_post, " into its window at element %lld; loops ", (long long)ooff);
     cg_ir_dims(&c->ir_post, nest->size, nest->ndim);
     cdy_buf_puts(&c->ir_post, "\n");
     cg_ir_fuses(c, &c->ir_post, k);
-    if (cg_emit_loops(c, ops, nops, nest, cdy_meta_numel(pm)))
+    if (cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
     cg_kernel_end(plan, k, ops, nops);
     return 0;
 }
 
+/* Emit piece p of cat / stack node v, which starts at `start` along dim d. */
+static int cg_emit_cat_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t start)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *pm = &c->g->values[p].meta, *om = &val->meta;
+    int64_t ostr[CDY_MAX_NDIM];
+    for (int pd = 0; pd < pm->ndim; pd++)
+        ostr[pd] = om->strides[cg_cat_outdim(val, d, pd)];
+    return cg_emit_piece(c, plan, v, p, pm->sizes, ostr, start * om->strides[d], NULL);
+}
+
+/* ---- constant pad (PAD, kind 'K'): a kernel filling the border boxes
+ * with the value, a kernel copying the (cropped) input into the interior ---- */
+
+/* Per dim d of pad node val with input meta im: the interior's start in the
+ * output and its length (the input's elements kept). */
+static void cg_pad_interior(const cdy_value *val, const cdy_meta *im, int64_t *start,
+                            int64_t *len)
+{
+    for (int d = 0; d < im->ndim; d++) {
+        int64_t lo = val->view_strides[d], hi = val->meta.sizes[d] - im->sizes[d] - lo;
+        start[d] = lo > 0 ? lo : 0;
+        len[d] = im->sizes[d] + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0);
+        if (len[d] < 0)
+            len[d] = 0;
+    }
+}
+
+/* Check pad node v: a tensor input of the result's rank and dtype, a scalar
+ * value, sizes = input + pads, the value exact in an integer / bool result. */
+static int cg_check_pad(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    if (val->nargs != 2 || val->args[0] < 0 || val->args[0] >= v || val->args[1] < 0 ||
+        val->args[1] >= v || g->values[val->args[0]].kind == CDY_VAL_SCALAR ||
+        g->values[val->args[1]].kind != CDY_VAL_SCALAR)
+        return cg_fail(c, "value %d (pad): args must be a tensor and a scalar", v);
+    const cdy_meta *im = &g->values[val->args[0]].meta;
+    const cdy_value *sv = &g->values[val->args[1]];
+    if (im->ndim != val->meta.ndim || im->dtype != val->meta.dtype)
+        return cg_fail(c, "value %d (pad): input rank or dtype differs from the result's", v);
+    for (int d = 0; d < im->ndim; d++)
+        if (val->meta.sizes[d] - im->sizes[d] - val->view_strides[d] < -im->sizes[d] ||
+            val->view_strides[d] < -im->sizes[d])
+            return cg_fail(c, "value %d (pad): pads at dim %d crop more than the input", v, d);
+    int odt = val->meta.dtype;
+    double f = sv->meta.dtype == CDY_DT_FLOAT64 ? sv->f : (double)sv->i;
+    if (!cdy_dtype_table[odt].is_float &&
+        (f != (double)(int64_t)f || (odt == CDY_DT_BOOL && f != 0 && f != 1) ||
+         (odt == CDY_DT_UINT8 && (f < 0 || f > 255))))
+        return cg_fail(c, "value %d (pad): value not exact in %s", v, cdy_dtype_table[odt].name);
+    return 0;
+}
+
+/* Emit one border box of pad node v: sizes sz from element start st, every
+ * element set to lit, as loops in the current kernel (operand 0 = output). */
+static void cg_pad_box(cg_ctx *c, const cdy_meta *om, const int64_t *sz, const int64_t *st,
+                       const char *lit)
+{
+    cg_operand op;
+    cg_nest nest;
+    int64_t off = 0, numel = 1;
+    memset(&op, 0, sizeof(op));
+    op.is_out = 1;
+    for (int d = 0; d < om->ndim; d++) {
+        op.stride[d] = sz[d] == 1 ? 0 : om->strides[d];
+        off += st[d] * om->strides[d];
+        numel *= sz[d];
+    }
+    if (numel == 0)
+        return;
+    cg_group grp = {om->ndim, sz, 0, NULL};
+    cg_build_nest(&grp, &op, 1, &nest);
+    cdy_buf *b = &c->src;
+    int ind = 1;
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "{\n");
+    for (int d = 0; d < nest.ndim; d++) {
+        cg_indent(b, ++ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++)\n", d, d,
+                       (long long)nest.size[d], d);
+    }
+    cg_indent(b, ++ind);
+    cdy_buf_printf(b, "out_ptr0[%lldLL", (long long)off);
+    int any = 1;
+    cg_offset_terms(b, &nest, 0, 'i', &any);
+    cdy_buf_printf(b, "] = %s;\n", lit);
+    cg_indent(b, 1);
+    cdy_buf_puts(b, "}\n");
+}
+
+/* Emit the fill kernel of pad node v: per dim, the box before and the box
+ * after the interior (earlier dims interior, later dims whole); the whole
+ * result when the interior is empty. */
+static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
+                       const int64_t *len, int empty)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *om = &val->meta;
+    const cdy_value *sv = &c->g->values[val->args[1]];
+    char *lit = cg_scalar_literal(c, sv);
+    lit = lit ? cg_cast(c, lit, sv->meta.dtype, om->dtype) : NULL;
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    cg_operand *op = cdy_arena_alloc(&c->arena, sizeof(cg_operand));
+    cg_nest *none = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    if (!lit || !outs || !op || !none)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    op->buffer = c->val_buf[v];
+    op->value = v;
+    op->is_out = 1;
+    memset(c->live, 0, (size_t)c->g->nvalues);
+    cg_group grp = {om->ndim, om->sizes, 1, outs};
+    cg_emit_header(c, k, &grp, op, 1, none);
+    int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    if (empty) {
+        memset(st, 0, sizeof(st));
+        cg_pad_box(c, om, om->sizes, st, lit);
+    }
+    for (int d = 0; d < om->ndim && !empty; d++)
+        for (int after = 0; after < 2; after++) {
+            for (int j = 0; j < om->ndim; j++) {
+                sz[j] = j < d ? len[j] : om->sizes[j];
+                st[j] = j < d ? start[j] : 0;
+            }
+            sz[d] = after ? om->sizes[d] - start[d] - len[d] : start[d];
+            st[d] = after ? start[d] + len[d] : 0;
+            cg_pad_box(c, om, sz, st, lit);
+        }
+    cdy_buf_puts(&c->src, "}\n");
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: the border set to %s\n", k,
+                   cdy_op_table[val->op].name, v, lit);
+    cg_kernel_end(plan, k, op, 1);
+    return 0;
+}
+
+/* Emit pad node v: the fill kernel (when there is a border), then the copy
+ * of the input's kept elements into the interior. */
+static int cg_emit_pad(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *im = &c->g->values[val->args[0]].meta, *om = &val->meta;
+    int64_t start[CDY_MAX_NDIM], len[CDY_MAX_NDIM], crop[CDY_MAX_NDIM], ooff = 0;
+    int border = 0, empty = 0;
+    cg_pad_interior(val, im, start, len);
+    for (int d = 0; d < om->ndim; d++) {
+        border |= len[d] != om->sizes[d];
+        empty |= len[d] == 0;
+        crop[d] = val->view_strides[d] < 0 ? -val->view_strides[d] : 0;
+        ooff += start[d] * om->strides[d];
+    }
+    if (cdy_meta_numel(om) == 0)
+        return 0;
+    if (border && cg_pad_fill(c, plan, v, start, len, empty))
+        return -1;
+    if (empty)
+        return 0;
+    return cg_emit_piece(c, plan, v, val->args[0], len, om->strides, ooff, crop);
+}
+
 /* Emit cat / stack node v: a kernel per non-empty piece (see cg_emit_piece). */
 int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
 {
     const cdy_value *val = &c->g->values[v];
+    if (val->op == CDY_OP_PAD)
+        return cg_emit_pad(c, plan, v);
     int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
     int64_t start = 0;
     for (int i = 0; i < np; i++) {
         int p = val->args[i];
         const cdy_meta *pm = &c->g->values[p].meta;
-        if (cdy_meta_numel(pm) > 0 && cg_emit_piece(c, plan, v, p, d, start))
+        if (cdy_meta_numel(pm) > 0 && cg_emit_cat_piece(c, plan, v, p, d, start))
             return -1;
         start += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
     }

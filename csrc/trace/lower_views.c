@@ -138,11 +138,12 @@ static tvar *lower_view(tracer *tr, const cdy_lower_call *call)
     return view_node(tr, call, CDY_OP_VIEW, &m, base, m.strides, so - base_so);
 }
 
-/* Flip dims from a tvar (an int, or a tuple/list of ints) into dims[*n]; 0 or -1. */
-static int int_items(tvar *a, int *dims, int *n)
+/* Ints from a tvar (an int, or a tuple/list of ints) into dims[*n] (at most
+ * cap); 0 or -1. */
+static int int_items(tvar *a, int *dims, int *n, int cap)
 {
     if (a->kind == TV_CONST && PyLong_Check(a->obj)) {
-        if (*n == CDY_MAX_NDIM)
+        if (*n == cap)
             return -1;
         dims[(*n)++] = (int)PyLong_AsLong(a->obj);
         return PyErr_Occurred() ? (PyErr_Clear(), -1) : 0;
@@ -151,7 +152,7 @@ static int int_items(tvar *a, int *dims, int *n)
         PyObject *f = PySequence_Fast(a->obj, "dims");
         for (Py_ssize_t i = 0; f && i < PySequence_Fast_GET_SIZE(f); i++) {
             PyObject *it = PySequence_Fast_GET_ITEM(f, i);
-            if (!PyLong_Check(it) || *n == CDY_MAX_NDIM) {
+            if (!PyLong_Check(it) || *n == cap) {
                 Py_DECREF(f);
                 return -1;
             }
@@ -162,7 +163,7 @@ static int int_items(tvar *a, int *dims, int *n)
     }
     if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
         for (int i = 0; i < a->n; i++)
-            if (int_items(a->items[i], dims, n) || a->items[i]->kind != TV_CONST)
+            if (int_items(a->items[i], dims, n, cap) || a->items[i]->kind != TV_CONST)
                 return -1;
         return 0;
     }
@@ -214,7 +215,7 @@ static tvar *lower_flip(tracer *tr, const cdy_lower_call *call)
 {
     int dims[CDY_MAX_NDIM], n = 0;
     for (int i = 1; i < call->nargs; i++)   /* positional dims, then dims= */
-        if (int_items(call->args[i], dims, &n))
+        if (int_items(call->args[i], dims, &n, CDY_MAX_NDIM))
             return NULL;
     if (n == 0)
         return NULL;
@@ -299,6 +300,82 @@ static tvar *lower_stack(tracer *tr, const cdy_lower_call *call)
     return lower_pieces(tr, call, CDY_OP_STACK, "tensors dim");
 }
 
+/* 1 if scalar value sv converts exactly to dtype dt (any value for floats;
+ * an integer in range for integer dtypes, 0 or 1 for bool). */
+static int pad_value_exact(const cdy_value *sv, int dt)
+{
+    static const double lo[] = {0, 0, -128, -32768, -2147483648.0, -9223372036854775808.0};
+    static const double hi[] = {1, 255, 127, 32767, 2147483647.0, 9223372036854775807.0};
+    if (cdy_dtype_table[dt].is_float)
+        return 1;
+    double f = sv->meta.dtype == CDY_DT_FLOAT64 ? sv->f : (double)sv->i;
+    return dt <= CDY_DT_INT64 && f == (double)(long long)f && f >= lo[dt] && f < hi[dt] + 1 &&
+           (dt != CDY_DT_INT64 || sv->meta.dtype != CDY_DT_FLOAT64 || (f > -9.2e18 && f < 9.2e18));
+}
+
+/* Constant pad from bound slots (input, pad, mode, value):
+ * F.pad(input, pad, mode='constant', value=None),
+ * constant_pad_nd(input, pad, value=0): a PAD node (args input and value;
+ * the pad before each dim in view_strides), torch's result meta.  NULL (an
+ * extern) for other modes or a value that is not a number. */
+static tvar *lower_pad_slots(tracer *tr, const cdy_lower_call *call, tvar **slot)
+{
+    int pads[2 * CDY_MAX_NDIM], np = 0;
+    if (!slot[0] || slot[0]->kind != TV_TENSOR || !slot[1] || !is_tensor(call->out) ||
+        int_items(slot[1], pads, &np, 2 * CDY_MAX_NDIM) || np % 2)
+        return NULL;
+    if (slot[2] && !(slot[2]->kind == TV_CONST && PyUnicode_Check(slot[2]->obj) &&
+                     PyUnicode_CompareWithASCIIString(slot[2]->obj, "constant") == 0))
+        return NULL;
+    tvar *val = slot[3];
+    int sv = !val || (val->kind == TV_CONST && val->obj == Py_None) ? cdy_scalar_int(tr, 0) :
+             val->kind != TV_CONST || !(PyLong_Check(val->obj) || PyFloat_Check(val->obj)) ? -2 :
+             PyBool_Check(val->obj) ? cdy_scalar_bool(tr, val->obj == Py_True) :
+             PyFloat_Check(val->obj) ? cdy_scalar_float(tr, PyFloat_AS_DOUBLE(val->obj)) :
+             cdy_scalar_int(tr, PyLong_AsLongLong(val->obj));
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    cdy_meta m;
+    if (sv < 0 || cdy_read_meta(tr, call->out, &m))
+        return NULL;
+    const cdy_meta *xm = &tr->t->graph.values[slot[0]->value].meta;
+    if (xm->ndim != m.ndim || np / 2 > m.ndim || xm->dtype != m.dtype)
+        return NULL;
+    if (!pad_value_exact(&tr->t->graph.values[sv], m.dtype))
+        return NULL;
+    int64_t lo[CDY_MAX_NDIM] = {0};
+    for (int k = 0; k < np / 2; k++)
+        lo[m.ndim - 1 - k] = pads[2 * k];
+    for (int d = 0; d < m.ndim; d++)
+        if (m.sizes[d] - xm->sizes[d] - lo[d] != (d >= m.ndim - np / 2 ? pads[2 * (m.ndim - 1 - d) + 1] : 0))
+            return NULL;
+    int argv[2] = {slot[0]->value, sv};
+    int v = cdy_node_add(tr, CDY_OP_PAD, argv, 2, &m, m.dtype);
+    if (v < 0)
+        return NULL;
+    memcpy(tr->t->graph.values[v].view_strides, lo, sizeof(lo));
+    return cdy_lower_result(tr, call, v);
+}
+
+/* F.pad(input, pad, mode, value). */
+static tvar *lower_pad(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *slot[4];
+    if (cdy_bind_names("input pad mode value", call->args, call->nargs, call->kwnames, slot))
+        return NULL;
+    return lower_pad_slots(tr, call, slot);
+}
+
+/* constant_pad_nd(input, pad, value). */
+static tvar *lower_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *s3[3];
+    if (cdy_bind_names("input pad value", call->args, call->nargs, call->kwnames, s3))
+        return NULL;
+    tvar *slot[4] = {s3[0], s3[1], NULL, s3[2]};
+    return lower_pad_slots(tr, call, slot);
+}
+
 /* X(name, where, lowering): see cdy_lowering in trace.h. */
 #define CDY_LOWER_VIEWS(X)                      \
     X("getitem", "o", lower_view)               \
@@ -333,7 +410,9 @@ static tvar *lower_stack(tracer *tr, const cdy_lower_call *call)
     X("cat", "t", lower_cat)                    \
     X("concat", "t", lower_cat)                 \
     X("concatenate", "t", lower_concatenate)    \
-    X("stack", "t", lower_stack)
+    X("stack", "t", lower_stack)                \
+    X("pad", "fn", lower_pad)                   \
+    X("constant_pad_nd", "t", lower_constant_pad_nd)
 
 const cdy_lowering cdy_lowerings_views[] = {
 #define CDY_X(name, where, fn) {name, where, fn},
