@@ -183,26 +183,45 @@ static void cg_reverse_row(cdy_buf *b, int ind, int U, int64_t W)
     cdy_buf_printf(b, "__builtin_memcpy(dst + w * %d, src - w * %d, %d);\n", U, U, U);
 }
 
-/* Emit kernel loops for a unit-reversing copy (see cg_reverse_unit): the
- * outer loops as usual (parallel when large), the row by cg_reverse_row.
- * 1 when emitted, 0 when the kernel is not one (nothing written). */
+/* Bytes of a row when kernel (grp, ops, nest) is a plain copy whose inner
+ * loop is contiguous in both operands (a row copy: flip of H, a crop); else 0. */
+static int64_t cg_copy_row(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                           const cg_nest *nest)
+{
+    if (nops != 2 || ops[0].is_out || !ops[1].is_out || grp->nout != 1 || nest->ndim < 2 ||
+        c->g->values[grp->outs[0]].op != CDY_OP_VIEW_COPY || c->vparam[grp->outs[0]] != 0)
+        return 0;
+    int d = nest->ndim - 1;
+    if (nest->stride[0][d] != 1 || nest->stride[1][d] != 1)
+        return 0;
+    return nest->size[d] * cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+}
+
+/* Emit kernel loops for a plain copy by rows: a unit-reversing copy (see
+ * cg_reverse_unit, rows by cg_reverse_row) or a row copy (cg_copy_row, one
+ * memcpy a row); the outer loops as usual, parallel when large (collapsed
+ * when the first is short).  1 when emitted, 0 when the kernel is not one. */
 int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
                          const cg_nest *nest, int64_t numel)
 {
     int U = cg_reverse_unit(c, grp, ops, nops, nest);
-    if (!U)
+    int64_t R = U ? 0 : cg_copy_row(c, grp, ops, nops, nest);
+    if (!U && !R)
         return 0;
     cdy_buf *b = &c->src;
-    int e = nest->ndim - 2, ind = 1;
+    int e = nest->ndim - (U ? 2 : 1), ind = 1;
     int es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
     int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
-    cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
+    int collapse = par && e >= 2 && nest->size[0] < 4 * (int64_t)c->nthreads;
+    if (U)
+        cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
     for (int d = 0; d < e; d++, ind++) {
-        cg_indent(b, ind);
-        if (d == 0 && par)
-            cdy_buf_puts(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)\n");
-        if (d == 0 && par)
+        if (d == 0 && par) {
             cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           collapse ? " collapse(2)" : "");
+        }
+        cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
                        (long long)nest->size[d], d);
     }
@@ -217,14 +236,22 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
         cg_offset_terms(b, &outer, o, 'i', &any);
         cdy_buf_puts(b, any ? ");\n" : "0);\n");
     }
-    cg_reverse_row(b, ind, U, nest->size[e]);
+    if (U)
+        cg_reverse_row(b, ind, U, nest->size[e]);
+    else {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "__builtin_memcpy(dst, src, %lld);\n", (long long)R);
+    }
     while (--ind > 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
-    cdy_buf_printf(&c->ir_post, "  unit-reversing copy: rows of %lld units of %d bytes reversed "
-                   "with 16-byte shuffles (%d element%s a unit)\n", (long long)nest->size[e], U,
-                   U / es, U / es == 1 ? "" : "s");
+    if (U)
+        cdy_buf_printf(&c->ir_post, "  unit-reversing copy: rows of %lld units of %d bytes "
+                       "reversed with 16-byte shuffles (%d element%s a unit)\n",
+                       (long long)nest->size[e], U, U / es, U / es == 1 ? "" : "s");
+    else
+        cdy_buf_printf(&c->ir_post, "  row copy: a memcpy of %lld bytes per row\n", (long long)R);
     return 1;
 }
 
