@@ -280,7 +280,9 @@ def test_cat_pieces(dtype, n, dim):
         shape[dim] = 1 + i % 3
         pieces.append(make(dtype, tuple(shape), seed=i))
     run(lambda *ps: torch.cat(ps, dim), *pieces)
-    assert n_externs() == 0 and n_kernels() == n
+    assert n_externs() == 0 and n_kernels() == 1      # plain pieces: one kernel
+    run(lambda *ps: torch.cat([p + 1 for p in ps], dim), *pieces[:6])
+    assert n_externs() == 0 and n_kernels() == min(n, 6)   # a kernel per fused piece
     run(lambda *ps: torch.stack([base] + [p.narrow(dim, 0, 1).expand_as(base) for p in ps], dim),
         *pieces)
     assert n_externs() == (0 if n + 1 <= 7 else 1)   # more than 7 pieces: extern
@@ -330,7 +332,11 @@ def test_cat_output_in_place_and_chain():
 def test_cat_u8_seed():
     x = torch.randint(0, 256, (1, 3, 224, 224), dtype=torch.uint8)
     run(lambda a, b: torch.cat([a, b], 1), x, x.flip(-1))
-    assert n_externs() == 0 and n_kernels() == 2
+    assert n_externs() == 0 and n_kernels() == 1
+    run(lambda a: torch.cat([a, a.flip(-1)], 1), x)
+    assert n_externs() == 0 and n_kernels() == 1
+    run(lambda a: torch.cat([a, a], 2), x[:, :, 1:, 3:])
+    assert n_externs() == 0 and n_kernels() == 1
 
 
 # ---- constant pad ---------------------------------------------------------------------

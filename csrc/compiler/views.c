@@ -556,6 +556,118 @@ static int cg_emit_pad(cg_ctx *c, cdy_plan *plan, int v)
     return cg_emit_piece(c, plan, v, val->args[0], len, om->strides, ooff, crop);
 }
 
+/* 1 if every piece of cat / stack node v is read as it is (an input, a
+ * realized value or a view load: no producer to fuse), so one kernel copies
+ * them all. */
+static int cg_cat_plain(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    for (int i = 0; i < val->nargs - 1; i++) {
+        int p = val->args[i];
+        if (c->val_buf[p] < 0 && !cg_is_view(c->g, p))
+            return 0;
+        if (c->val_buf[p] < 0 && c->val_buf[c->g->values[p].view_base] < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Emit the work-shared loops copying one plain piece (operand o, loop nest
+ * n: in stride n->stride[0], out n->stride[1]) into the output at ooff:
+ * rows of the inner loop (blocks of it when there is one loop). */
+static void cg_cat_loops(cg_ctx *c, int o, const cg_nest *n, int64_t ooff, int pdt, int odt)
+{
+    cdy_buf *b = &c->src;
+    int d = n->ndim - 1;
+    if (d < 0) {
+        cdy_buf_printf(b, "        #pragma omp single nowait\n        out_ptr0[%lldLL] = %s;\n",
+                       (long long)ooff, cg_cast(c, cg_strf(c, "in_ptr%d[0]", o), pdt, odt));
+        return;
+    }
+    int64_t rows = 1, L = n->size[d], si = n->stride[0][d], so = n->stride[1][d];
+    for (int k = 0; k < d; k++)
+        rows *= n->size[k];
+    int blocks = d == 0;
+    int64_t nit = blocks ? (L + CG_BLOCK - 1) / CG_BLOCK : rows;
+    cdy_buf_printf(b, "        #pragma omp for schedule(static) nowait\n"
+                      "        for (int64_t r = 0; r < %lldLL; r++) {\n", (long long)nit);
+    cdy_buf_printf(b, "            int64_t rem = r, io = %lldLL, ii = 0, lo = 0, hi = %lldLL;\n",
+                   (long long)ooff, (long long)L);
+    if (blocks)
+        cdy_buf_printf(b, "            lo = r * %dLL; hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
+                       CG_BLOCK, CG_BLOCK, (long long)L, CG_BLOCK, (long long)L);
+    for (int k = d - 1; k >= 0; k--)
+        cdy_buf_printf(b, "            { int64_t q = rem %% %lldLL; rem /= %lldLL; "
+                          "ii += q * %lldLL; io += q * %lldLL; }\n",
+                       (long long)n->size[k], (long long)n->size[k], (long long)n->stride[0][k],
+                       (long long)n->stride[1][k]);
+    if (si == 1 && so == 1 && pdt == odt)
+        cdy_buf_printf(b, "            __builtin_memcpy(out_ptr0 + io + lo, in_ptr%d + ii + lo, "
+                          "(uint64_t)(hi - lo) * %d);\n", o, cdy_dtype_table[odt].size);
+    else {
+        char *x = cg_cast(c, cg_strf(c, "in_ptr%d[ii + j * %lldLL]", o, (long long)si), pdt, odt);
+        cdy_buf_printf(b, "            for (int64_t j = lo; j < hi; j++)\n"
+                          "                out_ptr0[io + j * %lldLL] = %s;\n", (long long)so, x);
+    }
+    cdy_buf_puts(b, "        }\n");
+}
+
+/* Emit cat / stack node v whose pieces are all plain (cg_cat_plain) as one
+ * kernel: one parallel region, each piece's rows work-shared in turn. */
+static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *om = &val->meta;
+    int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_nest *nests = cdy_arena_alloc(&c->arena, sizeof(cg_nest) * (size_t)np);
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    if (!ops || !nests || !outs)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    memset(c->live, 0, (size_t)c->g->nvalues);
+    memset(c->in_group, 0, (size_t)c->g->nvalues);
+    int64_t start[CDY_MAX_NODE_ARGS], pos = 0;
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        const cdy_meta *pm = &c->g->values[p].meta;
+        cg_group grp = {pm->ndim, pm->sizes, 1, outs};
+        if (c->val_buf[p] >= 0) {
+            memset(&ops[i], 0, sizeof(ops[i]));
+            ops[i].buffer = c->val_buf[p];
+            ops[i].value = p;
+            cg_broadcast_strides(pm, pm->ndim, ops[i].stride);
+        } else
+            cg_view_operand(c, &grp, p, &ops[i]);
+        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v}};
+        pair[0].offset = 0;
+        for (int pd = 0; pd < pm->ndim; pd++)
+            pair[1].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
+        cg_build_nest(&grp, pair, 2, &nests[i]);
+        start[i] = pos * om->strides[d];
+        pos += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
+    }
+    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v};
+    cg_group og = {om->ndim, om->sizes, 1, outs};
+    cg_emit_header(c, k, &og, ops, np + 1, &nests[0]);
+    int par = cdy_meta_numel(om) >= CG_PARALLEL_NUMEL && c->nthreads > 1;
+    cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n",
+                   par ? "NTHREADS" : "1");
+    for (int i = 0; i < np; i++)
+        if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
+            cg_cat_loops(c, i, &nests[i], start[i], c->g->values[val->args[i]].meta.dtype,
+                         om->dtype);
+    cdy_buf_puts(&c->src, "    }\n}\n");
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
+                   "copied by one kernel, one parallel region%s\n", k,
+                   cdy_op_table[val->op].name, v, np, par ? "" : " (one thread: small)");
+    cg_kernel_end(plan, k, ops, np + 1);
+    return 0;
+}
+
 /* Emit cat / stack node v: a kernel per non-empty piece (see cg_emit_piece). */
 int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
 {
@@ -564,6 +676,8 @@ int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
         return cg_emit_pad(c, plan, v);
     int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
     int64_t start = 0;
+    if (cg_cat_plain(c, v))
+        return cg_emit_cat_one(c, plan, v);
     for (int i = 0; i < np; i++) {
         int p = val->args[i];
         const cdy_meta *pm = &c->g->values[p].meta;
