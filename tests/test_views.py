@@ -379,3 +379,42 @@ def test_constant_pad_edge_cases():
     run(lambda t: F.pad(t, (1, 1), value=1.5), make(torch.int64, (3, 4)))   # inexact: extern
     run(lambda t: F.pad(t, (1, 1), mode="reflect"), x)                      # other mode: extern
     assert n_externs() == 1
+
+
+# ---- split / chunk / unbind: tuples of views ------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["split", "split_list", "chunk", "tensor_split", "unbind",
+                                 "unbind_neg", "torch_split", "chunk_uneven"])
+def test_multi_views(how):
+    fns = {
+        "split": lambda t: t.split(2, dim=-1),
+        "split_list": lambda t: t.split([1, 4, 2], 3),
+        "chunk": lambda t: t.chunk(3, 1),
+        "tensor_split": lambda t: torch.tensor_split(t, 3, dim=2),
+        "unbind": lambda t: t.unbind(1),
+        "unbind_neg": lambda t: torch.unbind(t, -2),
+        "torch_split": lambda t: torch.split(t, 3, 2),
+        "chunk_uneven": lambda t: t.chunk(4, -1),
+    }
+    f = fns[how]
+    x = make(torch.float32)
+    run(lambda t: tuple(p * 2 for p in f(t)), x)
+    assert n_externs() == 0
+    run(lambda t: f(t)[0] + f(t)[-1].sum(), x)
+    assert n_externs() == 0
+    run(f, x)                                   # items as outputs: torch views of x
+    xe, xc = make(torch.float32), make(torch.float32)
+    pe, pc = f(xe), cdynamo.optimize(f)(xc)
+    pe[-1].add_(1)
+    pc[-1].add_(1)
+    assert_same(xe, xc)
+
+
+def test_qkv_split_attention_like():
+    x = make(torch.float32, (2, 5, 12))
+    def f(t):
+        q, k, v = t.chunk(3, dim=-1)
+        return (q * k).sum(-1, keepdim=True) * v
+    run(f, x)
+    assert n_externs() == 0

@@ -508,6 +508,8 @@ static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
     op->value = v;
     op->is_out = 1;
     memset(c->live, 0, (size_t)c->g->nvalues);
+    memset(c->in_group, 0, (size_t)c->g->nvalues);
+    c->live[v] = c->in_group[v] = 1;
     cg_group grp = {om->ndim, om->sizes, 1, outs};
     cg_emit_header(c, k, &grp, op, 1, none);
     int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
@@ -528,6 +530,7 @@ static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
     cdy_buf_puts(&c->src, "}\n");
     cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: the border set to %s\n", k,
                    cdy_op_table[val->op].name, v, lit);
+    cg_ir_fuses(c, &c->ir_post, k);
     cg_kernel_end(plan, k, op, 1);
     return 0;
 }
@@ -652,6 +655,7 @@ static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
     }
     ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v};
     cg_group og = {om->ndim, om->sizes, 1, outs};
+    c->live[v] = c->in_group[v] = 1;
     cg_emit_header(c, k, &og, ops, np + 1, &nests[0]);
     int par = cdy_meta_numel(om) >= CG_PARALLEL_NUMEL && c->nthreads > 1;
     cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n",
@@ -664,6 +668,7 @@ static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
     cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
                    "copied by one kernel, one parallel region%s\n", k,
                    cdy_op_table[val->op].name, v, np, par ? "" : " (one thread: small)");
+    cg_ir_fuses(c, &c->ir_post, k);
     cg_kernel_end(plan, k, ops, np + 1);
     return 0;
 }

@@ -376,6 +376,81 @@ static tvar *lower_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
     return lower_pad_slots(tr, call, slot);
 }
 
+/* A call returning several views of args[0] along dim (split, chunk,
+ * unbind...): a TUPLE of VIEW nodes, item i recorded as the call
+ * narrow(x, dim, start, len) (select(x, dim, i) when `sel`) that makes the
+ * same view, so a realized item runs just that.  NULL (externs) when an item
+ * is not such a view. */
+static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int sel)
+{
+    PyObject *out = call->out;
+    if (call->nargs < 1 || call->args[0]->kind != TV_TENSOR || !PyTuple_Check(out) ||
+        PyTuple_GET_SIZE(out) < 1 || PyTuple_GET_SIZE(out) > 64)
+        return NULL;
+    tvar *self = call->args[0];
+    const cdy_meta *sm = &tr->t->graph.values[self->value].meta;
+    long d = 0;
+    if (dimv && (dimv->kind != TV_CONST || !PyLong_CheckExact(dimv->obj) ||
+                 ((d = PyLong_AsLong(dimv->obj)) == -1 && PyErr_Occurred()))) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (d < 0)
+        d += sm->ndim;
+    if (d < 0 || d >= sm->ndim)
+        return NULL;
+    PyObject *fn = PyObject_GetAttrString(cdy_tensor_type, sel ? "select" : "narrow");
+    if (!cdy_tr_keep(tr, fn)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int n = (int)PyTuple_GET_SIZE(out);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    if (!items)
+        return NULL;
+    long long start = 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *it = PyTuple_GET_ITEM(out, i);
+        PyObject *shape = is_tensor(it) ? PyObject_GetAttrString(it, "shape") : NULL;
+        long long len = sel ? 1 : shape && PyTuple_GET_SIZE(shape) == sm->ndim ?
+                        PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d)) : -1;
+        Py_XDECREF(shape);
+        if (len < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+        tvar *a[4] = {self, cdy_tv_const(tr, PyLong_FromLong(d)),
+                      cdy_tv_const(tr, PyLong_FromLongLong(sel ? i : start)),
+                      sel ? NULL : cdy_tv_const(tr, PyLong_FromLongLong(len))};
+        if (!a[1] || !a[2] || (!sel && !a[3]))
+            return NULL;
+        cdy_lower_call ic = {fn, call->what, a, sel ? 3 : 4, NULL, it};
+        if (!(items[i] = lower_view(tr, &ic)) || items[i] == self)
+            return NULL;   /* earlier items are dead nodes: the call becomes an extern */
+        start += len;
+    }
+    return cdy_tv_seq(tr, TV_TUPLE, items, n);
+}
+
+/* split / chunk / tensor_split / split_with_sizes(input, sizes, dim=0). */
+static tvar *lower_split(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *slot[3];
+    if (cdy_bind_names("input sizes dim", call->args, call->nargs, call->kwnames, slot) ||
+        !slot[1])
+        return NULL;
+    return multi_view(tr, call, slot[2], 0);
+}
+
+/* unbind(input, dim=0). */
+static tvar *lower_unbind(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *slot[2];
+    if (cdy_bind_names("input dim", call->args, call->nargs, call->kwnames, slot))
+        return NULL;
+    return multi_view(tr, call, slot[1], 1);
+}
+
 /* X(name, where, lowering): see cdy_lowering in trace.h. */
 #define CDY_LOWER_VIEWS(X)                      \
     X("getitem", "o", lower_view)               \
@@ -411,6 +486,11 @@ static tvar *lower_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
     X("concat", "t", lower_cat)                 \
     X("concatenate", "t", lower_concatenate)    \
     X("stack", "t", lower_stack)                \
+    X("split", "tm", lower_split)               \
+    X("chunk", "tm", lower_split)               \
+    X("tensor_split", "tm", lower_split)        \
+    X("split_with_sizes", "tm", lower_split)    \
+    X("unbind", "tm", lower_unbind)             \
     X("pad", "fn", lower_pad)                   \
     X("constant_pad_nd", "t", lower_constant_pad_nd)
 
