@@ -418,3 +418,11 @@ def test_qkv_split_attention_like():
         return (q * k).sum(-1, keepdim=True) * v
     run(f, x)
     assert n_externs() == 0
+
+
+def test_zero_dim_views():
+    x = make(torch.float32, (3, 4))
+    run(lambda t: t[1, 2] * t, x)
+    run(lambda t: t[1, -1], x)
+    run(lambda t: (t[0, 0] + 1, t.flip(0)[2, 3] * 2), x)
+    assert n_externs() == 0

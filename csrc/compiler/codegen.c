@@ -1081,6 +1081,8 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
         cdy_buf_printf(b, " %s strides ",
                        cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].name);
         cg_ir_dims(b, nest->stride[o], nest->ndim);
+        if (ops[o].offset)
+            cdy_buf_printf(b, " offset %lld", (long long)ops[o].offset);
         cdy_buf_puts(b, "\n");
     }
     cg_ir_vector(b, ops, nops, nest);
