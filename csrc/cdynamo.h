@@ -160,6 +160,18 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(STD, "std", 4, 'R')               \
     X(NORM, "vector_norm", 4, 'R')      \
     X(LOGSUMEXP, "logsumexp", 3, 'R')   \
+    /* views: kind V, args = the call's tensor args (args[0] the viewed \
+     * tensor); see view_base.  VIEW aliases (a torch view when realized), \
+     * VIEW_COPY is a new tensor (flip, clone) computed by a kernel. */  \
+    X(VIEW, "strided_view", -1, 'V')    \
+    X(VIEW_COPY, "strided_copy", -1, 'V') \
+    /* kind K: args (piece 0..n-1, dim SCALAR int); CAT concatenates \
+     * the pieces along dim, STACK stacks them along new dim dim. */   \
+    X(CAT, "concat_pieces", -1, 'K')    \
+    X(STACK, "stack_pieces", -1, 'K')   \
+    /* PAD: args (input, value SCALAR), view_strides[d] the pad before \
+     * dim d (negative: crop); the pad after is what the size leaves. */ \
+    X(PAD, "pad_constant", -1, 'K')     \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {
@@ -209,6 +221,13 @@ typedef struct {
     int args[CDY_MAX_NODE_ARGS]; /* value numbers */
     int compute_dtype; /* dtype the op computes in (torch's common dtype) */
     int source_line;   /* user's line number, for comments and logs */
+    /* kind 'V' nodes (VIEW, VIEW_COPY): element (i_0, ..) of the node is
+     * element view_offset + sum_d i_d * view_strides[d] of value view_base's
+     * buffer (elements from its data pointer; strides may be negative: flip).
+     * view_base is never a VIEW node. */
+    int view_base;
+    int64_t view_offset;
+    int64_t view_strides[CDY_MAX_NDIM];
 } cdy_value;
 
 typedef struct {

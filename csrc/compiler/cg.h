@@ -27,6 +27,7 @@ typedef struct {
     int is_out;
     int value;                       /* value number (outputs; first user for inputs) */
     int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
+    int64_t offset;                  /* elements added to the pointer (view loads) */
 } cg_operand;
 
 /* The loop nest of a kernel after ordering and coalescing, outer first. */
@@ -62,6 +63,8 @@ typedef struct {
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
     char *done;                      /* value -> stored by a special kernel's epilogue */
+    int *vparam;                     /* view value -> its load parameter in the current kernel */
+    int cat_piece;                   /* the piece the current cat / stack kernel copies */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -72,9 +75,34 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
 int cg_check_rows(cg_ctx *c, int v);
 int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v);
 
+int cg_check_cat(cg_ctx *c, int v);
+int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v);
+
 #define CG_SPECIAL_KINDS(X)                                                  \
     X('R', cg_check_reduce, cg_emit_reduce)                                  \
-    X('N', cg_check_rows, cg_emit_rows)
+    X('N', cg_check_rows, cg_emit_rows)                                      \
+    X('K', cg_check_cat, cg_emit_cat)
+
+/* ---- views.c: kind 'V' nodes (VIEW, VIEW_COPY) --------------------------
+ * An unrealized view read by a kernel is a load of its base's buffer with its
+ * own strides and offset (a parameter of its own); a realized VIEW is an
+ * extern step (torch makes the view of its realized args); a realized
+ * VIEW_COPY is a kernel output. */
+int cg_is_view(const cdy_graph *g, int v);
+int cg_view_is_alias(const cdy_graph *g, int v);
+int cg_check_view(cg_ctx *c, int v);
+/* Mark what views need realized: bases of used views, args of realized VIEWs. */
+void cg_view_mark_real(cg_ctx *c, char *real);
+/* 1 if the values before view v (from lo) must be realized before it. */
+int cg_view_boundary(cg_ctx *c, int v, int lo);
+/* Fill *op: the load of view v in an iteration space of grp's rank. */
+void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op);
+/* Emit `T t<v> = x<param>;` for view v read through its load parameter. */
+int cg_emit_view(cg_ctx *c, int v, int ind);
+/* Emit the loops of a plain copy reversing small contiguous units (a
+ * channels_last flip of W) with byte shuffles; 1 done, 0 not such a kernel. */
+int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                         const cg_nest *nest, int64_t numel);
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);
@@ -105,6 +133,11 @@ char *cg_cast(cg_ctx *c, const char *e, int from, int to);
 char *cg_value_expr(cg_ctx *c, int v);
 /* Emit `T t<v> = <op expression>;` for pointwise node v. */
 int cg_emit_node(cg_ctx *c, int v, int ind);
+/* Emit the pointwise loop nest and body of a kernel (parallel, vectorized). */
+int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel);
+/* Emit `T t<v> = <piece>;` for cat / stack node v (views.c). */
+int cg_emit_cat_value(cg_ctx *c, int v, int ind);
 /* Emit the comment naming the fused ops and the kernel's signature. */
 void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops, int nops,
                     const cg_nest *nest);

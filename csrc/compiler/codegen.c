@@ -294,7 +294,9 @@ static int cg_check_node(cg_ctx *c, int v)
                 return cg_fail(c, "value %d (extern): arg %d is not earlier in the graph", v, a);
         return cg_check_meta(c, v, &val->meta);
     }
-    if (val->nargs != oi->nargs)
+    if (oi->kind == 'V')
+        return cg_check_view(c, v);
+    if (oi->nargs >= 0 && val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
     if (cg_is_special(c->g, v))
@@ -378,6 +380,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
             for (int a = 0; a < g->values[v].nargs; a++)
                 real[g->values[v].args[a]] = 1;
         }
+    cg_view_mark_real(c, real);
     for (int v = 0; v < g->nvalues; v++)
         c->val_buf[v] = g->values[v].kind == CDY_VAL_NODE && real[v] ? nbuf++ : -1;
     plan->buffers = calloc((size_t)nbuf + 1, sizeof(cdy_meta));
@@ -406,7 +409,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
             plan->buffers[val->input_index] = val->meta;
         } else if (val->kind == CDY_VAL_NODE && c->val_buf[v] >= 0) {
             plan->buffers[c->val_buf[v]] = val->meta;
-            plan->buffer_alloc[c->val_buf[v]] = !cg_is_extern(g, v);
+            plan->buffer_alloc[c->val_buf[v]] = !cg_is_extern(g, v) && !cg_view_is_alias(g, v);
         }
     }
     for (int v = 0; v < g->nvalues; v++)
@@ -443,7 +446,7 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
     for (int v = lo; v < hi; v++) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE || c->val_buf[v] < 0 || cg_is_extern(g, v) ||
-            cg_is_special(g, v) || c->done[v])
+            cg_is_special(g, v) || c->done[v] || cg_view_is_alias(g, v))
             continue;
         int k = 0;
         while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
@@ -484,7 +487,7 @@ void cg_mark_live(cg_ctx *c, const cg_group *grp)
     }
     for (int v = top; v >= 0; v--) {
         const cdy_value *val = &g->values[v];
-        if (!c->live[v] || val->kind != CDY_VAL_NODE || cg_is_leaf(c, v))
+        if (!c->live[v] || val->kind != CDY_VAL_NODE || cg_is_leaf(c, v) || cg_is_view(g, v))
             continue;
         for (int a = 0; a < val->nargs; a++)
             c->live[val->args[a]] = 1;
@@ -530,8 +533,17 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
         ops[p].value = v;
         ops[p].is_out = 0;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[p].stride);
+        ops[p].offset = 0;
         if (p + 1 > n)
             n = p + 1;
+    }
+    for (int v = 0; v < g->nvalues; v++) {
+        if (!c->live[v] || cg_is_leaf(c, v) || !cg_is_view(g, v))
+            continue;
+        if (n >= CG_MAX_OPS)
+            return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
+        cg_view_operand(c, grp, v, &ops[n]);
+        c->vparam[v] = n++;
     }
     for (int i = 0; i < grp->nout; i++) {
         if (n >= CG_MAX_OPS)
@@ -541,6 +553,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
         ops[n].value = grp->outs[i];
         ops[n].is_out = 1;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[n].stride);
+        ops[n].offset = 0;
         c->param[ops[n].buffer] = n;
         n++;
     }
@@ -744,6 +757,10 @@ static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const cha
 /* Emit `T tV = <op expression>;` for node v at indentation ind. */
 int cg_emit_node(cg_ctx *c, int v, int ind)
 {
+    if (cg_is_view(c->g, v))
+        return cg_emit_view(c, v, ind);
+    if (cdy_op_table[c->g->values[v].op].kind == 'K')
+        return cg_emit_cat_value(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int cdt = cg_compute_dtype(c, val);
@@ -819,8 +836,8 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
 
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
-static int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                         int64_t numel)
+int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel)
 {
     cdy_buf *b = &c->src;
     int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && nest->ndim > 0;
@@ -904,6 +921,10 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
     cdy_buf_puts(b, ")\n{\n");
+    for (int o = 0; o < nops; o++)
+        if (ops[o].offset)
+            cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
+                           o < first ? o : o - first, (long long)ops[o].offset);
 }
 
 /* ---- IR dumps: text for the debug directory and the fusion log ---------- */
@@ -1060,6 +1081,8 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
         cdy_buf_printf(b, " %s strides ",
                        cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].name);
         cg_ir_dims(b, nest->stride[o], nest->ndim);
+        if (ops[o].offset)
+            cdy_buf_printf(b, " offset %lld", (long long)ops[o].offset);
         cdy_buf_puts(b, "\n");
     }
     cg_ir_vector(b, ops, nops, nest);
@@ -1078,7 +1101,8 @@ static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
     if (c->ir_dec.data)
         cdy_buf_puts(b, c->ir_dec.data);
     for (int v = 0; v < c->g->nvalues; v++) {
-        if (c->g->values[v].kind != CDY_VAL_NODE || cg_is_extern(c->g, v))
+        if (c->g->values[v].kind != CDY_VAL_NODE || cg_is_extern(c->g, v) ||
+            cg_view_is_alias(c->g, v))
             continue;
         const char *op = cdy_op_table[c->g->values[v].op].name;
         if (c->val_nk[v] == 0)
@@ -1146,7 +1170,8 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
         numel *= grp->sizes[d];
     cg_emit_header(c, k, grp, ops, nops, nest);
     cg_ir_kernel(c, k, grp, ops, nops, nest, numel);
-    if (cg_emit_loops(c, ops, nops, nest, numel))
+    if (!cg_view_emit_reverse(c, grp, ops, nops, nest, numel) &&
+        cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
     cg_kernel_end(plan, k, ops, nops);
@@ -1180,8 +1205,10 @@ static int cg_scratch(cg_ctx *c)
     c->val_nk = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->done = cdy_arena_alloc(&c->arena, nv);
+    c->vparam = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->nbuffers = 0;
-    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0 && c->done)
+    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0 &&
+            c->done && c->vparam)
                ? 0 : cg_fail(c, "out of memory");
 }
 
@@ -1221,6 +1248,19 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
                    "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
+        if (cg_is_view(g, v) && cg_view_boundary(c, v, lo)) {   /* its base is realized first */
+            if (cg_emit_segment(c, plan, lo, v))
+                return -1;
+            lo = v;
+        }
+        if (cg_is_view(g, v) && cg_view_is_alias(g, v) && c->val_buf[v] >= 0) {
+            if (cg_push_step(c, plan, (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]}))
+                return -1;
+            cdy_buf_printf(&c->ir_post, "view %%%d -> buf%d: realized by torch (a view of "
+                           "its realized base)\n", v, c->val_buf[v]);
+            lo = v + 1;
+            continue;
+        }
         if (cg_is_special(g, v)) {     /* a boundary: what it reads is realized first */
             if (cg_emit_segment(c, plan, lo, v) || cg_emit_special(c, plan, v))
                 return -1;

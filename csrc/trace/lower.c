@@ -19,6 +19,7 @@ static const char *where_module(char w)
     case 'n': return "torch._C._nn";
     case 's': return "torch.special";
     case 'l': return "torch.linalg";
+    case 'o': return "operator";
     default: return NULL;
     }
 }

@@ -166,7 +166,7 @@ typedef tvar *(*cdy_lower_fn)(tracer *tr, const cdy_lower_call *call);
 /* One registration: `name` looked up where `where` says, one letter each:
  * t torch.<name>, f torch.nn.functional.<name>, n torch._C._nn.<name>,
  * s torch.special.<name>, l torch.linalg.<name>, m the Tensor method <name>
- * (and Tensor.<name>). */
+ * (and Tensor.<name>), o operator.<name>. */
 typedef struct {
     const char *name;
     const char *where;

@@ -1,0 +1,697 @@
+/* views.c - view nodes (kind 'V'): VIEW (an alias of its base: slicing,
+ * select, permute, expand, reshape as a view...) and VIEW_COPY (a new tensor
+ * whose elements are its base's at other indices: flip, clone, contiguous).
+ *
+ * A view read by a kernel and not realized is a load of its base's buffer
+ * with the view's strides and element offset (cdy_value.view_*): no buffer,
+ * no torch call.  A VIEW that must exist as a tensor (a graph output, an
+ * extern's argument) is realized by torch: its call runs as an extern step
+ * on its realized args, so it aliases them as in eager.  A realized
+ * VIEW_COPY is a pointwise kernel output whose value is the load. */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/cg.h"
+
+/* 1 if value v of g is a view node (kind 'V'). */
+int cg_is_view(const cdy_graph *g, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && g->values[v].op >= 0 &&
+           g->values[v].op < CDY_OP_COUNT && cdy_op_table[g->values[v].op].kind == 'V';
+}
+
+/* 1 if value v of g is an aliasing view (VIEW). */
+int cg_view_is_alias(const cdy_graph *g, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_VIEW;
+}
+
+/* Lowest and highest element offsets a meta-shaped walk with strides st and
+ * offset off touches, into *lo / *hi; 0 if it touches nothing (numel 0). */
+static int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo,
+                          int64_t *hi)
+{
+    *lo = *hi = off;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        int64_t span = (m->sizes[d] - 1) * st[d];
+        if (span < 0)
+            *lo += span;
+        else
+            *hi += span;
+    }
+    return 1;
+}
+
+/* Check view node v: args earlier, a tensor base that is not a VIEW, the
+ * same dtype, and every element it reads inside the base's own elements. */
+int cg_check_view(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    if (val->nargs < 1 || val->nargs > CDY_MAX_NODE_ARGS)
+        return cg_fail(c, "value %d (view): %d args", v, val->nargs);
+    for (int a = 0; a < val->nargs; a++)
+        if (val->args[a] < 0 || val->args[a] >= v ||
+            g->values[val->args[a]].kind == CDY_VAL_SCALAR)
+            return cg_fail(c, "value %d (view): arg %d is not an earlier tensor", v, a);
+    int b = val->view_base;
+    if (b < 0 || b >= v || g->values[b].kind == CDY_VAL_SCALAR || cg_view_is_alias(g, b))
+        return cg_fail(c, "value %d (view): base %d is not an earlier tensor", v, b);
+    const cdy_meta *bm = &g->values[b].meta;
+    if (bm->dtype != val->meta.dtype)
+        return cg_fail(c, "value %d (view): dtype differs from its base's", v);
+    int64_t lo, hi, blo, bhi;
+    if (!cg_view_extent(&val->meta, val->view_strides, val->view_offset, &lo, &hi))
+        return 0;
+    if (!cg_view_extent(bm, bm->strides, 0, &blo, &bhi) || lo < blo || hi > bhi)
+        return cg_fail(c, "value %d (view): reads outside its base", v);
+    return 0;
+}
+
+/* Mark in real[] the values views need realized: the base of every view
+ * that is read or realized, and the args of every realized VIEW (torch
+ * makes the view from them).  Views are visited last to first, so a chain
+ * of realized views realizes its links. */
+void cg_view_mark_real(cg_ctx *c, char *real)
+{
+    const cdy_graph *g = c->g;
+    char *used = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!used)
+        return;   /* cg_scratch's allocations fail next; nothing is emitted */
+    for (int v = 0; v < g->nvalues; v++)
+        for (int a = 0; g->values[v].kind == CDY_VAL_NODE && a < g->values[v].nargs; a++)
+            used[g->values[v].args[a]] = 1;
+    for (int v = g->nvalues - 1; v >= 0; v--) {
+        if (!cg_is_view(g, v))
+            continue;
+        const cdy_value *val = &g->values[v];
+        if (used[v] || real[v])
+            real[val->view_base] = 1;
+        if (real[v] && val->op == CDY_OP_VIEW)
+            for (int a = 0; a < val->nargs; a++)
+                real[val->args[a]] = 1;
+    }
+}
+
+/* 1 if view v needs the values before it (from lo) realized first: its base
+ * is a node computed in the current segment, or it is a realized VIEW (an
+ * extern step reading its args). */
+int cg_view_boundary(cg_ctx *c, int v, int lo)
+{
+    const cdy_graph *g = c->g;
+    int b = g->values[v].view_base;
+    if (cg_view_is_alias(g, v) && c->val_buf[v] >= 0)
+        return 1;
+    return g->values[b].kind == CDY_VAL_NODE && b >= lo;
+}
+
+/* Fill *op with the load of view v: its base's buffer, the view's strides
+ * aligned to the right of grp's rank (0 on missing and size-1 dims), its offset. */
+void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *m = &val->meta;
+    int shift = grp->ndim - m->ndim;
+    memset(op, 0, sizeof(*op));
+    op->buffer = c->val_buf[val->view_base];
+    op->value = v;
+    op->offset = val->view_offset;
+    for (int d = 0; d < grp->ndim; d++) {
+        int md = d - shift;
+        op->stride[d] = (md < 0 || m->sizes[md] == 1) ? 0 : val->view_strides[md];
+    }
+}
+
+/* Emit `T t<v> = x<p>;` (p: view v's load parameter) at indentation ind. */
+int cg_emit_view(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s t%d = x%d;  /* %s */\n", cdy_dtype_table[val->meta.dtype].ctype,
+                   v, c->vparam[v], cdy_op_table[val->op].name);
+    return 0;
+}
+
+/* Unit size in bytes when kernel (grp, ops, nest) is a plain copy whose two
+ * inner loops reverse the order of small contiguous units (channels_last
+ * flip of W: units of C elements, stride -C in, C out); else 0. */
+static int cg_reverse_unit(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                           const cg_nest *nest)
+{
+    if (nops != 2 || ops[0].is_out || !ops[1].is_out || grp->nout != 1 || nest->ndim < 2 ||
+        c->g->values[grp->outs[0]].op != CDY_OP_VIEW_COPY || c->vparam[grp->outs[0]] != 0)
+        return 0;
+    int d = nest->ndim - 1, e = d - 1;
+    int64_t u = nest->size[d], es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+    if (nest->stride[0][d] != 1 || nest->stride[1][d] != 1 || nest->stride[1][e] != u ||
+        nest->stride[0][e] != -u || u * es > 8 || nest->size[e] * u * es < 32)
+        return 0;
+    return (int)(u * es);
+}
+
+/* Emit the row loop of a unit-reversing copy (U bytes a unit, W units a
+ * row): 16-byte blocks shuffled in registers, then the tail unit by unit. */
+static void cg_reverse_row(cdy_buf *b, int ind, int U, int64_t W)
+{
+    int P = 16 / U;
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "int64_t w = 0;\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (; w * %d + 16 <= %lldLL; w += %d) {\n", U, (long long)(W * U), P);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "cdy_v16u8 a;\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(&a, src - w * %d + %d, 16);\n", U, U - 16);
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "a = __builtin_shuffle(a, (cdy_v16u8){");
+    for (int k = 0; k < 16; k++) {
+        int j = k / U, cc = k % U;
+        cdy_buf_printf(b, "%s%d", k ? ", " : "", j < P ? 16 - (j + 1) * U + cc : 0);
+    }
+    cdy_buf_puts(b, "});\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(dst + w * %d, &a, 16);\n", U);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (; w < %lldLL; w++)\n", (long long)W);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "__builtin_memcpy(dst + w * %d, src - w * %d, %d);\n", U, U, U);
+}
+
+/* Bytes of a row when kernel (grp, ops, nest) is a plain copy whose inner
+ * loop is contiguous in both operands (a row copy: flip of H, a crop); else 0. */
+static int64_t cg_copy_row(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                           const cg_nest *nest)
+{
+    if (nops != 2 || ops[0].is_out || !ops[1].is_out || grp->nout != 1 || nest->ndim < 2 ||
+        c->g->values[grp->outs[0]].op != CDY_OP_VIEW_COPY || c->vparam[grp->outs[0]] != 0)
+        return 0;
+    int d = nest->ndim - 1;
+    if (nest->stride[0][d] != 1 || nest->stride[1][d] != 1)
+        return 0;
+    return nest->size[d] * cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+}
+
+/* Emit kernel loops for a plain copy by rows: a unit-reversing copy (see
+ * cg_reverse_unit, rows by cg_reverse_row) or a row copy (cg_copy_row, one
+ * memcpy a row); the outer loops as usual, parallel when large (collapsed
+ * when the first is short).  1 when emitted, 0 when the kernel is not one. */
+int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
+                         const cg_nest *nest, int64_t numel)
+{
+    int U = cg_reverse_unit(c, grp, ops, nops, nest);
+    int64_t R = U ? 0 : cg_copy_row(c, grp, ops, nops, nest);
+    if (!U && !R)
+        return 0;
+    cdy_buf *b = &c->src;
+    int e = nest->ndim - (U ? 2 : 1), ind = 1;
+    int es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
+    int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
+    int collapse = par && e >= 2 && nest->size[0] < 4 * (int64_t)c->nthreads;
+    if (U)
+        cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
+    for (int d = 0; d < e; d++, ind++) {
+        if (d == 0 && par) {
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+                           collapse ? " collapse(2)" : "");
+        }
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                       (long long)nest->size[d], d);
+    }
+    cg_nest outer = *nest;
+    outer.ndim = e;
+    const char *name[2] = {"const uint8_t *src = (const uint8_t *)(in_ptr0 + ",
+                           "uint8_t *dst = (uint8_t *)(out_ptr0 + "};
+    for (int o = 0; o < 2; o++) {
+        int any = 0;
+        cg_indent(b, ind);
+        cdy_buf_puts(b, name[o]);
+        cg_offset_terms(b, &outer, o, 'i', &any);
+        cdy_buf_puts(b, any ? ");\n" : "0);\n");
+    }
+    if (U)
+        cg_reverse_row(b, ind, U, nest->size[e]);
+    else {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "__builtin_memcpy(dst, src, %lld);\n", (long long)R);
+    }
+    while (--ind > 0) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    if (U)
+        cdy_buf_printf(&c->ir_post, "  unit-reversing copy: rows of %lld units of %d bytes "
+                       "reversed with 16-byte shuffles (%d element%s a unit)\n",
+                       (long long)nest->size[e], U, U / es, U / es == 1 ? "" : "s");
+    else
+        cdy_buf_printf(&c->ir_post, "  row copy: a memcpy of %lld bytes per row\n", (long long)R);
+    return 1;
+}
+
+/* ---- cat / stack (kind 'K'): one kernel per non-empty piece, writing it
+ * into its window of the output buffer, its pointwise producers fused ---- */
+
+static int cg_check_pad(cg_ctx *c, int v);
+
+/* Output dim of piece dim pd for cat / stack node val along dim d. */
+static int cg_cat_outdim(const cdy_value *val, int d, int pd)
+{
+    return val->op == CDY_OP_STACK && pd >= d ? pd + 1 : pd;
+}
+
+/* Check cat / stack node v: tensor pieces earlier in the graph, an int dim
+ * in range, pieces' sizes those of the output but along dim, the sizes
+ * along dim adding up, no float piece in an integer / bool output. */
+int cg_check_cat(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    const cdy_meta *om = &val->meta;
+    int np = val->nargs - 1, stack = val->op == CDY_OP_STACK;
+    if (val->op == CDY_OP_PAD)
+        return cg_check_pad(c, v);
+    if (cg_check_meta(c, v, om))
+        return -1;
+    if (np < 1 || val->args[np] < 0 || val->args[np] >= v ||
+        g->values[val->args[np]].kind != CDY_VAL_SCALAR)
+        return cg_fail(c, "value %d (cat): needs pieces and a dim", v);
+    int64_t d = g->values[val->args[np]].i, total = 0;
+    if (d < 0 || d >= om->ndim)
+        return cg_fail(c, "value %d (cat): dim %lld out of range", v, (long long)d);
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        if (p < 0 || p >= v || g->values[p].kind == CDY_VAL_SCALAR)
+            return cg_fail(c, "value %d (cat): piece %d is not an earlier tensor", v, i);
+        const cdy_meta *pm = &g->values[p].meta;
+        if (pm->ndim != om->ndim - stack)
+            return cg_fail(c, "value %d (cat): piece %d has rank %d", v, i, pm->ndim);
+        for (int pd = 0; pd < pm->ndim; pd++) {
+            int od = cg_cat_outdim(val, (int)d, pd);
+            if (od != d && pm->sizes[pd] != om->sizes[od])
+                return cg_fail(c, "value %d (cat): piece %d size mismatch at dim %d", v, i, pd);
+        }
+        total += stack ? 1 : pm->sizes[d];
+        if (cdy_dtype_table[pm->dtype].is_float && !cdy_dtype_table[om->dtype].is_float)
+            return cg_fail(c, "value %d (cat): float piece into a %s result", v,
+                           cdy_dtype_table[om->dtype].name);
+        if (om->dtype == CDY_DT_BOOL && pm->dtype != CDY_DT_BOOL)
+            return cg_fail(c, "value %d (cat): non-bool piece into a bool result", v);
+    }
+    if (total != om->sizes[d])
+        return cg_fail(c, "value %d (cat): pieces add up to %lld, not %lld", v,
+                       (long long)total, (long long)om->sizes[d]);
+    return 0;
+}
+
+/* Mark live what piece p of cat node v needs (down to leaves and views),
+ * with v the kernel's only output. */
+static void cg_cat_mark(cg_ctx *c, int v, int p)
+{
+    const cdy_graph *g = c->g;
+    memset(c->live, 0, (size_t)g->nvalues);
+    memset(c->in_group, 0, (size_t)g->nvalues);
+    c->live[v] = c->in_group[v] = 1;
+    c->live[p] = 1;
+    for (int u = p; u >= 0; u--) {
+        const cdy_value *val = &g->values[u];
+        if (!c->live[u] || val->kind != CDY_VAL_NODE || cg_is_leaf(c, u) || cg_is_view(g, u))
+            continue;
+        for (int a = 0; a < val->nargs; a++)
+            c->live[val->args[a]] = 1;
+    }
+}
+
+/* Emit `T t<v> = <current piece, converted>;` for cat node v. */
+int cg_emit_cat_value(cg_ctx *c, int v, int ind)
+{
+    const cdy_value *val = &c->g->values[v];
+    int p = c->cat_piece;
+    char *e = cg_value_expr(c, p);
+    char *x = e ? cg_cast(c, e, c->g->values[p].meta.dtype, val->meta.dtype) : NULL;
+    if (!x)
+        return cg_fail(c, "out of memory");
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s t%d = %s;  /* %s piece %%%d */\n",
+                   cdy_dtype_table[val->meta.dtype].ctype, v, x, cdy_op_table[val->op].name, p);
+    return 0;
+}
+
+/* Emit the kernel copying value p (its producers fused) into the window of
+ * node v's buffer of sizes sz (rank of p), output strides ostr, element
+ * offset ooff; crop (or NULL): elements of p skipped before the window per dim. */
+static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, const int64_t *sz,
+                         const int64_t *ostr, int64_t ooff, const int64_t *crop)
+{
+    const cdy_value *val = &c->g->values[v];
+    int nd = c->g->values[p].meta.ndim;
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    if (!ops || !nest || !outs)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    cg_group grp = {nd, sz, 1, outs};
+    cg_cat_mark(c, v, p);
+    int nops = cg_operands(c, &grp, ops);
+    if (nops < 0)
+        return -1;
+    int first = cg_first_out(ops, nops);
+    int64_t numel = 1;
+    for (int d = 0; d < nd; d++) {
+        numel *= sz[d];
+        ops[first].stride[d] = sz[d] == 1 ? 0 : ostr[d];
+        for (int o = 0; crop && o < first; o++)
+            ops[o].offset += crop[d] * ops[o].stride[d];
+    }
+    ops[first].offset = ooff;
+    c->cat_piece = p;
+    cg_build_nest(&grp, ops, nops, nest);
+    cg_emit_header(c, k, &grp, ops, nops, nest);
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: %%%d ", k, cdy_op_table[val->op].name, v, p);
+    cg_ir_dims(&c->ir_post, sz, nd);
+    cdy_buf_printf(&c->ir_post, " into its window at element %lld; loops ", (long long)ooff);
+    cg_ir_dims(&c->ir_post, nest->size, nest->ndim);
+    cdy_buf_puts(&c->ir_post, "\n");
+    cg_ir_fuses(c, &c->ir_post, k);
+    if (cg_emit_loops(c, ops, nops, nest, numel))
+        return -1;
+    cdy_buf_puts(&c->src, "}\n");
+    cg_kernel_end(plan, k, ops, nops);
+    return 0;
+}
+
+/* Emit piece p of cat / stack node v, which starts at `start` along dim d. */
+static int cg_emit_cat_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t start)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *pm = &c->g->values[p].meta, *om = &val->meta;
+    int64_t ostr[CDY_MAX_NDIM];
+    for (int pd = 0; pd < pm->ndim; pd++)
+        ostr[pd] = om->strides[cg_cat_outdim(val, d, pd)];
+    return cg_emit_piece(c, plan, v, p, pm->sizes, ostr, start * om->strides[d], NULL);
+}
+
+/* ---- constant pad (PAD, kind 'K'): a kernel filling the border boxes
+ * with the value, a kernel copying the (cropped) input into the interior ---- */
+
+/* Per dim d of pad node val with input meta im: the interior's start in the
+ * output and its length (the input's elements kept). */
+static void cg_pad_interior(const cdy_value *val, const cdy_meta *im, int64_t *start,
+                            int64_t *len)
+{
+    for (int d = 0; d < im->ndim; d++) {
+        int64_t lo = val->view_strides[d], hi = val->meta.sizes[d] - im->sizes[d] - lo;
+        start[d] = lo > 0 ? lo : 0;
+        len[d] = im->sizes[d] + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0);
+        if (len[d] < 0)
+            len[d] = 0;
+    }
+}
+
+/* Check pad node v: a tensor input of the result's rank and dtype, a scalar
+ * value, sizes = input + pads, the value exact in an integer / bool result. */
+static int cg_check_pad(cg_ctx *c, int v)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    if (val->nargs != 2 || val->args[0] < 0 || val->args[0] >= v || val->args[1] < 0 ||
+        val->args[1] >= v || g->values[val->args[0]].kind == CDY_VAL_SCALAR ||
+        g->values[val->args[1]].kind != CDY_VAL_SCALAR)
+        return cg_fail(c, "value %d (pad): args must be a tensor and a scalar", v);
+    const cdy_meta *im = &g->values[val->args[0]].meta;
+    const cdy_value *sv = &g->values[val->args[1]];
+    if (im->ndim != val->meta.ndim || im->dtype != val->meta.dtype)
+        return cg_fail(c, "value %d (pad): input rank or dtype differs from the result's", v);
+    for (int d = 0; d < im->ndim; d++)
+        if (val->meta.sizes[d] - im->sizes[d] - val->view_strides[d] < -im->sizes[d] ||
+            val->view_strides[d] < -im->sizes[d])
+            return cg_fail(c, "value %d (pad): pads at dim %d crop more than the input", v, d);
+    int odt = val->meta.dtype;
+    double f = sv->meta.dtype == CDY_DT_FLOAT64 ? sv->f : (double)sv->i;
+    if (!cdy_dtype_table[odt].is_float &&
+        (f != (double)(int64_t)f || (odt == CDY_DT_BOOL && f != 0 && f != 1) ||
+         (odt == CDY_DT_UINT8 && (f < 0 || f > 255))))
+        return cg_fail(c, "value %d (pad): value not exact in %s", v, cdy_dtype_table[odt].name);
+    return 0;
+}
+
+/* Emit one border box of pad node v: sizes sz from element start st, every
+ * element set to lit, as loops in the current kernel (operand 0 = output). */
+static void cg_pad_box(cg_ctx *c, const cdy_meta *om, const int64_t *sz, const int64_t *st,
+                       const char *lit)
+{
+    cg_operand op;
+    cg_nest nest;
+    int64_t off = 0, numel = 1;
+    memset(&op, 0, sizeof(op));
+    op.is_out = 1;
+    for (int d = 0; d < om->ndim; d++) {
+        op.stride[d] = sz[d] == 1 ? 0 : om->strides[d];
+        off += st[d] * om->strides[d];
+        numel *= sz[d];
+    }
+    if (numel == 0)
+        return;
+    cg_group grp = {om->ndim, sz, 0, NULL};
+    cg_build_nest(&grp, &op, 1, &nest);
+    cdy_buf *b = &c->src;
+    int ind = 1;
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "{\n");
+    for (int d = 0; d < nest.ndim; d++) {
+        cg_indent(b, ++ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++)\n", d, d,
+                       (long long)nest.size[d], d);
+    }
+    cg_indent(b, ++ind);
+    cdy_buf_printf(b, "out_ptr0[%lldLL", (long long)off);
+    int any = 1;
+    cg_offset_terms(b, &nest, 0, 'i', &any);
+    cdy_buf_printf(b, "] = %s;\n", lit);
+    cg_indent(b, 1);
+    cdy_buf_puts(b, "}\n");
+}
+
+/* Emit the fill kernel of pad node v: per dim, the box before and the box
+ * after the interior (earlier dims interior, later dims whole); the whole
+ * result when the interior is empty. */
+static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
+                       const int64_t *len, int empty)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *om = &val->meta;
+    const cdy_value *sv = &c->g->values[val->args[1]];
+    char *lit = cg_scalar_literal(c, sv);
+    lit = lit ? cg_cast(c, lit, sv->meta.dtype, om->dtype) : NULL;
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    cg_operand *op = cdy_arena_alloc(&c->arena, sizeof(cg_operand));
+    cg_nest *none = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    if (!lit || !outs || !op || !none)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    op->buffer = c->val_buf[v];
+    op->value = v;
+    op->is_out = 1;
+    memset(c->live, 0, (size_t)c->g->nvalues);
+    memset(c->in_group, 0, (size_t)c->g->nvalues);
+    c->live[v] = c->in_group[v] = 1;
+    cg_group grp = {om->ndim, om->sizes, 1, outs};
+    cg_emit_header(c, k, &grp, op, 1, none);
+    int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    if (empty) {
+        memset(st, 0, sizeof(st));
+        cg_pad_box(c, om, om->sizes, st, lit);
+    }
+    for (int d = 0; d < om->ndim && !empty; d++)
+        for (int after = 0; after < 2; after++) {
+            for (int j = 0; j < om->ndim; j++) {
+                sz[j] = j < d ? len[j] : om->sizes[j];
+                st[j] = j < d ? start[j] : 0;
+            }
+            sz[d] = after ? om->sizes[d] - start[d] - len[d] : start[d];
+            st[d] = after ? start[d] + len[d] : 0;
+            cg_pad_box(c, om, sz, st, lit);
+        }
+    cdy_buf_puts(&c->src, "}\n");
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: the border set to %s\n", k,
+                   cdy_op_table[val->op].name, v, lit);
+    cg_ir_fuses(c, &c->ir_post, k);
+    cg_kernel_end(plan, k, op, 1);
+    return 0;
+}
+
+/* Emit pad node v: the fill kernel (when there is a border), then the copy
+ * of the input's kept elements into the interior. */
+static int cg_emit_pad(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *im = &c->g->values[val->args[0]].meta, *om = &val->meta;
+    int64_t start[CDY_MAX_NDIM], len[CDY_MAX_NDIM], crop[CDY_MAX_NDIM], ooff = 0;
+    int border = 0, empty = 0;
+    cg_pad_interior(val, im, start, len);
+    for (int d = 0; d < om->ndim; d++) {
+        border |= len[d] != om->sizes[d];
+        empty |= len[d] == 0;
+        crop[d] = val->view_strides[d] < 0 ? -val->view_strides[d] : 0;
+        ooff += start[d] * om->strides[d];
+    }
+    if (cdy_meta_numel(om) == 0)
+        return 0;
+    if (border && cg_pad_fill(c, plan, v, start, len, empty))
+        return -1;
+    if (empty)
+        return 0;
+    return cg_emit_piece(c, plan, v, val->args[0], len, om->strides, ooff, crop);
+}
+
+/* 1 if every piece of cat / stack node v is read as it is (an input, a
+ * realized value or a view load: no producer to fuse), so one kernel copies
+ * them all. */
+static int cg_cat_plain(cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    for (int i = 0; i < val->nargs - 1; i++) {
+        int p = val->args[i];
+        if (c->val_buf[p] < 0 && !cg_is_view(c->g, p))
+            return 0;
+        if (c->val_buf[p] < 0 && c->val_buf[c->g->values[p].view_base] < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Emit the work-shared loops copying one plain piece (operand o, loop nest
+ * n: in stride n->stride[0], out n->stride[1]) into the output at ooff:
+ * rows of the inner loop (blocks of it when there is one loop). */
+static void cg_cat_loops(cg_ctx *c, int o, const cg_nest *n, int64_t ooff, int pdt, int odt)
+{
+    cdy_buf *b = &c->src;
+    int d = n->ndim - 1;
+    if (d < 0) {
+        cdy_buf_printf(b, "        #pragma omp single nowait\n        out_ptr0[%lldLL] = %s;\n",
+                       (long long)ooff, cg_cast(c, cg_strf(c, "in_ptr%d[0]", o), pdt, odt));
+        return;
+    }
+    int64_t rows = 1, L = n->size[d], si = n->stride[0][d], so = n->stride[1][d];
+    for (int k = 0; k < d; k++)
+        rows *= n->size[k];
+    int blocks = d == 0;
+    int64_t nit = blocks ? (L + CG_BLOCK - 1) / CG_BLOCK : rows;
+    cdy_buf_printf(b, "        #pragma omp for schedule(static) nowait\n"
+                      "        for (int64_t r = 0; r < %lldLL; r++) {\n", (long long)nit);
+    cdy_buf_printf(b, "            int64_t rem = r, io = %lldLL, ii = 0, lo = 0, hi = %lldLL;\n",
+                   (long long)ooff, (long long)L);
+    if (blocks)
+        cdy_buf_printf(b, "            lo = r * %dLL; hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
+                       CG_BLOCK, CG_BLOCK, (long long)L, CG_BLOCK, (long long)L);
+    for (int k = d - 1; k >= 0; k--)
+        cdy_buf_printf(b, "            { int64_t q = rem %% %lldLL; rem /= %lldLL; "
+                          "ii += q * %lldLL; io += q * %lldLL; }\n",
+                       (long long)n->size[k], (long long)n->size[k], (long long)n->stride[0][k],
+                       (long long)n->stride[1][k]);
+    if (si == 1 && so == 1 && pdt == odt)
+        cdy_buf_printf(b, "            __builtin_memcpy(out_ptr0 + io + lo, in_ptr%d + ii + lo, "
+                          "(uint64_t)(hi - lo) * %d);\n", o, cdy_dtype_table[odt].size);
+    else {
+        char *x = cg_cast(c, cg_strf(c, "in_ptr%d[ii + j * %lldLL]", o, (long long)si), pdt, odt);
+        cdy_buf_printf(b, "            for (int64_t j = lo; j < hi; j++)\n"
+                          "                out_ptr0[io + j * %lldLL] = %s;\n", (long long)so, x);
+    }
+    cdy_buf_puts(b, "        }\n");
+}
+
+/* Emit cat / stack node v whose pieces are all plain (cg_cat_plain) as one
+ * kernel: one parallel region, each piece's rows work-shared in turn. */
+static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *om = &val->meta;
+    int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
+    int k = cg_kernel_begin(c, plan);
+    if (k < 0)
+        return -1;
+    cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_nest *nests = cdy_arena_alloc(&c->arena, sizeof(cg_nest) * (size_t)np);
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    if (!ops || !nests || !outs)
+        return cg_fail(c, "out of memory");
+    outs[0] = v;
+    memset(c->live, 0, (size_t)c->g->nvalues);
+    memset(c->in_group, 0, (size_t)c->g->nvalues);
+    int64_t start[CDY_MAX_NODE_ARGS], pos = 0;
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        const cdy_meta *pm = &c->g->values[p].meta;
+        cg_group grp = {pm->ndim, pm->sizes, 1, outs};
+        if (c->val_buf[p] >= 0) {
+            memset(&ops[i], 0, sizeof(ops[i]));
+            ops[i].buffer = c->val_buf[p];
+            ops[i].value = p;
+            cg_broadcast_strides(pm, pm->ndim, ops[i].stride);
+        } else
+            cg_view_operand(c, &grp, p, &ops[i]);
+        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v}};
+        pair[0].offset = 0;
+        for (int pd = 0; pd < pm->ndim; pd++)
+            pair[1].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
+        cg_build_nest(&grp, pair, 2, &nests[i]);
+        start[i] = pos * om->strides[d];
+        pos += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
+    }
+    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v};
+    cg_group og = {om->ndim, om->sizes, 1, outs};
+    c->live[v] = c->in_group[v] = 1;
+    cg_emit_header(c, k, &og, ops, np + 1, &nests[0]);
+    int par = cdy_meta_numel(om) >= CG_PARALLEL_NUMEL && c->nthreads > 1;
+    cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n",
+                   par ? "NTHREADS" : "1");
+    for (int i = 0; i < np; i++)
+        if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
+            cg_cat_loops(c, i, &nests[i], start[i], c->g->values[val->args[i]].meta.dtype,
+                         om->dtype);
+    cdy_buf_puts(&c->src, "    }\n}\n");
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
+                   "copied by one kernel, one parallel region%s\n", k,
+                   cdy_op_table[val->op].name, v, np, par ? "" : " (one thread: small)");
+    cg_ir_fuses(c, &c->ir_post, k);
+    cg_kernel_end(plan, k, ops, np + 1);
+    return 0;
+}
+
+/* Emit cat / stack node v: a kernel per non-empty piece (see cg_emit_piece). */
+int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (val->op == CDY_OP_PAD)
+        return cg_emit_pad(c, plan, v);
+    int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
+    int64_t start = 0;
+    if (cg_cat_plain(c, v))
+        return cg_emit_cat_one(c, plan, v);
+    for (int i = 0; i < np; i++) {
+        int p = val->args[i];
+        const cdy_meta *pm = &c->g->values[p].meta;
+        if (cdy_meta_numel(pm) > 0 && cg_emit_cat_piece(c, plan, v, p, d, start))
+            return -1;
+        start += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
+    }
+    cdy_buf_printf(&c->ir_dec, "  %%%d %s: a kernel per piece (%d pieces), each writing its "
+                   "window of the result with its producers fused\n", v,
+                   cdy_op_table[val->op].name, np);
+    return 0;
+}
