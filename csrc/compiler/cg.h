@@ -68,9 +68,12 @@ typedef struct {
  * node v and append their steps (cg_kernel_begin / cg_kernel_end); 0 or -1. */
 int cg_check_reduce(cg_ctx *c, int v);
 int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
+int cg_check_pool(cg_ctx *c, int v);
+int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v);
 
 #define CG_SPECIAL_KINDS(X)                                                  \
-    X('R', cg_check_reduce, cg_emit_reduce)
+    X('R', cg_check_reduce, cg_emit_reduce)                                  \
+    X('W', cg_check_pool, cg_emit_pool)
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);
