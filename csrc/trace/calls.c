@@ -340,7 +340,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
-    cdy_lower_fn lower = op == CDY_OP_NONE ? cdy_lower_find(fn) : NULL;
+    /* a registered lowering comes first (torch.max_pool2d is also the op of that name) */
+    cdy_lower_fn lower = op == CDY_OP_NONE || cdy_op_table[op].kind == 'W' ? cdy_lower_find(fn)
+                                                                          : NULL;
     if (lower) {
         cdy_lower_call call = {fn, what, args, nargs, kwnames, out};
         tvar *r = lower(tr, &call);

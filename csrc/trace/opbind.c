@@ -449,7 +449,8 @@ int cdy_op_bind(tracer *tr, int *opp, tvar **args, int nargs, PyObject *kwnames,
 {
     tvar *extra[OB_MAX_PARAMS] = {0};
     int op = *opp;
-    if (op < 0 || op >= CDY_OP_COUNT || cdy_op_table[op].kind == 'E' || nargs < 1)
+    if (op < 0 || op >= CDY_OP_COUNT || cdy_op_table[op].kind == 'E' ||
+        cdy_op_table[op].kind == 'W' || nargs < 1)   /* 'W': lower_pool.c builds them */
         return -1;
     int n = ob_apply(tr, op, args, nargs, kwnames, out, extra);
     if (n < 1)
