@@ -264,19 +264,39 @@ static void cg_pool_order(const cdy_meta *om, int *order)
     }
 }
 
-/* Emit the window loops and, inside, the loads, the prologue nodes and the
- * combine of acc with the input's value; 0 or -1. */
+/* Open the channel-block loop over dim cd (size C, block CB) at ind:
+ * `for (int64_t o<cd> = cb; o<cd> < ce; o<cd>++)`, simd when asked. */
+static void cg_pool_cloop(cdy_buf *b, int ind, int cd, int simd)
+{
+    if (simd) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+    }
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t o%d = cb; o%d < ce; o%d++) {\n", cd, cd, cd);
+}
+
+/* Emit the window loops and, inside (within a channel loop over dim cd in
+ * block mode, cd >= 0), the loads, the prologue nodes and the combine of
+ * the accumulator `acc` (block mode: acc[o<cd> - cb]) with the input's
+ * value; 0 or -1. */
 static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
-                          int ind)
+                          int ind, int cd)
 {
     cdy_buf *b = &c->src;
     const cdy_graph *g = c->g;
-    int in = g->values[v].args[0], n = g->values[v].meta.ndim;
+    int in = g->values[v].args[0], n = g->values[v].meta.ndim, open = 2 + (cd >= 0);
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t ih = h0; ih < h1; ih += %lldLL) {\n", (long long)p->dh);
+    if (cd < 0 && p->op == CDY_OP_ADAPTIVE_AVG_POOL2D && p->OH == 1 && p->OW == 1) {
+        cg_indent(b, ind + 1);     /* torch's mean: its order is not a loop's either */
+        cdy_buf_puts(b, "#pragma omp simd reduction(+:acc)\n");
+    }
     cg_indent(b, ind + 1);
     cdy_buf_printf(b, "for (int64_t iw = w0; iw < w1; iw += %lldLL) {\n", (long long)p->dw);
-    ind += 2;
+    if (cd >= 0)
+        cg_pool_cloop(b, ind + 2, cd, 1);
+    ind += open;
     for (int o = 0; o < nops; o++) {
         if (ops[o].is_out)
             continue;
@@ -291,26 +311,29 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
             cg_emit_node(c, u, ind))
             return -1;
     char *e = cg_value_expr(c, in);
-    if (!e)
+    char *acc = cd >= 0 ? cg_strf(c, "acc[o%d - cb]", cd) : cg_strf(c, "acc");
+    if (!e || !acc)
         return cg_fail(c, "out of memory");
     cg_indent(b, ind);
     if (cg_pool_is_max(p->op) && cdy_dtype_table[g->values[in].meta.dtype].is_float)
-        cdy_buf_printf(b, "if (%s > acc || %s != %s) acc = %s;\n", e, e, e, e);
+        cdy_buf_printf(b, "%s = %s > %s || %s != %s ? %s : %s;\n", acc, e, acc, e, e, e, acc);
     else if (cg_pool_is_max(p->op))
-        cdy_buf_printf(b, "if (%s > acc) acc = %s;\n", e, e);
+        cdy_buf_printf(b, "%s = %s > %s ? %s : %s;\n", acc, e, acc, e, acc);
     else if (p->op == CDY_OP_UPSAMPLE_NEAREST2D)
-        cdy_buf_printf(b, "acc = %s;\n", e);
+        cdy_buf_printf(b, "%s = %s;\n", acc, e);
     else
-        cdy_buf_printf(b, "acc += %s;\n", e);
-    cg_indent(b, ind - 1);
-    cdy_buf_puts(b, "}\n");
-    cg_indent(b, ind - 2);
-    cdy_buf_puts(b, "}\n");
+        cdy_buf_printf(b, "%s += %s;\n", acc, e);
+    for (int i = 1; i <= open; i++) {
+        cg_indent(b, ind - i);
+        cdy_buf_puts(b, "}\n");
+    }
     return 0;
 }
 
-/* Emit the store of the output element: acc, or the average of the window. */
-static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, int chl, int ind)
+/* Emit the store of the output element from accumulator expression acc:
+ * acc itself, or the average of the window. */
+static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, const char *acc,
+                          int chl, int ind)
 {
     cdy_buf *b = &c->src;
     const char *oct = cdy_dtype_table[om->dtype].ctype;
@@ -319,19 +342,19 @@ static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, int c
     cdy_buf_puts(b, "out_ptr0[");
     cg_pool_offset(b, om->strides, om->ndim, -1, -1);
     if (p->op == CDY_OP_AVG_POOL2D && p->divisor)
-        cdy_buf_printf(b, "] = h0 < h1 && w0 < w1 ? (%s)(acc / (%s)%lldLL) : 0;\n", oct, cct,
+        cdy_buf_printf(b, "] = h0 < h1 && w0 < w1 ? (%s)(%s / (%s)%lldLL) : 0;\n", oct, acc, cct,
                        (long long)p->divisor);
     else if (p->op == CDY_OP_AVG_POOL2D)
-        cdy_buf_printf(b, "] = h0 < h1 && w0 < w1 ? (%s)(acc / (%s)(%s)) : 0;\n", oct, cct,
+        cdy_buf_printf(b, "] = h0 < h1 && w0 < w1 ? (%s)(%s / (%s)(%s)) : 0;\n", oct, acc, cct,
                        p->count_pad ? "hp * wp" : "(h1 - h0) * (w1 - w0)");
     else if (p->op == CDY_OP_ADAPTIVE_AVG_POOL2D && p->OH == 1 && p->OW == 1)
-        cdy_buf_printf(b, "] = (%s)(acc / %lld.0);\n", oct, (long long)(p->H * p->W));
+        cdy_buf_printf(b, "] = (%s)(%s / %lld.0);\n", oct, acc, (long long)(p->H * p->W));
     else if (p->op == CDY_OP_ADAPTIVE_AVG_POOL2D && chl)
-        cdy_buf_printf(b, "] = acc / (%s)((h1 - h0) * (w1 - w0));\n", cct);
+        cdy_buf_printf(b, "] = %s / (%s)((h1 - h0) * (w1 - w0));\n", acc, cct);
     else if (p->op == CDY_OP_ADAPTIVE_AVG_POOL2D)
-        cdy_buf_printf(b, "] = acc / (%s)(h1 - h0) / (%s)(w1 - w0);\n", cct, cct);
+        cdy_buf_printf(b, "] = %s / (%s)(h1 - h0) / (%s)(w1 - w0);\n", acc, cct, cct);
     else
-        cdy_buf_puts(b, "] = acc;\n");
+        cdy_buf_printf(b, "] = %s;\n", acc);
 }
 
 /* Describe kernel k of node v in the post-fusion IR. */
@@ -354,8 +377,8 @@ static void cg_pool_ir(cg_ctx *c, int k, int v, const cg_operand *ops, int nops,
         cg_ir_param(ir, ops, nops, o);
         cdy_buf_puts(ir, "\n");
     }
-    cdy_buf_printf(ir, "  vectorized: %s\n", simd ? "yes: omp simd over the innermost "
-                   "(channel) loop" : "no: the innermost loop is a spatial one");
+    cdy_buf_printf(ir, "  vectorized: %s\n", simd ? "yes: omp simd over blocks of channels "
+                   "(channels_last: an accumulator array per block)" : "no: the innermost loop is a spatial one");
     cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the outer loop"
                                               : "no: small");
     cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: window %%%d %s (values "
@@ -363,24 +386,64 @@ static void cg_pool_ir(cg_ctx *c, int k, int v, const cg_operand *ops, int nops,
                    k, v, cdy_op_table[val->op].name);
 }
 
-/* Emit the loops over the output (in order[]), the window bounds once both
- * spatial loops are open, the accumulator, the window and the store. */
+/* Channels per block of the channels_last kernels' accumulator array. */
+#define CG_POOL_CBLOCK 512
+
+/* Emit the channel-block body (channels_last: innermost output dim cd of
+ * size C with unit stride), as ATen's channels_last kernels: per block of
+ * channels an accumulator array, initialized, combined over the window by a
+ * simd loop over the channels (same per-channel order), then stored. */
+static int cg_pool_cblock(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
+                          int cd, int ind)
+{
+    cdy_buf *b = &c->src;
+    const cdy_meta *om = &c->g->values[v].meta;
+    int64_t C = om->sizes[cd], CB = C < CG_POOL_CBLOCK ? C : CG_POOL_CBLOCK;
+    const char *acct = cg_pool_acc_type(p, om->dtype);
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t cb = 0; cb < %lldLL; cb += %lldLL) {\n", (long long)C,
+                   (long long)CB);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "const int64_t ce = cb + %lldLL < %lldLL ? cb + %lldLL : %lldLL;\n",
+                   (long long)CB, (long long)C, (long long)CB, (long long)C);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "%s acc[%lld];\n", acct, (long long)CB);
+    cg_pool_cloop(b, ind + 1, cd, 1);
+    cg_indent(b, ind + 2);
+    cdy_buf_printf(b, "acc[o%d - cb] = %s;\n", cd,
+                   cg_pool_is_max(p->op) ? cg_pool_lowest(om->dtype) : "0");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "}\n");
+    if (cg_pool_window(c, v, p, ops, nops, ind + 1, cd))
+        return -1;
+    char *acc = cg_strf(c, "acc[o%d - cb]", cd);
+    if (!acc)
+        return cg_fail(c, "out of memory");
+    cg_pool_cloop(b, ind + 1, cd, 1);
+    cg_pool_store(c, p, om, acc, 1, ind + 2);
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "}\n");
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    return 0;
+}
+
+/* Emit the loops over the output (in order[]; in block mode, simd, the
+ * innermost one is the channel block), the window bounds once both spatial
+ * loops are open, then the accumulator, the window and the store. */
 static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
                          const int *order, int par, int simd)
 {
     cdy_buf *b = &c->src;
     const cdy_meta *om = &c->g->values[v].meta;
-    int n = om->ndim, ind = 1, opened = 0;
-    for (int i = 0; i < n; i++, ind++) {
+    int n = om->ndim, ind = 1, opened = 0, nl = simd ? n - 1 : n;
+    for (int i = 0; i < nl; i++, ind++) {
         int d = order[i];
         if (i == 0 && par) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           om->sizes[d] < 4 * (int64_t)c->nthreads ? " collapse(2)" : "");
-        }
-        if (i == n - 1 && simd) {
-            cg_indent(b, ind);
-            cdy_buf_puts(b, "#pragma omp simd\n");
+                           om->sizes[d] < 4 * (int64_t)c->nthreads && nl >= 2 ? " collapse(2)"
+                                                                              : "");
         }
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t o%d = 0; o%d < %lldLL; o%d++) {\n", d, d,
@@ -391,13 +454,16 @@ static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *o
             cg_pool_bounds(b, ind + 1, p, 'w', p->wd, p->W, p->OW, p->kw, p->sw, p->pw, p->dw);
         }
     }
-    const char *acct = cg_pool_acc_type(p, om->dtype);
-    cg_indent(b, ind);
-    cdy_buf_printf(b, "%s acc = %s;\n", acct, cg_pool_is_max(p->op) ? cg_pool_lowest(om->dtype)
-                                                                   : "0");
-    if (cg_pool_window(c, v, p, ops, nops, ind))
+    if (simd && cg_pool_cblock(c, v, p, ops, nops, order[n - 1], ind))
         return -1;
-    cg_pool_store(c, p, om, simd, ind);
+    if (!simd) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "%s acc = %s;\n", cg_pool_acc_type(p, om->dtype),
+                       cg_pool_is_max(p->op) ? cg_pool_lowest(om->dtype) : "0");
+        if (cg_pool_window(c, v, p, ops, nops, ind, -1))
+            return -1;
+        cg_pool_store(c, p, om, "acc", 0, ind);
+    }
     while (--ind > 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
