@@ -279,7 +279,9 @@ static void cg_pool_cloop(cdy_buf *b, int ind, int cd, int simd)
 /* Emit the window loops and, inside (within a channel loop over dim cd in
  * block mode, cd >= 0), the loads, the prologue nodes and the combine of
  * the accumulator `acc` (block mode: acc[o<cd> - cb]) with the input's
- * value; 0 or -1. */
+ * value.  Float max is ATen's `if (x > acc || isnan(x)) acc = x` written as
+ * a select GCC vectorizes: x replaces acc unless x <= acc or acc is NaN.
+ * 0 or -1. */
 static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
                           int ind, int cd)
 {
@@ -316,7 +318,8 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
         return cg_fail(c, "out of memory");
     cg_indent(b, ind);
     if (cg_pool_is_max(p->op) && cdy_dtype_table[g->values[in].meta.dtype].is_float)
-        cdy_buf_printf(b, "%s = %s > %s || %s != %s ? %s : %s;\n", acc, e, acc, e, e, e, acc);
+        cdy_buf_printf(b, "{ const %s a_ = %s; %s = !(%s <= a_) & (a_ == a_) ? %s : a_; }\n",
+                       cdy_dtype_table[g->values[in].meta.dtype].cctype, acc, acc, e, e);
     else if (cg_pool_is_max(p->op))
         cdy_buf_printf(b, "%s = %s > %s ? %s : %s;\n", acc, e, acc, e, acc);
     else if (p->op == CDY_OP_UPSAMPLE_NEAREST2D)
