@@ -205,7 +205,7 @@ def test_avg_pool2d_module_3d_and_extern():
 
 # ---- adaptive pooling ---------------------------------------------------------------
 
-ADAPTIVE_SIZES = [1, (1, 1), 2, (3, 5), (None, 4), (7, None), (5, 5), (11, 9), (4, 6)]
+ADAPTIVE_SIZES = [1, (1, 1), 2, (3, 5), (None, 4), (7, None), (5, 5), (11, 9), (4, 6), (13, 20)]
 
 
 @pytest.mark.parametrize("size", ADAPTIVE_SIZES)
@@ -348,3 +348,16 @@ def test_large_parallel():
         lowered="max_pool2d")
     run(lambda t: F.adaptive_avg_pool2d(t, (7, 7)), x, lowered="adaptive_avg_pool2d")
     run(lambda t: F.interpolate(t, scale_factor=2), x, lowered="upsample_nearest2d")
+
+
+def test_eager_backend_and_ir():
+    x = make((2, 4, 9, 9))
+    for f in (lambda t: F.max_pool2d(F.relu(t), 3, 2, 1), lambda t: F.avg_pool2d(t * 2, 2),
+              lambda t: F.adaptive_avg_pool2d(t, 3), lambda t: F.interpolate(t, scale_factor=1.5)):
+        cdynamo.reset()
+        assert_same(f(x), cdynamo.optimize(f, backend="eager")(x))
+    cdynamo.reset()
+    cdynamo.optimize(lambda t: F.max_pool2d(F.relu(t), 2))(x)
+    ir = cdynamo._support.compiles[-1].get("ir_post", "")
+    if ir:
+        assert "window" in ir and "relu" in ir, ir
