@@ -506,7 +506,10 @@ int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v)
     for (int i = 0; i < om->ndim; i++)
         nest->size[i] = om->sizes[order[i]];
     int last = order[om->ndim - 1];
-    int simd = last != p.hd && last != p.wd && om->strides[last] == 1 && om->sizes[last] > 1;
+    /* block mode: the channels are innermost in the output and the input (channels_last) */
+    int simd = last != p.hd && last != p.wd && om->strides[last] == 1 && om->sizes[last] > 1 &&
+               (im->sizes[p.hd] == 1 || im->strides[last] < im->strides[p.hd]) &&
+               (im->sizes[p.wd] == 1 || im->strides[last] < im->strides[p.wd]);
     int64_t onumel = cdy_meta_numel(om), inumel = cdy_meta_numel(im);
     int64_t work = onumel > inumel ? onumel : inumel;
     int par = c->nthreads > 1 && work >= CG_PARALLEL_NUMEL && om->sizes[order[0]] > 0;
