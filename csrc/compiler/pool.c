@@ -279,9 +279,11 @@ static void cg_pool_cloop(cdy_buf *b, int ind, int cd, int simd)
 /* Emit the window loops and, inside (within a channel loop over dim cd in
  * block mode, cd >= 0), the loads, the prologue nodes and the combine of
  * the accumulator `acc` (block mode: acc[o<cd> - cb]) with the input's
- * value.  Float max is ATen's `if (x > acc || isnan(x)) acc = x`; in block
- * mode written as a select GCC vectorizes over the channels: x replaces acc
- * unless x <= acc or acc is NaN (the same result).
+ * value.  Float max is ATen's `if (x > acc || isnan(x)) acc = x`, kept so
+ * for a plain input outside block mode (GCC vectorizes small fixed windows
+ * of it); else written as a select (vectorized over the channels in block
+ * mode, branch-free with a prologue): x replaces acc unless x <= acc or acc
+ * is NaN (the same result).
  * 0 or -1. */
 static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
                           int ind, int cd)
@@ -318,7 +320,8 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
     if (!e || !acc)
         return cg_fail(c, "out of memory");
     cg_indent(b, ind);
-    if (cg_pool_is_max(p->op) && cdy_dtype_table[g->values[in].meta.dtype].is_float && cd < 0)
+    if (cg_pool_is_max(p->op) && cdy_dtype_table[g->values[in].meta.dtype].is_float && cd < 0 &&
+        cg_is_leaf(c, in))
         cdy_buf_printf(b, "%s = %s > %s || %s != %s ? %s : %s;\n", acc, e, acc, e, e, e, acc);
     else if (cg_pool_is_max(p->op) && cdy_dtype_table[g->values[in].meta.dtype].is_float)
         cdy_buf_printf(b, "{ const %s a_ = %s; %s = !(%s <= a_) & (a_ == a_) ? %s : a_; }\n",
