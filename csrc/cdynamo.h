@@ -135,8 +135,7 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(AMAX, "amax", 3, 'R')             \
     X(AMIN, "amin", 3, 'R')             \
     X(PROD, "prod", 3, 'R')             \
-    /* rows: row kernels (kind N; names that torch lacks, so that torch.<name> \
-     * is no pointwise op: tracer lowerings make them, see lower_rows.c):     \
+    /* rows: row kernels (kind N: tracer lowerings make them, lower_rows.c): \
      * softmax and log_softmax: (input, dim);                                 \
      * layer_norm: (input, weight, bias, eps, trailing dims normalized);      \
      * group_norm: (input, weight, bias, eps, groups); weight and bias are   \
@@ -172,6 +171,20 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     /* PAD: args (input, value SCALAR), view_strides[d] the pad before \
      * dim d (negative: crop); the pad after is what the size leaves. */ \
     X(PAD, "pad_constant", -1, 'K')     \
+    /* pool: kind W, windowed ops over the last two (spatial) dims of a 3-D
+     * (C,H,W) or 4-D (N,C,H,W) input; the node's meta (torch's result) gives
+     * the output sizes.  A "pair" is a SCALAR int64 h << 32 | w (h, w >= 0).
+     * max_pool2d(input, kernel, stride, padding, dilation: pairs);
+     * avg_pool2d(input, kernel, stride, padding: pairs, flags: SCALAR int
+     *   divisor_override << 1 | count_include_pad, divisor_override 0: none);
+     * adaptive_avg_pool2d(input), adaptive_max_pool2d(input);
+     * upsample_nearest2d(input, scale_h, scale_w: SCALAR float64 torch's
+     *   scale argument, 0: none (in/out), exact: SCALAR bool nearest-exact). */ \
+    X(MAX_POOL2D, "max_pool2d", 5, 'W') \
+    X(AVG_POOL2D, "avg_pool2d", 5, 'W') \
+    X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 'W') \
+    X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", 1, 'W') \
+    X(UPSAMPLE_NEAREST2D, "upsample_nearest2d", 4, 'W') \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

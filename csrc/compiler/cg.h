@@ -78,10 +78,14 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v);
 int cg_check_cat(cg_ctx *c, int v);
 int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v);
 
+int cg_check_pool(cg_ctx *c, int v);
+int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v);
+
 #define CG_SPECIAL_KINDS(X)                                                  \
     X('R', cg_check_reduce, cg_emit_reduce)                                  \
     X('N', cg_check_rows, cg_emit_rows)                                      \
-    X('K', cg_check_cat, cg_emit_cat)
+    X('K', cg_check_cat, cg_emit_cat)                                        \
+    X('W', cg_check_pool, cg_emit_pool)
 
 /* ---- views.c: kind 'V' nodes (VIEW, VIEW_COPY) --------------------------
  * An unrealized view read by a kernel is a load of its base's buffer with its

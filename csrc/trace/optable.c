@@ -1,10 +1,12 @@
 /* optable.c - which Python callables and Tensor methods are which graph op.
  *
- * Every op of CDY_OPS is reachable as torch.<name>, torch.Tensor.<name> and
- * the method <name>; the aliases below add the other spellings users write.
- * Built once, at the first trace, by looking the names up in torch.        */
+ * Every pointwise and reduction op of CDY_OPS is reachable as torch.<name>,
+ * torch.Tensor.<name> and the method <name>; the aliases below add the other
+ * spellings users write.  Built once, at the first trace, by looking the names up in torch.        */
 #include "internal.h"
 #include "trace/trace.h"
+
+#include <string.h>
 
 /* X(op, "module path", "attribute"): function aliases */
 #define CDY_FN_ALIASES(X)                                   \
@@ -94,6 +96,10 @@
     X(TRUNC, "fix")                                         \
     X(CLAMP, "clip")
 
+/* Kinds of the ops that torch.<name> / Tensor.<name> map to and cdy_op_bind
+ * binds: pointwise (U B C T) and reductions (R). */
+#define OPTABLE_KINDS "UBCTR"
+
 static PyObject *fn_ops;       /* {callable: op int} */
 static PyObject *method_ops;   /* {name: op int} */
 static PyObject *dtype_objs[CDY_DT_COUNT];
@@ -152,6 +158,8 @@ int cdy_optable_init(PyObject *torch)
         return -1;
     int r = 0;
     for (int op = 0; op < CDY_OP_COUNT && !r; op++) {
+        if (!strchr(OPTABLE_KINDS, cdy_op_table[op].kind))
+            continue;   /* built by a lowering (lower_*.c), never bound by name */
         r |= put_fn("torch", cdy_op_table[op].name, op);
         r |= put_method(tensor, cdy_op_table[op].name, op);
     }
