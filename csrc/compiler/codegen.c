@@ -255,10 +255,20 @@ int cg_is_special(const cdy_graph *g, int v)
     }
 }
 
-/* Check special node v with its kind's checker; 0 or -1. */
+/* Check special node v: its meta, its args earlier in the graph (for every
+ * kind), then its kind's checker; 0 or -1. */
 static int cg_check_special(cg_ctx *c, int v)
 {
-    switch (cdy_op_table[c->g->values[v].op].kind) {
+    const cdy_value *val = &c->g->values[v];
+    if (cg_check_meta(c, v, &val->meta))
+        return -1;
+    if (val->nargs < 0 || val->nargs > CDY_MAX_NODE_ARGS)
+        return cg_fail(c, "value %d (%s): %d args", v, cdy_op_table[val->op].name, val->nargs);
+    for (int a = 0; a < val->nargs; a++)
+        if (val->args[a] < 0 || val->args[a] >= v)
+            return cg_fail(c, "value %d (%s): arg %d is not earlier in the graph", v,
+                           cdy_op_table[val->op].name, a);
+    switch (cdy_op_table[val->op].kind) {
 #define CG_X(kind, check, emit) case kind: return check(c, v);
     CG_SPECIAL_KINDS(CG_X)
 #undef CG_X

@@ -55,11 +55,14 @@ typedef struct {
 /* The sizes and strides of a number's 0-dim operand (never read, never NULL). */
 static const int64_t mt_no_dims[1];
 
-/* 1 if the operand's strides are those of a contiguous tensor (size-1 dims ignored). */
-static int mt_contiguous(const mt_operand *o)
+/* 1 if the operand's dims, innermost first in `order` (n of them), are
+ * dense in that order: each stride the product of the sizes before it (size-1
+ * dims ignored, as torch's contiguity flags ignore them). */
+static int mt_dense_in_order(const mt_operand *o, const int *order, int n)
 {
     int64_t expect = 1;
-    for (int d = o->ndim - 1; d >= 0; d--) {
+    for (int k = 0; k < n; k++) {
+        int d = order[k];
         if (o->sizes[d] == 1)
             continue;
         if (o->strides[d] != expect)
@@ -67,6 +70,15 @@ static int mt_contiguous(const mt_operand *o)
         expect *= o->sizes[d];
     }
     return 1;
+}
+
+/* 1 if the operand's strides are those of a contiguous tensor. */
+static int mt_contiguous(const mt_operand *o)
+{
+    int order[CDY_MAX_NDIM];
+    for (int k = 0; k < o->ndim; k++)
+        order[k] = o->ndim - 1 - k;
+    return mt_dense_in_order(o, order, o->ndim);
 }
 
 /* Canonical channels_last strides of 4-d sizes s into st. */
@@ -78,22 +90,11 @@ static void mt_channels_last_strides(const int64_t *s, int64_t *st)
     st[0] = st[2] * (s[2] > 1 ? s[2] : 1);
 }
 
-/* 1 if the operand is channels_last-contiguous (4-d; size-1 dims ignored). */
+/* 1 if the operand is channels_last-contiguous (4-d). */
 static int mt_channels_last(const mt_operand *o)
 {
     static const int order[4] = {1, 3, 2, 0};   /* innermost first */
-    if (o->ndim != 4)
-        return 0;
-    int64_t expect = 1;
-    for (int k = 0; k < 4; k++) {
-        int d = order[k];
-        if (o->sizes[d] == 1)
-            continue;
-        if (o->strides[d] != expect)
-            return 0;
-        expect *= o->sizes[d];
-    }
-    return 1;
+    return o->ndim == 4 && mt_dense_in_order(o, order, 4);
 }
 
 /* 1 if the operand's elements are dense and do not overlap, in some order. */
@@ -109,13 +110,7 @@ static int mt_dense(const mt_operand *o)
             idx[j] = idx[j - 1];
             idx[j - 1] = t;
         }
-    int64_t expect = 1;
-    for (int i = 0; i < n; i++) {
-        if (o->strides[idx[i]] != expect)
-            return 0;
-        expect *= o->sizes[idx[i]];
-    }
-    return 1;
+    return mt_dense_in_order(o, idx, n);
 }
 
 /* Contiguous strides of sizes s (ndim n) into st. */
