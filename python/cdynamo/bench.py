@@ -249,7 +249,7 @@ def _t5():
 def _model(name, build):
     if name not in _MODELS:
         torch.manual_seed(0)
-        _MODELS[name] = build()
+        _MODELS[name] = build().eval()   # inference: BatchNorm uses its running stats
     return _MODELS[name]
 
 
