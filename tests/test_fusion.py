@@ -98,3 +98,19 @@ def test_value_used_by_two_iteration_spaces_is_recomputed_not_stored():
     c = _compiled()
     assert _kernels(c) == 2
     assert "recomputed in 2 kernels" in c.ir_post_fusion
+
+
+def test_kernel_order_follows_what_each_kernel_loads():
+    # a*b shares a's iteration space but reads b, realized by a later group:
+    # it must not join a's kernel, which runs before b exists
+    x, y = torch.randn(8, 16), torch.randn(16)
+
+    def f(x, y):
+        a = x * 2
+        b = y + 1
+        return a, b, a * b
+
+    check(f, x, y)
+    check(f, x, y)
+    c = _compiled()
+    assert _kernels(c) == 3

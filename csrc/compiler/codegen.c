@@ -444,21 +444,58 @@ static int cg_same_sizes(const cdy_meta *a, int ndim, const int64_t *sizes)
     return 1;
 }
 
+/* The highest group (gid, -1: none) holding a realized value that node v
+ * reads through the nodes it recomputes; stack: scratch of nvalues ints. */
+static int cg_dep_group(cg_ctx *c, int v, const int *gid, int *stack, int *stamp)
+{
+    const cdy_graph *g = c->g;
+    int top = 0, need = -1;
+    stack[top++] = v;
+    stamp[v] = v;
+    while (top > 0) {
+        int x = stack[--top], view = cg_is_view(g, x);
+        const cdy_value *u = &g->values[x];
+        if (u->kind != CDY_VAL_NODE)
+            continue;
+        for (int a = 0; a < (view ? 1 : u->nargs); a++) {
+            int w = view ? u->view_base : u->args[a];   /* a view loads its base */
+            if (w < 0 || stamp[w] == v)
+                continue;
+            stamp[w] = v;
+            if (c->val_buf[w] >= 0)
+                need = gid[w] > need ? gid[w] : need;
+            else
+                stack[top++] = w;
+        }
+    }
+    return need;
+}
+
 /* Group the realized pointwise nodes among values [lo, hi) by sizes, in
- * order.  Returns the number of groups (in *groups, arena memory), or -1. */
+ * order: a node joins the first group of its sizes that comes no earlier
+ * than every group it reads, so emitting the groups in order computes each
+ * value before it is loaded.  Returns the number of groups (in *groups,
+ * arena memory), or -1. */
 static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
 {
     const cdy_graph *g = c->g;
+    size_t nv = (size_t)g->nvalues + 1;
     cg_group *gr = cdy_arena_alloc(&c->arena, sizeof(cg_group) * ((size_t)(hi - lo) + 1));
-    if (!gr)
+    int *gid = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    int *stack = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    int *stamp = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    if (!gr || !gid || !stack || !stamp)
         return cg_fail(c, "out of memory");
+    for (size_t v = 0; v < nv; v++)
+        gid[v] = stamp[v] = -1;
     int ng = 0;
     for (int v = lo; v < hi; v++) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE || c->val_buf[v] < 0 || cg_is_extern(g, v) ||
             cg_is_special(g, v) || c->done[v] || cg_view_is_alias(g, v))
             continue;
-        int k = 0;
+        int k = cg_dep_group(c, v, gid, stack, stamp);
+        k = k < 0 ? 0 : k;
         while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
             k++;
         if (k == ng) {
@@ -470,6 +507,7 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
             ng++;
         }
         gr[k].outs[gr[k].nout++] = v;
+        gid[v] = k;
     }
     *groups = gr;
     return ng;
