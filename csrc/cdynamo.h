@@ -139,14 +139,12 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
      * softmax and log_softmax: (input, dim);                                 \
      * layer_norm: (input, weight, bias, eps, trailing dims normalized);      \
      * group_norm: (input, weight, bias, eps, groups); weight and bias are   \
-     * tensors or SCALARs (absent); batch_norm (eval, per channel of dim 1):  \
-     * (input, running_mean, running_var, weight, bias, eps); the result has  \
-     * the input's sizes and dtype */                                         \
+     * tensors or SCALARs (absent); the result has the input's sizes and    \
+     * dtype (batch_norm in eval mode is pointwise nodes: lower_rows.c) */    \
     X(SOFTMAX, "row_softmax", 2, 'N')       \
     X(LOG_SOFTMAX, "row_log_softmax", 2, 'N') \
     X(LAYER_NORM, "row_layer_norm", 5, 'N') \
     X(GROUP_NORM, "row_group_norm", 5, 'N') \
-    X(BATCH_NORM, "row_batch_norm", 6, 'N') \
     /* reduce: argmax/argmin (int64 index, first max/min or first NaN), any/all (bool; uint8 \
      * for uint8), count_nonzero (int64), var/std (arg 3: correction, float), vector_norm \
      * (arg 3: the order p, float), logsumexp.  Kind R: args (input, dims_mask, keepdim[, param]). */ \

@@ -187,7 +187,7 @@ def test_epilogue_fusion():
     bn_m, bn_v = make((8,), seed=5), make((8,), seed=6).abs() + 0.5
     check(lambda t, m, v: torch.relu(F.batch_norm(t, m, v, None, None, False, 0.1, 1e-5)) - 1,
           g, bn_m, bn_v)
-    lowered("row_batch_norm", kernels=1)
+    lowered("reciprocal", kernels=1)   # batch norm is pointwise: relu and - 1 fuse into it
 
 
 def test_epilogue_not_fused_when_it_reads_later_values():
@@ -364,7 +364,7 @@ def test_batch_norm_eval(dtype, shape, affine):
     w = make((6,), dtype, seed=3) if affine else None
     b = make((6,), dtype, seed=4) if affine else None
     check(lambda t, m, v, w, b: F.batch_norm(t, m, v, w, b, False, 0.1, 1e-3), x, rm, rv, w, b)
-    lowered("row_batch_norm", kernels=1)
+    lowered("reciprocal", kernels=1)   # pointwise; scale and shift recomputed (small input)
 
 
 def test_batch_norm_module_and_fusion():
@@ -377,9 +377,18 @@ def test_batch_norm_module_and_fusion():
         x = make((2, 8, 6, 6))
         check(lambda t: torch.relu(bn(t * 2 + 1)), x)
         g, src = last()
-        assert "= row_batch_norm(" in g and "extern" not in g, g
-        check(lambda t: bn(t), make((16, 8, 32, 32)))
-        check(lambda t: bn(t), x.to(memory_format=torch.channels_last))     # stays extern
+        assert "= reciprocal(" in g and "extern" not in g, g
+        assert src.count("CDY_EXPORT void kernel_") == 1, src
+        # a large input: the per-channel scale and shift get a kernel of their own,
+        # computed once, instead of once per element
+        check(lambda t: torch.relu(bn(t)), make((16, 8, 32, 32)))
+        lowered("reciprocal", kernels=2)
+        r = cdynamo._support.compiles[-1]["compiled"].ir_post_fusion
+        assert "iteration space [8, 1, 1]" in r, r
+        # channels_last and fused into max pooling: one kernel after the scale/shift one
+        xl = make((4, 8, 32, 32)).to(memory_format=torch.channels_last)
+        check(lambda t: F.max_pool2d(torch.relu(bn(t)), 2), xl)
+        lowered("reciprocal", kernels=2)
 
 
 def test_batch_norm_training_stays_extern():

@@ -369,6 +369,85 @@ static int cg_check_graph(cg_ctx *c)
     return 0;
 }
 
+/* Number of elements of meta m. */
+static int64_t cg_meta_numel(const cdy_meta *m)
+{
+    int64_t n = 1;
+    for (int d = 0; d < m->ndim; d++)
+        n *= m->sizes[d];
+    return n;
+}
+
+/* 1 if v is a pointwise node that kernels would recompute (not realized, not
+ * a view, not special or extern). */
+static int cg_recomputed(const cdy_graph *g, const char *real, int v)
+{
+    return g->values[v].kind == CDY_VAL_NODE && !real[v] && !cg_is_view(g, v) &&
+           !cg_is_special(g, v) && !cg_is_extern(g, v);
+}
+
+/* Number of nodes a kernel recomputes to get v (v and its unrealized
+ * pointwise producers), counted up to 3; stack/stamp: nvalues ints each. */
+static int cg_recompute_cost(const cdy_graph *g, const char *real, int v, int *stack, int *stamp)
+{
+    int top = 0, n = 0;
+    stack[top++] = v;
+    stamp[v] = v;
+    while (top > 0 && n < 3) {
+        const cdy_value *u = &g->values[stack[--top]];
+        n++;
+        for (int a = 0; a < u->nargs; a++) {
+            int w = u->args[a];
+            if (w >= 0 && stamp[w] != v && cg_recomputed(g, real, w)) {
+                stamp[w] = v;
+                stack[top++] = w;
+            }
+        }
+    }
+    return n;
+}
+
+/* Realize the pointwise values that a much larger iteration space reads
+ * through broadcasting and that take two or more ops to compute (batch
+ * norm's per-channel scale and shift): recomputing them per element of the
+ * consumer would repeat their work numel(consumer)/numel(value) times.  A
+ * small kernel computes them once into scratch memory instead. */
+static int cg_realize_broadcast(cg_ctx *c, char *real)
+{
+    const cdy_graph *g = c->g;
+    size_t nv = (size_t)g->nvalues + 1;
+    int64_t *reader = cdy_arena_alloc(&c->arena, sizeof(int64_t) * nv);
+    int *stack = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    int *stamp = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    if (!reader || !stack || !stamp)
+        return cg_fail(c, "out of memory");
+    for (size_t v = 0; v < nv; v++) {
+        reader[v] = 0;
+        stamp[v] = -1;
+    }
+    for (int u = 0; u < g->nvalues; u++) {   /* the largest space that reads each value */
+        const cdy_value *uv = &g->values[u];
+        if (uv->kind != CDY_VAL_NODE || cg_is_view(g, u) || cg_is_extern(g, u))
+            continue;
+        int64_t work = cg_meta_numel(&uv->meta);
+        for (int a = 0; a < uv->nargs; a++) {
+            int w = uv->args[a];
+            int64_t n = w >= 0 && g->values[w].kind != CDY_VAL_SCALAR
+                            ? cg_meta_numel(&g->values[w].meta) : 0;
+            work = n > work ? n : work;
+        }
+        for (int a = 0; a < uv->nargs; a++)
+            if (uv->args[a] >= 0 && work > reader[uv->args[a]])
+                reader[uv->args[a]] = work;
+    }
+    for (int v = 0; v < g->nvalues; v++)
+        if (cg_recomputed(g, real, v) && reader[v] >= 4096 &&
+            cg_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
+            cg_recompute_cost(g, real, v, stack, stamp) >= 2)
+            real[v] = 1;
+    return 0;
+}
+
 /* Fill the plan's buffers and outputs.  Realized values get a buffer: the
  * inputs, extern results, reduction results, graph outputs and the tensors an extern reads;
  * every other node is recomputed inside the kernels that need it. */
@@ -391,6 +470,8 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
                 real[g->values[v].args[a]] = 1;
         }
     cg_view_mark_real(c, real);
+    if (cg_realize_broadcast(c, real))
+        return -1;
     for (int v = 0; v < g->nvalues; v++)
         c->val_buf[v] = g->values[v].kind == CDY_VAL_NODE && real[v] ? nbuf++ : -1;
     plan->buffers = calloc((size_t)nbuf + 1, sizeof(cdy_meta));

@@ -1,5 +1,5 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
- * group_norm, batch_norm in eval mode): one kernel each.  The input's dims
+ * group_norm): one kernel each.  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -57,30 +57,12 @@ static int cg_check_affine(cg_ctx *c, int v, int a, const int64_t *sz, int n)
     return 0;
 }
 
-/* Check batch_norm node v's params: per-channel stats (tensors), optional
- * weight and bias, a float eps. */
-static int cg_check_batch_norm(cg_ctx *c, int v)
-{
-    const cdy_value *val = &c->g->values[v];
-    const cdy_meta *im = &c->g->values[val->args[0]].meta;
-    const cdy_value *eps = &c->g->values[val->args[5]];
-    if (im->ndim < 2 || eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64 ||
-        !cg_row_tensor(c->g, val->args[1]) || !cg_row_tensor(c->g, val->args[2]))
-        return cg_fail(c, "value %d (row_batch_norm): bad args", v);
-    for (int a = 1; a < 5; a++)
-        if (cg_check_affine(c, v, val->args[a], &im->sizes[1], 1))
-            return -1;
-    return 0;
-}
-
 /* Check the op-specific SCALAR params of row node v (dims, eps, groups). */
 static int cg_check_row_params(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_meta *im = &c->g->values[val->args[0]].meta;
     const char *name = cdy_op_table[val->op].name;
-    if (val->op == CDY_OP_BATCH_NORM)
-        return cg_check_batch_norm(c, v);
     int last = val->nargs - 1;
     const cdy_value *p = &c->g->values[val->args[last]];
     if (p->kind != CDY_VAL_SCALAR || cdy_dtype_table[p->meta.dtype].is_float)
@@ -136,9 +118,6 @@ static void cg_row_shape(const cdy_graph *g, int v, cg_rowshape *rs)
     else if (val->op == CDY_OP_LAYER_NORM)
         for (int d = im->ndim - (int)p; d < im->ndim; d++)
             rs->row[d] = 1;
-    else if (val->op == CDY_OP_BATCH_NORM)
-        for (int d = 2; d < im->ndim; d++)
-            rs->row[d] = 1;
     else {
         rs->ndim = im->ndim + 1;
         rs->size[1] = p;
@@ -175,23 +154,6 @@ static void cg_row_split(const cdy_graph *g, int v, const cg_rowshape *rs, cg_op
         }
         st[1] = cs * cpg;
         st[2] = cs;
-    }
-}
-
-/* batch_norm: the per-channel operands (stats, weight, bias: shape [C])
- * index dim 1 only. */
-static void cg_row_channels(const cdy_graph *g, int v, cg_operand *ops, int nops)
-{
-    const cdy_value *val = &g->values[v];
-    for (int o = 0; o < nops; o++) {
-        int pc = 0;
-        for (int a = 1; a < 5; a++)
-            pc |= !ops[o].is_out && ops[o].value == val->args[a];
-        if (!pc)
-            continue;
-        const cdy_meta *m = &g->values[ops[o].value].meta;
-        memset(ops[o].stride, 0, sizeof(ops[o].stride));
-        ops[o].stride[1] = m->sizes[0] == 1 ? 0 : m->strides[0];
     }
 }
 
@@ -386,40 +348,6 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
     return cg_row_final(k, ind, 1, y);
 }
 
-/* The element of per-channel arg a of batch_norm node k->v for the current
- * row (1 or 0 when absent: weight, bias). */
-static char *cg_row_channel(cg_rowk *k, int a, const char *absent)
-{
-    cg_ctx *c = k->c;
-    int w = c->g->values[k->v].args[a];
-    if (!cg_row_tensor(c->g, w))
-        return cg_strf(c, "(%s)%s", k->T, absent);
-    int p = c->param[c->val_buf[w]], any = 0;
-    cdy_buf b = {0};
-    cg_offset_terms(&b, k->on, p, 'i', &any);
-    char *off = cdy_buf_take(&b);
-    char *r = cg_strf(c, "in_ptr%d[%s]", p, any && off ? off : "0");
-    free(off);
-    return r;
-}
-
-/* batch_norm (eval) of one row (n, c): alpha = w / sqrt(var + eps), beta =
- * b - mean * alpha (as ATen), then x * alpha + beta over the spatial dims. */
-static int cg_row_batch_norm(cg_rowk *k, int ind)
-{
-    cg_ctx *c = k->c;
-    double eps = c->g->values[c->g->values[k->v].args[5]].f;
-    char *mean = cg_row_channel(k, 1, "0"), *var = cg_row_channel(k, 2, "0");
-    char *w = cg_row_channel(k, 3, "1"), *b = cg_row_channel(k, 4, "0");
-    if (!mean || !var || !w || !b)
-        return cg_fail(c, "out of memory");
-    const char *f = k->T[0] == 'f' ? "f" : "";
-    return cg_row_line(k, ind, cg_strf(c, "const %s alpha = (%s)1 / sqrt%s(%s + (%s)%.17g) * %s;",
-                                       k->T, k->T, f, var, k->T, eps, w)) ||
-           cg_row_line(k, ind, cg_strf(c, "const %s beta = %s - %s * alpha;", k->T, b, mean)) ||
-           cg_row_final(k, ind, 1, cg_strf(c, "%s * alpha + beta", k->e));
-}
-
 /* Write the post-fusion IR of row kernel kn. */
 static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
 {
@@ -517,8 +445,6 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     k->first = cg_first_out(k->ops, k->nops);
     if (g->values[k->v].op == CDY_OP_GROUP_NORM)
         cg_row_split(g, k->v, rs, k->ops, k->nops);
-    if (g->values[k->v].op == CDY_OP_BATCH_NORM)
-        cg_row_channels(g, k->v, k->ops, k->nops);
     for (int d = 0; d < rs->ndim; d++) {
         sz[d] = rs->row[d] ? 1 : rs->size[d];
         sz[CDY_MAX_NDIM + d] = rs->row[d] ? rs->size[d] : 1;
@@ -609,8 +535,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
         int ind = cg_row_outer(&k, par);
         int op = g->values[v].op;
         int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
-                 : op == CDY_OP_BATCH_NORM ? cg_row_batch_norm(&k, ind)
-                                           : cg_row_norm(&k, ind, rs.nrow);
+                                                               : cg_row_norm(&k, ind, rs.nrow);
         if (rc)
             return -1;
         while (--ind > 0) {

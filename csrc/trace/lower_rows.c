@@ -248,27 +248,78 @@ static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
     return lr_norm(tr, call, CDY_OP_GROUP_NORM, s, groups);
 }
 
+static int lr_pw(tracer *tr, int op, int a, int b, const cdy_meta *m, int dt, int cdt);
+
+/* Per-channel value t ([C]) seen as [C, 1, ..] (rank nd - 1) so that it
+ * broadcasts against an input of rank nd whose channels are dim 1: a view
+ * node (t itself when nd == 2); its value or -1.  t is never a view. */
+static int lr_channels(tracer *tr, int t, int nd)
+{
+    cdy_meta m = tr->t->graph.values[t].meta;
+    if (nd == 2)
+        return t;
+    for (int d = 1; d < nd - 1; d++) {
+        m.sizes[d] = 1;
+        m.strides[d] = 1;
+    }
+    m.ndim = nd - 1;
+    int v = cdy_node_add(tr, CDY_OP_VIEW, &t, 1, &m, m.dtype);
+    if (v < 0)
+        return -1;
+    cdy_value *gv = &tr->t->graph.values[v];
+    gv->view_base = t;
+    gv->view_offset = 0;
+    memcpy(gv->view_strides, m.strides, sizeof m.strides);
+    return v;
+}
+
 /* F.batch_norm(input, running_mean, running_var, weight, bias, training,
- * momentum, eps) with training=False: a per-channel row node.  Training
- * mode (it updates the running stats) stays extern. */
+ * momentum, eps) with training=False: pointwise nodes computing as ATen's
+ * eval kernel does, alpha = 1 / sqrt(var + eps) * weight and beta = bias -
+ * mean * alpha per channel, then x * alpha + beta.  alpha and beta are small
+ * and broadcast, so the compiler computes them once (cg_realize_broadcast)
+ * and the per-element part fuses with its producers and consumers (relu,
+ * pooling, a residual add).  Training mode (it updates the running stats)
+ * stays extern. */
 static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     double eps = 1e-5;
+    cdy_meta om;
     if (cdy_bind_names("input running_mean running_var weight bias training momentum eps",
                        call->args, call->nargs, call->kwnames, s) ||
         !s[5] || s[5]->kind != TV_CONST || s[5]->obj != Py_False ||
         !lr_float_tensor(tr, s[0]) || (s[7] && !lr_num(s[7], &eps)) ||
-        lr_none(s[1]) || lr_none(s[2]))
+        lr_none(s[1]) || lr_none(s[2]) ||
+        !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
+        cdy_read_meta(tr, call->out, &om))
         return NULL;
     const cdy_meta *im = &lr_val(tr, s[0])->meta;
-    if (im->ndim < 2 || !lr_contiguous(im))
+    int nd = im->ndim, dt = im->dtype, ch[4];
+    if (nd < 2 || om.dtype != dt)
         return NULL;
-    int args[6] = {s[0]->value, -1, -1, -1, -1, cdy_scalar_float(tr, eps)};
-    for (int a = 1; a < 5; a++)
-        if ((args[a] = lr_affine(tr, s[a], s[0], 1)) < 0)
+    for (int a = 1; a < 5; a++) {
+        int t = lr_affine(tr, s[a], s[0], 1);
+        if (t < 0 || (ch[a - 1] = lr_none(s[a]) ? -2 : lr_channels(tr, t, nd)) == -1)
             return NULL;
-    return args[5] < 0 ? NULL : lr_row_node(tr, call, CDY_OP_BATCH_NORM, args, 6);
+    }
+    const cdy_meta *cm = &lr_val(tr, s[2])->meta;   /* var: [C] */
+    if (cm->ndim != 1 || cm->sizes[0] != im->sizes[1])
+        return NULL;
+    cdy_meta pm = tr->t->graph.values[ch[1]].meta;   /* [C, 1, ..], contiguous */
+    for (int d = pm.ndim - 1, st = 1; d >= 0; st *= (int)pm.sizes[d], d--)
+        pm.strides[d] = st;
+    int e = cdy_scalar_float(tr, eps), zero = cdy_scalar_float(tr, 0.0);
+    int v = lr_pw(tr, CDY_OP_ADD, ch[1], e, &pm, dt, dt);
+    v = v < 0 ? v : lr_pw(tr, CDY_OP_SQRT, v, -1, &pm, dt, dt);
+    int alpha = v < 0 ? v : lr_pw(tr, CDY_OP_RECIPROCAL, v, -1, &pm, dt, dt);
+    if (alpha >= 0 && ch[2] >= 0)
+        alpha = lr_pw(tr, CDY_OP_MUL, alpha, ch[2], &pm, dt, dt);
+    int ma = alpha < 0 ? alpha : lr_pw(tr, CDY_OP_MUL, ch[0], alpha, &pm, dt, dt);
+    int beta = ma < 0 ? ma : lr_pw(tr, CDY_OP_SUB, ch[3] >= 0 ? ch[3] : zero, ma, &pm, dt, dt);
+    int y = beta < 0 ? beta : lr_pw(tr, CDY_OP_MUL, s[0]->value, alpha, &om, dt, dt);
+    y = y < 0 ? y : lr_pw(tr, CDY_OP_ADD, y, beta, &om, dt, dt);
+    return y < 0 ? NULL : cdy_lower_result(tr, call, y);
 }
 
 /* ---- losses -------------------------------------------------------------- */
