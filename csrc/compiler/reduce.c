@@ -348,6 +348,8 @@ static char *cg_red_linear(cg_ctx *c, const cg_nest *rn)
 }
 
 /* One reduction kernel being emitted: its node(s), loops and parameters. */
+#define CG_RED_LANES 16   /* double partial sums of a float32 row sum (cg_red_lanes) */
+
 typedef struct {
     int v;                       /* the node whose variant runs */
     int nout;
@@ -485,6 +487,22 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
  * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
  * mode the innermost loop is over the block (j, the last outer loop's index
  * i<last> = ib + j), the accumulators read from and written to arrays. */
+/* 1 if pass `pass` of kernel r sums float32 elements in double over an
+ * innermost reduced loop that runs on one thread and whose length is a
+ * multiple of CG_RED_LANES: then CG_RED_LANES independent double partial
+ * sums let it vectorize without one long dependency chain (a single
+ * accumulator made the row sum latency-bound).  Double keeps the result
+ * within rounding of the exact sum, so it matches eager's cascaded float sum
+ * to eager's own accuracy; float partial sums did not. */
+static int cg_red_lanes(const cg_red_kernel *r, int pass)
+{
+    int v = r->variant;
+    int64_t n = r->rn->ndim > 0 ? r->rn->size[r->rn->ndim - 1] : 0;
+    return !pass && !r->block && (v == CG_RED_SUM || v == CG_RED_MEAN) &&
+           r->env.idt == CDY_DT_FLOAT32 && !(r->par_in && r->rn->ndim == 1) &&
+           n >= 2 * CG_RED_LANES && n % CG_RED_LANES == 0;
+}
+
 static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
 {
     const cg_red_code *rc = &cg_red_codes[r->variant];
@@ -495,10 +513,28 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         clause = NULL;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
-    int oind = ind, last = r->on->ndim - 1;
+    int oind = ind, last = r->on->ndim - 1, lanes = cg_red_lanes(r, pass), rl = rn->ndim - 1;
     for (int d = 0; d < rn->ndim; d++, ind++) {
         int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
                                                            !r->block;
+        if (inner && lanes) {   /* CG_RED_LANES partial sums, vectorized, added at the end */
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "double accv[%d] = {0};\n", CG_RED_LANES);
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "for (int64_t r%dc = 0; r%dc < %lldLL; r%dc += %d) {\n", d, d,
+                           (long long)rn->size[d], d, CG_RED_LANES);
+            cg_indent(b, ++ind);
+            cdy_buf_puts(b, "#pragma omp simd\n");
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "for (int64_t r%dj = 0; r%dj < %d; r%dj++) {\n", d, d,
+                           CG_RED_LANES, d);
+            cg_indent(b, ind + 1);
+            cdy_buf_printf(b, "const int64_t r%d = r%dc + r%dj;\n", d, d, d);
+            cg_indent(b, ind + 1);
+            cdy_buf_puts(b, "double acc = 0;   /* this element's share of lane r");
+            cdy_buf_printf(b, "%dj */\n", d);
+            continue;
+        }
         cg_indent(b, outer || inner ? ind : 0);
         if (outer)
             cdy_buf_printf(b, "#pragma omp parallel for%s num_threads(NTHREADS) schedule(static) "
@@ -553,9 +589,19 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
     }
     if (r->block)
         cg_red_block_vars(c, r, ind, pass ? CG_RV_STATE : CG_RV_ACC, 's');
+    if (lanes) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "accv[r%dj] += acc;\n", rl);
+    }
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
+        if (lanes && ind == oind + rl) {   /* closed the chunk loop: add up the lanes */
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "for (int j = 0; j < %d; j++)\n", CG_RED_LANES);
+            cg_indent(b, ind + 1);
+            cdy_buf_puts(b, "acc += accv[j];\n");
+        }
     }
     if (find) {
         cg_indent(b, oind);
