@@ -110,6 +110,9 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);
+/* layout.c: channels_last strides for free nodes that read channels_last
+ * data (c->g may become an arena copy); 0 or -1. */
+int cg_layout(cg_ctx *c);
 
 /* ---- shared helpers (codegen.c) ------------------------------------------ */
 int cg_fail(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1369,8 +1369,9 @@ static int cg_emit_segment(cg_ctx *c, cdy_plan *plan, int lo, int hi)
 static int cg_run(cg_ctx *c, cdy_plan *plan)
 {
     const cdy_graph *g = c->g;
-    if (cg_check_graph(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
+    if (cg_check_graph(c) || cg_layout(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
         return -1;
+    g = c->g;
     cg_emit_prologue(c);
     cg_ir_pre(c);
     cdy_buf_printf(&c->ir_post, "# loop IR after fusion, %d thread%s; bufN is a plan buffer, "

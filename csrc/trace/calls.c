@@ -474,6 +474,19 @@ tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, i
     return tensor_call(tr, CDY_OP_NONE, fn, what, args, nargs, NULL, 0);
 }
 
+/* fn(*args, **kw) traced as a torch call: lowered or extern (see trace.h). */
+tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                     PyObject *kwnames)
+{
+    return tensor_call(tr, CDY_OP_NONE, fn, what, args, nargs, kwnames, 0);
+}
+
+/* Record fn(*args) as the call that computes value v (see trace.h). */
+int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int v)
+{
+    return add_pynode(tr, fn, args, nargs, kwnames, v);
+}
+
 /* Operator fn on tensors/constants: constants fold, tensors trace. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs)
 {

@@ -125,6 +125,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
 PyObject *cdy_operator_fn(int slot, const char *name);
 /* fn(*args) with tensor args, run through torch at run time (an extern node). */
 tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs);
+/* fn(*args, **kw) traced as any torch call is: a lowering's nodes or an extern node. */
+tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                     PyObject *kwnames);
+/* Record fn(*args, **kw) (tensors: tvars) as the call the eager backend
+ * replays to compute value v; 0, or -1 when stopped. */
+int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int v);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 
@@ -147,7 +153,7 @@ int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, t
  * A lowering turns one torch call into graph nodes of its own (several
  * pointwise nodes, a special-kind node, a view...).  Each area registers its
  * callables in a table of its own file (lower_views.c, lower_rows.c,
- * lower_reduce.c, lower_pool.c), listed in lower.c.  tensor_call runs the
+ * lower_reduce.c, lower_pool.c, lower_conv.c), listed in lower.c.  tensor_call runs the
  * lowering after the call has run on the fakes: call->out is torch's result,
  * whose meta the lowered result must have. */
 typedef struct {
@@ -177,6 +183,7 @@ extern const cdy_lowering cdy_lowerings_views[];    /* each ends with {NULL} */
 extern const cdy_lowering cdy_lowerings_rows[];
 extern const cdy_lowering cdy_lowerings_reduce[];
 extern const cdy_lowering cdy_lowerings_pool[];
+extern const cdy_lowering cdy_lowerings_conv[];
 
 int cdy_lower_init(PyObject *torch);
 /* The lowering registered for callable fn, or NULL. */
