@@ -114,3 +114,22 @@ def test_kernel_order_follows_what_each_kernel_loads():
     check(f, x, y)
     c = _compiled()
     assert _kernels(c) == 3
+
+
+def test_residual_stream_is_realized_not_recomputed_by_every_norm():
+    # x = x + f(x) through a stack: each layer norm would recompute every
+    # earlier add from the graph's inputs; a value read by a norm and by the
+    # next add whose recomputation loads 3+ buffers is stored once instead
+    x = torch.randn(4, 8, 32)
+    w = [torch.randn(32, 32) for _ in range(4)]
+
+    def f(x, w0, w1, w2, w3):
+        for w in (w0, w1, w2, w3):
+            x = x + F.layer_norm(x, (32,)) @ w
+        return x
+
+    check(f, x, *w)
+    c = _compiled()
+    # no kernel loads more than three buffers
+    for line in c.ir_post_fusion.split("kernel_")[1:]:
+        assert line.count("  load  ") <= 3, line

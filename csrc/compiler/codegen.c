@@ -386,32 +386,43 @@ static int cg_recomputed(const cdy_graph *g, const char *real, int v)
            !cg_is_special(g, v) && !cg_is_extern(g, v);
 }
 
-/* Number of nodes a kernel recomputes to get v (v and its unrealized
- * pointwise producers), counted up to 3; stack/stamp: nvalues ints each. */
-static int cg_recompute_cost(const cdy_graph *g, const char *real, int v, int *stack, int *stamp)
+/* What a kernel recomputes to get v: the number of nodes (v and its
+ * unrealized pointwise producers) in *nodes and of the realized values they
+ * load in *leaves, each counted up to 8; stack/stamp: nvalues ints each. */
+static void cg_recompute_cost(const cdy_graph *g, const char *real, int v, int *stack,
+                              int *stamp, int *nodes, int *leaves)
 {
-    int top = 0, n = 0;
+    int top = 0;
+    *nodes = *leaves = 0;
     stack[top++] = v;
     stamp[v] = v;
-    while (top > 0 && n < 3) {
+    while (top > 0 && *nodes < 8 && *leaves < 8) {
         const cdy_value *u = &g->values[stack[--top]];
-        n++;
+        ++*nodes;
         for (int a = 0; a < u->nargs; a++) {
             int w = u->args[a];
-            if (w >= 0 && stamp[w] != v && cg_recomputed(g, real, w)) {
-                stamp[w] = v;
+            if (w < 0 || stamp[w] == v || g->values[w].kind == CDY_VAL_SCALAR)
+                continue;
+            stamp[w] = v;
+            if (cg_recomputed(g, real, w))
                 stack[top++] = w;
-            }
+            else
+                ++*leaves;
         }
     }
-    return n;
 }
 
-/* Realize the pointwise values that a much larger iteration space reads
- * through broadcasting and that take two or more ops to compute (batch
- * norm's per-channel scale and shift): recomputing them per element of the
- * consumer would repeat their work numel(consumer)/numel(value) times.  A
- * small kernel computes them once into scratch memory instead. */
+/* Realize the pointwise values that kernels would otherwise recompute at a
+ * cost:
+ *  - a value that a much larger iteration space reads through broadcasting
+ *    and that takes two or more ops (batch norm's per-channel scale and
+ *    shift): recomputing it per element of the consumer would repeat its
+ *    work numel(consumer)/numel(value) times;
+ *  - a value read by two or more nodes, one of them with a kernel of its own
+ *    (a reduction, a row op...), whose recomputation loads three or more
+ *    buffers: a residual stream x = x + f(x) through a stack of blocks,
+ *    which every layer norm would otherwise recompute from the start.
+ * A small kernel computes such a value once into scratch memory. */
 static int cg_realize_broadcast(cg_ctx *c, char *real)
 {
     const cdy_graph *g = c->g;
@@ -419,11 +430,15 @@ static int cg_realize_broadcast(cg_ctx *c, char *real)
     int64_t *reader = cdy_arena_alloc(&c->arena, sizeof(int64_t) * nv);
     int *stack = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     int *stamp = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
-    if (!reader || !stack || !stamp)
+    int *nread = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    char *by_special = cdy_arena_alloc(&c->arena, nv);
+    if (!reader || !stack || !stamp || !nread || !by_special)
         return cg_fail(c, "out of memory");
     for (size_t v = 0; v < nv; v++) {
         reader[v] = 0;
         stamp[v] = -1;
+        nread[v] = 0;
+        by_special[v] = 0;
     }
     for (int u = 0; u < g->nvalues; u++) {   /* the largest space that reads each value */
         const cdy_value *uv = &g->values[u];
@@ -436,15 +451,25 @@ static int cg_realize_broadcast(cg_ctx *c, char *real)
                             ? cg_meta_numel(&g->values[w].meta) : 0;
             work = n > work ? n : work;
         }
-        for (int a = 0; a < uv->nargs; a++)
-            if (uv->args[a] >= 0 && work > reader[uv->args[a]])
-                reader[uv->args[a]] = work;
+        for (int a = 0; a < uv->nargs; a++) {
+            int w = uv->args[a];
+            if (w < 0)
+                continue;
+            reader[w] = work > reader[w] ? work : reader[w];
+            nread[w]++;
+            by_special[w] |= (char)cg_is_special(g, u);
+        }
     }
-    for (int v = 0; v < g->nvalues; v++)
-        if (cg_recomputed(g, real, v) && reader[v] >= 4096 &&
-            cg_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
-            cg_recompute_cost(g, real, v, stack, stamp) >= 2)
+    for (int v = 0; v < g->nvalues; v++) {
+        if (!cg_recomputed(g, real, v))
+            continue;
+        int nodes, leaves;
+        cg_recompute_cost(g, real, v, stack, stamp, &nodes, &leaves);
+        if ((reader[v] >= 4096 && cg_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
+             nodes >= 2) ||
+            (nread[v] >= 2 && by_special[v] && leaves >= 3))
             real[v] = 1;
+    }
     return 0;
 }
 
