@@ -45,6 +45,7 @@ typedef struct {
     int nkernels;
     rt_kernel *kernels;
     PyObject **buf_meta;  /* per non-input buffer: (sizes, strides, dtype) */
+    PyObject **buf_tmpl;  /* per buffer: a tensor of its meta to empty_like, or NULL */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
     int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor */
     size_t scratch_bytes; /* size of the scratch block (0: none) */
@@ -67,6 +68,7 @@ typedef struct {
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
+static PyObject *empty_like;      /* torch.empty_like */
 static PyObject *kw_dtype;        /* ("dtype",) */
 static PyObject *dtype_objs[CDY_DT_COUNT];
 
@@ -74,8 +76,9 @@ static PyObject *dtype_objs[CDY_DT_COUNT];
 int cdy_runtime_init(PyObject *torch)
 {
     empty_strided = PyObject_GetAttrString(torch, "empty_strided");
+    empty_like = PyObject_GetAttrString(torch, "empty_like");
     kw_dtype = Py_BuildValue("(s)", "dtype");
-    if (!empty_strided || !kw_dtype)
+    if (!empty_strided || !empty_like || !kw_dtype)
         return -1;
     for (int d = 0; d < CDY_DT_COUNT; d++) {
         dtype_objs[d] = PyObject_GetAttrString(torch, cdy_dtype_table[d].name);
@@ -304,8 +307,10 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             ptrs[i] = (char *)scratch + c->scratch_off[i];
             continue;
         }
-        bufs[i] = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[i]), 2,
-                                      kw_dtype);
+        bufs[i] = c->buf_tmpl[i]
+                      ? PyObject_CallOneArg(empty_like, c->buf_tmpl[i])
+                      : PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[i]),
+                                            2, kw_dtype);
         if (!bufs[i] || !(ptrs[i] = tensor_ptr(bufs[i]))) {
             i++;
             goto done;
@@ -385,9 +390,12 @@ static void compiled_dealloc(PyObject *self)
         PyMem_Free(c->kernels[k].args);
     }
     PyMem_Free(c->kernels);
-    for (int b = 0; c->buf_meta && b < c->nbuffers; b++)
+    for (int b = 0; c->buf_meta && b < c->nbuffers; b++) {
         Py_XDECREF(c->buf_meta[b]);
+        Py_XDECREF(c->buf_tmpl[b]);
+    }
     PyMem_Free(c->buf_meta);
+    PyMem_Free(c->buf_tmpl);
     PyMem_Free(c->buf_alloc);
     PyMem_Free(c->scratch_off);
     PyMem_Free(c->scratch);
@@ -580,6 +588,32 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
     return 0;
 }
 
+/* Buffers up to this many bytes are allocated with empty_like(template). */
+#define CDY_TEMPLATE_BYTES (1 << 20)
+
+/* A template for allocating buffer b: a tensor of its meta that
+ * torch.empty_like copies with the same strides, or NULL (error cleared).
+ * empty_like parses one argument where empty_strided parses two int lists
+ * and a keyword (about 4K instructions less per buffer and call); the
+ * template costs its own bytes once, so only small buffers get one. */
+static PyObject *make_template(cdy_compiled *c, const cdy_meta *m, int b)
+{
+    if (cdy_meta_numel(m) * (int64_t)cdy_dtype_table[m->dtype].size > CDY_TEMPLATE_BYTES)
+        return NULL;
+    PyObject *t = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[b]), 2,
+                                      kw_dtype);
+    PyObject *probe = t ? PyObject_CallOneArg(empty_like, t) : NULL;
+    PyObject *got = probe ? PyObject_CallMethodNoArgs(probe, cdy_str.stride) : NULL;
+    int same = got ? PyObject_RichCompareBool(got, PyTuple_GET_ITEM(c->buf_meta[b], 1), Py_EQ)
+                   : 0;
+    Py_XDECREF(got);
+    Py_XDECREF(probe);
+    if (same != 1)
+        Py_CLEAR(t);
+    PyErr_Clear();
+    return t;
+}
+
 /* Prebuilt (sizes, strides, dtype) of buffer b, for allocating or checking it. */
 static int prepare_meta(cdy_compiled *c, const cdy_meta *m, int b)
 {
@@ -714,12 +748,13 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     c->outputs = PyMem_Calloc((size_t)plan->noutputs + 1, sizeof(int));
     c->kernels = PyMem_Calloc((size_t)plan->nkernels + 1, sizeof(rt_kernel));
     c->buf_meta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject *));
+    c->buf_tmpl = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject *));
     c->buf_alloc = PyMem_Calloc((size_t)plan->nbuffers + 1, 1);
     c->nsteps = plan->nsteps;
     c->steps = PyMem_Calloc((size_t)plan->nsteps + 1, sizeof(cdy_step));
     c->value_buffer = PyMem_Calloc((size_t)plan->nvalues + 1, sizeof(int));
-    if (!c->outputs || !c->kernels || !c->buf_meta || !c->buf_alloc || !c->steps ||
-        !c->value_buffer) {
+    if (!c->outputs || !c->kernels || !c->buf_meta || !c->buf_tmpl || !c->buf_alloc ||
+        !c->steps || !c->value_buffer) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -735,6 +770,9 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
             goto fail;
     if (copy_pynodes(c, t) || plan_scratch(c, plan))
         goto fail;
+    for (int b = plan->ninputs; b < plan->nbuffers; b++)
+        if (c->buf_alloc[b] && c->scratch_off[b] < 0)
+            c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
     c->ir_pre = PyUnicode_FromString(plan->ir_pre ? plan->ir_pre : "");
     c->ir_post = PyUnicode_FromString(plan->ir_post ? plan->ir_post : "");
