@@ -10,7 +10,7 @@
  * value is `i0 * s0 + i1 * s1 ...` in the nest's loop variables, which GCC
  * vectorizes as an induction variable (the plain pointwise path is
  * unchanged).  Special kinds (reductions, rows, cat, pooling) build nests of
- * their own, so an IOTA or FILL they would fuse is realized first
+ * their own, so what they would fuse from IOTA or FILL is realized first
  * (cg_index_mark_real). */
 #include <string.h>
 
@@ -46,24 +46,47 @@ static int cg_fused_pointwise(cg_ctx *c, const char *real, int v)
            !cg_is_extern(g, v) && !cg_is_view(g, v);
 }
 
-/* Mark real every kind 'I' node a special node would fuse (an arg of one,
- * or an arg of an unrealized pointwise node it fuses, transitively). */
+/* Mark in cst the nodes computed from kind 'I' nodes and scalars only
+ * (pointwise, no tensor read): a mask, an arange expression. */
+static void cg_const_nodes(cg_ctx *c, char *cst)
+{
+    const cdy_graph *g = c->g;
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_NODE || cg_is_special(g, v) || cg_is_extern(g, v) ||
+            cg_is_view(g, v))
+            continue;
+        int ok = 1;
+        for (int a = 0; a < val->nargs && ok; a++)
+            ok = g->values[val->args[a]].kind == CDY_VAL_SCALAR || cst[val->args[a]];
+        cst[v] = (char)ok;
+    }
+}
+
+/* Mark real what a special node would otherwise fuse from kind 'I' nodes:
+ * walking down from each special node through unrealized pointwise nodes,
+ * the first node computed from kind 'I' nodes only (a causal mask: one
+ * buffer, computed once, read by every pass of a row kernel). */
 void cg_index_mark_real(cg_ctx *c, char *real)
 {
     const cdy_graph *g = c->g;
     char *reach = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
-    if (!reach)
+    char *cst = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!reach || !cst)
         return;   /* the caller's next allocation fails the compile */
+    cg_const_nodes(c, cst);
     for (int v = g->nvalues - 1; v >= 0; v--) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE)
             continue;
+        if (reach[v] && cst[v] && !cg_is_special(g, v)) {
+            real[v] = 1;
+            continue;
+        }
         if (cg_is_special(g, v) || (reach[v] && cg_fused_pointwise(c, real, v)))
             for (int a = 0; a < val->nargs; a++)
                 if (val->args[a] >= 0 && val->args[a] < v)
                     reach[val->args[a]] = 1;
-        if (reach[v] && cdy_op_table[val->op].kind == 'I')
-            real[v] = 1;
     }
 }
 
@@ -99,7 +122,9 @@ int cg_index_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nops)
 }
 
 /* Emit `T t<v> = ...;` for kind 'I' node v: FILL its literal in v's dtype,
- * IOTA its index operand's offset in the current nest. */
+ * IOTA its index operand's offset in the current nest, through int32 when
+ * it fits (GCC vectorizes int32 -> float conversions, not int64 ones on
+ * AVX2, and folds the widening back into them). */
 int cg_emit_index(cg_ctx *c, int v, int ind)
 {
     const cdy_value *val = &c->g->values[v];
@@ -116,9 +141,10 @@ int cg_emit_index(cg_ctx *c, int v, int ind)
     }
     if (!c->nest)
         return cg_fail(c, "value %d (index_iota): not in a pointwise kernel", v);
-    int any = 0;
-    cdy_buf_printf(&c->src, "const int64_t t%d = ", v);
+    int any = 0, narrow = val->meta.sizes[arg->i] <= INT32_MAX;
+    cdy_buf_printf(&c->src, "const int64_t t%d = %s", v, narrow ? "(int32_t)(" : "");
     cg_offset_terms(&c->src, c->nest, c->vparam[v], 'i', &any);
-    cdy_buf_printf(&c->src, "%s;  /* iota dim %lld */\n", any ? "" : "0", (long long)arg->i);
+    cdy_buf_printf(&c->src, "%s%s;  /* iota dim %lld */\n", any ? "" : "0", narrow ? ")" : "",
+                   (long long)arg->i);
     return 0;
 }
