@@ -323,3 +323,39 @@ def test_as_strided_out_of_bounds_raises():
     with pytest.raises(RuntimeError):
         with pytest.warns(Warning):
             cdynamo.optimize(f)(torch.randn(4, 4))
+
+
+# ---- eye, .T / .mT / .H / .mH -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [None], ids=str)
+def test_eye(dtype):
+    run(lambda t: (torch.eye(3, dtype=dtype), torch.eye(2, 5, dtype=dtype),
+                   torch.eye(4, m=3, dtype=dtype), torch.eye(0, dtype=dtype),
+                   torch.eye(3, 0, dtype=dtype)), torch.ones(1))
+    assert n_externs() == 0
+
+
+def test_eye_fused():
+    run(lambda t: t * torch.eye(6) + 1, make(torch.float32, (6, 6)))
+    assert n_externs() == 0 and n_kernels() == 1
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (1, 5), (4, 1)])
+def test_transpose_attrs(shape):
+    x = make(torch.float32, shape)
+
+    def f(t):
+        r = [t.mT + 1, t.mH, (t * 2).mT]
+        if t.ndim == 2:
+            r += [t.T * 1, t.H - 1, t.T]
+        return r
+
+    run(f, x)
+    assert n_externs() == 0
+
+
+def test_transpose_attrs_errors_as_eager():
+    for attr in ["mT", "H", "mH"]:
+        with pytest.raises(RuntimeError):
+            cdynamo.optimize(lambda t: getattr(t, attr) + 1)(torch.randn(3))

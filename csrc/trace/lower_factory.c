@@ -6,7 +6,8 @@
  * layouts as torch says); arange becomes IOTA * step + start computed in
  * int64 (integer dtypes) or double (float dtypes, as ATen's CPU kernel:
  * only when every value is exact, so its scalar and vector paths agree);
- * tril / triu become where(col - row <= k (>= k), x, 0) over two IOTAs.
+ * tril / triu become where(col - row <= k (>= k), x, 0) over two IOTAs,
+ * eye (row == col) converted to the result dtype.
  * The nodes are pointwise: a factory read only by kernels is a constant
  * expression inside them, with no buffer and no torch call.  Anything else
  * (random factories, other devices, requires_grad, pin_memory, generators,
@@ -34,7 +35,7 @@ static int str_is(PyObject *o, const char *s)
 static int kw_ok(PyObject *name, tvar *a)
 {
     static const char *free_names[] = {"dtype", "memory_format", "size", "fill_value", "input",
-                                       "diagonal", "start", "end", "step", NULL};
+                                       "diagonal", "start", "end", "step", "n", "m", NULL};
     const char *n = PyUnicode_AsUTF8(name);
     if (!n) {
         PyErr_Clear();
@@ -294,6 +295,26 @@ static tvar *lower_tri(tracer *tr, const cdy_lower_call *call, int cmp)
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
 
+/* eye(n, m=n): (row == col) as the result dtype, over two IOTAs. */
+static tvar *lower_eye(tracer *tr, const cdy_lower_call *call)
+{
+    cdy_meta m;
+    if (result_meta(tr, call, &m) || m.ndim != 2)
+        return NULL;
+    cdy_meta rm = {.dtype = CDY_DT_INT64, .ndim = 2, .sizes = {m.sizes[0], 1}, .strides = {1, 1}};
+    cdy_meta cm = {.dtype = CDY_DT_INT64, .ndim = 1, .sizes = {m.sizes[1]}, .strides = {1}};
+    cdy_meta bm = m;
+    bm.dtype = CDY_DT_BOOL;
+    int d0 = cdy_scalar_int(tr, 0);
+    int row = d0 < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &rm, CDY_DT_INT64);
+    int col = row < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &cm, CDY_DT_INT64);
+    int rc[2] = {row, col};
+    int v = col < 0 ? -1 : cdy_node_add(tr, CDY_OP_EQ, rc, 2, &bm, CDY_DT_INT64);
+    if (v >= 0 && m.dtype != CDY_DT_BOOL)
+        v = cdy_node_add(tr, CDY_OP_CAST, &v, 1, &m, m.dtype);
+    return v < 0 ? NULL : factory_result(tr, call, v, &m);
+}
+
 /* tril(input, diagonal=0): keeps col - row <= diagonal. */
 static tvar *lower_tril(tracer *tr, const cdy_lower_call *call)
 {
@@ -321,6 +342,7 @@ static tvar *lower_triu(tracer *tr, const cdy_lower_call *call)
     X("full_like", "t", lower_full)             \
     X("new_full", "m", lower_new_full)          \
     X("arange", "t", lower_arange)              \
+    X("eye", "t", lower_eye)                    \
     X("tril", "tm", lower_tril)                 \
     X("triu", "tm", lower_triu)
 
