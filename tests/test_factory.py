@@ -359,3 +359,24 @@ def test_transpose_attrs_errors_as_eager():
     for attr in ["mT", "H", "mH"]:
         with pytest.raises(RuntimeError):
             cdynamo.optimize(lambda t: getattr(t, attr) + 1)(torch.randn(3))
+
+
+# ---- linspace ----------------------------------------------------------------------
+
+LINSPACES = [(0, 1, 5), (-3, 3, 7), (2, 2, 1), (5, 9, 1), (1.5, -2.5, 9), (0, 10, 6), (0, 0, 0),
+             (0, 100, 101), (0, 10, 4), (0, 1, 11)]
+
+
+@pytest.mark.parametrize("args", LINSPACES, ids=str)
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.int64, torch.int32], ids=str)
+def test_linspace(args, dtype):
+    """Exact values are lowered; others (0.1 steps, fractional integer steps) stay
+    torch's, bit for bit either way."""
+    f = lambda t: torch.linspace(*args, dtype=dtype) + t
+    run(f, torch.zeros((), dtype=dtype or torch.float32))
+    expected = torch.linspace(*args, dtype=dtype)
+    actual = cdynamo.optimize(lambda: torch.linspace(*args, dtype=dtype) * 1)()
+    assert torch.equal(actual, expected)
+    exact = args not in [(0, 10, 4), (0, 1, 11)] and not (
+        dtype in (torch.int64, torch.int32) and args in [(0, 1, 5), (1.5, -2.5, 9)])
+    assert n_externs() == (0 if exact else 1)

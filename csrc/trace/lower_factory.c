@@ -5,7 +5,8 @@
  * with torch's result meta (sizes, dtype, strides: *_like keeps dense
  * layouts as torch says); arange becomes IOTA * step + start computed in
  * int64 (integer dtypes) or double (float dtypes, as ATen's CPU kernel:
- * only when every value is exact, so its scalar and vector paths agree);
+ * only when every value is exact, so its scalar and vector paths agree),
+ * linspace likewise when its values are exact;
  * tril / triu become where(col - row <= k (>= k), x, 0) over two IOTAs,
  * eye (row == col) converted to the result dtype.
  * The nodes are pointwise: a factory read only by kernels is a constant
@@ -35,7 +36,7 @@ static int str_is(PyObject *o, const char *s)
 static int kw_ok(PyObject *name, tvar *a)
 {
     static const char *free_names[] = {"dtype", "memory_format", "size", "fill_value", "input",
-                                       "diagonal", "start", "end", "step", "n", "m", NULL};
+                                       "diagonal", "start", "end", "step", "steps", "n", "m", NULL};
     const char *n = PyUnicode_AsUTF8(name);
     if (!n) {
         PyErr_Clear();
@@ -221,6 +222,31 @@ static int scalar_node(tracer *tr, int op, int a, int s, const cdy_meta *m, int 
     return s < 0 ? -1 : cdy_node_add(tr, op, args, 2, m, cdt);
 }
 
+/* The call's result start + step * IOTA over 1-D meta m, computed in
+ * int64 (integer dtypes) or double and converted to m's dtype; start /
+ * step scalar values, -2 when 0 / 1 (left out).  NULL when stopped or not
+ * lowerable. */
+static tvar *affine_result(tracer *tr, const cdy_lower_call *call, const cdy_meta *m, int start,
+                           int step)
+{
+    int cdt = cdy_dtype_table[m->dtype].is_float ? CDY_DT_FLOAT64 : CDY_DT_INT64;
+    cdy_meta im = {.dtype = CDY_DT_INT64, .ndim = 1, .sizes = {m->sizes[0]}, .strides = {1}};
+    int d0 = cdy_scalar_int(tr, 0);
+    int cur = d0 < 0 || start == -1 || step == -1
+                  ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &im, CDY_DT_INT64);
+    im.dtype = cdt;
+    if (cur >= 0 && step != -2)
+        cur = scalar_node(tr, CDY_OP_MUL, cur, step, &im, cdt);
+    if (cur >= 0 && start != -2)
+        cur = scalar_node(tr, CDY_OP_ADD, cur, start, &im, cdt);
+    if (cur >= 0 && tr->t->graph.values[cur].meta.dtype != m->dtype)
+        cur = cdy_node_add(tr, CDY_OP_CAST, &cur, 1, m, m->dtype);
+    if (cur < 0)
+        return NULL;
+    tr->t->graph.values[cur].meta = *m;
+    return factory_result(tr, call, cur, m);
+}
+
 /* arange(end) / arange(start, end[, step]): IOTA * step + start in int64
  * (integer dtypes: int arguments) or double (float dtypes: exact values
  * only), converted to the result dtype; the size is torch's. */
@@ -233,7 +259,7 @@ static tvar *lower_arange(tracer *tr, const cdy_lower_call *call)
     if ((start && !is_number(start)) || (step && !is_number(step)) ||
         result_meta(tr, call, &m) || m.ndim != 1)
         return NULL;
-    int flt = cdy_dtype_table[m.dtype].is_float, cdt = flt ? CDY_DT_FLOAT64 : CDY_DT_INT64;
+    int flt = cdy_dtype_table[m.dtype].is_float;
     double fs = start ? PyFloat_Check(start->obj) ? PyFloat_AS_DOUBLE(start->obj)
                                                   : PyLong_AsDouble(start->obj) : 0;
     double fst = step ? PyFloat_Check(step->obj) ? PyFloat_AS_DOUBLE(step->obj)
@@ -246,20 +272,42 @@ static tvar *lower_arange(tracer *tr, const cdy_lower_call *call)
             : ((start && PyFloat_Check(start->obj)) || (step && PyFloat_Check(step->obj)) ||
                fabs(fs) + fabs(fst) * (double)m.sizes[0] > 9.0e18))
         return NULL;
-    cdy_meta im = {.dtype = CDY_DT_INT64, .ndim = 1, .sizes = {m.sizes[0]}, .strides = {1}};
-    int d0 = cdy_scalar_int(tr, 0);
-    int cur = d0 < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &im, CDY_DT_INT64);
-    im.dtype = cdt;
-    if (cur >= 0 && fst != 1)
-        cur = scalar_node(tr, CDY_OP_MUL, cur, step ? number_value(tr, step) : -1, &im, cdt);
-    if (cur >= 0 && fs != 0)
-        cur = scalar_node(tr, CDY_OP_ADD, cur, start ? number_value(tr, start) : -1, &im, cdt);
-    if (cur >= 0 && tr->t->graph.values[cur].meta.dtype != m.dtype)
-        cur = cdy_node_add(tr, CDY_OP_CAST, &cur, 1, &m, m.dtype);
-    if (cur < 0)
+    int sv = fs == 0 ? -2 : number_value(tr, start), tv = fst == 1 ? -2 : number_value(tr, step);
+    return affine_result(tr, call, &m, sv, tv);
+}
+
+/* torch.linspace(start, end, steps): start + step * i, step = (end - start) /
+ * (steps - 1), lowered when every value is exact (ATen's two halves and
+ * vector path then agree): float dtypes as arange_exact; integer dtypes
+ * from int endpoints in range with an integer step. */
+static tvar *lower_linspace(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *a = arg_at(call, 0, "start"), *b = arg_at(call, 1, "end");
+    cdy_meta m;
+    if (!is_number(a) || !is_number(b) || result_meta(tr, call, &m) || m.ndim != 1)
         return NULL;
-    tr->t->graph.values[cur].meta = m;
-    return factory_result(tr, call, cur, &m);
+    int64_t n = m.sizes[0];
+    int sa = number_value(tr, a), sb = number_value(tr, b);
+    if (sa < 0 || sb < 0)
+        return NULL;
+    const cdy_value *va = &tr->t->graph.values[sa], *vb = &tr->t->graph.values[sb];
+    double fa = va->meta.dtype == CDY_DT_FLOAT64 ? va->f : (double)va->i;
+    double fb = vb->meta.dtype == CDY_DT_FLOAT64 ? vb->f : (double)vb->i;
+    if (cdy_dtype_table[m.dtype].is_float) {
+        double st = n > 1 ? (fb - fa) / (double)(n - 1) : 0;
+        float ff[3] = {(float)fa, (float)fb, (float)st};
+        if (!arange_exact(fa, st, n, m.dtype) || (n > 1 && fa + st * (double)(n - 1) != fb) ||
+            (m.dtype == CDY_DT_FLOAT32 && (ff[0] != fa || ff[1] != fb || ff[2] != st)))
+            return NULL;
+        return affine_result(tr, call, &m, fa == 0 ? -2 : cdy_scalar_float(tr, fa),
+                             st == 1 ? -2 : cdy_scalar_float(tr, st));
+    }
+    if (va->meta.dtype == CDY_DT_FLOAT64 || vb->meta.dtype == CDY_DT_FLOAT64 ||
+        !converts_exactly(va, m.dtype) || !converts_exactly(vb, m.dtype) ||
+        fabs(fa) > 1e15 || fabs(fb) > 1e15 || (n > 1 && (vb->i - va->i) % (n - 1)))
+        return NULL;
+    long long st = n > 1 ? (vb->i - va->i) / (n - 1) : 0;
+    return affine_result(tr, call, &m, va->i == 0 ? -2 : sa, st == 1 ? -2 : cdy_scalar_int(tr, st));
 }
 
 /* tril / triu(input, diagonal=0): where(col - row <= k (tril) / >= k (triu),
@@ -343,6 +391,7 @@ static tvar *lower_triu(tracer *tr, const cdy_lower_call *call)
     X("new_full", "m", lower_new_full)          \
     X("arange", "t", lower_arange)              \
     X("eye", "t", lower_eye)                    \
+    X("linspace", "t", lower_linspace)          \
     X("tril", "tm", lower_tril)                 \
     X("triu", "tm", lower_triu)
 
