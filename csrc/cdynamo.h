@@ -183,6 +183,13 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
     X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 'W') \
     X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", 1, 'W') \
     X(UPSAMPLE_NEAREST2D, "upsample_nearest2d", 4, 'W') \
+    /* factory: kind I (index) nodes: no tensor args, any sizes (consumers \
+     * broadcast them); computed per element inside the kernels that read \
+     * them (see csrc/compiler/iota.c).  IOTA (dim SCALAR int): element    \
+     * (i_0, ..) is i_dim, int64; FILL (value SCALAR): every element is    \
+     * value converted to the node's dtype. */                             \
+    X(IOTA, "index_iota", 1, 'I')       \
+    X(FILL, "const_fill", 1, 'I')       \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {

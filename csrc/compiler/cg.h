@@ -65,6 +65,7 @@ typedef struct {
     char *done;                      /* value -> stored by a special kernel's epilogue */
     int *vparam;                     /* view value -> its load parameter in the current kernel */
     int cat_piece;                   /* the piece the current cat / stack kernel copies */
+    const cg_nest *nest;             /* the current pointwise kernel's nest (index operands) */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -107,6 +108,21 @@ int cg_emit_view(cg_ctx *c, int v, int ind);
  * channels_last flip of W) with byte shuffles; 1 done, 0 not such a kernel. */
 int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
                          const cg_nest *nest, int64_t numel);
+
+/* ---- iota.c: kind 'I' nodes (IOTA, FILL) -------------------------------
+ * An IOTA read by a pointwise kernel is an "index operand": an extra row of
+ * the nest's strides (1 along its dim, 0 elsewhere) after the kernel's real
+ * operands, so coalescing and reordering keep it exact; its value is the
+ * sum of loop variable * stride (an induction variable GCC vectorizes).  It
+ * is not a parameter.  Kernels of special kinds have no index operands: an
+ * IOTA or FILL that would be fused into one is realized (a buffer) first. */
+int cg_check_index(cg_ctx *c, int v);
+void cg_index_mark_real(cg_ctx *c, char *real);
+/* Append the live IOTA nodes of the kernel as index operands at ops[nops..);
+ * their count, or -1. */
+int cg_index_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nops);
+/* Emit `T t<v> = ...;` for kind 'I' node v (IOTA: from c->nest). */
+int cg_emit_index(cg_ctx *c, int v, int ind);
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

@@ -306,6 +306,8 @@ static int cg_check_node(cg_ctx *c, int v)
     }
     if (oi->kind == 'V')
         return cg_check_view(c, v);
+    if (oi->kind == 'I')
+        return cg_check_index(c, v);
     if (oi->nargs >= 0 && val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
@@ -495,6 +497,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
                 real[g->values[v].args[a]] = 1;
         }
     cg_view_mark_real(c, real);
+    cg_index_mark_real(c, real);
     if (cg_realize_broadcast(c, real))
         return -1;
     for (int v = 0; v < g->nvalues; v++)
@@ -915,6 +918,8 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         return cg_emit_view(c, v, ind);
     if (cdy_op_table[c->g->values[v].op].kind == 'K')
         return cg_emit_cat_value(c, v, ind);
+    if (cdy_op_table[c->g->values[v].op].kind == 'I')
+        return cg_emit_index(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int cdt = cg_compute_dtype(c, val);
@@ -1316,9 +1321,11 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
         return cg_fail(c, "out of memory");
     cg_mark_live(c, grp);
     int nops = cg_operands(c, grp, ops);
-    if (nops < 0)
+    int nidx = nops < 0 ? -1 : cg_index_operands(c, grp, ops, nops);
+    if (nidx < 0)
         return -1;
-    cg_build_nest(grp, ops, nops, nest);
+    cg_build_nest(grp, ops, nops + nidx, nest);
+    c->nest = nest;
     int64_t numel = 1;
     for (int d = 0; d < grp->ndim; d++)
         numel *= grp->sizes[d];
@@ -1327,6 +1334,7 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
     if (!cg_view_emit_reverse(c, grp, ops, nops, nest, numel) &&
         cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
+    c->nest = NULL;
     cdy_buf_puts(&c->src, "}\n");
     cg_kernel_end(plan, k, ops, nops);
     return 0;

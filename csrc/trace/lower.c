@@ -8,7 +8,7 @@ static PyObject *lower_fns;    /* {callable: table << 16 | row} */
 /* Every area's table, in lookup order (an earlier registration wins). */
 static const cdy_lowering *const all_tables[] = {
     cdy_lowerings_views, cdy_lowerings_rows, cdy_lowerings_reduce, cdy_lowerings_pool,
-    cdy_lowerings_conv, NULL,
+    cdy_lowerings_conv, cdy_lowerings_factory, NULL,
 };
 
 /* Module path of where-letter w ('m', Tensor, is resolved by put_row), or NULL. */

@@ -138,6 +138,40 @@ static tvar *lower_view(tracer *tr, const cdy_lower_call *call)
     return view_node(tr, call, CDY_OP_VIEW, &m, base, m.strides, so - base_so);
 }
 
+/* as_strided(input, size, stride, storage_offset=None): a VIEW (torch's
+ * strides and offset).  An explicit storage_offset is absolute in the
+ * storage, which the fakes of inputs do not share (their offset is 0, not
+ * guarded): NULL (an extern) unless it is absent or None. */
+static tvar *lower_as_strided(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *slot[4];
+    if (cdy_bind_names("input size stride storage_offset", call->args, call->nargs,
+                       call->kwnames, slot) ||
+        (slot[3] && !(slot[3]->kind == TV_CONST && slot[3]->obj == Py_None)))
+        return NULL;
+    return lower_view(tr, call);
+}
+
+/* t.mT / t.mH (ndim >= 2), t.T / t.H (ndim 2) of a real tensor (every
+ * dtype cdynamo traces): the call Tensor.transpose(t, -2, -1), which
+ * lower_view makes a VIEW.  NULL when stopped; *not_attr set for any other
+ * name or rank (torch's own attribute then raises or warns as eager). */
+tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr)
+{
+    int nd = tr->t->graph.values[t->value].meta.ndim;
+    int m = (!strcmp(n, "mT") || !strcmp(n, "mH")) && nd >= 2;
+    *not_attr = !m && !((!strcmp(n, "T") || !strcmp(n, "H")) && nd == 2);
+    if (*not_attr)
+        return NULL;
+    PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "transpose"));
+    tvar *a[3] = {t, cdy_tv_const(tr, PyLong_FromLong(-2)), cdy_tv_const(tr, PyLong_FromLong(-1))};
+    if (!fn || !a[1] || !a[2]) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    return cdy_call_extern(tr, fn, n, a, 3);
+}
+
 /* Ints from a tvar (an int, or a tuple/list of ints) into dims[*n] (at most
  * cap); 0 or -1. */
 static int int_items(tvar *a, int *dims, int *n, int cap)
@@ -477,6 +511,7 @@ static tvar *lower_unbind(tracer *tr, const cdy_lower_call *call)
     X("flatten", "tm", lower_view)              \
     X("unflatten", "tm", lower_view)            \
     X("diagonal", "tm", lower_view)             \
+    X("as_strided", "tm", lower_as_strided)     \
     X("flip", "tm", lower_flip)                 \
     X("fliplr", "tm", lower_fliplr)             \
     X("flipud", "tm", lower_flipud)             \

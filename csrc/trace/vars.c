@@ -551,6 +551,10 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                                    "is_quantized", "is_nested", "is_mkldnn", "is_complex",
                                    "is_floating_point", "itemsize", NULL};
     static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
+    int not_tr;
+    tvar *tv = cdy_transpose_attr(tr, t, n, &not_tr);
+    if (!not_tr)
+        return tv;
     for (int i = 0; views[i]; i++)
         if (!strcmp(n, views[i])) {   /* a view: an extern call of operator.attrgetter(name) */
             PyObject *op = PyImport_ImportModule("operator");
