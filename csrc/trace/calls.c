@@ -916,10 +916,8 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s() needs the tensor's data", what);
         return NULL;
     }
-    if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_') {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "in-place %s() is not supported", what);
-        return NULL;
-    }
+    if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
+        return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, m->obj));
     if (!fn) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
@@ -1011,6 +1009,9 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "constructing %s is not supported", name);
             return NULL;
         }
+        tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
+        if (handled)
+            return m;
         return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames, 0);
     }
     if (PyFunction_Check(fn))
