@@ -127,7 +127,7 @@ static long long storage_id(PyObject *x)
 
 /* 0 when no other tensor of the trace shares t's memory, else -1 (stopped,
  * naming what).  Tensors with t's very fake are t itself (another tvar). */
-static int check_alias(tracer *tr, tvar *t, const char *what)
+static int check_alias(tracer *tr, tvar *t, tvar *base, const char *what)
 {
     mut_state *s = state(tr);
     long long sid = s ? storage_id(t->obj) : -1;
@@ -135,7 +135,7 @@ static int check_alias(tracer *tr, tvar *t, const char *what)
         return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
     for (int i = 0; i < s->n; i++) {
         mut_reg *r = &s->reg[i];
-        if (r->v->kind != TV_TENSOR || r->v->obj == t->obj)
+        if (r->v->kind != TV_TENSOR || r->v->obj == t->obj || (base && r->v->obj == base->obj))
             continue;
         if (r->fake != r->v->obj) {
             if ((r->sid = storage_id(r->v->obj)) == -1)
@@ -270,26 +270,86 @@ static void repoint(tracer *tr, tvar *t, tvar *r)
     t->value = r->value;
 }
 
-/* The common tail: check aliasing, note inputs, compute via `compute`'s
- * result r (made after `before`), re-point t.  t, or NULL when stopped. */
-static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what)
+/* The common tail: r (made after `before`) as t's new value, t (and base,
+ * when t is a view of it) re-pointed.  t, or NULL when stopped. */
+static tvar *commit_view(tracer *tr, tvar *t, tvar *b, tvar *r, const char *what);
+
+static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, tvar *base)
 {
     if (!(r = as_new_value(tr, t, r, before, what)))
         return NULL;
+    if (base)
+        return commit_view(tr, t, base, r, what);
     if (note_input(tr, t))
         return NULL;
     repoint(tr, t, r);
     return t;
 }
 
-/* 0 if t may be mutated (no alias); -1 stopped. */
-static int may_mutate(tracer *tr, tvar *t, const char *what)
+/* The tvar whose fake is view t's base (t->obj._base), when that base is
+ * contiguous from its storage's start (view strides and offset are then
+ * element positions in it); NULL (not stopped) otherwise. */
+static tvar *view_base(tracer *tr, tvar *t)
 {
+    mut_state *s = state(tr);
+    PyObject *b = s ? PyObject_GetAttrString(t->obj, "_base") : NULL;
+    tvar *found = NULL;
+    for (int i = 0; b && b != Py_None && i < s->n && !found; i++)
+        if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->obj == b)
+            found = s->reg[i].v;
+    PyObject *c = found ? PyObject_CallMethod(b, "is_contiguous", NULL) : NULL;
+    PyObject *o = c == Py_True ? PyObject_CallMethod(b, "storage_offset", NULL) : NULL;
+    int ok = o && PyLong_Check(o) && PyLong_AsLong(o) == 0;
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return ok ? found : NULL;
+}
+
+/* 0 if t may be mutated: no other tensor shares its memory, or only its
+ * base *base (t is a view of it: the write goes through); -1 stopped. */
+static int may_mutate(tracer *tr, tvar *t, const char *what, tvar **base)
+{
+    *base = NULL;
     if (t->kind != TV_TENSOR)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-tensor", what);
     if (mut_init())
         return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    return check_alias(tr, t, what);
+    *base = view_base(tr, t);
+    return check_alias(tr, t, *base, what);
+}
+
+/* View t of base b got value r: b becomes b with r scattered through t's
+ * sizes, strides and offset, t a view of the new b.  t, or NULL. */
+static tvar *commit_view(tracer *tr, tvar *t, tvar *b, tvar *r, const char *what)
+{
+    PyObject *size = PyObject_CallMethod(t->obj, "size", NULL);
+    PyObject *stride = size ? PyObject_CallMethod(t->obj, "stride", NULL) : NULL;
+    PyObject *off = stride ? PyObject_CallMethod(t->obj, "storage_offset", NULL) : NULL;
+    PyObject *sc = off ? PyObject_GetAttrString(cdy_torch, "as_strided_scatter") : NULL;
+    PyObject *as = sc ? PyObject_GetAttrString(cdy_torch, "as_strided") : NULL;
+    PyObject *sz = size ? PySequence_Tuple(size) : NULL;
+    Py_XDECREF(size);
+    tvar *f = as ? cdy_tv_new(tr, TV_OBJ) : NULL, *g = f ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    tvar *a[5] = {b, r, cdy_tv_const(tr, sz), cdy_tv_const(tr, stride), cdy_tv_const(tr, off)};
+    if (!f || !g || !cdy_tr_keep(tr, sc) || !cdy_tr_keep(tr, as) || !a[2] || !a[3] || !a[4]) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
+        return NULL;
+    }
+    f->obj = sc;
+    g->obj = as;
+    tvar *nb = cdy_call(tr, f, a, 5, NULL);
+    if (!nb || note_input(tr, b))
+        return NULL;
+    repoint(tr, b, nb);
+    a[1] = b;
+    tvar *nv = cdy_call(tr, g, a + 1, 4, NULL);
+    if (!nv)
+        return NULL;
+    repoint(tr, t, nv);
+    return t;
 }
 
 /* Tensor.<name>_ (self args[0]); see trace.h. */
@@ -299,7 +359,8 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     char what[96], base[80];
     snprintf(what, sizeof(what), "in-place Tensor.%s()", n);
     size_t len = strlen(n);
-    if (len >= sizeof(base) || may_mutate(tr, args[0], what))
+    tvar *vb;
+    if (len >= sizeof(base) || may_mutate(tr, args[0], what, &vb))
         return NULL;
     memcpy(base, n, len - 1);
     base[len - 1] = 0;
@@ -336,7 +397,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
         return NULL;
     }
-    return commit(tr, args[0], r, before, what);
+    return commit(tr, args[0], r, before, what, vb);
 }
 
 /* The out-of-place twin of torch function fn named `name` ending in '_'
@@ -373,12 +434,57 @@ static int inplace_kw(tvar **args, int nargs, PyObject *kwnames)
            args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_True;
 }
 
+/* fn(..., out=o): computed without out=, o re-pointed to the result cast to
+ * its dtype (o must have the result's shape); o, or NULL when stopped. */
+static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int ko)
+{
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+    int pos = nargs - (int)nk + ko;
+    tvar *o = args[pos], *a2[CDY_MAX_CALL_ARGS + 1], *vb, *f;
+    const char *what = "a call with out=";
+    if (nargs > CDY_MAX_CALL_ARGS || may_mutate(tr, o, what, &vb))
+        return NULL;
+    /* eager's checks: the call into a copy of o's fake */
+    PyObject *pa[CDY_MAX_CALL_ARGS], *r = NULL;
+    int ok = 1, made = 0;
+    for (; ok && made < nargs; made++)
+        ok = (pa[made] = made == pos ? PyObject_CallMethodNoArgs(o->obj, str_clone)
+                                     : fake_of(args[made])) != NULL;
+    if (ok)
+        r = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nk), kwnames);
+    for (int i = 0; i < made - !ok; i++)
+        Py_DECREF(pa[i]);
+    if (!r)
+        return cdy_tr_stop_exc(tr, PyErr_ExceptionMatches(PyExc_NotImplementedError) ?
+                               CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what), NULL;
+    Py_DECREF(r);
+    PyObject *rest = PyTuple_New(nk - 1);
+    for (Py_ssize_t i = 0, j = 0; rest && i < nk; i++)
+        if (i != ko)
+            PyTuple_SET_ITEM(rest, j++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+    if (!cdy_tr_keep(tr, rest) || !(f = cdy_tv_new(tr, TV_OBJ)))
+        return NULL;
+    for (int i = 0, j = 0; i < nargs; i++)
+        if (i != pos)
+            a2[j++] = args[i];
+    f->obj = fn;
+    int before = tr->t->graph.nvalues;
+    tvar *res = cdy_call(tr, f, a2, nargs - 1, nk > 1 ? rest : NULL);
+    return commit(tr, o, res, before, what, vb);
+}
+
 /* torch function fn called in place (see trace.h). */
 tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                    int *handled)
 {
     char what[120];
     *handled = 0;
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "out") == 0 &&
+            args[nargs - PyTuple_GET_SIZE(kwnames) + k]->kind == TV_TENSOR) {
+            *handled = 1;
+            return out_call(tr, fn, args, nargs, kwnames, (int)k);
+        }
     if (nargs < 1 || args[0]->kind != TV_TENSOR)
         return NULL;
     PyObject *nm = PyObject_GetAttrString(fn, "__name__");
@@ -397,7 +503,8 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
         return NULL;
     }
-    if (may_mutate(tr, args[0], what) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
+    tvar *vb;
+    if (may_mutate(tr, args[0], what, &vb) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
     int before = tr->t->graph.nvalues;
     tvar *r, *f;
@@ -417,7 +524,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     }
     if (r && r->kind == TV_TENSOR && r->obj == args[0]->obj)
         return args[0];   /* a no-op (dropout in eval) */
-    return commit(tr, args[0], r, before, what);
+    return commit(tr, args[0], r, before, what, vb);
 }
 
 /* 1 if the code after BINARY_OP at tr->pc is `SWAP 3; SWAP 2; STORE_SUBSCR`
@@ -448,7 +555,8 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     }
     snprintf(what, sizeof(what), "in-place operator %s=", sym);
     int temp = subscr_pattern(tr);   /* a temporary x[k] stored back by setitem */
-    if (!temp && may_mutate(tr, args[0], what))
+    tvar *vb = NULL;
+    if (!temp && may_mutate(tr, args[0], what, &vb))
         return NULL;
     if (temp && mut_init()) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
@@ -463,14 +571,15 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
             repoint(tr, args[0], r);
         return r ? args[0] : NULL;
     }
-    return commit(tr, args[0], r, before, what);
+    return commit(tr, args[0], r, before, what, vb);
 }
 
 /* x[k] = v on tensor x (see trace.h); 0 or -1. */
 int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
 {
     const char *what = "tensor item assignment";
-    if (may_mutate(tr, x, what))
+    tvar *vb;
+    if (may_mutate(tr, x, what, &vb))
         return -1;
     int before = tr->t->graph.nvalues;
     const cdy_value *gx = &tr->t->graph.values[x->value];
@@ -493,7 +602,7 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
         tvar *a[3] = {x, k, v};
         r = cdy_call_extern(tr, setitem_fn, "setitem", a, 3);
     }
-    return commit(tr, x, r, before, what) ? 0 : -1;
+    return commit(tr, x, r, before, what, vb) ? 0 : -1;
 }
 
 /* obj.name = v (see trace.h); 0 or -1. */
