@@ -918,6 +918,9 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     }
     if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
         return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
+    if (!strcmp(name, "__setitem__") && nargs == 3 && !kwnames)
+        return cdy_mut_setitem(tr, args[0], args[1], args[2]) ? NULL
+                                                              : cdy_tv_const(tr, Py_NewRef(Py_None));
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, m->obj));
     if (!fn) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);

@@ -125,30 +125,6 @@ static long long storage_id(PyObject *x)
     return id;
 }
 
-/* 0 when no other tensor of the trace shares t's memory, else -1 (stopped,
- * naming what).  Tensors with t's very fake are t itself (another tvar). */
-static int check_alias(tracer *tr, tvar *t, tvar *base, const char *what)
-{
-    mut_state *s = state(tr);
-    long long sid = s ? storage_id(t->obj) : -1;
-    if (sid == -1)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
-    for (int i = 0; i < s->n; i++) {
-        mut_reg *r = &s->reg[i];
-        if (r->v->kind != TV_TENSOR || r->v->obj == t->obj || (base && r->v->obj == base->obj))
-            continue;
-        if (r->fake != r->v->obj) {
-            if ((r->sid = storage_id(r->v->obj)) == -1)
-                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
-            r->fake = r->v->obj;
-        }
-        if (r->sid == sid)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a tensor that shares memory "
-                               "with another tensor (a view of it, or its base)", what);
-    }
-    return 0;
-}
-
 /* The Python value of a for a call on fakes (new reference), NULL if none. */
 static PyObject *fake_of(tvar *a)
 {
@@ -270,86 +246,189 @@ static void repoint(tracer *tr, tvar *t, tvar *r)
     t->value = r->value;
 }
 
-/* The common tail: r (made after `before`) as t's new value, t (and base,
- * when t is a view of it) re-pointed.  t, or NULL when stopped. */
-static tvar *commit_view(tracer *tr, tvar *t, tvar *b, tvar *r, const char *what);
-
-static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, tvar *base)
+/* x._base (new reference; None when x is not a view), or NULL with an error. */
+static PyObject *base_of(PyObject *x)
 {
-    if (!(r = as_new_value(tr, t, r, before, what)))
-        return NULL;
-    if (base)
-        return commit_view(tr, t, base, r, what);
-    if (note_input(tr, t))
-        return NULL;
-    repoint(tr, t, r);
-    return t;
+    return PyObject_GetAttrString(x, "_base");
 }
 
-/* The tvar whose fake is view t's base (t->obj._base), when that base is
- * contiguous from its storage's start (view strides and offset are then
- * element positions in it); NULL (not stopped) otherwise. */
-static tvar *view_base(tracer *tr, tvar *t)
+/* 1 if fake x is contiguous from its storage's start (a view's strides and
+ * offset are then element positions in it), 0 if not, -1 on error. */
+static int plain_base(PyObject *x)
+{
+    PyObject *c = PyObject_CallMethod(x, "is_contiguous", NULL);
+    PyObject *o = c == Py_True ? PyObject_CallMethod(x, "storage_offset", NULL) : NULL;
+    int r = c == Py_True ? (o ? PyLong_AsLong(o) == 0 : -1) : c ? 0 : -1;
+    Py_XDECREF(c);
+    Py_XDECREF(o);
+    return r;
+}
+
+/* The tvar of t's tensor's root: t itself, or the registered tvar holding
+ * t's base; NULL (not stopped) when t is a view of no tvar. */
+static tvar *root_of(tracer *tr, tvar *t)
 {
     mut_state *s = state(tr);
-    PyObject *b = s ? PyObject_GetAttrString(t->obj, "_base") : NULL;
-    tvar *found = NULL;
+    PyObject *b = s ? base_of(t->obj) : NULL;
+    tvar *found = b == Py_None ? t : NULL;
     for (int i = 0; b && b != Py_None && i < s->n && !found; i++)
         if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->obj == b)
             found = s->reg[i].v;
-    PyObject *c = found ? PyObject_CallMethod(b, "is_contiguous", NULL) : NULL;
-    PyObject *o = c == Py_True ? PyObject_CallMethod(b, "storage_offset", NULL) : NULL;
-    int ok = o && PyLong_Check(o) && PyLong_AsLong(o) == 0;
     Py_XDECREF(b);
-    Py_XDECREF(c);
-    Py_XDECREF(o);
     PyErr_Clear();
-    return ok ? found : NULL;
+    return found;
 }
 
-/* 0 if t may be mutated: no other tensor shares its memory, or only its
- * base *base (t is a view of it: the write goes through); -1 stopped. */
-static int may_mutate(tracer *tr, tvar *t, const char *what, tvar **base)
+/* The tensors sharing t's memory: distinct fakes of registered tvars other
+ * than root's, each a view of root (so it can be re-derived after the write),
+ * into views[] (their count in *n).  0, or -1 stopped (another alias). */
+static int aliases(tracer *tr, tvar *t, tvar *root, PyObject **views, int *n, const char *what)
 {
-    *base = NULL;
+    mut_state *s = state(tr);
+    long long sid = s ? storage_id(t->obj) : -1;
+    *n = 0;
+    if (sid == -1)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+    for (int i = 0; i < s->n; i++) {
+        mut_reg *r = &s->reg[i];
+        PyObject *f = r->v->obj;
+        if (r->v->kind != TV_TENSOR || (root && f == root->obj))
+            continue;
+        if (r->fake != f) {
+            if ((r->sid = storage_id(f)) == -1)
+                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+            r->fake = f;
+        }
+        if (r->sid != sid)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < *n && !dup; k++)
+            dup = views[k] == f;
+        if (dup)
+            continue;
+        PyObject *b = root ? base_of(f) : NULL;
+        int ok = b && b == root->obj && *n < 64;
+        Py_XDECREF(b);
+        PyErr_Clear();
+        if (!ok)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a tensor that shares memory "
+                               "with another tensor this trace cannot re-derive (a view of a "
+                               "non-contiguous base, or an extern's alias)", what);
+        views[(*n)++] = f;
+    }
+    return 0;
+}
+
+/* A tvar calling torch.<name>(args); NULL when stopped. */
+static tvar *call_torch(tracer *tr, const char *name, tvar **args, int nargs)
+{
+    PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, name));
+    tvar *f = fn ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (!f) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, name);
+        return NULL;
+    }
+    f->obj = fn;
+    return cdy_call(tr, f, args, nargs, NULL);
+}
+
+/* args[1..3] = the constants size, stride, storage_offset of fake v; 0 or -1. */
+static int geometry(tracer *tr, PyObject *v, tvar **args)
+{
+    PyObject *sz = PyObject_CallMethod(v, "size", NULL);
+    PyObject *t = sz ? PySequence_Tuple(sz) : NULL;
+    Py_XDECREF(sz);
+    args[1] = t ? cdy_tv_const(tr, t) : NULL;
+    PyObject *st = args[1] ? PyObject_CallMethod(v, "stride", NULL) : NULL;
+    args[2] = st ? cdy_tv_const(tr, st) : NULL;
+    PyObject *of = args[2] ? PyObject_CallMethod(v, "storage_offset", NULL) : NULL;
+    args[3] = of ? cdy_tv_const(tr, of) : NULL;
+    if (args[3])
+        return 0;
+    return tr->t->status == CDY_TRACE_OK ? cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "view geometry")
+                                         : -1;
+}
+
+/* The write of new value r into t: t's root gets the new contents (through
+ * t's geometry when t is a view of it), every view of the root is re-derived
+ * from the new root.  t, or NULL when stopped. */
+static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int nviews, tvar *r,
+                   const char *what)
+{
+    tvar *a[5];
+    if (note_input(tr, root))
+        return NULL;
+    if (t != root) {   /* root with r scattered through t's sizes, strides and offset */
+        a[0] = root;
+        if (geometry(tr, t->obj, a))
+            return NULL;
+        a[4] = a[3];   /* (root, r, size, stride, offset) */
+        a[3] = a[2];
+        a[2] = a[1];
+        a[1] = r;
+        if (!(r = call_torch(tr, "as_strided_scatter", a, 5)))
+            return NULL;
+    }
+    if (nviews && plain_base(r->obj) != 1 && !(r = call_method(tr, "contiguous", &r, 1, NULL)))
+        return NULL;
+    repoint(tr, root, r);
+    for (int k = 0; k < nviews; k++) {
+        tvar *nv, *u = NULL;
+        a[0] = root;
+        if (geometry(tr, views[k], a) || !(nv = call_torch(tr, "as_strided", a, 4)))
+            return NULL;
+        mut_state *s = state(tr);
+        for (int i = 0; i < s->n && !u; i++)
+            if (s->reg[i].v->obj == views[k])
+                u = s->reg[i].v;
+        if (u)
+            repoint(tr, u, nv);
+    }
+    (void)what;
+    return t;
+}
+
+/* What a mutation of t needs: its root and the views to re-derive. */
+typedef struct {
+    tvar *root;
+    int nviews;
+    PyObject *views[64];
+} mut_plan;
+
+/* 0 if t may be mutated (its aliases are views of a plain root: they are
+ * re-derived); -1 stopped. */
+static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
+{
+    p->nviews = 0;
     if (t->kind != TV_TENSOR)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-tensor", what);
     if (mut_init())
         return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
-    *base = view_base(tr, t);
-    return check_alias(tr, t, *base, what);
+    p->root = root_of(tr, t);
+    if (p->root && p->root != t && plain_base(p->root->obj) != 1) {
+        PyErr_Clear();
+        p->root = NULL;
+    }
+    if (aliases(tr, t, p->root, p->views, &p->nviews, what))
+        return -1;
+    if (!p->root)
+        p->root = t;   /* a view nothing else shares: a value of its own */
+    if (p->nviews && p->root == t && plain_base(t->obj) != 1) {
+        PyErr_Clear();
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-contiguous tensor that a view "
+                           "aliases", what);
+    }
+    return 0;
 }
 
-/* View t of base b got value r: b becomes b with r scattered through t's
- * sizes, strides and offset, t a view of the new b.  t, or NULL. */
-static tvar *commit_view(tracer *tr, tvar *t, tvar *b, tvar *r, const char *what)
+/* The common tail: r (made after `before`) as t's new value, written per
+ * plan p.  t, or NULL when stopped. */
+static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, mut_plan *p)
 {
-    PyObject *size = PyObject_CallMethod(t->obj, "size", NULL);
-    PyObject *stride = size ? PyObject_CallMethod(t->obj, "stride", NULL) : NULL;
-    PyObject *off = stride ? PyObject_CallMethod(t->obj, "storage_offset", NULL) : NULL;
-    PyObject *sc = off ? PyObject_GetAttrString(cdy_torch, "as_strided_scatter") : NULL;
-    PyObject *as = sc ? PyObject_GetAttrString(cdy_torch, "as_strided") : NULL;
-    PyObject *sz = size ? PySequence_Tuple(size) : NULL;
-    Py_XDECREF(size);
-    tvar *f = as ? cdy_tv_new(tr, TV_OBJ) : NULL, *g = f ? cdy_tv_new(tr, TV_OBJ) : NULL;
-    tvar *a[5] = {b, r, cdy_tv_const(tr, sz), cdy_tv_const(tr, stride), cdy_tv_const(tr, off)};
-    if (!f || !g || !cdy_tr_keep(tr, sc) || !cdy_tr_keep(tr, as) || !a[2] || !a[3] || !a[4]) {
-        if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
+    if (!(r = as_new_value(tr, t, r, before, what)))
         return NULL;
-    }
-    f->obj = sc;
-    g->obj = as;
-    tvar *nb = cdy_call(tr, f, a, 5, NULL);
-    if (!nb || note_input(tr, b))
-        return NULL;
-    repoint(tr, b, nb);
-    a[1] = b;
-    tvar *nv = cdy_call(tr, g, a + 1, 4, NULL);
-    if (!nv)
-        return NULL;
-    repoint(tr, t, nv);
-    return t;
+    return write_value(tr, t, p->root, p->views, p->nviews, r, what);
 }
 
 /* Tensor.<name>_ (self args[0]); see trace.h. */
@@ -359,7 +438,16 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     char what[96], base[80];
     snprintf(what, sizeof(what), "in-place Tensor.%s()", n);
     size_t len = strlen(n);
-    tvar *vb;
+    static const char *not_values[] = {"requires_grad_", "share_memory_", "resize_", "resize_as_",
+                                       "set_", "detach_", "bernoulli_", "random_", "uniform_",
+                                       "normal_", "exponential_", "geometric_", "cauchy_",
+                                       "log_normal_", "as_strided_", "record_stream", NULL};
+    for (int i = 0; not_values[i]; i++)
+        if (!strcmp(n, not_values[i])) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s is not supported", what);
+            return NULL;
+        }
+    mut_plan vb;
     if (len >= sizeof(base) || may_mutate(tr, args[0], what, &vb))
         return NULL;
     memcpy(base, n, len - 1);
@@ -397,7 +485,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
         return NULL;
     }
-    return commit(tr, args[0], r, before, what, vb);
+    return commit(tr, args[0], r, before, what, &vb);
 }
 
 /* The out-of-place twin of torch function fn named `name` ending in '_'
@@ -440,7 +528,8 @@ static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
 {
     Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
     int pos = nargs - (int)nk + ko;
-    tvar *o = args[pos], *a2[CDY_MAX_CALL_ARGS + 1], *vb, *f;
+    tvar *o = args[pos], *a2[CDY_MAX_CALL_ARGS + 1], *f;
+    mut_plan vb;
     const char *what = "a call with out=";
     if (nargs > CDY_MAX_CALL_ARGS || may_mutate(tr, o, what, &vb))
         return NULL;
@@ -470,7 +559,7 @@ static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
     f->obj = fn;
     int before = tr->t->graph.nvalues;
     tvar *res = cdy_call(tr, f, a2, nargs - 1, nk > 1 ? rest : NULL);
-    return commit(tr, o, res, before, what, vb);
+    return commit(tr, o, res, before, what, &vb);
 }
 
 /* torch function fn called in place (see trace.h). */
@@ -503,7 +592,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
         return NULL;
     }
-    tvar *vb;
+    mut_plan vb;
     if (may_mutate(tr, args[0], what, &vb) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
     int before = tr->t->graph.nvalues;
@@ -524,7 +613,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     }
     if (r && r->kind == TV_TENSOR && r->obj == args[0]->obj)
         return args[0];   /* a no-op (dropout in eval) */
-    return commit(tr, args[0], r, before, what, vb);
+    return commit(tr, args[0], r, before, what, &vb);
 }
 
 /* 1 if the code after BINARY_OP at tr->pc is `SWAP 3; SWAP 2; STORE_SUBSCR`
@@ -555,7 +644,7 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     }
     snprintf(what, sizeof(what), "in-place operator %s=", sym);
     int temp = subscr_pattern(tr);   /* a temporary x[k] stored back by setitem */
-    tvar *vb = NULL;
+    mut_plan vb;
     if (!temp && may_mutate(tr, args[0], what, &vb))
         return NULL;
     if (temp && mut_init()) {
@@ -571,14 +660,14 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
             repoint(tr, args[0], r);
         return r ? args[0] : NULL;
     }
-    return commit(tr, args[0], r, before, what, vb);
+    return commit(tr, args[0], r, before, what, &vb);
 }
 
 /* x[k] = v on tensor x (see trace.h); 0 or -1. */
 int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
 {
     const char *what = "tensor item assignment";
-    tvar *vb;
+    mut_plan vb;
     if (may_mutate(tr, x, what, &vb))
         return -1;
     int before = tr->t->graph.nvalues;
@@ -602,7 +691,7 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
         tvar *a[3] = {x, k, v};
         r = cdy_call_extern(tr, setitem_fn, "setitem", a, 3);
     }
-    return commit(tr, x, r, before, what, vb) ? 0 : -1;
+    return commit(tr, x, r, before, what, &vb) ? 0 : -1;
 }
 
 /* obj.name = v (see trace.h); 0 or -1. */
@@ -611,9 +700,9 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
     mut_state *s = state(tr);
     if (!s)
         return -1;
-    if (obj->kind != TV_OBJ || !obj->src || obj->src->kind == CDY_SRC_DEREF)
+    if (obj->kind != TV_OBJ || !obj->src)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on an object with no "
-                           "source (made in the frame, or a closure's)");
+                           "source (made in the frame)");
     if (v->kind != TV_TENSOR && v->kind != TV_CONST && v->kind != TV_OBJ)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of a container");
     if (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj))
