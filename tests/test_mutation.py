@@ -436,3 +436,19 @@ def test_store_attr_on_object_made_in_frame_breaks():
 
     torch.testing.assert_close(cdynamo.optimize(f)(X), X + 1)
     assert cdynamo.stats()["graph_breaks"] >= 1
+
+
+# ---- small tracer additions found on T5 -----------------------------------------------------
+
+def test_kwargs_pop_and_str_methods_fold():
+    def inner(x, **kwargs):
+        scale = kwargs.pop("scale", 1.0)
+        mode = kwargs.pop("mode")
+        if mode.startswith("dou") and "x".upper() == "X":
+            return x * scale * 2, len(kwargs)
+        return x * scale, len(kwargs)
+
+    def f(x):
+        return inner(x, scale=3.0, mode="double", extra=1)
+
+    run(f, X)

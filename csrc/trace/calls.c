@@ -709,6 +709,8 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self)) && cdy_is_const(self))
+        return 1;   /* a method of a str or tuple constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);
@@ -874,6 +876,34 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
          !strcmp(name, "extend") || !strcmp(name, "insert") || !strcmp(name, "clear"))) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating a %s that lives outside the frame",
                     self->kind == TV_DICT ? "dict" : "list");
+        return NULL;
+    }
+    if (self->kind == TV_DICT && !strcmp(name, "pop") && (nargs == 1 || nargs == 2) &&
+        args[0]->kind == TV_CONST) {   /* a dict the trace made (kwargs) */
+        for (int i = 0; i < self->n; i++)
+            if (PyObject_RichCompareBool(self->keys[i], args[0]->obj, Py_EQ) == 1) {
+                tvar *v = self->items[i], **it;   /* fresh arrays: others may share these */
+                PyObject **ks;
+                it = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)self->n);
+                ks = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)self->n);
+                if (!it || !ks) {
+                    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+                    return NULL;
+                }
+                for (int j = 0, k = 0; j < self->n; j++)
+                    if (j != i) {
+                        it[k] = self->items[j];
+                        ks[k++] = self->keys[j];
+                    }
+                self->items = it;
+                self->keys = ks;
+                self->n--;
+                return v;
+            }
+        PyErr_Clear();
+        if (nargs == 2)
+            return args[1];
+        cdy_tr_stop(tr, CDY_TRACE_ERROR, "KeyError");
         return NULL;
     }
     if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {

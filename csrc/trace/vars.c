@@ -723,6 +723,13 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         PyObject *v = PyObject_GetAttr(base->obj, name);
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
+        if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
+                                          PyTuple_CheckExact(base->obj))) {
+            tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
+            if (m)
+                m->obj = v;
+            return m;
+        }
         Py_XDECREF(v);
         PyErr_Clear();
     }
