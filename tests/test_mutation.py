@@ -380,6 +380,17 @@ def test_mutated_input_overlapping_another_input_raises():
         opt(a, a)
 
 
+def test_mutated_input_aliasing_another_input_at_trace_time_breaks():
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    a1, a2 = X.clone(), X.clone()
+    torch.testing.assert_close(cdynamo.optimize(f)(a2, a2[1:]), f(a1, a1[1:]))
+    torch.testing.assert_close(a2, a1)
+    assert "shares memory with input" in breaks()[0]
+
+
 # ---- attribute stores -----------------------------------------------------------------------
 
 class Holder:

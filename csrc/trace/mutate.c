@@ -175,6 +175,43 @@ static int check_on_fakes(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     return 0;
 }
 
+/* The storage data pointer of the real tensor at src (top frame tr), or 0
+ * with no error when it cannot be read. */
+static uintptr_t real_storage(tracer *tr, const cdy_src *src)
+{
+    while (tr->parent)
+        tr = tr->parent;
+    PyObject *x = cdy_src_fetch(src, tr->frame_locals, tr->globals, tr->builtins, tr->closure);
+    PyObject *st = x ? PyObject_CallMethodNoArgs(x, str_untyped_storage) : NULL;
+    PyObject *p = st ? PyObject_CallMethod(st, "data_ptr", NULL) : NULL;
+    uintptr_t r = p ? (uintptr_t)PyLong_AsUnsignedLongLong(p) : 0;
+    Py_XDECREF(x);
+    Py_XDECREF(st);
+    Py_XDECREF(p);
+    PyErr_Clear();
+    return r;
+}
+
+/* 0 if input t's real tensor shares memory with no other tensor input of
+ * the frame (the graph treats inputs as distinct), else -1 stopped. */
+static int check_input_alias(tracer *tr, tvar *t)
+{
+    uintptr_t mine = real_storage(tr, t->src);
+    const cdy_guards *gs = &tr->t->guards;
+    char a[96], b[96];
+    for (int i = 0; mine && i < gs->n; i++) {
+        const cdy_guard *g = &gs->items[i];
+        if (g->kind != CDY_GUARD_TENSOR)
+            continue;
+        cdy_src_name(t->src, tr->t->top_code, a, sizeof(a));
+        cdy_src_name(&g->src, tr->t->top_code, b, sizeof(b));
+        if (strcmp(a, b) && real_storage(tr, &g->src) == mine)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating input '%s', which shares "
+                               "memory with input '%s'", a, b);
+    }
+    return 0;
+}
+
 /* Record t as a mutated graph input (first mutation only); 0 or -1. */
 static int note_input(tracer *tr, tvar *t)
 {
@@ -773,6 +810,8 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
         tvar *v = s->inputs[i];
         if (v->value == s->input_value[i])
             continue;
+        if (check_input_alias(tr, v))
+            return -1;
         int pos = -1;
         for (int o = 0; o < t->graph.noutputs; o++)
             if (t->graph.outputs[o] == v->value)
