@@ -211,7 +211,9 @@ def test_functional_inplace_true():
         F.hardtanh(b, -0.5, 0.5, inplace=True)
         c = F.leaky_relu(x * 3, 0.2, inplace=True)
         d = F.dropout(x * 4, 0.5, False, True)   # eval: a no-op
-        return a, b, c, d
+        e = x * 5
+        F.relu(e, True)                           # inplace passed positionally
+        return a, b, c, d, e
 
     run(f, X)
 
@@ -330,6 +332,18 @@ def test_augmented_setitem():
         return x
 
     run(f, X)
+
+
+def test_augmented_item_of_a_list_argument():
+    def f(xs, y):
+        xs[0] += y        # in place on the list's tensor: the caller's tensor changes
+        return xs[0] * 2
+
+    a, b = [X.clone()], [X.clone()]
+    opt = cdynamo.optimize(f)
+    for _ in range(2):
+        torch.testing.assert_close(opt(b, Y), f(a, Y))
+        torch.testing.assert_close(b[0], a[0], rtol=0, atol=0)
 
 
 # ---- aliasing -------------------------------------------------------------------------------

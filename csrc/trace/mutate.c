@@ -550,13 +550,24 @@ static PyObject *outplace_fn(tracer *tr, PyObject *fn, const char *name)
     return NULL;
 }
 
-/* 1 if the call passes inplace=True as its last keyword. */
-static int inplace_kw(tvar **args, int nargs, PyObject *kwnames)
+/* The position in args of fn's `inplace` argument when it is passed True
+ * (by keyword, or positionally to a Python function), else -1. */
+static int inplace_arg(PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    return nk > 0 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, nk - 1),
-                                                      "inplace") == 0 &&
-           args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_True;
+    for (Py_ssize_t k = 0; k < nk; k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "inplace") == 0) {
+            tvar *a = args[nargs - nk + k];
+            return a->kind == TV_CONST && a->obj == Py_True ? (int)(nargs - nk + k) : -1;
+        }
+    if (!PyFunction_Check(fn))
+        return -1;
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    for (int i = 0; i < co->co_argcount && i < nargs - nk; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i),
+                                             "inplace") == 0)
+            return args[i]->kind == TV_CONST && args[i]->obj == Py_True ? i : -1;
+    return -1;
 }
 
 /* fn(..., out=o): computed without out=, o re-pointed to the result cast to
@@ -616,7 +627,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     PyObject *nm = PyObject_GetAttrString(fn, "__name__");
     const char *n = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "";
     size_t len = strlen(n);
-    int kw = inplace_kw(args, nargs, kwnames);
+    int kwpos = inplace_arg(fn, args, nargs, kwnames), kw = kwpos >= 0;
     int trailing = len > 1 && n[len - 1] == '_' && n[len - 2] != '_';
     PyObject *out = trailing && !kw ? outplace_fn(tr, fn, n) : NULL;
     snprintf(what, sizeof(what), "in-place %s()", n);
@@ -637,7 +648,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     if (kw) {   /* the same call with inplace=False */
         tvar *a2[CDY_MAX_CALL_ARGS];
         memcpy(a2, args, sizeof(tvar *) * (size_t)nargs);
-        if (!(a2[nargs - 1] = cdy_tv_const(tr, Py_NewRef(Py_False))) || !(f = cdy_tv_new(tr, TV_OBJ)))
+        if (!(a2[kwpos] = cdy_tv_const(tr, Py_NewRef(Py_False))) || !(f = cdy_tv_new(tr, TV_OBJ)))
             return NULL;
         f->obj = fn;
         r = cdy_call(tr, f, a2, nargs, kwnames);
@@ -680,7 +691,8 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
         return NULL;
     }
     snprintf(what, sizeof(what), "in-place operator %s=", sym);
-    int temp = subscr_pattern(tr);   /* a temporary x[k] stored back by setitem */
+    /* a temporary x[k] of a tensor x, stored back by setitem (stack: x, k) */
+    int temp = subscr_pattern(tr) && tr->sp >= 2 && tr->stack[tr->sp - 2]->kind == TV_TENSOR;
     mut_plan vb;
     if (!temp && may_mutate(tr, args[0], what, &vb))
         return NULL;
