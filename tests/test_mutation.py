@@ -99,6 +99,15 @@ def test_method_on_input_written_back(name):
     run(f, X, Y, transcendental=True)
 
 
+def test_graph_records_the_mutated_input_and_stores():
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    run(f, X)
+    assert "mutates input 0: written back from %" in last()["graph"]
+
+
 def test_method_eager_backend_writes_back():
     def f(x):
         x.mul_(2)
