@@ -486,3 +486,38 @@ def test_kwargs_pop_and_str_methods_fold():
         return inner(x, scale=3.0, mode="double", extra=1)
 
     run(f, X)
+
+
+def test_copy_source_mutated_later_stays_independent():
+    def f(x, y):
+        t = x * 1
+        t.copy_(y)          # t takes y's values (y broadcast), not y's memory
+        y.add_(1)
+        return t, y * 1
+
+    run(f, X, Y.clone())
+
+
+def test_store_attr_container_and_module_buffer_read_back():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("state", torch.zeros(6))
+            self.cache = None
+
+        def forward(self, x):
+            self.state = x.sum(0)          # a buffer: Module.__setattr__ files it in _buffers
+            self.cache = [x * 2, (x + 1, 3)]
+            return self.state + self.cache[0][0]
+
+    m, m2 = M(), M()
+    opt = cdynamo.optimize(m2)
+    for i in range(2):
+        x = X + i
+        torch.testing.assert_close(opt(x), m(x))
+        torch.testing.assert_close(m2.state, m.state)
+        assert "state" in m2._buffers
+        torch.testing.assert_close(m2.cache[0], m.cache[0])
+        torch.testing.assert_close(m2.cache[1][0], m.cache[1][0])
+        assert m2.cache[1][1] == 3
+    assert cdynamo.stats()["graph_breaks"] == 0

@@ -242,6 +242,12 @@ static tvar *call_method(tracer *tr, const char *name, tvar **args, int nargs, P
     return cdy_call(tr, m, args, nargs, kwnames);
 }
 
+/* x._base (new reference; None when x is not a view), or NULL with an error. */
+static PyObject *base_of(PyObject *x)
+{
+    return PyObject_GetAttrString(x, "_base");
+}
+
 /* r as t's new value: t's dtype and sizes, a graph value made after
  * `before` (a fresh tensor); NULL when stopped. */
 static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what)
@@ -262,7 +268,11 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: the result's shape is not the tensor's", what);
         return NULL;
     }
-    if (r->value < before && r->obj != t->obj)   /* an existing tensor: copy it */
+    PyObject *b = base_of(r->obj);   /* an existing tensor or a view (expand_as): copy it */
+    int view = b && b != Py_None;
+    Py_XDECREF(b);
+    PyErr_Clear();
+    if ((r->value < before && r->obj != t->obj) || view)
         r = call_method(tr, "clone", &r, 1, NULL);
     return r;
 }
@@ -281,12 +291,6 @@ static void repoint(tracer *tr, tvar *t, tvar *r)
         }
     t->obj = r->obj;
     t->value = r->value;
-}
-
-/* x._base (new reference; None when x is not a view), or NULL with an error. */
-static PyObject *base_of(PyObject *x)
-{
-    return PyObject_GetAttrString(x, "_base");
 }
 
 /* 1 if fake x is contiguous from its storage's start (a view's strides and
@@ -743,6 +747,28 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
     return commit(tr, x, r, before, what, &vb) ? 0 : -1;
 }
 
+/* 1 if the transformed code can rebuild v (as a return value is rebuilt). */
+static int storable(tvar *v, int depth)
+{
+    if (v->kind == TV_TENSOR || v->kind == TV_CONST || v->kind == TV_OBJ)
+        return 1;
+    if ((v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_DICT) || depth > 8)
+        return 0;
+    for (int i = 0; !v->src && i < v->n; i++)
+        if (!storable(v->items[i], depth + 1))
+            return 0;
+    return 1;
+}
+
+/* Tensors in v (a bound for the graph outputs its rebuilding may add). */
+static int count_tensors(tvar *v)
+{
+    int n = v->kind == TV_TENSOR;
+    for (int i = 0; (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT) && i < v->n; i++)
+        n += count_tensors(v->items[i]);
+    return n;
+}
+
 /* obj.name = v (see trace.h); 0 or -1. */
 int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
 {
@@ -752,8 +778,9 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
     if (obj->kind != TV_OBJ || !obj->src)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on an object with no "
                            "source (made in the frame)");
-    if (v->kind != TV_TENSOR && v->kind != TV_CONST && v->kind != TV_OBJ)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of a container");
+    if (!storable(v, 0))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of a value the transformed "
+                           "code cannot rebuild (a function, an iterator, a cell)");
     if (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj))
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of an object with no source");
     PyObject *desc = _PyType_Lookup(Py_TYPE(obj->obj), name);   /* properties, slots */
@@ -779,6 +806,14 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
     if (cdy_memo_set(tr, src, v))
         return -1;
+    for (int h = 0; is_mod && h < 3; h++) {   /* reads through _parameters/_buffers/_modules */
+        static const char *homes[3] = {"_parameters", "_buffers", "_modules"};
+        PyObject *hn = cdy_tr_keep(tr, PyUnicode_FromString(homes[h]));
+        const cdy_src *s1 = hn ? cdy_src_step(tr, obj->src, hn, 0) : NULL;
+        const cdy_src *s2 = s1 ? cdy_src_step(tr, s1, name, 1) : NULL;
+        if (!s2 || cdy_memo_set(tr, s2, v))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+    }
     for (int i = 0; i < s->nst; i++)
         if (s->st[i].src == obj->src && PyUnicode_Compare(s->st[i].name, name) == 0) {
             s->st[i].value = v;
@@ -796,7 +831,10 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
 int cdy_mut_extra_outputs(tracer *tr)
 {
     mut_state *s = tr->t->mut;
-    return s ? s->nin + s->nst : 0;
+    int n = s ? s->nin : 0;
+    for (int i = 0; s && i < s->nst; i++)
+        n += count_tensors(s->st[i].value);
+    return n;
 }
 
 /* At the top frame's return: writebacks of mutated inputs and attribute
