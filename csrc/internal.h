@@ -99,6 +99,13 @@ typedef struct cdy_ret {
     PyObject **keys;         /* DICT keys (borrowed constants) */
 } cdy_ret;
 
+/* An attribute store replayed after the graph: obj.name = value (mutate.c). */
+typedef struct {
+    const cdy_src *obj;
+    PyObject *name;          /* borrowed (a code object's name) */
+    cdy_ret *value;
+} cdy_store;
+
 /* A list/tuple argument of a traced call, rebuilt per call from graph values. */
 typedef struct {
     int is_list;
@@ -142,6 +149,12 @@ typedef struct {
     int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
     int grad_guarded;        /* the grad-mode guard was added */
+    /* mutate.c */
+    void *mut;               /* the tracer's mutation state */
+    int nwriteback;          /* mutated inputs, copied into after the call: */
+    int *writeback;          /* pairs (input position, output position of the final value) */
+    int nstores;             /* attribute stores replayed after the call */
+    cdy_store *stores;
 } cdy_trace;
 
 /* Trace `code` symbolically with the frame's actual arguments as examples.

@@ -292,6 +292,11 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
         }
         emit(&w, CDY_STORE_FAST, w.outs_slot, -1);
     }
+    for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
+        emit_ret(&w, t->stores[i].value);
+        emit_source(&w, t->stores[i].obj);
+        emit(&w, CDY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
+    }
     emit_ret(&w, t->ret);
     emit(&w, CDY_RETURN_VALUE, 0, -1);
 built:

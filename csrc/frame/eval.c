@@ -319,7 +319,8 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
     char name[64], err[CDY_ERRLEN] = "";
     snprintf(name, sizeof(name), "__compiled_fn_%d", fn_counter++);
     int call_graph = t->graph.noutputs > 0;
-    int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1;
+    int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
+                 !t->nstores;
     PyObject *compiled = NULL, *code = NULL;
     if (call_graph) {
         compiled = compile_graph(t, name, single, e->backend, err, sizeof(err));

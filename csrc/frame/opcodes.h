@@ -16,6 +16,7 @@
     X(UNARY_INVERT, 15, 0)                        \
     X(BINARY_SUBSCR, 25, 4)                       \
     X(STORE_SUBSCR, 60, 1)                        \
+    X(STORE_ATTR, 95, 4)                          \
     X(GET_ITER, 68, 0)                            \
     X(RETURN_GENERATOR, 75, 0)                    \
     X(LIST_TO_TUPLE, 82, 0)                       \

@@ -65,6 +65,10 @@ typedef struct {
     PyObject *ir_pre;     /* loop IR before / after fusion (str), NULL for eager */
     PyObject *ir_post;
     long long calls;
+    /* mutated inputs (trace/mutate.c): after the call, input wb[2i] <- output wb[2i+1] */
+    int nwb;
+    int *wb;
+    int64_t *in_bytes;    /* per input: bytes its elements span (overlap check) */
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -267,6 +271,51 @@ static void scratch_give(cdy_compiled *c, void *block)
         PyMem_Free(block);
 }
 
+/* 0 when no mutated input overlaps another input in memory (the graph
+ * treats them as distinct), else -1 with RuntimeError. */
+static int check_overlap(cdy_compiled *c, PyObject *const *args)
+{
+    for (int w = 0; w < c->nwb; w++) {
+        int i = c->wb[2 * w];
+        char *pi = tensor_ptr(args[i]);
+        for (int j = 0; pi && j < c->ninputs; j++) {
+            char *pj = j == i ? NULL : tensor_ptr(args[j]);
+            if (!pj && PyErr_Occurred())
+                return -1;
+            if (pj && c->in_bytes[i] && c->in_bytes[j] && pi < pj + c->in_bytes[j] &&
+                pj < pi + c->in_bytes[i]) {
+                PyErr_Format(PyExc_RuntimeError, "cdynamo: %U mutates input %d, which overlaps "
+                             "input %d in memory; the compiled graph assumes they are distinct "
+                             "(call this function with non-aliasing tensors, or cdynamo.disable it)",
+                             c->name, i, j);
+                return -1;
+            }
+        }
+        if (!pi)
+            return -1;
+    }
+    return 0;
+}
+
+/* Copy each mutated input's final value into the input (eager's in-place
+ * semantics); 0 or -1. */
+static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
+{
+    static PyObject *str_copy;
+    if (!str_copy && !(str_copy = PyUnicode_InternFromString("copy_")))
+        return -1;
+    for (int w = 0; w < c->nwb; w++) {
+        PyObject *src = vals[c->outputs[c->wb[2 * w + 1]]], *dst = args[c->wb[2 * w]];
+        if (src == dst)
+            continue;
+        PyObject *r = PyObject_CallMethodOneArg(dst, str_copy, src);
+        if (!r)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -289,6 +338,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         PyErr_NoMemory();
         goto done;
     }
+    if (c->nwb && check_overlap(c, args))
+        goto done;
     for (; i < c->ninputs; i++) {
         bufs[i] = args[i];
         Py_INCREF(args[i]);
@@ -323,6 +374,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         else if (run_extern(c, st, bufs, ptrs, stash))
             goto done;
     }
+    if (c->nwb && write_back(c, args, bufs))
+        goto done;
     c->calls++;
     res = make_result(c, bufs);
 done:
@@ -361,6 +414,8 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
             vals[v] = args[c->value_input[v]];
             Py_INCREF(vals[v]);
         }
+    if (c->nwb && check_overlap(c, args))
+        goto done;
     for (int n = 0; n < c->npynodes; n++) {
         if (c->pynodes[n].value < 0)
             continue;   /* a multi-output call: made when its first item is needed */
@@ -369,6 +424,8 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
             goto done;
         Py_XSETREF(vals[c->pynodes[n].value], r);
     }
+    if (c->nwb && write_back(c, args, vals))
+        goto done;
     c->calls++;
     res = make_result(c, vals);
 done:
@@ -415,6 +472,8 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->pynodes);
     PyMem_Free(c->value_input);
     PyMem_Free(c->outputs);
+    PyMem_Free(c->wb);
+    PyMem_Free(c->in_bytes);
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
@@ -726,6 +785,33 @@ oom:
     return -1;
 }
 
+/* Copy t's mutated inputs (writeback pairs) and the inputs' byte spans; 0 or -1. */
+static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
+{
+    if (!t->nwriteback)
+        return 0;
+    c->nwb = t->nwriteback;
+    c->wb = PyMem_Calloc((size_t)(2 * c->nwb), sizeof(int));
+    c->in_bytes = PyMem_Calloc((size_t)c->ninputs + 1, sizeof(int64_t));
+    if (!c->wb || !c->in_bytes) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(c->wb, t->writeback, sizeof(int) * (size_t)(2 * c->nwb));
+    for (int v = 0; v < t->graph.nvalues; v++) {
+        const cdy_value *val = &t->graph.values[v];
+        if (val->kind != CDY_VAL_INPUT || val->input_index >= c->ninputs)
+            continue;
+        int64_t span = 1;
+        for (int d = 0; d < val->meta.ndim; d++) {
+            int64_t st = val->meta.strides[d] < 0 ? -val->meta.strides[d] : val->meta.strides[d];
+            span = val->meta.sizes[d] == 0 ? 0 : span ? span + (val->meta.sizes[d] - 1) * st : 0;
+        }
+        c->in_bytes[val->input_index] = span * cdy_dtype_table[val->meta.dtype].size;
+    }
+    return 0;
+}
+
 /* The C-backend callable for plan, loading so_path (NULL: no kernels) and
  * calling t's extern nodes through torch.  New ref or NULL. */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, const char *name,
@@ -768,7 +854,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
-    if (copy_pynodes(c, t) || plan_scratch(c, plan))
+    if (copy_pynodes(c, t) || plan_scratch(c, plan) || copy_writeback(c, t))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (c->buf_alloc[b] && c->scratch_off[b] < 0)
@@ -795,7 +881,7 @@ PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single)
     c->ninputs = t->graph.ninputs;
     c->nvalues = t->graph.nvalues;
     c->noutputs = t->graph.noutputs;
-    if (copy_pynodes(c, t))
+    if (copy_pynodes(c, t) || copy_writeback(c, t))
         goto fail;
     c->outputs = PyMem_Calloc((size_t)c->noutputs + 1, sizeof(int));
     c->value_input = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(int));

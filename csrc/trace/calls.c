@@ -722,6 +722,8 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self)) && cdy_is_const(self))
+        return 1;   /* a method of a str or tuple constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);
@@ -889,6 +891,34 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
                     self->kind == TV_DICT ? "dict" : "list");
         return NULL;
     }
+    if (self->kind == TV_DICT && !strcmp(name, "pop") && (nargs == 1 || nargs == 2) &&
+        args[0]->kind == TV_CONST) {   /* a dict the trace made (kwargs) */
+        for (int i = 0; i < self->n; i++)
+            if (PyObject_RichCompareBool(self->keys[i], args[0]->obj, Py_EQ) == 1) {
+                tvar *v = self->items[i], **it;   /* fresh arrays: others may share these */
+                PyObject **ks;
+                it = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)self->n);
+                ks = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)self->n);
+                if (!it || !ks) {
+                    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+                    return NULL;
+                }
+                for (int j = 0, k = 0; j < self->n; j++)
+                    if (j != i) {
+                        it[k] = self->items[j];
+                        ks[k++] = self->keys[j];
+                    }
+                self->items = it;
+                self->keys = ks;
+                self->n--;
+                return v;
+            }
+        PyErr_Clear();
+        if (nargs == 2)
+            return args[1];
+        cdy_tr_stop(tr, CDY_TRACE_ERROR, "KeyError");
+        return NULL;
+    }
     if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 2));
         if (!items)
@@ -929,10 +959,11 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s() needs the tensor's data", what);
         return NULL;
     }
-    if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_') {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "in-place %s() is not supported", what);
-        return NULL;
-    }
+    if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
+        return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
+    if (!strcmp(name, "__setitem__") && nargs == 3 && !kwnames)
+        return cdy_mut_setitem(tr, args[0], args[1], args[2]) ? NULL
+                                                              : cdy_tv_const(tr, Py_NewRef(Py_None));
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, m->obj));
     if (!fn) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
@@ -1024,6 +1055,9 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
             cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "constructing %s is not supported", name);
             return NULL;
         }
+        tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
+        if (handled)
+            return m;
         return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames, 0);
     }
     if (PyFunction_Check(fn))

@@ -54,6 +54,12 @@ PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co)
     for (int i = 0; i < g->noutputs; i++)
         cdy_buf_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
     cdy_buf_puts(&b, ")\n");
+    for (int w = 0; w < t->nwriteback; w++)   /* trace/mutate.c */
+        cdy_buf_printf(&b, "  mutates input %d: written back from %%%d\n", t->writeback[2 * w],
+                       g->outputs[t->writeback[2 * w + 1]]);
+    for (int i = 0; i < t->nstores; i++)
+        cdy_buf_printf(&b, "  stores attribute .%s after the call\n",
+                       PyUnicode_AsUTF8(t->stores[i].name));
     PyErr_Clear();
     return cdy_buf_str(&b);
 }

@@ -302,11 +302,14 @@ static int op_binary(tracer *tr, int oparg)
     int base = inplace ? oparg - CDY_NB_INPLACE_FIRST : oparg;
     if (base < 0 || base > 12)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "binary operator %d", oparg);
-    if (inplace && peek(tr, 2)->kind == TV_TENSOR)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "in-place operator %s= on a tensor", syms[base]);
     tvar *args[2];
     args[1] = pop(tr);
     args[0] = pop(tr);
+    if (inplace && args[0]->kind == TV_TENSOR) {   /* functionalized (trace/mutate.c) */
+        PyObject *fn = cdy_operator_fn(base, names[base]);
+        return fn ? push(tr, cdy_mut_binary(tr, names[base], fn, syms[base], args))
+                  : cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    }
     if (base == 0 && args[0]->kind == args[1]->kind && (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
@@ -410,6 +413,8 @@ static int op_subscr(tracer *tr)
 static int op_store_subscr(tracer *tr)
 {
     tvar *k = pop(tr), *c = pop(tr), *v = pop(tr);
+    if (c->kind == TV_TENSOR)
+        return cdy_mut_setitem(tr, c, k, v);   /* functionalized (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
     if (c->kind == TV_LIST) {
@@ -596,6 +601,11 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
     }
     switch (v->kind) {
     case TV_TENSOR:
+        if (cdy_mut_is_input(tr, v)) {   /* a mutated input: the caller's tensor, written back */
+            r->kind = CDY_RET_SOURCE;
+            r->src = v->src;
+            return r;
+        }
         r->kind = CDY_RET_OUTPUT;
         for (int i = 0; i < t->graph.noutputs; i++)
             if (t->graph.outputs[i] == v->value) {
@@ -666,12 +676,13 @@ static int op_return(tracer *tr)
         return 1;
     }
     cdy_trace *t = tr->t;
-    t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(count_tensors(v) + 1));
+    t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(count_tensors(v) +
+                                                                         cdy_mut_extra_outputs(tr) + 1));
     if (!t->graph.outputs)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
     t->return_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->ret = make_ret(tr, v);
-    return t->ret ? 1 : -1;
+    return t->ret && !cdy_mut_finish(tr, make_ret) ? 1 : -1;
 }
 
 /* ---- the interpreter loop -------------------------------------------------------------- */
@@ -760,6 +771,10 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_load_deref(tr, oparg);
     case CDY_LOAD_ATTR:
         return push(tr, cdy_get_attr(tr, pop(tr), PyTuple_GET_ITEM(names, oparg)));
+    case CDY_STORE_ATTR: {   /* replayed after the graph (trace/mutate.c) */
+        tvar *obj = pop(tr), *v = pop(tr);
+        return cdy_mut_store_attr(tr, obj, PyTuple_GET_ITEM(names, oparg), v);
+    }
     case CDY_LOAD_METHOD:
         return op_load_method(tr, PyTuple_GET_ITEM(names, oparg));
     case CDY_KW_NAMES:

@@ -134,6 +134,34 @@ int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 
+/* ---- mutate.c: in-place ops, tensor item assignment, attribute stores ---- */
+/* Remember TENSOR tvar v (cdy_tv_new calls it): re-pointing and alias checks see it. */
+void cdy_mut_register(tracer *tr, tvar *v);
+/* In-place Tensor method `name` (ends in '_') on args[0] (args: self first):
+ * args[0] re-pointed to the out-of-place result; it, or NULL when stopped. */
+tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames);
+/* Torch function fn called in place (name ending in '_', or inplace=True) on
+ * args[0]: *handled = 1 and as cdy_mut_method; else *handled = 0, NULL. */
+tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                   int *handled);
+/* args[0] op= args[1] on a tensor (fn operator.<name>): the re-pointed
+ * args[0], or the new value when setitem stores it back (x[k] op= v). */
+tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym, tvar **args);
+/* x[k] = v on tensor x: x re-pointed to the result; 0 or -1 (stopped). */
+int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v);
+/* obj.name = v on an object read from the frame: later reads see v, the store
+ * is replayed after the call; 0 or -1 (stopped). */
+int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v);
+/* Graph outputs cdy_mut_finish may add (bound for the output array). */
+int cdy_mut_extra_outputs(tracer *tr);
+/* At the top frame's return (after the return value's outputs): fill
+ * t->stores and t->writeback (mutated inputs' final values become outputs). */
+int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *));
+/* 1 if v is a graph input the trace mutated (returned through its source). */
+int cdy_mut_is_input(tracer *tr, tvar *v);
+/* vars.c: later reads of src in this trace give v; 0 or -1. */
+int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v);
+
 /* ---- meta.c ---- */
 /* A fake for pointwise op `op` over its bound args (called as fn), its meta
  * (sizes, strides, dtype) computed in C as CPU's TensorIterator does; NULL

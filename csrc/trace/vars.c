@@ -51,6 +51,8 @@ tvar *cdy_tv_new(tracer *tr, int kind)
         v->kind = kind;
     else
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    if (v && kind == TV_TENSOR)
+        cdy_mut_register(tr, v);
     return v;
 }
 
@@ -375,6 +377,22 @@ static void memo_add(tracer *tr, const char *desc, tvar *v)
     tv_memo *m = (tv_memo *)t->memo;
     m[t->nmemo].key = cdy_arena_strdup(&t->arena, desc);
     m[t->nmemo++].var = v;
+}
+
+/* Later reads of src give v (an attribute store, trace/mutate.c); 0 or -1. */
+int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v)
+{
+    char desc[160] = "";
+    cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
+    tv_memo *m = (tv_memo *)tr->t->memo;
+    for (int i = 0; i < tr->t->nmemo; i++)
+        if (!strcmp(m[i].key, desc)) {
+            m[i].var = v;
+            return 0;
+        }
+    int n = tr->t->nmemo;
+    memo_add(tr, desc, v);
+    return tr->t->nmemo > n ? 0 : cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
 }
 
 /* A tensor read from the frame at src: guard it, make it a graph input. */
@@ -709,6 +727,13 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         PyObject *v = PyObject_GetAttr(base->obj, name);
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
+        if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
+                                          PyTuple_CheckExact(base->obj))) {
+            tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
+            if (m)
+                m->obj = v;
+            return m;
+        }
         Py_XDECREF(v);
         PyErr_Clear();
     }

@@ -1,0 +1,884 @@
+/* mutate.c - in-place tensor ops, tensor item assignment and attribute
+ * stores, functionalized.
+ *
+ *   t.add_(y), t += y, F.relu(t, inplace=True), torch.relu_(t)
+ *       -> a new graph value r (the out-of-place op, cast to t's dtype); the
+ *          tvar t is re-pointed to r, so every Python reference to the tensor
+ *          (stack, locals, containers: they share the tvar) sees r.  Eager's
+ *          checks (dtype casts, shapes) come from running the in-place op on
+ *          a copy of t's fake.
+ *   x[k] = v  -> x re-pointed to masked_fill (bool mask of x's shape) or to
+ *          an extern `_cdy_setitem(x, k, v)` (a copy of x with x[k] = v).
+ *   a graph input whose tvar was re-pointed (a mutated argument, buffer or
+ *          parameter) -> its final value is a graph output that the runtime
+ *          copies into the input after the call (t->writeback).
+ *   obj.attr = v on an object read from the frame -> later reads of obj.attr
+ *          in the trace see v; the transformed code does the setattr after
+ *          the call (t->stores).
+ * A tensor that shares memory with another tensor of the trace (a view of it,
+ * or the base of a view) is not mutated: the trace stops with a reason. */
+#include "trace/trace.h"
+#include "frame/opcodes.h"
+
+#include <string.h>
+
+/* Per-trace state: every TENSOR tvar made, and the inputs mutated. */
+typedef struct {
+    tvar *v;
+    PyObject *fake;         /* v->obj when sid was read */
+    long long sid;          /* its storage's identity */
+} mut_reg;
+
+typedef struct {
+    const cdy_src *src;     /* the object */
+    PyObject *name;         /* the attribute */
+    tvar *value;
+} mut_store;
+
+typedef struct {
+    int n, cap;
+    mut_reg *reg;
+    int nin, capin;
+    tvar **inputs;          /* mutated input tvars */
+    int *input_value;       /* their graph input value at the first mutation */
+    int nst, capst;
+    mut_store *st;
+} mut_state;
+
+static PyObject *setitem_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
+static PyObject *str_parameters;
+
+/* The trace's mutation state, made on first use; NULL when stopped. */
+static mut_state *state(tracer *tr)
+{
+    if (!tr->t->mut && !(tr->t->mut = cdy_arena_alloc(&tr->t->arena, sizeof(mut_state))))
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    return tr->t->mut;
+}
+
+/* Grow arena array *p of *cap items of size sz to hold n+1; 0 or -1. */
+static int grow(tracer *tr, void **p, int *cap, int n, size_t sz)
+{
+    if (n < *cap)
+        return 0;
+    int c = *cap ? 2 * *cap : 32;
+    void *q = cdy_arena_alloc(&tr->t->arena, sz * (size_t)c);
+    if (!q)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    if (n)
+        memcpy(q, *p, sz * (size_t)n);
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Remember tensor tvar v (called when it is made). */
+void cdy_mut_register(tracer *tr, tvar *v)
+{
+    mut_state *s = state(tr);
+    if (!s || grow(tr, (void **)&s->reg, &s->cap, s->n, sizeof(mut_reg)))
+        return;
+    s->reg[s->n].v = v;
+    s->reg[s->n].fake = NULL;
+    s->n++;
+}
+
+/* _cdy_setitem(x, k, v): a copy of x with [k] = v; new reference or NULL. */
+static PyObject *setitem_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_setitem(x, k, v)");
+        return NULL;
+    }
+    PyObject *y = PyObject_CallMethodNoArgs(args[0], str_clone);
+    if (y && PyObject_SetItem(y, args[1], args[2]) < 0)
+        Py_CLEAR(y);
+    return y;
+}
+
+/* One-time lookups; 0 or -1 with an error. */
+static int mut_init(void)
+{
+    if (setitem_fn)
+        return 0;
+    str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
+    str_cdata = PyUnicode_InternFromString("_cdata");
+    str_clone = PyUnicode_InternFromString("clone");
+    str_setattr = PyUnicode_InternFromString("__setattr__");
+    str_parameters = PyUnicode_InternFromString("_parameters");
+    static PyMethodDef def = {"_cdy_setitem", (PyCFunction)(void (*)(void))setitem_impl,
+                              METH_FASTCALL, "x.clone() with [k] = v (a C function: not traced)"};
+    setitem_fn = PyCFunction_New(&def, NULL);
+    return setitem_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
+           str_parameters ? 0 : -1;
+}
+
+/* The identity of fake x's storage, or -1 with an error. */
+static long long storage_id(PyObject *x)
+{
+    PyObject *st = PyObject_CallMethodNoArgs(x, str_untyped_storage);
+    PyObject *cd = st ? PyObject_GetAttr(st, str_cdata) : NULL;
+    long long id = cd ? PyLong_AsLongLong(cd) : -1;
+    Py_XDECREF(st);
+    Py_XDECREF(cd);
+    return id;
+}
+
+/* The Python value of a for a call on fakes (new reference), NULL if none. */
+static PyObject *fake_of(tvar *a)
+{
+    if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
+        return Py_NewRef(a->obj);
+    if (a->kind != TV_TUPLE && a->kind != TV_LIST)
+        return NULL;
+    PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
+    for (int i = 0; s && i < a->n; i++) {
+        PyObject *o = fake_of(a->items[i]);
+        if (!o) {
+            Py_DECREF(s);
+            return NULL;
+        }
+        if (a->kind == TV_TUPLE)
+            PyTuple_SET_ITEM(s, i, o);
+        else
+            PyList_SET_ITEM(s, i, o);
+    }
+    return s;
+}
+
+/* Run in-place fn(*args) on the fakes with args[0] replaced by a copy of its
+ * fake: eager's checks.  0, or -1 with the trace stopped (ERROR: eager raises). */
+static int check_on_fakes(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                          const char *what)
+{
+    PyObject *pa[CDY_MAX_CALL_ARGS];
+    int made = 0, ok = nargs <= CDY_MAX_CALL_ARGS;
+    for (; ok && made < nargs; made++)
+        ok = (pa[made] = made ? fake_of(args[made]) : PyObject_CallMethodNoArgs(args[0]->obj, str_clone)) != NULL;
+    if (!ok) {
+        for (int i = 0; i + 1 < made; i++)
+            Py_DECREF(pa[i]);
+        if (PyErr_Occurred())
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: an argument is not a tensor, constant "
+                           "or sequence of them", what);
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
+    for (int i = 0; i < nargs; i++)
+        Py_DECREF(pa[i]);
+    if (!r)
+        return cdy_tr_stop_exc(tr, PyErr_ExceptionMatches(PyExc_NotImplementedError) ?
+                               CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what);
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The storage data pointer of the real tensor at src (top frame tr), or 0
+ * with no error when it cannot be read. */
+static uintptr_t real_storage(tracer *tr, const cdy_src *src)
+{
+    while (tr->parent)
+        tr = tr->parent;
+    PyObject *x = cdy_src_fetch(src, tr->frame_locals, tr->globals, tr->builtins, tr->closure);
+    PyObject *st = x ? PyObject_CallMethodNoArgs(x, str_untyped_storage) : NULL;
+    PyObject *p = st ? PyObject_CallMethod(st, "data_ptr", NULL) : NULL;
+    uintptr_t r = p ? (uintptr_t)PyLong_AsUnsignedLongLong(p) : 0;
+    Py_XDECREF(x);
+    Py_XDECREF(st);
+    Py_XDECREF(p);
+    PyErr_Clear();
+    return r;
+}
+
+/* 0 if input t's real tensor shares memory with no other tensor input of
+ * the frame (the graph treats inputs as distinct), else -1 stopped. */
+static int check_input_alias(tracer *tr, tvar *t)
+{
+    uintptr_t mine = real_storage(tr, t->src);
+    const cdy_guards *gs = &tr->t->guards;
+    char a[96], b[96];
+    for (int i = 0; mine && i < gs->n; i++) {
+        const cdy_guard *g = &gs->items[i];
+        if (g->kind != CDY_GUARD_TENSOR)
+            continue;
+        cdy_src_name(t->src, tr->t->top_code, a, sizeof(a));
+        cdy_src_name(&g->src, tr->t->top_code, b, sizeof(b));
+        if (strcmp(a, b) && real_storage(tr, &g->src) == mine)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating input '%s', which shares "
+                               "memory with input '%s'", a, b);
+    }
+    return 0;
+}
+
+/* Record t as a mutated graph input (first mutation only); 0 or -1. */
+static int note_input(tracer *tr, tvar *t)
+{
+    mut_state *s = state(tr);
+    if (!s)
+        return -1;
+    if (!t->src || tr->t->graph.values[t->value].kind != CDY_VAL_INPUT)
+        return 0;
+    for (int i = 0; i < s->nin; i++)
+        if (s->inputs[i] == t)
+            return 0;
+    int cap = s->capin;
+    if (grow(tr, (void **)&s->inputs, &s->capin, s->nin, sizeof(tvar *)) ||
+        grow(tr, (void **)&s->input_value, &cap, s->nin, sizeof(int)))
+        return -1;
+    s->inputs[s->nin] = t;
+    s->input_value[s->nin++] = t->value;
+    return 0;
+}
+
+/* A tvar calling method `name` of args[0] with args (self first). */
+static tvar *call_method(tracer *tr, const char *name, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *m = cdy_tv_new(tr, TV_METHOD);
+    if (!m || !(m->obj = cdy_tr_keep(tr, PyUnicode_FromString(name))))
+        return NULL;
+    m->self = args[0];
+    return cdy_call(tr, m, args, nargs, kwnames);
+}
+
+/* x._base (new reference; None when x is not a view), or NULL with an error. */
+static PyObject *base_of(PyObject *x)
+{
+    return PyObject_GetAttrString(x, "_base");
+}
+
+/* r as t's new value: t's dtype and sizes, a graph value made after
+ * `before` (a fresh tensor); NULL when stopped. */
+static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what)
+{
+    if (!r || r->kind != TV_TENSOR) {
+        if (r)
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: the out-of-place op gave no tensor", what);
+        return NULL;
+    }
+    const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
+    if (tr->t->graph.values[r->value].meta.dtype != mt->dtype) {
+        tvar *a[2] = {r, cdy_tv_const(tr, Py_NewRef(cdy_dtype_obj(mt->dtype)))};
+        if (!a[1] || !(r = call_method(tr, "to", a, 2, NULL)))
+            return NULL;
+    }
+    const cdy_meta *mr = &tr->t->graph.values[r->value].meta;
+    if (mr->ndim != mt->ndim || memcmp(mr->sizes, mt->sizes, sizeof(int64_t) * (size_t)mt->ndim)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: the result's shape is not the tensor's", what);
+        return NULL;
+    }
+    PyObject *b = base_of(r->obj);   /* an existing tensor or a view (expand_as): copy it */
+    int view = b && b != Py_None;
+    Py_XDECREF(b);
+    PyErr_Clear();
+    if ((r->value < before && r->obj != t->obj) || view)
+        r = call_method(tr, "clone", &r, 1, NULL);
+    return r;
+}
+
+/* Re-point every tvar of t's tensor (those with t's fake) to value r. */
+static void repoint(tracer *tr, tvar *t, tvar *r)
+{
+    mut_state *s = state(tr);
+    PyObject *old = t->obj;
+    if (r->obj == old)
+        return;
+    for (int i = 0; s && i < s->n; i++)
+        if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->obj == old && s->reg[i].v != t) {
+            s->reg[i].v->obj = r->obj;
+            s->reg[i].v->value = r->value;
+        }
+    t->obj = r->obj;
+    t->value = r->value;
+}
+
+/* 1 if fake x is contiguous from its storage's start (a view's strides and
+ * offset are then element positions in it), 0 if not, -1 on error. */
+static int plain_base(PyObject *x)
+{
+    PyObject *c = PyObject_CallMethod(x, "is_contiguous", NULL);
+    PyObject *o = c == Py_True ? PyObject_CallMethod(x, "storage_offset", NULL) : NULL;
+    int r = c == Py_True ? (o ? PyLong_AsLong(o) == 0 : -1) : c ? 0 : -1;
+    Py_XDECREF(c);
+    Py_XDECREF(o);
+    return r;
+}
+
+/* The tvar of t's tensor's root: t itself, or the registered tvar holding
+ * t's base; NULL (not stopped) when t is a view of no tvar. */
+static tvar *root_of(tracer *tr, tvar *t)
+{
+    mut_state *s = state(tr);
+    PyObject *b = s ? base_of(t->obj) : NULL;
+    tvar *found = b == Py_None ? t : NULL;
+    for (int i = 0; b && b != Py_None && i < s->n && !found; i++)
+        if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->obj == b)
+            found = s->reg[i].v;
+    Py_XDECREF(b);
+    PyErr_Clear();
+    return found;
+}
+
+/* The tensors sharing t's memory: distinct fakes of registered tvars other
+ * than root's, each a view of root (so it can be re-derived after the write),
+ * into views[] (their count in *n).  0, or -1 stopped (another alias). */
+static int aliases(tracer *tr, tvar *t, tvar *root, PyObject **views, int *n, const char *what)
+{
+    mut_state *s = state(tr);
+    long long sid = s ? storage_id(t->obj) : -1;
+    *n = 0;
+    if (sid == -1)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+    for (int i = 0; i < s->n; i++) {
+        mut_reg *r = &s->reg[i];
+        PyObject *f = r->v->obj;
+        if (r->v->kind != TV_TENSOR || (root && f == root->obj))
+            continue;
+        if (r->fake != f) {
+            if ((r->sid = storage_id(f)) == -1)
+                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+            r->fake = f;
+        }
+        if (r->sid != sid)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < *n && !dup; k++)
+            dup = views[k] == f;
+        if (dup)
+            continue;
+        PyObject *b = root ? base_of(f) : NULL;
+        int ok = b && b == root->obj && *n < 64;
+        Py_XDECREF(b);
+        PyErr_Clear();
+        if (!ok)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a tensor that shares memory "
+                               "with another tensor this trace cannot re-derive (a view of a "
+                               "non-contiguous base, or an extern's alias)", what);
+        views[(*n)++] = f;
+    }
+    return 0;
+}
+
+/* A tvar calling torch.<name>(args); NULL when stopped. */
+static tvar *call_torch(tracer *tr, const char *name, tvar **args, int nargs)
+{
+    PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, name));
+    tvar *f = fn ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (!f) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, name);
+        return NULL;
+    }
+    f->obj = fn;
+    return cdy_call(tr, f, args, nargs, NULL);
+}
+
+/* args[1..3] = the constants size, stride, storage_offset of fake v; 0 or -1. */
+static int geometry(tracer *tr, PyObject *v, tvar **args)
+{
+    PyObject *sz = PyObject_CallMethod(v, "size", NULL);
+    PyObject *t = sz ? PySequence_Tuple(sz) : NULL;
+    Py_XDECREF(sz);
+    args[1] = t ? cdy_tv_const(tr, t) : NULL;
+    PyObject *st = args[1] ? PyObject_CallMethod(v, "stride", NULL) : NULL;
+    args[2] = st ? cdy_tv_const(tr, st) : NULL;
+    PyObject *of = args[2] ? PyObject_CallMethod(v, "storage_offset", NULL) : NULL;
+    args[3] = of ? cdy_tv_const(tr, of) : NULL;
+    if (args[3])
+        return 0;
+    return tr->t->status == CDY_TRACE_OK ? cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "view geometry")
+                                         : -1;
+}
+
+/* The write of new value r into t: t's root gets the new contents (through
+ * t's geometry when t is a view of it), every view of the root is re-derived
+ * from the new root.  t, or NULL when stopped. */
+static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int nviews, tvar *r,
+                   const char *what)
+{
+    tvar *a[5];
+    if (note_input(tr, root))
+        return NULL;
+    if (t != root) {   /* root with r scattered through t's sizes, strides and offset */
+        a[0] = root;
+        if (geometry(tr, t->obj, a))
+            return NULL;
+        a[4] = a[3];   /* (root, r, size, stride, offset) */
+        a[3] = a[2];
+        a[2] = a[1];
+        a[1] = r;
+        if (!(r = call_torch(tr, "as_strided_scatter", a, 5)))
+            return NULL;
+    }
+    if (nviews && plain_base(r->obj) != 1 && !(r = call_method(tr, "contiguous", &r, 1, NULL)))
+        return NULL;
+    repoint(tr, root, r);
+    for (int k = 0; k < nviews; k++) {
+        tvar *nv, *u = NULL;
+        a[0] = root;
+        if (geometry(tr, views[k], a) || !(nv = call_torch(tr, "as_strided", a, 4)))
+            return NULL;
+        mut_state *s = state(tr);
+        for (int i = 0; i < s->n && !u; i++)
+            if (s->reg[i].v->obj == views[k])
+                u = s->reg[i].v;
+        if (u)
+            repoint(tr, u, nv);
+    }
+    (void)what;
+    return t;
+}
+
+/* What a mutation of t needs: its root and the views to re-derive. */
+typedef struct {
+    tvar *root;
+    int nviews;
+    PyObject *views[64];
+} mut_plan;
+
+/* 0 if t may be mutated (its aliases are views of a plain root: they are
+ * re-derived); -1 stopped. */
+static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
+{
+    p->nviews = 0;
+    if (t->kind != TV_TENSOR)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-tensor", what);
+    if (mut_init())
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    p->root = root_of(tr, t);
+    if (p->root && p->root != t && plain_base(p->root->obj) != 1) {
+        PyErr_Clear();
+        p->root = NULL;
+    }
+    if (aliases(tr, t, p->root, p->views, &p->nviews, what))
+        return -1;
+    if (!p->root)
+        p->root = t;   /* a view nothing else shares: a value of its own */
+    if (p->nviews && p->root == t && plain_base(t->obj) != 1) {
+        PyErr_Clear();
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-contiguous tensor that a view "
+                           "aliases", what);
+    }
+    return 0;
+}
+
+/* The common tail: r (made after `before`) as t's new value, written per
+ * plan p.  t, or NULL when stopped. */
+static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, mut_plan *p)
+{
+    if (!(r = as_new_value(tr, t, r, before, what)))
+        return NULL;
+    return write_value(tr, t, p->root, p->views, p->nviews, r, what);
+}
+
+/* Tensor.<name>_ (self args[0]); see trace.h. */
+tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames)
+{
+    const char *n = PyUnicode_AsUTF8(name);
+    char what[96], base[80];
+    snprintf(what, sizeof(what), "in-place Tensor.%s()", n);
+    size_t len = strlen(n);
+    static const char *not_values[] = {"requires_grad_", "share_memory_", "resize_", "resize_as_",
+                                       "set_", "detach_", "bernoulli_", "random_", "uniform_",
+                                       "normal_", "exponential_", "geometric_", "cauchy_",
+                                       "log_normal_", "as_strided_", "record_stream", NULL};
+    for (int i = 0; not_values[i]; i++)
+        if (!strcmp(n, not_values[i])) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s is not supported", what);
+            return NULL;
+        }
+    mut_plan vb;
+    if (len >= sizeof(base) || may_mutate(tr, args[0], what, &vb))
+        return NULL;
+    memcpy(base, n, len - 1);
+    base[len - 1] = 0;
+    PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
+    if (!fn)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+    if (check_on_fakes(tr, fn, args, nargs, kwnames, what))
+        return NULL;
+    int before = tr->t->graph.nvalues;
+    tvar *r;
+    if (!strcmp(base, "copy") && nargs >= 2) {        /* copy_(src[, non_blocking]) */
+        tvar *e[2] = {args[1], args[0]};
+        r = call_method(tr, "expand_as", e, 2, NULL);
+    }
+    else if (!strcmp(base, "zero") || !strcmp(base, "fill")) {
+        PyObject *fl = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, "full_like"));
+        tvar *f = fl ? cdy_tv_new(tr, TV_OBJ) : NULL, *a[2] = {args[0], NULL};
+        if (!f)
+            return NULL;
+        f->obj = fl;
+        a[1] = nargs >= 2 ? args[1] : cdy_tv_const(tr, PyLong_FromLong(0));
+        if (!a[1])
+            return NULL;
+        if (a[1]->kind == TV_TENSOR) {   /* fill_(0-dim tensor): its value, broadcast */
+            tvar *e[2] = {a[1], args[0]};
+            r = call_method(tr, "expand_as", e, 2, NULL);
+        }
+        else
+            r = cdy_call(tr, f, a, 2, NULL);
+    }
+    else if (PyObject_HasAttrString(cdy_tensor_type, base))
+        r = call_method(tr, base, args, nargs, kwnames);
+    else {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
+        return NULL;
+    }
+    return commit(tr, args[0], r, before, what, &vb);
+}
+
+/* The out-of-place twin of torch function fn named `name` ending in '_'
+ * (torch.relu_ -> torch.relu), found next to fn; borrowed, or NULL. */
+static PyObject *outplace_fn(tracer *tr, PyObject *fn, const char *name)
+{
+    static const char *homes[] = {"torch", "torch.nn.functional", "torch._C._nn",
+                                  "torch._C._VariableFunctions", "torch._VF", NULL};
+    char base[80];
+    size_t len = strlen(name);
+    if (len < 2 || len >= sizeof(base))
+        return NULL;
+    memcpy(base, name, len - 1);
+    base[len - 1] = 0;
+    for (int i = 0; homes[i]; i++) {
+        PyObject *m = PyImport_ImportModule(homes[i]);
+        PyObject *same = m ? PyObject_GetAttrString(m, name) : NULL;
+        PyObject *out = same == fn ? PyObject_GetAttrString(m, base) : NULL;
+        Py_XDECREF(m);
+        Py_XDECREF(same);
+        PyErr_Clear();
+        if (out)
+            return cdy_tr_keep(tr, out);
+    }
+    return NULL;
+}
+
+/* The position in args of fn's `inplace` argument when it is passed True
+ * (by keyword, or positionally to a Python function), else -1. */
+static int inplace_arg(PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nk; k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "inplace") == 0) {
+            tvar *a = args[nargs - nk + k];
+            return a->kind == TV_CONST && a->obj == Py_True ? (int)(nargs - nk + k) : -1;
+        }
+    if (!PyFunction_Check(fn))
+        return -1;
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    for (int i = 0; i < co->co_argcount && i < nargs - nk; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i),
+                                             "inplace") == 0)
+            return args[i]->kind == TV_CONST && args[i]->obj == Py_True ? i : -1;
+    return -1;
+}
+
+/* fn(..., out=o): computed without out=, o re-pointed to the result cast to
+ * its dtype (o must have the result's shape); o, or NULL when stopped. */
+static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int ko)
+{
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+    int pos = nargs - (int)nk + ko;
+    tvar *o = args[pos], *a2[CDY_MAX_CALL_ARGS + 1], *f;
+    mut_plan vb;
+    const char *what = "a call with out=";
+    if (nargs > CDY_MAX_CALL_ARGS || may_mutate(tr, o, what, &vb))
+        return NULL;
+    /* eager's checks: the call into a copy of o's fake */
+    PyObject *pa[CDY_MAX_CALL_ARGS], *r = NULL;
+    int ok = 1, made = 0;
+    for (; ok && made < nargs; made++)
+        ok = (pa[made] = made == pos ? PyObject_CallMethodNoArgs(o->obj, str_clone)
+                                     : fake_of(args[made])) != NULL;
+    if (ok)
+        r = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nk), kwnames);
+    for (int i = 0; i < made - !ok; i++)
+        Py_DECREF(pa[i]);
+    if (!r)
+        return cdy_tr_stop_exc(tr, PyErr_ExceptionMatches(PyExc_NotImplementedError) ?
+                               CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what), NULL;
+    Py_DECREF(r);
+    PyObject *rest = PyTuple_New(nk - 1);
+    for (Py_ssize_t i = 0, j = 0; rest && i < nk; i++)
+        if (i != ko)
+            PyTuple_SET_ITEM(rest, j++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+    if (!cdy_tr_keep(tr, rest) || !(f = cdy_tv_new(tr, TV_OBJ)))
+        return NULL;
+    for (int i = 0, j = 0; i < nargs; i++)
+        if (i != pos)
+            a2[j++] = args[i];
+    f->obj = fn;
+    int before = tr->t->graph.nvalues;
+    tvar *res = cdy_call(tr, f, a2, nargs - 1, nk > 1 ? rest : NULL);
+    return commit(tr, o, res, before, what, &vb);
+}
+
+/* torch function fn called in place (see trace.h). */
+tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                   int *handled)
+{
+    char what[120];
+    *handled = 0;
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "out") == 0 &&
+            args[nargs - PyTuple_GET_SIZE(kwnames) + k]->kind == TV_TENSOR) {
+            *handled = 1;
+            return out_call(tr, fn, args, nargs, kwnames, (int)k);
+        }
+    if (nargs < 1 || args[0]->kind != TV_TENSOR)
+        return NULL;
+    PyObject *nm = PyObject_GetAttrString(fn, "__name__");
+    const char *n = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "";
+    size_t len = strlen(n);
+    int kwpos = inplace_arg(fn, args, nargs, kwnames), kw = kwpos >= 0;
+    int trailing = len > 1 && n[len - 1] == '_' && n[len - 2] != '_';
+    PyObject *out = trailing && !kw ? outplace_fn(tr, fn, n) : NULL;
+    snprintf(what, sizeof(what), "in-place %s()", n);
+    Py_XDECREF(nm);
+    PyErr_Clear();
+    if (!kw && !trailing)
+        return NULL;
+    *handled = 1;
+    if (!kw && !out) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
+        return NULL;
+    }
+    mut_plan vb;
+    if (may_mutate(tr, args[0], what, &vb) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
+        return NULL;
+    int before = tr->t->graph.nvalues;
+    tvar *r, *f;
+    if (kw) {   /* the same call with inplace=False */
+        tvar *a2[CDY_MAX_CALL_ARGS];
+        memcpy(a2, args, sizeof(tvar *) * (size_t)nargs);
+        if (!(a2[kwpos] = cdy_tv_const(tr, Py_NewRef(Py_False))) || !(f = cdy_tv_new(tr, TV_OBJ)))
+            return NULL;
+        f->obj = fn;
+        r = cdy_call(tr, f, a2, nargs, kwnames);
+    }
+    else {
+        if (!(f = cdy_tv_new(tr, TV_OBJ)))
+            return NULL;
+        f->obj = out;
+        r = cdy_call(tr, f, args, nargs, kwnames);
+    }
+    if (r && r->kind == TV_TENSOR && r->obj == args[0]->obj)
+        return args[0];   /* a no-op (dropout in eval) */
+    return commit(tr, args[0], r, before, what, &vb);
+}
+
+/* 1 if the code after BINARY_OP at tr->pc is `SWAP 3; SWAP 2; STORE_SUBSCR`
+ * (x[k] op= v): the result is stored back through setitem. */
+static int subscr_pattern(tracer *tr)
+{
+    int pc = tr->pc + 1 + cdy_opcode_caches(CDY_BINARY_OP);
+    if (pc + 3 > tr->ncode)
+        return 0;
+    const unsigned char *c = tr->code + 2 * pc;
+    return c[0] == CDY_SWAP && c[1] == 3 && c[2] == CDY_SWAP && c[3] == 2 &&
+           c[4] == CDY_STORE_SUBSCR;
+}
+
+/* a op= b on tensor a (see trace.h). */
+tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym, tvar **args)
+{
+    char what[64], iname[32];
+    snprintf(iname, sizeof(iname), "i%s", name[strlen(name) - 1] == '_' ? "and" : name);
+    if (!strcmp(name, "or_"))
+        strcpy(iname, "ior");
+    PyObject *op = PyImport_ImportModule("operator");
+    PyObject *ifn = op ? cdy_tr_keep(tr, PyObject_GetAttrString(op, iname)) : NULL;
+    Py_XDECREF(op);
+    if (!ifn) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    snprintf(what, sizeof(what), "in-place operator %s=", sym);
+    /* a temporary x[k] of a tensor x, stored back by setitem (stack: x, k) */
+    int temp = subscr_pattern(tr) && tr->sp >= 2 && tr->stack[tr->sp - 2]->kind == TV_TENSOR;
+    mut_plan vb;
+    if (!temp && may_mutate(tr, args[0], what, &vb))
+        return NULL;
+    if (temp && mut_init()) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return NULL;
+    }
+    if (check_on_fakes(tr, ifn, args, 2, NULL, what))
+        return NULL;
+    int before = tr->t->graph.nvalues;
+    tvar *r = cdy_call_operator(tr, fn, sym, args, 2);
+    if (temp) {   /* the temporary x[k] takes the value (it no longer aliases x) */
+        if ((r = as_new_value(tr, args[0], r, before, what)))
+            repoint(tr, args[0], r);
+        return r ? args[0] : NULL;
+    }
+    return commit(tr, args[0], r, before, what, &vb);
+}
+
+/* x[k] = v on tensor x (see trace.h); 0 or -1. */
+int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
+{
+    const char *what = "tensor item assignment";
+    mut_plan vb;
+    if (may_mutate(tr, x, what, &vb))
+        return -1;
+    int before = tr->t->graph.nvalues;
+    const cdy_value *gx = &tr->t->graph.values[x->value];
+    tvar *r;
+    if (k->kind == TV_TENSOR && tr->t->graph.values[k->value].meta.dtype == CDY_DT_BOOL &&
+        tr->t->graph.values[k->value].meta.ndim == gx->meta.ndim &&
+        !memcmp(tr->t->graph.values[k->value].meta.sizes, gx->meta.sizes,
+                sizeof(int64_t) * (size_t)gx->meta.ndim) &&
+        v->kind == TV_CONST && (PyLong_CheckExact(v->obj) || PyFloat_CheckExact(v->obj) ||
+                                PyBool_Check(v->obj))) {
+        tvar *a[3] = {x, k, v};   /* x[mask] = number: masked_fill */
+        PyObject *mf = PyObject_GetAttrString(cdy_tensor_type, "masked_fill_");
+        int bad = !mf || check_on_fakes(tr, mf, a, 3, NULL, what);
+        Py_XDECREF(mf);
+        if (bad)
+            return -1;
+        r = call_method(tr, "masked_fill", a, 3, NULL);
+    }
+    else {
+        tvar *a[3] = {x, k, v};
+        r = cdy_call_extern(tr, setitem_fn, "setitem", a, 3);
+    }
+    return commit(tr, x, r, before, what, &vb) ? 0 : -1;
+}
+
+/* 1 if the transformed code can rebuild v (as a return value is rebuilt). */
+static int storable(tvar *v, int depth)
+{
+    if (v->kind == TV_TENSOR || v->kind == TV_CONST || v->kind == TV_OBJ)
+        return 1;
+    if ((v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_DICT) || depth > 8)
+        return 0;
+    for (int i = 0; !v->src && i < v->n; i++)
+        if (!storable(v->items[i], depth + 1))
+            return 0;
+    return 1;
+}
+
+/* Tensors in v (a bound for the graph outputs its rebuilding may add). */
+static int count_tensors(tvar *v)
+{
+    int n = v->kind == TV_TENSOR;
+    for (int i = 0; (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT) && i < v->n; i++)
+        n += count_tensors(v->items[i]);
+    return n;
+}
+
+/* obj.name = v (see trace.h); 0 or -1. */
+int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
+{
+    mut_state *s = state(tr);
+    if (!s)
+        return -1;
+    if (obj->kind != TV_OBJ || !obj->src)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on an object with no "
+                           "source (made in the frame)");
+    if (!storable(v, 0))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of a value the transformed "
+                           "code cannot rebuild (a function, an iterator, a cell)");
+    if (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of an object with no source");
+    PyObject *desc = _PyType_Lookup(Py_TYPE(obj->obj), name);   /* properties, slots */
+    if (desc && (Py_TYPE(desc)->tp_descr_set || PyObject_TypeCheck(desc, &PyProperty_Type)))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store through a descriptor");
+    if (mut_init())
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    int is_mod = PyObject_TypeCheck(obj->obj, (PyTypeObject *)cdy_module_type);
+    if (is_mod) {   /* nn.Module.__setattr__ runs at replay; a parameter would need a Parameter */
+        PyObject **dp = _PyObject_GetDictPtr(obj->obj);
+        PyObject *params = dp && *dp ? PyDict_GetItemWithError(*dp, str_parameters) : NULL;
+        if (params && PyDict_Check(params) && PyDict_GetItemWithError(params, name))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "assigning parameter '%s'",
+                               PyUnicode_AsUTF8(name));
+        PyErr_Clear();
+    }
+    else if (_PyType_Lookup(Py_TYPE(obj->obj), str_setattr) !=
+             _PyType_Lookup(&PyBaseObject_Type, str_setattr))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on a class with its own "
+                           "__setattr__");
+    const cdy_src *src = cdy_src_step(tr, obj->src, name, 0);
+    if (!src)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+    if (cdy_memo_set(tr, src, v))
+        return -1;
+    for (int h = 0; is_mod && h < 3; h++) {   /* reads through _parameters/_buffers/_modules */
+        static const char *homes[3] = {"_parameters", "_buffers", "_modules"};
+        PyObject *hn = cdy_tr_keep(tr, PyUnicode_FromString(homes[h]));
+        const cdy_src *s1 = hn ? cdy_src_step(tr, obj->src, hn, 0) : NULL;
+        const cdy_src *s2 = s1 ? cdy_src_step(tr, s1, name, 1) : NULL;
+        if (!s2 || cdy_memo_set(tr, s2, v))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+    }
+    for (int i = 0; i < s->nst; i++)
+        if (s->st[i].src == obj->src && PyUnicode_Compare(s->st[i].name, name) == 0) {
+            s->st[i].value = v;
+            return 0;
+        }
+    if (grow(tr, (void **)&s->st, &s->capst, s->nst, sizeof(mut_store)))
+        return -1;
+    s->st[s->nst].src = obj->src;
+    s->st[s->nst].name = name;
+    s->st[s->nst++].value = v;
+    return 0;
+}
+
+/* Outputs the trace may add at return (bound for the output array). */
+int cdy_mut_extra_outputs(tracer *tr)
+{
+    mut_state *s = tr->t->mut;
+    int n = s ? s->nin : 0;
+    for (int i = 0; s && i < s->nst; i++)
+        n += count_tensors(s->st[i].value);
+    return n;
+}
+
+/* At the top frame's return: writebacks of mutated inputs and attribute
+ * stores (see trace.h); 0 or -1. */
+int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    mut_state *s = tr->t->mut;
+    cdy_trace *t = tr->t;
+    if (!s || (!s->nin && !s->nst))
+        return 0;
+    t->writeback = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(2 * s->nin + 1));
+    t->stores = cdy_arena_alloc(&t->arena, sizeof(cdy_store) * (size_t)(s->nst + 1));
+    if (!t->writeback || !t->stores)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    for (int i = 0; i < s->nst; i++) {
+        cdy_store *st = &t->stores[t->nstores++];
+        st->obj = s->st[i].src;
+        st->name = s->st[i].name;
+        if (!(st->value = make_ret(tr, s->st[i].value)))
+            return -1;
+    }
+    for (int i = 0; i < s->nin; i++) {
+        tvar *v = s->inputs[i];
+        if (v->value == s->input_value[i])
+            continue;
+        if (check_input_alias(tr, v))
+            return -1;
+        int pos = -1;
+        for (int o = 0; o < t->graph.noutputs; o++)
+            if (t->graph.outputs[o] == v->value)
+                pos = o;
+        if (pos < 0) {
+            pos = t->graph.noutputs;
+            t->graph.outputs[t->graph.noutputs++] = v->value;
+        }
+        t->writeback[2 * t->nwriteback] = t->graph.values[s->input_value[i]].input_index;
+        t->writeback[2 * t->nwriteback++ + 1] = pos;
+    }
+    return 0;
+}
+
+/* 1 if v is a mutated input: returned through its source. */
+int cdy_mut_is_input(tracer *tr, tvar *v)
+{
+    return v->kind == TV_TENSOR && v->src && v->src->kind != CDY_SRC_DEREF &&
+           tr->t->graph.values[v->value].kind != CDY_VAL_INPUT;
+}

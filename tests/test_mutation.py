@@ -1,0 +1,523 @@
+"""In-place tensor ops, tensor item assignment and attribute stores (csrc/trace/mutate.c).
+
+Each case runs eagerly on clones of the inputs and compiled on other clones, several calls in
+a row: the results AND the inputs after each call must equal eager's (mutated inputs are
+written back), and the frame must compile to one graph with no graph break unless the case
+says otherwise."""
+import copy
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import cdynamo
+from conftest import assert_same
+
+
+def clones(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def run(fn, *args, calls=3, graphs=1, backend="c", transcendental=False):
+    """fn compiled vs eager over `calls` calls on their own copies of args: results and the
+    (mutated) inputs equal after every call; `graphs` frames compiled, no graph break."""
+    ea, ca = clones(args), clones(args)
+    opt = cdynamo.optimize(fn, backend=backend)
+    for _ in range(calls):
+        expected = fn(*ea)
+        actual = opt(*ca)
+        assert_same(expected, actual, transcendental)
+        for e, c in zip(ea, ca):
+            if isinstance(e, torch.Tensor):   # exp/sigmoid/tanh: an ulp or so from ATen's
+                tol = 1e-5 if transcendental and e.dtype == torch.float32 else 0
+                torch.testing.assert_close(c, e, rtol=tol, atol=tol / 10, equal_nan=True)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (st, cdynamo._support.breaks)
+    assert st["frames_compiled"] == graphs, st
+    return st
+
+
+def last():
+    return cdynamo._support.compiles[-1]
+
+
+def breaks():
+    return [b["reason"] for b in cdynamo._support.breaks]
+
+
+X = torch.randn(4, 6)
+Y = torch.randn(6)
+
+
+# ---- in-place methods on graph-internal tensors and on inputs ---------------------------
+
+METHODS = {
+    "add_": lambda t, y: t.add_(y),
+    "add_alpha": lambda t, y: t.add_(y, alpha=2),
+    "sub_": lambda t, y: t.sub_(y),
+    "mul_": lambda t, y: t.mul_(y),
+    "div_": lambda t, y: t.div_(y.abs() + 1),
+    "clamp_": lambda t, y: t.clamp_(-0.5, 0.5),
+    "clamp_min_": lambda t, y: t.clamp_min_(0.1),
+    "relu_": lambda t, y: t.relu_(),
+    "sigmoid_": lambda t, y: t.sigmoid_(),
+    "tanh_": lambda t, y: t.tanh_(),
+    "neg_": lambda t, y: t.neg_(),
+    "abs_": lambda t, y: t.abs_(),
+    "exp_": lambda t, y: t.exp_(),
+    "zero_": lambda t, y: t.zero_(),
+    "fill_": lambda t, y: t.fill_(2.5),
+    "copy_": lambda t, y: t.copy_(y),
+    "masked_fill_": lambda t, y: t.masked_fill_(t > 0, -1.0),
+    "chain": lambda t, y: t.mul_(2).add_(y).clamp_(max=1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_method_on_local(name):
+    op = METHODS[name]
+
+    def f(x, y):
+        t = x * 1.5
+        r = op(t, y)
+        return t + 1, r is t
+
+    run(f, X, Y, transcendental=True)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_method_on_input_written_back(name):
+    op = METHODS[name]
+
+    def f(x, y):
+        before = x * 2          # reads the old value
+        op(x, y)
+        return before, x + 0    # reads the new value
+
+    run(f, X, Y, transcendental=True)
+
+
+def test_graph_records_the_mutated_input_and_stores():
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    run(f, X)
+    assert "mutates input 0: written back from %" in last()["graph"]
+
+
+def test_method_eager_backend_writes_back():
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    run(f, X, backend="eager")
+
+
+def test_returned_mutated_input_is_the_input():
+    def f(x):
+        x.add_(1)
+        return x
+
+    x = X.clone()
+    out = cdynamo.optimize(f)(x)
+    assert out is x
+    torch.testing.assert_close(x, X + 1, rtol=0, atol=0)
+
+
+def test_other_names_and_containers_see_the_mutation():
+    def f(x):
+        t = x * 1
+        alias = t
+        box = [t]
+        d = {"k": t}
+        t += 1
+        return alias, box[0], d["k"]
+
+    run(f, X)
+
+
+def test_counter_incremented_each_call():
+    counter = torch.zeros((), dtype=torch.long)
+
+    def f(x):
+        counter.add_(1)
+        return x * counter
+
+    opt = cdynamo.optimize(f)
+    for i in range(1, 4):
+        torch.testing.assert_close(opt(X), X * i)
+        assert counter.item() == i
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["cache_hits"] == 2, st
+
+
+# ---- augmented assignment -----------------------------------------------------------------
+
+AUG = ["+=", "-=", "*=", "/=", "//=", "%=", "**=", "&=", "|=", "^=", "<<=", ">>="]
+
+
+def _aug_fn(sym):
+    src = f"def f(x, y):\n    z = x * 1\n    z {sym} y\n    x {sym} y\n    return z\n"
+    ns = {}
+    exec(src, ns)
+    return ns["f"]
+
+
+@pytest.mark.parametrize("sym", AUG)
+def test_augmented_assignment(sym):
+    if sym in ("&=", "|=", "^=", "<<=", ">>="):
+        x, y = torch.arange(24).reshape(4, 6), torch.arange(6) % 3
+    elif sym in ("//=", "%="):
+        x, y = torch.arange(24).reshape(4, 6) - 7, torch.arange(1, 7)
+    else:
+        x, y = X.abs() + 0.5, Y.abs() + 0.5
+    run(_aug_fn(sym), x, y, calls=2, transcendental=True)
+
+
+def test_int_iadd_float_raises_like_eager():
+    def f(x):
+        x += 1.5
+        return x
+
+    with pytest.raises(RuntimeError) as eager:
+        f(torch.arange(4))
+    with pytest.raises(RuntimeError) as comp:
+        cdynamo.optimize(f)(torch.arange(4))
+    assert type(comp.value) is type(eager.value)
+
+
+def test_inplace_casts_to_the_tensor_dtype():
+    def f(x, y):
+        x.add_(y)         # float64 computation, stored as float32
+        t = torch.arange(6) * 1
+        t *= 2.0 if False else 3   # int stays int
+        return x * 1, t
+
+    run(f, X, torch.randn(6, dtype=torch.float64))
+
+
+def test_inplace_bad_broadcast_raises_like_eager():
+    def f(x, y):
+        x.add_(y)
+        return x
+
+    with pytest.raises(RuntimeError):
+        f(torch.randn(6), torch.randn(4, 6))
+    with pytest.raises(RuntimeError):
+        cdynamo.optimize(f)(torch.randn(6), torch.randn(4, 6))
+
+
+# ---- functional inplace=True, torch.<op>_, out= ------------------------------------------
+
+def test_functional_inplace_true():
+    def f(x):
+        a = x * 1
+        F.relu(a, inplace=True)
+        b = x * 2
+        F.hardtanh(b, -0.5, 0.5, inplace=True)
+        c = F.leaky_relu(x * 3, 0.2, inplace=True)
+        d = F.dropout(x * 4, 0.5, False, True)   # eval: a no-op
+        e = x * 5
+        F.relu(e, True)                           # inplace passed positionally
+        return a, b, c, d, e
+
+    run(f, X)
+
+
+def test_torch_function_trailing_underscore():
+    def f(x):
+        t = x * 1
+        torch.relu_(t)
+        torch.sigmoid_(x)
+        return t
+
+    run(f, X, transcendental=True)
+
+
+def test_out_kwarg_after_a_read():
+    def f(x, y):
+        z = x * 2
+        torch.mul(y, 3, out=x)
+        return z + x
+
+    run(f, X.clone(), X * 0.5)
+
+
+# ---- modules ------------------------------------------------------------------------------
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn(self.conv(x)))
+        out += identity
+        return self.relu(out)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_relu_inplace_residual_and_batchnorm(train):
+    torch.manual_seed(0)
+    m = Residual().train(train)
+    m2 = copy.deepcopy(m)
+    opt = cdynamo.optimize(m2)
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(opt(x), m(x))
+    torch.testing.assert_close(m2.bn.running_mean, m.bn.running_mean)
+    torch.testing.assert_close(m2.bn.running_var, m.bn.running_var)
+    assert m2.bn.num_batches_tracked.item() == m.bn.num_batches_tracked.item() == (3 if train else 0)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, st
+
+
+def test_buffer_counter_in_module():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+            self.register_buffer("ema", torch.zeros(6))
+
+        def forward(self, x):
+            self.steps += 1
+            self.ema.mul_(0.9).add_(x.mean(0), alpha=0.1)
+            return x - self.ema
+
+    m, m2 = M(), M()
+    opt = cdynamo.optimize(m2)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(opt(X), m(X))
+    assert m2.steps.item() == 3
+    torch.testing.assert_close(m2.ema, m.ema)
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+# ---- item assignment ------------------------------------------------------------------------
+
+SETITEM = {
+    "row": lambda x, v: x.__setitem__(0, 0.0),
+    "col_slice": lambda x, v: x.__setitem__((slice(None), slice(1, 3)), v[:, :2]),
+    "mask": lambda x, v: x.__setitem__(x > 0.5, 0.0),
+    "index_tensor": lambda x, v: x.__setitem__(torch.tensor([0, 2]), 1.0),
+}
+
+
+@pytest.mark.parametrize("where", ["local", "input"])
+@pytest.mark.parametrize("name", sorted(SETITEM))
+def test_setitem(name, where):
+    op = SETITEM[name]
+
+    def f(x, v):
+        t = x * 1 if where == "local" else x
+        op(t, v)
+        return t + 1
+
+    run(f, X, torch.randn(4, 6))
+
+
+def test_setitem_syntax_and_masked_fill_kernel():
+    def f(x, m):
+        x[m] = 0
+        x[:, 0] = 5
+        return x * 2
+
+    run(f, X, X > 0)
+    assert "masked_fill" in last()["graph"]
+
+
+def test_augmented_setitem():
+    def f(x):
+        x[:, 1] += 1
+        x[0] *= 2
+        return x
+
+    run(f, X)
+
+
+def test_augmented_item_of_a_list_argument():
+    def f(xs, y):
+        xs[0] += y        # in place on the list's tensor: the caller's tensor changes
+        return xs[0] * 2
+
+    a, b = [X.clone()], [X.clone()]
+    opt = cdynamo.optimize(f)
+    for _ in range(2):
+        torch.testing.assert_close(opt(b, Y), f(a, Y))
+        torch.testing.assert_close(b[0], a[0], rtol=0, atol=0)
+
+
+# ---- aliasing -------------------------------------------------------------------------------
+
+def test_mutating_a_view_writes_into_its_base():
+    def f(x):
+        v = x[:, 1]
+        v.mul_(2)
+        x[0].zero_()
+        return x, v + 0
+
+    run(f, X)
+
+
+def test_view_sees_the_mutation_of_its_base():
+    def f(x):
+        v = x[0]
+        t = x.t()
+        x.add_(1)
+        return v * 2, t + 0
+
+    run(f, X)
+
+
+def test_mutating_an_alias_of_a_noncontiguous_base_breaks():
+    def f(x):
+        v = x[0]
+        x.add_(1)
+        return v * 2
+
+    x1 = torch.randn(6, 4).t()   # strides (1, 4): not contiguous
+    x2 = x1.t().clone().t()
+    torch.testing.assert_close(cdynamo.optimize(f)(x2), f(x1))
+    torch.testing.assert_close(x2, x1)
+    assert cdynamo.stats()["graph_breaks"] == 1
+    assert "non-contiguous tensor that a view aliases" in breaks()[0]
+
+
+def test_mutated_input_overlapping_another_input_raises():
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    opt = cdynamo.optimize(f)
+    opt(X.clone(), X.clone())
+    a = X.clone()
+    with pytest.raises(RuntimeError, match="overlaps"):
+        opt(a, a)
+
+
+def test_mutated_input_aliasing_another_input_at_trace_time_breaks():
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    a1, a2 = X.clone(), X.clone()
+    torch.testing.assert_close(cdynamo.optimize(f)(a2, a2[1:]), f(a1, a1[1:]))
+    torch.testing.assert_close(a2, a1)
+    assert "shares memory with input" in breaks()[0]
+
+
+# ---- attribute stores -----------------------------------------------------------------------
+
+class Holder:
+    pass
+
+
+def test_store_attr_replayed():
+    h = Holder()
+    h.keys = None
+    h.flag = False
+
+    def f(x):
+        h.keys = x * 2
+        h.flag = True
+        h.n = 3
+        return h.keys + 1     # a later read sees the store
+
+    opt = cdynamo.optimize(f)
+    for i in range(2):
+        x = X + i
+        out = opt(x)
+        torch.testing.assert_close(out, x * 2 + 1)
+        torch.testing.assert_close(h.keys, x * 2)
+        assert h.flag is True and h.n == 3
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, st
+
+
+def test_store_attr_on_module_flag_and_buffer_value():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seen = 0
+            self.last = None
+
+        def forward(self, x):
+            self.last = x.sum(0)
+            self.seen = 1
+            return x + 1
+
+    m = M()
+    opt = cdynamo.optimize(m)
+    opt(X)
+    torch.testing.assert_close(m.last, X.sum(0))
+    assert m.seen == 1
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+def test_store_attr_on_object_made_in_frame_breaks():
+    def f(x):
+        o = types.SimpleNamespace()
+        o.a = x
+        return x + 1
+
+    torch.testing.assert_close(cdynamo.optimize(f)(X), X + 1)
+    assert cdynamo.stats()["graph_breaks"] >= 1
+
+
+# ---- small tracer additions found on T5 -----------------------------------------------------
+
+def test_kwargs_pop_and_str_methods_fold():
+    def inner(x, **kwargs):
+        scale = kwargs.pop("scale", 1.0)
+        mode = kwargs.pop("mode")
+        if mode.startswith("dou") and "x".upper() == "X":
+            return x * scale * 2, len(kwargs)
+        return x * scale, len(kwargs)
+
+    def f(x):
+        return inner(x, scale=3.0, mode="double", extra=1)
+
+    run(f, X)
+
+
+def test_copy_source_mutated_later_stays_independent():
+    def f(x, y):
+        t = x * 1
+        t.copy_(y)          # t takes y's values (y broadcast), not y's memory
+        y.add_(1)
+        return t, y * 1
+
+    run(f, X, Y.clone())
+
+
+def test_store_attr_container_and_module_buffer_read_back():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("state", torch.zeros(6))
+            self.cache = None
+
+        def forward(self, x):
+            self.state = x.sum(0)          # a buffer: Module.__setattr__ files it in _buffers
+            self.cache = [x * 2, (x + 1, 3)]
+            return self.state + self.cache[0][0]
+
+    m, m2 = M(), M()
+    opt = cdynamo.optimize(m2)
+    for i in range(2):
+        x = X + i
+        torch.testing.assert_close(opt(x), m(x))
+        torch.testing.assert_close(m2.state, m.state)
+        assert "state" in m2._buffers
+        torch.testing.assert_close(m2.cache[0], m.cache[0])
+        torch.testing.assert_close(m2.cache[1][0], m.cache[1][0])
+        assert m2.cache[1][1] == 3
+    assert cdynamo.stats()["graph_breaks"] == 0
