@@ -217,6 +217,7 @@ typedef struct {
 } cdy_meta;
 
 int64_t cdy_meta_numel(const cdy_meta *m);
+int cdy_meta_contiguous(const cdy_meta *m);   /* row-major (size-1 dims any stride) */
 
 /* ---- graph ------------------------------------------------------------------
  * Values are numbered 0..nvalues-1.  A value is a graph input (a tensor

@@ -11,6 +11,7 @@ import torch
 
 import cdynamo
 from conftest import assert_same
+from test_views import last, n_externs, n_kernels
 
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool]
 
@@ -23,17 +24,6 @@ def make(dtype, shape=(2, 5, 7), seed=0):
         return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
     return torch.randint(0, 100, shape, generator=g, dtype=dtype)
 
-
-def last():
-    return cdynamo._support.compiles[-1]
-
-
-def n_kernels():
-    return last()["source"].count("CDY_EXPORT void kernel_")
-
-
-def n_externs():
-    return last()["graph"].count("extern")
 
 
 def run(fn, *args, backend="c"):

@@ -21,3 +21,15 @@ int64_t cdy_meta_numel(const cdy_meta *m)
         n *= m->sizes[d];
     return n;
 }
+
+/* 1 if m is contiguous (row-major; the strides of size-1 dims do not matter). */
+int cdy_meta_contiguous(const cdy_meta *m)
+{
+    int64_t st = 1;
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        if (m->sizes[d] != 1 && m->strides[d] != st)
+            return 0;
+        st *= m->sizes[d];
+    }
+    return 1;
+}

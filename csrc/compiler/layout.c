@@ -36,15 +36,8 @@ static int lay_is_cl(const int64_t *sz, const int64_t *st)
 /* 1 if meta m is 4-d and contiguous (NCHW), with C > 1 and H*W > 1. */
 static int lay_is_nchw(const cdy_meta *m)
 {
-    if (m->ndim != 4 || m->sizes[1] == 1 || m->sizes[2] * m->sizes[3] == 1)
-        return 0;
-    int64_t st = 1;
-    for (int d = 3; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
-            return 0;
-        st *= m->sizes[d];
-    }
-    return 1;
+    return m->ndim == 4 && m->sizes[1] > 1 && m->sizes[2] * m->sizes[3] > 1 &&
+           cdy_meta_contiguous(m);
 }
 
 /* 1 if view node u reads its base b element for element (same sizes,

@@ -54,15 +54,7 @@ static int lc_init(void)
 /* 1 if meta m is a 4-d tensor, contiguous in NCHW and not also channels_last. */
 static int lc_nchw(const cdy_meta *m)
 {
-    if (m->ndim != 4 || m->sizes[1] == 1)
-        return 0;
-    int64_t st = 1;
-    for (int d = 3; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
-            return 0;
-        st *= m->sizes[d];
-    }
-    return 1;
+    return m->ndim == 4 && m->sizes[1] > 1 && cdy_meta_contiguous(m);
 }
 
 /* m's strides set to the channels_last order (C innermost, then W, H, N). */

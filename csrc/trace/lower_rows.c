@@ -72,18 +72,6 @@ static int lr_depends(const cdy_graph *g, int v, int w)
     return 0;
 }
 
-/* 1 if m is contiguous (row-major; size-1 dims' strides do not matter). */
-static int lr_contiguous(const cdy_meta *m)
-{
-    int64_t st = 1;
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
-            return 0;
-        st *= m->sizes[d];
-    }
-    return 1;
-}
-
 /* Add a row node op(args) whose meta is torch's result; the call's result
  * tvar, or NULL (stopped, or the result is not a float tensor of the input's dtype). */
 static tvar *lr_row_node(tracer *tr, const cdy_lower_call *call, int op, const int *args,
@@ -243,7 +231,7 @@ static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
         per *= im->sizes[d];
     if (per == 1)        /* eager's variance of one element is rounding noise times 1/sqrt(eps) */
         return NULL;
-    if (!lr_contiguous(im))   /* eager's result follows the input's memory format, the meta's not */
+    if (!cdy_meta_contiguous(im))   /* eager's result follows the input's memory format, the meta's not */
         return NULL;
     return lr_norm(tr, call, CDY_OP_GROUP_NORM, s, groups);
 }
