@@ -108,6 +108,23 @@ int cg_emit_view(cg_ctx *c, int v, int ind);
 int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
                          const cg_nest *nest, int64_t numel);
 
+/* ---- gather.c: kind 'G' nodes (GATHER): a load at an index read from
+ * other tensors, an operand of pointwise kernels like a view.  A kernel
+ * computing one returns an int status and takes `int64_t *cdy_err` last
+ * (see gather.c; cdy_kernel_desc.status). */
+int cg_is_gather(const cdy_graph *g, int v);
+int cg_check_gather(cg_ctx *c, int v);
+/* Mark bases of gathers, and gathers a special kind's kernel would read, real. */
+void cg_gather_mark_real(cg_ctx *c, char *real);
+/* 1 if the values before gather v (from lo) must be realized before it. */
+int cg_gather_boundary(cg_ctx *c, int v, int lo);
+/* 1 if the current kernel computes a gather (status signature). */
+int cg_kernel_gathers(cg_ctx *c);
+/* Emit the base offset `const int64_t x<o> = ...;` of gather operand o. */
+void cg_gather_emit_base(cg_ctx *c, const cg_nest *nest, int o, int ind);
+/* Emit the index checks and `T t<v> = <gathered load>;` for gather node v. */
+int cg_emit_gather(cg_ctx *c, int v, int ind);
+
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);
 

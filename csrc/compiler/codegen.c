@@ -306,6 +306,8 @@ static int cg_check_node(cg_ctx *c, int v)
     }
     if (oi->kind == 'V')
         return cg_check_view(c, v);
+    if (oi->kind == 'G')
+        return cg_check_gather(c, v);
     if (oi->nargs >= 0 && val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
@@ -391,6 +393,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
                 real[g->values[v].args[a]] = 1;
         }
     cg_view_mark_real(c, real);
+    cg_gather_mark_real(c, real);
     for (int v = 0; v < g->nvalues; v++)
         c->val_buf[v] = g->values[v].kind == CDY_VAL_NODE && real[v] ? nbuf++ : -1;
     plan->buffers = calloc((size_t)nbuf + 1, sizeof(cdy_meta));
@@ -548,7 +551,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
             n = p + 1;
     }
     for (int v = 0; v < g->nvalues; v++) {
-        if (!c->live[v] || cg_is_leaf(c, v) || !cg_is_view(g, v))
+        if (!c->live[v] || cg_is_leaf(c, v) || !(cg_is_view(g, v) || cg_is_gather(g, v)))
             continue;
         if (n >= CG_MAX_OPS)
             return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
@@ -771,6 +774,8 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         return cg_emit_view(c, v, ind);
     if (cdy_op_table[c->g->values[v].op].kind == 'K')
         return cg_emit_cat_value(c, v, ind);
+    if (cg_is_gather(c->g, v))
+        return cg_emit_gather(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int cdt = cg_compute_dtype(c, val);
@@ -810,6 +815,10 @@ static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nes
     for (int o = 0; o < nops; o++) {
         if (ops[o].is_out)
             continue;
+        if (cg_is_gather(c->g, ops[o].value) && !cg_is_leaf(c, ops[o].value)) {
+            cg_gather_emit_base(c, nest, o, ind);
+            continue;
+        }
         const cdy_meta *m = &c->g->values[ops[o].value].meta;
         cg_indent(&c->src, ind);
         cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype,
@@ -919,7 +928,8 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
     if (nest->ndim == 0)
         cdy_buf_puts(b, " none (one element)");
     cdy_buf_puts(b, " */\n");
-    cdy_buf_printf(b, "CDY_EXPORT void kernel_%d(", k);
+    int status = cg_kernel_gathers(c);
+    cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", status ? "int" : "void", k);
     int first = cg_first_out(ops, nops);
     for (int o = 0; o < nops; o++) {
         const char *ct = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype;
@@ -930,7 +940,7 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
         else
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
-    cdy_buf_puts(b, ")\n{\n");
+    cdy_buf_puts(b, status ? ", int64_t *restrict cdy_err)\n{\n" : ")\n{\n");
     for (int o = 0; o < nops; o++)
         if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
@@ -1183,8 +1193,10 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
     if (!cg_view_emit_reverse(c, grp, ops, nops, nest, numel) &&
         cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
-    cdy_buf_puts(&c->src, "}\n");
+    int status = cg_kernel_gathers(c);
+    cdy_buf_puts(&c->src, status ? "    return (int)cdy_err[0];\n}\n" : "}\n");
     cg_kernel_end(plan, k, ops, nops);
+    plan->kernels[k].status = status;
     return 0;
 }
 
@@ -1258,7 +1270,8 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
                    "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        if (cg_is_view(g, v) && cg_view_boundary(c, v, lo)) {   /* its base is realized first */
+        if ((cg_is_view(g, v) && cg_view_boundary(c, v, lo)) ||
+            (cg_is_gather(g, v) && cg_gather_boundary(c, v, lo))) {   /* its base is realized first */
             if (cg_emit_segment(c, plan, lo, v))
                 return -1;
             lo = v;

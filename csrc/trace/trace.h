@@ -177,6 +177,7 @@ extern const cdy_lowering cdy_lowerings_views[];    /* each ends with {NULL} */
 extern const cdy_lowering cdy_lowerings_rows[];
 extern const cdy_lowering cdy_lowerings_reduce[];
 extern const cdy_lowering cdy_lowerings_pool[];
+extern const cdy_lowering cdy_lowerings_index[];   /* lower_index.c */
 
 int cdy_lower_init(PyObject *torch);
 /* The lowering registered for callable fn, or NULL. */
