@@ -124,6 +124,12 @@ int cg_kernel_gathers(cg_ctx *c);
 void cg_gather_emit_base(cg_ctx *c, const cg_nest *nest, int o, int ind);
 /* Emit the index checks and `T t<v> = <gathered load>;` for gather node v. */
 int cg_emit_gather(cg_ctx *c, int v, int ind);
+/* Emit the row flags of the kernel's gathers before an inner loop, and their
+ * report to the error slot after it (both nothing in other kernels). */
+void cg_gather_emit_flags(cg_ctx *c, int ind);
+void cg_gather_emit_report(cg_ctx *c, int ind);
+/* Definition of cdy_gather_bad, written before each status kernel (guarded). */
+extern const char cg_gather_helper[];
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

@@ -864,8 +864,10 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     int ind = 1;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
+        cg_gather_emit_flags(c, 2);
         if (cg_emit_body(c, ops, nops, nest, 2))
             return -1;
+        cg_gather_emit_report(c, 2);
         cdy_buf_puts(b, "    }\n");
         return 0;
     }
@@ -877,12 +879,15 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
                           "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
                        (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
                        (long long)n, CG_BLOCK, (long long)n);
+        cg_gather_emit_flags(c, 2);
         if (ivdep)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
         cdy_buf_puts(b, "        for (int64_t i0 = lo; i0 < hi; i0++) {\n");
         if (cg_emit_body(c, ops, nops, nest, 3))
             return -1;
-        cdy_buf_puts(b, "        }\n    }\n");
+        cdy_buf_puts(b, "        }\n");
+        cg_gather_emit_report(c, 2);
+        cdy_buf_puts(b, "    }\n");
         return 0;
     }
     for (int d = 0; d < nest->ndim; d++, ind++) {
@@ -892,6 +897,8 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
                            collapse ? " collapse(2)" : "");
         }
+        if (d == nest->ndim - 1)
+            cg_gather_emit_flags(c, ind);
         if (d == nest->ndim - 1 && ivdep) {
             cg_indent(b, ind);
             cdy_buf_puts(b, "#pragma GCC ivdep\n");
@@ -902,9 +909,11 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     }
     if (cg_emit_body(c, ops, nops, nest, ind))
         return -1;
-    while (--ind > 0) {
+    for (int inner = 1; --ind > 0; inner = 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
+        if (inner)
+            cg_gather_emit_report(c, ind);
     }
     return 0;
 }
@@ -914,6 +923,8 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
                            int nops, const cg_nest *nest)
 {
     cdy_buf *b = &c->src;
+    if (cg_kernel_gathers(c))
+        cdy_buf_puts(b, cg_gather_helper);
     cdy_buf_puts(b, "\n/* fused:");
     int n = 0;
     for (int v = 0; v < c->g->nvalues; v++)

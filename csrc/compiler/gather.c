@@ -7,7 +7,9 @@
  * parameter's "load" is only the base offset (`const int64_t x<p> = ...;`);
  * the node itself (cg_emit_gather) reads its index values (args, computed
  * or loaded earlier in the same body, so their producers fuse), wraps
- * negatives where eager does, checks the range and loads
+ * negatives where eager does, checks the range branch-free (an index out of
+ * range reads element 0 and sets a flag of the row: cg_gather_emit_flags
+ * before the inner loop, cg_gather_emit_report after it) and loads
  * in_ptr<p>[x<p> + j0 * stride0 + ...].  Its consumers fuse as with any
  * pointwise node.  A gather never sits inside a special kind's kernel: it is
  * realized when such a kernel would read it (cg_gather_mark_real).
@@ -16,8 +18,8 @@
  * `int kernel_k(<params>, int64_t *restrict cdy_err)` and returns cdy_err[0]
  * (0: every index in range).  An index out of range sets cdy_err[0] = 1,
  * cdy_err[1] = the index as given, cdy_err[2] = the size of the dim,
- * cdy_err[3] = the arg's code (CG_GATHER_* kind | dim << 8); the load then
- * reads element 0 (never out of bounds) and the runtime raises eager's
+ * cdy_err[3] = the arg's code (error kind | dim << 8, lower_index.c); the
+ * load then reads element 0 (never out of bounds) and the runtime raises eager's
  * exception after the kernel (cdy_kernel_desc.status).  Plain kernels keep
  * their void signature. */
 #include <stdio.h>
@@ -128,48 +130,90 @@ void cg_gather_emit_base(cg_ctx *c, const cg_nest *nest, int o, int ind)
 }
 
 /* Emit the index j<v>_<i> of index arg i of gather v: loaded or computed
- * value, wrapped when negative (code bit 4), clamped to 0 with the error
- * recorded when out of range. */
+ * value r, wrapped when negative (code bit 16), then clamped to 0 when out
+ * of range, branch-free (the loop still vectorizes), with the failure noted
+ * in the row's flags (cg_gather_emit_flags / cg_gather_emit_report). */
 static int cg_emit_index(cg_ctx *c, int v, int i, int ind)
 {
     const cdy_value *val = &c->g->values[v];
     int k = cg_gather_nidx(val);
-    const cdy_value *size = &c->g->values[val->args[2 * k + i]];
-    const cdy_value *code = &c->g->values[val->args[3 * k + i]];
+    long long n = (long long)c->g->values[val->args[2 * k + i]].i;
+    int wrap = (c->g->values[val->args[3 * k + i]].i & 16) != 0;
     char *e = cg_value_expr(c, val->args[i]);
     if (!e)
         return cg_fail(c, "out of memory");
     cdy_buf *b = &c->src;
-    long long n = (long long)size->i;
     cg_indent(b, ind);
     cdy_buf_printf(b, "const int64_t r%d_%d = (int64_t)%s;\n", v, i, e);
     cg_indent(b, ind);
-    if (code->i & 16)
-        cdy_buf_printf(b, "int64_t j%d_%d = r%d_%d < 0 ? r%d_%d + %lldLL : r%d_%d;\n", v, i, v, i,
-                       v, i, n, v, i);
+    if (wrap)
+        cdy_buf_printf(b, "const int64_t w%d_%d = r%d_%d < 0 ? r%d_%d + %lldLL : r%d_%d;\n",
+                       v, i, v, i, v, i, n, v, i);
     else
-        cdy_buf_printf(b, "int64_t j%d_%d = r%d_%d;\n", v, i, v, i);
+        cdy_buf_printf(b, "const int64_t w%d_%d = r%d_%d;\n", v, i, v, i);
     cg_indent(b, ind);
-    cdy_buf_printf(b, "if (__builtin_expect((uint64_t)j%d_%d >= %lluULL, 0)) {\n", v, i,
+    cdy_buf_printf(b, "const int ok%d_%d = (uint64_t)w%d_%d < %lluULL;\n", v, i, v, i,
                    (unsigned long long)n);
-    const char *slot[3] = {"1", NULL, NULL};
-    slot[1] = cg_strf(c, "r%d_%d", v, i);
-    slot[2] = cg_strf(c, "%lldLL", n);
-    if (!slot[1] || !slot[2])
-        return cg_fail(c, "out of memory");
-    cg_indent(b, ind + 1);
-    cdy_buf_printf(b, "__atomic_store_n(&cdy_err[3], %lldLL, __ATOMIC_RELAXED);\n",
-                   (long long)code->i);
-    for (int s = 2; s >= 0; s--) {
-        cg_indent(b, ind + 1);
-        cdy_buf_printf(b, "__atomic_store_n(&cdy_err[%d], %s, __ATOMIC_RELAXED);\n", s, slot[s]);
-    }
-    cg_indent(b, ind + 1);
-    cdy_buf_printf(b, "j%d_%d = 0;\n", v, i);
     cg_indent(b, ind);
-    cdy_buf_puts(b, "}\n");
+    cdy_buf_printf(b, "cdy_bad%d_%d |= !ok%d_%d;\n", v, i, v, i);
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "cdy_badv%d_%d = ok%d_%d ? cdy_badv%d_%d : r%d_%d;\n", v, i, v, i, v, i,
+                   v, i);
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "const int64_t j%d_%d = ok%d_%d ? w%d_%d : 0;\n", v, i, v, i, v, i);
     return 0;
 }
+
+/* Emit the failure flags of the current kernel's gathers (declared where a
+ * row of the inner loop starts, private to its thread). */
+void cg_gather_emit_flags(cg_ctx *c, int ind)
+{
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (!c->live[v] || !cg_is_gather(c->g, v) || cg_is_leaf(c, v))
+            continue;
+        for (int i = 0; i < cg_gather_nidx(&c->g->values[v]); i++) {
+            cg_indent(&c->src, ind);
+            cdy_buf_printf(&c->src, "uint64_t cdy_bad%d_%d = 0;\n", v, i);
+            cg_indent(&c->src, ind);
+            cdy_buf_printf(&c->src, "int64_t cdy_badv%d_%d = 0;\n", v, i);
+        }
+    }
+}
+
+/* Emit the report of the flags after a row: an index out of range goes to
+ * the error slot (cdy_gather_bad, see the file comment). */
+void cg_gather_emit_report(cg_ctx *c, int ind)
+{
+    for (int v = 0; v < c->g->nvalues; v++) {
+        if (!c->live[v] || !cg_is_gather(c->g, v) || cg_is_leaf(c, v))
+            continue;
+        const cdy_value *val = &c->g->values[v];
+        int k = cg_gather_nidx(val);
+        for (int i = 0; i < k; i++) {
+            cg_indent(&c->src, ind);
+            cdy_buf_printf(&c->src, "if (__builtin_expect(cdy_bad%d_%d != 0, 0))\n", v, i);
+            cg_indent(&c->src, ind + 1);
+            cdy_buf_printf(&c->src, "cdy_gather_bad(cdy_err, cdy_badv%d_%d, %lldLL, %lldLL);\n",
+                           v, i, (long long)c->g->values[val->args[2 * k + i]].i,
+                           (long long)c->g->values[val->args[3 * k + i]].i);
+        }
+    }
+}
+
+/* The helper gathering kernels report through, defined once per file. */
+const char cg_gather_helper[] =
+    "#ifndef CDY_GATHER_BAD\n"
+    "#define CDY_GATHER_BAD\n"
+    "/* an index out of range: note it in the caller's error slot (any one wins) */\n"
+    "__attribute__((cold, noinline)) static void cdy_gather_bad(int64_t *err, int64_t r, "
+    "int64_t n, int64_t code)\n"
+    "{\n"
+    "    __atomic_store_n(&err[3], code, __ATOMIC_RELAXED);\n"
+    "    __atomic_store_n(&err[2], n, __ATOMIC_RELAXED);\n"
+    "    __atomic_store_n(&err[1], r, __ATOMIC_RELAXED);\n"
+    "    __atomic_store_n(&err[0], 1, __ATOMIC_RELAXED);\n"
+    "}\n"
+    "#endif\n";
 
 /* Emit `T t<v> = in_ptr<p>[x<p> + j * stride ...];` for gather node v,
  * after its indices (cg_emit_index).  A source dim of size 0 reads
