@@ -317,3 +317,38 @@ def test_getitem_out_of_range(name):
     raises_like_eager(f, (x, torch.tensor([1, 7]), ok), (x, torch.tensor([1, 3]), ok))
     cdynamo.reset()
     raises_like_eager(f, (x, torch.tensor([-6]), ok), (x, torch.tensor([-4]), ok))
+
+
+def test_getitem_0d_index_falls_back_and_two_gathers_in_one_kernel():
+    x, y = make(torch.float32, (6, 5)), make(torch.float32, (7, 5), seed=1)
+    # x[0-d tensor] reads the index as a number in torch (.item(), data dependent): the frame
+    # runs eagerly, with eager's result
+    f = lambda x, i: x[i] * 2
+    torch.testing.assert_close(cdynamo.optimize(f)(x, torch.tensor(-2)), f(x, torch.tensor(-2)))
+    cdynamo.reset()
+    run(lambda x, y, i, j: x[i] + y[j], x, y, idx(6, (4,)), idx(7, (4,), seed=3))
+    lowered()
+    assert n_kernels() == 1
+
+
+def test_gather_transposed_index_and_bool_source():
+    x = make(torch.bool, (5, 6))
+    i = idx(6, (4, 5)).t()               # a view as the index
+    run(lambda x, i: torch.gather(x, 1, i).logical_not(), x, i)
+    lowered()
+
+
+def test_index_of_sliced_index_and_computed_index():
+    x = make(torch.float64, (9, 4))
+    i = idx(9, (10,))
+    run(lambda x, i: x[i[2:8:2]] + x[(i[:3] + 1) % 9], x, i)
+    lowered()
+
+
+def test_embedding_large_parallel_and_out_of_range():
+    w = make(torch.float32, (3000, 64))
+    f = lambda w, i: F.embedding(i, w) + 1
+    good = idx(3000, (64, 64))
+    bad = good.clone()
+    bad[40, 3] = 3000
+    raises_like_eager(f, (w, bad), (w, good))

@@ -41,6 +41,31 @@ static int cg_gather_nidx(const cdy_value *val)
     return val->nargs / 4;
 }
 
+/* 1 if every element gather node val can read (any index in range) lies
+ * inside its base's elements (base meta bm, read from its data pointer). */
+static int cg_gather_inside(const cdy_graph *g, const cdy_value *val, const cdy_meta *bm)
+{
+    int64_t lo = val->view_offset, hi = lo, blo = 0, bhi = 0;
+    int k = cg_gather_nidx(val);
+    if (cdy_meta_numel(&val->meta) == 0)
+        return 1;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        int64_t e = (val->meta.sizes[d] - 1) * val->view_strides[d];
+        *(e < 0 ? &lo : &hi) += e;
+    }
+    for (int i = 0; i < k; i++) {
+        int64_t n = g->values[val->args[2 * k + i]].i;
+        int64_t e = (n - 1) * g->values[val->args[k + i]].i;
+        if (n > 0)
+            *(e < 0 ? &lo : &hi) += e;
+    }
+    for (int d = 0; d < bm->ndim; d++) {
+        int64_t e = (bm->sizes[d] - 1) * bm->strides[d];
+        *(e < 0 ? &blo : &bhi) += e;
+    }
+    return cdy_meta_numel(bm) > 0 ? lo >= blo && hi <= bhi : 1;
+}
+
 /* Check gather node v: indices are earlier integer tensors that broadcast
  * to the result, strides/sizes/codes are int scalars, the base an earlier
  * realizable tensor of the node's dtype; 0 or -1 with a message. */
@@ -73,6 +98,8 @@ int cg_check_gather(cg_ctx *c, int v)
         g->values[b].meta.dtype != val->meta.dtype)
         return cg_fail(c, "value %d (gather): base %d is not an earlier tensor of its dtype",
                        v, b);
+    if (!cg_gather_inside(g, val, &g->values[b].meta))
+        return cg_fail(c, "value %d (gather): reads outside its base", v);
     return 0;
 }
 
