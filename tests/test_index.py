@@ -137,9 +137,31 @@ def test_embedding_scale_pos_is_one_kernel():
 
 
 def test_embedding_weight_producer_fused():
-    w = make(torch.float32, (50, 32))
+    # the weight's pointwise producers are computed at the gathered rows only: one kernel
+    w, b = make(torch.float32, (50, 32)), make(torch.float32, (32,), seed=1)
     run(lambda w, i: F.embedding(i, w * 2 + 1).relu(), w, idx(50, (3, 5)))
-    assert n_externs() == 0 and "gather_load" in last()["graph"]
+    lowered()
+    assert n_kernels() == 1
+    cdynamo.reset()
+    run(lambda w, b, i: F.embedding(i, torch.where(w > 0, w, b)) - 1, w, b, idx(50, (7,)))
+    lowered()
+    assert n_kernels() == 1
+
+
+def test_gather_and_index_select_of_computed_sources():
+    x, y = make(torch.float64, (5, 6)), make(torch.float64, (1, 6), seed=1)
+    run(lambda x, y, i: torch.gather(x * y + 1, 1, i), x, y, idx(6, (5, 3)))
+    lowered()
+    assert n_kernels() == 1
+    cdynamo.reset()
+    run(lambda x, y, i: (x - y).index_select(1, i).exp(), x, y, idx(6, (4,)))
+    lowered()
+    cdynamo.reset()
+    # a computed source also returned: computed in full once, and again at the gathered rows
+    run(lambda x, y, i: (torch.index_select(x + y, 0, i), x + y), x, y, idx(5, (4,)))
+    cdynamo.reset()
+    f = lambda x, y, i: torch.gather(x * y, 1, i)
+    raises_like_eager(f, (x, y, torch.tensor([[6]])), (x, y, torch.tensor([[5]])))
 
 
 def test_embedding_feeding_reduction():

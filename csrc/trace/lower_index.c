@@ -120,10 +120,8 @@ static int li_index_value(tracer *tr, const tvar *t, const cdy_meta *m, int p)
     return v;
 }
 
-/* The GATHER node described by gth with result meta m, as the call's
- * result; NULL when stopped. */
-static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
-                     const li_gather *gth)
+/* A new GATHER node described by gth with meta m; its value, or -1 (stopped). */
+static int li_gather_node(tracer *tr, const cdy_meta *m, const li_gather *gth)
 {
     int args[CDY_MAX_NODE_ARGS], k = gth->k;
     for (int i = 0; i < k; i++) {
@@ -134,41 +132,125 @@ static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
     }
     for (int a = 0; a < 4 * k; a++)
         if (args[a] < 0)
-            return NULL;
+            return -1;
     int v = cdy_node_add(tr, CDY_OP_GATHER, args, 4 * k, m, m->dtype);
     if (v < 0)
-        return NULL;
+        return -1;
     cdy_value *gv = &tr->t->graph.values[v];
     gv->view_base = gth->base;
     gv->view_offset = gth->off;
     memcpy(gv->view_strides, gth->st, sizeof(gth->st));
-    return cdy_lower_result(tr, call, v);
+    return v;
 }
 
-/* A one-index gather of src dim sd over src x (strides/offset through its
- * view), result meta m whose dims map to x's dims in order except dims
- * [od, od + nd), index-driven, in place of dim sd; index t at result dims
- * [od, ..). */
+/* The GATHER node described by gth with result meta m, as the call's
+ * result; NULL when stopped. */
+static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
+                     const li_gather *gth)
+{
+    int v = li_gather_node(tr, m, gth);
+    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+}
+
+/* A one-index gather of a source of sizes psz (rank pndim) along its dim
+ * sd (size psz[sd]): result dims [od, od + nd) are the index's, the others
+ * the source's other dims in order; od < 0: result dim d is source dim d
+ * (torch.gather).  idx: the index value, read at the result's elements. */
+#define LI_PUSH_MAX 8
+typedef struct {
+    const cdy_meta *m;
+    const int64_t *psz;
+    int pndim, sd, od, nd, idx;
+    int64_t code;
+    int pushed;              /* pointwise nodes rebuilt so far (LI_PUSH_MAX at most) */
+} li_plan;
+
+/* The gather of plan p reading value v (of the source's sizes, or
+ * broadcast to them from the right) into *g. */
+static void li_leaf(tracer *tr, int v, const li_plan *p, li_gather *g)
+{
+    int64_t xs[CDY_MAX_NDIM], ls[CDY_MAX_NDIM];
+    const cdy_meta vm = tr->t->graph.values[v].meta;
+    int shift = p->pndim - vm.ndim;
+    memset(g, 0, sizeof(*g));
+    li_map(tr, v, &g->base, xs, &g->off);
+    for (int d = 0; d < p->pndim; d++) {
+        int vd = d - shift;
+        ls[d] = vd < 0 || vm.sizes[vd] == 1 ? 0 : xs[vd];
+    }
+    for (int d = 0, xd = 0; d < p->m->ndim; d++) {
+        if (p->od < 0) {
+            g->st[d] = d == p->sd ? 0 : ls[d];
+            continue;
+        }
+        if (xd == p->sd)
+            xd++;
+        g->st[d] = d >= p->od && d < p->od + p->nd ? 0 : ls[xd++];
+    }
+    g->k = 1;
+    g->gst[0] = ls[p->sd];
+    g->gsz[0] = p->psz[p->sd];
+    g->code[0] = p->code;
+    g->idx[0] = p->idx;
+}
+
+/* 1 if value v is a pointwise node over exactly the source's sizes (a
+ * gather of it is the same op over gathers of its args). */
+static int li_pushable(tracer *tr, int v, const li_plan *p)
+{
+    const cdy_value *val = &tr->t->graph.values[v];
+    if (val->kind != CDY_VAL_NODE || p->pushed >= LI_PUSH_MAX)
+        return 0;
+    char kind = cdy_op_table[val->op].kind;
+    if (kind != 'U' && kind != 'B' && kind != 'C' && kind != 'T')
+        return 0;
+    if (val->meta.ndim != p->pndim)
+        return 0;
+    for (int d = 0; d < p->pndim; d++)
+        if (val->meta.sizes[d] != p->psz[d])
+            return 0;
+    return 1;
+}
+
+/* Value v read at the gathered elements of plan p, as a value of the
+ * result's sizes: a pointwise node becomes its op over its args read there
+ * (the producers of the source fuse with the gather), anything else a
+ * GATHER of it.  Its number, or -1 (stopped). */
+static int li_push(tracer *tr, int v, li_plan *p)
+{
+    cdy_meta nm = *p->m;
+    nm.dtype = tr->t->graph.values[v].meta.dtype;
+    if (!li_pushable(tr, v, p)) {
+        li_gather g;
+        li_leaf(tr, v, p, &g);
+        return li_gather_node(tr, &nm, &g);
+    }
+    p->pushed++;
+    const cdy_value val = tr->t->graph.values[v];   /* a copy: adding nodes may move it */
+    int args[CDY_MAX_NODE_ARGS];
+    for (int a = 0; a < val.nargs; a++) {
+        int av = val.args[a];
+        args[a] = tr->t->graph.values[av].kind == CDY_VAL_SCALAR ? av : li_push(tr, av, p);
+        if (args[a] < 0)
+            return -1;
+    }
+    return cdy_node_add(tr, val.op, args, val.nargs, &nm, val.compute_dtype);
+}
+
+/* A one-index gather of src x along its dim sd, result meta m, index t at
+ * result dims [od, od + nd) (od < 0: torch.gather's mapping, t of the
+ * result's rank), as the call's result; NULL when stopped or not lowered. */
 static tvar *li_one(tracer *tr, const cdy_lower_call *call, const tvar *x, int sd,
                     const tvar *t, const cdy_meta *m, int od, int nd, int64_t code)
 {
-    li_gather gth = {.k = 1};
-    int64_t xs[CDY_MAX_NDIM];
     const cdy_meta xm = li_val(tr, x)->meta;
-    li_map(tr, x->value, &gth.base, xs, &gth.off);
-    if (m->ndim != xm.ndim - 1 + nd)
+    if (od >= 0 && m->ndim != xm.ndim - 1 + nd)
         return NULL;
-    for (int d = 0, xd = 0; d < m->ndim; d++) {
-        if (xd == sd)
-            xd++;
-        gth.st[d] = d >= od && d < od + nd ? 0 : xs[xd++];
-    }
-    gth.gst[0] = xs[sd];
-    gth.gsz[0] = xm.sizes[sd];
-    gth.code[0] = code;
-    if ((gth.idx[0] = li_index_value(tr, t, m, od)) < 0)
+    li_plan p = {m, xm.sizes, xm.ndim, sd, od, nd, -1, code, 0};
+    if ((p.idx = od < 0 ? t->value : li_index_value(tr, t, m, od)) < 0)
         return NULL;
-    return li_node(tr, call, m, &gth);
+    int v = li_push(tr, x->value, &p);
+    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
 
 /* F.embedding(input, weight, padding_idx, max_norm, ...) and
@@ -242,14 +324,7 @@ static tvar *lower_gather(tracer *tr, const cdy_lower_call *call)
         dim += xm.ndim;
     if (xm.ndim < 1 || dim < 0 || dim >= xm.ndim || im.ndim != xm.ndim || m.ndim != xm.ndim)
         return NULL;
-    li_gather gth = {.k = 1};
-    li_map(tr, s[0]->value, &gth.base, gth.st, &gth.off);
-    gth.gst[0] = gth.st[dim];
-    gth.gsz[0] = xm.sizes[dim];
-    gth.st[dim] = 0;
-    gth.code[0] = LI_ERR_GATHER | dim << 8;
-    gth.idx[0] = s[2]->value;
-    return li_node(tr, call, &m, &gth);
+    return li_one(tr, call, s[0], (int)dim, s[2], &m, -1, 0, LI_ERR_GATHER | dim << 8);
 }
 
 /* ---- x[index]: tensor indexing ------------------------------------------ */
