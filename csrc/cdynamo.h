@@ -190,6 +190,14 @@ extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
      * value converted to the node's dtype. */                             \
     X(IOTA, "index_iota", 1, 'I')       \
     X(FILL, "const_fill", 1, 'I')       \
+    /* index: kind G, a gathered load (embedding, index_select, gather, \
+     * x[idx]): args (idx_0..idx_k-1 tensors, stride_i, size_i, code_i \
+     * SCALAR ints), k <= 2.  Element (o_0, ..) is element view_offset + \
+     * sum_d o_d * view_strides[d] + sum_i j_i * stride_i of view_base's \
+     * buffer, j_i = idx_i at o (broadcast from the right to the result), \
+     * wrapped by size_i when negative if code_i & 16; out of [0, size_i): \
+     * the kernel reports code_i (kind & 15 | dim << 8, see gather.c). */ \
+    X(GATHER, "gather_load", -1, 'G')   \
     X(EXTERN, "extern", -1, 'E')
 
 typedef enum {
@@ -267,6 +275,8 @@ typedef struct {
     char symbol[48];        /* function name in the shared object */
     int nargs;
     int args[CDY_MAX_KARGS]; /* buffer numbers (see cdy_plan) */
+    int status;             /* 1: `int f(<args>, int64_t *err)`, nonzero: an index was
+                             * out of range, err[1..3] index, size, code (gather.c) */
 } cdy_kernel_desc;
 
 /* A step of a plan: run kernel `index`, or call extern node `index` (a

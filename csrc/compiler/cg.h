@@ -123,6 +123,28 @@ void cg_index_mark_real(cg_ctx *c, char *real);
 int cg_index_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nops);
 /* Emit `T t<v> = ...;` for kind 'I' node v (IOTA: from c->nest). */
 int cg_emit_index(cg_ctx *c, int v, int ind);
+/* ---- gather.c: kind 'G' nodes (GATHER): a load at an index read from
+ * other tensors, an operand of pointwise kernels like a view.  A kernel
+ * computing one returns an int status and takes `int64_t *cdy_err` last
+ * (see gather.c; cdy_kernel_desc.status). */
+int cg_is_gather(const cdy_graph *g, int v);
+int cg_check_gather(cg_ctx *c, int v);
+/* Mark bases of gathers, and gathers a special kind's kernel would read, real. */
+void cg_gather_mark_real(cg_ctx *c, char *real);
+/* 1 if the values before gather v (from lo) must be realized before it. */
+int cg_gather_boundary(cg_ctx *c, int v, int lo);
+/* 1 if the current kernel computes a gather (status signature). */
+int cg_kernel_gathers(cg_ctx *c);
+/* Emit the base offset `const int64_t x<o> = ...;` of gather operand o. */
+void cg_gather_emit_base(cg_ctx *c, const cg_nest *nest, int o, int ind);
+/* Emit the index checks and `T t<v> = <gathered load>;` for gather node v. */
+int cg_emit_gather(cg_ctx *c, int v, int ind);
+/* Emit the row flags of the kernel's gathers before an inner loop, and their
+ * report to the error slot after it (both nothing in other kernels). */
+void cg_gather_emit_flags(cg_ctx *c, int ind);
+void cg_gather_emit_report(cg_ctx *c, int ind);
+/* Definition of cdy_gather_bad, written before each status kernel (guarded). */
+extern const char cg_gather_helper[];
 
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);

@@ -308,6 +308,8 @@ static int cg_check_node(cg_ctx *c, int v)
         return cg_check_view(c, v);
     if (oi->kind == 'I')
         return cg_check_index(c, v);
+    if (oi->kind == 'G')
+        return cg_check_gather(c, v);
     if (oi->nargs >= 0 && val->nargs != oi->nargs)
         return cg_fail(c, "value %d (%s): %d args, expected %d", v, oi->name,
                        val->nargs, oi->nargs);
@@ -498,6 +500,7 @@ static int cg_plan_buffers(cg_ctx *c, cdy_plan *plan)
         }
     cg_view_mark_real(c, real);
     cg_index_mark_real(c, real);
+    cg_gather_mark_real(c, real);
     if (cg_realize_broadcast(c, real))
         return -1;
     for (int v = 0; v < g->nvalues; v++)
@@ -566,8 +569,10 @@ static int cg_dep_group(cg_ctx *c, int v, const int *gid, int *stack, int *stamp
         const cdy_value *u = &g->values[x];
         if (u->kind != CDY_VAL_NODE)
             continue;
-        for (int a = 0; a < (view ? 1 : u->nargs); a++) {
-            int w = view ? u->view_base : u->args[a];   /* a view loads its base */
+        int gather = !view && cg_is_gather(g, x);
+        for (int a = 0; a < (view ? 1 : u->nargs + gather); a++) {
+            /* a view loads its base; a gather its base and its index tensors */
+            int w = view || a == u->nargs ? u->view_base : u->args[a];
             if (w < 0 || stamp[w] == v)
                 continue;
             stamp[w] = v;
@@ -695,7 +700,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
             n = p + 1;
     }
     for (int v = 0; v < g->nvalues; v++) {
-        if (!c->live[v] || cg_is_leaf(c, v) || !cg_is_view(g, v))
+        if (!c->live[v] || cg_is_leaf(c, v) || !(cg_is_view(g, v) || cg_is_gather(g, v)))
             continue;
         if (n >= CG_MAX_OPS)
             return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
@@ -920,6 +925,8 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         return cg_emit_cat_value(c, v, ind);
     if (cdy_op_table[c->g->values[v].op].kind == 'I')
         return cg_emit_index(c, v, ind);
+    if (cg_is_gather(c->g, v))
+        return cg_emit_gather(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int cdt = cg_compute_dtype(c, val);
@@ -959,6 +966,10 @@ static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nes
     for (int o = 0; o < nops; o++) {
         if (ops[o].is_out)
             continue;
+        if (cg_is_gather(c->g, ops[o].value) && !cg_is_leaf(c, ops[o].value)) {
+            cg_gather_emit_base(c, nest, o, ind);
+            continue;
+        }
         const cdy_meta *m = &c->g->values[ops[o].value].meta;
         cg_indent(&c->src, ind);
         cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype,
@@ -1004,8 +1015,10 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     int ind = 1;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
+        cg_gather_emit_flags(c, 2);
         if (cg_emit_body(c, ops, nops, nest, 2))
             return -1;
+        cg_gather_emit_report(c, 2);
         cdy_buf_puts(b, "    }\n");
         return 0;
     }
@@ -1017,12 +1030,15 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
                           "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
                        (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
                        (long long)n, CG_BLOCK, (long long)n);
+        cg_gather_emit_flags(c, 2);
         if (ivdep)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
         cdy_buf_puts(b, "        for (int64_t i0 = lo; i0 < hi; i0++) {\n");
         if (cg_emit_body(c, ops, nops, nest, 3))
             return -1;
-        cdy_buf_puts(b, "        }\n    }\n");
+        cdy_buf_puts(b, "        }\n");
+        cg_gather_emit_report(c, 2);
+        cdy_buf_puts(b, "    }\n");
         return 0;
     }
     for (int d = 0; d < nest->ndim; d++, ind++) {
@@ -1032,6 +1048,8 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
                            collapse ? " collapse(2)" : "");
         }
+        if (d == nest->ndim - 1)
+            cg_gather_emit_flags(c, ind);
         if (d == nest->ndim - 1 && ivdep) {
             cg_indent(b, ind);
             cdy_buf_puts(b, "#pragma GCC ivdep\n");
@@ -1042,9 +1060,11 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     }
     if (cg_emit_body(c, ops, nops, nest, ind))
         return -1;
-    while (--ind > 0) {
+    for (int inner = 1; --ind > 0; inner = 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
+        if (inner)
+            cg_gather_emit_report(c, ind);
     }
     return 0;
 }
@@ -1054,6 +1074,8 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
                            int nops, const cg_nest *nest)
 {
     cdy_buf *b = &c->src;
+    if (cg_kernel_gathers(c))
+        cdy_buf_puts(b, cg_gather_helper);
     cdy_buf_puts(b, "\n/* fused:");
     int n = 0;
     for (int v = 0; v < c->g->nvalues; v++)
@@ -1068,7 +1090,8 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
     if (nest->ndim == 0)
         cdy_buf_puts(b, " none (one element)");
     cdy_buf_puts(b, " */\n");
-    cdy_buf_printf(b, "CDY_EXPORT void kernel_%d(", k);
+    int status = cg_kernel_gathers(c);
+    cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", status ? "int" : "void", k);
     int first = cg_first_out(ops, nops);
     for (int o = 0; o < nops; o++) {
         const char *ct = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype;
@@ -1079,7 +1102,7 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
         else
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
-    cdy_buf_puts(b, ")\n{\n");
+    cdy_buf_puts(b, status ? ", int64_t *restrict cdy_err)\n{\n" : ")\n{\n");
     for (int o = 0; o < nops; o++)
         if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
@@ -1335,8 +1358,10 @@ static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
         cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     c->nest = NULL;
-    cdy_buf_puts(&c->src, "}\n");
+    int status = cg_kernel_gathers(c);
+    cdy_buf_puts(&c->src, status ? "    return (int)cdy_err[0];\n}\n" : "}\n");
     cg_kernel_end(plan, k, ops, nops);
+    plan->kernels[k].status = status;
     return 0;
 }
 
@@ -1411,7 +1436,8 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
                    "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        if (cg_is_view(g, v) && cg_view_boundary(c, v, lo)) {   /* its base is realized first */
+        if ((cg_is_view(g, v) && cg_view_boundary(c, v, lo)) ||
+            (cg_is_gather(g, v) && cg_gather_boundary(c, v, lo))) {   /* its base is realized first */
             if (cg_emit_segment(c, plan, lo, v))
                 return -1;
             lo = v;

@@ -62,8 +62,8 @@ static void lay_pin(const cdy_graph *g, char *pinned)
             pinned[v] = 1;
             continue;
         }
-        if (cg_is_view(g, v) && !lay_identity_view(g, v))
-            pinned[val->view_base] = 1;
+        if ((cg_is_view(g, v) && !lay_identity_view(g, v)) || cg_is_gather(g, v))
+            pinned[val->view_base] = 1;   /* read through strides fixed at trace time */
         char k = cdy_op_table[val->op].kind;
         if (cg_is_extern(g, v) || (cg_is_special(g, v) && k != 'W')) {
             pinned[v] |= cg_is_extern(g, v);

@@ -22,6 +22,7 @@ typedef struct {
     ffi_type **atypes;
     int nargs;
     int *args;            /* buffer numbers */
+    int status;           /* returns int, takes int64_t err[4] last (cdy_kernel_desc) */
     int64_t work;         /* largest buffer numel it touches */
     char symbol[48];      /* kernel name in the shared object */
     long long prof_calls; /* profiled calls (cdy_rt_profile_kernels on) */
@@ -226,26 +227,48 @@ static long long now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Call kernel kn on the buffers' data pointers ptrs; with profiling on, add
- * the call and its time to kn's counters. */
-static void run_kernel(rt_kernel *kn, void **ptrs)
+/* Raise eager's exception for a gathering kernel's error slot err (index,
+ * size, code: kind | dim << 8, see compiler/gather.c); returns -1. */
+static int index_error(const int64_t *err)
 {
-    void *avals[CDY_MAX_KARGS];
+    long long i = (long long)err[1], n = (long long)err[2];
+    int kind = (int)(err[3] & 15), dim = (int)(err[3] >> 8);
+    if (kind == 1)
+        PyErr_SetString(PyExc_IndexError, "index out of range in self");
+    else if (kind == 4)
+        PyErr_Format(PyExc_RuntimeError, "INDICES element is out of DATA bounds, id=%lld "
+                     "axis_dim=%lld", i, n);
+    else
+        PyErr_Format(kind == 2 ? PyExc_RuntimeError : PyExc_IndexError,
+                     "index %lld is out of bounds for dimension %d with size %lld", i, dim, n);
+    return -1;
+}
+
+/* Call kernel kn on the buffers' data pointers ptrs; with profiling on, add
+ * the call and its time to kn's counters.  0, or -1 with an exception set
+ * when a gathering kernel reports an index out of range. */
+static int run_kernel(rt_kernel *kn, void **ptrs)
+{
+    void *avals[CDY_MAX_KARGS + 1];
+    int64_t err[4] = {0, 0, 0, 0}, *errp = err;
+    ffi_arg rc = 0;
     for (int a = 0; a < kn->nargs; a++)
         avals[a] = &ptrs[kn->args[a]];
+    avals[kn->nargs] = &errp;
     int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
     long long t0 = prof ? now_ns() : 0;
     if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
         Py_BEGIN_ALLOW_THREADS
-        ffi_call(&kn->cif, kn->fn, NULL, avals);
+        ffi_call(&kn->cif, kn->fn, &rc, avals);
         Py_END_ALLOW_THREADS
     }
     else
-        ffi_call(&kn->cif, kn->fn, NULL, avals);
+        ffi_call(&kn->cif, kn->fn, &rc, avals);
     if (prof) {
         kn->prof_calls++;
         kn->prof_ns += now_ns() - t0;
     }
+    return kn->status && (int)rc ? index_error(err) : 0;
 }
 
 /* The scratch block for one call: the graph's own (allocated at first use)
@@ -369,9 +392,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     }
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
-        if (st->kind == CDY_STEP_KERNEL)
-            run_kernel(&c->kernels[st->index], ptrs);
-        else if (run_extern(c, st, bufs, ptrs, stash))
+        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs)
+                                        : run_extern(c, st, bufs, ptrs, stash))
             goto done;
     }
     if (c->nwb && write_back(c, args, bufs))
@@ -627,7 +649,8 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
     }
     kn->nargs = d->nargs;
     snprintf(kn->symbol, sizeof(kn->symbol), "%s", d->symbol);
-    kn->atypes = PyMem_Calloc((size_t)d->nargs + 1, sizeof(ffi_type *));
+    kn->status = d->status;
+    kn->atypes = PyMem_Calloc((size_t)d->nargs + 2, sizeof(ffi_type *));
     kn->args = PyMem_Calloc((size_t)d->nargs + 1, sizeof(int));
     if (!kn->atypes || !kn->args) {
         PyErr_NoMemory();
@@ -640,7 +663,9 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
         if (n > kn->work)
             kn->work = n;
     }
-    if (ffi_prep_cif(&kn->cif, FFI_DEFAULT_ABI, (unsigned)d->nargs, &ffi_type_void, kn->atypes) != FFI_OK) {
+    kn->atypes[d->nargs] = &ffi_type_pointer;   /* status kernels: the error slot */
+    if (ffi_prep_cif(&kn->cif, FFI_DEFAULT_ABI, (unsigned)(d->nargs + kn->status),
+                     kn->status ? &ffi_type_sint : &ffi_type_void, kn->atypes) != FFI_OK) {
         PyErr_SetString(PyExc_RuntimeError, "ffi_prep_cif failed");
         return -1;
     }

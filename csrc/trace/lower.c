@@ -4,11 +4,12 @@
 #include "trace/trace.h"
 
 static PyObject *lower_fns;    /* {callable: table << 16 | row} */
+static PyObject *lower_next;   /* {callable: a later table's row, tried when the first gives NULL} */
 
 /* Every area's table, in lookup order (an earlier registration wins). */
 static const cdy_lowering *const all_tables[] = {
     cdy_lowerings_views, cdy_lowerings_rows, cdy_lowerings_reduce, cdy_lowerings_pool,
-    cdy_lowerings_conv, cdy_lowerings_factory, NULL,
+    cdy_lowerings_conv, cdy_lowerings_factory, cdy_lowerings_index, NULL,
 };
 
 /* Module path of where-letter w ('m', Tensor, is resolved by put_row), or NULL. */
@@ -35,7 +36,10 @@ static int put_attr(PyObject *obj, const char *name, long code)
         return 0;
     }
     PyObject *k = PyLong_FromLong(code);
-    int r = k ? PyDict_SetDefault(lower_fns, f, k) ? 0 : -1 : -1;
+    PyObject *had = k ? PyDict_SetDefault(lower_fns, f, k) : NULL;
+    int r = had ? 0 : -1;
+    if (had && had != k && PyDict_SetDefault(lower_next, f, k) == NULL)
+        r = -1;
     Py_XDECREF(k);
     Py_DECREF(f);
     return r;
@@ -69,7 +73,7 @@ int cdy_lower_init(PyObject *torch)
 {
     if (lower_fns)
         return 0;
-    if (!(lower_fns = PyDict_New()))
+    if (!(lower_fns = PyDict_New()) || !(lower_next = PyDict_New()))
         return -1;
     for (int t = 0; all_tables[t]; t++)
         for (int i = 0; all_tables[t][i].name; i++)
@@ -78,16 +82,34 @@ int cdy_lower_init(PyObject *torch)
     return 0;
 }
 
-/* The lowering registered for callable fn, or NULL. */
-cdy_lower_fn cdy_lower_find(PyObject *fn)
+/* The lowering of row code `k` of dict d for fn, or NULL. */
+static cdy_lower_fn find_in(PyObject *d, PyObject *fn)
 {
-    if (!lower_fns)
-        return NULL;
-    PyObject *k = PyDict_GetItemWithError(lower_fns, fn);
+    PyObject *k = d ? PyDict_GetItemWithError(d, fn) : NULL;
     if (!k) {
         PyErr_Clear();   /* unhashable callables are simply not registered */
         return NULL;
     }
     long code = PyLong_AsLong(k);
     return all_tables[code >> 16][code & 0xffff].fn;
+}
+
+/* A callable registered by two tables: the first table's lowering, then,
+ * when it gives NULL without stopping, the second's. */
+static tvar *lower_chain(tracer *tr, const cdy_lower_call *call)
+{
+    cdy_lower_fn first = find_in(lower_fns, call->fn), second = find_in(lower_next, call->fn);
+    tvar *r = first ? first(tr, call) : NULL;
+    if (r || tr->t->status != CDY_TRACE_OK || !second)
+        return r;
+    return second(tr, call);
+}
+
+/* The lowering registered for callable fn, or NULL. */
+cdy_lower_fn cdy_lower_find(PyObject *fn)
+{
+    if (!lower_fns)
+        return NULL;
+    cdy_lower_fn f = find_in(lower_fns, fn);
+    return f && find_in(lower_next, fn) ? lower_chain : f;
 }

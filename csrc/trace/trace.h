@@ -216,6 +216,7 @@ extern const cdy_lowering cdy_lowerings_factory[];
 /* t.T / .mT / .H / .mH as a transpose or permute call (a VIEW); NULL when
  * stopped, or with *not_attr set when n is another name (lower_views.c). */
 tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr);
+extern const cdy_lowering cdy_lowerings_index[];   /* lower_index.c */
 
 int cdy_lower_init(PyObject *torch);
 /* The lowering registered for callable fn, or NULL. */
