@@ -26,7 +26,8 @@ static const char *where_module(char w)
     }
 }
 
-/* Register obj.<name> (when it exists and is callable) as row `code`; 0 or -1. */
+/* Register obj.<name> (when it exists and is callable) as row `code`; a callable
+ * another table registered first gets `code` as its second lowering; 0 or -1. */
 static int put_attr(PyObject *obj, const char *name, long code)
 {
     PyObject *f = PyObject_GetAttrString(obj, name);
@@ -38,7 +39,8 @@ static int put_attr(PyObject *obj, const char *name, long code)
     PyObject *k = PyLong_FromLong(code);
     PyObject *had = k ? PyDict_SetDefault(lower_fns, f, k) : NULL;
     int r = had ? 0 : -1;
-    if (had && had != k && PyDict_SetDefault(lower_next, f, k) == NULL)
+    if (had && had != k && PyLong_AsLong(had) >> 16 != code >> 16 &&   /* another table's */
+        PyDict_SetDefault(lower_next, f, k) == NULL)
         r = -1;
     Py_XDECREF(k);
     Py_DECREF(f);
@@ -82,7 +84,7 @@ int cdy_lower_init(PyObject *torch)
     return 0;
 }
 
-/* The lowering of row code `k` of dict d for fn, or NULL. */
+/* The lowering that dict d (lower_fns or lower_next) holds for fn, or NULL. */
 static cdy_lower_fn find_in(PyObject *d, PyObject *fn)
 {
     PyObject *k = d ? PyDict_GetItemWithError(d, fn) : NULL;
