@@ -373,15 +373,6 @@ static int cg_check_graph(cg_ctx *c)
     return 0;
 }
 
-/* Number of elements of meta m. */
-static int64_t cg_meta_numel(const cdy_meta *m)
-{
-    int64_t n = 1;
-    for (int d = 0; d < m->ndim; d++)
-        n *= m->sizes[d];
-    return n;
-}
-
 /* 1 if v is a pointwise node that kernels would recompute (not realized, not
  * a view, not special or extern). */
 static int cg_recomputed(const cdy_graph *g, const char *real, int v)
@@ -448,11 +439,11 @@ static int cg_realize_broadcast(cg_ctx *c, char *real)
         const cdy_value *uv = &g->values[u];
         if (uv->kind != CDY_VAL_NODE || cg_is_view(g, u) || cg_is_extern(g, u))
             continue;
-        int64_t work = cg_meta_numel(&uv->meta);
+        int64_t work = cdy_meta_numel(&uv->meta);
         for (int a = 0; a < uv->nargs; a++) {
             int w = uv->args[a];
             int64_t n = w >= 0 && g->values[w].kind != CDY_VAL_SCALAR
-                            ? cg_meta_numel(&g->values[w].meta) : 0;
+                            ? cdy_meta_numel(&g->values[w].meta) : 0;
             work = n > work ? n : work;
         }
         for (int a = 0; a < uv->nargs; a++) {
@@ -469,7 +460,7 @@ static int cg_realize_broadcast(cg_ctx *c, char *real)
             continue;
         int nodes, leaves;
         cg_recompute_cost(g, real, v, stack, stamp, &nodes, &leaves);
-        if ((reader[v] >= 4096 && cg_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
+        if ((reader[v] >= 4096 && cdy_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
              nodes >= 2) ||
             (nread[v] >= 2 && by_special[v] && leaves >= 3))
             real[v] = 1;
