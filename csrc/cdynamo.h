@@ -329,6 +329,11 @@ typedef struct {
 int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
                  size_t so_path_len, int *disk_hit, char *err, size_t errlen);
 
+/* The calling thread's OpenMP thread count (omp_get_max_threads of the
+ * runtime the kernels use: torch's, which torch.set_num_threads sets);
+ * -1 when no OpenMP runtime is loaded. */
+int cdy_cc_max_threads(void);
+
 /* ---- arena: memory for one compilation, freed in one call ------------------ */
 typedef struct cdy_arena_block cdy_arena_block;
 typedef struct {

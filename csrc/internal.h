@@ -48,7 +48,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(TYPE, "exact type (nn.Module arguments: what is read from them is guarded)") \
     X(LEN, "exact type (list/tuple) and length: the items have guards of their own") \
     X(KEYS, "a dict with exactly these keys, in order: the values have guards of their own") \
-    X(GRAD_MODE, "torch.is_grad_enabled() is off")
+    X(GRAD_MODE, "torch.is_grad_enabled() is off")                \
+    X(NUM_THREADS, "the OpenMP thread count the kernels were built for")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -199,7 +200,8 @@ PyObject *cdy_frame_reset(void);
 
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
-    X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits)
+    X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \
+    X(direct_calls)
 typedef struct {
 #define CDY_X(n) long long n;
     CDY_STATS(CDY_X)
@@ -225,7 +227,8 @@ PyObject *cdy_buf_str(cdy_buf *b);
 /* ---- fast tensor attribute reads (runtime/tensor_attrs.c) ----------------
  * X(name): data descriptors (getsets) and no-argument methods of
  * torch.Tensor read on every call of a compiled function.                  */
-#define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr)
+#define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
+    X(stride)
 
 typedef enum {
 #define CDY_X(a) CDY_TA_##a,
@@ -237,7 +240,8 @@ typedef enum {
 /* v.<attr> (a new reference, or NULL with an error) through the C function
  * its type implements it with, resolved once per type and version tag;
  * PyObject_GetAttr (and a call, for methods) when it is not a C getset or
- * a no-argument C method. */
+ * a C method callable with no arguments.  Methods (data_ptr, stride) are
+ * called: the value is v.<attr>(). */
 PyObject *cdy_tensor_attr(PyObject *v, int attr);
 
 /* interned strings used on hot paths */
@@ -248,5 +252,6 @@ extern cdy_strs_t cdy_str;
 extern PyObject *cdy_torch;           /* the torch module */
 extern PyObject *cdy_tensor_type;     /* torch.Tensor */
 extern PyObject *cdy_strided_layout;  /* torch.strided */
+extern PyObject *cdy_empty_tuple;     /* () */
 
 #endif /* CDYNAMO_INTERNAL_H */

@@ -10,6 +10,7 @@ cdy_strs_t cdy_str;
 PyObject *cdy_torch;
 PyObject *cdy_tensor_type;
 PyObject *cdy_strided_layout;
+PyObject *cdy_empty_tuple;
 
 static PyObject *support_mod;   /* cdynamo._support, imported on first use */
 static PyObject *config_mod;    /* cdynamo.config */
@@ -182,7 +183,8 @@ PyMODINIT_FUNC PyInit__C(void)
         goto fail;
     cdy_tensor_type = PyObject_GetAttrString(cdy_torch, "Tensor");
     cdy_strided_layout = PyObject_GetAttrString(cdy_torch, "strided");
-    if (!cdy_tensor_type || !cdy_strided_layout || cdy_runtime_init(cdy_torch))
+    cdy_empty_tuple = PyTuple_New(0);
+    if (!cdy_tensor_type || !cdy_strided_layout || !cdy_empty_tuple || cdy_runtime_init(cdy_torch))
         goto fail;
     if (PyType_Ready(&cdy_compiled_type) < 0)
         goto fail;

@@ -80,11 +80,18 @@ static void cc_note(const char *msg)
 }
 
 static pthread_once_t cc_pin_once = PTHREAD_ONCE_INIT;
+static int (*cc_omp_max_threads)(void);
 
 static void cc_pin_openmp_once(void)
 {
     /* never closed; RTLD_NODELETE keeps it even if someone closes it */
-    if (!dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))
+    void *h = dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        (void)dlerror();
+        return;
+    }
+    *(void **)&cc_omp_max_threads = dlsym(h, "omp_get_max_threads");
+    if (!cc_omp_max_threads)
         (void)dlerror();
 }
 
@@ -92,6 +99,12 @@ static void cc_pin_openmp_once(void)
 static void cc_pin_openmp(void)
 {
     pthread_once(&cc_pin_once, cc_pin_openmp_once);
+}
+
+int cdy_cc_max_threads(void)
+{
+    cc_pin_openmp();
+    return cc_omp_max_threads ? cc_omp_max_threads() : -1;
 }
 
 /* Write a formatted message into err; returns -1. */

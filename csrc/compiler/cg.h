@@ -16,6 +16,13 @@
 
 /* Work below this many elements runs on one thread. */
 #define CG_PARALLEL_NUMEL 32768
+/* A pointwise kernel of at most CG_PARALLEL_CHEAP_OPS ops (neg, add, a copy)
+ * also needs this many bytes loaded and stored to go parallel: the OpenMP
+ * fork and join (about 0.7 us on 2 threads) costs more than it saves below
+ * it (measured: uint8 neg/maximum of 64K elements are faster on 1 thread,
+ * of 128K on 2; float32 ones break even at 32K elements, 256 KB). */
+#define CG_PARALLEL_BYTES (256 * 1024)
+#define CG_PARALLEL_CHEAP_OPS 2
 /* Elements per OpenMP chunk of a flat 1-D loop. */
 #define CG_BLOCK 4096
 /* Parameters of one kernel, at most. */

@@ -995,13 +995,58 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
     return 1;
 }
 
+/* Bytes the current kernel loads and stores per iteration (operands that
+ * stay put in every loop are not counted). */
+static int64_t cg_bytes_per_iter(const cg_ctx *c, const cg_operand *ops, int nops,
+                                 const cg_nest *nest)
+{
+    int64_t bytes = 0;
+    for (int o = 0; o < nops; o++) {
+        int moves = 0;
+        for (int d = 0; d < nest->ndim; d++)
+            moves |= nest->stride[o][d] != 0;
+        if (moves)
+            bytes += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+    }
+    return bytes;
+}
+
+/* Computing nodes of the current kernel. */
+static int cg_kernel_ops(cg_ctx *c)
+{
+    int n = 0;
+    for (int v = 0; v < c->g->nvalues; v++)
+        n += c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v);
+    return n;
+}
+
+/* 0 if the current kernel runs on one thread, else 1; why (when given)
+ * says which rule decided. */
+static int cg_parallel_worth(cg_ctx *c, const cg_operand *ops, int nops,
+                             const cg_nest *nest, int64_t numel, const char **why)
+{
+    const char *dummy;
+    why = why ? why : &dummy;
+    *why = NULL;
+    if (nest->ndim == 0)
+        *why = "one element";
+    else if (c->nthreads <= 1)
+        *why = "generated for 1 thread";
+    else if (numel < CG_PARALLEL_NUMEL)
+        *why = "elements below the threshold";
+    else if (cg_kernel_ops(c) <= CG_PARALLEL_CHEAP_OPS &&
+             numel * cg_bytes_per_iter(c, ops, nops, nest) < CG_PARALLEL_BYTES)
+        *why = "a cheap kernel moving fewer bytes than the threshold";
+    return *why == NULL;
+}
+
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
 int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
                   int64_t numel)
 {
     cdy_buf *b = &c->src;
-    int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && nest->ndim > 0;
+    int par = cg_parallel_worth(c, ops, nops, nest, numel, NULL);
     int ivdep = nest->ndim > 0 && cg_inner_contiguous(ops, nops, nest);
     int ind = 1;
     if (nest->ndim == 0) {
@@ -1202,15 +1247,14 @@ static void cg_ir_vector(cdy_buf *b, const cg_operand *ops, int nops, const cg_n
 
 /* Append whether the kernel runs on several threads and why
  * (mirrors the choice in cg_emit_loops). */
-static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_nest *nest, int64_t numel)
+static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops,
+                           const cg_nest *nest, int64_t numel)
 {
-    if (nest->ndim == 0)
-        cdy_buf_puts(b, "  parallel: no: one element\n");
-    else if (c->nthreads <= 1)
-        cdy_buf_puts(b, "  parallel: no: generated for 1 thread\n");
-    else if (numel < CG_PARALLEL_NUMEL)
-        cdy_buf_printf(b, "  parallel: no: %lld elements < %d (threshold)\n",
-                       (long long)numel, CG_PARALLEL_NUMEL);
+    const char *why;
+    if (!cg_parallel_worth(c, ops, nops, nest, numel, &why))
+        cdy_buf_printf(b, "  parallel: no: %s (%lld elements; thresholds %d elements, %d bytes "
+                          "for kernels of <= %d ops)\n", why, (long long)numel,
+                       CG_PARALLEL_NUMEL, CG_PARALLEL_BYTES, CG_PARALLEL_CHEAP_OPS);
     else if (nest->ndim == 1)
         cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, "
                           "%d threads\n", CG_BLOCK, c->nthreads);
@@ -1259,7 +1303,7 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
         cdy_buf_puts(b, "\n");
     }
     cg_ir_vector(b, ops, nops, nest);
-    cg_ir_parallel(c, b, nest, numel);
+    cg_ir_parallel(c, b, ops, nops, nest, numel);
 }
 
 /* Append the fusion decisions: why kernels are separate, which nodes are

@@ -29,6 +29,9 @@ typedef struct cdy_entry {
     PyObject *globals;       /* where fn_name was stored */
     PyObject *fn_name;
     int backend;
+    PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
+    int ninputs;             /* then its inputs' sources (owned copies) */
+    cdy_src *inputs;
 } cdy_entry;
 
 typedef struct cdy_extra {
@@ -37,6 +40,7 @@ typedef struct cdy_extra {
     int limit_warned;
     int nargslots;
     int forced;              /* handed to optimize: traced wherever it lives */
+    int nframed;             /* entries without a frame-free call (direct == NULL) */
     cdy_entry *entries;
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
@@ -59,6 +63,10 @@ static void entry_free(cdy_entry *e)
             PyErr_Clear();
     }
     cdy_guards_free(&e->guards);
+    for (int i = 0; i < e->ninputs; i++)
+        cdy_src_clear(&e->inputs[i]);
+    PyMem_Free(e->inputs);
+    Py_XDECREF(e->direct);
     Py_XDECREF(e->shadow_fn);
     Py_XDECREF(e->globals);
     Py_XDECREF(e->fn_name);
@@ -74,6 +82,7 @@ static void extra_clear_entries(cdy_extra *x)
         entry_free(e);
     }
     x->nentries = 0;
+    x->nframed = 0;
     x->limit_warned = 0;
 }
 
@@ -228,10 +237,13 @@ static void report_compile(PyCodeObject *co, cdy_trace *t, cdy_entry *e, PyObjec
 }
 
 /* Compile t with the configured backend; new ref to the callable, or NULL
- * with a message in err (no exception left set). */
+ * with a message in err (no exception left set).  *follow_threads is set to
+ * the thread count its kernels were built for when that count follows
+ * torch.get_num_threads() (cdynamo.config.num_threads is None), else 0. */
 static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int backend,
-                               char *err, size_t errlen)
+                               int *follow_threads, char *err, size_t errlen)
 {
+    *follow_threads = 0;
     if (backend == CDY_BACKEND_EAGER) {
         PyObject *c = cdy_compiled_eager(t, name, single);
         if (!c) {
@@ -250,6 +262,11 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
     }
     if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), &plan, err, errlen))
         goto done;
+    PyObject *pinned = cdy_config_get("num_threads");
+    if (pinned == Py_None && plan.nkernels > 0)
+        *follow_threads = (int)PyLong_AsLong(nth);
+    Py_XDECREF(pinned);
+    PyErr_Clear();
     cdy_cc_opts opts = {PyUnicode_AsUTF8(cc), PyUnicode_AsUTF8(dir), NULL};
     char so_path[4096];
     int disk_hit = 0;
@@ -311,6 +328,53 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
     return e;
 }
 
+/* 1 if a source reads an argument slot (or no local at all) of co. */
+static int src_in_args(const cdy_src *s, PyCodeObject *co)
+{
+    return s->kind != CDY_SRC_LOCAL || s->slot < co->co_argcount;
+}
+
+/* 1 if hits of an entry with guards gs for t can skip the frame: co takes
+ * only positional-or-keyword parameters, and every guard and graph input
+ * reads them, globals or closure cells. */
+static int direct_ok(PyCodeObject *co, const cdy_trace *t, const cdy_guards *gs)
+{
+    if (cdy_code_nargslots(co) != co->co_argcount)
+        return 0;
+    for (int i = 0; i < gs->n; i++)
+        if (!src_in_args(&gs->items[i].src, co))
+            return 0;
+    for (int i = 0; i < t->graph.ninputs; i++)
+        if (!src_in_args(&t->input_srcs[i], co))
+            return 0;
+    return 1;
+}
+
+/* Let e's hits call compiled directly with t's inputs (on OOM they keep the frame). */
+static void entry_set_direct(cdy_entry *e, const cdy_trace *t, PyObject *compiled)
+{
+    int n = t->graph.ninputs;
+    e->inputs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(cdy_src));
+    if (!e->inputs)
+        return;
+    for (int i = 0; i < n; i++)
+        cdy_src_copy(&e->inputs[i], &t->input_srcs[i]);
+    e->ninputs = n;
+    e->direct = Py_NewRef(compiled);
+}
+
+/* Guard that the OpenMP thread count stays n (kernels are built for it); 0 or -1. */
+static int guard_threads(cdy_entry *e, int n)
+{
+    cdy_src none = {0};
+    cdy_guard *g = cdy_guards_add(&e->guards, CDY_GUARD_NUM_THREADS, &none, "num_threads");
+    if (!g)
+        return -1;
+    g->ndim = n;
+    sort_guards(&e->guards);
+    return 0;
+}
+
 /* Fill e with compiled code for t; on failure e stays an eager entry and a
  * warning names the cause. */
 static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame, double t0)
@@ -323,9 +387,12 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
                  !t->nstores;
     PyObject *compiled = NULL, *code = NULL;
     if (call_graph) {
-        compiled = compile_graph(t, name, single, e->backend, err, sizeof(err));
+        int threads = 0;
+        compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));
         if (!compiled)
             goto fail;
+        if (threads && guard_threads(e, threads))
+            goto pyfail;
     }
     e->fn_name = PyUnicode_FromString(name);
     e->globals = Py_NewRef(frame->f_globals);
@@ -339,6 +406,8 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto pyfail;
     if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
         goto pyfail;
+    if (single && direct_ok(co, t, &e->guards))
+        entry_set_direct(e, t, compiled);
     cdy_stats.frames_compiled++;
     log_new_entry(co, e, code, compiled);
     report_compile(co, t, e, code, compiled, now_s() - t0);
@@ -438,6 +507,7 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
         e->next = x->entries;
         x->entries = e;
         x->nentries++;
+        x->nframed += !e->direct;
     }
     cdy_trace_free(t);
     PyMem_Free(t);
@@ -569,6 +639,67 @@ typedef struct {
     int fullgraph;
 } cdy_optimized;
 
+/* Call entry e's compiled graph with its inputs read from args (the
+ * function's arguments) and fn; its result, or NULL with an error. */
+static PyObject *run_direct(const cdy_entry *e, PyObject *const *args, PyFunctionObject *fn)
+{
+    PyObject *stack[16], **in = stack;
+    if (e->ninputs > 16 && !(in = PyMem_Malloc(sizeof(PyObject *) * (size_t)e->ninputs)))
+        return PyErr_NoMemory();
+    int n = 0;
+    PyObject *r = NULL;
+    for (; n < e->ninputs; n++) {
+        const cdy_src *s = &e->inputs[n];
+        in[n] = s->kind == CDY_SRC_LOCAL && !s->nattrs
+                    ? Py_NewRef(args[s->slot])
+                    : cdy_src_fetch(s, args, fn->func_globals, fn->func_builtins, fn->func_closure);
+        if (!in[n])
+            goto done;
+    }
+    r = PyObject_Vectorcall(e->direct, in, (size_t)n, NULL);
+done:
+    while (n-- > 0)
+        Py_DECREF(in[n]);
+    if (in != stack)
+        PyMem_Free(in);
+    return r;
+}
+
+/* The frame-free path of a call of o: when o wraps a function whose cache
+ * entries all return their graph's one output, the first entry whose guards
+ * hold for the arguments runs without a Python frame.  1 with *res set
+ * (NULL: an error), or 0: no entry holds (or none can), take the frame path. */
+static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames, PyObject **res)
+{
+    if (kwnames || !PyFunction_Check(o->fn))
+        return 0;
+    PyFunctionObject *fn = (PyFunctionObject *)o->fn;
+    PyCodeObject *co = (PyCodeObject *)fn->func_code;
+    void *p = NULL;
+    if (_PyCode_GetExtra((PyObject *)co, extra_index, &p) || !p) {
+        PyErr_Clear();
+        return 0;
+    }
+    cdy_extra *x = p;
+    if (x->state != CODE_TRACE || !x->entries || x->nframed ||
+        PyVectorcall_NARGS(nargsf) != (Py_ssize_t)co->co_argcount)
+        return 0;
+    for (cdy_entry *e = x->entries; e; e = e->next) {
+        if (e->backend != o->backend)
+            continue;
+        if (cdy_guards_check(&e->guards, args, fn->func_globals, fn->func_builtins,
+                             fn->func_closure, NULL, 0) > 0) {
+            cdy_stats.frames_seen++;
+            cdy_stats.cache_hits++;
+            cdy_stats.direct_calls++;
+            *res = run_direct(e, args, fn);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Call fn with the hook on (or off, for disable) on this thread. */
 static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t nargsf,
                                 PyObject *kwnames)
@@ -581,7 +712,9 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
         cdy_tls_state.fullgraph = o->fullgraph;
     }
     hook_enter();
-    PyObject *r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
+    PyObject *r = NULL;
+    if (!o->enable || !direct_call(o, args, nargsf, kwnames, &r))
+        r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
     hook_exit();
     cdy_tls_state = saved;
     return r;

@@ -177,7 +177,7 @@ static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
     PyObject *cpu = rg ? cdy_tensor_attr(v, CDY_TA_is_cpu) : NULL;
     PyObject *lay = cpu ? cdy_tensor_attr(v, CDY_TA_layout) : NULL;
     PyObject *shape = lay ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
-    PyObject *stride = shape ? PyObject_CallMethodNoArgs(v, cdy_str.stride) : NULL;
+    PyObject *stride = shape ? cdy_tensor_attr(v, CDY_TA_stride) : NULL;
     int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
     int nd = -1, nd2 = -1;
     if (!stride) {
@@ -289,6 +289,13 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      g->requires_grad ? "True" : "False");
         return ok;
     }
+    if (g->kind == CDY_GUARD_NUM_THREADS) {
+        int now = cdy_cc_max_threads();
+        if (now != g->ndim)
+            snprintf(why, n, "torch.get_num_threads() changed: the kernels were built for %d "
+                     "threads, it is now %d", g->ndim, now);
+        return now == g->ndim;
+    }
     PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
     if (!v) {
         PyErr_Clear();
@@ -374,6 +381,8 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
         else if (g->kind == CDY_GUARD_GRAD_MODE)
             cdy_buf_printf(&b, "GRAD_MODE: torch.is_grad_enabled() is %s\n",
                            g->requires_grad ? "True" : "False");
+        else if (g->kind == CDY_GUARD_NUM_THREADS)
+            cdy_buf_printf(&b, "NUM_THREADS: torch.get_num_threads() == %d\n", g->ndim);
         else {
             PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
             if (g->kind == CDY_GUARD_CONST)

@@ -199,7 +199,7 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     if (!r)
         return -1;
     PyObject *meta = c->buf_meta[st->out_buffer];
-    PyObject *got = PyObject_CallMethodNoArgs(r, cdy_str.stride);
+    PyObject *got = cdy_tensor_attr(r, CDY_TA_stride);
     int same = got ? PyObject_RichCompareBool(got, PyTuple_GET_ITEM(meta, 1), Py_EQ) : -1;
     Py_XDECREF(got);
     if (same == 0) {   /* torch picked other strides than the meta run: copy */

@@ -12,7 +12,7 @@ typedef struct {
     PyTypeObject *type;              /* borrowed; the tag check makes a reused address harmless */
     unsigned int version;
     PyGetSetDef *get[CDY_TA_COUNT];  /* getset, or */
-    PyMethodDef *meth[CDY_TA_COUNT]; /* no-argument method; both NULL: generic path */
+    PyMethodDef *meth[CDY_TA_COUNT]; /* method callable without arguments; both NULL: generic path */
 } ta_entry;
 
 static ta_entry ta_cache[TA_TYPES];
@@ -29,6 +29,14 @@ static PyObject *ta_name(int a)
     return names[a];
 }
 
+/* 1 if method descriptor d is a C function we can call with no arguments
+ * directly: METH_NOARGS, or METH_VARARGS | METH_KEYWORDS (an empty tuple). */
+static int ta_callable_bare(PyObject *d)
+{
+    int flags = ((PyMethodDescrObject *)d)->d_method->ml_flags & ~METH_COEXIST;
+    return flags == METH_NOARGS || flags == (METH_VARARGS | METH_KEYWORDS);
+}
+
 /* The resolved entry of tp, resolving it now; NULL when tp has no valid
  * version tag to validate an entry with. */
 static const ta_entry *ta_lookup(PyTypeObject *tp)
@@ -42,8 +50,7 @@ static const ta_entry *ta_lookup(PyTypeObject *tp)
         PyObject *d = _PyType_Lookup(tp, ta_name(a));   /* borrowed; assigns a version tag */
         if (d && Py_IS_TYPE(d, &PyGetSetDescr_Type))
             e.get[a] = ((PyGetSetDescrObject *)d)->d_getset;
-        else if (d && Py_IS_TYPE(d, &PyMethodDescr_Type) &&
-                 (((PyMethodDescrObject *)d)->d_method->ml_flags & ~METH_COEXIST) == METH_NOARGS)
+        else if (d && Py_IS_TYPE(d, &PyMethodDescr_Type) && ta_callable_bare(d))
             e.meth[a] = ((PyMethodDescrObject *)d)->d_method;
     }
     if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
@@ -61,10 +68,14 @@ PyObject *cdy_tensor_attr(PyObject *v, int attr)
     const ta_entry *e = ta_lookup(Py_TYPE(v));
     if (e && e->get[attr])
         return e->get[attr]->get(v, e->get[attr]->closure);
-    if (e && e->meth[attr])
-        return e->meth[attr]->ml_meth(v, NULL);
+    if (e && e->meth[attr]) {
+        const PyMethodDef *m = e->meth[attr];
+        if ((m->ml_flags & ~METH_COEXIST) == METH_NOARGS)
+            return m->ml_meth(v, NULL);
+        return ((PyCFunctionWithKeywords)(void (*)(void))m->ml_meth)(v, cdy_empty_tuple, NULL);
+    }
     PyObject *r = PyObject_GetAttr(v, ta_name(attr));
-    if (r && attr == CDY_TA_data_ptr)
+    if (r && (attr == CDY_TA_data_ptr || attr == CDY_TA_stride))
         Py_SETREF(r, PyObject_CallNoArgs(r));
     return r;
 }

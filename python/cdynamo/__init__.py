@@ -98,7 +98,8 @@ def reset():
 
 def stats():
     """Counters: frames_seen, frames_compiled, cache_hits, cache_misses, recompiles,
-    graph_breaks, fallbacks, kernels_compiled, disk_cache_hits."""
+    graph_breaks, fallbacks, kernels_compiled, disk_cache_hits, direct_calls (cache hits
+    that called the compiled graph without running the function's frame)."""
     return _C.stats()
 
 

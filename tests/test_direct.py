@@ -1,0 +1,157 @@
+"""The per-call path: cache hits that run without the function's frame (direct calls),
+and the thread-count guard (kernels are rebuilt when torch.set_num_threads changes)."""
+import sys
+
+import pytest
+import torch
+
+import cdynamo
+from conftest import assert_same
+
+G = torch.randn(6)
+
+
+def _stats():
+    return cdynamo.stats()
+
+
+def test_direct_call_skips_the_frame():
+    seen = []
+
+    def f(x, y):
+        return torch.relu(x * y + 1)
+    g = cdynamo.optimize(f)
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    assert_same(f(x, y), g(x, y))          # compiles through the frame
+    assert _stats()["direct_calls"] == 0
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code is f.__code__:
+            seen.append(1)
+    sys.setprofile(prof)
+    try:
+        out = g(x, y)
+    finally:
+        sys.setprofile(None)
+    assert_same(f(x, y), out)
+    st = _stats()
+    assert st["direct_calls"] == 1 and st["cache_hits"] == 1 and st["frames_compiled"] == 1
+    assert seen == []                      # no Python frame of f ran
+
+
+def test_direct_call_guards_still_checked():
+    g = cdynamo.optimize(lambda x: x * 2 + 1)
+    for shape in [(3,), (3,), (5,), (5,), (3,)]:
+        x = torch.randn(*shape)
+        assert_same(x * 2 + 1, g(x))
+    st = _stats()
+    assert st["frames_compiled"] == 2 and st["recompiles"] == 1
+    assert st["direct_calls"] == 3
+    x = torch.arange(6, dtype=torch.int64)
+    assert_same(x * 2 + 1, g(x))           # dtype guard fails: a third entry
+    assert _stats()["frames_compiled"] == 3
+
+
+def test_direct_call_inputs_from_globals_closures_and_attributes():
+    k = torch.randn(6)
+
+    def f(x):
+        return x * G + k
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(6), requires_grad=False)
+
+        def forward(self, x):
+            return torch.tanh(x * self.w)
+    m = M()
+    gm, gf = cdynamo.optimize(m), cdynamo.optimize(f)
+    x = torch.randn(6)
+    for _ in range(3):
+        assert_same(f(x), gf(x))
+        assert_same(m(x), gm(x), transcendental=True)
+    assert _stats()["direct_calls"] == 4
+    with torch.no_grad():
+        m.w.mul_(2)                        # the parameter is read at each call
+    k.add_(1)
+    assert_same(m(x), gm(x), transcendental=True)
+    assert_same(f(x), gf(x))
+
+
+def test_calls_the_direct_path_does_not_take():
+    def f(x, y=None, *, scale=2.0):
+        return x * scale if y is None else x * y * scale
+    g = cdynamo.optimize(f)
+    x, y = torch.randn(3), torch.randn(3)
+    for _ in range(2):
+        assert_same(f(x), g(x))               # a default: the frame path
+        assert_same(f(x, y), g(x, y))
+        assert_same(f(x, y=y), g(x, y=y))     # keywords: the frame path
+    assert _stats()["direct_calls"] == 0
+    assert _stats()["cache_hits"] >= 3
+
+
+def test_multiple_outputs_and_side_effects_keep_the_frame(capsys):
+    def f(x):
+        print("called")
+        return x + 1, x * 2
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    for _ in range(3):
+        a, b = g(x)
+        assert_same((x + 1, x * 2), (a, b))
+    assert capsys.readouterr().out.count("called") == 3
+    assert _stats()["direct_calls"] == 0
+
+
+def test_direct_call_errors_propagate():
+    g = cdynamo.optimize(lambda x, i: x[i] * 2)
+    x, i = torch.randn(5), torch.tensor([0, 4])
+    assert_same(x[i] * 2, g(x, i))
+    assert_same(x[i] * 2, g(x, i))
+    with pytest.raises(IndexError):
+        g(x, torch.tensor([0, 7]))
+    assert_same(x[i] * 2, g(x, i))
+
+
+@pytest.fixture
+def threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_thread_count_is_guarded(threads, capfd):
+    g = cdynamo.optimize(lambda x: x * 3)
+    x = torch.randn(100_000)
+    torch.set_num_threads(1)
+    capfd.readouterr()
+    cdynamo._C.set_log_topics({"recompiles", "guards"})
+    try:
+        assert_same(x * 3, g(x))
+        torch.set_num_threads(2)
+        assert_same(x * 3, g(x))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    err = capfd.readouterr().err
+    assert "NUM_THREADS: torch.get_num_threads() == 1" in err
+    assert "NUM_THREADS: torch.get_num_threads() == 2" in err
+    assert ("torch.get_num_threads() changed: the kernels were built for 1 threads, "
+            "it is now 2") in err
+    st = _stats()
+    assert st["frames_compiled"] == 2 and st["recompiles"] == 1
+    torch.set_num_threads(1)
+    assert_same(x * 3, g(x))
+    assert _stats()["frames_compiled"] == 2       # the 1-thread entry is still there
+
+
+def test_pinned_thread_count_has_no_guard(threads, monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "num_threads", 1)
+    g = cdynamo.optimize(lambda x: x * 5)
+    x = torch.randn(100_000)
+    torch.set_num_threads(1)
+    assert_same(x * 5, g(x))
+    torch.set_num_threads(2)
+    assert_same(x * 5, g(x))
+    assert _stats()["frames_compiled"] == 1 and _stats()["recompiles"] == 0
