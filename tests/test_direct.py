@@ -92,15 +92,55 @@ def test_calls_the_direct_path_does_not_take():
     assert _stats()["cache_hits"] >= 3
 
 
-def test_multiple_outputs_and_side_effects_keep_the_frame(capsys):
+def test_tuple_of_outputs_is_direct():
     def f(x):
-        print("called")
         return x + 1, x * 2
     g = cdynamo.optimize(f)
     x = torch.randn(3)
     for _ in range(3):
-        a, b = g(x)
-        assert_same((x + 1, x * 2), (a, b))
+        r = g(x)
+        assert type(r) is tuple and len(r) == 2
+        assert_same(f(x), r)
+    assert _stats()["direct_calls"] == 2
+
+
+def test_input_returned_as_is_through_direct_call():
+    g = cdynamo.optimize(lambda x: (x * 2, x + 1, x))
+    x = torch.randn(3)
+    for _ in range(3):
+        r = g(x)
+        assert_same((x * 2, x + 1, x), r)
+        assert r[2] is x
+    assert _stats()["direct_calls"] == 2
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: [x + 1, x * 2],                 # a list
+    lambda x: ((y := x * 2), y),              # one output twice
+    lambda x: (x + 1, 3),                     # a constant
+    lambda x: {"a": x + 1},                   # a dict
+])
+def test_other_return_structures_keep_the_frame(fn):
+    g = cdynamo.optimize(fn)
+    x = torch.randn(3)
+    for _ in range(3):
+        r, e = g(x), fn(x)
+        assert type(r) is type(e)
+        if isinstance(e, dict):
+            assert list(r) == list(e)
+            r, e = list(r.values()), list(e.values())
+        assert_same(e, r)
+    assert _stats()["direct_calls"] == 0
+
+
+def test_side_effects_keep_the_frame(capsys):
+    def f(x):
+        print("called")
+        return x + 1
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert_same(x + 1, g(x))
     assert capsys.readouterr().out.count("called") == 3
     assert _stats()["direct_calls"] == 0
 

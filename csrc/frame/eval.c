@@ -328,6 +328,20 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
     return e;
 }
 
+/* 1 if t returns the tuple of its graph's outputs in order, the compiled
+ * graph's own result, and stores nothing. */
+static int returns_outs(const cdy_trace *t)
+{
+    const cdy_ret *r = t->ret;
+    if (!r || r->kind != CDY_RET_TUPLE || r->n != t->graph.noutputs || t->nstores ||
+        !t->graph.noutputs)
+        return 0;
+    for (int i = 0; i < r->n; i++)
+        if (r->items[i]->kind != CDY_RET_OUTPUT || r->items[i]->index != i)
+            return 0;
+    return 1;
+}
+
 /* 1 if a source reads an argument slot (or no local at all) of co. */
 static int src_in_args(const cdy_src *s, PyCodeObject *co)
 {
@@ -406,7 +420,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto pyfail;
     if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
         goto pyfail;
-    if (single && direct_ok(co, t, &e->guards))
+    if ((single || returns_outs(t)) && direct_ok(co, t, &e->guards))
         entry_set_direct(e, t, compiled);
     cdy_stats.frames_compiled++;
     log_new_entry(co, e, code, compiled);
@@ -666,7 +680,7 @@ done:
 }
 
 /* The frame-free path of a call of o: when o wraps a function whose cache
- * entries all return their graph's one output, the first entry whose guards
+ * entries all return their graph's output(s) as they come, the first entry whose guards
  * hold for the arguments runs without a Python frame.  1 with *res set
  * (NULL: an error), or 0: no entry holds (or none can), take the frame path. */
 static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
