@@ -198,6 +198,33 @@ extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
 
+/* ---- per-call phase timing (cdynamo.overhead_breakdown) -------------------- */
+#define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(result)
+typedef enum {
+#define CDY_X(n) CDY_PHASE_##n,
+    CDY_PHASES(CDY_X)
+#undef CDY_X
+    CDY_PHASE_COUNT
+} cdy_phase;
+extern int cdy_phase_on;                          /* timing wanted (rarely: it costs ~20 ns a phase) */
+extern long long cdy_phase_ns[CDY_PHASE_COUNT];   /* accumulated while cdy_phase_on */
+/* Monotonic clock in nanoseconds. */
+long long cdy_now_ns(void);
+/* Add the time since *t0 to phase p and restart *t0 (only while cdy_phase_on). */
+static inline void cdy_phase_add(int p, long long *t0)
+{
+    if (__builtin_expect(cdy_phase_on, 0)) {
+        long long t = cdy_now_ns();
+        cdy_phase_ns[p] += t - *t0;
+        *t0 = t;
+    }
+}
+/* The start of a timed stretch: now, or 0 when timing is off. */
+static inline long long cdy_phase_start(void)
+{
+    return __builtin_expect(cdy_phase_on, 0) ? cdy_now_ns() : 0;
+}
+
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
     X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \

@@ -5,6 +5,7 @@ the bench itself reports a missing core per row, but this test is about the real
 """
 import importlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -75,5 +76,13 @@ def test_bench_quick_json(tmp_path):
         else:
             assert r["error"]["cdynamo"], r
     assert rows["add1_8"]["kind"] == "overhead"
+    # add1_8's cdynamo call is split into its parts, printed under the table
+    b = rows["add1_8"]["breakdown_us"]
+    assert b["direct"] is True and b["total"] > 0 and b["alloc"] > 0 and b["guards"] > 0, b
+    assert "broadcast_add" not in [r for r in rows if rows[r].get("breakdown_us")]
+    assert "cdynamo per-call cost by part" in proc.stdout
+    assert re.search(r"  add1_8: guards [\d.]+, inputs [\d.]+, alloc [\d.]+, kernels [\d.]+, "
+                     r"result [\d.]+, other [\d.]+ = [\d.]+ \(direct call\); eager [\d.]+",
+                     proc.stdout), proc.stdout
     assert rows["broadcast_add"]["kind"] == "pointwise"
     assert rows["broadcast_add"]["gbps"]["eager"] > 0

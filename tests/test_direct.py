@@ -195,3 +195,25 @@ def test_pinned_thread_count_has_no_guard(threads, monkeypatch):
     torch.set_num_threads(2)
     assert_same(x * 5, g(x))
     assert _stats()["frames_compiled"] == 1 and _stats()["recompiles"] == 0
+
+
+def test_overhead_breakdown_parts():
+    g = cdynamo.optimize(lambda x: x * 2 + 1)
+    x = torch.randn(64)
+    b = cdynamo.overhead_breakdown(g, x, calls=200)
+    assert set(b) == {"guards", "inputs", "alloc", "kernels", "result", "other", "total",
+                      "direct"}
+    assert b["direct"] is True
+    for k in ("guards", "inputs", "alloc", "kernels", "result"):
+        assert 0 < b[k] < b["total"], (k, b)
+    assert abs(sum(b[k] for k in ("guards", "inputs", "alloc", "kernels", "result", "other"))
+               - b["total"]) < 1e-6
+    assert _stats()["direct_calls"] == 201     # the second warm-up call and the timed ones
+
+
+def test_overhead_breakdown_frame_path():
+    def f(x, y=None):
+        return x - 1
+    g = cdynamo.optimize(f)
+    b = cdynamo.overhead_breakdown(g, torch.randn(8), calls=100)
+    assert b["direct"] is False and b["guards"] > 0 and b["kernels"] > 0

@@ -585,12 +585,14 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     char why[CDY_ERRLEN] = "";
     cdy_entry *first = NULL;
+    long long t0 = cdy_phase_start();
     for (cdy_entry *e = x->entries; e; e = e->next) {
         if (e->backend != cdy_tls_state.backend)
             continue;
         first = first ? first : e;
         if (cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals,
                              frame->f_builtins, closure, NULL, 0)) {
+            cdy_phase_add(CDY_PHASE_guards, &t0);
             cdy_stats.cache_hits++;
             return run_entry(ts, frame, x, e, throwflag);
         }
@@ -699,11 +701,13 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     if (x->state != CODE_TRACE || !x->entries || x->nframed ||
         PyVectorcall_NARGS(nargsf) != (Py_ssize_t)co->co_argcount)
         return 0;
+    long long t0 = cdy_phase_start();
     for (cdy_entry *e = x->entries; e; e = e->next) {
         if (e->backend != o->backend)
             continue;
         if (cdy_guards_check(&e->guards, args, fn->func_globals, fn->func_builtins,
                              fn->func_closure, NULL, 0) > 0) {
+            cdy_phase_add(CDY_PHASE_guards, &t0);
             cdy_stats.frames_seen++;
             cdy_stats.cache_hits++;
             cdy_stats.direct_calls++;

@@ -219,13 +219,16 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     return ptrs[st->out_buffer] ? 0 : -1;
 }
 
-/* Monotonic clock in nanoseconds. */
-static long long now_ns(void)
+int cdy_phase_on;
+long long cdy_phase_ns[CDY_PHASE_COUNT];
+
+long long cdy_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+#define now_ns cdy_now_ns
 
 /* Raise eager's exception for a gathering kernel's error slot err (index,
  * size, code: kind | dim << 8, see compiler/gather.c); returns -1. */
@@ -355,6 +358,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     PyObject *res = NULL, **stash = NULL;
     void *scratch = NULL;
     int i = 0;
+    long long t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
     if (!bufs || !ptrs || (c->multi && !stash)) {
@@ -371,6 +375,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             goto done;
         }
     }
+    cdy_phase_add(CDY_PHASE_inputs, &t0);
     if (c->scratch_bytes && !(scratch = scratch_take(c)))
         goto done;
     for (; i < c->nbuffers; i++) {
@@ -390,6 +395,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             goto done;
         }
     }
+    cdy_phase_add(CDY_PHASE_alloc, &t0);
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
         if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs)
@@ -398,6 +404,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     }
     if (c->nwb && write_back(c, args, bufs))
         goto done;
+    cdy_phase_add(CDY_PHASE_kernels, &t0);
     c->calls++;
     res = make_result(c, bufs);
 done:
@@ -411,6 +418,7 @@ done:
         PyMem_Free(bufs);
     if (ptrs != stackptrs)
         PyMem_Free(ptrs);
+    cdy_phase_add(CDY_PHASE_result, &t0);
     return res;
 }
 
@@ -585,7 +593,33 @@ static PyObject *compiled_set_profile(PyObject *unused, PyObject *flag)
     return PyBool_FromLong(old);
 }
 
+/* CompiledGraph.phase_timing(flag): turn per-call phase timing on (zeroing
+ * the sums) or off; returns {phase: total ns} accumulated so far. */
+static PyObject *compiled_phase_timing(PyObject *unused, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    PyObject *d = PyDict_New();
+#define CDY_X(n)                                                                   \
+    if (d) {                                                                        \
+        PyObject *v = PyLong_FromLongLong(cdy_phase_ns[CDY_PHASE_##n]);            \
+        if (!v || PyDict_SetItemString(d, #n, v))                                   \
+            Py_CLEAR(d);                                                            \
+        Py_XDECREF(v);                                                              \
+    }
+    CDY_PHASES(CDY_X)
+#undef CDY_X
+    if (on)
+        memset(cdy_phase_ns, 0, sizeof(cdy_phase_ns));
+    cdy_phase_on = on;
+    return d;
+}
+
 static PyMethodDef compiled_methods[] = {
+    {"phase_timing", compiled_phase_timing, METH_O | METH_STATIC,
+     "time the phases of each call (guards, inputs, alloc, kernels, result) on/off; "
+     "returns the nanoseconds summed so far"},
     {"reset_kernel_profile", compiled_reset_profile, METH_NOARGS,
      "zero this graph's per-kernel call counts and times"},
     {"set_profile_kernels", compiled_set_profile, METH_O | METH_STATIC,

@@ -18,7 +18,8 @@ from ._support import CdynamoWarning, Unsupported, parse_topics
 from . import _support, _C
 
 __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning",
-           "explain", "profile_report", "set_profile_kernels"]
+           "explain", "profile_report", "set_profile_kernels",
+           "overhead_breakdown"]
 
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 # Frames from these files are never traced: torch's and the standard library's.
@@ -118,6 +119,36 @@ def explain(fn):
 def set_profile_kernels(flag=True):
     """Time every kernel call of compiled graphs (same as cdynamo.config.profile_kernels = flag)."""
     config.profile_kernels = bool(flag)
+
+
+def overhead_breakdown(fn, *args, calls=20000):
+    """Where the time of a call of the optimized fn(*args) goes, in µs per call.
+
+    Calls fn(*args) twice (compiling it if needed), then `calls` times with the
+    runtime's phase clocks on, and returns a dict: guards (checking the cache
+    entry's guards), inputs (reading the input tensors' data pointers), alloc
+    (allocating the outputs and intermediate buffers), kernels (the generated
+    kernels and extern torch calls), result (building the result, releasing
+    buffers), other (the rest: the Python call, argument passing, the frame when
+    the call is not direct), total, and direct (whether the calls skipped the
+    function's frame).  The clocks cost about 0.1 µs per call, included in total."""
+    import time
+    fn(*args)
+    fn(*args)
+    before = stats()["direct_calls"]
+    _C.CompiledGraph.phase_timing(True)
+    try:
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        total = time.perf_counter() - t
+    finally:
+        ns = _C.CompiledGraph.phase_timing(False)
+    out = {k: v / calls / 1000.0 for k, v in ns.items()}
+    out["total"] = total / calls * 1e6
+    out["other"] = out["total"] - sum(ns.values()) / calls / 1000.0
+    out["direct"] = stats()["direct_calls"] - before == calls
+    return out
 
 
 def profile_report(file=None):

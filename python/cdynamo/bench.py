@@ -734,6 +734,22 @@ def run_workload(w: Workload, systems: Systems, args, progress: Progress,
         return _run_workload(w, systems, args, progress, phase, skip)
 
 
+#: workloads whose cdynamo call is split into its parts (cdynamo.overhead_breakdown)
+BREAKDOWN = ("add1_8", "neg_u8", "maximum_u8", "smooth_l1_20")
+
+
+def _breakdown(systems: Systems, f, inputs, quick: bool) -> Optional[dict]:
+    """cdynamo.overhead_breakdown of the compiled callable f (µs per call per part)."""
+    fn = getattr(systems.cdynamo, "overhead_breakdown", None)
+    if fn is None:
+        return None
+    try:
+        d = fn(f, *inputs, calls=2000 if quick else 20000)
+    except Exception:  # noqa: BLE001  (a measurement aid: never fail the row for it)
+        return None
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
+
+
 def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
                   phase: Phase, skip: Optional[dict] = None) -> dict:
     row = empty_row(w)
@@ -859,6 +875,8 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     for s in ("inductor", "cdynamo"):
         if row["us"][s]:
             row["speedup"][s] = round(row["us"]["eager"] / row["us"][s], 3)
+    if w.name in BREAKDOWN and "cdynamo" in callables:
+        row["breakdown_us"] = _breakdown(systems, callables["cdynamo"], inputs, args.quick)
     if w.kind == "pointwise" and row["bytes"]:
         bw = args.copy_gbps
         row["gbps"] = {s: (round(row["bytes"] / (row["us"][s] * 1e-6) / 1e9, 2)
@@ -990,6 +1008,17 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
         print(fmt_row(b), file=file)
     print("us = median microseconds per call (interleaved rounds); x = eager/compiled; "
           "comp s = first call - steady call (cold caches)", file=file)
+    parts = [(r["name"], r["breakdown_us"], r["us"]["eager"]) for r in rows
+             if r.get("breakdown_us")]
+    if parts:
+        print("cdynamo per-call cost by part (cdynamo.overhead_breakdown, us per call; "
+              "phase clocks on):", file=file)
+        for name, b, eager in parts:
+            print(f"  {name}: guards {b['guards']:.2f}, inputs {b['inputs']:.2f}, "
+                  f"alloc {b['alloc']:.2f}, kernels {b['kernels']:.2f}, "
+                  f"result {b['result']:.2f}, other {b['other']:.2f} = {b['total']:.2f}"
+                  f"{' (direct call)' if b.get('direct') else ''}; eager {_fmt_us(eager)}",
+                  file=file)
     # identical errors are grouped: one line per (system, message) with the rows it hit
     groups: dict = {}
     for r in rows:
