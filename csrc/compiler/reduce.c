@@ -531,7 +531,9 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
             cg_indent(b, ind + 1);
             cdy_buf_printf(b, "const int64_t r%d = r%dc + r%dj;\n", d, d, d);
             cg_indent(b, ind + 1);
-            cdy_buf_puts(b, "double acc = 0;   /* this element's share of lane r");
+            /* -0.0: x + -0.0 is x for every x, so GCC drops the add (x + 0.0
+             * is not: -0.0 + 0.0 is 0.0); the lane's value is the same */
+            cdy_buf_puts(b, "double acc = -0.0;   /* this element's share of lane r");
             cdy_buf_printf(b, "%dj */\n", d);
             continue;
         }
