@@ -11,7 +11,7 @@ For each workload the harness
   4. measures the steady-state time per call of all systems INTERLEAVED: each round
      runs one batch (~2-10 ms) of every system in turn (rotating the order); the
      reported number is the median over rounds of the per-call time of a batch,
-  5. for memory-bound ("pointwise") workloads, converts the time into GB/s (bytes read +
+  5. for pointwise and reduction workloads, converts the time into GB/s (bytes read +
      written / median time) and a share of the measured copy bandwidth.
 
 Once per run it also measures the warm start of each compiler: the first call of a small
@@ -61,8 +61,8 @@ class Workload:
     fn           a plain module-level function taking the tensors from make_inputs()
     make_inputs  zero-argument factory returning a tuple of inputs (called after
                  torch.manual_seed(0))
-    kind         tag: "overhead" (tiny, per-call cost), "pointwise" (memory bound: GB/s
-                 is reported), "reduction", "model", ...
+    kind         tag: "overhead" (tiny, per-call cost), "pointwise" and "reduction"
+                 (GB/s is reported), "model", ...
     quick_inputs optional smaller factory used with --quick
     rtol, atol   optional tolerances for torch.testing.assert_close (default: its own)
     """
@@ -877,7 +877,7 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
             row["speedup"][s] = round(row["us"]["eager"] / row["us"][s], 3)
     if w.name in BREAKDOWN and "cdynamo" in callables:
         row["breakdown_us"] = _breakdown(systems, callables["cdynamo"], inputs, args.quick)
-    if w.kind == "pointwise" and row["bytes"]:
+    if w.kind in ("pointwise", "reduction") and row["bytes"]:
         bw = args.copy_gbps
         row["gbps"] = {s: (round(row["bytes"] / (row["us"][s] * 1e-6) / 1e9, 2)
                            if row["us"][s] else None) for s in SYSTEMS}
