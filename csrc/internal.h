@@ -67,11 +67,19 @@ typedef struct {
     int ndim;
     int64_t sizes[CDY_MAX_NDIM];
     int64_t strides[CDY_MAX_NDIM];
+    /* a cache of what a global source (G['torch'].maximum) read last time it
+     * held: the dict version tag of the globals and of each module walked
+     * through, and the modules; equal tags mean the same dicts, unchanged */
+    int memo_n;                             /* 0: nothing cached */
+    uint64_t memo_ver[CDY_MAX_ATTRS + 1];
+    PyObject *memo_obj[CDY_MAX_ATTRS + 1];  /* borrowed: held by the unchanged dicts */
 } cdy_guard;
 
 typedef struct {
     int n, cap;
     cdy_guard *items;
+    PyObject *tensor_check;  /* torch's C++ TensorGuards(...).check for the TENSOR
+                                guards, all at once (cdy_guards_batch), or NULL */
 } cdy_guards;
 
 void cdy_guards_free(cdy_guards *gs);
@@ -81,6 +89,12 @@ cdy_guard *cdy_guards_add(cdy_guards *gs, int kind, const cdy_src *src, const ch
  * why when why != NULL), -1 on an internal error (exception set). */
 int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t whylen);
+/* Let gs check its TENSOR guards in one call of torch's C++ TensorGuards
+ * (torch._C._dynamo.guards), recorded from the values the guards read in
+ * this frame state; without it (older torch, an error, a disagreement with
+ * the guards), each is checked on its own as before.  Never fails. */
+void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                      PyObject *builtins, PyObject *closure);
 /* 1 if v's repr is cheap and short enough for a guard message. */
 int cdy_guard_value_is_small(PyObject *v);
 /* The guard list as text, one guard a line (new str). */

@@ -217,3 +217,44 @@ def test_overhead_breakdown_frame_path():
     g = cdynamo.optimize(f)
     b = cdynamo.overhead_breakdown(g, torch.randn(8), calls=100)
     assert b["direct"] is False and b["guards"] > 0 and b["kernels"] > 0
+
+
+def test_tensor_guards_recompile_in_inference_mode(capfd):
+    g = cdynamo.optimize(lambda x: x * 2)
+    x = torch.randn(4)
+    assert_same(x * 2, g(x))
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        with torch.inference_mode():
+            y = torch.randn(4)
+            assert_same(y * 2, g(y))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    err = capfd.readouterr().err
+    assert "Recompiling function <lambda>" in err and "dispatch key set mismatch" in err, err
+    assert _stats()["recompiles"] == 1
+    assert_same(x * 2, g(x))                    # the first entry still serves normal tensors
+    assert _stats()["frames_compiled"] == 2
+
+
+def test_same_tensor_twice_is_another_entry():
+    g = cdynamo.optimize(lambda x, y: x * y + 1)
+    x, y = torch.randn(5), torch.randn(5)
+    assert_same(x * y + 1, g(x, y))
+    assert_same(x * x + 1, g(x, x))
+    assert _stats()["recompiles"] == 1
+
+
+def test_patched_global_function_is_seen():
+    g = cdynamo.optimize(lambda a, b: torch.maximum(a, b))
+    a, b = torch.randn(6), torch.randn(6)
+    for _ in range(3):
+        assert_same(torch.maximum(a, b), g(a, b))
+    orig = torch.maximum
+    torch.maximum = torch.minimum
+    try:
+        assert_same(torch.minimum(a, b), g(a, b))
+    finally:
+        torch.maximum = orig
+    assert_same(torch.maximum(a, b), g(a, b))
+    assert _stats()["recompiles"] == 1

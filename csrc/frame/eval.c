@@ -515,8 +515,11 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
         else
             e = entry_new(t, saved.backend);
     }
-    else if ((e = entry_new(t, saved.backend)))
+    else if ((e = entry_new(t, saved.backend))) {
+        cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
+                         closure);
         entry_compile(e, t, frame, t0);
+    }
     if (e) {
         e->next = x->entries;
         x->entries = e;

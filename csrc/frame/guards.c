@@ -65,7 +65,18 @@ PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *glo
     PyObject *v = src_base(s, locals, globals, builtins, closure);
     for (int i = 0; v && i < s->nattrs; i++) {
         PyObject *next;
-        if (!s->item[i])
+        if (!s->item[i] && Py_IS_TYPE(v, &PyModule_Type) &&
+            PyUnicode_READ_CHAR(s->attrs[i], 0) != '_') {
+            /* a module's plain attribute is its dict's item (the module type
+             * defines only dunder names); a miss goes the generic way, to a
+             * module __getattr__ */
+            next = PyDict_GetItemWithError(PyModule_GetDict(v), s->attrs[i]);
+            if (next)
+                Py_INCREF(next);
+            else if (!PyErr_Occurred())
+                next = PyObject_GetAttr(v, s->attrs[i]);
+        }
+        else if (!s->item[i])
             next = PyObject_GetAttr(v, s->attrs[i]);
         else if (PyDict_CheckExact(v)) {
             next = PyDict_GetItemWithError(v, s->attrs[i]);
@@ -123,6 +134,7 @@ void cdy_guards_free(cdy_guards *gs)
     PyMem_Free(gs->items);
     gs->items = NULL;
     gs->n = gs->cap = 0;
+    Py_CLEAR(gs->tensor_check);
 }
 
 /* Append a zeroed guard of kind on src; NULL with MemoryError on failure. */
@@ -275,6 +287,56 @@ static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return eq;
 }
 
+/* The value of g's global source from its memo when no dict on the way
+ * changed since it was filled (borrowed), else NULL. */
+static PyObject *memo_lookup(const cdy_guard *g, PyObject *globals)
+{
+    const cdy_src *s = &g->src;
+    if (!g->memo_n)
+        return NULL;
+    PyObject *d = s->dict ? s->dict : globals;
+    if (((PyDictObject *)d)->ma_version_tag != g->memo_ver[0])
+        return NULL;
+    for (int i = 0; i < s->nattrs; i++) {
+        PyObject *md = PyModule_GetDict(g->memo_obj[i]);
+        if (((PyDictObject *)md)->ma_version_tag != g->memo_ver[i + 1])
+            return NULL;
+    }
+    return g->memo_obj[s->nattrs];
+}
+
+/* Fill g's memo after its global source was read: only when the name is in
+ * the globals dict itself and every step is a plain attribute of an exact
+ * module, found in the module's dict. */
+static void memo_fill(cdy_guard *g, PyObject *globals)
+{
+    const cdy_src *s = &g->src;
+    g->memo_n = 0;
+    if (s->kind != CDY_SRC_GLOBAL || s->nattrs > CDY_MAX_ATTRS)
+        return;
+    PyObject *d = s->dict ? s->dict : globals;
+    PyObject *v = PyDict_GetItemWithError(d, s->name);
+    if (!v || !PyDict_CheckExact(d)) {
+        PyErr_Clear();
+        return;
+    }
+    g->memo_ver[0] = ((PyDictObject *)d)->ma_version_tag;
+    for (int i = 0; i < s->nattrs; i++) {
+        if (s->item[i] || !Py_IS_TYPE(v, &PyModule_Type) ||
+            PyUnicode_READ_CHAR(s->attrs[i], 0) == '_')
+            return;
+        PyObject *md = PyModule_GetDict(v);
+        g->memo_obj[i] = v;
+        g->memo_ver[i + 1] = ((PyDictObject *)md)->ma_version_tag;
+        if (!(v = PyDict_GetItemWithError(md, s->attrs[i]))) {
+            PyErr_Clear();
+            return;
+        }
+    }
+    g->memo_obj[s->nattrs] = v;
+    g->memo_n = s->nattrs + 1;
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n)
@@ -296,6 +358,8 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      "threads, it is now %d", g->ndim, now);
         return now == g->ndim;
     }
+    if (g->kind == CDY_GUARD_ID && memo_lookup(g, globals) == g->expect)
+        return 1;
     PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
     if (!v) {
         PyErr_Clear();
@@ -338,10 +402,133 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         ok = v == g->expect;
         if (!ok)
             snprintf(why, n, "'%s' is not the same object (identity changed)", g->desc);
+        else if (g->src.kind == CDY_SRC_GLOBAL)   /* the memo is a cache, not guard state */
+            memo_fill((cdy_guard *)g, globals);
         break;
     }
     Py_DECREF(v);
     return ok;
+}
+
+#define GB_STACK 32
+
+/* The values the TENSOR guards of gs read, into vals (new references; the
+ * count, or -1 with no error set when one cannot be read). */
+static int batch_values(const cdy_guards *gs, PyObject **vals, int cap, PyObject *const *locals,
+                        PyObject *globals, PyObject *builtins, PyObject *closure)
+{
+    int n = 0;
+    for (int i = 0; i < gs->n; i++) {
+        const cdy_guard *g = &gs->items[i];
+        if (g->kind != CDY_GUARD_TENSOR)
+            continue;
+        PyObject *v = n < cap ? cdy_src_fetch(&g->src, locals, globals, builtins, closure) : NULL;
+        if (!v) {
+            PyErr_Clear();
+            while (n-- > 0)
+                Py_DECREF(vals[n]);
+            return -1;
+        }
+        vals[n++] = v;
+    }
+    return n;
+}
+
+/* The TENSOR guards of gs through their TensorGuards check: 1 all hold, 0
+ * not, -1 the check itself failed (no error left set). */
+static int batch_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                       PyObject *builtins, PyObject *closure)
+{
+    PyObject *vals[GB_STACK];
+    int n = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
+    if (n < 0)
+        return 0;
+    PyObject *r = PyObject_Vectorcall(gs->tensor_check, vals, (size_t)n, NULL);
+    while (n-- > 0)
+        Py_DECREF(vals[n]);
+    int ok = r == Py_True ? 1 : r == Py_False ? 0 : -1;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return ok;
+}
+
+/* torch._C._dynamo.guards.TensorGuards, or NULL (borrowed; looked up once). */
+static PyObject *tensor_guards_type(void)
+{
+    static PyObject *tp;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *m = PyImport_ImportModule("torch._C._dynamo.guards");
+        tp = m ? PyObject_GetAttrString(m, "TensorGuards") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return tp;
+}
+
+void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                      PyObject *builtins, PyObject *closure)
+{
+    PyObject *tp = tensor_guards_type(), *vals[GB_STACK];
+    if (!tp || gs->tensor_check)
+        return;
+    int n = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
+    if (n <= 0)
+        return;
+    PyObject *args = PyTuple_New(n), *kw = PyDict_New(), *tg = NULL;
+    for (int i = 0; args && i < n; i++)
+        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
+    if (args && kw && !PyDict_SetItemString(kw, "dynamic_dims_sizes", Py_None) &&
+        !PyDict_SetItemString(kw, "dynamic_dims_strides", Py_None))
+        tg = PyObject_Call(tp, args, kw);
+    gs->tensor_check = tg ? PyObject_GetAttrString(tg, "check") : NULL;
+    Py_XDECREF(tg);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    while (n-- > 0)
+        Py_DECREF(vals[n]);
+    PyErr_Clear();
+    /* it must accept what the guards accept now, or it is not used */
+    if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure) != 1)
+        Py_CLEAR(gs->tensor_check);
+}
+
+/* Why the batched tensor check failed although every TENSOR guard holds on
+ * its own: torch's own message (dispatch keys: inference mode, a conj/neg
+ * view, another device...), into why. */
+static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                      PyObject *builtins, PyObject *closure, char *why, size_t n)
+{
+    snprintf(why, n, "a tensor's dispatch keys changed (inference mode, a view kind, ...)");
+    PyObject *vals[GB_STACK];
+    int k = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
+    if (k < 0)
+        return;
+    PyObject *names = PyList_New(0), *m = PyObject_GetAttrString(gs->tensor_check, "__self__");
+    for (int i = 0; names && i < gs->n; i++)
+        if (gs->items[i].kind == CDY_GUARD_TENSOR) {
+            PyObject *s = PyUnicode_FromString(gs->items[i].desc);
+            if (!s || PyList_Append(names, s))
+                Py_CLEAR(names);
+            Py_XDECREF(s);
+        }
+    PyObject *f = m ? PyObject_GetAttrString(m, "check_verbose") : NULL;
+    PyObject *args = PyTuple_New(k), *kw = names ? Py_BuildValue("{sO}", "tensor_check_names", names) : NULL;
+    for (int i = 0; args && i < k; i++)
+        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
+    PyObject *r = f && args && kw ? PyObject_Call(f, args, kw) : NULL;
+    if (r && PyUnicode_Check(r))
+        snprintf(why, n, "%s", PyUnicode_AsUTF8(r));
+    Py_XDECREF(r);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    Py_XDECREF(f);
+    Py_XDECREF(m);
+    Py_XDECREF(names);
+    while (k-- > 0)
+        Py_DECREF(vals[k]);
+    PyErr_Clear();
 }
 
 /* 1 if all guards hold, 0 if one fails (its message in why, when why is given). */
@@ -353,10 +540,25 @@ int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *gl
         why = dummy;
         whylen = 0;
     }
+    int batched = gs->tensor_check != NULL;
     for (int i = 0; i < gs->n; i++)
-        if (!check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
+        if (!(batched && gs->items[i].kind == CDY_GUARD_TENSOR) &&
+            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
             return 0;
-    return 1;
+    if (!batched)
+        return 1;
+    int ok = batch_check(gs, locals, globals, builtins, closure);
+    if (ok == 1)
+        return 1;
+    for (int i = 0; i < gs->n; i++)   /* the message, or the answer when the call failed */
+        if (gs->items[i].kind == CDY_GUARD_TENSOR &&
+            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
+            return 0;
+    if (ok < 0)
+        return 1;
+    if (whylen)
+        batch_why(gs, locals, globals, builtins, closure, why, whylen);
+    return 0;
 }
 
 /* One line per guard, readable. */
