@@ -688,10 +688,49 @@ done:
  * entries all return their graph's output(s) as they come, the first entry whose guards
  * hold for the arguments runs without a Python frame.  1 with *res set
  * (NULL: an error), or 0: no entry holds (or none can), take the frame path. */
+#define DIRECT_MAX_ARGS 32
+
+/* Bind a call's arguments to co's co_argcount parameters in out (borrowed):
+ * positionals, then keywords by name, then fn's defaults.  1 when every
+ * parameter gets exactly one value, else 0 (the frame path then binds them,
+ * or raises CPython's TypeError). */
+static int bind_args(PyFunctionObject *fn, PyCodeObject *co, PyObject *const *args,
+                     Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+    int n = co->co_argcount;
+    if (nargs > n || n > DIRECT_MAX_ARGS)
+        return 0;
+    for (int i = 0; i < n; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = -1;
+        for (int i = co->co_posonlyargcount; i < n && slot < 0; i++) {
+            PyObject *pn = PyTuple_GET_ITEM(co->co_localsplusnames, i);
+            if (pn == name || PyUnicode_Compare(pn, name) == 0)
+                slot = i;
+        }
+        if (slot < 0 || out[slot])
+            return 0;
+        out[slot] = args[nargs + k];
+    }
+    PyObject *defs = fn->func_defaults;
+    Py_ssize_t nd = defs ? PyTuple_GET_SIZE(defs) : 0;
+    for (int i = 0; i < n; i++) {
+        if (out[i])
+            continue;
+        if (i < n - nd)
+            return 0;
+        out[i] = PyTuple_GET_ITEM(defs, i - (n - nd));
+    }
+    return 1;
+}
+
 static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
                        PyObject *kwnames, PyObject **res)
 {
-    if (kwnames || !PyFunction_Check(o->fn))
+    if (!PyFunction_Check(o->fn))
         return 0;
     PyFunctionObject *fn = (PyFunctionObject *)o->fn;
     PyCodeObject *co = (PyCodeObject *)fn->func_code;
@@ -701,8 +740,15 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
         return 0;
     }
     cdy_extra *x = p;
-    if (x->state != CODE_TRACE || !x->entries || x->nframed ||
-        PyVectorcall_NARGS(nargsf) != (Py_ssize_t)co->co_argcount)
+    if (x->state != CODE_TRACE || !x->entries || x->nframed)
+        return 0;
+    PyObject *bound[DIRECT_MAX_ARGS];
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!kwnames && nargs == co->co_argcount)
+        ;   /* the common case: the arguments are the parameters */
+    else if (bind_args(fn, co, args, nargs, kwnames, bound))
+        args = bound;
+    else
         return 0;
     long long t0 = cdy_phase_start();
     for (cdy_entry *e = x->entries; e; e = e->next) {
