@@ -467,6 +467,21 @@ static PyObject *tensor_guards_type(void)
     return tp;
 }
 
+/* f(*vals[0..n), **kw) (kw may be NULL); the values' references are
+ * released.  The result, or NULL with an error set. */
+static PyObject *call_values(PyObject *f, PyObject **vals, int n, PyObject *kw)
+{
+    PyObject *args = PyTuple_New(n), *r = NULL;
+    for (int i = 0; args && i < n; i++)
+        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
+    if (args)
+        r = PyObject_Call(f, args, kw);
+    Py_XDECREF(args);
+    while (n-- > 0)
+        Py_DECREF(vals[n]);
+    return r;
+}
+
 void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                       PyObject *builtins, PyObject *closure)
 {
@@ -476,18 +491,15 @@ void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals
     int n = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
     if (n <= 0)
         return;
-    PyObject *args = PyTuple_New(n), *kw = PyDict_New(), *tg = NULL;
-    for (int i = 0; args && i < n; i++)
-        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
-    if (args && kw && !PyDict_SetItemString(kw, "dynamic_dims_sizes", Py_None) &&
-        !PyDict_SetItemString(kw, "dynamic_dims_strides", Py_None))
-        tg = PyObject_Call(tp, args, kw);
+    PyObject *kw = Py_BuildValue("{sOsO}", "dynamic_dims_sizes", Py_None,
+                                 "dynamic_dims_strides", Py_None);
+    PyObject *tg = kw ? call_values(tp, vals, n, kw) : NULL;
+    if (!kw)
+        while (n-- > 0)
+            Py_DECREF(vals[n]);
     gs->tensor_check = tg ? PyObject_GetAttrString(tg, "check") : NULL;
     Py_XDECREF(tg);
-    Py_XDECREF(args);
     Py_XDECREF(kw);
-    while (n-- > 0)
-        Py_DECREF(vals[n]);
     PyErr_Clear();
     /* it must accept what the guards accept now, or it is not used */
     if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure) != 1)
@@ -514,20 +526,18 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
             Py_XDECREF(s);
         }
     PyObject *f = m ? PyObject_GetAttrString(m, "check_verbose") : NULL;
-    PyObject *args = PyTuple_New(k), *kw = names ? Py_BuildValue("{sO}", "tensor_check_names", names) : NULL;
-    for (int i = 0; args && i < k; i++)
-        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
-    PyObject *r = f && args && kw ? PyObject_Call(f, args, kw) : NULL;
+    PyObject *kw = names ? Py_BuildValue("{sO}", "tensor_check_names", names) : NULL;
+    PyObject *r = f && kw ? call_values(f, vals, k, kw) : NULL;
+    if (!f || !kw)
+        while (k-- > 0)
+            Py_DECREF(vals[k]);
     if (r && PyUnicode_Check(r))
         snprintf(why, n, "%s", PyUnicode_AsUTF8(r));
     Py_XDECREF(r);
-    Py_XDECREF(args);
     Py_XDECREF(kw);
     Py_XDECREF(f);
     Py_XDECREF(m);
     Py_XDECREF(names);
-    while (k-- > 0)
-        Py_DECREF(vals[k]);
     PyErr_Clear();
 }
 
