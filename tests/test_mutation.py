@@ -406,6 +406,12 @@ def test_mutated_input_passed_twice_gives_eager_result():
     torch.testing.assert_close(a, b)
     assert cdynamo.stats()["recompiles"] == 1
     assert "shares memory with input 'y'" in breaks()[0]
+
+
+def test_mutated_input_overlapping_another_input_raises():
+    opt = cdynamo.optimize(_bump_x_double_y)
+    opt(X.clone(), X.clone())
+    a = X.clone()
     # two tensor objects over one memory pass the guards: the runtime refuses them
     with pytest.raises(RuntimeError, match="overlaps"):
         opt(a, a[:])
