@@ -772,6 +772,10 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
                                 PyObject *kwnames)
 {
     cdy_optimized *o = (cdy_optimized *)self;
+    PyObject *r = NULL;
+    /* a direct hit runs no Python frame: the hook is not needed */
+    if (o->enable && direct_call(o, args, nargsf, kwnames, &r))
+        return r;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = o->enable;
     if (o->enable) {
@@ -779,9 +783,7 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
         cdy_tls_state.fullgraph = o->fullgraph;
     }
     hook_enter();
-    PyObject *r = NULL;
-    if (!o->enable || !direct_call(o, args, nargsf, kwnames, &r))
-        r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
+    r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
     hook_exit();
     cdy_tls_state = saved;
     return r;
