@@ -250,15 +250,37 @@ static int index_error(const int64_t *err)
 /* Call kernel kn on the buffers' data pointers ptrs; with profiling on, add
  * the call and its time to kn's counters.  0, or -1 with an exception set
  * when a gathering kernel reports an index out of range. */
+/* Call kernel kn, of no status and at most 6 pointer arguments, directly:
+ * 0, or -1 when it takes another form (libffi then).  Every parameter of a
+ * kernel is a pointer, so the cast prototype passes them as the definition
+ * takes them (x86-64 and AArch64 pass all object pointers alike). */
+static int call_plain(const rt_kernel *kn, void **ptrs)
+{
+    typedef void *P;
+#define A(i) ptrs[kn->args[i]]
+    switch (kn->status ? -1 : kn->nargs) {
+    case 1: ((void (*)(P))kn->fn)(A(0)); return 0;
+    case 2: ((void (*)(P, P))kn->fn)(A(0), A(1)); return 0;
+    case 3: ((void (*)(P, P, P))kn->fn)(A(0), A(1), A(2)); return 0;
+    case 4: ((void (*)(P, P, P, P))kn->fn)(A(0), A(1), A(2), A(3)); return 0;
+    case 5: ((void (*)(P, P, P, P, P))kn->fn)(A(0), A(1), A(2), A(3), A(4)); return 0;
+    case 6: ((void (*)(P, P, P, P, P, P))kn->fn)(A(0), A(1), A(2), A(3), A(4), A(5)); return 0;
+    default: return -1;
+    }
+#undef A
+}
+
 static int run_kernel(rt_kernel *kn, void **ptrs)
 {
     void *avals[CDY_MAX_KARGS + 1];
     int64_t err[4] = {0, 0, 0, 0}, *errp = err;
     ffi_arg rc = 0;
+    int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
+    if (!prof && kn->work < CDY_RELEASE_GIL_NUMEL && call_plain(kn, ptrs) == 0)
+        return 0;
     for (int a = 0; a < kn->nargs; a++)
         avals[a] = &ptrs[kn->args[a]];
     avals[kn->nargs] = &errp;
-    int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
     long long t0 = prof ? now_ns() : 0;
     if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
         Py_BEGIN_ALLOW_THREADS
