@@ -1,10 +1,11 @@
 """One test per fusion kind: the number of kernels, externs and buffers of the
 compiled graph, read from its generated C and plan, with the result equal to eager."""
+import pytest
 import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import check
+from conftest import assert_same, check
 
 
 def _compiled():
@@ -133,3 +134,34 @@ def test_residual_stream_is_realized_not_recomputed_by_every_norm():
     # no kernel loads more than three buffers
     for line in c.ir_post_fusion.split("kernel_")[1:]:
         assert line.count("  load  ") <= 3, line
+
+
+@pytest.fixture
+def two_threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("n,dtype,par", [
+    (65536, torch.uint8, False),      # 128 KB moved by a one-op kernel: one thread
+    (150528, torch.uint8, True),      # 294 KB
+    (32768, torch.float32, True),     # 256 KB
+    (16384, torch.float32, False),    # under the element threshold
+])
+def test_cheap_kernels_go_parallel_above_256_kb(two_threads, n, dtype, par):
+    x = torch.arange(n).to(dtype)
+    assert_same(-x, cdynamo.optimize(lambda t: -t)(x))
+    post = _compiled().ir_post_fusion
+    assert ("parallel: yes" in post) == par, post
+    if not par:
+        assert "parallel: no" in post
+    assert ("#pragma omp parallel" in _compiled().source) == par
+
+
+def test_heavier_kernels_go_parallel_at_the_element_threshold(two_threads):
+    x = torch.randn(40000)
+    assert_same(torch.exp(x) * 2 + 1, cdynamo.optimize(lambda t: torch.exp(t) * 2 + 1)(x),
+                transcendental=True)
+    assert "parallel: yes" in _compiled().ir_post_fusion
