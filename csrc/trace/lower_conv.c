@@ -74,12 +74,7 @@ static int lc_copy_node(tracer *tr, int src, const cdy_meta *m)
     if (v < 0)
         return -1;
     cdy_value *gv = &tr->t->graph.values[v];
-    const cdy_value *sv = &tr->t->graph.values[src];
-    int is_view = sv->kind == CDY_VAL_NODE && cdy_op_table[sv->op].kind == 'V';
-    gv->view_base = is_view ? sv->view_base : src;
-    gv->view_offset = is_view ? sv->view_offset : 0;
-    memcpy(gv->view_strides, is_view ? sv->view_strides : sv->meta.strides,
-           sizeof(gv->view_strides));
+    cdy_view_load_map(tr, src, &gv->view_base, gv->view_strides, &gv->view_offset);
     return v;
 }
 

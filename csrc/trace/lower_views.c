@@ -80,9 +80,7 @@ static int view_args(const cdy_lower_call *call, int *argv)
     return n;
 }
 
-/* Base, strides and offset of the loads of value p (a view: its own; any
- * other tensor: itself, its strides, 0). */
-static void load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off)
+void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off)
 {
     const cdy_value *pv = &tr->t->graph.values[p];
     int is_view = pv->kind == CDY_VAL_NODE && cdy_op_table[pv->op].kind == 'V';
@@ -225,7 +223,7 @@ static tvar *lower_copy(tracer *tr, const cdy_lower_call *call, const int *dims,
         return NULL;
     int base;
     int64_t st[CDY_MAX_NDIM], off;
-    load_map(tr, self->value, &base, st, &off);
+    cdy_view_load_map(tr, self->value, &base, st, &off);
     for (int i = 0; i < nflip; i++) {
         int d = dims[i] < 0 ? dims[i] + m.ndim : dims[i];
         if (d < 0 || d >= m.ndim)

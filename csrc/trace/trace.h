@@ -221,6 +221,9 @@ extern const cdy_lowering cdy_lowerings_index[];   /* lower_index.c */
 int cdy_lower_init(PyObject *torch);
 /* The lowering registered for callable fn, or NULL. */
 cdy_lower_fn cdy_lower_find(PyObject *fn);
+/* Base, strides and offset of the loads of value p (a view: its own; any
+ * other tensor: itself, its strides, 0) (lower_views.c). */
+void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off);
 /* The TV_TENSOR of a lowered call's result node v (its fake is call->out,
  * whose meta v must have), with the call recorded as v's pynode (the eager
  * backend replays it; a realized view runs it).  NULL when stopped. */
