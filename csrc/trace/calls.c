@@ -717,7 +717,7 @@ static int foldable_fn(PyObject *fn)
     if (fn == (PyObject *)&PyFloat_Type || fn == (PyObject *)&PyLong_Type ||
         fn == (PyObject *)&PyBool_Type || fn == (PyObject *)&PyUnicode_Type ||
         fn == (PyObject *)&PyTuple_Type || fn == (PyObject *)&PyRange_Type ||
-        fn == (PyObject *)&PySlice_Type)
+        fn == (PyObject *)&PySlice_Type || cdy_is_info_type(fn))
         return 1;
     if (!PyCFunction_Check(fn))
         return 0;
@@ -978,10 +978,29 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     return tensor_call(tr, op, fn, what, args, nargs, kwnames, meta_query(name));
 }
 
+/* A METHOD read by LOAD_ATTR (pos = 1): call it with its self prepended.  NULL when stopped. */
+static tvar *call_bound_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *all[CDY_MAX_CALL_ARGS + 1], *um = cdy_tv_new(tr, TV_METHOD);
+    if (!um)
+        return NULL;
+    if (nargs + 1 > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
+        return NULL;
+    }
+    um->obj = m->obj;
+    um->self = m->self;
+    all[0] = m->self;
+    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+    return cdy_call(tr, um, all, nargs + 1, kwnames);
+}
+
 /* Apply callable to args; see the file comment.  NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
 {
     char name[160];
+    if (callable->kind == TV_METHOD && callable->pos == 1)
+        return call_bound_method(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_METHOD && callable->self->kind == TV_TENSOR)
         return tensor_method(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_METHOD)

@@ -89,6 +89,7 @@ tvar *cdy_tv_const(tracer *tr, PyObject *o);           /* steals o */
 tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n);
 int cdy_is_const(PyObject *o);
 int cdy_is_torch_module(PyObject *o);
+int cdy_is_info_type(PyObject *t);         /* torch.finfo / torch.iinfo */
 int cdy_is_torch_callable(PyObject *fn);
 cdy_src *cdy_src_new(tracer *tr, int kind);
 cdy_src *cdy_src_step(tracer *tr, const cdy_src *base, PyObject *key, int item);

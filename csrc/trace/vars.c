@@ -8,6 +8,7 @@
 PyObject *cdy_module_type, *cdy_parameter_type;
 static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type, *device_type;
 static PyObject *sequential_type, *modulelist_type, *moduledict_type;
+static PyObject *finfo_type, *iinfo_type;
 static PyObject *str_dict, *str_modules, *str_parameters, *str_buffers;
 
 /* Look up the torch objects this file needs; 0 or -1. */
@@ -27,6 +28,8 @@ int cdy_vars_init(void)
     torch_size_type = PyObject_GetAttrString(cdy_torch, "Size");
     dtype_type = PyObject_GetAttrString(cdy_torch, "dtype");
     device_type = PyObject_GetAttrString(cdy_torch, "device");
+    finfo_type = PyObject_GetAttrString(cdy_torch, "finfo");
+    iinfo_type = PyObject_GetAttrString(cdy_torch, "iinfo");
     meta_str = PyUnicode_FromString("meta");
     meta_kw = Py_BuildValue("(ss)", "dtype", "device");
     str_dict = PyUnicode_InternFromString("__dict__");
@@ -89,7 +92,7 @@ int cdy_is_const(PyObject *o)
     if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
         PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
         PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type ||
-        (PyObject *)Py_TYPE(o) == device_type)
+        (PyObject *)Py_TYPE(o) == device_type || cdy_is_info_type((PyObject *)Py_TYPE(o)))
         return 1;
     if (PySlice_Check(o)) {
         PySliceObject *s = (PySliceObject *)o;
@@ -102,6 +105,12 @@ int cdy_is_const(PyObject *o)
         return 1;
     }
     return 0;
+}
+
+/* 1 if t is torch.finfo or torch.iinfo: pure functions of a dtype, immutable results. */
+int cdy_is_info_type(PyObject *t)
+{
+    return t && (t == finfo_type || t == iinfo_type);
 }
 
 /* 1 if o is torch or one of its submodules (whose attributes we do not guard). */
@@ -561,6 +570,22 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
 
 /* ---- attributes ------------------------------------------------------------------ */
 
+/* A Tensor method read as an attribute (LOAD_ATTR, e.g. before a call with *args): a
+ * METHOD whose self is not among the call's arguments (pos = 1); NULL if name is not one. */
+static tvar *tensor_bound_method(tracer *tr, tvar *t, PyObject *name)
+{
+    PyObject *d = _PyType_Lookup((PyTypeObject *)cdy_tensor_type, name);
+    if (!d || !(PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)))
+        return NULL;
+    tvar *m = cdy_tv_new(tr, TV_METHOD);
+    if (!m)
+        return NULL;
+    m->obj = name;
+    m->self = t;
+    m->pos = 1;
+    return m;
+}
+
 /* Attribute of a tensor that is a constant under the tensor's guard. */
 static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
 {
@@ -606,6 +631,9 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
             }
             return cdy_tv_const(tr, v);
         }
+    tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */
+    if (bm || PyErr_Occurred())
+        return bm;
     cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor attribute '%s' is not supported", n);
     return NULL;
 }
