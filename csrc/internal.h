@@ -48,7 +48,9 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(TYPE, "exact type (nn.Module arguments: what is read from them is guarded)") \
     X(LEN, "exact type (list/tuple) and length: the items have guards of their own") \
     X(KEYS, "a dict with exactly these keys, in order: the values have guards of their own") \
-    X(GRAD_MODE, "torch.is_grad_enabled() is off")
+    X(GRAD_MODE, "torch.is_grad_enabled() is off")             \
+    /* t5: */                                                 \
+    X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,

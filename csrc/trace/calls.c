@@ -1041,6 +1041,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     }
     if (PyObject_TypeCheck(fn, (PyTypeObject *)cdy_module_type))
         return call_module(tr, callable, args, nargs, kwnames);
+    if (fn == (PyObject *)&PySuper_Type && nargs == 0 && !kwnames)
+        return cdy_tr_super(tr);
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;

@@ -669,6 +669,53 @@ static PyObject *instance_attr(tracer *tr, PyObject *o, const cdy_src *base, PyO
     return NULL;
 }
 
+/* See trace.h. */
+int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
+{
+    static PyObject *mapping_abc;
+    if (!mapping_abc) {
+        PyObject *abc = PyImport_ImportModule("collections.abc");
+        mapping_abc = abc ? PyObject_GetAttrString(abc, "Mapping") : NULL;
+        Py_XDECREF(abc);
+        if (!mapping_abc) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            return -2;
+        }
+    }
+    int is_map = PyDict_Check(c->obj) ? 1 : PyObject_IsInstance(c->obj, mapping_abc);
+    if (is_map != 1) {
+        PyErr_Clear();
+        return -1;
+    }
+    int r = PySequence_Contains(c->obj, k->obj);
+    if (r < 0) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "'in'");
+        return -2;
+    }
+    char desc[160] = "";
+    cdy_src_name(c->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CONTAINS, c->src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return -2;
+    }
+    g->expect = Py_NewRef(k->obj);
+    g->requires_grad = r;
+    return r;
+}
+
+/* The value the trace already holds for base.name (read before, or stored by the traced
+ * code: a store is replayed after the graph, so the real object does not show it yet). */
+static tvar *stored_attr(tracer *tr, const cdy_src *base, PyObject *name)
+{
+    char desc[160] = "";
+    const cdy_src *src = cdy_src_step(tr, base, name, 0);
+    if (!src)
+        return NULL;
+    cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
+    return memo_find(tr, desc);
+}
+
 /* Attribute name of a Python object (module, nn.Module, user object). */
 static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
 {
@@ -724,6 +771,9 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
                     PyUnicode_AsUTF8(name));
         return NULL;
     }
+    tvar *stored = stored_attr(tr, base->src, name);
+    if (stored)
+        return stored;
     PyObject *v = instance_attr(tr, o, base->src, name, &src);
     if (!v && PyErr_Occurred()) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "attribute");
@@ -744,9 +794,37 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     return r;
 }
 
+/* super().name: the first function named name after the method's class in the MRO of
+ * self's type (fixed by self's guard), bound to self; NULL when stopped. */
+static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
+{
+    PyObject *mro = sup->self->kind == TV_OBJ ? Py_TYPE(sup->self->obj)->tp_mro : NULL;
+    Py_ssize_t i = 0, n = mro ? PyTuple_GET_SIZE(mro) : 0;
+    while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj)
+        i++;
+    for (i++; i < n; i++) {
+        PyObject *d = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject *f = d ? PyDict_GetItemWithError(d, name) : NULL;
+        if (!f)
+            continue;
+        tvar *b = PyFunction_Check(f) ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {
+            b->obj = f;
+            b->self = sup->self;
+            return b;
+        }
+        break;
+    }
+    PyErr_Clear();
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "super().%s is not supported", PyUnicode_AsUTF8(name));
+    return NULL;
+}
+
 /* getattr(base, name) as a tvar; NULL when stopped. */
 tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
 {
+    if (base->kind == TV_SUPER)
+        return super_attr(tr, base, name);
     if (base->kind == TV_TENSOR)
         return tensor_attr(tr, base, name);
     if (base->kind == TV_OBJ)
