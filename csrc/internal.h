@@ -106,6 +106,7 @@ typedef struct {
     const cdy_src *obj;
     PyObject *name;          /* borrowed (a code object's name) */
     cdy_ret *value;
+    int item;                /* t5: 1 for a dict item store obj[name] = value (name: a constant key) */
 } cdy_store;
 
 /* A list/tuple argument of a traced call, rebuilt per call from graph values. */

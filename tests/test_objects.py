@@ -185,3 +185,26 @@ def test_getattr_mapping_get_through_super():
     x = torch.randn(3)
     torch.testing.assert_close(cdynamo.optimize(f)(x), x * 1)
     one_graph()
+
+
+class Flags:
+    def __init__(self):
+        self.flags = {0: False}
+
+
+def test_dict_item_store_replayed():
+    def f(c, x):
+        c.flags[1] = True
+        c.flags[0] = c.flags.get(1)
+        return x * 2 if c.flags[0] else x
+
+    x = torch.randn(5)
+    opt = cdynamo.optimize(f)
+    c = Flags()
+    torch.testing.assert_close(opt(c, x), x * 2)
+    assert c.flags == {0: True, 1: True}   # the stores are done after the graph
+    one_graph()
+    c2 = Flags()   # different keys on the second object: guarded
+    c2.flags = {0: False, 1: False, 2: 0}
+    torch.testing.assert_close(opt(c2, x), x * 2)
+    assert c2.flags == {0: True, 1: True, 2: 0}

@@ -458,6 +458,8 @@ static int op_store_subscr(tracer *tr)
     tvar *k = pop(tr), *c = pop(tr), *v = pop(tr);
     if (c->kind == TV_TENSOR)
         return cdy_mut_setitem(tr, c, k, v);   /* functionalized (trace/mutate.c) */
+    if (c->kind == TV_DICT && c->src)
+        return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
     if (c->kind == TV_LIST) {

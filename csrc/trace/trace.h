@@ -159,6 +159,8 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v);
 /* obj.name = v on an object read from the frame: later reads see v, the store
  * is replayed after the call; 0 or -1 (stopped). */
 int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v);
+/* d[k] = v on a dict read from the frame: replayed after the call like an attribute store. */
+int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v);
 /* Graph outputs cdy_mut_finish may add (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr);
 /* At the top frame's return (after the return value's outputs): fill
