@@ -208,3 +208,28 @@ def test_dict_item_store_replayed():
     c2.flags = {0: False, 1: False, 2: 0}
     torch.testing.assert_close(opt(c2, x), x * 2)
     assert c2.flags == {0: True, 1: True, 2: 0}
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)])
+
+    def forward(self, x):
+        if type(self).__name__ != "Scaled":   # type(obj) and a class attribute
+            return x
+        return self.layer[-1](self.layer[1](self.layer[0](x)))
+
+
+def test_type_of_object_and_module_list_index():
+    torch.manual_seed(0)
+    m = Scaled().eval()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        expected = m(x)
+        opt = cdynamo.optimize(m)
+        torch.testing.assert_close(opt(x), expected)
+        one_graph()
+        m.layer.append(torch.nn.Linear(4, 5))   # layer[-1] is another module now: guarded
+        torch.testing.assert_close(opt(x), m(x))
+    assert opt(x).shape == (3, 5)

@@ -709,6 +709,32 @@ static PyObject *tvar_type(tvar *v)
     }
 }
 
+/* type(v): an object read from the frame gives v.__class__ (a source: the class is guarded by
+ * identity, so its attributes can be read); otherwise the type fixed by v's guard or value. */
+static tvar *type_of(tracer *tr, tvar *v)
+{
+    static PyObject *str_class;
+    if (!str_class && !(str_class = PyUnicode_InternFromString("__class__")))
+        return NULL;
+    PyObject *tp = tvar_type(v);
+    if (v->kind == TV_OBJ && v->src &&
+        _PyType_Lookup(Py_TYPE(v->obj), str_class) == _PyType_Lookup(&PyBaseObject_Type, str_class)) {
+        const cdy_src *src = cdy_src_step(tr, v->src, str_class, 0);
+        if (src)
+            return cdy_wrap(tr, tp, src, 1);
+    }
+    if (v->kind == TV_NULL || v->kind == TV_METHOD || v->kind == TV_BOUND || v->kind == TV_ITER ||
+        v->kind == TV_CELL || v->kind == TV_FUNC || v->kind == TV_SUPER ||
+        (v->kind == TV_TUPLE && v->obj)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "type() of this kind of value is not supported");
+        return NULL;
+    }
+    tvar *r = cdy_tr_keep(tr, Py_NewRef(tp)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (r)
+        r->obj = tp;
+    return r;
+}
+
 /* 1 if fn is a pure builtin or math function we may evaluate on constants. */
 static int foldable_fn(PyObject *fn)
 {
@@ -1043,6 +1069,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return call_module(tr, callable, args, nargs, kwnames);
     if (fn == (PyObject *)&PySuper_Type && nargs == 0 && !kwnames)
         return cdy_tr_super(tr);
+    if (fn == (PyObject *)&PyType_Type && nargs == 1 && !kwnames)
+        return type_of(tr, args[0]);
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;

@@ -391,6 +391,31 @@ static PyObject *getitem_name(void)
     return s;
 }
 
+/* ml[i] on an nn.ModuleList/Sequential read from the frame: the item of its _modules dict
+ * (guarded by its keys, so a negative index stays right); NULL when stopped. */
+static tvar *module_list_item(tracer *tr, tvar *ml, tvar *i)
+{
+    static PyObject *str_modules;
+    if (!str_modules && !(str_modules = PyUnicode_InternFromString("_modules")))
+        return NULL;
+    tvar *mods = cdy_get_attr(tr, ml, str_modules);
+    if (!mods)
+        return NULL;
+    long k = PyLong_AsLong(i->obj);
+    if (mods->kind != TV_DICT || (k == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "indexing this module container is not supported");
+        return NULL;
+    }
+    if (k < 0)
+        k += mods->n;
+    if (k < 0 || k >= mods->n) {
+        cdy_tr_stop(tr, CDY_TRACE_ERROR, "index %ld is out of range", PyLong_AsLong(i->obj));
+        return NULL;
+    }
+    return mods->items[k];
+}
+
 /* BINARY_SUBSCR: containers with constant keys, tensor indexing (an extern),
  * constant folding. */
 static int op_subscr(tracer *tr)
@@ -434,8 +459,12 @@ static int op_subscr(tracer *tr)
         Py_DECREF(v);
         return push(tr, r);
     }
+    if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PyLong_CheckExact(i->obj) &&
+        cdy_is_module_list(s->obj))
+        return push(tr, module_list_item(tr, s, i));
     PyObject *gi = s->kind == TV_OBJ && s->src ? _PyType_Lookup(Py_TYPE(s->obj), getitem_name()) : NULL;
-    if (gi && PyFunction_Check(gi)) {   /* a user class's __getitem__, inlined */
+    if (gi && PyFunction_Check(gi) && !PyObject_TypeCheck(s->obj, (PyTypeObject *)cdy_module_type)) {
+        /* a user class's __getitem__, inlined (module containers: the operator path) */
         tvar *b = cdy_tv_new(tr, TV_BOUND), *args[1] = {i};
         if (!b)
             return -1;

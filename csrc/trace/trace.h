@@ -93,6 +93,7 @@ tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n);
 int cdy_is_const(PyObject *o);
 int cdy_is_torch_module(PyObject *o);
 int cdy_is_info_type(PyObject *t);         /* torch.finfo / torch.iinfo */
+int cdy_is_module_list(PyObject *o);       /* nn.ModuleList / nn.Sequential */
 /* `k in c` for constant k and a dict or collections.abc.Mapping c read from the frame, with a
  * CONTAINS guard: 0/1; -1 when not such a container; -2 when stopped. */
 int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k);

@@ -107,6 +107,13 @@ int cdy_is_const(PyObject *o)
     return 0;
 }
 
+/* 1 if o is an nn.ModuleList or nn.Sequential (indexed by int through its _modules). */
+int cdy_is_module_list(PyObject *o)
+{
+    return PyObject_TypeCheck(o, (PyTypeObject *)modulelist_type) ||
+           PyObject_TypeCheck(o, (PyTypeObject *)sequential_type);
+}
+
 /* 1 if t is torch.finfo or torch.iinfo: pure functions of a dtype, immutable results. */
 int cdy_is_info_type(PyObject *t)
 {
