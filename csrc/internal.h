@@ -49,7 +49,9 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(LEN, "exact type (list/tuple) and length: the items have guards of their own") \
     X(KEYS, "a dict with exactly these keys, in order: the values have guards of their own") \
     X(GRAD_MODE, "torch.is_grad_enabled() is off")                \
-    X(NUM_THREADS, "the OpenMP thread count the kernels were built for")
+    X(NUM_THREADS, "the OpenMP thread count the kernels were built for") \
+    /* t5: */                                                 \
+    X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -119,6 +121,7 @@ typedef struct {
     const cdy_src *obj;
     PyObject *name;          /* borrowed (a code object's name) */
     cdy_ret *value;
+    int item;                /* t5: 1 for a dict item store obj[name] = value (name: a constant key) */
 } cdy_store;
 
 /* A list/tuple argument of a traced call, rebuilt per call from graph values. */

@@ -295,6 +295,11 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
         emit_ret(&w, t->stores[i].value);
         emit_source(&w, t->stores[i].obj);
+        if (t->stores[i].item) {   /* obj[key] = value */
+            emit_const(&w, t->stores[i].name);
+            emit(&w, CDY_STORE_SUBSCR, 0, -3);
+            continue;
+        }
         emit(&w, CDY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
     }
     emit_ret(&w, t->ret);

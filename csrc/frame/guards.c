@@ -337,6 +337,17 @@ static void memo_fill(cdy_guard *g, PyObject *globals)
     g->memo_n = s->nattrs + 1;
 }
 
+/* Check a CONTAINS guard on v: (key in v) == the traced answer (requires_grad). */
+static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
+{
+    int r = PySequence_Contains(v, g->expect);
+    PyErr_Clear();
+    if (r != g->requires_grad)
+        snprintf(why, n, "'%s' in '%s' is no longer %s", PyUnicode_Check(g->expect) ?
+                 PyUnicode_AsUTF8(g->expect) : "key", g->desc, g->requires_grad ? "True" : "False");
+    return r == g->requires_grad;
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n)
@@ -392,6 +403,9 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
             snprintf(why, n, "'%s' is not a dict with the same keys", g->desc);
         break;
     }
+    case CDY_GUARD_CONTAINS:
+        ok = check_contains(g, v, why, n);
+        break;
     case CDY_GUARD_TYPE:
         ok = (PyObject *)Py_TYPE(v) == g->expect;
         if (!ok)
@@ -607,6 +621,12 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
                 PyObject *kr = PyObject_Repr(g->expect);
                 cdy_buf_printf(&b, "DICT_KEYS: %s keys == %s\n", g->desc,
                                kr ? PyUnicode_AsUTF8(kr) : "?");
+                Py_XDECREF(kr);
+            }
+            else if (g->kind == CDY_GUARD_CONTAINS) {
+                PyObject *kr = PyObject_Repr(g->expect);
+                cdy_buf_printf(&b, "CONTAINS: (%s in %s) is %s\n", kr ? PyUnicode_AsUTF8(kr) : "?",
+                               g->desc, g->requires_grad ? "True" : "False");
                 Py_XDECREF(kr);
             }
             else if (g->kind == CDY_GUARD_TYPE)

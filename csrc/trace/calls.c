@@ -709,6 +709,32 @@ static PyObject *tvar_type(tvar *v)
     }
 }
 
+/* type(v): an object read from the frame gives v.__class__ (a source: the class is guarded by
+ * identity, so its attributes can be read); otherwise the type fixed by v's guard or value. */
+static tvar *type_of(tracer *tr, tvar *v)
+{
+    static PyObject *str_class;
+    if (!str_class && !(str_class = PyUnicode_InternFromString("__class__")))
+        return NULL;
+    PyObject *tp = tvar_type(v);
+    if (v->kind == TV_OBJ && v->src &&
+        _PyType_Lookup(Py_TYPE(v->obj), str_class) == _PyType_Lookup(&PyBaseObject_Type, str_class)) {
+        const cdy_src *src = cdy_src_step(tr, v->src, str_class, 0);
+        if (src)
+            return cdy_wrap(tr, tp, src, 1);
+    }
+    if (v->kind == TV_NULL || v->kind == TV_METHOD || v->kind == TV_BOUND || v->kind == TV_ITER ||
+        v->kind == TV_CELL || v->kind == TV_FUNC || v->kind == TV_SUPER ||
+        (v->kind == TV_TUPLE && v->obj)) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "type() of this kind of value is not supported");
+        return NULL;
+    }
+    tvar *r = cdy_tr_keep(tr, Py_NewRef(tp)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (r)
+        r->obj = tp;
+    return r;
+}
+
 /* 1 if fn is a pure builtin or math function we may evaluate on constants. */
 static int foldable_fn(PyObject *fn)
 {
@@ -717,7 +743,7 @@ static int foldable_fn(PyObject *fn)
     if (fn == (PyObject *)&PyFloat_Type || fn == (PyObject *)&PyLong_Type ||
         fn == (PyObject *)&PyBool_Type || fn == (PyObject *)&PyUnicode_Type ||
         fn == (PyObject *)&PyTuple_Type || fn == (PyObject *)&PyRange_Type ||
-        fn == (PyObject *)&PySlice_Type)
+        fn == (PyObject *)&PySlice_Type || cdy_is_info_type(fn))
         return 1;
     if (!PyCFunction_Check(fn))
         return 0;
@@ -978,10 +1004,29 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     return tensor_call(tr, op, fn, what, args, nargs, kwnames, meta_query(name));
 }
 
+/* A METHOD read by LOAD_ATTR (pos = 1): call it with its self prepended.  NULL when stopped. */
+static tvar *call_bound_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *all[CDY_MAX_CALL_ARGS + 1], *um = cdy_tv_new(tr, TV_METHOD);
+    if (!um)
+        return NULL;
+    if (nargs + 1 > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
+        return NULL;
+    }
+    um->obj = m->obj;
+    um->self = m->self;
+    all[0] = m->self;
+    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+    return cdy_call(tr, um, all, nargs + 1, kwnames);
+}
+
 /* Apply callable to args; see the file comment.  NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
 {
     char name[160];
+    if (callable->kind == TV_METHOD && callable->pos == 1)
+        return call_bound_method(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_METHOD && callable->self->kind == TV_TENSOR)
         return tensor_method(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_METHOD)
@@ -1022,6 +1067,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     }
     if (PyObject_TypeCheck(fn, (PyTypeObject *)cdy_module_type))
         return call_module(tr, callable, args, nargs, kwnames);
+    if (fn == (PyObject *)&PySuper_Type && nargs == 0 && !kwnames)
+        return cdy_tr_super(tr);
+    if (fn == (PyObject *)&PyType_Type && nargs == 1 && !kwnames)
+        return type_of(tr, args[0]);
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;

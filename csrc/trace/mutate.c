@@ -31,8 +31,9 @@ typedef struct {
 
 typedef struct {
     const cdy_src *src;     /* the object */
-    PyObject *name;         /* the attribute */
+    PyObject *name;         /* the attribute, or the key of a dict item */
     tvar *value;
+    int item;               /* 1: a dict item store */
 } mut_store;
 
 typedef struct {
@@ -769,6 +770,9 @@ static int count_tensors(tvar *v)
     return n;
 }
 
+static int record_store(tracer *tr, mut_state *s, const cdy_src *src, PyObject *name, tvar *v,
+                        int item);
+
 /* obj.name = v (see trace.h); 0 or -1. */
 int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
 {
@@ -814,17 +818,65 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
         if (!s2 || cdy_memo_set(tr, s2, v))
             return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
     }
+    return record_store(tr, s, obj->src, name, v, 0);
+}
+
+/* Remember the store src.name = v (item: src[name] = v) for replay; 0 or -1. */
+static int record_store(tracer *tr, mut_state *s, const cdy_src *src, PyObject *name, tvar *v,
+                        int item)
+{
     for (int i = 0; i < s->nst; i++)
-        if (s->st[i].src == obj->src && PyUnicode_Compare(s->st[i].name, name) == 0) {
+        if (s->st[i].src == src && s->st[i].item == item &&
+            PyObject_RichCompareBool(s->st[i].name, name, Py_EQ) == 1) {
             s->st[i].value = v;
             return 0;
         }
+    PyErr_Clear();
     if (grow(tr, (void **)&s->st, &s->capst, s->nst, sizeof(mut_store)))
         return -1;
-    s->st[s->nst].src = obj->src;
+    s->st[s->nst].src = src;
     s->st[s->nst].name = name;
+    s->st[s->nst].item = item;
     s->st[s->nst++].value = v;
     return 0;
+}
+
+/* d[k] = v on a dict read from the frame (a DICT tvar with a source, constant keys): later
+ * reads in the trace see v, the transformed code does the store after the call; 0 or -1. */
+int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
+{
+    mut_state *s = state(tr);
+    if (!s)
+        return -1;
+    if (d->kind != TV_DICT || !d->src || k->kind != TV_CONST)   /* src: an exact dict (KEYS guard) */
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
+    if (!storable(v, 0) || (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj)))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dict item store of a value the transformed "
+                           "code cannot rebuild");
+    int at = -1;
+    for (int i = 0; i < d->n && at < 0; i++) {
+        int eq = PyObject_RichCompareBool(d->keys[i], k->obj, Py_EQ);
+        if (eq < 0)
+            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "dict key");
+        if (eq)
+            at = i;
+    }
+    if (at < 0) {   /* a new key: grow the trace's copy */
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(d->n + 1));
+        PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(d->n + 1));
+        if (!items || !keys)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        if (d->n) {
+            memcpy(items, d->items, sizeof(tvar *) * (size_t)d->n);
+            memcpy(keys, d->keys, sizeof(PyObject *) * (size_t)d->n);
+        }
+        d->items = items;
+        d->keys = keys;
+        at = d->n++;
+        d->keys[at] = k->obj;
+    }
+    d->items[at] = v;
+    return record_store(tr, s, d->src, k->obj, v, 1);
 }
 
 /* Outputs the trace may add at return (bound for the output array). */
@@ -853,6 +905,7 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
         cdy_store *st = &t->stores[t->nstores++];
         st->obj = s->st[i].src;
         st->name = s->st[i].name;
+        st->item = s->st[i].item;
         if (!(st->value = make_ret(tr, s->st[i].value)))
             return -1;
     }

@@ -187,6 +187,31 @@ tvar *cdy_tr_cell_value(tracer *tr, tvar *c)
     return pop(o);
 }
 
+/* See trace.h: the class comes from the function's __class__ cell, self from its first slot. */
+tvar *cdy_tr_super(tracer *tr)
+{
+    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
+    PyObject *cls = NULL;
+    for (int i = first_free; i < tr->co->co_nlocalsplus && !tr->cells && tr->closure; i++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(tr->co->co_localsplusnames, i),
+                                             "__class__") == 0 &&
+            i - first_free < PyTuple_GET_SIZE(tr->closure))
+            cls = PyCell_GET(PyTuple_GET_ITEM(tr->closure, i - first_free));
+    if (!cls || !PyType_Check(cls) || tr->co->co_argcount < 1 || first_free < 1) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "super() outside a plain method");
+        return NULL;
+    }
+    if (!tr->locals[0] && op_load_fast(tr, 0))
+        return NULL;
+    tvar *self = tr->locals[0] ? tr->locals[0] : pop(tr);
+    tvar *v = cdy_tv_new(tr, TV_SUPER);
+    if (!v || !cdy_tr_keep(tr, Py_NewRef(cls)))
+        return NULL;
+    v->obj = cls;
+    v->self = self;
+    return v;
+}
+
 /* LOAD_CLOSURE slot: a cell of this frame (a local), or one it was handed. */
 static int op_load_closure(tracer *tr, int oparg)
 {
@@ -357,6 +382,40 @@ static int op_unary(tracer *tr, int op)
     return push(tr, cdy_call_operator(tr, fn, name, &a, 1));
 }
 
+/* The interned string "__getitem__". */
+static PyObject *getitem_name(void)
+{
+    static PyObject *s;
+    if (!s)
+        s = PyUnicode_InternFromString("__getitem__");
+    return s;
+}
+
+/* ml[i] on an nn.ModuleList/Sequential read from the frame: the item of its _modules dict
+ * (guarded by its keys, so a negative index stays right); NULL when stopped. */
+static tvar *module_list_item(tracer *tr, tvar *ml, tvar *i)
+{
+    static PyObject *str_modules;
+    if (!str_modules && !(str_modules = PyUnicode_InternFromString("_modules")))
+        return NULL;
+    tvar *mods = cdy_get_attr(tr, ml, str_modules);
+    if (!mods)
+        return NULL;
+    long k = PyLong_AsLong(i->obj);
+    if (mods->kind != TV_DICT || (k == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "indexing this module container is not supported");
+        return NULL;
+    }
+    if (k < 0)
+        k += mods->n;
+    if (k < 0 || k >= mods->n) {
+        cdy_tr_stop(tr, CDY_TRACE_ERROR, "index %ld is out of range", PyLong_AsLong(i->obj));
+        return NULL;
+    }
+    return mods->items[k];
+}
+
 /* BINARY_SUBSCR: containers with constant keys, tensor indexing (an extern),
  * constant folding. */
 static int op_subscr(tracer *tr)
@@ -400,6 +459,19 @@ static int op_subscr(tracer *tr)
         Py_DECREF(v);
         return push(tr, r);
     }
+    if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PyLong_CheckExact(i->obj) &&
+        cdy_is_module_list(s->obj))
+        return push(tr, module_list_item(tr, s, i));
+    PyObject *gi = s->kind == TV_OBJ && s->src ? _PyType_Lookup(Py_TYPE(s->obj), getitem_name()) : NULL;
+    if (gi && PyFunction_Check(gi) && !PyObject_TypeCheck(s->obj, (PyTypeObject *)cdy_module_type)) {
+        /* a user class's __getitem__, inlined (module containers: the operator path) */
+        tvar *b = cdy_tv_new(tr, TV_BOUND), *args[1] = {i};
+        if (!b)
+            return -1;
+        b->obj = gi;
+        b->self = s;
+        return push(tr, cdy_call(tr, b, args, 1, NULL));
+    }
     PyObject *fn = cdy_operator_fn(27, "getitem");
     if (!fn)
         return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
@@ -415,6 +487,8 @@ static int op_store_subscr(tracer *tr)
     tvar *k = pop(tr), *c = pop(tr), *v = pop(tr);
     if (c->kind == TV_TENSOR)
         return cdy_mut_setitem(tr, c, k, v);   /* functionalized (trace/mutate.c) */
+    if (c->kind == TV_DICT && c->src)
+        return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
     if (c->kind == TV_LIST) {
@@ -560,6 +634,10 @@ static int op_contains(tracer *tr, int invert)
                 return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' with tensors");
         }
     }
+    else if (k->kind == TV_CONST && c->kind == TV_OBJ && c->src)
+        r = cdy_contains_guarded(tr, c, k);   /* a dict or Mapping read from the frame */
+    if (r == -2)
+        return -1;
     if (r < 0) {
         PyErr_Clear();
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' on these values is not supported");

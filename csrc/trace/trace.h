@@ -23,6 +23,7 @@ typedef enum {
     TV_ITER,     /* an iterator over items[] at pos */
     TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
     TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
+    TV_SUPER,    /* super() in a method of class obj, bound to self */
 } tv_kind;
 
 typedef struct tvar {
@@ -78,6 +79,8 @@ PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 int cdy_tr_run_frame(tracer *tr);
 /* The current value of cell c (a slot of a frame still being traced); NULL when stopped. */
 tvar *cdy_tr_cell_value(tracer *tr, tvar *c);
+/* Zero-argument super() in the traced function: a SUPER tvar; NULL when stopped. */
+tvar *cdy_tr_super(tracer *tr);
 
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled);
@@ -89,6 +92,11 @@ tvar *cdy_tv_const(tracer *tr, PyObject *o);           /* steals o */
 tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n);
 int cdy_is_const(PyObject *o);
 int cdy_is_torch_module(PyObject *o);
+int cdy_is_info_type(PyObject *t);         /* torch.finfo / torch.iinfo */
+int cdy_is_module_list(PyObject *o);       /* nn.ModuleList / nn.Sequential */
+/* `k in c` for constant k and a dict or collections.abc.Mapping c read from the frame, with a
+ * CONTAINS guard: 0/1; -1 when not such a container; -2 when stopped. */
+int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k);
 int cdy_is_torch_callable(PyObject *fn);
 cdy_src *cdy_src_new(tracer *tr, int kind);
 cdy_src *cdy_src_step(tracer *tr, const cdy_src *base, PyObject *key, int item);
@@ -152,6 +160,8 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v);
 /* obj.name = v on an object read from the frame: later reads see v, the store
  * is replayed after the call; 0 or -1 (stopped). */
 int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v);
+/* d[k] = v on a dict read from the frame: replayed after the call like an attribute store. */
+int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v);
 /* Graph outputs cdy_mut_finish may add (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr);
 /* At the top frame's return (after the return value's outputs): fill

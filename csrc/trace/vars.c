@@ -8,6 +8,7 @@
 PyObject *cdy_module_type, *cdy_parameter_type;
 static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type, *device_type;
 static PyObject *sequential_type, *modulelist_type, *moduledict_type;
+static PyObject *finfo_type, *iinfo_type;
 static PyObject *str_dict, *str_modules, *str_parameters, *str_buffers;
 
 /* Look up the torch objects this file needs; 0 or -1. */
@@ -27,6 +28,8 @@ int cdy_vars_init(void)
     torch_size_type = PyObject_GetAttrString(cdy_torch, "Size");
     dtype_type = PyObject_GetAttrString(cdy_torch, "dtype");
     device_type = PyObject_GetAttrString(cdy_torch, "device");
+    finfo_type = PyObject_GetAttrString(cdy_torch, "finfo");
+    iinfo_type = PyObject_GetAttrString(cdy_torch, "iinfo");
     meta_str = PyUnicode_FromString("meta");
     meta_kw = Py_BuildValue("(ss)", "dtype", "device");
     str_dict = PyUnicode_InternFromString("__dict__");
@@ -89,7 +92,7 @@ int cdy_is_const(PyObject *o)
     if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
         PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
         PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type ||
-        (PyObject *)Py_TYPE(o) == device_type)
+        (PyObject *)Py_TYPE(o) == device_type || cdy_is_info_type((PyObject *)Py_TYPE(o)))
         return 1;
     if (PySlice_Check(o)) {
         PySliceObject *s = (PySliceObject *)o;
@@ -102,6 +105,19 @@ int cdy_is_const(PyObject *o)
         return 1;
     }
     return 0;
+}
+
+/* 1 if o is an nn.ModuleList or nn.Sequential (indexed by int through its _modules). */
+int cdy_is_module_list(PyObject *o)
+{
+    return PyObject_TypeCheck(o, (PyTypeObject *)modulelist_type) ||
+           PyObject_TypeCheck(o, (PyTypeObject *)sequential_type);
+}
+
+/* 1 if t is torch.finfo or torch.iinfo: pure functions of a dtype, immutable results. */
+int cdy_is_info_type(PyObject *t)
+{
+    return t && (t == finfo_type || t == iinfo_type);
 }
 
 /* 1 if o is torch or one of its submodules (whose attributes we do not guard). */
@@ -561,6 +577,22 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
 
 /* ---- attributes ------------------------------------------------------------------ */
 
+/* A Tensor method read as an attribute (LOAD_ATTR, e.g. before a call with *args): a
+ * METHOD whose self is not among the call's arguments (pos = 1); NULL if name is not one. */
+static tvar *tensor_bound_method(tracer *tr, tvar *t, PyObject *name)
+{
+    PyObject *d = _PyType_Lookup((PyTypeObject *)cdy_tensor_type, name);
+    if (!d || !(PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)))
+        return NULL;
+    tvar *m = cdy_tv_new(tr, TV_METHOD);
+    if (!m)
+        return NULL;
+    m->obj = name;
+    m->self = t;
+    m->pos = 1;
+    return m;
+}
+
 /* Attribute of a tensor that is a constant under the tensor's guard. */
 static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
 {
@@ -606,6 +638,9 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
             }
             return cdy_tv_const(tr, v);
         }
+    tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */
+    if (bm || PyErr_Occurred())
+        return bm;
     cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor attribute '%s' is not supported", n);
     return NULL;
 }
@@ -639,6 +674,53 @@ static PyObject *instance_attr(tracer *tr, PyObject *o, const cdy_src *base, PyO
     }
     PyErr_Clear();
     return NULL;
+}
+
+/* See trace.h. */
+int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
+{
+    static PyObject *mapping_abc;
+    if (!mapping_abc) {
+        PyObject *abc = PyImport_ImportModule("collections.abc");
+        mapping_abc = abc ? PyObject_GetAttrString(abc, "Mapping") : NULL;
+        Py_XDECREF(abc);
+        if (!mapping_abc) {
+            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            return -2;
+        }
+    }
+    int is_map = PyDict_Check(c->obj) ? 1 : PyObject_IsInstance(c->obj, mapping_abc);
+    if (is_map != 1) {
+        PyErr_Clear();
+        return -1;
+    }
+    int r = PySequence_Contains(c->obj, k->obj);
+    if (r < 0) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "'in'");
+        return -2;
+    }
+    char desc[160] = "";
+    cdy_src_name(c->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CONTAINS, c->src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return -2;
+    }
+    g->expect = Py_NewRef(k->obj);
+    g->requires_grad = r;
+    return r;
+}
+
+/* The value the trace already holds for base.name (read before, or stored by the traced
+ * code: a store is replayed after the graph, so the real object does not show it yet). */
+static tvar *stored_attr(tracer *tr, const cdy_src *base, PyObject *name)
+{
+    char desc[160] = "";
+    const cdy_src *src = cdy_src_step(tr, base, name, 0);
+    if (!src)
+        return NULL;
+    cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
+    return memo_find(tr, desc);
 }
 
 /* Attribute name of a Python object (module, nn.Module, user object). */
@@ -696,6 +778,9 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
                     PyUnicode_AsUTF8(name));
         return NULL;
     }
+    tvar *stored = stored_attr(tr, base->src, name);
+    if (stored)
+        return stored;
     PyObject *v = instance_attr(tr, o, base->src, name, &src);
     if (!v && PyErr_Occurred()) {
         cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "attribute");
@@ -716,9 +801,37 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     return r;
 }
 
+/* super().name: the first function named name after the method's class in the MRO of
+ * self's type (fixed by self's guard), bound to self; NULL when stopped. */
+static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
+{
+    PyObject *mro = sup->self->kind == TV_OBJ ? Py_TYPE(sup->self->obj)->tp_mro : NULL;
+    Py_ssize_t i = 0, n = mro ? PyTuple_GET_SIZE(mro) : 0;
+    while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj)
+        i++;
+    for (i++; i < n; i++) {
+        PyObject *d = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject *f = d ? PyDict_GetItemWithError(d, name) : NULL;
+        if (!f)
+            continue;
+        tvar *b = PyFunction_Check(f) ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {
+            b->obj = f;
+            b->self = sup->self;
+            return b;
+        }
+        break;
+    }
+    PyErr_Clear();
+    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "super().%s is not supported", PyUnicode_AsUTF8(name));
+    return NULL;
+}
+
 /* getattr(base, name) as a tvar; NULL when stopped. */
 tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
 {
+    if (base->kind == TV_SUPER)
+        return super_attr(tr, base, name);
     if (base->kind == TV_TENSOR)
         return tensor_attr(tr, base, name);
     if (base->kind == TV_OBJ)
