@@ -102,6 +102,9 @@ int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v);
  * VIEW_COPY is a kernel output. */
 int cg_is_view(const cdy_graph *g, int v);
 int cg_view_is_alias(const cdy_graph *g, int v);
+/* 1 if b is a tensor value earlier than v and not an aliasing VIEW (a base
+ * that kinds V and G read from its own buffer). */
+int cg_base_is_earlier_tensor(const cdy_graph *g, int v, int b);
 int cg_check_view(cg_ctx *c, int v);
 /* Mark what views need realized: bases of used views, args of realized VIEWs. */
 void cg_view_mark_real(cg_ctx *c, char *real);

@@ -94,8 +94,7 @@ int cg_check_gather(cg_ctx *c, int v)
             return cg_fail(c, "value %d (gather): arg %d is not an int scalar", v, a);
     }
     int b = val->view_base;
-    if (b < 0 || b >= v || g->values[b].kind == CDY_VAL_SCALAR || cg_view_is_alias(g, b) ||
-        g->values[b].meta.dtype != val->meta.dtype)
+    if (!cg_base_is_earlier_tensor(g, v, b) || g->values[b].meta.dtype != val->meta.dtype)
         return cg_fail(c, "value %d (gather): base %d is not an earlier tensor of its dtype",
                        v, b);
     if (!cg_gather_inside(g, val, &g->values[b].meta))

@@ -26,6 +26,13 @@ int cg_view_is_alias(const cdy_graph *g, int v)
     return g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_VIEW;
 }
 
+/* 1 if b is a tensor value earlier than v and not an aliasing VIEW (a base
+ * that kinds V and G read from its own buffer). */
+int cg_base_is_earlier_tensor(const cdy_graph *g, int v, int b)
+{
+    return b >= 0 && b < v && g->values[b].kind != CDY_VAL_SCALAR && !cg_view_is_alias(g, b);
+}
+
 /* Lowest and highest element offsets a meta-shaped walk with strides st and
  * offset off touches, into *lo / *hi; 0 if it touches nothing (numel 0). */
 static int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo,
@@ -59,7 +66,7 @@ int cg_check_view(cg_ctx *c, int v)
             g->values[val->args[a]].kind == CDY_VAL_SCALAR)
             return cg_fail(c, "value %d (view): arg %d is not an earlier tensor", v, a);
     int b = val->view_base;
-    if (b < 0 || b >= v || g->values[b].kind == CDY_VAL_SCALAR || cg_view_is_alias(g, b))
+    if (!cg_base_is_earlier_tensor(g, v, b))
         return cg_fail(c, "value %d (view): base %d is not an earlier tensor", v, b);
     const cdy_meta *bm = &g->values[b].meta;
     if (bm->dtype != val->meta.dtype)
