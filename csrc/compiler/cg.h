@@ -105,6 +105,9 @@ int cg_view_is_alias(const cdy_graph *g, int v);
 /* 1 if b is a tensor value earlier than v and not an aliasing VIEW (a base
  * that kinds V and G read from its own buffer). */
 int cg_base_is_earlier_tensor(const cdy_graph *g, int v, int b);
+/* Lowest and highest element offsets a meta-shaped walk with strides st and
+ * offset off touches, into *lo / *hi; 0 if it touches nothing (numel 0). */
+int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo, int64_t *hi);
 int cg_check_view(cg_ctx *c, int v);
 /* Mark what views need realized: bases of used views, args of realized VIEWs. */
 void cg_view_mark_real(cg_ctx *c, char *real);

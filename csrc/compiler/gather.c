@@ -45,25 +45,19 @@ static int cg_gather_nidx(const cdy_value *val)
  * inside its base's elements (base meta bm, read from its data pointer). */
 static int cg_gather_inside(const cdy_graph *g, const cdy_value *val, const cdy_meta *bm)
 {
-    int64_t lo = val->view_offset, hi = lo, blo = 0, bhi = 0;
+    int64_t lo, hi, blo, bhi;
     int k = cg_gather_nidx(val);
-    if (cdy_meta_numel(&val->meta) == 0)
+    if (!cg_view_extent(&val->meta, val->view_strides, val->view_offset, &lo, &hi))
         return 1;
-    for (int d = 0; d < val->meta.ndim; d++) {
-        int64_t e = (val->meta.sizes[d] - 1) * val->view_strides[d];
-        *(e < 0 ? &lo : &hi) += e;
-    }
     for (int i = 0; i < k; i++) {
         int64_t n = g->values[val->args[2 * k + i]].i;
         int64_t e = (n - 1) * g->values[val->args[k + i]].i;
         if (n > 0)
             *(e < 0 ? &lo : &hi) += e;
     }
-    for (int d = 0; d < bm->ndim; d++) {
-        int64_t e = (bm->sizes[d] - 1) * bm->strides[d];
-        *(e < 0 ? &blo : &bhi) += e;
-    }
-    return cdy_meta_numel(bm) > 0 ? lo >= blo && hi <= bhi : 1;
+    if (!cg_view_extent(bm, bm->strides, 0, &blo, &bhi))
+        return 1;
+    return lo >= blo && hi <= bhi;
 }
 
 /* Check gather node v: indices are earlier integer tensors that broadcast

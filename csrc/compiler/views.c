@@ -35,8 +35,7 @@ int cg_base_is_earlier_tensor(const cdy_graph *g, int v, int b)
 
 /* Lowest and highest element offsets a meta-shaped walk with strides st and
  * offset off touches, into *lo / *hi; 0 if it touches nothing (numel 0). */
-static int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo,
-                          int64_t *hi)
+int cg_view_extent(const cdy_meta *m, const int64_t *st, int64_t off, int64_t *lo, int64_t *hi)
 {
     *lo = *hi = off;
     for (int d = 0; d < m->ndim; d++) {
