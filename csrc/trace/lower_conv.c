@@ -188,9 +188,4 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
 #define CDY_LOWER_CONV(X)                 \
     X("conv2d", "tf", lower_conv2d)
 
-const cdy_lowering cdy_lowerings_conv[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_CONV(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_conv, CDY_LOWER_CONV);

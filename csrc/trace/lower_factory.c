@@ -395,9 +395,4 @@ static tvar *lower_triu(tracer *tr, const cdy_lower_call *call)
     X("tril", "tm", lower_tril)                 \
     X("triu", "tm", lower_triu)
 
-const cdy_lowering cdy_lowerings_factory[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_FACTORY(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_factory, CDY_LOWER_FACTORY);

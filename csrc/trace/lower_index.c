@@ -524,9 +524,4 @@ static tvar *lower_getitem(tracer *tr, const cdy_lower_call *call)
     X("getitem", "o", lower_getitem)             \
     X("__getitem__", "m", lower_getitem)
 
-const cdy_lowering cdy_lowerings_index[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_INDEX(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_index, CDY_LOWER_INDEX);

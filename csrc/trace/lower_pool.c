@@ -274,9 +274,4 @@ static tvar *lower_upsample_nearest2d(tracer *tr, const cdy_lower_call *call)
     X("interpolate", "f", lower_interpolate)                      \
     X("upsample_nearest2d", "n", lower_upsample_nearest2d)
 
-const cdy_lowering cdy_lowerings_pool[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_POOL(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_pool, CDY_LOWER_POOL);

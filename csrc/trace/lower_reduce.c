@@ -263,9 +263,4 @@ static tvar *lower_normalize(tracer *tr, const cdy_lower_call *call)
     X("norm", "tm", lower_norm)                                              \
     X("normalize", "f", lower_normalize)
 
-const cdy_lowering cdy_lowerings_reduce[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_REDUCE(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_reduce, CDY_LOWER_REDUCE);

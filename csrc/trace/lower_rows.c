@@ -444,9 +444,4 @@ static tvar *lower_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
     X("l1_loss", "f", lower_l1_loss)                       \
     X("smooth_l1_loss", "f", lower_smooth_l1_loss)
 
-const cdy_lowering cdy_lowerings_rows[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_ROWS(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_rows, CDY_LOWER_ROWS);

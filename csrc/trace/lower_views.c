@@ -527,9 +527,4 @@ static tvar *lower_unbind(tracer *tr, const cdy_lower_call *call)
     X("pad", "fn", lower_pad)                   \
     X("constant_pad_nd", "t", lower_constant_pad_nd)
 
-const cdy_lowering cdy_lowerings_views[] = {
-#define CDY_X(name, where, fn) {name, where, fn},
-    CDY_LOWER_VIEWS(CDY_X)
-#undef CDY_X
-    {NULL, NULL, NULL},
-};
+CDY_LOWERING_TABLE(cdy_lowerings_views, CDY_LOWER_VIEWS);

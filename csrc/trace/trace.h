@@ -217,6 +217,12 @@ typedef struct {
     cdy_lower_fn fn;
 } cdy_lowering;
 
+/* Define the NULL-terminated table `var` from an X-macro list of
+ * X(name, where, lowering) rows. */
+#define CDY_X_LOWERING(name, where, fn) {name, where, fn},
+#define CDY_LOWERING_TABLE(var, LIST) \
+    const cdy_lowering var[] = {LIST(CDY_X_LOWERING){NULL, NULL, NULL}}
+
 extern const cdy_lowering cdy_lowerings_views[];    /* each ends with {NULL} */
 extern const cdy_lowering cdy_lowerings_rows[];
 extern const cdy_lowering cdy_lowerings_reduce[];
