@@ -39,6 +39,17 @@ def _flatten(out):
     return [out]
 
 
+def make_tensor(dtype, shape, seed=0, low=0, high=200):
+    """A reproducible tensor for differential tests: bool coin flips, floats drawn as
+    float64 normals then cast, integers uniform in [low, high)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(low, high, shape, generator=g, dtype=dtype)
+
+
 def assert_same(expected, actual, transcendental=False):
     """Compare an eager result with a compiled one: structure, types, dtype, shape,
     stride and values (exact for integer/bool dtypes)."""

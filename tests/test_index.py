@@ -10,19 +10,14 @@ import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same
+from conftest import assert_same, make_tensor
 
 SRC_DTYPES = [torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool]
 IDX_DTYPES = [torch.int64, torch.int32]
 
 
 def make(dtype, shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    return torch.randint(0, 200, shape, generator=g, dtype=dtype)
+    return make_tensor(dtype, shape, seed)
 
 
 def idx(n, shape, dtype=torch.int64, seed=0, neg=False):

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same
+from conftest import assert_same, make_tensor
 
 
 def graph():
@@ -47,11 +47,7 @@ def run(fn, *args, lowered=None, extern=False):
 
 
 def make(shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    lo = 0 if dtype == torch.uint8 else -100
-    return torch.randint(lo, 100, shape, generator=g, dtype=dtype)
+    return make_tensor(dtype, shape, seed, low=0 if dtype == torch.uint8 else -100, high=100)
 
 
 def layouts(x):

@@ -9,18 +9,13 @@ import pytest
 import torch
 
 import cdynamo
-from conftest import assert_same
+from conftest import assert_same, make_tensor
 
 DTYPES = [torch.uint8, torch.int64, torch.float32, torch.float64, torch.bool]
 
 
 def make(dtype, shape=(2, 3, 5, 7), seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    return torch.randint(0, 200, shape, generator=g, dtype=dtype)
+    return make_tensor(dtype, shape, seed)
 
 
 def layouts(dtype):
