@@ -72,7 +72,7 @@ typedef struct {
     /* a cache of what a global source (G['torch'].maximum) read last time it
      * held: the dict version tag of the globals and of each module walked
      * through, and the modules; equal tags mean the same dicts, unchanged */
-    int memo_n;                             /* 0: nothing cached */
+    int memo_n;                             /* 0: nothing cached; -1: not memoizable */
     uint64_t memo_ver[CDY_MAX_ATTRS + 1];
     PyObject *memo_obj[CDY_MAX_ATTRS + 1];  /* borrowed: held by the unchanged dicts */
 } cdy_guard;

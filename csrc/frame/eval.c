@@ -684,10 +684,6 @@ done:
     return r;
 }
 
-/* The frame-free path of a call of o: when o wraps a function whose cache
- * entries all return their graph's output(s) as they come, the first entry whose guards
- * hold for the arguments runs without a Python frame.  1 with *res set
- * (NULL: an error), or 0: no entry holds (or none can), take the frame path. */
 #define DIRECT_MAX_ARGS 32
 
 /* Bind a call's arguments to co's co_argcount parameters in out (borrowed):
@@ -727,6 +723,12 @@ static int bind_args(PyFunctionObject *fn, PyCodeObject *co, PyObject *const *ar
     return 1;
 }
 
+/* The frame-free path of a call of o: when o wraps a function whose cache
+ * entries all return their graph's output(s) as they come, the first entry
+ * whose guards hold for the arguments runs without a Python frame.  1 with
+ * *res set (NULL: an error), or 0: no entry holds (or none can), take the
+ * frame path.  A function past its recompile limit takes the frame path at
+ * once, so its misses are not checked twice. */
 static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
                        PyObject *kwnames, PyObject **res)
 {
@@ -740,7 +742,7 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
         return 0;
     }
     cdy_extra *x = p;
-    if (x->state != CODE_TRACE || !x->entries || x->nframed)
+    if (x->state != CODE_TRACE || !x->entries || x->nframed || x->limit_warned)
         return 0;
     PyObject *bound[DIRECT_MAX_ARGS];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);

@@ -292,7 +292,7 @@ static int check_const(const cdy_guard *g, PyObject *v, char *why, size_t n)
 static PyObject *memo_lookup(const cdy_guard *g, PyObject *globals)
 {
     const cdy_src *s = &g->src;
-    if (!g->memo_n)
+    if (g->memo_n <= 0)
         return NULL;
     PyObject *d = s->dict ? s->dict : globals;
     if (((PyDictObject *)d)->ma_version_tag != g->memo_ver[0])
@@ -305,36 +305,51 @@ static PyObject *memo_lookup(const cdy_guard *g, PyObject *globals)
     return g->memo_obj[s->nattrs];
 }
 
-/* Fill g's memo after its global source was read: only when the name is in
- * the globals dict itself and every step is a plain attribute of an exact
- * module, found in the module's dict. */
-static void memo_fill(cdy_guard *g, PyObject *globals)
+/* Read g's global source by walking its dicts, and remember the walk in
+ * its memo (borrowed value).  Only a name in the globals dict itself whose
+ * every step is a plain attribute of an exact module, found in the
+ * module's dict, is walked; otherwise NULL, and the memo is marked unusable
+ * (-1) so the general fetch serves this guard from then on. */
+static PyObject *memo_fill(cdy_guard *g, PyObject *globals)
 {
     const cdy_src *s = &g->src;
-    g->memo_n = 0;
-    if (s->kind != CDY_SRC_GLOBAL || s->nattrs > CDY_MAX_ATTRS)
-        return;
+    g->memo_n = -1;
     PyObject *d = s->dict ? s->dict : globals;
-    PyObject *v = PyDict_GetItemWithError(d, s->name);
-    if (!v || !PyDict_CheckExact(d)) {
+    PyObject *v = PyDict_CheckExact(d) ? PyDict_GetItemWithError(d, s->name) : NULL;
+    if (!v) {
         PyErr_Clear();
-        return;
+        return NULL;
     }
     g->memo_ver[0] = ((PyDictObject *)d)->ma_version_tag;
     for (int i = 0; i < s->nattrs; i++) {
         if (s->item[i] || !Py_IS_TYPE(v, &PyModule_Type) ||
             PyUnicode_READ_CHAR(s->attrs[i], 0) == '_')
-            return;
+            return NULL;
         PyObject *md = PyModule_GetDict(v);
         g->memo_obj[i] = v;
         g->memo_ver[i + 1] = ((PyDictObject *)md)->ma_version_tag;
         if (!(v = PyDict_GetItemWithError(md, s->attrs[i]))) {
             PyErr_Clear();
-            return;
+            return NULL;
         }
     }
     g->memo_obj[s->nattrs] = v;
     g->memo_n = s->nattrs + 1;
+    return v;
+}
+
+/* An ID guard on a global source through its memo: 1 holds, 0 fails, -1
+ * when the memo cannot serve it (the caller checks it the general way). */
+static int check_global_id(const cdy_guard *g, PyObject *globals, char *why, size_t n)
+{
+    if (g->kind != CDY_GUARD_ID || g->src.kind != CDY_SRC_GLOBAL || g->memo_n < 0)
+        return -1;
+    PyObject *v = memo_lookup(g, globals);
+    if (!v && !(v = memo_fill((cdy_guard *)g, globals)))   /* the memo is a cache, not guard state */
+        return -1;
+    if (v != g->expect)
+        snprintf(why, n, "'%s' is not the same object (identity changed)", g->desc);
+    return v == g->expect;
 }
 
 /* Check a CONTAINS guard on v: (key in v) == the traced answer (requires_grad). */
@@ -369,8 +384,9 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      "threads, it is now %d", g->ndim, now);
         return now == g->ndim;
     }
-    if (g->kind == CDY_GUARD_ID && memo_lookup(g, globals) == g->expect)
-        return 1;
+    int id = check_global_id(g, globals, why, n);
+    if (id >= 0)
+        return id;
     PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
     if (!v) {
         PyErr_Clear();
@@ -416,8 +432,6 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         ok = v == g->expect;
         if (!ok)
             snprintf(why, n, "'%s' is not the same object (identity changed)", g->desc);
-        else if (g->src.kind == CDY_SRC_GLOBAL)   /* the memo is a cache, not guard state */
-            memo_fill((cdy_guard *)g, globals);
         break;
     }
     Py_DECREF(v);
