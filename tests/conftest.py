@@ -98,6 +98,18 @@ def check(fn, *args, backend="c", transcendental=False, calls=2, compiled=True, 
     return st
 
 
+def run_one_graph(fn, *args):
+    """fn compiled equals fn eager (values, dtype, shape, strides) on two calls, with no
+    graph break and no fallback; the optimized function."""
+    expected = fn(*args)
+    opt = cdynamo.optimize(fn)
+    for _ in range(2):
+        assert_same(expected, opt(*args))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, st
+    return opt
+
+
 def check_raises(fn, *args, backend="c"):
     """fn raises eagerly: the optimized fn must raise the same exception type.
     Returns (eager_exc, compiled_exc)."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same, make_tensor
+from conftest import assert_same, make_tensor, run_one_graph
 
 SRC_DTYPES = [torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool]
 IDX_DTYPES = [torch.int64, torch.int32]
@@ -43,16 +43,7 @@ def n_externs():
     return last()["graph"].count("extern")
 
 
-def run(fn, *args):
-    """fn compiled equals fn eager (values, dtype, shape, strides) on two calls,
-    in one graph with no break."""
-    expected = fn(*args)
-    opt = cdynamo.optimize(fn)
-    for _ in range(2):
-        assert_same(expected, opt(*args))
-    st = cdynamo.stats()
-    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, st
-    return opt
+run = run_one_graph
 
 
 def lowered():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import cdynamo
-from conftest import assert_same, make_tensor
+from conftest import assert_same, make_tensor, run_one_graph
 
 DTYPES = [torch.uint8, torch.int64, torch.float32, torch.float64, torch.bool]
 
@@ -43,14 +43,7 @@ def n_externs():
     return last()["graph"].count("extern")
 
 
-def run(fn, *args):
-    """fn compiled equals fn eager (values, dtype, shape, strides) on two calls."""
-    expected = fn(*args)
-    opt = cdynamo.optimize(fn)
-    for _ in range(2):
-        assert_same(expected, opt(*args))
-    st = cdynamo.stats()
-    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, st
+run = run_one_graph
 
 
 # ---- flip ------------------------------------------------------------------------

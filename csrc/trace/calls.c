@@ -410,6 +410,19 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     return v;
 }
 
+int cdy_const_int(const tvar *t, long long *out)
+{
+    if (!t || t->kind != TV_CONST || !PyLong_CheckExact(t->obj))
+        return 0;
+    int ovf = 0;
+    *out = PyLong_AsLongLongAndOverflow(t->obj, &ovf);
+    if (ovf || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
 /* The result tvar of lowered call `call` (node v), its pynode recorded. */
 tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
 {

@@ -47,20 +47,6 @@ static int li_off(const tvar *t)
     return li_none(t) || (t->kind == TV_CONST && t->obj == Py_False);
 }
 
-/* 1 if t is a constant Python int (not a bool); its value in *out. */
-static int li_int(const tvar *t, long long *out)
-{
-    if (!t || t->kind != TV_CONST || !PyLong_CheckExact(t->obj))
-        return 0;
-    int ovf = 0;
-    *out = PyLong_AsLongLongAndOverflow(t->obj, &ovf);
-    if (ovf || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* 1 if t is an int64 / int32 tensor (an index eager reads as positions). */
 static int li_index_tensor(tracer *tr, const tvar *t)
 {
@@ -295,7 +281,7 @@ static tvar *lower_index_select(tracer *tr, const cdy_lower_call *call)
     cdy_meta m;
     long long dim;
     if (cdy_bind_names("input dim index", call->args, call->nargs, call->kwnames, s) ||
-        !s[0] || s[0]->kind != TV_TENSOR || !li_int(s[1], &dim) || !li_index_tensor(tr, s[2]) ||
+        !s[0] || s[0]->kind != TV_TENSOR || !cdy_const_int(s[1], &dim) || !li_index_tensor(tr, s[2]) ||
         li_val(tr, s[2])->meta.ndim > 1 || li_out_meta(tr, call, s[0], &m))
         return NULL;
     int n = li_val(tr, s[0])->meta.ndim;
@@ -316,7 +302,7 @@ static tvar *lower_gather(tracer *tr, const cdy_lower_call *call)
     long long dim;
     if (cdy_bind_names("input dim index sparse_grad", call->args, call->nargs, call->kwnames,
                        s) ||
-        !s[0] || s[0]->kind != TV_TENSOR || !li_int(s[1], &dim) || !li_off(s[3]) ||
+        !s[0] || s[0]->kind != TV_TENSOR || !cdy_const_int(s[1], &dim) || !li_off(s[3]) ||
         !li_index_tensor(tr, s[2]) || li_out_meta(tr, call, s[0], &m))
         return NULL;
     const cdy_meta xm = li_val(tr, s[0])->meta, im = li_val(tr, s[2])->meta;
@@ -410,7 +396,7 @@ static int li_basic_walk(tracer *tr, tvar **it, int n, const cdy_meta *xm, const
         } else if (t->kind == TV_CONST && t->obj == Py_None) {
             *d = (li_dim){-1, 1, 0};
             b->n++;
-        } else if (li_int(t, &k)) {
+        } else if (cdy_const_int(t, &k)) {
             if (k < 0)
                 k += xm->sizes[xd];
             if (k < 0 || k >= xm->sizes[xd])

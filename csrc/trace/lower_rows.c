@@ -22,25 +22,11 @@ static int lr_none(const tvar *t)
     return !t || (t->kind == TV_CONST && t->obj == Py_None);
 }
 
-/* 1 if t is a constant Python int (not a bool); its value in *out. */
-static int lr_int(const tvar *t, long long *out)
-{
-    if (!t || t->kind != TV_CONST || !PyLong_CheckExact(t->obj))
-        return 0;
-    int ovf = 0;
-    *out = PyLong_AsLongLongAndOverflow(t->obj, &ovf);
-    if (ovf || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* 1 if t is a constant finite Python float or int; its value in *out. */
 static int lr_num(const tvar *t, double *out)
 {
     long long i;
-    if (lr_int(t, &i)) {
+    if (cdy_const_int(t, &i)) {
         *out = (double)i;
         return 1;
     }
@@ -99,7 +85,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_lower_call *call, int op, tv
     int nd = im.ndim;
     if (lr_none(s[1]))   /* F.softmax's legacy implicit dim */
         dim = (nd == 0 || nd == 1 || nd == 3) ? 0 : 1;
-    else if (!lr_int(s[1], &dim))
+    else if (!cdy_const_int(s[1], &dim))
         return NULL;
     if (nd == 0 || dim < -nd || dim >= nd)
         return NULL;
@@ -206,7 +192,7 @@ static tvar *lower_layer_norm(tracer *tr, const cdy_lower_call *call)
         k = PySequence_Size(s[1]->obj);
     else if (s[1]->kind == TV_TUPLE || s[1]->kind == TV_LIST)
         k = s[1]->n;
-    else if (!lr_int(s[1], &k) || (k = 1) != 1)
+    else if (!cdy_const_int(s[1], &k) || (k = 1) != 1)
         return NULL;
     if (!lr_float_tensor(tr, s[0]) || k < 0 || k > lr_val(tr, s[0])->meta.ndim)
         return NULL;
@@ -219,7 +205,7 @@ static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
     tvar *s[6];
     long long groups;
     if (cdy_bind_names("input num_groups weight bias eps cudnn_enabled", call->args,
-                       call->nargs, call->kwnames, s) || !lr_int(s[1], &groups))
+                       call->nargs, call->kwnames, s) || !cdy_const_int(s[1], &groups))
         return NULL;
     if (!lr_float_tensor(tr, s[0]))
         return NULL;
