@@ -277,3 +277,27 @@ def test_patched_global_function_is_seen():
         torch.maximum = orig
     assert_same(torch.maximum(a, b), g(a, b))
     assert _stats()["recompiles"] == 1
+
+
+def test_more_tensors_than_one_batch_use_the_per_tensor_guards(capfd):
+    # 33 tensor arguments: beyond what one TensorGuards call is given (32), so the
+    # entry keeps checking each tensor itself; results and recompile messages stay right
+    n = 33
+    src = "def f(" + ", ".join(f"a{i}" for i in range(n)) + "):\n    return " + \
+        " + ".join(f"a{i}" for i in range(n)) + "\n"
+    ns = {}
+    exec(src, ns)
+    f = ns["f"]
+    g = cdynamo.optimize(f)
+    xs = [torch.randn(4) for _ in range(n)]
+    assert_same(f(*xs), g(*xs))
+    assert_same(f(*xs), g(*xs))
+    assert _stats()["direct_calls"] == 1
+    ys = xs[:-1] + [torch.randn(5)]
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        with pytest.raises(RuntimeError):
+            g(*ys)                              # eager's own broadcast error
+    finally:
+        cdynamo._C.set_log_topics(set())
+    assert "tensor 'a32' size mismatch at index 0. expected 4, actual 5" in capfd.readouterr().err
