@@ -51,7 +51,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(GRAD_MODE, "torch.is_grad_enabled() is off")                \
     X(NUM_THREADS, "the OpenMP thread count the kernels were built for") \
     /* t5: */                                                 \
-    X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer")
+    X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer") \
+    X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+extern PyObject *cdy_module_type;    /* torch.nn.Module (trace/vars.c) */
+
 _Thread_local cdy_tls cdy_tls_state;
 cdy_stats_t cdy_stats;
 
@@ -32,6 +34,9 @@ typedef struct cdy_entry {
     PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
     int ninputs;             /* then its inputs' sources (owned copies) */
     cdy_src *inputs;
+    uintptr_t inst;          /* id of the nn.Module the frame ran on (its first
+                                argument), 0 for other frames: the recompile limit
+                                counts entries per module instance */
 } cdy_entry;
 
 typedef struct cdy_extra {
@@ -470,6 +475,13 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
     return 0;
 }
 
+/* The identity of the nn.Module a frame runs on (its first argument), or 0. */
+static uintptr_t frame_instance(_PyInterpreterFrame *frame)
+{
+    PyObject *self = frame->f_code->co_argcount > 0 ? frame->localsplus[0] : NULL;
+    return self && cdy_module_type && PyObject_TypeCheck(self, (PyTypeObject *)cdy_module_type) ? (uintptr_t)self : 0;
+}
+
 /* Trace and compile the frame into a new entry of x (prepended).  Returns
  * the entry, or NULL when the frame should run eagerly without one; -1 in
  * *raise when an exception is set for the caller (fullgraph). */
@@ -521,6 +533,7 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
         entry_compile(e, t, frame, t0);
     }
     if (e) {
+        e->inst = frame_instance(frame);
         e->next = x->entries;
         x->entries = e;
         x->nentries++;
@@ -560,14 +573,30 @@ static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_ex
     return r;
 }
 
-/* The configured recompile limit (8 by default). */
-static long cache_limit(void)
+/* A non-negative integer setting of cdynamo.config (dflt when unset or bad). */
+static long config_count(const char *name, long dflt)
 {
-    PyObject *v = cdy_config_get("cache_size_limit");
-    long n = v ? PyLong_AsLong(v) : 8;
+    PyObject *v = cdy_config_get(name);
+    long n = v ? PyLong_AsLong(v) : dflt;
     Py_XDECREF(v);
     PyErr_Clear();
-    return n < 0 ? 8 : n;
+    return n < 0 ? dflt : n;
+}
+
+/* 1 when the frame may not get another entry: it has cache_size_limit
+ * entries for its nn.Module instance (for all calls, if it is not a
+ * module's method), or accumulated_cache_size_limit in all.  So each layer
+ * of a stack of identical modules (a different layer_idx each) gets its
+ * entries, as under TorchDynamo, while a guard that fails on every call
+ * still ends in eager execution. */
+static int over_limit(const cdy_extra *x, _PyInterpreterFrame *frame)
+{
+    uintptr_t inst = frame_instance(frame);
+    int same = 0;
+    for (const cdy_entry *e = x->entries; e; e = e->next)
+        same += e->inst == inst;
+    return same >= config_count("cache_size_limit", 8) ||
+           x->nentries >= config_count("accumulated_cache_size_limit", 64);
 }
 
 /* The eval-frame function installed while optimized calls run. */
@@ -601,7 +630,7 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
         }
     }
     cdy_stats.cache_misses++;
-    int limit = x->nentries >= cache_limit();
+    int limit = over_limit(x, frame);
     if (first && ((!limit && cdy_log_on("recompiles")) || (limit && !x->limit_warned)))
         cdy_guards_check(&first->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                          closure, why, sizeof(why));   /* again, for the message */

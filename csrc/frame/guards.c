@@ -363,6 +363,16 @@ static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return r == g->requires_grad;
 }
 
+/* Check a HASATTR guard on v: hasattr(v, name) == the traced answer (requires_grad). */
+static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
+{
+    int r = PyObject_HasAttr(v, g->expect);
+    if (r != g->requires_grad)
+        snprintf(why, n, "hasattr(%s, '%s') is no longer %s", g->desc, PyUnicode_AsUTF8(g->expect),
+                 g->requires_grad ? "True" : "False");
+    return r == g->requires_grad;
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n)
@@ -421,6 +431,9 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     }
     case CDY_GUARD_CONTAINS:
         ok = check_contains(g, v, why, n);
+        break;
+    case CDY_GUARD_HASATTR:
+        ok = check_hasattr(g, v, why, n);
         break;
     case CDY_GUARD_TYPE:
         ok = (PyObject *)Py_TYPE(v) == g->expect;
@@ -643,6 +656,9 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
                                g->desc, g->requires_grad ? "True" : "False");
                 Py_XDECREF(kr);
             }
+            else if (g->kind == CDY_GUARD_HASATTR)
+                cdy_buf_printf(&b, "HASATTR: hasattr(%s, '%s') is %s\n", g->desc,
+                               PyUnicode_AsUTF8(g->expect), g->requires_grad ? "True" : "False");
             else if (g->kind == CDY_GUARD_TYPE)
                 cdy_buf_printf(&b, "TYPE_MATCH: type(%s) is %s\n", g->desc,
                                ((PyTypeObject *)g->expect)->tp_name);

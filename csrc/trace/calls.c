@@ -75,6 +75,8 @@ static int arg_value(tracer *tr, tvar *a)
  * fakes; a list/tuple of tensors and constants becomes a real list/tuple. */
 static PyObject *fake_arg(tracer *tr, tvar *a)
 {
+    if (a->by_type)
+        return NULL;   /* its state is not guarded: torch must not see it */
     if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
         return a->obj;
     if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
@@ -748,6 +750,37 @@ static tvar *type_of(tracer *tr, tvar *v)
     return r;
 }
 
+/* A HASATTR guard: obj (guarded by type) has no attribute name; 0, or -1 when stopped. */
+static int cdy_guard_absent(tracer *tr, tvar *obj, PyObject *name)
+{
+    char desc[160] = "";
+    cdy_src_name(obj->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_HASATTR, obj->src, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    g->expect = Py_NewRef(name);
+    g->requires_grad = 0;
+    return 0;
+}
+
+/* See trace.h. */
+tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name)
+{
+    PyObject *fn = PyObject_GetAttrString((PyObject *)Py_TYPE(self->obj), name);
+    tvar *f = fn && PyFunction_Check(fn) && cdy_tr_keep(tr, fn) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (!f) {
+        if (fn && !PyFunction_Check(fn))
+            Py_DECREF(fn);
+        PyErr_Clear();
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s of a %s guarded by type", name,
+                        Py_TYPE(self->obj)->tp_name);
+        return NULL;
+    }
+    f->obj = fn;
+    return cdy_call(tr, f, &self, 1, NULL);
+}
+
 /* 1 if fn is a pure builtin or math function we may evaluate on constants. */
 static int foldable_fn(PyObject *fn)
 {
@@ -809,6 +842,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if (!strcmp(n, "len") && nargs == 1) {
         tvar *a = args[0];
         long k = -1;
+        if (a->by_type)   /* the length is the instance's: its __len__, traced */
+            return cdy_call_dunder(tr, a, "__len__");
         if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
             k = a->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
@@ -835,7 +870,15 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {
         PyObject *probe = args[0]->obj;
         int has = probe ? PyObject_HasAttr(probe, args[1]->obj) : 0;
-        if (!strcmp(n, "hasattr"))
+        int is_has = !strcmp(n, "hasattr");
+        /* an object guarded by type: absent stays absent (a guard), present is read (its guard) */
+        if (args[0]->by_type && !has && (is_has || nargs == 3) &&
+            cdy_guard_absent(tr, args[0], args[1]->obj))
+            return NULL;
+        if (args[0]->by_type && has && is_has)
+            return cdy_get_attr(tr, args[0], args[1]->obj) ? cdy_tv_const(tr, Py_NewRef(Py_True))
+                                                           : NULL;
+        if (is_has)
             return cdy_tv_const(tr, PyBool_FromLong(has));
         if (!has && nargs == 3)
             return args[2];

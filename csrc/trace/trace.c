@@ -599,8 +599,11 @@ static int op_is(tracer *tr, int invert)
         r = is_none(tr, b);
     else if (a == b)
         r = 1;
+    else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
+                           "'is' between two objects of one class guarded by type");
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
-        r = a->obj == b->obj;
+        r = a->obj == b->obj;   /* by type: different classes, never the same object */
     else if (a->kind != b->kind)
         r = 0;
     else

@@ -39,6 +39,9 @@ typedef struct tvar {
     struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
     PyObject **keys;        /* DICT */
     struct tracer *owner;   /* CELL */
+    int by_type;            /* OBJ read from the frame and guarded by type only (an
+                             * nn.Module or a plain instance): what depends on more
+                             * than its type must be read through guarded sources */
 } tvar;
 
 typedef struct {
@@ -129,6 +132,12 @@ extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 int cdy_calls_init(void);
 /* Apply callable to args (positional, then kwnames' values); NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames);
+/* 1 if o is an instance of a plain Python class: every class of its MRO but
+ * object is a Python class, with metaclass type (no builtin container base,
+ * no enum): one guarded by type has only what its attributes hold. */
+int cdy_is_plain_instance(PyObject *o);
+/* type(self).name(self), traced (a Python function of self's class); NULL when stopped. */
+tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name);
 /* operator.<name>, cached in slot (borrowed); NULL with error. */
 PyObject *cdy_operator_fn(int slot, const char *name);
 /* fn(*args) with tensor args, run through torch at run time (an extern node). */

@@ -524,6 +524,31 @@ static tvar *wrap_container(tracer *tr, PyObject *o, const cdy_src *src, const c
     return v;
 }
 
+/* See trace.h. */
+int cdy_is_plain_instance(PyObject *o)
+{
+    static PyObject *abc_meta;
+    if (!abc_meta) {
+        PyObject *abc = PyImport_ImportModule("abc");
+        abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
+        Py_XDECREF(abc);
+        PyErr_Clear();
+    }
+    PyTypeObject *tp = Py_TYPE(o);
+    if (Py_TYPE(tp) != &PyType_Type && (PyObject *)Py_TYPE(tp) != abc_meta)
+        return 0;
+    for (PyTypeObject *b = tp; b && b != &PyBaseObject_Type; b = b->tp_base)
+        if (!(b->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            return 0;
+    PyObject *mro = tp->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (b != &PyBaseObject_Type && !(b->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            return 0;
+    }
+    return 1;
+}
+
 /* A tvar for object o read from the frame at src, with its guard (none when
  * guard is 0: attributes of torch modules and torch's own globals). */
 tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
@@ -552,9 +577,13 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         int konst = cdy_is_const(o);
         /* an nn.Module (self, or a submodule read from one) is guarded by
          * type: one entry serves every instance, since each attribute read
-         * from it has its own guard; globals stay guarded by identity */
-        int by_type = src && (src->kind == CDY_SRC_LOCAL || src->nattrs) &&
-                      PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type);
+         * from it has its own guard; so is an instance of a plain class
+         * reached from an argument (a cache object made anew for each call);
+         * globals stay guarded by identity */
+        int by_type = !konst && src &&
+                      (((src->kind == CDY_SRC_LOCAL || src->nattrs) &&
+                        PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type)) ||
+                       (src->kind == CDY_SRC_LOCAL && cdy_is_plain_instance(o)));
         if (guard && src) {
             cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
                                           by_type ? CDY_GUARD_TYPE : CDY_GUARD_ID, src, desc);
@@ -565,8 +594,10 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
             g->expect = Py_NewRef(by_type ? (PyObject *)tp : o);
         }
         v = konst ? cdy_tv_const(tr, Py_NewRef(o)) : NULL;
-        if (!konst && cdy_tr_keep(tr, Py_NewRef(o)) && (v = cdy_tv_new(tr, TV_OBJ)))
+        if (!konst && cdy_tr_keep(tr, Py_NewRef(o)) && (v = cdy_tv_new(tr, TV_OBJ))) {
             v->obj = o;
+            v->by_type = by_type && guard;
+        }
         if (v)
             v->src = src;
     }
@@ -942,6 +973,15 @@ int cdy_truth(tracer *tr, tvar *v)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "data-dependent branch on a tensor value");
     if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
         return v->n > 0;
+    if (v->by_type) {   /* the instance's __bool__ or __len__, traced; else always true */
+        PyTypeObject *tp = Py_TYPE(v->obj);
+        const char *dunder = tp->tp_as_number && tp->tp_as_number->nb_bool ? "__bool__"
+                             : (tp->tp_as_mapping && tp->tp_as_mapping->mp_length) ||
+                               (tp->tp_as_sequence && tp->tp_as_sequence->sq_length) ? "__len__"
+                             : NULL;
+        tvar *r = dunder ? cdy_call_dunder(tr, v, dunder) : NULL;
+        return !dunder ? 1 : r ? cdy_truth(tr, r) : -1;
+    }
     if (v->kind == TV_CONST || v->kind == TV_OBJ) {
         int r = PyObject_IsTrue(v->obj);
         if (r < 0)

@@ -84,8 +84,9 @@ def warn_cache(reason):
 def warn_cache_limit(code, filename, why):
     warnings.warn(
         f"cdynamo: {code.co_name} ({filename}:{code.co_firstlineno}) hit the recompile limit "
-        f"(cdynamo.config.cache_size_limit = {config.cache_size_limit}); running it eagerly from "
-        f"now on. Last guard failure: {why}", CdynamoWarning, stacklevel=2)
+        f"(cdynamo.config.cache_size_limit = {config.cache_size_limit}, counted per "
+        f"nn.Module instance for a module's method; accumulated_cache_size_limit = {config.accumulated_cache_size_limit} in all); running "
+        f"it eagerly from now on. Last guard failure: {why}", CdynamoWarning, stacklevel=2)
 
 
 def record_break(reason, filename, line, fn_name):

@@ -10,6 +10,10 @@ import types
 #: cache entries per code object before cdynamo stops recompiling it and runs it eagerly
 cache_size_limit = 8
 
+#: cache entries per code object in all: for a module's method, cache_size_limit counts the
+#: entries made for one module instance (each layer of a stack may need its own)
+accumulated_cache_size_limit = 64
+
 #: C compiler command used for the generated kernels
 cc = os.environ.get("CDYNAMO_CC", "gcc")
 

@@ -1,0 +1,203 @@
+"""Objects guarded by type, and the recompile limit counted per nn.Module instance.
+
+An instance of a plain Python class read from an argument (a cache object that a model makes
+anew for each call) is guarded by its type; what the trace reads from it has guards of its own:
+attributes, hasattr(), len() and truth through its Python __len__. The tests compare with
+eager on instances whose state differs, and count compiles."""
+import warnings
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _support
+
+
+class State:
+    def __init__(self, scale, items=()):
+        self.scale = scale
+        self.items = list(items)
+
+
+class Sized:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_new_object_each_call_reuses_the_entry():
+    def f(st, x):
+        return x * st.scale + len(st.items)
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(8)
+    for _ in range(5):
+        st = State(2.0, [1, 2])   # a new object with the same state: no recompile
+        torch.testing.assert_close(opt(st, x), f(st, x))
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["recompiles"] == 0, st
+    assert st["cache_hits"] == 4, st
+
+
+def test_object_state_change_recompiles():
+    def f(st, x):
+        return x * st.scale + len(st.items)
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(8)
+    for st in (State(2.0, [1]), State(3.0, [1]), State(2.0, [1, 2, 3]), State(2.0, [1])):
+        torch.testing.assert_close(opt(st, x), f(st, x))
+    st = cdynamo.stats()
+    assert st["recompiles"] == 2 and st["cache_hits"] == 1, st
+
+
+def test_object_attribute_tensor_is_guarded():
+    def f(st, x):
+        return x + st.scale
+
+    opt = cdynamo.optimize(f)
+    for n in (4, 4, 6):
+        st, x = State(torch.randn(n)), torch.randn(n)
+        torch.testing.assert_close(opt(st, x), f(st, x))
+    assert cdynamo.stats()["recompiles"] == 1
+
+
+def test_hasattr_absent_then_present():
+    def f(st, x):
+        if hasattr(st, "bias"):
+            return x + st.bias
+        return x * st.scale
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(5)
+    a = State(2.0)
+    torch.testing.assert_close(opt(a, x), f(a, x))
+    b = State(2.0)
+    b.bias = 10.0
+    torch.testing.assert_close(opt(b, x), f(b, x))
+    torch.testing.assert_close(opt(State(2.0), x), x * 2.0)
+    st = cdynamo.stats()
+    assert st["recompiles"] == 1 and st["graph_breaks"] == 0, (st, _support.breaks)
+
+
+def test_getattr_default_on_absent_attribute():
+    def f(st, x):
+        return x * getattr(st, "gain", 3.0)
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(5)
+    torch.testing.assert_close(opt(State(1.0), x), x * 3.0)
+    g = State(1.0)
+    g.gain = -1.0
+    torch.testing.assert_close(opt(g, x), -x)
+
+
+def test_len_and_truth_through_python_len():
+    def f(s, x):
+        if s:
+            return x + len(s)
+        return x - 1
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(5)
+    for n in (3, 3, 0, 5):
+        torch.testing.assert_close(opt(Sized(n), x), f(Sized(n), x))
+    assert cdynamo.stats()["recompiles"] == 2   # n = 0 and n = 5: each guard on n fails once
+
+
+def test_identity_of_two_objects_of_one_class_is_not_assumed():
+    def f(a, b, x):
+        return x + 1 if a is b else x - 1
+
+    opt = cdynamo.optimize(f)
+    x = torch.randn(4)
+    s, t = State(1.0), State(1.0)
+    torch.testing.assert_close(opt(s, s, x), x + 1)
+    torch.testing.assert_close(opt(s, t, x), x - 1)
+    torch.testing.assert_close(opt(t, t, x), x + 1)
+    assert any("'is' between two objects" in b["reason"] for b in _support.breaks), _support.breaks
+
+
+def test_plain_object_is_not_passed_to_torch():
+    def f(st, x):
+        return torch.add(x, st) if isinstance(st, torch.Tensor) else x * st.scale
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize(f)(State(4.0), x), x * 4.0)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.ReLU() for _ in range(n)])
+
+    def forward(self, x):
+        return x + len(self.layers)
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.short, self.long = Stack(2), Stack(3)
+
+    def forward(self, x):
+        y = self.short(x)
+        print("graph break", end="")   # the submodules' forwards are compiled on their own
+        return y, self.long(x)
+
+
+def test_len_of_module_list_is_guarded(capsys):
+    # one entry of Stack.forward must not serve a Stack of another length
+    m = Pair()
+    x = torch.randn(4)
+    got, want = cdynamo.optimize(m)(x), m(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, idx):
+        super().__init__()
+        self.layer_idx = idx
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + self.layer_idx
+
+
+class Deep(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Layer(i) for i in range(n)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+            print("graph break", end="")   # each layer's forward is a frame of its own
+        return x
+
+
+def test_recompile_limit_counts_per_module_instance(capsys):
+    torch.manual_seed(0)
+    m = Deep(12).eval()   # 12 entries for Layer.forward: one per layer_idx
+    x = torch.randn(2, 8)
+    opt = cdynamo.optimize(m)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")   # no recompile-limit warning
+        for _ in range(3):
+            torch.testing.assert_close(opt(x), m(x))
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 12 and st["recompiles"] == 11, st
+
+
+def test_accumulated_limit_caps_all_instances(monkeypatch, capsys):
+    monkeypatch.setattr(cdynamo.config, "accumulated_cache_size_limit", 4)
+    torch.manual_seed(0)
+    m = Deep(6).eval()
+    x = torch.randn(2, 8)
+    with pytest.warns(cdynamo.CdynamoWarning, match="accumulated_cache_size_limit = 4"), \
+            torch.no_grad():
+        torch.testing.assert_close(cdynamo.optimize(m)(x), m(x))
+    assert cdynamo.stats()["frames_compiled"] == 4
