@@ -20,7 +20,7 @@ typedef enum {
     CDY_SRC_DEREF,    /* closure cell `slot` of the function (free variable) */
 } cdy_src_kind;
 
-#define CDY_MAX_ATTRS 12
+#define CDY_MAX_ATTRS 24
 typedef struct {
     int kind;                        /* cdy_src_kind */
     int slot;                        /* LOCAL: localsplus index; DEREF: closure index */

@@ -201,3 +201,53 @@ def test_accumulated_limit_caps_all_instances(monkeypatch, capsys):
             torch.no_grad():
         torch.testing.assert_close(cdynamo.optimize(m)(x), m(x))
     assert cdynamo.stats()["frames_compiled"] == 4
+
+
+def _is_compiling():
+    try:
+        import torch   # noqa: F811 (a local import of a loaded module: IMPORT_NAME)
+        return torch.compiler.is_compiling()
+    except Exception:
+        return False
+
+
+def test_import_of_loaded_module_in_traced_code():
+    def f(x):
+        import torch.nn.functional as F
+        from torch import nn   # noqa: F401 (IMPORT_FROM)
+        if _is_compiling():
+            return x
+        return F.relu(x) + 1
+
+    x = torch.randn(6)
+    torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+def test_import_of_unloaded_module_is_a_graph_break():
+    def f(x):
+        import cdynamo_no_such_module_xyz   # noqa: F401
+        return x + 1
+
+    with pytest.raises(ModuleNotFoundError):
+        cdynamo.optimize(f)(torch.randn(2))
+    assert any("not yet imported" in b["reason"] for b in _support.breaks), _support.breaks
+
+
+def _nest(depth):
+    m = torch.nn.Linear(4, 4)
+    for _ in range(depth):
+        m = torch.nn.Sequential(m)
+    return m
+
+
+def test_deep_module_attribute_chain_is_one_graph():
+    # self._modules['0']._modules['0']... ._parameters['weight']: 2 steps a level
+    torch.manual_seed(0)
+    m = _nest(9).eval()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(cdynamo.optimize(m)(x), m(x))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)

@@ -31,6 +31,8 @@
     X(BUILD_MAP, 105, 0)                          \
     X(LOAD_ATTR, 106, 4)                          \
     X(COMPARE_OP, 107, 2)                         \
+    X(IMPORT_NAME, 108, 0)                        \
+    X(IMPORT_FROM, 109, 0)                        \
     X(JUMP_FORWARD, 110, 0)                       \
     X(JUMP_IF_FALSE_OR_POP, 111, 0)               \
     X(JUMP_IF_TRUE_OR_POP, 112, 0)                \

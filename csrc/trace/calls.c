@@ -753,7 +753,7 @@ static tvar *type_of(tracer *tr, tvar *v)
 /* A HASATTR guard: obj (guarded by type) has no attribute name; 0, or -1 when stopped. */
 static int cdy_guard_absent(tracer *tr, tvar *obj, PyObject *name)
 {
-    char desc[160] = "";
+    char desc[CDY_DESC_LEN] = "";
     cdy_src_name(obj->src, tr->t->top_code, desc, sizeof(desc));
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_HASATTR, obj->src, desc);
     if (!g)

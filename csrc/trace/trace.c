@@ -125,6 +125,33 @@ static int op_load_global(tracer *tr, int oparg)
     return push(tr, cdy_wrap(tr, o, s, 1));
 }
 
+/* IMPORT_NAME: an absolute import of a module already in sys.modules (the
+ * import statement then only looks it up); the module is not guarded, like
+ * torch's own globals.  Importing anything else stops the trace. */
+static int op_import_name(tracer *tr, int oparg)
+{
+    PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, oparg);
+    tvar *fromlist = pop(tr), *level = pop(tr);
+    if (level->kind != TV_CONST || !PyLong_Check(level->obj) || PyLong_AsLong(level->obj) != 0 ||
+        fromlist->kind != TV_CONST)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "relative import of '%s'", PyUnicode_AsUTF8(name));
+    PyObject *mods = PyImport_GetModuleDict();
+    PyObject *mod = PyDict_GetItemWithError(mods, name);   /* the whole dotted name is imported */
+    if (mod && (fromlist->obj == Py_None || !PyObject_IsTrue(fromlist->obj))) {
+        /* `import a.b` binds the top package a */
+        Py_ssize_t dot = PyUnicode_FindChar(name, '.', 0, PyUnicode_GET_LENGTH(name), 1);
+        PyObject *top = dot > 0 ? PyUnicode_Substring(name, 0, dot) : Py_NewRef(name);
+        mod = top ? PyDict_GetItemWithError(mods, top) : NULL;
+        Py_XDECREF(top);
+    }
+    if (!mod || !PyModule_Check(mod)) {
+        PyErr_Clear();
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "import of '%s', a module not yet imported",
+                           PyUnicode_AsUTF8(name));
+    }
+    return push(tr, cdy_wrap(tr, mod, NULL, 0));
+}
+
 /* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free
  * variables come from the trace-made function's cells, or the closure. */
 static int op_load_deref(tracer *tr, int oparg)
@@ -858,6 +885,10 @@ static int step(tracer *tr, int op, int oparg, int *next)
     }
     case CDY_LOAD_METHOD:
         return op_load_method(tr, PyTuple_GET_ITEM(names, oparg));
+    case CDY_IMPORT_NAME:
+        return op_import_name(tr, oparg);
+    case CDY_IMPORT_FROM:   /* from m import name: the module stays on the stack */
+        return push(tr, cdy_get_attr(tr, peek(tr, 1), PyTuple_GET_ITEM(names, oparg)));
     case CDY_KW_NAMES:
         tr->kwnames = PyTuple_GET_ITEM(tr->co->co_consts, oparg);
         return 0;

@@ -26,6 +26,10 @@ typedef enum {
     TV_SUPER,    /* super() in a method of class obj, bound to self */
 } tv_kind;
 
+/* Room for a source's name ("self._modules['block']._modules['0']..."): the
+ * trace's memo of wrapped sources is keyed by it, so it must not be cut short. */
+#define CDY_DESC_LEN 1024
+
 typedef struct tvar {
     int kind;
     PyObject *obj;          /* CONST/OBJ: the object; TENSOR: fake; METHOD: name; BOUND: function;

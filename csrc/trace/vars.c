@@ -398,7 +398,7 @@ static void memo_add(tracer *tr, const char *desc, tvar *v)
 /* Later reads of src give v (an attribute store, trace/mutate.c); 0 or -1. */
 int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v)
 {
-    char desc[160] = "";
+    char desc[CDY_DESC_LEN] = "";
     cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
     tv_memo *m = (tv_memo *)tr->t->memo;
     for (int i = 0; i < tr->t->nmemo; i++)
@@ -553,7 +553,7 @@ int cdy_is_plain_instance(PyObject *o)
  * guard is 0: attributes of torch modules and torch's own globals). */
 tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
 {
-    char desc[160] = "";
+    char desc[CDY_DESC_LEN] = "";
     if (src) {
         cdy_src_name(src, tr->t->top_code, desc, sizeof(desc));
         tvar *seen = memo_find(tr, desc);
@@ -730,7 +730,7 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
         cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "'in'");
         return -2;
     }
-    char desc[160] = "";
+    char desc[CDY_DESC_LEN] = "";
     cdy_src_name(c->src, tr->t->top_code, desc, sizeof(desc));
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CONTAINS, c->src, desc);
     if (!g) {
@@ -746,7 +746,7 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
  * code: a store is replayed after the graph, so the real object does not show it yet). */
 static tvar *stored_attr(tracer *tr, const cdy_src *base, PyObject *name)
 {
-    char desc[160] = "";
+    char desc[CDY_DESC_LEN] = "";
     const cdy_src *src = cdy_src_step(tr, base, name, 0);
     if (!src)
         return NULL;
