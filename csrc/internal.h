@@ -105,16 +105,16 @@ PyObject *cdy_guards_text(const cdy_guards *gs);
 
 /* ---- trace result ---------------------------------------------------------- */
 typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST,
-               CDY_RET_DICT } cdy_ret_kind;
+               CDY_RET_DICT, CDY_RET_CALL } cdy_ret_kind;
 
 typedef struct cdy_ret {
     int kind;
-    int index;               /* OUTPUT: position among the graph's outputs */
-    PyObject *obj;           /* CONST (borrowed from the trace's keep list) */
+    int index;               /* OUTPUT: position among the graph's outputs; CALL: positionals */
+    PyObject *obj;           /* CONST (borrowed from the trace's keep list); CALL: the class */
     const cdy_src *src;      /* SOURCE */
     int n;
-    struct cdy_ret **items;  /* TUPLE, LIST, DICT values */
-    PyObject **keys;         /* DICT keys (borrowed constants) */
+    struct cdy_ret **items;  /* TUPLE, LIST, DICT values; CALL arguments */
+    PyObject **keys;         /* DICT keys (borrowed constants); CALL: keyword names, n - index */
 } cdy_ret;
 
 /* An attribute store replayed after the graph: obj.name = value (mutate.c). */
@@ -173,6 +173,7 @@ typedef struct {
     int nwriteback;          /* mutated inputs, copied into after the call: */
     int *writeback;          /* pairs (input position, output position of the final value) */
     int nstores;             /* attribute stores replayed after the call */
+    int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
 } cdy_trace;
 

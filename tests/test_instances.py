@@ -4,6 +4,7 @@ An instance of a plain Python class read from an argument (a cache object that a
 anew for each call) is guarded by its type; what the trace reads from it has guards of its own:
 attributes, hasattr(), len() and truth through its Python __len__. The tests compare with
 eager on instances whose state differs, and count compiles."""
+import dataclasses
 import warnings
 
 import pytest
@@ -251,3 +252,85 @@ def test_deep_module_attribute_chain_is_one_graph():
         torch.testing.assert_close(cdynamo.optimize(m)(x), m(x))
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+# ---- objects built in the frame and returned (TV_NEW) ----------------------------------
+
+@dataclasses.dataclass
+class Output:
+    last: torch.Tensor
+    extra: object = None
+    note: str = ""
+
+
+class Counted:
+    made = 0
+
+    def __init__(self, x):
+        Counted.made += 1
+        self.x = x
+
+
+def test_returned_dataclass_is_built_after_the_graph():
+    def f(x):
+        y = torch.relu(x) * 2
+        return Output(last=y + 1, extra=(y, 3), note="n")
+
+    x = torch.randn(4, 4)
+    got, want = cdynamo.optimize(f)(x), f(x)
+    assert type(got) is Output and got.note == "n" and got.extra[1] == 3
+    torch.testing.assert_close(got.last, want.last)
+    torch.testing.assert_close(got.extra[0], want.extra[0])
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+def test_built_object_inside_a_returned_tuple_with_kwargs_dict():
+    def f(x):
+        kw = {"extra": x.sum()}
+        o = Output(x * 3, **kw)
+        return o, isinstance(o, Output), 7
+
+    x = torch.randn(5)
+    got, want = cdynamo.optimize(f)(x), f(x)
+    torch.testing.assert_close(got[0].last, want[0].last)
+    torch.testing.assert_close(got[0].extra, want[0].extra)
+    assert got[1:] == (True, 7)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+def test_built_object_returned_twice_is_a_graph_break():
+    def f(x):
+        o = Output(x + 1)
+        return o, o
+
+    x = torch.randn(3)
+    got = cdynamo.optimize(f)(x)
+    assert got[0] is got[1]
+    torch.testing.assert_close(got[0].last, x + 1)
+    assert any("returned twice" in b["reason"] for b in _support.breaks), _support.breaks
+
+
+def test_built_object_used_in_the_frame_is_a_graph_break():
+    def f(x):
+        o = Output(x + 1)
+        return o.last * 2
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize(f)(x), (x + 1) * 2)
+    assert cdynamo.stats()["graph_breaks"] == 1
+
+
+def test_built_object_not_returned_still_runs_its_init():
+    def f(x):
+        Counted(x)   # __init__ has a side effect: the frame must not drop it
+        return x + 1
+
+    before = Counted.made
+    x = torch.randn(3)
+    opt = cdynamo.optimize(f)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), x + 1)
+    assert Counted.made == before + 3
+    assert any("other than by being returned" in b["reason"] for b in _support.breaks)

@@ -128,6 +128,8 @@ static void emit_const(bc_writer *w, PyObject *obj)
     emit(w, CDY_LOAD_CONST, list_index(w, w->consts, obj, 1), 1);
 }
 
+static void emit_call(bc_writer *w, const cdy_ret *r);
+
 /* Push the value described by r (outputs come from ___outs). */
 static void emit_ret(bc_writer *w, const cdy_ret *r)
 {
@@ -165,11 +167,36 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
         emit(w, CDY_BUILD_CONST_KEY_MAP, r->n, -r->n);
         break;
     }
+    case CDY_RET_CALL:
+        emit_call(w, r);
+        break;
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);
         emit(w, r->kind == CDY_RET_TUPLE ? CDY_BUILD_TUPLE : CDY_BUILD_LIST, r->n, 1 - r->n);
     }
+}
+
+/* Push r->obj(*positionals, **keywords): an object the traced frame built. */
+static void emit_call(bc_writer *w, const cdy_ret *r)
+{
+    emit(w, CDY_PUSH_NULL, 0, 1);
+    emit_const(w, r->obj);
+    for (int i = 0; i < r->n; i++)
+        emit_ret(w, r->items[i]);
+    if (r->n > r->index) {
+        PyObject *names = PyTuple_New(r->n - r->index);
+        for (int i = 0; names && i < r->n - r->index; i++)
+            PyTuple_SET_ITEM(names, i, Py_NewRef(r->keys[i]));
+        if (!names) {
+            w->failed = 1;
+            return;
+        }
+        emit(w, CDY_KW_NAMES, list_index(w, w->consts, names, 1), 0);
+        Py_DECREF(names);
+    }
+    emit(w, CDY_PRECALL, r->n, 0);
+    emit(w, CDY_CALL, r->n, -(r->n + 1));
 }
 
 /* 3.11 location table: every code unit on `line` (no column info). */

@@ -720,6 +720,7 @@ static PyObject *tvar_type(tvar *v)
     case TV_TUPLE: return (PyObject *)&PyTuple_Type;
     case TV_LIST: return (PyObject *)&PyList_Type;
     case TV_DICT: return (PyObject *)&PyDict_Type;
+    case TV_NEW: return v->obj;
     default: return v->obj ? (PyObject *)Py_TYPE(v->obj) : (PyObject *)&PyBaseObject_Type;
     }
 }
@@ -779,6 +780,38 @@ tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name)
     }
     f->obj = fn;
     return cdy_call(tr, f, &self, 1, NULL);
+}
+
+/* 1 if calling class fn may be left to the transformed code, after the graph: a Python
+ * class (a heap type) of metaclass type, not an exception (e.g. transformers' ModelOutput
+ * dataclasses, the usual return value of a forward). */
+static int buildable_class(PyObject *fn)
+{
+    return PyType_Check(fn) && Py_TYPE(fn) == &PyType_Type &&
+           (((PyTypeObject *)fn)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           !PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)PyExc_BaseException);
+}
+
+/* cls(*args, **kw) as a TV_NEW: built by the transformed code if the frame returns it
+ * (any other use stops the trace, see trace.h); NULL when stopped. */
+static tvar *new_object(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames)
+{
+    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0;
+    tvar *v = cdy_tv_new(tr, TV_NEW);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
+    PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nkw + 1));
+    if (!v || !items || !keys || (kwnames && !cdy_tr_keep(tr, Py_NewRef(kwnames))))
+        return NULL;
+    memcpy(items, args, sizeof(tvar *) * (size_t)nargs);
+    for (int i = 0; i < nkw; i++)
+        keys[i] = PyTuple_GET_ITEM(kwnames, i);   /* kept alive with the trace */
+    v->obj = cls;
+    v->items = items;
+    v->keys = keys;
+    v->n = nargs;
+    v->pos = nargs - nkw;
+    tr->t->new_made++;
+    return v;
 }
 
 /* 1 if fn is a pure builtin or math function we may evaluate on constants. */
@@ -1176,6 +1209,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
         return inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL);
     }
+    if (buildable_class(fn))
+        return new_object(tr, fn, args, nargs, kwnames);
     cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to %s is not supported", name);
     return NULL;
 }

@@ -761,12 +761,13 @@ static int storable(tvar *v, int depth)
     return 1;
 }
 
-/* Tensors in v (a bound for the graph outputs its rebuilding may add). */
-static int count_tensors(tvar *v)
+/* See trace.h. */
+int cdy_tv_count_tensors(const tvar *v)
 {
     int n = v->kind == TV_TENSOR;
-    for (int i = 0; (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT) && i < v->n; i++)
-        n += count_tensors(v->items[i]);
+    int seq = v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT || v->kind == TV_NEW;
+    for (int i = 0; seq && i < v->n; i++)
+        n += cdy_tv_count_tensors(v->items[i]);
     return n;
 }
 
@@ -885,7 +886,7 @@ int cdy_mut_extra_outputs(tracer *tr)
     mut_state *s = tr->t->mut;
     int n = s ? s->nin : 0;
     for (int i = 0; s && i < s->nst; i++)
-        n += count_tensors(s->st[i].value);
+        n += cdy_tv_count_tensors(s->st[i].value);
     return n;
 }
 

@@ -732,16 +732,29 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         r->src = v->src;
         r->obj = v->obj;
         return r;
+    case TV_NEW:
+        if (v->built) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "an object built in the frame is returned twice");
+            return NULL;
+        }
+        v->built = 1;
+        t->new_built++;
+        r->kind = CDY_RET_CALL;
+        r->obj = v->obj;
+        r->index = v->pos;
+        /* the arguments, as a sequence: */
+        /* fall through */
     case TV_TUPLE:
     case TV_LIST:
     case TV_DICT:
-        if (v->src && v->src->kind != CDY_SRC_DEREF) {   /* the caller's own object */
+        if (v->kind != TV_NEW && v->src && v->src->kind != CDY_SRC_DEREF) {   /* the caller's own object */
             r->kind = CDY_RET_SOURCE;
             r->src = v->src;
             return r;
         }
-        r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
-                                                                          : CDY_RET_DICT;
+        if (v->kind != TV_NEW)
+            r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
+                                                                              : CDY_RET_DICT;
         r->n = v->n;
         r->keys = v->keys;
         r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
@@ -759,17 +772,6 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
     }
 }
 
-/* Count tensors in v (bound for the output array). */
-static int count_tensors(tvar *v)
-{
-    if (v->kind == TV_TENSOR)
-        return 1;
-    int n = 0;
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
-        for (int i = 0; i < v->n; i++)
-            n += count_tensors(v->items[i]);
-    return n;
-}
 
 /* RETURN_VALUE: an inlined frame hands its value back; the top frame ends the trace. */
 static int op_return(tracer *tr)
@@ -784,12 +786,15 @@ static int op_return(tracer *tr)
         return 1;
     }
     cdy_trace *t = tr->t;
-    t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(count_tensors(v) +
+    t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(cdy_tv_count_tensors(v) +
                                                                          cdy_mut_extra_outputs(tr) + 1));
     if (!t->graph.outputs)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
     t->return_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->ret = make_ret(tr, v);
+    if (t->ret && t->new_built != t->new_made)   /* its __init__ would not run at all */
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "an object built in the frame is used "
+                           "other than by being returned");
     return t->ret && !cdy_mut_finish(tr, make_ret) ? 1 : -1;
 }
 

@@ -24,6 +24,9 @@ typedef enum {
     TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
     TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
     TV_SUPER,    /* super() in a method of class obj, bound to self */
+    TV_NEW,      /* obj(*items[:pos], **dict(zip(keys, items[pos:n]))): an instance of a Python
+                  * class built in the frame; it may only be returned, and is built by the
+                  * transformed code after the graph (e.g. a transformers ModelOutput) */
 } tv_kind;
 
 /* Room for a source's name ("self._modules['block']._modules['0']..."): the
@@ -43,6 +46,7 @@ typedef struct tvar {
     struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
     PyObject **keys;        /* DICT */
     struct tracer *owner;   /* CELL */
+    int built;              /* NEW: already part of the return value (built once) */
     int by_type;            /* OBJ read from the frame and guarded by type only (an
                              * nn.Module or a plain instance): what depends on more
                              * than its type must be read through guarded sources */
@@ -180,6 +184,8 @@ int cdy_mut_extra_outputs(tracer *tr);
 /* At the top frame's return (after the return value's outputs): fill
  * t->stores and t->writeback (mutated inputs' final values become outputs). */
 int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *));
+/* Tensors in v and its items (a bound for the graph outputs rebuilding v may add). */
+int cdy_tv_count_tensors(const tvar *v);
 /* 1 if v is a graph input the trace mutated (returned through its source). */
 int cdy_mut_is_input(tracer *tr, tvar *v);
 /* vars.c: later reads of src in this trace give v; 0 or -1. */
