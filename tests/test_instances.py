@@ -5,6 +5,8 @@ anew for each call) is guarded by its type; what the trace reads from it has gua
 attributes, hasattr(), len() and truth through its Python __len__. The tests compare with
 eager on instances whose state differs, and count compiles."""
 import dataclasses
+import math
+import sys
 import warnings
 
 import pytest
@@ -334,3 +336,23 @@ def test_built_object_not_returned_still_runs_its_init():
         torch.testing.assert_close(opt(x), x + 1)
     assert Counted.made == before + 3
     assert any("other than by being returned" in b["reason"] for b in _support.breaks)
+
+
+def test_imported_module_attribute_is_guarded(monkeypatch):
+    import types
+    mod = types.ModuleType("cdynamo_test_imported_mod")
+    mod.scale = 2.0
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+
+    def f(x):
+        import cdynamo_test_imported_mod as m   # noqa: F401 (in sys.modules: a lookup)
+        import math
+        return x * m.scale + math.e
+
+    x = torch.randn(4)
+    opt = cdynamo.optimize(f)
+    torch.testing.assert_close(opt(x), x * 2.0 + math.e)
+    monkeypatch.setattr(mod, "scale", -1.0)   # the attribute read is guarded: a recompile
+    torch.testing.assert_close(opt(x), -x + math.e)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["recompiles"] == 1, (st, _support.breaks)

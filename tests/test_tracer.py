@@ -755,19 +755,12 @@ def _break_getpid(x):
     return y + (pid > 0)
 
 
-def _break_import(x):
-    y = _nested_helper(x)
-    import math as m  # BREAK-LINE
-    return y * m.e
-
-
 def _break_genexpr(x):
     y = _nested_helper(x)
     return sum(y * i for i in range(3))  # BREAK-LINE
 
 
-BREAKERS = [_break_if, _break_item, _break_print, _break_time, _break_getpid, _break_import,
-            _break_genexpr]
+BREAKERS = [_break_if, _break_item, _break_print, _break_time, _break_getpid, _break_genexpr]
 
 
 def _break_line(fn):

@@ -135,21 +135,27 @@ static int op_import_name(tracer *tr, int oparg)
     if (level->kind != TV_CONST || !PyLong_Check(level->obj) || PyLong_AsLong(level->obj) != 0 ||
         fromlist->kind != TV_CONST)
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "relative import of '%s'", PyUnicode_AsUTF8(name));
-    PyObject *mods = PyImport_GetModuleDict();
+    PyObject *mods = PyImport_GetModuleDict(), *key = name;
     PyObject *mod = PyDict_GetItemWithError(mods, name);   /* the whole dotted name is imported */
     if (mod && (fromlist->obj == Py_None || !PyObject_IsTrue(fromlist->obj))) {
         /* `import a.b` binds the top package a */
         Py_ssize_t dot = PyUnicode_FindChar(name, '.', 0, PyUnicode_GET_LENGTH(name), 1);
-        PyObject *top = dot > 0 ? PyUnicode_Substring(name, 0, dot) : Py_NewRef(name);
-        mod = top ? PyDict_GetItemWithError(mods, top) : NULL;
-        Py_XDECREF(top);
+        key = cdy_tr_keep(tr, dot > 0 ? PyUnicode_Substring(name, 0, dot) : Py_NewRef(name));
+        mod = key ? PyDict_GetItemWithError(mods, key) : NULL;
     }
     if (!mod || !PyModule_Check(mod)) {
         PyErr_Clear();
         return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "import of '%s', a module not yet imported",
                            PyUnicode_AsUTF8(name));
     }
-    return push(tr, cdy_wrap(tr, mod, NULL, 0));
+    if (!tr->guard_globals)   /* torch's own code: like its globals, not guarded */
+        return push(tr, cdy_wrap(tr, mod, NULL, 0));
+    cdy_src *s = cdy_src_new(tr, CDY_SRC_GLOBAL);   /* sys.modules[key], guarded by identity */
+    if (!s)
+        return -1;
+    s->name = key;
+    s->dict = mods;
+    return push(tr, cdy_wrap(tr, mod, s, 1));
 }
 
 /* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free
