@@ -356,3 +356,15 @@ def test_imported_module_attribute_is_guarded(monkeypatch):
     torch.testing.assert_close(opt(x), -x + math.e)
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0 and st["recompiles"] == 1, (st, _support.breaks)
+
+
+def test_len_of_built_object_is_a_graph_break():
+    def f(x):
+        o = Output(x)
+        return x + len(o)
+
+    with pytest.raises(TypeError):   # eager raises: Output has no len()
+        f(torch.randn(2))
+    with pytest.raises(TypeError):
+        cdynamo.optimize(f)(torch.randn(2))
+    assert any("len() of an object built in the frame" in b["reason"] for b in _support.breaks)

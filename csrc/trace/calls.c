@@ -877,6 +877,10 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         long k = -1;
         if (a->by_type)   /* the length is the instance's: its __len__, traced */
             return cdy_call_dunder(tr, a, "__len__");
+        if (a->kind == TV_NEW) {
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "len() of an object built in the frame");
+            return NULL;
+        }
         if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
             k = a->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
