@@ -160,9 +160,21 @@ def test_t5_small():
     with torch.no_grad():
         expected = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
         opt = cdynamo.optimize(model)
-        for _ in range(2):
+        for i in range(3):
             out = opt(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
             close(out.last_hidden_state, expected.last_hidden_state)
+            close(out.encoder_last_hidden_state, expected.encoder_last_hidden_state)
+            # the decoder's cache, filled by the compiled layers' replayed attribute stores
+            for name in ("self_attention_cache", "cross_attention_cache"):
+                got_c, want_c = (getattr(o.past_key_values, name) for o in (out, expected))
+                assert len(got_c.layers) == len(want_c.layers) == 2
+                for g, w in zip(got_c.layers, want_c.layers):
+                    close(g.keys, w.keys)
+                    close(g.values, w.values)
+            if i == 0:
+                compiled = cdynamo.stats()["frames_compiled"]
+        # the cache objects are new on every call: guarded by type, no recompiles after the first
+        assert cdynamo.stats()["frames_compiled"] == compiled
 
 
 # --------------------------------------------------------------------------- module view
