@@ -368,3 +368,37 @@ def test_len_of_built_object_is_a_graph_break():
     with pytest.raises(TypeError):
         cdynamo.optimize(f)(torch.randn(2))
     assert any("len() of an object built in the frame" in b["reason"] for b in _support.breaks)
+
+
+def test_sum_over_generator_of_tensors():
+    def f(x):
+        y = x + 1
+        return sum(y * i for i in range(3)) + sum([x, y], torch.ones(3))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+def _with_defaults(func):
+    def wrapper(x, *args, **kwargs):   # a decorator that reads the wrapped function's code
+        if "scale" in func.__code__.co_varnames:
+            kwargs["scale"] = 2.0
+        return func(x, *args, **kwargs)
+    return wrapper
+
+
+@_with_defaults
+def _scaled(x, scale=1.0):
+    return x * scale
+
+
+def test_code_of_a_closure_function_is_read():
+    def f(x):
+        return _scaled(x) + 1
+
+    x = torch.randn(4)
+    torch.testing.assert_close(cdynamo.optimize(f)(x), x * 2.0 + 1)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0, (st, _support.breaks)

@@ -755,12 +755,7 @@ def _break_getpid(x):
     return y + (pid > 0)
 
 
-def _break_genexpr(x):
-    y = _nested_helper(x)
-    return sum(y * i for i in range(3))  # BREAK-LINE
-
-
-BREAKERS = [_break_if, _break_item, _break_print, _break_time, _break_getpid, _break_genexpr]
+BREAKERS = [_break_if, _break_item, _break_print, _break_time, _break_getpid]
 
 
 def _break_line(fn):

@@ -865,6 +865,33 @@ static const char *builtin_name(PyObject *fn)
     return "";
 }
 
+/* sum(iterable[, start]) over symbolic items with a tensor among them: start + a0 + a1 ...
+ * through the traced `+`, as Python's sum adds them; *handled 0 when no item is a tensor
+ * (then it folds on constants, or stops). */
+static tvar *sum_items(tracer *tr, tvar **args, int nargs, int *handled)
+{
+    tvar *it = cdy_iterate(tr, args[0]);
+    if (!it)
+        return NULL;
+    int any_tensor = 0;
+    for (int i = it->pos; i < it->n; i++)
+        any_tensor |= it->items[i]->kind == TV_TENSOR;
+    if (!any_tensor) {
+        *handled = 0;
+        return NULL;
+    }
+    PyObject *add = cdy_operator_fn(0, "add");
+    tvar *acc = nargs == 2 ? args[1] : cdy_tv_const(tr, PyLong_FromLong(0));
+    for (int i = it->pos; acc && add && i < it->n; i++) {
+        tvar *pair[2] = {acc, it->items[i]};
+        acc = cdy_call_operator(tr, add, "+", pair, 2);
+    }
+    it->pos = it->n;   /* consumed */
+    if (!add)
+        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    return add ? acc : NULL;
+}
+
 /* Builtins that take symbolic values; NULL with no stop when fn is not one. */
 static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           int *handled)
@@ -968,6 +995,10 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         }
         return tuples ? cdy_tv_seq(tr, TV_ITER, tuples, m) : NULL;
     }
+    if (!strcmp(n, "sum") && nargs >= 1 && nargs - nkw <= 2 && args[0]->kind != TV_CONST &&
+        (!nkw || (nkw == 1 && nargs == 2 && !PyUnicode_CompareWithASCIIString(
+                                                  PyTuple_GET_ITEM(kwnames, 0), "start"))))
+        return sum_items(tr, args, nargs, handled);
     if (!strcmp(n, "print")) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "print() is a side effect");
         return NULL;

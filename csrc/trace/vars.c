@@ -804,6 +804,9 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         fn->obj = fget;
         return cdy_call(tr, fn, &base, 1, NULL);
     }
+    if (PyFunction_Check(o) && !PyUnicode_CompareWithASCIIString(name, "__code__"))
+        /* a function's code (decorators read co_varnames): taken as fixed, as TorchDynamo does */
+        return cdy_tv_const(tr, Py_NewRef(PyFunction_GET_CODE(o)));
     if (!base->src) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an object with no source",
                     PyUnicode_AsUTF8(name));
