@@ -402,3 +402,34 @@ def test_code_of_a_closure_function_is_read():
     torch.testing.assert_close(cdynamo.optimize(f)(x), x * 2.0 + 1)
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0, (st, _support.breaks)
+
+
+class Nest(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Sequential(Layer(1), Layer(2))
+        self.b = torch.nn.Sequential(Layer(3), Layer(4))
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_deep_guard_failure_names_its_source(capfd):
+    # guards that share their first steps reuse the objects those steps read; a later
+    # guard that fails still reports its own source
+    torch.manual_seed(0)
+    m = Nest().eval()
+    x = torch.randn(2, 8)
+    opt = cdynamo.optimize(m)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), m(x))
+        m.b[1].layer_idx = 7   # the same modules, one constant changed deep inside
+        capfd.readouterr()
+        cdynamo._C.set_log_topics({"recompiles"})
+        try:
+            torch.testing.assert_close(opt(x), m(x))
+        finally:
+            cdynamo._C.set_log_topics(set())
+    err = capfd.readouterr().err
+    assert "self._modules['b']._modules['1'].layer_idx'. expected 4, actual 7" in err, err
+    assert cdynamo.stats()["recompiles"] == 1

@@ -475,11 +475,39 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
     return 0;
 }
 
-/* The identity of the nn.Module a frame runs on (its first argument), or 0. */
+/* The identity of the nn.Module code co runs on (its first argument in
+ * locals), or 0. */
+static uintptr_t code_instance(PyCodeObject *co, PyObject *const *locals)
+{
+    PyObject *self = co->co_argcount > 0 ? locals[0] : NULL;
+    return self && cdy_module_type && PyObject_TypeCheck(self, (PyTypeObject *)cdy_module_type)
+               ? (uintptr_t)self : 0;
+}
+
+/* The identity of the nn.Module a frame runs on, or 0. */
 static uintptr_t frame_instance(_PyInterpreterFrame *frame)
 {
-    PyObject *self = frame->f_code->co_argcount > 0 ? frame->localsplus[0] : NULL;
-    return self && cdy_module_type && PyObject_TypeCheck(self, (PyTypeObject *)cdy_module_type) ? (uintptr_t)self : 0;
+    return code_instance(frame->f_code, frame->localsplus);
+}
+
+/* The first entry of x for backend whose guards hold, or NULL; *first gets
+ * the first entry of the backend (for messages).  The entries made for the
+ * same nn.Module instance are tried first: a stack of layers that differ in
+ * a constant (layer_idx) finds its own entry without failing the others. */
+static cdy_entry *find_entry(cdy_extra *x, int backend, PyObject *const *locals,
+                             PyObject *globals, PyObject *builtins, PyObject *closure,
+                             uintptr_t inst, cdy_entry **first)
+{
+    *first = NULL;
+    for (int pass = inst ? 0 : 1; pass < 2; pass++)
+        for (cdy_entry *e = x->entries; e; e = e->next) {
+            if (e->backend != backend || (inst && (pass == 0) != (e->inst == inst)))
+                continue;
+            *first = *first ? *first : e;
+            if (cdy_guards_check(&e->guards, locals, globals, builtins, closure, NULL, 0) > 0)
+                return e;
+        }
+    return NULL;
 }
 
 /* Trace and compile the frame into a new entry of x (prepended).  Returns
@@ -616,18 +644,14 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
     cdy_stats.frames_seen++;
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     char why[CDY_ERRLEN] = "";
-    cdy_entry *first = NULL;
+    cdy_entry *first;
     long long t0 = cdy_phase_start();
-    for (cdy_entry *e = x->entries; e; e = e->next) {
-        if (e->backend != cdy_tls_state.backend)
-            continue;
-        first = first ? first : e;
-        if (cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals,
-                             frame->f_builtins, closure, NULL, 0)) {
-            cdy_phase_add(CDY_PHASE_guards, &t0);
-            cdy_stats.cache_hits++;
-            return run_entry(ts, frame, x, e, throwflag);
-        }
+    cdy_entry *hit = find_entry(x, cdy_tls_state.backend, frame->localsplus, frame->f_globals,
+                                frame->f_builtins, closure, frame_instance(frame), &first);
+    if (hit) {
+        cdy_phase_add(CDY_PHASE_guards, &t0);
+        cdy_stats.cache_hits++;
+        return run_entry(ts, frame, x, hit, throwflag);
     }
     cdy_stats.cache_misses++;
     int limit = over_limit(x, frame);
@@ -782,20 +806,16 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     else
         return 0;
     long long t0 = cdy_phase_start();
-    for (cdy_entry *e = x->entries; e; e = e->next) {
-        if (e->backend != o->backend)
-            continue;
-        if (cdy_guards_check(&e->guards, args, fn->func_globals, fn->func_builtins,
-                             fn->func_closure, NULL, 0) > 0) {
-            cdy_phase_add(CDY_PHASE_guards, &t0);
-            cdy_stats.frames_seen++;
-            cdy_stats.cache_hits++;
-            cdy_stats.direct_calls++;
-            *res = run_direct(e, args, fn);
-            return 1;
-        }
-    }
-    return 0;
+    cdy_entry *first, *e = find_entry(x, o->backend, args, fn->func_globals, fn->func_builtins,
+                                      fn->func_closure, code_instance(co, args), &first);
+    if (!e)
+        return 0;
+    cdy_phase_add(CDY_PHASE_guards, &t0);
+    cdy_stats.frames_seen++;
+    cdy_stats.cache_hits++;
+    cdy_stats.direct_calls++;
+    *res = run_direct(e, args, fn);
+    return 1;
 }
 
 /* Call fn with the hook on (or off, for disable) on this thread. */

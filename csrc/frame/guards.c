@@ -58,13 +58,11 @@ static PyObject *src_base(const cdy_src *s, PyObject *const *locals, PyObject *g
     return v;
 }
 
-/* Value of s at frame entry; new reference or NULL with an error set. */
-PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *globals,
-                        PyObject *builtins, PyObject *closure)
+/* Step i of s from v (borrowed): a new reference, or NULL with an error set. */
+static PyObject *src_step(const cdy_src *s, int i, PyObject *v)
 {
-    PyObject *v = src_base(s, locals, globals, builtins, closure);
-    for (int i = 0; v && i < s->nattrs; i++) {
-        PyObject *next;
+    PyObject *next;
+    {
         if (!s->item[i] && Py_IS_TYPE(v, &PyModule_Type) &&
             PyUnicode_READ_CHAR(s->attrs[i], 0) != '_') {
             /* a module's plain attribute is its dict's item (the module type
@@ -86,10 +84,88 @@ PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *glo
         }
         else
             next = PyObject_GetItem(v, s->attrs[i]);
-        Py_DECREF(v);
-        v = next;
     }
+    return next;
+}
+
+/* Value of s at frame entry; new reference or NULL with an error set. */
+PyObject *cdy_src_fetch(const cdy_src *s, PyObject *const *locals, PyObject *globals,
+                        PyObject *builtins, PyObject *closure)
+{
+    PyObject *v = src_base(s, locals, globals, builtins, closure);
+    for (int i = 0; v && i < s->nattrs; i++)
+        Py_SETREF(v, src_step(s, i, v));
     return v;
+}
+
+/* The objects the last source fetched in one check of a guard list walked
+ * through (objs[0] its base, objs[i] after i steps; new references): the
+ * next source with the same first steps starts from there.  The guards of a
+ * module's forward read hundreds of sources 10-20 steps deep that share
+ * their first steps (self._modules['block']._modules['0']...). */
+typedef struct {
+    const cdy_src *src;     /* NULL: nothing held */
+    int n;                  /* objs[0..n] are held */
+    PyObject *objs[CDY_MAX_ATTRS + 1];
+} fetch_memo;
+
+/* Drop what m holds past objs[keep] (keep -1: everything). */
+static void memo_drop(fetch_memo *m, int keep)
+{
+    for (int i = keep + 1; m->src && i <= m->n; i++)
+        Py_CLEAR(m->objs[i]);
+    if (m->src)
+        m->n = keep;
+    if (keep < 0)
+        m->src = NULL;
+}
+
+/* 1 if step keys a and b are the same (attribute names, dict keys). */
+static int same_key(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b))
+        return PyUnicode_Compare(a, b) == 0;
+    return 0;
+}
+
+/* The number of first steps s and t share, or -1 when their bases differ. */
+static int common_steps(const cdy_src *s, const cdy_src *t)
+{
+    if (s->kind != t->kind || s->slot != t->slot || s->name != t->name || s->dict != t->dict)
+        return -1;
+    int k = 0, n = s->nattrs < t->nattrs ? s->nattrs : t->nattrs;
+    while (k < n && s->item[k] == t->item[k] && same_key(s->attrs[k], t->attrs[k]))
+        k++;
+    return k;
+}
+
+/* cdy_src_fetch through m (NULL: without one). */
+static PyObject *memo_fetch(fetch_memo *m, const cdy_src *s, PyObject *const *locals,
+                            PyObject *globals, PyObject *builtins, PyObject *closure)
+{
+    if (!m)
+        return cdy_src_fetch(s, locals, globals, builtins, closure);
+    int k = m->src ? common_steps(m->src, s) : -1;
+    if (k > m->n)
+        k = m->n;
+    memo_drop(m, k);
+    if (k < 0) {
+        if (!(m->objs[0] = src_base(s, locals, globals, builtins, closure)))
+            return NULL;
+        k = 0;
+    }
+    m->src = s;
+    m->n = k;
+    for (int i = k; i < s->nattrs; i++) {
+        PyObject *next = src_step(s, i, m->objs[i]);
+        if (!next)
+            return NULL;
+        m->objs[i + 1] = next;
+        m->n = i + 1;
+    }
+    return Py_NewRef(m->objs[s->nattrs]);
 }
 
 /* Readable name of s: "x", "G['w']", "x.weight". */
@@ -375,7 +451,7 @@ static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
 
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
-                     PyObject *builtins, PyObject *closure, char *why, size_t n)
+                     PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
 {
     if (g->kind == CDY_GUARD_GRAD_MODE) {
         PyObject *r = PyObject_CallNoArgs(g->expect);
@@ -397,7 +473,7 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     int id = check_global_id(g, globals, why, n);
     if (id >= 0)
         return id;
-    PyObject *v = cdy_src_fetch(&g->src, locals, globals, builtins, closure);
+    PyObject *v = memo_fetch(m, &g->src, locals, globals, builtins, closure);
     if (!v) {
         PyErr_Clear();
         snprintf(why, n, "'%s' could not be read", g->desc);
@@ -453,40 +529,60 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
 
 #define GB_STACK 32
 
-/* The values the TENSOR guards of gs read, into vals (new references; the
- * count, or -1 with no error set when one cannot be read). */
-static int batch_values(const cdy_guards *gs, PyObject **vals, int cap, PyObject *const *locals,
-                        PyObject *globals, PyObject *builtins, PyObject *closure)
+/* The values the TENSOR guards of a list read, for one TensorGuards call. */
+typedef struct {
+    PyObject *stack[GB_STACK];
+    PyObject **v;            /* stack, or a heap block for more tensors */
+    int n;                   /* new references held */
+} batch_vals;
+
+/* Drop the values b holds. */
+static void batch_release(batch_vals *b)
 {
-    int n = 0;
+    while (b->n > 0)
+        Py_DECREF(b->v[--b->n]);
+    if (b->v && b->v != b->stack)
+        PyMem_Free(b->v);
+    b->v = NULL;
+}
+
+/* Read the values of the TENSOR guards of gs into b (through m, may be NULL):
+ * their count, or -1 with none held and no error set when one cannot be read. */
+static int batch_values(const cdy_guards *gs, batch_vals *b, PyObject *const *locals,
+                        PyObject *globals, PyObject *builtins, PyObject *closure, fetch_memo *m)
+{
+    int cap = 0;
+    for (int i = 0; i < gs->n; i++)
+        cap += gs->items[i].kind == CDY_GUARD_TENSOR;
+    b->n = 0;
+    b->v = cap <= GB_STACK ? b->stack : PyMem_Malloc(sizeof(PyObject *) * (size_t)cap);
+    if (!b->v)
+        return -1;
     for (int i = 0; i < gs->n; i++) {
         const cdy_guard *g = &gs->items[i];
         if (g->kind != CDY_GUARD_TENSOR)
             continue;
-        PyObject *v = n < cap ? cdy_src_fetch(&g->src, locals, globals, builtins, closure) : NULL;
+        PyObject *v = memo_fetch(m, &g->src, locals, globals, builtins, closure);
         if (!v) {
             PyErr_Clear();
-            while (n-- > 0)
-                Py_DECREF(vals[n]);
+            batch_release(b);
             return -1;
         }
-        vals[n++] = v;
+        b->v[b->n++] = v;
     }
-    return n;
+    return b->n;
 }
 
 /* The TENSOR guards of gs through their TensorGuards check: 1 all hold, 0
  * not, -1 the check itself failed (no error left set). */
 static int batch_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
-                       PyObject *builtins, PyObject *closure)
+                       PyObject *builtins, PyObject *closure, fetch_memo *m)
 {
-    PyObject *vals[GB_STACK];
-    int n = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
-    if (n < 0)
+    batch_vals b;
+    if (batch_values(gs, &b, locals, globals, builtins, closure, m) < 0)
         return 0;
-    PyObject *r = PyObject_Vectorcall(gs->tensor_check, vals, (size_t)n, NULL);
-    while (n-- > 0)
-        Py_DECREF(vals[n]);
+    PyObject *r = PyObject_Vectorcall(gs->tensor_check, b.v, (size_t)b.n, NULL);
+    batch_release(&b);
     int ok = r == Py_True ? 1 : r == Py_False ? 0 : -1;
     Py_XDECREF(r);
     PyErr_Clear();
@@ -508,42 +604,39 @@ static PyObject *tensor_guards_type(void)
     return tp;
 }
 
-/* f(*vals[0..n), **kw) (kw may be NULL); the values' references are
- * released.  The result, or NULL with an error set. */
-static PyObject *call_values(PyObject *f, PyObject **vals, int n, PyObject *kw)
+/* f(*b's values, **kw) (kw may be NULL): the result, or NULL with an error set. */
+static PyObject *call_values(PyObject *f, const batch_vals *b, PyObject *kw)
 {
-    PyObject *args = PyTuple_New(n), *r = NULL;
-    for (int i = 0; args && i < n; i++)
-        PyTuple_SET_ITEM(args, i, Py_NewRef(vals[i]));
+    PyObject *args = PyTuple_New(b->n), *r = NULL;
+    for (int i = 0; args && i < b->n; i++)
+        PyTuple_SET_ITEM(args, i, Py_NewRef(b->v[i]));
     if (args)
         r = PyObject_Call(f, args, kw);
     Py_XDECREF(args);
-    while (n-- > 0)
-        Py_DECREF(vals[n]);
     return r;
 }
 
 void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                       PyObject *builtins, PyObject *closure)
 {
-    PyObject *tp = tensor_guards_type(), *vals[GB_STACK];
+    PyObject *tp = tensor_guards_type();
+    batch_vals b;
     if (!tp || gs->tensor_check)
         return;
-    int n = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
-    if (n <= 0)
+    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL) <= 0) {
+        batch_release(&b);
         return;
+    }
     PyObject *kw = Py_BuildValue("{sOsO}", "dynamic_dims_sizes", Py_None,
                                  "dynamic_dims_strides", Py_None);
-    PyObject *tg = kw ? call_values(tp, vals, n, kw) : NULL;
-    if (!kw)
-        while (n-- > 0)
-            Py_DECREF(vals[n]);
+    PyObject *tg = kw ? call_values(tp, &b, kw) : NULL;
+    batch_release(&b);
     gs->tensor_check = tg ? PyObject_GetAttrString(tg, "check") : NULL;
     Py_XDECREF(tg);
     Py_XDECREF(kw);
     PyErr_Clear();
     /* it must accept what the guards accept now, or it is not used */
-    if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure) != 1)
+    if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure, NULL) != 1)
         Py_CLEAR(gs->tensor_check);
 }
 
@@ -554,9 +647,8 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
                       PyObject *builtins, PyObject *closure, char *why, size_t n)
 {
     snprintf(why, n, "a tensor's dispatch keys changed (inference mode, a view kind, ...)");
-    PyObject *vals[GB_STACK];
-    int k = batch_values(gs, vals, GB_STACK, locals, globals, builtins, closure);
-    if (k < 0)
+    batch_vals b;
+    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL) < 0)
         return;
     PyObject *names = PyList_New(0), *m = PyObject_GetAttrString(gs->tensor_check, "__self__");
     for (int i = 0; names && i < gs->n; i++)
@@ -568,10 +660,8 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
         }
     PyObject *f = m ? PyObject_GetAttrString(m, "check_verbose") : NULL;
     PyObject *kw = names ? Py_BuildValue("{sO}", "tensor_check_names", names) : NULL;
-    PyObject *r = f && kw ? call_values(f, vals, k, kw) : NULL;
-    if (!f || !kw)
-        while (k-- > 0)
-            Py_DECREF(vals[k]);
+    PyObject *r = f && kw ? call_values(f, &b, kw) : NULL;
+    batch_release(&b);
     if (r && PyUnicode_Check(r))
         snprintf(why, n, "%s", PyUnicode_AsUTF8(r));
     Py_XDECREF(r);
@@ -580,6 +670,33 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
     Py_XDECREF(m);
     Py_XDECREF(names);
     PyErr_Clear();
+}
+
+/* The guards of gs in order, the TENSOR ones in one batch when gs has one;
+ * see cdy_guards_check. */
+static int check_all(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure, char *why, size_t whylen,
+                     fetch_memo *m)
+{
+    int batched = gs->tensor_check != NULL;
+    for (int i = 0; i < gs->n; i++)
+        if (!(batched && gs->items[i].kind == CDY_GUARD_TENSOR) &&
+            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen, m))
+            return 0;
+    if (!batched)
+        return 1;
+    int ok = batch_check(gs, locals, globals, builtins, closure, m);
+    if (ok == 1)
+        return 1;
+    for (int i = 0; i < gs->n; i++)   /* the message, or the answer when the call failed */
+        if (gs->items[i].kind == CDY_GUARD_TENSOR &&
+            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen, m))
+            return 0;
+    if (ok < 0)
+        return 1;
+    if (whylen)
+        batch_why(gs, locals, globals, builtins, closure, why, whylen);
+    return 0;
 }
 
 /* 1 if all guards hold, 0 if one fails (its message in why, when why is given). */
@@ -591,25 +708,12 @@ int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *gl
         why = dummy;
         whylen = 0;
     }
-    int batched = gs->tensor_check != NULL;
-    for (int i = 0; i < gs->n; i++)
-        if (!(batched && gs->items[i].kind == CDY_GUARD_TENSOR) &&
-            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
-            return 0;
-    if (!batched)
-        return 1;
-    int ok = batch_check(gs, locals, globals, builtins, closure);
-    if (ok == 1)
-        return 1;
-    for (int i = 0; i < gs->n; i++)   /* the message, or the answer when the call failed */
-        if (gs->items[i].kind == CDY_GUARD_TENSOR &&
-            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen))
-            return 0;
-    if (ok < 0)
-        return 1;
-    if (whylen)
-        batch_why(gs, locals, globals, builtins, closure, why, whylen);
-    return 0;
+    fetch_memo m;
+    m.src = NULL;
+    m.n = -1;
+    int ok = check_all(gs, locals, globals, builtins, closure, why, whylen, &m);
+    memo_drop(&m, -1);
+    return ok;
 }
 
 /* One line per guard, readable. */
