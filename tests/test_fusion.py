@@ -72,6 +72,22 @@ def test_buffer_read_by_an_extern_or_returned_is_a_tensor():
     assert _compiled().scratch_bytes == 64                   # returned sum: a tensor
 
 
+def test_buffers_live_from_their_first_step_to_their_last_read():
+    # six matmuls, each followed by a relu kernel: 12 tensors of 64 KB are made per call,
+    # but at most two are alive at once (a step's operand and its result), as in eager
+    x, w = torch.randn(128, 128), torch.randn(128, 128) / 12
+
+    def chain(x, w):
+        for _ in range(6):
+            x = torch.relu(x @ w)
+        return x
+
+    check(chain, x, w)
+    c = _compiled()
+    assert _externs(c) == 6 and _kernels(c) == 6
+    assert c.peak_buffer_bytes == 2 * 128 * 128 * 4, c.peak_buffer_bytes
+
+
 def test_extern_epilogue_bias_gelu_is_one_kernel():
     x, w, b = torch.randn(32, 64), torch.randn(64, 96), torch.randn(96)
     check(lambda x, w, b: F.gelu(x @ w + b), x, w, b, transcendental=True)
@@ -165,3 +181,4 @@ def test_heavier_kernels_go_parallel_at_the_element_threshold(two_threads):
     assert_same(torch.exp(x) * 2 + 1, cdynamo.optimize(lambda t: torch.exp(t) * 2 + 1)(x),
                 transcendental=True)
     assert "parallel: yes" in _compiled().ir_post_fusion
+

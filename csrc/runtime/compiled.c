@@ -54,6 +54,11 @@ typedef struct {
     int scratch_busy;     /* a call is using it (another thread gets its own block) */
     int nsteps;
     cdy_step *steps;
+    /* buffer lifetimes (plan_lifetimes): the tensors step s needs made are
+     * make_list[make_at[s] .. make_at[s+1]) (s = 0 also those no step touches),
+     * the ones no later step reads drop_list[drop_at[s] .. drop_at[s+1]) */
+    int *make_at, *make_list, *drop_at, *drop_list;
+    int64_t peak_bytes;   /* most bytes of per-call tensors alive at once (outputs included) */
     int *value_buffer;    /* graph value -> buffer (C backend) */
     int *pynode_of;       /* graph value -> index in pynodes, or -1 */
     /* eager backend */
@@ -364,6 +369,21 @@ static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
     return 0;
 }
 
+/* Allocate the tensors step s needs made (make_list); 0 or -1 with error. */
+static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs)
+{
+    for (int j = c->make_at[s]; j < c->make_at[s + 1]; j++) {
+        int b = c->make_list[j];
+        bufs[b] = c->buf_tmpl[b]
+                      ? PyObject_CallOneArg(empty_like, c->buf_tmpl[b])
+                      : PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[b]),
+                                            2, kw_dtype);
+        if (!bufs[b] || !(ptrs[b] = tensor_ptr(bufs[b])))
+            return -1;
+    }
+    return 0;
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -398,31 +418,30 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         }
     }
     cdy_phase_add(CDY_PHASE_inputs, &t0);
+    for (int b = i; b < c->nbuffers; b++)
+        bufs[b] = NULL;
+    i = c->nbuffers;
     if (c->scratch_bytes && !(scratch = scratch_take(c)))
         goto done;
-    for (; i < c->nbuffers; i++) {
-        bufs[i] = NULL;
-        if (!c->buf_alloc[i])
-            continue;   /* produced by an extern step */
-        if (c->scratch_off[i] >= 0) {
-            ptrs[i] = (char *)scratch + c->scratch_off[i];
-            continue;
-        }
-        bufs[i] = c->buf_tmpl[i]
-                      ? PyObject_CallOneArg(empty_like, c->buf_tmpl[i])
-                      : PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[i]),
-                                            2, kw_dtype);
-        if (!bufs[i] || !(ptrs[i] = tensor_ptr(bufs[i]))) {
-            i++;
-            goto done;
-        }
-    }
+    for (int b = c->ninputs; scratch && b < c->nbuffers; b++)
+        if (c->scratch_off[b] >= 0)
+            ptrs[b] = (char *)scratch + c->scratch_off[b];
+    if (make_bufs(c, 0, bufs, ptrs))
+        goto done;
     cdy_phase_add(CDY_PHASE_alloc, &t0);
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
         if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs)
                                         : run_extern(c, st, bufs, ptrs, stash))
             goto done;
+        for (int j = c->drop_at[s]; j < c->drop_at[s + 1]; j++)
+            Py_CLEAR(bufs[c->drop_list[j]]);
+        if (c->make_at[s + 1] < c->make_at[s + 2]) {
+            cdy_phase_add(CDY_PHASE_kernels, &t0);
+            if (make_bufs(c, s + 1, bufs, ptrs))
+                goto done;
+            cdy_phase_add(CDY_PHASE_alloc, &t0);
+        }
     }
     if (c->nwb && write_back(c, args, bufs))
         goto done;
@@ -509,6 +528,10 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->scratch_off);
     PyMem_Free(c->scratch);
     PyMem_Free(c->steps);
+    PyMem_Free(c->make_at);
+    PyMem_Free(c->make_list);
+    PyMem_Free(c->drop_at);
+    PyMem_Free(c->drop_list);
     PyMem_Free(c->value_buffer);
     PyMem_Free(c->pynode_of);
     for (int n = 0; c->pynodes && n < c->npynodes; n++) {
@@ -563,6 +586,11 @@ static PyObject *compiled_get_nkernels(PyObject *self, void *closure)
 static PyObject *compiled_get_scratch_bytes(PyObject *self, void *closure)
 {
     return PyLong_FromSize_t(((cdy_compiled *)self)->scratch_bytes);
+}
+
+static PyObject *compiled_get_peak_bytes(PyObject *self, void *closure)
+{
+    return PyLong_FromLongLong(((cdy_compiled *)self)->peak_bytes);
 }
 
 static PyObject *compiled_get_ir_pre(PyObject *self, void *closure)
@@ -660,6 +688,9 @@ static PyGetSetDef compiled_getset[] = {
     {"num_kernels", compiled_get_nkernels, NULL, "number of kernels", NULL},
     {"scratch_bytes", compiled_get_scratch_bytes, NULL,
      "bytes of the block holding the buffers only kernels read (no tensors made per call)",
+     NULL},
+    {"peak_buffer_bytes", compiled_get_peak_bytes, NULL,
+     "most bytes of the tensors a call makes (kernel outputs, extern results) alive at once",
      NULL},
     {NULL},
 };
@@ -819,6 +850,146 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     return 0;
 }
 
+/* Note step s touching buffer b in first[] / last[] (b < 0: none). */
+static void touch(int *first, int *last, int b, int s)
+{
+    if (b < 0)
+        return;
+    if (first[b] > s)
+        first[b] = s;
+    if (last[b] < s)
+        last[b] = s;
+}
+
+/* first[] / last[]: the first and last step that touches each buffer (a
+ * kernel's argument, an extern's result or a tensor its call reads). */
+static void step_spans(cdy_compiled *c, int *first, int *last)
+{
+    for (int b = 0; b < c->nbuffers; b++) {
+        first[b] = c->nsteps;
+        last[b] = -1;
+    }
+    for (int s = 0; s < c->nsteps; s++) {
+        const cdy_step *st = &c->steps[s];
+        if (st->kind == CDY_STEP_KERNEL) {
+            const rt_kernel *kn = &c->kernels[st->index];
+            for (int a = 0; a < kn->nargs; a++)
+                touch(first, last, kn->args[a], s);
+            continue;
+        }
+        touch(first, last, st->out_buffer, s);
+        const cdy_pynode *p = &c->pynodes[c->pynode_of[st->index]];
+        for (int k = 0; k < 2; k++, p = &c->pynodes[p->base]) {   /* an item: its call too */
+            for (int a = 0; a < p->nargs; a++) {
+                if (p->ref[a] >= 0)
+                    touch(first, last, c->value_buffer[p->ref[a]], s);
+                for (int j = 0; p->ref[a] == -2 && j < p->seq[a].n; j++)
+                    if (p->seq[a].ref[j] >= 0)
+                        touch(first, last, c->value_buffer[p->seq[a].ref[j]], s);
+            }
+            if (p->item < 0)
+                break;
+        }
+    }
+}
+
+/* Counting sort of buffers b with slot[b] >= 0 into at[0..nslots] / list; 0 or -1. */
+static int bucket(const int *slot, int nbuf, int nslots, int **at, int **list)
+{
+    *at = PyMem_Calloc((size_t)nslots + 2, sizeof(int));
+    *list = PyMem_Calloc((size_t)nbuf + 1, sizeof(int));
+    if (!*at || !*list)
+        return -1;
+    for (int b = 0; b < nbuf; b++)
+        if (slot[b] >= 0)
+            (*at)[slot[b] + 1]++;
+    for (int s = 0; s < nslots + 1; s++)
+        (*at)[s + 1] += (*at)[s];
+    int *fill = PyMem_Calloc((size_t)nslots + 1, sizeof(int));
+    if (!fill)
+        return -1;
+    for (int b = 0; b < nbuf; b++)
+        if (slot[b] >= 0)
+            (*list)[(*at)[slot[b]] + fill[slot[b]]++] = b;
+    PyMem_Free(fill);
+    return 0;
+}
+
+/* Bytes of buffer b's elements. */
+static int64_t buf_bytes(const cdy_plan *plan, int b)
+{
+    const cdy_meta *m = &plan->buffers[b];
+    return cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
+}
+
+/* The graph value whose extern step makes buffer b (0 when none). */
+static int extern_value(const cdy_compiled *c, int b)
+{
+    for (int s = 0; s < c->nsteps; s++)
+        if (c->steps[s].kind == CDY_STEP_EXTERN && c->steps[s].out_buffer == b)
+            return c->steps[s].index;
+    return 0;
+}
+
+/* The most bytes of per-call tensors alive at once under the lifetimes of
+ * c: those we make and the extern results that are not views (first:
+ * step_spans'; t's graph says which steps make views). */
+static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t,
+                          const int *first)
+{
+    int64_t live = 0, peak = 0;
+    for (int s = 0; s < c->nsteps || s == 0; s++) {
+        for (int j = c->make_at[s]; j < c->make_at[s + 1]; j++)
+            live += buf_bytes(plan, c->make_list[j]);
+        const cdy_step *st = s < c->nsteps ? &c->steps[s] : NULL;
+        int owned = st && st->kind == CDY_STEP_EXTERN && first[st->out_buffer] == s &&
+                    t->graph.values[st->index].op != CDY_OP_VIEW;
+        live += owned ? buf_bytes(plan, st->out_buffer) : 0;
+        peak = live > peak ? live : peak;
+        for (int j = st ? c->drop_at[s] : 0; st && j < c->drop_at[s + 1]; j++) {
+            int d = c->drop_list[j];
+            int view = !c->buf_alloc[d] && t->graph.values[extern_value(c, d)].op == CDY_OP_VIEW;
+            live -= view ? 0 : buf_bytes(plan, d);
+        }
+    }
+    return peak;
+}
+
+/* Buffer lifetimes: a tensor we allocate is made just before the first step
+ * that touches it, and every tensor not returned is released after the last
+ * step that touches it, so a call holds only the buffers still needed (as
+ * eager frees a temporary when its last reference goes) and the allocator
+ * reuses freed memory for later buffers.  0, or -1 with MemoryError. */
+static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
+{
+    int nb = c->nbuffers, ns = c->nsteps, r = -1;
+    int *first = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    int *last = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    int *slot = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    if (!first || !last || !slot)
+        goto done;
+    step_spans(c, first, last);
+    for (int b = 0; b < nb; b++)   /* made by us, not in scratch: before its first step */
+        slot[b] = b >= c->ninputs && c->buf_alloc[b] && c->scratch_off[b] < 0
+                      ? (first[b] < ns ? first[b] : 0) : -1;
+    if (bucket(slot, nb, ns + 1, &c->make_at, &c->make_list))
+        goto done;
+    for (int b = 0; b < nb; b++)   /* a tensor: after its last step */
+        slot[b] = b >= c->ninputs && c->scratch_off[b] < 0 && last[b] >= 0 ? last[b] : -1;
+    for (int o = 0; o < c->noutputs; o++)
+        slot[c->outputs[o]] = -1;
+    r = bucket(slot, nb, ns, &c->drop_at, &c->drop_list);
+    if (!r)
+        c->peak_bytes = peak_bytes(c, plan, t, first);
+done:
+    PyMem_Free(first);
+    PyMem_Free(last);
+    PyMem_Free(slot);
+    if (r)
+        PyErr_NoMemory();
+    return r;
+}
+
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
 static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
 {
@@ -935,7 +1106,8 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
-    if (copy_pynodes(c, t) || plan_scratch(c, plan) || copy_writeback(c, t))
+    if (copy_pynodes(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
+        plan_lifetimes(c, plan, t))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (c->buf_alloc[b] && c->scratch_off[b] < 0)
