@@ -183,6 +183,10 @@ typedef struct {
 void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
                    PyObject *globals, PyObject *builtins, PyObject *closure);
 void cdy_trace_free(cdy_trace *t);
+/* Rewrite hand-written attention (matmul, scale, [mask,] softmax, matmul) in
+ * t into calls of scaled_dot_product_attention (trace/attention.c); the
+ * number rewritten.  Never fails: what it cannot handle stays as traced. */
+int cdy_rewrite_attention(cdy_trace *t);
 /* Readable text of t's graph (new str), for logs, the debug dir and explain. */
 PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 

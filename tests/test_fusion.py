@@ -1,11 +1,13 @@
 """One test per fusion kind: the number of kernels, externs and buffers of the
 compiled graph, read from its generated C and plan, with the result equal to eager."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same, check
+from conftest import _flatten, assert_same, check
 
 
 def _compiled():
@@ -182,3 +184,75 @@ def test_heavier_kernels_go_parallel_at_the_element_threshold(two_threads):
                 transcendental=True)
     assert "parallel: yes" in _compiled().ir_post_fusion
 
+
+def _heads(b=2, t=16, h=4, d=8, seed=0):
+    """q, k, v as a transformer splits them: views of one (b, t, 3*h*d) projection."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(b, t, 3 * h * d, generator=g)
+    return [z.view(b, t, h, d).transpose(1, 2) for z in qkv.split(h * d, dim=-1)]
+
+
+def _close(expected, actual):
+    # the fused attention's online softmax rounds differently from matmul + softmax + matmul
+    for e, a in zip(_flatten(expected), _flatten(actual)):
+        assert a.shape == e.shape and a.dtype == e.dtype and a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def _attention_matches_eager(fn, *args):
+    expected = fn(*args)
+    opt = cdynamo.optimize(fn)
+    for _ in range(2):
+        _close(expected, opt(*args))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0 and st["frames_compiled"] == 1, st
+    return _compiled()
+
+
+@pytest.mark.parametrize("form", ["mul", "div", "rmul", "unscaled"])
+def test_hand_written_attention_is_one_fused_attention_call(form):
+    q, k, v = _heads()
+
+    def attn(q, k, v):
+        s = q @ k.transpose(-2, -1)
+        s = {"mul": lambda: s * 0.125, "div": lambda: s / 8.0, "rmul": lambda: 0.125 * s,
+             "unscaled": lambda: s}[form]()
+        return torch.softmax(s, dim=-1) @ v
+
+    c = _attention_matches_eager(attn, q, k, v)
+    # one extern (scaled_dot_product_attention) and no kernel: no scores, no softmax
+    assert _externs(c) == 1 and _kernels(c) == 0
+
+
+def test_attention_with_an_additive_mask_passes_it_as_attn_mask():
+    q, k, v = _heads()
+    mask = torch.zeros(16, 16).masked_fill(torch.ones(16, 16).triu(1).bool(), float("-inf"))
+
+    def attn(q, k, v, mask):
+        a = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        return (a + mask).softmax(-1).matmul(v)
+
+    c = _attention_matches_eager(attn, q, k, v, mask)
+    assert _externs(c) == 1 and _kernels(c) == 0
+
+
+def test_attention_whose_weights_are_returned_is_left_unfused():
+    q, k, v = _heads()
+
+    def attn(q, k, v):
+        p = (q @ k.transpose(-2, -1) * 0.125).softmax(-1)
+        return p @ v, p
+
+    c = _attention_matches_eager(attn, q, k, v)
+    assert _externs(c) == 2 and _kernels(c) == 1   # both matmuls and the softmax kernel stay
+
+
+def test_attention_over_untransposed_keys_or_three_dims_is_left_unfused():
+    q, k, v = _heads()
+    kt = k.transpose(-2, -1).contiguous()   # not a view of a (.., S, E) tensor
+    c = _attention_matches_eager(lambda q, kt, v: (q @ kt * 0.125).softmax(-1) @ v, q, kt, v)
+    assert _externs(c) == 2
+    cdynamo.reset()
+    q3, k3, v3 = (z.reshape(8, 16, 8) for z in (q, k, v))
+    c = _attention_matches_eager(lambda q, k, v: (q @ k.transpose(1, 2)).softmax(-1) @ v, q3, k3, v3)
+    assert _externs(c) == 2

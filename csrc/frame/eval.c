@@ -265,6 +265,7 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
         snprintf(err, errlen, "cdynamo.config.cc / cache_dir are not strings");
         goto done;
     }
+    cdy_rewrite_attention(t);
     if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), &plan, err, errlen))
         goto done;
     PyObject *pinned = cdy_config_get("num_threads");
