@@ -256,3 +256,32 @@ def test_attention_over_untransposed_keys_or_three_dims_is_left_unfused():
     q3, k3, v3 = (z.reshape(8, 16, 8) for z in (q, k, v))
     c = _attention_matches_eager(lambda q, k, v: (q @ k.transpose(1, 2)).softmax(-1) @ v, q3, k3, v3)
     assert _externs(c) == 2
+
+
+def test_hugging_face_eager_attention_is_one_fused_attention_call():
+    # transformers' eager_attention_forward: softmax in float32 then .to(query.dtype), dropout
+    # in eval, a (b, 1, t, t) additive mask; .to / dropout return their input: no nodes at all
+    q, k, v = _heads()
+    mask = torch.zeros(2, 1, 16, 16)
+    mask[..., 8:] = torch.finfo(torch.float32).min
+
+    def attn(q, k, v, mask):
+        w = torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        w = F.dropout(w, p=0.1, training=False)
+        return torch.matmul(w, v).transpose(1, 2).contiguous()
+
+    c = _attention_matches_eager(attn, q, k, v, mask)
+    assert _externs(c) == 1 and _kernels(c) == 1   # the attention; the transposing copy
+
+
+def test_no_op_conversions_are_their_input():
+    x = torch.randn(8, 16)
+    check(lambda x: x.to(torch.float32).float().contiguous().type_as(x) * 2, x)
+    c = _compiled()
+    assert _externs(c) == 0 and _kernels(c) == 1
+    check(lambda x: F.dropout(x, 0.5, training=False) + 1, x)
+    assert _externs(_compiled()) == 0
+    opt = cdynamo.optimize(lambda x: x.contiguous())   # eager returns x itself
+    assert opt(x) is x and opt(x) is x
+

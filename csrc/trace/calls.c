@@ -326,6 +326,27 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
     return out;
 }
 
+/* The tensor argument that call `what` returned itself, or NULL: torch's
+ * no-op conversions (x.to(x.dtype), x.float() of a float tensor,
+ * x.contiguous() of a contiguous one, x.type_as(y) of y's type) and
+ * dropout in eval give back their input, which is then the same value. */
+static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *out)
+{
+    static const char *names[] = {"to", "float", "double", "half", "bfloat16", "int", "long",
+                                  "short", "char", "byte", "bool", "contiguous", "type_as",
+                                  "dropout", "dropout1d", "dropout2d", "dropout3d",
+                                  "alpha_dropout", "feature_alpha_dropout", NULL};
+    const char *dot = strrchr(what, '.');
+    const char *name = dot ? dot + 1 : what;
+    int known = 0;
+    for (int i = 0; names[i] && !known; i++)
+        known = !strcmp(name, names[i]);
+    for (int i = 0; known && i < nargs; i++)
+        if (args[i]->kind == TV_TENSOR && args[i]->obj == out)
+            return args[i];
+    return NULL;
+}
+
 /* Call fn(*args) where args hold tensors: run it on the fakes for the
  * output meta; add a pointwise node for op when it is one we lower, else an
  * extern node.  `query`: the result is a constant (size(), dim(), ...). */
@@ -352,6 +373,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
         return NULL;
+    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, out);
+    if (same)
+        return same;
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
                   !PyTuple_Check(out) && !PyList_Check(out) && cdy_is_const(out))) {
         /* a value fixed by the (guarded) meta and constants: a constant */
