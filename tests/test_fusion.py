@@ -285,3 +285,20 @@ def test_no_op_conversions_are_their_input():
     opt = cdynamo.optimize(lambda x: x.contiguous())   # eager returns x itself
     assert opt(x) is x and opt(x) is x
 
+
+@pytest.mark.parametrize("heads_first", [False, True])
+def test_fused_attention_result_keeps_the_kernels_layout(heads_first):
+    # torch's CPU attention returns its result in the query's memory order: for heads split
+    # from (b, t, h, d) the result's transpose(1, 2) is contiguous already, so transformers'
+    # attn.transpose(1, 2).contiguous() costs no copy kernel and no runtime copy
+    q, k, v = _heads()
+    if heads_first:
+        q, k, v = (z.contiguous() for z in (q, k, v))
+
+    def attn(q, k, v):
+        y = F.scaled_dot_product_attention(q, k, v, scale=0.3)
+        return y, y.transpose(1, 2).contiguous().view(2, 16, 32)
+
+    c = _attention_matches_eager(attn, q, k, v)
+    assert _externs(c) == 1
+    assert _kernels(c) == (1 if heads_first else 0)

@@ -1,5 +1,15 @@
-/* attention.c - a rewrite of the finished trace, before the C backend
- * compiles it: attention written out by hand becomes one call of
+/* attention.c - torch's fused attention in the graph.
+ *
+ * The layout of its result (a lowering, registered in cdy_lowerings_attention):
+ * the CPU kernel of F.scaled_dot_product_attention returns its result in
+ * the query's memory order (a (B, H, L, E) view of (B, L, H, E) heads, as
+ * transformers makes q, gives a result whose transpose(1, 2) is already
+ * contiguous), while its meta function says contiguous.  The node gets the
+ * kernel's strides, so the runtime does not copy the result into the meta's
+ * and the usual transpose(1, 2).contiguous() after it is free.
+ *
+ * A rewrite of the finished trace, before the C backend compiles it:
+ * attention written out by hand becomes one call of
  * torch.nn.functional.scaled_dot_product_attention.
  *
  *   a = q @ k.transpose(-2, -1)        extern matmul   (B, H, L, S)
@@ -320,6 +330,69 @@ static int at_rewrite(at_ctx *a, const at_match *m)
     at_drop(g, m->a);
     return 0;
 }
+
+/* ---- the result's layout ------------------------------------------------ */
+
+static int sd_busy;   /* inside lower_sdpa's own call of the op */
+
+/* Strides of a tensor of sizes m->sizes laid out in the dim order of
+ * `like`'s strides (largest first; ties in dim order) into m. */
+static void sd_strides_like(cdy_meta *m, const cdy_meta *like)
+{
+    int order[CDY_MAX_NDIM];
+    for (int d = 0; d < m->ndim; d++)
+        order[d] = d;
+    for (int i = 1; i < m->ndim; i++)   /* insertion sort: stable */
+        for (int j = i; j > 0 && like->strides[order[j]] > like->strides[order[j - 1]]; j--) {
+            int o = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = o;
+        }
+    int64_t st = 1;
+    for (int i = m->ndim - 1; i >= 0; i--) {
+        m->strides[order[i]] = st;
+        st *= m->sizes[order[i]] > 1 ? m->sizes[order[i]] : 1;
+    }
+}
+
+/* F.scaled_dot_product_attention(query, ...): the extern, its result in
+ * the query's memory order (torch.empty_like's, so a query that is not
+ * dense keeps the contiguous meta); NULL (stopped or not). */
+static tvar *lower_sdpa(tracer *tr, const cdy_lower_call *call)
+{
+    tvar *s[8];
+    if (sd_busy || cdy_bind_names("query key value attn_mask dropout_p is_causal scale enable_gqa",
+                                  call->args, call->nargs, call->kwnames, s) ||
+        !s[0] || s[0]->kind != TV_TENSOR ||
+        !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
+        return NULL;
+    tvar *q = s[0];
+    sd_busy = 1;
+    tvar *y = cdy_call_torch(tr, call->fn, call->what, call->args, call->nargs, call->kwnames);
+    sd_busy = 0;
+    if (!y || y->kind != TV_TENSOR)
+        return y;
+    PyObject *like = cdy_tr_keep(tr, PyObject_CallMethod(cdy_torch, "empty_like", "O", q->obj));
+    cdy_meta lm, m = tr->t->graph.values[y->value].meta;
+    if (!like || cdy_read_meta(tr, like, &lm) || lm.ndim != m.ndim) {
+        PyErr_Clear();
+        return tr->t->status == CDY_TRACE_OK ? y : NULL;
+    }
+    sd_strides_like(&m, &lm);
+    PyObject *fake = cdy_fake_from_meta(tr, &m);
+    if (!fake)
+        return NULL;
+    tr->t->graph.values[y->value].meta = m;
+    return cdy_tensor_tvar(tr, fake, y->value);
+}
+
+/* X(name, where, lowering): see cdy_lowering in trace.h. */
+#define CDY_LOWER_ATTENTION(X)                          \
+    X("scaled_dot_product_attention", "fn", lower_sdpa)
+
+CDY_LOWERING_TABLE(cdy_lowerings_attention, CDY_LOWER_ATTENTION);
+
+/* ---- hand-written attention ------------------------------------------------ */
 
 /* Rewrite every hand-written attention in t (see the top of this file);
  * the number rewritten.  Never fails: a trace it cannot handle stays as is. */
