@@ -183,6 +183,10 @@ typedef struct {
 void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
                    PyObject *globals, PyObject *builtins, PyObject *closure);
 void cdy_trace_free(cdy_trace *t);
+/* A new runtime/linear.c PackedLinear (linear(x, w, b) with w kept packed;
+ * `always`: without timing it against torch's linear first), or NULL (no
+ * error set) when this torch has no packed path. */
+PyObject *cdy_packed_linear_new(int always);
 /* Rewrite hand-written attention (matmul, scale, [mask,] softmax, matmul) in
  * t into calls of scaled_dot_product_attention (trace/attention.c); the
  * number rewritten.  Never fails: what it cannot handle stays as traced. */
@@ -251,7 +255,7 @@ static inline long long cdy_phase_start(void)
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
     X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \
-    X(direct_calls)
+    X(direct_calls) X(packed_linear_calls) X(weight_packs)
 typedef struct {
 #define CDY_X(n) long long n;
     CDY_STATS(CDY_X)
@@ -278,7 +282,7 @@ PyObject *cdy_buf_str(cdy_buf *b);
  * X(name): data descriptors (getsets) and no-argument methods of
  * torch.Tensor read on every call of a compiled function.                  */
 #define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
-    X(stride)
+    X(stride) X(_version)
 
 typedef enum {
 #define CDY_X(a) CDY_TA_##a,
@@ -296,7 +300,7 @@ PyObject *cdy_tensor_attr(PyObject *v, int attr);
 
 /* interned strings used on hot paths */
 typedef struct {
-    PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu;
+    PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu, *_version;
 } cdy_strs_t;
 extern cdy_strs_t cdy_str;
 extern PyObject *cdy_torch;           /* the torch module */

@@ -248,6 +248,7 @@ extern const cdy_lowering cdy_lowerings_reduce[];
 extern const cdy_lowering cdy_lowerings_pool[];
 extern const cdy_lowering cdy_lowerings_conv[];
 extern const cdy_lowering cdy_lowerings_attention[];   /* attention.c */
+extern const cdy_lowering cdy_lowerings_linear[];
 extern const cdy_lowering cdy_lowerings_factory[];
 /* t.T / .mT / .H / .mH as a transpose or permute call (a VIEW); NULL when
  * stopped, or with *not_attr set when n is another name (lower_views.c). */

@@ -100,7 +100,10 @@ def reset():
 def stats():
     """Counters: frames_seen, frames_compiled, cache_hits, cache_misses, recompiles,
     graph_breaks, fallbacks, kernels_compiled, disk_cache_hits, direct_calls (cache hits
-    that called the compiled graph without running the function's frame)."""
+    that called the compiled graph without running the function's frame),
+    packed_linear_calls (linear layers run on a packed weight, see
+    config.pack_linear_weights) and weight_packs (weights packed, once each until the
+    weight changes)."""
     return _C.stats()
 
 

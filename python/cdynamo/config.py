@@ -32,6 +32,11 @@ disable = os.environ.get("CDYNAMO_DISABLE", "") not in ("", "0")
 #: OpenMP threads for new kernels; None follows torch.get_num_threads()
 num_threads = None
 
+#: with grad mode off, a float32 linear layer whose weight is a parameter keeps that weight
+#: packed in oneDNN's layout between calls when timing shows it faster (MKL repacks it on
+#: every call); False: torch's linear always; "always": packed without timing first
+pack_linear_weights = True
+
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/
 debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")

@@ -1,0 +1,254 @@
+/* linear.c - PackedLinear: a linear layer whose weight is kept packed.
+ *
+ * For every call, torch's linear (MKL's sgemm) copies the weight into its
+ * blocked panel layout before multiplying: with few rows (a T5 layer on 32
+ * tokens) that copy costs as much as the product.  A PackedLinear is the
+ * extern of one graph node linear(x, w, b) (trace/lower_linear.c): it keeps
+ * w packed in oneDNN's layout (torch.ops.mkldnn._reorder_linear_weight) and
+ * multiplies with torch.ops.mkldnn._linear_pointwise.
+ *
+ * The pack is reused while the call's weight is the same tensor object, at
+ * the same data pointer, with the same version counter (an in-place update,
+ * `w.data = ...`, a load_state_dict repack it).  Which of the two is faster
+ * depends on the shape and the machine, so the first call of each (rows, in,
+ * out, bias, threads) times both on the call's own tensors and the choice is
+ * kept for the process (cdynamo.config.pack_linear_weights = "always" skips
+ * the timing).  The tracer uses it only with grad mode off.  stats() counts
+ * packed_linear_calls and weight_packs. */
+#include "internal.h"
+
+#include <time.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int choice;         /* -1 undecided, 0 torch's linear, 1 the packed weight */
+    PyObject *weight;   /* the tensor the pack was made from (held: its address stays its own) */
+    PyObject *packed;   /* the pack, or NULL */
+    PyObject *data;     /* weight.data_ptr() and weight._version when packed */
+    PyObject *version;
+} cdy_plin;
+
+static PyObject *linear_fn, *pointwise_op, *reorder_op, *str_none, *empty_list, *empty_str;
+static PyObject *choices;   /* {(rows, in, out, bias, threads): bool} */
+static PyObject *num_threads_fn;
+
+/* Resolve torch's callables once; 1 when the packed path exists, else 0. */
+static int plin_available(void)
+{
+    static int state = -1;
+    if (state >= 0)
+        return state;
+    state = 0;
+    PyObject *ops = PyObject_GetAttrString(cdy_torch, "ops");
+    PyObject *mk = ops ? PyObject_GetAttrString(ops, "mkldnn") : NULL;
+    PyObject *lp = mk ? PyObject_GetAttrString(mk, "_linear_pointwise") : NULL;
+    PyObject *rw = mk ? PyObject_GetAttrString(mk, "_reorder_linear_weight") : NULL;
+    PyObject *lpd = lp ? PyObject_GetAttrString(lp, "default") : NULL;
+    PyObject *rwd = rw ? PyObject_GetAttrString(rw, "default") : NULL;
+    pointwise_op = lpd ? PyObject_GetAttrString(lpd, "_op") : NULL;   /* the C++ entry */
+    reorder_op = rwd ? PyObject_GetAttrString(rwd, "_op") : NULL;
+    PyObject *nn = PyImport_ImportModule("torch.nn.functional");
+    linear_fn = nn ? PyObject_GetAttrString(nn, "linear") : NULL;
+    num_threads_fn = PyObject_GetAttrString(cdy_torch, "get_num_threads");
+    str_none = PyUnicode_InternFromString("none");
+    empty_str = PyUnicode_InternFromString("");
+    empty_list = PyList_New(0);
+    choices = PyDict_New();
+    Py_XDECREF(ops);
+    Py_XDECREF(mk);
+    Py_XDECREF(lp);
+    Py_XDECREF(rw);
+    Py_XDECREF(lpd);
+    Py_XDECREF(rwd);
+    Py_XDECREF(nn);
+    state = pointwise_op && reorder_op && linear_fn && num_threads_fn && str_none && empty_str &&
+            empty_list && choices;
+    PyErr_Clear();
+    return state;
+}
+
+/* Rows of x for a weight of `in` columns (x's elements / in). */
+static long long plin_rows(PyObject *x, long long in)
+{
+    PyObject *n = PyObject_CallMethod(x, "numel", NULL);
+    long long r = n ? PyLong_AsLongLong(n) : -1;
+    Py_XDECREF(n);
+    return r < 0 || in <= 0 ? -1 : r / in;
+}
+
+/* The pack of weight w for input x, made anew unless the one held is still
+ * w's (same object, data pointer and version).  Borrowed, or NULL. */
+static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
+{
+    PyObject *data = cdy_tensor_attr(w, CDY_TA_data_ptr);
+    PyObject *ver = data ? cdy_tensor_attr(w, CDY_TA__version) : NULL;
+    if (!ver) {
+        Py_XDECREF(data);
+        return NULL;
+    }
+    if (p->packed && p->weight == w && PyObject_RichCompareBool(data, p->data, Py_EQ) == 1 &&
+        PyObject_RichCompareBool(ver, p->version, Py_EQ) == 1) {
+        Py_DECREF(data);
+        Py_DECREF(ver);
+        return p->packed;
+    }
+    PyObject *shape = cdy_tensor_attr(w, CDY_TA_shape);
+    long long rows = shape ? plin_rows(x, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 1))) : -1;
+    Py_XDECREF(shape);
+    if (rows < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "PackedLinear: input and weight do not match");
+    PyObject *r = rows >= 0 ? PyLong_FromLongLong(rows) : NULL;   /* the pack's batch hint */
+    PyObject *av[2] = {w, r};
+    PyObject *pk = r ? PyObject_Vectorcall(reorder_op, av, 2, NULL) : NULL;
+    Py_XDECREF(r);
+    if (!pk) {
+        Py_DECREF(data);
+        Py_DECREF(ver);
+        return NULL;
+    }
+    cdy_stats.weight_packs++;
+    Py_XSETREF(p->packed, pk);
+    Py_XSETREF(p->weight, Py_NewRef(w));
+    Py_XSETREF(p->data, data);
+    Py_XSETREF(p->version, ver);
+    return pk;
+}
+
+/* x @ w.T + b through the pack (args: x, w, b or None); new ref or NULL.
+ * The call holds its own reference to the pack: torch releases the GIL,
+ * and another thread may replace p's. */
+static PyObject *plin_packed_call(cdy_plin *p, PyObject *const *args)
+{
+    PyObject *pk = plin_pack(p, args[0], args[1]);
+    if (!pk)
+        return NULL;
+    Py_INCREF(pk);
+    PyObject *av[6] = {args[0], pk, args[2], str_none, empty_list, empty_str};
+    PyObject *r = PyObject_Vectorcall(pointwise_op, av, 6, NULL);
+    Py_DECREF(pk);
+    return r;
+}
+
+/* Best of three timed calls of linear (packed or not), in ns; -1 on error (cleared). */
+static long long plin_time(cdy_plin *p, PyObject *const *args, int packed)
+{
+    long long best = -1;
+    for (int i = 0; i < 4; i++) {   /* the first warms up (and packs) */
+        long long t0 = cdy_now_ns();
+        PyObject *r = packed ? plin_packed_call(p, args)
+                             : PyObject_Vectorcall(linear_fn, args, 3, NULL);
+        long long dt = cdy_now_ns() - t0;
+        if (!r) {
+            PyErr_Clear();
+            return -1;
+        }
+        Py_DECREF(r);
+        if (i > 0 && (best < 0 || dt < best))
+            best = dt;
+    }
+    return best;
+}
+
+/* Set p->choice for this call's shape: the process's earlier answer, or
+ * time both now (the pack must win by 5%); 0 or -1 with an error. */
+static int plin_decide(cdy_plin *p, PyObject *const *args)
+{
+    PyObject *shape = cdy_tensor_attr(args[1], CDY_TA_shape);
+    PyObject *nt = shape ? PyObject_CallNoArgs(num_threads_fn) : NULL;
+    long long out = shape ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0)) : -1;
+    long long in = shape ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 1)) : -1;
+    long long rows = plin_rows(args[0], in);
+    PyObject *key = nt && rows >= 0 ? Py_BuildValue("(LLLOO)", rows, in, out,
+                                                     args[2] == Py_None ? Py_False : Py_True, nt)
+                                     : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(nt);
+    if (!key)
+        return -1;
+    PyObject *known = PyDict_GetItemWithError(choices, key);
+    if (known)
+        p->choice = known == Py_True;
+    else if (!PyErr_Occurred()) {
+        long long tl = plin_time(p, args, 0), tp = plin_time(p, args, 1);
+        p->choice = tl > 0 && tp > 0 && tp * 20 < tl * 19;
+        if (PyDict_SetItem(choices, key, p->choice ? Py_True : Py_False))
+            p->choice = -1;
+    }
+    Py_DECREF(key);
+    return p->choice < 0 ? -1 : 0;
+}
+
+/* PackedLinear(x, w, b): x @ w.T + b as torch's linear computes it. */
+static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    cdy_plin *p = (cdy_plin *)self;
+    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
+        PyErr_SetString(PyExc_TypeError, "PackedLinear expects (input, weight, bias)");
+        return NULL;
+    }
+    if (p->choice < 0 && plin_decide(p, args))
+        return NULL;
+    if (p->choice == 0)
+        return PyObject_Vectorcall(linear_fn, args, 3, NULL);
+    cdy_stats.packed_linear_calls++;
+    return plin_packed_call(p, args);
+}
+
+static void plin_dealloc(PyObject *self)
+{
+    cdy_plin *p = (cdy_plin *)self;
+    Py_XDECREF(p->weight);
+    Py_XDECREF(p->packed);
+    Py_XDECREF(p->data);
+    Py_XDECREF(p->version);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *plin_repr(PyObject *self)
+{
+    int c = ((cdy_plin *)self)->choice;
+    return PyUnicode_FromFormat("<cdynamo PackedLinear: %s>", c < 0 ? "not called yet" :
+                                c ? "packed weight" : "torch's linear");
+}
+
+static PyObject *plin_get_packed(PyObject *self, void *closure)
+{
+    return PyBool_FromLong(((cdy_plin *)self)->choice == 1);
+}
+
+static PyGetSetDef plin_getset[] = {
+    {"uses_packed_weight", plin_get_packed, NULL, "whether calls use the packed weight", NULL},
+    {NULL},
+};
+
+PyTypeObject cdy_packed_linear_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdynamo._C.PackedLinear",
+    .tp_basicsize = sizeof(cdy_plin),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(cdy_plin, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = plin_dealloc,
+    .tp_repr = plin_repr,
+    .tp_getset = plin_getset,
+    .tp_doc = "linear(x, w, b) with w kept in oneDNN's packed layout (see runtime/linear.c)",
+};
+
+/* A new PackedLinear, or NULL (no error set) when torch lacks the packed path. */
+PyObject *cdy_packed_linear_new(int always)
+{
+    if (!plin_available() || PyType_Ready(&cdy_packed_linear_type) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    cdy_plin *p = PyObject_New(cdy_plin, &cdy_packed_linear_type);
+    if (!p) {
+        PyErr_Clear();
+        return NULL;
+    }
+    p->vectorcall = plin_call;
+    p->choice = always ? 1 : -1;
+    p->weight = p->packed = p->data = p->version = NULL;
+    return (PyObject *)p;
+}
