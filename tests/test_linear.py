@@ -88,3 +88,16 @@ def test_timed_choice_gives_eager_results(monkeypatch):
     st = cdynamo.stats()
     # each layer keeps its choice: 0 or 3 packed calls per layer
     assert st["weight_packs"] <= 2 and st["packed_linear_calls"] in (0, 3, 6), st
+
+
+def test_a_weight_new_on_every_call_goes_back_to_torchs_linear(always):
+    # an argument, not a parameter: packing it on every call would cost a pack per call
+    x = torch.randn(16, 128)
+    opt = cdynamo.optimize(lambda x, w: torch.nn.functional.linear(x, w))
+    with torch.no_grad():
+        for i in range(6):
+            w = torch.randn(96, 128)
+            _close(opt(x, w), torch.nn.functional.linear(x, w))
+    st = cdynamo.stats()
+    assert st["weight_packs"] == 4 and st["packed_linear_calls"] == 4, st   # then unpacked
+    assert st["frames_compiled"] == 1, st

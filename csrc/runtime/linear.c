@@ -9,7 +9,9 @@
  *
  * The pack is reused while the call's weight is the same tensor object, at
  * the same data pointer, with the same version counter (an in-place update,
- * `w.data = ...`, a load_state_dict repack it).  Which of the two is faster
+ * `w.data = ...`, a load_state_dict repack it); a weight that is new on
+ * PLIN_GIVE_UP calls in a row (an argument rather than a parameter) goes
+ * back to torch's linear.  Which of the two is faster
  * depends on the shape and the machine, so the first call of each (rows, in,
  * out, bias, threads) times both on the call's own tensors and the choice is
  * kept for the process (cdynamo.config.pack_linear_weights = "always" skips
@@ -27,7 +29,12 @@ typedef struct {
     PyObject *packed;   /* the pack, or NULL */
     PyObject *data;     /* weight.data_ptr() and weight._version when packed */
     PyObject *version;
+    int streak;         /* calls in a row that had to pack a changed weight */
 } cdy_plin;
+
+/* A weight packed anew on this many calls in a row is a new tensor on every
+ * call (an argument, not a parameter): torch's linear from then on. */
+#define PLIN_GIVE_UP 3
 
 static PyObject *linear_fn, *pointwise_op, *reorder_op, *str_none, *empty_list, *empty_str;
 static PyObject *choices;   /* {(rows, in, out, bias, threads): bool} */
@@ -91,6 +98,7 @@ static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
         PyObject_RichCompareBool(ver, p->version, Py_EQ) == 1) {
         Py_DECREF(data);
         Py_DECREF(ver);
+        p->streak = 0;
         return p->packed;
     }
     PyObject *shape = cdy_tensor_attr(w, CDY_TA_shape);
@@ -108,6 +116,7 @@ static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
         return NULL;
     }
     cdy_stats.weight_packs++;
+    p->streak += p->packed != NULL;
     Py_XSETREF(p->packed, pk);
     Py_XSETREF(p->weight, Py_NewRef(w));
     Py_XSETREF(p->data, data);
@@ -192,7 +201,10 @@ static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf,
     if (p->choice == 0)
         return PyObject_Vectorcall(linear_fn, args, 3, NULL);
     cdy_stats.packed_linear_calls++;
-    return plin_packed_call(p, args);
+    PyObject *r = plin_packed_call(p, args);
+    if (p->streak >= PLIN_GIVE_UP)
+        p->choice = 0;
+    return r;
 }
 
 static void plin_dealloc(PyObject *self)
@@ -250,5 +262,6 @@ PyObject *cdy_packed_linear_new(int always)
     p->vectorcall = plin_call;
     p->choice = always ? 1 : -1;
     p->weight = p->packed = p->data = p->version = NULL;
+    p->streak = 0;
     return (PyObject *)p;
 }
