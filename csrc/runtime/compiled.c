@@ -796,26 +796,28 @@ static int prepare_meta(cdy_compiled *c, const cdy_meta *m, int b)
     return c->buf_meta[b] ? 0 : -1;
 }
 
-/* Mark buffer of graph value v as a tensor (not scratch), if it has one. */
-static void mark_tensor(cdy_compiled *c, char *tensor, int v)
-{
-    if (v >= 0 && v < c->nvalues && c->value_buffer[v] >= 0)
-        tensor[c->value_buffer[v]] = 1;
-}
-
-/* Mark the buffers pynode n (and the call it is an item of) passes to torch. */
-static void mark_pynode_args(cdy_compiled *c, char *tensor, int n)
+/* Call visit(ctx, b) for each buffer b that pynode n's call (for an item,
+ * the call it is an item of) passes to torch. */
+static void pynode_arg_buffers(const cdy_compiled *c, int n, void (*visit)(void *, int),
+                               void *ctx)
 {
     const cdy_pynode *p = &c->pynodes[n];
     if (p->item >= 0)
         p = &c->pynodes[p->base];
     for (int a = 0; a < p->nargs; a++) {
-        if (p->ref[a] >= 0)
-            mark_tensor(c, tensor, p->ref[a]);
-        else if (p->ref[a] == -2)
-            for (int j = 0; j < p->seq[a].n; j++)
-                mark_tensor(c, tensor, p->seq[a].ref[j]);
+        int cnt = p->ref[a] == -2 ? p->seq[a].n : 1;
+        for (int j = 0; j < cnt; j++) {
+            int v = p->ref[a] == -2 ? p->seq[a].ref[j] : p->ref[a];
+            if (v >= 0 && v < c->nvalues && c->value_buffer[v] >= 0)
+                visit(ctx, c->value_buffer[v]);
+        }
     }
+}
+
+/* pynode_arg_buffers visitor: mark buffer b in the char array ctx. */
+static void mark_buffer(void *ctx, int b)
+{
+    ((char *)ctx)[b] = 1;
 }
 
 /* Lay out the scratch block: every buffer we allocate that no output and no
@@ -834,7 +836,7 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
         tensor[c->outputs[o]] = 1;
     for (int s = 0; s < c->nsteps; s++)
         if (c->steps[s].kind == CDY_STEP_EXTERN)
-            mark_pynode_args(c, tensor, c->pynode_of[c->steps[s].index]);
+            pynode_arg_buffers(c, c->pynode_of[c->steps[s].index], mark_buffer, tensor);
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
@@ -850,46 +852,44 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     return 0;
 }
 
-/* Note step s touching buffer b in first[] / last[] (b < 0: none). */
-static void touch(int *first, int *last, int b, int s)
+/* The first and last step touching each buffer, being filled by step_spans. */
+typedef struct {
+    int *first, *last;
+    int step;
+} spans;
+
+/* Note that step sp->step touches buffer b (b < 0: none). */
+static void touch(void *ctx, int b)
 {
+    spans *sp = ctx;
     if (b < 0)
         return;
-    if (first[b] > s)
-        first[b] = s;
-    if (last[b] < s)
-        last[b] = s;
+    if (sp->first[b] > sp->step)
+        sp->first[b] = sp->step;
+    if (sp->last[b] < sp->step)
+        sp->last[b] = sp->step;
 }
 
 /* first[] / last[]: the first and last step that touches each buffer (a
- * kernel's argument, an extern's result or a tensor its call reads). */
+ * kernel's argument, an extern's result or a tensor its call reads);
+ * nsteps / -1 for none. */
 static void step_spans(cdy_compiled *c, int *first, int *last)
 {
+    spans sp = {first, last, 0};
     for (int b = 0; b < c->nbuffers; b++) {
         first[b] = c->nsteps;
         last[b] = -1;
     }
-    for (int s = 0; s < c->nsteps; s++) {
-        const cdy_step *st = &c->steps[s];
+    for (; sp.step < c->nsteps; sp.step++) {
+        const cdy_step *st = &c->steps[sp.step];
         if (st->kind == CDY_STEP_KERNEL) {
             const rt_kernel *kn = &c->kernels[st->index];
             for (int a = 0; a < kn->nargs; a++)
-                touch(first, last, kn->args[a], s);
+                touch(&sp, kn->args[a]);
             continue;
         }
-        touch(first, last, st->out_buffer, s);
-        const cdy_pynode *p = &c->pynodes[c->pynode_of[st->index]];
-        for (int k = 0; k < 2; k++, p = &c->pynodes[p->base]) {   /* an item: its call too */
-            for (int a = 0; a < p->nargs; a++) {
-                if (p->ref[a] >= 0)
-                    touch(first, last, c->value_buffer[p->ref[a]], s);
-                for (int j = 0; p->ref[a] == -2 && j < p->seq[a].n; j++)
-                    if (p->seq[a].ref[j] >= 0)
-                        touch(first, last, c->value_buffer[p->seq[a].ref[j]], s);
-            }
-            if (p->item < 0)
-                break;
-        }
+        touch(&sp, st->out_buffer);
+        pynode_arg_buffers(c, c->pynode_of[st->index], touch, &sp);
     }
 }
 
@@ -915,43 +915,44 @@ static int bucket(const int *slot, int nbuf, int nslots, int **at, int **list)
     return 0;
 }
 
-/* Bytes of buffer b's elements. */
-static int64_t buf_bytes(const cdy_plan *plan, int b)
-{
-    const cdy_meta *m = &plan->buffers[b];
-    return cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
-}
-
-/* The graph value whose extern step makes buffer b (0 when none). */
-static int extern_value(const cdy_compiled *c, int b)
-{
-    for (int s = 0; s < c->nsteps; s++)
-        if (c->steps[s].kind == CDY_STEP_EXTERN && c->steps[s].out_buffer == b)
-            return c->steps[s].index;
-    return 0;
-}
-
-/* The most bytes of per-call tensors alive at once under the lifetimes of
- * c: those we make and the extern results that are not views (first:
- * step_spans'; t's graph says which steps make views). */
+/* The most bytes of per-call tensors alive at once: the tensors we make
+ * and the extern results that are not views (t's graph says which steps
+ * make views), each from slot born[b] of make_at to slot drop[b] of
+ * drop_at (-1: kept); -1 with MemoryError. */
 static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t,
-                          const int *first)
+                          const int *born, const int *drop)
 {
-    int64_t live = 0, peak = 0;
-    for (int s = 0; s < c->nsteps || s == 0; s++) {
-        for (int j = c->make_at[s]; j < c->make_at[s + 1]; j++)
-            live += buf_bytes(plan, c->make_list[j]);
-        const cdy_step *st = s < c->nsteps ? &c->steps[s] : NULL;
-        int owned = st && st->kind == CDY_STEP_EXTERN && first[st->out_buffer] == s &&
-                    t->graph.values[st->index].op != CDY_OP_VIEW;
-        live += owned ? buf_bytes(plan, st->out_buffer) : 0;
-        peak = live > peak ? live : peak;
-        for (int j = st ? c->drop_at[s] : 0; st && j < c->drop_at[s + 1]; j++) {
-            int d = c->drop_list[j];
-            int view = !c->buf_alloc[d] && t->graph.values[extern_value(c, d)].op == CDY_OP_VIEW;
-            live -= view ? 0 : buf_bytes(plan, d);
-        }
+    int ns = c->nsteps;
+    int64_t *made = PyMem_Calloc((size_t)ns + 1, sizeof(int64_t));
+    int64_t *freed = PyMem_Calloc((size_t)ns + 1, sizeof(int64_t));
+    char *view = PyMem_Calloc((size_t)c->nbuffers + 1, 1);
+    int64_t live = 0, peak = -1;
+    if (!made || !freed || !view) {
+        PyErr_NoMemory();
+        goto done;
     }
+    for (int s = 0; s < ns; s++)
+        if (c->steps[s].kind == CDY_STEP_EXTERN)
+            view[c->steps[s].out_buffer] = t->graph.values[c->steps[s].index].op == CDY_OP_VIEW;
+    for (int b = c->ninputs; b < c->nbuffers; b++) {
+        const cdy_meta *m = &plan->buffers[b];
+        int64_t bytes = cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
+        if (born[b] < 0 || view[b])
+            continue;
+        made[born[b]] += bytes;
+        if (drop[b] >= 0)
+            freed[drop[b]] += bytes;
+    }
+    peak = 0;
+    for (int s = 0; s <= ns; s++) {
+        live += made[s];
+        peak = live > peak ? live : peak;
+        live -= freed[s];
+    }
+done:
+    PyMem_Free(made);
+    PyMem_Free(freed);
+    PyMem_Free(view);
     return peak;
 }
 
@@ -965,28 +966,36 @@ static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace
     int nb = c->nbuffers, ns = c->nsteps, r = -1;
     int *first = PyMem_Calloc((size_t)nb + 1, sizeof(int));
     int *last = PyMem_Calloc((size_t)nb + 1, sizeof(int));
-    int *slot = PyMem_Calloc((size_t)nb + 1, sizeof(int));
-    if (!first || !last || !slot)
+    int *born = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    int *drop = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    int *make = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    if (!first || !last || !born || !drop || !make) {
+        PyErr_NoMemory();
         goto done;
+    }
     step_spans(c, first, last);
-    for (int b = 0; b < nb; b++)   /* made by us, not in scratch: before its first step */
-        slot[b] = b >= c->ninputs && c->buf_alloc[b] && c->scratch_off[b] < 0
-                      ? (first[b] < ns ? first[b] : 0) : -1;
-    if (bucket(slot, nb, ns + 1, &c->make_at, &c->make_list))
-        goto done;
-    for (int b = 0; b < nb; b++)   /* a tensor: after its last step */
-        slot[b] = b >= c->ninputs && c->scratch_off[b] < 0 && last[b] >= 0 ? last[b] : -1;
+    for (int b = 0; b < nb; b++) {
+        int tensor = b >= c->ninputs && c->scratch_off[b] < 0;
+        born[b] = tensor ? (first[b] < ns ? first[b] : 0) : -1;   /* touched by no step: at 0 */
+        drop[b] = tensor && last[b] >= 0 ? last[b] : -1;
+    }
     for (int o = 0; o < c->noutputs; o++)
-        slot[c->outputs[o]] = -1;
-    r = bucket(slot, nb, ns, &c->drop_at, &c->drop_list);
-    if (!r)
-        c->peak_bytes = peak_bytes(c, plan, t, first);
+        drop[c->outputs[o]] = -1;
+    for (int b = 0; b < nb; b++)   /* made by us: before its first step (extern results: by it) */
+        make[b] = c->buf_alloc[b] ? born[b] : -1;
+    if (bucket(make, nb, ns + 1, &c->make_at, &c->make_list) ||
+        bucket(drop, nb, ns, &c->drop_at, &c->drop_list)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    c->peak_bytes = peak_bytes(c, plan, t, born, drop);
+    r = c->peak_bytes < 0 ? -1 : 0;
 done:
     PyMem_Free(first);
     PyMem_Free(last);
-    PyMem_Free(slot);
-    if (r)
-        PyErr_NoMemory();
+    PyMem_Free(born);
+    PyMem_Free(drop);
+    PyMem_Free(make);
     return r;
 }
 
