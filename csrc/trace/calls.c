@@ -402,31 +402,28 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     }
     int pointwise = nbound >= 0;
-    int argv[CDY_MAX_NODE_ARGS], ntensors = 0;
+    int argv[CDY_MAX_NODE_ARGS];
     if (pointwise)
         for (int i = 0; i < nbound && pointwise; i++)
             pointwise = (argv[i] = arg_value(tr, bound[i])) >= 0;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    if (!pointwise && (ntensors = tensor_args(args, nargs, argv)) < 0) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: more than %d tensor arguments", what,
-                    CDY_MAX_NODE_ARGS);
+    if (!pointwise)
+        return cdy_extern_node(tr, fn, what, args, nargs, kwnames, out);
+    if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
-    }
-    if (pointwise && eager_rejects(tr, op, argv, nbound, out, what))
-        return NULL;
-    if (pointwise && !c_meta && !(out = canonical_strides(tr, out)))
+    if (!c_meta && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
     tvar *v = cdy_tensor_node(tr, out, &idx);
     if (!v)
         return NULL;
     cdy_value *gv = &tr->t->graph.values[idx];
-    gv->op = pointwise ? op : CDY_OP_EXTERN;
-    gv->nargs = pointwise ? nbound : ntensors;
+    gv->op = op;
+    gv->nargs = nbound;
     memcpy(gv->args, argv, sizeof(int) * (size_t)gv->nargs);
     gv->compute_dtype = gv->meta.dtype;
-    if (pointwise && cdy_op_table[op].kind == 'C' &&
+    if (cdy_op_table[op].kind == 'C' &&
         (gv->compute_dtype = cdy_result_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
         return NULL;
@@ -434,6 +431,28 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (add_pynode(tr, fn, args, nargs, kwnames, idx))
         return NULL;
     return v;
+}
+
+/* An extern node for fn(*args) whose result on the fakes is out (see trace.h). */
+tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                      PyObject *kwnames, PyObject *out)
+{
+    int argv[CDY_MAX_NODE_ARGS], ntensors = tensor_args(args, nargs, argv);
+    if (ntensors < 0) {
+        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: more than %d tensor arguments", what,
+                    CDY_MAX_NODE_ARGS);
+        return NULL;
+    }
+    int idx;
+    tvar *v = cdy_tensor_node(tr, out, &idx);
+    if (!v)
+        return NULL;
+    cdy_value *gv = &tr->t->graph.values[idx];
+    gv->op = CDY_OP_EXTERN;
+    gv->nargs = ntensors;
+    memcpy(gv->args, argv, sizeof(int) * (size_t)ntensors);
+    gv->compute_dtype = gv->meta.dtype;
+    return add_pynode(tr, fn, args, nargs, kwnames, idx) ? NULL : v;
 }
 
 int cdy_const_int(const tvar *t, long long *out)

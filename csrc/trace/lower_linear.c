@@ -48,17 +48,7 @@ static tvar *lower_linear(tracer *tr, const cdy_lower_call *call)
     if (cdy_guard_grad_mode(tr, 0))
         return NULL;
     tvar *args[3] = {s[0], s[1], has_b ? s[2] : cdy_tv_const(tr, Py_NewRef(Py_None))};
-    int idx;
-    tvar *y = args[2] ? cdy_tensor_node(tr, call->out, &idx) : NULL;
-    if (!y)
-        return NULL;
-    cdy_value *gv = &tr->t->graph.values[idx];
-    gv->op = CDY_OP_EXTERN;
-    gv->nargs = 2 + has_b;
-    for (int i = 0; i < gv->nargs; i++)
-        gv->args[i] = args[i]->value;
-    gv->compute_dtype = gv->meta.dtype;
-    return cdy_add_pynode(tr, pl, args, 3, NULL, idx) ? NULL : y;
+    return args[2] ? cdy_extern_node(tr, pl, call->what, args, 3, NULL, call->out) : NULL;
 }
 
 /* X(name, where, lowering): see cdy_lowering in trace.h. */

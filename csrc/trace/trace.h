@@ -156,6 +156,11 @@ tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, in
 /* Record fn(*args, **kw) (tensors: tvars) as the call the eager backend
  * replays to compute value v; 0, or -1 when stopped. */
 int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int v);
+/* An extern node running fn(*args, **kw) (the tensors among args, in lists
+ * too, are its args) whose result on the fakes is the tensor out, with the
+ * call recorded as its pynode; fn is not called.  Its tvar, or NULL when stopped. */
+tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
+                      PyObject *kwnames, PyObject *out);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 
