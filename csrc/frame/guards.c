@@ -61,31 +61,24 @@ static PyObject *src_base(const cdy_src *s, PyObject *const *locals, PyObject *g
 /* Step i of s from v (borrowed): a new reference, or NULL with an error set. */
 static PyObject *src_step(const cdy_src *s, int i, PyObject *v)
 {
-    PyObject *next;
-    {
-        if (!s->item[i] && Py_IS_TYPE(v, &PyModule_Type) &&
-            PyUnicode_READ_CHAR(s->attrs[i], 0) != '_') {
-            /* a module's plain attribute is its dict's item (the module type
-             * defines only dunder names); a miss goes the generic way, to a
-             * module __getattr__ */
-            next = PyDict_GetItemWithError(PyModule_GetDict(v), s->attrs[i]);
-            if (next)
-                Py_INCREF(next);
-            else if (!PyErr_Occurred())
-                next = PyObject_GetAttr(v, s->attrs[i]);
-        }
-        else if (!s->item[i])
-            next = PyObject_GetAttr(v, s->attrs[i]);
-        else if (PyDict_CheckExact(v)) {
-            next = PyDict_GetItemWithError(v, s->attrs[i]);
-            if (!next && !PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, s->attrs[i]);
-            Py_XINCREF(next);
-        }
-        else
-            next = PyObject_GetItem(v, s->attrs[i]);
+    PyObject *key = s->attrs[i], *next;
+    if (!s->item[i] && Py_IS_TYPE(v, &PyModule_Type) && PyUnicode_READ_CHAR(key, 0) != '_') {
+        /* a module's plain attribute is its dict's item (the module type
+         * defines only dunder names); a miss goes the generic way, to a
+         * module __getattr__ */
+        next = PyDict_GetItemWithError(PyModule_GetDict(v), key);
+        if (next)
+            return Py_NewRef(next);
+        return PyErr_Occurred() ? NULL : PyObject_GetAttr(v, key);
     }
-    return next;
+    if (!s->item[i])
+        return PyObject_GetAttr(v, key);
+    if (!PyDict_CheckExact(v))
+        return PyObject_GetItem(v, key);
+    next = PyDict_GetItemWithError(v, key);
+    if (!next && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, key);
+    return Py_XNewRef(next);
 }
 
 /* Value of s at frame entry; new reference or NULL with an error set. */

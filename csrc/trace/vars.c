@@ -429,11 +429,12 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not on the CPU", desc);
     else if (lay != cdy_strided_layout)
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not strided (sparse or mkldnn)", desc);
-    else if (rg == Py_True && tr->t->grad_enabled &&
-             !cdy_guard_grad_mode(tr, 1))   /* the eager entry is for grad mode only */
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
-                    "tensor '%s' requires grad and grad mode is on: autograd is not supported "
-                    "(run under torch.no_grad() or torch.inference_mode())", desc);
+    else if (rg == Py_True && tr->t->grad_enabled) {
+        if (!cdy_guard_grad_mode(tr, 1))   /* the eager entry is for grad mode only */
+            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
+                        "tensor '%s' requires grad and grad mode is on: autograd is not "
+                        "supported (run under torch.no_grad() or torch.inference_mode())", desc);
+    }
     else {
         cdy_meta m;
         PyObject *fake = make_fake(x, dt);
