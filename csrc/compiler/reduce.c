@@ -348,7 +348,8 @@ static char *cg_red_linear(cg_ctx *c, const cg_nest *rn)
 }
 
 /* One reduction kernel being emitted: its node(s), loops and parameters. */
-#define CG_RED_LANES 16   /* double partial sums of a float32 row sum (cg_red_lanes) */
+#define CG_RED_LANES 16   /* partial sums of a float32 row sum (cg_red_lanes) */
+#define CG_RED_CHUNK 256  /* elements a float lane set sums before its flush into double */
 
 typedef struct {
     int v;                       /* the node whose variant runs */
@@ -487,13 +488,15 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
  * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
  * mode the innermost loop is over the block (j, the last outer loop's index
  * i<last> = ib + j), the accumulators read from and written to arrays. */
-/* 1 if pass `pass` of kernel r sums float32 elements in double over an
- * innermost reduced loop that runs on one thread and whose length is a
- * multiple of CG_RED_LANES: then CG_RED_LANES independent double partial
- * sums let it vectorize without one long dependency chain (a single
- * accumulator made the row sum latency-bound).  Double keeps the result
- * within rounding of the exact sum, so it matches eager's cascaded float sum
- * to eager's own accuracy; float partial sums did not. */
+/* 1 if pass `pass` of kernel r sums float32 elements over an innermost
+ * reduced loop that runs on one thread and whose length is a multiple of
+ * CG_RED_LANES: then CG_RED_LANES independent float partial sums let it
+ * vectorize without one long dependency chain (a single accumulator made the
+ * row sum latency-bound).  Each lane adds at most CG_RED_CHUNK / CG_RED_LANES
+ * floats before it is flushed into a double lane, so the result stays within
+ * eager's cascaded float sum's accuracy; summing every element in double cost
+ * two conversions per 8 floats and ran 1.3-1.6x slower than eager on a
+ * 4096x1024 row sum, and float lanes over the whole row lost accuracy. */
 static int cg_red_lanes(const cg_red_kernel *r, int pass)
 {
     int v = r->variant;
@@ -517,12 +520,21 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
     for (int d = 0; d < rn->ndim; d++, ind++) {
         int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
                                                            !r->block;
-        if (inner && lanes) {   /* CG_RED_LANES partial sums, vectorized, added at the end */
+        if (inner && lanes) {   /* float lanes per chunk, flushed into double lanes */
+            long long n = (long long)rn->size[d];
             cg_indent(b, ind);
             cdy_buf_printf(b, "double accv[%d] = {0};\n", CG_RED_LANES);
             cg_indent(b, ind);
-            cdy_buf_printf(b, "for (int64_t r%dc = 0; r%dc < %lldLL; r%dc += %d) {\n", d, d,
-                           (long long)rn->size[d], d, CG_RED_LANES);
+            cdy_buf_printf(b, "for (int64_t r%db = 0; r%db < %lldLL; r%db += %d) {\n", d, d, n, d,
+                           CG_RED_CHUNK);
+            cg_indent(b, ++ind);
+            cdy_buf_printf(b, "float accf[%d] = {0};\n", CG_RED_LANES);
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "const int64_t r%de = r%db + %d < %lldLL ? r%db + %d : %lldLL;\n", d, d,
+                           CG_RED_CHUNK, n, d, CG_RED_CHUNK, n);
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "for (int64_t r%dc = r%db; r%dc < r%de; r%dc += %d) {\n", d, d, d, d, d,
+                           CG_RED_LANES);
             cg_indent(b, ++ind);
             cdy_buf_puts(b, "#pragma omp simd\n");
             cg_indent(b, ind);
@@ -531,9 +543,9 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
             cg_indent(b, ind + 1);
             cdy_buf_printf(b, "const int64_t r%d = r%dc + r%dj;\n", d, d, d);
             cg_indent(b, ind + 1);
-            /* -0.0: x + -0.0 is x for every x, so GCC drops the add (x + 0.0
-             * is not: -0.0 + 0.0 is 0.0); the lane's value is the same */
-            cdy_buf_puts(b, "double acc = -0.0;   /* this element's share of lane r");
+            /* -0.0f: x + -0.0f is x for every x, so GCC drops the add (x + 0.0f
+             * is not: -0.0f + 0.0f is 0.0f); the lane's value is the same */
+            cdy_buf_puts(b, "float acc = -0.0f;   /* this element's share of lane r");
             cdy_buf_printf(b, "%dj */\n", d);
             continue;
         }
@@ -587,18 +599,29 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     } else {
-        cg_red_lines(b, update, &r->env, ind);
+        cg_red_env env = r->env;
+        if (lanes)
+            env.acct = "float";   /* the element's share, added to a float lane */
+        cg_red_lines(b, update, &env, ind);
     }
     if (r->block)
         cg_red_block_vars(c, r, ind, pass ? CG_RV_STATE : CG_RV_ACC, 's');
     if (lanes) {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "accv[r%dj] += acc;\n", rl);
+        cdy_buf_printf(b, "accf[r%dj] += acc;\n", rl);
     }
     while (--ind >= oind) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
-        if (lanes && ind == oind + rl) {   /* closed the chunk loop: add up the lanes */
+        if (lanes && ind == oind + rl + 1) {   /* closed a chunk: flush its float lanes */
+            cg_indent(b, ind);
+            cdy_buf_puts(b, "#pragma omp simd\n");
+            cg_indent(b, ind);
+            cdy_buf_printf(b, "for (int j = 0; j < %d; j++)\n", CG_RED_LANES);
+            cg_indent(b, ind + 1);
+            cdy_buf_puts(b, "accv[j] += (double)accf[j];\n");
+        }
+        if (lanes && ind == oind + rl) {   /* closed the row: add up the double lanes */
             cg_indent(b, ind);
             cdy_buf_printf(b, "for (int j = 0; j < %d; j++)\n", CG_RED_LANES);
             cg_indent(b, ind + 1);
