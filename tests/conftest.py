@@ -25,6 +25,8 @@ def fresh_cdynamo(tmp_path, monkeypatch):
     monkeypatch.setenv("CDYNAMO_CACHE_DIR", str(cache))
     monkeypatch.setattr(cdynamo.config, "cache_dir", str(cache))
     monkeypatch.setattr(cdynamo.config, "cache_size_limit", cdynamo.config.cache_size_limit)
+    # every test draws the same random inputs whatever ran before it (and with -k, -x)
+    torch.manual_seed(0)
     cdynamo.reset()
     yield cache
     cdynamo.reset()
@@ -68,7 +70,10 @@ def assert_same(expected, actual, transcendental=False):
         assert actual.stride() == expected.stride(), (expected.stride(), actual.stride())
     if expected.dtype.is_floating_point:
         if transcendental and expected.dtype == torch.float32:
-            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+            # atol: eager's own float32 GELU is up to 1.05e-6 from the exact value near
+            # x = -3.5 (measured against float64; ours 2.6e-7), so two correct
+            # approximations may differ by that much on results near zero
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=2e-6, equal_nan=True)
         else:
             torch.testing.assert_close(actual, expected, equal_nan=True)
     else:
