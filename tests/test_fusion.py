@@ -302,3 +302,41 @@ def test_fused_attention_result_keeps_the_kernels_layout(heads_first):
     c = _attention_matches_eager(attn, q, k, v)
     assert _externs(c) == 1
     assert _kernels(c) == (1 if heads_first else 0)
+
+
+def test_norm_read_only_by_its_epilogue_is_not_stored():
+    # gelu(layer_norm(x)): the normalized rows feed only the fused gelu, so the
+    # kernel writes the gelu output alone (one store stream, not two)
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    check(lambda x, w, b: F.gelu(F.layer_norm(x, (64,), w, b)), x, w, b, transcendental=True)
+    c = _compiled()
+    assert _kernels(c) == 1
+    assert "(not stored) out_ptr0" in c.ir_post_fusion
+    kernel = c.source[c.source.index("CDY_EXPORT void kernel_"):]
+    assert "out_ptr0[" not in kernel and "out_ptr1[" in kernel
+
+
+def _ln_returned(x):
+    y = F.layer_norm(x, (64,))
+    return y, F.gelu(y)
+
+
+def _ln_reduced(x):
+    y = F.layer_norm(x, (64,))
+    return F.gelu(y) + y.amax()
+
+
+def _gn_returned(x):
+    y = F.group_norm(x.view(2, 4, 64), 2)
+    return y, y * 2
+
+
+@pytest.mark.parametrize("fn", [_ln_returned, _ln_reduced, _gn_returned,
+                                lambda x: torch.softmax(x, -1) * 2], ids=lambda f: f.__name__)
+def test_row_result_is_stored_when_something_else_reads_it(fn):
+    x = torch.randn(8, 64)
+    check(fn, x, transcendental=True)
+    c = _compiled()
+    assert "(not stored)" not in c.ir_post_fusion
+    kernel = c.source[c.source.index("CDY_EXPORT void kernel_"):]
+    assert "out_ptr0[" in kernel

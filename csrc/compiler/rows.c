@@ -181,6 +181,7 @@ typedef struct {
     int col;                     /* column mode: see cg_row_columns */
     int nout;                    /* outputs: v, then the realized epilogue nodes */
     int *outs;
+    int store;                   /* 0: v's result is not stored (cg_row_unread) */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -288,6 +289,8 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr)
     if (!expr)
         return cg_fail(c, "out of memory");
     int epi = k->nout > 1;
+    if (!k->store)
+        return cg_row_pass(k, ind, "", 2, cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr));
     return cg_row_pass(k, ind, "", epi ? 2 : prologue,
                        cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr, k->out, k->v));
 }
@@ -364,9 +367,10 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
                    k->col ? "; column mode: blocks of columns, column loop innermost" : "");
     cg_ir_fuses(c, ir, kn);
     for (int o = 0; o < k->nops; o++) {
-        cdy_buf_puts(ir, k->ops[o].is_out ? "  store " : "  load  ");
+        int unused = o == k->first && !k->store;
+        cdy_buf_puts(ir, unused ? "  (not stored) " : k->ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, k->ops, k->nops, o);
-        cdy_buf_puts(ir, "\n");
+        cdy_buf_puts(ir, unused ? ": only its fused epilogue reads it\n" : "\n");
     }
     cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the rows"
                                               : "no: small, or one row");
@@ -399,6 +403,26 @@ static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
     return 1;
 }
 
+/* 1 when norm node v's result needs no store: not a graph output, and every
+ * node reading it is a realized (stored) pointwise node of its epilogue, so
+ * no later kernel reads v.  Softmax always stores (its exps live there). */
+static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
+{
+    const cdy_graph *g = c->g;
+    int op = g->values[v].op;
+    if (op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX)
+        return 0;
+    for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o] == v)
+            return 0;
+    for (int u = 0; u < g->nvalues; u++)
+        for (int a = 0; a < g->values[u].nargs; a++)
+            if (g->values[u].args[a] == v &&
+                (!epi[u] || u == v || c->val_buf[u] < 0 || cg_is_view(g, u)))
+                return 0;
+    return 1;
+}
+
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
  * k->outs = v, then the realized picked nodes (marked done: no other kernel
  * computes them).  0 or -1. */
@@ -421,6 +445,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
             c->done[u] = 1;
         }
     }
+    k->store = k->nout == 1 || !cg_row_unread(c, k->v, epi);
     return 0;
 }
 
