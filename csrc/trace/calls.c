@@ -347,6 +347,20 @@ static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *ou
     return NULL;
 }
 
+/* A graph node op(argv[0..nargs)) whose fake result is out, computed in its
+ * own dtype; its tensor variable (index in *idx), or NULL. */
+static tvar *op_node(tracer *tr, PyObject *out, int op, const int *argv, int nargs, int *idx)
+{
+    tvar *v = cdy_tensor_node(tr, out, idx);
+    if (!v)
+        return NULL;
+    cdy_value *gv = &tr->t->graph.values[*idx];
+    gv->op = op;
+    gv->nargs = nargs;
+    memcpy(gv->args, argv, sizeof(int) * (size_t)nargs);
+    gv->compute_dtype = gv->meta.dtype;
+    return v;
+}
 /* Call fn(*args) where args hold tensors: run it on the fakes for the
  * output meta; add a pointwise node for op when it is one we lower, else an
  * extern node.  `query`: the result is a constant (size(), dim(), ...). */
@@ -415,14 +429,10 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (!c_meta && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
-    tvar *v = cdy_tensor_node(tr, out, &idx);
+    tvar *v = op_node(tr, out, op, argv, nbound, &idx);
     if (!v)
         return NULL;
     cdy_value *gv = &tr->t->graph.values[idx];
-    gv->op = op;
-    gv->nargs = nbound;
-    memcpy(gv->args, argv, sizeof(int) * (size_t)gv->nargs);
-    gv->compute_dtype = gv->meta.dtype;
     if (cdy_op_table[op].kind == 'C' &&
         (gv->compute_dtype = cdy_result_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
         cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
@@ -444,14 +454,9 @@ tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, i
         return NULL;
     }
     int idx;
-    tvar *v = cdy_tensor_node(tr, out, &idx);
+    tvar *v = op_node(tr, out, CDY_OP_EXTERN, argv, ntensors, &idx);
     if (!v)
         return NULL;
-    cdy_value *gv = &tr->t->graph.values[idx];
-    gv->op = CDY_OP_EXTERN;
-    gv->nargs = ntensors;
-    memcpy(gv->args, argv, sizeof(int) * (size_t)ntensors);
-    gv->compute_dtype = gv->meta.dtype;
     return add_pynode(tr, fn, args, nargs, kwnames, idx) ? NULL : v;
 }
 
