@@ -375,6 +375,33 @@ def test_reset_clears_cache_entries_and_stats():
     assert cdynamo.stats()["frames_compiled"] == 1 and entries(f) == 1
 
 
+def test_reset_forgets_that_a_torch_module_was_optimized():
+    # nn.Linear.forward lives in torch, whose files the hook skips; optimize(lin)
+    # forces that code.  After reset() the hook treats it as in a fresh process
+    # again (a frame of it met on its own runs eagerly), and the optimized module
+    # forces it anew on its next call.
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    code = torch.nn.Linear.forward.__code__
+
+    def g(x):
+        x.tolist()            # a graph break first: lin's frame is met on its own
+        return lin(x) * 2
+
+    with torch.no_grad():
+        opt = cdynamo.optimize(lin)
+        assert_same(lin(x), opt(x))
+        assert cdynamo._C.cache_entry_count(code) == 1
+        cdynamo.reset()
+        gg = cdynamo.optimize(g)
+        assert_same(g(x), gg(x))
+        assert_same(g(x), gg(x))
+        assert cdynamo._C.cache_entry_count(code) == 0
+        assert cdynamo.stats()["frames_compiled"] == 0
+        assert_same(lin(x), opt(x))
+        assert cdynamo._C.cache_entry_count(code) == 1
+
+
 def test_two_wrappers_of_same_function_share_code_entries():
     a = cdynamo.optimize(body)
     b = cdynamo.optimize(body)

@@ -137,6 +137,13 @@ static int code_is_skipped(PyCodeObject *co)
 }
 
 /* The extra state of co, created on first sight; NULL on failure. */
+/* The state of a code object the hook has not met before: skipped where
+ * its file or flags say so, else traced. */
+static int first_state(PyCodeObject *co)
+{
+    return code_is_skipped(co) || code_is_skipped_by_flags(co) ? CODE_SKIP : CODE_TRACE;
+}
+
 static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
 {
     void *p = NULL;
@@ -149,7 +156,7 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
         return NULL;
     x->code = co;
     x->nargslots = cdy_code_nargslots(co);
-    x->state = state_if_new >= 0 ? state_if_new : (code_is_skipped(co) ? CODE_SKIP : CODE_TRACE);
+    x->state = state_if_new >= 0 ? state_if_new : first_state(co);
     if (x->state == CODE_TRACE && code_is_skipped_by_flags(co))
         x->state = CODE_SKIP;
     if (_PyCode_SetExtra((PyObject *)co, extra_index, x)) {
@@ -820,6 +827,31 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
 }
 
 /* Call fn with the hook on (or off, for disable) on this thread. */
+/* Mark the code of function fn as handed to optimize: traced even where
+ * its file is skipped (nn.Sequential.forward lives in torch); 0 or -1. */
+static int force_code(PyObject *fn)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    cdy_extra *x = get_extra(co, CODE_TRACE);
+    if (!x)
+        return -1;
+    if (x->state == CODE_SKIP && !code_is_skipped_by_flags(co))
+        x->state = CODE_TRACE;
+    x->forced = 1;
+    return 0;
+}
+
+/* 1 when fn's code is no longer marked forced (reset() cleared it). */
+static int force_lost(PyObject *fn)
+{
+    void *p = NULL;
+    if (_PyCode_GetExtra(PyFunction_GET_CODE(fn), extra_index, &p) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    return !p || !((cdy_extra *)p)->forced;
+}
+
 static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t nargsf,
                                 PyObject *kwnames)
 {
@@ -828,6 +860,8 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
     /* a direct hit runs no Python frame: the hook is not needed */
     if (o->enable && direct_call(o, args, nargsf, kwnames, &r))
         return r;
+    if (o->enable && PyFunction_Check(o->fn) && force_lost(o->fn) && force_code(o->fn))
+        return NULL;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = o->enable;
     if (o->enable) {
@@ -861,14 +895,8 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                             backend);
     /* the function handed to optimize is traced even where its file is
      * skipped (nn.Sequential.forward lives in torch) */
-    PyObject *code = enable && PyFunction_Check(fn) ? PyFunction_GET_CODE(fn) : NULL;
-    cdy_extra *x = code ? get_extra((PyCodeObject *)code, CODE_TRACE) : NULL;
-    if (code && !x)
+    if (enable && PyFunction_Check(fn) && force_code(fn))
         return NULL;
-    if (x && x->state == CODE_SKIP && !code_is_skipped_by_flags((PyCodeObject *)code))
-        x->state = CODE_TRACE;
-    if (x)
-        x->forced = 1;
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
         return NULL;
@@ -953,6 +981,12 @@ PyObject *cdy_frame_reset(void)
 {
     for (cdy_extra *x = all_extras; x; x = x->next) {
         extra_clear_entries(x);
+        /* forget what was learnt of the code too: a frame skipped for having
+         * no tensor op, a code forced by an optimize() (its next call forces
+         * it again); generated code stays shadow */
+        if (x->state != CODE_SHADOW)
+            x->state = first_state(x->code);
+        x->forced = 0;
     }
     memset(&cdy_stats, 0, sizeof(cdy_stats));
     Py_RETURN_NONE;
