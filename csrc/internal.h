@@ -203,6 +203,16 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path,
 PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single);
 int cdy_runtime_init(PyObject *torch);
 
+/* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
+int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
+int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be used */
+int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
+/* A new tensor of m (its data in *data), or NULL + error. */
+PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
+PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
+PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
+PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
+
 /* ---- bytecode -------------------------------------------------------------- */
 /* The transformed code: call global `fn_name` with the graph inputs and
  * rebuild the return value.  New reference or NULL (exception set). */

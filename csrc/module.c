@@ -153,6 +153,11 @@ static PyMethodDef module_methods[] = {
     {"stats", py_stats, METH_NOARGS, "counters of the frame hook and compiler"},
     {"reset", py_reset, METH_NOARGS, "forget every compiled entry and reset counters"},
     {"set_log_topics", py_set_log_topics, METH_O, "enable log topics"},
+    {"set_output_pool_bytes", cdy_mempool_py_set_limit, METH_O,
+     "cache at most n bytes of freed graph tensors for reuse (0: no pool)"},
+    {"output_pool_stats", cdy_mempool_py_stats, METH_NOARGS, "the tensor pool's counters"},
+    {"clear_output_pool", cdy_mempool_py_clear, METH_NOARGS,
+     "free the pool's cached blocks and zero its counters"},
     {NULL},
 };
 
@@ -184,7 +189,8 @@ PyMODINIT_FUNC PyInit__C(void)
     cdy_tensor_type = PyObject_GetAttrString(cdy_torch, "Tensor");
     cdy_strided_layout = PyObject_GetAttrString(cdy_torch, "strided");
     cdy_empty_tuple = PyTuple_New(0);
-    if (!cdy_tensor_type || !cdy_strided_layout || !cdy_empty_tuple || cdy_runtime_init(cdy_torch))
+    if (!cdy_tensor_type || !cdy_strided_layout || !cdy_empty_tuple || cdy_runtime_init(cdy_torch) ||
+        cdy_mempool_init(cdy_torch))
         goto fail;
     if (PyType_Ready(&cdy_compiled_type) < 0)
         goto fail;

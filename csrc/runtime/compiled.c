@@ -1,7 +1,8 @@
 /* compiled.c - CompiledGraph: the callable that the patched bytecode calls.
  *
- * C backend: allocates the output buffers through torch.empty_strided with
- * the meta eager would give (buffers only kernels read live in one block of
+ * C backend: makes the output buffers with the meta eager would give, from
+ * the block pool (runtime/mempool.c) or else through torch.empty_like /
+ * empty_strided (buffers only kernels read live in one block of
  * scratch memory the graph keeps between calls), reads every buffer's data
  * pointer and calls the kernels of a dlopen()ed shared object through libffi (cifs prepared once,
  * at load).  Eager backend: replays the traced torch calls.  Both take the
@@ -47,6 +48,8 @@ typedef struct {
     rt_kernel *kernels;
     PyObject **buf_meta;  /* per non-input buffer: (sizes, strides, dtype) */
     PyObject **buf_tmpl;  /* per buffer: a tensor of its meta to empty_like, or NULL */
+    cdy_meta *buf_cmeta;  /* per buffer: its meta (for the pool) */
+    char *buf_pool;       /* per buffer: may come from the pool (strides >= 0) */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
     int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor */
     size_t scratch_bytes; /* size of the scratch block (0: none) */
@@ -374,6 +377,11 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs)
 {
     for (int j = c->make_at[s]; j < c->make_at[s + 1]; j++) {
         int b = c->make_list[j];
+        if (c->buf_pool[b] && cdy_mempool_on()) {
+            if (!(bufs[b] = cdy_mempool_tensor(&c->buf_cmeta[b], &ptrs[b])))
+                return -1;
+            continue;
+        }
         bufs[b] = c->buf_tmpl[b]
                       ? PyObject_CallOneArg(empty_like, c->buf_tmpl[b])
                       : PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(c->buf_meta[b]),
@@ -524,6 +532,8 @@ static void compiled_dealloc(PyObject *self)
     }
     PyMem_Free(c->buf_meta);
     PyMem_Free(c->buf_tmpl);
+    PyMem_Free(c->buf_cmeta);
+    PyMem_Free(c->buf_pool);
     PyMem_Free(c->buf_alloc);
     PyMem_Free(c->scratch_off);
     PyMem_Free(c->scratch);
@@ -1097,11 +1107,13 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     c->buf_meta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject *));
     c->buf_tmpl = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(PyObject *));
     c->buf_alloc = PyMem_Calloc((size_t)plan->nbuffers + 1, 1);
+    c->buf_cmeta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(cdy_meta));
+    c->buf_pool = PyMem_Calloc((size_t)plan->nbuffers + 1, 1);
     c->nsteps = plan->nsteps;
     c->steps = PyMem_Calloc((size_t)plan->nsteps + 1, sizeof(cdy_step));
     c->value_buffer = PyMem_Calloc((size_t)plan->nvalues + 1, sizeof(int));
     if (!c->outputs || !c->kernels || !c->buf_meta || !c->buf_tmpl || !c->buf_alloc ||
-        !c->steps || !c->value_buffer) {
+        !c->buf_cmeta || !c->buf_pool || !c->steps || !c->value_buffer) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -1112,9 +1124,14 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     for (int k = 0; k < plan->nkernels; k++)
         if (load_kernel(c, plan, k))
             goto fail;
-    for (int b = plan->ninputs; b < plan->nbuffers; b++)
+    for (int b = plan->ninputs; b < plan->nbuffers; b++) {
         if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
+        c->buf_cmeta[b] = plan->buffers[b];
+        c->buf_pool[b] = 1;
+        for (int d = 0; d < plan->buffers[b].ndim; d++)
+            c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
+    }
     if (copy_pynodes(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
         plan_lifetimes(c, plan, t))
         goto fail;

@@ -22,6 +22,7 @@ __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "Cd
            "overhead_breakdown"]
 
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
+config.output_pool_mb = config.output_pool_mb   # the environment's size, to the C runtime
 # Frames from these files are never traced: torch's and the standard library's.
 # (cdynamo's own Python never runs under the hook: the hook is off while tracing.)
 _C.set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep,
@@ -92,8 +93,9 @@ def disable(fn):
 
 
 def reset():
-    """Forget all compiled code and counters."""
+    """Forget all compiled code and counters; free the tensor pool's cached blocks."""
     _C.reset()
+    _C.clear_output_pool()
     _support.clear()
 
 

@@ -1,7 +1,7 @@
 """cdynamo configuration. Read when a frame is compiled, never per call.
 
 Environment variables set the defaults: CDYNAMO_CC, CDYNAMO_CACHE_DIR, CDYNAMO_DISABLE,
-CDYNAMO_DEBUG.
+CDYNAMO_DEBUG, CDYNAMO_OUTPUT_POOL_MB.
 """
 import os
 import sys
@@ -45,8 +45,36 @@ debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
 debug_dir = None
 
 
+
+def _env_pool_mb():
+    v = os.environ.get("CDYNAMO_OUTPUT_POOL_MB", "")
+    try:
+        return max(0.0, float(v)) if v else 256.0
+    except ValueError:
+        return 256.0
+
+
 class _Config(types.ModuleType):
-    """The config module, with profile_kernels as a property that sets the C runtime's flag."""
+    """The config module, with profile_kernels and output_pool_mb as properties that set the
+    C runtime's state."""
+
+    @property
+    def output_pool_mb(self):
+        """MB of freed compiled-graph tensors kept for reuse (CDYNAMO_OUTPUT_POOL_MB, default
+        256). The tensors a compiled graph makes come from this pool, through torch's DLPack
+        exchange API: a reused block costs no allocation call and no page faults. Such a
+        tensor's storage cannot grow (resize_ to more elements raises, as for a tensor from
+        torch.from_dlpack); 0 turns the pool off and graphs allocate with torch.empty_like."""
+        return self.__dict__.get("_output_pool_mb", _env_pool_mb())
+
+    @output_pool_mb.setter
+    def output_pool_mb(self, mb):
+        from . import _C
+        mb = float(mb)
+        if mb < 0:
+            raise ValueError(f"cdynamo.config.output_pool_mb must be >= 0, got {mb}")
+        _C.set_output_pool_bytes(int(mb * (1 << 20)))
+        self.__dict__["_output_pool_mb"] = mb
 
     @property
     def profile_kernels(self):

@@ -1,0 +1,273 @@
+/* mempool.c - the tensors a compiled graph makes, from a pool of blocks.
+ *
+ * torch.empty_like called through the Python API costs 0.7-0.9 us per
+ * tensor (argument parsing, dispatch); a glibc allocation of many MB is
+ * mmap()ed and page-faulted again on every call once eager's frees have
+ * trimmed the heap.  Here a graph's tensor is a block of our own memory,
+ * handed to torch through the DLPack exchange API that torch publishes for
+ * C consumers (torch.Tensor.__dlpack_c_exchange_api__: a capsule holding a
+ * table of C functions; managed_tensor_to_py_object_no_sync wraps a
+ * DLManagedTensorVersioned as a torch.Tensor, about 0.25 us).  When torch
+ * frees the tensor's storage it calls the block's deleter, which puts the
+ * block back on its size class's free list, so the next call reuses memory
+ * that is already mapped.  The free lists hold at most cdy_mempool_limit
+ * bytes (cdynamo.config.output_pool_mb); a block over that is freed.
+ *
+ * The one visible difference from empty_like: torch cannot grow such a
+ * tensor's storage (resize_ to more elements raises, as for any tensor
+ * from torch.from_dlpack).  output_pool_mb = 0 turns the pool off.
+ *
+ * The deleter may run on any thread, with or without the GIL: the lists
+ * are guarded by a mutex of their own.  Only the DLPack 1.x ABI is used;
+ * its structs are declared below from the DLPack specification.          */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the DLPack 1.x ABI (dlpack.h, major version 1) ---------------------- */
+typedef struct { uint32_t major, minor; } dl_version;
+typedef struct { int32_t device_type, device_id; } dl_device;
+typedef struct { uint8_t code, bits; uint16_t lanes; } dl_dtype;
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_managed {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed;
+typedef struct dl_api_header {
+    dl_version version;
+    struct dl_api_header *prev_api;
+} dl_api_header;
+typedef struct {
+    dl_api_header header;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    int (*managed_tensor_to_py_object_no_sync)(dl_managed *tensor, void **out_py_object);
+    void *dltensor_from_py_object_no_sync;
+    void *current_work_stream;
+} dl_exchange_api;
+
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BOOL = 6, DL_CPU = 1 };
+
+/* ---- blocks ------------------------------------------------------------------ */
+#define MP_ALIGN 64          /* torch's CPU allocator alignment */
+#define MP_CLASSES 256       /* size classes: 64 B, then 4 per power of two */
+
+typedef struct mp_block {
+    dl_managed mt;           /* first: the deleter gets &mt */
+    int64_t shape[CDY_MAX_NDIM], strides[CDY_MAX_NDIM];
+    struct mp_block *next;   /* free list link */
+    size_t cap;              /* data bytes the block holds */
+    int cls;
+} mp_block;
+
+#define MP_HEADER ((sizeof(mp_block) + MP_ALIGN - 1) & ~(size_t)(MP_ALIGN - 1))
+
+static const dl_exchange_api *api;          /* NULL: torch has no exchange API */
+static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
+static mp_block *mp_free[MP_CLASSES];
+static int64_t mp_limit = (int64_t)256 << 20;
+static int64_t mp_cached;                   /* bytes on the free lists */
+static long long mp_hits, mp_misses, mp_live;
+
+/* Size class of n data bytes and its capacity in *cap. */
+static int mp_class(size_t n, size_t *cap)
+{
+    if (n <= MP_ALIGN) {
+        *cap = MP_ALIGN;
+        return 0;
+    }
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1));   /* 2^e < n <= 2^(e+1) */
+    size_t step = (size_t)1 << (e - 2);
+    size_t q = (n - ((size_t)1 << e) + step - 1) / step;          /* 1..4 */
+    *cap = (((size_t)1 << e) + q * step + MP_ALIGN - 1) & ~(size_t)(MP_ALIGN - 1);
+    return (e - 6) * 4 + (int)q;
+}
+
+/* DLPack type of cdynamo dtype d. */
+static dl_dtype mp_dltype(int d)
+{
+    const cdy_dtype_info *i = &cdy_dtype_table[d];
+    dl_dtype t = {DL_INT, (uint8_t)(8 * i->size), 1};
+    if (i->is_float)
+        t.code = DL_FLOAT;
+    else if (!i->is_int)
+        t.code = DL_BOOL;
+    else if (d == CDY_DT_UINT8)
+        t.code = DL_UINT;
+    return t;
+}
+
+/* Deleter torch calls when the tensor's storage dies: back to the free list. */
+static void mp_release(dl_managed *mt)
+{
+    mp_block *b = (mp_block *)mt;
+    pthread_mutex_lock(&mp_lock);
+    mp_live--;
+    int keep = b->cls < MP_CLASSES && mp_cached + (int64_t)b->cap <= mp_limit;
+    if (keep) {
+        b->next = mp_free[b->cls];
+        mp_free[b->cls] = b;
+        mp_cached += (int64_t)b->cap;
+    }
+    pthread_mutex_unlock(&mp_lock);
+    if (!keep)
+        free(b);
+}
+
+/* A block of class cls (capacity cap): from the free list, else new; NULL if out of memory. */
+static mp_block *mp_take(int cls, size_t cap)
+{
+    pthread_mutex_lock(&mp_lock);
+    mp_block *b = cls < MP_CLASSES ? mp_free[cls] : NULL;
+    if (b) {
+        mp_free[cls] = b->next;
+        mp_cached -= (int64_t)b->cap;
+        mp_hits++;
+    } else {
+        mp_misses++;
+    }
+    mp_live++;
+    pthread_mutex_unlock(&mp_lock);
+    if (!b && (b = aligned_alloc(MP_ALIGN, MP_HEADER + cap))) {
+        b->cap = cap;
+        b->cls = cls;
+    }
+    if (!b) {
+        pthread_mutex_lock(&mp_lock);
+        mp_live--;
+        pthread_mutex_unlock(&mp_lock);
+    }
+    return b;
+}
+
+/* Free every cached block while the lists hold more than limit bytes. */
+static void mp_trim(int64_t limit)
+{
+    mp_block *drop = NULL;
+    pthread_mutex_lock(&mp_lock);
+    for (int c = MP_CLASSES - 1; c >= 0 && mp_cached > limit; c--)
+        while (mp_free[c] && mp_cached > limit) {
+            mp_block *b = mp_free[c];
+            mp_free[c] = b->next;
+            mp_cached -= (int64_t)b->cap;
+            b->next = drop;
+            drop = b;
+        }
+    pthread_mutex_unlock(&mp_lock);
+    while (drop) {
+        mp_block *n = drop->next;
+        free(drop);
+        drop = n;
+    }
+}
+
+/* Find torch's exchange API; without one (older torch) the pool stays off.  0. */
+int cdy_mempool_init(PyObject *torch)
+{
+    PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
+    PyObject *cap = tensor ? PyObject_GetAttrString(tensor, "__dlpack_c_exchange_api__") : NULL;
+    const dl_exchange_api *a =
+        cap && PyCapsule_CheckExact(cap) ? PyCapsule_GetPointer(cap, "dlpack_exchange_api") : NULL;
+    if (a && a->header.version.major == 1 && a->managed_tensor_to_py_object_no_sync)
+        api = a;   /* torch keeps the table alive for the process */
+    Py_XDECREF(cap);
+    Py_XDECREF(tensor);
+    PyErr_Clear();
+    return 0;
+}
+
+/* Whether cdy_mempool_tensor may be used. */
+int cdy_mempool_on(void)
+{
+    return api && mp_limit > 0;
+}
+
+/* Elements that meta m's strides span (0 for no elements); strides must be >= 0. */
+int64_t cdy_mempool_extent(const cdy_meta *m)
+{
+    int64_t extent = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        extent += (m->sizes[d] - 1) * m->strides[d];
+    }
+    return extent;
+}
+
+/* A new tensor of meta m (strides >= 0) in a pool block, its data pointer in
+ * *data; NULL with error set. */
+PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data)
+{
+    size_t cap, bytes = (size_t)cdy_mempool_extent(m) * (size_t)cdy_dtype_table[m->dtype].size;
+    int cls = mp_class(bytes, &cap);
+    mp_block *b = mp_take(cls, cap);
+    if (!b)
+        return PyErr_NoMemory();
+    memset(&b->mt, 0, sizeof b->mt);
+    b->mt.version.major = 1;
+    b->mt.deleter = mp_release;
+    dl_tensor *t = &b->mt.dl_tensor;
+    t->data = (char *)b + MP_HEADER;
+    t->device.device_type = DL_CPU;
+    t->ndim = m->ndim;
+    t->dtype = mp_dltype(m->dtype);
+    memcpy(b->shape, m->sizes, sizeof(int64_t) * (size_t)m->ndim);
+    memcpy(b->strides, m->strides, sizeof(int64_t) * (size_t)m->ndim);
+    t->shape = b->shape;
+    t->strides = b->strides;
+    void *obj = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(&b->mt, &obj))
+        return NULL;   /* torch raised; whether it called the deleter is unknown: the block is left */
+    *data = t->data;
+    return obj;
+}
+
+/* _C.set_output_pool_bytes(n): cache at most n bytes of free blocks (0: no pool). */
+PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "output pool size must be >= 0");
+        return NULL;
+    }
+    pthread_mutex_lock(&mp_lock);
+    mp_limit = n;
+    pthread_mutex_unlock(&mp_lock);
+    mp_trim(n);
+    Py_RETURN_NONE;
+}
+
+/* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit. */
+PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused)
+{
+    pthread_mutex_lock(&mp_lock);
+    long long h = mp_hits, mi = mp_misses, live = mp_live, cached = mp_cached, lim = mp_limit;
+    pthread_mutex_unlock(&mp_lock);
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L}", "enabled",
+                         cdy_mempool_on() ? Py_True : Py_False, "hits", h, "misses", mi, "live", live,
+                         "cached_bytes", cached, "limit_bytes", lim);
+}
+
+/* _C.clear_output_pool(): free the cached blocks and zero the hit counters. */
+PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused)
+{
+    mp_trim(0);
+    pthread_mutex_lock(&mp_lock);
+    mp_hits = mp_misses = 0;
+    pthread_mutex_unlock(&mp_lock);
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,162 @@
+"""The pool behind the tensors a compiled graph makes (csrc/runtime/mempool.c).
+
+A graph's outputs are blocks of cdynamo's own memory handed to torch through the DLPack
+exchange API; when torch frees one, the block goes back to a free list and the next call
+reuses it. These tests check that a block is reused only once nothing can see it any more
+(no output, view or other tensor sharing its storage), that results, dtypes and strides are
+eager's, and that config.output_pool_mb bounds and turns off the pool."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _C
+
+pytestmark = pytest.mark.skipif(not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+                                reason="this torch has no DLPack exchange API: the pool is off")
+
+
+@pytest.fixture(autouse=True)
+def pool_default():
+    cdynamo.config.output_pool_mb = 256
+    yield
+    cdynamo.config.output_pool_mb = 256
+
+
+def _stats():
+    return _C.output_pool_stats()
+
+
+def test_a_freed_output_is_reused_by_the_next_call():
+    f = cdynamo.optimize(lambda x: x * 2 + 1)
+    x = torch.randn(1000)
+    torch.testing.assert_close(f(x), x * 2 + 1)
+    del_before = _stats()
+    for _ in range(5):
+        torch.testing.assert_close(f(x), x * 2 + 1)
+    s = _stats()
+    assert s["enabled"]
+    assert s["hits"] - del_before["hits"] == 5
+    assert s["misses"] == del_before["misses"]
+    assert s["live"] == 0
+    assert s["cached_bytes"] >= 4000
+
+
+def test_outputs_alive_at_once_never_share_memory():
+    f = cdynamo.optimize(lambda x: x + 1)
+    xs = [torch.full((256,), float(i)) for i in range(6)]
+    ys = [f(x) for x in xs]
+    assert len({y.data_ptr() for y in ys}) == 6
+    for i, y in enumerate(ys):
+        torch.testing.assert_close(y, xs[i] + 1)
+
+
+def test_a_view_keeps_its_block_from_being_reused():
+    f = cdynamo.optimize(lambda x: x * 3)
+    x = torch.arange(64, dtype=torch.float32)
+    row = f(x)[10:20]   # the output itself is dropped; its storage lives in the view
+    gc.collect()
+    for _ in range(4):
+        f(torch.zeros(64))
+    torch.testing.assert_close(row, torch.arange(10, 20, dtype=torch.float32) * 3)
+    assert _stats()["live"] == 1
+
+
+def test_pooled_outputs_have_eagers_dtype_strides_and_values():
+    def g(a, b):
+        return a > b, a.to(torch.int8) * 3, a.double() - 1, (a * 2).to(torch.uint8), a + b
+
+    f = cdynamo.optimize(g)
+    a = torch.randn(2, 3, 5, 7).contiguous(memory_format=torch.channels_last) * 20
+    b = torch.randn(2, 3, 5, 7)
+    for _ in range(3):
+        got, exp = f(a, b), g(a, b)
+        for x, y in zip(got, exp):
+            assert x.dtype == y.dtype and x.stride() == y.stride()
+            torch.testing.assert_close(x, y)
+    assert _stats()["hits"] > 0
+
+
+def test_zero_size_and_scalar_outputs():
+    f = cdynamo.optimize(lambda x: (x + 1, x.sum() * 2))
+    for _ in range(3):
+        e = torch.empty(0, 4)
+        y, s = f(e)
+        assert y.shape == (0, 4)
+        torch.testing.assert_close(s, torch.tensor(0.0))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x)[1], x.sum() * 2)
+
+
+def test_a_tensor_freed_on_another_thread_returns_to_the_pool():
+    f = cdynamo.optimize(lambda x: x - 1)
+    x = torch.randn(4096)
+    box = [f(x)]
+    t = threading.Thread(target=box.clear)
+    t.start()
+    t.join()
+    before = _stats()
+    assert before["live"] == 0
+    torch.testing.assert_close(f(x), x - 1)
+    assert _stats()["hits"] == before["hits"] + 1
+
+
+def test_limit_bounds_the_cached_bytes_and_zero_turns_the_pool_off():
+    f = cdynamo.optimize(lambda x: x * 0.5)
+    x = torch.randn(256, 1024)                  # 1 MB output
+    ys = [f(x) for _ in range(8)]
+    cdynamo.config.output_pool_mb = 2
+    del ys
+    s = _stats()
+    assert 0 < s["cached_bytes"] <= 2 << 20
+    cdynamo.config.output_pool_mb = 0
+    s = _stats()
+    assert s["cached_bytes"] == 0 and not s["enabled"]
+    before = s["hits"] + s["misses"]
+    y = f(x)
+    torch.testing.assert_close(y, x * 0.5)
+    assert _stats()["hits"] + _stats()["misses"] == before
+    y.resize_(512, 1024)                         # an ordinary storage grows
+    assert y.shape == (512, 1024)
+
+
+def test_a_pooled_output_cannot_grow_and_says_so():
+    f = cdynamo.optimize(lambda x: x + 2)
+    y = f(torch.randn(16))
+    y.resize_(8)                                 # shrinking is fine
+    with pytest.raises(RuntimeError, match="not resizable"):
+        y.resize_(1000)
+
+
+def test_reset_frees_the_cached_blocks():
+    f = cdynamo.optimize(lambda x: x + 2)
+    f(torch.randn(1000))
+    assert _stats()["cached_bytes"] > 0
+    cdynamo.reset()
+    s = _stats()
+    assert s["cached_bytes"] == 0 and s["hits"] == 0 and s["misses"] == 0
+
+
+def test_bad_pool_size_is_a_value_error():
+    with pytest.raises(ValueError, match="output_pool_mb"):
+        cdynamo.config.output_pool_mb = -1
+    with pytest.raises(ValueError):
+        _C.set_output_pool_bytes(-5)
+
+
+def test_environment_sets_the_pool_size():
+    code = ("import cdynamo; from cdynamo import _C; s = _C.output_pool_stats(); "
+            "print(s['limit_bytes'], s['enabled'], cdynamo.config.output_pool_mb)")
+    env = dict(os.environ, CDYNAMO_OUTPUT_POOL_MB="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["0", "False", "0.0"]
+    env["CDYNAMO_OUTPUT_POOL_MB"] = "1.5"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(3 << 19), "True", "1.5"]
