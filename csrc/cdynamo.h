@@ -291,7 +291,10 @@ typedef struct {
 /* A plan says how the runtime executes a compiled graph: its steps in order.
  * Buffers 0..ninputs-1 are the inputs; extern steps produce theirs; the
  * others (kernel outputs: graph outputs and values an extern reads) are
- * allocated per call with the meta given (buffer_alloc[b] = 1).            */
+ * allocated per call with the meta given (buffer_alloc[b] = 1), except
+ * those no kernel reads or writes (buffer_alloc[b] = CDY_BUF_UNUSED: a row
+ * kernel's result that only its fused epilogue uses), passed as NULL.     */
+#define CDY_BUF_UNUSED 2
 typedef struct {
     int ninputs;
     int nbuffers;
@@ -306,7 +309,7 @@ typedef struct {
     cdy_step *steps;
     int nvalues;
     int *value_buffer;       /* graph value -> buffer number, or -1 */
-    char *buffer_alloc;      /* per buffer: 1 if the runtime allocates it */
+    char *buffer_alloc;      /* per buffer: 1 if the runtime allocates it, CDY_BUF_UNUSED */
     char *ir_pre;            /* loop IR before fusion: one loop per graph node (malloc'd) */
     char *ir_post;           /* per kernel: loops, fused nodes, loads/stores, vectorized and
                               * parallel or not and why, fusion decisions (malloc'd) */

@@ -314,6 +314,8 @@ def test_norm_read_only_by_its_epilogue_is_not_stored():
     assert "(not stored) out_ptr0" in c.ir_post_fusion
     kernel = c.source[c.source.index("CDY_EXPORT void kernel_"):]
     assert "out_ptr0[" not in kernel and "out_ptr1[" in kernel
+    # and it gets no memory: no scratch, only the returned gelu is allocated
+    assert c.scratch_bytes == 0 and c.peak_buffer_bytes == 8 * 64 * 4
 
 
 def _ln_returned(x):

@@ -536,6 +536,8 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0]};
     if (cg_row_setup(c, &k, &rs))
         return -1;
+    if (!k.store)   /* the kernel's out_ptr0: never touched, no memory */
+        plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
     k.T = f32 ? "float" : "double";
     k.vexp = f32 ? "cdy_vexpf" : "exp";

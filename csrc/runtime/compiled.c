@@ -431,8 +431,10 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     i = c->nbuffers;
     if (c->scratch_bytes && !(scratch = scratch_take(c)))
         goto done;
-    for (int b = c->ninputs; scratch && b < c->nbuffers; b++)
-        if (c->scratch_off[b] >= 0)
+    for (int b = c->ninputs; b < c->nbuffers; b++)
+        if (c->buf_alloc[b] == CDY_BUF_UNUSED)
+            ptrs[b] = NULL;
+        else if (scratch && c->scratch_off[b] >= 0)
             ptrs[b] = (char *)scratch + c->scratch_off[b];
     if (make_bufs(c, 0, bufs, ptrs))
         goto done;
@@ -850,7 +852,7 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
-        if (b < c->ninputs || !c->buf_alloc[b] || tensor[b] || cdy_meta_numel(m) == 0)
+        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0)
             continue;
         int64_t extent = 1;
         for (int d = 0; d < m->ndim; d++)
@@ -985,7 +987,7 @@ static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace
     }
     step_spans(c, first, last);
     for (int b = 0; b < nb; b++) {
-        int tensor = b >= c->ninputs && c->scratch_off[b] < 0;
+        int tensor = b >= c->ninputs && c->scratch_off[b] < 0 && c->buf_alloc[b] != CDY_BUF_UNUSED;
         born[b] = tensor ? (first[b] < ns ? first[b] : 0) : -1;   /* touched by no step: at 0 */
         drop[b] = tensor && last[b] >= 0 ? last[b] : -1;
     }
@@ -1136,7 +1138,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         plan_lifetimes(c, plan, t))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
-        if (c->buf_alloc[b] && c->scratch_off[b] < 0)
+        if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
             c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");
     c->ir_pre = PyUnicode_FromString(plan->ir_pre ? plan->ir_pre : "");
