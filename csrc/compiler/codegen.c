@@ -38,7 +38,7 @@
     X(LOG, "$vlog$f($0)", NULL, NULL)                                        \
     X(SQRT, "sqrt$f($0)", NULL, NULL)                                        \
     X(RELU, "$0 < 0 ? 0 : $0", "$0 < 0 ? 0 : $0", "$0")                      \
-    X(SIGMOID, "($T)1 / (($T)1 + $vexp$f(-$0))", NULL, NULL)                 \
+    X(SIGMOID, "($T)1 / (($T)1 + $vexp_norm$f(-$0))", NULL, NULL)            \
     X(TANH, "$vtanh$f($0)", NULL, NULL)                                      \
     X(EQ, "$0 == $1", "$0 == $1", "$0 == $1")                                \
     X(NE, "$0 != $1", "$0 != $1", "$0 != $1")                                \
@@ -81,7 +81,7 @@
     X(GELU, "$1 == 0 ? $vgelu_exact$f($0)" \
       " : ($T)0.5 * $0 * (($T)1 + $vtanh$f(($T)0.79788456080286535588 * "   \
       "($0 + ($T)0.044715 * ($0 * $0 * $0))))", NULL, NULL)                  \
-    X(SILU, "$0 / (($T)1 + $vexp$f(-$0))", NULL, NULL)                       \
+    X(SILU, "$0 / (($T)1 + $vexp_norm$f(-$0))", NULL, NULL)                  \
     X(HARDSWISH, "$0 * ($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
     X(HARDSIGMOID, "($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
     X(SOFTPLUS, "$0 * $1 > $2 ? $0 : log1p$f($vexp$f($0 * $1)) / $1", NULL, NULL) \
