@@ -47,8 +47,11 @@ def breaks():
     return [b["reason"] for b in cdynamo._support.breaks]
 
 
-X = torch.randn(4, 6)
-Y = torch.randn(6)
+# drawn from their own generator: the values do not depend on which test modules were
+# collected (and drew from the global generator) before this one
+_GEN = torch.Generator().manual_seed(50)
+X = torch.randn(4, 6, generator=_GEN)
+Y = torch.randn(6, generator=_GEN)
 
 
 # ---- in-place methods on graph-internal tensors and on inputs ---------------------------
@@ -66,7 +69,9 @@ METHODS = {
     "tanh_": lambda t, y: t.tanh_(),
     "neg_": lambda t, y: t.neg_(),
     "abs_": lambda t, y: t.abs_(),
-    "exp_": lambda t, y: t.exp_(),
+    # scaled: run() feeds each call's result to the next, and exp(exp(exp(x))) turns
+    # eager's and our last-bit differences (both < 1 ulp) into 1e-5 for x near 1.3
+    "exp_": lambda t, y: t.mul_(0.25).exp_(),
     "zero_": lambda t, y: t.zero_(),
     "fill_": lambda t, y: t.fill_(2.5),
     "copy_": lambda t, y: t.copy_(y),
