@@ -418,3 +418,22 @@ def test_layer_norm_fused_weight_and_chain():
     lowered("row_layer_norm", kernels=1)
     check(lambda t, w, b: torch.softmax(F.layer_norm(t, (12,), w, b), -1).sum(-1), x, w, b)
     check(lambda t: F.layer_norm(t, t.shape[-2:]), make((3, 4, 5)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [512, 1000, 1024, 2100])
+def test_layer_norm_sums_in_lanes(dtype, n):
+    """Rows of 8 lane blocks or more sum into 64 float / 32 double partial
+    sums and a tail; results as eager's, with a fused prologue and affine."""
+    x, w, b = make((6, n), dtype) + 3, make((n,), dtype, seed=1), make((n,), dtype, seed=2)
+    check(lambda t, w, b: F.gelu(F.layer_norm(t * 2 - 1, (n,), w, b)), x, w, b)
+    lowered("row_layer_norm", kernels=1)
+    _, src = last()
+    assert "s_l[rl]" in src and "q_l[rl]" in src, src
+    nl = 64 if dtype == torch.float32 else 32
+    assert (f"r0 = {n // nl * nl}LL; r0 < {n}LL" in src) == (n % nl != 0), src
+    check(lambda t: F.layer_norm(t.t(), (n,)), make((n, 6), dtype))     # strided rows
+    check(lambda t: F.layer_norm(t, (100,)), make((6, 100), dtype))     # short rows: one sum
+    _, src = last()
+    assert "s_l[" not in src, src
+    check(lambda t: F.layer_norm(t, (4, n // 4)), make((3, 4, n // 4), dtype) * 50 + 7)
