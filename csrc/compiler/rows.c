@@ -3,7 +3,8 @@
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
- * (CG_ROW_FLOAT_ACC), then a final pass writing the row, which also computes
+ * (CG_ROW_FLOAT_ACC; long rows' sums in lanes, cg_row_sum), then a final
+ * pass writing the row, which also computes
  * the pointwise consumers of the result (the epilogue, cg_row_epilogue).
  * Softmax over a dim that is not innermost in memory runs in column mode
  * (cg_row_columns). */
