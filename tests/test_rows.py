@@ -437,3 +437,7 @@ def test_layer_norm_sums_in_lanes(dtype, n):
     _, src = last()
     assert "s_l[" not in src, src
     check(lambda t: F.layer_norm(t, (4, n // 4)), make((3, 4, n // 4), dtype) * 50 + 7)
+    gw, gb = make((6,), dtype, seed=3), make((6,), dtype, seed=4)
+    check(lambda t, w, b: F.group_norm(t + 1, 3, w, b), make((2, 6, n // 2), dtype), gw, gb)
+    lowered("row_group_norm", kernels=1)
+    assert ("s_l[rl]" in last()[1]) == (n // 2 >= 8 * nl)      # lanes over the innermost dim

@@ -284,19 +284,21 @@ static int cg_row_nlanes(const cg_rowk *k)
     return strcmp(k->A, "float") ? 32 : 64;
 }
 
-/* 1 when a sum over k's rows runs in lanes: one row dim, no column mode, at
- * least 8 lane blocks (shorter rows: the extra loops cost more than they
- * save; measured on 4M floats: 512-wide rows 433 -> 386 us, 1024-wide
- * 420 -> 307 us for the mean and variance passes, 256-wide no gain). */
+/* 1 when a sum over k's rows runs in lanes: no column mode, the innermost
+ * row dim at least 8 lane blocks long (shorter: the extra loops cost more
+ * than they save; measured on 4M floats: 512-wide rows 433 -> 386 us,
+ * 1024-wide 420 -> 307 us for the mean and variance passes, 256 no gain). */
 static int cg_row_use_lanes(const cg_rowk *k)
 {
-    return k->rn->ndim == 1 && !k->col && k->rn->size[0] >= 8 * cg_row_nlanes(k);
+    int last = k->rn->ndim - 1;
+    return !k->col && last >= 0 && k->rn->size[last] >= 8 * cg_row_nlanes(k);
 }
 
 /* A sum pass: acc (declared, 0) summed by the statement pre <lvalue> post for
- * each element.  In lanes when cg_row_use_lanes: the row's whole lane blocks
- * into <acc>_l[], the tail into acc, then the lanes folded into acc; else
- * one simd reduction. */
+ * each element.  In lanes when cg_row_use_lanes: inside the loops of the
+ * outer row dims, the innermost dim's whole lane blocks add into <acc>_l[],
+ * its tail into acc; then the lanes are folded into acc.  Else one simd
+ * reduction (cg_row_pass). */
 static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post)
 {
     cg_ctx *c = k->c;
@@ -306,10 +308,15 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         return cg_fail(c, "out of memory");
     if (!cg_row_use_lanes(k))
         return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
-    int nl = cg_row_nlanes(k);
-    long long n = (long long)k->rn->size[0], whole = n / nl * nl;
+    int nl = cg_row_nlanes(k), last = k->rn->ndim - 1, d0 = ind;
+    long long n = (long long)k->rn->size[last], whole = n / nl * nl;
     cg_indent(b, ind);
     cdy_buf_printf(b, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
+    for (int d = 0; d < last; d++, ind++) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
+                       (long long)k->rn->size[d], d);
+    }
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t rb = 0; rb < %lldLL; rb += %d) {\n", whole, nl);
     cg_indent(b, ind + 1);
@@ -317,7 +324,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
     cg_indent(b, ind + 1);
     cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) {\n", nl);
     cg_indent(b, ind + 2);
-    cdy_buf_puts(b, "const int64_t r0 = rb + rl;\n");
+    cdy_buf_printf(b, "const int64_t r%d = rb + rl;\n", last);
     if (cg_row_body(k, ind + 2, 1, cg_strf(c, "%s%s_l[rl]%s", pre, acc, post)))
         return -1;
     cg_row_close(b, ind, ind + 2);
@@ -325,14 +332,16 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         cg_indent(b, ind);
         cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r0 = %lldLL; r0 < %lldLL; r0++) {\n", whole, n);
+        cdy_buf_printf(b, "for (int64_t r%d = %lldLL; r%d < %lldLL; r%d++) {\n", last, whole,
+                       last, n, last);
         if (cg_row_body(k, ind + 1, 1, cg_strf(c, "%s%s%s", pre, acc, post)))
             return -1;
         cg_row_close(b, ind, ind + 1);
     }
-    cg_indent(b, ind);
+    cg_row_close(b, d0, ind);
+    cg_indent(b, d0);
     cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
-    cg_indent(b, ind);
+    cg_indent(b, d0);
     cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) %s += %s_l[rl];\n", nl, acc, acc);
     return 0;
 }
