@@ -420,24 +420,46 @@ def test_layer_norm_fused_weight_and_chain():
     check(lambda t: F.layer_norm(t, t.shape[-2:]), make((3, 4, 5)))
 
 
+def lanes(src, acc="s"):
+    """The lane count of sum `acc` in a kernel's source (0: one simd reduction)."""
+    for nl in (64, 32, 16, 8):
+        if f"{acc}_l[{nl}]" in src:
+            return nl
+    return 0
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [512, 1000, 1024, 2100])
+@pytest.mark.parametrize("n", [100, 512, 1000, 1024, 2100])
 def test_layer_norm_sums_in_lanes(dtype, n):
     """Rows of 8 lane blocks or more sum into 64 float / 32 double partial
-    sums and a tail; results as eager's, with a fused prologue and affine."""
+    sums and a tail; rows of one vector or more into one vector's lanes,
+    folded as a tree; shorter rows in one simd reduction.  Results as
+    eager's, with a fused prologue and affine."""
+    long, vec = (64, 16) if dtype == torch.float32 else (32, 8)
+    want = lambda m: long if m >= 8 * long else vec if m >= vec else 0
     x, w, b = make((6, n), dtype) + 3, make((n,), dtype, seed=1), make((n,), dtype, seed=2)
     check(lambda t, w, b: F.gelu(F.layer_norm(t * 2 - 1, (n,), w, b)), x, w, b)
     lowered("row_layer_norm", kernels=1)
     _, src = last()
-    assert "s_l[rl]" in src and "q_l[rl]" in src, src
-    nl = 64 if dtype == torch.float32 else 32
+    nl = want(n)
+    assert lanes(src, "s") == lanes(src, "q") == nl, src
     assert (f"r0 = {n // nl * nl}LL; r0 < {n}LL" in src) == (n % nl != 0), src
     check(lambda t: F.layer_norm(t.t(), (n,)), make((n, 6), dtype))     # strided rows
-    check(lambda t: F.layer_norm(t, (100,)), make((6, 100), dtype))     # short rows: one sum
-    _, src = last()
-    assert "s_l[" not in src, src
+    check(lambda t: F.layer_norm(t, (6,)), make((n, 6), dtype))         # short rows: one sum
+    assert lanes(last()[1]) == 0
     check(lambda t: F.layer_norm(t, (4, n // 4)), make((3, 4, n // 4), dtype) * 50 + 7)
     gw, gb = make((6,), dtype, seed=3), make((6,), dtype, seed=4)
     check(lambda t, w, b: F.group_norm(t + 1, 3, w, b), make((2, 6, n // 2), dtype), gw, gb)
     lowered("row_group_norm", kernels=1)
-    assert ("s_l[rl]" in last()[1]) == (n // 2 >= 8 * nl)      # lanes over the innermost dim
+    assert lanes(last()[1]) == want(n // 2)      # lanes over the innermost dim
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(8, 128, 128), (5, 40), (3, 7), (4, 1100)])
+def test_softmax_sum_in_lanes(log, shape):
+    x = make(shape) * 3
+    x[0, 1] = float("-inf")
+    fn = torch.log_softmax if log else torch.softmax
+    check(lambda t: fn(t, -1), x)
+    n = shape[-1]
+    assert lanes(last()[1], "sum") == (64 if n >= 512 else 16 if n >= 16 else 0)

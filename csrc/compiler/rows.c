@@ -277,38 +277,68 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
     return 0;
 }
 
-/* Lanes of a row sum: 64 float / 32 double partial sums (4 AVX-512
+/* Lanes of a long row's sum: 64 float / 32 double partial sums (4 AVX-512
  * registers), so consecutive vector adds do not wait on each other. */
 static int cg_row_nlanes(const cg_rowk *k)
 {
     return strcmp(k->A, "float") ? 32 : 64;
 }
 
-/* 1 when a sum over k's rows runs in lanes: no column mode, the innermost
- * row dim at least 8 lane blocks long (shorter: the extra loops cost more
- * than they save; measured on 4M floats: 512-wide rows 433 -> 386 us,
- * 1024-wide 420 -> 307 us for the mean and variance passes, 256 no gain). */
-static int cg_row_use_lanes(const cg_rowk *k)
+/* The lanes of k's sums: cg_row_nlanes when the innermost row dim is at
+ * least 8 lane blocks long (measured on 4M floats, mean and variance passes:
+ * 512-wide rows 433 -> 386 us, 1024-wide 420 -> 307 us; 256 no gain); one
+ * vector's worth (16 float / 8 double) for rows of at least that, folded as
+ * a tree (the simd reduction's epilogue adds the 16 lanes one after the
+ * other: softmax over 8x128x128 floats 37.3 -> 33.5 us); else 0 (one simd
+ * reduction).  Never in column mode. */
+static int cg_row_lanes(const cg_rowk *k)
 {
-    int last = k->rn->ndim - 1;
-    return !k->col && last >= 0 && k->rn->size[last] >= 8 * cg_row_nlanes(k);
+    int last = k->rn->ndim - 1, nl = cg_row_nlanes(k), vec = nl / 4;
+    if (k->col || last < 0)
+        return 0;
+    int64_t n = k->rn->size[last];
+    return n >= 8 * nl ? nl : n >= vec ? vec : 0;
+}
+
+/* Fold lanes <acc>_l[0..nl) into acc: a tree when nl is one vector (halving
+ * loops, then two pairs), else one simd reduction. */
+static int cg_row_fold(cg_rowk *k, int ind, const char *acc, int nl, const char *clause)
+{
+    cdy_buf *b = &k->c->src;
+    if (nl > cg_row_nlanes(k) / 4) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) %s += %s_l[rl];\n", nl, acc, acc);
+        return 0;
+    }
+    for (int w = nl / 2; w >= 4; w /= 2) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "#pragma omp simd\n");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) %s_l[rl] += %s_l[rl + %d];\n", w,
+                       acc, acc, w);
+    }
+    return cg_row_line(k, ind, cg_strf(k->c, "%s += (%s_l[0] + %s_l[2]) + (%s_l[1] + %s_l[3]);",
+                                       acc, acc, acc, acc, acc));
 }
 
 /* A sum pass: acc (declared, 0) summed by the statement pre <lvalue> post for
- * each element.  In lanes when cg_row_use_lanes: inside the loops of the
- * outer row dims, the innermost dim's whole lane blocks add into <acc>_l[],
- * its tail into acc; then the lanes are folded into acc.  Else one simd
+ * each element.  With lanes (cg_row_lanes): inside the loops of the outer row
+ * dims, the innermost dim's whole lane blocks add into <acc>_l[], its tail
+ * into acc; then the lanes are folded into acc (cg_row_fold).  Else one simd
  * reduction (cg_row_pass). */
 static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post)
 {
     cg_ctx *c = k->c;
     cdy_buf *b = &c->src;
     const char *clause = cg_strf(c, "reduction(+:%s)", acc);
+    int nl = cg_row_lanes(k);
     if (!clause || !pre || !post)
         return cg_fail(c, "out of memory");
-    if (!cg_row_use_lanes(k))
+    if (!nl)
         return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
-    int nl = cg_row_nlanes(k), last = k->rn->ndim - 1, d0 = ind;
+    int last = k->rn->ndim - 1, d0 = ind;
     long long n = (long long)k->rn->size[last], whole = n / nl * nl;
     cg_indent(b, ind);
     cdy_buf_printf(b, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
@@ -339,11 +369,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         cg_row_close(b, ind, ind + 1);
     }
     cg_row_close(b, d0, ind);
-    cg_indent(b, d0);
-    cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
-    cg_indent(b, d0);
-    cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) %s += %s_l[rl];\n", nl, acc, acc);
-    return 0;
+    return cg_row_fold(k, d0, acc, nl, clause);
 }
 
 /* Declare per-row variable `name` of C type t = init (NULL: out of memory);
@@ -395,10 +421,12 @@ static int cg_row_softmax(cg_rowk *k, int ind)
                     cg_strf(c, "mx%s = %s > mx%s ? %s : mx%s;", j, k->e, j, k->e, j)) ||
         cg_row_let(k, ind, k->A, "sum", "0"))
         return -1;
-    const char *st = logsm ? cg_strf(c, "sum%s += (%s)%s(%s - mx%s);", j, k->A, k->vexp, k->e, j)
-                           : cg_strf(c, "const %s ex = %s(%s - mx%s); %s = ex; sum%s += (%s)ex;",
-                                     k->T, k->vexp, k->e, j, k->out, j, k->A);
-    if (cg_row_pass(k, ind, "reduction(+:sum)", 1, st))
+    const char *pre = logsm ? "" : cg_strf(c, "const %s ex = %s(%s - mx%s); %s = ex; ", k->T,
+                                           k->vexp, k->e, j, k->out);
+    const char *post = logsm ? cg_strf(c, " += (%s)%s(%s - mx%s);", k->A, k->vexp, k->e, j)
+                             : cg_strf(c, " += (%s)ex;", k->A);
+    if (k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1, cg_strf(c, "%ssum[j]%s", pre, post))
+               : cg_row_sum(k, ind, "sum", pre, post))
         return -1;
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
