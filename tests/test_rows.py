@@ -454,6 +454,25 @@ def test_layer_norm_sums_in_lanes(dtype, n):
     assert lanes(last()[1]) == want(n // 2)      # lanes over the innermost dim
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_prefetches_next_row(dtype):
+    """A layer_norm over 4 MiB or more of long rows prefetches the next row's
+    lines (4 per lane block of 256 bytes) in its mean pass, and never past
+    the last row; a smaller input, the affine weights and strided rows get
+    none.  Results as eager's, the last row included."""
+    rows = (4 << 20) // (1024 * dtype.itemsize)
+    x, w, b = make((rows, 1024), dtype), make((1024,), dtype, seed=1), make((1024,), dtype, seed=2)
+    check(lambda t, w, b: F.gelu(F.layer_norm(t, (1024,), w, b)), x, w, b)
+    _, src = last()
+    assert src.count("__builtin_prefetch(pf + ") == 4, src
+    assert f"if (i0 + 1 < {rows}LL)" in src, src
+    assert "&in_ptr0[i0 * 1024LL + r0 + 1024LL]" in src, src
+    check(lambda t: F.layer_norm(t, (1024,)), x[: rows // 2].clone())     # 2 MiB: none
+    assert "__builtin_prefetch" not in last()[1]
+    check(lambda t: F.layer_norm(t.t(), (1024,)), x.reshape(1024, rows).clone())
+    assert "__builtin_prefetch" not in last()[1]
+
+
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("shape", [(8, 128, 128), (5, 40), (3, 7), (4, 1100)])
 def test_softmax_sum_in_lanes(log, shape):
