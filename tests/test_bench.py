@@ -46,11 +46,15 @@ def test_bench_quick_json(tmp_path):
     assert "add1_8" in proc.stdout  # the table
     data = json.loads(out.read_text())
 
-    assert set(data) >= {"machine", "rows", "warm_start_s"}
+    assert set(data) >= {"machine", "rows", "warm_start_s", "cold_start_s"}
     # warm start: measured for cdynamo in a second process, not for the disabled inductor
     ws = data["warm_start_s"]
     assert ws["inductor"] is None and ws["cdynamo"] is not None and ws["cdynamo"] > 0, ws
     assert "warm start (first call in a new process" in proc.stdout
+    # cold start: a new process, empty cache, a matmul + relu + sum function
+    cs = data["cold_start_s"]
+    assert cs["inductor"] is None and cs["cdynamo"] is not None and cs["cdynamo"] > 0, cs
+    assert "cold start (first call in a new process, empty disk cache" in proc.stdout
     m = data["machine"]
     assert MACHINE_KEYS <= set(m), set(m)
     assert m["cores"] >= 1 and m["threads"] >= 1
