@@ -239,3 +239,60 @@ def test_hand_layer_norm():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     g = graph()
     assert "= mean(" in g and "extern" not in g, g
+
+
+# ---- result meta computed in C (trace/meta.c, cdy_meta_reduce) ----------------
+
+LAYOUTS = {
+    "contiguous": lambda t: t,
+    "channels_last": lambda t: t.to(memory_format=torch.channels_last),
+    "permuted": lambda t: t.permute(3, 1, 0, 2).contiguous().permute(2, 1, 3, 0),
+    "transposed": lambda t: t.permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0),
+    "sliced": lambda t: torch.cat([t, t], -1)[..., ::2],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reduction_result_strides_as_eager(layout, op, keepdim):
+    """sum / mean / amax / amin results get their meta from C rules: sizes,
+    dtype and strides (contiguous, whatever the input's layout) as eager's,
+    for every dims spelling, a fused prologue and integer sums (int64)."""
+    x = LAYOUTS[layout](make(torch.float32, (2, 3, 4, 5)))
+    for dim in [1, -1, (0, 2), (1, 2, 3), (3, 0), None]:
+        if dim is None and op in ("amax", "amin"):
+            dim = (0, 1, 2, 3)
+        fn = lambda t, d=dim: getattr(t * 2 + 1, op)(dim=d, keepdim=keepdim)  # noqa: E731
+        cdynamo.reset()
+        out, expected = cdynamo.optimize(fn)(x), fn(x)
+        compare(expected, out)
+        assert out.stride() == expected.stride(), (dim, out.stride(), expected.stride())
+        assert f"= {op}(" in graph() and "extern" not in graph(), graph()
+    if op == "sum":
+        for dt in (torch.int32, torch.uint8, torch.bool):
+            xi = LAYOUTS[layout](make(dt, (2, 3, 4, 5)))
+            out = cdynamo.optimize(lambda t: t.sum((1, 3), keepdim=keepdim))(xi)
+            compare(xi.sum((1, 3), keepdim=keepdim), out)
+            assert out.dtype == torch.int64
+
+
+def test_reduction_trace_needs_no_torch_meta():
+    """Tracing a function of sums, means, amax and amin runs no torch meta
+    function: the process never imports torch.fx's symbolic shapes (sympy,
+    about 0.35 s on the first such meta in a process).  Checked before any
+    torch.testing call, which imports it itself."""
+    from conftest import run_python
+    p = run_python("""
+        import sys, torch, cdynamo
+        def f(x):
+            return (x * 2).sum(-1) + x.mean((0, 1), keepdim=True).amax(-1, keepdim=True) - x.amin(1).sum()
+        x = torch.randn(4, 5, 6)
+        out = cdynamo.optimize(f)(x)
+        print("IMPORTED", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+        print("GRAPHS", len(cdynamo._support.compiles))
+        torch.testing.assert_close(out, f(x))
+        """)
+    assert p.returncode == 0, p.stderr
+    assert "IMPORTED False" in p.stdout, p.stdout
+    assert "GRAPHS 1" in p.stdout, p.stdout

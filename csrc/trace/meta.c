@@ -9,7 +9,11 @@
  * traced without running torch at all, so a warm start from the disk cache
  * takes milliseconds.  Anything these rules do not cover (other ops, a cast
  * with dtype=, empty tensors, arguments torch would reject) returns "not
- * handled" and the tracer runs torch's meta function as before. */
+ * handled" and the tracer runs torch's meta function as before.
+ *
+ * The same holds for sum / mean / amax / amin over dims (cdy_meta_reduce):
+ * their torch metas are Python too, and the first one in a process imports
+ * sympy and torch.fx's symbolic shapes (about 0.35 s) through torch._check. */
 #include "trace/trace.h"
 
 #include <string.h>
@@ -349,5 +353,37 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     m.dtype = mt_dtype(op, args, n, vals);
     if (m.dtype == CDY_DT_NONE || mt_layout(ops, nops, &m))
         return NULL;
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake of reduction op (sum, mean, amax, amin) over its bound args (x, dims
+ * mask, keepdim): the reduced dims dropped or kept as 1, contiguous (torch
+ * allocates every reduction result so, whatever x's layout: checked by
+ * test_reductions over permuted, channels_last and sliced inputs), sum of
+ * integers or bool in int64, else x's dtype.  NULL with no error outside
+ * these rules (other ops, a 0-d or empty input: torch's meta decides). */
+PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
+{
+    if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN) ||
+        n != 3 || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
+        !PyLong_Check(args[1]->obj) || args[2]->kind != TV_CONST)
+        return NULL;
+    const cdy_meta *x = &tr->t->graph.values[args[0]->value].meta;
+    long long mask = PyLong_AsLongLong(args[1]->obj);
+    if (mask == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (x->ndim == 0 || x->ndim > CDY_MAX_NDIM || cdy_meta_numel(x) == 0)
+        return NULL;
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    for (int d = 0; d < x->ndim; d++)
+        if (!(mask >> d & 1))
+            m.sizes[m.ndim++] = x->sizes[d];
+        else if (args[2]->obj == Py_True)
+            m.sizes[m.ndim++] = 1;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    m.dtype = op == CDY_OP_SUM && !cdy_dtype_table[x->dtype].is_float ? CDY_DT_INT64 : x->dtype;
     return cdy_fake_from_meta(tr, &m);
 }

@@ -201,6 +201,9 @@ int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v);
  * (sizes, strides, dtype) computed in C as CPU's TensorIterator does; NULL
  * with no error when the rules do not cover the call (run torch instead). */
 PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int n);
+/* The same for reductions sum / mean / amax / amin over bound args (x, dims
+ * mask, keepdim). */
+PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
 
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]

@@ -658,10 +658,10 @@ torch.testing.assert_close(out, f(x, y))
 print("FIRST_CALL", t1 - t0)
 """
 
-#: a first compile that also meets the ops whose shapes torch computes in Python (a
-#: reduction, a matmul): the first of those in a process imports sympy and torch.fx's
-#: symbolic shapes (about 0.4 s), a cost the warm-up above does not see once inductor
-#: has paid it in this process
+#: a first compile that also meets an op whose shape torch computes in Python and
+#: cdynamo does not (a matmul): the first of those in a process imports sympy and
+#: torch.fx's symbolic shapes (about 0.35 s), a cost the warm-up above does not see once
+#: inductor has paid it in this process
 COLD_START_SCRIPT = """
 import sys, time
 import torch
