@@ -183,8 +183,6 @@ typedef struct {
     int nout;                    /* outputs: v, then the realized epilogue nodes */
     int *outs;
     int store;                   /* 0: v's result is not stored (cg_row_unread) */
-    int prefetch;                /* 1: this sum pass prefetches the next row (cg_row_prefetch) */
-    int64_t bytes;               /* the input's bytes */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -326,7 +324,7 @@ static int cg_row_fold(cg_rowk *k, int ind, const char *acc, int nl, const char 
 }
 
 /* Prefetch into L2 the next row's part of lane block rb, for each input read
- * per row, when k->prefetch and the input is larger than this (bytes): the
+ * per row, when the kernel's input is larger than this (bytes): the
  * first pass of a row streams it from memory, and the rows (4 KiB, one page,
  * for 1024 floats) are too short for the hardware prefetcher to run ahead
  * (gelu(layer_norm(x)) on 4096x1024 floats, C harness, medians of 200
@@ -337,7 +335,9 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
     cg_ctx *c = k->c;
     cdy_buf *b = &c->src;
     int lo = k->on->ndim - 1, last = k->rn->ndim - 1;
-    if (!k->prefetch || k->col || lo < 0 || last != 0 || k->bytes < CG_ROW_PREFETCH_BYTES)
+    const cdy_meta *im = &c->g->values[k->in].meta;
+    if (k->col || lo < 0 || last != 0 ||
+        cdy_meta_numel(im) * cdy_dtype_table[im->dtype].size < CG_ROW_PREFETCH_BYTES)
         return;
     for (int o = 0; o < k->nops; o++) {
         int64_t s = k->on->stride[o][lo];
@@ -366,8 +366,10 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
  * each element.  With lanes (cg_row_lanes): inside the loops of the outer row
  * dims, the innermost dim's whole lane blocks add into <acc>_l[], its tail
  * into acc; then the lanes are folded into acc (cg_row_fold).  Else one simd
- * reduction (cg_row_pass). */
-static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post)
+ * reduction (cg_row_pass).  prefetch: the pass is a row's first read from
+ * memory (cg_row_prefetch). */
+static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post,
+                      int prefetch)
 {
     cg_ctx *c = k->c;
     cdy_buf *b = &c->src;
@@ -388,7 +390,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
     }
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t rb = 0; rb < %lldLL; rb += %d) {\n", whole, nl);
-    if (nl == cg_row_nlanes(k))
+    if (prefetch && nl == cg_row_nlanes(k))
         cg_row_prefetch(k, ind + 1, nl);
     cg_indent(b, ind + 1);
     cdy_buf_puts(b, "#pragma omp simd\n");
@@ -467,7 +469,7 @@ static int cg_row_softmax(cg_rowk *k, int ind)
     const char *post = logsm ? cg_strf(c, " += (%s)%s(%s - mx%s);", k->A, k->vexp, k->e, j)
                              : cg_strf(c, " += (%s)ex;", k->A);
     if (k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1, cg_strf(c, "%ssum[j]%s", pre, post))
-               : cg_row_sum(k, ind, "sum", pre, post))
+               : cg_row_sum(k, ind, "sum", pre, post, 0))
         return -1;
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
@@ -495,15 +497,13 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
-    k->prefetch = 1;   /* the mean pass: the first read of each row */
-    int rc = cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
-             cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", k->A, k->e));
-    k->prefetch = 0;
-    if (rc ||
+    /* the mean pass is the first read of each row: it prefetches the next one */
+    if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
+        cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", k->A, k->e), 1) ||
         cg_row_line(k, ind, cg_strf(c, "const %s mean = s / (%s)%lld.0;", k->A, k->A,
                                     (long long)n)) ||
         cg_row_sum(k, ind, "q", cg_strf(c, "const %s dv = (%s)%s - mean; ", k->A, k->A, k->e),
-                   " += dv * dv;") ||
+                   " += dv * dv;", 0) ||
         cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
                                        "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
         return -1;
@@ -703,7 +703,6 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     k.vexp = f32 ? "cdy_vexpf" : "exp";
     k.A = f32 && rs.nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
     k.e = cg_value_expr(c, k.in);
-    k.bytes = rs.numel * cdy_dtype_table[g->values[k.in].meta.dtype].size;
     cdy_buf ob = {0};
     cdy_buf_puts(&ob, "out_ptr0[");
     cg_row_offset(&ob, k.on, k.rn, k.first);

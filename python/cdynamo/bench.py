@@ -643,39 +643,34 @@ def warm_up(systems: Systems, progress: Progress) -> dict:
     return out
 
 
-WARM_START_SCRIPT = """
+#: a new process's first call of f(x, y) (source `body`, inputs `inputs`) compiled by
+#: `build`, imports excluded; checked against eager within `tol`
+FIRST_CALL_SCRIPT = """
 import sys, time
 import torch
 {imp}
 def f(x, y):
-    return torch.sigmoid(x * y + 1) * y
-x, y = torch.randn(1024), torch.randn(1024)
+    return {body}
+x, y = {inputs}
 g = {build}
 t0 = time.perf_counter()
 out = g(x, y)
 t1 = time.perf_counter()
-torch.testing.assert_close(out, f(x, y))
+torch.testing.assert_close(out, f(x, y){tol})
 print("FIRST_CALL", t1 - t0)
 """
 
-#: a first compile that also meets an op whose shape torch computes in Python and
-#: cdynamo does not (a matmul): the first of those in a process imports sympy and
+#: warm start: a small pointwise function
+WARM_START_FN = dict(body="torch.sigmoid(x * y + 1) * y",
+                     inputs="torch.randn(1024), torch.randn(1024)", tol="")
+
+#: cold start: a first compile that also meets an op whose shape torch computes in Python
+#: and cdynamo does not (a matmul): the first of those in a process imports sympy and
 #: torch.fx's symbolic shapes (about 0.35 s), a cost the warm-up above does not see once
 #: inductor has paid it in this process
-COLD_START_SCRIPT = """
-import sys, time
-import torch
-{imp}
-def f(x, w):
-    return torch.relu(x @ w + 1).sum(-1)
-x, w = torch.randn(64, 64), torch.randn(64, 64)
-g = {build}
-t0 = time.perf_counter()
-out = g(x, w)
-t1 = time.perf_counter()
-torch.testing.assert_close(out, f(x, w), rtol=1e-4, atol=1e-4)
-print("FIRST_CALL", t1 - t0)
-"""
+COLD_START_FN = dict(body="torch.relu(x @ y + 1).sum(-1)",
+                     inputs="torch.randn(64, 64), torch.randn(64, 64)",
+                     tol=", rtol=1e-4, atol=1e-4")
 
 FIRST_CALL_SYSTEMS = {
     "inductor": ("", "torch.compile(f)"),
@@ -683,10 +678,10 @@ FIRST_CALL_SYSTEMS = {
 }
 
 
-def _first_calls(systems: Systems, progress: Progress, what: str, script: str,
+def _first_calls(systems: Systems, progress: Progress, what: str, fn: dict,
                  runs: int) -> dict:
-    """Seconds of the first call of script's function in the last of `runs` new processes
-    sharing one compiler disk cache (fresh for this measurement); imports excluded."""
+    """Seconds of the first call of fn (FIRST_CALL_SCRIPT's fields) in the last of `runs`
+    new processes sharing one compiler disk cache (fresh for this measurement)."""
     out: dict = {"inductor": None, "cdynamo": None}
     for s, (imp, build) in FIRST_CALL_SYSTEMS.items():
         if not systems.enabled[s] or (s == "cdynamo" and systems.cdynamo_error):
@@ -696,7 +691,7 @@ def _first_calls(systems: Systems, progress: Progress, what: str, script: str,
         root = os.path.join(systems.cache_root, what.replace(" ", "_"))
         env["CDYNAMO_CACHE_DIR"] = os.path.join(root, "cdynamo")
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
-        code = script.format(imp=imp, build=build)
+        code = FIRST_CALL_SCRIPT.format(imp=imp, build=build, **fn)
         times = []
         for _ in range(runs):
             try:
@@ -720,14 +715,14 @@ def measure_warm_start(systems: Systems, progress: Progress) -> dict:
     """Seconds of the first call of a small pointwise function in a new process whose
     compiler disk cache is already filled (a second process after a first one): the
     time a restarted program waits before compiled code runs.  Imports are excluded."""
-    return _first_calls(systems, progress, "warm start", WARM_START_SCRIPT, 2)
+    return _first_calls(systems, progress, "warm start", WARM_START_FN, 2)
 
 
 def measure_cold_start(systems: Systems, progress: Progress) -> dict:
     """Seconds of the first call of a small function with a matmul, a pointwise op and a
     reduction in a new process with an empty disk cache: one-time start-up and the
     compile together, what a new program waits for first.  Imports are excluded."""
-    return _first_calls(systems, progress, "cold start", COLD_START_SCRIPT, 1)
+    return _first_calls(systems, progress, "cold start", COLD_START_FN, 1)
 
 
 # --------------------------------------------------------------------------- one workload
