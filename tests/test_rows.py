@@ -457,19 +457,39 @@ def test_layer_norm_sums_in_lanes(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layer_norm_prefetches_next_row(dtype):
     """A layer_norm over 4 MiB or more of long rows prefetches the next row's
-    lines (4 per lane block of 256 bytes) in its mean pass, and never past
-    the last row; a smaller input, the affine weights and strided rows get
-    none.  Results as eager's, the last row included."""
+    lines (4 per lane block of 256 bytes) in its final pass, the one with
+    the affine map and the fused epilogue, and never past the last row; a
+    smaller input, the affine weights and strided rows get none.  Results as
+    eager's, the last row included."""
     rows = (4 << 20) // (1024 * dtype.itemsize)
     x, w, b = make((rows, 1024), dtype), make((1024,), dtype, seed=1), make((1024,), dtype, seed=2)
     check(lambda t, w, b: F.gelu(F.layer_norm(t, (1024,), w, b)), x, w, b)
     _, src = last()
     assert src.count("__builtin_prefetch(pf + ") == 4, src
+    final = src[src.index("rs = "):]         # the pass after the variance
+    assert final.count("__builtin_prefetch(pf + ") == 4 and "gelu" in final, src
     assert f"if (i0 + 1 < {rows}LL)" in src, src
     assert "&in_ptr0[i0 * 1024LL + r0 + 1024LL]" in src, src
     check(lambda t: F.layer_norm(t, (1024,)), x[: rows // 2].clone())     # 2 MiB: none
     assert "__builtin_prefetch" not in last()[1]
     check(lambda t: F.layer_norm(t.t(), (1024,)), x.reshape(1024, rows).clone())
+    assert "__builtin_prefetch" not in last()[1]
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_prefetches_next_row(log):
+    """Softmax over 4 MiB or more of long rows prefetches the next row in its
+    exp pass (the sum), the one with the most arithmetic; none below 4 MiB.
+    Results as eager's, the last row included."""
+    fn = torch.log_softmax if log else torch.softmax
+    x = make((1024, 1024)) * 4
+    check(lambda t: fn(t, -1), x)
+    _, src = last()
+    assert src.count("__builtin_prefetch(pf + ") == 4, src
+    assert "if (i0 + 1 < 1024LL)" in src, src
+    exp_pass = src[src.index("mx = x0 > mx"):src.index("sum_l[rl]")]
+    assert "__builtin_prefetch" in exp_pass, src
+    check(lambda t: fn(t, -1), x[:512].clone())
     assert "__builtin_prefetch" not in last()[1]
 
 

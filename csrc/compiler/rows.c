@@ -324,21 +324,32 @@ static int cg_row_fold(cg_rowk *k, int ind, const char *acc, int nl, const char 
 }
 
 /* Prefetch into L2 the next row's part of lane block rb, for each input read
- * per row, when the kernel's input is larger than this (bytes): the
- * first pass of a row streams it from memory, and the rows (4 KiB, one page,
- * for 1024 floats) are too short for the hardware prefetcher to run ahead
- * (gelu(layer_norm(x)) on 4096x1024 floats, C harness, medians of 200
- * runs in the host's slow spells: 2.0 -> 1.8 ms; best times 1.19 -> 1.22). */
+ * per row, when the kernel's input is larger than this (bytes): a row's
+ * first pass streams it from memory, and the rows (4 KiB, one page, for 1024
+ * floats) are too short for the hardware prefetcher to run ahead.  The pass
+ * that prefetches is the one with the most arithmetic per element, a norm's
+ * final pass (its epilogue) and softmax's exp pass, so the next row's loads
+ * overlap that work (cg_row_prefetches). */
 #define CG_ROW_PREFETCH_BYTES (4 << 20)
+
+/* 1 when k's passes prefetch the next row: rows of one dim, at least 8
+ * lane blocks long (cg_row_nlanes, as cg_row_lanes), not column mode, an
+ * input of CG_ROW_PREFETCH_BYTES or more. */
+static int cg_row_prefetches(const cg_rowk *k)
+{
+    const cdy_meta *im = &k->c->g->values[k->in].meta;
+    return !k->col && k->on->ndim > 0 && k->rn->ndim == 1 &&
+           k->rn->size[0] >= 8 * cg_row_nlanes(k) &&
+           cdy_meta_numel(im) * cdy_dtype_table[im->dtype].size >= CG_ROW_PREFETCH_BYTES;
+}
+
+/* Emit the prefetches of block rb (nl elements) of the next row, for each
+ * input read contiguously per row. */
 static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
 {
     cg_ctx *c = k->c;
     cdy_buf *b = &c->src;
     int lo = k->on->ndim - 1, last = k->rn->ndim - 1;
-    const cdy_meta *im = &c->g->values[k->in].meta;
-    if (k->col || lo < 0 || last != 0 ||
-        cdy_meta_numel(im) * cdy_dtype_table[im->dtype].size < CG_ROW_PREFETCH_BYTES)
-        return;
     for (int o = 0; o < k->nops; o++) {
         int64_t s = k->on->stride[o][lo];
         if (k->ops[o].is_out || s == 0 || k->rn->stride[o][last] != 1)
@@ -362,27 +373,17 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
     }
 }
 
-/* A sum pass: acc (declared, 0) summed by the statement pre <lvalue> post for
- * each element.  With lanes (cg_row_lanes): inside the loops of the outer row
- * dims, the innermost dim's whole lane blocks add into <acc>_l[], its tail
- * into acc; then the lanes are folded into acc (cg_row_fold).  Else one simd
- * reduction (cg_row_pass).  prefetch: the pass is a row's first read from
- * memory (cg_row_prefetch). */
-static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post,
-                      int prefetch)
+/* Emit a pass over the row in lane blocks at indentation ind: inside the
+ * loops of the outer row dims, the innermost dim's whole blocks of nl run
+ * block_stmt (r<last> = rb + rl; prefetching the next row's part of each
+ * block when prefetch, cg_row_prefetch), its tail tail_stmt under
+ * `#pragma omp simd tail_clause`; prologue as cg_row_body.  0 or -1. */
+static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int prologue,
+                         const char *block_stmt, const char *tail_clause, const char *tail_stmt)
 {
-    cg_ctx *c = k->c;
-    cdy_buf *b = &c->src;
-    const char *clause = cg_strf(c, "reduction(+:%s)", acc);
-    int nl = cg_row_lanes(k);
-    if (!clause || !pre || !post)
-        return cg_fail(c, "out of memory");
-    if (!nl)
-        return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
+    cdy_buf *b = &k->c->src;
     int last = k->rn->ndim - 1, d0 = ind;
     long long n = (long long)k->rn->size[last], whole = n / nl * nl;
-    cg_indent(b, ind);
-    cdy_buf_printf(b, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
     for (int d = 0; d < last; d++, ind++) {
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
@@ -390,7 +391,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
     }
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t rb = 0; rb < %lldLL; rb += %d) {\n", whole, nl);
-    if (prefetch && nl == cg_row_nlanes(k))
+    if (prefetch)
         cg_row_prefetch(k, ind + 1, nl);
     cg_indent(b, ind + 1);
     cdy_buf_puts(b, "#pragma omp simd\n");
@@ -398,21 +399,45 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
     cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) {\n", nl);
     cg_indent(b, ind + 2);
     cdy_buf_printf(b, "const int64_t r%d = rb + rl;\n", last);
-    if (cg_row_body(k, ind + 2, 1, cg_strf(c, "%s%s_l[rl]%s", pre, acc, post)))
+    if (cg_row_body(k, ind + 2, prologue, block_stmt))
         return -1;
     cg_row_close(b, ind, ind + 2);
     if (whole < n) {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
+        cdy_buf_printf(b, "#pragma omp simd %s\n", tail_clause);
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t r%d = %lldLL; r%d < %lldLL; r%d++) {\n", last, whole,
                        last, n, last);
-        if (cg_row_body(k, ind + 1, 1, cg_strf(c, "%s%s%s", pre, acc, post)))
+        if (cg_row_body(k, ind + 1, prologue, tail_stmt))
             return -1;
         cg_row_close(b, ind, ind + 1);
     }
     cg_row_close(b, d0, ind);
-    return cg_row_fold(k, d0, acc, nl, clause);
+    return 0;
+}
+
+/* A sum pass: acc (declared, 0) summed by the statement pre <lvalue> post for
+ * each element.  With lanes (cg_row_lanes): the innermost dim's whole lane
+ * blocks add into <acc>_l[], its tail into acc (cg_row_blocks); then the
+ * lanes are folded into acc (cg_row_fold).  Else one simd reduction
+ * (cg_row_pass).  prefetch: as cg_row_blocks, with lanes of cg_row_nlanes. */
+static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post,
+                      int prefetch)
+{
+    cg_ctx *c = k->c;
+    const char *clause = cg_strf(c, "reduction(+:%s)", acc);
+    int nl = cg_row_lanes(k);
+    if (!clause || !pre || !post)
+        return cg_fail(c, "out of memory");
+    if (!nl)
+        return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
+    cg_indent(&c->src, ind);
+    cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
+    if (cg_row_blocks(k, ind, nl, prefetch && nl == cg_row_nlanes(k) && cg_row_prefetches(k), 1,
+                      cg_strf(c, "%s%s_l[rl]%s", pre, acc, post), clause,
+                      cg_strf(c, "%s%s%s", pre, acc, post)))
+        return -1;
+    return cg_row_fold(k, ind, acc, nl, clause);
 }
 
 /* Declare per-row variable `name` of C type t = init (NULL: out of memory);
@@ -439,17 +464,21 @@ static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, cons
 
 
 /* The final pass: t<v> = expr stored to out_ptr0, then the epilogue
- * (prologue: 1 when expr reads the input's expression). */
-static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr)
+ * (prologue: 1 when expr reads the input's expression); in lane blocks that
+ * prefetch the next row when prefetch and cg_row_prefetches. */
+static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch)
 {
     cg_ctx *c = k->c;
     if (!expr)
         return cg_fail(c, "out of memory");
     int epi = k->nout > 1;
-    if (!k->store)
-        return cg_row_pass(k, ind, "", 2, cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr));
-    return cg_row_pass(k, ind, "", epi ? 2 : prologue,
-                       cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr, k->out, k->v));
+    const char *stmt = k->store ? cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr,
+                                          k->out, k->v)
+                                : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
+    prologue = !k->store || epi ? 2 : prologue;
+    if (prefetch && cg_row_prefetches(k))
+        return cg_row_blocks(k, ind, cg_row_nlanes(k), 1, prologue, stmt, "", stmt);
+    return cg_row_pass(k, ind, "", prologue, stmt);
 }
 
 /* Softmax / log_softmax of one row: max, sum of exp(x - max) (softmax
@@ -469,13 +498,13 @@ static int cg_row_softmax(cg_rowk *k, int ind)
     const char *post = logsm ? cg_strf(c, " += (%s)%s(%s - mx%s);", k->A, k->vexp, k->e, j)
                              : cg_strf(c, " += (%s)ex;", k->A);
     if (k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1, cg_strf(c, "%ssum[j]%s", pre, post))
-               : cg_row_sum(k, ind, "sum", pre, post, 0))
+               : cg_row_sum(k, ind, "sum", pre, post, 1))
         return -1;
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
-               cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j));
+               cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j), 0);
     return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
-           cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j));
+           cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j), 0);
 }
 
 /* The affine part of a norm's output: " * w" and " + b" when present. */
@@ -497,9 +526,9 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
-    /* the mean pass is the first read of each row: it prefetches the next one */
+    /* the final pass, with the affine map and the epilogue, prefetches the next row */
     if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
-        cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", k->A, k->e), 1) ||
+        cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", k->A, k->e), 0) ||
         cg_row_line(k, ind, cg_strf(c, "const %s mean = s / (%s)%lld.0;", k->A, k->A,
                                     (long long)n)) ||
         cg_row_sum(k, ind, "q", cg_strf(c, "const %s dv = (%s)%s - mean; ", k->A, k->A, k->e),
@@ -508,7 +537,7 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
                                        "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
         return -1;
     char *y = cg_row_affine(k, cg_strf(c, "(%s - mu) * rs", k->e));
-    return cg_row_final(k, ind, 1, y);
+    return cg_row_final(k, ind, 1, y, 1);
 }
 
 /* Write the post-fusion IR of row kernel kn. */
