@@ -484,10 +484,6 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
     cdy_buf_puts(&c->src, "\n");
 }
 
-/* Emit one pass over the reduced loops of r at indentation ind: the loads,
- * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
- * mode the innermost loop is over the block (j, the last outer loop's index
- * i<last> = ib + j), the accumulators read from and written to arrays. */
 /* 1 if pass `pass` of kernel r sums float32 elements over an innermost
  * reduced loop that runs on one thread and whose length is a multiple of
  * CG_RED_LANES: then CG_RED_LANES independent float partial sums let it
@@ -506,6 +502,52 @@ static int cg_red_lanes(const cg_red_kernel *r, int pass)
            n >= 2 * CG_RED_LANES && n % CG_RED_LANES == 0;
 }
 
+/* Float lane row sums over an input of this many bytes or more prefetch the
+ * row CG_RED_PREFETCH_ROWS ahead, chunk by chunk: a 4 KiB row is one page, too
+ * short for the hardware prefetcher to run ahead (4096x1024 floats on a
+ * 2-core Zen 3, C harness medians: 417 -> 254 us at 2 rows ahead, 297 at 1). */
+#define CG_RED_PREFETCH_BYTES (4 << 20)
+#define CG_RED_PREFETCH_ROWS 2
+
+/* Emit the prefetch of the current chunk (r0b..r0e) of the row
+ * CG_RED_PREFETCH_ROWS ahead in the last outer loop, for each input read
+ * contiguously along a single reduced dim, when the input is large. */
+static void cg_red_prefetch(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    int lo = r->on->ndim - 1;
+    if (lo < 0 || r->rn->ndim != 1 || r->par_in || r->inumel * 4 < CG_RED_PREFETCH_BYTES)
+        return;
+    for (int o = 0; o < r->nops; o++) {
+        int64_t s = r->on->stride[o][lo];
+        if (r->ops[o].is_out || s == 0 || r->rn->stride[o][0] != 1)
+            continue;
+        int es = cdy_dtype_table[c->g->values[r->ops[o].value].meta.dtype].size;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "if (i%d + %d < %lldLL) {\n", lo, CG_RED_PREFETCH_ROWS,
+                       (long long)r->on->size[lo]);
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "const int64_t r0 = r0b;\n");
+        cg_indent(b, ind + 1);
+        cdy_buf_printf(b, "const char *pf = (const char *)&in_ptr%d[", o);
+        cg_red_offset(b, r->on, r->rn, o);
+        cdy_buf_printf(b, " + %lldLL];\n", (long long)(CG_RED_PREFETCH_ROWS * s));
+        cg_indent(b, ind + 1);
+        if (r->rn->size[0] % CG_RED_CHUNK == 0)   /* whole chunks: a constant count, unrolled */
+            cdy_buf_printf(b, "for (int64_t l = 0; l < %d; l += 64) __builtin_prefetch(pf + l, 0, 2);\n",
+                           CG_RED_CHUNK * es);
+        else
+            cdy_buf_printf(b, "for (int64_t l = 0; l < (r0e - r0b) * %d; l += 64) "
+                              "__builtin_prefetch(pf + l, 0, 2);\n", es);
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+}
+
+/* Emit one pass over the reduced loops of r at indentation ind: the loads,
+ * the prologue, `update` (clause: its OpenMP reduction, or NULL).  In block
+ * mode the innermost loop is over the block (j, the last outer loop's index
+ * i<last> = ib + j), the accumulators read from and written to arrays. */
 static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
 {
     const cg_red_code *rc = &cg_red_codes[r->variant];
@@ -532,6 +574,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
             cg_indent(b, ind);
             cdy_buf_printf(b, "const int64_t r%de = r%db + %d < %lldLL ? r%db + %d : %lldLL;\n", d, d,
                            CG_RED_CHUNK, n, d, CG_RED_CHUNK, n);
+            cg_red_prefetch(c, r, ind);
             cg_indent(b, ind);
             cdy_buf_printf(b, "for (int64_t r%dc = r%db; r%dc < r%de; r%dc += %d) {\n", d, d, d, d, d,
                            CG_RED_LANES);
