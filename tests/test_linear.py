@@ -104,3 +104,93 @@ def test_a_weight_new_on_every_call_goes_back_to_torchs_linear(always):
     st = cdynamo.stats()
     assert st["weight_packs"] == 4 and st["packed_linear_calls"] == 4, st   # then unpacked
     assert st["frames_compiled"] == 1, st
+
+
+# ---- matmul family: result meta computed in C (trace/meta.c, cdy_meta_matmul) ----
+
+def _layouts(shape, seed):
+    """Tensors of `shape`: contiguous, transposed last two dims, sliced with a
+    step, batch dims permuted, expanded from a size-1 first dim."""
+    g = torch.Generator().manual_seed(seed)
+    yield torch.randn(shape, generator=g)
+    if len(shape) >= 2:
+        yield torch.randn(shape[:-2] + (shape[-1], shape[-2]), generator=g).transpose(-1, -2)
+        yield torch.randn(shape[:-1] + (2 * shape[-1],), generator=g)[..., ::2]
+    if len(shape) >= 3:
+        yield torch.randn((shape[1], shape[0]) + shape[2:], generator=g).transpose(0, 1)
+        yield torch.randn((1,) + shape[1:], generator=g).expand(shape)
+
+
+MATMUL_CASES = [
+    ("matmul", lambda a, b: a @ b, (5,), (5,)), ("matmul", lambda a, b: a @ b, (3, 5), (5,)),
+    ("matmul", lambda a, b: torch.matmul(a, b), (5,), (5, 4)),
+    ("matmul", lambda a, b: a.matmul(b), (3, 5), (5, 4)),
+    ("matmul", lambda a, b: a @ b, (2, 3, 5), (5, 4)), ("matmul", lambda a, b: a @ b, (2, 3, 5), (5,)),
+    ("matmul", lambda a, b: a @ b, (5,), (2, 5, 4)),
+    ("matmul", lambda a, b: a @ b, (2, 1, 3, 5), (4, 5, 2)),
+    ("matmul", lambda a, b: a @ b, (1, 3, 5), (2, 5, 4)), ("matmul", lambda a, b: a @ b, (3, 5), (2, 5, 4)),
+    ("mm", lambda a, b: torch.mm(a, b), (3, 5), (5, 4)), ("mm", lambda a, b: a.mm(b), (3, 5), (5, 4)),
+    ("bmm", lambda a, b: torch.bmm(a, b), (2, 3, 5), (2, 5, 4)),
+    ("linear", lambda a, b: torch.nn.functional.linear(a, b), (2, 3, 5), (4, 5)),
+    ("linear", lambda a, b: torch.nn.functional.linear(a, b, b[:, 0] * 2), (3, 5), (4, 5)),
+    ("linear", lambda a, b: torch.nn.functional.linear(a, b, None), (5,), (4, 5)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", range(len(MATMUL_CASES)))
+def test_matmul_meta_in_c(case, dtype):
+    """Compiled matmul / mm / bmm / linear over every operand layout: eager's
+    values, sizes, strides (contiguous, as CPU's kernels give for every
+    layout) and dtype, with a fused epilogue, and one graph."""
+    _, fn, sa, sb = MATMUL_CASES[case]
+    for a in _layouts(sa, 1):
+        for b in _layouts(sb, 2):
+            a, b = a.to(dtype), b.to(dtype)
+            def f(x, y):
+                return fn(x, y) * 2 + 1
+            expected = f(a, b)
+            cdynamo.reset()
+            with torch.no_grad():
+                actual = cdynamo.optimize(f)(a, b)
+            assert actual.shape == expected.shape and actual.stride() == expected.stride()
+            assert actual.dtype == expected.dtype
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+            st = cdynamo.stats()
+            assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, st
+
+
+def test_matmul_meta_errors_as_eager():
+    """Shapes or dtypes the C rules do not accept go to torch's meta, which
+    raises eager's error type."""
+    from conftest import check_raises
+    check_raises(lambda a, b: a @ b, torch.randn(3, 5), torch.randn(4, 2))
+    check_raises(lambda a, b: torch.bmm(a, b), torch.randn(2, 3, 5), torch.randn(3, 5, 4))
+    check_raises(lambda a, b: a @ b, torch.randn(2, 3, 5), torch.randn(3, 5, 4))
+    check_raises(lambda a, b: a @ b, torch.randn(3, 5), torch.randn(5, 4, dtype=torch.float64))
+    check_raises(lambda a, b: torch.nn.functional.linear(a, b, torch.randn(3)),
+                 torch.randn(3, 5), torch.randn(4, 5))
+
+
+def test_matmul_trace_needs_no_torch_meta():
+    """Tracing a function of matmul, mm, bmm and a linear layer runs no torch
+    meta function: the process never imports torch.fx's symbolic shapes
+    (sympy: 0.35-0.95 s on the first torch._check in a process).  Checked
+    before any torch.testing call, which imports it itself."""
+    from conftest import run_python
+    p = run_python("""
+        import sys, torch, cdynamo
+        lin = torch.nn.Linear(6, 4)
+        def f(x, y, z):
+            return torch.relu(x @ y + 1).sum(-1) + torch.mm(x, y)[:, 0] + lin(x @ y).sum(-1) \\
+                + torch.bmm(z, z).sum((0, 2))[:5]
+        x, y, z = torch.randn(5, 7), torch.randn(7, 6), torch.randn(2, 7, 7)
+        with torch.no_grad():
+            out = cdynamo.optimize(f)(x, y, z)
+            print("IMPORTED", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+            print("GRAPHS", len(cdynamo._support.compiles))
+            torch.testing.assert_close(out, f(x, y, z), rtol=1e-5, atol=1e-5)
+        """)
+    assert p.returncode == 0, p.stderr
+    assert "IMPORTED False" in p.stdout, p.stdout
+    assert "GRAPHS 1" in p.stdout, p.stdout

@@ -387,3 +387,150 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     m.dtype = op == CDY_OP_SUM && !cdy_dtype_table[x->dtype].is_float ? CDY_DT_INT64 : x->dtype;
     return cdy_fake_from_meta(tr, &m);
 }
+
+/* ---- matmul family ----------------------------------------------------------
+ * Their torch metas (meta_mm, meta_bmm, matmul's and linear's decompositions)
+ * call torch._check, whose first call in a process imports sympy and
+ * torch.fx's symbolic shapes (0.35-0.95 s): the first compile of any function
+ * with a matmul or a linear layer paid it.  CPU's kernels give contiguous
+ * results for every operand layout (transposed, sliced, expanded, permuted
+ * batch dims: checked by test_matmul_meta_in_c against eager's strides). */
+#define MT_MM_FNS(X)                                                        \
+    X("torch", "matmul", 'M') X("torch.Tensor", "matmul", 'M')               \
+    X("torch.Tensor", "__matmul__", 'M') X("operator", "matmul", 'M')        \
+    X("torch", "mm", '2') X("torch.Tensor", "mm", '2')                       \
+    X("torch", "bmm", '3') X("torch.Tensor", "bmm", '3')                     \
+    X("torch.nn.functional", "linear", 'L')
+
+static PyObject *mt_mm_fns;   /* {callable: kind letter} */
+
+/* Build mt_mm_fns from MT_MM_FNS (names that do not resolve are skipped);
+ * 0, or -1 when out of memory. */
+static int mt_mm_init(void)
+{
+    static const struct { const char *mod, *name; char kind; } fns[] = {
+#define MT_X(m, n, k) {m, n, k},
+        MT_MM_FNS(MT_X)
+#undef MT_X
+    };
+    if (mt_mm_fns)
+        return 0;
+    if (!(mt_mm_fns = PyDict_New()))
+        return -1;
+    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+        int tensor = !strcmp(fns[i].mod, "torch.Tensor");
+        PyObject *m = PyImport_ImportModule(tensor ? "torch" : fns[i].mod);
+        PyObject *o = m && tensor ? PyObject_GetAttrString(m, "Tensor") : Py_XNewRef(m);
+        PyObject *f = o ? PyObject_GetAttrString(o, fns[i].name) : NULL;
+        PyObject *k = f ? PyLong_FromLong(fns[i].kind) : NULL;
+        int bad = k && PyDict_SetItem(mt_mm_fns, f, k);
+        Py_XDECREF(m);
+        Py_XDECREF(o);
+        Py_XDECREF(f);
+        Py_XDECREF(k);
+        PyErr_Clear();
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+/* The matmul-family kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L'
+ * linear), or 0. */
+static int mt_mm_kind(PyObject *fn)
+{
+    if (mt_mm_init()) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *k = PyDict_GetItemWithError(mt_mm_fns, fn);
+    if (!k)
+        PyErr_Clear();   /* an unhashable callable is simply not one of them */
+    return k ? (int)PyLong_AsLong(k) : 0;
+}
+
+/* Broadcast batch dims a[0..na) and b[0..nb) (right-aligned) into out;
+ * their count, or -1 when they do not broadcast. */
+static int mt_batch(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t x = i < n - na ? 1 : a[i - (n - na)], y = i < n - nb ? 1 : b[i - (n - nb)];
+        if (x != y && x != 1 && y != 1)
+            return -1;
+        out[i] = x == 1 ? y : x;
+    }
+    return n;
+}
+
+/* Result sizes of matmul-family kind over a and b into m (sizes, ndim);
+ * 0, or -1 outside the rules (torch then decides, and raises its errors). */
+static int mt_mm_sizes(int kind, const cdy_meta *a, const cdy_meta *b, cdy_meta *m)
+{
+    int na = a->ndim, nb = b->ndim;
+    if (kind == '2' || kind == '3') {
+        int nd = kind - '0';
+        if (na != nd || nb != nd || a->sizes[nd - 1] != b->sizes[nd - 2] ||
+            (nd == 3 && a->sizes[0] != b->sizes[0]))
+            return -1;
+        memcpy(m->sizes, a->sizes, sizeof(int64_t) * (size_t)nd);
+        m->sizes[nd - 1] = b->sizes[nd - 1];
+        m->ndim = nd;
+        return 0;
+    }
+    if (kind == 'L') {   /* linear(x, w): x [..., k], w [n, k] -> [..., n] */
+        if (nb != 2 || a->sizes[na - 1] != b->sizes[1])
+            return -1;
+        memcpy(m->sizes, a->sizes, sizeof(int64_t) * (size_t)na);
+        m->sizes[na - 1] = b->sizes[0];
+        m->ndim = na;
+        return 0;
+    }
+    /* matmul: a 1-d a is a row [1, k] and a 1-d b a column [k, 1], whose dim
+     * is then dropped; the dims before the last two broadcast */
+    int64_t k_a = a->sizes[na - 1], k_b = b->sizes[nb == 1 ? 0 : nb - 2];
+    int nbat = k_a != k_b ? -1 : mt_batch(a->sizes, na > 2 ? na - 2 : 0, b->sizes,
+                                          nb > 2 ? nb - 2 : 0, m->sizes);
+    if (nbat < 0)
+        return -1;
+    m->ndim = nbat;
+    if (na > 1)
+        m->sizes[m->ndim++] = a->sizes[na - 2];
+    if (nb > 1)
+        m->sizes[m->ndim++] = b->sizes[nb - 1];
+    return 0;
+}
+
+/* A fake for a call of matmul, mm, bmm (two tensors) or F.linear (input,
+ * weight[, bias]) given positionally, when every tensor is a non-empty
+ * float32 / float64 tensor of one dtype, of at most CDY_MAX_NDIM dims, a
+ * bias 1-d and as long as the weight's rows: the result sizes above, with
+ * contiguous strides, the operands' dtype.  NULL with no error otherwise. */
+PyObject *cdy_meta_matmul(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    int kind = mt_mm_kind(fn);
+    if (!kind || kwnames || nargs < 2 || nargs > (kind == 'L' ? 3 : 2))
+        return NULL;
+    const cdy_meta *ms[3];
+    int nt = nargs;
+    if (nargs == 3 && args[2]->kind == TV_CONST && args[2]->obj == Py_None)
+        nt = 2;   /* linear without a bias */
+    for (int i = 0; i < nt; i++) {
+        if (args[i]->kind != TV_TENSOR)
+            return NULL;
+        ms[i] = &tr->t->graph.values[args[i]->value].meta;
+        if (ms[i]->ndim < 1 || ms[i]->ndim > CDY_MAX_NDIM || cdy_meta_numel(ms[i]) == 0 ||
+            ms[i]->dtype != ms[0]->dtype ||
+            (ms[i]->dtype != CDY_DT_FLOAT32 && ms[i]->dtype != CDY_DT_FLOAT64))
+            return NULL;
+    }
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    if (nt == 3 && (ms[2]->ndim != 1 || ms[2]->sizes[0] != ms[1]->sizes[0]))
+        return NULL;
+    if (mt_mm_sizes(kind, ms[0], ms[1], &m) || m.ndim > CDY_MAX_NDIM)
+        return NULL;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    m.dtype = ms[0]->dtype;
+    return cdy_fake_from_meta(tr, &m);
+}

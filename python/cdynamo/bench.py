@@ -664,10 +664,10 @@ print("FIRST_CALL", t1 - t0)
 WARM_START_FN = dict(body="torch.sigmoid(x * y + 1) * y",
                      inputs="torch.randn(1024), torch.randn(1024)", tol="")
 
-#: cold start: a first compile that also meets an op whose shape torch computes in Python
-#: and cdynamo does not (a matmul): the first of those in a process imports sympy and
-#: torch.fx's symbolic shapes (about 0.35 s), a cost the warm-up above does not see once
-#: inductor has paid it in this process
+#: cold start: a first compile with a matmul, whose torch meta function (Python) imports
+#: sympy and torch.fx's symbolic shapes on its first call in a process (0.35-0.95 s), a
+#: cost the warm-up above does not see once inductor has paid it in this process;
+#: cdynamo computes its shape in C (trace/meta.c)
 COLD_START_FN = dict(body="torch.relu(x @ y + 1).sum(-1)",
                      inputs="torch.randn(64, 64), torch.randn(64, 64)",
                      tol=", rtol=1e-4, atol=1e-4")
