@@ -502,3 +502,49 @@ def test_softmax_sum_in_lanes(log, shape):
     check(lambda t: fn(t, -1), x)
     n = shape[-1]
     assert lanes(last()[1], "sum") == (64 if n >= 512 else 16 if n >= 16 else 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_meta_in_c(dtype):
+    """layer_norm's result meta comes from C (trace/meta.c) for a contiguous
+    input: eager's values, sizes, strides and dtype with every spelling of
+    normalized_shape and of the affine args; shapes torch rejects raise
+    eager's error; a non-contiguous input keeps eager's layout."""
+    from conftest import check_raises
+    x = make((3, 4, 6), dtype)
+    w, b = make((4, 6), dtype, seed=1), make((4, 6), dtype, seed=2)
+    for fn in (lambda t: F.layer_norm(t, (6,)), lambda t: F.layer_norm(t, [4, 6], w, b),
+               lambda t: F.layer_norm(t, [6], w[0], None, 1e-3),
+               lambda t: torch.layer_norm(t, (4, 6), None, b, 1e-2),
+               lambda t: F.layer_norm(t, t.shape[1:], w, b) * 2):
+        cdynamo.reset()
+        st = check(fn, x)
+        assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, st
+        assert cdynamo.optimize(fn)(x).stride() == fn(x).stride()
+    check_raises(lambda t: F.layer_norm(t, (5,)), x)
+    check_raises(lambda t: F.layer_norm(t, 6), x)             # torch wants a sequence
+    check_raises(lambda t: F.layer_norm(t, (6,), w), x)
+    check_raises(lambda t: F.layer_norm(t, (6,), w[0].float() if dtype == torch.float64
+                                        else w[0].double()), x)
+    xt = x.transpose(0, 2)
+    assert cdynamo.optimize(lambda t: F.layer_norm(t, (3,)))(xt).stride() == \
+        F.layer_norm(xt, (3,)).stride()
+
+
+def test_layer_norm_trace_needs_no_torch_meta():
+    """Tracing an nn.LayerNorm and a linear layer runs no torch meta function:
+    the process never imports torch.fx's symbolic shapes (sympy)."""
+    from conftest import run_python
+    p = run_python("""
+        import sys, torch, cdynamo
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+        x = torch.randn(4, 8)
+        with torch.no_grad():
+            out = cdynamo.optimize(m)(x)
+            print("IMPORTED", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+            print("GRAPHS", len(cdynamo._support.compiles))
+            torch.testing.assert_close(out, m(x))
+        """)
+    assert p.returncode == 0, p.stderr
+    assert "IMPORTED False" in p.stdout, p.stdout
+    assert "GRAPHS 1" in p.stdout, p.stdout

@@ -388,8 +388,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     return cdy_fake_from_meta(tr, &m);
 }
 
-/* ---- matmul family ----------------------------------------------------------
- * Their torch metas (meta_mm, meta_bmm, matmul's and linear's decompositions)
+/* ---- matmul family, layer_norm -----------------------------------------------
+ * Their torch metas (meta_mm, meta_bmm, matmul's, linear's and layer_norm's)
  * call torch._check, whose first call in a process imports sympy and
  * torch.fx's symbolic shapes (0.35-0.95 s): the first compile of any function
  * with a matmul or a linear layer paid it.  CPU's kernels give contiguous
@@ -400,7 +400,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch.Tensor", "__matmul__", 'M') X("operator", "matmul", 'M')        \
     X("torch", "mm", '2') X("torch.Tensor", "mm", '2')                       \
     X("torch", "bmm", '3') X("torch.Tensor", "bmm", '3')                     \
-    X("torch.nn.functional", "linear", 'L')
+    X("torch.nn.functional", "linear", 'L')                                  \
+    X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N')
 
 static PyObject *mt_mm_fns;   /* {callable: kind letter} */
 
@@ -435,8 +436,8 @@ static int mt_mm_init(void)
     return 0;
 }
 
-/* The matmul-family kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L'
- * linear), or 0. */
+/* The kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L' linear, 'N'
+ * layer_norm), or 0. */
 static int mt_mm_kind(PyObject *fn)
 {
     if (mt_mm_init()) {
@@ -501,15 +502,73 @@ static int mt_mm_sizes(int kind, const cdy_meta *a, const cdy_meta *b, cdy_meta 
     return 0;
 }
 
+/* The i-th int of layer_norm's normalized_shape ns (a constant or traced
+ * tuple / list of ints; torch rejects a bare int) into *v; its length, or -1
+ * when ns is none of these.  i < 0: only the length. */
+static int mt_shape_item(const tvar *ns, int i, long long *v)
+{
+    if (ns->kind == TV_CONST && (PyTuple_Check(ns->obj) || PyList_Check(ns->obj))) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(ns->obj);
+        if (i < 0 || i >= n)
+            return (int)n;
+        PyObject *o = PySequence_Fast_GET_ITEM(ns->obj, i);
+        tvar t = {.kind = TV_CONST, .obj = o};
+        return cdy_const_int(&t, v) ? (int)n : -1;
+    }
+    if (ns->kind == TV_TUPLE || ns->kind == TV_LIST)
+        return i < 0 || i >= ns->n ? ns->n : cdy_const_int(ns->items[i], v) ? ns->n : -1;
+    return -1;
+}
+
+/* A fake for layer_norm(input, normalized_shape[, weight[, bias[, eps]]])
+ * given positionally: a contiguous float32 / float64 input whose trailing
+ * sizes are normalized_shape, weight and bias None or of exactly those sizes
+ * and the input's dtype, eps a number: the input's sizes, contiguous (CPU's
+ * kernel allocates so for a contiguous input), its dtype.  NULL with no
+ * error otherwise. */
+static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
+{
+    if (nargs > 5 || args[0]->kind != TV_TENSOR ||
+        (nargs == 5 && !(args[4]->kind == TV_CONST &&
+                         (PyFloat_CheckExact(args[4]->obj) || PyLong_CheckExact(args[4]->obj)))))
+        return NULL;
+    const cdy_meta *x = &tr->t->graph.values[args[0]->value].meta;
+    long long v;
+    int k = mt_shape_item(args[1], -1, &v);
+    if (k < 1 || k > x->ndim || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
+        cdy_meta_numel(x) == 0 || !cdy_meta_contiguous(x))
+        return NULL;
+    for (int i = 0; i < k; i++)
+        if (mt_shape_item(args[1], i, &v) != k || v != x->sizes[x->ndim - k + i])
+            return NULL;
+    for (int a = 2; a < nargs && a < 4; a++) {
+        if (args[a]->kind == TV_CONST && args[a]->obj == Py_None)
+            continue;
+        if (args[a]->kind != TV_TENSOR)
+            return NULL;
+        const cdy_meta *w = &tr->t->graph.values[args[a]->value].meta;
+        if (w->dtype != x->dtype || w->ndim != k ||
+            memcmp(w->sizes, x->sizes + x->ndim - k, sizeof(int64_t) * (size_t)k))
+            return NULL;
+    }
+    cdy_meta m = *x;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for a call of matmul, mm, bmm (two tensors) or F.linear (input,
- * weight[, bias]) given positionally, when every tensor is a non-empty
+ * weight[, bias]) given positionally (layer_norm: mt_layer_norm), when every tensor is a non-empty
  * float32 / float64 tensor of one dtype, of at most CDY_MAX_NDIM dims, a
  * bias 1-d and as long as the weight's rows: the result sizes above, with
  * contiguous strides, the operands' dtype.  NULL with no error otherwise. */
 PyObject *cdy_meta_matmul(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     int kind = mt_mm_kind(fn);
-    if (!kind || kwnames || nargs < 2 || nargs > (kind == 'L' ? 3 : 2))
+    if (!kind || kwnames || nargs < 2)
+        return NULL;
+    if (kind == 'N')
+        return mt_layer_norm(tr, args, nargs);
+    if (nargs > (kind == 'L' ? 3 : 2))
         return NULL;
     const cdy_meta *ms[3];
     int nt = nargs;
