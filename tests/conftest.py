@@ -141,3 +141,22 @@ def run_python(code, env_extra=None, cache_dir=None, timeout=120):
         env.update(env_extra)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def assert_traces_without_torch_meta(code):
+    """In a fresh interpreter, `code` (defining zero-argument `compiled` and
+    `eager`, and optionally TOL, assert_close's tolerances) compiles one graph
+    without torch importing torch.fx's symbolic shapes (sympy: 0.35-0.95 s on
+    the first torch meta function that calls torch._check in a process), and
+    compiled() equals eager().  The import is checked before any
+    torch.testing call, which imports it itself."""
+    p = run_python("import sys, torch, cdynamo\nTOL = {}\n" + textwrap.dedent(code) + """
+with torch.no_grad():
+    out = compiled()
+    print("IMPORTED", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+    print("GRAPHS", len(cdynamo._support.compiles))
+    torch.testing.assert_close(out, eager(), **TOL)
+""")
+    assert p.returncode == 0, p.stderr
+    assert "IMPORTED False" in p.stdout, p.stdout
+    assert "GRAPHS 1" in p.stdout, p.stdout
