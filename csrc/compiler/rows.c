@@ -420,7 +420,8 @@ static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int prologue
  * each element.  With lanes (cg_row_lanes): the innermost dim's whole lane
  * blocks add into <acc>_l[], its tail into acc (cg_row_blocks); then the
  * lanes are folded into acc (cg_row_fold).  Else one simd reduction
- * (cg_row_pass).  prefetch: as cg_row_blocks, with lanes of cg_row_nlanes. */
+ * (cg_row_pass).  prefetch: the pass prefetches the next row when
+ * cg_row_prefetches (its rows then have cg_row_nlanes lanes). */
 static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, const char *post,
                       int prefetch)
 {
@@ -433,7 +434,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
     cg_indent(&c->src, ind);
     cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
-    if (cg_row_blocks(k, ind, nl, prefetch && nl == cg_row_nlanes(k) && cg_row_prefetches(k), 1,
+    if (cg_row_blocks(k, ind, nl, prefetch && cg_row_prefetches(k), 1,
                       cg_strf(c, "%s%s_l[rl]%s", pre, acc, post), clause,
                       cg_strf(c, "%s%s%s", pre, acc, post)))
         return -1;
