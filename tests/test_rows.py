@@ -457,17 +457,18 @@ def test_layer_norm_sums_in_lanes(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layer_norm_prefetches_next_row(dtype):
     """A layer_norm over 4 MiB or more of long rows prefetches the next row's
-    lines (4 per lane block of 256 bytes) in its final pass, the one with
-    the affine map and the fused epilogue, and never past the last row; a
-    smaller input, the affine weights and strided rows get none.  Results as
+    lines (16 per block of 1 KiB) in its final pass, the one with the affine
+    map and the fused epilogue, and never past the last row; a smaller
+    input, the affine weights and strided rows get none.  Results as
     eager's, the last row included."""
     rows = (4 << 20) // (1024 * dtype.itemsize)
     x, w, b = make((rows, 1024), dtype), make((1024,), dtype, seed=1), make((1024,), dtype, seed=2)
     check(lambda t, w, b: F.gelu(F.layer_norm(t, (1024,), w, b)), x, w, b)
     _, src = last()
-    assert src.count("__builtin_prefetch(pf + ") == 4, src
+    assert src.count("__builtin_prefetch(pf + ") == 16, src
     final = src[src.index("rs = "):]         # the pass after the variance
-    assert final.count("__builtin_prefetch(pf + ") == 4 and "gelu" in final, src
+    assert final.count("__builtin_prefetch(pf + ") == 16 and "gelu" in final, src
+    assert f"rb += {1024 // dtype.itemsize}" in final, src
     assert f"if (i0 + 1 < {rows}LL)" in src, src
     assert "&in_ptr0[i0 * 1024LL + r0 + 1024LL]" in src, src
     check(lambda t: F.layer_norm(t, (1024,)), x[: rows // 2].clone())     # 2 MiB: none

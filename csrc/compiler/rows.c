@@ -465,8 +465,11 @@ static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, cons
 
 
 /* The final pass: t<v> = expr stored to out_ptr0, then the epilogue
- * (prologue: 1 when expr reads the input's expression); in lane blocks that
- * prefetch the next row when prefetch and cg_row_prefetches. */
+ * (prologue: 1 when expr reads the input's expression); in blocks of 4 lane
+ * blocks (1 KiB) that prefetch the next row when prefetch and
+ * cg_row_prefetches.  Not one lane block: GCC unrolls a simd loop of 8
+ * vectors completely, 8 copies of the epilogue (gelu(layer_norm(x)): gcc
+ * 0.23 -> 0.13 s, the same speed). */
 static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch)
 {
     cg_ctx *c = k->c;
@@ -478,7 +481,7 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
     if (prefetch && cg_row_prefetches(k))
-        return cg_row_blocks(k, ind, cg_row_nlanes(k), 1, prologue, stmt, "", stmt);
+        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, prologue, stmt, "", stmt);
     return cg_row_pass(k, ind, "", prologue, stmt);
 }
 
