@@ -90,3 +90,10 @@ def test_bench_quick_json(tmp_path):
                      proc.stdout), proc.stdout
     assert rows["broadcast_add"]["kind"] == "pointwise"
     assert rows["broadcast_add"]["gbps"]["eager"] > 0
+    # the share of copy bandwidth uses a copy measured around the workload's rounds
+    r = rows["broadcast_add"]
+    assert r["copy_gbps"] > 0 and rows["add1_8"]["copy_gbps"] is None
+    if r["ok"]["cdynamo"]:
+        assert abs(r["bw_share"]["cdynamo"] - r["gbps"]["cdynamo"] / r["copy_gbps"]) < 1e-2, r
+    assert "%copy = cdynamo's GB/s over a 64 MB copy's, measured just before and after" \
+        in proc.stdout

@@ -12,7 +12,9 @@ For each workload the harness
      runs one batch (~2-10 ms) of every system in turn (rotating the order); the
      reported number is the median over rounds of the per-call time of a batch,
   5. for pointwise and reduction workloads, converts the time into GB/s (bytes read +
-     written / median time) and a share of the measured copy bandwidth.
+     written / median time) and a share of the copy bandwidth, measured (a 64 MB torch
+     copy) just before and just after that workload's rounds, the larger of the two: the
+     host's bandwidth drifts within minutes.
 
 Once per run it also measures the warm start of each compiler: the first call of a small
 pointwise function in a new process whose disk cache a previous process filled.
@@ -470,23 +472,35 @@ def gcc_version() -> Optional[str]:
         return None
 
 
+_BW_ARRAYS: list = []   # the 64 MB arrays of the bandwidth measurements, made once
+
+
+def _bw_arrays():
+    if not _BW_ARRAYS:
+        n = (64 << 20) // 4
+        _BW_ARRAYS.extend([torch.empty(n), torch.rand(n), torch.rand(n)])
+    return _BW_ARRAYS
+
+
+def _best_gbps(fn, moved: int, reps: int) -> float:
+    fn()
+    return moved / min(_timed(fn) for _ in range(reps)) / 1e9
+
+
+def copy_gbps(reps: int = 3) -> float:
+    """Copy bandwidth now: torch's copy of a 64 MB float32 array, best of `reps` (GB/s,
+    bytes read + written)."""
+    a, b, _ = _bw_arrays()
+    return round(_best_gbps(lambda: a.copy_(b), 2 * a.numel() * 4, reps), 2)
+
+
 def measure_bandwidth(quick: bool) -> dict:
     """Copy and triad bandwidth with torch on 64 MB float32 arrays, best of a few runs.
     copy: b -> a (2 x 64 MB moved); triad: a = b + 3*c (3 x 64 MB moved).  GB = 1e9 bytes."""
-    n = (64 << 20) // 4
-    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    a, b, c = _bw_arrays()
     reps = 3 if quick else 7
-    nb = n * 4
-
-    def best(fn, moved):
-        fn()
-        t = min(_timed(fn) for _ in range(reps))
-        return moved / t / 1e9
-
-    copy = best(lambda: a.copy_(b), 2 * nb)
-    triad = best(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * nb)
-    del a, b, c
-    return {"copy_gbps": round(copy, 2), "triad_gbps": round(triad, 2), "array_mb": 64,
+    triad = _best_gbps(lambda: torch.add(b, c, alpha=3.0, out=a), 3 * a.numel() * 4, reps)
+    return {"copy_gbps": copy_gbps(reps), "triad_gbps": round(triad, 2), "array_mb": 64,
             "runs": reps}
 
 
@@ -735,7 +749,7 @@ def empty_row(w: Workload) -> dict:
         "compile_s": {"inductor": None, "cdynamo": None},
         "us": dict(none),
         "speedup": {"inductor": None, "cdynamo": None},
-        "gbps": None, "bw_share": None,
+        "gbps": None, "bw_share": None, "copy_gbps": None,
         "bytes": None, "batch": dict(none), "rounds": None, "notes": [],
         "cdynamo_stats": None,
     }
@@ -879,6 +893,10 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     if round_cost > 0:
         rounds = max(3, min(rounds, int(args.max_time_per_workload / round_cost)))
     per_call = {s: [] for s in names}
+    # the host's memory bandwidth drifts (a shared VM: copy 16-20 GB/s within minutes), so a
+    # memory-bound workload's share of it uses a copy measured just before and just after its
+    # rounds, the larger of the two
+    copy_ref = copy_gbps() if w.kind in ("pointwise", "reduction") and row["bytes"] else None
     gc_was = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -907,7 +925,8 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     if w.name in BREAKDOWN and "cdynamo" in callables:
         row["breakdown_us"] = _breakdown(systems, callables["cdynamo"], inputs, args.quick)
     if w.kind in ("pointwise", "reduction") and row["bytes"]:
-        bw = args.copy_gbps
+        bw = max(copy_ref, copy_gbps()) if copy_ref else args.copy_gbps
+        row["copy_gbps"] = bw
         row["gbps"] = {s: (round(row["bytes"] / (row["us"][s] * 1e-6) / 1e9, 2)
                            if row["us"][s] else None) for s in SYSTEMS}
         if bw:
@@ -1043,6 +1062,9 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
         print(fmt_row(b), file=file)
     print("us = median microseconds per call (interleaved rounds); x = eager/compiled; "
           "comp s = first call - steady call (cold caches)", file=file)
+    if any(r.get("copy_gbps") for r in rows):
+        print("%copy = cdynamo's GB/s over a 64 MB copy's, measured just before and after "
+              "the workload's rounds (the larger)", file=file)
     parts = [(r["name"], r["breakdown_us"], r["us"]["eager"]) for r in rows
              if r.get("breakdown_us")]
     if parts:
