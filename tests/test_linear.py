@@ -106,7 +106,7 @@ def test_a_weight_new_on_every_call_goes_back_to_torchs_linear(always):
     assert st["frames_compiled"] == 1, st
 
 
-# ---- matmul family: result meta computed in C (trace/meta.c, cdy_meta_matmul) ----
+# ---- matmul family: result meta computed in C (trace/meta.c, cdy_meta_extern) ----
 
 def _layouts(shape, seed):
     """Tensors of `shape`: contiguous, transposed last two dims, sliced with a

@@ -380,13 +380,13 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     tvar *bound[CDY_MAX_NODE_ARGS];
     int nbound = op != CDY_OP_NONE && !query ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound)
                                              : -1;
-    /* a lowered pointwise op's or reduction's meta, or a matmul's, comes from C
-     * rules when they cover the call */
+    /* a lowered pointwise op's or reduction's meta, or a matmul's or layer
+     * norm's, comes from C rules when they cover the call */
     PyObject *out = nbound >= 0 ? cdy_meta_pointwise(tr, op, fn, bound, nbound) : NULL;
     if (!out && nbound >= 0 && tr->t->status == CDY_TRACE_OK)
         out = cdy_meta_reduce(tr, op, bound, nbound);
     if (!out && op == CDY_OP_NONE && !query && tr->t->status == CDY_TRACE_OK)
-        out = cdy_meta_matmul(tr, fn, args, nargs, kwnames);
+        out = cdy_meta_extern(tr, fn, args, nargs, kwnames);
     int c_meta = out != NULL;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;

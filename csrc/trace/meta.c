@@ -395,7 +395,7 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
  * with a matmul or a linear layer paid it.  CPU's kernels give contiguous
  * results for every operand layout (transposed, sliced, expanded, permuted
  * batch dims: checked by test_matmul_meta_in_c against eager's strides). */
-#define MT_MM_FNS(X)                                                        \
+#define MT_EXTERN_FNS(X)                                                        \
     X("torch", "matmul", 'M') X("torch.Tensor", "matmul", 'M')               \
     X("torch.Tensor", "__matmul__", 'M') X("operator", "matmul", 'M')        \
     X("torch", "mm", '2') X("torch.Tensor", "mm", '2')                       \
@@ -403,20 +403,20 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch.nn.functional", "linear", 'L')                                  \
     X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N')
 
-static PyObject *mt_mm_fns;   /* {callable: kind letter} */
+static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
-/* Build mt_mm_fns from MT_MM_FNS (names that do not resolve are skipped);
+/* Build mt_ext_fns from MT_EXTERN_FNS (names that do not resolve are skipped);
  * 0, or -1 when out of memory. */
-static int mt_mm_init(void)
+static int mt_ext_init(void)
 {
     static const struct { const char *mod, *name; char kind; } fns[] = {
 #define MT_X(m, n, k) {m, n, k},
-        MT_MM_FNS(MT_X)
+        MT_EXTERN_FNS(MT_X)
 #undef MT_X
     };
-    if (mt_mm_fns)
+    if (mt_ext_fns)
         return 0;
-    if (!(mt_mm_fns = PyDict_New()))
+    if (!(mt_ext_fns = PyDict_New()))
         return -1;
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         int tensor = !strcmp(fns[i].mod, "torch.Tensor");
@@ -424,7 +424,7 @@ static int mt_mm_init(void)
         PyObject *o = m && tensor ? PyObject_GetAttrString(m, "Tensor") : Py_XNewRef(m);
         PyObject *f = o ? PyObject_GetAttrString(o, fns[i].name) : NULL;
         PyObject *k = f ? PyLong_FromLong(fns[i].kind) : NULL;
-        int bad = k && PyDict_SetItem(mt_mm_fns, f, k);
+        int bad = k && PyDict_SetItem(mt_ext_fns, f, k);
         Py_XDECREF(m);
         Py_XDECREF(o);
         Py_XDECREF(f);
@@ -438,13 +438,13 @@ static int mt_mm_init(void)
 
 /* The kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L' linear, 'N'
  * layer_norm), or 0. */
-static int mt_mm_kind(PyObject *fn)
+static int mt_ext_kind(PyObject *fn)
 {
-    if (mt_mm_init()) {
+    if (mt_ext_init()) {
         PyErr_Clear();
         return 0;
     }
-    PyObject *k = PyDict_GetItemWithError(mt_mm_fns, fn);
+    PyObject *k = PyDict_GetItemWithError(mt_ext_fns, fn);
     if (!k)
         PyErr_Clear();   /* an unhashable callable is simply not one of them */
     return k ? (int)PyLong_AsLong(k) : 0;
@@ -556,14 +556,15 @@ static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
     return cdy_fake_from_meta(tr, &m);
 }
 
-/* A fake for a call of matmul, mm, bmm (two tensors) or F.linear (input,
- * weight[, bias]) given positionally (layer_norm: mt_layer_norm), when every tensor is a non-empty
+/* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
+ * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
+ * weight[, bias]) given positionally, when every tensor is a non-empty
  * float32 / float64 tensor of one dtype, of at most CDY_MAX_NDIM dims, a
  * bias 1-d and as long as the weight's rows: the result sizes above, with
  * contiguous strides, the operands' dtype.  NULL with no error otherwise. */
-PyObject *cdy_meta_matmul(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
-    int kind = mt_mm_kind(fn);
+    int kind = mt_ext_kind(fn);
     if (!kind || kwnames || nargs < 2)
         return NULL;
     if (kind == 'N')

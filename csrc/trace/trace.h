@@ -204,9 +204,9 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
 /* The same for reductions sum / mean / amax / amin over bound args (x, dims
  * mask, keepdim). */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
-/* The same for matmul / mm / bmm / F.linear called as fn(*args) (extern
- * ops), NULL with no error outside its rules. */
-PyObject *cdy_meta_matmul(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* The same for extern calls fn(*args) of matmul / mm / bmm / F.linear /
+ * layer_norm, NULL with no error outside its rules. */
+PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
 
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]

@@ -896,7 +896,8 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     # the host's memory bandwidth drifts (a shared VM: copy 16-20 GB/s within minutes), so a
     # memory-bound workload's share of it uses a copy measured just before and just after its
     # rounds, the larger of the two
-    copy_ref = copy_gbps() if w.kind in ("pointwise", "reduction") and row["bytes"] else None
+    memory_bound = w.kind in ("pointwise", "reduction") and bool(row["bytes"])
+    copy_ref = copy_gbps() if memory_bound else None
     gc_was = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -924,7 +925,7 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
             row["speedup"][s] = round(row["us"]["eager"] / row["us"][s], 3)
     if w.name in BREAKDOWN and "cdynamo" in callables:
         row["breakdown_us"] = _breakdown(systems, callables["cdynamo"], inputs, args.quick)
-    if w.kind in ("pointwise", "reduction") and row["bytes"]:
+    if memory_bound:
         bw = max(copy_ref, copy_gbps()) if copy_ref else args.copy_gbps
         row["copy_gbps"] = bw
         row["gbps"] = {s: (round(row["bytes"] / (row["us"][s] * 1e-6) / 1e9, 2)
