@@ -176,7 +176,7 @@ typedef struct {
     cg_nest *on, *rn;
     const char *T;               /* compute C type */
     const char *A;               /* accumulator C type */
-    const char *vexp;            /* exp function of T: cdy_vexpf or exp */
+    const char *vexp;            /* exp of T for x - max <= 0: cdy_vexp_negf or exp */
     char *e;                     /* the input's expression in a pass body */
     char *out;                   /* the output's element, out_ptr0[...] */
     int col;                     /* column mode: see cg_row_columns */
@@ -511,16 +511,24 @@ static int cg_row_softmax(cg_rowk *k, int ind)
            cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j), 0);
 }
 
-/* The affine part of a norm's output: " * w" and " + b" when present. */
-static char *cg_row_affine(cg_rowk *k, const char *x)
+/* A norm's output as eager's layer norm computes it: (x - mean) * rstd, then
+ * "* w + b" as one fused multiply-add (or the one of them present).  Given
+ * the same mean and rstd, that is eager's float32 result bit for bit, where
+ * an unfused "* w + b" matched 77% of the elements; one vector op fewer
+ * (gelu(layer_norm(x)) on 4096x1024 floats: 1.86 -> 1.76 ms in a C harness). */
+static char *cg_row_affine(cg_rowk *k)
 {
     cg_ctx *c = k->c;
     const cdy_value *val = &c->g->values[k->v];
-    char *r = cg_strf(c, "%s", x);
-    if (r && cg_row_tensor(c->g, val->args[1]))
-        r = cg_strf(c, "%s * %s", r, cg_value_expr(c, val->args[1]));
-    if (r && cg_row_tensor(c->g, val->args[2]))
-        r = cg_strf(c, "%s + %s", r, cg_value_expr(c, val->args[2]));
+    char *r = cg_strf(c, "(%s - mu) * rs", k->e);
+    int w = cg_row_tensor(c->g, val->args[1]), b = cg_row_tensor(c->g, val->args[2]);
+    if (r && w && b)
+        return cg_strf(c, "%s(%s, %s, %s)", strcmp(k->T, "float") ? "CDY_FMA" : "CDY_FMAF", r,
+                       cg_value_expr(c, val->args[1]), cg_value_expr(c, val->args[2]));
+    if (r && w)
+        return cg_strf(c, "%s * %s", r, cg_value_expr(c, val->args[1]));
+    if (r && b)
+        return cg_strf(c, "%s + %s", r, cg_value_expr(c, val->args[2]));
     return r;
 }
 
@@ -540,8 +548,7 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
         cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
                                        "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
         return -1;
-    char *y = cg_row_affine(k, cg_strf(c, "(%s - mu) * rs", k->e));
-    return cg_row_final(k, ind, 1, y, 1);
+    return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
 
 /* Write the post-fusion IR of row kernel kn. */
@@ -733,7 +740,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
         plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
     k.T = f32 ? "float" : "double";
-    k.vexp = f32 ? "cdy_vexpf" : "exp";
+    k.vexp = f32 ? "cdy_vexp_negf" : "exp";
     k.A = f32 && rs.nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
     k.e = cg_value_expr(c, k.in);
     cdy_buf ob = {0};
