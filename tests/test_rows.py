@@ -116,6 +116,28 @@ def test_softmax_special_values(log, dtype):
 
 
 @pytest.mark.parametrize("log", [False, True])
+def test_softmax_float32_exp_range(log):
+    """float32 softmax's exp(x - max) over the whole range below 0: results
+    equal eager's within float32 tolerance, masked (-inf) entries and
+    differences past -87.34 (exp under 2^-126) are exactly 0 as eager's zeros,
+    and log_softmax keeps eager's finite values down to -100 and -inf."""
+    d = torch.linspace(-104.0, 0.0, 4001)
+    x = torch.stack([d, d.flip(0), d * 0.5]).contiguous()
+    x[1, ::7] = float("-inf")
+    op = torch.log_softmax if log else torch.softmax
+    f = cdynamo.optimize(lambda t: op(t, -1))
+    y, e = f(x), op(x, -1)
+    torch.testing.assert_close(y, e, rtol=1.3e-6, atol=1e-6 if log else 1e-10)
+    if not log:
+        assert torch.equal(y[1, ::7], torch.zeros_like(y[1, ::7]))
+        assert (y[e == 0] == 0).all()
+        small = (x - x.amax(-1, keepdim=True)) > -87.0
+        torch.testing.assert_close(y[small], e[small], rtol=2e-6, atol=0)
+    else:
+        assert torch.equal(torch.isinf(y), torch.isinf(e))
+
+
+@pytest.mark.parametrize("log", [False, True])
 def test_softmax_empty_and_scalar(log):
     op = torch.log_softmax if log else torch.softmax
     check(lambda t: op(t, 1), make((3, 0)))
