@@ -326,6 +326,12 @@ typedef struct {
     const char *extra_flags; /* appended to the command line (may be NULL) */
 } cdy_cc_opts;
 
+/* The line codegen puts before each kernel's text (its helpers, comment and
+ * function): what precedes the first one is the file's prologue, which every
+ * kernel needs.  cdy_cc_build may compile the kernels in several parts at once,
+ * each the prologue plus whole kernels, cut at these lines. */
+#define CDY_CC_KERNEL_MARK "/* -- kernel -- */\n"
+
 /* Compile `source` to a shared object in the cache (or find it there).
  * On success writes the .so path into so_path, sets *disk_hit to 1 when the
  * file was already cached, and returns 0; else -1 with a message in err.   */

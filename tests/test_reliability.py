@@ -91,6 +91,45 @@ def test_compiler_error(monkeypatch, tmp_path, fresh_cdynamo):
     assert not [p for p in os.listdir(fresh_cdynamo) if p.endswith(".c")]
 
 
+def many_kernels(x):
+    """24 kernels: a source this long is compiled in parts at once, one per CPU."""
+    for _ in range(8):
+        x = torch.relu(x - x.mean(-1, keepdim=True)) + x.amax(0)
+    return x
+
+
+def test_compile_in_parts(monkeypatch, tmp_path, fresh_cdynamo):
+    # the wrapper logs each run's arguments: one `-c` run per part, then one link
+    log = tmp_path / "runs.txt"
+    cc = wrapper(tmp_path, f'echo "$@" >> {log}\nexec gcc "$@"\n')
+    monkeypatch.setattr(cdynamo.config, "cc", cc)
+    x = torch.randn(64, 32)
+    torch.testing.assert_close(cdynamo.optimize(many_kernels)(x), many_kernels(x))
+    assert "24 kernels" in str(cdynamo._support.compiles[-1]["compiled"])
+    runs = log.read_text().splitlines()
+    parts = [r for r in runs if " -c " in r]
+    assert len(parts) == min(os.cpu_count(), 4) if os.cpu_count() > 1 else not parts, runs
+    assert len(runs) == len(parts) + 1
+    assert temp_files(fresh_cdynamo) == [] and len(kernel_files(fresh_cdynamo)) == 1
+
+
+def test_compiler_error_in_a_part(monkeypatch, tmp_path, fresh_cdynamo):
+    if os.cpu_count() < 2:
+        pytest.skip("one CPU: one compiler run, no parts")
+    cc = wrapper(tmp_path, 'case "$*" in *".1.c -o"*) echo "part.c:1:1: error: injected in '
+                 'part 1" >&2; exit 1;; esac\nexec gcc "$@"\n')
+    monkeypatch.setattr(cdynamo.config, "cc", cc)
+    x = torch.randn(64, 32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = cdynamo.optimize(many_kernels)(x)
+    torch.testing.assert_close(out, many_kernels(x))
+    msgs = [str(m.message) for m in w if "cdynamo" in str(m.message)]
+    assert len(msgs) == 1 and re.search(r"C compiler failed \(exit 1\): .*injected in part 1",
+                                        msgs[0]), msgs
+    assert temp_files(fresh_cdynamo) == [] and kernel_files(fresh_cdynamo) == []
+
+
 def test_compiler_killed(monkeypatch, tmp_path, fresh_cdynamo):
     cc = wrapper(tmp_path, "kill -9 $$\n")
     monkeypatch.setattr(cdynamo.config, "cc", cc)

@@ -1105,14 +1105,16 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     return 0;
 }
 
-/* Emit the comment naming the fused ops and outputs, and the signature. */
+/* Emit the kernel mark (CDY_CC_KERNEL_MARK), the gather helper when the kernel
+ * gathers, the comment naming the fused ops and outputs, and the signature. */
 void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
                            int nops, const cg_nest *nest)
 {
     cdy_buf *b = &c->src;
+    cdy_buf_puts(b, "\n" CDY_CC_KERNEL_MARK);
     if (cg_kernel_gathers(c))
         cdy_buf_puts(b, cg_gather_helper);
-    cdy_buf_puts(b, "\n/* fused:");
+    cdy_buf_puts(b, "/* fused:");
     int n = 0;
     for (int v = 0; v < c->g->nvalues; v++)
         if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v))

@@ -759,6 +759,49 @@ static void test_errors(void)
                        sizeof(err)) == 0 && hit == 0, "extra flags: %s", err);
 }
 
+/* 1 when cache_dir holds a compile part's file ("<key>.<pid>.<n>.tmp.c.<j>.c/.o"). */
+static int parts_left(void)
+{
+    DIR *d = opendir(cache_dir);
+    int found = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        found |= strstr(e->d_name, ".tmp.c.") != NULL;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A source of many kernels is compiled in parts at once (one per CPU): every
+ * kernel and the prologue's helper are in the library and the parts' files
+ * are gone; a part that fails fails the build with the compiler's message. */
+static void test_parts(void)
+{
+    static char src[16384];
+    char err[CDY_ERRLEN], so[512], name[32];
+    int hit, n = snprintf(src, sizeof(src), "static inline int twice(int x) { return 2 * x; }\n");
+    for (int k = 0; k < 24; k++)
+        n += snprintf(src + n, sizeof(src) - (size_t)n,
+                      "\n" CDY_CC_KERNEL_MARK "int kernel_%d(void) { return twice(%d); }\n", k, k);
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == 0 && !hit,
+          "parts build: %s", err);
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    int ok = lib != NULL;
+    for (int k = 0; ok && k < 24; k++) {
+        snprintf(name, sizeof(name), "kernel_%d", k);
+        int (*f)(void) = (int (*)(void))dlsym(lib, name);
+        ok = f && f() == 2 * k;
+    }
+    CHECK(ok, "every kernel of a parts build is in its library");
+    if (lib)
+        dlclose(lib);
+    CHECK(!parts_left(), "a parts build leaves no part files");
+    snprintf(src + n, sizeof(src) - (size_t)n, "\n" CDY_CC_KERNEL_MARK "int kernel_x(void) {\n");
+    CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == -1 &&
+              strstr(err, "C compiler failed (exit"), "a failing part: %s", err);
+    CHECK(!parts_left(), "a failed parts build leaves no part files");
+}
+
 typedef struct {
     int rc;
     char so[512];
@@ -1170,6 +1213,7 @@ int main(void)
     test_collapse();
     test_errors();
     test_concurrent_and_corrupt();
+    test_parts();
     test_int_division();
     test_casts();
     test_vector_math();
