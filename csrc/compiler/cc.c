@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -556,11 +557,20 @@ static size_t *cc_marks(const char *source, int *n)
     return at;
 }
 
-/* The parts to compile nkernels kernels in at once: one per online CPU, at
- * most CC_MAX_PARTS, each of CC_PART_KERNELS kernels or more; 1: one run. */
+/* The CPUs this process may run on (its affinity mask, as taskset sets it). */
+static long cc_ncpu(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* The parts to compile nkernels kernels in at once: one per CPU we may run
+ * on, at most CC_MAX_PARTS, each of CC_PART_KERNELS kernels or more; 1: one run. */
 static int cc_nparts(int nkernels)
 {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long ncpu = cc_ncpu();
     long p = nkernels / CC_PART_KERNELS;
     p = p < ncpu ? p : ncpu;
     p = p < CC_MAX_PARTS ? p : CC_MAX_PARTS;
