@@ -48,7 +48,8 @@ extern char **environ;
  * The driver's default libraries and start files cost 7-8 ms of a 75-80 ms
  * compile (x.sum(-1) of 4096x1024 floats, 20 runs each). */
 #define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv " \
-                 "-ffp-contract=off -fno-math-errno -nostdlib"
+                 "-ffp-contract=off -fno-math-errno -nostdlib " \
+                 "-Werror=implicit-function-declaration"
 #define CC_LIBS "-lgcc"
 #define CC_PART_KERNELS 6        /* kernels per part, at least (a part costs a compiler start) */
 #define CC_MAX_PARTS 8           /* compilers run at once for one source */

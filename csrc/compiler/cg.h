@@ -209,6 +209,8 @@ int cg_kernel_begin(cg_ctx *c, cdy_plan *plan);
 void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops);
 
 /* ---- mathlib.c ------------------------------------------------------------ */
+/* libm's names as compiler builtins: every generated file's, in place of <math.h>. */
+extern const char cg_prologue_libm[];
 /* Helpers every generated file starts with (vector math, Python division). */
 extern const char cg_prologue_math[];
 

@@ -2,6 +2,31 @@
  * float32 math and Python-style division helpers. */
 #include "compiler/cg.h"
 
+/* libm's functions as GCC's builtins: the same functions (a call to libm
+ * where GCC does not expand one inline) declared by the compiler itself, so
+ * that a generated file needs no <math.h>, whose parsing is 8 ms of a 75 ms
+ * compile.  CC_FLAGS has -Werror=implicit-function-declaration: a libm name
+ * missing here is a compile error (and eager fallback), never a call taken
+ * to return int.  Function-like macros: only a call is renamed. */
+#define CG_LIBM1(X) X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(cbrt) X(ceil) \
+    X(cos) X(cosh) X(erf) X(erfc) X(exp) X(exp2) X(expm1) X(fabs) X(floor) X(lgamma)     \
+    X(log) X(log10) X(log1p) X(log2) X(logb) X(nearbyint) X(rint) X(round) X(sin)        \
+    X(sinh) X(sqrt) X(tan) X(tanh) X(tgamma) X(trunc)
+#define CG_LIBM2(X) X(atan2) X(copysign) X(fdim) X(fmax) X(fmin) X(fmod) X(hypot)       \
+    X(nextafter) X(pow) X(remainder)
+#define CG_LIBM3(X) X(fma)
+#define CG_DEF1(n) "#define " #n "(a) __builtin_" #n "(a)\n" \
+                   "#define " #n "f(a) __builtin_" #n "f(a)\n"
+#define CG_DEF2(n) "#define " #n "(a, b) __builtin_" #n "(a, b)\n" \
+                   "#define " #n "f(a, b) __builtin_" #n "f(a, b)\n"
+#define CG_DEF3(n) "#define " #n "(a, b, c) __builtin_" #n "(a, b, c)\n" \
+                   "#define " #n "f(a, b, c) __builtin_" #n "f(a, b, c)\n"
+const char cg_prologue_libm[] =
+    "/* libm as compiler builtins (no <math.h>) */\n"
+    CG_LIBM1(CG_DEF1) CG_LIBM2(CG_DEF2) CG_LIBM3(CG_DEF3)
+    "#define INFINITY (__builtin_inff())\n"
+    "#define NAN (__builtin_nanf(\"\"))\n";
+
 /* Helpers of every generated file: vectorizable float32 math (exp, log,
  * tanh, erf: straight-line arithmetic and selects, within ~2.5 ulp of
  * glibc, libm's results for inf/NaN/overflow/underflow; no-trapping-math
