@@ -578,28 +578,31 @@ static int cc_nparts(int nkernels)
     return p < 2 ? 1 : (int)p;
 }
 
-/* Write part j of nparts to path: source's prologue (up to mark 0) and the
- * kernels from its first mark to the next part's, cut so that the parts
- * hold about equal bytes of kernel text.  0 or an errno value. */
-static int cc_write_part(const char *path, const char *source, const size_t *at, int n,
-                         int j, int nparts)
+/* Cut source's kernel text (from mark at[0] to its end) into nparts runs of
+ * whole kernels of about equal bytes: part j is [cut[j], cut[j + 1]), each
+ * cut the first mark at or past its share. */
+static void cc_cuts(const char *source, const size_t *at, int n, int nparts, size_t *cut)
 {
-    size_t end = strlen(source), span = end - at[0], from = end, to = end;
-    for (int i = n - 1; i >= 0; i--) {         /* the first mark at or past each cut */
-        size_t off = at[i] - at[0];
-        if (off * (size_t)nparts >= span * (size_t)j)
-            from = at[i];
-        if (off * (size_t)nparts >= span * (size_t)(j + 1))
-            to = at[i];
+    size_t end = strlen(source), span = end - at[0];
+    for (int j = 0, i = 0; j < nparts; j++) {
+        while (i < n && (at[i] - at[0]) * (size_t)nparts < span * (size_t)j)
+            i++;
+        cut[j] = i < n ? at[i] : end;
     }
-    if (j == 0)
-        from = at[0];
-    char *text = malloc(at[0] + (to - from) + 1);
+    cut[nparts] = end;
+}
+
+/* Write to path source's prologue (up to at0, its first mark) and its text
+ * [from, to); 0 or an errno value. */
+static int cc_write_part(const char *path, const char *source, size_t at0, size_t from,
+                         size_t to)
+{
+    char *text = malloc(at0 + (to - from) + 1);
     if (!text)
         return ENOMEM;
-    memcpy(text, source, at[0]);
-    memcpy(text + at[0], source + from, to - from);
-    int e = cc_write_file(path, text, at[0] + (to - from));
+    memcpy(text, source, at0);
+    memcpy(text + at0, source + from, to - from);
+    int e = cc_write_file(path, text, at0 + (to - from));
     free(text);
     return e;
 }
@@ -619,12 +622,14 @@ static int cc_compile_parts(const cdy_cc_opts *opts, const char *source, const s
                             char (*objs)[CC_PATH_MAX], char *err, size_t errlen)
 {
     pid_t pid[CC_MAX_PARTS];
+    size_t cut[CC_MAX_PARTS + 1];
     int fd[CC_MAX_PARTS], started = 0, rc = 0;
+    cc_cuts(source, at, n, nparts, cut);
     for (int j = 0; j < nparts && !rc; j++) {
         char part[CC_PATH_MAX];
         cc_cmd cmd = {0};
         int e = cc_part_paths(src_path, j, part, objs[j])
-                    ? ENAMETOOLONG : cc_write_part(part, source, at, n, j, nparts);
+                    ? ENAMETOOLONG : cc_write_part(part, source, at[0], cut[j], cut[j + 1]);
         char *mid[] = {"-c", part, "-o", objs[j]};
         if (e)
             rc = cc_fail(err, errlen, "cannot write %s: %s", part, strerror(e));
