@@ -187,6 +187,12 @@ void cdy_trace_free(cdy_trace *t);
  * `always`: without timing it against torch's linear first), or NULL (no
  * error set) when this torch has no packed path. */
 PyObject *cdy_packed_linear_new(int always);
+/* Make PackedLinear pl apply relu to its result: 0, or -1 (unchanged) when
+ * pl is not a PackedLinear without it or torch lacks relu_. */
+int cdy_packed_linear_set_relu(PyObject *pl);
+/* Fold into each PackedLinear the relu that alone reads its result
+ * (trace/lower_linear.c); the number folded.  Never fails. */
+int cdy_rewrite_linear_relu(cdy_trace *t);
 /* Rewrite hand-written attention (matmul, scale, [mask,] softmax, matmul) in
  * t into calls of scaled_dot_product_attention (trace/attention.c); the
  * number rewritten.  Never fails: what it cannot handle stays as traced. */

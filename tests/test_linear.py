@@ -106,6 +106,82 @@ def test_a_weight_new_on_every_call_goes_back_to_torchs_linear(always):
     assert st["frames_compiled"] == 1, st
 
 
+# ---- a relu folded into the packed linear (cdy_rewrite_linear_relu) ----
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_relu_read_only_by_the_linear_is_part_of_it(always, inplace):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(inplace=inplace),
+                            torch.nn.Linear(256, 64, bias=False)).eval()
+    x = torch.randn(2, 16, 128)
+    opt = cdynamo.optimize(m)
+    with torch.no_grad():
+        for _ in range(3):
+            _close(opt(x), m(x))
+    st = cdynamo.stats()
+    # no kernel: oneDNN applies the relu; without the fold it is one kernel
+    assert st["kernels_compiled"] == 0 and st["disk_cache_hits"] == 0, st
+    assert st["packed_linear_calls"] == 6 and st["frames_compiled"] == 1, st
+
+
+def test_a_gelu_and_a_shared_linear_result_stay_kernels(always):
+    # GELU: oneDNN's fused form is slower than the product and our kernel after it;
+    # relu(h) + h reads h twice
+    lin = torch.nn.Linear(128, 128).eval()
+    x = torch.randn(32, 128)
+
+    def f(x):
+        h = lin(x)
+        return torch.relu(h) + h, torch.nn.functional.gelu(lin(h))
+
+    with torch.no_grad():
+        expected = f(x)
+        for _ in range(2):
+            for a, e in zip(cdynamo.optimize(f)(x), expected):
+                _close(a, e)
+    st = cdynamo.stats()
+    assert st["kernels_compiled"] == 2 and st["packed_linear_calls"] == 4, st
+
+
+def test_an_inplace_relu_changes_what_later_code_reads(always):
+    lin = torch.nn.Linear(128, 96).eval()
+    x = torch.randn(8, 128)
+
+    def f(x):
+        h = lin(x)
+        torch.nn.functional.relu(h, inplace=True)
+        return h * 2
+
+    with torch.no_grad():
+        for _ in range(2):
+            _close(cdynamo.optimize(f)(x), f(x))
+
+
+def test_a_folded_relu_on_torchs_linear(always):
+    # a weight new on every call goes back to torch's linear: relu then runs in place
+    x = torch.randn(16, 128)
+    F = torch.nn.functional
+    opt = cdynamo.optimize(lambda x, w, b: F.relu(F.linear(x, w, b)))
+    with torch.no_grad():
+        for _ in range(6):
+            w, b = torch.randn(96, 128), torch.randn(96)
+            _close(opt(x, w, b), F.relu(F.linear(x, w, b)))
+    st = cdynamo.stats()
+    assert st["packed_linear_calls"] == 4 and st["kernels_compiled"] == 0, st
+
+
+def test_timed_choice_with_a_relu_gives_eager_results():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                            torch.nn.Linear(512, 256), torch.nn.ReLU()).eval()
+    x = torch.randn(64, 256)
+    opt = cdynamo.optimize(m)
+    with torch.no_grad():
+        for _ in range(3):
+            _close(opt(x), m(x))
+    assert cdynamo.stats()["kernels_compiled"] == 0
+
+
 # ---- matmul family: result meta computed in C (trace/meta.c, cdy_meta_extern) ----
 
 def _layouts(shape, seed):

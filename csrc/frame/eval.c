@@ -273,6 +273,7 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
         goto done;
     }
     cdy_rewrite_attention(t);
+    cdy_rewrite_linear_relu(t);
     if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), &plan, err, errlen))
         goto done;
     PyObject *pinned = cdy_config_get("num_threads");

@@ -11,12 +11,16 @@
  * the same data pointer, with the same version counter (an in-place update,
  * `w.data = ...`, a load_state_dict repack it); a weight that is new on
  * PLIN_GIVE_UP calls in a row (an argument rather than a parameter) goes
- * back to torch's linear.  Which of the two is faster
- * depends on the shape and the machine, so the first call of each (rows, in,
- * out, bias, threads) times both on the call's own tensors (plin_decide) and
- * the choice is kept for the process (cdynamo.config.pack_linear_weights = "always" skips
- * the timing).  The tracer uses it only with grad mode off.  stats() counts
- * packed_linear_calls and weight_packs. */
+ * back to torch's linear.  Which of the two is faster depends on the shape
+ * and the machine, so the first call of each (rows, in, out, bias, threads,
+ * relu) times both on the call's own tensors (plin_decide) and the
+ * choice is kept for the process (cdynamo.config.pack_linear_weights =
+ * "always" skips the timing).  The tracer uses it only with grad mode off.
+ * stats() counts packed_linear_calls and weight_packs.
+ *
+ * A relu read only by the linear's result becomes part of it (lower_linear.c,
+ * cdy_rewrite_linear_relu): oneDNN applies it to each tile of the product as
+ * it writes it; torch's form applies it in place after torch's linear. */
 #include "internal.h"
 
 #include <time.h>
@@ -30,13 +34,16 @@ typedef struct {
     PyObject *data;     /* weight.data_ptr() and weight._version when packed */
     PyObject *version;
     int streak;         /* calls in a row that had to pack a changed weight */
+    int relu;           /* 1: relu applied to the result */
 } cdy_plin;
 
 /* A weight packed anew on this many calls in a row is a new tensor on every
  * call (an argument, not a parameter): torch's linear from then on. */
 #define PLIN_GIVE_UP 3
 
-static PyObject *linear_fn, *pointwise_op, *reorder_op, *str_none, *empty_list, *empty_str;
+static PyObject *linear_fn, *pointwise_op, *reorder_op, *empty_list, *empty_str;
+static PyObject *attr_str[2];   /* oneDNN's post-op: "none", "relu" */
+static PyObject *relu_fn;       /* torch.relu_ */
 static PyObject *choices;   /* {(rows, in, out, bias, threads): bool} */
 static PyObject *num_threads_fn;
 
@@ -58,8 +65,10 @@ static int plin_available(void)
     PyObject *nn = PyImport_ImportModule("torch.nn.functional");
     linear_fn = nn ? PyObject_GetAttrString(nn, "linear") : NULL;
     num_threads_fn = PyObject_GetAttrString(cdy_torch, "get_num_threads");
-    str_none = PyUnicode_InternFromString("none");
+    attr_str[0] = PyUnicode_InternFromString("none");
+    attr_str[1] = PyUnicode_InternFromString("relu");
     empty_str = PyUnicode_InternFromString("");
+    relu_fn = PyObject_GetAttrString(cdy_torch, "relu_");
     empty_list = PyList_New(0);
     choices = PyDict_New();
     Py_XDECREF(ops);
@@ -69,8 +78,8 @@ static int plin_available(void)
     Py_XDECREF(lpd);
     Py_XDECREF(rwd);
     Py_XDECREF(nn);
-    state = pointwise_op && reorder_op && linear_fn && num_threads_fn && str_none && empty_str &&
-            empty_list && choices;
+    state = pointwise_op && reorder_op && linear_fn && num_threads_fn && attr_str[0] &&
+            attr_str[1] && empty_str && relu_fn && empty_list && choices;
     PyErr_Clear();
     return state;
 }
@@ -124,7 +133,7 @@ static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
     return pk;
 }
 
-/* x @ w.T + b through the pack (args: x, w, b or None); new ref or NULL.
+/* x @ w.T + b (then relu) through the pack (args: x, w, b or None); new ref or NULL.
  * The call holds its own reference to the pack: torch releases the GIL,
  * and another thread may replace p's. */
 static PyObject *plin_packed_call(cdy_plin *p, PyObject *const *args)
@@ -133,10 +142,21 @@ static PyObject *plin_packed_call(cdy_plin *p, PyObject *const *args)
     if (!pk)
         return NULL;
     Py_INCREF(pk);
-    PyObject *av[6] = {args[0], pk, args[2], str_none, empty_list, empty_str};
+    PyObject *av[6] = {args[0], pk, args[2], attr_str[p->relu], empty_list, empty_str};
     PyObject *r = PyObject_Vectorcall(pointwise_op, av, 6, NULL);
     Py_DECREF(pk);
     return r;
+}
+
+/* torch's linear(x, w, b), then relu in place; new ref or NULL. */
+static PyObject *plin_torch_call(cdy_plin *p, PyObject *const *args)
+{
+    PyObject *r = PyObject_Vectorcall(linear_fn, args, 3, NULL);
+    if (!r || !p->relu)
+        return r;
+    PyObject *y = PyObject_Vectorcall(relu_fn, &r, 1, NULL);
+    Py_DECREF(r);
+    return y;
 }
 
 /* Best of three timed calls each of torch's linear (best[0]) and the packed
@@ -149,8 +169,7 @@ static int plin_time(cdy_plin *p, PyObject *const *args, long long best[2])
     for (int i = 0; i < 8; i++) {
         int packed = i & 1;
         long long t0 = cdy_now_ns();
-        PyObject *r = packed ? plin_packed_call(p, args)
-                             : PyObject_Vectorcall(linear_fn, args, 3, NULL);
+        PyObject *r = packed ? plin_packed_call(p, args) : plin_torch_call(p, args);
         long long dt = cdy_now_ns() - t0;
         if (!r) {
             PyErr_Clear();
@@ -177,8 +196,9 @@ static int plin_decide(cdy_plin *p, PyObject *const *args)
     long long out = shape ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0)) : -1;
     long long in = shape ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 1)) : -1;
     long long rows = plin_rows(args[0], in);
-    PyObject *key = nt && rows >= 0 ? Py_BuildValue("(LLLOO)", rows, in, out,
-                                                     args[2] == Py_None ? Py_False : Py_True, nt)
+    PyObject *key = nt && rows >= 0 ? Py_BuildValue("(LLLOOi)", rows, in, out,
+                                                     args[2] == Py_None ? Py_False : Py_True, nt,
+                                                     p->relu)
                                      : NULL;
     Py_XDECREF(shape);
     Py_XDECREF(nt);
@@ -208,7 +228,7 @@ static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf,
     if (p->choice < 0 && plin_decide(p, args))
         return NULL;
     if (p->choice == 0)
-        return PyObject_Vectorcall(linear_fn, args, 3, NULL);
+        return plin_torch_call(p, args);
     cdy_stats.packed_linear_calls++;
     PyObject *r = plin_packed_call(p, args);
     if (p->streak >= PLIN_GIVE_UP)
@@ -228,9 +248,10 @@ static void plin_dealloc(PyObject *self)
 
 static PyObject *plin_repr(PyObject *self)
 {
-    int c = ((cdy_plin *)self)->choice;
-    return PyUnicode_FromFormat("<cdynamo PackedLinear: %s>", c < 0 ? "not called yet" :
-                                c ? "packed weight" : "torch's linear");
+    cdy_plin *p = (cdy_plin *)self;
+    return PyUnicode_FromFormat("<cdynamo PackedLinear%s: %s>", p->relu ? " + relu" : "",
+                                p->choice < 0 ? "not called yet" :
+                                p->choice ? "packed weight" : "torch's linear");
 }
 
 static PyObject *plin_get_packed(PyObject *self, void *closure)
@@ -238,8 +259,14 @@ static PyObject *plin_get_packed(PyObject *self, void *closure)
     return PyBool_FromLong(((cdy_plin *)self)->choice == 1);
 }
 
+static PyObject *plin_get_relu(PyObject *self, void *closure)
+{
+    return PyBool_FromLong(((cdy_plin *)self)->relu);
+}
+
 static PyGetSetDef plin_getset[] = {
     {"uses_packed_weight", plin_get_packed, NULL, "whether calls use the packed weight", NULL},
+    {"relu", plin_get_relu, NULL, "whether relu is applied to the result", NULL},
     {NULL},
 };
 
@@ -272,5 +299,16 @@ PyObject *cdy_packed_linear_new(int always)
     p->choice = always ? 1 : -1;
     p->weight = p->packed = p->data = p->version = NULL;
     p->streak = 0;
+    p->relu = 0;
     return (PyObject *)p;
+}
+
+/* PackedLinear pl applies relu to its result from now on: 0, or -1
+ * (unchanged) when pl is not a PackedLinear without it. */
+int cdy_packed_linear_set_relu(PyObject *pl)
+{
+    if (!PyObject_TypeCheck(pl, &cdy_packed_linear_type) || ((cdy_plin *)pl)->relu)
+        return -1;
+    ((cdy_plin *)pl)->relu = 1;
+    return 0;
 }

@@ -72,46 +72,6 @@ typedef struct {
     int *users;        /* value -> how many nodes, calls and outputs read it */
 } at_ctx;
 
-/* Count, for each value, the distinct readers: nodes (args, view bases),
- * their calls' tensor arguments, and the graph's outputs. */
-static void at_count_users(at_ctx *a)
-{
-    const cdy_graph *g = &a->t->graph;
-    for (int v = 0; v < g->nvalues; v++) {
-        const cdy_value *val = &g->values[v];
-        if (val->kind != CDY_VAL_NODE)
-            continue;
-        int seen[CDY_MAX_NODE_ARGS + 2], n = 0;
-        for (int i = 0; i < val->nargs; i++)
-            seen[n++] = val->args[i];
-        if (cdy_op_table[val->op].kind == 'V')
-            seen[n++] = val->view_base;
-        for (int i = 0; i < n; i++) {
-            int dup = 0;
-            for (int j = 0; j < i; j++)
-                dup |= seen[j] == seen[i];
-            if (!dup && seen[i] >= 0)
-                a->users[seen[i]]++;
-        }
-    }
-    for (int o = 0; o < g->noutputs; o++)
-        a->users[g->outputs[o]]++;
-    for (int n = 0; n < a->t->npynodes; n++) {   /* a call reading a value its node does not */
-        const cdy_pynode *p = &a->t->pynodes[n];
-        const cdy_value *val = p->value >= 0 ? &g->values[p->value] : NULL;
-        for (int i = 0; i < p->nargs; i++) {
-            int r = p->ref[i], listed = 0;
-            for (int j = 0; val && r >= 0 && j < val->nargs; j++)
-                listed |= val->args[j] == r;
-            if (r >= 0 && !listed)
-                a->users[r]++;
-            for (int j = 0; r == -2 && j < p->seq[i].n; j++)
-                if (p->seq[i].ref[j] >= 0)
-                    a->users[p->seq[i].ref[j]] += val == NULL;
-        }
-    }
-}
-
 /* 1 if value v is an extern matmul(x, y) of two tensors; x and y set. */
 static int at_matmul(at_ctx *a, int v, int *x, int *y)
 {
@@ -130,16 +90,6 @@ static int at_matmul(at_ctx *a, int v, int *x, int *y)
     return 1;
 }
 
-/* The float value of scalar value v, or 0 when v is not a number. */
-static int at_scalar(const cdy_graph *g, int v, double *out)
-{
-    const cdy_value *s = &g->values[v];
-    if (s->kind != CDY_VAL_SCALAR || s->meta.dtype == CDY_DT_BOOL)
-        return 0;
-    *out = s->meta.dtype == CDY_DT_FLOAT64 ? s->f : (double)s->i;
-    return 1;
-}
-
 /* 1 if node v is op over (x, scalar) or (scalar, x) (x first only when
  * x_first), read only once; *x and *c set. */
 static int at_scaled(at_ctx *a, int v, int op, int x_first, int *x, double *c)
@@ -148,11 +98,11 @@ static int at_scaled(at_ctx *a, int v, int op, int x_first, int *x, double *c)
     const cdy_value *val = &g->values[v];
     if (val->kind != CDY_VAL_NODE || val->op != op || val->nargs != 2)
         return 0;
-    if (at_scalar(g, val->args[1], c)) {
+    if (cdy_value_number(g, val->args[1], c)) {
         *x = val->args[0];
         return 1;
     }
-    if (!x_first && at_scalar(g, val->args[0], c)) {
+    if (!x_first && cdy_value_number(g, val->args[0], c)) {
         *x = val->args[1];
         return 1;
     }
@@ -262,7 +212,7 @@ static int at_match_at(at_ctx *a, int y, at_match *m)
     int dt = pv->meta.dtype, nd = pv->meta.ndim;
     double dim;
     if (nd != 4 || (dt != CDY_DT_FLOAT32 && dt != CDY_DT_FLOAT64) ||
-        !at_scalar(g, pv->args[1], &dim) || (int)dim != nd - 1 ||
+        !cdy_value_number(g, pv->args[1], &dim) || (int)dim != nd - 1 ||
         g->values[pv->args[0]].meta.dtype != dt || a->users[pv->args[0]] != 1 ||
         !at_scores(a, pv->args[0], m) || a->users[m->a] != 1 ||
         (m->k = at_untransposed(g, m->kt)) < 0)
@@ -274,20 +224,6 @@ static int at_match_at(at_ctx *a, int y, at_match *m)
            at_same_batch(q, k) && at_same_batch(q, v) && at_same_batch(q, am) &&
            q->sizes[3] == k->sizes[3] && k->sizes[2] == v->sizes[2] &&
            am->sizes[2] == q->sizes[2] && am->sizes[3] == k->sizes[2];
-}
-
-/* Leave value v as an unused scalar: no step computes it. */
-static void at_drop(cdy_graph *g, int v)
-{
-    if (v < 0)
-        return;
-    cdy_value *val = &g->values[v];
-    memset(&val->meta, 0, sizeof(val->meta));
-    val->meta.dtype = CDY_DT_FLOAT64;
-    val->kind = CDY_VAL_SCALAR;
-    val->nargs = 0;
-    val->f = 0.0;
-    val->i = 0;
 }
 
 /* Rewrite matched m: y's node and call become the fused attention; 0 or -1. */
@@ -324,10 +260,10 @@ static int at_rewrite(at_ctx *a, const at_match *m)
     yv->nargs = n - 1;
     memcpy(yv->args, vals, sizeof(int) * (size_t)(n - 1));
     cdy_graph *g = &t->graph;
-    at_drop(g, m->p);
-    at_drop(g, m->add);
-    at_drop(g, m->scaled);
-    at_drop(g, m->a);
+    cdy_value_drop(g, m->p);
+    cdy_value_drop(g, m->add);
+    cdy_value_drop(g, m->scaled);
+    cdy_value_drop(g, m->a);
     return 0;
 }
 
@@ -405,12 +341,8 @@ int cdy_rewrite_attention(cdy_trace *t)
     int done = 0;
     if (!a.pynode_of || !a.users)
         goto out;
-    for (int v = 0; v < t->graph.nvalues; v++)
-        a.pynode_of[v] = -1;
-    for (int n = 0; n < t->npynodes; n++)
-        if (t->pynodes[n].value >= 0)
-            a.pynode_of[t->pynodes[n].value] = n;
-    at_count_users(&a);
+    cdy_trace_pynode_of(t, a.pynode_of);
+    cdy_trace_users(t, a.users);
     for (int v = 0; v < t->graph.nvalues; v++) {
         at_match m;
         if (at_match_at(&a, v, &m) && at_rewrite(&a, &m) == 0)

@@ -287,6 +287,12 @@ tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *
  * .indices), or NULL (not stopped) when there is none. */
 tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
 
+/* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
+void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */
+void cdy_trace_pynode_of(const cdy_trace *t, int *pynode_of);  /* defining call per value, or -1 */
+void cdy_value_drop(cdy_graph *g, int v);                      /* v: an unused scalar */
+int cdy_value_number(const cdy_graph *g, int v, double *out);  /* 1 if v is a number */
+
 /* ---- optable.c ---- */
 int cdy_optable_init(PyObject *torch);
 int cdy_optable_fn(PyObject *callable);     /* op or CDY_OP_NONE */
