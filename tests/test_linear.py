@@ -19,18 +19,30 @@ def _close(actual, expected):
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+def _calls_match_eager(fn, x, calls=3):
+    """Call cdynamo.optimize(fn)(x) `calls` times without grad, each result (a tensor or
+    a tuple of them) equal to eager's; cdynamo.stats() after."""
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad():
+        expected = fn(x)
+        for _ in range(calls):
+            out = opt(x)
+            if isinstance(out, tuple):
+                assert len(out) == len(expected)
+                for a, e in zip(out, expected):
+                    _close(a, e)
+            else:
+                _close(out, expected)
+    return cdynamo.stats()
+
+
 @pytest.fixture
 def always(monkeypatch):
     monkeypatch.setattr(cdynamo.config, "pack_linear_weights", "always")
 
 
 def test_packed_linear_matches_eager_and_packs_each_weight_once(always):
-    m, x = _mlp(), torch.randn(4, 8, 128)
-    opt = cdynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(3):
-            _close(opt(x), m(x))
-    st = cdynamo.stats()
+    st = _calls_match_eager(_mlp(), torch.randn(4, 8, 128))
     assert st["packed_linear_calls"] == 6 and st["weight_packs"] == 2, st
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, st
 
@@ -83,12 +95,7 @@ def test_config_off_small_and_float64_layers_keep_torchs_linear(monkeypatch):
 
 def test_timed_choice_gives_eager_results(monkeypatch):
     # True: the first call times both forms and keeps the faster; either way eager's values
-    m, x = _mlp(), torch.randn(32, 128)
-    opt = cdynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(3):
-            _close(opt(x), m(x))
-    st = cdynamo.stats()
+    st = _calls_match_eager(_mlp(), torch.randn(32, 128))
     # each layer keeps its choice: 0 or 3 packed calls per layer
     assert st["weight_packs"] <= 2 and st["packed_linear_calls"] in (0, 3, 6), st
 
@@ -110,15 +117,11 @@ def test_a_weight_new_on_every_call_goes_back_to_torchs_linear(always):
 
 @pytest.mark.parametrize("inplace", [False, True])
 def test_a_relu_read_only_by_the_linear_is_part_of_it(always, inplace):
+    # in place: the next layer reads the relu'd tensor, as in eager
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(inplace=inplace),
                             torch.nn.Linear(256, 64, bias=False)).eval()
-    x = torch.randn(2, 16, 128)
-    opt = cdynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(3):
-            _close(opt(x), m(x))
-    st = cdynamo.stats()
+    st = _calls_match_eager(m, torch.randn(2, 16, 128))
     # no kernel: oneDNN applies the relu; without the fold it is one kernel
     assert st["kernels_compiled"] == 0 and st["disk_cache_hits"] == 0, st
     assert st["packed_linear_calls"] == 6 and st["frames_compiled"] == 1, st
@@ -134,27 +137,8 @@ def test_a_gelu_and_a_shared_linear_result_stay_kernels(always):
         h = lin(x)
         return torch.relu(h) + h, torch.nn.functional.gelu(lin(h))
 
-    with torch.no_grad():
-        expected = f(x)
-        for _ in range(2):
-            for a, e in zip(cdynamo.optimize(f)(x), expected):
-                _close(a, e)
-    st = cdynamo.stats()
+    st = _calls_match_eager(f, x, calls=2)
     assert st["kernels_compiled"] == 2 and st["packed_linear_calls"] == 4, st
-
-
-def test_an_inplace_relu_changes_what_later_code_reads(always):
-    lin = torch.nn.Linear(128, 96).eval()
-    x = torch.randn(8, 128)
-
-    def f(x):
-        h = lin(x)
-        torch.nn.functional.relu(h, inplace=True)
-        return h * 2
-
-    with torch.no_grad():
-        for _ in range(2):
-            _close(cdynamo.optimize(f)(x), f(x))
 
 
 def test_a_folded_relu_on_torchs_linear(always):
@@ -174,12 +158,7 @@ def test_timed_choice_with_a_relu_gives_eager_results():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
                             torch.nn.Linear(512, 256), torch.nn.ReLU()).eval()
-    x = torch.randn(64, 256)
-    opt = cdynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(3):
-            _close(opt(x), m(x))
-    assert cdynamo.stats()["kernels_compiled"] == 0
+    assert _calls_match_eager(m, torch.randn(64, 256))["kernels_compiled"] == 0
 
 
 # ---- matmul family: result meta computed in C (trace/meta.c, cdy_meta_extern) ----
