@@ -188,7 +188,7 @@ void cdy_trace_free(cdy_trace *t);
  * error set) when this torch has no packed path. */
 PyObject *cdy_packed_linear_new(int always);
 /* Make PackedLinear pl apply relu to its result: 0, or -1 (unchanged) when
- * pl is not a PackedLinear without it or torch lacks relu_. */
+ * pl is not a PackedLinear or already applies it. */
 int cdy_packed_linear_set_relu(PyObject *pl);
 /* Fold into each PackedLinear the relu that alone reads its result
  * (trace/lower_linear.c); the number folded.  Never fails. */
