@@ -338,6 +338,11 @@ typedef struct {
 int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
                  size_t so_path_len, int *disk_hit, char *err, size_t errlen);
 
+/* Declarations that rename a kernel's libc and libm calls to the current
+ * version of each function (-nostdlib would bind the oldest; see cc.c), for
+ * the top of every generated file; "" on a C library needing none. */
+const char *cdy_cc_renames(void);
+
 /* The calling thread's OpenMP thread count (omp_get_max_threads of the
  * runtime the kernels use: torch's, which torch.set_num_threads sets);
  * -1 when no OpenMP runtime is loaded. */

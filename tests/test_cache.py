@@ -1,6 +1,8 @@
 """Cache entries, guards and recompiles, the recompile limit and the on-disk kernel cache."""
 import json
 import os
+import shutil
+import subprocess
 import sys
 import warnings
 
@@ -41,6 +43,67 @@ def test_kernel_written_to_config_cache_dir(fresh_cdynamo):
     cdynamo.optimize(lambda a: a * 3 + 1)(x)
     files = os.listdir(fresh_cdynamo)
     assert any(n.endswith(".so") for n in files), files
+
+
+def _dynsyms(path):
+    """(name, version or None, defined) of each dynamic symbol of a shared object
+    (readelf's table; version None for an unversioned reference)."""
+    out = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True,
+                         text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 8 or not f[0].rstrip(":").isdigit() or f[3] not in ("FUNC", "IFUNC", "NOTYPE"):
+            continue
+        name, _, ver = f[7].partition("@")
+        rows.append((name, ver.lstrip("@") or None, f[6] != "UND"))
+    return rows
+
+
+def _process_lib(prefix):
+    with open("/proc/self/maps") as m:
+        for line in m:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith(prefix):
+                return path
+    return None
+
+
+def test_kernel_calls_bind_the_current_library_versions(fresh_cdynamo):
+    """Kernels link with -nostdlib, so a reference to libc or libm has no version, and
+    the dynamic linker binds that to the oldest one: glibc's SSE2 memcpy@GLIBC_2.2.5,
+    libm's compat wrappers of exp, pow, ...  No kernel may name a function that its
+    library defines in more than one version (the calls are renamed to one-version
+    aliases of the current function)."""
+    libs = [_process_lib("libc.so"), _process_lib("libm.so")]
+    if None in libs or shutil.which("readelf") is None:
+        pytest.skip("needs glibc's libc/libm in the process and readelf")
+    versions = {}
+    for lib in libs:
+        for name, ver, defined in _dynsyms(lib):
+            if defined and ver:
+                versions.setdefault(name, set()).add(ver)
+    several = {n for n, v in versions.items() if len(v) > 1}
+    assert "memcpy" in several  # what the test is about: glibc keeps the old memcpy
+
+    def rows(x):
+        return x.flip(-2) * 2
+
+    def f64(x, y):
+        return torch.exp(x) + torch.pow(x, y) + torch.log(y) + torch.hypot(x, y) + torch.lgamma(y)
+
+    def f32(x, y):
+        return torch.pow(x, y) + torch.hypot(x, y) + torch.lgamma(y) + torch.exp2(x)
+
+    u8 = torch.randint(0, 255, (3, 224, 224), dtype=torch.uint8)
+    a, b = torch.rand(1000, dtype=torch.float64), torch.rand(1000, dtype=torch.float64) + 0.5
+    for fn, args in ((lambda x: x.flip(-2), (u8,)), (f64, (a, b)), (f32, (a.float(), b.float()))):
+        assert_same(fn(*args), cdynamo.optimize(fn)(*args), transcendental=True)
+    sos = [os.path.join(fresh_cdynamo, n) for n in os.listdir(fresh_cdynamo) if n.endswith(".so")]
+    assert len(sos) == 3
+    for so in sos:
+        undefined = {n for n, ver, defined in _dynsyms(so) if not defined and not ver}
+        assert not undefined & several, (so, sorted(undefined & several))
 
 
 def test_new_shape_recompiles_once():

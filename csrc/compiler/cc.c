@@ -113,6 +113,76 @@ static void cc_pin_openmp(void)
     pthread_once(&cc_pin_once, cc_pin_openmp_once);
 }
 
+/* -nostdlib leaves a kernel's references to libc and libm without a symbol
+ * version, and the dynamic linker binds an unversioned reference to a
+ * library's oldest version of the name.  On glibc that is memcpy@GLIBC_2.2.5
+ * (plain SSE2, no ifunc: vflip of 1x3x224x224 uint8 4.7 against 3.0 us in a
+ * C harness) and libm's compatibility wrappers of exp, log, pow, ...
+ * (expf@GLIBC_2.2.5 is not the FMA ifunc of expf@@GLIBC_2.27; exp + pow of
+ * 200K doubles 1722 against 1587 us).  Linking the process's libc.so.6 and
+ * libm.so.6 by path versions the references but costs ld 11-15 ms per
+ * compile (a 56 ms one).  Instead a kernel's calls are renamed, by an asm
+ * label on the builtin's declaration, to a name with one version that is
+ * the very function the current version is: memmove for memcpy (glibc's
+ * memcpy is its memmove), the _FloatN aliases for libm (expf32 = expf,
+ * expf64 = exp).  A rename is written only where the process's dynamic
+ * linker says both names are the same function, so another C library gets
+ * the plain names.  Declared before the libm macros of cg_prologue_libm. */
+#define CC_RENAMES(X)                                                       \
+    X("void *", memcpy, memmove, "(void *, const void *, __SIZE_TYPE__)")   \
+    X("double ", exp, expf64, "(double)")                                   \
+    X("double ", exp2, exp2f64, "(double)")                                 \
+    X("double ", log, logf64, "(double)")                                   \
+    X("double ", log2, log2f64, "(double)")                                 \
+    X("double ", pow, powf64, "(double, double)")                           \
+    X("double ", hypot, hypotf64, "(double, double)")                       \
+    X("double ", lgamma, lgammaf64, "(double)")                             \
+    X("float ", expf, expf32, "(float)")                                    \
+    X("float ", exp2f, exp2f32, "(float)")                                  \
+    X("float ", logf, logf32, "(float)")                                    \
+    X("float ", log2f, log2f32, "(float)")                                  \
+    X("float ", powf, powf32, "(float, float)")                             \
+    X("float ", hypotf, hypotf32, "(float, float)")                         \
+    X("float ", lgammaf, lgammaf32, "(float)")
+
+static const struct {
+    const char *name, *alias, *decl;
+} cc_renames[] = {
+#define CC_RENAME_ROW(ret, n, a, params) \
+    {#n, #a, ret #n params " __asm__(\"" #a "\");\n"},
+    CC_RENAMES(CC_RENAME_ROW)
+#undef CC_RENAME_ROW
+};
+
+static pthread_once_t cc_renames_once = PTHREAD_ONCE_INIT;
+static char cc_renames_text[2048];
+
+/* Fill cc_renames_text with the renames this process's libraries allow. */
+static void cc_renames_init(void)
+{
+    size_t head = (size_t)snprintf(cc_renames_text, sizeof cc_renames_text,
+                                   "/* calls renamed to their current library version (cc.c) */\n");
+    size_t at = head;
+    for (size_t i = 0; i < sizeof cc_renames / sizeof cc_renames[0]; i++) {
+        void *f = dlsym(RTLD_DEFAULT, cc_renames[i].name);
+        void *g = f ? dlsym(RTLD_DEFAULT, cc_renames[i].alias) : NULL;
+        size_t len = strlen(cc_renames[i].decl);
+        if (f && f == g && at + len < sizeof cc_renames_text) {
+            memcpy(cc_renames_text + at, cc_renames[i].decl, len + 1);
+            at += len;
+        }
+    }
+    if (at == head)
+        cc_renames_text[0] = '\0';
+    (void)dlerror();
+}
+
+const char *cdy_cc_renames(void)
+{
+    pthread_once(&cc_renames_once, cc_renames_init);
+    return cc_renames_text;
+}
+
 int cdy_cc_max_threads(void)
 {
     cc_pin_openmp();

@@ -1413,6 +1413,7 @@ static void cg_emit_prologue(cg_ctx *c)
                    "#define NTHREADS %d\n"
                    "#define CDY_EXPORT __attribute__((visibility(\"default\")))\n",
                    c->nthreads);
+    cdy_buf_puts(&c->src, cdy_cc_renames());
     cdy_buf_puts(&c->src, cg_prologue_libm);
     cdy_buf_puts(&c->src, cg_prologue_math);
 }
