@@ -185,6 +185,40 @@ def test_heavier_kernels_go_parallel_at_the_element_threshold(two_threads):
     assert "parallel: yes" in _compiled().ir_post_fusion
 
 
+@pytest.fixture
+def sixteen_threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(16)
+    yield
+    torch.set_num_threads(n)
+
+
+_U8 = torch.arange(3 * 224 * 224).reshape(1, 3, 224, 224).to(torch.uint8)
+
+
+@pytest.mark.parametrize("fn,args,team", [
+    (lambda t: -t, (_U8,), "5"),                              # 294 KB moved: 5 threads
+    (lambda t: t.flip(-2), (_U8,), "5"),                      # a row copy
+    (lambda a, b: torch.cat([a, b]), (_U8, _U8), "10"),       # 588 KB
+    (lambda t: -t, (torch.randn(1 << 20),), "NTHREADS"),      # 8 MB: every thread
+    (lambda t: torch.exp(t) * 2 + 1, (torch.randn(40000),), "NTHREADS"),   # not cheap
+])
+def test_cheap_kernels_take_one_thread_per_64_kb(sixteen_threads, fn, args, team):
+    # on 16 cores a larger team's fork and join cost more than it saves
+    assert_same(fn(*args), cdynamo.optimize(fn)(*args), transcendental=True)
+    c = _compiled()
+    assert "#define NTHREADS 16" in c.source
+    assert f"num_threads({team})" in c.source, c.source[c.source.index("-- kernel --"):]
+    if team != "NTHREADS" and "parallel: yes" in c.ir_post_fusion:
+        assert f"{team} of 16 threads (a cheap kernel" in c.ir_post_fusion
+
+
+def test_two_threads_keep_nthreads_for_cheap_kernels(two_threads):
+    assert_same(-_U8, cdynamo.optimize(lambda t: -t)(_U8))
+    src = _compiled().source
+    assert "num_threads(NTHREADS)" in src and "#define NTHREADS 2" in src
+
+
 def _heads(b=2, t=16, h=4, d=8, seed=0):
     """q, k, v as a transformer splits them: views of one (b, t, 3*h*d) projection."""
     g = torch.Generator().manual_seed(seed)

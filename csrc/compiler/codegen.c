@@ -166,6 +166,15 @@ int cg_fail(cg_ctx *c, const char *fmt, ...)
     return -1;
 }
 
+const char *cg_cheap_threads(cg_ctx *c, int64_t bytes)
+{
+    int64_t n = (bytes + CG_THREAD_BYTES - 1) / CG_THREAD_BYTES;
+    if (n >= c->nthreads)
+        return "NTHREADS";
+    const char *s = cg_strf(c, "%d", n < 2 ? 2 : (int)n);
+    return s ? s : "NTHREADS";
+}
+
 /* A formatted string in the arena; NULL on out of memory. */
 char *cg_strf(cg_ctx *c, const char *fmt, ...)
 {
@@ -1040,6 +1049,16 @@ static int cg_parallel_worth(cg_ctx *c, const cg_operand *ops, int nops,
     return *why == NULL;
 }
 
+/* The num_threads of the current (parallel) kernel: a cheap one's team is
+ * cut to its bytes (cg_cheap_threads), a heavier one's is NTHREADS. */
+static const char *cg_loop_threads(cg_ctx *c, const cg_operand *ops, int nops,
+                                   const cg_nest *nest, int64_t numel)
+{
+    if (cg_kernel_ops(c) > CG_PARALLEL_CHEAP_OPS)
+        return "NTHREADS";
+    return cg_cheap_threads(c, numel * cg_bytes_per_iter(c, ops, nops, nest));
+}
+
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
 int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
@@ -1048,6 +1067,7 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     cdy_buf *b = &c->src;
     int par = cg_parallel_worth(c, ops, nops, nest, numel, NULL);
     int ivdep = nest->ndim > 0 && cg_inner_contiguous(ops, nops, nest);
+    const char *nt = par ? cg_loop_threads(c, ops, nops, nest, numel) : "NTHREADS";
     int ind = 1;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
@@ -1060,11 +1080,11 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     }
     if (par && nest->ndim == 1) {
         int64_t n = nest->size[0];
-        cdy_buf_printf(b, "    #pragma omp parallel for num_threads(NTHREADS) schedule(static)\n"
+        cdy_buf_printf(b, "    #pragma omp parallel for num_threads(%s) schedule(static)\n"
                           "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
                           "        const int64_t lo = ib * %dLL;\n"
                           "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
-                       (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
+                       nt, (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
                        (long long)n, CG_BLOCK, (long long)n);
         cg_gather_emit_flags(c, 2);
         if (ivdep)
@@ -1081,8 +1101,8 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         if (d == 0 && par) {
             int collapse = nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads;
             cg_indent(b, ind);
-            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           collapse ? " collapse(2)" : "");
+            cdy_buf_printf(b, "#pragma omp parallel for num_threads(%s) schedule(static)%s\n",
+                           nt, collapse ? " collapse(2)" : "");
         }
         if (d == nest->ndim - 1)
             cg_gather_emit_flags(c, ind);
@@ -1257,13 +1277,21 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nop
         cdy_buf_printf(b, "  parallel: no: %s (%lld elements; thresholds %d elements, %d bytes "
                           "for kernels of <= %d ops)\n", why, (long long)numel,
                        CG_PARALLEL_NUMEL, CG_PARALLEL_BYTES, CG_PARALLEL_CHEAP_OPS);
-    else if (nest->ndim == 1)
-        cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, "
-                          "%d threads\n", CG_BLOCK, c->nthreads);
-    else
-        cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, %d threads\n",
-                       nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
-                           ? " (collapse(2))" : "", c->nthreads);
+    else {
+        const char *nt = cg_loop_threads(c, ops, nops, nest, numel);
+        if (nest->ndim == 1)
+            cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, ",
+                           CG_BLOCK);
+        else
+            cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, ",
+                           nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
+                               ? " (collapse(2))" : "");
+        if (strcmp(nt, "NTHREADS") == 0)
+            cdy_buf_printf(b, "%d threads\n", c->nthreads);
+        else
+            cdy_buf_printf(b, "%s of %d threads (a cheap kernel: one thread per %d KB moved)\n",
+                           nt, c->nthreads, CG_THREAD_BYTES / 1024);
+    }
 }
 
 /* Append "  fuses: %v op, ..." for the nodes kernel k computes (live, not
