@@ -154,12 +154,18 @@ def test_residual_stream_is_realized_not_recomputed_by_every_norm():
         assert line.count("  load  ") <= 3, line
 
 
+def _with_threads(count):
+    n = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 @pytest.fixture
 def two_threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(n)
+    yield from _with_threads(2)
 
 
 @pytest.mark.parametrize("n,dtype,par", [
@@ -187,10 +193,7 @@ def test_heavier_kernels_go_parallel_at_the_element_threshold(two_threads):
 
 @pytest.fixture
 def sixteen_threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(16)
-    yield
-    torch.set_num_threads(n)
+    yield from _with_threads(16)
 
 
 _U8 = torch.arange(3 * 224 * 224).reshape(1, 3, 224, 224).to(torch.uint8)
