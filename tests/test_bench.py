@@ -59,6 +59,10 @@ def test_bench_quick_json(tmp_path):
     assert MACHINE_KEYS <= set(m), set(m)
     assert m["cores"] >= 1 and m["threads"] >= 1
     assert m["bandwidth_gbps"]["copy_gbps"] > 0 and m["bandwidth_gbps"]["triad_gbps"] > 0
+    # the host's compute speed at the start and the end of the run
+    assert m["compute_gflops"]["start"] > 0 and m["compute_gflops"]["end"] > 0, m
+    assert re.search(r"compute \(torch, 256x256 float32 matmul, median\): [\d.]+ GFLOP/s at the "
+                     r"start, [\d.]+ at the end", proc.stdout), proc.stdout
 
     rows = {r["name"]: r for r in data["rows"]}
     assert set(rows) == {"add1_8", "broadcast_add"}

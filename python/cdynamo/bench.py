@@ -504,6 +504,18 @@ def measure_bandwidth(quick: bool) -> dict:
             "runs": reps}
 
 
+def compute_gflops(reps: int = 15) -> float:
+    """The host's compute speed now: a 256x256 float32 matmul (L2-resident, torch's BLAS, the
+    bench's threads), the median of reps batches of 10, in GFLOP/s.  A shared host's speed
+    drifts (by half, for minutes, with no steal time in the VM); with the copy bandwidth, this
+    tells a run on a slowed host from one on a normal one."""
+    a, b = torch.rand(256, 256), torch.rand(256, 256)
+    out = torch.empty(256, 256)
+    torch.mm(a, b, out=out)
+    ts = sorted(_timed(lambda: [torch.mm(a, b, out=out) for _ in range(10)]) for _ in range(reps))
+    return round(10 * 2 * 256 ** 3 / ts[len(ts) // 2] / 1e9, 1)
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -1025,6 +1037,11 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     if bw:
         print(f"memory bandwidth (torch, 64 MB): copy {bw.get('copy_gbps')} GB/s, "
               f"triad {bw.get('triad_gbps')} GB/s", file=file)
+    cp = machine.get("compute_gflops") or {}
+    if cp:
+        print(f"compute (torch, 256x256 float32 matmul, median): {cp.get('start')} GFLOP/s at "
+              f"the start, {cp.get('end')} at the end (a slowed shared host shows here)",
+              file=file)
     st = {k: v for k, v in (startup or {}).items() if v is not None}
     if st:
         print("one-time start-up (first compile in this process, not in 'comp s'): "
@@ -1242,6 +1259,7 @@ def parent_main(args, cache_root: str) -> int:
     progress.update("memory bandwidth")
     bandwidth = measure_bandwidth(args.quick)
     args.copy_gbps = bandwidth["copy_gbps"]
+    compute = {"start": compute_gflops()}
     progress.update("memory bandwidth", advance=1)
 
     systems = Systems(args, cache_root, load=not args.isolate)
@@ -1275,9 +1293,11 @@ def parent_main(args, cache_root: str) -> int:
         rows.append(row)
         progress.update(w.name + " done", advance=1)
     progress.close()
+    compute["end"] = compute_gflops()
 
     machine = machine_info(bandwidth, systems.cdynamo_error if not args.no_cdynamo else
                            "disabled (--no-cdynamo)")
+    machine["compute_gflops"] = compute
     result = {
         "machine": machine,
         "config": {"quick": args.quick, "threads": torch.get_num_threads(),
