@@ -61,26 +61,24 @@ def _dynsyms(path):
     return rows
 
 
-def _process_lib(prefix):
+def _mappings():
+    """(start, end, path or "") of each mapping of this process."""
     with open("/proc/self/maps") as m:
         for line in m:
-            path = line.split()[-1]
-            if os.path.basename(path).startswith(prefix):
-                return path
-    return None
+            f = line.split()
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            yield lo, hi, f[5] if len(f) > 5 else ""
+
+
+def _process_lib(prefix):
+    return next((p for _, _, p in _mappings() if os.path.basename(p).startswith(prefix)), None)
 
 
 def _defined_in(name, paths):
     """Whether the process's dlsym(RTLD_DEFAULT, name) lies in one of the libraries at
     paths (not in an interposer loaded before them, as AddressSanitizer's runtime)."""
     addr = ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value
-    with open("/proc/self/maps") as m:
-        for line in m:
-            f = line.split()
-            lo, hi = (int(x, 16) for x in f[0].split("-"))
-            if lo <= addr < hi:
-                return len(f) > 5 and f[-1] in paths
-    return False
+    return any(lo <= addr < hi and p in paths for lo, hi, p in _mappings())
 
 
 def test_kernel_calls_bind_the_current_library_versions(fresh_cdynamo):
@@ -99,9 +97,6 @@ def test_kernel_calls_bind_the_current_library_versions(fresh_cdynamo):
                 versions.setdefault(name, set()).add(ver)
     several = {n for n, v in versions.items() if len(v) > 1}
     assert "memcpy" in several  # what the test is about: glibc keeps the old memcpy
-
-    def rows(x):
-        return x.flip(-2) * 2
 
     def f64(x, y):
         return torch.exp(x) + torch.pow(x, y) + torch.log(y) + torch.hypot(x, y) + torch.lgamma(y)

@@ -512,8 +512,9 @@ def compute_gflops(reps: int = 15) -> float:
     a, b = torch.rand(256, 256), torch.rand(256, 256)
     out = torch.empty(256, 256)
     torch.mm(a, b, out=out)
-    ts = sorted(_timed(lambda: [torch.mm(a, b, out=out) for _ in range(10)]) for _ in range(reps))
-    return round(10 * 2 * 256 ** 3 / ts[len(ts) // 2] / 1e9, 1)
+    t = statistics.median(_timed(lambda: [torch.mm(a, b, out=out) for _ in range(10)])
+                          for _ in range(reps))
+    return round(10 * 2 * 256 ** 3 / t / 1e9, 1)
 
 
 def _timed(fn) -> float:
