@@ -74,7 +74,7 @@ def main():
     print(f"{'workload':18s} {'eager med':>10s} {'eager best':>10s} {'kernel':>9s} {'kernel@1':>9s} "
           f"{'x eager':>8s} {'x 1 thr':>8s} {'GB/s':>7s} {'%copy':>6s}  max err"
           + ("   inductor   x ind" if inductor else ""))
-    compiled = {}
+    compiled = (None, None)   # (function source, its torch.compile): variants share one
     bad = 0
     for m in manifest:
         src = os.path.join(kdir, m["name"] + ".c")
@@ -122,11 +122,12 @@ def main():
         gbs = nbytes / cm / 1e3
         tail = ""
         if inductor:
-            if m["fn"] not in compiled:   # variants of one workload share its compile
-                torch._dynamo.reset()   # torch.compile's wrappers share one code object:
-                compiled.clear()        # 8 functions would reach its recompile limit
-                compiled[m["fn"]] = torch.compile(fn)
-            cf = compiled[m["fn"]]
+            if compiled[0] != m["fn"]:
+                # torch.compile's wrappers share one code object: 8 functions would
+                # reach its recompile limit
+                torch._dynamo.reset()
+                compiled = (m["fn"], torch.compile(fn))
+            cf = compiled[1]
             cf(*args)
             im = statistics.median(sum((batches_us(lambda: cf(*args), 5, inner)
                                         for _ in range(3)), []))
