@@ -315,9 +315,15 @@ typedef struct {
                               * parallel or not and why, fusion decisions (malloc'd) */
 } cdy_plan;
 
-/* Lower `g` to C.  Fills *plan (free with cdy_plan_free).
+/* Lower `g` to C for `nthreads` OpenMP threads; kernels moving more than
+ * stream_bytes bytes write their outputs with non-temporal stores (0: never;
+ * see compiler/stream.c).  Fills *plan (free with cdy_plan_free).
  * Returns 0, or -1 with a message in err. */
-int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, size_t errlen);
+int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan *plan,
+                char *err, size_t errlen);
+/* The default stream_bytes: 3/4 of the largest cache of CPU 0 (sysfs), 0 when
+ * unknown or not on x86-64. */
+int64_t cdy_stream_auto_bytes(void);
 void cdy_plan_free(cdy_plan *plan);
 
 typedef struct {

@@ -31,6 +31,11 @@
 #define CG_THREAD_BYTES (64 * 1024)
 /* Elements per OpenMP chunk of a flat 1-D loop. */
 #define CG_BLOCK 4096
+/* Bytes of a streaming kernel's L1 blocks of outputs, at most (stream.c). */
+#define CG_STREAM_STAGE 8192
+/* A nest's innermost loop streams only if it stores at least this many bytes
+ * of each output per pass (shorter, most of each store is a ragged end). */
+#define CG_STREAM_ROW 256
 /* Parameters of one kernel, at most. */
 #define CG_MAX_OPS CDY_MAX_KARGS
 
@@ -79,6 +84,7 @@ typedef struct {
     int *vparam;                     /* view value -> its load parameter in the current kernel */
     int cat_piece;                   /* the piece the current cat / stack kernel copies */
     const cg_nest *nest;             /* the current pointwise kernel's nest (index operands) */
+    int64_t stream_bytes;            /* kernels moving more bytes stream their stores; 0: never */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
@@ -205,6 +211,9 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
                   int64_t numel);
 /* Emit `T t<v> = <piece>;` for cat / stack node v (views.c). */
 int cg_emit_cat_value(cg_ctx *c, int v, int ind);
+/* Append the IR line of a cg_emit_loops kernel that streams its stores. */
+void cg_ir_stream(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel);
 /* Emit the comment naming the fused ops and the kernel's signature. */
 void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops, int nops,
                     const cg_nest *nest);
@@ -216,6 +225,20 @@ void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k);
 int cg_kernel_begin(cg_ctx *c, cdy_plan *plan);
 /* Record kernel k with parameters ops[0..nops) and its step in plan. */
 void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops);
+
+/* ---- stream.c: streamed (non-temporal) stores ------------------------------
+ * A kernel moving more than c->stream_bytes computes each block of its
+ * outputs into an L1 buffer `cdy_st<o>` and writes it with cdy_stream; each
+ * thread ends with cdy_sfence() (both in the prologue). */
+/* 1 if a kernel moving `bytes` streams its stores (x86-64 only). */
+int cg_streams(const cg_ctx *c, int64_t bytes);
+/* Open a parallel loop at indentation ind: `#pragma omp parallel for`, or when
+ * stream, a parallel region `{` whose `omp for` is nowait (cg_stream_close). */
+void cg_stream_open(cg_ctx *c, int ind, const char *nt, const char *clauses, int stream);
+/* After a streaming kernel's loops: the fence, and the region's `}` when par. */
+void cg_stream_close(cg_ctx *c, int ind, int par);
+/* Append the IR line saying the kernel streams its stores (nothing if not). */
+void cg_stream_ir(cg_ctx *c, cdy_buf *b, int64_t bytes);
 
 /* ---- mathlib.c ------------------------------------------------------------ */
 /* libm's names as compiler builtins: every generated file's, in place of <math.h>. */

@@ -959,9 +959,10 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
     return 0;
 }
 
-/* Emit the per-element body: loads, live nodes in order, stores. */
+/* Emit the per-element body: loads, live nodes in order, stores (into the
+ * L1 blocks cdy_st<o>[stage] when stage is given, see stream.c). */
 static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                        int ind)
+                        int ind, const char *stage)
 {
     for (int o = 0; o < nops; o++) {
         if (ops[o].is_out)
@@ -984,8 +985,12 @@ static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nes
     int first = cg_first_out(ops, nops);
     for (int o = first; o < nops; o++) {
         cg_indent(&c->src, ind);
-        cdy_buf_printf(&c->src, "out_ptr%d[", o - first);
-        cg_emit_offset(&c->src, nest, o);
+        if (stage)
+            cdy_buf_printf(&c->src, "cdy_st%d[%s", o - first, stage);
+        else {
+            cdy_buf_printf(&c->src, "out_ptr%d[", o - first);
+            cg_emit_offset(&c->src, nest, o);
+        }
         cdy_buf_printf(&c->src, "] = t%d;\n", ops[o].value);
     }
     return 0;
@@ -1059,6 +1064,151 @@ static const char *cg_loop_threads(cg_ctx *c, const cg_operand *ops, int nops,
     return cg_cheap_threads(c, numel * cg_bytes_per_iter(c, ops, nops, nest));
 }
 
+/* Bytes the current kernel moves in all. */
+static int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                        int64_t numel)
+{
+    return numel * cg_bytes_per_iter(c, ops, nops, nest);
+}
+
+/* 1 if the current kernel streams its stores (stream.c): every output
+ * contiguous along the innermost loop, which in a nest of several loops is at
+ * least CG_STREAM_ROW bytes of each output; no gathers (their checks end per
+ * row); more than the threshold moved. */
+static int cg_loops_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                           int64_t numel)
+{
+    int last = nest->ndim - 1;
+    if (last < 0 || cg_kernel_gathers(c))
+        return 0;
+    for (int o = cg_first_out(ops, nops); o < nops; o++) {
+        int64_t size = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+        if (nest->stride[o][last] != 1 || (last > 0 && nest->size[last] * size < CG_STREAM_ROW))
+            return 0;
+    }
+    return cg_streams(c, cg_moved(c, ops, nops, nest, numel));
+}
+
+void cg_ir_stream(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest,
+                  int64_t numel)
+{
+    if (cg_loops_stream(c, ops, nops, nest, numel))
+        cg_stream_ir(c, b, cg_moved(c, ops, nops, nest, numel));
+}
+
+/* Elements per L1 block of a streaming flat loop: CG_STREAM_STAGE bytes over
+ * the outputs' element sizes, a power of two in [64, 1024]. */
+static int cg_stage_elems(const cg_ctx *c, const cg_operand *ops, int nops)
+{
+    int64_t per = 0;
+    for (int o = cg_first_out(ops, nops); o < nops; o++)
+        per += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+    int n = 1024;
+    while (n > 64 && n * per > CG_STREAM_STAGE)
+        n /= 2;
+    return n;
+}
+
+/* Emit the stores of a streamed block: each output's cdy_st<o> to where the
+ * innermost loop variable, i<last>, is sb. */
+static void cg_emit_stream_calls(cg_ctx *c, const cg_operand *ops, int nops,
+                                 const cg_nest *nest, int ind)
+{
+    int first = cg_first_out(ops, nops), last = nest->ndim - 1;
+    for (int o = first; o < nops; o++) {
+        cg_indent(&c->src, ind);
+        cdy_buf_printf(&c->src, "{ const int64_t i%d = sb; cdy_stream(&out_ptr%d[", last,
+                       o - first);
+        cg_emit_offset(&c->src, nest, o);
+        cdy_buf_printf(&c->src, "], cdy_st%d, (se - sb) * (int64_t)sizeof(cdy_st%d[0])); }\n",
+                       o - first, o - first);
+    }
+}
+
+/* Emit a flat loop over n elements in blocks of CG_BLOCK (the parallel loop
+ * when par) whose stores go through L1 blocks of cg_stage_elems written by
+ * cdy_stream, then the fence; 0 or -1. */
+static int cg_emit_flat_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                               int par, const char *nt)
+{
+    cdy_buf *b = &c->src;
+    long long n = (long long)nest->size[0];
+    int se = cg_stage_elems(c, ops, nops), first = cg_first_out(ops, nops);
+    if (par)
+        cg_stream_open(c, 1, nt, "", 1);
+    cdy_buf_printf(b, "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
+                      "        const int64_t lo = ib * %dLL;\n"
+                      "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n"
+                      "        for (int64_t sb = lo; sb < hi; sb += %d) {\n"
+                      "            const int64_t se = sb + %d < hi ? sb + %d : hi;\n",
+                   (n + CG_BLOCK - 1) / CG_BLOCK, CG_BLOCK, CG_BLOCK, n, CG_BLOCK, n, se, se, se);
+    for (int o = first; o < nops; o++)
+        cdy_buf_printf(b, "            %s cdy_st%d[%d] __attribute__((aligned(64)));\n",
+                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       se);
+    cdy_buf_puts(b, "            #pragma GCC ivdep\n"
+                    "            for (int64_t i0 = sb; i0 < se; i0++) {\n");
+    if (cg_emit_body(c, ops, nops, nest, 4, "i0 - sb"))
+        return -1;
+    cdy_buf_puts(b, "            }\n");
+    cg_emit_stream_calls(c, ops, nops, nest, 3);
+    cdy_buf_puts(b, "        }\n    }\n");
+    cg_stream_close(c, 1, par);
+    return 0;
+}
+
+/* Emit a nest of several loops whose innermost one stores through L1 blocks
+ * (at most cg_stage_elems long) written by cdy_stream, the outer loop parallel
+ * when par, then the fence; 0 or -1. */
+static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                               int par, const char *nt)
+{
+    cdy_buf *b = &c->src;
+    int last = nest->ndim - 1, ind = 1, first = cg_first_out(ops, nops);
+    long long m = (long long)nest->size[last];
+    int blk = cg_stage_elems(c, ops, nops);
+    blk = m < blk ? (int)m : blk;
+    if (par)
+        cg_stream_open(c, 1, nt, nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
+                                     ? " collapse(2)" : "", 1);
+    for (int d = 0; d < last; d++, ind++) {
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
+                       (long long)nest->size[d], d);
+    }
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "for (int64_t sb = 0; sb < %lldLL; sb += %d) {\n", m, blk);
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "const int64_t se = sb + %d < %lldLL ? sb + %d : %lldLL;\n", blk, m, blk,
+                   m);
+    for (int o = first; o < nops; o++) {
+        cg_indent(b, ind + 1);
+        cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
+                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       blk);
+    }
+    if (cg_inner_contiguous(ops, nops, nest)) {
+        cg_indent(b, ind + 1);
+        cdy_buf_puts(b, "#pragma GCC ivdep\n");
+    }
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "for (int64_t i%d = sb; i%d < se; i%d++) {\n", last, last, last);
+    const char *stage = cg_strf(c, "i%d - sb", last);
+    if (!stage)
+        return cg_fail(c, "out of memory");
+    if (cg_emit_body(c, ops, nops, nest, ind + 2, stage))
+        return -1;
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "}\n");
+    cg_emit_stream_calls(c, ops, nops, nest, ind + 1);
+    for (; ind > 0; ind--) {
+        cg_indent(b, ind);
+        cdy_buf_puts(b, "}\n");
+    }
+    cg_stream_close(c, 1, par);
+    return 0;
+}
+
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
 int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
@@ -1072,12 +1222,15 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
         cg_gather_emit_flags(c, 2);
-        if (cg_emit_body(c, ops, nops, nest, 2))
+        if (cg_emit_body(c, ops, nops, nest, 2, NULL))
             return -1;
         cg_gather_emit_report(c, 2);
         cdy_buf_puts(b, "    }\n");
         return 0;
     }
+    if (cg_loops_stream(c, ops, nops, nest, numel))
+        return nest->ndim == 1 ? cg_emit_flat_stream(c, ops, nops, nest, par, nt)
+                               : cg_emit_nest_stream(c, ops, nops, nest, par, nt);
     if (par && nest->ndim == 1) {
         int64_t n = nest->size[0];
         cdy_buf_printf(b, "    #pragma omp parallel for num_threads(%s) schedule(static)\n"
@@ -1090,7 +1243,7 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         if (ivdep)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
         cdy_buf_puts(b, "        for (int64_t i0 = lo; i0 < hi; i0++) {\n");
-        if (cg_emit_body(c, ops, nops, nest, 3))
+        if (cg_emit_body(c, ops, nops, nest, 3, NULL))
             return -1;
         cdy_buf_puts(b, "        }\n");
         cg_gather_emit_report(c, 2);
@@ -1114,7 +1267,7 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
                        (long long)nest->size[d], d);
     }
-    if (cg_emit_body(c, ops, nops, nest, ind))
+    if (cg_emit_body(c, ops, nops, nest, ind, NULL))
         return -1;
     for (int inner = 1; --ind > 0; inner = 0) {
         cg_indent(b, ind);
@@ -1334,6 +1487,7 @@ static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand
     }
     cg_ir_vector(b, ops, nops, nest);
     cg_ir_parallel(c, b, ops, nops, nest, numel);
+    cg_ir_stream(c, b, ops, nops, nest, numel);
 }
 
 /* Append the fusion decisions: why kernels are separate, which nodes are
@@ -1544,9 +1698,11 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
 }
 
 /* Lower g to C kernels and a plan (see cdynamo.h); 0 or -1 with err set. */
-int cdy_codegen(const cdy_graph *g, int nthreads, cdy_plan *plan, char *err, size_t errlen)
+int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan *plan,
+                char *err, size_t errlen)
 {
-    cg_ctx c = {.g = g, .nthreads = nthreads < 1 ? 1 : nthreads, .err = err, .errlen = errlen};
+    cg_ctx c = {.g = g, .nthreads = nthreads < 1 ? 1 : nthreads, .err = err, .errlen = errlen,
+                .stream_bytes = stream_bytes < 0 ? 0 : stream_bytes};
     if (err && errlen)
         err[0] = 0;
     if (!plan)

@@ -183,6 +183,8 @@ typedef struct {
     int nout;                    /* outputs: v, then the realized epilogue nodes */
     int *outs;
     int store;                   /* 0: v's result is not stored (cg_row_unread) */
+    int stream;                  /* the final pass streams its stores (cg_row_streams) */
+    int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -228,8 +230,12 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
         cg_row_line(k, ind, stmt);
     for (int o = k->first + 1; prologue == 2 && o < k->nops; o++) {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "out_ptr%d[", o - k->first);
-        cg_row_offset(b, k->on, k->rn, o);
+        if (k->staged)
+            cdy_buf_printf(b, "cdy_st%d[rl", o - k->first);
+        else {
+            cdy_buf_printf(b, "out_ptr%d[", o - k->first);
+            cg_row_offset(b, k->on, k->rn, o);
+        }
         cdy_buf_printf(b, "] = t%d;\n", k->ops[o].value);
     }
     cg_indent(b, ind - 1);
@@ -373,12 +379,34 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
     }
 }
 
+/* Emit the L1 blocks of nl elements of a streamed pass's stored outputs
+ * (before its block loop), or with write set their cdy_stream to the
+ * outputs at rb (after it). */
+static void cg_row_stage(cg_rowk *k, int ind, int nl, int write)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *b = &c->src;
+    for (int o = k->first + !k->store; o < k->nops; o++) {
+        int n = o - k->first;
+        cg_indent(b, ind);
+        if (!write) {
+            cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
+                           cdy_dtype_table[c->g->values[k->ops[o].value].meta.dtype].ctype, n, nl);
+            continue;
+        }
+        cdy_buf_printf(b, "{ const int64_t r%d = rb; cdy_stream(&out_ptr%d[", k->rn->ndim - 1, n);
+        cg_row_offset(b, k->on, k->rn, o);
+        cdy_buf_printf(b, "], cdy_st%d, %d * (int64_t)sizeof(cdy_st%d[0])); }\n", n, nl, n);
+    }
+}
+
 /* Emit a pass over the row in lane blocks at indentation ind: inside the
  * loops of the outer row dims, the innermost dim's whole blocks of nl run
  * block_stmt (r<last> = rb + rl; prefetching the next row's part of each
- * block when prefetch, cg_row_prefetch), its tail tail_stmt under
+ * block when prefetch, cg_row_prefetch; storing into L1 blocks written by
+ * cdy_stream when stage, cg_row_stage), its tail tail_stmt under
  * `#pragma omp simd tail_clause`; prologue as cg_row_body.  0 or -1. */
-static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int prologue,
+static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int stage, int prologue,
                          const char *block_stmt, const char *tail_clause, const char *tail_stmt)
 {
     cdy_buf *b = &k->c->src;
@@ -393,15 +421,23 @@ static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int prologue
     cdy_buf_printf(b, "for (int64_t rb = 0; rb < %lldLL; rb += %d) {\n", whole, nl);
     if (prefetch)
         cg_row_prefetch(k, ind + 1, nl);
+    if (stage)
+        cg_row_stage(k, ind + 1, nl, 0);
     cg_indent(b, ind + 1);
     cdy_buf_puts(b, "#pragma omp simd\n");
     cg_indent(b, ind + 1);
     cdy_buf_printf(b, "for (int64_t rl = 0; rl < %d; rl++) {\n", nl);
     cg_indent(b, ind + 2);
     cdy_buf_printf(b, "const int64_t r%d = rb + rl;\n", last);
-    if (cg_row_body(k, ind + 2, prologue, block_stmt))
+    k->staged = stage;
+    int rc = cg_row_body(k, ind + 2, prologue, block_stmt);
+    k->staged = 0;
+    if (rc)
         return -1;
-    cg_row_close(b, ind, ind + 2);
+    cg_row_close(b, ind + 1, ind + 2);
+    if (stage)
+        cg_row_stage(k, ind + 1, nl, 1);
+    cg_row_close(b, ind, ind + 1);
     if (whole < n) {
         cg_indent(b, ind);
         cdy_buf_printf(b, "#pragma omp simd %s\n", tail_clause);
@@ -434,7 +470,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         return cg_row_pass(k, ind, clause, 1, cg_strf(c, "%s%s%s", pre, acc, post));
     cg_indent(&c->src, ind);
     cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
-    if (cg_row_blocks(k, ind, nl, prefetch && cg_row_prefetches(k), 1,
+    if (cg_row_blocks(k, ind, nl, prefetch && cg_row_prefetches(k), 0, 1,
                       cg_strf(c, "%s%s_l[rl]%s", pre, acc, post), clause,
                       cg_strf(c, "%s%s%s", pre, acc, post)))
         return -1;
@@ -480,8 +516,13 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
                                           k->out, k->v)
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
+    const char *staged = k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = t%d;", k->T,
+                                            k->v, expr, k->v) : stmt;
+    if (k->stream)
+        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && cg_row_prefetches(k), 1,
+                             prologue, staged, "", stmt);
     if (prefetch && cg_row_prefetches(k))
-        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, prologue, stmt, "", stmt);
+        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, 0, prologue, stmt, "", stmt);
     return cg_row_pass(k, ind, "", prologue, stmt);
 }
 
@@ -551,6 +592,36 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
     return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
 
+/* Bytes k moves over numel elements: each operand that steps through the
+ * rows (the input, the outputs; not a weight or bias shared by all rows). */
+static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
+{
+    int64_t per = 0;
+    for (int o = 0; o < k->nops; o++) {
+        int moves = 0;
+        for (int d = 0; d < k->on->ndim; d++)
+            moves |= k->on->stride[o][d] != 0;
+        if (moves && (o != k->first || k->store))
+            per += cdy_dtype_table[k->c->g->values[k->ops[o].value].meta.dtype].size;
+    }
+    return numel * per;
+}
+
+/* 1 when k's final pass streams its stores (stream.c): a norm (softmax reads
+ * its stored exps back), rows of one dim that every stored output walks
+ * contiguously, not column mode, enough bytes moved. */
+static int cg_row_streams(const cg_rowk *k, int64_t numel)
+{
+    int op = k->c->g->values[k->v].op;
+    if ((op != CDY_OP_LAYER_NORM && op != CDY_OP_GROUP_NORM) || k->col || k->rn->ndim != 1 ||
+        k->on->ndim == 0)
+        return 0;
+    for (int o = k->first + !k->store; o < k->nops; o++)
+        if (k->rn->stride[o][0] != 1)
+            return 0;
+    return cg_streams(k->c, cg_row_moved(k, numel));
+}
+
 /* Write the post-fusion IR of row kernel kn. */
 static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
 {
@@ -574,6 +645,8 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
     }
     cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the rows"
                                               : "no: small, or one row");
+    if (k->stream)
+        cg_stream_ir(c, ir, cg_row_moved(k, rs->numel));
     cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: row op %%%d %s (values "
                                "before it are realized first; its prologue is fused)\n",
                    kn, k->v, name);
@@ -701,12 +774,10 @@ static int cg_row_outer(cg_rowk *k, int par)
     cdy_buf *b = &k->c->src;
     int ind = 1, n = k->on->ndim;
     for (int d = 0; d < n; d++, ind++) {
-        if (d == 0 && par) {
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
+        if (d == 0 && par)
+            cg_stream_open(k->c, ind, "NTHREADS",
                            n >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
-                               ? " collapse(2)" : "");
-        }
+                               ? " collapse(2)" : "", k->stream);
         cg_indent(b, ind);
         long long sz = (long long)k->on->size[d];
         if (k->col && d == n - 1)
@@ -753,6 +824,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
     k.col = cg_row_columns(&k);
+    k.stream = cg_row_streams(&k, rs.numel);
     int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
     int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
     cg_group grp = {1, rs.size, k.nout, k.outs};
@@ -769,6 +841,8 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
             cg_indent(&c->src, ind);
             cdy_buf_puts(&c->src, "}\n");
         }
+        if (k.stream)
+            cg_stream_close(c, 1, par);
     }
     cdy_buf_puts(&c->src, "}\n");
     cg_kernel_end(plan, kn, k.ops, k.nops);

@@ -390,6 +390,7 @@ static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, const int64_t 
     cg_ir_dims(&c->ir_post, nest->size, nest->ndim);
     cdy_buf_puts(&c->ir_post, "\n");
     cg_ir_fuses(c, &c->ir_post, k);
+    cg_ir_stream(c, &c->ir_post, ops, nops, nest, numel);
     if (cg_emit_loops(c, ops, nops, nest, numel))
         return -1;
     cdy_buf_puts(&c->src, "}\n");

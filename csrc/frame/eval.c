@@ -248,6 +248,17 @@ static void report_compile(PyCodeObject *co, cdy_trace *t, cdy_entry *e, PyObjec
     PyErr_Clear();
 }
 
+/* cdynamo.config.stream_store_bytes: an int >= 0 as it is, else (None) the
+ * machine's default, cdy_stream_auto_bytes(). */
+static int64_t stream_bytes(void)
+{
+    PyObject *v = cdy_config_get("stream_store_bytes");
+    long long n = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return n >= 0 ? (int64_t)n : cdy_stream_auto_bytes();
+}
+
 /* Compile t with the configured backend; new ref to the callable, or NULL
  * with a message in err (no exception left set).  *follow_threads is set to
  * the thread count its kernels were built for when that count follows
@@ -274,7 +285,7 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
     }
     cdy_rewrite_attention(t);
     cdy_rewrite_linear_relu(t);
-    if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), &plan, err, errlen))
+    if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), stream_bytes(), &plan, err, errlen))
         goto done;
     PyObject *pinned = cdy_config_get("num_threads");
     if (pinned == Py_None && plan.nkernels > 0)

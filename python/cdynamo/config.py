@@ -1,7 +1,7 @@
 """cdynamo configuration. Read when a frame is compiled, never per call.
 
 Environment variables set the defaults: CDYNAMO_CC, CDYNAMO_CACHE_DIR, CDYNAMO_DISABLE,
-CDYNAMO_DEBUG, CDYNAMO_OUTPUT_POOL_MB.
+CDYNAMO_DEBUG, CDYNAMO_OUTPUT_POOL_MB, CDYNAMO_STREAM_STORE_BYTES.
 """
 import os
 import sys
@@ -36,6 +36,21 @@ num_threads = None
 #: packed in oneDNN's layout between calls when timing shows it faster (MKL repacks it on
 #: every call); False: torch's linear always; "always": packed without timing first
 pack_linear_weights = True
+
+def _env_stream_bytes():
+    v = os.environ.get("CDYNAMO_STREAM_STORE_BYTES", "")
+    try:
+        return max(0, int(v)) if v else None
+    except ValueError:
+        return None
+
+
+#: kernels that move more than this many bytes (loads plus stores) write their outputs with
+#: non-temporal stores, past the caches: such an output could not stay cached for its next
+#: reader anyway, and a plain store would first read each line it writes.  None: 3/4 of this
+#: CPU's last-level cache (x86-64; elsewhere never); 0: never.  Read when a frame is compiled
+#: (default: CDYNAMO_STREAM_STORE_BYTES)
+stream_store_bytes = _env_stream_bytes()
 
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cdynamo.h"
+#include "compiler/cg.h"
 
 static int failures, checks;
 static char cache_dir[256];
@@ -146,12 +147,15 @@ static int64_t storage_elems(const cdy_meta *m)
     return n;
 }
 
+/* The stream_bytes tc_build generates with (0: plain stores). */
+static int64_t tc_stream_bytes;
+
 /* Codegen + build + dlopen; 0 on success.  *disk_hit reports the cache. */
 static int tc_build(tgraph *t, int nthreads, tcompiled *tc, int *disk_hit)
 {
     char err[CDY_ERRLEN], so[512];
     memset(tc, 0, sizeof(*tc));
-    if (cdy_codegen(&t->g, nthreads, &tc->plan, err, sizeof(err))) {
+    if (cdy_codegen(&t->g, nthreads, tc_stream_bytes, &tc->plan, err, sizeof(err))) {
         fprintf(stderr, "codegen: %s\n", err);
         return -1;
     }
@@ -572,7 +576,7 @@ static void test_nan_maximum(void)
 }
 
 /* A 1-D input of 1<<20 elements: OpenMP blocks; also special literals. */
-static void test_large_parallel(void)
+static void test_large_parallel(int64_t stream_bytes)
 {
     tgraph t;
     tg_init(&t);
@@ -584,10 +588,16 @@ static void test_large_parallel(void)
     tg_output(&t, m);
     tg_output(&t, tg_node(&t, CDY_OP_MAXIMUM, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, inf, 0));
     tcompiled tc;
-    if (tc_build(&t, 4, &tc, NULL)) {
+    tc_stream_bytes = stream_bytes;
+    int rc = tc_build(&t, 4, &tc, NULL);
+    tc_stream_bytes = 0;
+    if (rc) {
         CHECK(0, "large: build failed");
         return;
     }
+    CHECK((strstr(tc.plan.source, "cdy_stream(&out_ptr1") != NULL) == (stream_bytes > 0),
+          "large: streamed stores exactly when stream_bytes (%lld) is set",
+          (long long)stream_bytes);
     CHECK(strstr(tc.plan.source, "num_threads(NTHREADS)") != NULL, "OpenMP pragma missing");
     CHECK(strstr(tc.plan.source, "#define NTHREADS 4") != NULL, "nthreads not in source");
     float *x = malloc(sizeof(float) << 20);
@@ -603,6 +613,41 @@ static void test_large_parallel(void)
     CHECK(bad == 0, "large: %d mismatches", bad);
     free(x);
     tc_free(&tc);
+}
+
+/* The prologue's cdy_stream copies n bytes exactly for every alignment of
+ * its destination and every length around a line: non-temporal stores for
+ * whole lines, plain copies for the ends, nothing written outside. */
+static void test_stream_helper(void)
+{
+    static char src[65536];
+    char err[CDY_ERRLEN], so[512];
+    int hit;
+    snprintf(src, sizeof(src), "#include <stdint.h>\n%s%s\n" CDY_CC_KERNEL_MARK
+             "void kernel_0(char *d, const char *s, int64_t n) { cdy_stream(d, s, n); "
+             "cdy_sfence(); }\n", cg_prologue_libm, cg_prologue_math);
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == 0,
+          "stream helper build: %s", err);
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void (*f)(char *, const char *, int64_t) = NULL;
+    *(void **)&f = lib ? dlsym(lib, "kernel_0") : NULL;
+    CHECK(f != NULL, "stream helper: kernel_0 missing");
+    static char dst[1024] __attribute__((aligned(64))), ref[1024], s0[1024];
+    int bad = 0;
+    for (int i = 0; i < 1024; i++)
+        s0[i] = (char)(i * 7 + 3);
+    for (int off = 0; f && off < 64; off++)
+        for (int n = 0; n <= 300; n += n < 140 ? 1 : 37) {
+            memset(dst, 0x5a, sizeof(dst));
+            memcpy(ref, dst, sizeof(ref));
+            memcpy(ref + off, s0 + 5, (size_t)n);
+            f(dst + off, s0 + 5, n);
+            bad += memcmp(dst, ref, sizeof(dst)) != 0;
+        }
+    CHECK(bad == 0, "stream helper: %d (offset, length) pairs wrong", bad);
+    if (lib)
+        dlclose(lib);
 }
 
 /* Int64 with INT64_MIN scalar (wraps), int32 abs of INT32_MIN, zero-size. */
@@ -733,14 +778,14 @@ static void test_errors(void)
     int64_t n[1] = {4};
     int a = tg_input(&t, CDY_DT_INT32, 1, n, NULL);
     tg_output(&t, tg_node(&t, CDY_OP_DIV, CDY_DT_INT32, CDY_DT_INT32, a, a, 0));
-    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && err[0],
+    CHECK(cdy_codegen(&t.g, 1, 0, &plan, err, sizeof(err)) == -1 && err[0],
           "integer div should fail");
     t.vals[a].meta.dtype = 42;
-    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
+    CHECK(cdy_codegen(&t.g, 1, 0, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
           "bad dtype: %s", err);
     t.vals[a].meta.dtype = CDY_DT_INT32;
     t.vals[a].meta.ndim = 9;
-    CHECK(cdy_codegen(&t.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "ndim"),
+    CHECK(cdy_codegen(&t.g, 1, 0, &plan, err, sizeof(err)) == -1 && strstr(err, "ndim"),
           "ndim 9: %s", err);
     CHECK(plan.source == NULL && plan.buffers == NULL, "failed plan is empty");
 
@@ -1103,7 +1148,7 @@ static void test_reductions(void)
     tg_output(&e, r);
     cdy_plan plan;
     char err[CDY_ERRLEN];
-    CHECK(cdy_codegen(&e.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "reduction"),
+    CHECK(cdy_codegen(&e.g, 1, 0, &plan, err, sizeof(err)) == -1 && strstr(err, "reduction"),
           "reductions: bad sizes accepted (%s)", err);
 }
 
@@ -1188,7 +1233,7 @@ static void test_index_reductions(void)
     tg_output(&e, ev);
     cdy_plan plan;
     char err[CDY_ERRLEN];
-    CHECK(cdy_codegen(&e.g, 1, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
+    CHECK(cdy_codegen(&e.g, 1, 0, &plan, err, sizeof(err)) == -1 && strstr(err, "dtype"),
           "index reductions: int var accepted (%s)", err);
 }
 
@@ -1207,7 +1252,9 @@ int main(void)
     test_uint8_wrap();
     test_bool_and_where();
     test_nan_maximum();
-    test_large_parallel();
+    test_large_parallel(0);
+    test_large_parallel(1);
+    test_stream_helper();
     test_ints_and_empty();
     test_two_groups();
     test_collapse();
