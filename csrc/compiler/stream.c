@@ -5,8 +5,8 @@
  * read for ownership), so a kernel writing 16 MB moves 32 MB for its output
  * and evicts 16 MB of cached data.  A non-temporal store writes whole lines
  * past the caches.  When a kernel moves more than the cache holds, its
- * output cannot stay cached for the next reader anyway (glibc's memcpy turns
- * to non-temporal stores at 3/4 of the shared cache for the same reason), so
+ * output cannot stay cached for the next reader anyway (glibc's memcpy too
+ * switches to non-temporal stores above a fraction of the cache), so
  * such a kernel computes each block of its output into a small buffer on
  * its stack (in L1) and copies that to memory with cdy_stream (the
  * prologue's helper: whole 64-byte lines by non-temporal stores, the ragged
