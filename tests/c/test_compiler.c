@@ -617,8 +617,9 @@ static void test_large_parallel(int64_t stream_bytes)
 
 /* The prologue's cdy_stream copies n bytes exactly for every alignment of
  * its destination and every length around a line: non-temporal stores for
- * whole lines, plain copies for the ends, nothing written outside. */
-static void test_stream_helper(void)
+ * whole lines, plain copies for the ends, nothing written outside; its AVX
+ * form and, built with extra_flags (-mno-avx), its SSE2 form. */
+static void test_stream_helper(const char *extra_flags)
 {
     static char src[65536];
     char err[CDY_ERRLEN], so[512];
@@ -626,9 +627,9 @@ static void test_stream_helper(void)
     snprintf(src, sizeof(src), "#include <stdint.h>\n%s%s\n" CDY_CC_KERNEL_MARK
              "void kernel_0(char *d, const char *s, int64_t n) { cdy_stream(d, s, n); "
              "cdy_sfence(); }\n", cg_prologue_libm, cg_prologue_math);
-    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    cdy_cc_opts opts = {"gcc", cache_dir, extra_flags};
     CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == 0,
-          "stream helper build: %s", err);
+          "stream helper build (%s): %s", extra_flags ? extra_flags : "", err);
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     void (*f)(char *, const char *, int64_t) = NULL;
     *(void **)&f = lib ? dlsym(lib, "kernel_0") : NULL;
@@ -645,7 +646,8 @@ static void test_stream_helper(void)
             f(dst + off, s0 + 5, n);
             bad += memcmp(dst, ref, sizeof(dst)) != 0;
         }
-    CHECK(bad == 0, "stream helper: %d (offset, length) pairs wrong", bad);
+    CHECK(bad == 0, "stream helper (%s): %d (offset, length) pairs wrong",
+          extra_flags ? extra_flags : "", bad);
     if (lib)
         dlclose(lib);
 }
@@ -1254,7 +1256,8 @@ int main(void)
     test_nan_maximum();
     test_large_parallel(0);
     test_large_parallel(1);
-    test_stream_helper();
+    test_stream_helper(NULL);
+    test_stream_helper("-mno-avx");
     test_ints_and_empty();
     test_two_groups();
     test_collapse();
