@@ -130,6 +130,18 @@ def test_vector_math_accuracy(name):
     assert torch.equal(y[special][ok], e[special][ok])
 
 
+def test_tanh_just_below_one_is_not_rounded_to_one():
+    # e / (e + 2) with e = expm1(2|x|): e + 2 drops the 2 once e passes 2^25 (|x| > 8.66),
+    # which made tanh(9) exactly 1 (log(tanh(9)) 0, sqrt of it 0, where eager has -6e-8
+    # and NaN); the values up to |x| = 9.0109 round to 1 - 2^-24 as eager's and float64's
+    x = torch.tensor([8.0, 8.5, 8.6, 8.7, 8.9, 9.0, -9.0, 9.005, 9.02, 9.5, 20.0, -20.0])
+    y = cdynamo.optimize(lambda t: torch.tanh(t))(x)
+    assert torch.equal(y, torch.tanh(x))
+    assert torch.equal(y, torch.tanh(x.double()).float())
+    f = lambda t: torch.tanh(t).log().sqrt()
+    assert_same(f(x), cdynamo.optimize(f)(x), transcendental=True)
+
+
 def test_gelu_float32_accuracy():
     """float32 exact GELU over random bit patterns and a dense grid: within
     4.5e-7 of float64 (the rational fit: 3.7e-7; eager: 1.2e-6), as
