@@ -211,6 +211,10 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
                   int64_t numel);
 /* Emit `T t<v> = <piece>;` for cat / stack node v (views.c). */
 int cg_emit_cat_value(cg_ctx *c, int v, int ind);
+/* Bytes numel iterations of nest load and store (operands that stay put in
+ * every loop are not counted). */
+int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                 int64_t numel);
 /* Append the IR line of a cg_emit_loops kernel that streams its stores. */
 void cg_ir_stream(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest,
                   int64_t numel);
@@ -232,8 +236,9 @@ void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops);
  * thread ends with cdy_sfence() (both in the prologue). */
 /* 1 if a kernel moving `bytes` streams its stores (x86-64 only). */
 int cg_streams(const cg_ctx *c, int64_t bytes);
-/* Open a parallel loop at indentation ind: `#pragma omp parallel for`, or when
- * stream, a parallel region `{` whose `omp for` is nowait (cg_stream_close). */
+/* Open a parallel loop at indentation ind: `#pragma omp parallel for` with
+ * clauses after schedule(static), or when stream, a parallel region `{` whose
+ * `omp for` is nowait (cg_stream_close). */
 void cg_stream_open(cg_ctx *c, int ind, const char *nt, const char *clauses, int stream);
 /* After a streaming kernel's loops: the fence, and the region's `}` when par. */
 void cg_stream_close(cg_ctx *c, int ind, int par);

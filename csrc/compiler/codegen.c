@@ -1009,10 +1009,8 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
     return 1;
 }
 
-/* Bytes the current kernel loads and stores per iteration (operands that
- * stay put in every loop are not counted). */
-static int64_t cg_bytes_per_iter(const cg_ctx *c, const cg_operand *ops, int nops,
-                                 const cg_nest *nest)
+int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
+                 int64_t numel)
 {
     int64_t bytes = 0;
     for (int o = 0; o < nops; o++) {
@@ -1022,7 +1020,14 @@ static int64_t cg_bytes_per_iter(const cg_ctx *c, const cg_operand *ops, int nop
         if (moves)
             bytes += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
     }
-    return bytes;
+    return numel * bytes;
+}
+
+/* 1 if the parallel loop over nest collapses its two outer loops (a short
+ * outer loop of a nest of three or more). */
+static int cg_collapses(const cg_ctx *c, const cg_nest *nest)
+{
+    return nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads;
 }
 
 /* Computing nodes of the current kernel. */
@@ -1049,7 +1054,7 @@ static int cg_parallel_worth(cg_ctx *c, const cg_operand *ops, int nops,
     else if (numel < CG_PARALLEL_NUMEL)
         *why = "elements below the threshold";
     else if (cg_kernel_ops(c) <= CG_PARALLEL_CHEAP_OPS &&
-             numel * cg_bytes_per_iter(c, ops, nops, nest) < CG_PARALLEL_BYTES)
+             cg_moved(c, ops, nops, nest, numel) < CG_PARALLEL_BYTES)
         *why = "a cheap kernel moving fewer bytes than the threshold";
     return *why == NULL;
 }
@@ -1061,14 +1066,7 @@ static const char *cg_loop_threads(cg_ctx *c, const cg_operand *ops, int nops,
 {
     if (cg_kernel_ops(c) > CG_PARALLEL_CHEAP_OPS)
         return "NTHREADS";
-    return cg_cheap_threads(c, numel * cg_bytes_per_iter(c, ops, nops, nest));
-}
-
-/* Bytes the current kernel moves in all. */
-static int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                        int64_t numel)
-{
-    return numel * cg_bytes_per_iter(c, ops, nops, nest);
+    return cg_cheap_threads(c, cg_moved(c, ops, nops, nest, numel));
 }
 
 /* 1 if the current kernel streams its stores (stream.c): every output
@@ -1125,6 +1123,17 @@ static void cg_emit_stream_calls(cg_ctx *c, const cg_operand *ops, int nops,
     }
 }
 
+/* Emit the opening of a flat loop over n elements in blocks of CG_BLOCK:
+ * `for (ib ...) {` and the block's bounds lo, hi. */
+static void cg_emit_blocks_open(cdy_buf *b, int64_t n)
+{
+    cdy_buf_printf(b, "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
+                      "        const int64_t lo = ib * %dLL;\n"
+                      "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
+                   (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
+                   (long long)n, CG_BLOCK, (long long)n);
+}
+
 /* Emit a flat loop over n elements in blocks of CG_BLOCK (the parallel loop
  * when par) whose stores go through L1 blocks of cg_stage_elems written by
  * cdy_stream, then the fence; 0 or -1. */
@@ -1132,16 +1141,12 @@ static int cg_emit_flat_stream(cg_ctx *c, const cg_operand *ops, int nops, const
                                int par, const char *nt)
 {
     cdy_buf *b = &c->src;
-    long long n = (long long)nest->size[0];
     int se = cg_stage_elems(c, ops, nops), first = cg_first_out(ops, nops);
     if (par)
         cg_stream_open(c, 1, nt, "", 1);
-    cdy_buf_printf(b, "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
-                      "        const int64_t lo = ib * %dLL;\n"
-                      "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n"
-                      "        for (int64_t sb = lo; sb < hi; sb += %d) {\n"
-                      "            const int64_t se = sb + %d < hi ? sb + %d : hi;\n",
-                   (n + CG_BLOCK - 1) / CG_BLOCK, CG_BLOCK, CG_BLOCK, n, CG_BLOCK, n, se, se, se);
+    cg_emit_blocks_open(b, nest->size[0]);
+    cdy_buf_printf(b, "        for (int64_t sb = lo; sb < hi; sb += %d) {\n"
+                      "            const int64_t se = sb + %d < hi ? sb + %d : hi;\n", se, se, se);
     for (int o = first; o < nops; o++)
         cdy_buf_printf(b, "            %s cdy_st%d[%d] __attribute__((aligned(64)));\n",
                        cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
@@ -1169,8 +1174,7 @@ static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const
     int blk = cg_stage_elems(c, ops, nops);
     blk = m < blk ? (int)m : blk;
     if (par)
-        cg_stream_open(c, 1, nt, nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
-                                     ? " collapse(2)" : "", 1);
+        cg_stream_open(c, 1, nt, cg_collapses(c, nest) ? " collapse(2)" : "", 1);
     for (int d = 0; d < last; d++, ind++) {
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
@@ -1232,13 +1236,8 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         return nest->ndim == 1 ? cg_emit_flat_stream(c, ops, nops, nest, par, nt)
                                : cg_emit_nest_stream(c, ops, nops, nest, par, nt);
     if (par && nest->ndim == 1) {
-        int64_t n = nest->size[0];
-        cdy_buf_printf(b, "    #pragma omp parallel for num_threads(%s) schedule(static)\n"
-                          "    for (int64_t ib = 0; ib < %lldLL; ib++) {\n"
-                          "        const int64_t lo = ib * %dLL;\n"
-                          "        const int64_t hi = lo + %dLL < %lldLL ? lo + %dLL : %lldLL;\n",
-                       nt, (long long)((n + CG_BLOCK - 1) / CG_BLOCK), CG_BLOCK, CG_BLOCK,
-                       (long long)n, CG_BLOCK, (long long)n);
+        cg_stream_open(c, 1, nt, "", 0);
+        cg_emit_blocks_open(b, nest->size[0]);
         cg_gather_emit_flags(c, 2);
         if (ivdep)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
@@ -1251,12 +1250,8 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         return 0;
     }
     for (int d = 0; d < nest->ndim; d++, ind++) {
-        if (d == 0 && par) {
-            int collapse = nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads;
-            cg_indent(b, ind);
-            cdy_buf_printf(b, "#pragma omp parallel for num_threads(%s) schedule(static)%s\n",
-                           nt, collapse ? " collapse(2)" : "");
-        }
+        if (d == 0 && par)
+            cg_stream_open(c, ind, nt, cg_collapses(c, nest) ? " collapse(2)" : "", 0);
         if (d == nest->ndim - 1)
             cg_gather_emit_flags(c, ind);
         if (d == nest->ndim - 1 && ivdep) {
@@ -1437,8 +1432,7 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nop
                            CG_BLOCK);
         else
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, ",
-                           nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads
-                               ? " (collapse(2))" : "");
+                           cg_collapses(c, nest) ? " (collapse(2))" : "");
         if (strcmp(nt, "NTHREADS") == 0)
             cdy_buf_printf(b, "%d threads\n", c->nthreads);
         else

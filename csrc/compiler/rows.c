@@ -593,18 +593,12 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 }
 
 /* Bytes k moves over numel elements: each operand that steps through the
- * rows (the input, the outputs; not a weight or bias shared by all rows). */
+ * outer loops (the input, the outputs; not a weight or bias shared by all
+ * rows), less v's result when it is not stored (it steps like the input). */
 static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
 {
-    int64_t per = 0;
-    for (int o = 0; o < k->nops; o++) {
-        int moves = 0;
-        for (int d = 0; d < k->on->ndim; d++)
-            moves |= k->on->stride[o][d] != 0;
-        if (moves && (o != k->first || k->store))
-            per += cdy_dtype_table[k->c->g->values[k->ops[o].value].meta.dtype].size;
-    }
-    return numel * per;
+    int64_t unstored = k->store ? 0 : cdy_dtype_table[k->c->g->values[k->v].meta.dtype].size;
+    return cg_moved(k->c, k->ops, k->nops, k->on, numel) - numel * unstored;
 }
 
 /* 1 when k's final pass streams its stores (stream.c): a norm (softmax reads
