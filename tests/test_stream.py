@@ -183,3 +183,18 @@ def test_the_environment_sets_the_default():
     for env, want in (("0", "0"), ("4096", "4096"), ("", "None"), ("junk", "None")):
         out = run_python(code, env_extra={"CDYNAMO_STREAM_STORE_BYTES": env})
         assert out.stdout.strip().splitlines()[-1] == want, out
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "4096", True])
+def test_a_bad_threshold_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="stream_store_bytes must be None or an int >= 0"):
+        cdynamo.config.stream_store_bytes = bad
+    assert cdynamo.config.stream_store_bytes is None
+
+
+def test_the_threshold_reads_back():
+    try:
+        cdynamo.config.stream_store_bytes = 4096
+        assert cdynamo.config.stream_store_bytes == 4096
+    finally:
+        cdynamo.config.stream_store_bytes = None

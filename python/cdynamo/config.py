@@ -3,6 +3,7 @@
 Environment variables set the defaults: CDYNAMO_CC, CDYNAMO_CACHE_DIR, CDYNAMO_DISABLE,
 CDYNAMO_DEBUG, CDYNAMO_OUTPUT_POOL_MB, CDYNAMO_STREAM_STORE_BYTES.
 """
+import numbers
 import os
 import sys
 import types
@@ -37,21 +38,6 @@ num_threads = None
 #: every call); False: torch's linear always; "always": packed without timing first
 pack_linear_weights = True
 
-def _env_stream_bytes():
-    v = os.environ.get("CDYNAMO_STREAM_STORE_BYTES", "")
-    try:
-        return max(0, int(v)) if v else None
-    except ValueError:
-        return None
-
-
-#: kernels that move more than this many bytes (loads plus stores) write their outputs with
-#: non-temporal stores, past the caches: such an output could not stay cached for its next
-#: reader anyway, and a plain store would first read each line it writes.  None: 3/4 of this
-#: CPU's last-level cache (x86-64; elsewhere never); 0: never.  Read when a frame is compiled
-#: (default: CDYNAMO_STREAM_STORE_BYTES)
-stream_store_bytes = _env_stream_bytes()
-
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/
 debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
@@ -59,6 +45,14 @@ debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
 #: root of the debug directories; None: ./cdynamo_debug in the current directory
 debug_dir = None
 
+
+
+def _env_stream_bytes():
+    v = os.environ.get("CDYNAMO_STREAM_STORE_BYTES", "")
+    try:
+        return max(0, int(v)) if v else None
+    except ValueError:
+        return None
 
 
 def _env_pool_mb():
@@ -71,7 +65,7 @@ def _env_pool_mb():
 
 class _Config(types.ModuleType):
     """The config module, with profile_kernels and output_pool_mb as properties that set the
-    C runtime's state."""
+    C runtime's state, and stream_store_bytes as one that checks its value."""
 
     @property
     def output_pool_mb(self):
@@ -90,6 +84,24 @@ class _Config(types.ModuleType):
             raise ValueError(f"cdynamo.config.output_pool_mb must be >= 0, got {mb}")
         _C.set_output_pool_bytes(int(mb * (1 << 20)))
         self.__dict__["_output_pool_mb"] = mb
+
+    @property
+    def stream_store_bytes(self):
+        """Kernels that move more than this many bytes (loads plus stores) write their outputs
+        with non-temporal stores, past the caches: such an output could not stay cached for its
+        next reader anyway, and a plain store would first read each line it writes. None: 3/4
+        of this CPU's last-level cache (x86-64; elsewhere never); 0: never. Read when a frame
+        is compiled (default: CDYNAMO_STREAM_STORE_BYTES)."""
+        return self.__dict__.get("_stream_store_bytes", _env_stream_bytes())
+
+    @stream_store_bytes.setter
+    def stream_store_bytes(self, n):
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+                raise ValueError("cdynamo.config.stream_store_bytes must be None or an int >= 0, "
+                                 f"got {n!r}")
+            n = int(n)
+        self.__dict__["_stream_store_bytes"] = n
 
     @property
     def profile_kernels(self):
