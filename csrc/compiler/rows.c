@@ -516,11 +516,11 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
                                           k->out, k->v)
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
-    const char *staged = k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = t%d;", k->T,
-                                            k->v, expr, k->v) : stmt;
     if (k->stream)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && cg_row_prefetches(k), 1,
-                             prologue, staged, "", stmt);
+                             prologue, k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = "
+                                                          "t%d;", k->T, k->v, expr, k->v) : stmt,
+                             "", stmt);
     if (prefetch && cg_row_prefetches(k))
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, 0, prologue, stmt, "", stmt);
     return cg_row_pass(k, ind, "", prologue, stmt);
