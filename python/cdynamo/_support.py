@@ -131,7 +131,8 @@ def on_compile(info):
     compiles.append(rec)
     by_code.setdefault(code, []).append(rec)
     try:
-        from . import _debug
+        if log_on("fusion") or config.debug:
+            from . import _debug   # not before: its import is 2-10 ms of a first compile
         head = f"{rec['name']} ({code.co_name}, {code.co_filename}:{code.co_firstlineno})"
         if log_on("fusion"):
             log("fusion", "\n".join(_debug.fusion_lines(head, rec["ir_post"])))
