@@ -325,11 +325,16 @@ int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan
  * unknown or not on x86-64. */
 int64_t cdy_stream_auto_bytes(void);
 void cdy_plan_free(cdy_plan *plan);
+/* The text every generated source starts with (the same for the life of the
+ * process: types, libm, macros); NULL when memory is short. */
+const char *cdy_codegen_prefix(void);
 
 typedef struct {
     const char *cc;          /* compiler command, e.g. "gcc" */
     const char *cache_dir;   /* directory for the .so files */
     const char *extra_flags; /* appended to the command line (may be NULL) */
+    const char *prefix;      /* what every source starts with (cdy_codegen_prefix), for
+                                a standby compiler to parse ahead; NULL: no standby */
 } cdy_cc_opts;
 
 /* The line codegen puts before each kernel's text (its helpers, comment and
@@ -340,9 +345,14 @@ typedef struct {
 
 /* Compile `source` to a shared object in the cache (or find it there).
  * On success writes the .so path into so_path, sets *disk_hit to 1 when the
- * file was already cached, and returns 0; else -1 with a message in err.   */
+ * file was already cached, 2 when a standby compiler built it (cc.c), else
+ * 0, and returns 0; else -1 with a message in err.                        */
 int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
                  size_t so_path_len, int *disk_hit, char *err, size_t errlen);
+
+/* Start a standby compiler for the next build under opts (see cc.c), unless
+ * one is ready; without opts->prefix, close the one there is. */
+void cdy_cc_standby(const cdy_cc_opts *opts);
 
 /* Declarations that rename a kernel's libc and libm calls to the current
  * version of each function (-nostdlib would bind the oldest; see cc.c), for

@@ -216,6 +216,8 @@ int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0)
 /* A new tensor of m (its data in *data), or NULL + error. */
 PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
 PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
+/* _C.start_standby(): start a standby compiler for the first build (frame/eval.c). */
+PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
 
@@ -271,7 +273,7 @@ static inline long long cdy_phase_start(void)
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
     X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \
-    X(direct_calls) X(packed_linear_calls) X(weight_packs)
+    X(standby_builds) X(direct_calls) X(packed_linear_calls) X(weight_packs)
 typedef struct {
 #define CDY_X(n) long long n;
     CDY_STATS(CDY_X)

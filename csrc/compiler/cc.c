@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -605,6 +606,286 @@ static int cc_invoke(const cdy_cc_opts *opts, char *const *mid, int nmid, char *
     return rc;
 }
 
+/* ---- the standby compiler ------------------------------------------------
+ * After a build in one compiler run, the next run is started at once, ahead
+ * of its source: the compiler with the flags of a one-run build, its input
+ * file /dev/fd/3, a pipe holding opts->prefix (the text every generated
+ * source starts with) and `#include "/dev/stdin"`.  It starts (exec, dynamic
+ * linking, options, target set-up), parses the prefix and blocks reading its
+ * stdin, another pipe.  The next build whose source starts with the prefix
+ * writes the rest down that pipe and waits for the compiler: 12-20 ms of a
+ * 60-120 ms build are gone.  No file is written for it but its library, in
+ * the cache dir it was started for, which the build moves into its own.  Its
+ * stdout and stderr are /dev/null: a standby build that fails is redone the
+ * ordinary way, which reports the compiler's message.  When this process
+ * ends, or the options change, the pipe closes and the standby fails on a
+ * source without its end mark (#error) and exits, removing its own temporary
+ * files.  A forked child never uses its parent's standby. */
+#define CC_SB_END "\n#define CDY_STANDBY_SOURCE_END 1\n"
+#define CC_SB_TAIL "#include \"/dev/stdin\"\n#ifndef CDY_STANDBY_SOURCE_END\n" \
+                   "#error \"cdynamo: the source of the standby compiler ended early\"\n#endif\n"
+#define CC_SB_REAP 8             /* closed standbys waiting to be reaped */
+#define CC_SB_PREFIX_MAX 49152   /* a longer prefix would not fit in its pipe at once */
+
+typedef struct {
+    pid_t pid, owner;            /* the compiler; the process that started it */
+    int in;                      /* the write end of its stdin; -1: none */
+    char *key;                   /* the options it was started for (cc_sb_key) */
+    char so[CC_PATH_MAX];        /* the library it writes */
+} cc_standby;
+
+static cc_standby cc_sb = {.in = -1};            /* under cc_lock */
+static pid_t cc_sb_reap[CC_SB_REAP];             /* under cc_lock */
+
+/* The options a standby is started for, as one malloc'd string (NULL on OOM):
+ * compiler, extra flags and a hash of the prefix.  Not the cache dir: a
+ * standby writes its library in the dir it was started for, and the build
+ * moves it into its own (a new process, or the bench, may use a new dir for
+ * each function). */
+static char *cc_sb_key(const cdy_cc_opts *opts)
+{
+    cc_u128 h = ((cc_u128)0x6c62272e07bb0142ULL << 64) | 0x62b821756295c58dULL;
+    cc_hash_str(&h, opts->prefix);
+    cc_hash_str(&h, CC_FLAGS);
+    const char *x = opts->extra_flags ? opts->extra_flags : "";
+    size_t n = strlen(opts->cc) + strlen(x) + 40;
+    char *key = malloc(n);
+    if (key)
+        snprintf(key, n, "%s\n%s\n%016llx%016llx", opts->cc, x, (unsigned long long)(h >> 64),
+                 (unsigned long long)(uint64_t)h);
+    return key;
+}
+
+/* Move file from to to: a rename, or across file systems a copy (a new file,
+ * mode 0600) and the removal of from; 0 or -1. */
+static int cc_sb_move(const char *from, const char *to)
+{
+    if (!rename(from, to))
+        return 0;
+    if (errno != EXDEV)
+        return -1;
+    struct stat st;
+    int fd = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), rc = -1;
+    char *data = fd >= 0 && !fstat(fd, &st) && st.st_size > 0 ? malloc((size_t)st.st_size) : NULL;
+    if (data && pread(fd, data, (size_t)st.st_size, 0) == (ssize_t)st.st_size)
+        rc = cc_write_file(to, data, (size_t)st.st_size) ? -1 : 0;
+    free(data);
+    if (fd >= 0)
+        close(fd);
+    unlink(from);
+    return rc;
+}
+
+/* Reap the closed standbys that have ended (all of them, waiting, when
+ * wait); under cc_lock. */
+static void cc_sb_reap_some(int wait)
+{
+    for (int i = 0; i < CC_SB_REAP; i++)
+        if (cc_sb_reap[i] > 0 && waitpid(cc_sb_reap[i], NULL, wait ? 0 : WNOHANG) != 0)
+            cc_sb_reap[i] = 0;
+}
+
+/* Close *sb: its compiler reads the end of its source, fails and exits (it
+ * is reaped later); under cc_lock. */
+static void cc_sb_close(cc_standby *sb)
+{
+    if (sb->in < 0)
+        return;
+    close(sb->in);
+    if (sb->owner == getpid()) {     /* a forked child's copy: not its child */
+        int i = 0;
+        while (i < CC_SB_REAP && cc_sb_reap[i] > 0)
+            i++;
+        if (i == CC_SB_REAP) {
+            cc_sb_reap_some(1);
+            i = 0;
+        }
+        cc_sb_reap[i] = sb->pid;
+    }
+    free(sb->key);
+    sb->key = NULL;
+    sb->in = -1;
+}
+
+/* Move the standby started for key into *sb; 0, or -1 when there is none
+ * (one for other options, or a parent's, is closed). */
+static int cc_sb_take(const char *key, cc_standby *sb)
+{
+    int rc = -1;
+    pthread_mutex_lock(&cc_lock);
+    cc_sb_reap_some(0);
+    if (cc_sb.in >= 0 && (cc_sb.owner != getpid() || strcmp(cc_sb.key, key) != 0))
+        cc_sb_close(&cc_sb);
+    if (cc_sb.in >= 0) {
+        *sb = cc_sb;
+        cc_sb.in = -1;
+        cc_sb.key = NULL;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&cc_lock);
+    return rc;
+}
+
+/* Write n bytes of s to the pipe fd with SIGPIPE (its reader gone) blocked,
+ * and discarded if this write raised it; 0 or -1. */
+static int cc_sb_write(int fd, const char *s, size_t n)
+{
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigpending(&pending);
+    int was_pending = sigismember(&pending, SIGPIPE), rc = 0;
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            rc = -1;
+            break;
+        }
+        s += w;
+        n -= (size_t)w;
+    }
+    if (rc && !was_pending) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* A pipe whose read end is numbered 10 or more (never one of the standard
+ * descriptors or 3, which posix_spawn's dup2 would leave close-on-exec);
+ * both ends close-on-exec.  0 or an errno value. */
+static int cc_sb_pipe(int fds[2])
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC))
+        return errno;
+    fds[0] = fcntl(p[0], F_DUPFD_CLOEXEC, 10);
+    fds[1] = p[1];
+    int e = fds[0] < 0 ? errno : 0;
+    close(p[0]);
+    if (e)
+        close(p[1]);
+    return e;
+}
+
+/* Start argv with its stdin the read end of a new pipe (its write end in
+ * *in), descriptor 3 a pipe holding first (its first input, /dev/fd/3), and
+ * its output to /dev/null; 0 or an errno value. */
+static int cc_sb_spawn(char **argv, const char *first, pid_t *pid, int *in)
+{
+    int fin[2], fmain[2], rc = cc_sb_pipe(fin);
+    if (rc)
+        return rc;
+    if ((rc = cc_sb_pipe(fmain))) {
+        close(fin[0]);
+        close(fin[1]);
+        return rc;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fin[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, fmain[0], 3);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    rc = posix_spawnp(pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fin[0]);
+    close(fmain[0]);
+    if (!rc && cc_sb_write(fmain[1], first, strlen(first)))
+        rc = EPIPE;              /* it is closed below: the compiler fails and exits */
+    close(fmain[1]);
+    if (rc)
+        close(fin[1]);
+    else
+        *in = fin[1];
+    return rc;
+}
+
+/* Start a standby compiler for the next build under opts, unless one is
+ * ready; nothing when it cannot be (the next build runs the ordinary way).
+ * Without opts->prefix (standby off) the one there is is closed. */
+void cdy_cc_standby(const cdy_cc_opts *opts)
+{
+    size_t plen = opts->prefix ? strlen(opts->prefix) : 0;
+    char *key = plen && plen < CC_SB_PREFIX_MAX ? cc_sb_key(opts) : NULL;
+    if (!key) {                      /* standby off: close the one there is */
+        pthread_mutex_lock(&cc_lock);
+        cc_sb_close(&cc_sb);
+        pthread_mutex_unlock(&cc_lock);
+        return;
+    }
+    pthread_mutex_lock(&cc_lock);
+    int ready = cc_sb.in >= 0 && cc_sb.owner == getpid() && strcmp(cc_sb.key, key) == 0;
+    if (!ready)
+        cc_sb_close(&cc_sb);
+    pthread_mutex_unlock(&cc_lock);
+    if (ready) {
+        free(key);
+        return;
+    }
+    cc_standby sb = {.in = -1, .owner = getpid(), .key = key};
+    int l = snprintf(sb.so, sizeof(sb.so), "%s/standby.%ld.%lu.so.tmp", opts->cache_dir,
+                     (long)sb.owner, atomic_fetch_add(&cc_counter, 1));
+    char *text = malloc(plen + sizeof(CC_SB_TAIL));
+    if (text) {
+        memcpy(text, opts->prefix, plen);
+        memcpy(text + plen, CC_SB_TAIL, sizeof(CC_SB_TAIL));
+    }
+    cc_cmd cmd = {0};
+    char *mid[] = {"-x", "c", "/dev/fd/3", "-x", "none", "-o", sb.so, CC_LIBS};
+    if (text && l > 0 && (size_t)l < sizeof(sb.so) && !cc_mkdir_p(opts->cache_dir) &&
+        !cc_check_dir(opts->cache_dir, NULL, 0) && !cc_cmd_make(&cmd, opts, mid, 8, NULL, 0) &&
+        !cc_sb_spawn(cmd.argv, text, &sb.pid, &sb.in)) {
+        pthread_mutex_lock(&cc_lock);
+        if (cc_sb.in < 0) {          /* else another thread started one meanwhile */
+            cc_sb = sb;
+            sb.in = -1;
+            sb.key = NULL;
+        }
+        cc_sb_close(&sb);
+        pthread_mutex_unlock(&cc_lock);
+    }
+    cc_cmd_free(&cmd);
+    free(text);
+    free(sb.key);
+}
+
+/* Build source into so_tmp with the standby compiler, when one is ready for
+ * opts and source starts with its prefix; 0 when built, else -1 with nothing
+ * left behind (the caller builds the ordinary way). */
+static int cc_sb_build(const cdy_cc_opts *opts, const char *source, const char *so_tmp)
+{
+    size_t plen = opts->prefix ? strlen(opts->prefix) : 0;
+    if (!plen || strncmp(source, opts->prefix, plen) != 0)
+        return -1;
+    char *key = cc_sb_key(opts);
+    cc_standby sb;
+    int got = key && cc_sb_take(key, &sb) == 0;
+    free(key);
+    if (!got)
+        return -1;
+    const char *rest = source + plen;
+    int ok = !cc_sb_write(sb.in, rest, strlen(rest)) &&
+             !cc_sb_write(sb.in, CC_SB_END, strlen(CC_SB_END));
+    close(sb.in);
+    int status = 0;
+    while (waitpid(sb.pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            ok = 0;
+            break;
+        }
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 && cc_sb_move(sb.so, so_tmp) == 0;
+    if (!ok)
+        unlink(sb.so);
+    free(sb.key);
+    return ok ? 0 : -1;
+}
+
 /* Offsets of the kernel marks in source, in a malloc'd array (NULL when
  * there are none or memory is short); their count in *n. */
 static size_t *cc_marks(const char *source, int *n)
@@ -736,9 +1017,11 @@ static void cc_remove_parts(const char *src_path, int nparts)
 /* Compile source (written at src_path) to so_tmp; 0 or -1 with err set.  A
  * source of many kernels is compiled in parts at once, one compiler per CPU
  * (cc_nparts), and the objects linked: T5-small's encoder, 55 kernels, took
- * 1.0 s as one run of gcc on 2 cores. */
+ * 1.0 s as one run of gcc on 2 cores.  A source compiled in one run goes to
+ * the standby compiler when there is one (*standby set to 1), and a new one
+ * is started for the next build. */
 static int cc_compile(const cdy_cc_opts *opts, const char *source, const char *src_path,
-                      const char *so_tmp, char *err, size_t errlen)
+                      const char *so_tmp, int *standby, char *err, size_t errlen)
 {
     int n = 0;
     size_t *at = cc_marks(source, &n);
@@ -746,7 +1029,11 @@ static int cc_compile(const cdy_cc_opts *opts, const char *source, const char *s
     if (nparts == 1) {
         free(at);
         char *mid[] = {(char *)src_path, "-o", (char *)so_tmp, CC_LIBS};
-        return cc_invoke(opts, mid, 4, err, errlen);
+        *standby = !cc_sb_build(opts, source, so_tmp);
+        if (!*standby && cc_invoke(opts, mid, 4, err, errlen))
+            return -1;
+        cdy_cc_standby(opts);
+        return 0;
     }
     char objs[CC_MAX_PARTS][CC_PATH_MAX];
     int rc = cc_compile_parts(opts, source, at, n, nparts, src_path, objs, err, errlen);
@@ -781,9 +1068,10 @@ static int cc_key(const char *source, const cdy_cc_opts *opts, char hex[33], cha
     return 0;
 }
 
-/* Compile into the cache under temporary names, then rename into place. */
+/* Compile into the cache under temporary names, then rename into place;
+ * *standby: the standby compiler built it. */
 static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const char *base,
-                          const char *so_path, char *err, size_t errlen)
+                          const char *so_path, int *standby, char *err, size_t errlen)
 {
     char src_tmp[CC_PATH_MAX], so_tmp[CC_PATH_MAX], src_final[CC_PATH_MAX];
     unsigned long n = atomic_fetch_add(&cc_counter, 1);
@@ -797,7 +1085,7 @@ static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const cha
     int e = cc_write_file(src_tmp, source, strlen(source));
     if (e)
         return cc_fail(err, errlen, "cannot write %s: %s", src_tmp, strerror(e));
-    if (cc_compile(opts, source, src_tmp, so_tmp, err, errlen)) {
+    if (cc_compile(opts, source, src_tmp, so_tmp, standby, err, errlen)) {
         unlink(src_tmp);
         unlink(so_tmp);
         return -1;
@@ -854,10 +1142,13 @@ int cdy_cc_build(const char *source, const cdy_cc_opts *opts, char *so_path,
     }
     /* a bad entry is not unlinked: the fresh build is renamed over it, so a
      * concurrent builder never sees the path missing */
-    if (cc_build_fresh(source, opts, base, so_path, err, errlen)) {
+    int standby = 0;
+    if (cc_build_fresh(source, opts, base, so_path, &standby, err, errlen)) {
         so_path[0] = 0;
         return -1;
     }
+    if (disk_hit && standby)
+        *disk_hit = 2;
     if (bad != ENOENT) {
         char note[1024];
         snprintf(note, sizeof(note), "bad kernel cache entry %s (%s) was rebuilt", so_path, why);

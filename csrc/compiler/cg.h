@@ -248,7 +248,10 @@ void cg_stream_ir(cg_ctx *c, cdy_buf *b, int64_t bytes);
 /* ---- mathlib.c ------------------------------------------------------------ */
 /* libm's names as compiler builtins: every generated file's, in place of <math.h>. */
 extern const char cg_prologue_libm[];
-/* Helpers every generated file starts with (vector math, Python division). */
+/* What every generated file's helpers start with (no trapping math, FMA macros). */
 extern const char cg_prologue_math[];
+/* Append to out the helper functions that kernels (C text) call, each with the
+ * helpers it calls, in dependency order; a file parses no helper it never uses. */
+void cg_emit_helpers(cdy_buf *out, const char *kernels);
 
 #endif /* CDY_CG_H */

@@ -259,6 +259,40 @@ static int64_t stream_bytes(void)
     return n >= 0 ? (int64_t)n : cdy_stream_auto_bytes();
 }
 
+/* The compiler options of cdynamo.config (cc, cache_dir, standby_compiler)
+ * into *opts, its strings owned by the new references *cc and *dir (the
+ * caller drops them); 0, or -1 when cc or cache_dir is not a string. */
+static int config_cc_opts(cdy_cc_opts *opts, PyObject **cc, PyObject **dir)
+{
+    *cc = cdy_config_get("cc");
+    *dir = cdy_config_get("cache_dir");
+    PyObject *sb = cdy_config_get("standby_compiler");
+    int standby = sb ? PyObject_IsTrue(sb) : 1;
+    Py_XDECREF(sb);
+    PyErr_Clear();
+    if (!*cc || !*dir || !PyUnicode_Check(*cc) || !PyUnicode_Check(*dir))
+        return -1;
+    *opts = (cdy_cc_opts){PyUnicode_AsUTF8(*cc), PyUnicode_AsUTF8(*dir), NULL,
+                          standby ? cdy_codegen_prefix() : NULL};
+    return opts->cc && opts->cache_dir ? 0 : -1;
+}
+
+/* _C.start_standby(): start the standby compiler (compiler/cc.c) for the
+ * first build, when cdynamo.optimize makes a function to compile. */
+PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *cc, *dir;
+    cdy_cc_opts opts;
+    if (!config_cc_opts(&opts, &cc, &dir))
+        cdy_cc_standby(&opts);
+    Py_XDECREF(cc);
+    Py_XDECREF(dir);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 /* Compile t with the configured backend; new ref to the callable, or NULL
  * with a message in err (no exception left set).  *follow_threads is set to
  * the thread count its kernels were built for when that count follows
@@ -275,11 +309,13 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
         }
         return c;
     }
-    PyObject *res = NULL, *cc = cdy_config_get("cc"), *dir = cdy_config_get("cache_dir");
+    PyObject *res = NULL, *cc, *dir;
+    cdy_cc_opts opts;
+    int bad_opts = config_cc_opts(&opts, &cc, &dir);
     PyObject *nth = cdy_py_call("num_threads", "");
     cdy_plan plan;
     memset(&plan, 0, sizeof(plan));
-    if (!cc || !dir || !nth || !PyUnicode_Check(cc) || !PyUnicode_Check(dir)) {
+    if (bad_opts || !nth) {
         snprintf(err, errlen, "cdynamo.config.cc / cache_dir are not strings");
         goto done;
     }
@@ -292,16 +328,16 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
         *follow_threads = (int)PyLong_AsLong(nth);
     Py_XDECREF(pinned);
     PyErr_Clear();
-    cdy_cc_opts opts = {PyUnicode_AsUTF8(cc), PyUnicode_AsUTF8(dir), NULL};
     char so_path[4096];
     int disk_hit = 0;
     if (plan.nkernels > 0) {   /* a graph of extern calls only needs no C */
         if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
             goto done;
-        if (disk_hit)
+        if (disk_hit == 1)
             cdy_stats.disk_cache_hits++;
         else
             cdy_stats.kernels_compiled += plan.nkernels;
+        cdy_stats.standby_builds += disk_hit == 2;
     }
     res = cdy_compiled_from_plan(&plan, plan.nkernels > 0 ? so_path : NULL, name, single, t);
     if (!res) {

@@ -50,6 +50,8 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
                         f"{type(fn_or_module).__name__}: {fn_or_module!r}")
     if config.disable:
         return fn_or_module
+    if backend == "c":
+        _C.start_standby()    # the compiler starts while the first call traces
     if isinstance(fn_or_module, torch.nn.Module):
         return _optimize_module(fn_or_module, backend, bool(fullgraph))
     wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph))
@@ -101,7 +103,8 @@ def reset():
 
 def stats():
     """Counters: frames_seen, frames_compiled, cache_hits, cache_misses, recompiles,
-    graph_breaks, fallbacks, kernels_compiled, disk_cache_hits, direct_calls (cache hits
+    graph_breaks, fallbacks, kernels_compiled, disk_cache_hits, standby_builds (kernel
+    libraries built by a compiler started ahead, after the previous build), direct_calls (cache hits
     that called the compiled graph without running the function's frame),
     packed_linear_calls (linear layers run on a packed weight, see
     config.pack_linear_weights) and weight_packs (weights packed, once each until the

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cdynamo.h"
@@ -159,7 +160,7 @@ static int tc_build(tgraph *t, int nthreads, tcompiled *tc, int *disk_hit)
         fprintf(stderr, "codegen: %s\n", err);
         return -1;
     }
-    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, cdy_codegen_prefix()};
     int hit = 0;
     if (cdy_cc_build(tc->plan.source, &opts, so, sizeof(so), &hit, err, sizeof(err))) {
         fprintf(stderr, "build: %s\n", err);
@@ -624,10 +625,17 @@ static void test_stream_helper(const char *extra_flags)
     static char src[65536];
     char err[CDY_ERRLEN], so[512];
     int hit;
-    snprintf(src, sizeof(src), "#include <stdint.h>\n%s%s\n" CDY_CC_KERNEL_MARK
-             "void kernel_0(char *d, const char *s, int64_t n) { cdy_stream(d, s, n); "
-             "cdy_sfence(); }\n", cg_prologue_libm, cg_prologue_math);
-    cdy_cc_opts opts = {"gcc", cache_dir, extra_flags};
+    const char *kernel = CDY_CC_KERNEL_MARK
+        "void kernel_0(char *d, const char *s, int64_t n) { cdy_stream(d, s, n); "
+        "cdy_sfence(); }\n";
+    cdy_buf helpers = {0};
+    cg_emit_helpers(&helpers, kernel);
+    CHECK(helpers.data && strstr(helpers.data, "cdy_stream(") &&
+          !strstr(helpers.data, "cdy_vexpf("), "stream helper: helpers chosen");
+    snprintf(src, sizeof(src), "#include <stdint.h>\n%s%s%s\n%s", cg_prologue_libm,
+             cg_prologue_math, helpers.data ? helpers.data : "", kernel);
+    cdy_buf_free(&helpers);
+    cdy_cc_opts opts = {"gcc", cache_dir, extra_flags, NULL};
     CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == 0,
           "stream helper build (%s): %s", extra_flags ? extra_flags : "", err);
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -792,16 +800,16 @@ static void test_errors(void)
     CHECK(plan.source == NULL && plan.buffers == NULL, "failed plan is empty");
 
     int hit;
-    cdy_cc_opts bad = {"cdy-no-such-compiler-xyz", cache_dir, NULL};
+    cdy_cc_opts bad = {"cdy-no-such-compiler-xyz", cache_dir, NULL, NULL};
     CHECK(cdy_cc_build("int x;", &bad, so, sizeof(so), &hit, err, sizeof(err)) == -1 &&
               strstr(err, "not found"), "missing compiler: %s", err);
-    cdy_cc_opts good = {"gcc", cache_dir, NULL};
+    cdy_cc_opts good = {"gcc", cache_dir, NULL, NULL};
     CHECK(cdy_cc_build("int f( {", &good, so, sizeof(so), &hit, err, sizeof(err)) == -1 &&
               strstr(err, "C compiler failed (exit"), "syntax error: %s", err);
-    cdy_cc_opts ro = {"gcc", "/proc/cdy-cannot-create/x", NULL};
+    cdy_cc_opts ro = {"gcc", "/proc/cdy-cannot-create/x", NULL, NULL};
     CHECK(cdy_cc_build("int y;", &ro, so, sizeof(so), &hit, err, sizeof(err)) == -1 && err[0],
           "unwritable dir should fail");
-    cdy_cc_opts extra = {"gcc", cache_dir, "-DCDY_TEST_FLAG=1"};
+    cdy_cc_opts extra = {"gcc", cache_dir, "-DCDY_TEST_FLAG=1", NULL};
     CHECK(cdy_cc_build("int z = CDY_TEST_FLAG;", &extra, so, sizeof(so), &hit, err,
                        sizeof(err)) == 0 && hit == 0, "extra flags: %s", err);
 }
@@ -829,7 +837,7 @@ static void test_parts(void)
     for (int k = 0; k < 24; k++)
         n += snprintf(src + n, sizeof(src) - (size_t)n,
                       "\n" CDY_CC_KERNEL_MARK "int kernel_%d(void) { return twice(%d); }\n", k, k);
-    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, NULL};
     CHECK(cdy_cc_build(src, &opts, so, sizeof(so), &hit, err, sizeof(err)) == 0 && !hit,
           "parts build: %s", err);
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -860,7 +868,7 @@ static void *build_thread(void *arg)
     tbuild *b = arg;
     char err[CDY_ERRLEN];
     int hit;
-    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, NULL};
     b->rc = cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, b->so,
                          sizeof(b->so), &hit, err, sizeof(err));
     return NULL;
@@ -893,7 +901,7 @@ static void test_concurrent_and_corrupt(void)
     }
     char err[CDY_ERRLEN], so[512];
     int hit = -1;
-    cdy_cc_opts opts = {"gcc", cache_dir, NULL};
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, NULL};
     CHECK(cdy_cc_build("int cdy_concurrent(void) { return 42; }\n", &opts, so, sizeof(so),
                        &hit, err, sizeof(err)) == 0 && hit == 0, "corrupt .so rebuilt: %s", err);
 }
@@ -1239,6 +1247,101 @@ static void test_index_reductions(void)
           "index reductions: int var accepted (%s)", err);
 }
 
+/* A file's prologue holds the helpers its kernels call, with the helpers
+ * those call, and no other: names match as whole identifiers only. */
+static void test_helpers_chosen(void)
+{
+    static const struct {
+        const char *kernel, *in, *out;
+    } cases[] = {
+        {"out[i] = in[i] + 1;", "", "static inline"},
+        {"t = cdy_verff(x);", "cdy_verff( cdy_vexpf( cdy_vexpm1_core( cdy_fbits(", "cdy_vlogf("},
+        {"t = cdy_vgelu_exactf(x);", "cdy_vgelu_exactf( cdy_bitsf(", "gelu_exact( cdy_vexpf("},
+        {"t = gelu_exact(x);", "gelu_exact(", "cdy_vgelu_exactf( cdy_fbits("},
+        {"t = cdy_iremainder(a, b);", "cdy_iremainder( cdy_ifmod(", "cdy_ifloordiv( cdy_ipow("},
+        {"t = cdy_vexp_negf(x);", "cdy_vexp_negf( cdy_scale2n( cdy_vexpm1_core(", "cdy_vexpf("},
+        {"t = my_cdy_vlogf(x) + cdy_vlogf_2;", "", "cdy_vlogf("},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cdy_buf b = {0};
+        cg_emit_helpers(&b, cases[i].kernel);
+        const char *text = b.data ? b.data : "";
+        char want[256];
+        snprintf(want, sizeof want, "%s", cases[i].in);
+        for (char *tok = strtok(want, " "); tok; tok = strtok(NULL, " "))
+            CHECK(strstr(text, tok) != NULL, "helpers of '%s': %s missing", cases[i].kernel, tok);
+        snprintf(want, sizeof want, "%s", cases[i].out);
+        for (char *tok = strtok(want, " "); tok; tok = strtok(NULL, " "))
+            CHECK(strstr(text, tok) == NULL, "helpers of '%s': %s not wanted", cases[i].kernel,
+                  tok);
+        cdy_buf_free(&b);
+    }
+}
+
+/* Source i of the standby test: the prefix, then one function. */
+static char *sb_source(const char *prefix, int i)
+{
+    size_t n = strlen(prefix) + 256;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s" CDY_CC_KERNEL_MARK "int cdy_sb_%d(void) { return %d; }\n", prefix,
+                 i, 40 + i);
+    return s;
+}
+
+/* Whether library so exports cdy_sb_<i> returning 40 + i. */
+static int sb_loads(const char *so, int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "cdy_sb_%d", i);
+    void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    int (*f)(void) = NULL;
+    *(void **)&f = lib ? dlsym(lib, name) : NULL;
+    int ok = f && f() == 40 + i;
+    if (lib)
+        dlclose(lib);
+    return ok;
+}
+
+/* A standby compiler builds the next source that starts with the prefix
+ * (hit 2); a forked child never uses its parent's (it builds the ordinary
+ * way), and the parent's is still used after the fork; without a prefix
+ * every build is ordinary. */
+static void test_standby_fork(void)
+{
+    const char *prefix = cdy_codegen_prefix();
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, prefix}, off = {"gcc", cache_dir, NULL, NULL};
+    char *src[4], so[512], err[CDY_ERRLEN];
+    for (int i = 0; i < 4; i++)
+        src[i] = sb_source(prefix, i);
+    CHECK(prefix && src[0] && src[1] && src[2] && src[3], "standby sources");
+    if (!prefix || !src[0] || !src[1] || !src[2] || !src[3])
+        goto out;
+    int hit = -1;
+    cdy_cc_standby(&opts);
+    CHECK(cdy_cc_build(src[0], &opts, so, sizeof so, &hit, err, sizeof err) == 0 && hit == 2 &&
+          sb_loads(so, 0), "standby build: hit %d %s", hit, err);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        int h = -1;
+        int rc = cdy_cc_build(src[1], &opts, so, sizeof so, &h, err, sizeof err);
+        _exit(rc == 0 && h == 0 && sb_loads(so, 1) ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0, "a forked child builds the ordinary way");
+    hit = -1;
+    CHECK(cdy_cc_build(src[2], &opts, so, sizeof so, &hit, err, sizeof err) == 0 && hit == 2 &&
+          sb_loads(so, 2), "the parent's standby after the fork: hit %d %s", hit, err);
+    hit = -1;
+    CHECK(cdy_cc_build(src[3], &off, so, sizeof so, &hit, err, sizeof err) == 0 && hit == 0 &&
+          sb_loads(so, 3), "no prefix, no standby: hit %d %s", hit, err);
+out:
+    for (int i = 0; i < 4; i++)
+        free(src[i]);
+}
+
 int main(void)
 {
     char root[] = "/tmp/cdy_test_XXXXXX";
@@ -1256,6 +1359,7 @@ int main(void)
     test_nan_maximum();
     test_large_parallel(0);
     test_large_parallel(1);
+    test_helpers_chosen();
     test_stream_helper(NULL);
     test_stream_helper("-mno-avx");
     test_ints_and_empty();
@@ -1263,6 +1367,7 @@ int main(void)
     test_collapse();
     test_errors();
     test_concurrent_and_corrupt();
+    test_standby_fork();
     test_parts();
     test_int_division();
     test_casts();
