@@ -47,7 +47,7 @@ debug_dir = None
 
 #: after each build of kernels in one compiler run, start the compiler for the next build
 #: at once, parsing the part of the source every file shares and then waiting for the rest
-#: (12 ms off a 60-100 ms build); an idle gcc process per Python process.
+#: (12-20 ms off a 60-120 ms build); an idle gcc and cc1 (about 21 MB resident) per process.
 #: CDYNAMO_STANDBY_COMPILER=0 or False: each build starts its compiler itself
 standby_compiler = os.environ.get("CDYNAMO_STANDBY_COMPILER", "") != "0"
 
