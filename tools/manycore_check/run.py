@@ -18,7 +18,7 @@ import time
 import torch
 
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-fwrapv",
-         "-ffp-contract=off", "-fno-math-errno", "-nostdlib"]
+         "-ffp-contract=off", "-fno-math-errno", "-fno-loop-unroll-and-jam", "-nostdlib"]
 
 
 def make(spec):
