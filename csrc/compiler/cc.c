@@ -209,6 +209,16 @@ static int cc_fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+/* The 128-bit FNV-1a offset basis: where every hash here starts. */
+#define CC_FNV_BASIS (((cc_u128)0x6c62272e07bb0142ULL << 64) | 0x62b821756295c58dULL)
+
+/* h as 32 hex digits. */
+static void cc_hex(cc_u128 h, char hex[33])
+{
+    snprintf(hex, 33, "%016llx%016llx", (unsigned long long)(h >> 64),
+             (unsigned long long)(uint64_t)h);
+}
+
 /* Fold n bytes of p into the 128-bit FNV-1a state h. */
 static void cc_hash(cc_u128 *h, const void *p, size_t n)
 {
@@ -504,27 +514,36 @@ static int cc_check_dir(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
+/* Write n bytes of s to fd (retrying short and interrupted writes); 0 or
+ * an errno value. */
+static int cc_write_all(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 /* Write n bytes of s to a new file at path (mode 0600); 0 or errno. */
 static int cc_write_file(const char *path, const char *s, size_t n)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return errno;
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : EIO;
-            close(fd);
-            unlink(path);
-            return e;
-        }
-        s += w;
-        n -= (size_t)w;
+    int e = cc_write_all(fd, s, n);
+    if (e) {
+        close(fd);
+        unlink(path);
+        return e;
     }
     if (close(fd)) {
-        int e = errno;
+        e = errno;
         unlink(path);
         return e;
     }
@@ -649,15 +668,16 @@ static pid_t cc_sb_reap[CC_SB_REAP];             /* under cc_lock */
  * each function). */
 static char *cc_sb_key(const cdy_cc_opts *opts)
 {
-    cc_u128 h = ((cc_u128)0x6c62272e07bb0142ULL << 64) | 0x62b821756295c58dULL;
+    cc_u128 h = CC_FNV_BASIS;
+    char hex[33];
     cc_hash_str(&h, opts->prefix);
     cc_hash_str(&h, CC_FLAGS);
+    cc_hex(h, hex);
     const char *x = opts->extra_flags ? opts->extra_flags : "";
-    size_t n = strlen(opts->cc) + strlen(x) + 40;
+    size_t n = strlen(opts->cc) + strlen(x) + sizeof(hex) + 2;
     char *key = malloc(n);
     if (key)
-        snprintf(key, n, "%s\n%s\n%016llx%016llx", opts->cc, x, (unsigned long long)(h >> 64),
-                 (unsigned long long)(uint64_t)h);
+        snprintf(key, n, "%s\n%s\n%s", opts->cc, x, hex);
     return key;
 }
 
@@ -740,18 +760,7 @@ static int cc_sb_write(int fd, const char *s, size_t n)
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
     sigpending(&pending);
-    int was_pending = sigismember(&pending, SIGPIPE), rc = 0;
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            rc = -1;
-            break;
-        }
-        s += w;
-        n -= (size_t)w;
-    }
+    int was_pending = sigismember(&pending, SIGPIPE), rc = cc_write_all(fd, s, n) ? -1 : 0;
     if (rc && !was_pending) {
         struct timespec zero = {0, 0};
         while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
@@ -1060,7 +1069,7 @@ static int cc_compile(const cdy_cc_opts *opts, const char *source, const char *s
 static int cc_key(const char *source, const cdy_cc_opts *opts, char hex[33], char *err,
                   size_t errlen)
 {
-    cc_u128 h = ((cc_u128)0x6c62272e07bb0142ULL << 64) | 0x62b821756295c58dULL;
+    cc_u128 h = CC_FNV_BASIS;
     cc_hash_str(&h, source);
     cc_hash_str(&h, opts->cc);
     cc_hash_str(&h, CC_FLAGS);
@@ -1068,8 +1077,7 @@ static int cc_key(const char *source, const cdy_cc_opts *opts, char hex[33], cha
     if (cc_hash_version(opts->cc, &h, err, errlen))
         return -1;
     cc_hash_cpu(&h);
-    snprintf(hex, 33, "%016llx%016llx", (unsigned long long)(h >> 64),
-             (unsigned long long)(uint64_t)h);
+    cc_hex(h, hex);
     return 0;
 }
 
