@@ -160,3 +160,21 @@ def test_environment_sets_the_pool_size():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(3 << 19), "True", "1.5"]
+
+
+def test_large_blocks_start_on_a_page_and_very_large_ones_on_2_mb():
+    # small outputs follow the block's header (64-byte aligned, as torch's
+    # allocator); from 64 KiB a block's data starts on a page, from 2 MiB on a
+    # 2 MiB boundary (transparent huge pages); reused blocks keep their data
+    f = cdynamo.optimize(lambda x: x * 2 - 1)
+    for n, align in ((1000, 64), (16 << 10, 4096), (1 << 20, 2 << 20)):
+        x = torch.randn(n)
+        outs = [f(x) for _ in range(3)]          # three blocks alive at once
+        for y in outs:
+            assert y.data_ptr() % align == 0, (n, hex(y.data_ptr()))
+            torch.testing.assert_close(y, x * 2 - 1)
+        ptrs = {y.data_ptr() for y in outs}
+        del outs, y
+        again = f(x)
+        assert again.data_ptr() in ptrs          # a freed block comes back
+        torch.testing.assert_close(again, x * 2 - 1)
