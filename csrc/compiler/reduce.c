@@ -504,10 +504,17 @@ static int cg_red_lanes(const cg_red_kernel *r, int pass)
 
 /* Float lane row sums over an input of this many bytes or more prefetch the
  * row CG_RED_PREFETCH_ROWS ahead, chunk by chunk: a 4 KiB row is one page, too
- * short for the hardware prefetcher to run ahead (4096x1024 floats on a
- * 2-core Zen 3, C harness medians: 417 -> 254 us at 2 rows ahead, 297 at 1). */
+ * short for Zen 3's hardware prefetcher to run ahead (4096x1024 floats on a
+ * 2-core Zen 3, C harness medians: 417 -> 254 us at 2 rows ahead, 297 at 1).
+ * On CPUs with AVX-512 the prefetches cost time: the hardware runs ahead by
+ * itself and they take load slots (C harness medians, prefetch -> none: a
+ * 2-core Zen 4, 4096x1024 floats 122 -> 97 us, 16384x1024 1678 -> 1410; a
+ * 16-core Xeon, 2 threads 303 -> 292 and 1252 -> 1214, 16 threads 39 -> 33
+ * and 382 -> 381), so they are compiled only where __AVX512F__ is not
+ * defined (CG_RED_PREFETCH_IF), the CPU gcc builds for (-march=native). */
 #define CG_RED_PREFETCH_BYTES (4 << 20)
 #define CG_RED_PREFETCH_ROWS 2
+#define CG_RED_PREFETCH_IF "#ifndef __AVX512F__\n"
 
 /* Emit the prefetch of the current chunk (r0b..r0e) of the row
  * CG_RED_PREFETCH_ROWS ahead in the last outer loop, for each input read
@@ -523,6 +530,7 @@ static void cg_red_prefetch(cg_ctx *c, const cg_red_kernel *r, int ind)
         if (r->ops[o].is_out || s == 0 || r->rn->stride[o][0] != 1)
             continue;
         int es = cdy_dtype_table[c->g->values[r->ops[o].value].meta.dtype].size;
+        cdy_buf_puts(b, CG_RED_PREFETCH_IF);
         cg_indent(b, ind);
         cdy_buf_printf(b, "if (i%d + %d < %lldLL) {\n", lo, CG_RED_PREFETCH_ROWS,
                        (long long)r->on->size[lo]);
@@ -540,7 +548,7 @@ static void cg_red_prefetch(cg_ctx *c, const cg_red_kernel *r, int ind)
             cdy_buf_printf(b, "for (int64_t l = 0; l < (r0e - r0b) * %d; l += 64) "
                               "__builtin_prefetch(pf + l, 0, 2);\n", es);
         cg_indent(b, ind);
-        cdy_buf_puts(b, "}\n");
+        cdy_buf_puts(b, "}\n#endif\n");
     }
 }
 
