@@ -24,7 +24,10 @@
  * L D, then bool -> int64 (pow), A the first arg's dtype (float-only ops:
  * the binding rejected the rest), W where: result_type of args 1 and 2,
  * with a bool condition, 1..6 a fixed cast target (float, double, int, long,
- * bool, byte), S the op has no Scalar overload: every arg must be a tensor. */
+ * bool, byte), S the op has no Scalar overload: every arg must be a tensor,
+ * T clamp(x, lo, hi): the result_type of x with both bounds (an integer x
+ * with a float bound: the default float dtype), M masked_fill: x's dtype, and
+ * contiguous strides whatever x's (eager clones the expanded x so). */
 #define CDY_META_RULES(X)                                                    \
     X(ADD, 'D') X(SUB, 'D') X(MUL, 'D') X(DIV, 'F')                          \
     X(MAXIMUM, 'S') X(MINIMUM, 'S') X(NEG, 'D') X(ABS, 'D') X(EXP, 'F')      \
@@ -39,7 +42,7 @@
     X(MISH, 'A') X(ISNAN, 'B') X(ISINF, 'B') X(ISFINITE, 'B')                \
     X(BITWISE_AND, 'D') X(BITWISE_OR, 'D') X(BITWISE_XOR, 'D')               \
     X(BITWISE_NOT, 'D') X(TO_FLOAT, 1) X(TO_DOUBLE, 2) X(TO_INT, 3)          \
-    X(TO_LONG, 4) X(TO_BOOL, 5) X(TO_BYTE, 6)
+    X(TO_LONG, 4) X(TO_BOOL, 5) X(TO_BYTE, 6) X(CLAMP, 'T') X(MASKED_FILL, 'M')
 
 static const char meta_rule[CDY_OP_COUNT] = {
 #define CDY_X(op, r) [CDY_OP_##op] = r,
@@ -277,8 +280,12 @@ static int mt_dtype(int op, tvar **args, int n, const cdy_value *vals)
     if (rule == 'B')
         return CDY_DT_BOOL;
     int x = vals[args[0]->value].meta.dtype;
-    if (rule == 'A')
+    if (rule == 'A' || rule == 'M')
         return x;
+    if (rule == 'T') {
+        int lo = cdy_result_dtype(args[0]->obj, args[1]->obj);
+        return lo != x ? lo : cdy_result_dtype(args[0]->obj, args[2]->obj);
+    }
     if (rule == 'W') {
         if (x != CDY_DT_BOOL)
             return CDY_DT_NONE;                /* eager rejects a non-bool condition */
@@ -353,6 +360,8 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     m.dtype = mt_dtype(op, args, n, vals);
     if (m.dtype == CDY_DT_NONE || mt_layout(ops, nops, &m))
         return NULL;
+    if (meta_rule[op] == 'M')
+        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -401,7 +410,10 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch", "mm", '2') X("torch.Tensor", "mm", '2')                       \
     X("torch", "bmm", '3') X("torch.Tensor", "bmm", '3')                     \
     X("torch.nn.functional", "linear", 'L')                                  \
-    X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N')
+    X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N') \
+    X("torch", "cat", 'C') X("torch", "concat", 'C') X("torch", "concatenate", 'c') \
+    X("torch", "stack", 'S') X("torch.nn.functional", "batch_norm", 'B')     \
+    X("torch.nn.functional", "adaptive_avg_pool2d", 'A')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -437,7 +449,8 @@ static int mt_ext_init(void)
 }
 
 /* The kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L' linear, 'N'
- * layer_norm), or 0. */
+ * layer_norm, 'C' cat / concat, 'c' concatenate, 'S' stack, 'B' batch_norm,
+ * 'A' adaptive_avg_pool2d), or 0. */
 static int mt_ext_kind(PyObject *fn)
 {
     if (mt_ext_init()) {
@@ -556,6 +569,182 @@ static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* ---- cat, stack, batch_norm, adaptive_avg_pool2d -----------------------------
+ * Their torch metas are Python refs and decompositions behind
+ * torch._disable_dynamo, whose first call in a process imports torch._dynamo
+ * (about 1 s): the first compile of a function with a cat took 0.4-1.0 s
+ * against 0.03.  Each rule below takes the common case and leaves the rest
+ * (mixed dtypes, empty or channels_last pieces, keywords it does not know)
+ * to torch. */
+
+/* 1 if torch suggests channels_last for a 4-d (or channels_last_3d for a
+ * 5-d) tensor of meta m: its strides, walked over C, the spatial dims
+ * innermost first, then N, never fall below the extent of the dims walked
+ * before (a size-1 dim counts its stride alone), C's stride is not 0, and N's
+ * does not equal C's where that extent did not grow (the N111 ambiguity). */
+static int mt_suggests_cl(const cdy_meta *m)
+{
+    static const int o4[] = {1, 3, 2, 0}, o5[] = {1, 4, 3, 2, 0};
+    const int *order = m->ndim == 4 ? o4 : m->ndim == 5 ? o5 : NULL;
+    if (!order || m->strides[1] == 0)
+        return 0;
+    int64_t min = 0;
+    for (int k = 0; k < m->ndim; k++) {
+        int d = order[k];
+        if (m->sizes[d] == 0 || m->strides[d] < min || (d == 0 && min == m->strides[1]))
+            return 0;
+        min = m->strides[d] * (m->sizes[d] > 1 ? m->sizes[d] : 1);
+    }
+    return 1;
+}
+
+/* The tensor meta of traced variable t, or NULL when t is not a non-empty
+ * tensor of at most CDY_MAX_NDIM dims. */
+static const cdy_meta *mt_tensor(tracer *tr, const tvar *t)
+{
+    const cdy_meta *m = t->kind == TV_TENSOR ? &tr->t->graph.values[t->value].meta : NULL;
+    return m && m->ndim <= CDY_MAX_NDIM && cdy_meta_numel(m) > 0 ? m : NULL;
+}
+
+/* A fake for cat (stack: stack) of the pieces bound by sig ("tensors dim"):
+ * pieces of one dtype and rank, contiguous, none that torch would call
+ * channels_last (then the result is, as torch allocates it, contiguous), of
+ * equal sizes but along dim (stack: all equal, each unsqueezed at dim). */
+static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, const char *sig,
+                        int stack)
+{
+    tvar *s[2];
+    long long d = 0;
+    if (cdy_bind_names(sig, args, nargs, kwnames, s) || !s[0] ||
+        (s[0]->kind != TV_LIST && s[0]->kind != TV_TUPLE) || s[0]->n < 1 ||
+        (s[1] && !cdy_const_int(s[1], &d)))
+        return NULL;
+    const cdy_meta *p0 = mt_tensor(tr, s[0]->items[0]);
+    int nd = p0 ? p0->ndim + stack : 0;
+    if (!p0 || p0->ndim < 1 || nd > CDY_MAX_NDIM || (d < 0 && (d += nd) < 0) || d >= nd)
+        return NULL;
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.ndim = nd;
+    m.dtype = p0->dtype;
+    for (int i = 0; i < s[0]->n; i++) {
+        const cdy_meta *p = mt_tensor(tr, s[0]->items[i]);
+        mt_operand o = {p ? p->ndim : 0, p ? p->sizes : NULL, p ? p->strides : NULL};
+        if (!p || p->ndim != p0->ndim || p->dtype != p0->dtype || !mt_contiguous(&o))
+            return NULL;
+        cdy_meta u = *p;   /* the piece as cat sees it: stack's unsqueezed view */
+        if (stack) {
+            for (int k = nd - 1; k > d; k--) {
+                u.sizes[k] = u.sizes[k - 1];
+                u.strides[k] = u.strides[k - 1];
+            }
+            u.sizes[d] = 1;
+            u.strides[d] = d < p->ndim ? p->sizes[d] * p->strides[d] : 1;
+            u.ndim = nd;
+        }
+        if (mt_suggests_cl(&u))
+            return NULL;
+        for (int k = 0; k < nd; k++)
+            if (k != d && u.sizes[k] != (i ? m.sizes[k] : (m.sizes[k] = u.sizes[k])))
+                return NULL;
+        m.sizes[d] += u.sizes[d];
+    }
+    mt_contiguous_strides(m.sizes, nd, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* m's strides in the memory format torch suggests for x (m: a result of
+ * x's rank allocated with x.suggest_memory_format()): channels_last where x
+ * is a 4-d tensor it suggests that for, else contiguous; -1 for a 5-d
+ * channels_last_3d one (not covered). */
+static int mt_suggested_strides(const cdy_meta *x, cdy_meta *m)
+{
+    if (mt_suggests_cl(x)) {
+        if (m->ndim != 4)
+            return -1;
+        mt_channels_last_strides(m->sizes, m->strides);
+        return 0;
+    }
+    mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+    return 0;
+}
+
+/* 1 if t is None, absent (NULL), or a 1-d float tensor of c elements and dtype dt. */
+static int mt_channel_vec(tracer *tr, const tvar *t, int64_t c, int dt)
+{
+    if (!t || (t->kind == TV_CONST && t->obj == Py_None))
+        return 1;
+    const cdy_meta *m = mt_tensor(tr, t);
+    return m && m->ndim == 1 && m->sizes[0] == c && m->dtype == dt;
+}
+
+/* A fake for F.batch_norm(input, running_mean, running_var, weight, bias,
+ * training=False, momentum, eps) in eval mode (training absent or False): a
+ * float32 / float64 input of 2+ dims, the running stats (and weight / bias,
+ * when given) 1-d of its channels and dtype: the input's sizes and dtype, its
+ * suggested memory format (CPU's kernel allocates so). */
+static PyObject *mt_batch_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[8];
+    if (cdy_bind_names("input running_mean running_var weight bias training momentum eps",
+                       args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || !s[2] || (s[5] && (s[5]->kind != TV_CONST || s[5]->obj != Py_False)) ||
+        (s[6] && !mt_number(s[6])) || (s[7] && !mt_number(s[7])))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || x->ndim < 2 || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+        return NULL;
+    for (int a = 1; a < 5; a++)
+        if ((a < 3 && s[a]->kind != TV_TENSOR) || !mt_channel_vec(tr, s[a], x->sizes[1], x->dtype))
+            return NULL;
+    cdy_meta m = *x;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* One output size of adaptive_avg_pool2d: a positive int, or None (the
+ * input's size in); -1 otherwise. */
+static int64_t mt_pool_size(const tvar *t, int64_t in)
+{
+    long long v;
+    if (t->kind == TV_CONST && t->obj == Py_None)
+        return in;
+    return cdy_const_int(t, &v) && v > 0 ? v : -1;
+}
+
+/* A fake for F.adaptive_avg_pool2d(input, output_size) over a 3-d or 4-d
+ * float32 / float64 input: output_size an int or a pair of ints / None; the
+ * last two sizes replaced, the input's suggested memory format (the 1x1
+ * case, a mean, restrides its result the same way). */
+static PyObject *mt_adaptive_avg_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[2];
+    if (cdy_bind_names("input output_size", args, nargs, kwnames, s) || !s[0] || !s[1])
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || (x->ndim != 3 && x->ndim != 4) ||
+        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+        return NULL;
+    cdy_meta m = *x;
+    int64_t *hw = &m.sizes[m.ndim - 2];
+    if (s[1]->kind == TV_CONST && PyLong_CheckExact(s[1]->obj)) {
+        hw[0] = hw[1] = mt_pool_size(s[1], 0);
+    } else if (s[1]->kind == TV_CONST && PyTuple_Check(s[1]->obj) &&
+               PyTuple_GET_SIZE(s[1]->obj) == 2) {
+        for (int i = 0; i < 2; i++) {
+            tvar t = {.kind = TV_CONST, .obj = PyTuple_GET_ITEM(s[1]->obj, i)};
+            hw[i] = mt_pool_size(&t, hw[i]);
+        }
+    } else if ((s[1]->kind == TV_TUPLE || s[1]->kind == TV_LIST) && s[1]->n == 2) {
+        for (int i = 0; i < 2; i++)
+            hw[i] = mt_pool_size(s[1]->items[i], hw[i]);
+    } else {
+        return NULL;
+    }
+    if (hw[0] < 1 || hw[1] < 1)
+        return NULL;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -565,6 +754,13 @@ static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     int kind = mt_ext_kind(fn);
+    switch (kind) {
+    case 'C': return mt_cat(tr, args, nargs, kwnames, "tensors dim", 0);
+    case 'c': return mt_cat(tr, args, nargs, kwnames, "tensors axis", 0);
+    case 'S': return mt_cat(tr, args, nargs, kwnames, "tensors dim", 1);
+    case 'B': return mt_batch_norm(tr, args, nargs, kwnames);
+    case 'A': return mt_adaptive_avg_pool2d(tr, args, nargs, kwnames);
+    }
     if (!kind || kwnames || nargs < 2)
         return NULL;
     if (kind == 'N')

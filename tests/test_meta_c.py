@@ -1,0 +1,139 @@
+"""Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
+stack, clamp, masked_fill, eval batch_norm and adaptive_avg_pool2d: torch's own metas
+for these are Python refs behind torch._disable_dynamo, whose first call imports
+torch._dynamo (about 1 s per process). Every layout here must give eager's sizes,
+strides, dtype and values, whether the C rule covers it or torch's meta runs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cdynamo
+from conftest import assert_same, run_python
+
+
+def _g():
+    return torch.Generator().manual_seed(7)
+
+
+def _layouts4(n, c, h, w, g):
+    """4-d tensors of sizes (n, c, h, w) in several layouts."""
+    yield torch.randn(n, c, h, w, generator=g)
+    yield torch.randn(n, c, h, w, generator=g).contiguous(memory_format=torch.channels_last)
+    yield torch.randn(n, w, h, c, generator=g).permute(0, 3, 2, 1)
+    yield torch.randn(n, c, h, 2 * w, generator=g)[..., ::2]
+    yield torch.randn(1, c, h, w, generator=g).expand(n, c, h, w)
+
+
+def _compiled_equals_eager(fn, *args):
+    expected = fn(*args)
+    cdynamo.reset()
+    with torch.no_grad():
+        actual = cdynamo.optimize(fn)(*args)
+    assert_same(expected, actual)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, st
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 1, 4, 5), (2, 1, 1, 1), (1, 3, 1, 1),
+                                   (3, 4), (6,), (2, 3, 2, 2, 2)])
+def test_cat_and_stack_layouts(shape):
+    g = _g()
+    pieces = [torch.randn(shape, generator=g), torch.randn(shape, generator=g)]
+    perm = list(range(len(shape)))[::-1]
+    odd = [torch.randn(shape[::-1], generator=g).permute(*perm), pieces[1]]
+    for xs in (pieces, odd):
+        for d in range(-len(shape), len(shape)):
+            _compiled_equals_eager(lambda a, b, d=d: torch.cat([a, b], d) * 2, *xs)
+            _compiled_equals_eager(lambda a, b, d=d: torch.cat((a, b), dim=d) + 1, *xs)
+        for d in range(-len(shape) - 1, len(shape) + 1):
+            _compiled_equals_eager(lambda a, b, d=d: torch.stack([a, b], d) * 2, *xs)
+    if len(shape) == 4:   # channels_last pieces (the C rule leaves them to torch)
+        cl = [p.contiguous(memory_format=torch.channels_last) for p in pieces]
+        _compiled_equals_eager(lambda a, b: torch.cat([a, b], 1) * 2, *cl)
+        _compiled_equals_eager(lambda a, b: torch.cat([a, b], 1) * 2, cl[0], pieces[1])
+
+
+def test_cat_spellings_dtypes_and_three_pieces():
+    g = _g()
+    a, b, c = (torch.randn(2, k, 3, generator=g) for k in (1, 2, 3))
+    _compiled_equals_eager(lambda x, y, z: torch.concat([x, y, z], 1) - 1, a, b, c)
+    _compiled_equals_eager(lambda x, y, z: torch.concatenate([x, y, z], axis=1) - 1, a, b, c)
+    i = torch.randint(0, 9, (2, 4, 3), generator=g)
+    _compiled_equals_eager(lambda x, y: torch.cat([x, y], 1) * 2, i, i + 1)   # int64
+    _compiled_equals_eager(lambda x, y: torch.cat([x, y], 1) * 2, b, i)      # mixed: torch's meta
+    u = torch.randint(0, 255, (1, 3, 8, 8), generator=g, dtype=torch.uint8)
+    _compiled_equals_eager(lambda x, y: torch.cat([x, y], dim=1), u, u.flip(-1))
+
+
+def test_clamp_and_masked_fill_layouts_and_dtypes():
+    g = _g()
+    for x in _layouts4(2, 3, 4, 5, g):
+        m = torch.rand(x.shape, generator=g) > 0.5
+        _compiled_equals_eager(lambda t: torch.clamp(t, -0.5, 0.5) * 2, x)
+        _compiled_equals_eager(lambda t: t.clamp(max=0.25) + 1, x)
+        _compiled_equals_eager(lambda t: t.clamp(min=-0.25) + 1, x)
+        _compiled_equals_eager(lambda t, k: t.masked_fill(k, 0.0) * 2, x, m)
+        _compiled_equals_eager(lambda t, k: t.masked_fill(k[0, 0], -1.5) + 1, x, m)   # broadcast mask
+    small = torch.randn(4, 1, generator=g)
+    big_mask = torch.rand(3, 4, 5, generator=g) > 0.5
+    _compiled_equals_eager(lambda t, k: t.masked_fill(k, 2.0), small, big_mask)   # result grows
+    i = torch.arange(-6, 6).view(3, 4)
+    _compiled_equals_eager(lambda t: torch.clamp(t, 0, 2.5), i)       # an int tensor and a float bound
+    _compiled_equals_eager(lambda t: torch.clamp(t, min=0.5), i)
+    _compiled_equals_eager(lambda t: torch.clamp(t, max=3) * 2, i)
+    _compiled_equals_eager(lambda t: torch.clip(t, -2, 2) * 2, i)
+    _compiled_equals_eager(lambda t, k: t.masked_fill(k, 7) - 1, i, i > 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eval_batch_norm_layouts(dtype):
+    g = _g()
+    c = 3
+    rm, rv = torch.randn(c, generator=g).to(dtype), torch.rand(c, generator=g).to(dtype) + 0.5
+    w, b = torch.randn(c, generator=g).to(dtype), torch.randn(c, generator=g).to(dtype)
+    xs = list(_layouts4(2, c, 4, 5, g)) + [torch.randn(2, c, 7, generator=g),
+                                           torch.randn(5, c, generator=g),
+                                           torch.randn(2, 4, c, generator=g).transpose(1, 2)]
+    for x in xs:
+        x = x.to(dtype)
+        _compiled_equals_eager(lambda t: F.batch_norm(t, rm, rv, w, b, False, 0.1, 1e-5) * 2, x)
+        _compiled_equals_eager(lambda t: F.batch_norm(t, rm, rv) + 1, x)
+    bn = torch.nn.BatchNorm2d(c).eval()
+    _compiled_equals_eager(lambda t: torch.relu(bn(t)), xs[1].to(torch.float32))
+
+
+def test_adaptive_avg_pool2d_layouts():
+    g = _g()
+    for x in list(_layouts4(2, 3, 6, 8, g)) + [torch.randn(3, 6, 8, generator=g)]:
+        for size in (1, (1, 1), 2, (3, 4), (None, 2), [2, None], (9, 12)):   # (9, 12): larger
+            _compiled_equals_eager(lambda t, s=size: F.adaptive_avg_pool2d(t, s) * 2, x)
+
+
+def test_these_ops_trace_without_torch_meta(tmp_path):
+    # a fresh process compiles a function of all of them without importing
+    # torch._dynamo or torch.fx's symbolic shapes (sympy)
+    code = """
+import sys, torch, cdynamo
+import torch.nn.functional as F
+torch.set_grad_enabled(False)
+bn = torch.nn.BatchNorm2d(4).eval()
+def f(x, y, m):
+    a = torch.cat([x, y], 1).clamp(-1, 1)
+    b = torch.stack([x, y], 0).sum(0)
+    c = F.adaptive_avg_pool2d(bn(a[:, :4]), 1)
+    return a.masked_fill(m, 0.5) * 2, b + 1, c
+x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
+m = torch.rand(2, 8, 6, 6) > 0.5
+out = cdynamo.optimize(f)(x, y, m)
+print("DYNAMO", "torch._dynamo" in sys.modules)
+print("SYMPY", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+print("GRAPHS", len(cdynamo._support.compiles))
+ref = f(x, y, m)
+for o, r in zip(out, ref):
+    torch.testing.assert_close(o, r)
+    assert o.stride() == r.stride(), (o.stride(), r.stride())
+"""
+    r = run_python(code, cache_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "DYNAMO False" in r.stdout and "SYMPY False" in r.stdout, r.stdout
+    assert "GRAPHS 1" in r.stdout, r.stdout
