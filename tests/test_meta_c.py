@@ -1,7 +1,8 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
-stack, clamp, masked_fill, eval batch_norm and adaptive_avg_pool2d: torch's own metas
-for these are Python refs behind torch._disable_dynamo, whose first call imports
-torch._dynamo (about 1 s per process). Every layout here must give eager's sizes,
+stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
+the mse / l1 / smooth_l1 losses, conv2d and max_pool2d: torch's own metas for these are Python refs behind
+torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
+or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
 import pytest
 import torch
@@ -109,6 +110,86 @@ def test_adaptive_avg_pool2d_layouts():
             _compiled_equals_eager(lambda t, s=size: F.adaptive_avg_pool2d(t, s) * 2, x)
 
 
+SOFTMAXES = [lambda t, d: F.softmax(t, d), lambda t, d: F.log_softmax(t, dim=d),
+             lambda t, d: torch.softmax(t, d), lambda t, d: t.log_softmax(d),
+             lambda t, d: t.softmax(d, dtype=torch.float64),
+             lambda t, d: torch.special.log_softmax(t, d, dtype=torch.float32),
+             lambda t, d: F.softmax(t, d, dtype=torch.float64)]
+
+
+@pytest.mark.parametrize("case", range(len(SOFTMAXES)))
+def test_softmax_spellings_layouts_and_dtypes(case):
+    g = _g()
+    fn = SOFTMAXES[case]
+    xs = list(_layouts4(2, 3, 4, 5, g)) + [torch.randn(5, 4, generator=g).t(),
+                                           torch.randn(7, generator=g).double()]
+    for x in xs:
+        for d in (-1, 0, x.dim() - 1):
+            _compiled_equals_eager(lambda t, d=d: fn(t, d) * 2, x)
+
+
+@pytest.mark.parametrize("loss", ["mse", "l1", "smooth_l1"])
+def test_loss_reductions_and_layouts(loss):
+    g = _g()
+    f = {"mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": F.smooth_l1_loss}[loss]
+    a = torch.randn(4, 6, generator=g)
+    for x, y in ((a, torch.randn(4, 6, generator=g)), (a, torch.randn(6, 4, generator=g).t()),
+                 (torch.randn(6, 4, generator=g).t(), torch.randn(6, 4, generator=g).t()),
+                 (a.double(), a.double().flip(0))):
+        for red in ("mean", "sum", "none"):
+            _compiled_equals_eager(lambda p, q, r=red: f(p, q, reduction=r) * 2, x, y)
+        _compiled_equals_eager(lambda p, q: f(p, q) + 1, x, y)
+    if loss == "smooth_l1":
+        _compiled_equals_eager(lambda p, q: F.smooth_l1_loss(p, q, beta=0.5) * 2, a, a.flip(1))
+        _compiled_equals_eager(lambda p, q: F.smooth_l1_loss(p, q, reduction="sum", beta=0.0),
+                               a, a.flip(1))
+
+
+CONV_ARGS = [dict(), dict(padding=1), dict(stride=2), dict(stride=(2, 1), padding=(0, 2), dilation=2),
+             dict(padding=[1, 0], dilation=(1, 2)), dict(groups=2, padding=1), dict(bias=False)]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_ARGS)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv2d_shapes_and_layouts(case, dtype):
+    g = _g()
+    kw = dict(CONV_ARGS[case])
+    groups = kw.get("groups", 1)
+    w = torch.randn(6, 4 // groups, 3, 3, generator=g).to(dtype)
+    b = None if kw.pop("bias", True) is False else torch.randn(6, generator=g).to(dtype)
+    for x in (torch.randn(2, 4, 9, 11, generator=g),
+              torch.randn(2, 4, 9, 11, generator=g).contiguous(memory_format=torch.channels_last),
+              torch.randn(2, 4, 9, 22, generator=g)[..., ::2]):
+        x = x.to(dtype)
+        _compiled_equals_eager(lambda t: torch.relu(F.conv2d(t, w, b, **kw)) * 2, x)
+        if not kw:
+            _compiled_equals_eager(lambda t: torch.conv2d(t, w, b) + 1, x)
+    # a channels_last weight: eager's result is channels_last too
+    wc = w.contiguous(memory_format=torch.channels_last)
+    _compiled_equals_eager(lambda t: F.conv2d(t, wc, b, **kw) * 2,
+                           torch.randn(2, 4, 9, 11, generator=g).to(dtype))
+
+
+POOL_ARGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+             dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0)),
+             dict(kernel_size=3, stride=2, ceil_mode=True),
+             dict(kernel_size=2, stride=3, padding=1, ceil_mode=True),
+             dict(kernel_size=3, stride=1, padding=1, dilation=2),
+             dict(kernel_size=[2, 3], stride=None)]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_ARGS)))
+def test_max_pool2d_shapes_and_layouts(case):
+    g = _g()
+    kw = POOL_ARGS[case]
+    xs = list(_layouts4(2, 3, 9, 11, g))[:4] + [torch.randn(3, 9, 11, generator=g)]
+    for x in xs:
+        _compiled_equals_eager(lambda t: F.max_pool2d(t, **kw) * 2, x)
+    args = [kw["kernel_size"], kw.get("stride") or [], kw.get("padding", 0), kw.get("dilation", 1),
+            kw.get("ceil_mode", False)]
+    _compiled_equals_eager(lambda t: torch.max_pool2d(t, *args) + 1, xs[0])
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -117,11 +198,15 @@ import sys, torch, cdynamo
 import torch.nn.functional as F
 torch.set_grad_enabled(False)
 bn = torch.nn.BatchNorm2d(4).eval()
+conv_w = torch.randn(5, 4, 3, 3)
 def f(x, y, m):
     a = torch.cat([x, y], 1).clamp(-1, 1)
     b = torch.stack([x, y], 0).sum(0)
     c = F.adaptive_avg_pool2d(bn(a[:, :4]), 1)
-    return a.masked_fill(m, 0.5) * 2, b + 1, c
+    d = F.softmax(b, -1) + x.log_softmax(1)
+    e = F.mse_loss(x, y) + F.smooth_l1_loss(x, y, reduction="sum") + F.l1_loss(x, y)
+    h = F.max_pool2d(torch.relu(F.conv2d(x, conv_w, padding=1)), 2)
+    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5
 out = cdynamo.optimize(f)(x, y, m)

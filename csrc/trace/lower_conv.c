@@ -146,8 +146,9 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
     const cdy_meta *wm = &tr->t->graph.values[s[1]->value].meta;
     if (!PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
         cdy_read_meta(tr, call->out, &om) || om.dtype != CDY_DT_FLOAT32 ||
-        xm->dtype != CDY_DT_FLOAT32 || !lc_nchw(&om))
-        return NULL;
+        xm->dtype != CDY_DT_FLOAT32 || !(lc_nchw(&om) || lc_cl(&om)))
+        return NULL;   /* om: NCHW from torch's meta, channels_last from meta.c's for a
+                        * channels_last input or weight (then an extern unless the input is) */
     if (lc_cl(xm) && (lc_cl(wm) || lc_nchw(wm)))
         return lc_cl_input(tr, call);
     if (!lc_nchw(xm) || !lc_nchw(wm))

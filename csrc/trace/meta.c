@@ -413,7 +413,15 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N') \
     X("torch", "cat", 'C') X("torch", "concat", 'C') X("torch", "concatenate", 'c') \
     X("torch", "stack", 'S') X("torch.nn.functional", "batch_norm", 'B')     \
-    X("torch.nn.functional", "adaptive_avg_pool2d", 'A')
+    X("torch.nn.functional", "adaptive_avg_pool2d", 'A')                     \
+    X("torch.nn.functional", "softmax", 'X') X("torch.nn.functional", "log_softmax", 'X') \
+    X("torch", "softmax", 'x') X("torch", "log_softmax", 'x')                \
+    X("torch.Tensor", "softmax", 'x') X("torch.Tensor", "log_softmax", 'x')  \
+    X("torch.special", "softmax", 'x') X("torch.special", "log_softmax", 'x') \
+    X("torch.nn.functional", "mse_loss", 'Q') X("torch.nn.functional", "l1_loss", 'Q') \
+    X("torch.nn.functional", "smooth_l1_loss", 'H')                          \
+    X("torch", "conv2d", 'V') X("torch.nn.functional", "conv2d", 'V')        \
+    X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -450,7 +458,9 @@ static int mt_ext_init(void)
 
 /* The kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L' linear, 'N'
  * layer_norm, 'C' cat / concat, 'c' concatenate, 'S' stack, 'B' batch_norm,
- * 'A' adaptive_avg_pool2d), or 0. */
+ * 'A' adaptive_avg_pool2d, 'X' F.softmax / F.log_softmax, 'x' the other
+ * spellings of those, 'Q' mse_loss / l1_loss, 'H' smooth_l1_loss, 'V'
+ * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d), or 0. */
 static int mt_ext_kind(PyObject *fn)
 {
     if (mt_ext_init()) {
@@ -745,6 +755,189 @@ static PyObject *mt_adaptive_avg_pool2d(tracer *tr, tvar **args, int nargs, PyOb
     return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for softmax / log_softmax with args bound to (input, dim, dtype): a
+ * non-empty float32 / float64 input, dim a constant int in range, dtype None,
+ * absent, float32 or float64: the input's sizes in that dtype (else the
+ * input's), contiguous whatever the input's layout (CPU's kernel allocates
+ * so: checked over channels_last, transposed, sliced and expanded inputs). */
+static PyObject *mt_softmax(tracer *tr, tvar **s)
+{
+    long long d;
+    const cdy_meta *x = s[0] ? mt_tensor(tr, s[0]) : NULL;
+    if (!x || x->ndim < 1 || !s[1] || !cdy_const_int(s[1], &d) || d < -x->ndim ||
+        d >= x->ndim || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+        return NULL;
+    cdy_meta m = *x;
+    if (s[2] && !(s[2]->kind == TV_CONST && s[2]->obj == Py_None)) {
+        m.dtype = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
+        if (m.dtype != CDY_DT_FLOAT32 && m.dtype != CDY_DT_FLOAT64)
+            return NULL;
+    }
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.mse_loss / F.l1_loss (sig ends in weight, which must be None)
+ * or F.smooth_l1_loss (beta set: sig ends in beta, a number >= 0): input and target
+ * non-empty float32 / float64 tensors of one dtype and the same sizes, no
+ * legacy size_average / reduce, reduction 'mean' or 'sum' (absent: 'mean'):
+ * a 0-dim result; 'none': the elementwise layout of the two. */
+static PyObject *mt_loss(tracer *tr, tvar **args, int nargs, PyObject *kwnames, const char *sig,
+                         int beta)
+{
+    tvar *s[6];
+    if (cdy_bind_names(sig, args, nargs, kwnames, s) || !s[0] || !s[1])
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]), *y = mt_tensor(tr, s[1]);
+    const char *red = !s[4] ? "mean"
+                      : s[4]->kind == TV_CONST && PyUnicode_Check(s[4]->obj)
+                          ? PyUnicode_AsUTF8(s[4]->obj) : NULL;
+    if (!x || !y || x->dtype != y->dtype || x->ndim != y->ndim ||
+        memcmp(x->sizes, y->sizes, sizeof(int64_t) * (size_t)x->ndim) ||
+        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
+        (s[2] && !(s[2]->kind == TV_CONST && s[2]->obj == Py_None)) ||
+        (s[3] && !(s[3]->kind == TV_CONST && s[3]->obj == Py_None)) ||
+        (s[5] && !(s[5]->kind == TV_CONST && s[5]->obj == Py_None) &&
+         !(beta && mt_number(s[5]) && PyFloat_AsDouble(s[5]->obj) >= 0)) || !red) {
+        PyErr_Clear();
+        return NULL;
+    }
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.dtype = x->dtype;
+    if (!strcmp(red, "none")) {
+        mt_operand ops[2] = {{x->ndim, x->sizes, x->strides}, {y->ndim, y->sizes, y->strides}};
+        if (mt_layout(ops, 2, &m))
+            return NULL;
+    } else if (strcmp(red, "mean") && strcmp(red, "sum")) {
+        return NULL;
+    }
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* The two ints of a 2-d conv or pool parameter t into v: absent (NULL) or
+ * None, dflt for both (dflt < 0: not allowed); an int, both; a pair of ints
+ * (a constant or traced tuple / list; torch.max_pool2d's empty stride, when
+ * dflt >= 0, as absent).  0, or -1 for anything else. */
+static int mt_pair(const tvar *t, int64_t dflt, int64_t v[2])
+{
+    long long a, b;
+    int n = -1;
+    if (!t || (t->kind == TV_CONST && t->obj == Py_None)) {
+        n = 0;
+    } else if (cdy_const_int(t, &a)) {
+        v[0] = v[1] = a;
+        return 0;
+    } else if (t->kind == TV_CONST && (PyTuple_Check(t->obj) || PyList_Check(t->obj))) {
+        n = (int)PySequence_Fast_GET_SIZE(t->obj);
+        tvar x = {.kind = TV_CONST, .obj = n == 2 ? PySequence_Fast_GET_ITEM(t->obj, 0) : NULL};
+        tvar y = {.kind = TV_CONST, .obj = n == 2 ? PySequence_Fast_GET_ITEM(t->obj, 1) : NULL};
+        if (n == 2 && cdy_const_int(&x, &a) && cdy_const_int(&y, &b))
+            v[0] = a, v[1] = b;
+        else if (n == 2)
+            return -1;
+    } else if (t->kind == TV_TUPLE || t->kind == TV_LIST) {
+        n = t->n;
+        if (n == 2 && cdy_const_int(t->items[0], &a) && cdy_const_int(t->items[1], &b))
+            v[0] = a, v[1] = b;
+        else if (n == 2)
+            return -1;
+    }
+    if (n == 0 && dflt >= 0) {
+        v[0] = v[1] = dflt;
+        return 0;
+    }
+    return n == 2 ? 0 : -1;
+}
+
+/* A fake for torch.conv2d / F.conv2d(input, weight, bias, stride, padding,
+ * dilation, groups): a batched 4-d float32 / float64 input, a 4-d weight of
+ * its dtype whose channels times groups are the input's, a bias None or 1-d
+ * of the output channels, int or pair parameters (no padding string): the
+ * output sizes of torch's conv shape formula, channels_last where the input
+ * or the weight is (as CPU's kernels return it, float32 and float64; torch's
+ * meta says contiguous, which a float64 or channels_last-weight conv, run
+ * as an extern, then gave the user), else contiguous. */
+static PyObject *mt_conv2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[7];
+    int64_t st[2], pad[2], dil[2];
+    long long groups = 1;
+    if (cdy_bind_names("input weight bias stride padding dilation groups", args, nargs,
+                       kwnames, s) || !s[0] || !s[1] || mt_pair(s[3], 1, st) ||
+        mt_pair(s[4], 0, pad) || mt_pair(s[5], 1, dil) || (s[6] && !cdy_const_int(s[6], &groups)))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]), *w = mt_tensor(tr, s[1]);
+    if (!x || !w || x->ndim != 4 || w->ndim != 4 || w->dtype != x->dtype || groups < 1 ||
+        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
+        x->sizes[1] != w->sizes[1] * groups || w->sizes[0] % groups ||
+        !mt_channel_vec(tr, s[2], w->sizes[0], x->dtype))
+        return NULL;
+    cdy_meta m = *x;
+    m.sizes[1] = w->sizes[0];
+    for (int i = 0; i < 2; i++) {
+        int64_t span = x->sizes[2 + i] + 2 * pad[i] - dil[i] * (w->sizes[2 + i] - 1) - 1;
+        if (st[i] < 1 || pad[i] < 0 || dil[i] < 1 || span < 0)
+            return NULL;
+        m.sizes[2 + i] = span / st[i] + 1;
+    }
+    if (mt_suggests_cl(x) || mt_suggests_cl(w))
+        mt_channels_last_strides(m.sizes, m.strides);
+    else
+        mt_contiguous_strides(m.sizes, 4, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.max_pool2d (torch_fn: torch.max_pool2d) without indices over
+ * a 3-d or 4-d float32 / float64 input: kernel_size, stride (absent: the
+ * kernel), padding, dilation ints or pairs, ceil_mode a bool, padding at most
+ * half the dilated kernel: the output sizes of torch's pooling formula, the
+ * input's suggested memory format. */
+static PyObject *mt_max_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
+                               int torch_fn)
+{
+    tvar *s[7];
+    int64_t k[2], st[2], pad[2], dil[2];
+    if (cdy_bind_names(torch_fn ? "input kernel_size stride padding dilation ceil_mode"
+                                : "input kernel_size stride padding dilation ceil_mode return_indices",
+                       args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || mt_pair(s[1], -1, k) || (s[5] && !(s[5]->kind == TV_CONST &&
+                                                            PyBool_Check(s[5]->obj))) ||
+        (s[6] && !(s[6]->kind == TV_CONST && s[6]->obj == Py_False)))
+        return NULL;
+    const tvar *sd = s[2];   /* the stride: absent, None or empty means the kernel */
+    if (!sd || (sd->kind == TV_CONST && (sd->obj == Py_None ||
+                                         (PyTuple_Check(sd->obj) && !PyTuple_GET_SIZE(sd->obj)) ||
+                                         (PyList_Check(sd->obj) && !PyList_GET_SIZE(sd->obj)))) ||
+        ((sd->kind == TV_TUPLE || sd->kind == TV_LIST) && sd->n == 0))
+        st[0] = k[0], st[1] = k[1];
+    else if (mt_pair(sd, -1, st))
+        return NULL;
+    if (mt_pair(s[3], 0, pad) || mt_pair(s[4], 1, dil))
+        return NULL;
+    int ceil = s[5] && s[5]->obj == Py_True;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || (x->ndim != 3 && x->ndim != 4) ||
+        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+        return NULL;
+    cdy_meta m = *x;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->sizes[x->ndim - 2 + i], eff = dil[i] * (k[i] - 1) + 1;
+        if (k[i] < 1 || st[i] < 1 || dil[i] < 1 || pad[i] < 0 || 2 * pad[i] > eff)
+            return NULL;
+        int64_t num = in + 2 * pad[i] - eff + (ceil ? st[i] - 1 : 0);
+        if (num < 0)
+            return NULL;
+        int64_t out = num / st[i] + 1;
+        if (ceil && (out - 1) * st[i] >= in + pad[i])
+            out--;
+        if (out < 1)
+            return NULL;
+        m.sizes[x->ndim - 2 + i] = out;
+    }
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -760,6 +953,21 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'S': return mt_cat(tr, args, nargs, kwnames, "tensors dim", 1);
     case 'B': return mt_batch_norm(tr, args, nargs, kwnames);
     case 'A': return mt_adaptive_avg_pool2d(tr, args, nargs, kwnames);
+    case 'X': case 'x': {
+        tvar *s[4];
+        if (cdy_bind_names(kind == 'X' ? "input dim _stacklevel dtype" : "input dim dtype", args,
+                           nargs, kwnames, s))
+            return NULL;
+        if (kind == 'X')
+            s[2] = s[3];
+        return mt_softmax(tr, s);
+    }
+    case 'Q': return mt_loss(tr, args, nargs, kwnames,
+                             "input target size_average reduce reduction weight", 0);
+    case 'H': return mt_loss(tr, args, nargs, kwnames,
+                             "input target size_average reduce reduction beta", 1);
+    case 'V': return mt_conv2d(tr, args, nargs, kwnames);
+    case 'P': case 'p': return mt_max_pool2d(tr, args, nargs, kwnames, kind == 'p');
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
