@@ -1,6 +1,6 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
 stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
-the mse / l1 / smooth_l1 losses, conv2d and max_pool2d: torch's own metas for these are Python refs behind
+the mse / l1 / smooth_l1 losses, conv2d, max_pool2d and embedding: torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
@@ -190,6 +190,17 @@ def test_max_pool2d_shapes_and_layouts(case):
     _compiled_equals_eager(lambda t: torch.max_pool2d(t, *args) + 1, xs[0])
 
 
+def test_embedding_indices_and_dtypes():
+    g = _g()
+    w = torch.randn(10, 4, generator=g)
+    idx = torch.randint(0, 10, (3, 5), generator=g)
+    for i in (idx, idx.t(), idx[0], idx[1, 2], idx.int()):
+        _compiled_equals_eager(lambda t, v: F.embedding(t, v) * 2, i, w)
+        _compiled_equals_eager(lambda t, v: F.embedding(t, v, padding_idx=0) + 1, i, w.double())
+    emb = torch.nn.Embedding(10, 4)
+    _compiled_equals_eager(lambda t: emb(t).sum(-1), idx)
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -206,7 +217,8 @@ def f(x, y, m):
     d = F.softmax(b, -1) + x.log_softmax(1)
     e = F.mse_loss(x, y) + F.smooth_l1_loss(x, y, reduction="sum") + F.l1_loss(x, y)
     h = F.max_pool2d(torch.relu(F.conv2d(x, conv_w, padding=1)), 2)
-    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h
+    k = F.embedding(m.flatten()[:6].long(), conv_w.flatten(1)) * 2
+    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5
 out = cdynamo.optimize(f)(x, y, m)

@@ -397,8 +397,9 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     return cdy_fake_from_meta(tr, &m);
 }
 
-/* ---- matmul family, layer_norm -----------------------------------------------
- * Their torch metas (meta_mm, meta_bmm, matmul's, linear's and layer_norm's)
+/* ---- extern calls: matmul family, layer_norm; then (below) cat, stack, norms,
+ * pooling, softmax, losses, conv2d, embedding ----------------------------------
+ * The matmul family's and layer_norm's torch metas (meta_mm, meta_bmm, matmul's, linear's and layer_norm's)
  * call torch._check, whose first call in a process imports sympy and
  * torch.fx's symbolic shapes (0.35-0.95 s): the first compile of any function
  * with a matmul or a linear layer paid it.  CPU's kernels give contiguous
@@ -421,7 +422,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch.nn.functional", "mse_loss", 'Q') X("torch.nn.functional", "l1_loss", 'Q') \
     X("torch.nn.functional", "smooth_l1_loss", 'H')                          \
     X("torch", "conv2d", 'V') X("torch.nn.functional", "conv2d", 'V')        \
-    X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P')
+    X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P') \
+    X("torch.nn.functional", "embedding", 'E')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -460,7 +462,7 @@ static int mt_ext_init(void)
  * layer_norm, 'C' cat / concat, 'c' concatenate, 'S' stack, 'B' batch_norm,
  * 'A' adaptive_avg_pool2d, 'X' F.softmax / F.log_softmax, 'x' the other
  * spellings of those, 'Q' mse_loss / l1_loss, 'H' smooth_l1_loss, 'V'
- * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d), or 0. */
+ * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d, 'E' F.embedding), or 0. */
 static int mt_ext_kind(PyObject *fn)
 {
     if (mt_ext_init()) {
@@ -938,6 +940,29 @@ static PyObject *mt_max_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwn
     return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for F.embedding(input, weight, padding_idx, max_norm, ...): a
+ * non-empty int64 / int32 index tensor, a 2-d float32 / float64 weight, no
+ * max_norm (it renormalizes the weight in place): the index's sizes and the
+ * weight's row length, contiguous, the weight's dtype. */
+static PyObject *mt_embedding(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[7];
+    if (cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq sparse",
+                       args, nargs, kwnames, s) || !s[0] || !s[1] ||
+        (s[3] && !(s[3]->kind == TV_CONST && s[3]->obj == Py_None)))
+        return NULL;
+    const cdy_meta *i = mt_tensor(tr, s[0]), *w = mt_tensor(tr, s[1]);
+    if (!i || !w || w->ndim != 2 || i->ndim + 1 > CDY_MAX_NDIM ||
+        (i->dtype != CDY_DT_INT64 && i->dtype != CDY_DT_INT32) ||
+        (w->dtype != CDY_DT_FLOAT32 && w->dtype != CDY_DT_FLOAT64))
+        return NULL;
+    cdy_meta m = *i;
+    m.sizes[m.ndim++] = w->sizes[1];
+    m.dtype = w->dtype;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -968,6 +993,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
                              "input target size_average reduce reduction beta", 1);
     case 'V': return mt_conv2d(tr, args, nargs, kwnames);
     case 'P': case 'p': return mt_max_pool2d(tr, args, nargs, kwnames, kind == 'p');
+    case 'E': return mt_embedding(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
