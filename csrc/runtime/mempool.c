@@ -146,10 +146,10 @@ static mp_block *mp_new(int cls, size_t cap)
     return b;
 }
 
-/* Free block b and its data. */
+/* Free block b and its data (an allocation of its own from MP_PAGE_MIN on). */
 static void mp_free_block(mp_block *b)
 {
-    if (b->data != (char *)b + MP_HEADER)
+    if (b->cap >= MP_PAGE_MIN)
         free(b->data);
     free(b);
 }
