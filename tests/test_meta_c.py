@@ -1,6 +1,7 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
 stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
-the mse / l1 / smooth_l1 losses, conv2d, max_pool2d and embedding: torch's own metas for these are Python refs behind
+the mse / l1 / smooth_l1 losses, conv2d, max_pool2d, embedding, and the reductions any,
+all, count_nonzero, var, std and vector norms (prod: checked, its meta stays torch's): torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
@@ -201,6 +202,31 @@ def test_embedding_indices_and_dtypes():
     _compiled_equals_eager(lambda t: emb(t).sum(-1), idx)
 
 
+REDUCTIONS = [lambda t, d, k: t.prod(d, keepdim=k), lambda t, d, k: t.var(d, keepdim=k),
+              lambda t, d, k: torch.std(t, d, keepdim=k, correction=0),
+              lambda t, d, k: (t > 0).any(d, keepdim=k), lambda t, d, k: (t > 0).all(d, keepdim=k),
+              lambda t, d, k: torch.count_nonzero(t > 0, d),
+              lambda t, d, k: torch.linalg.vector_norm(t, 2, d, k),
+              lambda t, d, k: t.norm(dim=d, keepdim=k), lambda t, d, k: torch.norm(t, 1, d, k)]
+
+
+@pytest.mark.parametrize("case", range(len(REDUCTIONS)))
+def test_reductions_layouts_and_dtypes(case):
+    g = _g()
+    fn = REDUCTIONS[case]
+    for x in list(_layouts4(2, 3, 4, 5, g))[:4]:
+        for d, k in ((-1, False), (1, True), ((2, 3), False), ((0, 2), True)):
+            if case == 0 and isinstance(d, tuple):
+                continue                  # prod takes one dim
+            _compiled_equals_eager(lambda t, d=d, k=k: fn(t, d, k) * 2, x)
+    i = torch.randint(-3, 4, (3, 5), generator=g)
+    if case in (0, 3, 4, 5):   # integer inputs: prod in int64, the bool ones as they are
+        _compiled_equals_eager(lambda t: fn(t, -1, False) * 2, i)
+    u = torch.randint(0, 3, (3, 5), generator=g, dtype=torch.uint8)
+    _compiled_equals_eager(lambda t: t.any(-1), u)      # uint8 in, uint8 out
+    _compiled_equals_eager(lambda t: t.all(0), u)
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -218,7 +244,8 @@ def f(x, y, m):
     e = F.mse_loss(x, y) + F.smooth_l1_loss(x, y, reduction="sum") + F.l1_loss(x, y)
     h = F.max_pool2d(torch.relu(F.conv2d(x, conv_w, padding=1)), 2)
     k = F.embedding(m.flatten()[:6].long(), conv_w.flatten(1)) * 2
-    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k
+    r = x.var(-1) + x.std(1).sum() + x.norm(dim=-1) + (x > 0).any(-1).float()
+    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5
 out = cdynamo.optimize(f)(x, y, m)

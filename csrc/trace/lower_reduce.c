@@ -181,21 +181,25 @@ static tvar *norm_order(tracer *tr, tvar *p, tvar *dim)
     return p;
 }
 
+int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **pos)
+{
+    tvar *slot[6];
+    if (cdy_bind_names("input p dim keepdim out dtype", args, nargs, kwnames, slot) ||
+        !slot[0] || !red_none(slot[4]) || !red_none(slot[5]))
+        return -1;
+    pos[0] = slot[0];
+    pos[1] = norm_order(tr, slot[1], slot[2]);
+    pos[2] = slot[2] ? slot[2] : cdy_tv_const(tr, Py_NewRef(Py_None));
+    pos[3] = slot[3] ? slot[3] : cdy_tv_const(tr, Py_NewRef(Py_False));
+    return pos[1] && pos[2] && pos[3] ? 0 : -1;
+}
+
 /* torch.norm(input, p='fro', dim=None, keepdim=False, out=None, dtype=None),
  * Tensor.norm: vector norms (see norm_order); the rest stays extern. */
 static tvar *lower_norm(tracer *tr, const cdy_lower_call *call)
 {
-    tvar *slot[6];
-    if (cdy_bind_names("input p dim keepdim out dtype", call->args, call->nargs, call->kwnames,
-                       slot) ||
-        !slot[0] || !red_none(slot[4]) || !red_none(slot[5]))
-        return NULL;
-    tvar *pos[4] = {slot[0], norm_order(tr, slot[1], slot[2]), slot[2], slot[3]};
-    if (!pos[1])
-        return NULL;
-    if (!pos[2] && !(pos[2] = cdy_tv_const(tr, Py_NewRef(Py_None))))
-        return NULL;
-    if (!pos[3] && !(pos[3] = cdy_tv_const(tr, Py_NewRef(Py_False))))
+    tvar *pos[4];
+    if (cdy_norm_args(tr, call->args, call->nargs, call->kwnames, pos))
         return NULL;
     int v = norm_node(tr, pos, call->out);
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);

@@ -365,16 +365,23 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     return cdy_fake_from_meta(tr, &m);
 }
 
-/* A fake of reduction op (sum, mean, amax, amin) over its bound args (x, dims
- * mask, keepdim): the reduced dims dropped or kept as 1, contiguous (torch
- * allocates every reduction result so, whatever x's layout: checked by
- * test_reductions over permuted, channels_last and sliced inputs), sum of
- * integers or bool in int64, else x's dtype.  NULL with no error outside
- * these rules (other ops, a 0-d or empty input: torch's meta decides). */
+/* A fake of a reduction over its bound args (x, dims mask, keepdim; var, std
+ * and vector_norm a fourth, their correction or order): the reduced dims
+ * dropped or kept as 1, contiguous (torch allocates every reduction result
+ * so, whatever x's layout: checked by test_reductions and test_meta_c over
+ * permuted, channels_last and sliced inputs); the dtype: a sum of integers
+ * or bool int64, any / all bool (uint8 for a uint8 x), count_nonzero int64,
+ * var / std / vector_norm x's (float x only), else x's.  NULL with no error
+ * outside these rules (other ops, a 0-d or empty input: torch's meta
+ * decides; prod too: its bound dims mask cannot tell dim=1 from dim=(1,),
+ * which eager rejects). */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
 {
-    if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN) ||
-        n != 3 || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
+    int four = op == CDY_OP_VAR || op == CDY_OP_STD || op == CDY_OP_NORM;
+    if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN &&
+         op != CDY_OP_ANY && op != CDY_OP_ALL &&
+         op != CDY_OP_COUNT_NONZERO && !four) ||
+        n != 3 + four || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
         !PyLong_Check(args[1]->obj) || args[2]->kind != TV_CONST)
         return NULL;
     const cdy_meta *x = &tr->t->graph.values[args[0]->value].meta;
@@ -383,7 +390,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
         PyErr_Clear();
         return NULL;
     }
-    if (x->ndim == 0 || x->ndim > CDY_MAX_NDIM || cdy_meta_numel(x) == 0)
+    int is_float = cdy_dtype_table[x->dtype].is_float;
+    if (x->ndim == 0 || x->ndim > CDY_MAX_NDIM || cdy_meta_numel(x) == 0 || (four && !is_float))
         return NULL;
     cdy_meta m;
     memset(&m, 0, sizeof(m));
@@ -393,7 +401,13 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
         else if (args[2]->obj == Py_True)
             m.sizes[m.ndim++] = 1;
     mt_contiguous_strides(m.sizes, m.ndim, m.strides);
-    m.dtype = op == CDY_OP_SUM && !cdy_dtype_table[x->dtype].is_float ? CDY_DT_INT64 : x->dtype;
+    m.dtype = x->dtype;
+    if (op == CDY_OP_SUM && !is_float)
+        m.dtype = CDY_DT_INT64;
+    else if (op == CDY_OP_ANY || op == CDY_OP_ALL)
+        m.dtype = x->dtype == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
+    else if (op == CDY_OP_COUNT_NONZERO)
+        m.dtype = CDY_DT_INT64;
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -423,7 +437,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch.nn.functional", "smooth_l1_loss", 'H')                          \
     X("torch", "conv2d", 'V') X("torch.nn.functional", "conv2d", 'V')        \
     X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P') \
-    X("torch.nn.functional", "embedding", 'E')
+    X("torch.nn.functional", "embedding", 'E')                              \
+    X("torch.linalg", "vector_norm", 'v') X("torch", "norm", 'n') X("torch.Tensor", "norm", 'n')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -462,7 +477,8 @@ static int mt_ext_init(void)
  * layer_norm, 'C' cat / concat, 'c' concatenate, 'S' stack, 'B' batch_norm,
  * 'A' adaptive_avg_pool2d, 'X' F.softmax / F.log_softmax, 'x' the other
  * spellings of those, 'Q' mse_loss / l1_loss, 'H' smooth_l1_loss, 'V'
- * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d, 'E' F.embedding), or 0. */
+ * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d, 'E' F.embedding, 'v'
+ * torch.linalg.vector_norm, 'n' torch.norm / Tensor.norm), or 0. */
 static int mt_ext_kind(PyObject *fn)
 {
     if (mt_ext_init()) {
@@ -963,6 +979,23 @@ static PyObject *mt_embedding(tracer *tr, tvar **args, int nargs, PyObject *kwna
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for a vector norm: torch.linalg.vector_norm's args (torch.norm's
+ * when norm: cdy_norm_args) bound as the lowering binds them, then the
+ * reduction rule (cdy_meta_reduce); NULL with no error otherwise. */
+static PyObject *mt_vector_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int norm)
+{
+    tvar *pos[4], *canon[CDY_MAX_NODE_ARGS];
+    int op = CDY_OP_NORM;
+    PyObject *r = NULL;
+    if (norm ? !cdy_norm_args(tr, args, nargs, kwnames, pos) &&
+                   cdy_op_bind(tr, &op, pos, 4, NULL, canon) == 4
+             : cdy_op_bind(tr, &op, args, nargs, kwnames, canon) == 4)
+        r = cdy_meta_reduce(tr, op, canon, 4);
+    if (!r && tr->t->status == CDY_TRACE_OK)
+        PyErr_Clear();
+    return r;
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -994,6 +1027,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'V': return mt_conv2d(tr, args, nargs, kwnames);
     case 'P': case 'p': return mt_max_pool2d(tr, args, nargs, kwnames, kind == 'p');
     case 'E': return mt_embedding(tr, args, nargs, kwnames);
+    case 'v': case 'n': return mt_vector_norm(tr, args, nargs, kwnames, kind == 'n');
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

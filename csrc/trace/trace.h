@@ -201,12 +201,18 @@ int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v);
  * (sizes, strides, dtype) computed in C as CPU's TensorIterator does; NULL
  * with no error when the rules do not cover the call (run torch instead). */
 PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int n);
-/* The same for reductions sum / mean / amax / amin over bound args (x, dims
- * mask, keepdim). */
+/* The same for reductions (sum, mean, amax, amin, any, all, count_nonzero
+ * over bound args (x, dims mask, keepdim); var, std, vector_norm with a
+ * fourth). */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
-/* The same for extern calls fn(*args) of matmul / mm / bmm / F.linear /
- * layer_norm, NULL with no error outside its rules. */
+/* The same for extern calls fn(*args) of the callables in meta.c's
+ * MT_EXTERN_FNS (matmul family, layer_norm, cat / stack, batch_norm, pooling,
+ * softmax, losses, conv2d, embedding), NULL with no error outside its rules. */
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* lower_reduce.c: a torch.norm / Tensor.norm call that is a vector norm, its
+ * args as torch.linalg.vector_norm's (input, ord, dim, keepdim) into pos[4];
+ * 0, or -1 when it is not one (or on out of memory). */
+int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **pos);
 
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]
