@@ -1,7 +1,8 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
 stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
 the mse / l1 / smooth_l1 losses, conv2d, max_pool2d, embedding, and the reductions any,
-all, count_nonzero, var, std and vector norms (prod: checked, its meta stays torch's): torch's own metas for these are Python refs behind
+all, count_nonzero, var, std and vector norms (prod: checked, its meta stays torch's), and
+flip / fliplr / flipud: torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
@@ -227,6 +228,28 @@ def test_reductions_layouts_and_dtypes(case):
     _compiled_equals_eager(lambda t: t.all(0), u)
 
 
+def test_flip_spellings_and_layouts():
+    g = _g()
+    xs = list(_layouts4(2, 3, 4, 5, g)) + [
+        torch.randn(2, 3, 4, 10, generator=g).contiguous(memory_format=torch.channels_last)[..., ::2],
+        torch.randn(2, 1, 4, 5, generator=g).transpose(1, 3), torch.randn(5, 8, generator=g).t()[:, ::2]]
+    for x in xs:
+        _compiled_equals_eager(lambda t: t.flip(-1) * 2, x)
+        _compiled_equals_eager(lambda t: torch.flip(t, [0, 1]) + 1, x)
+        _compiled_equals_eager(lambda t: t.flip(0, -1) - 1, x)
+        _compiled_equals_eager(lambda t: torch.fliplr(t) * 2, x)
+        _compiled_equals_eager(lambda t: t.flipud() * 2, x)
+    u = torch.randint(0, 255, (1, 3, 8, 8), generator=g, dtype=torch.uint8)
+    _compiled_equals_eager(lambda t: t.flip(-1), u)
+
+
+def test_flip_errors_as_eager():
+    from conftest import check_raises
+    check_raises(lambda t: t.flip(0, 0), torch.randn(3, 4))       # duplicate dims
+    check_raises(lambda t: t.flip(2), torch.randn(3, 4))          # out of range
+    check_raises(lambda t: torch.fliplr(t), torch.randn(3))       # fliplr needs 2 dims
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -244,7 +267,7 @@ def f(x, y, m):
     e = F.mse_loss(x, y) + F.smooth_l1_loss(x, y, reduction="sum") + F.l1_loss(x, y)
     h = F.max_pool2d(torch.relu(F.conv2d(x, conv_w, padding=1)), 2)
     k = F.embedding(m.flatten()[:6].long(), conv_w.flatten(1)) * 2
-    r = x.var(-1) + x.std(1).sum() + x.norm(dim=-1) + (x > 0).any(-1).float()
+    r = x.var(-1) + x.std(1).sum() + x.norm(dim=-1) + (x > 0).any(-1).float() + x.flip(-1)[..., 0]
     return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5

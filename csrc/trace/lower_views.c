@@ -170,9 +170,7 @@ tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr)
     return cdy_call_extern(tr, fn, n, a, 3);
 }
 
-/* Ints from a tvar (an int, or a tuple/list of ints) into dims[*n] (at most
- * cap); 0 or -1. */
-static int int_items(tvar *a, int *dims, int *n, int cap)
+int cdy_int_items(tvar *a, int *dims, int *n, int cap)
 {
     if (a->kind == TV_CONST && PyLong_Check(a->obj)) {
         if (*n == cap)
@@ -195,7 +193,7 @@ static int int_items(tvar *a, int *dims, int *n, int cap)
     }
     if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
         for (int i = 0; i < a->n; i++)
-            if (int_items(a->items[i], dims, n, cap) || a->items[i]->kind != TV_CONST)
+            if (cdy_int_items(a->items[i], dims, n, cap) || a->items[i]->kind != TV_CONST)
                 return -1;
         return 0;
     }
@@ -247,7 +245,7 @@ static tvar *lower_flip(tracer *tr, const cdy_lower_call *call)
 {
     int dims[CDY_MAX_NDIM], n = 0;
     for (int i = 1; i < call->nargs; i++)   /* positional dims, then dims= */
-        if (int_items(call->args[i], dims, &n, CDY_MAX_NDIM))
+        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM))
             return NULL;
     if (n == 0)
         return NULL;
@@ -354,7 +352,7 @@ static tvar *lower_pad_slots(tracer *tr, const cdy_lower_call *call, tvar **slot
 {
     int pads[2 * CDY_MAX_NDIM], np = 0;
     if (!slot[0] || slot[0]->kind != TV_TENSOR || !slot[1] || !is_tensor(call->out) ||
-        int_items(slot[1], pads, &np, 2 * CDY_MAX_NDIM) || np % 2)
+        cdy_int_items(slot[1], pads, &np, 2 * CDY_MAX_NDIM) || np % 2)
         return NULL;
     if (slot[2] && !(slot[2]->kind == TV_CONST && PyUnicode_Check(slot[2]->obj) &&
                      PyUnicode_CompareWithASCIIString(slot[2]->obj, "constant") == 0))

@@ -438,7 +438,9 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch", "conv2d", 'V') X("torch.nn.functional", "conv2d", 'V')        \
     X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P') \
     X("torch.nn.functional", "embedding", 'E')                              \
-    X("torch.linalg", "vector_norm", 'v') X("torch", "norm", 'n') X("torch.Tensor", "norm", 'n')
+    X("torch.linalg", "vector_norm", 'v') X("torch", "norm", 'n') X("torch.Tensor", "norm", 'n') \
+    X("torch", "flip", 'F') X("torch.Tensor", "flip", 'F') X("torch", "fliplr", 'R')  \
+    X("torch.Tensor", "fliplr", 'R') X("torch", "flipud", 'U') X("torch.Tensor", "flipud", 'U')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -478,7 +480,8 @@ static int mt_ext_init(void)
  * 'A' adaptive_avg_pool2d, 'X' F.softmax / F.log_softmax, 'x' the other
  * spellings of those, 'Q' mse_loss / l1_loss, 'H' smooth_l1_loss, 'V'
  * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d, 'E' F.embedding, 'v'
- * torch.linalg.vector_norm, 'n' torch.norm / Tensor.norm), or 0. */
+ * torch.linalg.vector_norm, 'n' torch.norm / Tensor.norm, 'F' flip, 'R'
+ * fliplr, 'U' flipud), or 0. */
 static int mt_ext_kind(PyObject *fn)
 {
     if (mt_ext_init()) {
@@ -996,6 +999,35 @@ static PyObject *mt_vector_norm(tracer *tr, tvar **args, int nargs, PyObject *kw
     return r;
 }
 
+/* A fake for flip (kind 'F': torch.flip(input, dims), Tensor.flip(*dims) or
+ * (dims), given positionally), fliplr ('R', 2+ dims) or flipud ('U', 1+
+ * dims) of a non-empty tensor, the dims in range and distinct: as torch's
+ * empty_like(x) with preserve_format, x's strides (those of its size-1
+ * dims too) where x is dense and non-overlapping, else dense strides in the
+ * order of x's (a sliced transposed input gives a transposed result). */
+static PyObject *mt_flip(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int kind)
+{
+    int dims[CDY_MAX_NDIM], n = 0;
+    const cdy_meta *x = nargs >= 1 && !kwnames ? mt_tensor(tr, args[0]) : NULL;
+    if (!x || x->ndim < (kind == 'R' ? 2 : 1) || (kind != 'F' && nargs != 1))
+        return NULL;
+    for (int i = 1; i < nargs; i++)
+        if (cdy_int_items(args[i], dims, &n, CDY_MAX_NDIM))
+            return NULL;
+    unsigned seen = 0;
+    for (int i = 0; i < n; i++) {
+        int d = dims[i] < 0 ? dims[i] + x->ndim : dims[i];
+        if (d < 0 || d >= x->ndim || (seen >> d & 1))
+            return NULL;
+        seen |= 1u << d;
+    }
+    cdy_meta m = *x;
+    mt_operand o = {x->ndim, x->sizes, x->strides};
+    if (!mt_dense(&o) && mt_layout(&o, 1, &m))
+        return NULL;
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -1028,6 +1060,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'P': case 'p': return mt_max_pool2d(tr, args, nargs, kwnames, kind == 'p');
     case 'E': return mt_embedding(tr, args, nargs, kwnames);
     case 'v': case 'n': return mt_vector_norm(tr, args, nargs, kwnames, kind == 'n');
+    case 'F': case 'R': case 'U': return mt_flip(tr, args, nargs, kwnames, kind);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

@@ -209,6 +209,9 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
  * MT_EXTERN_FNS (matmul family, layer_norm, cat / stack, batch_norm, pooling,
  * softmax, losses, conv2d, embedding), NULL with no error outside its rules. */
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* lower_views.c: ints from a (an int, or a tuple / list of ints) appended to
+ * dims[*n] (at most cap); 0 or -1. */
+int cdy_int_items(tvar *a, int *dims, int *n, int cap);
 /* lower_reduce.c: a torch.norm / Tensor.norm call that is a vector norm, its
  * args as torch.linalg.vector_norm's (input, ord, dim, keepdim) into pos[4];
  * 0, or -1 when it is not one (or on out of memory). */
