@@ -192,6 +192,19 @@ def test_max_pool2d_shapes_and_layouts(case):
     _compiled_equals_eager(lambda t: torch.max_pool2d(t, *args) + 1, xs[0])
 
 
+def test_conv_and_pool_parameter_errors_as_eager():
+    # an empty tuple for a conv or pooling parameter is eager's RuntimeError,
+    # not a default (max_pool2d(padding=()) once compiled to a result)
+    from conftest import check_raises
+    x, w = torch.randn(1, 2, 8, 8), torch.randn(3, 2, 3, 3)
+    check_raises(lambda t: F.conv2d(t, w, stride=()), x)
+    check_raises(lambda t: F.conv2d(t, w, padding=[]), x)
+    check_raises(lambda t: F.max_pool2d(t, 2, padding=()), x)
+    check_raises(lambda t: F.max_pool2d(t, 2, dilation=()), x)
+    _compiled_equals_eager(lambda t: torch.max_pool2d(t, 2, ()) * 2, x)   # its default stride
+    _compiled_equals_eager(lambda t: F.adaptive_avg_pool2d(t, [3, None]) * 2, x)
+
+
 def test_embedding_indices_and_dtypes():
     g = _g()
     w = torch.randn(10, 4, generator=g)

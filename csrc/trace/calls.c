@@ -465,6 +465,11 @@ tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, i
     return add_pynode(tr, fn, args, nargs, kwnames, idx) ? NULL : v;
 }
 
+int cdy_tv_none(const tvar *t)
+{
+    return !t || (t->kind == TV_CONST && t->obj == Py_None);
+}
+
 int cdy_const_int(const tvar *t, long long *out)
 {
     if (!t || t->kind != TV_CONST || !PyLong_CheckExact(t->obj))

@@ -153,12 +153,6 @@ static tvar *lower_vector_norm(tracer *tr, const cdy_lower_call *call)
     return cdy_lower_result(tr, call, v);
 }
 
-/* 1 if tvar a is absent or the constant None. */
-static int red_none(const tvar *a)
-{
-    return !a || (a->kind == TV_CONST && a->obj == Py_None);
-}
-
 /* The vector norm order of torch.norm's p (a number, None or 'fro' with at
  * most 2 dims: 2) as a constant tvar; NULL when torch.norm is not a vector norm. */
 static tvar *norm_order(tracer *tr, tvar *p, tvar *dim)
@@ -176,7 +170,7 @@ static tvar *norm_order(tracer *tr, tvar *p, tvar *dim)
             return NULL;
         p = NULL;
     }
-    if (red_none(p))
+    if (cdy_tv_none(p))
         return cdy_tv_const(tr, PyFloat_FromDouble(2.0));
     return p;
 }
@@ -185,7 +179,7 @@ int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **
 {
     tvar *slot[6];
     if (cdy_bind_names("input p dim keepdim out dtype", args, nargs, kwnames, slot) ||
-        !slot[0] || !red_none(slot[4]) || !red_none(slot[5]))
+        !slot[0] || !cdy_tv_none(slot[4]) || !cdy_tv_none(slot[5]))
         return -1;
     pos[0] = slot[0];
     pos[1] = norm_order(tr, slot[1], slot[2]);
@@ -224,7 +218,7 @@ static tvar *lower_normalize(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[5], *canon[CDY_MAX_NODE_ARGS];
     if (cdy_bind_names("input p dim eps out", call->args, call->nargs, call->kwnames, slot) ||
-        !slot[0] || slot[0]->kind != TV_TENSOR || !red_none(slot[4]) ||
+        !slot[0] || slot[0]->kind != TV_TENSOR || !cdy_tv_none(slot[4]) ||
         (slot[3] && !(slot[3]->kind == TV_CONST && PyFloat_CheckExact(slot[3]->obj))) ||
         !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
         return NULL;

@@ -16,12 +16,6 @@ static const cdy_value *lr_val(tracer *tr, const tvar *t)
     return &tr->t->graph.values[t->value];
 }
 
-/* 1 if t is absent or None. */
-static int lr_none(const tvar *t)
-{
-    return !t || (t->kind == TV_CONST && t->obj == Py_None);
-}
-
 /* 1 if t is a constant finite Python float or int; its value in *out. */
 static int lr_num(const tvar *t, double *out)
 {
@@ -83,7 +77,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_lower_call *call, int op, tv
         return NULL;
     cdy_meta im = lr_val(tr, s[0])->meta;
     int nd = im.ndim;
-    if (lr_none(s[1]))   /* F.softmax's legacy implicit dim */
+    if (cdy_tv_none(s[1]))   /* F.softmax's legacy implicit dim */
         dim = (nd == 0 || nd == 1 || nd == 3) ? 0 : 1;
     else if (!cdy_const_int(s[1], &dim))
         return NULL;
@@ -91,7 +85,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_lower_call *call, int op, tv
         return NULL;
     dim = dim < 0 ? dim + nd : dim;
     int in = s[0]->value;
-    if (!lr_none(s[2])) {
+    if (!cdy_tv_none(s[2])) {
         int dt = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
         if (dt != CDY_DT_FLOAT32 && dt != CDY_DT_FLOAT64)
             return NULL;
@@ -153,7 +147,7 @@ static tvar *lower_f_log_softmax(tracer *tr, const cdy_lower_call *call)
  * extern result that x does not read (group_norm indexes it per channel). */
 static int lr_affine(tracer *tr, const tvar *t, const tvar *x, int realized)
 {
-    if (lr_none(t))
+    if (cdy_tv_none(t))
         return cdy_scalar_float(tr, 0.0);
     if (t->kind != TV_TENSOR || lr_val(tr, t)->meta.dtype != lr_val(tr, x)->meta.dtype)
         return -1;
@@ -264,7 +258,7 @@ static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
                        call->args, call->nargs, call->kwnames, s) ||
         !s[5] || s[5]->kind != TV_CONST || s[5]->obj != Py_False ||
         !lr_float_tensor(tr, s[0]) || (s[7] && !lr_num(s[7], &eps)) ||
-        lr_none(s[1]) || lr_none(s[2]) ||
+        cdy_tv_none(s[1]) || cdy_tv_none(s[2]) ||
         !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
         cdy_read_meta(tr, call->out, &om))
         return NULL;
@@ -274,7 +268,7 @@ static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
         return NULL;
     for (int a = 1; a < 5; a++) {
         int t = lr_affine(tr, s[a], s[0], 1);
-        if (t < 0 || (ch[a - 1] = lr_none(s[a]) ? -2 : lr_channels(tr, t, nd)) == -1)
+        if (t < 0 || (ch[a - 1] = cdy_tv_none(s[a]) ? -2 : lr_channels(tr, t, nd)) == -1)
             return NULL;
     }
     const cdy_meta *cm = &lr_val(tr, s[2])->meta;   /* var: [C] */
@@ -356,8 +350,8 @@ static int lr_broadcast(const cdy_meta *a, const cdy_meta *b, cdy_meta *m)
  * the elementwise loss, reduced by sum or mean. */
 static tvar *lr_loss(tracer *tr, const cdy_lower_call *call, int kind, tvar **s, double beta)
 {
-    if (!lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !lr_none(s[2]) ||
-        !lr_none(s[3]) || !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
+    if (!lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !cdy_tv_none(s[2]) ||
+        !cdy_tv_none(s[3]) || !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
         return NULL;
     const cdy_meta *xm = &lr_val(tr, s[0])->meta, *ym = &lr_val(tr, s[1])->meta;
     const char *red = "mean";
@@ -390,7 +384,7 @@ static tvar *lr_loss_plain(tracer *tr, const cdy_lower_call *call, int kind)
 {
     tvar *s[6];
     if (cdy_bind_names("input target size_average reduce reduction weight", call->args,
-                       call->nargs, call->kwnames, s) || !lr_none(s[5]))
+                       call->nargs, call->kwnames, s) || !cdy_tv_none(s[5]))
         return NULL;
     return lr_loss(tr, call, kind, s, 0);
 }

@@ -586,7 +586,7 @@ static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
         if (mt_shape_item(args[1], i, &v) != k || v != x->sizes[x->ndim - k + i])
             return NULL;
     for (int a = 2; a < nargs && a < 4; a++) {
-        if (args[a]->kind == TV_CONST && args[a]->obj == Py_None)
+        if (cdy_tv_none(args[a]))
             continue;
         if (args[a]->kind != TV_TENSOR)
             return NULL;
@@ -703,7 +703,7 @@ static int mt_suggested_strides(const cdy_meta *x, cdy_meta *m)
 /* 1 if t is None, absent (NULL), or a 1-d float tensor of c elements and dtype dt. */
 static int mt_channel_vec(tracer *tr, const tvar *t, int64_t c, int dt)
 {
-    if (!t || (t->kind == TV_CONST && t->obj == Py_None))
+    if (cdy_tv_none(t))
         return 1;
     const cdy_meta *m = mt_tensor(tr, t);
     return m && m->ndim == 1 && m->sizes[0] == c && m->dtype == dt;
@@ -732,12 +732,25 @@ static PyObject *mt_batch_norm(tracer *tr, tvar **args, int nargs, PyObject *kwn
     return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
 }
 
+/* Item i (0 or 1) of t when t is a pair (a constant or traced tuple / list
+ * of two): the item itself, or for a constant one *tmp made to hold it;
+ * NULL when t is not a pair. */
+static const tvar *mt_pair_item(const tvar *t, int i, tvar *tmp)
+{
+    if (t->kind == TV_CONST && (PyTuple_Check(t->obj) || PyList_Check(t->obj)) &&
+        PySequence_Fast_GET_SIZE(t->obj) == 2) {
+        *tmp = (tvar){.kind = TV_CONST, .obj = PySequence_Fast_GET_ITEM(t->obj, i)};
+        return tmp;
+    }
+    return (t->kind == TV_TUPLE || t->kind == TV_LIST) && t->n == 2 ? t->items[i] : NULL;
+}
+
 /* One output size of adaptive_avg_pool2d: a positive int, or None (the
  * input's size in); -1 otherwise. */
 static int64_t mt_pool_size(const tvar *t, int64_t in)
 {
     long long v;
-    if (t->kind == TV_CONST && t->obj == Py_None)
+    if (cdy_tv_none(t))
         return in;
     return cdy_const_int(t, &v) && v > 0 ? v : -1;
 }
@@ -759,17 +772,14 @@ static PyObject *mt_adaptive_avg_pool2d(tracer *tr, tvar **args, int nargs, PyOb
     int64_t *hw = &m.sizes[m.ndim - 2];
     if (s[1]->kind == TV_CONST && PyLong_CheckExact(s[1]->obj)) {
         hw[0] = hw[1] = mt_pool_size(s[1], 0);
-    } else if (s[1]->kind == TV_CONST && PyTuple_Check(s[1]->obj) &&
-               PyTuple_GET_SIZE(s[1]->obj) == 2) {
-        for (int i = 0; i < 2; i++) {
-            tvar t = {.kind = TV_CONST, .obj = PyTuple_GET_ITEM(s[1]->obj, i)};
-            hw[i] = mt_pool_size(&t, hw[i]);
-        }
-    } else if ((s[1]->kind == TV_TUPLE || s[1]->kind == TV_LIST) && s[1]->n == 2) {
-        for (int i = 0; i < 2; i++)
-            hw[i] = mt_pool_size(s[1]->items[i], hw[i]);
     } else {
-        return NULL;
+        for (int i = 0; i < 2; i++) {
+            tvar tmp;
+            const tvar *e = mt_pair_item(s[1], i, &tmp);
+            if (!e)
+                return NULL;
+            hw[i] = mt_pool_size(e, hw[i]);
+        }
     }
     if (hw[0] < 1 || hw[1] < 1)
         return NULL;
@@ -789,7 +799,7 @@ static PyObject *mt_softmax(tracer *tr, tvar **s)
         d >= x->ndim || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
         return NULL;
     cdy_meta m = *x;
-    if (s[2] && !(s[2]->kind == TV_CONST && s[2]->obj == Py_None)) {
+    if (!cdy_tv_none(s[2])) {
         m.dtype = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
         if (m.dtype != CDY_DT_FLOAT32 && m.dtype != CDY_DT_FLOAT64)
             return NULL;
@@ -816,10 +826,8 @@ static PyObject *mt_loss(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
     if (!x || !y || x->dtype != y->dtype || x->ndim != y->ndim ||
         memcmp(x->sizes, y->sizes, sizeof(int64_t) * (size_t)x->ndim) ||
         (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
-        (s[2] && !(s[2]->kind == TV_CONST && s[2]->obj == Py_None)) ||
-        (s[3] && !(s[3]->kind == TV_CONST && s[3]->obj == Py_None)) ||
-        (s[5] && !(s[5]->kind == TV_CONST && s[5]->obj == Py_None) &&
-         !(beta && mt_number(s[5]) && PyFloat_AsDouble(s[5]->obj) >= 0)) || !red) {
+        !cdy_tv_none(s[2]) || !cdy_tv_none(s[3]) ||
+        (!cdy_tv_none(s[5]) && !(beta && mt_number(s[5]) && PyFloat_AsDouble(s[5]->obj) >= 0)) || !red) {
         PyErr_Clear();
         return NULL;
     }
@@ -838,37 +846,27 @@ static PyObject *mt_loss(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
 
 /* The two ints of a 2-d conv or pool parameter t into v: absent (NULL) or
  * None, dflt for both (dflt < 0: not allowed); an int, both; a pair of ints
- * (a constant or traced tuple / list; torch.max_pool2d's empty stride, when
- * dflt >= 0, as absent).  0, or -1 for anything else. */
+ * (mt_pair_item).  0, or -1 for anything else (an empty tuple too, which
+ * eager rejects). */
 static int mt_pair(const tvar *t, int64_t dflt, int64_t v[2])
 {
-    long long a, b;
-    int n = -1;
-    if (!t || (t->kind == TV_CONST && t->obj == Py_None)) {
-        n = 0;
-    } else if (cdy_const_int(t, &a)) {
+    long long a;
+    if (cdy_tv_none(t)) {
+        v[0] = v[1] = dflt;
+        return dflt >= 0 ? 0 : -1;
+    }
+    if (cdy_const_int(t, &a)) {
         v[0] = v[1] = a;
         return 0;
-    } else if (t->kind == TV_CONST && (PyTuple_Check(t->obj) || PyList_Check(t->obj))) {
-        n = (int)PySequence_Fast_GET_SIZE(t->obj);
-        tvar x = {.kind = TV_CONST, .obj = n == 2 ? PySequence_Fast_GET_ITEM(t->obj, 0) : NULL};
-        tvar y = {.kind = TV_CONST, .obj = n == 2 ? PySequence_Fast_GET_ITEM(t->obj, 1) : NULL};
-        if (n == 2 && cdy_const_int(&x, &a) && cdy_const_int(&y, &b))
-            v[0] = a, v[1] = b;
-        else if (n == 2)
-            return -1;
-    } else if (t->kind == TV_TUPLE || t->kind == TV_LIST) {
-        n = t->n;
-        if (n == 2 && cdy_const_int(t->items[0], &a) && cdy_const_int(t->items[1], &b))
-            v[0] = a, v[1] = b;
-        else if (n == 2)
-            return -1;
     }
-    if (n == 0 && dflt >= 0) {
-        v[0] = v[1] = dflt;
-        return 0;
+    for (int i = 0; i < 2; i++) {
+        tvar tmp;
+        const tvar *e = mt_pair_item(t, i, &tmp);
+        if (!e || !cdy_const_int(e, &a))
+            return -1;
+        v[i] = a;
     }
-    return n == 2 ? 0 : -1;
+    return 0;
 }
 
 /* A fake for torch.conv2d / F.conv2d(input, weight, bias, stride, padding,
@@ -967,8 +965,7 @@ static PyObject *mt_embedding(tracer *tr, tvar **args, int nargs, PyObject *kwna
 {
     tvar *s[7];
     if (cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq sparse",
-                       args, nargs, kwnames, s) || !s[0] || !s[1] ||
-        (s[3] && !(s[3]->kind == TV_CONST && s[3]->obj == Py_None)))
+                       args, nargs, kwnames, s) || !s[0] || !s[1] || !cdy_tv_none(s[3]))
         return NULL;
     const cdy_meta *i = mt_tensor(tr, s[0]), *w = mt_tensor(tr, s[1]);
     if (!i || !w || w->ndim != 2 || i->ndim + 1 > CDY_MAX_NDIM ||
@@ -1070,7 +1067,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         return NULL;
     const cdy_meta *ms[3];
     int nt = nargs;
-    if (nargs == 3 && args[2]->kind == TV_CONST && args[2]->obj == Py_None)
+    if (nargs == 3 && cdy_tv_none(args[2]))
         nt = 2;   /* linear without a bias */
     for (int i = 0; i < nt; i++) {
         if (args[i]->kind != TV_TENSOR)

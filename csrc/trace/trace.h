@@ -285,6 +285,8 @@ void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *
  * whose meta v must have), with the call recorded as v's pynode (the eager
  * backend replays it; a realized view runs it).  NULL when stopped. */
 tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v);
+/* 1 if argument t is absent (NULL) or the constant None (calls.c). */
+int cdy_tv_none(const tvar *t);
 /* 1 if t is a constant Python int (not a bool) that fits a long long; its
  * value in *out (calls.c). */
 int cdy_const_int(const tvar *t, long long *out);
