@@ -7,8 +7,9 @@ polynomials as fitted, and in the form mathlib.c evaluates them, Knuth's
 adaptation of a degree-6 polynomial's coefficients (TAOCP vol. 2, 4.6.4):
 z = (a + a0) a + a1, w = (a + a2) z + a3, u = ((w + z) + a4) w + a5, three
 multiply-adds and four additions where Horner's rule takes six multiply-adds
-(a Zen 4 core does one 512-bit multiply-add per cycle but has its adders too);
-P's leading coefficient L goes into Q's last two steps.
+(a Zen 4 core does one 512-bit multiply-add per cycle but has its adders too;
+mathlib.c uses it on AMD's Zen cores, Horner's rule elsewhere); P's leading
+coefficient L goes into Q's last two steps.
 
     python tools/fit_gelu.py [m n A]        # defaults: 6 6 5.8 (the shipped fit)
 
