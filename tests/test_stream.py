@@ -75,11 +75,31 @@ def test_one_thread_streams_and_fences(stream_all, monkeypatch):
 
 
 @pytest.mark.parametrize("cols", [300, 1000, 1024])
-def test_layer_norm_gelu_streams_its_epilogue(stream_all, cols):
+def test_layer_norm_streams_its_epilogue(stream_all, cols):
     x, w, b = torch.randn(33, cols), torch.randn(cols), torch.randn(cols)
-    check(lambda x, w, b: F.gelu(F.layer_norm(x, (cols,), w, b)), x, w, b, transcendental=True)
+    check(lambda x, w, b: torch.relu(F.layer_norm(x, (cols,), w, b)) * 2, x, w, b)
     c = _compiled()
     assert _streams(c) and "cdy_st1[rl] = t" in c.source   # the norm itself is not stored
+
+
+@pytest.mark.parametrize("epi", [F.gelu, torch.exp, torch.tanh, F.silu,
+                                 lambda y: torch.sigmoid(y) * 3])
+def test_a_transcendental_epilogue_keeps_plain_stores(stream_all, epi):
+    # compute-bound: streaming the final pass's stores costs more than the reads for
+    # ownership they save (rows.c, cg_row_streams); the IR says why
+    x, w, b = torch.randn(33, 1024), torch.randn(1024), torch.randn(1024)
+    check(lambda x, w, b: epi(F.layer_norm(x, (1024,), w, b)), x, w, b, transcendental=True)
+    c = _compiled()
+    assert not _streams(c)
+    assert "stores: plain, not streamed: its epilogue is transcendental" in c.ir_post_fusion
+
+
+def test_group_norm_silu_keeps_plain_stores(stream_all):
+    x = torch.randn(4, 8, 32, 32)
+    check(lambda x: F.silu(F.group_norm(x, 2)), x, transcendental=True)
+    c = _compiled()
+    assert not _streams(c)
+    assert "stores: plain, not streamed: its epilogue is transcendental" in c.ir_post_fusion
 
 
 def test_layer_norm_and_its_epilogue_both_stored(stream_all):

@@ -184,6 +184,8 @@ typedef struct {
     int *outs;
     int store;                   /* 0: v's result is not stored (cg_row_unread) */
     int stream;                  /* the final pass streams its stores (cg_row_streams) */
+    int heavy;                   /* the epilogue has a transcendental op (cg_row_heavy) */
+    int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
 } cg_rowk;
 
@@ -610,9 +612,18 @@ static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
     return cg_moved(k->c, k->ops, k->nops, k->on, numel) - numel * unstored;
 }
 
-/* 1 when k's final pass streams its stores (stream.c): a norm (softmax reads
- * its stored exps back), rows of one dim that every stored output walks
- * contiguously, not column mode, enough bytes moved. */
+/* 1 when k's final pass may stream its stores (stream.c): a norm (softmax
+ * reads its stored exps back), rows of one dim that every stored output walks
+ * contiguously, not column mode, enough bytes moved.  It does unless k->heavy.
+ * A norm alone, or with a light epilogue, is memory-bound and streaming saves
+ * the output's read for ownership: 16384x1024 floats, layer_norm 2848-2893 us
+ * streamed vs 3900-4006 plainly, relu(layer_norm) 2897-2928 vs 3444-3505 (Zen 4,
+ * 2 threads).  With exp, tanh, silu or gelu after it, the final pass computes
+ * for longer than the first two and the streamed stores, all issued in it,
+ * cost more than the reads for ownership that plain stores spread over the
+ * passes: plainly 0.87-0.94 of the time on the Zen 4 (gelu 0.86-0.87 at 4096
+ * and 16384 rows), and for gelu 0.88-0.91 on a 16-core Sapphire Rapids at 2
+ * and 16 threads. */
 static int cg_row_streams(const cg_rowk *k, int64_t numel)
 {
     int op = k->c->g->values[k->v].op;
@@ -650,6 +661,9 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
                                               : "no: small, or one row");
     if (k->stream)
         cg_stream_ir(c, ir, cg_row_moved(k, rs->numel));
+    else if (k->may_stream)
+        cdy_buf_puts(ir, "  stores: plain, not streamed: its epilogue is transcendental "
+                         "(compute-bound)\n");
     cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: row op %%%d %s (values "
                                "before it are realized first; its prologue is fused)\n",
                    kn, k->v, name);
@@ -699,9 +713,25 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     return 1;
 }
 
+/* 1 for the pointwise ops whose float code is a polynomial or library call
+ * per element (exp, log, tanh, erf, gelu, ...), not a few arithmetic ops. */
+static int cg_row_heavy(int op)
+{
+    switch (op) {
+    case CDY_OP_EXP: case CDY_OP_LOG: case CDY_OP_SIGMOID: case CDY_OP_TANH:
+    case CDY_OP_POW: case CDY_OP_EXPM1: case CDY_OP_LOG1P: case CDY_OP_LOG2:
+    case CDY_OP_LOG10: case CDY_OP_SIN: case CDY_OP_COS: case CDY_OP_TAN:
+    case CDY_OP_ERF: case CDY_OP_GELU: case CDY_OP_SILU: case CDY_OP_SOFTPLUS:
+    case CDY_OP_MISH:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
  * k->outs = v, then the realized picked nodes (marked done: no other kernel
- * computes them).  0 or -1. */
+ * computes them); k->heavy when one of the picked is transcendental.  0 or -1. */
 static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
 {
     const cdy_graph *g = c->g;
@@ -716,6 +746,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
         if (!cg_row_epi_ok(c, k->v, u, epi))
             continue;
         epi[u] = 1;
+        k->heavy |= cg_row_heavy(g->values[u].op);
         if (c->val_buf[u] >= 0) {
             k->outs[k->nout++] = u;
             c->done[u] = 1;
@@ -827,7 +858,8 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
     k.col = cg_row_columns(&k);
-    k.stream = cg_row_streams(&k, rs.numel);
+    k.may_stream = cg_row_streams(&k, rs.numel);
+    k.stream = k.may_stream && !k.heavy;
     int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
     int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
     cg_group grp = {1, rs.size, k.nout, k.outs};
