@@ -1,8 +1,9 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
 stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
 the mse / l1 / smooth_l1 losses, conv2d, max_pool2d, embedding, and the reductions any,
-all, count_nonzero, var, std and vector norms (prod: checked, its meta stays torch's), and
-flip / fliplr / flipud: torch's own metas for these are Python refs behind
+all, count_nonzero, var, std, vector norms and logsumexp (prod: checked, its meta stays
+torch's), flip / fliplr / flipud, scaled_dot_product_attention, group_norm, F.normalize,
+cumsum, tril / triu, roll, addmm and cross_entropy: torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
@@ -263,6 +264,113 @@ def test_flip_errors_as_eager():
     check_raises(lambda t: torch.fliplr(t), torch.randn(3))       # fliplr needs 2 dims
 
 
+def _qkv(kind, b, h, l, e, g, dtype=torch.float32):
+    if kind == "bhle":
+        return torch.randn(b, h, l, e, generator=g, dtype=dtype)
+    if kind == "blhe":      # the usual heads split: (B, L, H, E) transposed
+        return torch.randn(b, l, h, e, generator=g, dtype=dtype).transpose(1, 2)
+    return torch.randn(b, h, l, 2 * e, generator=g, dtype=dtype)[..., ::2]     # sliced
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("qk", ["bhle", "blhe", "sliced"])
+def test_sdpa_layouts_masks_and_shapes(qk, dtype):
+    g = _g()
+    for (b, h, l, s, e) in [(2, 4, 16, 16, 8), (2, 4, 16, 24, 8), (1, 1, 5, 7, 4), (2, 3, 1, 9, 8)]:
+        q, k, v = (_qkv(qk, b, h, n, e, g, dtype) for n in (l, s, s))
+        bias = torch.randn(b, 1, l, s, generator=g, dtype=dtype)
+        keep = torch.rand(l, s, generator=g) > 0.3
+        keep[:, 0] = True
+        cases = [lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2,
+                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=l == s,
+                                                                scale=0.3) + 1,
+                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bias) * 2,
+                 lambda q, k, v: F.scaled_dot_product_attention(q, k, v, keep, 0.0) * 2]
+        for fn in cases:
+            _compiled_equals_eager(fn, q, k, v)
+    # eager's math path (contiguous results): a head size of v's own, a strided last dim
+    q, k = _qkv("blhe", 2, 4, 16, 8, g), _qkv("blhe", 2, 4, 16, 8, g)
+    sdpa2 = lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2
+    _compiled_equals_eager(sdpa2, q, k, _qkv("blhe", 2, 4, 16, 12, g))
+    _compiled_equals_eager(sdpa2, q, _qkv("sliced", 2, 4, 16, 8, g), k)
+    _compiled_equals_eager(sdpa2, q, k, torch.randn(2, 12, 16, 4, generator=g).permute(0, 3, 2, 1))
+
+
+def test_sdpa_errors_as_eager():
+    from conftest import check_raises
+    q = torch.randn(2, 4, 16, 8)
+    check_raises(lambda q: F.scaled_dot_product_attention(q, q[..., :6], q), q)
+    check_raises(lambda q: F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 16)), q)
+    check_raises(lambda q: F.scaled_dot_product_attention(q, q, q.double()), q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_group_norm_and_normalize_layouts(dtype):
+    g = _g()
+    for x in _layouts4(2, 6, 5, 4, g):
+        x = x.to(dtype)
+        w, b = torch.randn(6, generator=g, dtype=dtype), torch.randn(6, generator=g, dtype=dtype)
+        for groups in (1, 2, 3, 6):
+            _compiled_equals_eager(lambda x, w, b, k=groups: F.group_norm(x, k, w, b) * 2, x, w, b)
+        _compiled_equals_eager(lambda x: torch.group_norm(x, 3, None, None, 1e-3) + 1, x)
+        for d in (1, -1, 0):
+            _compiled_equals_eager(lambda x, d=d: F.normalize(x, dim=d) * 2, x)
+        _compiled_equals_eager(lambda x: F.normalize(x, p=1.0, dim=2, eps=1e-3) + 1, x)
+    x = torch.randn(2, 6, 5, generator=g, dtype=dtype)
+    _compiled_equals_eager(lambda x: F.group_norm(x, 2) * 2, x)
+    _compiled_equals_eager(lambda x: F.normalize(x) * 2, x)
+    from conftest import check_raises
+    check_raises(lambda x: F.group_norm(x, 4), x)         # 6 channels in 4 groups
+    check_raises(lambda x: F.normalize(x, dim=3), x)
+
+
+def test_cumsum_tril_triu_roll_layouts_and_dtypes():
+    g = _g()
+    for x in _layouts4(2, 3, 4, 5, g):
+        for t in (x, (x * 3).long(), x > 0, (x * 3).int()):
+            for d in (0, 2, -1):
+                _compiled_equals_eager(lambda t, d=d: torch.cumsum(t, d) * 2, t)
+            _compiled_equals_eager(lambda t: t.cumsum(dim=1) + 1, t)
+            _compiled_equals_eager(lambda t: torch.tril(t) * 2, t)
+            _compiled_equals_eager(lambda t: t.triu(1) * 2, t)
+            _compiled_equals_eager(lambda t: torch.triu(t, diagonal=-1) * 2, t)
+            _compiled_equals_eager(lambda t: torch.roll(t, 1, 2) * 2, t)
+            _compiled_equals_eager(lambda t: t.roll((1, -2), (0, 3)) * 2, t)
+            _compiled_equals_eager(lambda t: torch.roll(t, 3) * 2, t)
+        _compiled_equals_eager(lambda x: torch.cumsum(x, 1, dtype=torch.float64) * 2, x)
+        _compiled_equals_eager(lambda x: torch.cumsum((x * 3).int(), 1, dtype=torch.int64), x)
+    from conftest import check_raises
+    check_raises(lambda t: torch.tril(t), torch.randn(5))
+    check_raises(lambda t: torch.cumsum(t, 2), torch.randn(3, 4))
+    check_raises(lambda t: torch.roll(t, (1, 2), 0), torch.randn(3, 4))
+    check_raises(lambda t: torch.roll(t, 1, 5), torch.randn(3, 4))
+
+
+def test_addmm_cross_entropy_and_logsumexp():
+    g = _g()
+    a, b = torch.randn(5, 3, generator=g), torch.randn(3, 4, generator=g)
+    for c in (torch.randn(4, generator=g), torch.randn(5, 4, generator=g),
+              torch.randn(4, 5, generator=g).t(), torch.randn(1, 1, generator=g)):
+        _compiled_equals_eager(lambda c, a, b: torch.addmm(c, a, b) * 2, c, a, b)
+        _compiled_equals_eager(lambda c, a, b: torch.addmm(c, a.t().contiguous().t(), b,
+                                                           beta=0.5, alpha=2) + 1, c, a, b)
+    x = torch.randn(6, 10, generator=g)
+    t = torch.randint(0, 10, (6,), generator=g)
+    w = torch.rand(10, generator=g)
+    _compiled_equals_eager(lambda x, t: F.cross_entropy(x, t) * 2, x, t)
+    _compiled_equals_eager(lambda x, t, w: F.cross_entropy(x, t, w, reduction="sum",
+                                                           label_smoothing=0.1) + 1, x, t, w)
+    x3, t3 = torch.randn(2, 10, 3, generator=g), torch.randint(0, 10, (2, 3), generator=g)
+    _compiled_equals_eager(lambda x, t: F.cross_entropy(x, t, ignore_index=1) * 2, x3, t3)
+    _compiled_equals_eager(lambda x, t: F.cross_entropy(x, t, reduction="none") * 2, x3, t3)
+    for x in _layouts4(2, 3, 4, 5, g):
+        _compiled_equals_eager(lambda x: torch.logsumexp(x, -1) * 2, x)
+        _compiled_equals_eager(lambda x: x.logsumexp((1, 2), keepdim=True) + 1, x)
+    from conftest import check_raises
+    check_raises(lambda a, b: torch.addmm(torch.randn(3), a, b), a, b)
+    check_raises(lambda x, t: F.cross_entropy(x, t[:3]), torch.randn(6, 10), t)
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -281,7 +389,12 @@ def f(x, y, m):
     h = F.max_pool2d(torch.relu(F.conv2d(x, conv_w, padding=1)), 2)
     k = F.embedding(m.flatten()[:6].long(), conv_w.flatten(1)) * 2
     r = x.var(-1) + x.std(1).sum() + x.norm(dim=-1) + (x > 0).any(-1).float() + x.flip(-1)[..., 0]
-    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r
+    q = x.flatten(2).transpose(1, 2).reshape(2, 36, 2, 2).transpose(1, 2)
+    s = F.scaled_dot_product_attention(q, q, q, is_causal=True) * 2
+    n = F.group_norm(x, 2) + F.normalize(y, dim=1) + torch.cumsum(x, 2) + torch.tril(y)
+    o = torch.roll(x, 1, 3) + torch.logsumexp(y, -1, keepdim=True) + F.cross_entropy(
+        x.flatten(2)[..., 0], m.flatten(1).sum(1) % 4) + torch.addmm(y[0, 0], x[0, 0], y[0, 1])
+    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r, s, n, o
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5
 out = cdynamo.optimize(f)(x, y, m)

@@ -271,29 +271,12 @@ static int at_rewrite(at_ctx *a, const at_match *m)
 
 static int sd_busy;   /* inside lower_sdpa's own call of the op */
 
-/* Strides of a tensor of sizes m->sizes laid out in the dim order of
- * `like`'s strides (largest first; ties in dim order) into m. */
-static void sd_strides_like(cdy_meta *m, const cdy_meta *like)
-{
-    int order[CDY_MAX_NDIM];
-    for (int d = 0; d < m->ndim; d++)
-        order[d] = d;
-    for (int i = 1; i < m->ndim; i++)   /* insertion sort: stable */
-        for (int j = i; j > 0 && like->strides[order[j]] > like->strides[order[j - 1]]; j--) {
-            int o = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = o;
-        }
-    int64_t st = 1;
-    for (int i = m->ndim - 1; i >= 0; i--) {
-        m->strides[order[i]] = st;
-        st *= m->sizes[order[i]] > 1 ? m->sizes[order[i]] : 1;
-    }
-}
-
 /* F.scaled_dot_product_attention(query, ...): the extern, its result in
- * the query's memory order (torch.empty_like's, so a query that is not
- * dense keeps the contiguous meta); NULL (stopped or not). */
+ * the query's memory order where eager's flash kernel runs (cdy_sdpa_flash;
+ * torch.empty_like's order, cdy_meta_empty_like: torch's own empty_like on a
+ * fake imports sympy), else as torch's meta says (eager's other paths give
+ * contiguous results: a head size of v's own was reordered to the query's
+ * before); NULL (stopped or not). */
 static tvar *lower_sdpa(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
@@ -308,13 +291,12 @@ static tvar *lower_sdpa(tracer *tr, const cdy_lower_call *call)
     sd_busy = 0;
     if (!y || y->kind != TV_TENSOR)
         return y;
-    PyObject *like = cdy_tr_keep(tr, PyObject_CallMethod(cdy_torch, "empty_like", "O", q->obj));
     cdy_meta lm, m = tr->t->graph.values[y->value].meta;
-    if (!like || cdy_read_meta(tr, like, &lm) || lm.ndim != m.ndim) {
-        PyErr_Clear();
-        return tr->t->status == CDY_TRACE_OK ? y : NULL;
-    }
-    sd_strides_like(&m, &lm);
+    if (!cdy_sdpa_flash(tr, s) ||
+        cdy_meta_empty_like(&tr->t->graph.values[q->value].meta, &lm) || lm.ndim != m.ndim ||
+        memcmp(lm.sizes, m.sizes, sizeof(int64_t) * (size_t)m.ndim))
+        return y;
+    memcpy(m.strides, lm.strides, sizeof(int64_t) * (size_t)m.ndim);
     PyObject *fake = cdy_fake_from_meta(tr, &m);
     if (!fake)
         return NULL;

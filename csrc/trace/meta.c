@@ -379,7 +379,7 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
 {
     int four = op == CDY_OP_VAR || op == CDY_OP_STD || op == CDY_OP_NORM;
     if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN &&
-         op != CDY_OP_ANY && op != CDY_OP_ALL &&
+         op != CDY_OP_ANY && op != CDY_OP_ALL && op != CDY_OP_LOGSUMEXP &&
          op != CDY_OP_COUNT_NONZERO && !four) ||
         n != 3 + four || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
         !PyLong_Check(args[1]->obj) || args[2]->kind != TV_CONST)
@@ -440,7 +440,14 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch.nn.functional", "embedding", 'E')                              \
     X("torch.linalg", "vector_norm", 'v') X("torch", "norm", 'n') X("torch.Tensor", "norm", 'n') \
     X("torch", "flip", 'F') X("torch.Tensor", "flip", 'F') X("torch", "fliplr", 'R')  \
-    X("torch.Tensor", "fliplr", 'R') X("torch", "flipud", 'U') X("torch.Tensor", "flipud", 'U')
+    X("torch.Tensor", "fliplr", 'R') X("torch", "flipud", 'U') X("torch.Tensor", "flipud", 'U') \
+    X("torch.nn.functional", "scaled_dot_product_attention", 'D')             \
+    X("torch.nn.functional", "group_norm", 'G') X("torch", "group_norm", 'g') \
+    X("torch.nn.functional", "normalize", 'Z')                               \
+    X("torch", "cumsum", 'Y') X("torch.Tensor", "cumsum", 'Y')               \
+    X("torch", "tril", 'T') X("torch", "triu", 'T') X("torch.Tensor", "tril", 'T') \
+    X("torch.Tensor", "triu", 'T') X("torch", "roll", 'O') X("torch.Tensor", "roll", 'O') \
+    X("torch", "addmm", 'a') X("torch.nn.functional", "cross_entropy", 'K')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -1018,10 +1025,282 @@ static PyObject *mt_flip(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
             return NULL;
         seen |= 1u << d;
     }
-    cdy_meta m = *x;
+    cdy_meta m;
+    return cdy_meta_empty_like(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m)
+{
     mt_operand o = {x->ndim, x->sizes, x->strides};
-    if (!mt_dense(&o) && mt_layout(&o, 1, &m))
+    *m = *x;
+    return !mt_dense(&o) && mt_layout(&o, 1, m) ? -1 : 0;
+}
+
+/* ---- sdpa, group_norm, normalize, cumsum, tril / triu, roll, addmm,
+ * cross_entropy -------------------------------------------------------------
+ * The same story: their torch metas are Python decompositions or refs (behind
+ * torch._disable_dynamo, or calling torch._check), and the first compile of a
+ * function with any of them took about 1 s where it takes 0.03.  Layouts as
+ * eager's CPU kernels allocate their results (checked by test_meta_c). */
+
+/* 1 if t is absent, None or the constant False. */
+static int mt_false(const tvar *t)
+{
+    return cdy_tv_none(t) || (t->kind == TV_CONST && t->obj == Py_False);
+}
+
+/* 1 if m is float32 or float64. */
+static int mt_float(const cdy_meta *m)
+{
+    return m->dtype == CDY_DT_FLOAT32 || m->dtype == CDY_DT_FLOAT64;
+}
+
+/* 1 if a tensor of sizes a (na dims) broadcasts to sizes b (nb dims). */
+static int mt_broadcasts_to(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    if (na > nb)
+        return 0;
+    for (int i = 1; i <= na; i++)
+        if (a[na - i] != 1 && a[na - i] != b[nb - i])
+            return 0;
+    return 1;
+}
+
+/* 1 if the bound args of F.scaled_dot_product_attention (query key value
+ * attn_mask dropout_p is_causal scale enable_gqa) are a call these rules
+ * cover: q, k, v 4-d float32 / float64 tensors of one dtype, batch and heads
+ * equal, q's and k's head size equal, k and v of one length; no dropout, no
+ * gqa, is_causal a bool (and then no mask), a mask None or a bool / q-dtype
+ * tensor that broadcasts to (B, H, L, S), scale None or a number.  *flash:
+ * whether CPU's flash kernel runs it (last dims of stride 1, v's head size
+ * q's), which allocates its output like the query (torch.empty_like); eager's
+ * math path (a head size of v's own, a strided last dim) returns a
+ * contiguous result: both checked against eager by test_meta_c. */
+static int mt_sdpa_covered(tracer *tr, tvar **s, int *flash)
+{
+    if (!s[0] || !s[1] || !s[2] || !mt_false(s[7]) ||
+        (s[4] && !(mt_number(s[4]) && PyFloat_AsDouble(s[4]->obj) == 0.0)) ||
+        (s[5] && !(s[5]->kind == TV_CONST && PyBool_Check(s[5]->obj))) ||
+        (!cdy_tv_none(s[6]) && !mt_number(s[6])))
+        return 0;
+    const cdy_meta *q = mt_tensor(tr, s[0]), *k = mt_tensor(tr, s[1]), *v = mt_tensor(tr, s[2]);
+    const cdy_meta *qkv[3] = {q, k, v};
+    *flash = 1;
+    for (int i = 0; i < 3; i++) {
+        if (!qkv[i] || qkv[i]->ndim != 4 || qkv[i]->dtype != q->dtype ||
+            qkv[i]->sizes[0] != q->sizes[0] || qkv[i]->sizes[1] != q->sizes[1])
+            return 0;
+        *flash &= qkv[i]->strides[3] == 1 || qkv[i]->sizes[3] == 1;
+    }
+    if (!mt_float(q) || k->sizes[3] != q->sizes[3] || v->sizes[2] != k->sizes[2])
+        return 0;
+    *flash &= v->sizes[3] == q->sizes[3];
+    if (!cdy_tv_none(s[3])) {
+        const cdy_meta *a = mt_tensor(tr, s[3]);
+        int64_t target[4] = {q->sizes[0], q->sizes[1], q->sizes[2], k->sizes[2]};
+        if ((s[5] && s[5]->obj == Py_True) || !a ||
+            (a->dtype != CDY_DT_BOOL && a->dtype != q->dtype) ||
+            !mt_broadcasts_to(a->sizes, a->ndim, target, 4))
+            return 0;
+    }
+    return 1;
+}
+
+int cdy_sdpa_flash(tracer *tr, tvar **s)
+{
+    int flash;
+    return mt_sdpa_covered(tr, s, &flash) && flash;
+}
+
+/* A fake for F.scaled_dot_product_attention in mt_sdpa_covered's cases: the
+ * size (B, H, L, v's head size), q's dtype; torch.empty_like(q)'s strides
+ * where the flash kernel runs, else contiguous. */
+static PyObject *mt_sdpa(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[8];
+    int flash;
+    cdy_meta m;
+    if (cdy_bind_names("query key value attn_mask dropout_p is_causal scale enable_gqa", args,
+                       nargs, kwnames, s) || !mt_sdpa_covered(tr, s, &flash) ||
+        cdy_meta_empty_like(mt_tensor(tr, s[0]), &m)) {
+        PyErr_Clear();
         return NULL;
+    }
+    if (!flash) {
+        m.sizes[3] = mt_tensor(tr, s[2])->sizes[3];
+        mt_contiguous_strides(m.sizes, 4, m.strides);
+    }
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.group_norm(input, num_groups, weight, bias, eps) (torch.group_norm
+ * with cudnn_enabled when g): a float32 / float64 input of 2+ dims whose
+ * channels the groups divide, weight and bias None or 1-d of the channels and
+ * the input's dtype, eps a number: the input's sizes and dtype in its
+ * suggested memory format. */
+static PyObject *mt_group_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int g)
+{
+    tvar *s[6];
+    long long groups;
+    if (cdy_bind_names(g ? "input num_groups weight bias eps cudnn_enabled"
+                         : "input num_groups weight bias eps", args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || !cdy_const_int(s[1], &groups) || (s[4] && !mt_number(s[4])))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || x->ndim < 2 || !mt_float(x) || groups <= 0 || x->sizes[1] % groups ||
+        !mt_channel_vec(tr, s[2], x->sizes[1], x->dtype) ||
+        !mt_channel_vec(tr, s[3], x->sizes[1], x->dtype))
+        return NULL;
+    cdy_meta m = *x;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.normalize(input, p, dim, eps, out) with no out: a dense
+ * float32 / float64 input of 1+ dims, dim in range, p and eps numbers: the
+ * input's meta (x over its broadcast norm: TensorIterator keeps a dense
+ * operand's strides).  Others: torch's meta. */
+static PyObject *mt_normalize(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[5];
+    long long d = 1;
+    if (cdy_bind_names("input p dim eps out", args, nargs, kwnames, s) || !s[0] ||
+        !cdy_tv_none(s[4]) || (s[1] && !mt_number(s[1])) || (s[3] && !mt_number(s[3])) ||
+        (s[2] && !cdy_const_int(s[2], &d)))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    mt_operand o = {x ? x->ndim : 0, x ? x->sizes : NULL, x ? x->strides : NULL};
+    if (!x || x->ndim < 1 || !mt_float(x) || d < -x->ndim || d >= x->ndim || !mt_dense(&o))
+        return NULL;
+    return cdy_fake_from_meta(tr, x);
+}
+
+/* A fake for cumsum(input, dim, dtype): a tensor of 1+ dims, dim in range,
+ * no dtype= or a float32 / float64 / int64 one: the input's sizes,
+ * contiguous (CPU's kernel allocates so for every layout), the dtype given,
+ * else int64 for an integer or bool input, else the input's. */
+static PyObject *mt_cumsum(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[3];
+    long long d;
+    if (cdy_bind_names("input dim dtype", args, nargs, kwnames, s) || !s[0] || !s[1] ||
+        !cdy_const_int(s[1], &d))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || x->ndim < 1 || d < -x->ndim || d >= x->ndim)
+        return NULL;
+    cdy_meta m = *x;
+    if (!cdy_tv_none(s[2])) {
+        m.dtype = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
+        if (!mt_float(&m) && m.dtype != CDY_DT_INT64)
+            return NULL;
+    } else if (!cdy_dtype_table[x->dtype].is_float) {
+        m.dtype = CDY_DT_INT64;
+    }
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for tril / triu(input, diagonal): a tensor of 2+ dims, an int
+ * diagonal: its meta with contiguous strides (CPU's kernel allocates so). */
+static PyObject *mt_tril(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[2];
+    long long diag;
+    if (cdy_bind_names("input diagonal", args, nargs, kwnames, s) || !s[0] ||
+        (s[1] && !cdy_const_int(s[1], &diag)))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || x->ndim < 2)
+        return NULL;
+    cdy_meta m = *x;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for roll(input, shifts, dims): shifts and dims ints or equally long
+ * int sequences, the dims in range: the input's meta in its suggested memory
+ * format; no dims (a roll of the flattened input): contiguous. */
+static PyObject *mt_roll(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[3];
+    int sh[CDY_MAX_NDIM], dims[CDY_MAX_NDIM], nsh = 0, nd = 0;
+    if (cdy_bind_names("input shifts dims", args, nargs, kwnames, s) || !s[0] || !s[1] ||
+        cdy_int_items(s[1], sh, &nsh, CDY_MAX_NDIM) || nsh < 1)
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || x->ndim < 1)
+        return NULL;
+    cdy_meta m = *x;
+    if (cdy_tv_none(s[2])) {
+        if (nsh != 1)
+            return NULL;
+        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        return cdy_fake_from_meta(tr, &m);
+    }
+    if (cdy_int_items(s[2], dims, &nd, CDY_MAX_NDIM) || nd != nsh)
+        return NULL;
+    for (int i = 0; i < nd; i++)
+        if (dims[i] < -x->ndim || dims[i] >= x->ndim)
+            return NULL;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for torch.addmm(input, mat1, mat2, beta, alpha): 2-d float32 /
+ * float64 matrices of one dtype whose inner sizes agree, an input of that
+ * dtype broadcasting to the product's sizes, numbers beta and alpha: the
+ * product's sizes, contiguous (for every operand layout, as mm). */
+static PyObject *mt_addmm(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[5];
+    if (cdy_bind_names("input mat1 mat2 beta alpha", args, nargs, kwnames, s) || !s[0] ||
+        !s[1] || !s[2] || (s[3] && !mt_number(s[3])) || (s[4] && !mt_number(s[4])))
+        return NULL;
+    const cdy_meta *c = mt_tensor(tr, s[0]), *a = mt_tensor(tr, s[1]), *b = mt_tensor(tr, s[2]);
+    if (!c || !a || !b || a->ndim != 2 || b->ndim != 2 || !mt_float(a) ||
+        b->dtype != a->dtype || c->dtype != a->dtype || a->sizes[1] != b->sizes[0])
+        return NULL;
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.ndim = 2;
+    m.dtype = a->dtype;
+    m.sizes[0] = a->sizes[0];
+    m.sizes[1] = b->sizes[1];
+    if (!mt_broadcasts_to(c->sizes, c->ndim, m.sizes, 2))
+        return NULL;
+    mt_contiguous_strides(m.sizes, 2, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.cross_entropy(input, target, weight, size_average,
+ * ignore_index, reduce, reduction, label_smoothing) with class indices: a
+ * float32 / float64 input (N, C, d...), an int64 target (N, d...), weight
+ * None or 1-d of C in the input's dtype, no legacy size_average / reduce,
+ * reduction 'mean' or 'sum' (absent: 'mean'), an int ignore_index, a number
+ * label_smoothing: a 0-d result of the input's dtype. */
+static PyObject *mt_cross_entropy(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[8];
+    long long ign;
+    if (cdy_bind_names("input target weight size_average ignore_index reduce reduction "
+                       "label_smoothing", args, nargs, kwnames, s) || !s[0] || !s[1] ||
+        !cdy_tv_none(s[3]) || !cdy_tv_none(s[5]) || (s[4] && !cdy_const_int(s[4], &ign)) ||
+        (s[7] && !mt_number(s[7])))
+        return NULL;
+    const char *red = !s[6] ? "mean"
+                      : s[6]->kind == TV_CONST && PyUnicode_Check(s[6]->obj)
+                          ? PyUnicode_AsUTF8(s[6]->obj) : NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]), *t = mt_tensor(tr, s[1]);
+    if (!red || (strcmp(red, "mean") && strcmp(red, "sum")) || !x || !t || x->ndim < 2 ||
+        !mt_float(x) || t->dtype != CDY_DT_INT64 || t->ndim != x->ndim - 1 ||
+        t->sizes[0] != x->sizes[0] || memcmp(t->sizes + 1, x->sizes + 2,
+                                             sizeof(int64_t) * (size_t)(t->ndim - 1)) ||
+        !mt_channel_vec(tr, s[2], x->sizes[1], x->dtype)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.dtype = x->dtype;
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1058,6 +1337,14 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'E': return mt_embedding(tr, args, nargs, kwnames);
     case 'v': case 'n': return mt_vector_norm(tr, args, nargs, kwnames, kind == 'n');
     case 'F': case 'R': case 'U': return mt_flip(tr, args, nargs, kwnames, kind);
+    case 'D': return mt_sdpa(tr, args, nargs, kwnames);
+    case 'G': case 'g': return mt_group_norm(tr, args, nargs, kwnames, kind == 'g');
+    case 'Z': return mt_normalize(tr, args, nargs, kwnames);
+    case 'Y': return mt_cumsum(tr, args, nargs, kwnames);
+    case 'T': return mt_tril(tr, args, nargs, kwnames);
+    case 'O': return mt_roll(tr, args, nargs, kwnames);
+    case 'a': return mt_addmm(tr, args, nargs, kwnames);
+    case 'K': return mt_cross_entropy(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

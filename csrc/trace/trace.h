@@ -207,8 +207,19 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
 /* The same for extern calls fn(*args) of the callables in meta.c's
  * MT_EXTERN_FNS (matmul family, layer_norm, cat / stack, batch_norm, pooling,
- * softmax, losses, conv2d, embedding), NULL with no error outside its rules. */
+ * softmax, losses, conv2d, embedding, flips, sdpa, group_norm, normalize,
+ * cumsum, tril / triu, roll, addmm, cross_entropy), NULL with no error
+ * outside its rules. */
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* m: the meta of torch.empty_like(x) (preserve_format): x's strides where x
+ * is dense and non-overlapping, else dense strides in the order of x's; 0 or
+ * -1. */
+int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m);
+/* 1 if the bound args of F.scaled_dot_product_attention (query key value
+ * attn_mask dropout_p is_causal scale enable_gqa) take CPU's flash kernel,
+ * whose output is allocated like the query; 0 for eager's math path
+ * (contiguous results) and anything the rules do not cover. */
+int cdy_sdpa_flash(tracer *tr, tvar **s);
 /* lower_views.c: ints from a (an int, or a tuple / list of ints) appended to
  * dims[*n] (at most cap); 0 or -1. */
 int cdy_int_items(tvar *a, int *dims, int *n, int cap);
