@@ -1,8 +1,8 @@
 """Result metas computed in C (csrc/trace/meta.c) for cat / concat / concatenate /
 stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_softmax,
 the mse / l1 / smooth_l1 losses, conv2d, max_pool2d, embedding, and the reductions any,
-all, count_nonzero, var, std, vector norms and logsumexp (prod: checked, its meta stays
-torch's), flip / fliplr / flipud, scaled_dot_product_attention, group_norm, F.normalize,
+all, count_nonzero, var, std, vector norms, logsumexp, prod, argmax and argmin, flip /
+fliplr / flipud, scaled_dot_product_attention, group_norm, F.normalize,
 cumsum, tril / triu, roll, addmm and cross_entropy: torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
@@ -222,7 +222,8 @@ REDUCTIONS = [lambda t, d, k: t.prod(d, keepdim=k), lambda t, d, k: t.var(d, kee
               lambda t, d, k: (t > 0).any(d, keepdim=k), lambda t, d, k: (t > 0).all(d, keepdim=k),
               lambda t, d, k: torch.count_nonzero(t > 0, d),
               lambda t, d, k: torch.linalg.vector_norm(t, 2, d, k),
-              lambda t, d, k: t.norm(dim=d, keepdim=k), lambda t, d, k: torch.norm(t, 1, d, k)]
+              lambda t, d, k: t.norm(dim=d, keepdim=k), lambda t, d, k: torch.norm(t, 1, d, k),
+              lambda t, d, k: t.argmax(d, keepdim=k), lambda t, d, k: torch.argmin(t, d, k)]
 
 
 @pytest.mark.parametrize("case", range(len(REDUCTIONS)))
@@ -231,12 +232,20 @@ def test_reductions_layouts_and_dtypes(case):
     fn = REDUCTIONS[case]
     for x in list(_layouts4(2, 3, 4, 5, g))[:4]:
         for d, k in ((-1, False), (1, True), ((2, 3), False), ((0, 2), True)):
-            if case == 0 and isinstance(d, tuple):
-                continue                  # prod takes one dim
+            if case in (0, 9, 10) and isinstance(d, tuple):
+                continue                  # prod, argmax and argmin take one dim
             _compiled_equals_eager(lambda t, d=d, k=k: fn(t, d, k) * 2, x)
+        if case in (9, 10):               # and None: every dim
+            _compiled_equals_eager(lambda t: fn(t, None, False) * 2, x)
+            _compiled_equals_eager(lambda t: fn(t, None, True) * 2, x)
     i = torch.randint(-3, 4, (3, 5), generator=g)
-    if case in (0, 3, 4, 5):   # integer inputs: prod in int64, the bool ones as they are
+    if case in (0, 3, 4, 5, 9, 10):   # integer inputs: prod in int64, the bool ones as they are
         _compiled_equals_eager(lambda t: fn(t, -1, False) * 2, i)
+    if case in (0, 9, 10):            # what eager rejects, the compiled function rejects
+        from conftest import check_raises
+        check_raises(lambda t: fn(t, (1,), False), x)
+        if case == 0:
+            check_raises(lambda t: t.prod(None), x)
     u = torch.randint(0, 3, (3, 5), generator=g, dtype=torch.uint8)
     _compiled_equals_eager(lambda t: t.any(-1), u)      # uint8 in, uint8 out
     _compiled_equals_eager(lambda t: t.all(0), u)
@@ -394,7 +403,8 @@ def f(x, y, m):
     n = F.group_norm(x, 2) + F.normalize(y, dim=1) + torch.cumsum(x, 2) + torch.tril(y)
     o = torch.roll(x, 1, 3) + torch.logsumexp(y, -1, keepdim=True) + F.cross_entropy(
         x.flatten(2)[..., 0], m.flatten(1).sum(1) % 4) + torch.addmm(y[0, 0], x[0, 0], y[0, 1])
-    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r, s, n, o
+    p = (x.prod(1) + y.argmax(1), torch.argmin(x, 2, keepdim=True) * 2)
+    return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r, s, n, o, *p
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5
 out = cdynamo.optimize(f)(x, y, m)

@@ -369,17 +369,19 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
  * and vector_norm a fourth, their correction or order): the reduced dims
  * dropped or kept as 1, contiguous (torch allocates every reduction result
  * so, whatever x's layout: checked by test_reductions and test_meta_c over
- * permuted, channels_last and sliced inputs); the dtype: a sum of integers
- * or bool int64, any / all bool (uint8 for a uint8 x), count_nonzero int64,
- * var / std / vector_norm x's (float x only), else x's.  NULL with no error
- * outside these rules (other ops, a 0-d or empty input: torch's meta
- * decides; prod too: its bound dims mask cannot tell dim=1 from dim=(1,),
- * which eager rejects). */
+ * permuted, channels_last and sliced inputs); the dtype: a sum or prod of
+ * integers or bool int64, any / all bool (uint8 for a uint8 x),
+ * count_nonzero, argmax and argmin int64, var / std / vector_norm /
+ * logsumexp x's (float x only), else x's.  NULL with no error outside these
+ * rules (other ops, a 0-d or empty input: torch's meta decides).  prod's and
+ * argmax's dims are one int or absent (argmax: or None) by their binding
+ * (opbind.c), so the mask says what eager accepts. */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
 {
     int four = op == CDY_OP_VAR || op == CDY_OP_STD || op == CDY_OP_NORM;
     if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN &&
          op != CDY_OP_ANY && op != CDY_OP_ALL && op != CDY_OP_LOGSUMEXP &&
+         op != CDY_OP_PROD && op != CDY_OP_ARGMAX && op != CDY_OP_ARGMIN &&
          op != CDY_OP_COUNT_NONZERO && !four) ||
         n != 3 + four || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
         !PyLong_Check(args[1]->obj) || args[2]->kind != TV_CONST)
@@ -402,11 +404,11 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
             m.sizes[m.ndim++] = 1;
     mt_contiguous_strides(m.sizes, m.ndim, m.strides);
     m.dtype = x->dtype;
-    if (op == CDY_OP_SUM && !is_float)
+    if ((op == CDY_OP_SUM || op == CDY_OP_PROD) && !is_float)
         m.dtype = CDY_DT_INT64;
     else if (op == CDY_OP_ANY || op == CDY_OP_ALL)
         m.dtype = x->dtype == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
-    else if (op == CDY_OP_COUNT_NONZERO)
+    else if (op == CDY_OP_COUNT_NONZERO || op == CDY_OP_ARGMAX || op == CDY_OP_ARGMIN)
         m.dtype = CDY_DT_INT64;
     return cdy_fake_from_meta(tr, &m);
 }

@@ -385,11 +385,18 @@ static int ob_reduce_empty(int op, const cdy_meta *m, long long mask)
 
 /* Reductions (input, dim, keepdim) -> (input, dims mask, keepdim): dim an
  * int, a non-empty tuple/list of ints, or None/absent (every dim); keepdim a
- * bool.  Int/bool mean (eager raises) and anything else stay extern. */
+ * bool.  Int/bool mean (eager raises) and anything else stay extern, and so
+ * do the dims eager rejects where the mask could not tell: argmax / argmin /
+ * prod take one int dim (a tuple raises), prod no explicit None. */
 static int ob_check_reduce(tracer *tr, int op, tvar **out, tvar **extra)
 {
     tvar *x = out[0], *dim = extra[0], *kd = extra[1];
     if (!x || x->kind != TV_TENSOR || x->value < 0 || x->value >= tr->t->graph.nvalues)
+        return -1;
+    if ((op == CDY_OP_ARGMAX || op == CDY_OP_ARGMIN || op == CDY_OP_PROD) && dim &&
+        (dim->kind == TV_TUPLE || dim->kind == TV_LIST ||
+         (dim->kind == TV_CONST && (PyTuple_Check(dim->obj) || PyList_Check(dim->obj) ||
+                                    (op == CDY_OP_PROD && dim->obj == Py_None)))))
         return -1;
     const cdy_meta *m = &tr->t->graph.values[x->value].meta;
     int xd = ob_dtype(x);
