@@ -3,7 +3,8 @@ stack, clamp, masked_fill, eval batch_norm, adaptive_avg_pool2d, softmax / log_s
 the mse / l1 / smooth_l1 losses, conv2d, max_pool2d, embedding, and the reductions any,
 all, count_nonzero, var, std, vector norms, logsumexp, prod, argmax and argmin, flip /
 fliplr / flipud, scaled_dot_product_attention, group_norm, F.normalize,
-cumsum, tril / triu, roll, addmm and cross_entropy: torch's own metas for these are Python refs behind
+cumsum, tril / triu, roll, addmm, cross_entropy, zeros_like / ones_like / empty_like /
+full_like, repeat, gather and avg_pool2d: torch's own metas for these are Python refs behind
 torch._disable_dynamo, whose first call imports torch._dynamo (about 1 s per process),
 or call torch._check or elementwise_dtypes, which import sympy (about 0.35 s). Every layout here must give eager's sizes,
 strides, dtype and values, whether the C rule covers it or torch's meta runs."""
@@ -380,6 +381,48 @@ def test_addmm_cross_entropy_and_logsumexp():
     check_raises(lambda x, t: F.cross_entropy(x, t[:3]), torch.randn(6, 10), t)
 
 
+def test_like_factories_layouts_and_dtypes():
+    g = _g()
+    xs = list(_layouts4(2, 3, 4, 5, g))
+    for x in xs:
+        for t in (x, (x * 3).long()):
+            _compiled_equals_eager(lambda t: torch.zeros_like(t) + t, t)
+            _compiled_equals_eager(lambda t: torch.ones_like(t, dtype=torch.float64) * 2, t)
+            _compiled_equals_eager(lambda t: torch.full_like(t, 2.5) + t, t)
+            _compiled_equals_eager(lambda t: torch.full_like(t, 3, dtype=torch.int32) * 2, t)
+            _compiled_equals_eager(lambda t: torch.empty_like(t).fill_(1) * 2, t)
+            _compiled_equals_eager(
+                lambda t: torch.zeros_like(t, memory_format=torch.preserve_format) + 1, t)
+            _compiled_equals_eager(    # another memory format: torch's meta
+                lambda t: torch.ones_like(t, memory_format=torch.contiguous_format) + 1, t)
+    from conftest import check_raises
+    check_raises(lambda t: torch.zeros_like(t, torch.float64), xs[0])
+
+
+def test_repeat_gather_and_avg_pool2d():
+    g = _g()
+    for x in _layouts4(2, 3, 8, 10, g):
+        _compiled_equals_eager(lambda x: x.repeat(1, 2, 1, 1) * 2, x)
+        _compiled_equals_eager(lambda x: x.repeat((2, 1, 1, 3)) + 1, x)
+        _compiled_equals_eager(lambda x: x.repeat(2, 1, 1, 1, 1) * 2, x)
+        for idx in (torch.randint(0, 10, (2, 3, 8, 4), generator=g),
+                    torch.randint(0, 10, (2, 8, 3, 4), generator=g).transpose(1, 2),
+                    torch.randint(0, 10, (1, 2, 5, 6), generator=g)):
+            _compiled_equals_eager(lambda x, i: torch.gather(x, 3, i) * 2, x, idx)
+            _compiled_equals_eager(lambda x, i: x.gather(-1, i) + 1, x, idx)
+        _compiled_equals_eager(lambda x: torch.gather(x, 1, torch.zeros(2, 1, 8, 10,
+                                                                         dtype=torch.long)), x)
+        for args in ((2,), (3, 2, 1), ((3, 2), (2, 1), (1, 0), True), (2, None, 0, False, False),
+                     (3, 1, 1, False, True, 2)):
+            _compiled_equals_eager(lambda x, a=args: F.avg_pool2d(x, *a) * 2, x)
+    _compiled_equals_eager(lambda x: F.avg_pool2d(x, 2) * 2, torch.randn(3, 8, 10, generator=g))
+    from conftest import check_raises
+    x = torch.randn(2, 3, 8, 10, generator=g)
+    check_raises(lambda x: x.repeat(2, 2), x)                             # fewer sizes than dims
+    check_raises(lambda x: torch.gather(x, 3, torch.zeros(2, 4, 8, 3, dtype=torch.long)), x)
+    check_raises(lambda x: F.avg_pool2d(x, 2, padding=2), x)             # padding > kernel / 2
+
+
 def test_these_ops_trace_without_torch_meta(tmp_path):
     # a fresh process compiles a function of all of them without importing
     # torch._dynamo or torch.fx's symbolic shapes (sympy)
@@ -403,7 +446,9 @@ def f(x, y, m):
     n = F.group_norm(x, 2) + F.normalize(y, dim=1) + torch.cumsum(x, 2) + torch.tril(y)
     o = torch.roll(x, 1, 3) + torch.logsumexp(y, -1, keepdim=True) + F.cross_entropy(
         x.flatten(2)[..., 0], m.flatten(1).sum(1) % 4) + torch.addmm(y[0, 0], x[0, 0], y[0, 1])
-    p = (x.prod(1) + y.argmax(1), torch.argmin(x, 2, keepdim=True) * 2)
+    p = (x.prod(1) + y.argmax(1), torch.argmin(x, 2, keepdim=True) * 2,
+         torch.zeros_like(x) + torch.ones_like(y) * torch.full_like(x, 2) + x.repeat(1, 1, 1, 2)[..., :6],
+         torch.gather(x, 3, m[:, :4].long()) + F.avg_pool2d(y, 2).sum())
     return a.masked_fill(m, 0.5) * 2, b + 1, c, d, e, h, k, r, s, n, o, *p
 x, y = torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6)
 m = torch.rand(2, 8, 6, 6) > 0.5

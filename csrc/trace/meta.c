@@ -271,6 +271,18 @@ static int mt_number(const tvar *a)
            (PyBool_Check(a->obj) || PyLong_CheckExact(a->obj) || PyFloat_CheckExact(a->obj));
 }
 
+/* 1 if m is float32 or float64. */
+static int mt_float(const cdy_meta *m)
+{
+    return m->dtype == CDY_DT_FLOAT32 || m->dtype == CDY_DT_FLOAT64;
+}
+
+/* 1 if t is absent, None or the constant False. */
+static int mt_false(const tvar *t)
+{
+    return cdy_tv_none(t) || (t->kind == TV_CONST && t->obj == Py_False);
+}
+
 /* The result dtype of op over the bound args by its rule, or CDY_DT_NONE. */
 static int mt_dtype(int op, tvar **args, int n, const cdy_value *vals)
 {
@@ -449,7 +461,11 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch", "cumsum", 'Y') X("torch.Tensor", "cumsum", 'Y')               \
     X("torch", "tril", 'T') X("torch", "triu", 'T') X("torch.Tensor", "tril", 'T') \
     X("torch.Tensor", "triu", 'T') X("torch", "roll", 'O') X("torch.Tensor", "roll", 'O') \
-    X("torch", "addmm", 'a') X("torch.nn.functional", "cross_entropy", 'K')
+    X("torch", "addmm", 'a') X("torch.nn.functional", "cross_entropy", 'K')    \
+    X("torch", "zeros_like", 'z') X("torch", "ones_like", 'z') X("torch", "empty_like", 'z') \
+    X("torch", "full_like", 'f') X("torch.Tensor", "repeat", 'r')             \
+    X("torch", "gather", 'q') X("torch.Tensor", "gather", 'q')                \
+    X("torch.nn.functional", "avg_pool2d", 'W')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -916,6 +932,24 @@ static PyObject *mt_conv2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A pool's stride sd into st: absent, None or empty means the kernel k; a
+ * pair as mt_pair.  0 or -1. */
+static int mt_pool_stride(const tvar *sd, const int64_t *k, int64_t *st)
+{
+    if (!sd || (sd->kind == TV_CONST && (sd->obj == Py_None ||
+                                         (PyTuple_Check(sd->obj) && !PyTuple_GET_SIZE(sd->obj)) ||
+                                         (PyList_Check(sd->obj) && !PyList_GET_SIZE(sd->obj)))) ||
+        ((sd->kind == TV_TUPLE || sd->kind == TV_LIST) && sd->n == 0)) {
+        st[0] = k[0];
+        st[1] = k[1];
+        return 0;
+    }
+    return mt_pair(sd, -1, st);
+}
+
+static PyObject *mt_pool(tracer *tr, const tvar *t, const int64_t *k, const int64_t *st,
+                         const int64_t *pad, const int64_t *dil, int ceil);
+
 /* A fake for F.max_pool2d (torch_fn: torch.max_pool2d) without indices over
  * a 3-d or 4-d float32 / float64 input: kernel_size, stride (absent: the
  * kernel), padding, dilation ints or pairs, ceil_mode a bool, padding at most
@@ -933,20 +967,21 @@ static PyObject *mt_max_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwn
                                                             PyBool_Check(s[5]->obj))) ||
         (s[6] && !(s[6]->kind == TV_CONST && s[6]->obj == Py_False)))
         return NULL;
-    const tvar *sd = s[2];   /* the stride: absent, None or empty means the kernel */
-    if (!sd || (sd->kind == TV_CONST && (sd->obj == Py_None ||
-                                         (PyTuple_Check(sd->obj) && !PyTuple_GET_SIZE(sd->obj)) ||
-                                         (PyList_Check(sd->obj) && !PyList_GET_SIZE(sd->obj)))) ||
-        ((sd->kind == TV_TUPLE || sd->kind == TV_LIST) && sd->n == 0))
-        st[0] = k[0], st[1] = k[1];
-    else if (mt_pair(sd, -1, st))
+    if (mt_pool_stride(s[2], k, st) || mt_pair(s[3], 0, pad) || mt_pair(s[4], 1, dil))
         return NULL;
-    if (mt_pair(s[3], 0, pad) || mt_pair(s[4], 1, dil))
-        return NULL;
-    int ceil = s[5] && s[5]->obj == Py_True;
-    const cdy_meta *x = mt_tensor(tr, s[0]);
-    if (!x || (x->ndim != 3 && x->ndim != 4) ||
-        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+    return mt_pool(tr, s[0], k, st, pad, dil, s[5] && s[5]->obj == Py_True);
+}
+
+/* The fake of a 2-d pool of input t (3-d or 4-d float32 / float64) with
+ * kernel k, stride st, padding pad, dilation dil (pairs) and ceil_mode ceil:
+ * torch's pooling output size per spatial dim (a padding at most half the
+ * dilated kernel, as eager requires), the input's suggested memory format;
+ * NULL with no error for anything else. */
+static PyObject *mt_pool(tracer *tr, const tvar *t, const int64_t *k, const int64_t *st,
+                         const int64_t *pad, const int64_t *dil, int ceil)
+{
+    const cdy_meta *x = mt_tensor(tr, t);
+    if (!x || (x->ndim != 3 && x->ndim != 4) || !mt_float(x))
         return NULL;
     cdy_meta m = *x;
     for (int i = 0; i < 2; i++) {
@@ -964,6 +999,27 @@ static PyObject *mt_max_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwn
         m.sizes[x->ndim - 2 + i] = out;
     }
     return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode,
+ * count_include_pad, divisor_override): as max_pool2d's (mt_pool, no
+ * dilation), count_include_pad a bool, divisor_override None or a nonzero
+ * int. */
+static PyObject *mt_avg_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[7];
+    long long dv;
+    int64_t k[2], st[2], pad[2], dil[2] = {1, 1};
+    if (cdy_bind_names("input kernel_size stride padding ceil_mode count_include_pad "
+                       "divisor_override", args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || mt_pair(s[1], -1, k) || mt_pair(s[3], 0, pad) ||
+        (s[4] && !(s[4]->kind == TV_CONST && PyBool_Check(s[4]->obj))) ||
+        (s[5] && !(s[5]->kind == TV_CONST && PyBool_Check(s[5]->obj))) ||
+        (!cdy_tv_none(s[6]) && !(cdy_const_int(s[6], &dv) && dv != 0)))
+        return NULL;
+    if (mt_pool_stride(s[2], k, st))
+        return NULL;
+    return mt_pool(tr, s[0], k, st, pad, dil, s[4] && s[4]->obj == Py_True);
 }
 
 /* A fake for F.embedding(input, weight, padding_idx, max_norm, ...): a
@@ -1044,18 +1100,6 @@ int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m)
  * torch._disable_dynamo, or calling torch._check), and the first compile of a
  * function with any of them took about 1 s where it takes 0.03.  Layouts as
  * eager's CPU kernels allocate their results (checked by test_meta_c). */
-
-/* 1 if t is absent, None or the constant False. */
-static int mt_false(const tvar *t)
-{
-    return cdy_tv_none(t) || (t->kind == TV_CONST && t->obj == Py_False);
-}
-
-/* 1 if m is float32 or float64. */
-static int mt_float(const cdy_meta *m)
-{
-    return m->dtype == CDY_DT_FLOAT32 || m->dtype == CDY_DT_FLOAT64;
-}
 
 /* 1 if a tensor of sizes a (na dims) broadcasts to sizes b (nb dims). */
 static int mt_broadcasts_to(const int64_t *a, int na, const int64_t *b, int nb)
@@ -1306,6 +1350,97 @@ static PyObject *mt_cross_entropy(tracer *tr, tvar **args, int nargs, PyObject *
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for zeros_like / ones_like / empty_like(input, *, dtype, layout,
+ * device, requires_grad, memory_format) (full_like: input, fill_value a
+ * number): no layout, device or pin_memory, requires_grad False,
+ * memory_format absent or torch.preserve_format: torch.empty_like(input)'s
+ * meta (cdy_meta_empty_like) in dtype= when given, else the input's. */
+static PyObject *mt_like(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int full)
+{
+    tvar *s[8];
+    cdy_meta m;
+    if (nargs != 1 + full ||
+        cdy_bind_names(full ? "input fill_value dtype layout device pin_memory requires_grad "
+                              "memory_format"
+                            : "input dtype layout device pin_memory requires_grad memory_format",
+                       args, nargs, kwnames, s) || !s[0])
+        return NULL;
+    tvar **o = s + full;   /* o[1]: dtype, o[2..5]: layout device pin_memory requires_grad */
+    if ((full && !mt_number(s[1])) || !cdy_tv_none(o[2]) || !cdy_tv_none(o[3]) ||
+        !mt_false(o[4]) || !mt_false(o[5]))
+        return NULL;
+    if (o[6] && !cdy_tv_none(o[6])) {
+        PyObject *pf = PyObject_GetAttrString(cdy_torch, "preserve_format");
+        int ok = pf && o[6]->kind == TV_CONST && o[6]->obj == pf;
+        Py_XDECREF(pf);
+        PyErr_Clear();
+        if (!ok)
+            return NULL;
+    }
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    if (!x || cdy_meta_empty_like(x, &m))
+        return NULL;
+    if (!cdy_tv_none(o[1]) &&
+        (m.dtype = o[1]->kind == TV_CONST ? cdy_dtype_from_obj(o[1]->obj) : CDY_DT_NONE) ==
+            CDY_DT_NONE)
+        return NULL;
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for Tensor.repeat(*sizes) (or a sequence of sizes): at least as
+ * many positive ints as the tensor has dims: the sizes times the tensor's
+ * (its dims aligned to the right), contiguous, its dtype. */
+static PyObject *mt_repeat(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    int r[CDY_MAX_NDIM], n = 0;
+    const cdy_meta *x = nargs >= 2 && !kwnames ? mt_tensor(tr, args[0]) : NULL;
+    if (!x)
+        return NULL;
+    for (int i = 1; i < nargs; i++)
+        if (cdy_int_items(args[i], r, &n, CDY_MAX_NDIM) ||
+            (nargs > 2 && args[i]->kind == TV_CONST && !PyLong_Check(args[i]->obj)))
+            return NULL;
+    if (n < x->ndim)
+        return NULL;
+    cdy_meta m;
+    memset(&m, 0, sizeof(m));
+    m.ndim = n;
+    m.dtype = x->dtype;
+    for (int i = 0; i < n; i++) {
+        int xi = i - (n - x->ndim);
+        if (r[i] < 1)
+            return NULL;
+        m.sizes[i] = (int64_t)r[i] * (xi >= 0 ? x->sizes[xi] : 1);
+    }
+    mt_contiguous_strides(m.sizes, n, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for gather(input, dim, index, sparse_grad): an int64 index of the
+ * input's rank, no larger than the input in the dims other than dim, dim in
+ * range, no sparse_grad: the index's sizes, contiguous (CPU's kernel
+ * allocates so for every index layout), the input's dtype. */
+static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[4];
+    long long d;
+    if (cdy_bind_names("input dim index sparse_grad", args, nargs, kwnames, s) || !s[0] ||
+        !s[1] || !s[2] || !cdy_const_int(s[1], &d) || !mt_false(s[3]))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]), *i = mt_tensor(tr, s[2]);
+    if (!x || !i || i->dtype != CDY_DT_INT64 || i->ndim != x->ndim || x->ndim < 1 ||
+        d < -x->ndim || d >= x->ndim)
+        return NULL;
+    d = d < 0 ? d + x->ndim : d;
+    for (int k = 0; k < x->ndim; k++)
+        if (k != d && i->sizes[k] > x->sizes[k])
+            return NULL;
+    cdy_meta m = *i;
+    m.dtype = x->dtype;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -1347,6 +1482,10 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'O': return mt_roll(tr, args, nargs, kwnames);
     case 'a': return mt_addmm(tr, args, nargs, kwnames);
     case 'K': return mt_cross_entropy(tr, args, nargs, kwnames);
+    case 'z': case 'f': return mt_like(tr, args, nargs, kwnames, kind == 'f');
+    case 'r': return mt_repeat(tr, args, nargs, kwnames);
+    case 'q': return mt_gather(tr, args, nargs, kwnames);
+    case 'W': return mt_avg_pool2d(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
