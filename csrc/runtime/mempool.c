@@ -120,19 +120,27 @@ static dl_dtype mp_dltype(int d)
     return t;
 }
 
+/* n rounded up to a multiple of a (a power of two): aligned_alloc's size
+ * must be a multiple of its alignment (C11; glibc lets it pass,
+ * AddressSanitizer aborts). */
+static size_t mp_round(size_t n, size_t a)
+{
+    return (n + a - 1) & ~(a - 1);
+}
+
 /* A new block of capacity cap (class cls); NULL if out of memory. */
 static mp_block *mp_new(int cls, size_t cap)
 {
     mp_block *b;
     if (cap < MP_PAGE_MIN) {
-        if (!(b = aligned_alloc(MP_ALIGN, MP_HEADER + cap)))
+        if (!(b = aligned_alloc(MP_ALIGN, mp_round(MP_HEADER + cap, MP_ALIGN))))
             return NULL;
         b->data = (char *)b + MP_HEADER;
     } else {
         size_t align = cap >= MP_HUGE ? MP_HUGE : MP_PAGE;
         if (!(b = malloc(sizeof *b)))
             return NULL;
-        if (!(b->data = aligned_alloc(align, (cap + MP_PAGE - 1) & ~(size_t)(MP_PAGE - 1)))) {
+        if (!(b->data = aligned_alloc(align, mp_round(cap, align)))) {
             free(b);
             return NULL;
         }
