@@ -378,6 +378,9 @@ def test_addmm_cross_entropy_and_logsumexp():
         _compiled_equals_eager(lambda x: x.logsumexp((1, 2), keepdim=True) + 1, x)
     from conftest import check_raises
     check_raises(lambda a, b: torch.addmm(torch.randn(3), a, b), a, b)
+    check_raises(lambda a, b: torch.addmm(torch.randn(4), a, b, 2), a, b)    # beta: keyword-only
+    check_raises(lambda a: torch.cumsum(a, 1, torch.float64), a)           # dtype: keyword-only
+    check_raises(lambda a: torch.gather(a, 1, torch.zeros(5, 1, dtype=torch.long), False), a)
     check_raises(lambda x, t: F.cross_entropy(x, t[:3]), torch.randn(6, 10), t)
 
 

@@ -1166,7 +1166,8 @@ static PyObject *mt_sdpa(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     tvar *s[8];
     int flash;
     cdy_meta m;
-    if (cdy_bind_names("query key value attn_mask dropout_p is_causal scale enable_gqa", args,
+    if (nargs > 6 ||   /* scale and enable_gqa are keyword-only */
+        cdy_bind_names("query key value attn_mask dropout_p is_causal scale enable_gqa", args,
                        nargs, kwnames, s) || !mt_sdpa_covered(tr, s, &flash) ||
         cdy_meta_empty_like(mt_tensor(tr, s[0]), &m)) {
         PyErr_Clear();
@@ -1228,7 +1229,8 @@ static PyObject *mt_cumsum(tracer *tr, tvar **args, int nargs, PyObject *kwnames
 {
     tvar *s[3];
     long long d;
-    if (cdy_bind_names("input dim dtype", args, nargs, kwnames, s) || !s[0] || !s[1] ||
+    if (nargs > 2 ||   /* dtype is keyword-only */
+        cdy_bind_names("input dim dtype", args, nargs, kwnames, s) || !s[0] || !s[1] ||
         !cdy_const_int(s[1], &d))
         return NULL;
     const cdy_meta *x = mt_tensor(tr, s[0]);
@@ -1298,7 +1300,8 @@ static PyObject *mt_roll(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 static PyObject *mt_addmm(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *s[5];
-    if (cdy_bind_names("input mat1 mat2 beta alpha", args, nargs, kwnames, s) || !s[0] ||
+    if (nargs > 3 ||   /* beta and alpha are keyword-only */
+        cdy_bind_names("input mat1 mat2 beta alpha", args, nargs, kwnames, s) || !s[0] ||
         !s[1] || !s[2] || (s[3] && !mt_number(s[3])) || (s[4] && !mt_number(s[4])))
         return NULL;
     const cdy_meta *c = mt_tensor(tr, s[0]), *a = mt_tensor(tr, s[1]), *b = mt_tensor(tr, s[2]);
@@ -1424,7 +1427,8 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
 {
     tvar *s[4];
     long long d;
-    if (cdy_bind_names("input dim index sparse_grad", args, nargs, kwnames, s) || !s[0] ||
+    if (nargs > 3 ||   /* sparse_grad is keyword-only */
+        cdy_bind_names("input dim index sparse_grad", args, nargs, kwnames, s) || !s[0] ||
         !s[1] || !s[2] || !cdy_const_int(s[1], &d) || !mt_false(s[3]))
         return NULL;
     const cdy_meta *x = mt_tensor(tr, s[0]), *i = mt_tensor(tr, s[2]);
