@@ -1,12 +1,12 @@
 /* attention.c - torch's fused attention in the graph.
  *
- * The layout of its result (a lowering, registered in cdy_lowerings_attention):
- * the CPU kernel of F.scaled_dot_product_attention returns its result in
- * the query's memory order (a (B, H, L, E) view of (B, L, H, E) heads, as
- * transformers makes q, gives a result whose transpose(1, 2) is already
- * contiguous), while its meta function says contiguous.  The node gets the
- * kernel's strides, so the runtime does not copy the result into the meta's
- * and the usual transpose(1, 2).contiguous() after it is free.
+ * The layout of its result is meta.c's (mt_sdpa): the CPU flash kernel of
+ * F.scaled_dot_product_attention returns its result in the query's memory
+ * order (a (B, H, L, E) view of (B, L, H, E) heads, as transformers makes q,
+ * gives a result whose transpose(1, 2) is already contiguous), while torch's
+ * meta function says contiguous.  The node gets the kernel's strides, so the
+ * runtime does not copy the result into the meta's and the usual
+ * transpose(1, 2).contiguous() after it is free.
  *
  * A rewrite of the finished trace, before the C backend compiles it:
  * attention written out by hand becomes one call of
@@ -266,49 +266,6 @@ static int at_rewrite(at_ctx *a, const at_match *m)
     cdy_value_drop(g, m->a);
     return 0;
 }
-
-/* ---- the result's layout ------------------------------------------------ */
-
-static int sd_busy;   /* inside lower_sdpa's own call of the op */
-
-/* F.scaled_dot_product_attention(query, ...): the extern, its result in
- * the query's memory order where eager's flash kernel runs (cdy_sdpa_flash;
- * torch.empty_like's order, cdy_meta_empty_like: torch's own empty_like on a
- * fake imports sympy), else as torch's meta says (eager's other paths give
- * contiguous results: a head size of v's own was reordered to the query's
- * before); NULL (stopped or not). */
-static tvar *lower_sdpa(tracer *tr, const cdy_lower_call *call)
-{
-    tvar *s[8];
-    if (sd_busy || cdy_bind_names("query key value attn_mask dropout_p is_causal scale enable_gqa",
-                                  call->args, call->nargs, call->kwnames, s) ||
-        !s[0] || s[0]->kind != TV_TENSOR ||
-        !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
-        return NULL;
-    tvar *q = s[0];
-    sd_busy = 1;
-    tvar *y = cdy_call_torch(tr, call->fn, call->what, call->args, call->nargs, call->kwnames);
-    sd_busy = 0;
-    if (!y || y->kind != TV_TENSOR)
-        return y;
-    cdy_meta lm, m = tr->t->graph.values[y->value].meta;
-    if (!cdy_sdpa_flash(tr, s) ||
-        cdy_meta_empty_like(&tr->t->graph.values[q->value].meta, &lm) || lm.ndim != m.ndim ||
-        memcmp(lm.sizes, m.sizes, sizeof(int64_t) * (size_t)m.ndim))
-        return y;
-    memcpy(m.strides, lm.strides, sizeof(int64_t) * (size_t)m.ndim);
-    PyObject *fake = cdy_fake_from_meta(tr, &m);
-    if (!fake)
-        return NULL;
-    tr->t->graph.values[y->value].meta = m;
-    return cdy_tensor_tvar(tr, fake, y->value);
-}
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_ATTENTION(X)                          \
-    X("scaled_dot_product_attention", "fn", lower_sdpa)
-
-CDY_LOWERING_TABLE(cdy_lowerings_attention, CDY_LOWER_ATTENTION);
 
 /* ---- hand-written attention ------------------------------------------------ */
 

@@ -9,8 +9,7 @@ static PyObject *lower_next;   /* {callable: a later table's row, tried when the
 /* Every area's table, in lookup order (an earlier registration wins). */
 static const cdy_lowering *const all_tables[] = {
     cdy_lowerings_views, cdy_lowerings_rows, cdy_lowerings_reduce, cdy_lowerings_pool,
-    cdy_lowerings_conv, cdy_lowerings_factory, cdy_lowerings_index, cdy_lowerings_attention,
-    cdy_lowerings_linear, NULL,
+    cdy_lowerings_conv, cdy_lowerings_factory, cdy_lowerings_index, cdy_lowerings_linear, NULL,
 };
 
 /* Module path of where-letter w ('m', Tensor, is resolved by put_row), or NULL. */

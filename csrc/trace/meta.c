@@ -1152,12 +1152,6 @@ static int mt_sdpa_covered(tracer *tr, tvar **s, int *flash)
     return 1;
 }
 
-int cdy_sdpa_flash(tracer *tr, tvar **s)
-{
-    int flash;
-    return mt_sdpa_covered(tr, s, &flash) && flash;
-}
-
 /* A fake for F.scaled_dot_product_attention in mt_sdpa_covered's cases: the
  * size (B, H, L, v's head size), q's dtype; torch.empty_like(q)'s strides
  * where the flash kernel runs, else contiguous. */

@@ -215,11 +215,6 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
  * is dense and non-overlapping, else dense strides in the order of x's; 0 or
  * -1. */
 int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m);
-/* 1 if the bound args of F.scaled_dot_product_attention (query key value
- * attn_mask dropout_p is_causal scale enable_gqa) take CPU's flash kernel,
- * whose output is allocated like the query; 0 for eager's math path
- * (contiguous results) and anything the rules do not cover. */
-int cdy_sdpa_flash(tracer *tr, tvar **s);
 /* lower_views.c: ints from a (an int, or a tuple / list of ints) appended to
  * dims[*n] (at most cap); 0 or -1. */
 int cdy_int_items(tvar *a, int *dims, int *n, int cap);
@@ -278,7 +273,6 @@ extern const cdy_lowering cdy_lowerings_rows[];
 extern const cdy_lowering cdy_lowerings_reduce[];
 extern const cdy_lowering cdy_lowerings_pool[];
 extern const cdy_lowering cdy_lowerings_conv[];
-extern const cdy_lowering cdy_lowerings_attention[];   /* attention.c */
 extern const cdy_lowering cdy_lowerings_linear[];
 extern const cdy_lowering cdy_lowerings_factory[];
 /* t.T / .mT / .H / .mH as a transpose or permute call (a VIEW); NULL when
