@@ -283,6 +283,20 @@ static int mt_false(const tvar *t)
     return cdy_tv_none(t) || (t->kind == TV_CONST && t->obj == Py_False);
 }
 
+/* The dtype a constant dtype argument t names, or CDY_DT_NONE. */
+static int mt_dtype_arg(const tvar *t)
+{
+    return t->kind == TV_CONST ? cdy_dtype_from_obj(t->obj) : CDY_DT_NONE;
+}
+
+/* A loss's reduction argument t: absent, 'mean'; a constant string, it;
+ * else NULL. */
+static const char *mt_reduction(const tvar *t)
+{
+    return !t ? "mean"
+              : t->kind == TV_CONST && PyUnicode_Check(t->obj) ? PyUnicode_AsUTF8(t->obj) : NULL;
+}
+
 /* The result dtype of op over the bound args by its rule, or CDY_DT_NONE. */
 static int mt_dtype(int op, tvar **args, int n, const cdy_value *vals)
 {
@@ -825,7 +839,7 @@ static PyObject *mt_softmax(tracer *tr, tvar **s)
         return NULL;
     cdy_meta m = *x;
     if (!cdy_tv_none(s[2])) {
-        m.dtype = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
+        m.dtype = mt_dtype_arg(s[2]);
         if (m.dtype != CDY_DT_FLOAT32 && m.dtype != CDY_DT_FLOAT64)
             return NULL;
     }
@@ -845,9 +859,7 @@ static PyObject *mt_loss(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
     if (cdy_bind_names(sig, args, nargs, kwnames, s) || !s[0] || !s[1])
         return NULL;
     const cdy_meta *x = mt_tensor(tr, s[0]), *y = mt_tensor(tr, s[1]);
-    const char *red = !s[4] ? "mean"
-                      : s[4]->kind == TV_CONST && PyUnicode_Check(s[4]->obj)
-                          ? PyUnicode_AsUTF8(s[4]->obj) : NULL;
+    const char *red = mt_reduction(s[4]);
     if (!x || !y || x->dtype != y->dtype || x->ndim != y->ndim ||
         memcmp(x->sizes, y->sizes, sizeof(int64_t) * (size_t)x->ndim) ||
         (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
@@ -1232,7 +1244,7 @@ static PyObject *mt_cumsum(tracer *tr, tvar **args, int nargs, PyObject *kwnames
         return NULL;
     cdy_meta m = *x;
     if (!cdy_tv_none(s[2])) {
-        m.dtype = s[2]->kind == TV_CONST ? cdy_dtype_from_obj(s[2]->obj) : CDY_DT_NONE;
+        m.dtype = mt_dtype_arg(s[2]);
         if (!mt_float(&m) && m.dtype != CDY_DT_INT64)
             return NULL;
     } else if (!cdy_dtype_table[x->dtype].is_float) {
@@ -1329,9 +1341,7 @@ static PyObject *mt_cross_entropy(tracer *tr, tvar **args, int nargs, PyObject *
         !cdy_tv_none(s[3]) || !cdy_tv_none(s[5]) || (s[4] && !cdy_const_int(s[4], &ign)) ||
         (s[7] && !mt_number(s[7])))
         return NULL;
-    const char *red = !s[6] ? "mean"
-                      : s[6]->kind == TV_CONST && PyUnicode_Check(s[6]->obj)
-                          ? PyUnicode_AsUTF8(s[6]->obj) : NULL;
+    const char *red = mt_reduction(s[6]);
     const cdy_meta *x = mt_tensor(tr, s[0]), *t = mt_tensor(tr, s[1]);
     if (!red || (strcmp(red, "mean") && strcmp(red, "sum")) || !x || !t || x->ndim < 2 ||
         !mt_float(x) || t->dtype != CDY_DT_INT64 || t->ndim != x->ndim - 1 ||
@@ -1377,9 +1387,7 @@ static PyObject *mt_like(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
     const cdy_meta *x = mt_tensor(tr, s[0]);
     if (!x || cdy_meta_empty_like(x, &m))
         return NULL;
-    if (!cdy_tv_none(o[1]) &&
-        (m.dtype = o[1]->kind == TV_CONST ? cdy_dtype_from_obj(o[1]->obj) : CDY_DT_NONE) ==
-            CDY_DT_NONE)
+    if (!cdy_tv_none(o[1]) && (m.dtype = mt_dtype_arg(o[1])) == CDY_DT_NONE)
         return NULL;
     return cdy_fake_from_meta(tr, &m);
 }
