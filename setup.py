@@ -28,7 +28,8 @@ ext = Extension(
     libraries=["ffi", "dl"],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
-    depends=sorted(glob.glob("csrc/**/*.h", recursive=True)),
+    depends=sorted(glob.glob("csrc/**/*.h", recursive=True) +
+                   glob.glob("csrc/**/*.def", recursive=True)),
 )
 
 setup(

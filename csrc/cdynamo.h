@@ -387,17 +387,30 @@ void cdy_buf_puts(cdy_buf *b, const char *s);
 char *cdy_buf_take(cdy_buf *b);   /* returns data (malloc'd), resets b */
 void cdy_buf_free(cdy_buf *b);
 
-/* ---- asserts ----------------------------------------------------------------- */
+/* ---- asserts -----------------------------------------------------------------
+ * CDY_ASSERT(cond, msg): a check of an invariant.  Debug builds
+ * (CDYNAMO_DEBUG_BUILD=1) print file:line, msg and the condition, then abort;
+ * release builds compile it out.  Where going on past a broken invariant
+ * could crash, the code also handles it: in the tracer with CDY_TR_CHECK
+ * (trace/trace.h), an INTERNAL stop in release builds. */
 #ifdef CDY_DEBUG_BUILD
 #include <stdio.h>
-#define CDY_ASSERT(c, msg)                                                   \
-    do {                                                                     \
-        if (!(c))                                                            \
-            fprintf(stderr, "cdynamo assert %s:%d: %s (%s)\n", __FILE__,     \
-                    __LINE__, msg, #c);                                      \
-    } while (0)
+#include <stdlib.h>
+static inline void cdy_assert_fail(const char *file, int line, const char *msg, const char *cond)
+{
+    fprintf(stderr, "cdynamo: assertion failed at %s:%d: %s (%s)\n", file, line, msg, cond);
+    abort();
+}
+#define CDY_ASSERT(c, msg) ((c) ? (void)0 : cdy_assert_fail(__FILE__, __LINE__, msg, #c))
 #else
 #define CDY_ASSERT(c, msg) ((void)0)
 #endif
+
+/* ---- stage-boundary checks (common/check.c) ----------------------------------
+ * A traced graph's values are in topological order with valid ops, ranks,
+ * dtypes, inputs and outputs; a plan's kernels, steps and outputs name
+ * buffers it has.  0, or -1 with the first fault in err. */
+int cdy_graph_check(const cdy_graph *g, char *err, size_t errlen);
+int cdy_plan_check(const cdy_plan *p, char *err, size_t errlen);
 
 #endif /* CDYNAMO_H */

@@ -158,6 +158,7 @@ typedef struct {
     cdy_guards guards;       /* moved to the cache entry on success */
     cdy_ret *ret;
     int status;
+    int reason_code;         /* cdy_reason (trace/reasons.h) of the stop; 0 while OK */
     char reason[CDY_ERRLEN];
     int reason_line;         /* user's line of the failure */
     int return_line;
@@ -183,6 +184,11 @@ typedef struct {
 void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
                    PyObject *globals, PyObject *builtins, PyObject *closure);
 void cdy_trace_free(cdy_trace *t);
+/* Test hook: make every later trace fail on purpose (kind CDY_INJECT_*; op:
+ * the opcode whose step fails without recording a stop), or none
+ * (CDY_INJECT_NONE); 0, or -1 for an unknown kind. */
+enum { CDY_INJECT_NONE, CDY_INJECT_STEP, CDY_INJECT_NO_RETURN, CDY_INJECT_GRAPH };
+int cdy_trace_inject(int kind, int op);
 /* A new runtime/linear.c PackedLinear (linear(x, w, b) with w kept packed;
  * `always`: without timing it against torch's linear first), or NULL (no
  * error set) when this torch has no packed path. */
@@ -290,8 +296,11 @@ int cdy_log_on(const char *topic);
 void cdy_log(const char *topic, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The package's config value (new ref) or NULL with error set. */
 PyObject *cdy_config_get(const char *name);
-/* Record a graph break / fallback reason for stats and explain. */
-void cdy_record_break(const char *reason, PyObject *filename, int line, const char *fn);
+/* Record a graph break / fallback reason for stats and explain; code is a
+ * cdy_reason (trace/reasons.h). */
+void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn);
+/* Record a frame that runs eagerly (explain's eager_frames); code as above. */
+void cdy_record_eager(const char *reason, int code, PyObject *filename, int line, const char *fn);
 
 /* The text of b as a new str (b is emptied), or NULL with an error set. */
 PyObject *cdy_buf_str(cdy_buf *b);

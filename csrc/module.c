@@ -1,6 +1,7 @@
 /* module.c - the cdynamo._C module: initialisation, counters, and the
  * slow-path bridges to the Python package (config, logs, warnings).       */
 #include "internal.h"
+#include "trace/reasons.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -105,11 +106,52 @@ PyObject *cdy_config_get(const char *name)
 }
 
 /* Hand a graph-break reason to the package (explain, stats). */
-void cdy_record_break(const char *reason, PyObject *filename, int line, const char *fn)
+void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn)
 {
-    PyObject *r = cdy_py_call("record_break", "sOis", reason, filename, line, fn);
+    PyObject *r = cdy_py_call("record_break", "sOisss", reason, filename, line, fn,
+                              cdy_reason_code(code),
+                              cdy_reason_cat_name(cdy_reasons[code > 0 && code < CDY_R_COUNT
+                                                              ? code : 0].cat));
     Py_XDECREF(r);
     PyErr_Clear();
+}
+
+/* Hand a frame that runs eagerly to the package (explain's eager_frames). */
+void cdy_record_eager(const char *reason, int code, PyObject *filename, int line, const char *fn)
+{
+    PyObject *r = cdy_py_call("record_eager", "sOisss", reason, filename, line, fn,
+                              cdy_reason_code(code),
+                              cdy_reason_cat_name(cdy_reasons[code > 0 && code < CDY_R_COUNT
+                                                              ? code : 0].cat));
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* _C._inject_trace_fault(kind, op=0): see cdy_trace_inject (tests only). */
+static PyObject *py_inject_trace_fault(PyObject *self, PyObject *args)
+{
+    int kind, op = 0;
+    if (!PyArg_ParseTuple(args, "i|i", &kind, &op))
+        return NULL;
+    if (cdy_trace_inject(kind, op)) {
+        PyErr_SetString(PyExc_ValueError, "unknown fault kind");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* _C.stop_reasons() -> {code: (category, template)} of trace/reasons.def */
+static PyObject *py_stop_reasons(PyObject *self, PyObject *unused)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 1; d && i < CDY_R_COUNT; i++) {
+        PyObject *v = Py_BuildValue("(ss)", cdy_reason_cat_name(cdy_reasons[i].cat),
+                                    cdy_reasons[i].tmpl);
+        if (!v || PyDict_SetItemString(d, cdy_reasons[i].code, v))
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
 }
 
 /* _C.stats() -> dict of counters */
@@ -151,6 +193,11 @@ static PyObject *py_set_log_topics(PyObject *self, PyObject *arg)
 
 static PyMethodDef module_methods[] = {
     {"stats", py_stats, METH_NOARGS, "counters of the frame hook and compiler"},
+    {"_inject_trace_fault", py_inject_trace_fault, METH_VARARGS,
+     "tests only: (kind, op) 0 none, 1 opcode op fails without a stop, 2 no return value, "
+     "3 an invalid graph"},
+    {"stop_reasons", py_stop_reasons, METH_NOARGS,
+     "{code: (category, message template)} of every reason a trace stops"},
     {"reset", py_reset, METH_NOARGS, "forget every compiled entry and reset counters"},
     {"set_log_topics", py_set_log_topics, METH_O, "enable log topics"},
     {"set_output_pool_bytes", cdy_mempool_py_set_limit, METH_O,

@@ -11,6 +11,7 @@
  * do not handle runs _PyEval_EvalFrameDefault on the frame untouched.     */
 #define Py_BUILD_CORE 1
 #include "internal.h"
+#include "trace/reasons.h"
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
@@ -293,6 +294,20 @@ PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* A failed stage-boundary check (r != 0; its fault in err) is an internal
+ * error: abort in debug builds, else err says "internal error: invalid
+ * <what>: <fault>" and the frame falls back.  r. */
+static int check_stage(int r, const char *what, char *err, size_t errlen)
+{
+    if (!r)
+        return 0;
+    CDY_ASSERT(0, what);
+    char fault[CDY_ERRLEN];
+    snprintf(fault, sizeof(fault), "%s", err);
+    snprintf(err, errlen, "internal error: invalid %s: %.400s", what, fault);
+    return r;
+}
+
 /* Compile t with the configured backend; new ref to the callable, or NULL
  * with a message in err (no exception left set).  *follow_threads is set to
  * the thread count its kernels were built for when that count follows
@@ -321,7 +336,9 @@ static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int b
     }
     cdy_rewrite_attention(t);
     cdy_rewrite_linear_relu(t);
-    if (cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), stream_bytes(), &plan, err, errlen))
+    if (check_stage(cdy_graph_check(&t->graph, err, errlen), "graph before codegen", err, errlen) ||
+        cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), stream_bytes(), &plan, err, errlen) ||
+        check_stage(cdy_plan_check(&plan, err, errlen), "plan", err, errlen))
         goto done;
     PyObject *pinned = cdy_config_get("num_threads");
     if (pinned == Py_None && plan.nkernels > 0)
@@ -507,28 +524,51 @@ fail:
     Py_XDECREF(code);
     Py_CLEAR(e->shadow_fn);
     cdy_stats.fallbacks++;
+    cdy_record_eager(err, CDY_R_COMPILE_FAILED, co->co_filename, co->co_firstlineno,
+                     PyUnicode_AsUTF8(co->co_name));
     PyObject *r = cdy_py_call("warn_fallback", "Os", co->co_name, err);
     Py_XDECREF(r);
     PyErr_Clear();
 }
 
-/* Report a trace that stopped: stats, break log; raise Unsupported under
- * fullgraph (returns -1 then). */
+/* Report a trace that stopped: stats, the recorded break (explain), the
+ * break log; raise Unsupported under fullgraph for a stop other than the
+ * user's or torch's exception (returns -1 then). */
 static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
 {
     cdy_stats.graph_breaks++;
     cdy_stats.fallbacks++;
     PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
-    cdy_record_break(t->reason, file, t->reason_line, PyUnicode_AsUTF8(co->co_name));
+    const char *fn = PyUnicode_AsUTF8(co->co_name);
+    cdy_record_break(t->reason, t->reason_code, file, t->reason_line, fn);
+    cdy_record_eager(t->reason, t->reason_code, file, t->reason_line, fn);
     if (cdy_log_on("graph_breaks"))
-        cdy_log("graph_breaks", "Graph break in %s at %s:%d: %s (the frame runs eagerly)",
-                PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(file), t->reason_line, t->reason);
-    if (cdy_tls_state.fullgraph) {
-        PyObject *r = cdy_py_call("raise_unsupported", "sOi", t->reason, file, t->reason_line);
+        cdy_log("graph_breaks", "Graph break in %s at %s:%d: [%s] %s (the frame runs eagerly)",
+                fn, PyUnicode_AsUTF8(file), t->reason_line, cdy_reason_code(t->reason_code),
+                t->reason);
+    if (cdy_tls_state.fullgraph && t->status == CDY_TRACE_UNSUPPORTED) {
+        PyObject *r = cdy_py_call("raise_unsupported", "sOis", t->reason, file, t->reason_line,
+                                  cdy_reason_code(t->reason_code));
         Py_XDECREF(r);
         return -1;
     }
     return 0;
+}
+
+/* A frame with no tensor op, skipped from now on: explain's eager_frames
+ * name it, with the stop that ended its trace if one did. */
+static void report_skip(cdy_trace *t, PyCodeObject *co)
+{
+    int stopped = t->status != CDY_TRACE_OK;
+    PyObject *file = stopped && t->reason_file ? t->reason_file : co->co_filename;
+    int line = stopped ? t->reason_line : co->co_firstlineno;
+    const char *reason = stopped ? t->reason : cdy_rt_NO_TENSOR_OPS;
+    int code = stopped ? t->reason_code : (int)CDY_R_NO_TENSOR_OPS;
+    cdy_record_eager(reason, code, file, line, PyUnicode_AsUTF8(co->co_name));
+    if (cdy_log_on("debug"))
+        cdy_log("debug", "skipping %s (%s:%d): no tensor ops; [%s] %s",
+                PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
+                co->co_firstlineno, cdy_reason_code(code), reason);
 }
 
 /* The identity of the nn.Module code co runs on (its first argument in
@@ -588,24 +628,12 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
         /* a frame with no tensor op (a helper the hook met on its own): there
          * is nothing to compile; run it, and its later calls, untouched */
         x->state = CODE_SKIP;
-        if (cdy_log_on("debug"))
-            cdy_log("debug", "skipping %s (%s:%d): no tensor ops%s%s",
-                    PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
-                    co->co_firstlineno, t->status != CDY_TRACE_OK ? "; stopped: " : "",
-                    t->status != CDY_TRACE_OK ? t->reason : "");
+        report_skip(t, co);
     }
-    else if (t->status == CDY_TRACE_ERROR) {
-        /* the user's code raises for these inputs: eager raises it, with the
-         * user's traceback; the entry keeps us from tracing it again */
-        cdy_stats.fallbacks++;
-        if (cdy_log_on("graph_breaks"))
-            cdy_log("graph_breaks", "%s: tracing stopped at %s:%d: %s (the frame runs eagerly)",
-                    PyUnicode_AsUTF8(co->co_name),
-                    PyUnicode_AsUTF8(t->reason_file ? t->reason_file : co->co_filename),
-                    t->reason_line, t->reason);
-        e = entry_new(t, saved.backend);
-    }
-    else if (t->status == CDY_TRACE_UNSUPPORTED) {
+    else if (t->status != CDY_TRACE_OK) {
+        /* a graph break; or the user's code (or torch on the fakes) raises for
+         * these inputs: eager raises it, with the user's traceback.  The
+         * entry keeps us from tracing it again */
         if (report_trace_stop(t, co))
             *raise = 1;
         else
@@ -718,6 +746,10 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
         cdy_stats.fallbacks++;
         if (!x->limit_warned) {
             x->limit_warned = 1;
+            char msg[CDY_ERRLEN];
+            snprintf(msg, sizeof(msg), cdy_rt_RECOMPILE_LIMIT, why);
+            cdy_record_eager(msg, CDY_R_RECOMPILE_LIMIT, co->co_filename, co->co_firstlineno,
+                             PyUnicode_AsUTF8(co->co_name));
             PyObject *r = cdy_py_call("warn_cache_limit", "OOs", (PyObject *)co, co->co_filename, why);
             Py_XDECREF(r);
             if (!r)

@@ -106,7 +106,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
         int cap = t->cap_pynodes ? 2 * t->cap_pynodes : 16;
         cdy_pynode *p = PyMem_Realloc(t->pynodes, sizeof(cdy_pynode) * (size_t)cap);
         if (!p)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
         t->pynodes = p;
         t->cap_pynodes = cap;
     }
@@ -121,7 +121,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
     p->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
     p->seq = cdy_arena_alloc(&t->arena, sizeof(cdy_pyseq) * (size_t)(nargs + 1));
     if (!p->ref || !p->cst || !p->seq)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     for (int i = 0; i < nargs; i++) {
         tvar *a = args[i];
         p->ref[i] = -1;
@@ -134,7 +134,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
             s->ref = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(a->n + 1));
             s->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(a->n + 1));
             if (!s->ref || !s->cst)
-                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+                return cdy_tr_stop(tr, OUT_OF_MEMORY);
             for (int j = 0; j < a->n; j++) {
                 s->ref[j] = a->items[j]->kind == TV_TENSOR ? a->items[j]->value : -1;
                 s->cst[j] = a->items[j]->obj;
@@ -240,7 +240,7 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
     }
     if (((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG) && any_bool_tensor) ||
         (op == CDY_OP_SUB && any_bool))
-        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s with a bool operand: eager raises", what) < 0;
+        return cdy_tr_stop(tr, BOOL_OPERAND, what) < 0;
     if (op == CDY_OP_WHERE) {
         cdy_meta m;
         if (cdy_read_meta(tr, out, &m))
@@ -251,8 +251,8 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
             const cdy_value *a = &vals[argv[i]];
             if (a->kind == CDY_VAL_SCALAR && a->meta.dtype != CDY_DT_FLOAT64 &&
                 (a->i < lo[m.dtype] || a->i > hi[m.dtype]))
-                return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s: scalar %lld overflows %s: eager "
-                                   "raises", what, (long long)a->i, cdy_dtype_table[m.dtype].name) < 0;
+                return cdy_tr_stop(tr, SCALAR_OVERFLOW, what, (long long)a->i,
+                                   cdy_dtype_table[m.dtype].name) < 0;
         }
     }
     return 0;
@@ -266,12 +266,12 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
     Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
     int argv[CDY_MAX_NODE_ARGS], ntensors = tensor_args(args, nargs, argv);
     if (ntensors < 0 || n > 64) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many tensors", what);
+        cdy_tr_stop(tr, TOO_MANY_TENSORS, what);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++)
         if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type)) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned a sequence of non-tensors", what);
+            cdy_tr_stop(tr, NON_TENSOR_SEQ, what);
             return NULL;
         }
     if (add_pynode(tr, fn, args, nargs, kwnames, -1))
@@ -309,18 +309,16 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (int i = 0; i < nargs; i++)
         if (!(pyargs[i] = fake_arg(tr, args[i]))) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: argument %d is not a tensor, constant "
-                        "or sequence of them", what, i);
+            cdy_tr_stop(tr, BAD_OP_ARG, what, i);
             return NULL;
         }
     PyObject *out = PyObject_Vectorcall(fn, pyargs, (size_t)(nargs - nkw), kwnames);
     if (!out) {
-        int unsupported = PyErr_ExceptionMatches(PyExc_NotImplementedError);
-        cdy_tr_stop_exc(tr, unsupported ? CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what);
+        cdy_tr_stop_torch(tr, what);
         return NULL;
     }
     if (!cdy_tr_keep(tr, out)) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     return out;
@@ -368,7 +366,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                          int nargs, PyObject *kwnames, int query)
 {
     if (nargs > CDY_MAX_CALL_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: too many arguments", what);
+        cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
         return NULL;
     }
     if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
@@ -399,7 +397,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
                   !PyTuple_Check(out) && !PyList_Check(out) && cdy_is_const(out))) {
         /* a value fixed by the (guarded) meta and constants: a constant */
         if (!cdy_is_const(out)) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned a non-constant", what);
+            cdy_tr_stop(tr, NON_CONST_RESULT, what);
             return NULL;
         }
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
@@ -416,8 +414,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (PyTuple_Check(out) || PyList_Check(out))
         return multi_call(tr, fn, what, args, nargs, kwnames, out);
     if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s returned %s, not a tensor", what,
-                    Py_TYPE(out)->tp_name);
+        cdy_tr_stop(tr, NON_TENSOR_RESULT, what, Py_TYPE(out)->tp_name);
         return NULL;
     }
     int pointwise = nbound >= 0;
@@ -440,7 +437,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     cdy_value *gv = &tr->t->graph.values[idx];
     if (cdy_op_table[op].kind == 'C' &&
         (gv->compute_dtype = cdy_result_dtype(bound[0]->obj, bound[1]->obj)) < 0) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: unsupported comparison dtype", what);
+        cdy_tr_stop(tr, COMPARE_DTYPE, what);
         return NULL;
     }
     if (add_pynode(tr, fn, args, nargs, kwnames, idx))
@@ -454,8 +451,7 @@ tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, i
 {
     int argv[CDY_MAX_NODE_ARGS], ntensors = tensor_args(args, nargs, argv);
     if (ntensors < 0) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: more than %d tensor arguments", what,
-                    CDY_MAX_NODE_ARGS);
+        cdy_tr_stop(tr, TOO_MANY_TENSOR_ARGS, what, CDY_MAX_NODE_ARGS);
         return NULL;
     }
     int idx;
@@ -501,13 +497,13 @@ tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *
     int base = tr->t->npynodes - 1;
     tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
     if (!items) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
     for (int i = 0; i < n; i++) {
         PyObject *fake = cdy_tr_keep(tr, PySequence_GetItem(call->out, i));
         if (!fake) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, call->what);
+            cdy_tr_stop_exc(tr, INTERNAL_IN, call->what);
             return NULL;
         }
         if (add_pynode(tr, NULL, NULL, 0, NULL, vs[i]))
@@ -574,18 +570,18 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
             pa[i] = args[i]->obj;
         PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)nargs, NULL);
         if (!r) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, sym);
+            cdy_tr_stop_exc(tr, RAISED, sym);
             return NULL;
         }
         if (!cdy_is_const(r)) {
             Py_DECREF(r);
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "operator %s gave a non-constant", sym);
+            cdy_tr_stop(tr, OPERATOR_NON_CONST, sym);
             return NULL;
         }
         return cdy_tv_const(tr, r);
     }
     if (!any_tensor) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "operator %s on these values is not supported", sym);
+        cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
         return NULL;
     }
     return tensor_call(tr, cdy_optable_fn(fn), fn, sym, args, nargs, NULL, 0);
@@ -607,8 +603,7 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
         L[i] = args[i];
     if (npass > npos) {
         if (!(co->co_flags & CO_VARARGS))
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() takes %d positional arguments but %d "
-                               "were given", PyUnicode_AsUTF8(co->co_name), npos, npass);
+            return cdy_tr_stop(tr, CALL_ARG_COUNT, PyUnicode_AsUTF8(co->co_name), npos, npass);
         if (!(L[slot_var] = cdy_tv_seq(tr, TV_TUPLE, args + npos, npass - npos)))
             return -1;
     }
@@ -620,6 +615,8 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
             return -1;
         kwdict->items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nkw + 1));
         kwdict->keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nkw + 1));
+        if (!kwdict->items || !kwdict->keys)
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
         L[slot_kw] = kwdict;
     }
     for (int k = 0; k < nkw; k++) {
@@ -635,8 +632,8 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
             kwdict->items[kwdict->n++] = args[npass + k];
         }
         else
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() got an unexpected keyword argument '%s'",
-                               PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(name));
+            return cdy_tr_stop(tr, CALL_UNEXPECTED_KWARG, PyUnicode_AsUTF8(co->co_name),
+                               PyUnicode_AsUTF8(name));
     }
     PyObject *defs = func->func_defaults, *kwdefs = func->func_kwdefaults;
     int ndefs = defs ? (int)PyTuple_GET_SIZE(defs) : 0;
@@ -649,8 +646,7 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
         else if (i >= npos && kwdefs)
             d = PyDict_GetItemWithError(kwdefs, PyTuple_GET_ITEM(co->co_localsplusnames, i));
         if (!d)
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s() missing argument '%s'",
-                               PyUnicode_AsUTF8(co->co_name),
+            return cdy_tr_stop(tr, CALL_MISSING_ARG, PyUnicode_AsUTF8(co->co_name),
                                PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)));
         if (!(L[i] = cdy_wrap(tr, d, NULL, 0)))
             return -1;
@@ -668,12 +664,11 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
     PyCodeObject *co = (PyCodeObject *)func->func_code;
     const int noflags = CO_COROUTINE | CO_ASYNC_GENERATOR;
     if (co->co_flags & noflags) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to generator/coroutine function %s",
-                    PyUnicode_AsUTF8(co->co_qualname));
+        cdy_tr_stop(tr, CALL_GENERATOR, PyUnicode_AsUTF8(co->co_qualname));
         return NULL;
     }
     if (tr->depth >= CDY_MAX_INLINE_DEPTH) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "inlining deeper than %d calls", CDY_MAX_INLINE_DEPTH);
+        cdy_tr_stop(tr, INLINE_TOO_DEEP, CDY_MAX_INLINE_DEPTH);
         return NULL;
     }
     tracer sub;
@@ -694,11 +689,13 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
     sub.nlocals = co->co_nlocalsplus;
     sub.locals = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(sub.nlocals + 1));
     if (!sub.locals || !cdy_tr_keep(tr, Py_NewRef(fobj))) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
     if (bind_args(tr, &sub, func, args, nargs, kwnames) || cdy_tr_run_frame(&sub))
         return NULL;
+    if (!sub.retval)
+        cdy_tr_stop(tr, NO_RETURN);
     return sub.retval;
 }
 
@@ -744,28 +741,35 @@ static int module_has_hooks(PyObject *m)
     return 0;
 }
 
+
+/* first followed by args[0..nargs), in the trace's arena (a call of any
+ * length); NULL when stopped. */
+static tvar **prepend_arg(tracer *tr, tvar *first, tvar **args, int nargs)
+{
+    tvar **all = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
+    if (!all) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    all[0] = first;
+    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+    return all;
+}
 /* Call of an nn.Module: its forward inlined with the module as self. */
 static tvar *call_module(tracer *tr, tvar *mod, tvar **args, int nargs, PyObject *kwnames)
 {
     if (module_has_hooks(mod->obj)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "module %s has hooks", Py_TYPE(mod->obj)->tp_name);
+        cdy_tr_stop(tr, MODULE_HOOKS, Py_TYPE(mod->obj)->tp_name);
         return NULL;
     }
     PyObject *fwd = _PyType_Lookup(Py_TYPE(mod->obj), str_forward);
     if (!fwd || !PyFunction_Check(fwd)) {
         PyErr_Clear();
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "module %s has no Python forward",
-                    Py_TYPE(mod->obj)->tp_name);
+        cdy_tr_stop(tr, MODULE_NO_FORWARD, Py_TYPE(mod->obj)->tp_name);
         return NULL;
     }
-    tvar *all[CDY_MAX_CALL_ARGS + 1];
-    if (nargs + 1 > CDY_MAX_CALL_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
-        return NULL;
-    }
-    all[0] = mod;
-    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
-    return inline_call(tr, fwd, all, nargs + 1, kwnames, NULL);
+    tvar **all = prepend_arg(tr, mod, args, nargs);
+    return all ? inline_call(tr, fwd, all, nargs + 1, kwnames, NULL) : NULL;
 }
 
 /* ---- builtins and container methods -------------------------------------------- */
@@ -800,7 +804,7 @@ static tvar *type_of(tracer *tr, tvar *v)
     if (v->kind == TV_NULL || v->kind == TV_METHOD || v->kind == TV_BOUND || v->kind == TV_ITER ||
         v->kind == TV_CELL || v->kind == TV_FUNC || v->kind == TV_SUPER ||
         (v->kind == TV_TUPLE && v->obj)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "type() of this kind of value is not supported");
+        cdy_tr_stop(tr, TYPE_OF_VALUE);
         return NULL;
     }
     tvar *r = cdy_tr_keep(tr, Py_NewRef(tp)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
@@ -816,7 +820,7 @@ static int cdy_guard_absent(tracer *tr, tvar *obj, PyObject *name)
     cdy_src_name(obj->src, tr->t->top_code, desc, sizeof(desc));
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_HASATTR, obj->src, desc);
     if (!g)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     g->expect = Py_NewRef(name);
     g->requires_grad = 0;
     return 0;
@@ -832,8 +836,7 @@ tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name)
             Py_DECREF(fn);
         PyErr_Clear();
         if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s of a %s guarded by type", name,
-                        Py_TYPE(self->obj)->tp_name);
+            cdy_tr_stop(tr, GUARDED_BY_TYPE, name, Py_TYPE(self->obj)->tp_name);
         return NULL;
     }
     f->obj = fn;
@@ -946,7 +949,7 @@ static tvar *sum_items(tracer *tr, tvar **args, int nargs, int *handled)
     }
     it->pos = it->n;   /* consumed */
     if (!add)
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
     return add ? acc : NULL;
 }
 
@@ -963,7 +966,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         if (a->by_type)   /* the length is the instance's: its __len__, traced */
             return cdy_call_dunder(tr, a, "__len__");
         if (a->kind == TV_NEW) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "len() of an object built in the frame");
+            cdy_tr_stop(tr, LEN_OF_NEW);
             return NULL;
         }
         if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
@@ -971,7 +974,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
         if (k < 0) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "len()");
+            cdy_tr_stop_exc(tr, RAISED, "len()");
             return NULL;
         }
         return cdy_tv_const(tr, PyLong_FromLong(k));
@@ -983,7 +986,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         int r = cls ? PyObject_IsSubclass(tvar_type(args[0]), cls) : -1;
         Py_XDECREF(cls);
         if (r < 0) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "isinstance()");
+            cdy_tr_stop_exc(tr, RAISED, "isinstance()");
             return NULL;
         }
         return cdy_tv_const(tr, PyBool_FromLong(r));
@@ -1058,7 +1061,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
                                                   PyTuple_GET_ITEM(kwnames, 0), "start"))))
         return sum_items(tr, args, nargs, handled);
     if (!strcmp(n, "print")) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "print() is a side effect");
+        cdy_tr_stop(tr, PRINT);
         return NULL;
     }
     *handled = 0;
@@ -1077,7 +1080,7 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
             PyErr_Clear();
             if (get)
                 return nargs > 1 ? args[1] : cdy_tv_const(tr, Py_NewRef(Py_None));
-            cdy_tr_stop(tr, CDY_TRACE_ERROR, "KeyError");
+            cdy_tr_stop(tr, KEY_ERROR);
             return NULL;
         }
         if (items || !strcmp(name, "values") || !strcmp(name, "keys")) {
@@ -1095,8 +1098,7 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
     if ((self->kind == TV_LIST || self->kind == TV_DICT) && self->src &&
         (!strcmp(name, "append") || !strcmp(name, "pop") || !strcmp(name, "update") ||
          !strcmp(name, "extend") || !strcmp(name, "insert") || !strcmp(name, "clear"))) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating a %s that lives outside the frame",
-                    self->kind == TV_DICT ? "dict" : "list");
+        cdy_tr_stop(tr, MUTATE_OUTSIDE, self->kind == TV_DICT ? "dict" : "list");
         return NULL;
     }
     if (self->kind == TV_DICT && !strcmp(name, "pop") && (nargs == 1 || nargs == 2) &&
@@ -1108,7 +1110,7 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
                 it = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)self->n);
                 ks = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)self->n);
                 if (!it || !ks) {
-                    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+                    cdy_tr_stop(tr, OUT_OF_MEMORY);
                     return NULL;
                 }
                 for (int j = 0, k = 0; j < self->n; j++)
@@ -1124,7 +1126,7 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
         PyErr_Clear();
         if (nargs == 2)
             return args[1];
-        cdy_tr_stop(tr, CDY_TRACE_ERROR, "KeyError");
+        cdy_tr_stop(tr, KEY_ERROR);
         return NULL;
     }
     if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {
@@ -1138,7 +1140,7 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
         self->n++;
         return cdy_tv_const(tr, Py_NewRef(Py_None));
     }
-    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "method %s of a %s is not supported", name,
+    cdy_tr_stop(tr, METHOD_UNSUPPORTED, name,
                 self->kind == TV_DICT ? "dict" : self->kind == TV_LIST ? "list" : "value");
     return NULL;
 }
@@ -1164,7 +1166,7 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     snprintf(what, sizeof(what), "Tensor.%s", name);
     size_t len = strlen(name);
     if (data_dependent(name)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s() needs the tensor's data", what);
+        cdy_tr_stop(tr, NEEDS_DATA, what);
         return NULL;
     }
     if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
@@ -1174,7 +1176,7 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
                                                               : cdy_tv_const(tr, Py_NewRef(Py_None));
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, m->obj));
     if (!fn) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
+        cdy_tr_stop_exc(tr, NO_TENSOR_METHOD, what);
         return NULL;
     }
     int op = cdy_optable_method(m->obj);
@@ -1189,18 +1191,54 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
 /* A METHOD read by LOAD_ATTR (pos = 1): call it with its self prepended.  NULL when stopped. */
 static tvar *call_bound_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
 {
-    tvar *all[CDY_MAX_CALL_ARGS + 1], *um = cdy_tv_new(tr, TV_METHOD);
-    if (!um)
+    tvar *um = cdy_tv_new(tr, TV_METHOD);
+    tvar **all = um ? prepend_arg(tr, m->self, args, nargs) : NULL;
+    if (!all)
         return NULL;
-    if (nargs + 1 > CDY_MAX_CALL_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
-        return NULL;
-    }
     um->obj = m->obj;
     um->self = m->self;
-    all[0] = m->self;
-    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
     return cdy_call(tr, um, all, nargs + 1, kwnames);
+}
+
+/* *args with sequences of constants made constants, when that makes every
+ * argument a constant (1; *args then points into the trace's arena); else 0
+ * (also when stopped: out of memory). */
+static int fold_args(tracer *tr, tvar ***args, int nargs)
+{
+    tvar **conv = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
+    if (!conv)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY), 0;
+    for (int i = 0; i < nargs; i++)
+        if ((conv[i] = as_const_seq(tr, (*args)[i]))->kind != TV_CONST)
+            return 0;
+    *args = conv;
+    return 1;
+}
+
+/* fn(*args) run now, all arguments constants: its constant result; NULL when
+ * stopped (fn raised: eager raises it too; or the result is not a constant). */
+static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, int nargs,
+                       PyObject *kwnames)
+{
+    PyObject **pa = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
+    if (!pa) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (int i = 0; i < nargs; i++)
+        pa[i] = args[i]->obj;
+    PyObject *res = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
+    if (!res) {
+        cdy_tr_stop_exc(tr, RAISED, name);
+        return NULL;
+    }
+    if (!cdy_is_const(res)) {
+        Py_DECREF(res);
+        cdy_tr_stop(tr, FOLD_NON_CONST, name);
+        return NULL;
+    }
+    return cdy_tv_const(tr, res);
 }
 
 /* Apply callable to args; see the file comment.  NULL when stopped. */
@@ -1215,26 +1253,20 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return container_method(tr, callable->self, PyUnicode_AsUTF8(callable->obj), args + 1,
                                 nargs - 1);
     if (callable->kind == TV_BOUND) {
-        tvar *all[CDY_MAX_CALL_ARGS + 1];
-        if (nargs + 1 > CDY_MAX_CALL_ARGS) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
-            return NULL;
-        }
-        all[0] = callable->self;
-        memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
-        return inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL);
+        tvar **all = prepend_arg(tr, callable->self, args, nargs);
+        return all ? inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL) : NULL;
     }
     if (callable->kind == TV_FUNC) {
         PyCodeObject *fco = (PyCodeObject *)PyFunction_GET_CODE(callable->obj);
         if (callable->n != fco->co_nfreevars) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure of a made function");
+            cdy_tr_stop(tr, MADE_CLOSURE);
             return NULL;
         }
         return inline_call_cells(tr, callable->obj, args, nargs, kwnames, NULL,
                                  callable->n ? callable->items : NULL);
     }
     if (callable->kind != TV_OBJ && callable->kind != TV_CONST) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call of a value that is not a function");
+        cdy_tr_stop(tr, CALL_NON_FUNCTION);
         return NULL;
     }
     PyObject *fn = callable->obj;
@@ -1256,34 +1288,13 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
-    tvar *conv[CDY_MAX_CALL_ARGS];   /* sequences of constants, as constants */
-    if (!all_const && foldable_fn(fn) && nargs <= CDY_MAX_CALL_ARGS) {
-        all_const = 1;
-        for (int i = 0; i < nargs; i++)
-            all_const &= (conv[i] = as_const_seq(tr, args[i]))->kind == TV_CONST;
-        if (all_const)
-            args = conv;
-    }
-    if (all_const && foldable_fn(fn)) {
-        PyObject *pa[CDY_MAX_CALL_ARGS];
-        Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-        for (int i = 0; i < nargs && i < CDY_MAX_CALL_ARGS; i++)
-            pa[i] = args[i]->obj;
-        PyObject *res = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
-        if (!res) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, name);
-            return NULL;
-        }
-        if (!cdy_is_const(res)) {
-            Py_DECREF(res);
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s gave a non-constant", name);
-            return NULL;
-        }
-        return cdy_tv_const(tr, res);
-    }
+    if (foldable_fn(fn) && (all_const || fold_args(tr, &args, nargs)))
+        return fold_call(tr, fn, name, args, nargs, kwnames);
+    if (tr->t->status != CDY_TRACE_OK)
+        return NULL;
     if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "constructing %s is not supported", name);
+            cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;
         }
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
@@ -1295,15 +1306,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return inline_call(tr, fn, args, nargs, kwnames, callable->src);
     if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
         tvar *self = cdy_wrap(tr, PyMethod_GET_SELF(fn), NULL, 0);
-        tvar *all[CDY_MAX_CALL_ARGS + 1];
-        if (!self || nargs + 1 > CDY_MAX_CALL_ARGS)
-            return NULL;
-        all[0] = self;
-        memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
-        return inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL);
+        tvar **all = self ? prepend_arg(tr, self, args, nargs) : NULL;
+        return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
+                   : NULL;
     }
     if (buildable_class(fn))
         return new_object(tr, fn, args, nargs, kwnames);
-    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "call to %s is not supported", name);
+    cdy_tr_stop(tr, CALL_UNSUPPORTED, name);
     return NULL;
 }

@@ -123,7 +123,7 @@ static tvar *lc_cl_input(tracer *tr, const cdy_lower_call *call)
     PyObject *fake = kw ? cdy_tr_keep(tr, PyObject_Vectorcall(contiguous_fn, argv, 1, kw)) : NULL;
     Py_XDECREF(kw);
     if (!fake) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, call->what);
+        cdy_tr_stop_exc(tr, INTERNAL_IN, call->what);
         return NULL;
     }
     lc_cl_strides(&tr->t->graph.values[y->value].meta);
@@ -171,8 +171,7 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
     lc_cl_strides(ymp);
     cdy_meta ym = *ymp;
     if (memcmp(ym.sizes, om.sizes, sizeof(int64_t) * 4)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: channels_last result has other sizes",
-                    call->what);
+        cdy_tr_stop(tr, CHANNELS_LAST_SIZES, call->what);
         return NULL;
     }
     int y = cdy_node_add(tr, CDY_OP_VIEW_COPY, &yc->value, 1, &om, om.dtype);

@@ -164,7 +164,7 @@ tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr)
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "transpose"));
     tvar *a[3] = {t, cdy_tv_const(tr, PyLong_FromLong(-2)), cdy_tv_const(tr, PyLong_FromLong(-1))};
     if (!fn || !a[1] || !a[2]) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     return cdy_call_extern(tr, fn, n, a, 3);

@@ -53,7 +53,7 @@ static PyObject *str_parameters;
 static mut_state *state(tracer *tr)
 {
     if (!tr->t->mut && !(tr->t->mut = cdy_arena_alloc(&tr->t->arena, sizeof(mut_state))))
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
     return tr->t->mut;
 }
 
@@ -65,7 +65,7 @@ static int grow(tracer *tr, void **p, int *cap, int n, size_t sz)
     int c = *cap ? 2 * *cap : 32;
     void *q = cdy_arena_alloc(&tr->t->arena, sz * (size_t)c);
     if (!q)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     if (n)
         memcpy(q, *p, sz * (size_t)n);
     *p = q;
@@ -153,25 +153,25 @@ static PyObject *fake_of(tvar *a)
 static int check_on_fakes(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           const char *what)
 {
-    PyObject *pa[CDY_MAX_CALL_ARGS];
-    int made = 0, ok = nargs <= CDY_MAX_CALL_ARGS;
+    PyObject *pa[CDY_MAX_CALL_ARGS] = {NULL};
+    if (nargs > CDY_MAX_CALL_ARGS)
+        return cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
+    int made = 0, ok = 1;
     for (; ok && made < nargs; made++)
         ok = (pa[made] = made ? fake_of(args[made]) : PyObject_CallMethodNoArgs(args[0]->obj, str_clone)) != NULL;
     if (!ok) {
         for (int i = 0; i + 1 < made; i++)
             Py_DECREF(pa[i]);
         if (PyErr_Occurred())
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what);
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: an argument is not a tensor, constant "
-                           "or sequence of them", what);
+            return cdy_tr_stop_exc(tr, INTERNAL_IN, what);
+        return cdy_tr_stop(tr, MUT_BAD_ARG, what);
     }
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
     for (int i = 0; i < nargs; i++)
         Py_DECREF(pa[i]);
     if (!r)
-        return cdy_tr_stop_exc(tr, PyErr_ExceptionMatches(PyExc_NotImplementedError) ?
-                               CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what);
+        return cdy_tr_stop_torch(tr, what);
     Py_DECREF(r);
     return 0;
 }
@@ -207,8 +207,7 @@ static int check_input_alias(tracer *tr, tvar *t)
         cdy_src_name(t->src, tr->t->top_code, a, sizeof(a));
         cdy_src_name(&g->src, tr->t->top_code, b, sizeof(b));
         if (strcmp(a, b) && real_storage(tr, &g->src) == mine)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "mutating input '%s', which shares "
-                               "memory with input '%s'", a, b);
+            return cdy_tr_stop(tr, MUT_SHARED_INPUTS, a, b);
     }
     return 0;
 }
@@ -255,7 +254,7 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
 {
     if (!r || r->kind != TV_TENSOR) {
         if (r)
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: the out-of-place op gave no tensor", what);
+            cdy_tr_stop(tr, MUT_NO_TENSOR, what);
         return NULL;
     }
     const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
@@ -266,7 +265,7 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
     }
     const cdy_meta *mr = &tr->t->graph.values[r->value].meta;
     if (mr->ndim != mt->ndim || memcmp(mr->sizes, mt->sizes, sizeof(int64_t) * (size_t)mt->ndim)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: the result's shape is not the tensor's", what);
+        cdy_tr_stop(tr, MUT_SHAPE, what);
         return NULL;
     }
     PyObject *b = base_of(r->obj);   /* an existing tensor or a view (expand_as): copy it */
@@ -330,7 +329,7 @@ static int aliases(tracer *tr, tvar *t, tvar *root, PyObject **views, int *n, co
     long long sid = s ? storage_id(t->obj) : -1;
     *n = 0;
     if (sid == -1)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+        return cdy_tr_stop_exc(tr, FAKE_STORAGE);
     for (int i = 0; i < s->n; i++) {
         mut_reg *r = &s->reg[i];
         PyObject *f = r->v->obj;
@@ -338,7 +337,7 @@ static int aliases(tracer *tr, tvar *t, tvar *root, PyObject **views, int *n, co
             continue;
         if (r->fake != f) {
             if ((r->sid = storage_id(f)) == -1)
-                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+                return cdy_tr_stop_exc(tr, FAKE_STORAGE);
             r->fake = f;
         }
         if (r->sid != sid)
@@ -353,9 +352,7 @@ static int aliases(tracer *tr, tvar *t, tvar *root, PyObject **views, int *n, co
         Py_XDECREF(b);
         PyErr_Clear();
         if (!ok)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a tensor that shares memory "
-                               "with another tensor this trace cannot re-derive (a view of a "
-                               "non-contiguous base, or an extern's alias)", what);
+            return cdy_tr_stop(tr, MUT_ALIAS, what);
         views[(*n)++] = f;
     }
     return 0;
@@ -368,7 +365,7 @@ static tvar *call_torch(tracer *tr, const char *name, tvar **args, int nargs)
     tvar *f = fn ? cdy_tv_new(tr, TV_OBJ) : NULL;
     if (!f) {
         if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, name);
+            cdy_tr_stop_exc(tr, INTERNAL_IN, name);
         return NULL;
     }
     f->obj = fn;
@@ -388,7 +385,7 @@ static int geometry(tracer *tr, PyObject *v, tvar **args)
     args[3] = of ? cdy_tv_const(tr, of) : NULL;
     if (args[3])
         return 0;
-    return tr->t->status == CDY_TRACE_OK ? cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "view geometry")
+    return tr->t->status == CDY_TRACE_OK ? cdy_tr_stop_exc(tr, VIEW_GEOMETRY)
                                          : -1;
 }
 
@@ -444,9 +441,9 @@ static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
 {
     p->nviews = 0;
     if (t->kind != TV_TENSOR)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-tensor", what);
+        return cdy_tr_stop(tr, MUT_NON_TENSOR, what);
     if (mut_init())
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     p->root = root_of(tr, t);
     if (p->root && p->root != t && plain_base(p->root->obj) != 1) {
         PyErr_Clear();
@@ -458,8 +455,7 @@ static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
         p->root = t;   /* a view nothing else shares: a value of its own */
     if (p->nviews && p->root == t && plain_base(t->obj) != 1) {
         PyErr_Clear();
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s on a non-contiguous tensor that a view "
-                           "aliases", what);
+        return cdy_tr_stop(tr, MUT_NONCONTIG_VIEW, what);
     }
     return 0;
 }
@@ -486,7 +482,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
                                        "log_normal_", "as_strided_", "record_stream", NULL};
     for (int i = 0; not_values[i]; i++)
         if (!strcmp(n, not_values[i])) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s is not supported", what);
+            cdy_tr_stop(tr, MUT_UNSUPPORTED, what);
             return NULL;
         }
     mut_plan vb;
@@ -496,7 +492,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     base[len - 1] = 0;
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+        return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
     if (check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
     int before = tr->t->graph.nvalues;
@@ -524,7 +520,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     else if (PyObject_HasAttrString(cdy_tensor_type, base))
         r = call_method(tr, base, args, nargs, kwnames);
     else {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
+        cdy_tr_stop(tr, MUT_NO_OUT_OF_PLACE, what);
         return NULL;
     }
     return commit(tr, args[0], r, before, what, &vb);
@@ -584,7 +580,11 @@ static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
     tvar *o = args[pos], *a2[CDY_MAX_CALL_ARGS + 1], *f;
     mut_plan vb;
     const char *what = "a call with out=";
-    if (nargs > CDY_MAX_CALL_ARGS || may_mutate(tr, o, what, &vb))
+    if (nargs > CDY_MAX_CALL_ARGS) {
+        cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
+        return NULL;
+    }
+    if (may_mutate(tr, o, what, &vb))
         return NULL;
     /* eager's checks: the call into a copy of o's fake */
     PyObject *pa[CDY_MAX_CALL_ARGS], *r = NULL;
@@ -597,8 +597,7 @@ static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
     for (int i = 0; i < made - !ok; i++)
         Py_DECREF(pa[i]);
     if (!r)
-        return cdy_tr_stop_exc(tr, PyErr_ExceptionMatches(PyExc_NotImplementedError) ?
-                               CDY_TRACE_UNSUPPORTED : CDY_TRACE_ERROR, what), NULL;
+        return cdy_tr_stop_torch(tr, what), NULL;
     Py_DECREF(r);
     PyObject *rest = PyTuple_New(nk - 1);
     for (Py_ssize_t i = 0, j = 0; rest && i < nk; i++)
@@ -642,7 +641,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
         return NULL;
     *handled = 1;
     if (!kw && !out) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s has no out-of-place form", what);
+        cdy_tr_stop(tr, MUT_NO_OUT_OF_PLACE, what);
         return NULL;
     }
     mut_plan vb;
@@ -692,7 +691,7 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     PyObject *ifn = op ? cdy_tr_keep(tr, PyObject_GetAttrString(op, iname)) : NULL;
     Py_XDECREF(op);
     if (!ifn) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     snprintf(what, sizeof(what), "in-place operator %s=", sym);
@@ -702,7 +701,7 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     if (!temp && may_mutate(tr, args[0], what, &vb))
         return NULL;
     if (temp && mut_init()) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     if (check_on_fakes(tr, ifn, args, 2, NULL, what))
@@ -781,34 +780,30 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
     if (!s)
         return -1;
     if (obj->kind != TV_OBJ || !obj->src)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on an object with no "
-                           "source (made in the frame)");
+        return cdy_tr_stop(tr, STORE_ATTR_NEW);
     if (!storable(v, 0))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of a value the transformed "
-                           "code cannot rebuild (a function, an iterator, a cell)");
+        return cdy_tr_stop(tr, STORE_ATTR_VALUE);
     if (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store of an object with no source");
+        return cdy_tr_stop(tr, STORE_ATTR_NO_SOURCE);
     PyObject *desc = _PyType_Lookup(Py_TYPE(obj->obj), name);   /* properties, slots */
     if (desc && (Py_TYPE(desc)->tp_descr_set || PyObject_TypeCheck(desc, &PyProperty_Type)))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store through a descriptor");
+        return cdy_tr_stop(tr, STORE_ATTR_DESCRIPTOR);
     if (mut_init())
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     int is_mod = PyObject_TypeCheck(obj->obj, (PyTypeObject *)cdy_module_type);
     if (is_mod) {   /* nn.Module.__setattr__ runs at replay; a parameter would need a Parameter */
         PyObject **dp = _PyObject_GetDictPtr(obj->obj);
         PyObject *params = dp && *dp ? PyDict_GetItemWithError(*dp, str_parameters) : NULL;
         if (params && PyDict_Check(params) && PyDict_GetItemWithError(params, name))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "assigning parameter '%s'",
-                               PyUnicode_AsUTF8(name));
+            return cdy_tr_stop(tr, STORE_PARAMETER, PyUnicode_AsUTF8(name));
         PyErr_Clear();
     }
     else if (_PyType_Lookup(Py_TYPE(obj->obj), str_setattr) !=
              _PyType_Lookup(&PyBaseObject_Type, str_setattr))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute store on a class with its own "
-                           "__setattr__");
+        return cdy_tr_stop(tr, STORE_ATTR_SETATTR);
     const cdy_src *src = cdy_src_step(tr, obj->src, name, 0);
     if (!src)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+        return cdy_tr_stop(tr, ATTR_CHAIN_TOO_LONG);
     if (cdy_memo_set(tr, src, v))
         return -1;
     for (int h = 0; is_mod && h < 3; h++) {   /* reads through _parameters/_buffers/_modules */
@@ -817,7 +812,7 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
         const cdy_src *s1 = hn ? cdy_src_step(tr, obj->src, hn, 0) : NULL;
         const cdy_src *s2 = s1 ? cdy_src_step(tr, s1, name, 1) : NULL;
         if (!s2 || cdy_memo_set(tr, s2, v))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+            return cdy_tr_stop(tr, ATTR_CHAIN_TOO_LONG);
     }
     return record_store(tr, s, obj->src, name, v, 0);
 }
@@ -850,15 +845,14 @@ int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
     if (!s)
         return -1;
     if (d->kind != TV_DICT || !d->src || k->kind != TV_CONST)   /* src: an exact dict (KEYS guard) */
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
+        return cdy_tr_stop(tr, STORE_ITEM);
     if (!storable(v, 0) || (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj)))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dict item store of a value the transformed "
-                           "code cannot rebuild");
+        return cdy_tr_stop(tr, STORE_DICT_VALUE);
     int at = -1;
     for (int i = 0; i < d->n && at < 0; i++) {
         int eq = PyObject_RichCompareBool(d->keys[i], k->obj, Py_EQ);
         if (eq < 0)
-            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "dict key");
+            return cdy_tr_stop_exc(tr, RAISED, "dict key");
         if (eq)
             at = i;
     }
@@ -866,7 +860,7 @@ int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(d->n + 1));
         PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(d->n + 1));
         if (!items || !keys)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
         if (d->n) {
             memcpy(items, d->items, sizeof(tvar *) * (size_t)d->n);
             memcpy(keys, d->keys, sizeof(PyObject *) * (size_t)d->n);
@@ -901,7 +895,7 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
     t->writeback = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(2 * s->nin + 1));
     t->stores = cdy_arena_alloc(&t->arena, sizeof(cdy_store) * (size_t)(s->nst + 1));
     if (!t->writeback || !t->stores)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     for (int i = 0; i < s->nst; i++) {
         cdy_store *st = &t->stores[t->nstores++];
         st->obj = s->st[i].src;

@@ -12,38 +12,73 @@
 
 /* ---- failure ------------------------------------------------------------- */
 
-/* Stop the trace with status and a formatted reason; returns -1. */
-int cdy_tr_stop(tracer *tr, int status, const char *fmt, ...)
+/* The fault a test asked for (cdy_trace_inject), made on purpose so that
+ * tests reach the paths that catch tracer bugs. */
+static struct {
+    int kind;   /* CDY_INJECT_* */
+    int op;     /* CDY_INJECT_STEP: the opcode that fails */
+} inject;
+
+int cdy_trace_inject(int kind, int op)
 {
-    cdy_trace *t = tr->t;
-    if (t->status != CDY_TRACE_OK)
+    if (kind < CDY_INJECT_NONE || kind > CDY_INJECT_GRAPH)
         return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->reason, sizeof(t->reason), fmt, ap);
-    va_end(ap);
-    t->status = status;
-    t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
-    t->reason_file = tr->co->co_filename;
-    return -1;
+    inject.kind = kind;
+    inject.op = op;
+    return 0;
 }
 
-/* Stop with the pending Python exception's text as the reason; -1. */
-int cdy_tr_stop_exc(tracer *tr, int status, const char *what)
+/* Append ": ExcType: message" of the pending exception (cleared) to buf. */
+static void append_exception(char *buf, size_t size)
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
     PyObject *s = ev ? PyObject_Str(ev) : NULL;
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
-    cdy_tr_stop(tr, status, "%s: %s: %.300s", what, et ? ((PyTypeObject *)et)->tp_name : "error",
-                msg ? msg : "?");
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, ": %s: %.300s", et ? ((PyTypeObject *)et)->tp_name : "error",
+             msg ? msg : "?");
     Py_XDECREF(s);
     Py_XDECREF(et);
     Py_XDECREF(ev);
     Py_XDECREF(tb);
     PyErr_Clear();
+}
+
+int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
+{
+    cdy_trace *t = tr->t;
+    if (t->status != CDY_TRACE_OK) {
+        if (exc)
+            PyErr_Clear();
+        return -1;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->reason, sizeof(t->reason), fmt, ap);
+    va_end(ap);
+    if (exc)
+        append_exception(t->reason, sizeof(t->reason));
+    cdy_reason_cat cat = cdy_reasons[code].cat;
+    t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
+                                                                  : CDY_TRACE_UNSUPPORTED;
+    t->reason_code = (int)code;
+    t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    t->reason_file = tr->co->co_filename;
     return -1;
+}
+
+int cdy_tr_stop_torch(tracer *tr, const char *what)
+{
+    if (PyErr_ExceptionMatches(PyExc_NotImplementedError))
+        return cdy_tr_stop_exc(tr, NO_META_KERNEL, what);
+    return cdy_tr_stop_exc(tr, TORCH_RAISED, what);
+}
+
+int cdy_tr_stopped(const tracer *tr)
+{
+    return tr->t->status != CDY_TRACE_OK;
 }
 
 /* Keep a new reference alive for the trace's life; returns it borrowed (NULL stays NULL). */
@@ -64,7 +99,7 @@ static int push(tracer *tr, tvar *v)
     if (!v)
         return -1;
     if (tr->sp == tr->stack_cap)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack overflow in trace");
+        return cdy_tr_stop(tr, STACK_OVERFLOW);
     tr->stack[tr->sp++] = v;
     return 0;
 }
@@ -85,11 +120,11 @@ static tvar *peek(tracer *tr, int i)
 static int op_load_fast(tracer *tr, int slot)
 {
     if (slot >= tr->nlocals)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "bad local slot");
+        return cdy_tr_stop(tr, BAD_LOCAL_SLOT);
     if (!tr->locals[slot]) {
         PyObject *o = tr->frame_locals && slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
         if (!o)
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "local variable '%s' referenced before assignment",
+            return cdy_tr_stop(tr, UNBOUND_LOCAL,
                                PyUnicode_AsUTF8(PyTuple_GET_ITEM(tr->co->co_localsplusnames, slot)));
         cdy_src *s = cdy_src_new(tr, CDY_SRC_LOCAL);
         if (!s)
@@ -111,8 +146,8 @@ static int op_load_global(tracer *tr, int oparg)
         o = PyDict_GetItemWithError(tr->builtins, name);
     if (!o) {
         if (PyErr_Occurred())
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a global");
-        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "name '%s' is not defined", PyUnicode_AsUTF8(name));
+            return cdy_tr_stop_exc(tr, READ_GLOBAL);
+        return cdy_tr_stop(tr, NAME_ERROR, PyUnicode_AsUTF8(name));
     }
     if (!tr->guard_globals)   /* torch's own code: its globals are not guarded */
         return push(tr, cdy_wrap(tr, o, NULL, 0));
@@ -134,7 +169,7 @@ static int op_import_name(tracer *tr, int oparg)
     tvar *fromlist = pop(tr), *level = pop(tr);
     if (level->kind != TV_CONST || !PyLong_Check(level->obj) || PyLong_AsLong(level->obj) != 0 ||
         fromlist->kind != TV_CONST)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "relative import of '%s'", PyUnicode_AsUTF8(name));
+        return cdy_tr_stop(tr, RELATIVE_IMPORT, PyUnicode_AsUTF8(name));
     PyObject *mods = PyImport_GetModuleDict(), *key = name;
     PyObject *mod = PyDict_GetItemWithError(mods, name);   /* the whole dotted name is imported */
     if (mod && (fromlist->obj == Py_None || !PyObject_IsTrue(fromlist->obj))) {
@@ -145,8 +180,7 @@ static int op_import_name(tracer *tr, int oparg)
     }
     if (!mod || !PyModule_Check(mod)) {
         PyErr_Clear();
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "import of '%s', a module not yet imported",
-                           PyUnicode_AsUTF8(name));
+        return cdy_tr_stop(tr, IMPORT_NEW_MODULE, PyUnicode_AsUTF8(name));
     }
     if (!tr->guard_globals)   /* torch's own code: like its globals, not guarded */
         return push(tr, cdy_wrap(tr, mod, NULL, 0));
@@ -169,10 +203,10 @@ static int op_load_deref(tracer *tr, int oparg)
     if (tr->cells)
         return push(tr, cdy_tr_cell_value(tr, tr->cells[idx]));
     if (!tr->closure || idx >= PyTuple_GET_SIZE(tr->closure))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure cell missing");
+        return cdy_tr_stop(tr, CELL_MISSING);
     PyObject *o = PyCell_GET(PyTuple_GET_ITEM(tr->closure, idx));
     if (!o)
-        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "free variable referenced before assignment");
+        return cdy_tr_stop(tr, UNBOUND_FREE);
     const cdy_src *s = NULL;
     if (!tr->parent) {
         cdy_src *d = cdy_src_new(tr, CDY_SRC_DEREF);
@@ -184,15 +218,15 @@ static int op_load_deref(tracer *tr, int oparg)
     else if (tr->func_src) {   /* an inlined function read from the frame: fn.__closure__[i].cell_contents */
         static PyObject *closure_str, *contents_str;
         if (!closure_str && !(closure_str = PyUnicode_InternFromString("__closure__")))
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            return cdy_tr_stop_exc(tr, PY_ERROR);
         if (!contents_str && !(contents_str = PyUnicode_InternFromString("cell_contents")))
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            return cdy_tr_stop_exc(tr, PY_ERROR);
         PyObject *key = cdy_tr_keep(tr, PyLong_FromLong(idx));
         const cdy_src *c = key ? cdy_src_step(tr, tr->func_src, closure_str, 0) : NULL;
         c = c ? cdy_src_step(tr, c, key, 1) : NULL;
         s = c ? cdy_src_step(tr, c, contents_str, 0) : NULL;
         if (!s)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "closure cell source too deep to guard");
+            return cdy_tr_stop(tr, CELL_TOO_DEEP);
     }
     /* else: a method or a function the trace made: its cells are fixed with it */
     return push(tr, cdy_wrap(tr, o, s, s != NULL));
@@ -212,7 +246,7 @@ tvar *cdy_tr_cell_value(tracer *tr, tvar *c)
 {
     tracer *o = c->owner;
     if (!frame_alive(tr, o)) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "a closure outlived the frame that made it");
+        cdy_tr_stop(tr, CLOSURE_OUTLIVED);
         return NULL;
     }
     if (op_load_deref(o, c->pos))   /* pushes onto the owner's (paused) stack */
@@ -231,7 +265,7 @@ tvar *cdy_tr_super(tracer *tr)
             i - first_free < PyTuple_GET_SIZE(tr->closure))
             cls = PyCell_GET(PyTuple_GET_ITEM(tr->closure, i - first_free));
     if (!cls || !PyType_Check(cls) || tr->co->co_argcount < 1 || first_free < 1) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "super() outside a plain method");
+        cdy_tr_stop(tr, SUPER_OUTSIDE_METHOD);
         return NULL;
     }
     if (!tr->locals[0] && op_load_fast(tr, 0))
@@ -268,10 +302,10 @@ static int op_make_function(tracer *tr, int oparg)
     tvar *kwdefs = (oparg & 2) ? pop(tr) : NULL, *defs = (oparg & 1) ? pop(tr) : NULL;
     if (code->kind != TV_CONST || !PyCode_Check(code->obj) || kwdefs ||
         (defs && defs->kind != TV_CONST) || (closure && closure->kind != TV_TUPLE))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "making this function is not supported");
+        return cdy_tr_stop(tr, MAKE_FUNCTION);
     PyObject *fn = cdy_tr_keep(tr, PyFunction_New(code->obj, tr->globals));
     if (!fn || (defs && PyFunction_SetDefaults(fn, defs->obj)))
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a function");
+        return cdy_tr_stop_exc(tr, MAKE_FUNCTION_FAILED);
     tvar *f = closure ? cdy_tv_seq(tr, TV_FUNC, closure->items, closure->n)
                       : cdy_tv_seq(tr, TV_FUNC, NULL, 0);
     if (f)
@@ -331,12 +365,13 @@ static int op_call_ex(tracer *tr, int oparg)
     if (!it)
         return -1;
     if (kw && kw->kind != TV_DICT)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "**kwargs of an unknown mapping");
+        return cdy_tr_stop(tr, KWARGS_MAPPING);
     int np = it->n - it->pos, nk = kw ? kw->n : 0;
-    if (np + nk > CDY_MAX_CALL_ARGS)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "too many arguments");
-    tvar *args[CDY_MAX_CALL_ARGS];
-    memcpy(args, it->items + it->pos, sizeof(tvar *) * (size_t)np);
+    tvar **args = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(np + nk + 1));
+    if (!args)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    if (np)
+        memcpy(args, it->items + it->pos, sizeof(tvar *) * (size_t)np);
     PyObject *names = NULL;
     if (nk) {
         names = PyTuple_New(nk);
@@ -345,7 +380,7 @@ static int op_call_ex(tracer *tr, int oparg)
             args[np + i] = kw->items[i];
         }
         if (!cdy_tr_keep(tr, names))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
     }
     return push(tr, cdy_call(tr, fn, args, np + nk, names));
 }
@@ -359,27 +394,27 @@ static int op_binary(tracer *tr, int oparg)
     int inplace = oparg >= CDY_NB_INPLACE_FIRST;
     int base = inplace ? oparg - CDY_NB_INPLACE_FIRST : oparg;
     if (base < 0 || base > 12)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "binary operator %d", oparg);
+        return cdy_tr_stop(tr, BINARY_OP, oparg);
     tvar *args[2];
     args[1] = pop(tr);
     args[0] = pop(tr);
     if (inplace && args[0]->kind == TV_TENSOR) {   /* functionalized (trace/mutate.c) */
         PyObject *fn = cdy_operator_fn(base, names[base]);
         return fn ? push(tr, cdy_mut_binary(tr, names[base], fn, syms[base], args))
-                  : cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+                  : cdy_tr_stop_exc(tr, PY_ERROR);
     }
     if (base == 0 && args[0]->kind == args[1]->kind && (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
         if (!items)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
         memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
         memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
         return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
     }
     PyObject *fn = cdy_operator_fn(base, names[base]);
     if (!fn)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     return push(tr, cdy_call_operator(tr, fn, syms[base], args, 2));
 }
 
@@ -389,13 +424,13 @@ static int op_compare(tracer *tr, int oparg)
     static const char *names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
     static const char *syms[] = {"<", "<=", "==", "!=", ">", ">="};
     if (oparg < 0 || oparg > 5)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "comparison %d", oparg);
+        return cdy_tr_stop(tr, COMPARE_OP, oparg);
     PyObject *fn = cdy_operator_fn(16 + oparg, names[oparg]);
     tvar *args[2];
     args[1] = pop(tr);
     args[0] = pop(tr);
     if (!fn)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     return push(tr, cdy_call_operator(tr, fn, syms[oparg], args, 2));
 }
 
@@ -411,7 +446,7 @@ static int op_unary(tracer *tr, int op)
     int slot = op == CDY_UNARY_NEGATIVE ? 24 : op == CDY_UNARY_INVERT ? 25 : 26;
     PyObject *fn = cdy_operator_fn(slot, name);
     if (!fn)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     return push(tr, cdy_call_operator(tr, fn, name, &a, 1));
 }
 
@@ -437,13 +472,13 @@ static tvar *module_list_item(tracer *tr, tvar *ml, tvar *i)
     long k = PyLong_AsLong(i->obj);
     if (mods->kind != TV_DICT || (k == -1 && PyErr_Occurred())) {
         PyErr_Clear();
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "indexing this module container is not supported");
+        cdy_tr_stop(tr, INDEX_MODULE_CONTAINER);
         return NULL;
     }
     if (k < 0)
         k += mods->n;
     if (k < 0 || k >= mods->n) {
-        cdy_tr_stop(tr, CDY_TRACE_ERROR, "index %ld is out of range", PyLong_AsLong(i->obj));
+        cdy_tr_stop(tr, MODULE_INDEX_RANGE, PyLong_AsLong(i->obj));
         return NULL;
     }
     return mods->items[k];
@@ -458,7 +493,7 @@ static int op_subscr(tracer *tr)
         if (PySlice_Check(i->obj)) {
             Py_ssize_t start, stop, step, n;
             if (PySlice_Unpack(i->obj, &start, &stop, &step) < 0)
-                return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "slice");
+                return cdy_tr_stop_exc(tr, RAISED, "slice");
             n = PySlice_AdjustIndices(s->n, &start, &stop, step);
             tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
             for (Py_ssize_t k = 0; items && k < n; k++)
@@ -466,12 +501,12 @@ static int op_subscr(tracer *tr)
             return push(tr, items ? cdy_tv_seq(tr, s->kind, items, (int)n) : NULL);
         }
         if (!PyLong_Check(i->obj))
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "sequence index is not an integer");
+            return cdy_tr_stop(tr, SEQ_INDEX_TYPE);
         long k = PyLong_AsLong(i->obj);
         if (k < 0)
             k += s->n;
         if (k < 0 || k >= s->n)
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "index out of range");
+            return cdy_tr_stop(tr, SEQ_INDEX_RANGE);
         return push(tr, s->items[k]);
     }
     if (s->kind == TV_DICT) {
@@ -486,7 +521,7 @@ static int op_subscr(tracer *tr)
         (PyList_Check(s->obj) || PyDict_Check(s->obj) || PyTuple_Check(s->obj))) {
         PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* a container read from the frame */
         if (!v)
-            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "subscript");
+            return cdy_tr_stop_exc(tr, RAISED, "subscript");
         const cdy_src *src = cdy_src_step(tr, s->src, i->obj, 1);
         tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
         Py_DECREF(v);
@@ -507,7 +542,7 @@ static int op_subscr(tracer *tr)
     }
     PyObject *fn = cdy_operator_fn(27, "getitem");
     if (!fn)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     tvar *args[2] = {s, i};
     return push(tr, cdy_call_operator(tr, fn, "[]", args, 2));
 }
@@ -523,13 +558,13 @@ static int op_store_subscr(tracer *tr)
     if (c->kind == TV_DICT && c->src)
         return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "item assignment to this value is not supported");
+        return cdy_tr_stop(tr, STORE_ITEM);
     if (c->kind == TV_LIST) {
         long i = PyLong_Check(k->obj) ? PyLong_AsLong(k->obj) : -1L << 40;
         if (i < 0 && i > -(long)c->n - 1)
             i += c->n;
         if (i < 0 || i >= c->n)
-            return cdy_tr_stop(tr, CDY_TRACE_ERROR, "list assignment index out of range");
+            return cdy_tr_stop(tr, LIST_ASSIGN_RANGE);
         c->items[i] = v;
         return 0;
     }
@@ -542,7 +577,7 @@ static int op_store_subscr(tracer *tr)
     tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(c->n + 1));
     PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(c->n + 1));
     if (!items || !keys)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     memcpy(items, c->items, sizeof(tvar *) * (size_t)c->n);
     memcpy(keys, c->keys, sizeof(PyObject *) * (size_t)c->n);
     items[c->n] = v;
@@ -557,7 +592,7 @@ static int op_store_subscr(tracer *tr)
 static int op_build(tracer *tr, int n, int kind)
 {
     if (n > tr->sp)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
+        return cdy_tr_stop(tr, STACK_UNDERFLOW);
     tvar **items = &tr->stack[tr->sp - n];
     tr->sp -= n;
     int all_const = 1;
@@ -582,13 +617,13 @@ static int op_build_map(tracer *tr, int n, int const_keys)
     d->items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
     d->keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(n + 1));
     if (!d->items || !d->keys || n * (2 - const_keys) > tr->sp)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "bad dict display");
+        return cdy_tr_stop(tr, BAD_DICT_DISPLAY);
     tvar **base = &tr->stack[tr->sp - n * (2 - const_keys)];
     for (int i = 0; i < n; i++) {
         tvar *k = const_keys ? NULL : base[2 * i];
         PyObject *key = const_keys ? PyTuple_GET_ITEM(keys->obj, i) : k->obj;
         if (!const_keys && k->kind != TV_CONST)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dict key is not a constant");
+            return cdy_tr_stop(tr, DICT_KEY_NON_CONST);
         d->keys[i] = key;
         d->items[i] = const_keys ? base[i] : base[2 * i + 1];
     }
@@ -604,7 +639,7 @@ static int op_unpack(tracer *tr, int n)
     if (!it)
         return -1;
     if (it->n - it->pos != n)
-        return cdy_tr_stop(tr, CDY_TRACE_ERROR, "cannot unpack %d values into %d", it->n - it->pos, n);
+        return cdy_tr_stop(tr, UNPACK_COUNT, it->n - it->pos, n);
     for (int i = it->n - 1; i >= it->pos; i--)
         if (push(tr, it->items[i]))
             return -1;
@@ -617,7 +652,7 @@ static int is_none(tracer *tr, tvar *v)
     if (v->kind == TV_CONST || v->kind == TV_OBJ)
         return v->obj == Py_None;
     if (v->kind == TV_NULL)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'is None' on an unsupported value");
+        return cdy_tr_stop(tr, IS_NONE);
     return 0;
 }
 
@@ -633,14 +668,13 @@ static int op_is(tracer *tr, int invert)
     else if (a == b)
         r = 1;
     else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
-                           "'is' between two objects of one class guarded by type");
+        return cdy_tr_stop(tr, IS_BY_TYPE);
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
         r = a->obj == b->obj;   /* by type: different classes, never the same object */
     else if (a->kind != b->kind)
         r = 0;
     else
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'is' on these values is not supported");
+        return cdy_tr_stop(tr, IS_OP);
     if (r < 0)
         return -1;
     return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
@@ -667,7 +701,7 @@ static int op_contains(tracer *tr, int invert)
             else if (it->kind == TV_CONST && k->kind == TV_CONST)
                 r = PyObject_RichCompareBool(it->obj, k->obj, Py_EQ) == 1;
             else if (it->kind == TV_TENSOR || k->kind == TV_TENSOR)
-                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' with tensors");
+                return cdy_tr_stop(tr, IN_TENSORS);
         }
     }
     else if (k->kind == TV_CONST && c->kind == TV_OBJ && c->src)
@@ -676,7 +710,7 @@ static int op_contains(tracer *tr, int invert)
         return -1;
     if (r < 0) {
         PyErr_Clear();
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "'in' on these values is not supported");
+        return cdy_tr_stop(tr, IN_OP);
     }
     return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
 }
@@ -686,7 +720,7 @@ static int op_format(tracer *tr, int oparg)
 {
     tvar *spec = (oparg & 4) ? pop(tr) : NULL, *v = pop(tr);
     if (v->kind != TV_CONST)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "f-string of a non-constant");
+        return cdy_tr_stop(tr, FSTRING_VALUE);
     PyObject *x = Py_NewRef(v->obj), *s;
     int conv = oparg & 3;
     if (conv == 1)
@@ -698,7 +732,7 @@ static int op_format(tracer *tr, int oparg)
     s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
     Py_XDECREF(x);
     if (!s)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "format");
+        return cdy_tr_stop_exc(tr, RAISED, "format");
     return push(tr, cdy_tv_const(tr, s));
 }
 
@@ -710,7 +744,7 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
     cdy_trace *t = tr->t;
     cdy_ret *r = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
     if (!r) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
     switch (v->kind) {
@@ -740,7 +774,7 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         return r;
     case TV_NEW:
         if (v->built) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "an object built in the frame is returned twice");
+            cdy_tr_stop(tr, NEW_RETURNED_TWICE);
             return NULL;
         }
         v->built = 1;
@@ -765,7 +799,7 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         r->keys = v->keys;
         r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
         if (!r->items) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
             return NULL;
         }
         for (int i = 0; i < v->n; i++)
@@ -773,7 +807,7 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
                 return NULL;
         return r;
     default:
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "returning this kind of value is not supported");
+        cdy_tr_stop(tr, RETURN_VALUE_KIND);
         return NULL;
     }
 }
@@ -792,15 +826,16 @@ static int op_return(tracer *tr)
         return 1;
     }
     cdy_trace *t = tr->t;
+    if (inject.kind == CDY_INJECT_NO_RETURN)
+        return 1;
     t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(cdy_tv_count_tensors(v) +
                                                                          cdy_mut_extra_outputs(tr) + 1));
     if (!t->graph.outputs)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     t->return_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->ret = make_ret(tr, v);
     if (t->ret && t->new_built != t->new_made)   /* its __init__ would not run at all */
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "an object built in the frame is used "
-                           "other than by being returned");
+        return cdy_tr_stop(tr, NEW_USED);
     return t->ret && !cdy_mut_finish(tr, make_ret) ? 1 : -1;
 }
 
@@ -823,7 +858,7 @@ static void opcode_name(int op, char *buf, size_t n)
 static int jump(tracer *tr, int target, int *next)
 {
     if (target < 0 || target >= tr->ncode)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "jump out of range");
+        return cdy_tr_stop(tr, BAD_JUMP);
     *next = target;
     return 0;
 }
@@ -851,7 +886,7 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
 {
     tvar *it = peek(tr, 1);
     if (it->kind != TV_ITER)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "FOR_ITER on a non-iterator");
+        return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
     if (it->pos < it->n)
         return push(tr, it->items[it->pos++]);
     pop(tr);
@@ -876,7 +911,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
     case CDY_STORE_FAST: case CDY_STORE_DEREF:
         if (oparg >= tr->nlocals || (op == CDY_STORE_DEREF &&
                                      oparg >= tr->co->co_nlocalsplus - tr->co->co_nfreevars))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "storing to a free variable");
+            return cdy_tr_stop(tr, STORE_FREE_VAR);
         tr->locals[oparg] = pop(tr);
         return 0;
     case CDY_DELETE_FAST:
@@ -925,7 +960,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
         tvar *v = pop(tr), *l = peek(tr, oparg);
         tvar *src = op == CDY_LIST_APPEND ? cdy_tv_seq(tr, TV_TUPLE, &v, 1) : cdy_iterate(tr, v);
         if (!src || l->kind != TV_LIST)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "list extend");
+            return cdy_tr_stop(tr, LIST_EXTEND);
         int n = l->n + src->n - src->pos;
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
         if (!items)
@@ -943,7 +978,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
     case CDY_BUILD_SLICE: {
         tvar *c = oparg == 3 ? pop(tr) : NULL, *b = pop(tr), *a = pop(tr);
         if (a->kind != TV_CONST || b->kind != TV_CONST || (c && c->kind != TV_CONST))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "slice with non-constant bounds");
+            return cdy_tr_stop(tr, SLICE_BOUNDS);
         return push(tr, cdy_tv_const(tr, PySlice_New(a->obj, b->obj, c ? c->obj : NULL)));
     }
     case CDY_UNPACK_SEQUENCE:
@@ -955,7 +990,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
     case CDY_DICT_MERGE: {   /* f(**d): merge d into the dict being built */
         tvar *src = pop(tr), *dst = peek(tr, oparg);
         if (src->kind != TV_DICT || dst->kind != TV_DICT || dst->src)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "** of an unknown mapping");
+            return cdy_tr_stop(tr, DOUBLE_STAR_MAPPING);
         for (int i = 0; i < src->n; i++) {
             tvar *k = cdy_tv_const(tr, Py_NewRef(src->keys[i]));
             if (!k || push(tr, src->items[i]) || push(tr, dst) || push(tr, k) || op_store_subscr(tr))
@@ -971,7 +1006,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return push(tr, peek(tr, oparg));
     case CDY_SWAP: {
         if (oparg > tr->sp)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "stack underflow");
+            return cdy_tr_stop(tr, STACK_UNDERFLOW);
         tvar *a = tr->stack[tr->sp - 1];
         tr->stack[tr->sp - 1] = tr->stack[tr->sp - oparg];
         tr->stack[tr->sp - oparg] = a;
@@ -989,7 +1024,7 @@ static int step(tracer *tr, int op, int oparg, int *next)
             tvar *s = pop(tr);
             if (s->kind != TV_CONST || !PyUnicode_Check(s->obj)) {
                 Py_DECREF(parts);
-                return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "f-string part is not a constant");
+                return cdy_tr_stop(tr, FSTRING_PART);
             }
             PyTuple_SET_ITEM(parts, i, Py_NewRef(s->obj));
         }
@@ -1025,15 +1060,15 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_make_function(tr, oparg);
     case CDY_RETURN_GENERATOR:   /* a generator run to the end: its first POP_TOP eats this */
         if (!tr->yielded)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "generator");
+            return cdy_tr_stop(tr, GENERATOR);
         return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
     case CDY_YIELD_VALUE: {      /* collect the value; the generator is resumed with None */
         tvar *v = pop(tr), *y = tr->yielded;
         if (!y)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "yield");
+            return cdy_tr_stop(tr, YIELD);
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(y->n + 1));
         if (!items)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
         if (y->n)
             memcpy(items, y->items, sizeof(tvar *) * (size_t)y->n);
         items[y->n++] = v;
@@ -1043,9 +1078,28 @@ static int step(tracer *tr, int op, int oparg, int *next)
     default: {
         char name[64];
         opcode_name(op, name, sizeof(name));
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "opcode %s is not supported", name);
+        return cdy_tr_stop(tr, OPCODE, name);
     }
     }
+}
+
+/* After opcode op failed or stopped: a failure with no recorded stop (a bug:
+ * some path forgot its reason) becomes STEP_FAILED, with the pending Python
+ * exception's text if there is one, so that no trace ends "failed" without a
+ * reason, or "succeeded" after a failure.  -1. */
+static int step_failed(tracer *tr, int op)
+{
+    if (cdy_tr_stopped(tr))
+        return -1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    char name[64];
+    opcode_name(op, name, sizeof(name));
+    CDY_ASSERT(inject.kind == CDY_INJECT_STEP, "an opcode failed without recording a stop");
+    if (!et)
+        return cdy_tr_stop(tr, STEP_FAILED, name);
+    PyErr_Restore(et, ev, tb);
+    return cdy_tr_stop_exc(tr, STEP_FAILED, name);
 }
 
 /* Run tr's code from the start until it returns (0) or the trace stops (-1). */
@@ -1053,17 +1107,17 @@ int cdy_tr_run_frame(tracer *tr)
 {
     tr->bytes = cdy_tr_keep(tr, PyCode_GetCode(tr->co));
     if (!tr->bytes)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading the bytecode");
+        return cdy_tr_stop_exc(tr, READ_BYTECODE);
     tr->code = (const unsigned char *)PyBytes_AS_STRING(tr->bytes);
     tr->ncode = (int)(PyBytes_GET_SIZE(tr->bytes) / 2);
     tr->stack_cap = tr->co->co_stacksize + 8;
     tr->stack = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)tr->stack_cap);
     if (!tr->stack)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     int pc = 0, ext = 0;
     for (int count = 0; count < MAX_INSTRUCTIONS; count++) {
         if (pc >= tr->ncode)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "ran off the end of the code");
+            return cdy_tr_stop(tr, RAN_OFF_END);
         int op = tr->code[2 * pc], oparg = tr->code[2 * pc + 1] | ext;
         tr->pc = pc;
         int next = pc + 1 + cdy_opcode_caches(op);
@@ -1073,13 +1127,14 @@ int cdy_tr_run_frame(tracer *tr)
             continue;
         }
         ext = 0;
-        int r = step(tr, op, oparg, &next);
+        int r = inject.kind == CDY_INJECT_STEP && op == inject.op ? -1 : step(tr, op, oparg, &next);
+        if (r < 0 || cdy_tr_stopped(tr))
+            return step_failed(tr, op);
         if (r)
-            return r > 0 ? 0 : -1;
+            return 0;
         pc = next;
     }
-    return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "trace too long (more than %d instructions)",
-                       MAX_INSTRUCTIONS);
+    return cdy_tr_stop(tr, TRACE_TOO_LONG, MAX_INSTRUCTIONS);
 }
 
 /* One-time lookups of torch objects; 0 or -1. */
@@ -1106,17 +1161,33 @@ int cdy_guard_grad_mode(tracer *tr, int enabled)
     cdy_src none = {0};
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode");
     if (!g)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        return cdy_tr_stop_exc(tr, PY_ERROR);
     g->requires_grad = enabled;
     g->expect = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
     tr->t->grad_guarded = 1;
-    return g->expect ? 0 : cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+    return g->expect ? 0 : cdy_tr_stop_exc(tr, PY_ERROR);
 }
 
 /* Guard grad mode when an input requires grad (it is off: see wrap_tensor). */
 static int guard_grad_mode(tracer *tr)
 {
     return tr->t->any_requires_grad ? cdy_guard_grad_mode(tr, tr->t->grad_enabled) : 0;
+}
+
+/* The stage boundary after tracing: a graph that fails cdy_graph_check is
+ * an internal error (abort in debug builds, GRAPH_INVALID stop in release). */
+static void check_graph(tracer *tr)
+{
+    cdy_trace *t = tr->t;
+    char err[256];
+    if (t->status != CDY_TRACE_OK)
+        return;
+    if (inject.kind == CDY_INJECT_GRAPH && t->graph.noutputs > 0)
+        t->graph.outputs[0] = t->graph.nvalues;
+    if (!cdy_graph_check(&t->graph, err, sizeof(err)))
+        return;
+    CDY_ASSERT(inject.kind == CDY_INJECT_GRAPH, "the traced graph is invalid");
+    cdy_tr_stop(tr, GRAPH_INVALID, err);
 }
 
 /* Trace code with the frame's arguments; see internal.h. */
@@ -1133,7 +1204,7 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     t->top_code = code;
     t->keep = PyList_New(0);
     if (!t->keep || trace_init()) {
-        cdy_tr_stop_exc(&tr, CDY_TRACE_UNSUPPORTED, "tracer initialisation");
+        cdy_tr_stop_exc(&tr, TRACER_INIT);
         return;
     }
     PyObject *ge = PyObject_CallMethod(cdy_torch, "is_grad_enabled", NULL);
@@ -1146,14 +1217,17 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     tr.nlocals = code->co_nlocalsplus;
     tr.locals = cdy_arena_alloc(&t->arena, sizeof(tvar *) * (size_t)(tr.nlocals + 1));
     if (!tr.locals) {
-        cdy_tr_stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(&tr, OUT_OF_MEMORY);
         return;
     }
-    if (cdy_tr_run_frame(&tr) == 0)
+    if (cdy_tr_run_frame(&tr) == 0 && !t->ret)
+        cdy_tr_stop(&tr, NO_RETURN);
+    if (t->status == CDY_TRACE_OK)
         guard_grad_mode(&tr);
+    check_graph(&tr);
     collect_input_srcs(t);
     if (!t->input_srcs && t->status == CDY_TRACE_OK)
-        cdy_tr_stop(&tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(&tr, OUT_OF_MEMORY);
     PyErr_Clear();
 }
 

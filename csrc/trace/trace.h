@@ -6,6 +6,7 @@
 #define CDY_TRACE_H
 
 #include "internal.h"
+#include "trace/reasons.h"
 
 #define CDY_MAX_INLINE_DEPTH 48
 #define CDY_MAX_CALL_ARGS 32
@@ -83,8 +84,23 @@ typedef struct tracer {
 } tracer;
 
 /* ---- trace.c ---- */
-int cdy_tr_stop(tracer *tr, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int cdy_tr_stop_exc(tracer *tr, int status, const char *what);
+/* Stop the trace with reason CODE of trace/reasons.def, its template filled
+ * with the arguments; the status follows the code's category.  -1.  The first
+ * stop of a trace wins; later ones are ignored. */
+#define cdy_tr_stop(tr, CODE, ...) \
+    cdy_tr_stop_at((tr), CDY_R_##CODE, 0, cdy_rt_##CODE, ##__VA_ARGS__)
+/* The same, with ": ExcType: message" of the pending Python exception
+ * appended (the exception is cleared). */
+#define cdy_tr_stop_exc(tr, CODE, ...) \
+    cdy_tr_stop_at((tr), CDY_R_##CODE, 1, cdy_rt_##CODE, ##__VA_ARGS__)
+/* What the two macros call: fmt must be code's template (cdy_rt_CODE). */
+int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Stop for torch op `what` that raised on the fakes: NO_META_KERNEL for a
+ * NotImplementedError (no meta kernel), else TORCH_RAISED; -1. */
+int cdy_tr_stop_torch(tracer *tr, const char *what);
+/* Whether the trace has stopped (a reason is recorded). */
+int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);

@@ -53,7 +53,7 @@ tvar *cdy_tv_new(tracer *tr, int kind)
     if (v)
         v->kind = kind;
     else
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
     if (v && kind == TV_TENSOR)
         cdy_mut_register(tr, v);
     return v;
@@ -63,7 +63,7 @@ tvar *cdy_tv_new(tracer *tr, int kind)
 tvar *cdy_tv_const(tracer *tr, PyObject *o)
 {
     if (!cdy_tr_keep(tr, o)) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     tvar *v = cdy_tv_new(tr, TV_CONST);
@@ -156,7 +156,7 @@ cdy_src *cdy_src_new(tracer *tr, int kind)
     if (s)
         s->kind = kind;
     else
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
     return s;
 }
 
@@ -184,7 +184,7 @@ cdy_value *cdy_graph_add(tracer *tr, int kind, int *index)
         int cap = g->cap_values ? 2 * g->cap_values : 32;
         cdy_value *v = PyMem_Realloc(g->values, sizeof(cdy_value) * (size_t)cap);
         if (!v) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
             return NULL;
         }
         g->values = v;
@@ -205,21 +205,19 @@ int cdy_read_meta(tracer *tr, PyObject *x, cdy_meta *m)
     PyObject *stride = size ? PyObject_CallMethodNoArgs(x, cdy_str.stride) : NULL;
     int r = -1;
     if (!stride) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor meta");
+        cdy_tr_stop_exc(tr, READ_META);
         goto done;
     }
     m->dtype = cdy_dtype_from_obj(dt);
     m->ndim = (int)PyTuple_GET_SIZE(size);
     if (m->dtype == CDY_DT_NONE) {
         PyObject *s = PyObject_Str(dt);
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "dtype %s is not supported",
-                    s ? PyUnicode_AsUTF8(s) : "?");
+        cdy_tr_stop(tr, DTYPE, s ? PyUnicode_AsUTF8(s) : "?");
         Py_XDECREF(s);
         goto done;
     }
     if (m->ndim > CDY_MAX_NDIM) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensors of more than %d dims are not supported",
-                    CDY_MAX_NDIM);
+        cdy_tr_stop(tr, TOO_MANY_DIMS, CDY_MAX_NDIM);
         goto done;
     }
     for (int d = 0; d < m->ndim; d++) {
@@ -266,7 +264,7 @@ PyObject *cdy_fake_from_meta(tracer *tr, const cdy_meta *m)
     Py_XDECREF(size);
     Py_XDECREF(stride);
     if (!r || !cdy_tr_keep(tr, r)) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+        cdy_tr_stop_exc(tr, MAKE_FAKE);
         return NULL;
     }
     return r;
@@ -288,7 +286,7 @@ tvar *cdy_tensor_node(tracer *tr, PyObject *out, int *index)
     if (!is_meta(out)) {   /* e.g. a factory call made a real tensor: keep only its meta */
         PyObject *fake = make_fake(out, NULL);
         if (!fake) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+            cdy_tr_stop_exc(tr, MAKE_FAKE);
             return NULL;
         }
         out = fake;
@@ -320,7 +318,7 @@ int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta 
 {
     int idx;
     if (nargs < 0 || nargs > CDY_MAX_NODE_ARGS) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "internal error: %d node args", nargs);
+        cdy_tr_stop(tr, NODE_ARGS, nargs);
         return -1;
     }
     cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, &idx);
@@ -408,14 +406,14 @@ int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v)
         }
     int n = tr->t->nmemo;
     memo_add(tr, desc, v);
-    return tr->t->nmemo > n ? 0 : cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    return tr->t->nmemo > n ? 0 : cdy_tr_stop(tr, OUT_OF_MEMORY);
 }
 
 /* A tensor read from the frame at src: guard it, make it a graph input. */
 static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char *desc)
 {
     if (!src) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' has no source to load it from", desc);
+        cdy_tr_stop(tr, TENSOR_NO_SOURCE, desc);
         return NULL;
     }
     PyObject *cpu = PyObject_GetAttr(x, cdy_str.is_cpu);
@@ -424,16 +422,14 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
     PyObject *dt = rg ? PyObject_GetAttr(x, cdy_str.dtype) : NULL;
     tvar *v = NULL;
     if (!dt)
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading tensor properties");
+        cdy_tr_stop_exc(tr, READ_TENSOR_PROPS);
     else if (cpu != Py_True)
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not on the CPU", desc);
+        cdy_tr_stop(tr, NOT_CPU, desc);
     else if (lay != cdy_strided_layout)
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor '%s' is not strided (sparse or mkldnn)", desc);
+        cdy_tr_stop(tr, NOT_STRIDED, desc);
     else if (rg == Py_True && tr->t->grad_enabled) {
         if (!cdy_guard_grad_mode(tr, 1))   /* the eager entry is for grad mode only */
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED,
-                        "tensor '%s' requires grad and grad mode is on: autograd is not "
-                        "supported (run under torch.no_grad() or torch.inference_mode())", desc);
+            cdy_tr_stop(tr, AUTOGRAD, desc);
     }
     else {
         cdy_meta m;
@@ -442,7 +438,7 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
         cdy_value *gv;
         cdy_guard *g;
         if (!fake)
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "making a fake tensor");
+            cdy_tr_stop_exc(tr, MAKE_FAKE);
         else if (cdy_tr_keep(tr, fake) && !cdy_read_meta(tr, fake, &m) &&
                  (gv = cdy_graph_add(tr, CDY_VAL_INPUT, &idx)) &&
                  (g = cdy_guards_add(&tr->t->guards, CDY_GUARD_TENSOR, src, desc)) &&
@@ -463,7 +459,7 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
             v->requires_grad = rg == Py_True;
         }
         else if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            cdy_tr_stop_exc(tr, PY_ERROR);
     }
     Py_XDECREF(cpu);
     Py_XDECREF(lay);
@@ -498,7 +494,7 @@ static tvar *wrap_container(tracer *tr, PyObject *o, const cdy_src *src, const c
     cdy_guard *g = cdy_guards_add(&tr->t->guards, is_dict ? CDY_GUARD_KEYS : CDY_GUARD_LEN, src, desc);
     if (!g) {
         Py_XDECREF(kt);
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     g->expect = is_dict ? kt : Py_NewRef((PyObject *)Py_TYPE(o));
@@ -514,7 +510,7 @@ static tvar *wrap_container(tracer *tr, PyObject *o, const cdy_src *src, const c
         const cdy_src *is = key && item ? cdy_src_step(tr, src, key, 1) : NULL;
         if (!is || !(items[i] = cdy_wrap(tr, item, is, 1))) {
             if (tr->t->status == CDY_TRACE_OK)
-                cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "container '%s' too deep to guard", desc);
+                cdy_tr_stop(tr, CONTAINER_TOO_DEEP, desc);
             return NULL;
         }
         ks[i] = key;
@@ -570,7 +566,7 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     }
     else if (PyObject_TypeCheck(o, (PyTypeObject *)cdy_tensor_type)) {
         if ((PyObject *)tp != cdy_tensor_type && (PyObject *)tp != cdy_parameter_type) {
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor subclass %s is not supported", tp->tp_name);
+            cdy_tr_stop(tr, TENSOR_SUBCLASS, tp->tp_name);
             return NULL;
         }
         v = wrap_tensor(tr, o, src, desc);
@@ -590,7 +586,7 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
             cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
                                           by_type ? CDY_GUARD_TYPE : CDY_GUARD_ID, src, desc);
             if (!g) {
-                cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+                cdy_tr_stop_exc(tr, PY_ERROR);
                 return NULL;
             }
             g->expect = Py_NewRef(by_type ? (PyObject *)tp : o);
@@ -644,7 +640,7 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
             PyObject *ag = op ? PyObject_CallMethod(op, "attrgetter", "O", name) : NULL;
             Py_XDECREF(op);
             if (!cdy_tr_keep(tr, ag)) {
-                cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+                cdy_tr_stop_exc(tr, PY_ERROR);
                 return NULL;
             }
             return cdy_call_extern(tr, ag, n, &t, 1);
@@ -666,7 +662,7 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         if (!strcmp(n, consts[i])) {
             PyObject *v = PyObject_GetAttr(t->obj, name);
             if (!v) {
-                cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "tensor attribute");
+                cdy_tr_stop_exc(tr, RAISED, "tensor attribute");
                 return NULL;
             }
             return cdy_tv_const(tr, v);
@@ -674,7 +670,7 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
     tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */
     if (bm || PyErr_Occurred())
         return bm;
-    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "tensor attribute '%s' is not supported", n);
+    cdy_tr_stop(tr, TENSOR_ATTR, n);
     return NULL;
 }
 
@@ -718,7 +714,7 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
         mapping_abc = abc ? PyObject_GetAttrString(abc, "Mapping") : NULL;
         Py_XDECREF(abc);
         if (!mapping_abc) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+            cdy_tr_stop_exc(tr, PY_ERROR);
             return -2;
         }
     }
@@ -729,14 +725,14 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
     }
     int r = PySequence_Contains(c->obj, k->obj);
     if (r < 0) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "'in'");
+        cdy_tr_stop_exc(tr, RAISED, "'in'");
         return -2;
     }
     char desc[CDY_DESC_LEN] = "";
     cdy_src_name(c->src, tr->t->top_code, desc, sizeof(desc));
     cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CONTAINS, c->src, desc);
     if (!g) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "internal error");
+        cdy_tr_stop_exc(tr, PY_ERROR);
         return -2;
     }
     g->expect = Py_NewRef(k->obj);
@@ -764,7 +760,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     if (PyModule_Check(o)) {
         PyObject *v = PyObject_GetAttr(o, name);
         if (!v) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "attribute");
+            cdy_tr_stop_exc(tr, RAISED, "attribute");
             return NULL;
         }
         /* torch.X read by user code is guarded by identity (monkeypatching it
@@ -773,8 +769,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         src = base->src ? cdy_src_step(tr, base->src, name, 0) : NULL;
         tvar *r = (src || torch_attr) ? cdy_wrap(tr, v, src, src != NULL) : NULL;
         if (!src && !torch_attr)
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an unguardable module",
-                        PyUnicode_AsUTF8(name));
+            cdy_tr_stop(tr, MODULE_ATTR_UNGUARDABLE, PyUnicode_AsUTF8(name));
         Py_DECREF(v);
         return r;
     }
@@ -810,8 +805,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         /* a function's code (decorators read co_varnames): taken as fixed, as TorchDynamo does */
         return cdy_tv_const(tr, Py_NewRef(PyFunction_GET_CODE(o)));
     if (!base->src) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of an object with no source",
-                    PyUnicode_AsUTF8(name));
+        cdy_tr_stop(tr, ATTR_NO_SOURCE, PyUnicode_AsUTF8(name));
         return NULL;
     }
     tvar *stored = stored_attr(tr, base->src, name);
@@ -819,20 +813,20 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         return stored;
     PyObject *v = instance_attr(tr, o, base->src, name, &src);
     if (!v && PyErr_Occurred()) {
-        cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "attribute");
+        cdy_tr_stop_exc(tr, ATTR_READ);
         return NULL;
     }
     if (!v) {   /* class-level value or __getattr__: read it generically */
         v = PyObject_GetAttr(o, name);
         if (!v) {
-            cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "attribute");
+            cdy_tr_stop_exc(tr, RAISED, "attribute");
             return NULL;
         }
         src = cdy_src_step(tr, base->src, name, 0);
     }
     tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
     if (!src)
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute chain too long");
+        cdy_tr_stop(tr, ATTR_CHAIN_TOO_LONG);
     Py_DECREF(v);
     return r;
 }
@@ -859,7 +853,7 @@ static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
         break;
     }
     PyErr_Clear();
-    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "super().%s is not supported", PyUnicode_AsUTF8(name));
+    cdy_tr_stop(tr, SUPER_ATTR, PyUnicode_AsUTF8(name));
     return NULL;
 }
 
@@ -889,8 +883,7 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
     tvar *field = cdy_seq_field(tr, base, name);   /* torch.max(x, 1).values */
     if (field)
         return field;
-    cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "attribute '%s' of this kind of value is not supported",
-                PyUnicode_AsUTF8(name));
+    cdy_tr_stop(tr, ATTR_OF_VALUE, PyUnicode_AsUTF8(name));
     return NULL;
 }
 
@@ -902,7 +895,7 @@ static tvar *iterate_modules(tracer *tr, tvar *v, int values)
     PyObject **dictptr = _PyObject_GetDictPtr(v->obj);
     PyObject *mods = dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, str_modules) : NULL;
     if (!mods || !PyDict_Check(mods) || !v->src) {
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating a module container without a source");
+        cdy_tr_stop(tr, ITER_MODULE_NO_SOURCE);
         return NULL;
     }
     int n = (int)PyDict_GET_SIZE(mods);
@@ -946,7 +939,7 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
         PyObject *seq = PySequence_Tuple(v->obj);
         if (!seq || PyTuple_GET_SIZE(seq) > 100000) {
             Py_XDECREF(seq);
-            cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating a huge constant");
+            cdy_tr_stop(tr, ITER_HUGE_CONST);
             return NULL;
         }
         int n = (int)PyTuple_GET_SIZE(seq);
@@ -965,9 +958,9 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
     if (v->kind == TV_OBJ && PyObject_TypeCheck(v->obj, (PyTypeObject *)moduledict_type))
         return iterate_modules(tr, v, 1);
     if (v->kind == TV_TENSOR)
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating over a tensor");
+        cdy_tr_stop(tr, ITER_TENSOR);
     else
-        cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "iterating over this kind of value");
+        cdy_tr_stop(tr, ITER_VALUE);
     return NULL;
 }
 
@@ -975,7 +968,7 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
 int cdy_truth(tracer *tr, tvar *v)
 {
     if (v->kind == TV_TENSOR)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "data-dependent branch on a tensor value");
+        return cdy_tr_stop(tr, DATA_DEPENDENT_BRANCH);
     if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
         return v->n > 0;
     if (v->by_type) {   /* the instance's __bool__ or __len__, traced; else always true */
@@ -990,10 +983,10 @@ int cdy_truth(tracer *tr, tvar *v)
     if (v->kind == TV_CONST || v->kind == TV_OBJ) {
         int r = PyObject_IsTrue(v->obj);
         if (r < 0)
-            return cdy_tr_stop_exc(tr, CDY_TRACE_ERROR, "truth value");
+            return cdy_tr_stop_exc(tr, RAISED, "truth value");
         return r;
     }
     if (v->kind == TV_BOUND || v->kind == TV_METHOD)
         return 1;
-    return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "branch on an unsupported value");
+    return cdy_tr_stop(tr, BRANCH_VALUE);
 }

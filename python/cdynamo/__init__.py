@@ -19,7 +19,7 @@ from . import _support, _C
 
 __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning",
            "explain", "profile_report", "set_profile_kernels",
-           "overhead_breakdown"]
+           "overhead_breakdown", "stop_reasons"]
 
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 config.output_pool_mb = config.output_pool_mb   # the environment's size, to the C runtime
@@ -99,6 +99,15 @@ def reset():
     _C.reset()
     _C.clear_output_pool()
     _support.clear()
+
+
+def stop_reasons():
+    """{code: (category, message template)} of every reason a trace stops or a frame
+    runs eagerly (the table csrc/trace/reasons.def).  Categories: unsupported,
+    user_error, fallback (torch raised while tracing), limit, internal, skip.  The
+    codes are what explain's break_reasons[i].code, Unsupported.code and the
+    graph_breaks log name."""
+    return _C.stop_reasons()
 
 
 def stats():

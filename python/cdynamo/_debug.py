@@ -312,8 +312,9 @@ def fusion_lines(name, ir_post):
 # --------------------------------------------------------------------------- explain
 
 class BreakReason(dict):
-    """A graph break: reason, filename, line, function, location ("FILE:LINE");
-    readable as attributes or as dict items."""
+    """A graph break (or a frame that ran eagerly): reason, code (its code in
+    cdynamo.stop_reasons()), category, filename, line, function, location
+    ("FILE:LINE"); readable as attributes or as dict items."""
 
     def __getattr__(self, k):
         try:
@@ -325,11 +326,15 @@ class BreakReason(dict):
 class ExplainOutput:
     """What cdynamo.explain(fn)(*args) found: graphs, graph breaks, ops, guards."""
 
-    def __init__(self, graphs, breaks, out):
+    def __init__(self, graphs, breaks, out, eager=()):
         self.graphs = [g["graph"] for g in graphs]
         self.graph_count = len(graphs)
         self.break_reasons = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
                               for b in breaks]
+        #: every frame that ran eagerly: a stopped trace (as in break_reasons), a frame
+        #: with nothing to compile (NO_TENSOR_OPS), COMPILE_FAILED, RECOMPILE_LIMIT
+        self.eager_frames = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
+                             for b in eager]
         self.graph_break_count = len(self.break_reasons)
         self.ops_per_graph = [graph_ops(g["graph"]) for g in graphs]
         self.op_count = sum(g["op_count"] for g in graphs)
@@ -344,8 +349,11 @@ class ExplainOutput:
              f"Op Count: {self.op_count}",
              "Break Reasons:"]
         for i, b in enumerate(self.break_reasons, 1):
-            s += [f"  Break Reason {i}:", f"    Reason: {b.reason}",
+            s += [f"  Break Reason {i}:", f"    Reason: [{b.get('code', '')}] {b.reason}",
                   f"    User Stack: {b.location} in {b.get('function', '?')}"]
+        s.append("Eager Frames:")
+        for b in self.eager_frames:
+            s.append(f"  {b.get('function', '?')} ({b.location}): [{b.get('code', '')}] {b.reason}")
         s.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             s.append(f"  Ops {i} ({self.compiled_names[i - 1]}):")
@@ -386,7 +394,7 @@ def explain(fn, args, kwargs):
     """Run fn once under cdynamo; an ExplainOutput of the graphs it ran and its breaks."""
     from . import _support, optimize
     target = getattr(fn, "__wrapped__", fn)
-    n_c, n_b = len(_support.compiles), len(_support.breaks)
+    n_c, n_b, n_e = len(_support.compiles), len(_support.breaks), len(_support.eager)
     before = {id(r["compiled"]): r["compiled"].calls for r in _support.compiles
               if r.get("compiled") is not None}
     out = optimize(target)(*args, **kwargs)
@@ -394,12 +402,14 @@ def explain(fn, args, kwargs):
               r["compiled"].calls > before.get(id(r["compiled"]), 0)]
     graphs += _support.compiles[n_c:]
     breaks = list(_support.breaks[n_b:])
-    if not breaks:
+    eager = list(_support.eager[n_e:])
+    if not breaks and not eager:
         # nothing new was recorded (fn ran from the cache): report the breaks already
         # recorded for the functions it reaches
         where = {(c.co_filename, c.co_name) for c in _reachable_codes(target)}
         breaks = [b for b in _support.breaks[:n_b] if (b["filename"], b["function"]) in where]
-    return ExplainOutput(graphs, breaks, out)
+        eager = [b for b in _support.eager[:n_e] if (b["filename"], b["function"]) in where]
+    return ExplainOutput(graphs, breaks, out, eager)
 
 
 # --------------------------------------------------------------------------- profile

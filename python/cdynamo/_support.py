@@ -15,15 +15,24 @@ TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fu
 
 
 class Unsupported(RuntimeError):
-    """Raised under fullgraph=True when a frame cannot be compiled as one graph."""
+    """Raised under fullgraph=True when a frame cannot be compiled as one graph;
+    .code is the stop's reason code (cdynamo.stop_reasons())."""
+
+    def __init__(self, msg, code=None):
+        super().__init__(msg)
+        self.code = code
 
 
 class CdynamoWarning(RuntimeWarning):
     """cdynamo fell back to eager execution; the message says why."""
 
 
-#: graph breaks seen since the last reset: dicts with reason, filename, line, function
+#: graph breaks seen since the last reset: dicts with reason, code, category, filename,
+#: line, function
 breaks = []
+#: frames that ran eagerly since the last reset (a trace stopped, nothing to compile,
+#: compiling failed, the recompile limit): dicts as in breaks
+eager = []
 
 
 def parse_topics(spec):
@@ -89,12 +98,21 @@ def warn_cache_limit(code, filename, why):
         f"it eagerly from now on. Last guard failure: {why}", CdynamoWarning, stacklevel=2)
 
 
-def record_break(reason, filename, line, fn_name):
-    breaks.append({"reason": reason, "filename": filename, "line": line, "function": fn_name})
+def _record(reason, filename, line, fn_name, code, category):
+    return {"reason": reason, "code": code, "category": category, "filename": filename,
+            "line": line, "function": fn_name}
 
 
-def raise_unsupported(reason, filename, line):
-    raise Unsupported(f"{reason} (at {filename}:{line})")
+def record_break(reason, filename, line, fn_name, code="", category=""):
+    breaks.append(_record(reason, filename, line, fn_name, code, category))
+
+
+def record_eager(reason, filename, line, fn_name, code="", category=""):
+    eager.append(_record(reason, filename, line, fn_name, code, category))
+
+
+def raise_unsupported(reason, filename, line, code=None):
+    raise Unsupported(f"{reason} (at {filename}:{line})", code)
 
 
 def num_threads():
@@ -112,6 +130,7 @@ by_code = {}
 def clear():
     """Forget recorded breaks and compiles (cdynamo.reset)."""
     breaks.clear()
+    eager.clear()
     compiles.clear()
     by_code.clear()
 
