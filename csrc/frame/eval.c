@@ -1030,8 +1030,15 @@ static PyObject *optimized_get_fn(PyObject *self, void *c)
     return Py_NewRef(((cdy_optimized *)self)->fn);
 }
 
+/* True for cdynamo.optimize's wrappers, False for cdynamo.disable's. */
+static PyObject *optimized_get_enabled(PyObject *self, void *c)
+{
+    return PyBool_FromLong(((cdy_optimized *)self)->enable);
+}
+
 static PyGetSetDef optimized_getset[] = {
     {"_orig_fn", optimized_get_fn, NULL, "the wrapped callable", NULL},
+    {"_enabled", optimized_get_enabled, NULL, "optimize's wrapper (True) or disable's", NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL},
 };

@@ -8,6 +8,7 @@ The first call traces the function's bytecode into a graph, compiles it to
 C with OpenMP, and patches the bytecode to call the compiled code; later
 calls whose guards pass run the compiled code straight from C.
 """
+import functools
 import os
 import sysconfig
 
@@ -55,13 +56,40 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
     if isinstance(fn_or_module, torch.nn.Module):
         return _optimize_module(fn_or_module, backend, bool(fullgraph))
     wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph))
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            setattr(wrapper, attr, getattr(fn_or_module, attr))
-        except AttributeError:
-            pass
-    wrapper.__wrapped__ = fn_or_module
+    return _wraps(wrapper, fn_or_module)
+
+
+def _wraps(wrapper, fn):
+    """wrapper with fn's functools.wraps attributes (__name__, __qualname__, __doc__,
+    __module__, __annotations__, __dict__'s contents, __wrapped__): inspect.signature and
+    the like see fn through it, as through torch.compile's wrappers."""
+    functools.update_wrapper(wrapper, fn)
     return wrapper
+
+
+#: (module class, backend, fullgraph) -> the subclass optimize(module) returns instances
+#: of: made once per class, so that modules optimized twice (or by explain) share their
+#: type and the guards on it, and compiled entries
+_module_classes = {}
+
+
+def _optimized_class(cls, backend, fullgraph):
+    """The subclass of cls whose forward is compiled (see _optimize_module)."""
+    key = (cls, backend, fullgraph)
+    sub = _module_classes.get(key)
+    if sub is None:
+        forward = _wraps(_C.OptimizedFunction(cls.forward, backend, fullgraph), cls.forward)
+        sub = type(cls.__name__, (cls,), {
+            "forward": forward,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            # the original module, held by the view (its __dict__ is the original's)
+            "__slots__": ("_cdynamo_orig_mod",),
+            "_cdynamo_options": (backend, fullgraph),
+            "__reduce_ex__": _reduce_optimized_module,
+        })
+        _module_classes[key] = sub
+    return sub
 
 
 def _optimize_module(mod, backend, fullgraph):
@@ -71,27 +99,56 @@ def _optimize_module(mod, backend, fullgraph):
     buffers, submodules, state_dict and training flag, and nn.Module.__call__
     still runs its hooks before the (compiled) forward.
     """
-    cls = type(mod)
-    forward = _C.OptimizedFunction(cls.forward, backend, fullgraph)
-    sub = type(cls.__name__, (cls,), {
-        "forward": forward,
-        "__module__": cls.__module__,
-        "__qualname__": cls.__qualname__,
-        "_cdynamo_orig_mod": mod,
-        "__reduce_ex__": lambda self, proto: mod.__reduce_ex__(proto),
-    })
-    opt = object.__new__(sub)
+    mod = _orig_module(mod)
+    opt = object.__new__(_optimized_class(type(mod), backend, fullgraph))
     object.__setattr__(opt, "__dict__", mod.__dict__)
+    object.__setattr__(opt, "_cdynamo_orig_mod", mod)
     return opt
 
 
+def _orig_module(mod):
+    """The module an optimized module views (mod itself when it is not one)."""
+    while hasattr(type(mod), "_cdynamo_options"):
+        mod = mod._cdynamo_orig_mod
+    return mod
+
+
+def _reduce_optimized_module(self, proto):
+    """Pickle (and copy.deepcopy) an optimized module as its original module and the
+    options: it loads as an optimized module again, as torch.compile's OptimizedModule."""
+    return (_rebuild_optimized_module, (self._cdynamo_orig_mod,) + type(self)._cdynamo_options)
+
+
+def _rebuild_optimized_module(mod, backend="c", fullgraph=False):
+    """cdynamo.optimize(mod) for a module loaded by pickle / torch.load or deep-copied."""
+    return optimize(mod, backend=backend, fullgraph=fullgraph)
+
+
+def _is_optimized(fn):
+    """Whether fn was made by optimize: an optimized function or module."""
+    if isinstance(fn, _C.OptimizedFunction):
+        return fn._enabled
+    return isinstance(fn, torch.nn.Module) and hasattr(type(fn), "_cdynamo_options")
+
+
+def _innermost(fn):
+    """What fn runs under optimize / disable wrappers: the function or module itself."""
+    while True:
+        if isinstance(fn, _C.OptimizedFunction):
+            fn = fn._orig_fn
+        elif isinstance(fn, torch.nn.Module) and hasattr(type(fn), "_cdynamo_options"):
+            fn = _orig_module(fn)
+        else:
+            return fn
+
+
 def disable(fn):
-    """Run fn without cdynamo, also when called from an optimized function."""
+    """Run fn without cdynamo, also when called from an optimized function.  Handed an
+    optimized function or module, runs what it wraps (as torch._dynamo.disable does)."""
     if not callable(fn):
         raise TypeError(f"cdynamo.disable expects a callable, got {type(fn).__name__}: {fn!r}")
-    wrapper = _C.OptimizedFunction(fn, "c", False, False)
-    wrapper.__wrapped__ = fn
-    return wrapper
+    fn = _innermost(fn)
+    return _wraps(_C.OptimizedFunction(fn, "c", False, False), fn)
 
 
 def reset():
@@ -127,6 +184,9 @@ def explain(fn):
     op_count, ops_per_graph, guards, compile_time_s and out (fn's result).  print() it
     for a summary.  Functions already compiled for these inputs report their cached graphs."""
     from . import _debug
+    if not callable(fn):
+        raise TypeError(f"cdynamo.explain expects a function, an nn.Module or an optimized "
+                        f"one, got {type(fn).__name__}: {fn!r:.80}")
 
     def run(*args, **kwargs):
         return _debug.explain(fn, args, kwargs)
@@ -150,6 +210,10 @@ def overhead_breakdown(fn, *args, calls=20000):
     the call is not direct), total, and direct (whether the calls skipped the
     function's frame).  The clocks cost about 0.1 µs per call, included in total."""
     import time
+    if not _is_optimized(fn):
+        raise TypeError(f"cdynamo.overhead_breakdown expects a function or module returned by "
+                        f"cdynamo.optimize, got {type(fn).__name__}: {fn!r:.80} (not optimized: "
+                        f"its calls run no compiled graph to time)")
     fn(*args)
     fn(*args)
     before = stats()["direct_calls"]

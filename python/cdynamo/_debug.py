@@ -392,12 +392,16 @@ def _reachable_codes(fn):
 
 def explain(fn, args, kwargs):
     """Run fn once under cdynamo; an ExplainOutput of the graphs it ran and its breaks."""
-    from . import _support, optimize
-    target = getattr(fn, "__wrapped__", fn)
+    from . import _support, optimize, _is_optimized, _innermost
+    # an optimized function or module runs as it is (its own backend, its cache entries);
+    # anything else is optimized, as it is: a functools.wraps decorator's wrapper runs,
+    # not the function it wraps
+    run = fn if _is_optimized(fn) else optimize(fn)
+    target = _innermost(fn)
     n_c, n_b, n_e = len(_support.compiles), len(_support.breaks), len(_support.eager)
     before = {id(r["compiled"]): r["compiled"].calls for r in _support.compiles
               if r.get("compiled") is not None}
-    out = optimize(target)(*args, **kwargs)
+    out = run(*args, **kwargs)
     graphs = [r for r in _support.compiles[:n_c] if r.get("compiled") is not None and
               r["compiled"].calls > before.get(id(r["compiled"]), 0)]
     graphs += _support.compiles[n_c:]
