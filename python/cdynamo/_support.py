@@ -36,10 +36,17 @@ eager = []
 
 
 def parse_topics(spec):
-    """Topics named in a CDYNAMO_LOGS value ("recompiles,guards", "+cdynamo", "all")."""
+    """Topics named in a CDYNAMO_LOGS value ("recompiles,guards", "+cdynamo", "all").
+    Raises ValueError for a name that is not a topic, listing the topics (as TORCH_LOGS)."""
     names = {t.strip() for t in (spec or "").split(",") if t.strip()}
-    if "all" in names or "+cdynamo" in names:
-        names |= set(TOPICS)
+    every = {"all", "+cdynamo"}
+    bad = sorted(names - set(TOPICS) - every)
+    if bad:
+        raise ValueError(f"CDYNAMO_LOGS={spec!r}: unknown topic{'s' if len(bad) > 1 else ''} "
+                         f"{', '.join(bad)}; the topics are: {', '.join(TOPICS)} "
+                         f"(comma separated; 'all' or '+cdynamo' for every one)")
+    if names & every:
+        names = (names - every) | set(TOPICS)
     return names
 
 
@@ -103,8 +110,23 @@ def _record(reason, filename, line, fn_name, code, category):
             "line": line, "function": fn_name}
 
 
+#: stop codes (trace/reasons.def) of reasons a frame runs eagerly that the user can act on:
+#: warned of once per function and place (other graph breaks are not: CDYNAMO_LOGS=
+#: graph_breaks and explain show them)
+ACTIONABLE = frozenset({"AUTOGRAD", "DTYPE"})
+#: (function, filename, line) already warned of since the last reset
+_warned = set()
+
+
 def record_break(reason, filename, line, fn_name, code="", category=""):
+    """Record a frame's graph break (explain); warn once per function when it runs
+    eagerly for a reason the user can act on (grad mode, a dtype: ACTIONABLE)."""
     breaks.append(_record(reason, filename, line, fn_name, code, category))
+    if code in ACTIONABLE and (fn_name, filename, line) not in _warned:
+        _warned.add((fn_name, filename, line))
+        warnings.warn(f"cdynamo: {fn_name} runs eagerly, not compiled: {reason} (at "
+                      f"{filename}:{line}; shown once per function, CDYNAMO_LOGS=graph_breaks "
+                      f"logs every graph break)", CdynamoWarning, stacklevel=2)
 
 
 def record_eager(reason, filename, line, fn_name, code="", category=""):
@@ -131,6 +153,7 @@ def clear():
     """Forget recorded breaks and compiles (cdynamo.reset)."""
     breaks.clear()
     eager.clear()
+    _warned.clear()
     compiles.clear()
     by_code.clear()
 

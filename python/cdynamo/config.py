@@ -69,9 +69,87 @@ def _env_pool_mb():
         return 256.0
 
 
+def _count(name, v):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"cdynamo.config.{name} must be an int, got {type(v).__name__}: {v!r}")
+    if v < 0:
+        raise ValueError(f"cdynamo.config.{name} must be >= 0, got {v}")
+    return int(v)
+
+
+def _flag(name, v):
+    if isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1)):
+        return bool(v)
+    raise TypeError(f"cdynamo.config.{name} must be True or False, got {type(v).__name__}: {v!r}")
+
+
+def _path(name, v, none_ok):
+    if v is None and none_ok:
+        return None
+    if isinstance(v, (str, os.PathLike)) and os.fspath(v):
+        return os.fspath(v)
+    raise TypeError(f"cdynamo.config.{name} must be a path (str){' or None' if none_ok else ''}, "
+                    f"got {type(v).__name__}: {v!r}")
+
+
+def _threads(name, v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"cdynamo.config.{name} must be None or an int, got {type(v).__name__}: {v!r}")
+    if v < 1:
+        raise ValueError(f"cdynamo.config.{name} must be None or >= 1, got {v}")
+    return int(v)
+
+
+def _pack(name, v):
+    if v is True or v is False or v == "always":
+        return v
+    raise ValueError(f"cdynamo.config.{name} must be True, False or 'always', got {v!r}")
+
+
+#: the settings kept in the module's globals, each with the check (and conversion) of a
+#: value assigned to it: a wrong type raises TypeError, a value out of range ValueError
+_CHECKS = {
+    "cache_size_limit": _count,
+    "accumulated_cache_size_limit": _count,
+    "cc": lambda n, v: _path(n, v, False),
+    "cache_dir": lambda n, v: _path(n, v, False),
+    "disable": _flag,
+    "num_threads": _threads,
+    "pack_linear_weights": _pack,
+    "debug": _flag,
+    "debug_dir": lambda n, v: _path(n, v, True),
+    "standby_compiler": _flag,
+}
+
+
 class _Config(types.ModuleType):
     """The config module, with profile_kernels and output_pool_mb as properties that set the
-    C runtime's state, and stream_store_bytes as one that checks its value."""
+    C runtime's state, and stream_store_bytes as one that checks its value.  Every setting
+    checks what is assigned to it, and a name that is not a setting raises AttributeError
+    naming the settings (a misspelled one would otherwise be ignored)."""
+
+    def _names(self):
+        props = [k for k, v in vars(type(self)).items() if isinstance(v, property)]
+        return sorted(list(_CHECKS) + props)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            return super().__setattr__(name, value)
+        check = _CHECKS.get(name)
+        if check is not None:
+            value = check(name, value)
+        elif not isinstance(getattr(type(self), name, None), property):
+            raise AttributeError(f"cdynamo.config has no setting {name!r}; the settings are: "
+                                 f"{', '.join(self._names())}")
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"cdynamo.config has no setting {name!r}; the settings are: "
+                             f"{', '.join(self._names())}")
 
     @property
     def output_pool_mb(self):
