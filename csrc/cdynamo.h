@@ -248,6 +248,7 @@ typedef struct {
     int args[CDY_MAX_NODE_ARGS]; /* value numbers */
     int compute_dtype; /* dtype the op computes in (torch's common dtype) */
     int source_line;   /* user's line number, for comments and logs */
+    struct PyCodeObject *source_code; /* borrowed: the traced code of source_line, or NULL */
     /* kind 'V' nodes (VIEW, VIEW_COPY): element (i_0, ..) of the node is
      * element view_offset + sum_d i_d * view_strides[d] of value view_base's
      * buffer (elements from its data pointer; strides may be negative: flip).
@@ -270,13 +271,15 @@ typedef struct {
  * touches, e.g. `void kernel_0(const float *in_ptr0, float *out_ptr0)`.
  * Each parameter is a buffer of the plan.                                    */
 #define CDY_MAX_KARGS 64
+#define CDY_ERR_VALUE_SHIFT 32
 
 typedef struct {
     char symbol[48];        /* function name in the shared object */
     int nargs;
     int args[CDY_MAX_KARGS]; /* buffer numbers (see cdy_plan) */
     int status;             /* 1: `int f(<args>, int64_t *err)`, nonzero: an index was
-                             * out of range, err[1..3] index, size, code (gather.c) */
+                             * out of range, err[1..3] index, size, code (gather.c);
+                             * code >> CDY_ERR_VALUE_SHIFT: the graph value that failed */
 } cdy_kernel_desc;
 
 /* A step of a plan: run kernel `index`, or call extern node `index` (a

@@ -18,7 +18,9 @@
  * `int kernel_k(<params>, int64_t *restrict cdy_err)` and returns cdy_err[0]
  * (0: every index in range).  An index out of range sets cdy_err[0] = 1,
  * cdy_err[1] = the index as given, cdy_err[2] = the size of the dim,
- * cdy_err[3] = the arg's code (error kind | dim << 8, lower_index.c); the
+ * cdy_err[3] = the arg's code (error kind | dim << 8, lower_index.c) | the
+ * gather node's value number << CDY_ERR_VALUE_SHIFT (the runtime names its
+ * user line); the
  * load then reads element 0 (never out of bounds) and the runtime raises eager's
  * exception after the kernel (cdy_kernel_desc.status).  Plain kernels keep
  * their void signature. */
@@ -215,7 +217,8 @@ void cg_gather_emit_report(cg_ctx *c, int ind)
             cg_indent(&c->src, ind + 1);
             cdy_buf_printf(&c->src, "cdy_gather_bad(cdy_err, cdy_badv%d_%d, %lldLL, %lldLL);\n",
                            v, i, (long long)c->g->values[val->args[2 * k + i]].i,
-                           (long long)c->g->values[val->args[3 * k + i]].i);
+                           (long long)(c->g->values[val->args[3 * k + i]].i |
+                                       (int64_t)v << CDY_ERR_VALUE_SHIFT));
         }
     }
 }

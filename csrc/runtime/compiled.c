@@ -78,6 +78,10 @@ typedef struct {
     int nwb;
     int *wb;
     int64_t *in_bytes;    /* per input: bytes its elements span (overlap check) */
+    /* per graph value: the user's code and line of the op (for errors), or NULL / 0 */
+    int nwhere;
+    PyObject **where_code;
+    int *where_line;
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -239,11 +243,13 @@ long long cdy_now_ns(void)
 #define now_ns cdy_now_ns
 
 /* Raise eager's exception for a gathering kernel's error slot err (index,
- * size, code: kind | dim << 8, see compiler/gather.c); returns -1. */
-static int index_error(const int64_t *err)
+ * size, code: kind | dim << 8 | value << CDY_ERR_VALUE_SHIFT, see
+ * compiler/gather.c); *value gets the graph value that failed.  -1. */
+static int index_error(const int64_t *err, int *value)
 {
     long long i = (long long)err[1], n = (long long)err[2];
-    int kind = (int)(err[3] & 15), dim = (int)(err[3] >> 8);
+    int kind = (int)(err[3] & 15), dim = (int)((err[3] >> 8) & 0xffffff);
+    *value = (int)(err[3] >> CDY_ERR_VALUE_SHIFT);
     if (kind == 1)
         PyErr_SetString(PyExc_IndexError, "index out of range in self");
     else if (kind == 4)
@@ -278,7 +284,7 @@ static int call_plain(const rt_kernel *kn, void **ptrs)
 #undef A
 }
 
-static int run_kernel(rt_kernel *kn, void **ptrs)
+static int run_kernel(rt_kernel *kn, void **ptrs, int *failed)
 {
     void *avals[CDY_MAX_KARGS + 1];
     int64_t err[4] = {0, 0, 0, 0}, *errp = err;
@@ -301,7 +307,7 @@ static int run_kernel(rt_kernel *kn, void **ptrs)
         kn->prof_calls++;
         kn->prof_ns += now_ns() - t0;
     }
-    return kn->status && (int)rc ? index_error(err) : 0;
+    return kn->status && (int)rc ? index_error(err, failed) : 0;
 }
 
 /* The scratch block for one call: the graph's own (allocated at first use)
@@ -392,6 +398,23 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs)
     return 0;
 }
 
+/* Add the user's line of graph value v (the op that raised the pending
+ * exception) to the exception's traceback, as a frame of the user's
+ * function: an error of a compiled call then names the line that failed. */
+static void add_user_frame(const cdy_compiled *c, int v)
+{
+    if (v < 0 || v >= c->nwhere || !c->where_code[v] || !PyErr_Occurred())
+        return;
+    PyCodeObject *co = (PyCodeObject *)c->where_code[v];
+    const char *name = PyUnicode_AsUTF8(co->co_qualname);
+    const char *file = name ? PyUnicode_AsUTF8(co->co_filename) : NULL;
+    if (!file) {   /* keep the op's exception, not this one */
+        PyErr_Clear();
+        return;
+    }
+    _PyTraceback_Add(name, file, c->where_line[v]);
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -441,9 +464,12 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     cdy_phase_add(CDY_PHASE_alloc, &t0);
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
-        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs)
-                                        : run_extern(c, st, bufs, ptrs, stash))
+        int failed = st->kind == CDY_STEP_KERNEL ? -1 : st->index;
+        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, &failed)
+                                        : run_extern(c, st, bufs, ptrs, stash)) {
+            add_user_frame(c, failed);
             goto done;
+        }
         for (int j = c->drop_at[s]; j < c->drop_at[s + 1]; j++)
             Py_CLEAR(bufs[c->drop_list[j]]);
         if (c->make_at[s + 1] < c->make_at[s + 2]) {
@@ -501,8 +527,10 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
         if (c->pynodes[n].value < 0)
             continue;   /* a multi-output call: made when its first item is needed */
         PyObject *r = pynode_result(c, n, vals, NULL, stash);
-        if (!r)
+        if (!r) {
+            add_user_frame(c, c->pynodes[n].value);
             goto done;
+        }
         Py_XSETREF(vals[c->pynodes[n].value], r);
     }
     if (c->nwb && write_back(c, args, vals))
@@ -561,6 +589,10 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->outputs);
     PyMem_Free(c->wb);
     PyMem_Free(c->in_bytes);
+    for (int v = 0; c->where_code && v < c->nwhere; v++)
+        Py_XDECREF(c->where_code[v]);
+    PyMem_Free(c->where_code);
+    PyMem_Free(c->where_line);
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
@@ -1012,6 +1044,26 @@ done:
 }
 
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
+/* Keep each node's user code and line (add_user_frame); 0 or -1. */
+static int copy_where(cdy_compiled *c, const cdy_trace *t)
+{
+    c->nwhere = t->graph.nvalues;
+    c->where_code = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(PyObject *));
+    c->where_line = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(int));
+    if (!c->where_code || !c->where_line) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int v = 0; v < c->nwhere; v++) {
+        const cdy_value *val = &t->graph.values[v];
+        if (val->kind == CDY_VAL_NODE && val->source_code && val->source_line > 0) {
+            c->where_code[v] = Py_NewRef((PyObject *)val->source_code);
+            c->where_line[v] = val->source_line;
+        }
+    }
+    return 0;
+}
+
 static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
 {
     c->npynodes = t->npynodes;
@@ -1134,7 +1186,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         for (int d = 0; d < plan->buffers[b].ndim; d++)
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
-    if (copy_pynodes(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
+    if (copy_pynodes(c, t) || copy_where(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
         plan_lifetimes(c, plan, t))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
@@ -1162,7 +1214,7 @@ PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single)
     c->ninputs = t->graph.ninputs;
     c->nvalues = t->graph.nvalues;
     c->noutputs = t->graph.noutputs;
-    if (copy_pynodes(c, t) || copy_writeback(c, t))
+    if (copy_pynodes(c, t) || copy_where(c, t) || copy_writeback(c, t))
         goto fail;
     c->outputs = PyMem_Calloc((size_t)c->noutputs + 1, sizeof(int));
     c->value_input = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(int));

@@ -331,6 +331,7 @@ int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta 
         memcpy(gv->args, args, sizeof(int) * (size_t)nargs);
     gv->compute_dtype = cdt;
     gv->source_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
+    gv->source_code = tr->co;
     return idx;
 }
 
