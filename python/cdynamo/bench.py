@@ -340,9 +340,8 @@ WORKLOADS: list[Workload] = [
 ]
 
 
-#: what --quick runs when no --filter is given: one or two of each kind
-QUICK = ("add1_8", "pointwise_chain_small", "maximum_u8", "hflip_u8", "smooth_l1_20", "softmax",
-         "mlp")
+#: what --quick runs when no --filter is given: one of each kind, and a seed's small case
+QUICK = ("add1_8", "pointwise_chain_small", "maximum_u8", "softmax", "mlp")
 
 
 def select_workloads(filters: Optional[list[str]], quick: bool = False) -> list[Workload]:
@@ -708,10 +707,13 @@ FIRST_CALL_SYSTEMS = {
 def _first_calls(systems: Systems, progress: Progress, what: str, fn: dict,
                  runs: int) -> dict:
     """Seconds of the first call of fn (FIRST_CALL_SCRIPT's fields) in the last of `runs`
-    new processes sharing one compiler disk cache (fresh for this measurement)."""
+    new processes sharing one compiler disk cache (fresh for this measurement).  Under
+    --quick inductor's is not measured (its new processes take 20-30 s in all)."""
     out: dict = {"inductor": None, "cdynamo": None}
     for s, (imp, build) in FIRST_CALL_SYSTEMS.items():
         if not systems.enabled[s] or (s == "cdynamo" and systems.cdynamo_error):
+            continue
+        if s == "inductor" and systems.args.quick:
             continue
         progress.update(f"{what} {s}")
         env = dict(os.environ)
@@ -1028,9 +1030,33 @@ def run_isolated(w: Workload, args, systems: Systems, progress: Progress) -> dic
 
 # --------------------------------------------------------------------------- output
 
+#: the host's compute speed at the end of a run differing from the start's by more than this
+#: share (of the larger) says the host's speed moved during the run (a shared host slowed
+#: down or recovered), so its rows were timed at different speeds
+HOST_SPEED_DRIFT = 0.2
+
+
+def host_speed_change(cp: dict) -> Optional[float]:
+    """The compute speed's change from the run's start to its end, as a share of the larger
+    of the two (negative: slower at the end); None when either is missing."""
+    a, b = cp.get("start"), cp.get("end")
+    if not a or not b:
+        return None
+    return (b - a) / max(a, b)
+
+
+def host_speed_note(cp: dict) -> str:
+    """A warning for the compute line when the host's speed moved during the run, else ''."""
+    d = host_speed_change(cp)
+    if d is None or abs(d) <= HOST_SPEED_DRIFT:
+        return ""
+    return (f" (the host {'slowed' if d < 0 else 'sped up'} by {abs(d) * 100:.0f}% during "
+            f"the run: a shared host's speed moved; rows timed at different speeds)")
+
+
 def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
                 file=sys.stdout, warm_start: Optional[dict] = None,
-                cold_start: Optional[dict] = None):
+                cold_start: Optional[dict] = None, first_calls_note: Optional[str] = None):
     bw = machine.get("bandwidth_gbps") or {}
     print(f"cdynamo bench | {machine['cpu_model']} | {machine['cores']} cores, "
           f"{machine['threads']} threads | torch {machine['torch_version']} | "
@@ -1041,8 +1067,7 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     cp = machine.get("compute_gflops") or {}
     if cp:
         print(f"compute (torch, 256x256 float32 matmul, median): {cp.get('start')} GFLOP/s at "
-              f"the start, {cp.get('end')} at the end (a slowed shared host shows here)",
-              file=file)
+              f"the start, {cp.get('end')} at the end{host_speed_note(cp)}", file=file)
     st = {k: v for k, v in (startup or {}).items() if v is not None}
     if st:
         print("one-time start-up (first compile in this process, not in 'comp s'): "
@@ -1056,6 +1081,8 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     if ws:
         print("warm start (first call in a new process, disk cache filled, imports excluded): "
               + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in ws.items()), file=file)
+    if first_calls_note and (cs or ws):
+        print(f"  ({first_calls_note})", file=file)
     head = ["workload", "kind", "eager us", "inductor us", "cdynamo us", "ind x", "cdy x",
             "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "status"]
     body = []
@@ -1118,43 +1145,99 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
             print(f"  note      {name}: {n[:200]}", file=file)
 
 
-def write_plot(path: str, rows: list[dict]) -> bool:
+def _label_x(v: float) -> str:
+    return f"{v:.1f}x" if v >= 10 else f"{v:.2f}x"
+
+
+def _label_s(v: float) -> str:
+    return f"{v:.1f}s" if v >= 1 else f"{v * 1e3:.0f}ms" if v >= 0.01 else f"{v * 1e3:.1f}ms"
+
+
+def plot_caption(machine: Optional[dict], config: Optional[dict] = None) -> str:
+    """The plot's caption: machine, threads, torch and python versions, the host's compute
+    speed at the start and end, and what kind of run it was."""
+    m = machine or {}
+    head = [f"{m.get('cpu_model', '?')}, {m.get('cores', '?')} cores, "
+            f"{m.get('threads', '?')} threads",
+            f"torch {m.get('torch_version', '?')}", f"python {m.get('python_version', '?')}"]
+    tail = []
+    if config is not None:
+        tail.append("--quick run" if config.get("quick") else "full run")
+    cp = m.get("compute_gflops") or {}
+    if cp.get("start") and cp.get("end"):
+        tail.append(f"host compute {cp['start']:g} GFLOP/s at the start, {cp['end']:g} at the "
+                    f"end{' (the host speed moved)' if host_speed_note(cp) else ''}")
+    return "cdynamo bench: " + " | ".join(head) + ("\n" + " | ".join(tail) if tail else "")
+
+
+def write_plot(path: str, rows: list[dict], machine: Optional[dict] = None,
+               config: Optional[dict] = None) -> bool:
+    """A PNG of two bar charts, per workload and compiled system: the steady-state speed-up
+    over eager (bars from 1x, up when faster, down when slower) and the cold compile time,
+    both on log scales fitted to the values, each bar labelled with its value (FAIL: an
+    error or a wrong result, n/a: not run), the legend above the charts and a caption with
+    the machine, its threads and the torch version."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except Exception as e:  # noqa: BLE001
         sys.stderr.write(f"--plot: matplotlib is not importable ({_err(e, 200)}); "
                          f"skipping the plot. `pip install matplotlib` to get it.\n")
         return False
+    systems = (("inductor", "tab:orange"), ("cdynamo", "tab:blue"))
     names = [r["name"] for r in rows]
     xs = range(len(rows))
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.9), 9))
-    wdt = 0.38
-    # log scales (speed-ups range from 0.05x to 10x, compile times from ms to s); a missing
-    # bar is labelled with why: FAIL (error / wrong result) or n/a (not run)
-    for ax, key, floor in ((ax1, "speedup", 1e-2), (ax2, "compile_s", 1e-4)):
-        for i, (s, col) in enumerate((("inductor", "tab:orange"), ("cdynamo", "tab:blue"))):
-            pos = [x + (i - 0.5) * wdt for x in xs]
-            vals = [r[key][s] for r in rows]
-            ax.bar(pos, [max(v, floor) if v is not None else floor for v in vals], wdt,
-                   bottom=0, label=s, color=col)
-            for x, v, r in zip(pos, vals, rows):
-                if v is None:
-                    ax.text(x, floor * 1.5, "FAIL" if r["ok"][s] is False else "n/a",
-                            ha="center", va="bottom", fontsize=7, rotation=90, color=col)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(9, len(rows) * 0.62 + 2), 10))
+    wdt = 0.4
+    for ax, key, label, base in ((ax1, "speedup", _label_x, 1.0),
+                                 (ax2, "compile_s", _label_s, None)):
+        vals = [r[key][s] for r in rows for s, _ in systems if r[key][s]]
+        lo, hi = (min(vals), max(vals)) if vals else (1.0, 1.0)
+        if base:
+            lo, hi = min(lo, base), max(hi, base)
+        ymin, ymax = lo / 3.0, hi * 4.0          # room for the labels below and above
+        foot = base or ymin
+        for i, (s, col) in enumerate(systems):
+            for x, r in zip(xs, rows):
+                pos, v = x + (i - 0.5) * wdt, r[key][s]
+                if not v:
+                    ax.text(pos, foot * (1.15 if base is None else 1.0),
+                            "FAIL" if r["ok"].get(s) is False else "n/a", ha="center",
+                            va="bottom" if base is None else "center", fontsize=7,
+                            rotation=90, color=col)
+                    continue
+                ax.bar(pos, v - foot, wdt, bottom=foot, color=col,
+                       label=s if x == next(j for j, q in enumerate(rows) if q[key][s]) else None)
+                up = v >= foot
+                ax.text(pos, v * (1.08 if up else 0.92), label(v), ha="center",
+                        va="bottom" if up else "top", fontsize=7, rotation=90)
         ax.set_yscale("log")
-        ax.set_ylim(bottom=floor)
-    ax1.axhline(1.0, color="gray", lw=0.8)
-    ax1.set_ylabel("speed-up over eager (x, log)")
-    ax1.set_title("steady-state speed-up (higher is better)")
-    ax2.set_ylabel("cold compile time (s, log)")
-    ax2.set_title("compile time, first call - steady call (lower is better)")
-    for ax in (ax1, ax2):
+        ax.set_ylim(ymin, ymax)
+        unit = "x" if base else " s"
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+            lambda v, _pos, unit=unit: f"{v:g}{unit}"))
+        ax.set_xlim(-0.7, len(rows) - 0.3)
         ax.set_xticks(list(xs))
-        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
-        ax.legend()
-    fig.tight_layout()
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        if ax is ax1:     # eager's own time under each name: the scale of the work
+            ax.set_xticklabels([f"{n}\n(eager {_fmt_us(r['us']['eager'])} us)"
+                                if r["us"].get("eager") else n for n, r in zip(names, rows)],
+                               rotation=35, ha="right", fontsize=8)
+        ax.grid(axis="y", which="major", color="0.9", lw=0.6)
+        ax.set_axisbelow(True)
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False,
+                  fontsize=9)
+    ax1.axhline(1.0, color="0.3", lw=0.8)
+    ax1.set_ylabel("speed-up over eager (x, log scale)")
+    ax1.set_title("steady-state speed-up over eager PyTorch (higher is better; 1x = eager)",
+                  loc="left", fontsize=10)
+    ax2.set_ylabel("cold compile time (log scale)")
+    ax2.set_title("compile time: first call - steady call, cold caches (lower is better)",
+                  loc="left", fontsize=10)
+    fig.suptitle(plot_caption(machine, config), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
@@ -1167,7 +1250,9 @@ def parse_args(argv=None):
         prog="python -m cdynamo.bench",
         description="Benchmark eager PyTorch vs torch.compile (inductor) vs cdynamo.")
     p.add_argument("--quick", action="store_true",
-                   help="fewer rounds and smaller sizes; with inductor, a 30 s inductor "
+                   help="a subset of workloads (one of each kind, unless --filter names "
+                        "others), smaller sizes, 5 rounds of at most 0.5 s per workload, "
+                        "inductor's cold / warm start not measured and a 30 s inductor "
                         "compile budget (see --inductor-budget)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads(N) and OMP_NUM_THREADS=N for all systems")
@@ -1182,11 +1267,12 @@ def parse_args(argv=None):
                    help="run each workload in a child process (survives crashes)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any system failed (error or wrong result)")
-    p.add_argument("--rounds", type=int, default=None, help="timing rounds (default 21, quick 7)")
+    p.add_argument("--rounds", type=int, default=None, help="timing rounds (default 21, quick 5)")
     p.add_argument("--batch-ms", type=float, default=5.0,
                    help="target milliseconds per timed batch (default 5)")
     p.add_argument("--max-time-per-workload", type=float, default=None,
-                   help="seconds of interleaved timing per workload at most (default 3, quick 1)")
+                   help="seconds of interleaved timing per workload at most (default 3, "
+                        "quick 0.5)")
     p.add_argument("--inductor-budget", type=float, default=None, metavar="S",
                    help="stop compiling with inductor once its compile times sum past S seconds"
                         " (default: none; 30 with --quick)")
@@ -1199,9 +1285,9 @@ def parse_args(argv=None):
     p.add_argument("--_skip", action="append", default=[], help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rounds is None:
-        a.rounds = 7 if a.quick else 21
+        a.rounds = 5 if a.quick else 21
     if a.max_time_per_workload is None:
-        a.max_time_per_workload = 1.0 if a.quick else 3.0
+        a.max_time_per_workload = 0.5 if a.quick else 3.0
     if a.inductor_budget is None and a.quick:
         a.inductor_budget = 30.0
     return a
@@ -1298,7 +1384,7 @@ def parent_main(args, cache_root: str) -> int:
 
     machine = machine_info(bandwidth, systems.cdynamo_error if not args.no_cdynamo else
                            "disabled (--no-cdynamo)")
-    machine["compute_gflops"] = compute
+    machine["compute_gflops"] = dict(compute, change=host_speed_change(compute))
     result = {
         "machine": machine,
         "config": {"quick": args.quick, "threads": torch.get_num_threads(),
@@ -1312,14 +1398,17 @@ def parent_main(args, cache_root: str) -> int:
         "total_s": round(time.perf_counter() - t_start, 2),
         "rows": rows,
     }
-    print_table(rows, machine, startup, warm_start=warm_start, cold_start=cold_start)
+    note = ("inductor's cold and warm start are not measured under --quick: a full run "
+            "measures them" if args.quick and not args.no_inductor else None)
+    print_table(rows, machine, startup, warm_start=warm_start, cold_start=cold_start,
+                first_calls_note=note)
     if args.json:
         d = os.path.dirname(os.path.abspath(args.json))
         os.makedirs(d, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
         print(f"\nwrote {args.json}")
-    if args.plot and write_plot(args.plot, rows):
+    if args.plot and write_plot(args.plot, rows, machine, result["config"]):
         print(f"wrote {args.plot}")
     if args.strict and any(v is False for r in rows for v in r["ok"].values()):
         return 1
