@@ -286,3 +286,122 @@ def test_runtime_error_names_user_line(fn, marker, backend):
     text = "".join(traceback.format_exception(err.value))
     assert f'File "{__file__}", line {_line(marker)}, in {fn.__name__}' in text, text
     assert cdynamo.stats()["frames_compiled"] == 1
+
+
+# --------------------------------------------------------------------------- README
+
+def _readme():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
+
+def _ci_run_packages():
+    """The system and Python packages .ci/run installs, read from the script."""
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        text = f.read()
+    apt = set(re.findall(r"need\+=\(([\w.+-]+)\)", text))
+    pip_line = next(l.split() for l in text.splitlines()
+                    if l.strip().startswith("python -m pip install") and "torch" in l)
+    pip = [re.sub(r"[\"']", "", a) for a in pip_line[pip_line.index("off") + 1:]]
+    return apt, pip
+
+
+def test_readme_install_text_is_true():
+    text = _readme()
+    # users get torch's CPU build from PyTorch's CPU index, pinned; the default index works too
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert re.search(r"`pip install torch==2\.13\.0` from the default index works too: it gets "
+                     r"the CUDA build", text)
+    apt, pip = _ci_run_packages()
+    assert apt == {"libffi-dev", "gcc", "g++"}, apt
+    assert "torch==2.13.0" in pip and "transformers==5.23.0" in pip, pip
+    install = text[text.index("What `.ci/run` installs"):text.index("## Quick example")]
+    for pkg in sorted(apt) + pip:
+        assert f"`{pkg}`" in install or pkg in install.split("```")[-2], pkg
+    # what .ci/run does about the index, and why
+    assert "default package index (PyPI), because that is the one index" in install
+    # the design document is the repository's own
+    assert "../shared/" not in text
+    assert "docs/DESIGN.md" in text and os.path.isfile(os.path.join(ROOT, "docs", "DESIGN.md"))
+    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
+        design = f.read()
+    assert "../shared" not in design
+    for path in ("csrc/frame/eval.c", "csrc/trace/meta.c", "csrc/compiler/codegen.c",
+                 "csrc/runtime/compiled.c"):
+        name = path.rsplit("/", 1)[1]
+        assert name in design and os.path.isfile(os.path.join(ROOT, path)), path
+
+
+# --------------------------------------------------------------------------- bench
+
+def test_readme_lists_every_bench_option():
+    r = run_python("import sys; from cdynamo import bench; sys.argv = ['b', '--help']; "
+                   "bench.parse_args()")
+    opts = set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}
+    assert {"--max-time-per-workload", "--no-progress", "--quick", "--plot"} <= opts, opts
+    text = _readme()
+    bench_part = text[text.index("## Benchmark"):text.index("## Environment variables")]
+    missing = [o for o in sorted(opts) if f"`{o}" not in bench_part]
+    assert not missing, missing
+
+
+def test_bench_quick_settings():
+    from cdynamo import bench
+    a = bench.parse_args(["--quick"])
+    assert a.rounds == 5 and a.max_time_per_workload == 0.5 and a.inductor_budget == 30.0
+    names = [w.name for w in bench.select_workloads(None, quick=True)]
+    assert names == list(bench.QUICK) and len(names) == 5
+    # --filter still picks others under --quick
+    assert [w.name for w in bench.select_workloads(["t5"], quick=True)] == ["t5_small"]
+
+
+def test_host_speed_line_warns_only_when_speed_moved():
+    from cdynamo import bench
+    machine = {"cpu_model": "CPU", "cores": 2, "threads": 2, "torch_version": "2.13.0",
+               "python_version": "3.11"}
+    lines = {}
+    for start, end in ((195.4, 181.6), (1.0, 1.1), (190.0, 90.0), (90.0, 190.0)):
+        buf = io.StringIO()
+        bench.print_table([], dict(machine, compute_gflops={"start": start, "end": end}),
+                          file=buf)
+        lines[(start, end)] = next(l for l in buf.getvalue().splitlines()
+                                   if l.startswith("compute"))
+    assert lines[(195.4, 181.6)].endswith("181.6 at the end"), lines
+    assert lines[(1.0, 1.1)].endswith("1.1 at the end"), lines
+    assert "slowed by 53% during the run" in lines[(190.0, 90.0)]
+    assert "sped up by 53% during the run" in lines[(90.0, 190.0)]
+    assert "slowed shared host shows here" not in "".join(lines.values())
+
+
+def test_plot_caption_and_picture(tmp_path):
+    from cdynamo import bench
+    machine = {"cpu_model": "AMD EPYC", "cores": 2, "threads": 2, "torch_version": "2.13.0+cpu",
+               "python_version": "3.11.7", "compute_gflops": {"start": 190.0, "end": 185.0}}
+    cap = bench.plot_caption(machine, {"quick": True})
+    for part in ("AMD EPYC", "2 cores, 2 threads", "torch 2.13.0+cpu", "python 3.11.7",
+                 "--quick run", "190 GFLOP/s"):
+        assert part in cap, cap
+    row = {"name": "w", "kind": "pointwise", "ok": {"eager": True, "inductor": False,
+                                                     "cdynamo": True},
+           "us": {"eager": 10.0, "inductor": None, "cdynamo": 5.0},
+           "speedup": {"inductor": None, "cdynamo": 2.0},
+           "compile_s": {"inductor": None, "cdynamo": 0.03}}
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert bench.write_plot(str(tmp_path / "p.png"), [row], machine) is False
+        return
+    assert bench.write_plot(str(tmp_path / "p.png"), [row], machine, {"quick": True})
+    assert (tmp_path / "p.png").stat().st_size > 10000
+
+
+def test_bound_forward_of_optimized_module_counts_as_optimized():
+    om = cdynamo.optimize(MLP().eval())
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        b = cdynamo.overhead_breakdown(om.forward, x, calls=20)
+        assert b["total"] > 0
+        e = cdynamo.explain(om.forward)(x)
+    assert e.graph_count == 1 and entries(MLP.forward) == 1
+    d = cdynamo.disable(MLP())
+    assert "_parameters" not in vars(d)      # a module's state is not copied into the wrapper

@@ -11,6 +11,7 @@ calls whose guards pass run the compiled code straight from C.
 import functools
 import os
 import sysconfig
+import types
 
 import torch
 
@@ -62,8 +63,10 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
 def _wraps(wrapper, fn):
     """wrapper with fn's functools.wraps attributes (__name__, __qualname__, __doc__,
     __module__, __annotations__, __dict__'s contents, __wrapped__): inspect.signature and
-    the like see fn through it, as through torch.compile's wrappers."""
-    functools.update_wrapper(wrapper, fn)
+    the like see fn through it, as through torch.compile's wrappers.  A module's __dict__
+    (its parameters, training flag...) is not copied: the wrapper would hold stale copies."""
+    functools.update_wrapper(wrapper, fn, updated=() if isinstance(fn, torch.nn.Module)
+                             else functools.WRAPPER_UPDATES)
     return wrapper
 
 
@@ -125,7 +128,10 @@ def _rebuild_optimized_module(mod, backend="c", fullgraph=False):
 
 
 def _is_optimized(fn):
-    """Whether fn was made by optimize: an optimized function or module."""
+    """Whether fn was made by optimize: an optimized function or module, or a method
+    bound from one (an optimized module's forward)."""
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
     if isinstance(fn, _C.OptimizedFunction):
         return fn._enabled
     return isinstance(fn, torch.nn.Module) and hasattr(type(fn), "_cdynamo_options")
