@@ -407,3 +407,26 @@ def test_bound_forward_of_optimized_module_counts_as_optimized():
     assert e.graph_count == 1 and entries(MLP.forward) == 1
     d = cdynamo.disable(MLP())
     assert "_parameters" not in vars(d)      # a module's state is not copied into the wrapper
+
+
+class _Box:
+    pass
+
+
+def gather_and_store(x, idx, box):
+    box.seen = 1               # an attribute store: the call takes the frame path
+    y = x * 2
+    return y[idx] + 1          # STORE_GATHER_LINE
+
+
+def test_runtime_error_on_frame_path_names_user_line_once():
+    opt = cdynamo.optimize(gather_and_store)
+    x, box = torch.randn(5, 3), _Box()
+    opt(x, torch.tensor([0, 1]), box)
+    opt(x, torch.tensor([0, 1]), box)
+    assert cdynamo.stats()["direct_calls"] == 0
+    with pytest.raises(IndexError) as err:
+        opt(x, torch.tensor([0, 9]), box)
+    text = "".join(traceback.format_exception(err.value))
+    where = f'File "{__file__}", line {_line("# STORE_GATHER_LINE")}, in gather_and_store'
+    assert text.count(where) == 1, text

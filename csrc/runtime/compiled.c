@@ -398,14 +398,31 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs)
     return 0;
 }
 
+/* 1 when the running Python frame is at line `line` of file `file` (the
+ * transformed code's frame that called the graph, already at the op). */
+static int frame_is_at(PyObject *file, int line)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    if (!f)
+        return 0;
+    PyCodeObject *fc = PyFrame_GetCode(f);
+    int at = PyFrame_GetLineNumber(f) == line &&
+             PyUnicode_Compare(fc->co_filename, file) == 0;
+    Py_DECREF(fc);
+    return at;
+}
+
 /* Add the user's line of graph value v (the op that raised the pending
  * exception) to the exception's traceback, as a frame of the user's
- * function: an error of a compiled call then names the line that failed. */
+ * function: an error of a compiled call then names the line that failed
+ * (unless the calling frame, the function's transformed code, is there). */
 static void add_user_frame(const cdy_compiled *c, int v)
 {
     if (v < 0 || v >= c->nwhere || !c->where_code[v] || !PyErr_Occurred())
         return;
     PyCodeObject *co = (PyCodeObject *)c->where_code[v];
+    if (frame_is_at(co->co_filename, c->where_line[v]))
+        return;
     const char *name = PyUnicode_AsUTF8(co->co_qualname);
     const char *file = name ? PyUnicode_AsUTF8(co->co_filename) : NULL;
     if (!file) {   /* keep the op's exception, not this one */
