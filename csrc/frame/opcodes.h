@@ -58,6 +58,7 @@
     X(CALL_FUNCTION_EX, 142, 0)                   \
     X(EXTENDED_ARG, 144, 0)                       \
     X(LIST_APPEND, 145, 0)                        \
+    X(MAP_ADD, 147, 0)                            \
     X(COPY_FREE_VARS, 149, 0)                     \
     X(RESUME, 151, 0)                             \
     X(FORMAT_VALUE, 155, 0)                       \
@@ -68,6 +69,7 @@
     X(CALL, 171, 4)                               \
     X(LIST_EXTEND, 162, 0)                        \
     X(DICT_MERGE, 164, 0)                         \
+    X(DICT_UPDATE, 165, 0)                        \
     X(KW_NAMES, 172, 0)                           \
     X(POP_JUMP_BACKWARD_IF_NOT_NONE, 173, 0)      \
     X(POP_JUMP_BACKWARD_IF_NONE, 174, 0)          \

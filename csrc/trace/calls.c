@@ -570,7 +570,7 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
             pa[i] = args[i]->obj;
         PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)nargs, NULL);
         if (!r) {
-            cdy_tr_stop_exc(tr, RAISED, sym);
+            cdy_tr_stop_exc(tr, RAISED_OPERATOR, sym);
             return NULL;
         }
         if (!cdy_is_const(r)) {
@@ -974,7 +974,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
         if (k < 0) {
-            cdy_tr_stop_exc(tr, RAISED, "len()");
+            cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;
         }
         return cdy_tv_const(tr, PyLong_FromLong(k));
@@ -986,7 +986,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         int r = cls ? PyObject_IsSubclass(tvar_type(args[0]), cls) : -1;
         Py_XDECREF(cls);
         if (r < 0) {
-            cdy_tr_stop_exc(tr, RAISED, "isinstance()");
+            cdy_tr_stop_exc(tr, RAISED_ISINSTANCE);
             return NULL;
         }
         return cdy_tv_const(tr, PyBool_FromLong(r));
@@ -1230,7 +1230,7 @@ static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, 
         pa[i] = args[i]->obj;
     PyObject *res = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
     if (!res) {
-        cdy_tr_stop_exc(tr, RAISED, name);
+        cdy_tr_stop_exc(tr, RAISED_CALL, name);
         return NULL;
     }
     if (!cdy_is_const(res)) {

@@ -852,7 +852,7 @@ int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
     for (int i = 0; i < d->n && at < 0; i++) {
         int eq = PyObject_RichCompareBool(d->keys[i], k->obj, Py_EQ);
         if (eq < 0)
-            return cdy_tr_stop_exc(tr, RAISED, "dict key");
+            return cdy_tr_stop_exc(tr, RAISED_DICT_KEY);
         if (eq)
             at = i;
     }

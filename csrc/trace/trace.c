@@ -493,7 +493,7 @@ static int op_subscr(tracer *tr)
         if (PySlice_Check(i->obj)) {
             Py_ssize_t start, stop, step, n;
             if (PySlice_Unpack(i->obj, &start, &stop, &step) < 0)
-                return cdy_tr_stop_exc(tr, RAISED, "slice");
+                return cdy_tr_stop_exc(tr, RAISED_SLICE);
             n = PySlice_AdjustIndices(s->n, &start, &stop, step);
             tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
             for (Py_ssize_t k = 0; items && k < n; k++)
@@ -521,7 +521,7 @@ static int op_subscr(tracer *tr)
         (PyList_Check(s->obj) || PyDict_Check(s->obj) || PyTuple_Check(s->obj))) {
         PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* a container read from the frame */
         if (!v)
-            return cdy_tr_stop_exc(tr, RAISED, "subscript");
+            return cdy_tr_stop_exc(tr, RAISED_SUBSCRIPT);
         const cdy_src *src = cdy_src_step(tr, s->src, i->obj, 1);
         tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
         Py_DECREF(v);
@@ -732,7 +732,7 @@ static int op_format(tracer *tr, int oparg)
     s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
     Py_XDECREF(x);
     if (!s)
-        return cdy_tr_stop_exc(tr, RAISED, "format");
+        return cdy_tr_stop_exc(tr, RAISED_FORMAT);
     return push(tr, cdy_tv_const(tr, s));
 }
 
@@ -987,7 +987,8 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_subscr(tr);
     case CDY_STORE_SUBSCR:
         return op_store_subscr(tr);
-    case CDY_DICT_MERGE: {   /* f(**d): merge d into the dict being built */
+    case CDY_DICT_MERGE:     /* f(**d): merge d into the dict being built */
+    case CDY_DICT_UPDATE: {  /* {..., **d} */
         tvar *src = pop(tr), *dst = peek(tr, oparg);
         if (src->kind != TV_DICT || dst->kind != TV_DICT || dst->src)
             return cdy_tr_stop(tr, DOUBLE_STAR_MAPPING);
@@ -997,6 +998,10 @@ static int step(tracer *tr, int op, int oparg, int *next)
                 return -1;
         }
         return 0;
+    }
+    case CDY_MAP_ADD: {   /* a dict display of many items: d[k] = v, d below them */
+        tvar *v = pop(tr), *k = pop(tr), *d = peek(tr, oparg);
+        return push(tr, v) || push(tr, d) || push(tr, k) ? -1 : op_store_subscr(tr);
     }
     case CDY_GET_ITER:
         return push(tr, cdy_iterate(tr, pop(tr)));

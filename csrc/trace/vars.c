@@ -663,7 +663,7 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         if (!strcmp(n, consts[i])) {
             PyObject *v = PyObject_GetAttr(t->obj, name);
             if (!v) {
-                cdy_tr_stop_exc(tr, RAISED, "tensor attribute");
+                cdy_tr_stop_exc(tr, RAISED_TENSOR_ATTR);
                 return NULL;
             }
             return cdy_tv_const(tr, v);
@@ -726,7 +726,7 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k)
     }
     int r = PySequence_Contains(c->obj, k->obj);
     if (r < 0) {
-        cdy_tr_stop_exc(tr, RAISED, "'in'");
+        cdy_tr_stop_exc(tr, RAISED_IN);
         return -2;
     }
     char desc[CDY_DESC_LEN] = "";
@@ -761,7 +761,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     if (PyModule_Check(o)) {
         PyObject *v = PyObject_GetAttr(o, name);
         if (!v) {
-            cdy_tr_stop_exc(tr, RAISED, "attribute");
+            cdy_tr_stop_exc(tr, RAISED_ATTR);
             return NULL;
         }
         /* torch.X read by user code is guarded by identity (monkeypatching it
@@ -820,7 +820,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     if (!v) {   /* class-level value or __getattr__: read it generically */
         v = PyObject_GetAttr(o, name);
         if (!v) {
-            cdy_tr_stop_exc(tr, RAISED, "attribute");
+            cdy_tr_stop_exc(tr, RAISED_ATTR);
             return NULL;
         }
         src = cdy_src_step(tr, base->src, name, 0);
@@ -984,7 +984,7 @@ int cdy_truth(tracer *tr, tvar *v)
     if (v->kind == TV_CONST || v->kind == TV_OBJ) {
         int r = PyObject_IsTrue(v->obj);
         if (r < 0)
-            return cdy_tr_stop_exc(tr, RAISED, "truth value");
+            return cdy_tr_stop_exc(tr, RAISED_TRUTH);
         return r;
     }
     if (v->kind == TV_BOUND || v->kind == TV_METHOD)
