@@ -204,11 +204,13 @@ def prints(x):
     return x + 1
 
 
-@pytest.mark.parametrize("fn", [to_list_plus_one, prints], ids=["tolist", "print"])
-def test_fullgraph_unsupported_raises(fn, capsys):
+@pytest.mark.parametrize("fn,code", [(to_list_plus_one, "NEEDS_DATA"), (prints, "PRINT")],
+                         ids=["tolist", "print"])
+def test_fullgraph_unsupported_raises(fn, code, capsys):
     x = torch.randn(5)
-    with pytest.raises(cdynamo.Unsupported):
+    with pytest.raises(cdynamo.Unsupported) as exc:
         cdynamo.optimize(fn, fullgraph=True)(x)
+    assert exc.value.code == code
     assert issubclass(cdynamo.Unsupported, Exception)
     # nothing was printed: the frame did not run
     assert "side effect" not in capsys.readouterr().out

@@ -85,7 +85,7 @@ def test_graph_breaks_log(tmp_path):
     body = topic_lines(lines, "graph_breaks")
     assert len(body) == 1, body
     assert body[0].startswith(f"Graph break in h at <string>:{H_LINE + 1}: ")
-    assert "print" in body[0]
+    assert "[PRINT] " in body[0]
 
 
 def test_all_topics_and_unknown(tmp_path):

@@ -783,7 +783,7 @@ def test_graph_break(fn, capsys):
         assert b["function"] == fn.__name__, b
         assert b["filename"] == __file__, b
         assert b["line"] == _break_line(fn), (b, _break_line(fn))
-        assert b["reason"]
+        assert b["reason"] and b["code"] in cdynamo.stop_reasons(), b
         # the nested helper called from the broken frame is compiled on its own
         fns = [c["function"] for c in cdynamo._support.compiles]
         assert "_nested_helper" in fns, fns
@@ -803,6 +803,7 @@ def test_graph_break_fullgraph_raises(fn, capsys):
     reason = cdynamo._support.breaks[0]["reason"]
     msg = str(exc.value)
     assert reason in msg, (reason, msg)
+    assert exc.value.code == cdynamo._support.breaks[0]["code"]
     assert f"{os.path.basename(__file__)}:{_break_line(fn)}" in msg, msg
 
 
