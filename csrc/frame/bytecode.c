@@ -294,6 +294,11 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
                              int single, int call_graph)
 {
     bc_writer w = {0};
+    CDY_ASSERT(t->ret, "a trace with no return value reached bytecode building");
+    if (!t->ret) {   /* the tracer rejects such a trace (NO_RETURN): never build from NULL */
+        PyErr_SetString(PyExc_RuntimeError, "cdynamo: internal error: the trace has no return value");
+        return NULL;
+    }
     int nargslots = cdy_code_nargslots(orig);
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     if (!orig_vars)

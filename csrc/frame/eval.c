@@ -475,9 +475,14 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
     char name[64], err[CDY_ERRLEN] = "";
     snprintf(name, sizeof(name), "__compiled_fn_%d", fn_counter++);
     int call_graph = t->graph.noutputs > 0;
+    PyObject *compiled = NULL, *code = NULL;
+    CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
+    if (!t->ret) {   /* rejected by the tracer (NO_RETURN); never dereference it */
+        snprintf(err, sizeof(err), "internal error: the trace has no return value");
+        goto fail;
+    }
     int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
                  !t->nstores;
-    PyObject *compiled = NULL, *code = NULL;
     if (call_graph) {
         int threads = 0;
         compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));

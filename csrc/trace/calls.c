@@ -408,7 +408,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (lower) {
         cdy_lower_call call = {fn, what, args, nargs, kwnames, out};
         tvar *r = lower(tr, &call);
-        if (r || tr->t->status != CDY_TRACE_OK)
+        if (!cdy_lower_declined(tr, r, what))
             return r;
     }
     if (PyTuple_Check(out) || PyList_Check(out))

@@ -96,13 +96,32 @@ static cdy_lower_fn find_in(PyObject *d, PyObject *fn)
     return all_tables[code >> 16][code & 0xffff].fn;
 }
 
+tvar cdy_not_lowered;
+
+/* r as the protocol reads it: 1 when lowering `what` did not lower the
+ * call (CDY_NOT_LOWERED, or NULL without a stop or an exception), else 0
+ * (a result; or NULL: stopped, LOWER_FAILED when nothing said why). */
+int cdy_lower_declined(tracer *tr, tvar *r, const char *what)
+{
+    if (r == CDY_NOT_LOWERED)
+        return 1;
+    if (r || cdy_tr_stopped(tr))
+        return 0;
+    if (PyErr_Occurred()) {
+        CDY_ASSERT(0, "a lowering failed with an exception and no stop");
+        cdy_tr_stop_exc(tr, LOWER_FAILED, what);
+        return 0;
+    }
+    return 1;
+}
+
 /* A callable registered by two tables: the first table's lowering, then,
- * when it gives NULL without stopping, the second's. */
+ * when it declines, the second's. */
 static tvar *lower_chain(tracer *tr, const cdy_lower_call *call)
 {
     cdy_lower_fn first = find_in(lower_fns, call->fn), second = find_in(lower_next, call->fn);
-    tvar *r = first ? first(tr, call) : NULL;
-    if (r || tr->t->status != CDY_TRACE_OK || !second)
+    tvar *r = first ? first(tr, call) : CDY_NOT_LOWERED;
+    if (!cdy_lower_declined(tr, r, call->what) || !second)
         return r;
     return second(tr, call);
 }

@@ -264,9 +264,14 @@ typedef struct {
     PyObject *out;         /* torch's result on the fakes: a tensor or a tuple of them */
 } cdy_lower_call;
 
-/* The result tvar; NULL with the trace stopped (an error); or NULL without
- * a stop: this call is not lowerable, it becomes an extern node. */
+/* The result tvar; CDY_NOT_LOWERED: this call is not lowerable, it becomes
+ * an extern node (torch runs it); NULL: the trace stopped (a reason is
+ * recorded).  tensor_call checks the protocol: NULL with a Python exception
+ * pending and no stop is a LOWER_FAILED internal error; NULL with neither
+ * is read as CDY_NOT_LOWERED (lowerings written before the sentinel). */
 typedef tvar *(*cdy_lower_fn)(tracer *tr, const cdy_lower_call *call);
+extern tvar cdy_not_lowered;
+#define CDY_NOT_LOWERED (&cdy_not_lowered)
 
 /* One registration: `name` looked up where `where` says, one letter each:
  * t torch.<name>, f torch.nn.functional.<name>, n torch._C._nn.<name>,
@@ -297,6 +302,10 @@ tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr);
 extern const cdy_lowering cdy_lowerings_index[];   /* lower_index.c */
 
 int cdy_lower_init(PyObject *torch);
+/* Whether lowering `what` declined the call (result r: CDY_NOT_LOWERED, or a
+ * NULL with no stop and no exception); a NULL with an exception and no stop
+ * is stopped here as LOWER_FAILED.  0 for a result or a stop. */
+int cdy_lower_declined(tracer *tr, tvar *r, const char *what);
 /* The lowering registered for callable fn, or NULL. */
 cdy_lower_fn cdy_lower_find(PyObject *fn);
 /* Base, strides and offset of the loads of value p (a view: its own; any
