@@ -98,8 +98,8 @@ static int push(tracer *tr, tvar *v)
 {
     if (!v)
         return -1;
-    if (tr->sp == tr->stack_cap)
-        return cdy_tr_stop(tr, STACK_OVERFLOW);
+    if (CDY_TR_CHECK(tr, tr->sp < tr->stack_cap, STACK_OVERFLOW))
+        return -1;
     tr->stack[tr->sp++] = v;
     return 0;
 }
@@ -119,8 +119,8 @@ static tvar *peek(tracer *tr, int i)
 /* LOAD_FAST slot: the top frame's arguments are wrapped (and guarded) on first use. */
 static int op_load_fast(tracer *tr, int slot)
 {
-    if (slot >= tr->nlocals)
-        return cdy_tr_stop(tr, BAD_LOCAL_SLOT);
+    if (CDY_TR_CHECK(tr, slot < tr->nlocals, BAD_LOCAL_SLOT))
+        return -1;
     if (!tr->locals[slot]) {
         PyObject *o = tr->frame_locals && slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
         if (!o)
@@ -591,8 +591,8 @@ static int op_store_subscr(tracer *tr)
 /* BUILD_TUPLE / BUILD_LIST n (a tuple of constants is a constant). */
 static int op_build(tracer *tr, int n, int kind)
 {
-    if (n > tr->sp)
-        return cdy_tr_stop(tr, STACK_UNDERFLOW);
+    if (CDY_TR_CHECK(tr, n <= tr->sp, STACK_UNDERFLOW))
+        return -1;
     tvar **items = &tr->stack[tr->sp - n];
     tr->sp -= n;
     int all_const = 1;
@@ -857,8 +857,8 @@ static void opcode_name(int op, char *buf, size_t n)
 /* Jump to code unit target; -1 if out of range. */
 static int jump(tracer *tr, int target, int *next)
 {
-    if (target < 0 || target >= tr->ncode)
-        return cdy_tr_stop(tr, BAD_JUMP);
+    if (CDY_TR_CHECK(tr, target >= 0 && target < tr->ncode, BAD_JUMP))
+        return -1;
     *next = target;
     return 0;
 }
@@ -1010,8 +1010,8 @@ static int step(tracer *tr, int op, int oparg, int *next)
     case CDY_COPY:
         return push(tr, peek(tr, oparg));
     case CDY_SWAP: {
-        if (oparg > tr->sp)
-            return cdy_tr_stop(tr, STACK_UNDERFLOW);
+        if (CDY_TR_CHECK(tr, oparg <= tr->sp, STACK_UNDERFLOW))
+            return -1;
         tvar *a = tr->stack[tr->sp - 1];
         tr->stack[tr->sp - 1] = tr->stack[tr->sp - oparg];
         tr->stack[tr->sp - oparg] = a;
@@ -1121,8 +1121,8 @@ int cdy_tr_run_frame(tracer *tr)
         return cdy_tr_stop(tr, OUT_OF_MEMORY);
     int pc = 0, ext = 0;
     for (int count = 0; count < MAX_INSTRUCTIONS; count++) {
-        if (pc >= tr->ncode)
-            return cdy_tr_stop(tr, RAN_OFF_END);
+        if (CDY_TR_CHECK(tr, pc < tr->ncode, RAN_OFF_END))
+            return -1;
         int op = tr->code[2 * pc], oparg = tr->code[2 * pc + 1] | ext;
         tr->pc = pc;
         int next = pc + 1 + cdy_opcode_caches(op);

@@ -96,6 +96,20 @@ typedef struct tracer {
 /* What the two macros call: fmt must be code's template (cdy_rt_CODE). */
 int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* An invariant of the tracer: 0 when c holds; else a bug: abort in debug
+ * builds (CDY_ASSERT), and in release stop the trace with INTERNAL reason
+ * CODE (its template's arguments follow): -1. */
+#define CDY_TR_CHECK(tr, c, CODE, ...)                                          \
+    ((c) ? 0 : (cdy_tr_invariant_broken(__FILE__, __LINE__, #c),                \
+                cdy_tr_stop((tr), CODE, ##__VA_ARGS__)))
+static inline void cdy_tr_invariant_broken(const char *file, int line, const char *cond)
+{
+#ifdef CDY_DEBUG_BUILD
+    cdy_assert_fail(file, line, "a tracer invariant is broken", cond);
+#else
+    (void)file, (void)line, (void)cond;
+#endif
+}
 /* Stop for torch op `what` that raised on the fakes: NO_META_KERNEL for a
  * NotImplementedError (no meta kernel), else TORCH_RAISED; -1. */
 int cdy_tr_stop_torch(tracer *tr, const char *what);

@@ -317,10 +317,8 @@ tvar *cdy_tensor_tvar(tracer *tr, PyObject *fake, int value)
 int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt)
 {
     int idx;
-    if (nargs < 0 || nargs > CDY_MAX_NODE_ARGS) {
-        cdy_tr_stop(tr, NODE_ARGS, nargs);
+    if (CDY_TR_CHECK(tr, nargs >= 0 && nargs <= CDY_MAX_NODE_ARGS, NODE_ARGS, nargs))
         return -1;
-    }
     cdy_value *gv = cdy_graph_add(tr, CDY_VAL_NODE, &idx);
     if (!gv)
         return -1;
