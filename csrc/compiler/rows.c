@@ -669,6 +669,18 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
                    kn, k->v, name);
 }
 
+/* 1 if u is a pointwise node (kinds U, B, C, T): element i of it reads
+ * element i of its args.  Views, gathers and index nodes read other elements
+ * (a flip or a same-shape view of v reads v's buffer through strides of its
+ * own), externs and special kinds are kernels or steps of their own. */
+static int cg_row_pointwise(const cdy_graph *g, int u)
+{
+    if (g->values[u].kind != CDY_VAL_NODE)
+        return 0;
+    char k = cdy_op_table[g->values[u].op].kind;
+    return k == 'U' || k == 'B' || k == 'C' || k == 'T';
+}
+
 /* 1 if value u (after row node v) may join v's epilogue: a pointwise node
  * over v's sizes whose tensor args are v, picked nodes (epi), inputs or
  * values realized before v (not v's per-channel args, indexed differently). */
@@ -676,8 +688,7 @@ static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
 {
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[u], *rv = &g->values[v];
-    if (val->kind != CDY_VAL_NODE || cg_is_extern(g, u) || cg_is_special(g, u) ||
-        val->meta.ndim != rv->meta.ndim ||
+    if (!cg_row_pointwise(g, u) || val->meta.ndim != rv->meta.ndim ||
         memcmp(val->meta.sizes, rv->meta.sizes, sizeof(int64_t) * (size_t)rv->meta.ndim))
         return 0;
     for (int a = 0; a < val->nargs; a++) {
@@ -705,11 +716,13 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == v)
             return 0;
-    for (int u = 0; u < g->nvalues; u++)
+    for (int u = v + 1; u < g->nvalues; u++) {
+        if ((cg_is_view(g, u) || cg_is_gather(g, u)) && g->values[u].view_base == v)
+            return 0;    /* loads v's buffer through its own strides or indices */
         for (int a = 0; a < g->values[u].nargs; a++)
-            if (g->values[u].args[a] == v &&
-                (!epi[u] || u == v || c->val_buf[u] < 0 || cg_is_view(g, u)))
+            if (g->values[u].args[a] == v && (!epi[u] || c->val_buf[u] < 0))
                 return 0;
+    }
     return 1;
 }
 
