@@ -608,14 +608,16 @@ static char *cg_row_affine(cg_rowk *k)
  * rounding makes it negative, inf where the squares overflow, as eager's
  * Welford m2 does: rstd 0), so a constant row has its own value as mean exactly and normalizes
  * to 0 (eager's Welford moments do; m0 alone is off by the sum's rounding).
- * rstd = 1 / sqrt(var + eps) in the compute type, eps rounded to it, as
- * eager; then the affine map (cg_row_affine). */
+ * rstd = 1 / sqrt(var + eps) as eager rounds it: layer_norm's in the
+ * compute type with eps rounded to it, group_norm's in double (its eps is a
+ * double); then the affine map (cg_row_affine). */
 static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
     const char *A = k->A, *T = k->T, *sq = strcmp(T, "float") ? "sqrt" : "sqrtf";
     long long nn = (long long)n;
+    int gn = c->g->values[k->v].op == CDY_OP_GROUP_NORM;
     /* the final pass, with the affine map and the epilogue, prefetches the next row */
     if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0, e = 0;", A)) ||
         cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", A, k->e), NULL, 0) ||
@@ -626,8 +628,10 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
                                        "(%s)%lld.0;", A, A, nn, A, nn)) ||
         cg_row_line(k, ind, cg_strf(c, "const %s var = d2 < qn ? qn - d2 : qn < INFINITY ? 0 "
                                        ": qn;", A)) ||
-        cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)1 / %s((%s)var + "
-                                       "(%s)%.17g);", T, T, T, sq, T, T, eps)))
+        cg_row_line(k, ind, gn ? cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)(1.0 / "
+                                            "sqrt((double)var + %.17g));", T, T, T, eps)
+                               : cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)1 / %s((%s)"
+                                            "var + (%s)%.17g);", T, T, T, sq, T, T, eps)))
         return -1;
     return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
