@@ -119,7 +119,9 @@ static const struct {
         "/* e^x for x <= 0 or NaN (softmax's exp(x - max)), results under 2^-126 (x <\n"
         " * -87.34) flushed to 0, so that 2^n goes into p's exponent field by one\n"
         " * integer add (cdy_scale2n): no clamp, no two-halves scaling, no overflow\n"
-        " * select (9.8 -> 5.7 cycles per 8 floats against cdy_vexpf). */\n"
+        " * select (9.8 -> 5.7 cycles per 8 floats against cdy_vexpf).  A NaN x is\n"
+        " * returned as is: the integer add would turn a NaN with payload bits into a\n"
+        " * number (0x7fc00001 gives -5.9e-39). */\n"
         "static inline float cdy_vexp_negf(float x)\n"
         "{\n"
         "    float t = CDY_FMAF(x, 1.44269504f, 12582912.0f);\n"
@@ -127,7 +129,7 @@ static const struct {
         "    float r = CDY_FMAF(n, -0.693145752f, x);\n"
         "    r = CDY_FMAF(n, -1.42860677e-6f, r);\n"
         "    float p = cdy_vexpm1_core(r) + 1.0f;\n"
-        "    return x < -87.3365479f ? 0.0f : cdy_scale2n(p, t);\n"
+        "    return x < -87.3365479f ? 0.0f : x != x ? x : cdy_scale2n(p, t);\n"
         "}\n"},
     {"cdy_vlogf",
         "/* log(x): x = 2^e m, m in [sqrt(1/2), sqrt(2)); log(1+f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f/(2+f). */\n"

@@ -452,18 +452,21 @@ static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int stage, i
 /* The update of a sum pass for lvalue lv: pre lv post, or with fma (a
  * sum of squares of dv, pre declaring dv), pre lv = fma(dv, dv, lv): one
  * rounding, one instruction in place of a multiply and an add (-ffp-contract
- * is off); NULL on out of memory. */
+ * is off); with lv2, then lv2 += dv (the deviations' sum).  NULL on out of
+ * memory. */
 static char *cg_row_upd(cg_ctx *c, const char *pre, const char *lv, const char *post,
-                        const char *fma)
+                        const char *fma, const char *lv2)
 {
-    if (!lv)
+    if (!lv || !(lv2 || !fma))
         return NULL;
-    return fma ? cg_strf(c, "%s%s = %s(dv, dv, %s);", pre, lv, fma, lv)
-               : cg_strf(c, "%s%s%s", pre, lv, post);
+    char *u = fma ? cg_strf(c, "%s%s = %s(dv, dv, %s);", pre, lv, fma, lv)
+                  : cg_strf(c, "%s%s%s", pre, lv, post);
+    return u && lv2 ? cg_strf(c, "%s %s += dv;", u, lv2) : u;
 }
 
 /* A sum pass: acc (declared, 0) summed by the statement pre <lvalue> post
- * (or, with fma, its sum of squares update: cg_row_upd) for each element.
+ * (or, with fma, its sum of squares update and the sum of dv into acc2:
+ * cg_row_upd) for each element.
  * With lanes (cg_row_lanes): the innermost dim's whole lane blocks add into
  * <acc>_l[], its tail into acc (cg_row_blocks); then the lanes are folded
  * into acc (cg_row_fold).  Else one simd reduction (cg_row_pass).  prefetch:
@@ -473,19 +476,25 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
                       const char *fma, int prefetch)
 {
     cg_ctx *c = k->c;
-    const char *clause = cg_strf(c, "reduction(+:%s)", acc);
+    const char *acc2 = fma ? "e" : NULL;
+    const char *clause = cg_strf(c, "reduction(+:%s%s%s)", acc, acc2 ? ", " : "",
+                                 acc2 ? acc2 : "");
     int nl = cg_row_lanes(k);
     if (!clause || !pre || !post)
         return cg_fail(c, "out of memory");
     if (!nl)
-        return cg_row_pass(k, ind, clause, 1, cg_row_upd(c, pre, acc, post, fma));
-    cg_indent(&c->src, ind);
-    cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A, acc, nl);
+        return cg_row_pass(k, ind, clause, 1, cg_row_upd(c, pre, acc, post, fma, acc2));
+    for (int a = 0; a < 1 + !!acc2; a++) {
+        cg_indent(&c->src, ind);
+        cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A,
+                       a ? acc2 : acc, nl);
+    }
     if (cg_row_blocks(k, ind, nl, prefetch && cg_row_prefetches(k), 0, 1,
-                      cg_row_upd(c, pre, cg_strf(c, "%s_l[rl]", acc), post, fma), clause,
-                      cg_row_upd(c, pre, acc, post, fma)))
+                      cg_row_upd(c, pre, cg_strf(c, "%s_l[rl]", acc), post, fma,
+                                 acc2 ? cg_strf(c, "%s_l[rl]", acc2) : NULL), clause,
+                      cg_row_upd(c, pre, acc, post, fma, acc2)))
         return -1;
-    return cg_row_fold(k, ind, acc, nl);
+    return cg_row_fold(k, ind, acc, nl) || (acc2 && cg_row_fold(k, ind, acc2, nl));
 }
 
 /* Declare per-row variable `name` of C type t = init (NULL: out of memory);
@@ -563,42 +572,66 @@ static int cg_row_softmax(cg_rowk *k, int ind)
            cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j), 0);
 }
 
-/* A norm's output as eager's layer norm computes it: (x - mean) * rstd, then
- * "* w + b" as one fused multiply-add (or the one of them present).  Given
- * the same mean and rstd, that is eager's float32 result bit for bit, where
- * an unfused "* w + b" matched 77% of the elements; one vector op fewer
- * (gelu(layer_norm(x)) on 4096x1024 floats: 1.86 -> 1.72 ms in a C harness). */
+/* A norm's output as eager's kernels round it (mu, rs: the row's mean and
+ * rstd in the compute type; w, b: the weight and bias, either absent).
+ * layer_norm: (x - mu) * rs, with w and b fma((x - mu) * rs, w, b), with w
+ * alone "* w", with b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
+ * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
+ * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
+ * the same mean and rstd, each is eager's result bit for bit (checked
+ * against torch.native_layer_norm / native_group_norm's mean and rstd). */
 static char *cg_row_affine(cg_rowk *k)
 {
     cg_ctx *c = k->c;
     const cdy_value *val = &c->g->values[k->v];
-    char *r = cg_strf(c, "(%s - mu) * rs", k->e);
+    const char *fma = strcmp(k->T, "float") ? "CDY_FMA" : "CDY_FMAF";
     int w = cg_row_tensor(c->g, val->args[1]), b = cg_row_tensor(c->g, val->args[2]);
-    if (r && w && b)
-        return cg_strf(c, "%s(%s, %s, %s)", strcmp(k->T, "float") ? "CDY_FMA" : "CDY_FMAF", r,
-                       cg_value_expr(c, val->args[1]), cg_value_expr(c, val->args[2]));
-    if (r && w)
-        return cg_strf(c, "%s * %s", r, cg_value_expr(c, val->args[1]));
-    if (r && b)
-        return cg_strf(c, "%s + %s", r, cg_value_expr(c, val->args[2]));
-    return r;
+    const char *we = w ? cg_value_expr(c, val->args[1]) : "1";
+    const char *be = b ? cg_value_expr(c, val->args[2]) : "0";
+    if (!we || !be)
+        return NULL;
+    if (val->op == CDY_OP_GROUP_NORM && (w || b))
+        return cg_strf(c, "%s(%s, rs * %s, %s(-(rs * %s), mu, %s))", fma, k->e, we, fma, we,
+                       be);
+    if (w && b)
+        return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
+    if (w)
+        return cg_strf(c, "(%s - mu) * rs * %s", k->e, we);
+    if (b)
+        return cg_strf(c, "%s(%s - mu, rs, %s)", fma, k->e, be);
+    return cg_strf(c, "(%s - mu) * rs", k->e);
 }
 
-/* layer_norm / group_norm of one row: mean, variance around it (double),
- * then (x - mean) * rstd, scaled and shifted. */
+/* layer_norm / group_norm of one row: a first mean m0 = sum / n, then in
+ * one pass the squares and the sum of the deviations d = x - m0; the mean
+ * is m0 + sum(d) / n, the variance sum(d^2) / n - (sum(d) / n)^2 (0 where
+ * rounding makes it negative, inf where the squares overflow, as eager's
+ * Welford m2 does: rstd 0), so a constant row has its own value as mean exactly and normalizes
+ * to 0 (eager's Welford moments do; m0 alone is off by the sum's rounding).
+ * rstd = 1 / sqrt(var + eps) as eager rounds it: layer_norm's in the
+ * compute type with eps rounded to it, group_norm's in double (its eps is a
+ * double); then the affine map (cg_row_affine). */
 static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
+    const char *A = k->A, *T = k->T, *sq = strcmp(T, "float") ? "sqrt" : "sqrtf";
+    long long nn = (long long)n;
+    int gn = c->g->values[k->v].op == CDY_OP_GROUP_NORM;
     /* the final pass, with the affine map and the epilogue, prefetches the next row */
-    if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0;", k->A)) ||
-        cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", k->A, k->e), NULL, 0) ||
-        cg_row_line(k, ind, cg_strf(c, "const %s mean = s / (%s)%lld.0;", k->A, k->A,
-                                    (long long)n)) ||
-        cg_row_sum(k, ind, "q", cg_strf(c, "const %s dv = (%s)%s - mean; ", k->A, k->A, k->e),
-                   "", strcmp(k->A, "float") ? "CDY_FMA" : "CDY_FMAF", 0) ||
-        cg_row_line(k, ind, cg_strf(c, "const %s mu = (%s)mean, rs = (%s)(1.0 / sqrt(q / "
-                                       "%lld.0 + %.17g));", k->T, k->T, k->T, (long long)n, eps)))
+    if (cg_row_line(k, ind, cg_strf(c, "%s s = 0, q = 0, e = 0;", A)) ||
+        cg_row_sum(k, ind, "s", "", cg_strf(c, " += (%s)%s;", A, k->e), NULL, 0) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s m0 = s / (%s)%lld.0;", A, A, nn)) ||
+        cg_row_sum(k, ind, "q", cg_strf(c, "const %s dv = (%s)%s - m0; ", A, A, k->e),
+                   "", strcmp(A, "float") ? "CDY_FMA" : "CDY_FMAF", 0) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s de = e / (%s)%lld.0, d2 = de * de, qn = q / "
+                                       "(%s)%lld.0;", A, A, nn, A, nn)) ||
+        cg_row_line(k, ind, cg_strf(c, "const %s var = d2 < qn ? qn - d2 : qn < INFINITY ? 0 "
+                                       ": qn;", A)) ||
+        cg_row_line(k, ind, gn ? cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)(1.0 / "
+                                            "sqrt((double)var + %.17g));", T, T, T, eps)
+                               : cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)1 / %s((%s)"
+                                            "var + (%s)%.17g);", T, T, T, sq, T, T, eps)))
         return -1;
     return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
@@ -669,6 +702,18 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
                    kn, k->v, name);
 }
 
+/* 1 if u is a pointwise node (kinds U, B, C, T): element i of it reads
+ * element i of its args.  Views, gathers and index nodes read other elements
+ * (a flip or a same-shape view of v reads v's buffer through strides of its
+ * own), externs and special kinds are kernels or steps of their own. */
+static int cg_row_pointwise(const cdy_graph *g, int u)
+{
+    if (g->values[u].kind != CDY_VAL_NODE)
+        return 0;
+    char k = cdy_op_table[g->values[u].op].kind;
+    return k == 'U' || k == 'B' || k == 'C' || k == 'T';
+}
+
 /* 1 if value u (after row node v) may join v's epilogue: a pointwise node
  * over v's sizes whose tensor args are v, picked nodes (epi), inputs or
  * values realized before v (not v's per-channel args, indexed differently). */
@@ -676,8 +721,7 @@ static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
 {
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[u], *rv = &g->values[v];
-    if (val->kind != CDY_VAL_NODE || cg_is_extern(g, u) || cg_is_special(g, u) ||
-        val->meta.ndim != rv->meta.ndim ||
+    if (!cg_row_pointwise(g, u) || val->meta.ndim != rv->meta.ndim ||
         memcmp(val->meta.sizes, rv->meta.sizes, sizeof(int64_t) * (size_t)rv->meta.ndim))
         return 0;
     for (int a = 0; a < val->nargs; a++) {
@@ -705,11 +749,13 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == v)
             return 0;
-    for (int u = 0; u < g->nvalues; u++)
+    for (int u = v + 1; u < g->nvalues; u++) {
+        if ((cg_is_view(g, u) || cg_is_gather(g, u)) && g->values[u].view_base == v)
+            return 0;    /* loads v's buffer through its own strides or indices */
         for (int a = 0; a < g->values[u].nargs; a++)
-            if (g->values[u].args[a] == v &&
-                (!epi[u] || u == v || c->val_buf[u] < 0 || cg_is_view(g, u)))
+            if (g->values[u].args[a] == v && (!epi[u] || c->val_buf[u] < 0))
                 return 0;
+    }
     return 1;
 }
 

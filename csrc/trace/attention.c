@@ -10,14 +10,18 @@
  *
  * A rewrite of the finished trace, before the C backend compiles it:
  * attention written out by hand becomes one call of
- * torch.nn.functional.scaled_dot_product_attention.
+ * cdynamo._attention.attention (torch.nn.functional.scaled_dot_product_attention).
  *
  *   a = q @ k.transpose(-2, -1)        extern matmul   (B, H, L, S)
  *   s = a * c   (or a / c, or a)       pointwise       [+ m: an additive float mask]
  *   p = s.softmax(-1)                  row node
  *   y = p @ v                          extern matmul   (B, H, L, Ev)
  *
- * becomes y = scaled_dot_product_attention(q, k, v, [attn_mask=m,] scale=c).
+ * becomes y = cdynamo._attention.attention(q, k, v, [attn_mask=m,] scale=c):
+ * torch.nn.functional.scaled_dot_product_attention where that gives eager's
+ * values (every row of scores has a finite entry: its flash kernel turns a row
+ * of -inf or NaN scores into zeros, where eager's softmax gives NaN), eager's
+ * unfused ops otherwise (see python/cdynamo/_attention.py).
  * Eager's matmul of a transposed view copies both operands into contiguous
  * batches first; torch's fused CPU attention reads q, k and v where they are
  * and never writes the L x S scores (4x64-token heads: 262 us against 171 us;
@@ -38,11 +42,11 @@ static int at_init(void)
 {
     if (sdpa_fn)
         return 0;
-    PyObject *f = PyImport_ImportModule("torch.nn.functional");
+    PyObject *f = PyImport_ImportModule("cdynamo._attention");
     PyObject *torch = PyImport_ImportModule("torch");
     PyObject *op = PyImport_ImportModule("operator");
     PyObject *tensor = torch ? PyObject_GetAttrString(torch, "Tensor") : NULL;
-    PyObject *sd = f ? PyObject_GetAttrString(f, "scaled_dot_product_attention") : NULL;
+    PyObject *sd = f ? PyObject_GetAttrString(f, "attention") : NULL;
     if (sd && tensor && op) {
         matmul_fns[0] = PyObject_GetAttrString(torch, "matmul");
         matmul_fns[1] = PyObject_GetAttrString(tensor, "matmul");
