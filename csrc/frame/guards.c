@@ -442,6 +442,21 @@ static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return r == g->requires_grad;
 }
 
+/* Check a STATE guard: global state g->ndim still has value g->sizes[0]. */
+static int check_state(const cdy_guard *g, char *why, size_t n)
+{
+    int now = cdy_state_read(g->ndim);
+    if (now == g->sizes[0])
+        return 1;
+    if (n) {
+        char was[128], is[128];
+        cdy_state_text(g->ndim, (int)g->sizes[0], was, sizeof(was));
+        cdy_state_text(g->ndim, now, is, sizeof(is));
+        snprintf(why, n, "%s changed: it was %s when compiled, it is now %s", g->desc, was, is);
+    }
+    return 0;
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
@@ -463,6 +478,8 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      "threads, it is now %d", g->ndim, now);
         return now == g->ndim;
     }
+    if (g->kind == CDY_GUARD_STATE)
+        return check_state(g, why, n);
     int id = check_global_id(g, globals, why, n);
     if (id >= 0)
         return id;
@@ -733,6 +750,11 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
                            g->requires_grad ? "True" : "False");
         else if (g->kind == CDY_GUARD_NUM_THREADS)
             cdy_buf_printf(&b, "NUM_THREADS: torch.get_num_threads() == %d\n", g->ndim);
+        else if (g->kind == CDY_GUARD_STATE) {
+            char v[128];
+            cdy_state_text(g->ndim, (int)g->sizes[0], v, sizeof(v));
+            cdy_buf_printf(&b, "STATE: %s is %s\n", g->desc, v);
+        }
         else {
             PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
             if (g->kind == CDY_GUARD_CONST)

@@ -359,6 +359,33 @@ static tvar *op_node(tracer *tr, PyObject *out, int op, const int *argv, int nar
     gv->compute_dtype = gv->meta.dtype;
     return v;
 }
+/* The global state (CDY_STATE_*) torch function `what` reads, or -1:
+ * torch.get_default_dtype(), torch.is_autocast_enabled(...),
+ * torch.get_autocast_dtype(...) and the like give constants that hold only
+ * while that state does. */
+static int state_query(const char *what)
+{
+    if (strstr(what, "default_dtype"))
+        return CDY_STATE_DEFAULT_DTYPE;
+    return strstr(what, "autocast") ? CDY_STATE_AUTOCAST : -1;
+}
+
+/* 1 if torch function `name` (a qualname) changes global state: it would
+ * run once, while tracing, and never in the compiled code (set_default_dtype,
+ * set_num_threads, manual_seed, use_deterministic_algorithms, ...). */
+static int state_setter(const char *name)
+{
+    static const char *prefixes[] = {"set_", "_set_", "use_", "manual_seed", "seed",
+                                     "autocast_", "clear_autocast", "_push", "_pop",
+                                     "_enter", "_exit", "init_", NULL};
+    const char *dot = strrchr(name, '.');
+    const char *n = dot ? dot + 1 : name;
+    for (int i = 0; prefixes[i]; i++)
+        if (!strncmp(n, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
 /* Call fn(*args) where args hold tensors: run it on the fakes for the
  * output meta; add a pointwise node for op when it is one we lower, else an
  * extern node.  `query`: the result is a constant (size(), dim(), ...). */
@@ -401,6 +428,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         }
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
+            return NULL;
+        int state = state_query(what);
+        if (state >= 0 && cdy_guard_state(tr, state))
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
@@ -1288,6 +1318,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
+    if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
+        return NULL;   /* torch.finfo(): the default dtype's */
     if (foldable_fn(fn) && (all_const || fold_args(tr, &args, nargs)))
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
@@ -1295,6 +1327,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
+            return NULL;
+        }
+        if (!any_tensor && state_setter(name)) {
+            cdy_tr_stop(tr, STATE_SETTER, name);
             return NULL;
         }
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */

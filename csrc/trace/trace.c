@@ -1173,6 +1173,64 @@ int cdy_guard_grad_mode(tracer *tr, int enabled)
     return g->expect ? 0 : cdy_tr_stop_exc(tr, PY_ERROR);
 }
 
+/* Guard global state `which` at its current value; see trace.h. */
+int cdy_guard_state(tracer *tr, int which)
+{
+    cdy_guards *gs = &tr->t->guards;
+    for (int i = 0; i < gs->n; i++)
+        if (gs->items[i].kind == CDY_GUARD_STATE && gs->items[i].ndim == which)
+            return 0;
+    cdy_src none = {0};
+    cdy_guard *g = cdy_guards_add(gs, CDY_GUARD_STATE, &none,
+                                  which == CDY_STATE_DEFAULT_DTYPE ? "torch.get_default_dtype()"
+                                                                   : "the autocast state");
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->ndim = which;
+    g->sizes[0] = cdy_state_read(which);
+    return 0;
+}
+
+/* 1 if node v's floating dtype may be torch's default dtype: none of its
+ * tensor arguments is floating (a factory without dtype=, an integer tensor
+ * with a Python float, true division or exp of integers, torch.tensor of
+ * floats, ...).  Conservative: an explicit cast of an integer counts too. */
+static int dtype_from_default(const cdy_graph *g, const cdy_value *v)
+{
+    if (v->kind != CDY_VAL_NODE || !cdy_dtype_table[v->meta.dtype].is_float)
+        return 0;
+    for (int i = 0; i < v->nargs; i++) {
+        const cdy_value *a = &g->values[v->args[i]];
+        if (a->kind != CDY_VAL_SCALAR && cdy_dtype_table[a->meta.dtype].is_float)
+            return 0;
+    }
+    return 1;
+}
+
+/* Guard the global state the finished trace depends on: the default dtype
+ * where a node's dtype may come from it; autocast where a node runs through
+ * torch (an extern: autocast changes the dtypes of matmul, linear, conv, ...
+ * and their composites).  Under CPU autocast such a trace stops (the frame
+ * runs eagerly, its entry guarded on autocast being on).  0 or -1 (stopped). */
+static int guard_global_state(tracer *tr)
+{
+    const cdy_graph *g = &tr->t->graph;
+    int dflt = 0, ext = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        ext |= g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_EXTERN;
+        dflt |= dtype_from_default(g, &g->values[v]);
+    }
+    if (dflt && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
+        return -1;
+    if (!ext)
+        return 0;
+    if (cdy_guard_state(tr, CDY_STATE_AUTOCAST))
+        return -1;
+    if (tr->t->autocast_on)
+        return cdy_tr_stop(tr, AUTOCAST_OPS);
+    return 0;
+}
+
 /* Guard grad mode when an input requires grad (it is off: see wrap_tensor). */
 static int guard_grad_mode(tracer *tr)
 {
@@ -1215,6 +1273,7 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     PyObject *ge = PyObject_CallMethod(cdy_torch, "is_grad_enabled", NULL);
     t->grad_enabled = ge != Py_False;
     Py_XDECREF(ge);
+    t->autocast_on = cdy_state_read(CDY_STATE_AUTOCAST) & 1;
     tr.frame_locals = locals;
     tr.globals = globals;
     tr.builtins = builtins;
@@ -1227,8 +1286,8 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     }
     if (cdy_tr_run_frame(&tr) == 0 && !t->ret)
         cdy_tr_stop(&tr, NO_RETURN);
-    if (t->status == CDY_TRACE_OK)
-        guard_grad_mode(&tr);
+    if (t->status == CDY_TRACE_OK && !guard_grad_mode(&tr))
+        guard_global_state(&tr);
     check_graph(&tr);
     collect_input_srcs(t);
     if (!t->input_srcs && t->status == CDY_TRACE_OK)

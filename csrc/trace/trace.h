@@ -125,6 +125,9 @@ tvar *cdy_tr_super(tracer *tr);
 
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled);
+/* Guard that global state `which` (CDY_STATE_*) keeps its current value
+ * (once per trace); 0 or -1 (stopped). */
+int cdy_guard_state(tracer *tr, int which);
 
 /* ---- vars.c ---- */
 int cdy_vars_init(void);

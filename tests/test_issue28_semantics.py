@@ -1,0 +1,243 @@
+"""Issue 28, tracer semantics: global torch state (autocast, default dtype)
+guarded, live dict views, out-of-range indexing that eager raises for, and
+guards on what per-call objects depend on (namedtuple methods, closures)."""
+import collections
+import contextlib
+import functools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cdynamo
+from torch.testing import assert_close
+
+
+def same(expected, actual):
+    """Values, dtypes and strides as eager (nested tuples / lists too)."""
+    if isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected) and len(actual) == len(expected)
+        for e, a in zip(expected, actual):
+            same(e, a)
+    elif isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype, (expected.dtype, actual.dtype)
+        assert actual.shape == expected.shape
+        assert actual.stride() == expected.stride(), (expected.stride(), actual.stride())
+        assert_close(actual, expected, equal_nan=True)
+    else:
+        assert actual == expected, (expected, actual)
+
+
+@contextlib.contextmanager
+def log_topics(*topics):
+    cdynamo._C.set_log_topics(set(topics))
+    try:
+        yield
+    finally:
+        cdynamo._C.set_log_topics(set())
+
+
+@contextlib.contextmanager
+def default_dtype(dt):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+# ---- item 4: autocast ----------------------------------------------------------
+
+AUTOCASTS = {
+    "torch.autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+    "torch.amp.autocast": lambda: torch.amp.autocast("cpu", dtype=torch.bfloat16),
+    "float16": lambda: torch.autocast("cpu", dtype=torch.float16),
+}
+
+
+@pytest.mark.parametrize("n", [4, 256])
+@pytest.mark.parametrize("spelling", sorted(AUTOCASTS))
+def test_autocast_around_compiled_matmul(n, spelling):
+    f = lambda x, w: x @ w + 1
+    x, w = torch.randn(n, n), torch.randn(n, n)
+    g = cdynamo.optimize(f)
+    with AUTOCASTS[spelling]():
+        e = f(x, w)
+        c = g(x, w)
+    same(e, c)
+    assert e.dtype != torch.float32
+
+
+def test_autocast_toggles_between_entries():
+    f = lambda x, w: torch.relu(F.linear(x, w)) * 2
+    x, w = torch.randn(8, 16), torch.randn(32, 16)
+    g = cdynamo.optimize(f)
+    same(f(x, w), g(x, w))                      # compiled, autocast off
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        same(f(x, w), g(x, w))                  # autocast on: a new (eager) entry
+        same(f(x, w), g(x, w))
+    same(f(x, w), g(x, w))                      # back to the compiled entry
+    st = cdynamo.stats()
+    assert st["recompiles"] == 1, st
+    assert st["frames_compiled"] == 1, st
+
+
+def test_autocast_recompile_log_names_it(capfd):
+    f = lambda x, w: x @ w
+    g = cdynamo.optimize(f)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    g(x, w)
+    capfd.readouterr()
+    with log_topics("recompiles"), torch.autocast("cpu", dtype=torch.bfloat16):
+        same(f(x, w), g(x, w))
+    err = capfd.readouterr().err
+    assert "the autocast state changed" in err and "CPU autocast on" in err, err
+
+
+def test_pointwise_graph_compiles_under_autocast():
+    # autocast changes no pointwise op: such a graph compiles under it too
+    f = lambda x: torch.sigmoid(x) * 3 + 1
+    x = torch.randn(16)
+    g = cdynamo.optimize(f)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        same(f(x), g(x))
+        same(f(x), g(x))
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, st
+
+
+def test_autocast_inside_traced_function():
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+        return y + 1
+
+    def h(x, w):
+        with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+            return x @ w
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    for fn in (f, h):
+        cdynamo.reset()
+        same(fn(x, w), cdynamo.optimize(fn)(x, w))
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_decorated_function_inlined():
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def inner(x, w):
+        return x @ w
+
+    def f(x, w):
+        return inner(x * 2, w) + 1
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    same(f(x, w), cdynamo.optimize(f)(x, w))
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_query_is_guarded():
+    def f(x):
+        if torch.is_autocast_enabled("cpu"):
+            return x + 1
+        return x - 1
+
+    g = cdynamo.optimize(f)
+    x = torch.randn(4)
+    same(f(x), g(x))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        same(f(x), g(x))
+    assert cdynamo.stats()["recompiles"] == 1
+
+
+def test_autocast_setter_in_traced_code_is_not_dropped():
+    def f(x):
+        torch.set_autocast_enabled("cpu", True)
+        y = x @ x
+        torch.set_autocast_enabled("cpu", False)
+        return y
+
+    x = torch.randn(4, 4)
+    e = f(x)
+    c = cdynamo.optimize(f)(x)
+    same(e, c)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+# ---- item 14: default dtype -------------------------------------------------------
+
+DEFAULT_DTYPE_FNS = {
+    "ones * float": lambda x: torch.ones(3) * 0.1 + x.sum(),
+    "zeros": lambda x: torch.zeros(2, 3) + x.long().sum(),
+    "full float": lambda x: torch.full((3,), 1.5) + x.long(),
+    "int tensor * float": lambda x: x.long() * 0.5,
+    "int true div": lambda x: x.long() / 2,
+    "int exp": lambda x: torch.exp(x.long()),
+    "arange float": lambda x: torch.arange(0.0, 3.0) + x.long(),
+    "tensor of floats": lambda x: torch.tensor([1.5, 2.5, 3.5]) + x.long(),
+    "empty dtype": lambda x: x.long() + (1 if torch.empty(2).dtype == torch.float32 else 2),
+    "get_default_dtype": lambda x: x.to(torch.get_default_dtype()),
+    "finfo()": lambda x: x.long() + torch.finfo().bits,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_DTYPE_FNS))
+def test_default_dtype_change_recompiles(name, capfd):
+    f = DEFAULT_DTYPE_FNS[name]
+    x = torch.arange(3.0)
+    g = cdynamo.optimize(f)
+    same(f(x), g(x))
+    capfd.readouterr()
+    with default_dtype(torch.float64), log_topics("recompiles"):
+        same(f(x), g(x))
+        same(f(x), g(x))
+    err = capfd.readouterr().err
+    assert "torch.get_default_dtype() changed" in err and "torch.float64" in err, err
+    same(f(x), g(x))
+    st = cdynamo.stats()
+    assert st["recompiles"] == 1, st
+
+
+def test_default_dtype_not_guarded_when_unused():
+    f = lambda x: x * 0.5 + x.exp()
+    x = torch.randn(3)
+    g = cdynamo.optimize(f)
+    same(f(x), g(x))
+    with default_dtype(torch.float64):
+        same(f(x), g(x))
+    assert cdynamo.stats()["recompiles"] == 0
+
+
+def test_set_default_dtype_in_traced_code_runs():
+    def f(x):
+        torch.set_default_dtype(torch.float64)
+        y = torch.ones(2) + x
+        torch.set_default_dtype(torch.float32)
+        return y
+
+    x = torch.randn(2)
+    e = f(x)
+    c = cdynamo.optimize(f)(x)
+    same(e, c)
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_global_setters_in_traced_code_take_effect():
+    def f(x):
+        torch.manual_seed(123)
+        return x + 1
+
+    x = torch.randn(3)
+    cdynamo.optimize(f)(x)
+    a = torch.rand(4)
+    torch.manual_seed(123)
+    assert torch.equal(a, torch.rand(4))
+
+
+def test_state_guards_listed():
+    f = lambda x, w: torch.ones(4) + x @ w
+    ex = cdynamo.explain(f)(torch.randn(4, 4), torch.randn(4, 4))
+    text = "\n".join(ex.guards) if isinstance(ex.guards, list) else str(ex.guards)
+    assert "torch.get_default_dtype() is torch.float32" in text, text
+    assert "the autocast state is CPU autocast off" in text, text
