@@ -241,3 +241,121 @@ def test_state_guards_listed():
     text = "\n".join(ex.guards) if isinstance(ex.guards, list) else str(ex.guards)
     assert "torch.get_default_dtype() is torch.float32" in text, text
     assert "the autocast state is CPU autocast off" in text, text
+
+
+# ---- item 15: dict views are live; list and dict aliasing ---------------------------
+
+def _dv_len_values(x):
+    d = {3: x}
+    values = d.values()
+    d[3] = x + 1
+    d[4] = x + 2
+    return len(values)
+
+
+def _dv_keys_in(x):
+    d = {"a": x}
+    ks = d.keys()
+    d["b"] = 1
+    return x + ("b" in ks) + ("c" in ks) + len(ks)
+
+
+def _dv_items_loop(x):
+    d = {"a": x}
+    it = d.items()
+    d["b"] = x * 2
+    d["a"] = x * 3
+    s = x
+    for k, v in it:
+        s = s + v
+    return s
+
+
+def _dv_values_sum(x):
+    d = {"a": x}
+    vs = d.values()
+    d["a"] = x * 3
+    return sum(vs) + 1
+
+
+def _dv_list_of_items(x):
+    d = {"a": x}
+    view = d.items()
+    d["z"] = x - 1
+    return [v for _, v in list(view)], type(d.keys()) is type({}.keys())
+
+
+def _dv_pop(x):
+    d = {"a": x, "b": x + 1}
+    vs = d.values()
+    d.pop("a")
+    return x + len(vs), list(vs)[0]
+
+
+def _dv_truth(x):
+    d = {}
+    ks = d.keys()
+    d[1] = x
+    return x + 1 if ks else x - 1
+
+
+def _alias_append(x):
+    a = [x]
+    b = a
+    b.append(x + 1)
+    return len(a), a[1]
+
+
+def _alias_setitem(x):
+    a = [x, x]
+    b = a
+    b[0] = x * 5
+    return a[0]
+
+
+def _alias_dict(x):
+    d = {"a": x}
+    e = d
+    e["b"] = x + 1
+    return len(d), d["b"]
+
+
+def _alias_iadd(x):
+    a = [x]
+    b = a
+    a += [x + 1]
+    a += (x + 2,)
+    return len(b), b[2]
+
+
+def _alias_iadd_list(x):
+    a = [x]
+    b = a
+    a += [x + 1]
+    return len(b)
+
+
+def _alias_slice_store(x):
+    a = [x, x + 1]
+    b = a
+    a[0:1] = []
+    return len(b)
+
+
+@pytest.mark.parametrize("fn", [_dv_len_values, _dv_keys_in, _dv_items_loop, _dv_values_sum,
+                                _dv_list_of_items, _dv_pop, _dv_truth, _alias_append,
+                                _alias_setitem, _alias_dict, _alias_iadd, _alias_iadd_list,
+                                _alias_slice_store],
+                         ids=lambda f: f.__name__)
+def test_dict_views_and_aliases(fn):
+    x = torch.randn(3)
+    same(fn(x), cdynamo.optimize(fn)(x))
+
+
+def test_dict_view_compiles():
+    x = torch.randn(3)
+    for fn in (_dv_len_values, _dv_items_loop, _alias_iadd):
+        cdynamo.reset()
+        same(fn(x), cdynamo.optimize(fn)(x))
+        st = cdynamo.stats()
+        assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (fn.__name__, st)

@@ -813,6 +813,8 @@ static PyObject *tvar_type(tvar *v)
     case TV_LIST: return (PyObject *)&PyList_Type;
     case TV_DICT: return (PyObject *)&PyDict_Type;
     case TV_NEW: return v->obj;
+    case TV_VIEW: return (PyObject *)(v->pos == 0 ? &PyDictKeys_Type : v->pos == 1 ? &PyDictValues_Type
+                                                                   : &PyDictItems_Type);
     default: return v->obj ? (PyObject *)Py_TYPE(v->obj) : (PyObject *)&PyBaseObject_Type;
     }
 }
@@ -1001,6 +1003,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         }
         if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
             k = a->n;
+        else if (a->kind == TV_VIEW)
+            k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
         if (k < 0) {
@@ -1113,16 +1117,13 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
             cdy_tr_stop(tr, KEY_ERROR);
             return NULL;
         }
-        if (items || !strcmp(name, "values") || !strcmp(name, "keys")) {
-            tvar **out = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 1));
-            for (int i = 0; out && i < self->n; i++) {
-                tvar *k = cdy_tv_const(tr, Py_NewRef(self->keys[i]));
-                tvar *p[2] = {k, self->items[i]};
-                out[i] = !strcmp(name, "keys") ? k : items ? cdy_tv_seq(tr, TV_TUPLE, p, 2) : self->items[i];
-                if (!out[i])
-                    return NULL;
+        if ((items || !strcmp(name, "values") || !strcmp(name, "keys")) && nargs == 0) {
+            tvar *view = cdy_tv_new(tr, TV_VIEW);   /* live: it reads the dict when used */
+            if (view) {
+                view->self = self;
+                view->pos = items ? 2 : name[0] == 'v' ? 1 : 0;
             }
-            return out ? cdy_tv_seq(tr, TV_LIST, out, self->n) : NULL;
+            return view;
         }
     }
     if ((self->kind == TV_LIST || self->kind == TV_DICT) && self->src &&
@@ -1173,6 +1174,24 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
     cdy_tr_stop(tr, METHOD_UNSUPPORTED, name,
                 self->kind == TV_DICT ? "dict" : self->kind == TV_LIST ? "list" : "value");
     return NULL;
+}
+
+tvar *cdy_view_list(tracer *tr, tvar *view)
+{
+    tvar *d = view->self;
+    tvar **out = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(d->n + 1));
+    if (!out) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    for (int i = 0; i < d->n; i++) {
+        tvar *k = view->pos == 1 ? NULL : cdy_tv_const(tr, Py_NewRef(d->keys[i]));
+        tvar *p[2] = {k, d->items[i]};
+        out[i] = view->pos == 0 ? k : view->pos == 1 ? d->items[i] : cdy_tv_seq(tr, TV_TUPLE, p, 2);
+        if (!out[i])
+            return NULL;
+    }
+    return cdy_tv_seq(tr, TV_LIST, out, d->n);
 }
 
 /* Short text naming a callable, for reasons. */

@@ -403,14 +403,23 @@ static int op_binary(tracer *tr, int oparg)
         return fn ? push(tr, cdy_mut_binary(tr, names[base], fn, syms[base], args))
                   : cdy_tr_stop_exc(tr, PY_ERROR);
     }
-    if (base == 0 && args[0]->kind == args[1]->kind && (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)) {
+    int list_iadd = inplace && args[0]->kind == TV_LIST &&
+                    (args[1]->kind == TV_LIST || args[1]->kind == TV_TUPLE);
+    if (list_iadd && args[0]->src)
+        return cdy_tr_stop(tr, MUTATE_OUTSIDE, "list");
+    if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
+                                    (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
         if (!items)
             return cdy_tr_stop(tr, OUT_OF_MEMORY);
         memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
         memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
-        return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
+        if (!list_iadd)
+            return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
+        args[0]->items = items;   /* list += iterable extends the list itself: its aliases see it */
+        args[0]->n = n;
+        return push(tr, args[0]);
     }
     PyObject *fn = cdy_operator_fn(base, names[base]);
     if (!fn)
@@ -559,8 +568,14 @@ static int op_store_subscr(tracer *tr)
         return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
         return cdy_tr_stop(tr, STORE_ITEM);
+    if (c->kind == TV_LIST && !PyLong_Check(k->obj))
+        return cdy_tr_stop(tr, LIST_ITEM_KEY, Py_TYPE(k->obj)->tp_name);
     if (c->kind == TV_LIST) {
-        long i = PyLong_Check(k->obj) ? PyLong_AsLong(k->obj) : -1L << 40;
+        long i = PyLong_AsLong(k->obj);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            i = -1L << 40;   /* out of range whatever the length */
+        }
         if (i < 0 && i > -(long)c->n - 1)
             i += c->n;
         if (i < 0 || i >= c->n)
@@ -685,6 +700,10 @@ static int op_contains(tracer *tr, int invert)
 {
     tvar *c = pop(tr), *k = pop(tr);
     int r = -1;
+    if (c->kind == TV_VIEW && c->pos == 0)
+        c = c->self;                      /* `k in d.keys()` is `k in d` */
+    else if (c->kind == TV_VIEW && !(c = cdy_view_list(tr, c)))
+        return -1;
     if (k->kind == TV_CONST && c->kind == TV_CONST)
         r = PySequence_Contains(c->obj, k->obj);
     else if (k->kind == TV_CONST && c->kind == TV_DICT) {

@@ -28,6 +28,8 @@ typedef enum {
     TV_NEW,      /* obj(*items[:pos], **dict(zip(keys, items[pos:n]))): an instance of a Python
                   * class built in the frame; it may only be returned, and is built by the
                   * transformed code after the graph (e.g. a transformers ModelOutput) */
+    TV_VIEW,     /* d.keys() / d.values() / d.items() (pos 0 / 1 / 2) of the DICT self: a live
+                  * view, read when it is used (len, iteration, `in`, truth) */
 } tv_kind;
 
 /* Room for a source's name ("self._modules['block']._modules['0']..."): the
@@ -194,6 +196,8 @@ int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
  * call recorded as its pynode; fn is not called.  Its tvar, or NULL when stopped. */
 tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
                       PyObject *kwnames, PyObject *out);
+/* The items a dict view (TV_VIEW) shows now, as a fresh TV_LIST; NULL when stopped. */
+tvar *cdy_view_list(tracer *tr, tvar *view);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 

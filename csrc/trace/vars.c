@@ -933,6 +933,10 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
     }
     if (v->kind == TV_ITER)
         return v;
+    if (v->kind == TV_VIEW) {
+        tvar *l = cdy_view_list(tr, v);
+        return l ? cdy_tv_seq(tr, TV_ITER, l->items, l->n) : NULL;
+    }
     if (v->kind == TV_CONST && (PyTuple_Check(v->obj) || PyRange_Check(v->obj) ||
                                 PyUnicode_Check(v->obj))) {
         PyObject *seq = PySequence_Tuple(v->obj);
@@ -970,6 +974,8 @@ int cdy_truth(tracer *tr, tvar *v)
         return cdy_tr_stop(tr, DATA_DEPENDENT_BRANCH);
     if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
         return v->n > 0;
+    if (v->kind == TV_VIEW)
+        return v->self->n > 0;
     if (v->by_type) {   /* the instance's __bool__ or __len__, traced; else always true */
         PyTypeObject *tp = Py_TYPE(v->obj);
         const char *dunder = tp->tp_as_number && tp->tp_as_number->nb_bool ? "__bool__"
