@@ -359,3 +359,68 @@ def test_dict_view_compiles():
         same(fn(x), cdynamo.optimize(fn)(x))
         st = cdynamo.stats()
         assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (fn.__name__, st)
+
+
+# ---- item 18: an unused index op with an index out of range raises as in eager -------
+
+def _raises_like_eager(f, *args):
+    a1 = [a.clone() for a in args]
+    a2 = [a.clone() for a in args]
+    with pytest.raises(Exception) as e:
+        f(*a1)
+    with pytest.raises(Exception) as c:
+        cdynamo.optimize(f)(*a2)
+    assert type(c.value) is type(e.value), (e.value, c.value)
+    for p, q in zip(a1, a2):
+        assert torch.equal(p, q)
+
+
+INDEX_OPS = {
+    "getitem": lambda x, i: x[i],
+    "index_select": lambda x, i: x.index_select(0, i),
+    "gather": lambda x, i: torch.gather(x, 0, i),
+    "embedding": lambda x, i: F.embedding(i, x.view(3, 1)),
+    "take": lambda x, i: torch.take(x, i),
+    "index_add": lambda x, i: x.index_add(0, i, torch.ones(1)),
+    "scatter": lambda x, i: x.scatter(0, i, torch.ones(1)),
+    "index_fill": lambda x, i: x.index_fill(0, i, 1.0),
+}
+
+
+@pytest.mark.parametrize("idx", [5, -4])
+@pytest.mark.parametrize("op", sorted(INDEX_OPS))
+def test_unused_index_out_of_range_raises(op, idx):
+    g = INDEX_OPS[op]
+
+    def f(x, i):
+        y = g(x, i)
+        return x + 1
+
+    _raises_like_eager(f, torch.randn(3), torch.tensor([idx]))
+
+
+@pytest.mark.parametrize("op", sorted(INDEX_OPS))
+def test_used_index_out_of_range_raises(op):
+    g = INDEX_OPS[op]
+    _raises_like_eager(lambda x, i: g(x, i) * 2, torch.randn(3), torch.tensor([0, 5]))
+
+
+def test_unused_index_2d_and_negative_in_range():
+    x = torch.randn(3, 4)
+    _raises_like_eager(lambda x, i: (x[i, 0], x + 1)[1], x, torch.tensor([3]))
+    _raises_like_eager(lambda x, i: (x[:, i], x + 1)[1], x, torch.tensor([4]))
+    # in range (negative wraps): no exception, and the frame still compiles
+    f = lambda x, i: (x[i], x.index_select(0, i + 3), x * 2)[2]
+    same(f(x, torch.tensor([-1])), cdynamo.optimize(f)(x, torch.tensor([-1])))
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+def test_unused_index_checked_on_every_call():
+    f = lambda x, i: (x[i], x + 1)[1]
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    same(f(x, torch.tensor([2])), g(x, torch.tensor([2])))
+    with pytest.raises(IndexError):
+        g(x, torch.tensor([3]))
+    same(f(x, torch.tensor([0])), g(x, torch.tensor([0])))
+    assert cdynamo.stats()["frames_compiled"] == 1
