@@ -424,3 +424,116 @@ def test_unused_index_checked_on_every_call():
         g(x, torch.tensor([3]))
     same(f(x, torch.tensor([0])), g(x, torch.tensor([0])))
     assert cdynamo.stats()["frames_compiled"] == 1
+
+
+# ---- item 23: per-call objects are guarded by what the code depends on ------------------
+
+P2 = collections.namedtuple("P2", "a b")
+
+
+class Q2(P2):
+    def total(self):
+        return self.a + self.b
+
+
+class Holder:
+    def __init__(self, s):
+        self.s = s
+
+    def m(self, t):
+        return t * self.s
+
+
+def _apply(fn, x):
+    return fn(x) + 1
+
+
+def _nt_after_break(x):
+    p = Q2(x, x * 2)
+    print("", end="")
+    return p.total()
+
+
+def _closure_after_break(x):
+    k = 3
+    h = lambda t: t * k
+    print("", end="")
+    return _apply(h, x)
+
+
+def _lambda_after_break(x):
+    print("", end="")
+    return _apply(lambda t: t * 2, x)
+
+
+def _method_after_break(x):
+    c = Holder(2)
+    print("", end="")
+    return _apply(c.m, x)
+
+
+def _closure_inlined(x):
+    k = 3
+    return _apply(lambda t: t * k, x)
+
+
+@pytest.mark.parametrize("fn", [_nt_after_break, _closure_after_break, _lambda_after_break,
+                                _method_after_break, _closure_inlined], ids=lambda f: f.__name__)
+def test_per_call_objects_do_not_recompile(fn):
+    g = cdynamo.optimize(fn)
+    for _ in range(4):
+        x = torch.randn(3)
+        same(fn(x), g(x))
+    st = cdynamo.stats()
+    assert st["recompiles"] == 0, st
+    assert st["frames_compiled"] >= 1, st
+
+
+def test_per_call_functions_still_guarded():
+    """What the code depends on is guarded: code, cells, defaults, self's state."""
+    def mk_closure(k):
+        return lambda t: t * k
+
+    def mk_default(k):
+        return lambda t, k=k: t * k
+
+    def other(t):
+        return t - 100
+
+    g = cdynamo.optimize(_apply)
+    x = torch.randn(3)
+    for k in (2, 3, 2):
+        same(_apply(mk_closure(k), x), g(mk_closure(k), x))
+        same(_apply(mk_closure(x * k), x), g(mk_closure(x * k), x))
+    cdynamo.reset()
+    for k in (2, 3):
+        same(_apply(mk_default(k), x), g(mk_default(k), x))
+        same(_apply(other, x), g(other, x))
+    cdynamo.reset()
+    for k in (2, 3):
+        same(_apply(Holder(k).m, x), g(Holder(k).m, x))
+        same(_apply(Holder(x * k).m, x), g(Holder(x * k).m, x))
+
+
+def test_namedtuple_argument_fields_guarded():
+    h = lambda p: p.total() * 2
+    g = cdynamo.optimize(h)
+    x = torch.randn(3)
+    for b in (2, 3, x, x * 2):
+        same(h(Q2(x, b)), g(Q2(x, b)))
+    st = cdynamo.stats()
+    assert st["recompiles"] == 2, st   # b = 2, b = 3, b a tensor (one entry for both)
+
+
+def test_per_call_closure_recompile_log(capfd):
+    def mk(k):
+        return lambda t: t * k
+
+    g = cdynamo.optimize(_apply)
+    x = torch.randn(3)
+    g(mk(2), x)
+    capfd.readouterr()
+    with log_topics("recompiles"):
+        same(_apply(mk(3), x), g(mk(3), x))
+    err = capfd.readouterr().err
+    assert "fn.__closure__[0].cell_contents" in err, err
