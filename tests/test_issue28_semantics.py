@@ -537,3 +537,58 @@ def test_per_call_closure_recompile_log(capfd):
         same(_apply(mk(3), x), g(mk(3), x))
     err = capfd.readouterr().err
     assert "fn.__closure__[0].cell_contents" in err, err
+
+
+# ---- other global state the compiled code would bypass: torch function / dispatch modes ----
+
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _DoubleAdds(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        r = func(*args, **(kwargs or {}))
+        return r * 2 if func in (torch.Tensor.add, torch.add) else r
+
+
+class _DoubleAddsDispatch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        r = func(*args, **(kwargs or {}))
+        return r * 2 if func is torch.ops.aten.add.Tensor else r
+
+
+@pytest.mark.parametrize("compiled_first", [True, False])
+@pytest.mark.parametrize("mode", [_DoubleAdds, _DoubleAddsDispatch], ids=lambda m: m.__name__)
+def test_modes_are_guarded(mode, compiled_first):
+    f = lambda x: x.add(1) * 3
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    if compiled_first:
+        same(f(x), g(x))
+    with mode():
+        same(f(x), g(x))
+        same(f(x), g(x))
+    same(f(x), g(x))
+
+
+def test_default_device_context_is_guarded():
+    f = lambda x: torch.ones(3) + x
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    same(f(x), g(x))
+    with torch.device("meta"):
+        e = f(x.to("meta"))
+        c = g(x.to("meta"))
+        assert c.device == e.device
+    same(f(x), g(x))
+
+
+def test_in_tuple_of_objects_compares_objects():
+    # seen in a mode's __torch_function__: `func in (torch.Tensor.add, torch.add)`
+    def f(x, fn):
+        return x + 1 if fn in (torch.Tensor.add, torch.add) else x - 1
+
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    for fn in (torch.add, torch.mul, torch.Tensor.add):
+        same(f(x, fn), g(x, fn))

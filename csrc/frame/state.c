@@ -1,17 +1,21 @@
 /* state.c - global torch state that changes what ops return, read without
- * a Python call: the default dtype (factories, integer -> float promotion)
- * and autocast (which ops run in which dtype).
+ * a Python call: the default dtype (factories, integer -> float promotion),
+ * autocast (which ops run in which dtype), and the torch function and
+ * dispatch mode stacks (torch.device(...) as a context, TorchDispatchMode,
+ * FlopCounterMode: Python code that sees, and may change, every op).
  *
  * A trace that depends on such state guards it (CDY_GUARD_STATE), and the
  * guard is checked on every call of the compiled code, so the readers must
  * cost nanoseconds: they call the C++ functions torch's own Python bindings
  * call (c10::get_default_dtype_as_scalartype, at::autocast::is_autocast_enabled
- * and get_autocast_dtype), found in the torch libraries the process already
+ * and get_autocast_dtype, the mode stacks' stack_len), found in the torch
+ * libraries the process already
  * loaded.  Where they are missing, or disagree once with torch's Python
  * functions, the Python functions are used instead (about 0.1-0.3 us each). */
 #include "internal.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,7 +25,9 @@ enum { ST_DEV_CPU = 0, ST_DEV_CUDA = 1 };
 static signed char (*st_default_fast)(void);
 static _Bool (*st_autocast_on_fast)(signed char);
 static signed char (*st_autocast_dtype_fast)(signed char);
+static int64_t (*st_fn_modes_fast)(void), (*st_dispatch_modes_fast)(void);
 static PyObject *st_get_default_dtype, *st_is_autocast, *st_get_autocast_dtype;
+static PyObject *st_fn_modes, *st_dispatch_modes;
 static PyObject *st_dev_name[2];          /* "cpu", "cuda" */
 static PyObject *st_dtypes;               /* {torch.dtype: c10::ScalarType value} */
 
@@ -80,10 +86,33 @@ static int st_autocast_fast(void)
     return v;
 }
 
+/* A length (an int64) returned by fn() (NULL: 0); 1 << 14 on an error. */
+static int64_t st_call_len(PyObject *fn)
+{
+    PyObject *r = fn ? PyObject_CallNoArgs(fn) : NULL;
+    int64_t n = r ? PyLong_AsLongLong(r) : fn ? 1 << 14 : 0;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return n;
+}
+
+/* The mode stacks' lengths (capped), function modes in bits 0-14, dispatch
+ * modes from bit 15. */
+static int st_modes(void)
+{
+    int64_t f = st_fn_modes_fast ? st_fn_modes_fast() : st_call_len(st_fn_modes);
+    int64_t d = st_fn_modes_fast ? st_dispatch_modes_fast() : st_call_len(st_dispatch_modes);
+    f = f < 0 || f > 0x7fff ? 0x7fff : f;
+    d = d < 0 || d > 0x7fff ? 0x7fff : d;
+    return (int)(f | d << 15);
+}
+
 int cdy_state_read(int which)
 {
     if (which == CDY_STATE_DEFAULT_DTYPE)
         return st_default_fast ? st_default_fast() : st_default_slow();
+    if (which == CDY_STATE_MODES)
+        return st_modes();
     return st_autocast_on_fast ? st_autocast_fast() : st_autocast_slow();
 }
 
@@ -114,8 +143,20 @@ static void st_resolve_fast(PyObject *torch)
             st_symbol(dir, "libtorch_cpu.so", "_ZN2at8autocast19is_autocast_enabledEN3c1010DeviceTypeE");
         *(void **)&st_autocast_dtype_fast =
             st_symbol(dir, "libtorch_cpu.so", "_ZN2at8autocast18get_autocast_dtypeEN3c1010DeviceTypeE");
+        *(void **)&st_fn_modes_fast =
+            st_symbol(dir, "libtorch_cpu.so", "_ZN2at4impl22PythonTorchFunctionTLS9stack_lenEv");
+        *(void **)&st_dispatch_modes_fast =
+            st_symbol(dir, "libc10.so", "_ZN3c104impl20TorchDispatchModeTLS9stack_lenEv");
     }
     Py_XDECREF(file);
+    if (!st_dispatch_modes_fast)
+        st_fn_modes_fast = NULL;
+    if (st_fn_modes_fast) {   /* the C++ and the Python readers must agree */
+        int64_t (*fast)(void) = st_fn_modes_fast;
+        int v = st_modes();
+        st_fn_modes_fast = NULL;
+        st_fn_modes_fast = v == st_modes() ? fast : NULL;
+    }
     if (st_default_fast && st_default_fast() != st_default_slow())
         st_default_fast = NULL;
     if (!st_autocast_on_fast || !st_autocast_dtype_fast || st_autocast_fast() != st_autocast_slow())
@@ -127,6 +168,10 @@ int cdy_state_init(PyObject *torch)
     st_get_default_dtype = PyObject_GetAttrString(torch, "get_default_dtype");
     st_is_autocast = PyObject_GetAttrString(torch, "is_autocast_enabled");
     st_get_autocast_dtype = PyObject_GetAttrString(torch, "get_autocast_dtype");
+    PyObject *C = PyObject_GetAttrString(torch, "_C");
+    st_fn_modes = C ? PyObject_GetAttrString(C, "_len_torch_function_stack") : NULL;
+    st_dispatch_modes = C ? PyObject_GetAttrString(C, "_len_torch_dispatch_stack") : NULL;
+    Py_XDECREF(C);
     st_dev_name[ST_DEV_CPU] = PyUnicode_InternFromString("cpu");
     st_dev_name[ST_DEV_CUDA] = PyUnicode_InternFromString("cuda");
     st_dtypes = PyDict_New();
@@ -164,6 +209,11 @@ void cdy_state_text(int which, int v, char *buf, size_t n)
 {
     if (which == CDY_STATE_DEFAULT_DTYPE) {
         snprintf(buf, n, "%s", st_dtype_name(v));
+        return;
+    }
+    if (which == CDY_STATE_MODES) {
+        snprintf(buf, n, "%d torch function mode%s and %d dispatch mode%s", v & 0x7fff,
+                 (v & 0x7fff) == 1 ? "" : "s", v >> 15, v >> 15 == 1 ? "" : "s");
         return;
     }
     size_t len = 0;

@@ -715,10 +715,14 @@ static int op_contains(tracer *tr, int invert)
         r = 0;
         for (int i = 0; i < c->n && !r; i++) {
             tvar *it = c->items[i];
+            int fixed_it = it->kind == TV_CONST || (it->kind == TV_OBJ && !it->by_type);
+            int fixed_k = k->kind == TV_CONST || (k->kind == TV_OBJ && !k->by_type);
             if (it == k)
                 r = 1;
-            else if (it->kind == TV_CONST && k->kind == TV_CONST)
+            else if (fixed_it && fixed_k)   /* values fixed by their guards (identity, value) */
                 r = PyObject_RichCompareBool(it->obj, k->obj, Py_EQ) == 1;
+            else if (it->kind == TV_OBJ || k->kind == TV_OBJ)
+                return cdy_tr_stop(tr, IN_BY_TYPE);
             else if (it->kind == TV_TENSOR || k->kind == TV_TENSOR)
                 return cdy_tr_stop(tr, IN_TENSORS);
         }
@@ -1200,9 +1204,9 @@ int cdy_guard_state(tracer *tr, int which)
         if (gs->items[i].kind == CDY_GUARD_STATE && gs->items[i].ndim == which)
             return 0;
     cdy_src none = {0};
-    cdy_guard *g = cdy_guards_add(gs, CDY_GUARD_STATE, &none,
-                                  which == CDY_STATE_DEFAULT_DTYPE ? "torch.get_default_dtype()"
-                                                                   : "the autocast state");
+    static const char *names[] = {"torch.get_default_dtype()", "the autocast state",
+                                  "the torch function / dispatch mode stack"};
+    cdy_guard *g = cdy_guards_add(gs, CDY_GUARD_STATE, &none, names[which]);
     if (!g)
         return cdy_tr_stop_exc(tr, PY_ERROR);
     g->ndim = which;
@@ -1226,19 +1230,23 @@ static int dtype_from_default(const cdy_graph *g, const cdy_value *v)
     return 1;
 }
 
-/* Guard the global state the finished trace depends on: the default dtype
- * where a node's dtype may come from it; autocast where a node runs through
+/* Guard the global state the finished trace depends on: no torch function
+ * or dispatch mode where it has a node; the default dtype where a node's
+ * dtype may come from it; autocast where a node runs through
  * torch (an extern: autocast changes the dtypes of matmul, linear, conv, ...
  * and their composites).  Under CPU autocast such a trace stops (the frame
  * runs eagerly, its entry guarded on autocast being on).  0 or -1 (stopped). */
 static int guard_global_state(tracer *tr)
 {
     const cdy_graph *g = &tr->t->graph;
-    int dflt = 0, ext = 0;
+    int dflt = 0, ext = 0, nodes = 0;
     for (int v = 0; v < g->nvalues; v++) {
         ext |= g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_EXTERN;
+        nodes |= g->values[v].kind == CDY_VAL_NODE;
         dflt |= dtype_from_default(g, &g->values[v]);
     }
+    if (nodes && cdy_guard_state(tr, CDY_STATE_MODES))   /* a mode would see every op */
+        return -1;
     if (dflt && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return -1;
     if (!ext)
@@ -1293,6 +1301,12 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     t->grad_enabled = ge != Py_False;
     Py_XDECREF(ge);
     t->autocast_on = cdy_state_read(CDY_STATE_AUTOCAST) & 1;
+    if ((t->modes_on = cdy_state_read(CDY_STATE_MODES) != 0)) {
+        /* a mode's Python code sees each op, the fakes' too: run eagerly */
+        if (!cdy_guard_state(&tr, CDY_STATE_MODES))
+            cdy_tr_stop(&tr, TORCH_MODE);
+        return;
+    }
     tr.frame_locals = locals;
     tr.globals = globals;
     tr.builtins = builtins;
