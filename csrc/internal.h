@@ -53,7 +53,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     /* t5: */                                                 \
     X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer") \
     X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)") \
-    X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw")
+    X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw") \
+    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,

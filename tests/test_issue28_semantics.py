@@ -592,3 +592,28 @@ def test_in_tuple_of_objects_compares_objects():
     x = torch.randn(3)
     for fn in (torch.add, torch.mul, torch.Tensor.add):
         same(f(x, fn), g(x, fn))
+
+
+def test_state_queries_are_guarded():
+    def f(x):
+        return x + 1 if torch.are_deterministic_algorithms_enabled() else x - 1
+
+    def h(x):
+        return x * torch.get_num_threads()
+
+    g, gh = cdynamo.optimize(f), cdynamo.optimize(h)
+    x = torch.randn(3)
+    n = torch.get_num_threads()
+    try:
+        same(f(x), g(x))
+        torch.use_deterministic_algorithms(True)
+        same(f(x), g(x))
+        torch.use_deterministic_algorithms(False)
+        same(f(x), g(x))
+        same(h(x), gh(x))
+        torch.set_num_threads(1 if n != 1 else 2)
+        same(h(x), gh(x))
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.set_num_threads(n)
+    assert cdynamo.stats()["recompiles"] == 2

@@ -370,6 +370,37 @@ static int state_query(const char *what)
     return strstr(what, "autocast") ? CDY_STATE_AUTOCAST : -1;
 }
 
+/* 1 if torch function `name` called with no argument reads global state
+ * that no other guard covers: its answer is guarded by calling it again
+ * (a CALL guard) on every call of the compiled code. */
+static int state_call_query(const char *name)
+{
+    static const char *names[] = {"is_inference_mode_enabled", "are_deterministic_algorithms_enabled",
+                                  "is_deterministic_algorithms_warn_only_enabled",
+                                  "_get_deterministic_algorithms", "get_num_threads",
+                                  "get_num_interop_threads", "is_anomaly_enabled",
+                                  "is_anomaly_check_nan_enabled", "get_float32_matmul_precision",
+                                  "get_default_device", "_get_default_device", "initial_seed", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* A CALL guard: fn() keeps giving answer; 0, or -1 when stopped. */
+static int guard_call(tracer *tr, PyObject *fn, const char *what, PyObject *answer)
+{
+    cdy_src none = {0};
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s()", what);
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CALL, &none, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->expect = Py_NewRef(fn);
+    g->dtype = Py_NewRef(answer);
+    return 0;
+}
+
 /* 1 if torch function `name` (a qualname) changes global state: it would
  * run once, while tracing, and never in the compiled code (set_default_dtype,
  * set_num_threads, manual_seed, use_deterministic_algorithms, ...). */
@@ -431,6 +462,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         int state = state_query(what);
         if (state >= 0 && cdy_guard_state(tr, state))
+            return NULL;
+        if (nargs == 0 && state_call_query(what) && guard_call(tr, fn, what, out))
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
