@@ -617,3 +617,37 @@ def test_state_queries_are_guarded():
         torch.use_deterministic_algorithms(False)
         torch.set_num_threads(n)
     assert cdynamo.stats()["recompiles"] == 2
+
+
+def _iter_list_set_ahead(x):
+    a = [x, x]
+    out = []
+    for v in a:
+        if len(out) == 0:
+            a[1] = v * 10
+        out.append(v)
+    return out
+
+
+def _iter_list_append(x):
+    a = [x]
+    out = []
+    for v in a:
+        if len(a) < 3:
+            a.append(v + 1)
+        out.append(v)
+    return out
+
+
+def _builtins_over_views(x):
+    d = {"b": 1, "a": 2}
+    e = {"b": x, "a": x * 2}
+    return x + max(d.values()) + len(tuple(d)), sum(e.values()), torch.stack(list(e.values()))
+
+
+@pytest.mark.parametrize("fn", [_iter_list_set_ahead, _iter_list_append, _builtins_over_views],
+                         ids=lambda f: f.__name__)
+def test_list_iteration_is_live(fn):
+    x = torch.randn(3)
+    same(fn(x), cdynamo.optimize(fn)(x))
+    assert cdynamo.stats()["graph_breaks"] == 0

@@ -773,6 +773,11 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
  * as all/any/sum/min/max can fold over it); else v itself. */
 static tvar *as_const_seq(tracer *tr, tvar *v)
 {
+    tvar *l = v->kind == TV_VIEW ? cdy_view_list(tr, v) : NULL;   /* what the view shows now */
+    if (l)
+        v = l;
+    else if (v->kind == TV_VIEW)
+        return v;
     if (v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_ITER)
         return v;
     int start = v->kind == TV_ITER ? v->pos : 0;

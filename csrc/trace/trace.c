@@ -910,6 +910,10 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
     tvar *it = peek(tr, 1);
     if (it->kind != TV_ITER)
         return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
+    if (it->self && it->self->kind == TV_LIST) {   /* a list's iterator sees its changes */
+        it->items = it->self->items;
+        it->n = it->self->n;
+    }
     if (it->pos < it->n)
         return push(tr, it->items[it->pos++]);
     pop(tr);

@@ -21,7 +21,7 @@ typedef enum {
     TV_OBJ,      /* any other object, guarded by identity: modules, functions, nn.Modules */
     TV_METHOD,   /* Tensor method `obj` (a name) bound to tensor self */
     TV_BOUND,    /* Python function `obj` bound to self (a method of a user object) */
-    TV_ITER,     /* an iterator over items[] at pos */
+    TV_ITER,     /* an iterator over items[] at pos (self: the LIST it reads, live) */
     TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
     TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
     TV_SUPER,    /* super() in a method of class obj, bound to self */

@@ -1034,7 +1034,13 @@ static tvar *iterate_modules(tracer *tr, tvar *v, int values)
 /* An iterator tvar over v's items; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v)
 {
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST)
+    if (v->kind == TV_LIST) {   /* live: FOR_ITER reads the list as it is then */
+        tvar *it = cdy_tv_seq(tr, TV_ITER, v->items, v->n);
+        if (it)
+            it->self = v;
+        return it;
+    }
+    if (v->kind == TV_TUPLE)
         return cdy_tv_seq(tr, TV_ITER, v->items, v->n);
     if (v->kind == TV_DICT) {
         tvar **keys = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(v->n + 1));
