@@ -651,3 +651,22 @@ def test_list_iteration_is_live(fn):
     x = torch.randn(3)
     same(fn(x), cdynamo.optimize(fn)(x))
     assert cdynamo.stats()["graph_breaks"] == 0
+
+
+def test_state_stops_have_reason_codes():
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ex = cdynamo.explain(lambda x, w: x @ w)(x, w)
+    assert [r["code"] for r in ex.break_reasons] == ["AUTOCAST_OPS"], ex.break_reasons
+    cdynamo.reset()
+    with _DoubleAdds():
+        ex = cdynamo.explain(lambda x: x + 1)(x)
+    assert "TORCH_MODE" in [r["code"] for r in ex.break_reasons], ex.break_reasons
+
+    def f(x):
+        torch.manual_seed(0)
+        return x + 1
+
+    cdynamo.reset()
+    ex = cdynamo.explain(f)(x)
+    assert [r["code"] for r in ex.break_reasons] == ["STATE_SETTER"], ex.break_reasons
