@@ -9,9 +9,9 @@
  * cost nanoseconds: they call the C++ functions torch's own Python bindings
  * call (c10::get_default_dtype_as_scalartype, at::autocast::is_autocast_enabled
  * and get_autocast_dtype, the mode stacks' stack_len), found in the torch
- * libraries the process already
- * loaded.  Where they are missing, or disagree once with torch's Python
- * functions, the Python functions are used instead (about 0.1-0.3 us each). */
+ * libraries the process already loaded.  Where they are missing, or disagree
+ * once with torch's Python functions, the Python functions are used instead
+ * (about 0.1-0.3 us each). */
 #include "internal.h"
 
 #include <dlfcn.h>
