@@ -52,7 +52,9 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(NUM_THREADS, "the OpenMP thread count the kernels were built for") \
     /* t5: */                                                 \
     X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer") \
-    X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)")
+    X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)") \
+    X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw") \
+    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -77,6 +79,20 @@ typedef struct {
     uint64_t memo_ver[CDY_MAX_ATTRS + 1];
     PyObject *memo_obj[CDY_MAX_ATTRS + 1];  /* borrowed: held by the unchanged dicts */
 } cdy_guard;
+
+/* ---- global torch state a trace may depend on (frame/state.c) ----------- */
+typedef enum { CDY_STATE_DEFAULT_DTYPE, CDY_STATE_AUTOCAST, CDY_STATE_MODES } cdy_state_kind;
+/* Resolve the readers; 0 or -1 (error set). */
+int cdy_state_init(PyObject *torch);
+/* The current value of state `which`, as a small int: DEFAULT_DTYPE its
+ * c10::ScalarType; AUTOCAST CPU's and CUDA's enabled bits (1, 2) and their
+ * autocast dtypes (bits 8-15, 16-23); MODES the lengths of the torch
+ * function mode stack (bits 0-14) and of the dispatch mode stack (from bit
+ * 15).  No Python call where torch's C++
+ * readers were found; never fails. */
+int cdy_state_read(int which);
+/* Readable text of value v of state `which` into buf. */
+void cdy_state_text(int which, int v, char *buf, size_t n);
 
 typedef struct {
     int n, cap;
@@ -169,6 +185,8 @@ typedef struct {
     int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
     int grad_guarded;        /* the grad-mode guard was added */
+    int autocast_on;         /* CPU autocast was on when the trace started */
+    int modes_on;            /* a torch function / dispatch mode was active then */
     /* mutate.c */
     void *mut;               /* the tracer's mutation state */
     int nwriteback;          /* mutated inputs, copied into after the call: */

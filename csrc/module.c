@@ -239,7 +239,7 @@ PyMODINIT_FUNC PyInit__C(void)
     cdy_strided_layout = PyObject_GetAttrString(cdy_torch, "strided");
     cdy_empty_tuple = PyTuple_New(0);
     if (!cdy_tensor_type || !cdy_strided_layout || !cdy_empty_tuple || cdy_runtime_init(cdy_torch) ||
-        cdy_mempool_init(cdy_torch))
+        cdy_mempool_init(cdy_torch) || cdy_state_init(cdy_torch))
         goto fail;
     if (PyType_Ready(&cdy_compiled_type) < 0)
         goto fail;

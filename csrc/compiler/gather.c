@@ -98,15 +98,42 @@ int cg_check_gather(cg_ctx *c, int v)
     return 0;
 }
 
-/* Mark what gathers need realized: their bases, and every gather that a
+/* Realize every gather nothing computed reads (dead code: its value is
+ * unused), so that its kernel still checks its indices: eager raises for an
+ * index out of range whether or not the result is used.  live: scratch of
+ * nvalues chars; what real marks (outputs, externs and their args, special
+ * kinds) is run, and so is what they read. */
+static void cg_gather_mark_dead(cg_ctx *c, char *real, char *live)
+{
+    const cdy_graph *g = c->g;
+    memcpy(live, real, (size_t)g->nvalues);
+    for (int v = g->nvalues - 1; v >= 0; v--) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_NODE)
+            continue;
+        if (!live[v] && cg_is_gather(g, v))
+            live[v] = real[v] = 1;
+        if (!live[v])
+            continue;
+        for (int a = 0; a < val->nargs; a++)
+            live[val->args[a]] = 1;
+        if ((cg_is_view(g, v) || cg_is_gather(g, v)) && val->view_base >= 0)
+            live[val->view_base] = 1;
+    }
+}
+
+/* Mark what gathers need realized: their bases, every gather that a
  * special kind's kernel would read, directly or through unrealized
- * pointwise nodes (those kernels fuse producers but emit no status). */
+ * pointwise nodes (those kernels fuse producers but emit no status), and
+ * every unused gather (cg_gather_mark_dead). */
 void cg_gather_mark_real(cg_ctx *c, char *real)
 {
     const cdy_graph *g = c->g;
     char *spec = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
-    if (!spec)
+    char *live = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
+    if (!spec || !live)
         return;   /* cg_scratch's allocations fail next; nothing is emitted */
+    cg_gather_mark_dead(c, real, live);
     for (int v = g->nvalues - 1; v >= 0; v--) {
         const cdy_value *val = &g->values[v];
         if (val->kind != CDY_VAL_NODE)

@@ -629,7 +629,7 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
         nodes += t->graph.values[v].kind == CDY_VAL_NODE;
-    if (!nodes && !x->forced) {
+    if (!nodes && !x->forced && !t->modes_on) {
         /* a frame with no tensor op (a helper the hook met on its own): there
          * is nothing to compile; run it, and its later calls, untouched */
         x->state = CODE_SKIP;

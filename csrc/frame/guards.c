@@ -442,6 +442,38 @@ static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return r == g->requires_grad;
 }
 
+/* Check a STATE guard: global state g->ndim still has value g->sizes[0]. */
+static int check_state(const cdy_guard *g, char *why, size_t n)
+{
+    int now = cdy_state_read(g->ndim);
+    if (now == g->sizes[0])
+        return 1;
+    if (n) {
+        char was[128], is[128];
+        cdy_state_text(g->ndim, (int)g->sizes[0], was, sizeof(was));
+        cdy_state_text(g->ndim, now, is, sizeof(is));
+        snprintf(why, n, "%s changed: it was %s when compiled, it is now %s", g->desc, was, is);
+    }
+    return 0;
+}
+
+/* Check a CALL guard: g->expect() == g->dtype (the traced answer). */
+static int check_call(const cdy_guard *g, char *why, size_t n)
+{
+    PyObject *r = PyObject_CallNoArgs(g->expect);
+    int ok = r && (r == g->dtype || PyObject_RichCompareBool(r, g->dtype, Py_EQ) == 1);
+    if (!ok && n) {
+        PyObject *a = PyObject_Repr(g->dtype), *b = r ? PyObject_Repr(r) : NULL;
+        snprintf(why, n, "%s changed: it gave %s when compiled, it gives %s now", g->desc,
+                 a ? PyUnicode_AsUTF8(a) : "?", b ? PyUnicode_AsUTF8(b) : "an error");
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return ok;
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
@@ -463,6 +495,10 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      "threads, it is now %d", g->ndim, now);
         return now == g->ndim;
     }
+    if (g->kind == CDY_GUARD_STATE)
+        return check_state(g, why, n);
+    if (g->kind == CDY_GUARD_CALL)
+        return check_call(g, why, n);
     int id = check_global_id(g, globals, why, n);
     if (id >= 0)
         return id;
@@ -733,6 +769,16 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
                            g->requires_grad ? "True" : "False");
         else if (g->kind == CDY_GUARD_NUM_THREADS)
             cdy_buf_printf(&b, "NUM_THREADS: torch.get_num_threads() == %d\n", g->ndim);
+        else if (g->kind == CDY_GUARD_CALL) {
+            PyObject *r = PyObject_Repr(g->dtype);
+            cdy_buf_printf(&b, "CALL: %s == %s\n", g->desc, r ? PyUnicode_AsUTF8(r) : "?");
+            Py_XDECREF(r);
+        }
+        else if (g->kind == CDY_GUARD_STATE) {
+            char v[128];
+            cdy_state_text(g->ndim, (int)g->sizes[0], v, sizeof(v));
+            cdy_buf_printf(&b, "STATE: %s is %s\n", g->desc, v);
+        }
         else {
             PyObject *r = g->kind == CDY_GUARD_CONST ? PyObject_Repr(g->expect) : NULL;
             if (g->kind == CDY_GUARD_CONST)

@@ -359,6 +359,64 @@ static tvar *op_node(tracer *tr, PyObject *out, int op, const int *argv, int nar
     gv->compute_dtype = gv->meta.dtype;
     return v;
 }
+/* The global state (CDY_STATE_*) torch function `what` reads, or -1:
+ * torch.get_default_dtype(), torch.is_autocast_enabled(...),
+ * torch.get_autocast_dtype(...) and the like give constants that hold only
+ * while that state does. */
+static int state_query(const char *what)
+{
+    if (strstr(what, "default_dtype"))
+        return CDY_STATE_DEFAULT_DTYPE;
+    return strstr(what, "autocast") ? CDY_STATE_AUTOCAST : -1;
+}
+
+/* 1 if torch function `name` called with no argument reads global state
+ * that no other guard covers: its answer is guarded by calling it again
+ * (a CALL guard) on every call of the compiled code. */
+static int state_call_query(const char *name)
+{
+    static const char *names[] = {"is_inference_mode_enabled", "are_deterministic_algorithms_enabled",
+                                  "is_deterministic_algorithms_warn_only_enabled",
+                                  "_get_deterministic_algorithms", "get_num_threads",
+                                  "get_num_interop_threads", "is_anomaly_enabled",
+                                  "is_anomaly_check_nan_enabled", "get_float32_matmul_precision",
+                                  "get_default_device", "_get_default_device", "initial_seed", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* A CALL guard: fn() keeps giving answer; 0, or -1 when stopped. */
+static int guard_call(tracer *tr, PyObject *fn, const char *what, PyObject *answer)
+{
+    cdy_src none = {0};
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s()", what);
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CALL, &none, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->expect = Py_NewRef(fn);
+    g->dtype = Py_NewRef(answer);
+    return 0;
+}
+
+/* 1 if torch function `name` (a qualname) changes global state: it would
+ * run once, while tracing, and never in the compiled code (set_default_dtype,
+ * set_num_threads, manual_seed, use_deterministic_algorithms, ...). */
+static int state_setter(const char *name)
+{
+    static const char *prefixes[] = {"set_", "_set_", "use_", "manual_seed", "seed",
+                                     "autocast_", "clear_autocast", "_push", "_pop",
+                                     "_enter", "_exit", "init_", NULL};
+    const char *dot = strrchr(name, '.');
+    const char *n = dot ? dot + 1 : name;
+    for (int i = 0; prefixes[i]; i++)
+        if (!strncmp(n, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
 /* Call fn(*args) where args hold tensors: run it on the fakes for the
  * output meta; add a pointwise node for op when it is one we lower, else an
  * extern node.  `query`: the result is a constant (size(), dim(), ...). */
@@ -401,6 +459,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         }
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
+            return NULL;
+        int state = state_query(what);
+        if (state >= 0 && cdy_guard_state(tr, state))
+            return NULL;
+        if (nargs == 0 && state_call_query(what) && guard_call(tr, fn, what, out))
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
@@ -710,6 +773,11 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
  * as all/any/sum/min/max can fold over it); else v itself. */
 static tvar *as_const_seq(tracer *tr, tvar *v)
 {
+    tvar *l = v->kind == TV_VIEW ? cdy_view_list(tr, v) : NULL;   /* what the view shows now */
+    if (l)
+        v = l;
+    else if (v->kind == TV_VIEW)
+        return v;
     if (v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_ITER)
         return v;
     int start = v->kind == TV_ITER ? v->pos : 0;
@@ -783,6 +851,8 @@ static PyObject *tvar_type(tvar *v)
     case TV_LIST: return (PyObject *)&PyList_Type;
     case TV_DICT: return (PyObject *)&PyDict_Type;
     case TV_NEW: return v->obj;
+    case TV_VIEW: return (PyObject *)(v->pos == 0 ? &PyDictKeys_Type : v->pos == 1 ? &PyDictValues_Type
+                                                                   : &PyDictItems_Type);
     default: return v->obj ? (PyObject *)Py_TYPE(v->obj) : (PyObject *)&PyBaseObject_Type;
     }
 }
@@ -971,6 +1041,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         }
         if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
             k = a->n;
+        else if (a->kind == TV_VIEW)
+            k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
         if (k < 0) {
@@ -1083,16 +1155,13 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
             cdy_tr_stop(tr, KEY_ERROR);
             return NULL;
         }
-        if (items || !strcmp(name, "values") || !strcmp(name, "keys")) {
-            tvar **out = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 1));
-            for (int i = 0; out && i < self->n; i++) {
-                tvar *k = cdy_tv_const(tr, Py_NewRef(self->keys[i]));
-                tvar *p[2] = {k, self->items[i]};
-                out[i] = !strcmp(name, "keys") ? k : items ? cdy_tv_seq(tr, TV_TUPLE, p, 2) : self->items[i];
-                if (!out[i])
-                    return NULL;
+        if ((items || !strcmp(name, "values") || !strcmp(name, "keys")) && nargs == 0) {
+            tvar *view = cdy_tv_new(tr, TV_VIEW);   /* live: it reads the dict when used */
+            if (view) {
+                view->self = self;
+                view->pos = items ? 2 : name[0] == 'v' ? 1 : 0;
             }
-            return out ? cdy_tv_seq(tr, TV_LIST, out, self->n) : NULL;
+            return view;
         }
     }
     if ((self->kind == TV_LIST || self->kind == TV_DICT) && self->src &&
@@ -1143,6 +1212,24 @@ static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **a
     cdy_tr_stop(tr, METHOD_UNSUPPORTED, name,
                 self->kind == TV_DICT ? "dict" : self->kind == TV_LIST ? "list" : "value");
     return NULL;
+}
+
+tvar *cdy_view_list(tracer *tr, tvar *view)
+{
+    tvar *d = view->self;
+    tvar **out = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(d->n + 1));
+    if (!out) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    for (int i = 0; i < d->n; i++) {
+        tvar *k = view->pos == 1 ? NULL : cdy_tv_const(tr, Py_NewRef(d->keys[i]));
+        tvar *p[2] = {k, d->items[i]};
+        out[i] = view->pos == 0 ? k : view->pos == 1 ? d->items[i] : cdy_tv_seq(tr, TV_TUPLE, p, 2);
+        if (!out[i])
+            return NULL;
+    }
+    return cdy_tv_seq(tr, TV_LIST, out, d->n);
 }
 
 /* Short text naming a callable, for reasons. */
@@ -1288,6 +1375,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
+    if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
+        return NULL;   /* torch.finfo(): the default dtype's */
     if (foldable_fn(fn) && (all_const || fold_args(tr, &args, nargs)))
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
@@ -1295,6 +1384,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
+            return NULL;
+        }
+        if (!any_tensor && state_setter(name)) {
+            cdy_tr_stop(tr, STATE_SETTER, name);
             return NULL;
         }
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */

@@ -970,7 +970,7 @@ static PyObject *mt_pool(tracer *tr, const tvar *t, const int64_t *k, const int6
 static PyObject *mt_max_pool2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
                                int torch_fn)
 {
-    tvar *s[7];
+    tvar *s[7] = {NULL};   /* the torch_fn form binds 6 names: s[6] stays NULL */
     int64_t k[2], st[2], pad[2], dil[2];
     if (cdy_bind_names(torch_fn ? "input kernel_size stride padding dilation ceil_mode"
                                 : "input kernel_size stride padding dilation ceil_mode return_indices",

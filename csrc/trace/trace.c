@@ -403,14 +403,23 @@ static int op_binary(tracer *tr, int oparg)
         return fn ? push(tr, cdy_mut_binary(tr, names[base], fn, syms[base], args))
                   : cdy_tr_stop_exc(tr, PY_ERROR);
     }
-    if (base == 0 && args[0]->kind == args[1]->kind && (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)) {
+    int list_iadd = inplace && args[0]->kind == TV_LIST &&
+                    (args[1]->kind == TV_LIST || args[1]->kind == TV_TUPLE);
+    if (list_iadd && args[0]->src)
+        return cdy_tr_stop(tr, MUTATE_OUTSIDE, "list");
+    if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
+                                    (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
         tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
         if (!items)
             return cdy_tr_stop(tr, OUT_OF_MEMORY);
         memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
         memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
-        return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
+        if (!list_iadd)
+            return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
+        args[0]->items = items;   /* list += iterable extends the list itself: its aliases see it */
+        args[0]->n = n;
+        return push(tr, args[0]);
     }
     PyObject *fn = cdy_operator_fn(base, names[base]);
     if (!fn)
@@ -559,8 +568,14 @@ static int op_store_subscr(tracer *tr)
         return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
     if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
         return cdy_tr_stop(tr, STORE_ITEM);
+    if (c->kind == TV_LIST && !PyLong_Check(k->obj))
+        return cdy_tr_stop(tr, LIST_ITEM_KEY, Py_TYPE(k->obj)->tp_name);
     if (c->kind == TV_LIST) {
-        long i = PyLong_Check(k->obj) ? PyLong_AsLong(k->obj) : -1L << 40;
+        long i = PyLong_AsLong(k->obj);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            i = -1L << 40;   /* out of range whatever the length */
+        }
         if (i < 0 && i > -(long)c->n - 1)
             i += c->n;
         if (i < 0 || i >= c->n)
@@ -685,6 +700,10 @@ static int op_contains(tracer *tr, int invert)
 {
     tvar *c = pop(tr), *k = pop(tr);
     int r = -1;
+    if (c->kind == TV_VIEW && c->pos == 0)
+        c = c->self;                      /* `k in d.keys()` is `k in d` */
+    else if (c->kind == TV_VIEW && !(c = cdy_view_list(tr, c)))
+        return -1;
     if (k->kind == TV_CONST && c->kind == TV_CONST)
         r = PySequence_Contains(c->obj, k->obj);
     else if (k->kind == TV_CONST && c->kind == TV_DICT) {
@@ -696,10 +715,14 @@ static int op_contains(tracer *tr, int invert)
         r = 0;
         for (int i = 0; i < c->n && !r; i++) {
             tvar *it = c->items[i];
+            int fixed_it = it->kind == TV_CONST || (it->kind == TV_OBJ && !it->by_type);
+            int fixed_k = k->kind == TV_CONST || (k->kind == TV_OBJ && !k->by_type);
             if (it == k)
                 r = 1;
-            else if (it->kind == TV_CONST && k->kind == TV_CONST)
+            else if (fixed_it && fixed_k)   /* values fixed by their guards (identity, value) */
                 r = PyObject_RichCompareBool(it->obj, k->obj, Py_EQ) == 1;
+            else if (it->kind == TV_OBJ || k->kind == TV_OBJ)
+                return cdy_tr_stop(tr, IN_BY_TYPE);
             else if (it->kind == TV_TENSOR || k->kind == TV_TENSOR)
                 return cdy_tr_stop(tr, IN_TENSORS);
         }
@@ -887,6 +910,10 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
     tvar *it = peek(tr, 1);
     if (it->kind != TV_ITER)
         return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
+    if (it->self && it->self->kind == TV_LIST) {   /* a list's iterator sees its changes */
+        it->items = it->self->items;
+        it->n = it->self->n;
+    }
     if (it->pos < it->n)
         return push(tr, it->items[it->pos++]);
     pop(tr);
@@ -1173,6 +1200,68 @@ int cdy_guard_grad_mode(tracer *tr, int enabled)
     return g->expect ? 0 : cdy_tr_stop_exc(tr, PY_ERROR);
 }
 
+/* Guard global state `which` at its current value; see trace.h. */
+int cdy_guard_state(tracer *tr, int which)
+{
+    cdy_guards *gs = &tr->t->guards;
+    for (int i = 0; i < gs->n; i++)
+        if (gs->items[i].kind == CDY_GUARD_STATE && gs->items[i].ndim == which)
+            return 0;
+    cdy_src none = {0};
+    static const char *names[] = {"torch.get_default_dtype()", "the autocast state",
+                                  "the torch function / dispatch mode stack"};
+    cdy_guard *g = cdy_guards_add(gs, CDY_GUARD_STATE, &none, names[which]);
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->ndim = which;
+    g->sizes[0] = cdy_state_read(which);
+    return 0;
+}
+
+/* 1 if node v's floating dtype may be torch's default dtype: none of its
+ * tensor arguments is floating (a factory without dtype=, an integer tensor
+ * with a Python float, true division or exp of integers, torch.tensor of
+ * floats, ...).  Conservative: an explicit cast of an integer counts too. */
+static int dtype_from_default(const cdy_graph *g, const cdy_value *v)
+{
+    if (v->kind != CDY_VAL_NODE || !cdy_dtype_table[v->meta.dtype].is_float)
+        return 0;
+    for (int i = 0; i < v->nargs; i++) {
+        const cdy_value *a = &g->values[v->args[i]];
+        if (a->kind != CDY_VAL_SCALAR && cdy_dtype_table[a->meta.dtype].is_float)
+            return 0;
+    }
+    return 1;
+}
+
+/* Guard the global state the finished trace depends on: no torch function
+ * or dispatch mode where it has a node; the default dtype where a node's
+ * dtype may come from it; autocast where a node runs through
+ * torch (an extern: autocast changes the dtypes of matmul, linear, conv, ...
+ * and their composites).  Under CPU autocast such a trace stops (the frame
+ * runs eagerly, its entry guarded on autocast being on).  0 or -1 (stopped). */
+static int guard_global_state(tracer *tr)
+{
+    const cdy_graph *g = &tr->t->graph;
+    int dflt = 0, ext = 0, nodes = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        ext |= g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_EXTERN;
+        nodes |= g->values[v].kind == CDY_VAL_NODE;
+        dflt |= dtype_from_default(g, &g->values[v]);
+    }
+    if (nodes && cdy_guard_state(tr, CDY_STATE_MODES))   /* a mode would see every op */
+        return -1;
+    if (dflt && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
+        return -1;
+    if (!ext)
+        return 0;
+    if (cdy_guard_state(tr, CDY_STATE_AUTOCAST))
+        return -1;
+    if (tr->t->autocast_on)
+        return cdy_tr_stop(tr, AUTOCAST_OPS);
+    return 0;
+}
+
 /* Guard grad mode when an input requires grad (it is off: see wrap_tensor). */
 static int guard_grad_mode(tracer *tr)
 {
@@ -1215,6 +1304,13 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     PyObject *ge = PyObject_CallMethod(cdy_torch, "is_grad_enabled", NULL);
     t->grad_enabled = ge != Py_False;
     Py_XDECREF(ge);
+    t->autocast_on = cdy_state_read(CDY_STATE_AUTOCAST) & 1;
+    if ((t->modes_on = cdy_state_read(CDY_STATE_MODES) != 0)) {
+        /* a mode's Python code sees each op, the fakes' too: run eagerly */
+        if (!cdy_guard_state(&tr, CDY_STATE_MODES))
+            cdy_tr_stop(&tr, TORCH_MODE);
+        return;
+    }
     tr.frame_locals = locals;
     tr.globals = globals;
     tr.builtins = builtins;
@@ -1227,8 +1323,8 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     }
     if (cdy_tr_run_frame(&tr) == 0 && !t->ret)
         cdy_tr_stop(&tr, NO_RETURN);
-    if (t->status == CDY_TRACE_OK)
-        guard_grad_mode(&tr);
+    if (t->status == CDY_TRACE_OK && !guard_grad_mode(&tr))
+        guard_global_state(&tr);
     check_graph(&tr);
     collect_input_srcs(t);
     if (!t->input_srcs && t->status == CDY_TRACE_OK)

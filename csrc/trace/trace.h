@@ -21,13 +21,15 @@ typedef enum {
     TV_OBJ,      /* any other object, guarded by identity: modules, functions, nn.Modules */
     TV_METHOD,   /* Tensor method `obj` (a name) bound to tensor self */
     TV_BOUND,    /* Python function `obj` bound to self (a method of a user object) */
-    TV_ITER,     /* an iterator over items[] at pos */
+    TV_ITER,     /* an iterator over items[] at pos (self: the LIST it reads, live) */
     TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
     TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
     TV_SUPER,    /* super() in a method of class obj, bound to self */
     TV_NEW,      /* obj(*items[:pos], **dict(zip(keys, items[pos:n]))): an instance of a Python
                   * class built in the frame; it may only be returned, and is built by the
                   * transformed code after the graph (e.g. a transformers ModelOutput) */
+    TV_VIEW,     /* d.keys() / d.values() / d.items() (pos 0 / 1 / 2) of the DICT self: a live
+                  * view, read when it is used (len, iteration, `in`, truth) */
 } tv_kind;
 
 /* Room for a source's name ("self._modules['block']._modules['0']..."): the
@@ -125,6 +127,9 @@ tvar *cdy_tr_super(tracer *tr);
 
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled);
+/* Guard that global state `which` (CDY_STATE_*) keeps its current value
+ * (once per trace); 0 or -1 (stopped). */
+int cdy_guard_state(tracer *tr, int which);
 
 /* ---- vars.c ---- */
 int cdy_vars_init(void);
@@ -191,6 +196,8 @@ int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
  * call recorded as its pynode; fn is not called.  Its tvar, or NULL when stopped. */
 tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
                       PyObject *kwnames, PyObject *out);
+/* The items a dict view (TV_VIEW) shows now, as a fresh TV_LIST; NULL when stopped. */
+tvar *cdy_view_list(tracer *tr, tvar *view);
 /* Operator fn (an operator.* function) on tensors/constants. */
 tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, int nargs);
 

@@ -546,6 +546,107 @@ int cdy_is_plain_instance(PyObject *o)
     return 1;
 }
 
+/* 1 if o is an instance of a namedtuple class (or a Python subclass of
+ * one): a tuple whose classes but tuple and object are Python classes of
+ * metaclass type, with _fields.  Guarded by type: its fields are read
+ * through their own sources (p.a), as a plain instance's attributes. */
+static int is_namedtuple_instance(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    if (!PyTuple_Check(o) || PyTuple_CheckExact(o) || Py_TYPE(tp) != &PyType_Type)
+        return 0;
+    PyObject *mro = tp->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (b != &PyBaseObject_Type && b != &PyTuple_Type && !(b->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            return 0;
+    }
+    static PyObject *str_fields;
+    if (!str_fields && !(str_fields = PyUnicode_InternFromString("_fields")))
+        return 0;
+    PyObject *f = _PyType_Lookup(tp, str_fields);
+    return f && PyTuple_Check(f);
+}
+
+/* Add a guard of kind on src.name (expect: the value to match); 0 or -1 (stopped). */
+static int guard_step(tracer *tr, const cdy_src *src, const char *name, int kind, PyObject *expect)
+{
+    PyObject *key = cdy_tr_keep(tr, PyUnicode_InternFromString(name));
+    const cdy_src *s = key ? cdy_src_step(tr, src, key, 0) : NULL;
+    char desc[CDY_DESC_LEN] = "";
+    if (s)
+        cdy_src_name(s, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = s ? cdy_guards_add(&tr->t->guards, kind, s, desc) : NULL;
+    if (!g)
+        return cdy_tr_stop(tr, SOURCE_TOO_DEEP, name);
+    g->expect = Py_NewRef(expect);
+    return 0;
+}
+
+/* A Python function read from the frame at src (not a global: one made
+ * anew on each call, a closure or a lambda passed in): guarded by what a
+ * call of it depends on, not by identity: its type and code, its globals,
+ * constant defaults (its cells are read through their own sources, see
+ * op_load_deref).  NULL (not stopped) when it has defaults that are not
+ * constants: the caller guards it by identity. */
+static tvar *wrap_function(tracer *tr, PyObject *o, const cdy_src *src, const char *desc)
+{
+    PyFunctionObject *f = (PyFunctionObject *)o;
+    PyObject *defs = f->func_defaults ? f->func_defaults : Py_None;
+    if ((defs != Py_None && !cdy_is_const(defs)) ||
+        (f->func_kwdefaults && PyDict_GET_SIZE(f->func_kwdefaults)))
+        return NULL;
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_TYPE, src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef((PyObject *)Py_TYPE(o));
+    PyObject *kwdefs = f->func_kwdefaults ? f->func_kwdefaults : Py_None;
+    if (guard_step(tr, src, "__code__", CDY_GUARD_ID, f->func_code) ||
+        guard_step(tr, src, "__globals__", CDY_GUARD_ID, f->func_globals) ||
+        guard_step(tr, src, "__defaults__", defs == Py_None ? CDY_GUARD_ID : CDY_GUARD_CONST, defs) ||
+        (kwdefs == Py_None ? guard_step(tr, src, "__kwdefaults__", CDY_GUARD_ID, Py_None)
+                           : guard_step(tr, src, "__kwdefaults__", CDY_GUARD_LEN,
+                                        (PyObject *)Py_TYPE(kwdefs))))
+        return NULL;
+    tvar *v = cdy_tr_keep(tr, Py_NewRef(o)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (v) {
+        v->obj = o;
+        v->src = src;
+    }
+    return v;
+}
+
+/* A bound method of a Python function read from the frame at src: a BOUND
+ * of its function (by identity) and its self (wrapped from src.__self__,
+ * so a per-call object is guarded as any argument is); NULL when stopped. */
+static tvar *wrap_method(tracer *tr, PyObject *o, const cdy_src *src, const char *desc)
+{
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_TYPE, src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef((PyObject *)Py_TYPE(o));
+    PyObject *fn = PyMethod_GET_FUNCTION(o), *self = PyMethod_GET_SELF(o);
+    PyObject *key = cdy_tr_keep(tr, PyUnicode_InternFromString("__self__"));
+    const cdy_src *ss = key ? cdy_src_step(tr, src, key, 0) : NULL;
+    if (!ss) {
+        cdy_tr_stop(tr, SOURCE_TOO_DEEP, "__self__");
+        return NULL;
+    }
+    if (guard_step(tr, src, "__func__", CDY_GUARD_ID, fn) || !cdy_tr_keep(tr, Py_NewRef(fn)))
+        return NULL;
+    tvar *st = cdy_wrap(tr, self, ss, 1);
+    tvar *b = st ? cdy_tv_new(tr, TV_BOUND) : NULL;
+    if (b) {
+        b->obj = fn;
+        b->self = st;
+    }
+    return b;
+}
+
 /* A tvar for object o read from the frame at src, with its guard (none when
  * guard is 0: attributes of torch modules and torch's own globals). */
 tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
@@ -570,6 +671,16 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         }
         v = wrap_tensor(tr, o, src, desc);
     }
+    else if (src && guard && src->kind != CDY_SRC_GLOBAL && PyFunction_Check(o) &&
+             (v = wrap_function(tr, o, src, desc)))
+        ;
+    else if (tr->t->status != CDY_TRACE_OK)
+        return NULL;
+    else if (src && guard && src->kind != CDY_SRC_GLOBAL && PyMethod_Check(o) &&
+             PyFunction_Check(PyMethod_GET_FUNCTION(o))) {
+        if (!(v = wrap_method(tr, o, src, desc)))
+            return NULL;
+    }
     else {
         int konst = cdy_is_const(o);
         /* an nn.Module (self, or a submodule read from one) is guarded by
@@ -580,7 +691,8 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         int by_type = !konst && src &&
                       (((src->kind == CDY_SRC_LOCAL || src->nattrs) &&
                         PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type)) ||
-                       (src->kind == CDY_SRC_LOCAL && cdy_is_plain_instance(o)));
+                       (src->kind == CDY_SRC_LOCAL &&
+                        (cdy_is_plain_instance(o) || is_namedtuple_instance(o))));
         if (guard && src) {
             cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
                                           by_type ? CDY_GUARD_TYPE : CDY_GUARD_ID, src, desc);
@@ -922,7 +1034,13 @@ static tvar *iterate_modules(tracer *tr, tvar *v, int values)
 /* An iterator tvar over v's items; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v)
 {
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST)
+    if (v->kind == TV_LIST) {   /* live: FOR_ITER reads the list as it is then */
+        tvar *it = cdy_tv_seq(tr, TV_ITER, v->items, v->n);
+        if (it)
+            it->self = v;
+        return it;
+    }
+    if (v->kind == TV_TUPLE)
         return cdy_tv_seq(tr, TV_ITER, v->items, v->n);
     if (v->kind == TV_DICT) {
         tvar **keys = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(v->n + 1));
@@ -933,6 +1051,10 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
     }
     if (v->kind == TV_ITER)
         return v;
+    if (v->kind == TV_VIEW) {
+        tvar *l = cdy_view_list(tr, v);
+        return l ? cdy_tv_seq(tr, TV_ITER, l->items, l->n) : NULL;
+    }
     if (v->kind == TV_CONST && (PyTuple_Check(v->obj) || PyRange_Check(v->obj) ||
                                 PyUnicode_Check(v->obj))) {
         PyObject *seq = PySequence_Tuple(v->obj);
@@ -970,6 +1092,8 @@ int cdy_truth(tracer *tr, tvar *v)
         return cdy_tr_stop(tr, DATA_DEPENDENT_BRANCH);
     if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
         return v->n > 0;
+    if (v->kind == TV_VIEW)
+        return v->self->n > 0;
     if (v->by_type) {   /* the instance's __bool__ or __len__, traced; else always true */
         PyTypeObject *tp = Py_TYPE(v->obj);
         const char *dunder = tp->tp_as_number && tp->tp_as_number->nb_bool ? "__bool__"
