@@ -245,6 +245,10 @@ typedef struct {
 enum { CDY_BACKEND_C = 0, CDY_BACKEND_EAGER = 1 };
 
 extern _Thread_local cdy_tls cdy_tls_state;
+/* The compiled graph (identity only, not a reference) whose last call on this
+ * thread raised, or NULL: the frame hook then reruns the frame eagerly, so
+ * inputs and the exception are eager's (runtime/compiled.c sets it). */
+extern _Thread_local const void *cdy_graph_failed;
 extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
@@ -279,7 +283,7 @@ static inline long long cdy_phase_start(void)
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
     X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \
-    X(standby_builds) X(direct_calls) X(packed_linear_calls) X(weight_packs)
+    X(standby_builds) X(direct_calls) X(packed_linear_calls) X(weight_packs) X(eager_reruns)
 typedef struct {
 #define CDY_X(n) long long n;
     CDY_STATS(CDY_X)

@@ -513,6 +513,8 @@ done:
     if (ptrs != stackptrs)
         PyMem_Free(ptrs);
     cdy_phase_add(CDY_PHASE_result, &t0);
+    if (!res)
+        cdy_graph_failed = self;
     return res;
 }
 
@@ -561,6 +563,8 @@ done:
         Py_XDECREF(stash[n]);
     PyMem_Free(vals);
     PyMem_Free(stash);
+    if (!res)
+        cdy_graph_failed = self;
     return res;
 }
 
