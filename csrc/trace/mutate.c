@@ -248,9 +248,27 @@ static PyObject *base_of(PyObject *x)
     return PyObject_GetAttrString(x, "_base");
 }
 
+/* 1 if torch.can_cast(from, to): no float to integer or bool, no number
+ * to bool (eager's rule for results written into an existing tensor). */
+static int can_cast(int from, int to)
+{
+    if (cdy_dtype_table[from].is_float && !cdy_dtype_table[to].is_float)
+        return 0;
+    return !(from != CDY_DT_BOOL && to == CDY_DT_BOOL);
+}
+
+/* 1 if in-place op `base` (name without '_') writes any dtype into self
+ * (copy_, fill_, zero_: eager casts); others follow can_cast. */
+static int casts_freely(const char *base)
+{
+    return !strcmp(base, "copy") || !strcmp(base, "fill") || !strcmp(base, "zero");
+}
+
 /* r as t's new value: t's dtype and sizes, a graph value made after
- * `before` (a fresh tensor); NULL when stopped. */
-static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what)
+ * `before` (a fresh tensor); NULL when stopped.  Unless cast_ok, a result
+ * dtype that cannot be cast to t's stops the trace as an error (eager
+ * raises "result type X can't be cast to the desired output type Y"). */
+static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what, int cast_ok)
 {
     if (!r || r->kind != TV_TENSOR) {
         if (r)
@@ -258,7 +276,14 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
         return NULL;
     }
     const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
-    if (tr->t->graph.values[r->value].meta.dtype != mt->dtype) {
+    int rdt = tr->t->graph.values[r->value].meta.dtype;
+    if (!cast_ok && rdt != mt->dtype && !can_cast(rdt, mt->dtype)) {
+        cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s: result type %s can't be cast to the desired "
+                    "output type %s: eager raises", what, cdy_dtype_table[rdt].name,
+                    cdy_dtype_table[mt->dtype].name);
+        return NULL;
+    }
+    if (rdt != mt->dtype) {
         tvar *a[2] = {r, cdy_tv_const(tr, Py_NewRef(cdy_dtype_obj(mt->dtype)))};
         if (!a[1] || !(r = call_method(tr, "to", a, 2, NULL)))
             return NULL;
@@ -431,6 +456,7 @@ static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int 
 /* What a mutation of t needs: its root and the views to re-derive. */
 typedef struct {
     tvar *root;
+    int cast_ok;            /* the op writes any dtype (copy_, fill_, setitem) */
     int nviews;
     PyObject *views[64];
 } mut_plan;
@@ -440,6 +466,7 @@ typedef struct {
 static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
 {
     p->nviews = 0;
+    p->cast_ok = 0;
     if (t->kind != TV_TENSOR)
         return cdy_tr_stop(tr, MUT_NON_TENSOR, what);
     if (mut_init())
@@ -464,7 +491,7 @@ static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
  * plan p.  t, or NULL when stopped. */
 static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, mut_plan *p)
 {
-    if (!(r = as_new_value(tr, t, r, before, what)))
+    if (!(r = as_new_value(tr, t, r, before, what, p->cast_ok)))
         return NULL;
     return write_value(tr, t, p->root, p->views, p->nviews, r, what);
 }
@@ -490,6 +517,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
         return NULL;
     memcpy(base, n, len - 1);
     base[len - 1] = 0;
+    vb.cast_ok = casts_freely(base);
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
         return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
@@ -635,6 +663,9 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     int trailing = len > 1 && n[len - 1] == '_' && n[len - 2] != '_';
     PyObject *out = trailing && !kw ? outplace_fn(tr, fn, n) : NULL;
     snprintf(what, sizeof(what), "in-place %s()", n);
+    char base[80] = "";
+    if (trailing && len < sizeof(base))
+        memcpy(base, n, len - 1);
     Py_XDECREF(nm);
     PyErr_Clear();
     if (!kw && !trailing)
@@ -647,6 +678,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     mut_plan vb;
     if (may_mutate(tr, args[0], what, &vb) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
+    vb.cast_ok = casts_freely(base);
     int before = tr->t->graph.nvalues;
     tvar *r, *f;
     if (kw) {   /* the same call with inplace=False */
@@ -709,7 +741,7 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     int before = tr->t->graph.nvalues;
     tvar *r = cdy_call_operator(tr, fn, sym, args, 2);
     if (temp) {   /* the temporary x[k] takes the value (it no longer aliases x) */
-        if ((r = as_new_value(tr, args[0], r, before, what)))
+        if ((r = as_new_value(tr, args[0], r, before, what, 0)))
             repoint(tr, args[0], r);
         return r ? args[0] : NULL;
     }
@@ -723,6 +755,7 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
     mut_plan vb;
     if (may_mutate(tr, x, what, &vb))
         return -1;
+    vb.cast_ok = 1;
     int before = tr->t->graph.nvalues;
     const cdy_value *gx = &tr->t->graph.values[x->value];
     tvar *r;
