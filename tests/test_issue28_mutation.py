@@ -173,3 +173,146 @@ def test_inplace_can_cast(name):
     r1, r2 = check_exc_and_inputs(f, make)
     if r1 is not None:
         assert r1.dtype == r2.dtype
+
+
+# ---- item 7: in-place writes through a view of an input with a storage offset ----
+
+def _fill_slice(x):
+    t = x[:, 1:]
+    t.fill_(-1.0)
+    return x.sum()
+
+
+def _step_mul(x):
+    t = x[:, ::2]
+    t.mul_(-1.0)
+    return x * 2
+
+
+def _t_row_add(x):
+    t = x.t()[1]
+    t.add_(10)
+    return x + 0
+
+
+def _two_views(x):
+    t = x[1]
+    t.add_(10)
+    u = x[:, 0]
+    u.mul_(2)
+    return x + 0, t + 0, u + 0
+
+
+def _flat_zero(x):
+    y = x.view(-1)
+    y[3:5].zero_()
+    return x.sum(0)
+
+
+def _mutate_then_view(x):
+    x.add_(1)
+    t = x[:, 1:]
+    t.mul_(3)
+    return x + 1
+
+
+def _copy_then_mul(x):
+    t = x[1:, 1:]
+    t.copy_(torch.ones(1, 2))
+    x.mul_(2)
+    return t * 1
+
+
+def _setitem_row(x):
+    x[0, 1:] = 7.0
+    return x.sum()
+
+
+def _col_iadd(x):
+    x[:, 1] += 5
+    return x + 1
+
+
+def _unsqueeze_view(x):
+    v = x.unsqueeze(0)[:, :, 1]
+    v.sub_(4)
+    return x * 1
+
+
+OFFSET_CASES = {f.__name__: f for f in (_fill_slice, _step_mul, _t_row_add, _two_views, _flat_zero,
+                                       _mutate_then_view, _copy_then_mul, _setitem_row, _col_iadd,
+                                       _unsqueeze_view)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("offset", [1, 7, 20])
+@pytest.mark.parametrize("name", sorted(OFFSET_CASES))
+def test_write_through_view_of_offset_input(name, offset, backend):
+    f = OFFSET_CASES[name]
+    b1 = torch.arange(40.0)
+    b2 = b1.clone()
+    e = f(b1[offset:offset + 6].view(2, 3))
+    c = cdynamo.optimize(f, backend=backend)(b2[offset:offset + 6].view(2, 3))
+    torch.testing.assert_close(c, e, rtol=0, atol=0)
+    torch.testing.assert_close(b2, b1, rtol=0, atol=0)   # the base storage: the same elements written
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+# ---- item 20: in-place ops on expanded (stride 0) inputs ----
+
+def _squeeze_(x):
+    x.squeeze_()
+    return x + 1
+
+
+def _setitem0(x):
+    x[0] = 5.0
+    return x + 1
+
+
+def _index_fill_(x):
+    x.index_fill_(1, torch.tensor([1]), 2.0)
+    return x + 1
+
+
+def _masked_fill_(x):
+    x.masked_fill_(torch.tensor([True, False, True, False]), 2.0)
+    return x + 1
+
+
+def _add_(x):
+    x.add_(1)
+    return x
+
+
+def _row_iadd(x):
+    x[1] += 1
+    return x * 2
+
+
+def _expand_intermediate(x):
+    y = x.expand(3, 4)
+    y[0] = 5.0
+    return x + 1, y * 1
+
+
+EXPAND_CASES = {f.__name__: f for f in (_squeeze_, _setitem0, _index_fill_, _masked_fill_, _add_,
+                                       _row_iadd, _expand_intermediate)}
+
+
+@pytest.mark.filterwarnings("ignore:Use of .* on expanded tensors is deprecated")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(EXPAND_CASES))
+def test_inplace_on_expanded_input(name, backend):
+    f = EXPAND_CASES[name]
+    base1 = torch.randn(1, 4)
+    base2 = base1.clone()
+    shape = (1, 4) if f is _expand_intermediate else (3, 4)
+    x1, x2 = base1.expand(*shape), base2.expand(*shape)
+    r1, e1 = _call(f, [x1])
+    r2, e2 = _call(cdynamo.optimize(f, backend=backend), [x2])
+    assert type(e1) is type(e2) and str(e1) == str(e2), (e1, e2)
+    torch.testing.assert_close(base2, base1, rtol=0, atol=0)
+    assert x1.shape == x2.shape and x1.stride() == x2.stride()
+    if e1 is None:
+        torch.testing.assert_close(r2, r1, rtol=0, atol=0)

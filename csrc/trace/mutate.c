@@ -46,7 +46,7 @@ typedef struct {
     mut_store *st;
 } mut_state;
 
-static PyObject *setitem_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
+static PyObject *setitem_fn, *scatter_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
 /* The trace's mutation state, made on first use; NULL when stopped. */
@@ -98,6 +98,32 @@ static PyObject *setitem_impl(PyObject *self, PyObject *const *args, Py_ssize_t 
     return y;
 }
 
+/* _cdy_scatter(root, src, size, stride, offset): a copy of root with its
+ * elements at (size, stride, offset) set to src, where offset counts from
+ * root's first element: root's own storage offset (that of a real input,
+ * which its fake does not have) is not part of it, unlike
+ * torch.as_strided_scatter's.  Root is contiguous.  New reference or NULL. */
+static PyObject *scatter_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 5) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_scatter(root, src, size, stride, offset)");
+        return NULL;
+    }
+    PyObject *y = PyObject_CallMethodNoArgs(args[0], str_clone);
+    PyObject *base = y ? PyObject_CallMethod(y, "storage_offset", NULL) : NULL;
+    PyObject *off = base ? PyNumber_Add(base, args[4]) : NULL;
+    PyObject *v = off ? PyObject_CallMethod(y, "as_strided", "OOO", args[2], args[3], off) : NULL;
+    PyObject *r = v ? PyObject_CallMethod(v, "copy_", "O", args[1]) : NULL;
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    Py_XDECREF(v);
+    if (!r)
+        Py_CLEAR(y);
+    Py_XDECREF(r);
+    return y;
+}
+
 /* One-time lookups; 0 or -1 with an error. */
 static int mut_init(void)
 {
@@ -110,8 +136,12 @@ static int mut_init(void)
     str_parameters = PyUnicode_InternFromString("_parameters");
     static PyMethodDef def = {"_cdy_setitem", (PyCFunction)(void (*)(void))setitem_impl,
                               METH_FASTCALL, "x.clone() with [k] = v (a C function: not traced)"};
+    static PyMethodDef sdef = {"_cdy_scatter", (PyCFunction)(void (*)(void))scatter_impl,
+                               METH_FASTCALL, "root.clone() with src written at (size, stride, "
+                               "offset from root's start) (a C function: not traced)"};
     setitem_fn = PyCFunction_New(&def, NULL);
-    return setitem_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
+    scatter_fn = PyCFunction_New(&sdef, NULL);
+    return setitem_fn && scatter_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
 
@@ -278,9 +308,7 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
     const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
     int rdt = tr->t->graph.values[r->value].meta.dtype;
     if (!cast_ok && rdt != mt->dtype && !can_cast(rdt, mt->dtype)) {
-        cdy_tr_stop(tr, CDY_TRACE_ERROR, "%s: result type %s can't be cast to the desired "
-                    "output type %s: eager raises", what, cdy_dtype_table[rdt].name,
-                    cdy_dtype_table[mt->dtype].name);
+        cdy_tr_stop(tr, MUT_CAST, what, cdy_dtype_table[rdt].name, cdy_dtype_table[mt->dtype].name);
         return NULL;
     }
     if (rdt != mt->dtype) {
@@ -431,7 +459,7 @@ static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int 
         a[3] = a[2];
         a[2] = a[1];
         a[1] = r;
-        if (!(r = call_torch(tr, "as_strided_scatter", a, 5)))
+        if (!(r = cdy_call_extern(tr, scatter_fn, "as_strided_scatter", a, 5)))
             return NULL;
     }
     if (nviews && plain_base(r->obj) != 1 && !(r = call_method(tr, "contiguous", &r, 1, NULL)))
@@ -453,6 +481,35 @@ static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int 
     return t;
 }
 
+/* 1 if meta m's elements may share memory: a dim of size > 1 with stride
+ * 0, or one whose stride does not step over the span of the dims with
+ * smaller strides (as_strided layouts); 0 when each element has its own. */
+static int overlaps_itself(const cdy_meta *m)
+{
+    int64_t st[CDY_MAX_NDIM], sz[CDY_MAX_NDIM];
+    int n = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        if (m->sizes[d] == 1)
+            continue;
+        int k = n++;   /* insertion by stride */
+        for (; k > 0 && st[k - 1] > m->strides[d]; k--) {
+            st[k] = st[k - 1];
+            sz[k] = sz[k - 1];
+        }
+        st[k] = m->strides[d];
+        sz[k] = m->sizes[d];
+    }
+    int64_t span = 0;   /* highest offset the smaller-stride dims reach */
+    for (int k = 0; k < n; k++) {
+        if (st[k] <= span)
+            return 1;
+        span += (sz[k] - 1) * st[k];
+    }
+    return 0;
+}
+
 /* What a mutation of t needs: its root and the views to re-derive. */
 typedef struct {
     tvar *root;
@@ -471,6 +528,9 @@ static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
         return cdy_tr_stop(tr, MUT_NON_TENSOR, what);
     if (mut_init())
         return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (overlaps_itself(&tr->t->graph.values[t->value].meta))   /* eager writes element by
+                                                                  element, or raises */
+        return cdy_tr_stop(tr, MUT_OVERLAP, what);
     p->root = root_of(tr, t);
     if (p->root && p->root != t && plain_base(p->root->obj) != 1) {
         PyErr_Clear();
