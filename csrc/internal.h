@@ -176,6 +176,8 @@ typedef struct {
     int nstores;             /* attribute stores replayed after the call */
     int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
+    int nafter;              /* calls the transformed code makes for their effect after */
+    cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
 } cdy_trace;
 
 /* Trace `code` symbolically with the frame's actual arguments as examples.

@@ -414,7 +414,7 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
 static int returns_outs(const cdy_trace *t)
 {
     const cdy_ret *r = t->ret;
-    if (!r || r->kind != CDY_RET_TUPLE || r->n != t->graph.noutputs || t->nstores ||
+    if (!r || r->kind != CDY_RET_TUPLE || r->n != t->graph.noutputs || t->nstores || t->nafter ||
         !t->graph.noutputs)
         return 0;
     for (int i = 0; i < r->n; i++)
@@ -485,7 +485,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto fail;
     }
     int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
-                 !t->nstores;
+                 !t->nstores && !t->nafter;
     if (call_graph) {
         int threads = 0;
         compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));

@@ -37,6 +37,11 @@ typedef struct {
 } mut_store;
 
 typedef struct {
+    tvar *v;                /* the caller's tensor (a source), now a view of its old self */
+    int orig_value;         /* its graph input value before the first metadata op */
+} mut_restride;
+
+typedef struct {
     int n, cap;
     mut_reg *reg;
     int nin, capin;
@@ -44,9 +49,11 @@ typedef struct {
     int *input_value;       /* their graph input value at the first mutation */
     int nst, capst;
     mut_store *st;
+    int nre, capre;
+    mut_restride *re;       /* tensors of the caller whose metadata an op changed */
 } mut_state;
 
-static PyObject *setitem_fn, *scatter_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
+static PyObject *setitem_fn, *scatter_fn, *restride_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
 /* The trace's mutation state, made on first use; NULL when stopped. */
@@ -124,6 +131,27 @@ static PyObject *scatter_impl(PyObject *self, PyObject *const *args, Py_ssize_t 
     return y;
 }
 
+/* _cdy_restride(x, size, stride, offset): x.as_strided_(size, stride,
+ * x.storage_offset() + offset) (offset from x's first element); None or NULL. */
+static PyObject *restride_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_restride(x, size, stride, offset)");
+        return NULL;
+    }
+    PyObject *base = PyObject_CallMethod(args[0], "storage_offset", NULL);
+    PyObject *off = base ? PyNumber_Add(base, args[3]) : NULL;
+    PyObject *r = off ? PyObject_CallMethod(args[0], "as_strided_", "OOO", args[1], args[2], off)
+                      : NULL;
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
 /* One-time lookups; 0 or -1 with an error. */
 static int mut_init(void)
 {
@@ -139,9 +167,13 @@ static int mut_init(void)
     static PyMethodDef sdef = {"_cdy_scatter", (PyCFunction)(void (*)(void))scatter_impl,
                                METH_FASTCALL, "root.clone() with src written at (size, stride, "
                                "offset from root's start) (a C function: not traced)"};
+    static PyMethodDef rdef = {"_cdy_restride", (PyCFunction)(void (*)(void))restride_impl,
+                               METH_FASTCALL, "x.as_strided_ with an offset from x's first "
+                               "element (a C function: not traced)"};
     setitem_fn = PyCFunction_New(&def, NULL);
     scatter_fn = PyCFunction_New(&sdef, NULL);
-    return setitem_fn && scatter_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
+    restride_fn = PyCFunction_New(&rdef, NULL);
+    return setitem_fn && scatter_fn && restride_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
 
@@ -556,6 +588,73 @@ static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, 
     return write_value(tr, t, p->root, p->views, p->nviews, r, what);
 }
 
+/* 1 if Tensor.<n> only changes its tensor's sizes and strides (a view of
+ * its old self, the storage untouched). */
+static int metadata_only(const char *n)
+{
+    static const char *ops[] = {"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_",
+                                "unsqueeze_", NULL};
+    for (int i = 0; ops[i]; i++)
+        if (!strcmp(n, ops[i]))
+            return 1;
+    return 0;
+}
+
+/* Remember that caller's tensor t (a source) had its metadata changed,
+ * its input value being orig_value; 0 or -1. */
+static int note_restride(tracer *tr, tvar *t, int orig_value)
+{
+    mut_state *s = state(tr);
+    if (!s)
+        return -1;
+    for (int i = 0; i < s->nre; i++)
+        if (s->re[i].v == t)
+            return 0;
+    if (grow(tr, (void **)&s->re, &s->capre, s->nre, sizeof(mut_restride)))
+        return -1;
+    s->re[s->nre].v = t;
+    s->re[s->nre++].orig_value = orig_value;
+    return 0;
+}
+
+/* Tensor.<base>_ that changes only metadata (t_, transpose_, squeeze_...):
+ * every reference to t's tensor becomes the view t.<base>(...); a hidden
+ * tvar keeps t's old self as the root its views (t among them) derive
+ * from, and for a caller's tensor the transformed code restrides it after
+ * the graph.  t, or NULL when stopped. */
+static tvar *metadata_method(tracer *tr, PyObject *fn, const char *base, tvar **args, int nargs,
+                             PyObject *kwnames, const char *what)
+{
+    tvar *t = args[0];
+    if (check_on_fakes(tr, fn, args, nargs, kwnames, what))
+        return NULL;
+    PyObject *b = base_of(t->obj);
+    int is_root = b == Py_None;
+    Py_XDECREF(b);
+    if (!b)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+    tvar old = *t, *r = call_method(tr, base, args, nargs, kwnames);
+    if (!r || r->kind != TV_TENSOR)
+        return r ? cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: no tensor", what), NULL : NULL;
+    repoint(tr, t, r);
+    mut_state *s = state(tr);
+    int orig = tr->t->graph.values[old.value].kind == CDY_VAL_INPUT ? old.value : -1;
+    if (is_root) {   /* the old self, registered after the repoint: it keeps the old fake */
+        tvar *h = cdy_tv_new(tr, TV_TENSOR);
+        if (!h || !s)
+            return NULL;
+        *h = old;
+        for (int i = 0; i < s->nin; i++)
+            if (s->inputs[i] == t) {   /* mutated before: its input value, its root now h */
+                s->inputs[i] = h;
+                orig = s->input_value[i];
+            }
+    }
+    if (t->src && is_root && orig >= 0 && note_restride(tr, t, orig))
+        return NULL;
+    return t;
+}
+
 /* Tensor.<name>_ (self args[0]); see trace.h. */
 tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames)
 {
@@ -572,11 +671,20 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
             cdy_tr_stop(tr, MUT_UNSUPPORTED, what);
             return NULL;
         }
-    mut_plan vb;
-    if (len >= sizeof(base) || may_mutate(tr, args[0], what, &vb))
-        return NULL;
+    if (len >= sizeof(base))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: name too long", what), NULL;
     memcpy(base, n, len - 1);
     base[len - 1] = 0;
+    if (metadata_only(n)) {
+        PyObject *mf = args[0]->kind == TV_TENSOR && !mut_init()
+                           ? cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name)) : NULL;
+        if (!mf)
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+        return metadata_method(tr, mf, base, args, nargs, kwnames, what);
+    }
+    mut_plan vb;
+    if (may_mutate(tr, args[0], what, &vb))
+        return NULL;
     vb.cast_ok = casts_freely(base);
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
@@ -967,6 +1075,66 @@ int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
     return record_store(tr, s, d->src, k->obj, v, 1);
 }
 
+/* 1 if tensor tvar v has meta m's sizes and strides and its fake offset 0. */
+static int same_geometry(tracer *tr, tvar *v, const cdy_meta *m)
+{
+    const cdy_meta *cur = &tr->t->graph.values[v->value].meta;
+    PyObject *o = PyObject_CallMethod(v->obj, "storage_offset", NULL);
+    long long off = o ? PyLong_AsLongLong(o) : -1;
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return off == 0 && cur->ndim == m->ndim &&
+           !memcmp(cur->sizes, m->sizes, sizeof(int64_t) * (size_t)m->ndim) &&
+           !memcmp(cur->strides, m->strides, sizeof(int64_t) * (size_t)m->ndim);
+}
+
+/* The call _cdy_restride(<t's source>, size, stride, offset) that gives the
+ * caller's tensor t its traced metadata; NULL when stopped. */
+static cdy_ret *restride_call(tracer *tr, tvar *t)
+{
+    cdy_trace *tt = tr->t;
+    tvar *g[4];
+    cdy_ret *r = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret));
+    cdy_ret **items = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret *) * 4);
+    if (!r || !items)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory"), NULL;
+    if (geometry(tr, t->obj, g))
+        return NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!(items[i] = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret))))
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory"), NULL;
+        items[i]->kind = i ? CDY_RET_CONST : CDY_RET_SOURCE;
+        items[i]->obj = i ? g[i]->obj : NULL;
+        items[i]->src = i ? NULL : t->src;
+    }
+    r->kind = CDY_RET_CALL;
+    r->obj = restride_fn;
+    r->n = r->index = 4;
+    r->items = items;
+    return r;
+}
+
+/* t->after: a restride call for each caller's tensor whose metadata
+ * changed (its final geometry is not its input's); 0 or -1. */
+static int finish_restrides(tracer *tr, mut_state *s)
+{
+    cdy_trace *t = tr->t;
+    if (!s->nre)
+        return 0;
+    if (!(t->after = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)s->nre)))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    for (int i = 0; i < s->nre; i++) {
+        tvar *v = s->re[i].v;
+        if (v->kind != TV_TENSOR)
+            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "a restrided tensor changed kind");
+        if (same_geometry(tr, v, &t->graph.values[s->re[i].orig_value].meta))
+            continue;
+        if (!(t->after[t->nafter++] = restride_call(tr, v)))
+            return -1;
+    }
+    return 0;
+}
+
 /* Outputs the trace may add at return (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr)
 {
@@ -983,8 +1151,10 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
 {
     mut_state *s = tr->t->mut;
     cdy_trace *t = tr->t;
-    if (!s || (!s->nin && !s->nst))
+    if (!s || (!s->nin && !s->nst && !s->nre))
         return 0;
+    if (finish_restrides(tr, s))
+        return -1;
     t->writeback = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(2 * s->nin + 1));
     t->stores = cdy_arena_alloc(&t->arena, sizeof(cdy_store) * (size_t)(s->nst + 1));
     if (!t->writeback || !t->stores)
