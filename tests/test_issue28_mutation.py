@@ -316,3 +316,146 @@ def test_inplace_on_expanded_input(name, backend):
     assert x1.shape == x2.shape and x1.stride() == x2.stride()
     if e1 is None:
         torch.testing.assert_close(r2, r1, rtol=0, atol=0)
+
+
+# ---- item 12: metadata-only in-place ops change strides, not the storage ----
+
+def _t_(x):
+    x.t_()
+    return x + 0
+
+
+def _t_ret(x):
+    return x.t_()
+
+
+def _t_twice(x):
+    x.t_()
+    x.t_()
+    return x + 0
+
+
+def _transpose_(x):
+    x.transpose_(0, 1)
+    return x * 2
+
+
+def _swapdims_(x):
+    x.swapdims_(0, 1)
+    return x * 2
+
+
+def _unsqueeze_(x):
+    x.unsqueeze_(1)
+    return x * 2
+
+
+def _squeeze_all(x):
+    x.squeeze_()
+    return x * 2
+
+
+def _squeeze_dim(x):
+    x.squeeze_(1)
+    return x * 2
+
+
+def _t_then_add(x):
+    x.t_()
+    x.add_(torch.arange(3.0))
+    return x * 1
+
+
+def _add_then_t(x):
+    x.add_(torch.arange(3.0))
+    x.t_()
+    return x * 1
+
+
+def _t_then_row_fill(x):
+    x.t_()
+    x[0].fill_(-1)
+    return x * 1
+
+
+def _view_then_t_then_write_view(x):
+    v = x[0]
+    x.t_()
+    v.mul_(10)
+    return x + 0, v + 0
+
+
+def _intermediate_view_t_(x):
+    y = x + 1
+    z = y[0]
+    y.t_()
+    z.add_(5)
+    return y, z
+
+
+def _t_returns_x(x):
+    x.t_()
+    return x, x.sum()
+
+
+def _t_3d(x):
+    return x.t_()
+
+
+def _resize_(x):
+    x.resize_(2, 2)
+    return x + 1
+
+
+def _as_strided_(x):
+    x.as_strided_((2, 2), (1, 2))
+    return x + 1
+
+
+SQ = lambda b: b[:9].view(3, 3)              # noqa: E731
+OFF = lambda b: b[5:17].view(3, 4)           # noqa: E731
+ONE = lambda b: b[5:17].view(3, 1, 4)        # noqa: E731
+META_CASES = {
+    "t_": (_t_, SQ), "t_offset": (_t_, OFF), "t_ret": (_t_ret, SQ), "t_twice": (_t_twice, SQ),
+    "transpose_": (_transpose_, OFF), "swapdims_": (_swapdims_, OFF),
+    "unsqueeze_": (_unsqueeze_, OFF), "squeeze_all": (_squeeze_all, ONE),
+    "squeeze_dim": (_squeeze_dim, ONE), "t_then_add": (_t_then_add, SQ),
+    "add_then_t": (_add_then_t, SQ), "t_then_row_fill": (_t_then_row_fill, OFF),
+    "view_t_write_view": (_view_then_t_then_write_view, OFF),
+    "intermediate_view_t_": (_intermediate_view_t_, OFF), "t_returns_x": (_t_returns_x, SQ),
+    "t_3d_raises": (_t_3d, lambda b: b[:8].view(2, 2, 2)),
+    "resize_": (_resize_, SQ), "as_strided_": (_as_strided_, SQ),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(META_CASES))
+def test_metadata_inplace_ops(name, backend):
+    f, mk = META_CASES[name]
+    b1 = torch.arange(60.0)
+    b2 = b1.clone()
+    x1, x2 = mk(b1), mk(b2)
+    r1, e1 = _call(f, [x1])
+    r2, e2 = _call(cdynamo.optimize(f, backend=backend), [x2])
+    assert type(e1) is type(e2) and str(e1) == str(e2), (e1, e2)
+    torch.testing.assert_close(b2, b1, rtol=0, atol=0)     # the storage: untouched, or eager's writes
+    assert (x2.shape, x2.stride(), x2.storage_offset()) == (x1.shape, x1.stride(), x1.storage_offset())
+    if e1 is None:
+        o1 = r1 if isinstance(r1, tuple) else (r1,)
+        o2 = r2 if isinstance(r2, tuple) else (r2,)
+        for p, q in zip(o1, o2):
+            torch.testing.assert_close(q, p, rtol=0, atol=0)
+            assert q.stride() == p.stride()
+            assert (p is x1) == (q is x2)
+    if name not in ("resize_", "as_strided_"):
+        assert cdynamo.stats()["graph_breaks"] == 0
+
+
+def test_t_square_input_repeated_calls_follow_its_strides():
+    f = cdynamo.optimize(_t_)
+    x = torch.arange(9.0).view(3, 3)
+    y = x.clone()
+    for _ in range(3):
+        torch.testing.assert_close(f(x), _t_(y))
+        assert x.stride() == y.stride()
+    torch.testing.assert_close(x, y)
