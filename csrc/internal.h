@@ -117,6 +117,14 @@ typedef struct cdy_ret {
     PyObject **keys;         /* DICT keys (borrowed constants); CALL: keyword names, n - index */
 } cdy_ret;
 
+/* A graph output that eager returns as a view of a mutated input (mutate.c):
+ * the runtime returns input.as_strided(sizes, strides, its offset + offset)
+ * in its place, or the input itself (same). */
+typedef struct {
+    int output, input, same, ndim;
+    int64_t sizes[CDY_MAX_NDIM], strides[CDY_MAX_NDIM], offset;
+} cdy_review;
+
 /* An attribute store replayed after the graph: obj.name = value (mutate.c). */
 typedef struct {
     const cdy_src *obj;
@@ -176,6 +184,8 @@ typedef struct {
     int nstores;             /* attribute stores replayed after the call */
     int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
+    int nreview;             /* outputs that view mutated inputs */
+    cdy_review *review;
     int nafter;              /* calls the transformed code makes for their effect after */
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
 } cdy_trace;

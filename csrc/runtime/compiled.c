@@ -82,6 +82,8 @@ typedef struct {
     int nwhere;
     PyObject **where_code;
     int *where_line;
+    int nrv;              /* outputs returned as views of mutated inputs (trace/mutate.c) */
+    cdy_review *rv;
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -148,6 +150,40 @@ static PyObject *make_result(cdy_compiled *c, PyObject **vals)
         PyTuple_SET_ITEM(t, i, v);
     }
     return t;
+}
+
+/* The output that review r of c gives: args[r->input] itself, or a view of
+ * it with r's sizes, strides and offset from its first element.  New ref. */
+static PyObject *review_tensor(const cdy_review *r, PyObject *const *args)
+{
+    PyObject *x = args[r->input];
+    if (r->same)
+        return Py_NewRef(x);
+    PyObject *sz = int_tuple(r->sizes, r->ndim), *st = int_tuple(r->strides, r->ndim);
+    PyObject *base = sz && st ? PyObject_CallMethod(x, "storage_offset", NULL) : NULL;
+    PyObject *off = base ? PyLong_FromLongLong(PyLong_AsLongLong(base) + r->offset) : NULL;
+    PyObject *v = off ? PyObject_CallMethod(x, "as_strided", "OOO", sz, st, off) : NULL;
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    return v;
+}
+
+/* res (steals it) with the outputs that view mutated inputs replaced by
+ * views of the inputs themselves, as eager returns them; NULL on error. */
+static PyObject *apply_reviews(cdy_compiled *c, PyObject *const *args, PyObject *res)
+{
+    for (int i = 0; res && i < c->nrv; i++) {
+        PyObject *v = review_tensor(&c->rv[i], args);
+        if (!v)
+            Py_CLEAR(res);
+        else if (c->single)
+            Py_SETREF(res, v);
+        else
+            PyTuple_SetItem(res, c->rv[i].output, v);   /* a tuple made by make_result */
+    }
+    return res;
 }
 
 /* A fresh list/tuple for sequence argument s, items from vals or constants. */
@@ -501,6 +537,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     cdy_phase_add(CDY_PHASE_kernels, &t0);
     c->calls++;
     res = make_result(c, bufs);
+    if (c->nrv)
+        res = apply_reviews(c, args, res);
 done:
     for (int j = 0; bufs && j < i; j++)
         Py_XDECREF(bufs[j]);
@@ -556,6 +594,8 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
         goto done;
     c->calls++;
     res = make_result(c, vals);
+    if (c->nrv)
+        res = apply_reviews(c, args, res);
 done:
     for (int v = 0; v < c->nvalues; v++)
         Py_XDECREF(vals[v]);
@@ -614,6 +654,7 @@ static void compiled_dealloc(PyObject *self)
         Py_XDECREF(c->where_code[v]);
     PyMem_Free(c->where_code);
     PyMem_Free(c->where_line);
+    PyMem_Free(c->rv);
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
@@ -1131,9 +1172,18 @@ oom:
     return -1;
 }
 
-/* Copy t's mutated inputs (writeback pairs) and the inputs' byte spans; 0 or -1. */
+/* Copy t's mutated inputs (writeback pairs), the inputs' byte spans and
+ * the outputs that view mutated inputs; 0 or -1. */
 static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
 {
+    if (t->nreview) {
+        if (!(c->rv = PyMem_Calloc((size_t)t->nreview, sizeof(cdy_review)))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(c->rv, t->review, sizeof(cdy_review) * (size_t)t->nreview);
+        c->nrv = t->nreview;
+    }
     if (!t->nwriteback)
         return 0;
     c->nwb = t->nwriteback;

@@ -1135,6 +1135,83 @@ static int finish_restrides(tracer *tr, mut_state *s)
     return 0;
 }
 
+/* Storage offset of fake x, or -1 with an error. */
+static long long fake_offset(PyObject *x)
+{
+    PyObject *o = PyObject_CallMethod(x, "storage_offset", NULL);
+    long long off = o ? PyLong_AsLongLong(o) : -1;
+    Py_XDECREF(o);
+    return off;
+}
+
+/* The fake of graph value v (a registered tvar's), or NULL. */
+static PyObject *fake_of_value(mut_state *s, int v)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->value == v)
+            return s->reg[i].v->obj;
+    return NULL;
+}
+
+/* Add to t->review output o (value ov, fake of) that shares memory with
+ * the final value (tvar h) of mutated input `input` whose graph input value
+ * is iv: the runtime returns the input (or a view of it) in its place, as
+ * eager does.  0, or -1 stopped (a layout the input cannot view). */
+static int add_review(tracer *tr, int o, int ov, PyObject *of, tvar *h, int input, int iv)
+{
+    cdy_trace *t = tr->t;
+    const cdy_meta *im = &t->graph.values[iv].meta, *fm = &t->graph.values[h->value].meta;
+    const cdy_meta *om = &t->graph.values[ov].meta;
+    long long off = fake_offset(of), base = fake_offset(h->obj);
+    if (off < 0 || base < 0)
+        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage offset");
+    if (om->dtype != im->dtype || fm->ndim != im->ndim ||
+        memcmp(fm->strides, im->strides, sizeof(int64_t) * (size_t)im->ndim))
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "returning a view of a mutated input whose "
+                           "new value has another layout or dtype than the input");
+    cdy_review *r = &t->review[t->nreview++];
+    r->output = o;
+    r->input = input;
+    r->same = ov == h->value;
+    r->ndim = om->ndim;
+    memcpy(r->sizes, om->sizes, sizeof(int64_t) * (size_t)om->ndim);
+    memcpy(r->strides, om->strides, sizeof(int64_t) * (size_t)om->ndim);
+    r->offset = off - base;
+    return 0;
+}
+
+/* t->review: every graph output that shares memory with the final value of
+ * a mutated input (a view of the input in eager); 0 or -1 stopped. */
+static int finish_reviews(tracer *tr, mut_state *s)
+{
+    cdy_trace *t = tr->t;
+    t->review = cdy_arena_alloc(&t->arena, sizeof(cdy_review) * (size_t)(t->graph.noutputs + 1));
+    if (!t->review)
+        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+    for (int o = 0; o < t->graph.noutputs; o++) {
+        int ov = t->graph.outputs[o];
+        PyObject *of = fake_of_value(s, ov);
+        long long sid = of ? storage_id(of) : -2;
+        if (sid == -1)
+            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+        for (int i = 0; of && i < s->nin; i++) {
+            tvar *h = s->inputs[i];
+            if (h->value == s->input_value[i])
+                continue;   /* not written: views of it are views of the input already */
+            long long hs = storage_id(h->obj);
+            if (hs == -1)
+                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+            if (hs == sid) {
+                if (add_review(tr, o, ov, of, h, t->graph.values[s->input_value[i]].input_index,
+                               s->input_value[i]))
+                    return -1;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Outputs the trace may add at return (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr)
 {
@@ -1184,7 +1261,7 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
         t->writeback[2 * t->nwriteback] = t->graph.values[s->input_value[i]].input_index;
         t->writeback[2 * t->nwriteback++ + 1] = pos;
     }
-    return 0;
+    return s->nin ? finish_reviews(tr, s) : 0;
 }
 
 /* 1 if v is a mutated input: returned through its source. */
