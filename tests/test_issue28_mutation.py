@@ -459,3 +459,153 @@ def test_t_square_input_repeated_calls_follow_its_strides():
         torch.testing.assert_close(f(x), _t_(y))
         assert x.stride() == y.stride()
     torch.testing.assert_close(x, y)
+
+
+# ---- item 8: outputs that eager returns as views of (mutated) inputs ----
+
+def _add_then_slice(x):
+    x.add_(1)
+    return x[1:]
+
+
+def _view_before_add(x):
+    v = x[:, 1]
+    x.add_(1)
+    return v
+
+
+def _add_then_t(x):
+    x.add_(1)
+    return x.t()
+
+
+def _add_then_view_of_view(x):
+    x.add_(1)
+    return x[1:][:, ::2]
+
+
+def _mul_ret_x_and_row(x):
+    x.mul_(2)
+    return x, x[0]
+
+
+def _write_row_ret_row(x):
+    return x[1].add_(5)
+
+
+def _write_row_ret_other_row(x):
+    x[1].add_(5)
+    return x[0]
+
+
+def _add_then_reshape(x):
+    x.add_(1)
+    return x.reshape(-1)
+
+
+def _t_add_row(x):
+    x.t_()
+    x.add_(1)
+    return x[0]
+
+
+def _add_then_unsqueeze_and_new(x):
+    x.add_(1)
+    return x.unsqueeze(0), x + 1
+
+
+def _add_then_expand(x):
+    x.add_(1)
+    return x[0:1].expand(2, 4)
+
+
+def _setitem_then_slice(x):
+    x[0] = 7.0
+    return x[:2]
+
+
+def _add_then_int_view(x):
+    x.add_(1)
+    return x.view(torch.int32)
+
+
+VIEW_OUT_CASES = {f.__name__: f for f in (
+    _add_then_slice, _view_before_add, _add_then_t, _add_then_view_of_view, _mul_ret_x_and_row,
+    _write_row_ret_row, _write_row_ret_other_row, _add_then_reshape, _t_add_row,
+    _add_then_unsqueeze_and_new, _add_then_expand, _setitem_then_slice, _add_then_int_view)}
+LAYOUTS = {
+    "contig": lambda b: b[:12].view(3, 4),
+    "offset": lambda b: b[7:19].view(3, 4),
+    "step": lambda b: b[3:27:2].view(3, 4),
+    "transposed": lambda b: b[5:17].view(4, 3).t(),
+}
+
+
+def _shares(t, b):
+    return t.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", sorted(VIEW_OUT_CASES))
+def test_outputs_view_mutated_inputs(name, layout, backend):
+    f, mk = VIEW_OUT_CASES[name], LAYOUTS[layout]
+    if f is _add_then_int_view and layout in ("step", "transposed"):
+        pytest.skip("eager refuses the dtype view of this layout")
+    b1 = torch.arange(60.0)
+    b2 = b1.clone()
+    x1, x2 = mk(b1), mk(b2)
+    r1 = f(x1)
+    r2 = cdynamo.optimize(f, backend=backend)(x2)
+    torch.testing.assert_close(b2, b1, rtol=0, atol=0)
+    o1 = r1 if isinstance(r1, tuple) else (r1,)
+    o2 = r2 if isinstance(r2, tuple) else (r2,)
+    for p, q in zip(o1, o2):
+        torch.testing.assert_close(q, p, rtol=0, atol=0)
+        assert q.stride() == p.stride() and q.dtype == p.dtype
+        assert _shares(q, b2) == _shares(p, b1)
+        if _shares(p, b1):
+            assert q.storage_offset() == p.storage_offset()
+        assert (q is x2) == (p is x1)
+        assert (q._base is x2) == (p._base is x1) and (q._base is b2) == (p._base is b1)
+    for p, q in zip(o1, o2):   # a later write through an output shows in the input's storage
+        p.as_strided((1,), (1,)).add_(100)
+        q.as_strided((1,), (1,)).add_(100)
+    torch.testing.assert_close(b2, b1, rtol=0, atol=0)
+
+
+def test_closure_tensor_mutated_and_returned_with_a_view():
+    def make():
+        x = torch.arange(6.0)
+
+        def f(y):
+            x.add_(y)
+            return x, x[1:]
+        return f, x
+    f1, a = make()
+    f2, b = make()
+    e = f1(torch.ones(6))
+    c = cdynamo.optimize(f2)(torch.ones(6))
+    assert e[0] is a and c[0] is b
+    assert c[1]._base is b
+    torch.testing.assert_close(b, a)
+    torch.testing.assert_close(c[1], e[1])
+
+
+def test_module_buffer_mutated_and_returned_with_a_view():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("buf", torch.zeros(4))
+
+        def forward(self, x):
+            self.buf.add_(x)
+            return self.buf[1:], self.buf
+
+    m1, m2 = M(), M()
+    e = m1(torch.ones(4))
+    c = cdynamo.optimize(m2)(torch.ones(4))
+    assert e[0]._base is m1.buf and c[0]._base is m2.buf and c[1] is m2.buf
+    c[0].fill_(5)
+    e[0].fill_(5)
+    torch.testing.assert_close(m2.buf, m1.buf)
