@@ -258,8 +258,9 @@ enum { CDY_BACKEND_C = 0, CDY_BACKEND_EAGER = 1 };
 
 extern _Thread_local cdy_tls cdy_tls_state;
 /* The compiled graph (identity only, not a reference) whose last call on this
- * thread raised, or NULL: the frame hook then reruns the frame eagerly, so
- * inputs and the exception are eager's (runtime/compiled.c sets it). */
+ * thread raised before writing any input, or NULL: the frame hook then reruns
+ * the frame eagerly, so inputs and the exception are eager's (set by
+ * runtime/compiled.c, consumed by frame/eval.c). */
 extern _Thread_local const void *cdy_graph_failed;
 extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);

@@ -609,3 +609,12 @@ def test_module_buffer_mutated_and_returned_with_a_view():
     c[0].fill_(5)
     e[0].fill_(5)
     torch.testing.assert_close(m2.buf, m1.buf)
+
+
+def test_extern_raising_at_run_time_leaves_eagers_mutations():
+    def f(x, y):
+        x.mul_(2)
+        return torch.linalg.cholesky(y) + x.sum()
+
+    check_exc_and_inputs(f, lambda: [torch.arange(4.0), -torch.eye(3)])
+    assert cdynamo.stats()["eager_reruns"] == 1

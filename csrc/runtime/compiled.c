@@ -483,7 +483,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
     PyObject *res = NULL, **stash = NULL;
     void *scratch = NULL;
-    int i = 0;
+    int i = 0, wrote = 0;
     long long t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
@@ -532,6 +532,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             cdy_phase_add(CDY_PHASE_alloc, &t0);
         }
     }
+    wrote = 1;   /* from here on an input may be written: a rerun would write it again */
     if (c->nwb && write_back(c, args, bufs))
         goto done;
     cdy_phase_add(CDY_PHASE_kernels, &t0);
@@ -551,7 +552,7 @@ done:
     if (ptrs != stackptrs)
         PyMem_Free(ptrs);
     cdy_phase_add(CDY_PHASE_result, &t0);
-    if (!res)
+    if (!res && !wrote)
         cdy_graph_failed = self;
     return res;
 }
@@ -568,6 +569,7 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
     PyObject **vals = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(PyObject *));
     PyObject **stash = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(PyObject *));
     PyObject *res = NULL;
+    int wrote = 0;
     if (!vals || !stash) {
         PyMem_Free(vals);
         PyMem_Free(stash);
@@ -590,6 +592,7 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
         }
         Py_XSETREF(vals[c->pynodes[n].value], r);
     }
+    wrote = 1;
     if (c->nwb && write_back(c, args, vals))
         goto done;
     c->calls++;
@@ -603,7 +606,7 @@ done:
         Py_XDECREF(stash[n]);
     PyMem_Free(vals);
     PyMem_Free(stash);
-    if (!res)
+    if (!res && !wrote)
         cdy_graph_failed = self;
     return res;
 }
