@@ -632,10 +632,10 @@ static tvar *metadata_method(tracer *tr, PyObject *fn, const char *base, tvar **
     int is_root = b == Py_None;
     Py_XDECREF(b);
     if (!b)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+        return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
     tvar old = *t, *r = call_method(tr, base, args, nargs, kwnames);
     if (!r || r->kind != TV_TENSOR)
-        return r ? cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: no tensor", what), NULL : NULL;
+        return r ? cdy_tr_stop(tr, MUT_NO_TENSOR, what), NULL : NULL;
     repoint(tr, t, r);
     mut_state *s = state(tr);
     int orig = tr->t->graph.values[old.value].kind == CDY_VAL_INPUT ? old.value : -1;
@@ -672,14 +672,14 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
             return NULL;
         }
     if (len >= sizeof(base))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "%s: name too long", what), NULL;
+        return cdy_tr_stop(tr, MUT_UNSUPPORTED, what), NULL;
     memcpy(base, n, len - 1);
     base[len - 1] = 0;
     if (metadata_only(n)) {
         PyObject *mf = args[0]->kind == TV_TENSOR && !mut_init()
                            ? cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name)) : NULL;
         if (!mf)
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, what), NULL;
+            return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
         return metadata_method(tr, mf, base, args, nargs, kwnames, what);
     }
     mut_plan vb;
@@ -1097,12 +1097,12 @@ static cdy_ret *restride_call(tracer *tr, tvar *t)
     cdy_ret *r = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret));
     cdy_ret **items = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret *) * 4);
     if (!r || !items)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory"), NULL;
+        return cdy_tr_stop(tr, OUT_OF_MEMORY), NULL;
     if (geometry(tr, t->obj, g))
         return NULL;
     for (int i = 0; i < 4; i++) {
         if (!(items[i] = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret))))
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory"), NULL;
+            return cdy_tr_stop(tr, OUT_OF_MEMORY), NULL;
         items[i]->kind = i ? CDY_RET_CONST : CDY_RET_SOURCE;
         items[i]->obj = i ? g[i]->obj : NULL;
         items[i]->src = i ? NULL : t->src;
@@ -1122,11 +1122,11 @@ static int finish_restrides(tracer *tr, mut_state *s)
     if (!s->nre)
         return 0;
     if (!(t->after = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)s->nre)))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     for (int i = 0; i < s->nre; i++) {
         tvar *v = s->re[i].v;
         if (v->kind != TV_TENSOR)
-            return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "a restrided tensor changed kind");
+            return cdy_tr_stop(tr, INTERNAL_IN, "restride");
         if (same_geometry(tr, v, &t->graph.values[s->re[i].orig_value].meta))
             continue;
         if (!(t->after[t->nafter++] = restride_call(tr, v)))
@@ -1164,11 +1164,10 @@ static int add_review(tracer *tr, int o, int ov, PyObject *of, tvar *h, int inpu
     const cdy_meta *om = &t->graph.values[ov].meta;
     long long off = fake_offset(of), base = fake_offset(h->obj);
     if (off < 0 || base < 0)
-        return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage offset");
+        return cdy_tr_stop_exc(tr, FAKE_STORAGE);
     if (om->dtype != im->dtype || fm->ndim != im->ndim ||
         memcmp(fm->strides, im->strides, sizeof(int64_t) * (size_t)im->ndim))
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "returning a view of a mutated input whose "
-                           "new value has another layout or dtype than the input");
+        return cdy_tr_stop(tr, MUT_VIEW_LAYOUT);
     cdy_review *r = &t->review[t->nreview++];
     r->output = o;
     r->input = input;
@@ -1187,20 +1186,20 @@ static int finish_reviews(tracer *tr, mut_state *s)
     cdy_trace *t = tr->t;
     t->review = cdy_arena_alloc(&t->arena, sizeof(cdy_review) * (size_t)(t->graph.noutputs + 1));
     if (!t->review)
-        return cdy_tr_stop(tr, CDY_TRACE_UNSUPPORTED, "out of memory");
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     for (int o = 0; o < t->graph.noutputs; o++) {
         int ov = t->graph.outputs[o];
         PyObject *of = fake_of_value(s, ov);
         long long sid = of ? storage_id(of) : -2;
         if (sid == -1)
-            return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+            return cdy_tr_stop_exc(tr, FAKE_STORAGE);
         for (int i = 0; of && i < s->nin; i++) {
             tvar *h = s->inputs[i];
             if (h->value == s->input_value[i])
                 continue;   /* not written: views of it are views of the input already */
             long long hs = storage_id(h->obj);
             if (hs == -1)
-                return cdy_tr_stop_exc(tr, CDY_TRACE_UNSUPPORTED, "reading a fake's storage");
+                return cdy_tr_stop_exc(tr, FAKE_STORAGE);
             if (hs == sid) {
                 if (add_review(tr, o, ov, of, h, t->graph.values[s->input_value[i]].input_index,
                                s->input_value[i]))
