@@ -633,3 +633,26 @@ def test_mutation_stop_codes():
     assert "MUT_CAST" in _codes(lambda x: x.mul_(2.5), u8())
     assert "MUT_OVERLAP" in _codes(_setitem0, torch.randn(1, 4).expand(3, 4))
     assert "MUT_VIEW_LAYOUT" in _codes(_add_then_slice, torch.arange(24.0)[::2].view(3, 4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rerun_after_exception_draws_eagers_random_numbers(backend):
+    def f(x, d):
+        y = torch.randint(0, 5, (3,))
+        x.mul_(2)
+        return (x + y) // d
+
+    opt = cdynamo.optimize(f, backend=backend)
+    opt(torch.arange(3), torch.tensor([1, 1, 2]))   # compiled, no exception
+    d = torch.tensor([1, 0, 2])
+    x1, x2 = torch.arange(3), torch.arange(3)
+    torch.manual_seed(1)
+    with pytest.raises(RuntimeError):
+        f(x1, d)
+    after_eager = torch.rand(4)
+    torch.manual_seed(1)
+    with pytest.raises(RuntimeError):
+        opt(x2, d)
+    torch.testing.assert_close(torch.rand(4), after_eager)
+    torch.testing.assert_close(x2, x1)
+    assert cdynamo.stats()["eager_reruns"] == 1

@@ -53,7 +53,8 @@ typedef struct {
     mut_restride *re;       /* tensors of the caller whose metadata an op changed */
 } mut_state;
 
-static PyObject *setitem_fn, *scatter_fn, *restride_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
+static PyObject *setitem_fn, *scatter_fn, *restride_fn;   /* the _cdy_ functions below */
+static PyObject *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
 /* The trace's mutation state, made on first use; NULL when stopped. */
@@ -173,7 +174,8 @@ static int mut_init(void)
     setitem_fn = PyCFunction_New(&def, NULL);
     scatter_fn = PyCFunction_New(&sdef, NULL);
     restride_fn = PyCFunction_New(&rdef, NULL);
-    return setitem_fn && scatter_fn && restride_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
+    return setitem_fn && scatter_fn && restride_fn && str_untyped_storage && str_cdata &&
+           str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
 
