@@ -656,3 +656,43 @@ def test_rerun_after_exception_draws_eagers_random_numbers(backend):
     torch.testing.assert_close(torch.rand(4), after_eager)
     torch.testing.assert_close(x2, x1)
     assert cdynamo.stats()["eager_reruns"] == 1
+
+
+def test_t_on_module_buffer_and_closure_tensor():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("buf", torch.arange(6.0).view(2, 3))
+
+        def forward(self, x):
+            self.buf.t_()
+            return self.buf + x
+
+    m1, m2 = M(), M()
+    torch.testing.assert_close(cdynamo.optimize(m2)(torch.ones(3, 2)), m1(torch.ones(3, 2)))
+    assert m2.buf.stride() == m1.buf.stride() == (1, 3)
+
+    def make():
+        x = torch.arange(6.0).view(2, 3)
+
+        def f(y):
+            x.t_()
+            return x + y
+        return f, x
+    (f1, a), (f2, b) = make(), make()
+    torch.testing.assert_close(cdynamo.optimize(f2)(torch.ones(3, 2)), f1(torch.ones(3, 2)))
+    assert a.stride() == b.stride() == (1, 3)
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+def test_exception_rerun_with_keyword_arguments():
+    opt = cdynamo.optimize(_floordiv)
+    x1, x2 = torch.arange(1, 5), torch.arange(1, 5)
+    opt(x2, d=torch.tensor([1, 2, 3, 4]))
+    _floordiv(x1, d=torch.tensor([1, 2, 3, 4]))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        opt(x2, d=torch.tensor([1, 0, 1, 1]))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        _floordiv(x1, d=torch.tensor([1, 0, 1, 1]))
+    torch.testing.assert_close(x2, x1)
+    assert cdynamo.stats()["eager_reruns"] == 1
