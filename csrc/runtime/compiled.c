@@ -1194,7 +1194,7 @@ static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
         const cdy_pynode *s = &t->pynodes[n];
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
-        c->uses_rng |= draws_rng(s->fn);
+        c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
         d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
         d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));
         if (!d->ref || !d->cst)
