@@ -133,6 +133,14 @@ typedef struct cdy_ret {
     PyObject **keys;         /* DICT keys (borrowed constants); CALL: keyword names, n - index */
 } cdy_ret;
 
+/* A graph output that eager returns as a view of a mutated input (mutate.c):
+ * the runtime returns input.as_strided(sizes, strides, its offset + offset)
+ * in its place, or the input itself (same). */
+typedef struct {
+    int output, input, same, ndim;
+    int64_t sizes[CDY_MAX_NDIM], strides[CDY_MAX_NDIM], offset;
+} cdy_review;
+
 /* An attribute store replayed after the graph: obj.name = value (mutate.c). */
 typedef struct {
     const cdy_src *obj;
@@ -194,6 +202,10 @@ typedef struct {
     int nstores;             /* attribute stores replayed after the call */
     int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
+    int nreview;             /* outputs that view mutated inputs */
+    cdy_review *review;
+    int nafter;              /* calls the transformed code makes for their effect after */
+    cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
 } cdy_trace;
 
 /* Trace `code` symbolically with the frame's actual arguments as examples.
@@ -263,6 +275,11 @@ typedef struct {
 enum { CDY_BACKEND_C = 0, CDY_BACKEND_EAGER = 1 };
 
 extern _Thread_local cdy_tls cdy_tls_state;
+/* The compiled graph (identity only, not a reference) whose last call on this
+ * thread raised before writing any input, or NULL: the frame hook then reruns
+ * the frame eagerly, so inputs and the exception are eager's (set by
+ * runtime/compiled.c, consumed by frame/eval.c). */
+extern _Thread_local const void *cdy_graph_failed;
 extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
@@ -297,7 +314,7 @@ static inline long long cdy_phase_start(void)
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \
     X(recompiles) X(graph_breaks) X(fallbacks) X(kernels_compiled) X(disk_cache_hits) \
-    X(standby_builds) X(direct_calls) X(packed_linear_calls) X(weight_packs)
+    X(standby_builds) X(direct_calls) X(packed_linear_calls) X(weight_packs) X(eager_reruns)
 typedef struct {
 #define CDY_X(n) long long n;
     CDY_STATS(CDY_X)

@@ -5,7 +5,8 @@
  *     LOAD_FAST     <each graph input>          (or LOAD_GLOBAL/LOAD_ATTR chains)
  *     PRECALL n; CALL n
  *     RETURN_VALUE                                when the result is one tensor
- *     STORE_FAST ___outs; <rebuild the return value>; RETURN_VALUE   otherwise
+ *     STORE_FAST ___outs; <attribute stores>; <calls for effect; POP_TOP>;
+ *     <rebuild the return value>; RETURN_VALUE   otherwise
  *
  * Its arguments are every argument slot of the original code, positionally
  * (the hook passes the frame's localsplus), so it has no star-args, then
@@ -333,6 +334,10 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
             continue;
         }
         emit(&w, CDY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
+    }
+    for (int i = 0; i < t->nafter; i++) {   /* calls for their effect (trace/mutate.c) */
+        emit_ret(&w, t->after[i]);
+        emit(&w, CDY_POP_TOP, 0, -1);
     }
     emit_ret(&w, t->ret);
     emit(&w, CDY_RETURN_VALUE, 0, -1);

@@ -21,6 +21,7 @@
 extern PyObject *cdy_module_type;    /* torch.nn.Module (trace/vars.c) */
 
 _Thread_local cdy_tls cdy_tls_state;
+_Thread_local const void *cdy_graph_failed;
 cdy_stats_t cdy_stats;
 
 enum { CODE_NEW = 0, CODE_TRACE, CODE_SKIP, CODE_SHADOW };
@@ -32,6 +33,7 @@ typedef struct cdy_entry {
     PyObject *globals;       /* where fn_name was stored */
     PyObject *fn_name;
     int backend;
+    PyObject *compiled;      /* the compiled graph the transformed code calls, or NULL */
     PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
     int ninputs;             /* then its inputs' sources (owned copies) */
     cdy_src *inputs;
@@ -73,6 +75,7 @@ static void entry_free(cdy_entry *e)
         cdy_src_clear(&e->inputs[i]);
     PyMem_Free(e->inputs);
     Py_XDECREF(e->direct);
+    Py_XDECREF(e->compiled);
     Py_XDECREF(e->shadow_fn);
     Py_XDECREF(e->globals);
     Py_XDECREF(e->fn_name);
@@ -411,7 +414,7 @@ static cdy_entry *entry_new(cdy_trace *t, int backend)
 static int returns_outs(const cdy_trace *t)
 {
     const cdy_ret *r = t->ret;
-    if (!r || r->kind != CDY_RET_TUPLE || r->n != t->graph.noutputs || t->nstores ||
+    if (!r || r->kind != CDY_RET_TUPLE || r->n != t->graph.noutputs || t->nstores || t->nafter ||
         !t->graph.noutputs)
         return 0;
     for (int i = 0; i < r->n; i++)
@@ -482,7 +485,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto fail;
     }
     int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
-                 !t->nstores;
+                 !t->nstores && !t->nafter;
     if (call_graph) {
         int threads = 0;
         compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));
@@ -503,6 +506,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
         goto pyfail;
     if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
         goto pyfail;
+    e->compiled = Py_XNewRef(compiled);
     if ((single || returns_outs(t)) && direct_ok(co, t, &e->guards))
         entry_set_direct(e, t, compiled);
     cdy_stats.frames_compiled++;
@@ -664,16 +668,41 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
 
 /* ---- the hook ------------------------------------------------------------- */
 
-/* Run entry e for frame: its transformed code, or the frame itself. */
-static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_extra *x,
-                           cdy_entry *e, int throwflag)
+/* 1 if the call that just returned NULL failed inside compiled graph g
+ * with an Exception (not a KeyboardInterrupt or the like); the mark is
+ * consumed.  Inputs are then as before the call: a graph writes its mutated
+ * inputs back only after its last step. */
+static int graph_raised(const void *g)
 {
-    if (!e->shadow_fn)
-        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    int hit = g && cdy_graph_failed == g && PyErr_ExceptionMatches(PyExc_Exception);
+    if (hit)
+        cdy_graph_failed = NULL;
+    return hit;
+}
+
+/* fn(*args) run eagerly after its compiled graph raised: eager's mutations
+ * of the inputs up to the raising op, and eager's exception (or result).
+ * The graph's exception is dropped; nested frames run eagerly too. */
+static PyObject *rerun_eagerly(PyObject *fn, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    PyErr_Clear();
+    cdy_stats.eager_reruns++;
+    cdy_tls saved = cdy_tls_state;
+    cdy_tls_state.enabled = 0;
+    PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
+    cdy_tls_state = saved;
+    cdy_graph_failed = NULL;
+    return r;
+}
+
+/* Call entry e's transformed code with frame's arguments (and the contents
+ * of its closure cells); its result, or NULL with an error. */
+static PyObject *call_shadow(_PyInterpreterFrame *frame, cdy_extra *x, cdy_entry *e)
+{
     int nfree = frame->f_code->co_nfreevars;
     if (!nfree)
         return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
-    /* the transformed code also takes the closure cells' contents */
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     PyObject *stack[64], **args = stack;
     int n = x->nargslots + nfree;
@@ -687,6 +716,28 @@ static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_ex
     PyObject *r = PyObject_Vectorcall(e->shadow_fn, args, (size_t)n, NULL);
     if (args != stack)
         PyMem_Free(args);
+    return r;
+}
+
+/* Run entry e for frame: its transformed code, or the frame itself; the
+ * frame itself, eagerly, when the compiled graph raised (the transformed
+ * code calls it first: nothing of the frame has run). */
+static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_extra *x,
+                           cdy_entry *e, int throwflag)
+{
+    if (!e->shadow_fn)
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    cdy_graph_failed = NULL;
+    PyObject *r = call_shadow(frame, x, e);
+    if (r || !graph_raised(e->compiled))
+        return r;
+    PyErr_Clear();
+    cdy_stats.eager_reruns++;
+    cdy_tls saved = cdy_tls_state;
+    cdy_tls_state.enabled = 0;
+    r = _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    cdy_tls_state = saved;
+    cdy_graph_failed = NULL;
     return r;
 }
 
@@ -890,7 +941,7 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     cdy_extra *x = p;
     if (x->state != CODE_TRACE || !x->entries || x->nframed || x->limit_warned)
         return 0;
-    PyObject *bound[DIRECT_MAX_ARGS];
+    PyObject *bound[DIRECT_MAX_ARGS], *const *orig_args = args;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (!kwnames && nargs == co->co_argcount)
         ;   /* the common case: the arguments are the parameters */
@@ -907,7 +958,10 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     cdy_stats.frames_seen++;
     cdy_stats.cache_hits++;
     cdy_stats.direct_calls++;
+    cdy_graph_failed = NULL;
     *res = run_direct(e, args, fn);
+    if (!*res && graph_raised(e->direct))
+        *res = rerun_eagerly(o->fn, orig_args, nargsf, kwnames);
     return 1;
 }
 

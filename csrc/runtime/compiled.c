@@ -82,12 +82,17 @@ typedef struct {
     int nwhere;
     PyObject **where_code;
     int *where_line;
+    int uses_rng;         /* an extern draws from torch's default generator */
+    int nrv;              /* outputs returned as views of mutated inputs (trace/mutate.c) */
+    cdy_review *rv;
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
 static PyObject *empty_like;      /* torch.empty_like */
 static PyObject *kw_dtype;        /* ("dtype",) */
 static PyObject *dtype_objs[CDY_DT_COUNT];
+static PyObject *get_rng_state;   /* torch.get_rng_state */
+static PyObject *set_rng_state;   /* torch.set_rng_state */
 
 /* Look up torch objects the runtime needs; 0 or -1 with error. */
 int cdy_runtime_init(PyObject *torch)
@@ -95,7 +100,9 @@ int cdy_runtime_init(PyObject *torch)
     empty_strided = PyObject_GetAttrString(torch, "empty_strided");
     empty_like = PyObject_GetAttrString(torch, "empty_like");
     kw_dtype = Py_BuildValue("(s)", "dtype");
-    if (!empty_strided || !empty_like || !kw_dtype)
+    get_rng_state = PyObject_GetAttrString(torch, "get_rng_state");
+    set_rng_state = PyObject_GetAttrString(torch, "set_rng_state");
+    if (!empty_strided || !empty_like || !kw_dtype || !get_rng_state || !set_rng_state)
         return -1;
     for (int d = 0; d < CDY_DT_COUNT; d++) {
         dtype_objs[d] = PyObject_GetAttrString(torch, cdy_dtype_table[d].name);
@@ -148,6 +155,40 @@ static PyObject *make_result(cdy_compiled *c, PyObject **vals)
         PyTuple_SET_ITEM(t, i, v);
     }
     return t;
+}
+
+/* The output that review r of c gives: args[r->input] itself, or a view of
+ * it with r's sizes, strides and offset from its first element.  New ref. */
+static PyObject *review_tensor(const cdy_review *r, PyObject *const *args)
+{
+    PyObject *x = args[r->input];
+    if (r->same)
+        return Py_NewRef(x);
+    PyObject *sz = int_tuple(r->sizes, r->ndim), *st = int_tuple(r->strides, r->ndim);
+    PyObject *base = sz && st ? PyObject_CallMethod(x, "storage_offset", NULL) : NULL;
+    PyObject *off = base ? PyLong_FromLongLong(PyLong_AsLongLong(base) + r->offset) : NULL;
+    PyObject *v = off ? PyObject_CallMethod(x, "as_strided", "OOO", sz, st, off) : NULL;
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    return v;
+}
+
+/* res (steals it) with the outputs that view mutated inputs replaced by
+ * views of the inputs themselves, as eager returns them; NULL on error. */
+static PyObject *apply_reviews(cdy_compiled *c, PyObject *const *args, PyObject *res)
+{
+    for (int i = 0; res && i < c->nrv; i++) {
+        PyObject *v = review_tensor(&c->rv[i], args);
+        if (!v)
+            Py_CLEAR(res);
+        else if (c->single)
+            Py_SETREF(res, v);
+        else
+            PyTuple_SetItem(res, c->rv[i].output, v);   /* a tuple made by make_result */
+    }
+    return res;
 }
 
 /* A fresh list/tuple for sequence argument s, items from vals or constants. */
@@ -432,6 +473,36 @@ static void add_user_frame(const cdy_compiled *c, int v)
     _PyTraceback_Add(name, file, c->where_line[v]);
 }
 
+/* The state of torch's default generator when c draws from it (a graph that
+ * raises is rerun eagerly: the rerun must draw what eager draws), else
+ * Py_None; new reference, NULL on error. */
+static PyObject *rng_save(const cdy_compiled *c)
+{
+    return c->uses_rng ? PyObject_CallNoArgs(get_rng_state) : Py_NewRef(Py_None);
+}
+
+/* End of a call of c: res, or NULL with the error set and, when no input
+ * was written yet, c marked failed (frame/eval.c reruns the frame eagerly)
+ * and the generator state rng put back.  Steals rng. */
+static PyObject *call_end(cdy_compiled *c, PyObject *res, int wrote, PyObject *rng)
+{
+    if (!res && !wrote && rng) {
+        cdy_graph_failed = c;
+        if (rng != Py_None) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *r = PyObject_CallOneArg(set_rng_state, rng);
+            Py_XDECREF(r);
+            if (!r)
+                cdy_graph_failed = NULL;   /* no rerun from another state */
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+    Py_XDECREF(rng);
+    return res;
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -445,14 +516,15 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void *stackptrs[16];
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
-    PyObject *res = NULL, **stash = NULL;
+    PyObject *res = NULL, **stash = NULL, *rng = rng_save(c);
     void *scratch = NULL;
-    int i = 0;
+    int i = 0, wrote = 0;
     long long t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
-    if (!bufs || !ptrs || (c->multi && !stash)) {
-        PyErr_NoMemory();
+    if (!bufs || !ptrs || (c->multi && !stash) || !rng) {
+        if (rng)
+            PyErr_NoMemory();
         goto done;
     }
     if (c->nwb && check_overlap(c, args))
@@ -496,11 +568,14 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             cdy_phase_add(CDY_PHASE_alloc, &t0);
         }
     }
+    wrote = 1;   /* from here on an input may be written: a rerun would write it again */
     if (c->nwb && write_back(c, args, bufs))
         goto done;
     cdy_phase_add(CDY_PHASE_kernels, &t0);
     c->calls++;
     res = make_result(c, bufs);
+    if (c->nrv)
+        res = apply_reviews(c, args, res);
 done:
     for (int j = 0; bufs && j < i; j++)
         Py_XDECREF(bufs[j]);
@@ -513,7 +588,7 @@ done:
     if (ptrs != stackptrs)
         PyMem_Free(ptrs);
     cdy_phase_add(CDY_PHASE_result, &t0);
-    return res;
+    return call_end(c, res, wrote, rng);
 }
 
 /* Replay the traced torch calls; the eager backend's vectorcall. */
@@ -527,11 +602,12 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     PyObject **vals = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(PyObject *));
     PyObject **stash = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(PyObject *));
-    PyObject *res = NULL;
-    if (!vals || !stash) {
+    PyObject *res = NULL, *rng = rng_save(c);
+    int wrote = 0;
+    if (!vals || !stash || !rng) {
         PyMem_Free(vals);
         PyMem_Free(stash);
-        return PyErr_NoMemory();
+        return rng ? call_end(c, PyErr_NoMemory(), 0, rng) : NULL;
     }
     for (int v = 0; v < c->nvalues; v++)
         if (c->value_input[v] >= 0) {
@@ -550,10 +626,13 @@ static PyObject *run_eager(PyObject *self, PyObject *const *args, size_t nargsf,
         }
         Py_XSETREF(vals[c->pynodes[n].value], r);
     }
+    wrote = 1;
     if (c->nwb && write_back(c, args, vals))
         goto done;
     c->calls++;
     res = make_result(c, vals);
+    if (c->nrv)
+        res = apply_reviews(c, args, res);
 done:
     for (int v = 0; v < c->nvalues; v++)
         Py_XDECREF(vals[v]);
@@ -561,7 +640,7 @@ done:
         Py_XDECREF(stash[n]);
     PyMem_Free(vals);
     PyMem_Free(stash);
-    return res;
+    return call_end(c, res, wrote, rng);
 }
 
 /* Release everything a compiled graph owns. */
@@ -610,6 +689,7 @@ static void compiled_dealloc(PyObject *self)
         Py_XDECREF(c->where_code[v]);
     PyMem_Free(c->where_code);
     PyMem_Free(c->where_line);
+    PyMem_Free(c->rv);
     Py_XDECREF(c->keep);
     Py_XDECREF(c->name);
     Py_XDECREF(c->source);
@@ -1060,7 +1140,6 @@ done:
     return r;
 }
 
-/* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
 /* Keep each node's user code and line (add_user_frame); 0 or -1. */
 static int copy_where(cdy_compiled *c, const cdy_trace *t)
 {
@@ -1081,6 +1160,26 @@ static int copy_where(cdy_compiled *c, const cdy_trace *t)
     return 0;
 }
 
+/* 1 if calling fn draws from torch's default generator (by its name:
+ * rand*, bernoulli, dropout...); errors are cleared. */
+static int draws_rng(PyObject *fn)
+{
+    static const char *names[] = {"rand", "randn", "randint", "randperm", "rand_like",
+                                  "randn_like", "randint_like", "bernoulli", "multinomial",
+                                  "normal", "poisson", "dropout", "dropout1d", "dropout2d",
+                                  "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+                                  "native_dropout", "rrelu", "gumbel_softmax", NULL};
+    PyObject *nm = PyObject_GetAttrString(fn, "__name__");
+    const char *n = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+    int hit = 0;
+    for (int i = 0; n && names[i] && !hit; i++)
+        hit = !strcmp(n, names[i]);
+    Py_XDECREF(nm);
+    PyErr_Clear();
+    return hit;
+}
+
+/* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
 static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
 {
     c->npynodes = t->npynodes;
@@ -1095,6 +1194,7 @@ static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
         const cdy_pynode *s = &t->pynodes[n];
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
+        c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
         d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
         d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));
         if (!d->ref || !d->cst)
@@ -1127,9 +1227,18 @@ oom:
     return -1;
 }
 
-/* Copy t's mutated inputs (writeback pairs) and the inputs' byte spans; 0 or -1. */
+/* Copy t's mutated inputs (writeback pairs), the inputs' byte spans and
+ * the outputs that view mutated inputs; 0 or -1. */
 static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
 {
+    if (t->nreview) {
+        if (!(c->rv = PyMem_Calloc((size_t)t->nreview, sizeof(cdy_review)))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(c->rv, t->review, sizeof(cdy_review) * (size_t)t->nreview);
+        c->nrv = t->nreview;
+    }
     if (!t->nwriteback)
         return 0;
     c->nwb = t->nwriteback;

@@ -37,6 +37,11 @@ typedef struct {
 } mut_store;
 
 typedef struct {
+    tvar *v;                /* the caller's tensor (a source), now a view of its old self */
+    int orig_value;         /* its graph input value before the first metadata op */
+} mut_restride;
+
+typedef struct {
     int n, cap;
     mut_reg *reg;
     int nin, capin;
@@ -44,9 +49,12 @@ typedef struct {
     int *input_value;       /* their graph input value at the first mutation */
     int nst, capst;
     mut_store *st;
+    int nre, capre;
+    mut_restride *re;       /* tensors of the caller whose metadata an op changed */
 } mut_state;
 
-static PyObject *setitem_fn, *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
+static PyObject *setitem_fn, *scatter_fn, *restride_fn;   /* the _cdy_ functions below */
+static PyObject *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
 /* The trace's mutation state, made on first use; NULL when stopped. */
@@ -98,6 +106,53 @@ static PyObject *setitem_impl(PyObject *self, PyObject *const *args, Py_ssize_t 
     return y;
 }
 
+/* _cdy_scatter(root, src, size, stride, offset): a copy of root with its
+ * elements at (size, stride, offset) set to src, where offset counts from
+ * root's first element: root's own storage offset (that of a real input,
+ * which its fake does not have) is not part of it, unlike
+ * torch.as_strided_scatter's.  Root is contiguous.  New reference or NULL. */
+static PyObject *scatter_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 5) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_scatter(root, src, size, stride, offset)");
+        return NULL;
+    }
+    PyObject *y = PyObject_CallMethodNoArgs(args[0], str_clone);
+    PyObject *base = y ? PyObject_CallMethod(y, "storage_offset", NULL) : NULL;
+    PyObject *off = base ? PyNumber_Add(base, args[4]) : NULL;
+    PyObject *v = off ? PyObject_CallMethod(y, "as_strided", "OOO", args[2], args[3], off) : NULL;
+    PyObject *r = v ? PyObject_CallMethod(v, "copy_", "O", args[1]) : NULL;
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    Py_XDECREF(v);
+    if (!r)
+        Py_CLEAR(y);
+    Py_XDECREF(r);
+    return y;
+}
+
+/* _cdy_restride(x, size, stride, offset): x.as_strided_(size, stride,
+ * x.storage_offset() + offset) (offset from x's first element); None or NULL. */
+static PyObject *restride_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_restride(x, size, stride, offset)");
+        return NULL;
+    }
+    PyObject *base = PyObject_CallMethod(args[0], "storage_offset", NULL);
+    PyObject *off = base ? PyNumber_Add(base, args[3]) : NULL;
+    PyObject *r = off ? PyObject_CallMethod(args[0], "as_strided_", "OOO", args[1], args[2], off)
+                      : NULL;
+    Py_XDECREF(base);
+    Py_XDECREF(off);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
 /* One-time lookups; 0 or -1 with an error. */
 static int mut_init(void)
 {
@@ -110,8 +165,17 @@ static int mut_init(void)
     str_parameters = PyUnicode_InternFromString("_parameters");
     static PyMethodDef def = {"_cdy_setitem", (PyCFunction)(void (*)(void))setitem_impl,
                               METH_FASTCALL, "x.clone() with [k] = v (a C function: not traced)"};
+    static PyMethodDef sdef = {"_cdy_scatter", (PyCFunction)(void (*)(void))scatter_impl,
+                               METH_FASTCALL, "root.clone() with src written at (size, stride, "
+                               "offset from root's start) (a C function: not traced)"};
+    static PyMethodDef rdef = {"_cdy_restride", (PyCFunction)(void (*)(void))restride_impl,
+                               METH_FASTCALL, "x.as_strided_ with an offset from x's first "
+                               "element (a C function: not traced)"};
     setitem_fn = PyCFunction_New(&def, NULL);
-    return setitem_fn && str_untyped_storage && str_cdata && str_clone && str_setattr &&
+    scatter_fn = PyCFunction_New(&sdef, NULL);
+    restride_fn = PyCFunction_New(&rdef, NULL);
+    return setitem_fn && scatter_fn && restride_fn && str_untyped_storage && str_cdata &&
+           str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
 
@@ -248,9 +312,27 @@ static PyObject *base_of(PyObject *x)
     return PyObject_GetAttrString(x, "_base");
 }
 
+/* 1 if torch.can_cast(from, to): no float to integer or bool, no number
+ * to bool (eager's rule for results written into an existing tensor). */
+static int can_cast(int from, int to)
+{
+    if (cdy_dtype_table[from].is_float && !cdy_dtype_table[to].is_float)
+        return 0;
+    return !(from != CDY_DT_BOOL && to == CDY_DT_BOOL);
+}
+
+/* 1 if in-place op `base` (name without '_') writes any dtype into self
+ * (copy_, fill_, zero_: eager casts); others follow can_cast. */
+static int casts_freely(const char *base)
+{
+    return !strcmp(base, "copy") || !strcmp(base, "fill") || !strcmp(base, "zero");
+}
+
 /* r as t's new value: t's dtype and sizes, a graph value made after
- * `before` (a fresh tensor); NULL when stopped. */
-static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what)
+ * `before` (a fresh tensor); NULL when stopped.  Unless cast_ok, a result
+ * dtype that cannot be cast to t's stops the trace as an error (eager
+ * raises "result type X can't be cast to the desired output type Y"). */
+static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *what, int cast_ok)
 {
     if (!r || r->kind != TV_TENSOR) {
         if (r)
@@ -258,7 +340,12 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
         return NULL;
     }
     const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
-    if (tr->t->graph.values[r->value].meta.dtype != mt->dtype) {
+    int rdt = tr->t->graph.values[r->value].meta.dtype;
+    if (!cast_ok && rdt != mt->dtype && !can_cast(rdt, mt->dtype)) {
+        cdy_tr_stop(tr, MUT_CAST, what, cdy_dtype_table[rdt].name, cdy_dtype_table[mt->dtype].name);
+        return NULL;
+    }
+    if (rdt != mt->dtype) {
         tvar *a[2] = {r, cdy_tv_const(tr, Py_NewRef(cdy_dtype_obj(mt->dtype)))};
         if (!a[1] || !(r = call_method(tr, "to", a, 2, NULL)))
             return NULL;
@@ -406,7 +493,7 @@ static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int 
         a[3] = a[2];
         a[2] = a[1];
         a[1] = r;
-        if (!(r = call_torch(tr, "as_strided_scatter", a, 5)))
+        if (!(r = cdy_call_extern(tr, scatter_fn, "as_strided_scatter", a, 5)))
             return NULL;
     }
     if (nviews && plain_base(r->obj) != 1 && !(r = call_method(tr, "contiguous", &r, 1, NULL)))
@@ -428,9 +515,39 @@ static tvar *write_value(tracer *tr, tvar *t, tvar *root, PyObject **views, int 
     return t;
 }
 
+/* 1 if meta m's elements may share memory: a dim of size > 1 with stride
+ * 0, or one whose stride does not step over the span of the dims with
+ * smaller strides (as_strided layouts); 0 when each element has its own. */
+static int overlaps_itself(const cdy_meta *m)
+{
+    int64_t st[CDY_MAX_NDIM], sz[CDY_MAX_NDIM];
+    int n = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 0;
+        if (m->sizes[d] == 1)
+            continue;
+        int k = n++;   /* insertion by stride */
+        for (; k > 0 && st[k - 1] > m->strides[d]; k--) {
+            st[k] = st[k - 1];
+            sz[k] = sz[k - 1];
+        }
+        st[k] = m->strides[d];
+        sz[k] = m->sizes[d];
+    }
+    int64_t span = 0;   /* highest offset the smaller-stride dims reach */
+    for (int k = 0; k < n; k++) {
+        if (st[k] <= span)
+            return 1;
+        span += (sz[k] - 1) * st[k];
+    }
+    return 0;
+}
+
 /* What a mutation of t needs: its root and the views to re-derive. */
 typedef struct {
     tvar *root;
+    int cast_ok;            /* the op writes any dtype (copy_, fill_, setitem) */
     int nviews;
     PyObject *views[64];
 } mut_plan;
@@ -440,10 +557,14 @@ typedef struct {
 static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
 {
     p->nviews = 0;
+    p->cast_ok = 0;
     if (t->kind != TV_TENSOR)
         return cdy_tr_stop(tr, MUT_NON_TENSOR, what);
     if (mut_init())
         return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (overlaps_itself(&tr->t->graph.values[t->value].meta))   /* eager writes element by
+                                                                  element, or raises */
+        return cdy_tr_stop(tr, MUT_OVERLAP, what);
     p->root = root_of(tr, t);
     if (p->root && p->root != t && plain_base(p->root->obj) != 1) {
         PyErr_Clear();
@@ -464,9 +585,76 @@ static int may_mutate(tracer *tr, tvar *t, const char *what, mut_plan *p)
  * plan p.  t, or NULL when stopped. */
 static tvar *commit(tracer *tr, tvar *t, tvar *r, int before, const char *what, mut_plan *p)
 {
-    if (!(r = as_new_value(tr, t, r, before, what)))
+    if (!(r = as_new_value(tr, t, r, before, what, p->cast_ok)))
         return NULL;
     return write_value(tr, t, p->root, p->views, p->nviews, r, what);
+}
+
+/* 1 if Tensor.<n> only changes its tensor's sizes and strides (a view of
+ * its old self, the storage untouched). */
+static int metadata_only(const char *n)
+{
+    static const char *ops[] = {"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_",
+                                "unsqueeze_", NULL};
+    for (int i = 0; ops[i]; i++)
+        if (!strcmp(n, ops[i]))
+            return 1;
+    return 0;
+}
+
+/* Remember that caller's tensor t (a source) had its metadata changed,
+ * its input value being orig_value; 0 or -1. */
+static int note_restride(tracer *tr, tvar *t, int orig_value)
+{
+    mut_state *s = state(tr);
+    if (!s)
+        return -1;
+    for (int i = 0; i < s->nre; i++)
+        if (s->re[i].v == t)
+            return 0;
+    if (grow(tr, (void **)&s->re, &s->capre, s->nre, sizeof(mut_restride)))
+        return -1;
+    s->re[s->nre].v = t;
+    s->re[s->nre++].orig_value = orig_value;
+    return 0;
+}
+
+/* Tensor.<base>_ that changes only metadata (t_, transpose_, squeeze_...):
+ * every reference to t's tensor becomes the view t.<base>(...); a hidden
+ * tvar keeps t's old self as the root its views (t among them) derive
+ * from, and for a caller's tensor the transformed code restrides it after
+ * the graph.  t, or NULL when stopped. */
+static tvar *metadata_method(tracer *tr, PyObject *fn, const char *base, tvar **args, int nargs,
+                             PyObject *kwnames, const char *what)
+{
+    tvar *t = args[0];
+    if (check_on_fakes(tr, fn, args, nargs, kwnames, what))
+        return NULL;
+    PyObject *b = base_of(t->obj);
+    int is_root = b == Py_None;
+    Py_XDECREF(b);
+    if (!b)
+        return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
+    tvar old = *t, *r = call_method(tr, base, args, nargs, kwnames);
+    if (!r || r->kind != TV_TENSOR)
+        return r ? cdy_tr_stop(tr, MUT_NO_TENSOR, what), NULL : NULL;
+    repoint(tr, t, r);
+    mut_state *s = state(tr);
+    int orig = tr->t->graph.values[old.value].kind == CDY_VAL_INPUT ? old.value : -1;
+    if (is_root) {   /* the old self, registered after the repoint: it keeps the old fake */
+        tvar *h = cdy_tv_new(tr, TV_TENSOR);
+        if (!h || !s)
+            return NULL;
+        *h = old;
+        for (int i = 0; i < s->nin; i++)
+            if (s->inputs[i] == t) {   /* mutated before: its input value, its root now h */
+                s->inputs[i] = h;
+                orig = s->input_value[i];
+            }
+    }
+    if (t->src && is_root && orig >= 0 && note_restride(tr, t, orig))
+        return NULL;
+    return t;
 }
 
 /* Tensor.<name>_ (self args[0]); see trace.h. */
@@ -485,11 +673,21 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
             cdy_tr_stop(tr, MUT_UNSUPPORTED, what);
             return NULL;
         }
-    mut_plan vb;
-    if (len >= sizeof(base) || may_mutate(tr, args[0], what, &vb))
-        return NULL;
+    if (len >= sizeof(base))
+        return cdy_tr_stop(tr, MUT_UNSUPPORTED, what), NULL;
     memcpy(base, n, len - 1);
     base[len - 1] = 0;
+    if (metadata_only(n)) {
+        PyObject *mf = args[0]->kind == TV_TENSOR && !mut_init()
+                           ? cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name)) : NULL;
+        if (!mf)
+            return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
+        return metadata_method(tr, mf, base, args, nargs, kwnames, what);
+    }
+    mut_plan vb;
+    if (may_mutate(tr, args[0], what, &vb))
+        return NULL;
+    vb.cast_ok = casts_freely(base);
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
         return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
@@ -635,6 +833,9 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     int trailing = len > 1 && n[len - 1] == '_' && n[len - 2] != '_';
     PyObject *out = trailing && !kw ? outplace_fn(tr, fn, n) : NULL;
     snprintf(what, sizeof(what), "in-place %s()", n);
+    char base[80] = "";
+    if (trailing && len < sizeof(base))
+        memcpy(base, n, len - 1);
     Py_XDECREF(nm);
     PyErr_Clear();
     if (!kw && !trailing)
@@ -647,6 +848,7 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     mut_plan vb;
     if (may_mutate(tr, args[0], what, &vb) || check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
+    vb.cast_ok = casts_freely(base);
     int before = tr->t->graph.nvalues;
     tvar *r, *f;
     if (kw) {   /* the same call with inplace=False */
@@ -709,7 +911,7 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     int before = tr->t->graph.nvalues;
     tvar *r = cdy_call_operator(tr, fn, sym, args, 2);
     if (temp) {   /* the temporary x[k] takes the value (it no longer aliases x) */
-        if ((r = as_new_value(tr, args[0], r, before, what)))
+        if ((r = as_new_value(tr, args[0], r, before, what, 0)))
             repoint(tr, args[0], r);
         return r ? args[0] : NULL;
     }
@@ -723,6 +925,7 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
     mut_plan vb;
     if (may_mutate(tr, x, what, &vb))
         return -1;
+    vb.cast_ok = 1;
     int before = tr->t->graph.nvalues;
     const cdy_value *gx = &tr->t->graph.values[x->value];
     tvar *r;
@@ -874,6 +1077,142 @@ int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
     return record_store(tr, s, d->src, k->obj, v, 1);
 }
 
+/* 1 if tensor tvar v has meta m's sizes and strides and its fake offset 0. */
+static int same_geometry(tracer *tr, tvar *v, const cdy_meta *m)
+{
+    const cdy_meta *cur = &tr->t->graph.values[v->value].meta;
+    PyObject *o = PyObject_CallMethod(v->obj, "storage_offset", NULL);
+    long long off = o ? PyLong_AsLongLong(o) : -1;
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return off == 0 && cur->ndim == m->ndim &&
+           !memcmp(cur->sizes, m->sizes, sizeof(int64_t) * (size_t)m->ndim) &&
+           !memcmp(cur->strides, m->strides, sizeof(int64_t) * (size_t)m->ndim);
+}
+
+/* The call _cdy_restride(<t's source>, size, stride, offset) that gives the
+ * caller's tensor t its traced metadata; NULL when stopped. */
+static cdy_ret *restride_call(tracer *tr, tvar *t)
+{
+    cdy_trace *tt = tr->t;
+    tvar *g[4];
+    cdy_ret *r = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret));
+    cdy_ret **items = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret *) * 4);
+    if (!r || !items)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY), NULL;
+    if (geometry(tr, t->obj, g))
+        return NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!(items[i] = cdy_arena_alloc(&tt->arena, sizeof(cdy_ret))))
+            return cdy_tr_stop(tr, OUT_OF_MEMORY), NULL;
+        items[i]->kind = i ? CDY_RET_CONST : CDY_RET_SOURCE;
+        items[i]->obj = i ? g[i]->obj : NULL;
+        items[i]->src = i ? NULL : t->src;
+    }
+    r->kind = CDY_RET_CALL;
+    r->obj = restride_fn;
+    r->n = r->index = 4;
+    r->items = items;
+    return r;
+}
+
+/* t->after: a restride call for each caller's tensor whose metadata
+ * changed (its final geometry is not its input's); 0 or -1. */
+static int finish_restrides(tracer *tr, mut_state *s)
+{
+    cdy_trace *t = tr->t;
+    if (!s->nre)
+        return 0;
+    if (!(t->after = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)s->nre)))
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    for (int i = 0; i < s->nre; i++) {
+        tvar *v = s->re[i].v;
+        if (v->kind != TV_TENSOR)
+            return cdy_tr_stop(tr, INTERNAL_IN, "restride");
+        if (same_geometry(tr, v, &t->graph.values[s->re[i].orig_value].meta))
+            continue;
+        if (!(t->after[t->nafter++] = restride_call(tr, v)))
+            return -1;
+    }
+    return 0;
+}
+
+/* Storage offset of fake x, or -1 with an error. */
+static long long fake_offset(PyObject *x)
+{
+    PyObject *o = PyObject_CallMethod(x, "storage_offset", NULL);
+    long long off = o ? PyLong_AsLongLong(o) : -1;
+    Py_XDECREF(o);
+    return off;
+}
+
+/* The fake of graph value v (a registered tvar's), or NULL. */
+static PyObject *fake_of_value(mut_state *s, int v)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->reg[i].v->kind == TV_TENSOR && s->reg[i].v->value == v)
+            return s->reg[i].v->obj;
+    return NULL;
+}
+
+/* Add to t->review output o (value ov, fake of) that shares memory with
+ * the final value (tvar h) of mutated input `input` whose graph input value
+ * is iv: the runtime returns the input (or a view of it) in its place, as
+ * eager does.  0, or -1 stopped (a layout the input cannot view). */
+static int add_review(tracer *tr, int o, int ov, PyObject *of, tvar *h, int input, int iv)
+{
+    cdy_trace *t = tr->t;
+    const cdy_meta *im = &t->graph.values[iv].meta, *fm = &t->graph.values[h->value].meta;
+    const cdy_meta *om = &t->graph.values[ov].meta;
+    long long off = fake_offset(of), base = fake_offset(h->obj);
+    if (off < 0 || base < 0)
+        return cdy_tr_stop_exc(tr, FAKE_STORAGE);
+    if (om->dtype != im->dtype || fm->ndim != im->ndim ||
+        memcmp(fm->strides, im->strides, sizeof(int64_t) * (size_t)im->ndim))
+        return cdy_tr_stop(tr, MUT_VIEW_LAYOUT);
+    cdy_review *r = &t->review[t->nreview++];
+    r->output = o;
+    r->input = input;
+    r->same = ov == h->value;
+    r->ndim = om->ndim;
+    memcpy(r->sizes, om->sizes, sizeof(int64_t) * (size_t)om->ndim);
+    memcpy(r->strides, om->strides, sizeof(int64_t) * (size_t)om->ndim);
+    r->offset = off - base;
+    return 0;
+}
+
+/* t->review: every graph output that shares memory with the final value of
+ * a mutated input (a view of the input in eager); 0 or -1 stopped. */
+static int finish_reviews(tracer *tr, mut_state *s)
+{
+    cdy_trace *t = tr->t;
+    t->review = cdy_arena_alloc(&t->arena, sizeof(cdy_review) * (size_t)(t->graph.noutputs + 1));
+    if (!t->review)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    for (int o = 0; o < t->graph.noutputs; o++) {
+        int ov = t->graph.outputs[o];
+        PyObject *of = fake_of_value(s, ov);
+        long long sid = of ? storage_id(of) : -2;
+        if (sid == -1)
+            return cdy_tr_stop_exc(tr, FAKE_STORAGE);
+        for (int i = 0; of && i < s->nin; i++) {
+            tvar *h = s->inputs[i];
+            if (h->value == s->input_value[i])
+                continue;   /* not written: views of it are views of the input already */
+            long long hs = storage_id(h->obj);
+            if (hs == -1)
+                return cdy_tr_stop_exc(tr, FAKE_STORAGE);
+            if (hs == sid) {
+                if (add_review(tr, o, ov, of, h, t->graph.values[s->input_value[i]].input_index,
+                               s->input_value[i]))
+                    return -1;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Outputs the trace may add at return (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr)
 {
@@ -890,8 +1229,10 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
 {
     mut_state *s = tr->t->mut;
     cdy_trace *t = tr->t;
-    if (!s || (!s->nin && !s->nst))
+    if (!s || (!s->nin && !s->nst && !s->nre))
         return 0;
+    if (finish_restrides(tr, s))
+        return -1;
     t->writeback = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(2 * s->nin + 1));
     t->stores = cdy_arena_alloc(&t->arena, sizeof(cdy_store) * (size_t)(s->nst + 1));
     if (!t->writeback || !t->stores)
@@ -921,7 +1262,7 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
         t->writeback[2 * t->nwriteback] = t->graph.values[s->input_value[i]].input_index;
         t->writeback[2 * t->nwriteback++ + 1] = pos;
     }
-    return 0;
+    return s->nin ? finish_reviews(tr, s) : 0;
 }
 
 /* 1 if v is a mutated input: returned through its source. */
