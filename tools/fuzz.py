@@ -335,6 +335,7 @@ class Child:
         self.env = env
         self.p = None
         self.buf = b""
+        self.history = []     # (source, meta) of the cases this worker ran
 
     def start(self):
         self.err = tempfile.TemporaryFile()
@@ -342,11 +343,15 @@ class Child:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.err, env=self.env)
         self.buf = b""
+        self.history = []
 
     def _stderr_tail(self):
         try:
             self.err.seek(0)
             data = self.err.read().decode(errors="replace")
+            m = re.search(r"ERROR: AddressSanitizer|runtime error:|Fatal Python error", data)
+            if m:    # the sanitizer's report from its first line: the frames that matter
+                return data[max(0, m.start() - 200):m.start() + 4000]
             return data[-1500:]
         except Exception:    # noqa: BLE001
             return ""
@@ -354,6 +359,7 @@ class Child:
     def run(self, case_id, source, meta):
         if self.p is None or self.p.poll() is not None:
             self.start()
+        self.history.append((source, meta))
         msg = json.dumps({"id": case_id, "source": source, "meta": meta}) + "\n"
         try:
             self.p.stdin.write(msg.encode())
@@ -500,7 +506,7 @@ def signature(status, detail, source):
 
 
 def finding_text(source, meta, status, detail, sig):
-    doc = "\n".join(("# " + ln).rstrip() for ln in f"{status}: {detail}".strip().splitlines()[:30])
+    doc = "\n".join(("# " + ln).rstrip() for ln in f"{status}: {detail}".strip().splitlines()[:200])
     return (f"# cdynamo fuzz finding (tools/fuzz.py), family {meta.get('family')}, {status}\n"
             f"# signature: {sig}\n{doc}\n{source}\n\nMETA = {meta!r}\n\n\n"
             "def test_case():\n"
@@ -540,12 +546,16 @@ def case_program(seed, i, family):
 
 def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
          write=True, do_minimize=True, log=print, verbose=False, timeout=120.0,
-         minimize_per_bucket=4):
+         minimize_per_bucket=4, plan=None):
     """Run `cases` programs (round-robin over families) in a child process; returns
     {"counts": {family: {column: n}}, "failures": [...], "seconds": s}.  Only the first
     minimize_per_bucket failures of each family / status / category are minimized (a
-    known bug hit a thousand times would otherwise take the campaign's time)."""
+    known bug hit a thousand times would otherwise take the campaign's time).  plan: a
+    list of (family, seed, n) cases to run instead (cases and families are then ignored)."""
     families = families or fuzz_gen.FAMILIES
+    if plan is not None:
+        families = list(dict.fromkeys(fam for fam, _, _ in plan))
+        cases = len(plan)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     own_cache = None
@@ -559,10 +569,12 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
     i = 0
     try:
         while (cases is None or i < cases) and (time_limit is None or time.time() - t0 < time_limit):
-            fam = families[i % len(families)]
-            n = i // len(families)
+            if plan is not None:
+                fam, cseed, n = plan[i]
+            else:
+                fam, cseed, n = families[i % len(families)], seed, i // len(families)
             i += 1
-            prog = case_program(seed, n, fam)
+            prog = case_program(cseed, n, fam)
             if prog is None:
                 continue
             source, meta = prog
@@ -579,13 +591,18 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
                 log(f"{fam}#{n}: {status} {detail[:200]}")
             if status not in BAD:
                 continue
+            if status == "crash" and do_minimize:
+                source, meta, status, detail = triage_crash(child, source, meta, detail)
             small = source
             bucket = f"{fam}/{status}/{detail.split(':', 1)[0]}"
             buckets[bucket] = buckets.get(bucket, 0) + 1
-            if do_minimize and buckets[bucket] <= minimize_per_bucket:
+            if do_minimize and buckets[bucket] <= minimize_per_bucket and \
+                    "not reproducible alone" not in detail:
                 cat = detail.split(":", 1)[0]
 
                 def still(cand, _s=status, _c=cat, _m=meta):
+                    if _s == "crash":     # every try in a fresh worker
+                        child.close()
                     st, de = child.run(-1, cand, _m)
                     return st == _s and de.split(":", 1)[0] == _c
                 small = minimize(source, meta, status, still)
@@ -636,6 +653,32 @@ def findings_report(out_dir):
                  "cdynamo with the fuzzer's oracle); inputs come from the seeded make_inputs() "
                  "(_fill is in the file's prelude). Regenerate this list with "
                  "`tools/fuzz.py --report DIR`.\n\n" + "\n".join(entries))
+
+
+def triage_crash(child, source, meta, detail):
+    """A crash is rerun alone in a fresh worker.  If it does not crash there, the cases the
+    worker ran before it are replayed with it (a crash that needs an earlier program), and
+    the finding is the shortest history that crashes, as one program per call."""
+    history = list(child.history[:-1])
+    child.close()
+    st, de = child.run(-3, source, meta)
+    if st == "crash":
+        return source, meta, "crash", de
+    for k in (1, 3, 10, len(history)):
+        prev = history[-k:] if k else []
+        child.close()
+        for src, m in prev:
+            child.run(-4, src, m)
+        st, de = child.run(-5, source, meta)
+        child.close()
+        if st == "crash":
+            note = "".join(f"\n# -- program {i + 1} of {len(prev)} run before it in the same process:\n"
+                           + "\n".join("#   " + ln for ln in src.split("def make_inputs():")[1].splitlines())
+                           for i, (src, m) in enumerate(prev))
+            return source, meta, "crash", (f"crash: needs the {len(prev)} program(s) run before it in "
+                                           f"the same process ({de.splitlines()[0]}){note}")
+    return source, meta, "crash", (f"crash: not reproducible alone or after the previous "
+                                   f"programs ({detail.splitlines()[0]})")
 
 
 def format_counts(counts):

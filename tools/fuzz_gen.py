@@ -23,11 +23,13 @@ import torch.nn.functional as F
 nan, inf = math.nan, math.inf
 _SPECIAL = [nan, -nan, inf, -inf, -0.0, 0.0, 1e-30, -1e-30, 1e30, -1e30, 3.4e38, 1e-40,
             5e-324, 1e300, 65504.0, 6e-8, 1.0, -1.0, 0.5, 2.5, -2.5]
-_NAN_BITS = {torch.float32: (torch.int32, [0x7fc00001, 0x7fc12345, -0x3fffff, 0x7f800001]),
-             torch.float64: (torch.int64, [0x7ff8000000000001, 0x7ff0000000000123,
+# quiet NaNs with payload bits, positive and negative (signalling NaNs are left out: what
+# pow(sNaN, 0) and the like give is up to the C library)
+_NAN_BITS = {torch.float32: (torch.int32, [0x7fc00001, 0x7fc12345, -0x3fffff, 0x7fffffff]),
+             torch.float64: (torch.int64, [0x7ff8000000000001, 0x7ff8000000000123,
                                            -0x7ffffffffffff]),
-             torch.float16: (torch.int16, [0x7e01, 0x7c01, -0x1ff]),
-             torch.bfloat16: (torch.int16, [0x7fc1, 0x7f81, -0x3f])}
+             torch.float16: (torch.int16, [0x7e01, 0x7fff, -0x1ff]),
+             torch.bfloat16: (torch.int16, [0x7fc1, 0x7fff, -0x3f])}
 
 
 def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
@@ -497,6 +499,19 @@ def op_row(b, x):
     return f"{x}.log_softmax({d})"
 
 
+def op_same_view(b, x):
+    """A view of x with x's own shape (or its transpose when square)."""
+    r = b.rng
+    v = b.val(x)
+    sh = tuple(v.shape)
+    ch = [f"{x}.view({sh!r})", f"{x}.reshape({sh!r})", f"{x}[:]", f"{x}[...]", f"{x}.view_as({x})",
+          f"{x}.expand_as({x})", f"{x}.view(-1).view({sh!r})", f"{x}.contiguous()",
+          f"{x}.reshape({sh[0] if sh else 1}, -1)" if len(sh) >= 2 else f"{x}.flatten()"]
+    if len(sh) >= 2 and sh[-1] == sh[-2]:
+        ch += [f"{x}.mT", f"{x}.transpose(-1, -2)"]
+    return r.choice(ch)
+
+
 def gen_rows(b):
     dt = b.rng.choice(["float32"] * 4 + ["float64", "bfloat16", "float16"])
     kind = "special" if b.rng.random() < 0.15 else "normal"
@@ -509,7 +524,14 @@ def gen_rows(b):
             break
         k = b.rng.random()
         if k < 0.45:
-            b.emit(op_row(b, x))
+            t = b.emit(op_row(b, x))
+            if t and b.rng.random() < 0.5:      # a same-shape view of the row result
+                t = b.emit(op_same_view(b, t)) or t
+            if t and b.rng.random() < 0.3:      # consumed by a pointwise op or a gather
+                b.emit(b.rng.choice([f"{t} + 1", f"{t} * 2", f"{t}.clone()", f"{t}.exp()",
+                                     op_index(b, t, 0.0)]))
+        elif k < 0.55:
+            b.emit(op_same_view(b, x))
         elif k < 0.75:
             e = op_view(b, x)
             e and b.emit(e)
@@ -575,8 +597,10 @@ def gen_views(b):
     for _ in range(b.rng.randint(1, 6)):
         x = b.pick()
         k = b.rng.random()
-        if k < 0.65:
+        if k < 0.5:
             b.emit(op_view(b, x))
+        elif k < 0.65:
+            b.emit(op_same_view(b, x))
         elif k < 0.75:
             b.emit(op_row(b, x) if b.val(x).is_floating_point() else op_reduction(b, x))
         else:
