@@ -704,6 +704,8 @@ def main(argv=None):
     ap.add_argument("--findings", default=FINDINGS_DIR, help="where failing programs are written")
     ap.add_argument("--no-write", action="store_true", help="write no finding files")
     ap.add_argument("--no-minimize", action="store_true")
+    ap.add_argument("--minimize-per-bucket", type=int, default=4, metavar="K",
+                    help="minimize only the first K failures of a family / status / category")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     ap.add_argument("--show", action="store_true", help="print the generated programs, run nothing")
     ap.add_argument("--json", default=None, help="write the summary (counts, failures) here")
@@ -732,7 +734,7 @@ def main(argv=None):
                 print(f"# ---- {fam}: {prog[1]}\n" + prog[0].split("def make_inputs():")[1])
         return 0
     s = fuzz(a.seed, a.cases, fams, a.time, a.findings, not a.no_write, not a.no_minimize,
-             verbose=a.verbose, timeout=a.timeout)
+             verbose=a.verbose, timeout=a.timeout, minimize_per_bucket=a.minimize_per_bucket)
     print(format_counts(s["counts"]))
     print(f"fuzz: seed {a.seed}, {s['seconds']:.1f} s, {len(s['signatures'])} distinct failures")
     for sig, n in sorted(s["signatures"].items()):
