@@ -28,6 +28,7 @@ Exit status 1 when any case is wrong, crashed or mismatched its exception.
 """
 import argparse
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -322,6 +323,7 @@ def worker_main():
             status, detail = check_program(case["source"], case["meta"])
         except Exception as e:   # noqa: BLE001  a fuzzer bug, or the program's exec
             status, detail = "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
+        gc.collect()    # damage to Python objects shows up here, in its own case, not a later one
         out.write("@@R " + json.dumps({"id": case["id"], "status": status, "detail": detail}) + "\n")
         out.flush()
 
