@@ -117,6 +117,9 @@ def _within_reference(e, c, r):
     ok |= (c64 == e64)                                               # same inf
     # eager overflowed (NaN / inf) where the float64 reference is finite: c may follow r
     ok |= ~torch.isfinite(e64.abs()) & torch.isfinite(r64.abs()) & ~torch.isfinite(c64.abs())
+    if not cplx:      # a zero of the other sign than eager's must be the reference's sign
+        zero = (e64 == 0) & (c64 == 0) & (torch.signbit(e64) != torch.signbit(c64))
+        ok &= ~zero | (torch.signbit(c64) == torch.signbit(r64))
     return bool(ok.all())
 
 
@@ -150,6 +153,9 @@ def compare_tensor(path, e, c, ref=None, strides=True):
     if e.numel() == 0:
         return
     ok = _close(e, c)
+    if e.dtype.is_floating_point:     # -0.0 is not 0.0 (1 / x, atan2, copysign tell them apart)
+        zero = (e == 0) & (c == 0)
+        ok &= ~zero | (torch.signbit(e) == torch.signbit(c))
     if bool(ok.all()):
         return
     if _is_float(e) and _within_reference(e, c, ref):
@@ -641,8 +647,11 @@ def findings_report(out_dir):
         head = [ln[2:] for ln in text.splitlines() if ln.startswith("# ")]
         fam = re.search(r"family (\w+), (\w+)", head[0]) if head else None
         notes = [h[len("note: "):] for h in head if h.startswith("note: ")]
-        symptom = next((h for h in head[2:] if not h.startswith("note: ")), "")
-        prog = "def make_inputs():" + text.split("def make_inputs():", 1)[1].split("\n\nMETA = ")[0]
+        symptom = next((h for h in head[2:] if not h.startswith("note: ") and not h.startswith("  ")), "")
+        if "def make_inputs():" in text:
+            prog = "def make_inputs():" + text.split("def make_inputs():", 1)[1].split("\n\nMETA = ")[0]
+        else:     # written by hand
+            prog = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
         meta = re.search(r"\nMETA = (.*)\n", text)
         entries.append(f"### {name}\n- family: {fam.group(1) if fam else '?'}, "
                        f"{fam.group(2) if fam else '?'}" + (f"; state {meta.group(1)}" if meta and
