@@ -613,7 +613,7 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
                         child.close()
                     st, de = child.run(-1, cand, _m)
                     return st == _s and de.split(":", 1)[0] == _c
-                small = minimize(source, meta, status, still)
+                small = minimize(source, meta, status, still, budget=25 if status == "crash" else 60)
                 st2, de2 = child.run(-2, small, meta)
                 if st2 == status:
                     detail = de2
@@ -675,8 +675,10 @@ def triage_crash(child, source, meta, detail):
     st, de = child.run(-3, source, meta)
     if st == "crash":
         return source, meta, "crash", de
-    for k in (1, 3, 10, len(history)):
-        prev = history[-k:] if k else []
+    for k in (1, 3, 10):
+        if k > len(history):
+            break
+        prev = history[-k:]
         child.close()
         for src, m in prev:
             child.run(-4, src, m)
