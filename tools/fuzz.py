@@ -658,8 +658,12 @@ def findings_report(out_dir):
                                                             "states" in meta.group(1) else "")
                        + "\n" + "".join(f"- {n}\n" for n in notes)
                        + f"- symptom: `{symptom[:400]}`\n\n```python\n{prog.strip()}\n```\n")
+    header = ""
+    if os.path.exists(os.path.join(out_dir, "HEADER.md")):     # a summary written by hand
+        with open(os.path.join(out_dir, "HEADER.md")) as fh:
+            header = fh.read().rstrip() + "\n\n"
     with open(os.path.join(out_dir, "FINDINGS.md"), "w") as fh:
-        fh.write("# cdynamo fuzz findings (tools/fuzz.py), not yet fixed on main\n\n"
+        fh.write("# cdynamo fuzz findings (tools/fuzz.py), not yet fixed on main\n\n" + header +
                  "Each file is self-contained: `python FILE` runs its test_case() (eager vs "
                  "cdynamo with the fuzzer's oracle); inputs come from the seeded make_inputs() "
                  "(_fill is in the file's prelude). Regenerate this list with "

@@ -41,6 +41,9 @@ def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
         return torch.randint(lo, hi, shape, generator=g).to(dtype)
     if kind == "perm":
         return torch.randperm(hi, generator=g)[:shape[0]].to(dtype)
+    if kind == "const":     # every element the same (rows: a variance of 0)
+        v = [0.7, -3.3, 1e-3, 1e4, 0.0][int(torch.randint(0, 5, (), generator=g))]
+        return torch.full(shape, v, dtype=torch.float64).to(dtype)
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=g).bool()
     if dtype.is_floating_point or dtype.is_complex:
@@ -515,7 +518,7 @@ def op_same_view(b, x):
 
 def gen_rows(b):
     dt = b.rng.choice(["float32"] * 4 + ["float64", "bfloat16", "float16"])
-    kind = "special" if b.rng.random() < 0.15 else "normal"
+    kind = "special" if b.rng.random() < 0.15 else "const" if b.rng.random() < 0.1 else "normal"
     b.add_input(dt, b.shape(b.rng.choice([1, 2, 2, 3, 3, 4]), big=0.15), kind)
     if b.rng.random() < 0.3:
         b.add_input(dt, b.shape(b.rng.choice([2, 3])), kind)
