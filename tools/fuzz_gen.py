@@ -517,7 +517,7 @@ def op_same_view(b, x):
 
 
 def gen_rows(b):
-    dt = b.rng.choice(["float32"] * 4 + ["float64", "bfloat16", "float16"])
+    dt = b.rng.choice(["float32"] * 6 + ["float64"] * 2 + ["bfloat16", "float16"])
     kind = "special" if b.rng.random() < 0.15 else "const" if b.rng.random() < 0.1 else "normal"
     b.add_input(dt, b.shape(b.rng.choice([1, 2, 2, 3, 3, 4]), big=0.15), kind)
     if b.rng.random() < 0.3:
