@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Differential fuzzer for cdynamo: random straight-line programs, eager vs backend "c".
 
-    python tools/fuzz.py --seed S --cases N [--family F[,F...]] [--time T] [--jobs J]
-                         [--findings DIR] [--no-minimize] [-v]
+    python tools/fuzz.py --seed S --cases N [--family F[,F...]] [--time T]
+                         [--findings DIR] [--no-minimize] [--minimize-per-bucket K]
+                         [--json FILE] [--show] [-v]
+    python tools/fuzz.py --report DIR      (DIR/FINDINGS.md from the finding files in DIR)
 
 Families (tools/fuzz_gen.py): pointwise, reductions (and scans), rows (softmax,
 log_softmax, layer_norm, group_norm and their consumers), views, indexing, inplace,
