@@ -1,48 +1,772 @@
 #!/usr/bin/env python
-"""Differential fuzzer for cdynamo: random elementwise programs, eager vs backend "c".
+"""Differential fuzzer for cdynamo: random straight-line programs, eager vs backend "c".
 
-    python tools/fuzz.py --seed S --cases N [--time T] [--out DIR] [--no-write] [-v]
+    python tools/fuzz.py --seed S --cases N [--family F[,F...]] [--time T]
+                         [--findings DIR] [--no-minimize] [--minimize-per-bucket K]
+                         [--json FILE] [--show] [-v]
+    python tools/fuzz.py --report DIR      (DIR/FINDINGS.md from the finding files in DIR)
 
-Each case is a random DAG of 1-8 supported ops over 1-3 input tensors (random dtype,
-broadcast shapes of 0-4 dims with sizes 0-7 and now and then a large one, random
-layouts: contiguous, transposed, sliced with a step, expanded) and Python scalars.
-The function's source is exec'd into a fresh module namespace, run eagerly and
-under cdynamo.optimize(backend="c"), and compared: when eager raises, cdynamo must
-raise the same exception type; else values (exact for integers and bool; for float32
-results of transcendental ops rtol 1e-5 / atol 1e-6; NaNs equal), dtype, shape and
-strides must match.  Every failing program is written to
-tests/fuzz_regressions/case_<hash>.py, a self-contained pytest test.
+Families (tools/fuzz_gen.py): pointwise, reductions (and scans), rows (softmax,
+log_softmax, layer_norm, group_norm and their consumers), views, indexing, inplace,
+aliasing, exceptions, special (NaN payloads, inf, -0.0, extremes), state (autocast,
+default dtype), dtypes (all dtypes; complex must be right or a clean fallback).
 
-Prints `fuzz: N cases, K ops, F failures` (exit status 1 when F > 0).
+The oracle is eager PyTorch: each program runs eagerly and under cdynamo.optimize on
+fresh copies of its inputs; values (exact for integers and bool, dtype-aware tolerances
+for floats with a float64 reference as tie-breaker, NaNs equal), dtypes, shapes,
+strides, aliasing (outputs that are inputs, share their storage, or each other's), the
+exception type, and the inputs' state after the call (values, shape, strides, offset)
+must all match.  Cases run in a child process (--worker) so that a segfault or a hang
+is recorded as a CRASH with its program and the campaign goes on.  A failing program is
+minimized (statements, returns and inputs dropped while it fails the same way) and
+written once per distinct bug to the findings directory (default /work/wt/fuzz_findings,
+or $CDYNAMO_FUZZ_FINDINGS) as a self-contained file: the program, META, and a
+test_case() that tests/test_fuzz.py can run (copy it to tests/fuzz_regressions/ once
+the bug is fixed).
+
+Prints, per family: cases, ok, fallback (eager fallback or graph break), wrong, crash,
+exc (exception mismatch), and raises (eager and cdynamo raised the same exception).
+Exit status 1 when any case is wrong, crashed or mismatched its exception.
 """
 import argparse
+import contextlib
+import gc
 import hashlib
+import json
 import os
 import random
+import re
+import select
+import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import traceback
 import warnings
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TOOLS)
+sys.path.insert(0, TOOLS)
+import fuzz_gen  # noqa: E402
+
 REGRESSION_DIR = os.path.join(ROOT, "tests", "fuzz_regressions")
+FINDINGS_DIR = os.environ.get("CDYNAMO_FUZZ_FINDINGS", "/work/wt/fuzz_findings")
+BAD = ("wrong", "crash", "exc")
+COLUMNS = ["cases", "ok", "fallback", "wrong", "crash", "exc", "raises"]
 
-DTYPES = ["float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
-LAYOUTS = ["contig", "contig", "contig", "transpose", "step", "expand"]
-UNARY = ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"]
-BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
-COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
-TRANSCENDENTAL = {"exp", "log", "sqrt", "sigmoid", "tanh", "div"}
-OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
-            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# relative / absolute tolerance per float dtype
+TOL = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1.6e-2), torch.complex64: (1e-5, 1e-5),
+       torch.complex128: (1e-7, 1e-9)}
 
 
-# ---------------------------------------------------------------- running a case
+class Mismatch(Exception):
+    """A difference from eager: category (values, dtype, shape, strides, alias, inputs,
+    structure, exc) and detail."""
 
+    def __init__(self, category, detail):
+        super().__init__(f"{category}: {detail}")
+        self.category = category
+
+
+# ---------------------------------------------------------------- the oracle
+
+
+def _flatten(out, path="out"):
+    """(path, leaf) pairs and a structure string of a result."""
+    if isinstance(out, (tuple, list)):
+        pairs, parts = [], []
+        for i, o in enumerate(out):
+            p, s = _flatten(o, f"{path}[{i}]")
+            pairs += p
+            parts.append(s)
+        return pairs, f"{type(out).__name__}({','.join(parts)})"
+    if isinstance(out, torch.Tensor):
+        return [(path, out)], "T"
+    return [(path, out)], type(out).__name__
+
+
+def _is_float(t):
+    return t.dtype.is_floating_point or t.dtype.is_complex
+
+
+def _close(e, c):
+    """Boolean mask of elements of c equal to e within e's dtype tolerance (NaN == NaN)."""
+    if not _is_float(e):
+        return torch.eq(e, c)
+    rtol, atol = TOL.get(e.dtype, (1e-5, 1e-5))
+    e64, c64 = e.to(torch.complex128 if e.is_complex() else torch.float64), \
+        c.to(torch.complex128 if c.is_complex() else torch.float64)
+    return torch.isclose(c64, e64, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _within_reference(e, c, r):
+    """Where c differs from e: c must be at most about as far from the float64
+    reference r as eager is (reordered sums, fused low-precision chains)."""
+    if r is None or not isinstance(r, torch.Tensor) or r.shape != e.shape or not _is_float(e):
+        return False
+    cplx = e.is_complex() or r.is_complex()
+    to = torch.complex128 if cplx else torch.float64
+    e64, c64, r64 = e.to(to), c.to(to), r.to(to)
+    rtol, atol = TOL.get(e.dtype, (1e-5, 1e-5))
+    err_c = (c64 - r64).abs()
+    err_e = (e64 - r64).abs()
+    lim = 4 * torch.nan_to_num(err_e, nan=0.0, posinf=0.0) + atol + rtol * r64.abs().nan_to_num(posinf=0.0)
+    ok = err_c <= lim
+    ok |= torch.isnan(c64.abs()) & torch.isnan(e64.abs())          # both NaN
+    ok |= (c64 == e64)                                               # same inf
+    # eager overflowed (NaN / inf) where the float64 reference is finite: c may follow r
+    ok |= ~torch.isfinite(e64.abs()) & torch.isfinite(r64.abs()) & ~torch.isfinite(c64.abs())
+    if not cplx:      # a zero of the other sign than eager's must be the reference's sign
+        zero = (e64 == 0) & (c64 == 0) & (torch.signbit(e64) != torch.signbit(c64))
+        ok &= ~zero | (torch.signbit(c64) == torch.signbit(r64))
+    return bool(ok.all())
+
+
+def compare_results(exp, act, ref=None):
+    pe, se = _flatten(exp)
+    pa, sa = _flatten(act)
+    if se != sa:
+        raise Mismatch("structure", f"eager {se}, cdynamo {sa}")
+    pr = dict(_flatten(ref)[0]) if ref is not None else {}
+    for (path, e), (_, c) in zip(pe, pa):
+        if not isinstance(e, torch.Tensor):
+            if isinstance(e, float) and isinstance(c, float):
+                if not (e == c or (e != e and c != c) or abs(e - c) <= 1e-5 * (1 + abs(e))):
+                    raise Mismatch("values", f"{path}: eager {e!r}, cdynamo {c!r}")
+            elif e != c:
+                raise Mismatch("values", f"{path}: eager {e!r}, cdynamo {c!r}")
+            continue
+        compare_tensor(path, e, c, pr.get(path))
+
+
+def compare_tensor(path, e, c, ref=None, strides=True):
+    if c.dtype != e.dtype:
+        raise Mismatch("dtype", f"{path}: eager {e.dtype}, cdynamo {c.dtype}")
+    if c.shape != e.shape:
+        raise Mismatch("shape", f"{path}: eager {tuple(e.shape)}, cdynamo {tuple(c.shape)}")
+    if strides and e.numel() > 1:
+        es = [st for st, n in zip(e.stride(), e.shape) if n != 1]
+        cs = [st for st, n in zip(c.stride(), c.shape) if n != 1]
+        if es != cs:
+            raise Mismatch("strides", f"{path}: eager {e.stride()}, cdynamo {c.stride()}")
+    if e.numel() == 0:
+        return
+    ok = _close(e, c)
+    if e.dtype.is_floating_point:     # -0.0 is not 0.0 (1 / x, atan2, copysign tell them apart)
+        zero = (e == 0) & (c == 0)
+        ok &= ~zero | (torch.signbit(e) == torch.signbit(c))
+    if bool(ok.all()):
+        return
+    if _is_float(e) and _within_reference(e, c, ref):
+        return
+    bad = (~ok).nonzero()[0].tolist()
+    ev, cv = e[tuple(bad)].item(), c[tuple(bad)].item()
+    raise Mismatch("values", f"{path}: {int((~ok).sum())}/{e.numel()} differ, at {bad}: "
+                   f"eager {ev!r}, cdynamo {cv!r} ({e.dtype})")
+
+
+def _storage(t):
+    st = t.untyped_storage()
+    return st.data_ptr() if st.nbytes() else None
+
+
+def alias_signature(out, inputs):
+    """Which outputs are inputs, share an input's storage (at which byte offset from the
+    input's data), or share storage with an earlier output."""
+    # an empty tensor's data pointer means nothing: not compared
+    leaves = [(p, t) for p, t in _flatten(out)[0] if isinstance(t, torch.Tensor) and t.numel()]
+    sig = []
+    for i, (p, t) in enumerate(leaves):
+        st = _storage(t)
+        for k, a in enumerate(inputs):
+            if t is a:
+                sig.append(f"{p} is input {k}")
+            elif st is not None and st == _storage(a):
+                sig.append(f"{p} shares input {k}'s storage at {t.data_ptr() - a.data_ptr():+d}")
+        for j, (q, u) in enumerate(leaves[:i]):
+            if t is u:
+                sig.append(f"{p} is {q}")
+            elif st is not None and st == _storage(u):
+                sig.append(f"{p} shares {q}'s storage at {t.data_ptr() - u.data_ptr():+d}")
+    return sig
+
+
+def compare_inputs(ins_e, ins_c, when):
+    for k, (e, c) in enumerate(zip(ins_e, ins_c)):
+        if (e.shape, e.stride(), e.storage_offset()) != (c.shape, c.stride(), c.storage_offset()):
+            raise Mismatch("inputs", f"{when}: input {k} is {tuple(e.shape)}/{e.stride()}"
+                           f"+{e.storage_offset()} in eager, {tuple(c.shape)}/{c.stride()}"
+                           f"+{c.storage_offset()} under cdynamo")
+        try:
+            compare_tensor(f"input {k} {when}", e, c, strides=False)
+        except Mismatch as m:
+            raise Mismatch("inputs", str(m)) from None
+
+
+@contextlib.contextmanager
+def state_ctx(state):
+    old = torch.get_default_dtype()
+    try:
+        if state.get("default_dtype"):
+            torch.set_default_dtype(getattr(torch, state["default_dtype"]))
+        if state.get("autocast"):
+            with torch.autocast("cpu", dtype=getattr(torch, state["autocast"])):
+                yield
+        else:
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _call(fn, args):
+    try:
+        return fn(*args), None
+    except Exception as e:    # noqa: BLE001
+        return None, e
+
+
+def _upcast(t):
+    if isinstance(t, torch.Tensor):
+        if t.dtype in (torch.float16, torch.bfloat16, torch.float32):
+            return t.double()
+        if t.dtype == torch.complex64:
+            return t.to(torch.complex128)
+    return t
+
+
+def check_program(source, meta):
+    """Run the program eagerly and under cdynamo; returns (status, detail) with status ok,
+    fallback, raises, wrong or exc."""
+    import cdynamo
+    ns = {"__name__": "cdynamo_fuzz_case"}
+    exec(compile(source, "<cdynamo-fuzz>", "exec"), ns)
+    f, make_inputs = ns["f"], ns["make_inputs"]
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    raised = False
+    with warnings.catch_warnings(record=True) as warns:
+        warnings.simplefilter("always")
+        for si, state in enumerate(meta.get("states") or [{}]):
+            when = f"call {si + 1} ({state})" if state else "after the call"
+            ins_e, ins_c = make_inputs(), make_inputs()
+            with state_ctx(state):
+                exp, err_e = _call(f, ins_e)
+            with state_ctx(state):
+                act, err_c = _call(opt, ins_c)
+            if err_e is not None or err_c is not None:
+                if err_e is None:
+                    return "exc", (f"exc: cdynamo raised {type(err_c).__name__} where eager "
+                                   f"returned: {str(err_c)[:300]}")
+                if err_c is None:
+                    return "exc", (f"exc: eager raised {type(err_e).__name__} "
+                                   f"({str(err_e)[:200]}); cdynamo returned")
+                if type(err_c) is not type(err_e):
+                    return "exc", (f"exc: eager raised {type(err_e).__name__} ({str(err_e)[:200]}); "
+                                   f"cdynamo {type(err_c).__name__} ({str(err_c)[:200]})")
+                raised = True
+                try:
+                    compare_inputs(ins_e, ins_c, f"after the exception ({type(err_e).__name__})")
+                except Mismatch as m:
+                    return "wrong", str(m)
+                continue
+            try:
+                ref = None
+                try:
+                    compare_results(exp, act)
+                except Mismatch as m:
+                    if m.category != "values" or state.get("autocast"):
+                        raise
+                    ref = _reference(f, make_inputs, state)
+                    if ref is None:
+                        raise
+                    compare_results(exp, act, ref)
+                sa, se = alias_signature(act, ins_c), alias_signature(exp, ins_e)
+                if sa != se:
+                    raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
+                compare_inputs(ins_e, ins_c, when)
+            except Mismatch as m:
+                return "wrong", str(m)
+    st = cdynamo.stats()
+    fell = (st["frames_compiled"] == 0 or st["graph_breaks"] or st["fallbacks"] or
+            any(issubclass(w.category, cdynamo.CdynamoWarning) for w in warns))
+    if raised:
+        return "raises", ""
+    if fell:
+        reasons = [str(w.message)[:200] for w in warns if issubclass(w.category, cdynamo.CdynamoWarning)]
+        reasons += [str(b.get("reason"))[:200] for b in cdynamo._support.breaks]
+        if not reasons:
+            reasons = [f"stats {dict((k, v) for k, v in st.items() if v)}"]
+        return "fallback", "; ".join(dict.fromkeys(reasons))
+    return "ok", ""
+
+
+def _reference(f, make_inputs, state):
+    """f on float64 copies of the inputs with float64 the default dtype (None if it raises)."""
+    ins = [_upcast(a.clone()) for a in make_inputs()]
+    st = dict(state)
+    st["default_dtype"] = "float64"
+    with state_ctx(st):
+        out, err = _call(f, ins)
+    return None if err is not None else out
+
+
+# ---------------------------------------------------------------- child process
+
+
+def worker_main():
+    """Read JSON cases from stdin, write '@@R <json>' results to stdout."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import cdynamo
+    if not os.environ.get("CDYNAMO_CACHE_DIR"):
+        cdynamo.config.cache_dir = tempfile.mkdtemp(prefix="cdynamo-fuzz-")
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        case = json.loads(line)
+        torch.manual_seed(0)
+        try:
+            status, detail = check_program(case["source"], case["meta"])
+        except Exception as e:   # noqa: BLE001  a fuzzer bug, or the program's exec
+            status, detail = "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
+        gc.collect()    # damage to Python objects shows up here, in its own case, not a later one
+        out.write("@@R " + json.dumps({"id": case["id"], "status": status, "detail": detail}) + "\n")
+        out.flush()
+
+
+class Child:
+    """A worker process; run() sends one case and waits for its result, recording a
+    segfault or a hang as a crash and starting a fresh worker for the next case."""
+
+    def __init__(self, timeout=120.0, env=None):
+        self.timeout = timeout
+        self.env = env
+        self.p = None
+        self.buf = b""
+        self.history = []     # (source, meta) of the cases this worker ran
+
+    def start(self):
+        self.err = tempfile.TemporaryFile()
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err, env=self.env)
+        self.buf = b""
+        self.history = []
+
+    def _stderr_tail(self):
+        try:
+            self.err.seek(0)
+            data = self.err.read().decode(errors="replace")
+            m = re.search(r"ERROR: AddressSanitizer|runtime error:|Fatal Python error", data)
+            if m:    # the sanitizer's report from its first line: the frames that matter
+                return data[max(0, m.start() - 200):m.start() + 4000]
+            return data[-1500:]
+        except Exception:    # noqa: BLE001
+            return ""
+
+    def run(self, case_id, source, meta):
+        if self.p is None or self.p.poll() is not None:
+            self.start()
+        self.history.append((source, meta))
+        msg = json.dumps({"id": case_id, "source": source, "meta": meta}) + "\n"
+        try:
+            self.p.stdin.write(msg.encode())
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            return self._dead("worker pipe closed")
+        fd = self.p.stdout.fileno()
+        deadline = time.time() + self.timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                if line.startswith(b"@@R "):
+                    res = json.loads(line[4:])
+                    if res["id"] == case_id:
+                        self.err.seek(0)
+                        self.err.truncate()
+                        return res["status"], res["detail"]
+            left = deadline - time.time()
+            if left <= 0:
+                self.p.kill()
+                self.p.wait()
+                self.p = None
+                return "crash", f"crash: hang (no result in {self.timeout:.0f} s)"
+            r, _, _ = select.select([fd], [], [], left)
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return self._dead("worker died")
+                self.buf += chunk
+
+    def _dead(self, what):
+        rc = self.p.wait()
+        tail = self._stderr_tail()
+        self.p = None
+        sig = f"signal {-rc}" if rc < 0 else f"exit {rc}"
+        return "crash", f"crash: {what} ({sig})\n{tail}"
+
+    def close(self):
+        if self.p is not None and self.p.poll() is None:
+            self.p.stdin.close()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.p = None
+
+
+# ---------------------------------------------------------------- minimizing
+
+
+def split_program(source):
+    """(head, input lines, params, body lines, returns) of a generated program."""
+    head, rest = source.split("def make_inputs():\n", 1)
+    mk, fn = rest.split("\n\n\ndef f(", 1)
+    in_lines = [ln[4:] for ln in mk.splitlines()[1:-1]]
+    sig, body = fn.split("):\n", 1)
+    params = [p for p in sig.split(", ") if p]
+    lines = [ln[4:] for ln in body.rstrip("\n").splitlines()]
+    ret = lines[-1][len("return "):]
+    if ret == "None":
+        rets = []
+    elif ret.startswith("(") and ret.endswith(",)"):
+        rets = ret[1:-2].split(", ")
+    else:
+        rets = [ret]
+    seed_line = mk.splitlines()[0]
+    return head, seed_line, in_lines, params, lines[:-1], rets
+
+
+def join_program(head, seed_line, in_lines, params, body, rets):
+    used = set(re.findall(r"\b[ab]\d+\b", "\n".join(body + rets)))
+    keep_p = [p for p in params if p in used]
+    # inputs not passed any more are still made (the generator's draws stay the same)
+    ret = "None" if not rets else rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"
+    mk = "\n".join("    " + ln for ln in [seed_line.strip()] + in_lines + [f"return [{', '.join(keep_p)}]"])
+    fb = "\n".join("    " + ln for ln in body + [f"return {ret}"])
+    return f"{head}def make_inputs():\n{mk}\n\n\ndef f({', '.join(keep_p)}):\n{fb}\n"
+
+
+def minimize(source, meta, status, still_fails, budget=60):
+    """Drop returns and statements while still_fails(source) (the same status)."""
+    head, seed_line, in_lines, params, body, rets = split_program(source)
+    best = source
+    tries = 0
+
+    def attempt(b, r):
+        nonlocal tries
+        tries += 1
+        cand = join_program(head, seed_line, in_lines, params, b, r)
+        return cand if still_fails(cand) else None
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        for i in range(len(rets)):
+            if len(rets) > 1 and tries < budget:
+                r2 = rets[:i] + rets[i + 1:]
+                c = attempt(body, r2)
+                if c:
+                    rets, best, changed = r2, c, True
+                    break
+        for i in reversed(range(len(body))):
+            if tries >= budget:
+                break
+            b2 = body[:i] + body[i + 1:]
+            c = attempt(b2, rets)
+            if c:
+                body, best, changed = b2, c, True
+    if best == source:   # at least drop the unused parameters
+        cand = join_program(head, seed_line, in_lines, params, body, rets)
+        if cand != source and still_fails(cand):
+            best = cand
+    # input lines after the last one used (their draws come after all the others)
+    text = "\n".join(body + rets)
+    last = max([i for i, ln in enumerate(in_lines)
+                if re.search(r"\b" + ln.split(" = ")[0] + r"\b", text)] or [-1])
+    used_bases = set(re.findall(r"\bb\d+\b", "\n".join(in_lines[:last + 1])))
+    trimmed = in_lines[:last + 1]
+    if len(trimmed) < len(in_lines) and not used_bases - set(ln.split(" = ")[0] for ln in trimmed):
+        cand = join_program(head, seed_line, trimmed, params, body, rets)
+        if still_fails(cand):
+            best = cand
+    return best
+
+
+# ---------------------------------------------------------------- findings
+
+
+def op_tokens(source):
+    body = source.split("\n\n\ndef f(", 1)[1]
+    toks = set(re.findall(r"(?:torch\.|F\.|\.)([a-z_][a-z_0-9]*)\(", body))
+    toks |= {m for m in re.findall(r" (\*\*|//|[-+*/%&|^<>]=?|==|!=|<<|>>) ", body)}
+    if re.search(r"\] = ", body):
+        toks.add("setitem")
+    return sorted(toks)
+
+
+def signature(status, detail, source):
+    cat = (detail or "").split(":", 1)[0]
+    if status == "crash":
+        cat = "crash"
+    return f"{status}/{cat}/{'+'.join(op_tokens(source))}"
+
+
+def finding_text(source, meta, status, detail, sig):
+    doc = "\n".join(("# " + ln).rstrip() for ln in f"{status}: {detail}".strip().splitlines()[:200])
+    return (f"# cdynamo fuzz finding (tools/fuzz.py), family {meta.get('family')}, {status}\n"
+            f"# signature: {sig}\n{doc}\n{source}\n\nMETA = {meta!r}\n\n\n"
+            "def test_case():\n"
+            "    import os, sys\n"
+            "    root = os.path.dirname(os.path.abspath(__file__))\n"
+            "    while root != '/' and not os.path.exists(os.path.join(root, 'tools', 'fuzz.py')):\n"
+            "        root = os.path.dirname(root)\n"
+            "    if root == '/':   # outside a checkout: $CDYNAMO_ROOT, else where it was found\n"
+            f"        root = os.environ.get('CDYNAMO_ROOT', {ROOT!r})\n"
+            "    sys.path.insert(0, os.path.join(root, 'tools'))\n"
+            "    import fuzz\n"
+            "    with open(__file__) as fh:\n"
+            "        status, detail = fuzz.check_program(fh.read(), META)\n"
+            "    assert status in ('ok', 'fallback', 'raises'), detail\n\n\n"
+            "if __name__ == '__main__':\n"
+            "    test_case()\n"
+            "    print('ok')\n")
+
+
+def write_finding(out_dir, source, meta, status, detail, sig):
+    os.makedirs(out_dir, exist_ok=True)
+    h = hashlib.sha1(sig.encode()).hexdigest()[:10]
+    path = os.path.join(out_dir, f"{meta.get('family')}_{status}_{h}.py")
+    if not os.path.exists(path):
+        with open(path, "w") as fh:
+            fh.write(finding_text(source, meta, status, detail, sig))
+    return path
+
+
+# ---------------------------------------------------------------- driver
+
+
+def case_program(seed, i, family):
+    rng = random.Random(f"{seed}-{family}-{i}")
+    return fuzz_gen.generate(rng, family)
+
+
+def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
+         write=True, do_minimize=True, log=print, verbose=False, timeout=120.0,
+         minimize_per_bucket=4, plan=None):
+    """Run `cases` programs (round-robin over families) in a child process; returns
+    {"counts": {family: {column: n}}, "failures": [...], "seconds": s}.  Only the first
+    minimize_per_bucket failures of each family / status / category are minimized (a
+    known bug hit a thousand times would otherwise take the campaign's time).  plan: a
+    list of (family, seed, n) cases to run instead (cases and families are then ignored)."""
+    families = families or fuzz_gen.FAMILIES
+    if plan is not None:
+        families = list(dict.fromkeys(fam for fam, _, _ in plan))
+        cases = len(plan)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    own_cache = None
+    if not env.get("CDYNAMO_CACHE_DIR"):
+        own_cache = tempfile.mkdtemp(prefix="cdynamo-fuzz-cache-")
+        env["CDYNAMO_CACHE_DIR"] = own_cache
+    child = Child(timeout, env)
+    counts = {fam: dict.fromkeys(COLUMNS, 0) for fam in families}
+    failures, seen, buckets = [], {}, {}
+    t0 = time.time()
+    i = 0
+    try:
+        while (cases is None or i < cases) and (time_limit is None or time.time() - t0 < time_limit):
+            if plan is not None:
+                fam, cseed, n = plan[i]
+            else:
+                fam, cseed, n = families[i % len(families)], seed, i // len(families)
+            i += 1
+            prog = case_program(cseed, n, fam)
+            if prog is None:
+                continue
+            source, meta = prog
+            status, detail = child.run(i, source, meta)
+            if status == "error":   # the program could not even be exec'd: a fuzzer bug
+                log(f"fuzzer error in case {fam}#{n}: {detail}")
+                continue
+            c = counts[fam]
+            c["cases"] += 1
+            c[status] += 1
+            if status == "raises":
+                c["ok"] += 1
+            if verbose:
+                log(f"{fam}#{n}: {status} {detail[:200]}")
+            if status not in BAD:
+                continue
+            if status == "crash" and do_minimize:
+                source, meta, status, detail = triage_crash(child, source, meta, detail)
+            small = source
+            bucket = f"{fam}/{status}/{detail.split(':', 1)[0]}"
+            buckets[bucket] = buckets.get(bucket, 0) + 1
+            if do_minimize and buckets[bucket] <= minimize_per_bucket and \
+                    "not reproducible alone" not in detail:
+                cat = detail.split(":", 1)[0]
+
+                def still(cand, _s=status, _c=cat, _m=meta):
+                    if _s == "crash":     # every try in a fresh worker
+                        child.close()
+                    st, de = child.run(-1, cand, _m)
+                    return st == _s and de.split(":", 1)[0] == _c
+                small = minimize(source, meta, status, still, budget=25 if status == "crash" else 60)
+                st2, de2 = child.run(-2, small, meta)
+                if st2 == status:
+                    detail = de2
+            sig = signature(status, detail, small)
+            first = sig not in seen
+            seen[sig] = seen.get(sig, 0) + 1
+            rec = {"family": fam, "case": n, "status": status, "detail": detail,
+                   "source": small, "meta": meta, "signature": sig, "new": first}
+            failures.append(rec)
+            if first:
+                path = write_finding(findings_dir, small, meta, status, detail, sig) if write else None
+                rec["path"] = path
+                log(f"{status.upper()} {fam}#{n} ({sig})\n  {detail.splitlines()[0][:300]}\n"
+                    + (f"  -> {path}\n" if path else "")
+                    + "\n".join("    " + ln for ln in small.split("def make_inputs():")[1].splitlines()))
+    finally:
+        child.close()
+    return {"counts": counts, "failures": failures, "seconds": time.time() - t0,
+            "signatures": seen}
+
+
+def findings_report(out_dir):
+    """Write out_dir/FINDINGS.md: one entry per finding file (family, status, symptom,
+    the '# note:' lines added by hand, and the program without its prelude)."""
+    entries = []
+    for name in sorted(os.listdir(out_dir)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(out_dir, name)) as fh:
+            text = fh.read()
+        head = [ln[2:] for ln in text.splitlines() if ln.startswith("# ")]
+        fam = re.search(r"family (\w+), (\w+)", head[0]) if head else None
+        notes = [h[len("note: "):] for h in head if h.startswith("note: ")]
+        symptom = next((h for h in head[2:] if not h.startswith("note: ") and not h.startswith("  ")), "")
+        if "def make_inputs():" in text:
+            prog = "def make_inputs():" + text.split("def make_inputs():", 1)[1].split("\n\nMETA = ")[0]
+        else:     # written by hand
+            prog = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+        meta = re.search(r"\nMETA = (.*)\n", text)
+        entries.append(f"### {name}\n- family: {fam.group(1) if fam else '?'}, "
+                       f"{fam.group(2) if fam else '?'}" + (f"; state {meta.group(1)}" if meta and
+                                                            "states" in meta.group(1) else "")
+                       + "\n" + "".join(f"- {n}\n" for n in notes)
+                       + f"- symptom: `{symptom[:400]}`\n\n```python\n{prog.strip()}\n```\n")
+    header = ""
+    if os.path.exists(os.path.join(out_dir, "HEADER.md")):     # a summary written by hand
+        with open(os.path.join(out_dir, "HEADER.md")) as fh:
+            header = fh.read().rstrip() + "\n\n"
+    with open(os.path.join(out_dir, "FINDINGS.md"), "w") as fh:
+        fh.write("# cdynamo fuzz findings (tools/fuzz.py), not yet fixed on main\n\n" + header +
+                 "Each file is self-contained: `python FILE` runs its test_case() (eager vs "
+                 "cdynamo with the fuzzer's oracle); inputs come from the seeded make_inputs() "
+                 "(_fill is in the file's prelude). Regenerate this list with "
+                 "`tools/fuzz.py --report DIR`.\n\n" + "\n".join(entries))
+
+
+def triage_crash(child, source, meta, detail):
+    """A crash is rerun alone in a fresh worker.  If it does not crash there, the cases the
+    worker ran before it are replayed with it (a crash that needs an earlier program), and
+    the finding is the shortest history that crashes, as one program per call."""
+    history = list(child.history[:-1])
+    child.close()
+    st, de = child.run(-3, source, meta)
+    if st == "crash":
+        return source, meta, "crash", de
+    for k in (1, 3, 10):
+        if k > len(history):
+            break
+        prev = history[-k:]
+        child.close()
+        for src, m in prev:
+            child.run(-4, src, m)
+        st, de = child.run(-5, source, meta)
+        child.close()
+        if st == "crash":
+            note = "".join(f"\n# -- program {i + 1} of {len(prev)} run before it in the same process:\n"
+                           + "\n".join("#   " + ln for ln in src.split("def make_inputs():")[1].splitlines())
+                           for i, (src, m) in enumerate(prev))
+            return source, meta, "crash", (f"crash: needs the {len(prev)} program(s) run before it in "
+                                           f"the same process ({de.splitlines()[0]}){note}")
+    return source, meta, "crash", (f"crash: not reproducible alone or after the previous "
+                                   f"programs ({detail.splitlines()[0]})")
+
+
+def format_counts(counts):
+    lines = [f"{'family':<12}" + "".join(f"{c:>9}" for c in COLUMNS)]
+    tot = dict.fromkeys(COLUMNS, 0)
+    for fam, c in counts.items():
+        lines.append(f"{fam:<12}" + "".join(f"{c[k]:>9}" for k in COLUMNS))
+        for k in COLUMNS:
+            tot[k] += c[k]
+    lines.append(f"{'total':<12}" + "".join(f"{tot[k]:>9}" for k in COLUMNS))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", type=int, default=None,
+                    help="number of cases in all (round-robin over the families; default 200 "
+                    "unless --time is given)")
+    ap.add_argument("--family", default=None, help="family or comma-separated families "
+                    f"({', '.join(fuzz_gen.FAMILIES)})")
+    ap.add_argument("--time", type=float, default=None, help="stop after T seconds")
+    ap.add_argument("--findings", default=FINDINGS_DIR, help="where failing programs are written")
+    ap.add_argument("--no-write", action="store_true", help="write no finding files")
+    ap.add_argument("--no-minimize", action="store_true")
+    ap.add_argument("--minimize-per-bucket", type=int, default=4, metavar="K",
+                    help="minimize only the first K failures of a family / status / category")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
+    ap.add_argument("--show", action="store_true", help="print the generated programs, run nothing")
+    ap.add_argument("--json", default=None, help="write the summary (counts, failures) here")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--report", metavar="DIR", default=None,
+                    help="write DIR/FINDINGS.md from the finding files in DIR, run nothing")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        worker_main()
+        return 0
+    if a.report:
+        findings_report(a.report)
+        return 0
+    if a.cases is None and a.time is None:
+        a.cases = 200
+    fams = a.family.split(",") if a.family else None
+    for fam in fams or []:
+        if fam not in fuzz_gen.FAMILIES:
+            ap.error(f"unknown family {fam!r}")
+    if a.show:
+        for i in range(a.cases or 10):
+            fam = (fams or fuzz_gen.FAMILIES)[i % len(fams or fuzz_gen.FAMILIES)]
+            prog = case_program(a.seed, i // len(fams or fuzz_gen.FAMILIES), fam)
+            if prog:
+                print(f"# ---- {fam}: {prog[1]}\n" + prog[0].split("def make_inputs():")[1])
+        return 0
+    s = fuzz(a.seed, a.cases, fams, a.time, a.findings, not a.no_write, not a.no_minimize,
+             verbose=a.verbose, timeout=a.timeout, minimize_per_bucket=a.minimize_per_bucket)
+    print(format_counts(s["counts"]))
+    print(f"fuzz: seed {a.seed}, {s['seconds']:.1f} s, {len(s['signatures'])} distinct failures")
+    for sig, n in sorted(s["signatures"].items()):
+        print(f"  {n:5d} x {sig}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"counts": s["counts"], "failures": s["failures"], "seed": a.seed}, fh, indent=1)
+    return 1 if any(c[k] for c in s["counts"].values() for k in BAD) else 0
+
+
+# ---------------------------------------------------------------- the first fuzzer's format
+# tests/fuzz_regressions/case_*.py files with INPUTS and SOURCE (elementwise programs):
+# run by tests/test_fuzz.py through run_case.
 
 
 def make_input(dtype, shape, layout, seed):
@@ -125,252 +849,6 @@ def run_case(source, inputs, cdynamo):
             "an input was modified"
     return "ok"
 
-
-# ---------------------------------------------------------------- generation
-
-
-def rand_shape(rng):
-    """An output shape: 0-4 dims, sizes 0-7 (mostly 1-5), now and then large."""
-    nd = rng.choice([0, 1, 1, 2, 2, 2, 3, 3, 4])
-    shape = [rng.choice([1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 0]) if rng.random() < 0.97 else 1
-             for _ in range(nd)]
-    if 0 in shape and rng.random() < 0.7:   # keep empty tensors rare-ish
-        shape = [s or 3 for s in shape]
-    if nd and rng.random() < 0.06:
-        shape[rng.randrange(nd)] = rng.choice([257, 1000, 4099, 20000])
-    return shape
-
-
-def input_shape(rng, out):
-    """A shape that broadcasts to out: a suffix of it with some dims set to 1."""
-    nd = rng.randint(0, len(out)) if rng.random() < 0.3 else len(out)
-    sh = out[len(out) - nd:]
-    return [1 if rng.random() < 0.2 else s for s in sh]
-
-
-def rand_scalar(rng):
-    return rng.choice([2, -3, 0, 1, 7, 0.5, -1.25, 3.0, 1e3, True, False])
-
-
-class Program:
-    def __init__(self, rng):
-        self.rng = rng
-        out = rand_shape(rng)
-        nin = rng.randint(1, 3)
-        self.inputs = [(rng.choice(DTYPES), input_shape(rng, out), rng.choice(LAYOUTS),
-                        rng.randrange(1 << 30)) for _ in range(nin)]
-        self.names = [f"a{i}" for i in range(nin)]
-        self.inexact = {n: False for n in self.names}
-        self.lines = []
-        self.ops = 0
-        self.any_inexact = False
-        for _ in range(rng.randint(1, 8)):
-            self.add_op()
-        nret = 1 if rng.random() < 0.8 else 2
-        rets = self.names[-nret:] if len(self.names) >= nret else self.names[-1:]
-        self.ret = rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"
-
-    def pick(self, exact=False):
-        pool = [n for n in self.names if not (exact and self.inexact[n])]
-        if not pool:
-            return None
-        # prefer recent values so that the DAG has depth
-        return pool[-1] if self.rng.random() < 0.5 else self.rng.choice(pool)
-
-    def operand(self, exact=False, scalar_ok=True):
-        if scalar_ok and self.rng.random() < 0.25:
-            return repr(rand_scalar(self.rng)), False
-        n = self.pick(exact)
-        if n is None:
-            return repr(rand_scalar(self.rng)), False
-        return n, self.inexact[n]
-
-    def emit(self, expr, inexact):
-        name = f"t{len(self.names)}"
-        self.lines.append(f"{name} = {expr}")
-        self.names.append(name)
-        self.inexact[name] = inexact
-        self.any_inexact |= inexact
-        self.ops += 1
-
-    def add_op(self):
-        rng = self.rng
-        kind = rng.random()
-        if kind < 0.3:
-            op = rng.choice(UNARY)
-            a = self.pick()
-            inexact = self.inexact[a] or op in TRANSCENDENTAL
-            form = rng.randrange(3)
-            if op == "neg" and form == 0:
-                expr = f"-{a}"
-            elif op == "relu" and form == 2:
-                expr = f"torch.relu({a})"
-            elif form == 1 and op != "relu":
-                expr = f"{a}.{op}()"
-            else:
-                expr = f"torch.{op}({a})"
-            self.emit(expr, inexact)
-        elif kind < 0.75:
-            op = rng.choice(BINARY)
-            scalar_ok = op not in ("maximum", "minimum")
-            a, ia = self.operand(scalar_ok=False)
-            b, ib = self.operand(scalar_ok=scalar_ok)
-            if rng.random() < 0.2 and scalar_ok and op in OPERATOR:
-                a, b, ia, ib = b, a, ib, ia      # scalar on the left: radd etc.
-            inexact = ia or ib or op in TRANSCENDENTAL
-            form = rng.randrange(3)
-            if op in OPERATOR and (form == 0 or a[0] not in "at"):
-                expr = f"{a} {OPERATOR[op]} {b}"
-            elif form == 1 and a[0] in "at":
-                expr = f"{a}.{op}({b})"
-            else:
-                expr = f"torch.{op}({a}, {b})"
-            self.emit(expr, inexact)
-        elif kind < 0.9:
-            op = rng.choice(COMPARE)
-            a, _ = self.operand(exact=True, scalar_ok=False)
-            b, _ = self.operand(exact=True)
-            if a[0] not in "at":
-                a, b = b, a
-            if a[0] not in "at":
-                return
-            form = rng.randrange(2)
-            expr = f"{a} {OPERATOR[op]} {b}" if form == 0 else f"torch.{op}({a}, {b})"
-            self.emit(expr, False)
-        else:
-            c = self.pick(exact=True)
-            if c is None:
-                return
-            if rng.random() < 0.5:
-                thr, _ = self.operand(exact=True)
-                self.emit(f"{c} > {thr}" if c[0] in "at" else f"{thr} > {c}", False)
-                c = self.names[-1]
-            a, ia = self.operand(scalar_ok=False)
-            b, ib = self.operand()
-            self.emit(f"torch.where({c}, {a}, {b})", ia or ib)
-
-    def source(self):
-        body = "\n".join("    " + line for line in self.lines + [f"return {self.ret}"])
-        # an integer input's transcendental op runs in float32 (torch's default dtype)
-        f32 = self.any_inexact and any(dt != "float64" for dt, *_ in self.inputs)
-        return (f"INEXACT = {self.any_inexact}\nINEXACT32 = {f32}\n\n\n"
-                f"def f({', '.join(f'a{i}' for i in range(len(self.inputs)))}):\n{body}\n")
-
-
-# ---------------------------------------------------------------- regression files
-
-
-def case_hash(source, inputs):
-    return hashlib.sha1((source + repr(inputs)).encode()).hexdigest()[:12]
-
-
-def regression_text(source, inputs, error, xfail=None):
-    """A regression file: data only; tests/test_fuzz.py runs it with this file's run_case."""
-    err = "\n".join("# " + line for line in error.strip().splitlines()[-12:])
-    return (
-        f'"""cdynamo fuzz regression (tools/fuzz.py), run by tests/test_fuzz.py.\n'
-        f'Failure when found:"""\n{err}\n\n'
-        f"#: a reason string marks a known cdynamo bug (xfail strict); None when fixed\n"
-        f"XFAIL = {xfail!r}\n"
-        f"INPUTS = {inputs!r}\n"
-        f"SOURCE = {source!r}\n")
-
-
-def write_regression(source, inputs, error, out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"case_{case_hash(source, inputs)}.py")
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(regression_text(source, inputs, error))
-    return path
-
-
-# ---------------------------------------------------------------- driver
-
-#: known cdynamo bugs (each has an xfail regression in tests/fuzz_regressions/): a failure
-#: whose message matches is counted as "known", not as a new failure (--strict: failures)
-KNOWN = [
-    (r"^\('strides', ",
-     "BUG layout: output strides differ from TensorIterator's (broadcast expanded/permuted inputs)"),
-]
-
-
-def known_bug(msg):
-    import re
-    for pat, name in KNOWN:
-        if re.search(pat, msg):
-            return name
-    return None
-
-
-
-def fuzz(seed, cases, time_limit=None, out_dir=REGRESSION_DIR, write=True, verbose=False,
-         log=print, strict=False):
-    """Run up to `cases` cases (or until time_limit seconds); returns a summary dict."""
-    import cdynamo
-    rng = random.Random(seed)
-    t0 = time.time()
-    summary = {"cases": 0, "ops": 0, "failures": 0, "raises": 0, "files": [], "known": {}}
-    own_cache = None
-    if not os.environ.get("CDYNAMO_CACHE_DIR"):
-        own_cache = tempfile.mkdtemp(prefix="cdynamo-fuzz-")
-        cdynamo.config.cache_dir = own_cache
-    i = 0
-    while (cases is None or i < cases) and (time_limit is None or time.time() - t0 < time_limit):
-        i += 1
-        prog = Program(rng)
-        src, inputs = prog.source(), prog.inputs
-        summary["cases"] += 1
-        summary["ops"] += prog.ops
-        cdynamo.reset()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", cdynamo.CdynamoWarning)   # a fallback is a failure
-                res = run_case(src, inputs, cdynamo)
-            summary["raises"] += res == "raises"
-        except BaseException as e:   # noqa: BLE001
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            known = None if strict else known_bug(str(e))
-            if known:
-                summary["known"][known] = summary["known"].get(known, 0) + 1
-                continue
-            summary["failures"] += 1
-            tb = traceback.format_exc()
-            log(f"FAIL case {i}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n"
-                f"  inputs={inputs}\n" + textwrap.indent(src, "    "))
-            if write:
-                summary["files"].append(write_regression(src, inputs, tb, out_dir))
-        if verbose:
-            log(f"case {i}: ok ({prog.ops} ops)")
-    cdynamo.reset()
-    summary["seconds"] = time.time() - t0
-    return summary
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cases", type=int, default=None, help="number of cases (default 200 "
-                    "unless --time is given)")
-    ap.add_argument("--time", type=float, default=None, help="stop after T seconds")
-    ap.add_argument("--out", default=REGRESSION_DIR, help="where failing cases are written")
-    ap.add_argument("--no-write", action="store_true", help="do not write regression files")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    ap.add_argument("--strict", action="store_true", help="count known bugs as failures")
-    a = ap.parse_args(argv)
-    if a.cases is None and a.time is None:
-        a.cases = 200
-    sys.path.insert(0, os.path.join(ROOT, "python"))
-    s = fuzz(a.seed, a.cases, a.time, a.out, not a.no_write, a.verbose, strict=a.strict)
-    print(f"fuzz: {s['cases']} cases, {s['ops']} ops, {s['failures']} failures "
-          f"({s['raises']} cases where eager raises; {sum(s['known'].values())} hit known bugs; "
-          f"{s['seconds']:.1f} s; seed {a.seed})")
-    for name, n in sorted(s["known"].items()):
-        print(f"  known: {n:4d} x {name}")
-    for p in s["files"]:
-        print(f"  wrote {os.path.relpath(p, ROOT)}")
-    return 1 if s["failures"] else 0
 
 
 if __name__ == "__main__":
