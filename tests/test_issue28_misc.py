@@ -129,3 +129,126 @@ def test_clamp_integer_inputs(dtype):
         _assert_bitwise(f, x)
 
 
+
+
+# ---- item 17: output strides where the layout is ambiguous ---------------------
+
+def _strided(dtype, sizes, strides):
+    """A tensor of dtype with exactly these sizes and strides (values 1..10)."""
+    need = 1 + sum((s - 1) * t for s, t in zip(sizes, strides))
+    store = torch.randn(need, dtype=torch.float64).abs() * 9 + 1
+    store = store > 5 if dtype == torch.bool else store.to(dtype)
+    return store.as_strided(sizes, strides)
+
+
+def _assert_strides(f, *args):
+    e = f(*args)
+    c = cdynamo.optimize(f)(*args)
+    es = e if isinstance(e, (tuple, list)) else (e,)
+    cs = c if isinstance(c, (tuple, list)) else (c,)
+    for x, y in zip(es, cs):
+        assert x.dtype == y.dtype
+        assert x.stride() == y.stride(), (x.shape, x.stride(), y.stride())
+        torch.testing.assert_close(y, x, equal_nan=True)
+
+
+def test_promoted_input_votes_with_its_converted_copy():
+    # eager converts the expanded uint8 input to float32 first (a contiguous copy), which
+    # then decides the layout: (64, 1), not b's transposed order
+    a = torch.randint(0, 5, (3, 1), dtype=torch.uint8).expand(3, 64)
+    b = torch.randn(64, 3).t()
+    for f in (lambda a, b: a.lt(b), lambda a, b: a + b, lambda a, b: torch.maximum(a, b),
+              lambda a, b: torch.where(b > 0, a, b), lambda a, b: a.double() * b):
+        cdynamo.reset()
+        _assert_strides(f, a, b)
+    x = _strided(torch.int32, (2, 3, 4), (1, 0, 2))
+    y = _strided(torch.float32, (2, 3, 4), (12, 1, 3))
+    for f in (lambda x, y: x * y, lambda x, y: x.eq(y), lambda x, y: x / 2 + y):
+        cdynamo.reset()
+        _assert_strides(f, x, y)
+
+
+@pytest.mark.parametrize("sizes,strides", [
+    ((1, 1, 1, 4), (4, 4, 1, 1)), ((1, 2), (1, 1)), ((3, 1, 2), (1, 5, 3)),
+    ((2, 1, 3), (0, 1, 1)), ((2, 3, 4), (1, 0, 2)), ((4, 3), (1, 8)), ((3, 64), (1, 0))])
+def test_cast_keeps_layout_as_to_does(sizes, strides):
+    x = _strided(torch.float64, sizes, strides)
+    fns = (lambda x: x.float(), lambda x: x.to(torch.float32), lambda x: x.int(),
+           lambda x: x.bool(), lambda x: (x * 2).float(), lambda x: x.long() + 1)
+    for f in fns:
+        cdynamo.reset()
+        _assert_strides(f, x)
+
+
+def test_scalar_parameters_are_not_iterator_operands():
+    # pow(x, number) and clamp(x, numbers) iterate over x alone (a contiguous x with
+    # odd size-1 strides gets contiguous strides), x + number over x and a 0-d operand
+    x = _strided(torch.float32, (1, 1, 2, 1), (2, 2, 1, 2))
+    xi = _strided(torch.uint8, (4, 4, 1, 2), (8, 2, 2, 1))
+    for f, a in ((lambda x: x ** 2, x), (lambda x: torch.pow(x, 3.0), x), (lambda x: x + 1, x),
+                 (lambda x: torch.clamp(x, 0.5, 2.0), x), (lambda x: x.clamp(min=1.5), xi),
+                 (lambda x: x ** 2, xi), (lambda x: x.lt(2.5), xi)):
+        cdynamo.reset()
+        _assert_strides(f, a)
+
+
+def _layout_input(rng, shape, dtype):
+    nd = len(shape)
+    kind = rng.choice(["contig", "t", "perm", "slice", "expand", "size1"])
+    if kind == "perm" and nd >= 2:
+        p = list(range(nd))
+        rng.shuffle(p)
+        base = torch.empty([shape[i] for i in p]).permute(*[p.index(i) for i in range(nd)])
+    elif kind == "t" and nd >= 2:
+        base = torch.empty(shape[:-2] + [shape[-1], shape[-2]]).transpose(-1, -2)
+    elif kind == "slice":
+        d = rng.randrange(nd)
+        big = list(shape)
+        big[d] *= 2
+        base = torch.empty(big)[(slice(None),) * d + (slice(None, None, 2),)]
+    elif kind == "expand":
+        base = torch.empty([1 if rng.random() < 0.5 else n for n in shape]).expand(shape)
+    else:
+        base = torch.empty(shape)
+    return _strided(dtype, base.shape, base.stride())
+
+
+def test_random_pointwise_programs_strides_match_eager():
+    import random
+    rng = random.Random(28)
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool]
+    unary = [lambda x: x + 1, lambda x: x * 2.5, lambda x: x.float(), lambda x: x.double(),
+             lambda x: x.to(torch.int32), lambda x: torch.isnan(x), lambda x: x.bool(),
+             lambda x: torch.exp(x.float()), lambda x: x ** 2 if x.dtype != torch.bool else x,
+             lambda x: x.clamp(min=1.5) if x.dtype != torch.bool else x]
+    binary = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a.lt(b), lambda a, b: a == b,
+              lambda a, b: torch.where(a > 1, a, b), lambda a, b: a / b,
+              lambda a, b: torch.where(b > 1, 1.0, a), lambda a, b: a >= b]
+    checked = 0
+    for _ in range(120):
+        shape = [rng.choice([1, 1, 2, 3, 4]) for _ in range(rng.randint(2, 4))]
+        shapes = [[1 if rng.random() < 0.3 else n for n in shape] for _ in range(rng.choice([1, 2, 3]))]
+        ins = [_layout_input(rng, s, rng.choice(dtypes)) for s in shapes]
+        prog = [(rng.random() < 0.4, rng.randrange(10), rng.randrange(10), rng.randrange(10))
+                for _ in range(rng.randint(1, 3))]
+
+        def f(*xs, prog=prog):
+            vals = list(xs)
+            for is_un, k, i, j in prog:
+                if is_un:
+                    vals.append(unary[k % len(unary)](vals[i % len(vals)]))
+                else:
+                    vals.append(binary[k % len(binary)](vals[i % len(vals)], vals[j % len(vals)]))
+            return vals[len(xs):]
+        try:
+            e = f(*ins)
+        except RuntimeError:
+            continue
+        cdynamo.reset()
+        c = cdynamo.optimize(f)(*ins)
+        for x, y in zip(e, c):
+            assert x.dtype == y.dtype
+            if x.numel() > 1:
+                assert x.stride() == y.stride(), (prog, [(t.dtype, t.shape, t.stride()) for t in ins])
+            checked += 1
+    assert checked > 100

@@ -264,6 +264,54 @@ static int mt_layout(const mt_operand *ops, int n, cdy_meta *m)
     return 0;
 }
 
+/* The strides `o.to(other dtype)` gives the copy of operand o into st (torch's
+ * preserve_format: o's own where o is non-overlapping and dense, else the
+ * dense strides in o's dim order as infer_dense_strides sorts it, stride-0
+ * dims ambiguous as in TensorIterator). */
+static void mt_converted_strides(const mt_operand *o, int64_t *st)
+{
+    if (mt_dense(o)) {
+        memcpy(st, o->strides, sizeof(int64_t) * (size_t)o->ndim);
+        return;
+    }
+    cdy_meta c;
+    c.ndim = o->ndim;
+    memcpy(c.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+    mt_reorder_strides(o, 1, &c);
+    memcpy(st, c.strides, sizeof(int64_t) * (size_t)o->ndim);
+}
+
+/* The dtype CPU's TensorIterator converts op's tensor inputs to before it
+ * picks the output's layout (promote_inputs_to_common_dtype: each input of
+ * another dtype becomes a temporary `.to(common)`, whose strides then vote):
+ * the result dtype; a comparison's: its inputs' result_type; a unary
+ * test's (isnan, ...): its input's. */
+static int mt_common_dtype(int op, tvar **args, int nops, const cdy_meta *m)
+{
+    if (meta_rule[op] != 'B')
+        return m->dtype;
+    return nops == 2 ? cdy_result_dtype(args[0]->obj, args[1]->obj) : CDY_DT_NONE;
+}
+
+/* Replace, in ops, the strides of each tensor input that CPU's iterator
+ * converts to the common dtype by its converted copy's (mt_converted_strides,
+ * into conv); where's condition is bool already. */
+static void mt_promote_operands(int op, tvar **args, int nops, const cdy_value *vals,
+                                const cdy_meta *m, mt_operand *ops,
+                                int64_t conv[][CDY_MAX_NDIM])
+{
+    int common = mt_common_dtype(op, args, nops, m);
+    if (common == CDY_DT_NONE)
+        return;
+    for (int i = meta_rule[op] == 'W'; i < nops; i++) {
+        if (args[i]->kind != TV_TENSOR || ops[i].ndim == 0 ||
+            vals[args[i]->value].meta.dtype == common)
+            continue;
+        mt_converted_strides(&ops[i], conv[i]);
+        ops[i].strides = conv[i];
+    }
+}
+
 /* 1 if a is a Python number constant. */
 static int mt_number(const tvar *a)
 {
@@ -346,7 +394,11 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
                        mt_operand *ops)
 {
     char kind = cdy_op_table[op].kind;
-    int ndata = meta_rule[op] == 'A' || kind == 'U' ? 1 : kind == 'T' ? 3 : 2;
+    /* clamp's bounds and pow's number exponent are not operands of eager's
+     * iterator (it is unary over x converted to the result dtype) */
+    int unary = meta_rule[op] == 'A' || kind == 'U' || op == CDY_OP_CLAMP ||
+                (op == CDY_OP_POW && n == 2 && args[0]->kind == TV_TENSOR && mt_number(args[1]));
+    int ndata = unary ? 1 : kind == 'T' ? 3 : 2;
     int ntensors = 0;
     for (int i = 0; i < n; i++) {
         tvar *a = args[i];
@@ -384,9 +436,20 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     cdy_meta m;
     memset(&m, 0, sizeof(m));
     m.dtype = mt_dtype(op, args, n, vals);
-    if (m.dtype == CDY_DT_NONE || mt_layout(ops, nops, &m))
+    if (m.dtype == CDY_DT_NONE)
         return NULL;
-    if (meta_rule[op] == 'M')
+    int rule = meta_rule[op];
+    if (rule >= 1 && rule <= 6) {           /* a cast is x.to(dtype): its copy's layout */
+        m.ndim = ops[0].ndim;
+        memcpy(m.sizes, ops[0].sizes, sizeof(int64_t) * (size_t)m.ndim);
+        mt_converted_strides(&ops[0], m.strides);
+        return cdy_fake_from_meta(tr, &m);
+    }
+    int64_t conv[CDY_MAX_NODE_ARGS][CDY_MAX_NDIM];
+    mt_promote_operands(op, args, nops, vals, &m, ops, conv);
+    if (mt_layout(ops, nops, &m))
+        return NULL;
+    if (rule == 'M')
         mt_contiguous_strides(m.sizes, m.ndim, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
