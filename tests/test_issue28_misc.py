@@ -252,3 +252,42 @@ def test_random_pointwise_programs_strides_match_eager():
                 assert x.stride() == y.stride(), (prog, [(t.dtype, t.shape, t.stride()) for t in ins])
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("xs,ws,pad", [
+    ((1, 1, 1, 1), (8, 1, 1, 1), 1), ((1, 1, 1, 1), (8, 1, 3, 3), 1), ((2, 1, 1, 1), (8, 1, 1, 1), 1),
+    ((2, 2, 1, 1), (8, 2, 1, 1), 1), ((1, 3, 1, 1), (8, 3, 1, 1), 0), ((16, 2, 1, 1), (4, 2, 1, 1), 1)])
+def test_conv2d_size1_spatial_strides(xs, ws, pad):
+    # an (N, C, 1, 1) input is contiguous and channels_last at once; torch suggests
+    # contiguous for it and so does the CPU kernel's result (it used to come back
+    # channels_last, and with C > 1 the rewrite recursed until the stack overflowed)
+    x, w = torch.randn(xs), torch.randn(ws)
+    for f in (lambda x, w: F.conv2d(x, w, padding=pad), lambda x, w: F.conv2d(x, w, padding=pad).relu(),
+              lambda x, w: F.conv2d(x.double(), w.double(), padding=pad)):
+        cdynamo.reset()
+        _assert_strides(f, x, w)
+
+
+@pytest.mark.parametrize("sizes,strides", [
+    ((1, 2, 5, 2), (1, 1, 4, 2)), ((16, 2, 1, 2), (4, 1, 64, 2)), ((1, 1, 7, 4), (28, 1, 4, 1)),
+    ((2, 3, 4, 1), (12, 1, 3, 3)), ((1, 3, 2, 1), (1, 1, 3, 1))])
+def test_batch_norm_eval_strides(sizes, strides):
+    # CPU's batch_norm keeps a contiguous or channels_last-contiguous input's format
+    # (contiguous first), and only otherwise follows suggest_memory_format()
+    x = _strided(torch.float32, sizes, strides)
+    c = sizes[1]
+    f = lambda x: F.batch_norm(x, torch.zeros(c), torch.ones(c))
+    _assert_strides(f, x)
+    cdynamo.reset()
+    _assert_strides(lambda x: F.batch_norm(x * 2, torch.zeros(c), torch.ones(c)).relu(), x)
+
+
+def test_index_fill_and_pooling_ambiguous_layouts():
+    x = torch.randn(4, 5, 6).permute(2, 0, 1)[:, ::2]
+    _assert_strides(lambda x, i: x.index_fill(0, i, 1.0), x, torch.tensor([1, 3]))
+    for x in (torch.randn(1, 1, 1, 1), torch.randn(2, 3, 1, 1), torch.randn(1, 3, 4, 1).contiguous(
+            memory_format=torch.channels_last), torch.randn(2, 1, 4, 4).contiguous(memory_format=torch.channels_last)):
+        for f in (lambda x: F.max_pool2d(x, 1), lambda x: F.avg_pool2d(x, 1),
+                  lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: F.interpolate(x, scale_factor=2)):
+            cdynamo.reset()
+            _assert_strides(f, x)
