@@ -17,6 +17,16 @@
 
 #include "compiler/cg.h"
 
+/* clamp(x, lo, hi) and hardtanh as ATen's CPU kernels compute them: a NaN
+ * bound makes every element a (positive) NaN, as the fill in clamp_out does;
+ * else max(x, lo) then min(., hi), each keeping x unless x is strictly beyond
+ * the bound (so -0.0 stays -0.0, x's NaN keeps its payload, and hi wins when
+ * lo > hi).  clamp_min / clamp_max with a NaN bound fill with that NaN. */
+#define CG_CLAMP_FLOAT                                                       \
+    "$1 != $1 || $2 != $2 ? ($T)NAN : $0 != $0 ? $0 : "                      \
+    "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)"
+#define CG_CLAMP_INT "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)"
+
 /* C expression templates, one per op and kind of compute dtype:
  * X(op, float, integer, bool).  $0 $1 $2 are the (already cast) args,
  * $f is "f" for float32 math functions and "" for float64, $T the compute
@@ -71,14 +81,12 @@
     X(ROUND, "nearbyint$f($0)", "$0", NULL)                                  \
     X(TRUNC, "trunc$f($0)", "$0", NULL)                                      \
     X(LEAKY_RELU, "$0 > 0 ? $0 : $0 * $1", NULL, NULL)                       \
-    X(HARDTANH, "$0 != $0 ? $0 : ($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", \
-      "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", NULL)           \
+    X(HARDTANH, CG_CLAMP_FLOAT, CG_CLAMP_INT, NULL)                          \
     X(RELU6, "$0 != $0 ? $0 : $0 < 0 ? 0 : $0 > 6 ? 6 : $0",                 \
       "$0 < 0 ? 0 : $0 > 6 ? 6 : $0", NULL)                                  \
-    X(CLAMP, "$0 != $0 ? $0 : ($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", \
-      "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)", NULL)           \
-    X(CLAMP_MIN, "$0 != $0 ? $0 : $0 < $1 ? $1 : $0", "$0 < $1 ? $1 : $0", NULL) \
-    X(CLAMP_MAX, "$0 != $0 ? $0 : $0 > $1 ? $1 : $0", "$0 > $1 ? $1 : $0", NULL) \
+    X(CLAMP, CG_CLAMP_FLOAT, CG_CLAMP_INT, NULL)                             \
+    X(CLAMP_MIN, "$1 != $1 ? $1 : $0 != $0 ? $0 : $0 < $1 ? $1 : $0", "$0 < $1 ? $1 : $0", NULL) \
+    X(CLAMP_MAX, "$1 != $1 ? $1 : $0 != $0 ? $0 : $0 > $1 ? $1 : $0", "$0 > $1 ? $1 : $0", NULL) \
     X(GELU, "$1 == 0 ? $vgelu_exact$f($0)" \
       " : ($T)0.5 * $0 * (($T)1 + $vtanh$f(($T)0.79788456080286535588 * "   \
       "($0 + ($T)0.044715 * ($0 * $0 * $0))))", NULL, NULL)                  \
@@ -818,8 +826,8 @@ char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
         return cg_strf(c, val->i < 0 ? "(%lldLL)" : "%lldLL", (long long)val->i);
     }
     double f = val->f;
-    if (isnan(f))
-        return cg_strf(c, "NAN");
+    if (isnan(f))                       /* the sign of a NaN is kept, as torch's fill keeps it */
+        return cg_strf(c, signbit(f) ? "(-NAN)" : "NAN");
     if (isinf(f))
         return cg_strf(c, f < 0 ? "(-INFINITY)" : "INFINITY");
     char tmp[40];

@@ -714,6 +714,60 @@ static PyObject *compiled_get_source(PyObject *self, void *closure)
     return Py_NewRef(s ? s : Py_None);
 }
 
+/* One argument of a traced call as data: ("v", value), ("c", constant) or,
+ * for a sequence, ("s", is_list, (items...)); new ref or NULL. */
+static PyObject *program_arg(int ref, PyObject *cst, const cdy_pyseq *seq)
+{
+    if (ref >= 0)
+        return Py_BuildValue("(si)", "v", ref);
+    if (ref == -2 && !seq)
+        return Py_BuildValue("(sO)", "c", Py_None);
+    if (ref != -2)
+        return Py_BuildValue("(sO)", "c", cst ? cst : Py_None);
+    PyObject *items = PyTuple_New(seq->n);
+    for (int i = 0; items && i < seq->n; i++) {
+        PyObject *it = program_arg(seq->ref[i], seq->cst[i], NULL);
+        if (!it) {
+            Py_CLEAR(items);
+            break;
+        }
+        PyTuple_SET_ITEM(items, i, it);
+    }
+    return items ? Py_BuildValue("(siN)", "s", seq->is_list, items) : NULL;
+}
+
+/* The traced calls (what backend "eager" replays) as data for the repro
+ * generator: a tuple of (value, fn, args, kwnames, item, base) per call,
+ * args as program_arg gives them; value -1 for a multi-output call, whose
+ * results other calls take as item `item` of call `base`. */
+static PyObject *compiled_get_program(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    PyObject *r = PyTuple_New(c->npynodes);
+    for (int n = 0; r && n < c->npynodes; n++) {
+        const cdy_pynode *p = &c->pynodes[n];
+        PyObject *args = PyTuple_New(p->nargs);
+        for (int a = 0; args && a < p->nargs; a++) {
+            PyObject *x = program_arg(p->ref[a], p->cst ? p->cst[a] : NULL,
+                                      p->seq ? &p->seq[a] : NULL);
+            if (!x) {
+                Py_CLEAR(args);
+                break;
+            }
+            PyTuple_SET_ITEM(args, a, x);
+        }
+        PyObject *row = args ? Py_BuildValue("(iONOii)", p->value, p->fn ? p->fn : Py_None, args,
+                                             p->kwnames ? p->kwnames : Py_None, p->item, p->base)
+                             : NULL;
+        if (!row) {
+            Py_CLEAR(r);
+            break;
+        }
+        PyTuple_SET_ITEM(r, n, row);
+    }
+    return r;
+}
+
 static PyObject *compiled_get_calls(PyObject *self, void *closure)
 {
     return PyLong_FromLongLong(((cdy_compiled *)self)->calls);
@@ -826,6 +880,8 @@ static PyGetSetDef compiled_getset[] = {
     {"kernel_profile", compiled_get_kernel_profile, NULL,
      "[(kernel symbol, calls, total ns)] while profiling is on", NULL},
     {"calls", compiled_get_calls, NULL, "number of calls", NULL},
+    {"program", compiled_get_program, NULL,
+     "the traced torch calls as data: (value, fn, args, kwnames, item, base) each", NULL},
     {"num_kernels", compiled_get_nkernels, NULL, "number of kernels", NULL},
     {"scratch_bytes", compiled_get_scratch_bytes, NULL,
      "bytes of the block holding the buffers only kernels read (no tensors made per call)",

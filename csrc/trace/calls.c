@@ -491,7 +491,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return cdy_extern_node(tr, fn, what, args, nargs, kwnames, out);
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
-    if (!c_meta && !(out = canonical_strides(tr, out)))
+    /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */
+    if (!c_meta && op != CDY_OP_CAST && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
     tvar *v = op_node(tr, out, op, argv, nbound, &idx);

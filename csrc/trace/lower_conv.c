@@ -149,10 +149,13 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
         xm->dtype != CDY_DT_FLOAT32 || !(lc_nchw(&om) || lc_cl(&om)))
         return NULL;   /* om: NCHW from torch's meta, channels_last from meta.c's for a
                         * channels_last input or weight (then an extern unless the input is) */
-    if (lc_cl(xm) && (lc_cl(wm) || lc_nchw(wm)))
+    /* CPU's kernels return channels_last where suggest_memory_format() says so
+     * for the input or the weight; a dense channels_last (1, 1, 1, 1) or
+     * (N, 1, 1, 1) is also contiguous, and torch suggests contiguous for it */
+    if (lc_cl(xm) && cdy_meta_suggests_cl(xm) && (lc_cl(wm) || lc_nchw(wm)))
         return lc_cl_input(tr, call);
-    if (!lc_nchw(xm) || !lc_nchw(wm))
-        return NULL;
+    if (!lc_nchw(xm) || !lc_nchw(wm) || xm->sizes[2] * xm->sizes[3] < 2)
+        return NULL;   /* an (N, C, 1, 1) input is channels_last already: no rewrite */
     tvar *xc = lc_to_cl(tr, s[0]);
     tvar *wc = xc ? lc_to_cl(tr, s[1]) : NULL;
     if (!wc)
@@ -161,7 +164,9 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
     memcpy(args, call->args, sizeof(tvar *) * (size_t)call->nargs);
     args[0] = xc;
     args[1] = wc;
+    lc_busy = 1;       /* the rewritten call is a plain extern, never rewritten again */
     tvar *yc = cdy_call_torch(tr, call->fn, call->what, args, call->nargs, call->kwnames);
+    lc_busy = 0;
     if (!yc || yc->kind != TV_TENSOR)
         return NULL;
     /* oneDNN returns channels_last for channels_last input and weight (the

@@ -264,6 +264,54 @@ static int mt_layout(const mt_operand *ops, int n, cdy_meta *m)
     return 0;
 }
 
+/* The strides `o.to(other dtype)` gives the copy of operand o into st (torch's
+ * preserve_format: o's own where o is non-overlapping and dense, else the
+ * dense strides in o's dim order as infer_dense_strides sorts it, stride-0
+ * dims ambiguous as in TensorIterator). */
+static void mt_converted_strides(const mt_operand *o, int64_t *st)
+{
+    if (mt_dense(o)) {
+        memcpy(st, o->strides, sizeof(int64_t) * (size_t)o->ndim);
+        return;
+    }
+    cdy_meta c;
+    c.ndim = o->ndim;
+    memcpy(c.sizes, o->sizes, sizeof(int64_t) * (size_t)o->ndim);
+    mt_reorder_strides(o, 1, &c);
+    memcpy(st, c.strides, sizeof(int64_t) * (size_t)o->ndim);
+}
+
+/* The dtype CPU's TensorIterator converts op's tensor inputs to before it
+ * picks the output's layout (promote_inputs_to_common_dtype: each input of
+ * another dtype becomes a temporary `.to(common)`, whose strides then vote):
+ * the result dtype; a comparison's: its inputs' result_type; a unary
+ * test's (isnan, ...): its input's. */
+static int mt_common_dtype(int op, tvar **args, int nops, const cdy_meta *m)
+{
+    if (meta_rule[op] != 'B')
+        return m->dtype;
+    return nops == 2 ? cdy_result_dtype(args[0]->obj, args[1]->obj) : CDY_DT_NONE;
+}
+
+/* Replace, in ops, the strides of each tensor input that CPU's iterator
+ * converts to the common dtype by its converted copy's (mt_converted_strides,
+ * into conv); where's condition is bool already. */
+static void mt_promote_operands(int op, tvar **args, int nops, const cdy_value *vals,
+                                const cdy_meta *m, mt_operand *ops,
+                                int64_t conv[][CDY_MAX_NDIM])
+{
+    int common = mt_common_dtype(op, args, nops, m);
+    if (common == CDY_DT_NONE)
+        return;
+    for (int i = meta_rule[op] == 'W'; i < nops; i++) {
+        if (args[i]->kind != TV_TENSOR || ops[i].ndim == 0 ||
+            vals[args[i]->value].meta.dtype == common)
+            continue;
+        mt_converted_strides(&ops[i], conv[i]);
+        ops[i].strides = conv[i];
+    }
+}
+
 /* 1 if a is a Python number constant. */
 static int mt_number(const tvar *a)
 {
@@ -346,7 +394,11 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
                        mt_operand *ops)
 {
     char kind = cdy_op_table[op].kind;
-    int ndata = meta_rule[op] == 'A' || kind == 'U' ? 1 : kind == 'T' ? 3 : 2;
+    /* clamp's bounds and pow's number exponent are not operands of eager's
+     * iterator (it is unary over x converted to the result dtype) */
+    int unary = meta_rule[op] == 'A' || kind == 'U' || op == CDY_OP_CLAMP ||
+                (op == CDY_OP_POW && n == 2 && args[0]->kind == TV_TENSOR && mt_number(args[1]));
+    int ndata = unary ? 1 : kind == 'T' ? 3 : 2;
     int ntensors = 0;
     for (int i = 0; i < n; i++) {
         tvar *a = args[i];
@@ -384,9 +436,20 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     cdy_meta m;
     memset(&m, 0, sizeof(m));
     m.dtype = mt_dtype(op, args, n, vals);
-    if (m.dtype == CDY_DT_NONE || mt_layout(ops, nops, &m))
+    if (m.dtype == CDY_DT_NONE)
         return NULL;
-    if (meta_rule[op] == 'M')
+    int rule = meta_rule[op];
+    if (rule >= 1 && rule <= 6) {           /* a cast is x.to(dtype): its copy's layout */
+        m.ndim = ops[0].ndim;
+        memcpy(m.sizes, ops[0].sizes, sizeof(int64_t) * (size_t)m.ndim);
+        mt_converted_strides(&ops[0], m.strides);
+        return cdy_fake_from_meta(tr, &m);
+    }
+    int64_t conv[CDY_MAX_NODE_ARGS][CDY_MAX_NDIM];
+    mt_promote_operands(op, args, nops, vals, &m, ops, conv);
+    if (mt_layout(ops, nops, &m))
+        return NULL;
+    if (rule == 'M')
         mt_contiguous_strides(m.sizes, m.ndim, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
@@ -479,7 +542,8 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
     X("torch", "zeros_like", 'z') X("torch", "ones_like", 'z') X("torch", "empty_like", 'z') \
     X("torch", "full_like", 'f') X("torch.Tensor", "repeat", 'r')             \
     X("torch", "gather", 'q') X("torch.Tensor", "gather", 'q')                \
-    X("torch.nn.functional", "avg_pool2d", 'W')
+    X("torch.nn.functional", "avg_pool2d", 'W')                               \
+    X("torch", "index_fill", 'i') X("torch.Tensor", "index_fill", 'i')
 
 static PyObject *mt_ext_fns;   /* {callable: kind letter} */
 
@@ -668,6 +732,11 @@ static int mt_suggests_cl(const cdy_meta *m)
     return 1;
 }
 
+int cdy_meta_suggests_cl(const cdy_meta *m)
+{
+    return m->ndim == 4 && mt_suggests_cl(m);
+}
+
 /* The tensor meta of traced variable t, or NULL when t is not a non-empty
  * tensor of at most CDY_MAX_NDIM dims. */
 static const cdy_meta *mt_tensor(tracer *tr, const tvar *t)
@@ -748,6 +817,33 @@ static int mt_channel_vec(tracer *tr, const tvar *t, int64_t c, int dt)
     return m && m->ndim == 1 && m->sizes[0] == c && m->dtype == dt;
 }
 
+/* m's strides as CPU's batch_norm allocates its result for x and the
+ * parameters s[1..4] (batch_norm_cpu): where x is contiguous or
+ * channels_last-contiguous and every parameter contiguous, that format
+ * (contiguous where x is both, as an (N, C, 1, 1) x is), else x's suggested
+ * one; -1 for channels_last_3d (torch decides). */
+static int mt_batch_norm_strides(tracer *tr, tvar **s, const cdy_meta *x, cdy_meta *m)
+{
+    mt_operand o = {x->ndim, x->sizes, x->strides};
+    int params = 1;
+    for (int a = 1; a < 5; a++) {
+        const cdy_meta *p = cdy_tv_none(s[a]) ? NULL : mt_tensor(tr, s[a]);
+        params &= !p || p->sizes[0] < 2 || p->strides[0] == 1;
+    }
+    static const int cl3d[5] = {1, 4, 3, 2, 0};   /* innermost first */
+    if (params && mt_contiguous(&o)) {
+        mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+        return 0;
+    }
+    if (params && x->ndim == 5 && mt_dense_in_order(&o, cl3d, 5))
+        return -1;
+    if (params && mt_channels_last(&o)) {
+        mt_channels_last_strides(m->sizes, m->strides);
+        return 0;
+    }
+    return mt_suggested_strides(x, m);
+}
+
 /* A fake for F.batch_norm(input, running_mean, running_var, weight, bias,
  * training=False, momentum, eps) in eval mode (training absent or False): a
  * float32 / float64 input of 2+ dims, the running stats (and weight / bias,
@@ -768,7 +864,7 @@ static PyObject *mt_batch_norm(tracer *tr, tvar **args, int nargs, PyObject *kwn
         if ((a < 3 && s[a]->kind != TV_TENSOR) || !mt_channel_vec(tr, s[a], x->sizes[1], x->dtype))
             return NULL;
     cdy_meta m = *x;
-    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+    return mt_batch_norm_strides(tr, s, x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
 }
 
 /* Item i (0 or 1) of t when t is a pair (a constant or traced tuple / list
@@ -1271,6 +1367,28 @@ static PyObject *mt_tril(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for index_fill(input, dim, index, value): dim an int in range, index
+ * a tensor of at most one dim, value a number or a 0-d tensor: the input's
+ * meta in the layout of input.clone() (preserve_format), which eager fills
+ * (torch's meta says contiguous for a non-dense input). */
+static PyObject *mt_index_fill(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[4];
+    long long dim;
+    if (cdy_bind_names("input dim index value", args, nargs, kwnames, s) || !s[0] || !s[1] ||
+        !s[2] || !s[3] || !cdy_const_int(s[1], &dim) || s[2]->kind != TV_TENSOR)
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]);
+    const cdy_meta *ix = &tr->t->graph.values[s[2]->value].meta;
+    const cdy_meta *v = s[3]->kind == TV_TENSOR ? &tr->t->graph.values[s[3]->value].meta : NULL;
+    int nd = x && x->ndim > 0 ? x->ndim : 1;
+    if (!x || dim < -nd || dim >= nd || ix->ndim > 1 || ix->dtype != CDY_DT_INT64 ||
+        (v ? v->ndim != 0 : !mt_number(s[3])))
+        return NULL;
+    cdy_meta m;
+    return cdy_meta_empty_like(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for roll(input, shifts, dims): shifts and dims ints or equally long
  * int sequences, the dims in range: the input's meta in its suggested memory
  * format; no dims (a roll of the flattened input): contiguous. */
@@ -1485,6 +1603,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case 'Z': return mt_normalize(tr, args, nargs, kwnames);
     case 'Y': return mt_cumsum(tr, args, nargs, kwnames);
     case 'T': return mt_tril(tr, args, nargs, kwnames);
+    case 'i': return mt_index_fill(tr, args, nargs, kwnames);
     case 'O': return mt_roll(tr, args, nargs, kwnames);
     case 'a': return mt_addmm(tr, args, nargs, kwnames);
     case 'K': return mt_cross_entropy(tr, args, nargs, kwnames);

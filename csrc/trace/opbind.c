@@ -282,6 +282,33 @@ static tvar *ob_open_bound(tracer *tr, tvar *x, tvar *other, int is_max)
     return cdy_tv_const(tr, PyLong_FromLongLong(is_max ? hi[xd] : lo[xd]));
 }
 
+/* 1 if number bound b reaches x's integer kernel as eager converts it,
+ * without raising: c10's checked Scalar::to<T> (an int in T's range, or in
+ * [-255, 255] for uint8, which wraps as the C cast does), a float bound only
+ * for hardtanh (else it promotes the result to float: nothing converted) and
+ * then in T's range, no negative hardtanh limit on uint8; 1 for a float x. */
+static int ob_bound_fits(const tvar *x, const tvar *b, int hardtanh)
+{
+    static const double lo[] = {0, -255, -128, -32768, -2147483648.0, -9223372036854775808.0};
+    static const double hi[] = {1, 255, 127, 32767, 2147483647.0, 9223372036854775807.0};
+    int xd = ob_dtype(x);
+    long long i;
+    if (xd == CDY_DT_NONE || cdy_dtype_table[xd].is_float || !b)
+        return 1;
+    if (!ob_is_number(b))
+        return 0;
+    double low = hardtanh && xd == CDY_DT_UINT8 ? 0 : lo[xd];
+    if (!PyFloat_CheckExact(b->obj))        /* an int past int64: eager's conversion raises */
+        return ob_const_int(b, &i) == 0 &&
+               (xd == CDY_DT_INT64 || ((double)i >= low && (double)i <= hi[xd]));
+    if (!hardtanh)
+        return 1;
+    double f = PyFloat_AsDouble(b->obj);
+    if (xd == CDY_DT_UINT8 && f < 0)
+        return 0;
+    return f >= lo[xd] && f <= hi[xd] && fabs(f) < 9.2e18;   /* NaN: no */
+}
+
 /* clamp(x, min, max) with numbers or None: both bounds as numbers in out[1..2]. */
 static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
 {
@@ -289,7 +316,8 @@ static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
         if (extra[i] && extra[i]->kind == TV_CONST && extra[i]->obj == Py_None)
             extra[i] = NULL;
     if ((!extra[0] && !extra[1]) || (extra[0] && !ob_is_number(extra[0])) ||
-        (extra[1] && !ob_is_number(extra[1])) || ob_dtype(out[0]) == CDY_DT_BOOL)
+        (extra[1] && !ob_is_number(extra[1])) || ob_dtype(out[0]) == CDY_DT_BOOL ||
+        !ob_bound_fits(out[0], extra[0], 0) || !ob_bound_fits(out[0], extra[1], 0))
         return -1;
     out[1] = extra[0] ? extra[0] : ob_open_bound(tr, out[0], extra[1], 0);
     out[2] = extra[1] ? extra[1] : ob_open_bound(tr, out[0], extra[0], 1);
@@ -513,6 +541,9 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
     case CDY_OP_CLAMP:
         return ob_check_clamp(tr, out, extra);
     case CDY_OP_CLAMP_MIN: case CDY_OP_CLAMP_MAX: case CDY_OP_HARDTANH: case CDY_OP_RELU6:
+        if (op != CDY_OP_RELU6 && (!ob_bound_fits(out[0], out[1], op == CDY_OP_HARDTANH) ||
+                                   (op == CDY_OP_HARDTANH && !ob_bound_fits(out[0], out[2], 1))))
+            return -1;
         return xd == CDY_DT_BOOL ? -1 : n;
     case CDY_OP_BITWISE_AND: case CDY_OP_BITWISE_OR: case CDY_OP_BITWISE_XOR:
     case CDY_OP_BITWISE_NOT:

@@ -252,6 +252,8 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
  * is dense and non-overlapping, else dense strides in the order of x's; 0 or
  * -1. */
 int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m);
+/* 1 if torch's suggest_memory_format() is channels_last for a tensor of meta m. */
+int cdy_meta_suggests_cl(const cdy_meta *m);
 /* lower_views.c: ints from a (an int, or a tuple / list of ints) appended to
  * dims[*n] (at most cap); 0 or -1. */
 int cdy_int_items(tvar *a, int *dims, int *n, int cap);

@@ -73,6 +73,8 @@ _INPUT = re.compile(r"^\s*%(\d+) = input (.+?) : " + _META)
 _SCALAR = re.compile(r"^\s*%(\d+) = scalar (\S+) : (\w+)")
 _NODE = re.compile(r"^\s*%(\d+) = (\w+)\(([^)]*)\) : " + _META)
 _RETURN = re.compile(r"^\s*return \((.*)\)")
+_WRITEBACK = re.compile(r"^\s*mutates input (\d+): written back from %(\d+)")
+_STORE = re.compile(r"^\s*stores attribute \.")
 
 
 def _ints(s):
@@ -82,7 +84,7 @@ def _ints(s):
 def parse_graph(text):
     """The graph text as dicts: inputs, scalars, nodes (in order) and outputs.
     Raises ValueError on a line it does not understand."""
-    g = {"inputs": [], "scalars": {}, "nodes": [], "outputs": []}
+    g = {"inputs": [], "scalars": {}, "nodes": [], "outputs": [], "writeback": []}
     for line in (text or "").splitlines():
         if not line.startswith("  "):
             continue          # header
@@ -105,6 +107,12 @@ def parse_graph(text):
         if m:
             g["outputs"] = [int(a.strip().lstrip("%")) for a in m[1].split(",") if a.strip()]
             continue
+        m = _WRITEBACK.match(line)
+        if m:
+            g["writeback"].append((int(m[1]), int(m[2])))
+            continue
+        if _STORE.match(line):
+            continue          # a Python attribute store: not part of the tensor program
         raise ValueError(f"unrecognised graph line: {line.strip()!r}")
     return g
 
@@ -119,8 +127,89 @@ def graph_ops(text):
 
 # --------------------------------------------------------------------------- repro
 
-_TORCH_OPS = {"add", "sub", "mul", "div", "maximum", "minimum", "neg", "abs", "exp", "log",
-              "sqrt", "relu", "sigmoid", "tanh", "eq", "ne", "lt", "le", "gt", "ge", "where"}
+#: where a traced callable may live, tried in order when its own module and
+#: qualname do not name it (the repro spells each call as `<namespace>.<name>`)
+_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "torch.special",
+               "torch.fft", "operator", "math", "builtins", "torch._C._nn",
+               "torch._C._VariableFunctions", "torch._C._linalg", "torch._C._special")
+
+
+def _resolve(path):
+    """The object a dotted path names (importing its module), or None."""
+    import importlib
+    parts = path.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        try:
+            for a in parts[k:]:
+                obj = getattr(obj, a)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _same_callable(a, b):
+    if a is b:
+        return True
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def fn_spelling(fn):
+    """A dotted Python expression naming callable fn (torch.Tensor.sum,
+    torch.nn.functional.layer_norm, operator.add, ...); raises ValueError."""
+    name = getattr(fn, "__name__", None)
+    cands = [f"{ns}.{name}" for ns in _NAMESPACES] if name else []
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if mod and qual and "<" not in qual:
+        cands.append(f"{mod}.{qual}")
+    for c in cands:
+        if _same_callable(_resolve(c), fn):
+            return c
+    raise ValueError(f"callable {fn!r} has no torch spelling in the repro generator")
+
+
+def _literal(c):
+    """Python source for constant c (numbers, strings, None, slices, dtypes,
+    memory formats, devices, sizes, tuples / lists of them, small tensors);
+    raises ValueError."""
+    import math
+    import torch
+    if c is None or c is Ellipsis or isinstance(c, (bool, int, str)):
+        return repr(c)
+    if isinstance(c, float):
+        if math.isnan(c):
+            return 'float("-nan")' if math.copysign(1.0, c) < 0 else 'float("nan")'
+        if math.isinf(c):
+            return 'float("inf")' if c > 0 else 'float("-inf")'
+        return repr(c)
+    if isinstance(c, complex):
+        return f"complex({_literal(c.real)}, {_literal(c.imag)})"
+    if isinstance(c, slice):
+        return f"slice({_literal(c.start)}, {_literal(c.stop)}, {_literal(c.step)})"
+    if isinstance(c, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(c)
+    if isinstance(c, torch.device):
+        return f"torch.device({str(c)!r})"
+    if isinstance(c, torch.Size):
+        return f"torch.Size({_literal(tuple(c))})"
+    if isinstance(c, tuple):
+        items = [_literal(x) for x in c]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(c, list):
+        return "[" + ", ".join(_literal(x) for x in c) + "]"
+    if isinstance(c, torch.Tensor) and c.numel() <= 4096 and c.layout == torch.strided:
+        vals = c.detach().cpu().contiguous().reshape(-1).tolist()
+        return (f"torch.tensor({_literal(vals)}, dtype={c.dtype}).reshape({_literal(tuple(c.shape))})"
+                f".as_strided({_literal(tuple(c.shape))}, {_literal(c.stride())})"
+                if c.numel() else f"torch.empty({_literal(tuple(c.shape))}, dtype={c.dtype})")
+    raise ValueError(f"constant of type {type(c).__name__} has no literal in the repro generator")
 
 
 def _scalar_literal(value, dtype):
@@ -128,13 +217,64 @@ def _scalar_literal(value, dtype):
         return "True" if value not in ("0", "False") else "False"
     if dtype.startswith("float"):
         if value in ("inf", "-inf", "nan", "-nan"):
-            return f"float({value.lstrip('-') if value == '-nan' else value!r})"
+            return f"float({value!r})"
         return repr(float(value))
     return str(int(value))
 
 
-def repro_function(g):
-    """Python source of `fn`, the graph as torch calls (raises ValueError)."""
+def _arg_source(arg, names, g):
+    """Source of one program argument (see compiled.program)."""
+    kind = arg[0]
+    if kind == "v":
+        if arg[1] in names:
+            return names[arg[1]]
+        if arg[1] in g["scalars"]:
+            return _scalar_literal(*g["scalars"][arg[1]])
+        raise ValueError(f"a call reads %{arg[1]}, which no earlier call defines")
+    if kind == "c":
+        return _literal(arg[1])
+    items = [_arg_source(a, names, g) for a in arg[2]]
+    if arg[1]:
+        return "[" + ", ".join(items) + "]"
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+#: operator-module callables written as Python operators (the tracer takes the
+#: operator itself, the way the user wrote it, not always a call of operator.<name>)
+_BINOPS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+           "pow": "**", "matmul": "@", "and_": "&", "or_": "|", "xor": "^", "lshift": "<<",
+           "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_UNOPS = {"neg": "-", "pos": "+", "invert": "~", "inv": "~"}
+
+
+def _call_source(fn, parts, kwnames):
+    """Source of the call fn(*parts) (the last len(kwnames) parts keywords)."""
+    import operator
+    nkw = len(kwnames) if kwnames else 0
+    pos, kw = parts[:len(parts) - nkw], parts[len(parts) - nkw:]
+    name = getattr(fn, "__name__", "")
+    if name == "_cdy_setitem" and len(pos) == 3 and not nkw:   # mutate.c: a copy with [k] = v
+        return f"{pos[0]}.clone()", f"[{pos[1]}] = {pos[2]}"
+    if not nkw and getattr(operator, name, None) is fn:
+        if name in _BINOPS and len(pos) == 2:
+            return f"({pos[0]} {_BINOPS[name]} {pos[1]})", None
+        if name in _UNOPS and len(pos) == 1:
+            return f"({_UNOPS[name]}{pos[0]})", None
+        if name == "getitem" and len(pos) == 2:
+            return f"{pos[0]}[{pos[1]}]", None
+        if name.startswith("i") and name[1:] in _BINOPS and len(pos) == 2:
+            return pos[0], f"{_BINOPS[name[1:]]}= {pos[1]}"    # x += y: an in-place statement
+    spelled = fn_spelling(fn)
+    if spelled.startswith("torch.Tensor.") and pos:     # a method: self.name(...)
+        rest = pos[1:] + [f"{k}={v}" for k, v in zip(kwnames or (), kw)]
+        return f"{pos[0]}.{spelled[len('torch.Tensor.'):]}({', '.join(rest)})", None
+    parts = pos + [f"{k}={v}" for k, v in zip(kwnames or (), kw)]
+    return f"{spelled}({', '.join(parts)})", None
+
+
+def repro_function(g, program):
+    """Python source of `fn`: the traced calls (compiled.program, what backend
+    "eager" replays) as torch calls over the graph's inputs (raises ValueError)."""
     names = {}
     params = []
     for i, inp in enumerate(g["inputs"]):
@@ -143,24 +283,27 @@ def repro_function(g):
     lines = [f"def fn({', '.join(params)}):"]
     for inp, p in zip(g["inputs"], params):
         lines.append(f"    # {p}: {inp['name']} {inp['dtype']}{inp['sizes']} stride={inp['strides']}")
-    for n in g["nodes"]:
-        if n["op"] not in _TORCH_OPS:
-            raise ValueError(f"op {n['op']!r} has no torch spelling in the repro generator")
-        args = []
-        for a in n["args"]:
-            if a in names:
-                args.append(names[a])
-            elif a in g["scalars"]:
-                args.append(_scalar_literal(*g["scalars"][a]))
-            else:
-                raise ValueError(f"%{n['value']} uses unknown value %{a}")
-        names[n["value"]] = f"v{n['value']}"
-        lines.append(f"    v{n['value']} = torch.{n['op']}({', '.join(args)})")
+    for n, (value, fn, args, kwnames, item, base) in enumerate(program):
+        inplace = None
+        if item >= 0:
+            src = f"r{base}[{item}]"
+        else:
+            src, inplace = _call_source(fn, [_arg_source(a, names, g) for a in args], kwnames)
+        target = f"r{n}" if value < 0 else f"v{value}"
+        lines.append(f"    {target} = {src}")
+        if inplace:
+            lines.append(f"    {target}{'' if inplace.startswith('[') else ' '}{inplace}")
+        if value >= 0:
+            names[value] = target
     outs = []
     for o in g["outputs"]:
         if o not in names:
-            raise ValueError(f"output %{o} is not a tensor of the graph")
+            raise ValueError(f"output %{o} is not defined by a traced call")
         outs.append(names[o])
+    for inp, v in g["writeback"]:       # mutated inputs, as the eager backend writes them back
+        if inp >= len(params) or v not in names:
+            raise ValueError(f"input {inp} is written back from an unknown value %{v}")
+        lines.append(f"    {params[inp]}.copy_({names[v]})")
     lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     return "\n".join(lines) + "\n"
 
@@ -177,10 +320,14 @@ _REPRO_TEMPLATE = '''\
 """Standalone repro of {name}: {where}, written by cdynamo.
 
 Rebuilds the graph's inputs (same dtype, sizes and strides, random values), runs the graph
-(re-generated from graph.txt as torch calls) eagerly, under cdynamo backend="eager" and
-under backend="c", and compares the results.  Prints "repro: OK" and exits 0 when they match;
-prints the mismatch and exits 1 otherwise.
+(its traced torch calls, as backend "eager" replays them) eagerly, under cdynamo
+backend="eager" and under backend="c", each on fresh inputs, and compares the results
+(values, dtypes, strides) and the inputs after the call.  Prints "repro: OK" and exits 0
+when they match; prints the mismatch and exits 1 otherwise.
 """
+import builtins  # noqa: F401  (calls below may be spelled through these modules)
+import math  # noqa: F401
+import operator  # noqa: F401
 import os
 import sys
 import tempfile
@@ -191,6 +338,7 @@ except ImportError:
     sys.path.insert(0, {pkg_parent!r})
     import cdynamo
 import torch
+import torch.nn.functional  # noqa: F401
 
 GRAPH = {graph!r}
 
@@ -201,8 +349,9 @@ GRAPH = {graph!r}
 INPUTS = {inputs!r}
 
 
-def make_input(dtype, sizes, strides):
-    """A tensor with these dtype, sizes and strides; its whole storage holds random values."""
+def make_input(dtype, sizes, strides, zero_ints=False):
+    """A tensor with these dtype, sizes and strides; its whole storage holds random values
+    (integers small and non-negative, as indices need them; all 0 where zero_ints)."""
     dt = getattr(torch, dtype)
     t = torch.empty_strided(sizes, strides, dtype=dt)
     n = 0 if 0 in sizes else 1 + sum((s - 1) * st for s, st in zip(sizes, strides))
@@ -210,36 +359,95 @@ def make_input(dtype, sizes, strides):
         fill = torch.randn(n, dtype=dt)
     elif dt == torch.bool:
         fill = torch.randint(0, 2, (n,)).bool()
-    elif dt == torch.uint8:
-        fill = torch.randint(0, 10, (n,), dtype=dt)
+    elif zero_ints:
+        fill = torch.zeros(n, dtype=dt)
     else:
-        fill = torch.randint(-10, 10, (n,), dtype=dt)
+        fill = torch.randint(0, 3, (n,), dtype=dt)
     if n:
         t.as_strided((n,), (1,), 0).copy_(fill)
     return t
 
 
-def main():
+def make_inputs(zero_ints=False):
+    """The inputs, the same values on every call (each run may mutate its own)."""
     torch.manual_seed(0)
+    return [make_input(dt, sz, st, zero_ints) for _, dt, sz, st in INPUTS]
+
+
+def compare(got, expected):
+    """Raise AssertionError where got differs from expected (values, dtypes, strides)."""
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+    flat = lambda x: [t for y in x for t in flat(y)] if isinstance(x, (tuple, list)) else [x]
+    for g, e in zip(flat(got), flat(expected)):
+        if isinstance(e, torch.Tensor) and e.numel() > 1 and g.stride() != e.stride():
+            raise AssertionError(f"strides {{g.stride()}} where eager gives {{e.stride()}}")
+
+
+def eager_inputs():
+    """(zero_ints, exception): which inputs eager runs fn on (random integers may be out
+    of range as indices: then all-zero ones), or the exception eager raises on both."""
+    raised = None
+    for zero_ints in (False, True):
+        try:
+            fn(*make_inputs(zero_ints))
+            return zero_ints, None
+        except Exception as e:  # noqa: BLE001
+            raised = e
+    return True, raised
+
+
+def run_backend(backend, zero_ints):
+    """(inputs after the call, result) of fn under cdynamo's backend, or None after
+    printing why there is none."""
+    cdynamo.reset()
+    mine = make_inputs(zero_ints)
+    got = cdynamo.optimize(fn, backend=backend)(*mine)
+    if cdynamo.stats()["frames_compiled"] < 1:
+        print(f"repro: backend {{backend}}: cdynamo did not compile fn (it ran eagerly)")
+        return None
+    return mine, got
+
+
+def check_raises(raised, zero_ints):
+    """Where eager raises: every backend must raise the same type; 0 or 1."""
+    ok = True
+    for backend in ("eager", "c"):
+        try:
+            run_backend(backend, zero_ints)
+            print(f"repro: backend {{backend}} returned where eager raised {{raised!r}}")
+            ok = False
+        except Exception as e:  # noqa: BLE001
+            if type(e) is not type(raised):
+                print(f"repro: backend {{backend}} raised {{e!r}} where eager raised {{raised!r}}")
+                ok = False
+    print("repro: OK (eager and cdynamo raise " + type(raised).__name__ + ")" if ok else "")
+    return 0 if ok else 1
+
+
+def main():
     if not os.environ.get("CDYNAMO_CACHE_DIR"):
         cdynamo.config.cache_dir = tempfile.mkdtemp(prefix="cdynamo-repro-")
-    args = [make_input(dt, sz, st) for _, dt, sz, st in INPUTS]
+    if getattr(fn, "not_generated", False):
+        fn()                              # raises NotImplementedError with the reason
+    zero_ints, raised = eager_inputs()
+    if raised is not None:
+        return check_raises(raised, zero_ints)
+    args = make_inputs(zero_ints)
     expected = fn(*args)
     ok = True
     for backend in ("eager", "c"):
-        cdynamo.reset()
         try:
-            got = cdynamo.optimize(fn, backend=backend)(*args)
+            r = run_backend(backend, zero_ints)
         except Exception as e:  # noqa: BLE001
             print(f"repro: backend {{backend}} raised {{type(e).__name__}}: {{e}}")
             ok = False
             continue
-        if cdynamo.stats()["frames_compiled"] < 1:
-            print(f"repro: backend {{backend}}: cdynamo did not compile fn (it ran eagerly)")
+        if r is None:
             ok = False
             continue
         try:
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+            compare(r[1], expected)
+            compare(r[0], args)
         except AssertionError as e:
             print(f"repro: MISMATCH backend {{backend}} vs eager PyTorch:\\n{{e}}")
             ok = False
@@ -259,14 +467,18 @@ def repro_script(info):
     where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
     src = _user_source(code)
     user = "\n".join("# " + l for l in (src or "(source not available)\n").splitlines())
+    inputs = []
     try:
         g = parse_graph(info.get("graph"))
-        fn_source = repro_function(g)
         inputs = [(i["name"], i["dtype"], i["sizes"], i["strides"]) for i in g["inputs"]]
+        program = getattr(info.get("compiled"), "program", None)
+        if program is None:
+            raise ValueError("the compiled graph has no program")
+        fn_source = repro_function(g, program)
     except ValueError as e:
         fn_source = (f"def fn(*args):\n    raise NotImplementedError("
-                     f"{('cannot re-generate the graph: ' + str(e))!r})\n")
-        inputs = []
+                     f"{('cannot re-generate the graph: ' + str(e))!r})\n\n\n"
+                     f"fn.not_generated = True\n")
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return _REPRO_TEMPLATE.format(name=info.get("name"), where=where, pkg_parent=pkg_parent,
                                   graph=info.get("graph") or "", user_source=user,
