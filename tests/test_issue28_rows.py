@@ -357,3 +357,16 @@ def test_norms_with_special_weight_or_bias(special, dtype):
                 F.layer_norm(x, (5,), lw), F.layer_norm(x, (5,), None, lb),
                 F.layer_norm(x, (5,), lw, lb))
     check(f, x, cw, cb, lw, lb)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_norm_weight_alone_gives_positive_zero(dtype):
+    # a constant row normalizes to 0; with a weight and no bias eager adds a zero bias,
+    # so a negative weight gives +0.0, not -0.0 (found by tools/fuzz.py, rows family)
+    x = torch.full((2, 3), 0.7, dtype=dtype)
+    w = torch.tensor([-1.0, 2.0, -3.0], dtype=dtype)
+    f = lambda x, w: F.layer_norm(x, (3,), w)
+    expected = f(x, w)
+    actual = cdynamo.optimize(f)(x, w)
+    torch.testing.assert_close(actual, expected)
+    assert torch.equal(actual.signbit(), expected.signbit())

@@ -574,8 +574,8 @@ static int cg_row_softmax(cg_rowk *k, int ind)
 
 /* A norm's output as eager's kernels round it (mu, rs: the row's mean and
  * rstd in the compute type; w, b: the weight and bias, either absent).
- * layer_norm: (x - mu) * rs, with w and b fma((x - mu) * rs, w, b), with w
- * alone "* w", with b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
+ * layer_norm: (x - mu) * rs, with w fma((x - mu) * rs, w, b) (b = 0 when
+ * absent: a zero result is +0 as eager's), with b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
  * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
  * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
  * the same mean and rstd, each is eager's result bit for bit (checked
@@ -593,10 +593,8 @@ static char *cg_row_affine(cg_rowk *k)
     if (val->op == CDY_OP_GROUP_NORM && (w || b))
         return cg_strf(c, "%s(%s, rs * %s, %s(-(rs * %s), mu, %s))", fma, k->e, we, fma, we,
                        be);
-    if (w && b)
+    if (w)   /* with w alone the bias is 0: fma(.., w, 0) rounds as "* w" but gives +0 for -0, as eager */
         return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
-    if (w)
-        return cg_strf(c, "(%s - mu) * rs * %s", k->e, we);
     if (b)
         return cg_strf(c, "%s(%s - mu, rs, %s)", fma, k->e, be);
     return cg_strf(c, "(%s - mu) * rs", k->e);
