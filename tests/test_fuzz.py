@@ -3,9 +3,7 @@ tools/fuzz_gen.py), plus the saved regressions in tests/fuzz_regressions/.
 
 test_fuzz_campaign runs a bounded seeded campaign over every family (cases in a child
 process: a segfault is a CRASH, not a lost test run) and asserts no wrong result, no crash
-and no exception mismatch.  KNOWN_FAILING lists the cases of that campaign that still hit
-bugs being fixed (each with the bug): they are left out until the fix lands; remove an
-entry to widen the campaign.  CDYNAMO_FUZZ_CASES (cases per family) and CDYNAMO_FUZZ_SEED
+and no exception mismatch; every case of the seed counts (none is left out).  CDYNAMO_FUZZ_CASES (cases per family) and CDYNAMO_FUZZ_SEED
 change the campaign.
 """
 import glob
@@ -26,57 +24,9 @@ import fuzz_gen  # noqa: E402
 CASES_PER_FAMILY = int(os.environ.get("CDYNAMO_FUZZ_CASES", "20"))
 SEED = int(os.environ.get("CDYNAMO_FUZZ_SEED", "2024"))
 
-#: (family, case index) of seed 2024, among its first SCANNED cases per family, that still
-#: fail on main, with the issue-28 item they hit (minimized programs:
-#: /work/wt/fuzz_findings/FINDINGS.md); only used with the default seed
-SCANNED = 35
-KNOWN_FAILING = {
-    ('aliasing', 0): 'item 8 view of mutated input',
-    ('aliasing', 24): 'item 8 view of mutated input',
-    ('exceptions', 3): 'item 18 unused bad index',
-    ('exceptions', 30): 'item 13 state after exception',
-    ('exceptions', 32): 'item 18 unused bad index',
-    ('pointwise', 0): 'item 9 clamp NaN',
-    ('pointwise', 10): 'item 9 clamp NaN',
-    ('rows', 0): 'item 1 row view crash',
-    ('rows', 8): 'item 1/10 rows',
-    ('rows', 12): 'item 1 row view crash',
-    ('rows', 16): 'item 1 row view crash',
-    ('rows', 18): 'item 1/10 rows',
-    ('rows', 24): 'item 1 row view crash',
-    ('rows', 25): 'item 1/10 rows',
-    ('state', 0): 'item 14 default dtype',
-    ('state', 1): 'item 4 autocast',
-    ('state', 3): 'item 14 default dtype',
-    ('state', 4): 'item 14 default dtype',
-    ('state', 5): 'item 4 autocast',
-    ('state', 10): 'item 14 default dtype',
-    ('state', 11): 'item 14 default dtype',
-    ('state', 12): 'item 14 default dtype',
-    ('state', 14): 'item 14 default dtype',
-    ('state', 15): 'item 14 default dtype',
-    ('state', 16): 'item 14 default dtype',
-    ('state', 19): 'item 14 default dtype',
-    ('state', 21): 'item 14 default dtype',
-    ('state', 23): 'item 14 default dtype',
-    ('state', 27): 'item 14 default dtype',
-    ('state', 30): 'item 4 autocast',
-    ('state', 31): 'item 14 default dtype',
-    ('state', 34): 'item 14 default dtype',
-}
-
-
 def campaign_plan(seed, per_family):
-    """Cases 0.. of each family, up to per_family of them; with the default seed, the
-    KNOWN_FAILING ones left out, and no case past the SCANNED ones (not checked)."""
-    plan = []
-    for fam in fuzz_gen.FAMILIES:
-        if seed == 2024:
-            ids = [i for i in range(SCANNED) if (fam, i) not in KNOWN_FAILING][:per_family]
-        else:
-            ids = range(per_family)
-        plan += [(fam, seed, i) for i in ids]
-    return plan
+    """Cases 0.. of each family, per_family of them."""
+    return [(fam, seed, i) for fam in fuzz_gen.FAMILIES for i in range(per_family)]
 
 
 def test_fuzz_campaign(tmp_path):
