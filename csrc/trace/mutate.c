@@ -1128,7 +1128,7 @@ static int finish_restrides(tracer *tr, mut_state *s)
     for (int i = 0; i < s->nre; i++) {
         tvar *v = s->re[i].v;
         if (v->kind != TV_TENSOR)
-            return cdy_tr_stop(tr, INTERNAL_IN, "restride");
+            return cdy_tr_stop(tr, RESTRIDE_NOT_TENSOR);
         if (same_geometry(tr, v, &t->graph.values[s->re[i].orig_value].meta))
             continue;
         if (!(t->after[t->nafter++] = restride_call(tr, v)))

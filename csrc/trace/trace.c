@@ -406,7 +406,7 @@ static int op_binary(tracer *tr, int oparg)
     int list_iadd = inplace && args[0]->kind == TV_LIST &&
                     (args[1]->kind == TV_LIST || args[1]->kind == TV_TUPLE);
     if (list_iadd && args[0]->src)
-        return cdy_tr_stop(tr, MUTATE_OUTSIDE, "list");
+        return cdy_tr_stop(tr, LIST_IADD_OUTSIDE);
     if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
                                     (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */

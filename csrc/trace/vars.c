@@ -633,7 +633,7 @@ static tvar *wrap_method(tracer *tr, PyObject *o, const cdy_src *src, const char
     PyObject *key = cdy_tr_keep(tr, PyUnicode_InternFromString("__self__"));
     const cdy_src *ss = key ? cdy_src_step(tr, src, key, 0) : NULL;
     if (!ss) {
-        cdy_tr_stop(tr, SOURCE_TOO_DEEP, "__self__");
+        cdy_tr_stop(tr, SELF_SOURCE_TOO_DEEP);
         return NULL;
     }
     if (guard_step(tr, src, "__func__", CDY_GUARD_ID, fn) || !cdy_tr_keep(tr, Py_NewRef(fn)))
