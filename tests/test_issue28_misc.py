@@ -395,3 +395,17 @@ def test_repro_inputs_keep_dtypes_shapes_strides(tmp_path, monkeypatch):
     text = repro.read_text()
     assert "('x', 'float32', [3, 4], [1, 3])" in text
     assert "('y', 'int32', [3, 4], [1, 0])" in text
+
+
+@pytest.mark.parametrize("exponent", [False, True])
+def test_extern_whose_cpu_dtype_differs_from_its_meta_runs_eagerly(exponent):
+    # torch.pow(bool tensor, bool) is int64 on the meta device but bool on the CPU: the
+    # kernel after it read the bool's byte as an int64 (1.8e12 for 1); the graph now sees
+    # the dtype differ and its frame reruns eagerly (found by tools/fuzz.py, pointwise family)
+    t = torch.tensor([True, False, True])
+    f = lambda t: torch.pow(t, exponent).double() * 2
+    expected = f(t)
+    for _ in range(2):
+        actual = cdynamo.optimize(f)(t)
+        torch.testing.assert_close(actual, expected)
+    assert cdynamo.stats()["eager_reruns"] == 2

@@ -243,6 +243,24 @@ static PyObject *pynode_result(cdy_compiled *c, int n, PyObject *const *vals, co
     return PySequence_GetItem(stash[p->base], p->item);
 }
 
+/* 1 with an error set when extern result r's dtype is not the traced one
+ * (torch's meta function and its CPU kernel disagree, e.g. pow of a bool
+ * tensor by a bool gives int64 on meta, bool on the CPU): the graph fails and
+ * its frame reruns eagerly, instead of kernels reading the bytes as another
+ * dtype.  0 when they agree. */
+static int extern_dtype_differs(PyObject *r, PyObject *dtype)
+{
+    PyObject *got = cdy_tensor_attr(r, CDY_TA_dtype);
+    if (!got)
+        return 1;
+    int differs = got != dtype;
+    if (differs)
+        PyErr_Format(PyExc_RuntimeError, "cdynamo: an extern op returned %R where its traced "
+                     "meta has %R", got, dtype);
+    Py_DECREF(got);
+    return differs;
+}
+
 /* Run extern step st: call torch, keep the result as its buffer (copied to
  * the traced strides if torch chose others).  0, or -1 with error set. */
 static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void **ptrs,
@@ -252,6 +270,10 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     if (!r)
         return -1;
     PyObject *meta = c->buf_meta[st->out_buffer];
+    if (extern_dtype_differs(r, PyTuple_GET_ITEM(meta, 2))) {
+        Py_DECREF(r);
+        return -1;
+    }
     PyObject *got = cdy_tensor_attr(r, CDY_TA_stride);
     int same = got ? PyObject_RichCompareBool(got, PyTuple_GET_ITEM(meta, 1), Py_EQ) : -1;
     Py_XDECREF(got);
