@@ -14,7 +14,7 @@
  * Inline caches, the 3.11 location table, stack size and an empty exception
  * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
 #include "internal.h"
-#include "frame/opcodes.h"
+#include "pyver/pyver.h"
 
 #include <string.h>
 
@@ -64,14 +64,14 @@ static void unit(bc_writer *w, int op, int arg)
 static void emit(bc_writer *w, int op, int arg, int effect)
 {
     if (arg > 0xffffff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 24) & 0xff);
+        unit(w, CDY_PY_EXTENDED_ARG, (arg >> 24) & 0xff);
     if (arg > 0xffff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 16) & 0xff);
+        unit(w, CDY_PY_EXTENDED_ARG, (arg >> 16) & 0xff);
     if (arg > 0xff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 8) & 0xff);
+        unit(w, CDY_PY_EXTENDED_ARG, (arg >> 8) & 0xff);
     unit(w, op, arg);
-    for (int i = 0; i < cdy_opcode_caches(op); i++)
-        unit(w, CDY_CACHE, 0);
+    for (int i = 0; i < cdy_pv_caches(op); i++)
+        unit(w, CDY_PY_CACHE, 0);
     w->depth += effect;
     if (w->depth > w->maxdepth)
         w->maxdepth = w->depth;
@@ -101,32 +101,32 @@ static void emit_const(bc_writer *w, PyObject *obj);
 static void emit_source(bc_writer *w, const cdy_src *s)
 {
     if (s->kind == CDY_SRC_LOCAL)
-        emit(w, CDY_LOAD_FAST, s->slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, s->slot, 1);
     else if (s->kind == CDY_SRC_DEREF)
-        emit(w, CDY_LOAD_FAST, w->cell_base + s->slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, w->cell_base + s->slot, 1);
     else if (s->kind == CDY_SRC_GLOBAL && !s->dict)
-        emit(w, CDY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
+        emit(w, CDY_PY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
     else if (s->kind == CDY_SRC_GLOBAL) {   /* another module's global: dict[name] */
         emit_const(w, s->dict);
         emit_const(w, s->name);
-        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        emit(w, CDY_PY_BINARY_SUBSCR, 0, -1);
     }
     else
         w->failed = 1;
     for (int i = 0; i < s->nattrs; i++) {
         if (s->item[i]) {
             emit_const(w, s->attrs[i]);
-            emit(w, CDY_BINARY_SUBSCR, 0, -1);
+            emit(w, CDY_PY_BINARY_SUBSCR, 0, -1);
         }
         else
-            emit(w, CDY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
+            emit(w, CDY_PY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
     }
 }
 
 /* Push a constant. */
 static void emit_const(bc_writer *w, PyObject *obj)
 {
-    emit(w, CDY_LOAD_CONST, list_index(w, w->consts, obj, 1), 1);
+    emit(w, CDY_PY_LOAD_CONST, list_index(w, w->consts, obj, 1), 1);
 }
 
 static void emit_call(bc_writer *w, const cdy_ret *r);
@@ -141,10 +141,10 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
             w->failed = 1;
             return;
         }
-        emit(w, CDY_LOAD_FAST, w->outs_slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, w->outs_slot, 1);
         emit_const(w, k);
         Py_DECREF(k);
-        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        emit(w, CDY_PY_BINARY_SUBSCR, 0, -1);
         break;
     }
     case CDY_RET_CONST:
@@ -165,7 +165,7 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
             emit_ret(w, r->items[i]);
         emit_const(w, keys);
         Py_DECREF(keys);
-        emit(w, CDY_BUILD_CONST_KEY_MAP, r->n, -r->n);
+        emit(w, CDY_PY_BUILD_CONST_KEY_MAP, r->n, -r->n);
         break;
     }
     case CDY_RET_CALL:
@@ -174,14 +174,14 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);
-        emit(w, r->kind == CDY_RET_TUPLE ? CDY_BUILD_TUPLE : CDY_BUILD_LIST, r->n, 1 - r->n);
+        emit(w, r->kind == CDY_RET_TUPLE ? CDY_PY_BUILD_TUPLE : CDY_PY_BUILD_LIST, r->n, 1 - r->n);
     }
 }
 
 /* Push r->obj(*positionals, **keywords): an object the traced frame built. */
 static void emit_call(bc_writer *w, const cdy_ret *r)
 {
-    emit(w, CDY_PUSH_NULL, 0, 1);
+    emit(w, CDY_PY_PUSH_NULL, 0, 1);
     emit_const(w, r->obj);
     for (int i = 0; i < r->n; i++)
         emit_ret(w, r->items[i]);
@@ -193,11 +193,11 @@ static void emit_call(bc_writer *w, const cdy_ret *r)
             w->failed = 1;
             return;
         }
-        emit(w, CDY_KW_NAMES, list_index(w, w->consts, names, 1), 0);
+        emit(w, CDY_PY_KW_NAMES, list_index(w, w->consts, names, 1), 0);
         Py_DECREF(names);
     }
-    emit(w, CDY_PRECALL, r->n, 0);
-    emit(w, CDY_CALL, r->n, -(r->n + 1));
+    emit(w, CDY_PY_PRECALL, r->n, 0);
+    emit(w, CDY_PY_CALL, r->n, -(r->n + 1));
 }
 
 /* 3.11 location table: every code unit on `line` (no column info). */
@@ -312,35 +312,35 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     PyObject *res = NULL;
     if (!w.consts || !w.names)
         goto done;
-    emit(&w, CDY_RESUME, 0, 0);
+    emit(&w, CDY_PY_RESUME, 0, 0);
     if (call_graph) {
-        emit(&w, CDY_LOAD_GLOBAL, (list_index(&w, w.names, fn_name, 0) << 1) | 1, 2);
+        emit(&w, CDY_PY_LOAD_GLOBAL, (list_index(&w, w.names, fn_name, 0) << 1) | 1, 2);
         for (int i = 0; i < t->graph.ninputs; i++)
             emit_source(&w, &t->input_srcs[i]);
-        emit(&w, CDY_PRECALL, t->graph.ninputs, 0);
-        emit(&w, CDY_CALL, t->graph.ninputs, -(t->graph.ninputs + 1));
+        emit(&w, CDY_PY_PRECALL, t->graph.ninputs, 0);
+        emit(&w, CDY_PY_CALL, t->graph.ninputs, -(t->graph.ninputs + 1));
         if (single) {
-            emit(&w, CDY_RETURN_VALUE, 0, -1);
+            emit(&w, CDY_PY_RETURN_VALUE, 0, -1);
             goto built;
         }
-        emit(&w, CDY_STORE_FAST, w.outs_slot, -1);
+        emit(&w, CDY_PY_STORE_FAST, w.outs_slot, -1);
     }
     for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
         emit_ret(&w, t->stores[i].value);
         emit_source(&w, t->stores[i].obj);
         if (t->stores[i].item) {   /* obj[key] = value */
             emit_const(&w, t->stores[i].name);
-            emit(&w, CDY_STORE_SUBSCR, 0, -3);
+            emit(&w, CDY_PY_STORE_SUBSCR, 0, -3);
             continue;
         }
-        emit(&w, CDY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
+        emit(&w, CDY_PY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
     }
     for (int i = 0; i < t->nafter; i++) {   /* calls for their effect (trace/mutate.c) */
         emit_ret(&w, t->after[i]);
-        emit(&w, CDY_POP_TOP, 0, -1);
+        emit(&w, CDY_PY_POP_TOP, 0, -1);
     }
     emit_ret(&w, t->ret);
-    emit(&w, CDY_RETURN_VALUE, 0, -1);
+    emit(&w, CDY_PY_RETURN_VALUE, 0, -1);
 built:
     if (w.failed) {
         if (!PyErr_Occurred())

@@ -6,6 +6,7 @@
 #define CDY_TRACE_H
 
 #include "internal.h"
+#include "pyver/pyver.h"
 #include "trace/reasons.h"
 
 #define CDY_MAX_INLINE_DEPTH 48
@@ -120,6 +121,9 @@ int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
+/* Decode the instruction k instructions after the current one (k = 0: the
+ * current one) into *out; 0, or -1 past the end of the code. */
+int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out);
 /* The current value of cell c (a slot of a frame still being traced); NULL when stopped. */
 tvar *cdy_tr_cell_value(tracer *tr, tvar *c);
 /* Zero-argument super() in the traced function: a SUPER tvar; NULL when stopped. */
