@@ -4,6 +4,7 @@
  * which one an opcode uses.                                               */
 #include "pyver/pyver.h"
 #include "pyver/pycompat.h"
+#include "pyver/asm.h"
 
 #include <string.h>
 
@@ -313,6 +314,11 @@ static PyMethodDef pyver_methods[] = {
     {"decode", cdy_pv_py_decode, METH_O,
      "decode(code): [(offset, opname, oparg, jump target offset, "
      "[(semantic op, arg, arg2, target offset)])]"},
+    {"asm_decode", cdy_asm_py_decode, METH_O,
+     "asm_decode(code): the assembler's instruction list [(opname, arg, target, line, end_line, "
+     "col, end_col, handler, depth, lasti)]"},
+    {"asm_encode", (PyCFunction)(void (*)(void))cdy_asm_py_encode, METH_VARARGS | METH_KEYWORDS,
+     "asm_encode(instructions, like, **replace): a code object from an instruction list"},
     {NULL},
 };
 

@@ -4,7 +4,9 @@
  *
  * The version is chosen here, once, by PY_VERSION_HEX; nothing else in
  * cdynamo tests the version for bytecode.  Frame and object internals that
- * move between versions are in pyver/pycompat.h.                          */
+ * move between versions are in pyver/pycompat.h; the instruction-list
+ * assembler (code object <-> instructions) is pyver/asm.h; the transformed
+ * code's per-version instruction sequences are pyver/emit.h.             */
 #ifndef CDY_PYVER_H
 #define CDY_PYVER_H
 
