@@ -53,6 +53,19 @@ const char cg_prologue_math[] =
 static const struct {
     const char *names, *text;
 } cg_helpers[] = {
+    {"cdy_rnd32 cdy_toi32 cdy_toi64",
+        "/* Rounding conversions (codegen.c's cg_convert) behind a zero GCC cannot see\n"
+        " * (a `used` static may change under it): GCC 12 folds (double)(float)x back\n"
+        " * to x in vectors of equal lane counts (its convert-convert fold reads a\n"
+        " * vector type's precision), and with no-trapping-math (float)(int)x to\n"
+        " * trunc(x) (-0.0 for x in (-1, 0), x itself out of the int's range).  x + -0.0\n"
+        " * is x for every float x (NaN payloads too), i ^ 0 is i. */\n"
+        "static float cdy_nz32 __attribute__((used)) = -0.0f;\n"
+        "static int32_t cdy_z32 __attribute__((used)) = 0;\n"
+        "static int64_t cdy_z64 __attribute__((used)) = 0;\n"
+        "#define cdy_rnd32(x) ((float)(x) + cdy_nz32)\n"
+        "#define cdy_toi32(x) ((int32_t)(x) ^ cdy_z32)\n"
+        "#define cdy_toi64(x) ((int64_t)(x) ^ cdy_z64)\n"},
     {"cdy_fbits cdy_bitsf",
         "static inline int32_t cdy_fbits(float x) { union { float f; int32_t i; } u = {x}; return u.i; }\n"
         "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"},
