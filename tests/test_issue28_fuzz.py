@@ -80,3 +80,54 @@ def test_float_int_float_is_not_trunc(name, n):
     if n > 4:
         x[1], x[2], x[3] = -3e9, 3e9, -0.0
     _assert_bitwise(TRUNC_TRIPS[name], x)
+
+
+# ---- layer_norm / group_norm rows whose moments overflow --------------------
+# eager's moments (ATen's RowwiseMoments: Welford per lane, merged) are NaN for a
+# row holding inf or NaN, and NaN or inf (rstd 0) for rows of |x| whose squares
+# overflow, depending on where the large values sit; a row that may overflow
+# takes eager's moments, computed element by element as ATen does.
+
+SPECIAL = [math.nan, -math.nan, math.inf, -math.inf, -0.0, 1e-30, 1e19, -1e19, 5e18, 1e20,
+           -1e20, 1e30, -1e30, 3.4e38, 1e160, -1e160, 1e300]
+
+
+def _special_rows(dtype, rows, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n, generator=g, dtype=torch.float64)
+    for r in range(rows):
+        for _ in range(int(torch.randint(0, 4, (), generator=g))):
+            i = int(torch.randint(0, n, (), generator=g))
+            x[r, i] = SPECIAL[int(torch.randint(0, len(SPECIAL), (), generator=g))]
+    return x.to(dtype)
+
+
+NORM_SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 32, 33, 64, 129, 300, 1030]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", NORM_SIZES)
+def test_layer_norm_overflowing_rows_as_eager(dtype, n):
+    x = _special_rows(dtype, 40, n, n)
+    w = torch.randn(n, dtype=dtype)
+    _assert_close_nan(lambda x: torch.nn.functional.layer_norm(x, (n,)), x)
+    _assert_close_nan(lambda x, w: torch.nn.functional.layer_norm(x, (n,), w, w, eps=0.1), x, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [2, 6, 8, 16, 18, 40, 160])
+def test_group_norm_overflowing_groups_as_eager(dtype, n):
+    x = _special_rows(dtype, 24, n, 100 + n).view(6, 4, n)
+    w = torch.randn(4, dtype=dtype)
+    _assert_close_nan(lambda x: torch.nn.functional.group_norm(x, 2), x)
+    _assert_close_nan(lambda x, w: torch.nn.functional.group_norm(x, 1, w, w), x, w)
+
+
+def _assert_close_nan(f, *args):
+    """Where eager is NaN or +-inf compiled is the same; elsewhere close."""
+    e = f(*[a.clone() for a in args])
+    c = cdynamo.optimize(f)(*[a.clone() for a in args])
+    assert (e.dtype, e.shape, e.stride()) == (c.dtype, c.shape, c.stride())
+    assert torch.equal(e.isnan(), c.isnan()), (e[e.isnan() != c.isnan()], c[e.isnan() != c.isnan()])
+    fin = ~e.isnan()
+    torch.testing.assert_close(c[fin], e[fin], rtol=1e-5, atol=1e-5)
