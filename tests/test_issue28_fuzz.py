@@ -131,3 +131,70 @@ def _assert_close_nan(f, *args):
     assert torch.equal(e.isnan(), c.isnan()), (e[e.isnan() != c.isnan()], c[e.isnan() != c.isnan()])
     fin = ~e.isnan()
     torch.testing.assert_close(c[fin], e[fin], rtol=1e-5, atol=1e-5)
+
+
+# ---- output strides: the CPU kernel's, not torch's meta's ---------------------
+# torch 2.13's metas of pointwise ops are Python refs whose stride rule is not
+# TensorIterator's: with broadcast / expanded operands of mixed layouts or
+# dtypes the CPU picks other strides; log_sigmoid's and rrelu's CPU kernels
+# allocate contiguous results where the meta keeps the input's layout.
+
+def _layout(shape, layout, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+
+    def fill(s):
+        if dtype == torch.bool:
+            return torch.rand(s, generator=g) > 0.5
+        if dtype.is_floating_point:
+            return torch.randn(s, generator=g, dtype=torch.float64).to(dtype)
+        return torch.randint(1, 5, s, generator=g).to(dtype)
+    nd = len(shape)
+    if layout == "transpose":
+        return fill(shape[::-1]).permute(*range(nd)[::-1])
+    if layout == "step":
+        return fill(shape[:-1] + (shape[-1] * 2 + 1,))[..., 1::2]
+    if layout == "expand":
+        return fill(tuple(1 if i % 2 == 0 else s for i, s in enumerate(shape))).expand(shape)
+    return fill(shape)
+
+
+STRIDE_CASES = [   # (op, [(shape, layout, dtype), ...]) where eager's layout is not the meta's
+    ("logical_and", [((7, 1, 5), "step", torch.float32), ((7, 3, 5), "transpose", torch.int64)]),
+    ("logical_or", [((1, 7, 1), "step", torch.float64), ((3, 7, 2), "transpose", torch.float64)]),
+    ("logical_xor", [((1,), "contig", torch.int32), ((5, 4), "transpose", torch.uint8)]),
+    ("xlogy", [((3, 7), "contig", torch.uint8), ((3, 7), "transpose", torch.int64)]),
+    ("xlogy", [((4, 2), "transpose", torch.bool), ((3, 7, 4, 2), "step", torch.int64)]),
+    ("copysign", [((4, 3, 5, 5), "step", torch.float64), ((1, 1, 5, 5), "transpose", torch.int64)]),
+    ("copysign", [((4, 1, 2), "expand", torch.int32), ((4, 1, 2), "transpose", torch.int32)]),
+    ("logaddexp", [((3,), "contig", torch.float64), ((7, 5, 3), "transpose", torch.float64)]),
+    ("special.xlog1py", [((4, 4, 2), "contig", torch.int64), ((4, 4, 2), "transpose", torch.int64)]),
+    ("F.logsigmoid", [((3, 7, 4), "transpose", torch.float32)]),
+    ("F.rrelu", [((3, 7), "transpose", torch.float32)]),
+]
+
+
+def _fn(name):
+    mod = torch.nn.functional if name.startswith("F.") else \
+        torch.special if name.startswith("special.") else torch
+    f = getattr(mod, name.split(".")[-1])
+    if name == "F.rrelu":
+        return lambda *a: f(*a, training=False)
+    return lambda *a: f(*a)
+
+
+@pytest.mark.parametrize("k", range(len(STRIDE_CASES)))
+def test_pointwise_result_has_cpu_strides(k):
+    name, specs = STRIDE_CASES[k]
+    args = [_layout(s, l, d, i) for i, (s, l, d) in enumerate(specs)]
+    f = _fn(name)
+    e, c = f(*args), cdynamo.optimize(f)(*args)
+    assert (e.dtype, e.shape, e.stride()) == (c.dtype, c.shape, c.stride())
+    torch.testing.assert_close(c, e, equal_nan=True)
+
+
+def test_finding_logsigmoid_chain_strides():
+    """FINDINGS.md pointwise_wrong_224c737fe5: the layout flows into later ops."""
+    a2 = _layout((4, 7, 3), "contig", torch.float32, 0).permute(2, 1, 0)
+    f = lambda a2: torch.nn.functional.logsigmoid(a2.sqrt()).clamp_min(0.5).isinf()  # noqa: E731
+    e, c = f(a2), cdynamo.optimize(f)(a2)
+    assert e.stride() == c.stride() == (28, 4, 1)
