@@ -198,3 +198,48 @@ def test_finding_logsigmoid_chain_strides():
     f = lambda a2: torch.nn.functional.logsigmoid(a2.sqrt()).clamp_min(0.5).isinf()  # noqa: E731
     e, c = f(a2), cdynamo.optimize(f)(a2)
     assert e.stride() == c.stride() == (28, 4, 1)
+
+
+# ---- results that are their input (eager gives back the tensor itself) -------
+
+def _identity_cases():
+    def mt0(a0):                       # FINDINGS.md aliasing_wrong_1974190d3f
+        a0.sub_(a0, alpha=2)
+        return a0.mT
+
+    def mt0_chain(a0):                 # aliasing_wrong_c49838996d
+        t0 = a0[-1]
+        t0.mul_(t0)
+        t2 = t0.to(torch.float32)
+        return t2, t2.mT
+
+    def mh0_add_(a0):                  # a0.mT.add_(1) is a0.add_(1)
+        return a0.mH.add_(1)
+
+    def positive_abs_(a0):             # inplace_wrong_5634428e77
+        t1 = a0.positive()
+        t1.abs_()
+        return t1
+
+    def conj_real(a0):
+        return a0.conj().resolve_conj().resolve_neg()
+    return {f.__name__: f for f in (mt0, mt0_chain, mh0_add_, positive_abs_, conj_real)}
+
+
+@pytest.mark.parametrize("name,shape", [("mt0", ()), ("mt0_chain", (2,)), ("mh0_add_", ()),
+                                        ("positive_abs_", ()), ("positive_abs_", (3, 2)),
+                                        ("conj_real", ()), ("conj_real", (3, 2))])
+def test_result_that_is_the_input_is_the_input(name, shape):
+    f = _identity_cases()[name]
+    mk = lambda: torch.arange(1, 1 + math.prod(shape), dtype=torch.float32).reshape(shape) - 3  # noqa: E731
+    if name == "mt0_chain":
+        mk = lambda: torch.arange(7, dtype=torch.float32)[3:5]  # noqa: E731
+    xe, xc = mk(), mk()
+    e, c = f(xe), cdynamo.optimize(f)(xc)
+    es = e if isinstance(e, tuple) else (e,)
+    cs = c if isinstance(c, tuple) else (c,)
+    for i, (a, b) in enumerate(zip(es, cs)):
+        assert (a is xe) == (b is xc)
+        assert all((a is p) == (b is q) for p, q in zip(es[:i], cs[:i]))
+        assert torch.equal(a, b)
+    assert torch.equal(xe, xc)
