@@ -291,22 +291,23 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
     return out;
 }
 
-/* The tensor argument that call `what` returned itself, or NULL: torch's
- * no-op conversions (x.to(x.dtype), x.float() of a float tensor,
- * x.contiguous() of a contiguous one, x.type_as(y) of y's type) and
- * dropout in eval give back their input, which is then the same value. */
-static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *out)
+/* The arg a call gave back itself (its fake result is that arg's fake), as
+ * eager's does: no-op conversions (x.to(x.dtype), x.float() of a float
+ * tensor, x.contiguous() of a contiguous one, x.type_as(y) of y's type),
+ * dropout in eval, positive / conj / resolve_conj of a real tensor, ...  Not
+ * an in-place op (named x_) or one given out=: those are mutations. */
+static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *kwnames,
+                          PyObject *out)
 {
-    static const char *names[] = {"to", "float", "double", "half", "bfloat16", "int", "long",
-                                  "short", "char", "byte", "bool", "contiguous", "type_as",
-                                  "dropout", "dropout1d", "dropout2d", "dropout3d",
-                                  "alpha_dropout", "feature_alpha_dropout", NULL};
     const char *dot = strrchr(what, '.');
     const char *name = dot ? dot + 1 : what;
-    int known = 0;
-    for (int i = 0; names[i] && !known; i++)
-        known = !strcmp(name, names[i]);
-    for (int i = 0; known && i < nargs; i++)
+    size_t len = strlen(name);
+    if (!len || name[len - 1] == '_')
+        return NULL;
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "out") == 0)
+            return NULL;
+    for (int i = 0; i < nargs; i++)
         if (args[i]->kind == TV_TENSOR && args[i]->obj == out)
             return args[i];
     return NULL;
@@ -415,7 +416,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
         return NULL;
-    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, out);
+    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, kwnames, out);
     if (same)
         return same;
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
