@@ -170,7 +170,10 @@ typedef struct {
     int base;
 } cdy_pynode;
 
-typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR } cdy_trace_status;
+/* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
+ * the frames unwind to a handler; it never leaves cdy_trace_run */
+typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
+               CDY_TRACE_RAISING } cdy_trace_status;
 
 typedef struct {
     cdy_arena arena;
@@ -200,10 +203,11 @@ typedef struct {
     int nwriteback;          /* mutated inputs, copied into after the call: */
     int *writeback;          /* pairs (input position, output position of the final value) */
     int nstores;             /* attribute stores replayed after the call */
-    int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
     int nreview;             /* outputs that view mutated inputs */
     cdy_review *review;
+    PyObject *exc;           /* RAISING: the exception being raised (kept by keep) */
+    void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
     int nafter;              /* calls the transformed code makes for their effect after */
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
 } cdy_trace;
