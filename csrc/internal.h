@@ -120,8 +120,11 @@ int cdy_guard_value_is_small(PyObject *v);
 PyObject *cdy_guards_text(const cdy_guards *gs);
 
 /* ---- trace result ---------------------------------------------------------- */
+/* OBJECT: objects[index] of the trace: an object the frame built, made once by the
+ * transformed code before the stores and the return value (so every use is that one
+ * object: identity is kept) */
 typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST,
-               CDY_RET_DICT, CDY_RET_CALL } cdy_ret_kind;
+               CDY_RET_DICT, CDY_RET_CALL, CDY_RET_OBJECT } cdy_ret_kind;
 
 typedef struct cdy_ret {
     int kind;
@@ -206,6 +209,9 @@ typedef struct {
     cdy_store *stores;
     int nreview;             /* outputs that view mutated inputs */
     cdy_review *review;
+    int nobjects, cap_objects;
+    struct cdy_ret **objects; /* objects the frame built that escape (CALLs, each made once,
+                                 inner ones first): the transformed code makes them first */
     PyObject *exc;           /* RAISING: the exception being raised (kept by keep) */
     void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
     int nafter;              /* calls the transformed code makes for their effect after */

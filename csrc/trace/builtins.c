@@ -10,12 +10,13 @@
 #include <string.h>
 
 static PyObject *partial_type, *reduce_fn, *odict_type, *ddict_type, *dc_fields, *dc_is_dc;
-static PyObject *environ_obj;
+static PyObject *environ_obj, *signature_fn, *method_type;
 /* names for reasons' arguments */
 static const char fname_max[] = "max", fname_min[] = "min", sym_gt[] = ">", sym_lt[] = "<";
 static const char fname_dict[] = "dict", fname_map[] = "map", fname_filter[] = "filter";
 static const char fname_reduce[] = "reduce", fname_sorted[] = "sorted", fname_zip[] = "zip";
-static const char fname_partial[] = "partial";
+static const char fname_partial[] = "partial", fname_signature[] = "inspect.signature";
+static const char fname_method[] = "a method of a fixed object";
 
 /* One-time lookups; 0 or -1 (error set). */
 static int builtins_init(void)
@@ -26,6 +27,14 @@ static int builtins_init(void)
     PyObject *co = PyImport_ImportModule("collections");
     PyObject *dc = PyImport_ImportModule("dataclasses");
     PyObject *os = PyImport_ImportModule("os");
+    PyObject *insp = PyImport_ImportModule("inspect");
+    PyObject *types = PyImport_ImportModule("types");
+    if (insp)
+        signature_fn = PyObject_GetAttrString(insp, "signature");
+    if (types)
+        method_type = PyObject_GetAttrString(types, "MethodType");
+    Py_XDECREF(insp);
+    Py_XDECREF(types);
     if (ft) {
         partial_type = PyObject_GetAttrString(ft, "partial");
         reduce_fn = PyObject_GetAttrString(ft, "reduce");
@@ -45,7 +54,7 @@ static int builtins_init(void)
     Py_XDECREF(dc);
     Py_XDECREF(os);
     return partial_type && reduce_fn && odict_type && ddict_type && dc_fields && dc_is_dc &&
-           environ_obj ? 0 : -1;
+           environ_obj && signature_fn && method_type ? 0 : -1;
 }
 
 /* 1 if o is os.environ. */
@@ -543,6 +552,103 @@ static const char *builtin_fn_name(PyObject *fn)
     return strcmp(m, "builtins") ? "" : ((PyCFunctionObject *)fn)->m_ml->ml_name;
 }
 
+/* ---- inspect.signature --------------------------------------------------------------- */
+
+/* A fixed TV_OBJ for o (new reference: kept), or a constant. */
+static tvar *fixed_tv(tracer *tr, PyObject *o)
+{
+    if (!o || !cdy_tr_keep(tr, o))
+        return NULL;
+    if (cdy_is_const(o))
+        return cdy_tv_const(tr, Py_NewRef(o));
+    tvar *v = cdy_tv_new(tr, TV_OBJ);
+    if (v) {
+        v->obj = o;
+        v->fixed = 1;
+    }
+    return v;
+}
+
+/* inspect.signature(f) of a callable whose signature the trace knows: a function
+ * (fixed by its guard: identity, or code and defaults), a method of a class fixed by
+ * its instance's guard, a module; the Signature object, fixed.  NULL when stopped. */
+static tvar *do_signature(tracer *tr, tvar *f)
+{
+    PyObject *real = NULL;
+    int drop_first = 0;
+    if ((f->kind == TV_OBJ && !f->by_type) || f->kind == TV_FUNC || f->kind == TV_CONST)
+        real = Py_NewRef(f->obj);
+    else if (f->kind == TV_OBJ && f->by_type && PyObject_TypeCheck(f->obj, (PyTypeObject *)cdy_module_type))
+        real = Py_NewRef(f->obj);   /* a module: its forward's signature, fixed by its type */
+    else if (f->kind == TV_BOUND && f->self->kind == TV_OBJ && f->self->obj)
+        real = PyObject_CallFunctionObjArgs(method_type, f->obj, f->self->obj, NULL);
+    else if (f->kind == TV_BOUND) {
+        real = Py_NewRef(f->obj);
+        drop_first = 1;
+    }
+    if (!real) {
+        if (!PyErr_Occurred())
+            cdy_tr_stop(tr, SIGNATURE_OF);
+        else
+            cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    PyObject *sig = PyObject_CallOneArg(signature_fn, real);
+    Py_DECREF(real);
+    if (sig && drop_first) {   /* bound to an object the trace made: its first parameter is taken */
+        PyObject *params = PyObject_GetAttrString(sig, "parameters");
+        PyObject *vals = params ? PyObject_CallMethod(params, "values", NULL) : NULL;
+        PyObject *lst = vals ? PySequence_List(vals) : NULL;
+        PyObject *rest = lst ? PyList_GetSlice(lst, 1, PyList_GET_SIZE(lst)) : NULL;
+        PyObject *kw = rest ? Py_BuildValue("{s:O}", "parameters", rest) : NULL;
+        PyObject *meth = kw ? PyObject_GetAttrString(sig, "replace") : NULL;
+        PyObject *empty = PyTuple_New(0);
+        PyObject *s2 = meth && empty ? PyObject_Call(meth, empty, kw) : NULL;
+        Py_XDECREF(params);
+        Py_XDECREF(vals);
+        Py_XDECREF(lst);
+        Py_XDECREF(rest);
+        Py_XDECREF(kw);
+        Py_XDECREF(meth);
+        Py_XDECREF(empty);
+        Py_SETREF(sig, s2);
+    }
+    if (!sig) {
+        cdy_tr_stop_exc(tr, RAISED_CALL, fname_signature);
+        return NULL;
+    }
+    return fixed_tv(tr, sig);
+}
+
+/* See trace.h: fn(*args) where fn is a builtin method of a fixed object
+ * (sig.parameters.items(), field.name.startswith(...)) and the arguments are
+ * constants or fixed: run now, the result fixed.  *handled 0 otherwise. */
+tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
+                            PyObject *kwnames, int *handled)
+{
+    PyObject *fn = callable->obj;
+    *handled = callable->fixed && (PyCFunction_Check(fn) || Py_IS_TYPE(fn, &PyMethodDescr_Type) ||
+                                   Py_IS_TYPE(fn, &_PyMethodWrapper_Type));
+    for (int i = 0; *handled && i < nargs; i++)
+        *handled = args[i]->kind == TV_CONST || (args[i]->kind == TV_OBJ && args[i]->fixed);
+    if (!*handled)
+        return NULL;
+    PyObject **pa = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
+    if (!pa) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    for (int i = 0; i < nargs; i++)
+        pa[i] = args[i]->obj;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)(nargs - nkw), kwnames);
+    if (!r) {
+        cdy_tr_stop_exc(tr, RAISED_CALL, fname_method);
+        return NULL;
+    }
+    return fixed_tv(tr, r);
+}
+
 /* ---- the dispatch -------------------------------------------------------------------- */
 
 /* See trace.h. */
@@ -574,6 +680,8 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
         tvar *p = frame_partial(tr, fn);
         return p ? cdy_partial_call(tr, p, args, nargs, kwnames) : NULL;
     }
+    if (fn == signature_fn && nargs == 1 && !kwnames)
+        return do_signature(tr, args[0]);
     if ((fn == dc_fields || fn == dc_is_dc) && nargs == 1 && !kwnames)
         return dataclass_query(tr, fn, args[0]);
     if ((fn == (PyObject *)&PyUnicode_Type || !strcmp(builtin_fn_name(fn), "repr")) && nargs == 1 &&
@@ -642,8 +750,19 @@ static cdy_ret *call_ret(tracer *tr, PyObject *fn, cdy_ret **pos, int np, PyObje
     return r;
 }
 
-/* See trace.h: a set, partial, OrderedDict / defaultdict or namedtuple the trace made. */
+static cdy_ret *made_call(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *));
+
+/* See trace.h: a set, partial, OrderedDict / defaultdict or namedtuple the trace made
+ * (sets and partials made once: their identity is kept). */
 cdy_ret *cdy_made_ret(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    if (v->kind == TV_SET || v->kind == TV_PARTIAL)
+        return cdy_object_ret(tr, v, made_call, make_ret);
+    return made_call(tr, v, make_ret);
+}
+
+/* The CALL that makes v. */
+static cdy_ret *made_call(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *))
 {
     cdy_ret *a[3];
     if (v->kind == TV_SET || v->kind == TV_DICT) {

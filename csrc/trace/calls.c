@@ -1418,8 +1418,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return NULL;
     }
     PyObject *fn = callable->obj;
+    int handled;
+    tvar *r = cdy_call_fixed_method(tr, callable, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
     callable_name(fn, name, sizeof(name));
-    int any_tensor = 0, all_const = 1, handled;
+    int any_tensor = 0, all_const = 1;
     for (int i = 0; i < nargs; i++) {
         any_tensor |= args[i]->kind == TV_TENSOR;
         all_const &= args[i]->kind == TV_CONST;
@@ -1433,7 +1437,7 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return cdy_tr_super(tr);
     if (fn == (PyObject *)&PyType_Type && nargs == 1 && !kwnames)
         return type_of(tr, args[0]);
-    tvar *r = cdy_exc_construct(tr, fn, args, nargs, kwnames, &handled);   /* IndexError("...") */
+    r = cdy_exc_construct(tr, fn, args, nargs, kwnames, &handled);   /* IndexError("...") */
     if (handled)
         return r;
     if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */

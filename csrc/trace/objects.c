@@ -503,15 +503,55 @@ tvar *cdy_frame_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args, in
 
 /* ---- rebuilding -------------------------------------------------------------------- */
 
-/* See trace.h. */
-cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *))
+/* An OBJECT ret: objects[index] of the trace; NULL when stopped. */
+static cdy_ret *object_ref(tracer *tr, int index)
 {
-    cdy_trace *t = tr->t;
-    if (inst->built) {
-        cdy_tr_stop(tr, NEW_RETURNED_TWICE);
+    cdy_ret *r = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_ret));
+    if (!r) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
-    inst->built = 1;
+    r->kind = CDY_RET_OBJECT;
+    r->index = index;
+    return r;
+}
+
+/* See trace.h. */
+cdy_ret *cdy_object_ret(tracer *tr, tvar *v, cdy_ret *(*make_call)(tracer *, tvar *,
+                        cdy_ret *(*)(tracer *, tvar *)), cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    cdy_trace *t = tr->t;
+    if (v->built > 0)
+        return object_ref(tr, v->built - 1);
+    if (v->built < 0) {   /* it holds itself */
+        cdy_tr_stop(tr, OBJECT_CYCLE);
+        return NULL;
+    }
+    v->built = -1;
+    cdy_ret *call = make_call(tr, v, make_ret);   /* inner objects are made first */
+    if (!call)
+        return NULL;
+    if (t->nobjects == t->cap_objects) {
+        int cap = t->cap_objects ? 2 * t->cap_objects : 8;
+        cdy_ret **o = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)cap);
+        if (!o) {
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
+            return NULL;
+        }
+        if (t->nobjects)
+            memcpy(o, t->objects, sizeof(cdy_ret *) * (size_t)t->nobjects);
+        t->objects = o;
+        t->cap_objects = cap;
+    }
+    t->objects[t->nobjects] = call;
+    v->built = ++t->nobjects;
+    return object_ref(tr, v->built - 1);
+}
+
+/* _cdy_new_object(cls, attrs, contents) for instance inst; NULL when stopped. */
+static cdy_ret *inst_call(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    cdy_trace *t = tr->t;
     cdy_ret *r = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
     cdy_ret **items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * 3);
     cdy_ret *cls = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
@@ -536,4 +576,10 @@ cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar
     r->n = r->index = 3;
     r->items = items;
     return r;
+}
+
+/* See trace.h. */
+cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    return cdy_object_ret(tr, inst, inst_call, make_ret);
 }

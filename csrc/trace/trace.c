@@ -46,6 +46,20 @@ static void append_exception(char *buf, size_t size)
     PyErr_Clear();
 }
 
+/* Log (topic debug) the reason and the traced frames it stopped in, innermost first. */
+static void log_stop_stack(tracer *tr)
+{
+    char buf[2048];
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "stop [%s] %s", cdy_reason_code(tr->t->reason_code),
+                                tr->t->reason);
+    for (tracer *f = tr; f && n < sizeof(buf); f = f->parent)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\n    at %s:%d in %s",
+                              PyUnicode_AsUTF8(f->co->co_filename), PyCode_Addr2Line(f->co, f->pc * 2),
+                              PyUnicode_AsUTF8(f->co->co_qualname));
+    PyErr_Clear();
+    cdy_log("debug", "%s", buf);
+}
+
 int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
 {
     cdy_trace *t = tr->t;
@@ -77,6 +91,8 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
     t->reason_file = tr->co->co_filename;
     if (cat == CDY_RCAT_USER && cdy_exc_raisable(code))
         cdy_exc_begin(tr, code, e);   /* the traced code may catch it */
+    else if (cdy_log_on("debug"))
+        log_stop_stack(tr);
     return -1;
 }
 
@@ -607,6 +623,14 @@ static int op_subscr(tracer *tr)
     }
     if (s->kind == TV_INST)
         return push(tr, cdy_obj_special(tr, s, "__getitem__", &i, 1));
+    if (s->kind == TV_OBJ && s->fixed && (i->kind == TV_CONST || (i->kind == TV_OBJ && i->fixed))) {
+        PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* an item of a fixed object */
+        if (!v)
+            return cdy_tr_stop_exc(tr, RAISED_SUBSCRIPT);
+        tvar *r = cdy_fixed_value(tr, v);
+        Py_DECREF(v);
+        return push(tr, r);
+    }
     if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST &&
         (PyList_Check(s->obj) || PyDict_Check(s->obj) || PyTuple_Check(s->obj))) {
         PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* a container read from the frame */
@@ -823,7 +847,8 @@ static int op_contains(tracer *tr, int invert)
         tvar *b = cdy_set_method(tr, c, "__contains__", &k, 1, NULL);
         return b ? push(tr, cdy_tv_const(tr, PyBool_FromLong((b->obj == Py_True) != invert))) : -1;
     }
-    if (k->kind == TV_CONST && c->kind == TV_CONST)
+    if ((k->kind == TV_CONST || (k->kind == TV_OBJ && k->fixed)) &&
+        (c->kind == TV_CONST || (c->kind == TV_OBJ && c->fixed)))
         r = PySequence_Contains(c->obj, k->obj);
     else if (cdy_key_of(k) && c->kind == TV_DICT) {
         r = cdy_dict_find(tr, c, cdy_key_of(k));

@@ -57,7 +57,8 @@ typedef struct tvar {
     struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
     PyObject **keys;        /* DICT */
     struct tracer *owner;   /* CELL */
-    int built;              /* INST: already part of the return value (built once) */
+    int built;              /* INST, SET, PARTIAL: 1 + its index among the trace's objects once the
+                             * transformed code makes it; -1 while it is being described */
     int cap;                /* LIST, DICT, TUPLE: capacity of items (and keys) when > 0: the
                              * arrays are this tvar's own (trace/containers.c grows them) */
     struct tvar *store;     /* INST: its builtin container base's contents; DICT: the
@@ -183,6 +184,8 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
 int cdy_truth(tracer *tr, tvar *v);
+/* A tvar for o read from a fixed object: a constant, or a fixed TV_OBJ. */
+tvar *cdy_fixed_value(tracer *tr, PyObject *o);
 extern PyObject *cdy_module_type;    /* torch.nn.Module */
 extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 
@@ -313,8 +316,12 @@ tvar *cdy_obj_call_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args,
 /* A read-only dict method (get, __getitem__, __contains__) of an object of the caller. */
 tvar *cdy_frame_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args, int nargs,
                         PyObject *kwnames);
-/* The transformed code's rebuilding of inst (once); NULL when stopped. */
+/* The transformed code's rebuilding of inst: an OBJECT ret (made once, every use the
+ * same object); NULL when stopped. */
 cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *));
+/* The OBJECT ret of v: made_call(v) appended to the trace's objects the first time. */
+cdy_ret *cdy_object_ret(tracer *tr, tvar *v, cdy_ret *(*make_call)(tracer *, tvar *,
+                        cdy_ret *(*)(tracer *, tvar *)), cdy_ret *(*make_ret)(tracer *, tvar *));
 
 /* ---- builtins.c: builtins and library functions run on symbolic values ---- */
 /* fn(*args) when fn is one builtins.c runs itself (dict(), set(), map, filter,
@@ -324,6 +331,10 @@ cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar
 tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                      int *handled);
 tvar *cdy_partial_call(tracer *tr, tvar *p, tvar **args, int nargs, PyObject *kwnames);
+/* callable(*args) for a builtin method of a fixed object with constant or fixed
+ * arguments: run now, the result fixed; *handled 0 otherwise. */
+tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
+                            PyObject *kwnames, int *handled);
 tvar *cdy_partial_attr(tracer *tr, tvar *p, PyObject *name);
 /* The rebuilding of a set, partial, OrderedDict/defaultdict or namedtuple the trace made. */
 cdy_ret *cdy_made_ret(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *));

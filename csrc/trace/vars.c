@@ -1111,6 +1111,39 @@ static tvar *iterate_modules(tracer *tr, tvar *v, int values)
     return cdy_tv_seq(tr, TV_ITER, items, n);
 }
 
+/* A tvar for o, a value read from a fixed object: a constant, or fixed itself. */
+tvar *cdy_fixed_value(tracer *tr, PyObject *o)
+{
+    if (cdy_is_const(o))
+        return cdy_tv_const(tr, Py_NewRef(o));
+    tvar *v = cdy_tr_keep(tr, Py_NewRef(o)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (v) {
+        v->obj = o;
+        v->fixed = 1;
+    }
+    return v;
+}
+
+/* The items of fixed iterable o (read now), as a TV_ITER. */
+static tvar *iterate_fixed(tracer *tr, PyObject *o)
+{
+    PyObject *seq = PySequence_Tuple(o);
+    if (!seq || PyTuple_GET_SIZE(seq) > 100000) {
+        Py_XDECREF(seq);
+        cdy_tr_stop_exc(tr, RAISED_ITER);
+        return NULL;
+    }
+    int n = (int)PyTuple_GET_SIZE(seq);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        if (!(items[i] = cdy_fixed_value(tr, PyTuple_GET_ITEM(seq, i)))) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    Py_DECREF(seq);
+    return items ? cdy_tv_seq(tr, TV_ITER, items, n) : NULL;
+}
+
 /* An iterator tvar over v's items; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v)
 {
@@ -1162,6 +1195,8 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
         return iterate_modules(tr, v, 1);
     if (v->kind == TV_OBJ && PyObject_TypeCheck(v->obj, (PyTypeObject *)moduledict_type))
         return iterate_modules(tr, v, 1);
+    if (v->kind == TV_OBJ && v->fixed)
+        return iterate_fixed(tr, v->obj);
     if (v->kind == TV_TENSOR)
         cdy_tr_stop(tr, ITER_TENSOR);
     else
