@@ -1440,6 +1440,9 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     r = cdy_exc_construct(tr, fn, args, nargs, kwnames, &handled);   /* IndexError("...") */
     if (handled)
         return r;
+    r = cdy_ctx_construct(tr, fn, args, nargs, kwnames, &handled);   /* torch.no_grad() */
+    if (handled)
+        return r;
     if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */
         return cdy_obj_call_builtin(tr, fn, args[0], args + 1, nargs - 1, kwnames);
     r = cdy_call_known(tr, fn, args, nargs, kwnames, &handled);   /* trace/builtins.c */
@@ -1454,6 +1457,14 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
+    if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
+        !PyObject_TypeCheck(PyMethod_GET_SELF(fn), (PyTypeObject *)cdy_tensor_type)) {
+        /* a bound method (of torch's classes too: _DecoratorContextManager.clone) */
+        tvar *self = cdy_wrap(tr, PyMethod_GET_SELF(fn), NULL, 0);
+        tvar **all = self ? prepend_arg(tr, self, args, nargs) : NULL;
+        return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
+                   : NULL;
+    }
     if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);

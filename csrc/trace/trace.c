@@ -644,6 +644,16 @@ static int op_subscr(tracer *tr)
     if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PyLong_CheckExact(i->obj) &&
         cdy_is_module_list(s->obj))
         return push(tr, module_list_item(tr, s, i));
+    if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PySlice_Check(i->obj) &&
+        cdy_is_module_list(s->obj)) {   /* layers[:n]: its modules (iterated, indexed) */
+        tvar *it = cdy_iterate(tr, s);
+        tvar *l = it ? cdy_tv_seq(tr, TV_LIST, it->items, it->n) : NULL;
+        if (!l)
+            return -1;
+        push(tr, l);
+        push(tr, i);
+        return op_subscr(tr);
+    }
     PyObject *gi = s->kind == TV_OBJ && s->src ? _PyType_Lookup(Py_TYPE(s->obj), getitem_name()) : NULL;
     if (gi && PyFunction_Check(gi) && !PyObject_TypeCheck(s->obj, (PyTypeObject *)cdy_module_type)) {
         /* a user class's __getitem__, inlined (module containers: the operator path) */
@@ -1157,6 +1167,8 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_delete_subscr(tr);
     case CDY_BUILD_SET: case CDY_SET_ADD: case CDY_SET_UPDATE:
         return op_set(tr, op, oparg);
+    case CDY_BEFORE_WITH:
+        return cdy_op_before_with(tr);
     case CDY_PUSH_EXC_INFO:
         return cdy_exc_push_info(tr);
     case CDY_POP_EXCEPT:

@@ -365,6 +365,13 @@ int cdy_exc_reraise(tracer *tr, int oparg);      /* RERAISE */
 tvar *cdy_exc_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
                         int *handled);
 
+/* ---- contexts.c: `with` blocks ---- */
+int cdy_op_before_with(tracer *tr);              /* BEFORE_WITH */
+/* torch.no_grad() / enable_grad() / set_grad_enabled() / inference_mode() / autocast()
+ * made now (a fixed object); *handled 0 for other callables. */
+tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled);
+
 /* ---- sets.c ---- */
 tvar *cdy_set_build(tracer *tr, tvar **items, int n);        /* BUILD_SET */
 tvar *cdy_set_from(tracer *tr, tvar *iterable);               /* set(iterable); NULL arg: set() */

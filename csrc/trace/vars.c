@@ -969,6 +969,9 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         return cdy_tv_const(tr, Py_NewRef(PyFunction_GET_CODE(o)));
     if (!base->src && (base->fixed || PyType_Check(o)))
         return fixed_attr(tr, o, name);
+    if (!base->src && !PyUnicode_CompareWithASCIIString(name, "__class__") &&
+        _PyType_Lookup(Py_TYPE(o), name) == _PyType_Lookup(&PyBaseObject_Type, name))
+        return cdy_wrap(tr, (PyObject *)Py_TYPE(o), NULL, 0);   /* its class: fixed with it */
     if (!base->src) {
         cdy_tr_stop(tr, ATTR_NO_SOURCE, PyUnicode_AsUTF8(name));
         return NULL;
