@@ -10,7 +10,7 @@
 #include <string.h>
 
 static PyObject *partial_type, *reduce_fn, *odict_type, *ddict_type, *dc_fields, *dc_is_dc;
-static PyObject *environ_obj, *signature_fn, *method_type;
+static PyObject *environ_obj, *signature_fn, *method_type, *copy_fn, *deepcopy_fn;
 /* names for reasons' arguments */
 static const char fname_max[] = "max", fname_min[] = "min", sym_gt[] = ">", sym_lt[] = "<";
 static const char fname_dict[] = "dict", fname_map[] = "map", fname_filter[] = "filter";
@@ -29,6 +29,12 @@ static int builtins_init(void)
     PyObject *os = PyImport_ImportModule("os");
     PyObject *insp = PyImport_ImportModule("inspect");
     PyObject *types = PyImport_ImportModule("types");
+    PyObject *cp = PyImport_ImportModule("copy");
+    if (cp) {
+        copy_fn = PyObject_GetAttrString(cp, "copy");
+        deepcopy_fn = PyObject_GetAttrString(cp, "deepcopy");
+    }
+    Py_XDECREF(cp);
     if (insp)
         signature_fn = PyObject_GetAttrString(insp, "signature");
     if (types)
@@ -54,7 +60,7 @@ static int builtins_init(void)
     Py_XDECREF(dc);
     Py_XDECREF(os);
     return partial_type && reduce_fn && odict_type && ddict_type && dc_fields && dc_is_dc &&
-           environ_obj && signature_fn && method_type ? 0 : -1;
+           environ_obj && signature_fn && method_type && copy_fn && deepcopy_fn ? 0 : -1;
 }
 
 /* 1 if o is os.environ. */
@@ -629,6 +635,22 @@ tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
     PyObject *fn = callable->obj;
     *handled = callable->fixed && (PyCFunction_Check(fn) || Py_IS_TYPE(fn, &PyMethodDescr_Type) ||
                                    Py_IS_TYPE(fn, &_PyMethodWrapper_Type));
+    PyObject *self = *handled && PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : NULL;
+    if (self && (PyDict_Check(self) || PyList_Check(self) || PyAnySet_Check(self) ||
+                 PyByteArray_Check(self))) {   /* a mutable container: its readers only */
+        static const char *readers[] = {"get", "keys", "values", "items", "copy", "index", "count",
+                                        "__contains__", "__getitem__", "__len__", "issubset",
+                                        "issuperset", "isdisjoint", "union", "intersection",
+                                        "difference", NULL};
+        const char *n = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+        int ok = 0;
+        for (int i = 0; readers[i] && !ok; i++)
+            ok = !strcmp(n, readers[i]);
+        if (!ok) {
+            cdy_tr_stop(tr, METHOD_UNSUPPORTED, n, Py_TYPE(self)->tp_name);
+            return NULL;
+        }
+    }
     for (int i = 0; *handled && i < nargs; i++)
         *handled = args[i]->kind == TV_CONST || (args[i]->kind == TV_OBJ && args[i]->fixed);
     if (!*handled)
@@ -680,6 +702,8 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
         tvar *p = frame_partial(tr, fn);
         return p ? cdy_partial_call(tr, p, args, nargs, kwnames) : NULL;
     }
+    if ((fn == copy_fn || fn == deepcopy_fn) && nargs == 1 && !kwnames)
+        return cdy_copy(tr, args[0], fn == deepcopy_fn);
     if (fn == signature_fn && nargs == 1 && !kwnames)
         return do_signature(tr, args[0]);
     if ((fn == dc_fields || fn == dc_is_dc) && nargs == 1 && !kwnames)

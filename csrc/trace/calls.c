@@ -1071,14 +1071,15 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     }
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST) {
-        int has = cdy_obj_hasattr(tr, args[0], args[1]->obj);
+        tvar *val = NULL;
+        int has = cdy_obj_hasattr(tr, args[0], args[1]->obj, &val);
         if (has < 0)
             return NULL;
         if (!strcmp(n, "hasattr"))
             return cdy_tv_const(tr, PyBool_FromLong(has));
         if (!has && nargs == 3)
             return args[2];
-        return cdy_obj_getattr(tr, args[0], args[1]->obj);
+        return has ? val : cdy_obj_getattr(tr, args[0], args[1]->obj);
     }
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {

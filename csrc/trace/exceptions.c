@@ -161,6 +161,19 @@ int cdy_exc_unwind(tracer *tr, int *next)
 }
 
 /* See trace.h. */
+int cdy_exc_catch(tracer *tr, PyObject *type)
+{
+    cdy_trace *t = tr->t;
+    if (t->status != CDY_TRACE_RAISING || !t->exc || !PyErr_GivenExceptionMatches(t->exc, type))
+        return 0;
+    t->status = CDY_TRACE_OK;
+    t->reason[0] = 0;
+    t->reason_code = 0;
+    t->exc = NULL;
+    return 1;
+}
+
+/* See trace.h. */
 void cdy_exc_escaped(tracer *tr)
 {
     cdy_trace *t = tr->t;

@@ -251,7 +251,7 @@ static tvar *generic_getattr(tracer *tr, tvar *inst, PyObject *name, int *missin
             cdy_tr_stop(tr, OBJ_DESCRIPTOR, PyUnicode_AsUTF8(name), Py_TYPE(d)->tp_name);
             return NULL;
         }
-        return cdy_wrap(tr, d, NULL, 0);   /* a class attribute: fixed with the class */
+        return cdy_fixed_value(tr, d);   /* a class attribute: fixed with the class */
     }
     PyObject *ga = _PyType_Lookup(cls, str_getattr);
     if (python_fn(ga)) {
@@ -277,13 +277,22 @@ tvar *cdy_obj_getattr(tracer *tr, tvar *inst, PyObject *name)
     return r;
 }
 
-/* See trace.h. */
-int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name)
+/* See trace.h: the lookup traced; an AttributeError it raises is "no". */
+int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name, tvar **value)
 {
-    if (python_fn(_PyType_Lookup(cls_of(inst), str_getattribute)))
-        return cdy_tr_stop(tr, HASATTR_GETATTRIBUTE, cls_of(inst)->tp_name);
-    int missing;
-    tvar *r = generic_getattr(tr, inst, name, &missing);
+    int missing = 0;
+    tvar *r;
+    PyObject *gab = _PyType_Lookup(cls_of(inst), str_getattribute);
+    if (python_fn(gab)) {
+        tvar *n = name_tv(tr, name);
+        r = n ? call_with_self(tr, gab, inst, &n, 1, NULL) : NULL;
+    }
+    else
+        r = generic_getattr(tr, inst, name, &missing);
+    if (!r && !missing && cdy_exc_catch(tr, PyExc_AttributeError))
+        missing = 1;
+    if (value)
+        *value = r;
     return missing ? 0 : r ? 1 : -1;
 }
 
@@ -582,4 +591,139 @@ static cdy_ret *inst_call(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *,
 cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *))
 {
     return cdy_object_ret(tr, inst, inst_call, make_ret);
+}
+
+/* ---- copy.copy / copy.deepcopy ------------------------------------------------------ */
+
+typedef struct {
+    int n;
+    tvar *from[64], *to[64];   /* deepcopy's memo: each value copied once */
+} copy_memo;
+
+static tvar *copy_value(tracer *tr, tvar *v, int deep, copy_memo *m);
+
+/* 1 if instances of cls copy by their __dict__ (object's reduce, no copy hooks, no slots). */
+static int copies_by_dict(PyTypeObject *cls)
+{
+    static const char *hooks[] = {"__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__",
+                                  "__getstate__", "__setstate__", "__slots__", NULL};
+    for (int i = 0; hooks[i]; i++) {
+        PyObject *n = PyUnicode_InternFromString(hooks[i]);
+        PyObject *d = n ? _PyType_Lookup(cls, n) : NULL;
+        PyObject *base = n ? _PyType_Lookup(&PyBaseObject_Type, n) : NULL;
+        Py_XDECREF(n);
+        if (d && d != base)
+            return 0;
+    }
+    return cls->tp_dictoffset != 0;
+}
+
+/* A copy of the items of container c (deep: each item copied); NULL when stopped. */
+static tvar *copy_container(tracer *tr, tvar *c, int deep, copy_memo *m)
+{
+    tvar *r = c->kind == TV_SET ? cdy_set_from(tr, NULL) : cdy_container_copy(tr, c);
+    if (!r)
+        return NULL;
+    if (m->n < 64) {
+        m->from[m->n] = c;
+        m->to[m->n++] = r;
+    }
+    if (c->kind == TV_SET)
+        return cdy_set_update(tr, r, c) ? NULL : r;   /* members are constants */
+    for (int i = 0; deep && i < r->n; i++)
+        if (!(r->items[i] = copy_value(tr, r->items[i], 1, m)))
+            return NULL;
+    if (r->kind == TV_TUPLE) {   /* a tuple whose items did not change is itself */
+        int same = 1;
+        for (int i = 0; i < r->n && same; i++)
+            same = r->items[i] == c->items[i];
+        if (same)
+            return c;
+    }
+    return r;
+}
+
+/* A new instance of inst's class with copies of its attributes and contents. */
+static tvar *copy_inst(tracer *tr, tvar *inst, tvar *attrs, int deep, copy_memo *m)
+{
+    tvar *r = cdy_tv_new(tr, TV_INST);
+    if (!r)
+        return NULL;
+    r->obj = inst->obj;
+    if (m->n < 64) {
+        m->from[m->n] = inst;
+        m->to[m->n++] = r;
+    }
+    if (!(r->self = copy_container(tr, attrs, deep, m)))
+        return NULL;
+    r->self->src = NULL;
+    if (inst->kind == TV_INST && inst->store &&
+        !(r->store = copy_container(tr, inst->store, deep, m)))
+        return NULL;
+    return r;
+}
+
+/* An object of the caller (a source) copied: its class's instances copy by __dict__, which
+ * is read through its source (guarded: its keys, each value) into a new instance. */
+static tvar *copy_frame_object(tracer *tr, tvar *v, int deep, copy_memo *m)
+{
+    static PyObject *s_dict;
+    PyTypeObject *cls = Py_TYPE(v->obj);
+    if (!s_dict && !(s_dict = PyUnicode_InternFromString("__dict__")))
+        return cdy_tr_stop_exc(tr, PY_ERROR), NULL;
+    if (!v->src || !cdy_obj_buildable((PyObject *)cls) || !copies_by_dict(cls) ||
+        builtin_base(cls) != &PyBaseObject_Type) {
+        cdy_tr_stop(tr, COPY_VALUE, cls->tp_name);
+        return NULL;
+    }
+    PyObject **dp = _PyObject_GetDictPtr(v->obj);
+    const cdy_src *ds = cdy_src_step(tr, v->src, s_dict, 0);
+    tvar *attrs = dp && *dp && ds ? cdy_wrap(tr, *dp, ds, 1) : NULL;
+    if (!attrs || attrs->kind != TV_DICT) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, COPY_VALUE, cls->tp_name);
+        return NULL;
+    }
+    tvar tmp = *v;
+    tmp.obj = (PyObject *)cls;
+    tvar *r = copy_inst(tr, &tmp, attrs, deep, m);
+    return r;
+}
+
+/* copy.copy (deep 0) / copy.deepcopy (deep 1) of v; NULL when stopped. */
+static tvar *copy_value(tracer *tr, tvar *v, int deep, copy_memo *m)
+{
+    for (int i = 0; i < m->n; i++)
+        if (m->from[i] == v)
+            return m->to[i];
+    switch (v->kind) {
+    case TV_CONST:
+        return v;   /* immutable */
+    case TV_TUPLE:
+        return deep ? copy_container(tr, v, 1, m) : v;
+    case TV_LIST: case TV_DICT: case TV_SET:
+        return copy_container(tr, v, deep, m);
+    case TV_INST:
+        if (!copies_by_dict(cls_of(v))) {
+            cdy_tr_stop(tr, COPY_VALUE, cls_of(v)->tp_name);
+            return NULL;
+        }
+        return copy_inst(tr, v, v->self, deep, m);
+    case TV_OBJ:
+        if (PyType_Check(v->obj) || PyFunction_Check(v->obj) || PyCFunction_Check(v->obj) ||
+            PyModule_Check(v->obj))
+            return v;   /* copied as themselves, as the copy module does */
+        return copy_frame_object(tr, v, deep, m);
+    default:
+        cdy_tr_stop(tr, COPY_VALUE, Py_TYPE(cdy_tvar_type(v))->tp_name);
+        return NULL;
+    }
+}
+
+/* See trace.h. */
+tvar *cdy_copy(tracer *tr, tvar *v, int deep)
+{
+    copy_memo m;
+    m.n = 0;
+    return copy_value(tr, v, deep, &m);
 }

@@ -297,8 +297,8 @@ int cdy_obj_buildable(PyObject *cls);
 tvar *cdy_obj_new(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames);
 /* inst.name by Python's lookup (descriptors, __dict__, class, __getattr__). */
 tvar *cdy_obj_getattr(tracer *tr, tvar *inst, PyObject *name);
-/* hasattr(inst, name): 1 / 0, -1 stopped. */
-int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name);
+/* hasattr(inst, name): 1 / 0, -1 stopped; *value (if value) the attribute when 1. */
+int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name, tvar **value);
 /* inst.name = v through its class's __setattr__; 0 or -1. */
 int cdy_obj_setattr(tracer *tr, tvar *inst, PyObject *name, tvar *v);
 /* object.__setattr__(inst, name, v): properties' setters, else the __dict__; 0 or -1. */
@@ -316,6 +316,9 @@ tvar *cdy_obj_call_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args,
 /* A read-only dict method (get, __getitem__, __contains__) of an object of the caller. */
 tvar *cdy_frame_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args, int nargs,
                         PyObject *kwnames);
+/* copy.copy(v) (deep 0) / copy.deepcopy(v) (deep 1) on symbolic values: containers,
+ * instances built here, objects of the caller copied through their guarded __dict__. */
+tvar *cdy_copy(tracer *tr, tvar *v, int deep);
 /* The transformed code's rebuilding of inst: an OBJECT ret (made once, every use the
  * same object); NULL when stopped. */
 cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *));
@@ -354,6 +357,9 @@ int cdy_exc_raise(tracer *tr, PyObject *e);
 /* A RAISING trace at tr->pc: 0 with *next the handler of tr's frame (the
  * exception pushed, the trace OK again), -1 when tr's frame has none. */
 int cdy_exc_unwind(tracer *tr, int *next);
+/* A RAISING trace whose exception is a `type`: caught by the tracer itself
+ * (hasattr, getattr with a default): 1 and the trace is OK again; else 0. */
+int cdy_exc_catch(tracer *tr, PyObject *type);
 /* At the top frame: an exception that left it stops the trace (its reason). */
 void cdy_exc_escaped(tracer *tr);
 int cdy_exc_push_info(tracer *tr);               /* PUSH_EXC_INFO */
