@@ -54,7 +54,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer") \
     X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)") \
     X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw") \
-    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)")
+    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)") \
+    X(SAME, "`src is other` gives the traced answer (requires_grad): two sources are one object or not")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -68,6 +69,7 @@ typedef struct {
     char desc[96];          /* name for messages, e.g. "x" */
     PyObject *expect;       /* CONST: value; ID: object; TENSOR: exact type */
     PyObject *dtype;        /* TENSOR: torch.dtype (singleton) */
+    cdy_src *other;         /* SAME: the second source (owned: PyMem, its references) */
     int requires_grad;
     int ndim;
     int64_t sizes[CDY_MAX_NDIM];

@@ -89,7 +89,10 @@
     X(RERAISE, 119, 0)                            \
     X(RAISE_VARARGS, 130, 0)                      \
     X(LOAD_ASSERTION_ERROR, 74, 0)                \
-    X(DELETE_DEREF, 139, 0)
+    X(DELETE_DEREF, 139, 0)                       \
+    X(GET_YIELD_FROM_ITER, 69, 0)                 \
+    X(SEND, 123, 0)                               \
+    X(JUMP_BACKWARD_NO_INTERRUPT, 134, 0)
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define CDY_OPCODES CDY_OPCODES_311

@@ -671,6 +671,43 @@ tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
     return fixed_tv(tr, r);
 }
 
+/* See trace.h: os.environ.get(k[, d]), os.environ[k], os.environ.__contains__(k): the
+ * answer read now, guarded (`k in os.environ` by a CONTAINS guard, the value by its
+ * item source): a guarded constant, so the compiled code follows the environment. */
+tvar *cdy_environ_call(tracer *tr, tvar *bound, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *fname = ((PyFunctionObject *)bound->obj)->func_name;
+    const char *n = PyUnicode_AsUTF8(fname);
+    tvar *env = bound->self;
+    if (!n || kwnames || nargs < 1 || nargs > 2 || args[0]->kind != TV_CONST ||
+        !PyUnicode_Check(args[0]->obj) || (strcmp(n, "get") && nargs == 2) ||
+        (strcmp(n, "get") && strcmp(n, "__getitem__") && strcmp(n, "__contains__"))) {
+        tvar **all = cdy_prepend(tr, env, args, nargs);   /* another method: traced as written */
+        return all ? cdy_inline(tr, bound->obj, all, nargs + 1, kwnames) : NULL;
+    }
+    int has = cdy_contains_guarded(tr, env, args[0]);
+    if (has < 0) {
+        if (has == -1)
+            cdy_tr_stop(tr, IN_OP);
+        return NULL;
+    }
+    if (!strcmp(n, "__contains__"))
+        return const_tv(tr, PyBool_FromLong(has));
+    if (!has) {
+        if (!strcmp(n, "get"))
+            return nargs == 2 ? args[1] : const_tv(tr, Py_NewRef(Py_None));
+        cdy_tr_stop(tr, KEY_ERROR);
+        return NULL;
+    }
+    PyObject *v = PyObject_GetItem(env->obj, args[0]->obj);
+    const cdy_src *s = v ? cdy_src_step(tr, env->src, args[0]->obj, 1) : NULL;
+    tvar *r = s ? cdy_wrap(tr, v, s, 1) : NULL;
+    Py_XDECREF(v);
+    if (!s)
+        cdy_tr_stop_exc(tr, RAISED_SUBSCRIPT);
+    return r;
+}
+
 /* ---- the dispatch -------------------------------------------------------------------- */
 
 /* See trace.h. */

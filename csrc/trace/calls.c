@@ -270,7 +270,8 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type)) {
+        if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type) &&
+            PySequence_Fast_ITEMS(out)[i] != Py_None) {   /* (out, None): need_weights=False */
             cdy_tr_stop(tr, NON_TENSOR_SEQ, what);
             return NULL;
         }
@@ -282,6 +283,11 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         int idx;
+        if (PySequence_Fast_ITEMS(out)[i] == Py_None) {
+            if (!(items[i] = cdy_tv_const(tr, Py_NewRef(Py_None))))
+                return NULL;
+            continue;
+        }
         tvar *v = cdy_tensor_node(tr, PySequence_Fast_ITEMS(out)[i], &idx);
         if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
             return NULL;
@@ -958,8 +964,9 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
-    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self)) && cdy_is_const(self))
-        return 1;   /* a method of a str or tuple constant: pure */
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self) || PyBytes_CheckExact(self)) &&
+        cdy_is_const(self))
+        return 1;   /* a method of a str, bytes or tuple constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);
@@ -974,6 +981,18 @@ static int foldable_fn(PyObject *fn)
     const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
     for (int i = 0; ok[i]; i++)
         if (!strcmp(name, ok[i]))
+            return 1;
+    return 0;
+}
+
+/* 1 if builtin fn iterates its first argument (sum, min, max, all, any, sorted). */
+static int iterating_builtin(PyObject *fn)
+{
+    static const char *names[] = {"sum", "min", "max", "all", "any", "sorted", NULL};
+    if (!PyCFunction_Check(fn) || PyCFunction_GET_SELF(fn) != builtins_mod)
+        return 0;
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, names[i]))
             return 1;
     return 0;
 }
@@ -1383,6 +1402,28 @@ static int builtin_descriptor(PyObject *fn)
            (PyObject *)o == odict;
 }
 
+/* A call of an OptimizedFunction in traced code: optimize(f) is f, inlined into this
+ * trace; disable(f) must run eagerly: a graph break (the frame runs eagerly). */
+static tvar *call_optimized(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *en = PyObject_GetAttrString(fn, "_enabled");
+    PyObject *inner = en ? PyObject_GetAttrString(fn, "_orig_fn") : NULL;
+    int on = en == Py_True;
+    Py_XDECREF(en);
+    if (!inner || !cdy_tr_keep(tr, inner)) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    char name[160];
+    callable_name(inner, name, sizeof(name));
+    if (!on) {
+        cdy_tr_stop(tr, DISABLED_CALL, name);
+        return NULL;
+    }
+    tvar *f = cdy_wrap(tr, inner, NULL, 0);   /* fixed with the wrapper */
+    return f ? cdy_call(tr, f, args, nargs, kwnames) : NULL;
+}
+
 /* Apply callable to args; see the file comment.  NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
 {
@@ -1401,6 +1442,9 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return cdy_obj_call_builtin(tr, callable->obj, callable->self, args, nargs, kwnames);
     if (callable->kind == TV_PARTIAL)
         return cdy_partial_call(tr, callable, args, nargs, kwnames);
+    if (callable->kind == TV_BOUND && callable->self->kind == TV_OBJ && callable->self->src &&
+        cdy_is_environ(callable->self->obj))
+        return cdy_environ_call(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_BOUND) {
         tvar **all = prepend_arg(tr, callable->self, args, nargs);
         return all ? inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL) : NULL;
@@ -1432,6 +1476,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
             for (int j = 0; j < args[i]->n; j++)
                 any_tensor |= args[i]->items[j]->kind == TV_TENSOR;
     }
+    if (PyObject_TypeCheck(fn, &cdy_optimized_type))   /* cdynamo.optimize / disable inside */
+        return call_optimized(tr, fn, args, nargs, kwnames);
     if (PyObject_TypeCheck(fn, (PyTypeObject *)cdy_module_type))
         return call_module(tr, callable, args, nargs, kwnames);
     if (fn == (PyObject *)&PySuper_Type && nargs == 0 && !kwnames)
@@ -1446,6 +1492,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return r;
     if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */
         return cdy_obj_call_builtin(tr, fn, args[0], args + 1, nargs - 1, kwnames);
+    if (PyWeakref_CheckRef(fn) && !nargs && callable->src) {   /* ref(): its referent, fixed */
+        PyObject *o = PyWeakref_GetObject(fn);   /* the weakref is guarded by identity */
+        return o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+    }
     r = cdy_call_known(tr, fn, args, nargs, kwnames, &handled);   /* trace/builtins.c */
     if (handled)
         return r;
@@ -1454,6 +1504,15 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return r;
     if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return NULL;   /* torch.finfo(): the default dtype's */
+    if (foldable_fn(fn) && !all_const && nargs >= 1 && iterating_builtin(fn) &&
+        (args[0]->kind == TV_INST || args[0]->kind == TV_SET || args[0]->kind == TV_DICT ||
+         (args[0]->kind == TV_OBJ && args[0]->fixed))) {
+        tvar **conv = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
+        if (!conv || !(conv[0] = cdy_iterate(tr, args[0])))   /* sum(obj): its items */
+            return NULL;
+        memcpy(conv + 1, args + 1, sizeof(tvar *) * (size_t)(nargs - 1));
+        args = conv;
+    }
     if (foldable_fn(fn) && (all_const || fold_args(tr, &args, nargs)))
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)

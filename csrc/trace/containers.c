@@ -177,7 +177,7 @@ static tvar *none_tv(tracer *tr)
 /* The key object of argument k, or NULL with the trace stopped. */
 static PyObject *key_arg(tracer *tr, tvar *k)
 {
-    PyObject *key = cdy_key_of(k);
+    PyObject *key = cdy_key_fixed(tr, k);
     if (!key)
         cdy_tr_stop(tr, DICT_KEY_NON_CONST);
     return key;

@@ -21,7 +21,7 @@ static tvar *member(tvar *s, PyObject *k)
 /* Add v to set s (nothing when an equal member is there); 0 or -1 (stopped). */
 int cdy_set_add(tracer *tr, tvar *s, tvar *v)
 {
-    PyObject *k = cdy_key_of(v);
+    PyObject *k = cdy_key_fixed(tr, v);
     if (!k)
         return cdy_tr_stop(tr, SET_MEMBER);
     int has = PySet_Contains(s->obj, k);
@@ -200,7 +200,7 @@ tvar *cdy_set_method(tracer *tr, tvar *s, const char *name, tvar **args, int nar
         return cdy_tv_const(tr, Py_NewRef(Py_None));
     }
     if ((!strcmp(name, "discard") || !strcmp(name, "remove")) && nargs == 1) {
-        PyObject *k = cdy_key_of(args[0]);
+        PyObject *k = cdy_key_fixed(tr, args[0]);
         tvar *m = k ? member(s, k) : NULL;
         int has = k ? PySet_Contains(s->obj, k) : 0;
         if (!m && has == 1) {   /* an equal member of another object: find it */
@@ -257,7 +257,7 @@ tvar *cdy_set_method(tracer *tr, tvar *s, const char *name, tvar **args, int nar
         return r ? cdy_tv_const(tr, PyBool_FromLong(r->n == 0)) : NULL;
     }
     if (!strcmp(name, "__contains__") && nargs == 1) {
-        PyObject *k = cdy_key_of(args[0]);
+        PyObject *k = cdy_key_fixed(tr, args[0]);
         int has = k ? PySet_Contains(s->obj, k) : -1;
         if (has < 0) {
             PyErr_Clear();

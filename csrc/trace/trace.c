@@ -806,11 +806,13 @@ static int is_none(tracer *tr, tvar *v)
     return 0;
 }
 
-/* 1 if v is a mutable object the trace made (none of the caller's objects is it). */
+/* 1 if v is a mutable object the trace made (none of the caller's objects is it): an
+ * object, container or function built here, a tensor an op made. */
 static int made_here(const tvar *v)
 {
     return !v->src && (v->kind == TV_INST || v->kind == TV_SET || v->kind == TV_LIST ||
-                       v->kind == TV_DICT || v->kind == TV_PARTIAL || v->kind == TV_FUNC);
+                       v->kind == TV_DICT || v->kind == TV_PARTIAL || v->kind == TV_FUNC ||
+                       v->kind == TV_TENSOR);
 }
 
 /* IS_OP: identity tests the trace can decide. */
@@ -826,6 +828,10 @@ static int op_is(tracer *tr, int invert)
         r = 1;
     else if (made_here(a) || made_here(b))
         r = 0;   /* an object the trace made is no other value */
+    else if (a->src && b->src && a->kind == b->kind && (a->kind == TV_TENSOR || a->by_type || b->by_type))
+        r = cdy_same_object(tr, a, b);   /* two of the caller's values: guarded either way */
+    else if ((a->kind == TV_OBJ && a->fixed && b->src) || (b->kind == TV_OBJ && b->fixed && a->src))
+        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);
     else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
         return cdy_tr_stop(tr, IS_BY_TYPE);
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
@@ -1067,6 +1073,20 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
     return jump(tr, *next + oparg, next);
 }
 
+/* SEND delta (yield from, in a generator run to its end): the iterator's next item
+ * (YIELD_VALUE collects it), or, when it is exhausted, its value (None) and a jump. */
+static int op_send(tracer *tr, int oparg, int *next)
+{
+    pop(tr);   /* the value sent: None, as the generator is resumed with None */
+    tvar *it = peek(tr, 1);
+    if (it->kind != TV_ITER)
+        return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
+    if (it->pos < it->n)
+        return push(tr, it->items[it->pos++]);
+    tr->stack[tr->sp - 1] = cdy_tv_const(tr, Py_NewRef(Py_None));
+    return tr->stack[tr->sp - 1] ? jump(tr, *next + oparg, next) : -1;
+}
+
 /* Execute the instruction at tr->pc; sets *next.  1 = returned, 0 = go on, -1 = stopped. */
 static int step(tracer *tr, int op, int oparg, int *next)
 {
@@ -1239,8 +1259,12 @@ static int step(tracer *tr, int op, int oparg, int *next)
     }
     case CDY_JUMP_FORWARD:
         return jump(tr, *next + oparg, next);
-    case CDY_JUMP_BACKWARD:
+    case CDY_JUMP_BACKWARD: case CDY_JUMP_BACKWARD_NO_INTERRUPT:
         return jump(tr, *next - oparg, next);
+    case CDY_GET_YIELD_FROM_ITER:   /* yield from x: x's items, one SEND at a time */
+        return push(tr, cdy_iterate(tr, pop(tr)));
+    case CDY_SEND:
+        return op_send(tr, oparg, next);
     case CDY_POP_JUMP_FORWARD_IF_FALSE: case CDY_POP_JUMP_BACKWARD_IF_FALSE:
     case CDY_POP_JUMP_FORWARD_IF_TRUE: case CDY_POP_JUMP_BACKWARD_IF_TRUE:
     case CDY_POP_JUMP_FORWARD_IF_NONE: case CDY_POP_JUMP_BACKWARD_IF_NONE:

@@ -184,6 +184,15 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
 int cdy_truth(tracer *tr, tvar *v);
+/* a is b for two values read from the frame (sources): decided on the real objects, and
+ * guarded (SAME); 1 / 0, -1 stopped. */
+int cdy_same_object(tracer *tr, tvar *a, tvar *b);
+/* v (read from the frame) is fixed object `fixed`: decided now; true is guarded by
+ * identity (1), false stops (no guard says "is not"); -1 stopped. */
+int cdy_is_fixed(tracer *tr, tvar *v, tvar *fixed);
+/* The key object of k (cdy_key_of); an object guarded by type becomes guarded by
+ * identity (a set member or dict key: its identity decides); NULL when none. */
+PyObject *cdy_key_fixed(tracer *tr, tvar *k);
 /* A tvar for o read from a fixed object: a constant, or a fixed TV_OBJ. */
 tvar *cdy_fixed_value(tracer *tr, PyObject *o);
 extern PyObject *cdy_module_type;    /* torch.nn.Module */
@@ -343,6 +352,8 @@ tvar *cdy_partial_attr(tracer *tr, tvar *p, PyObject *name);
 cdy_ret *cdy_made_ret(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *));
 int cdy_is_namedtuple_class(PyObject *cls);
 int cdy_is_environ(PyObject *o);                 /* o is os.environ */
+/* bound (a Python method of os.environ) called: get / [] / in read as guarded constants. */
+tvar *cdy_environ_call(tracer *tr, tvar *bound, tvar **args, int nargs, PyObject *kwnames);
 /* a <op> b (COMPARE_OP oparg) with an instance built in the frame among them. */
 tvar *cdy_obj_compare(tracer *tr, int oparg, tvar **args);
 

@@ -748,6 +748,77 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     return v;
 }
 
+/* ---- identity of values read from the frame ---------------------------------------- */
+
+/* The real object at src now (the top frame's context); new reference, or NULL (error). */
+static PyObject *real_at(tracer *tr, const cdy_src *src)
+{
+    tracer *top = tr;
+    while (top->parent)
+        top = top->parent;
+    return cdy_src_fetch(src, top->frame_locals, top->globals, top->builtins, top->closure);
+}
+
+/* See trace.h. */
+int cdy_same_object(tracer *tr, tvar *a, tvar *b)
+{
+    PyObject *x = real_at(tr, a->src), *y = x ? real_at(tr, b->src) : NULL;
+    int same = x && y && x == y;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    if (PyErr_Occurred())
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    char da[CDY_DESC_LEN / 2] = "", db[CDY_DESC_LEN / 2] = "", desc[96];
+    cdy_src_name(a->src, tr->t->top_code, da, sizeof(da));
+    cdy_src_name(b->src, tr->t->top_code, db, sizeof(db));
+    snprintf(desc, sizeof(desc), "%.40s is %.40s", da, db);
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_SAME, a->src, desc);
+    cdy_src *o = g ? PyMem_Calloc(1, sizeof(cdy_src)) : NULL;
+    if (!o)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    cdy_src_copy(o, b->src);
+    g->other = o;
+    g->requires_grad = same;
+    return same;
+}
+
+/* See trace.h. */
+int cdy_is_fixed(tracer *tr, tvar *v, tvar *fixed)
+{
+    PyObject *x = real_at(tr, v->src);
+    int same = x && x == fixed->obj;
+    Py_XDECREF(x);
+    if (PyErr_Occurred())
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (!same)
+        return cdy_tr_stop(tr, IS_BY_TYPE);
+    char desc[CDY_DESC_LEN] = "";   /* it is that object: guarded by identity from now on */
+    cdy_src_name(v->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, v->src, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->expect = Py_NewRef(fixed->obj);
+    return 1;
+}
+
+/* See trace.h. */
+PyObject *cdy_key_fixed(tracer *tr, tvar *k)
+{
+    PyObject *key = cdy_key_of(k);
+    if (key || k->kind != TV_OBJ || !k->by_type || !k->src || !k->obj)
+        return key;
+    char desc[CDY_DESC_LEN] = "";   /* its identity decides: guard it, from now on */
+    cdy_src_name(k->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, k->src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef(k->obj);
+    k->by_type = 0;
+    return k->obj;
+}
+
 /* ---- attributes ------------------------------------------------------------------ */
 
 /* A Tensor method read as an attribute (LOAD_ATTR, e.g. before a call with *args): a
@@ -791,12 +862,11 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         }
     if (!strcmp(n, "device")) {       /* the fake says meta; the real tensor is on the cpu */
         PyObject *d = PyObject_CallMethod(cdy_torch, "device", "s", "cpu");
-        if (!d || !cdy_tr_keep(tr, d))
+        if (!d) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
             return NULL;
-        tvar *r = cdy_tv_new(tr, TV_OBJ);
-        if (r)
-            r->obj = d;
-        return r;
+        }
+        return cdy_tv_const(tr, d);   /* a constant: its .type, ==, str() fold */
     }
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
@@ -1065,7 +1135,8 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
         if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
-                                          PyTuple_CheckExact(base->obj))) {
+                                          PyTuple_CheckExact(base->obj) ||
+                                          PyBytes_CheckExact(base->obj))) {
             tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
             if (m)
                 m->obj = v;
