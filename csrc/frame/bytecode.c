@@ -26,6 +26,7 @@ typedef struct {
     PyObject *consts;      /* list */
     PyObject *names;       /* list */
     int outs_slot;
+    int objs_slot;         /* first of the locals holding the objects the frame built */
     int cell_base;         /* first parameter holding a closure cell's contents */
     int failed;
 } bc_writer;
@@ -136,6 +137,9 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
     case CDY_RET_CALL:
         emit_call(w, r);
         break;
+    case CDY_RET_OBJECT:   /* made once, before the stores and the return value */
+        emit(w, CDY_PY_LOAD_FAST, w->objs_slot + r->index);
+        break;
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);
@@ -176,8 +180,9 @@ int cdy_code_nargslots(PyCodeObject *co)
 }
 
 /* The transformed code's local names: the argument slots, one ___cellN per
- * free variable, the original's other locals, ___outs.  New list or NULL. */
-static PyObject *new_varnames(PyCodeObject *orig, int nargslots)
+ * free variable, the original's other locals, ___outs, one ___objN per object
+ * the frame built.  New list or NULL. */
+static PyObject *new_varnames(PyCodeObject *orig, int nargslots, int nobjects)
 {
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     PyObject *v = orig_vars ? PySequence_List(orig_vars) : NULL;
@@ -192,14 +197,21 @@ static PyObject *new_varnames(PyCodeObject *orig, int nargslots)
     if (!outs || (v && PyList_Append(v, outs)))
         Py_CLEAR(v);
     Py_XDECREF(outs);
+    for (int i = 0; v && i < nobjects; i++) {
+        PyObject *nm = PyUnicode_FromFormat("___obj%d", i);
+        if (!nm || PyList_Append(v, nm))
+            Py_CLEAR(v);
+        Py_XDECREF(nm);
+    }
     return v;
 }
 
 /* The code object of w's instructions, all on source line `line`: orig's
  * replace() with the written parts (pyver/asm.h); new ref or NULL. */
-static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line)
+static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line,
+                           int nobjects)
 {
-    PyObject *varnames = new_varnames(orig, nargslots), *kw = NULL, *res = NULL;
+    PyObject *varnames = new_varnames(orig, nargslots, nobjects), *kw = NULL, *res = NULL;
     if (!varnames)
         return NULL;
     PyObject *vt = PyList_AsTuple(varnames), *ct = PyList_AsTuple(w->consts),
@@ -237,6 +249,7 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     if (!orig_vars)
         return NULL;
     w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars) + orig->co_nfreevars;
+    w.objs_slot = w.outs_slot + 1;
     w.cell_base = nargslots;
     Py_DECREF(orig_vars);
     w.consts = PyList_New(0);
@@ -255,6 +268,10 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
             goto built;
         }
         emit(&w, CDY_PY_STORE_FAST, w.outs_slot);
+    }
+    for (int i = 0; i < t->nobjects; i++) {   /* objects the frame built (trace/objects.c) */
+        emit_ret(&w, t->objects[i]);
+        emit(&w, CDY_PY_STORE_FAST, w.objs_slot + i);
     }
     for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
         emit_ret(&w, t->stores[i].value);
@@ -278,7 +295,8 @@ built:
             PyErr_SetString(PyExc_RuntimeError, "cdynamo: could not write the transformed bytecode");
         goto done;
     }
-    res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno);
+    res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno,
+                    t->nobjects);
 done:
     cdy_asm_free(&w.a);
     Py_XDECREF(w.consts);

@@ -56,7 +56,7 @@ int cdy_pv_dec_kind(int op)
 int cdy_pv_jump_dir(int op)
 {
     switch (cdy_pv_dec_kind(op)) {
-    case CDY_DEC_JF: case CDY_DEC_FOR_ITER_1: case CDY_DEC_FOR_ITER_2:
+    case CDY_DEC_JF: case CDY_DEC_FOR_ITER_1: case CDY_DEC_FOR_ITER_2: case CDY_DEC_SEND_KEEP:
         return 1;
     case CDY_DEC_JB:
         return -1;
@@ -166,6 +166,15 @@ static void expand(cdy_pv_instr *d, const cdy_pv_code *c, const opinfo *oi)
     case CDY_DEC_STORE_LOAD:
         put(d, CDY_SOP_STORE_FAST, a >> 4);
         put_fast_or_cell(d, c, a & 15);
+        return;
+    case CDY_DEC_SEND_KEEP:
+        put(d, sop, a);
+        d->sops[0].arg2 = 1;
+        d->sops[0].target = d->jump;
+        return;
+    case CDY_DEC_END_SEND:
+        put(d, CDY_SOP_SWAP, 2);
+        put(d, CDY_SOP_POP_TOP, 0);
         return;
     default:
         put(d, sop, a);

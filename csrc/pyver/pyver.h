@@ -87,6 +87,9 @@ typedef enum {
     CDY_DEC_LOAD_LOAD,          /* LOAD_FAST(oparg >> 4), LOAD_FAST(oparg & 15) */
     CDY_DEC_STORE_STORE,        /* STORE_FAST(oparg >> 4), STORE_FAST(oparg & 15) */
     CDY_DEC_STORE_LOAD,         /* STORE_FAST(oparg >> 4), LOAD_FAST(oparg & 15) */
+    CDY_DEC_SEND_KEEP,          /* SEND with arg2 1: exhausted, its value goes above the
+                                   iterator (3.12+), target = next + oparg */
+    CDY_DEC_END_SEND,           /* SWAP 2, POP_TOP (pop the item below the top) */
 } cdy_dec_kind;
 
 /* One semantic operation. */
