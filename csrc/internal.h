@@ -1,6 +1,6 @@
 /* internal.h - declarations shared by the Python-facing parts of cdynamo._C:
- * frame hook, guards, bytecode, tracer, runtime.  Includes CPython's
- * internal frame layout (3.11), so it is included only by our own .c files. */
+ * frame hook, guards, bytecode, tracer, runtime.  CPython's internals that
+ * differ between versions are behind pyver/pycompat.h. */
 #ifndef CDYNAMO_INTERNAL_H
 #define CDYNAMO_INTERNAL_H
 
@@ -9,9 +9,7 @@
 
 #include "cdynamo.h"
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "cdynamo supports CPython 3.11 (frame layout and opcodes are per version)"
-#endif
+#include "pyver/pyver.h"   /* the Python versions cdynamo supports (3.11 - 3.13) */
 
 /* ---- sources: where a value read by the trace lives at frame entry ------- */
 typedef enum {

@@ -1,6 +1,7 @@
 /* guards.c - sources (where a traced value lives at frame entry) and the
  * guards that must hold for a cache entry to be reused. */
 #include "internal.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -369,11 +370,11 @@ static PyObject *memo_lookup(const cdy_guard *g, PyObject *globals)
     if (g->memo_n <= 0)
         return NULL;
     PyObject *d = s->dict ? s->dict : globals;
-    if (((PyDictObject *)d)->ma_version_tag != g->memo_ver[0])
+    if (cdy_pc_dict_version(d) != g->memo_ver[0])
         return NULL;
     for (int i = 0; i < s->nattrs; i++) {
         PyObject *md = PyModule_GetDict(g->memo_obj[i]);
-        if (((PyDictObject *)md)->ma_version_tag != g->memo_ver[i + 1])
+        if (cdy_pc_dict_version(md) != g->memo_ver[i + 1])
             return NULL;
     }
     return g->memo_obj[s->nattrs];
@@ -394,14 +395,14 @@ static PyObject *memo_fill(cdy_guard *g, PyObject *globals)
         PyErr_Clear();
         return NULL;
     }
-    g->memo_ver[0] = ((PyDictObject *)d)->ma_version_tag;
+    g->memo_ver[0] = cdy_pc_dict_version(d);
     for (int i = 0; i < s->nattrs; i++) {
         if (s->item[i] || !Py_IS_TYPE(v, &PyModule_Type) ||
             PyUnicode_READ_CHAR(s->attrs[i], 0) == '_')
             return NULL;
         PyObject *md = PyModule_GetDict(v);
         g->memo_obj[i] = v;
-        g->memo_ver[i + 1] = ((PyDictObject *)md)->ma_version_tag;
+        g->memo_ver[i + 1] = cdy_pc_dict_version(md);
         if (!(v = PyDict_GetItemWithError(md, s->attrs[i]))) {
             PyErr_Clear();
             return NULL;

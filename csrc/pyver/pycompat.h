@@ -13,6 +13,9 @@
  *   evaluate the frame        clears it       and pops it        _PyEval_FrameClearAndPop
  *   dict version              ma_version_tag  (deprecated, still bumped on every change)
  *   _PyTraceback_Add          cpython/traceback.h                internal (still exported)
+ *   _PyMethodWrapper_Type     cpython/descrobject.h              internal
+ *   _PySet_NextEntry          cpython/setobject.h                internal (still exported)
+ *   PyWeakref_GetObject       (borrowed)                         deprecated: PyWeakref_GetRef
  *   _PyObject_GetDictPtr      exported by all three (cpython/object.h); from 3.12 on an
  *                             instance with a managed dict gets its dict materialized
  *
@@ -52,10 +55,55 @@ static inline uint64_t cdy_pc_dict_version(PyObject *d)
 PyAPI_FUNC(void) _PyTraceback_Add(const char *, const char *, int);
 #endif
 
+#if CDY_PY >= 313
+/* moved to internal/pycore_setobject.h in 3.13, still exported */
+PyAPI_FUNC(int) _PySet_NextEntry(PyObject *set, Py_ssize_t *pos, PyObject **key, Py_hash_t *hash);
+#endif
+
+/* The next item of set s after *pos (borrowed key, its hash): 1, or 0 at the end. */
+static inline int cdy_pc_set_next(PyObject *s, Py_ssize_t *pos, PyObject **key, Py_hash_t *hash)
+{
+    return _PySet_NextEntry(s, pos, key, hash);
+}
+
+/* The referent of weak reference ref, a new reference (None when it is dead):
+ * 3.13 deprecates PyWeakref_GetObject (a borrowed reference) for
+ * PyWeakref_GetRef. */
+static inline PyObject *cdy_pc_weakref_get(PyObject *ref)
+{
+#if CDY_PY >= 313
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) <= 0) {
+        PyErr_Clear();
+        return Py_NewRef(Py_None);
+    }
+    return o;
+#else
+    return Py_NewRef(PyWeakref_GetObject(ref));
+#endif
+}
+
 /* Add a traceback entry "File file, line line, in fn" to the pending exception. */
 static inline void cdy_pc_traceback_add(const char *fn, const char *file, int line)
 {
     _PyTraceback_Add(fn, file, line);
+}
+
+/* The type of bound slot wrappers ((1).__add__): _PyMethodWrapper_Type, which
+ * 3.13 no longer declares for extensions; found once from an instance. */
+static inline PyTypeObject *cdy_pc_method_wrapper_type(void)
+{
+    static PyTypeObject *tp;
+    if (!tp) {
+        PyObject *w = PyObject_GetAttrString(Py_None, "__repr__");
+        if (!w) {
+            PyErr_Clear();
+            return &PyMethodDescr_Type;   /* a type no bound wrapper has */
+        }
+        tp = Py_TYPE(w);
+        Py_DECREF(w);
+    }
+    return tp;
 }
 
 /* ---- frames (Py_BUILD_CORE) ---------------------------------------------- */

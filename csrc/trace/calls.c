@@ -8,6 +8,7 @@
  *   pure builtins         -> evaluated on constants; len/isinstance/... on tvars
  * Everything else stops the trace with a reason (a graph break).          */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -1464,8 +1465,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */
         return cdy_obj_call_builtin(tr, fn, args[0], args + 1, nargs - 1, kwnames);
     if (PyWeakref_CheckRef(fn) && !nargs && callable->src) {   /* ref(): its referent, fixed */
-        PyObject *o = PyWeakref_GetObject(fn);   /* the weakref is guarded by identity */
-        return o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+        PyObject *o = cdy_pc_weakref_get(fn);   /* the weakref is guarded by identity */
+        tvar *v = o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+        Py_DECREF(o);
+        return v;
     }
     r = cdy_call_known(tr, fn, args, nargs, kwnames, &handled);   /* trace/builtins.c */
     if (handled)

@@ -151,6 +151,9 @@ static int op_load_fast(tracer *tr, int slot)
 {
     if (CDY_TR_CHECK(tr, slot < tr->nlocals, BAD_LOCAL_SLOT))
         return -1;
+    if (tr->locals[slot] && tr->locals[slot]->kind == TV_NULL)   /* deleted, or cleared (PEP 709) */
+        return cdy_tr_stop(tr, UNBOUND_LOCAL,
+                           PyUnicode_AsUTF8(PyTuple_GET_ITEM(tr->co->co_localsplusnames, slot)));
     if (!tr->locals[slot]) {
         PyObject *o = tr->frame_locals && slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
         if (!o)
@@ -163,6 +166,25 @@ static int op_load_fast(tracer *tr, int slot)
         tr->locals[slot] = cdy_wrap(tr, o, s, 1);
     }
     return push(tr, tr->locals[slot]);
+}
+
+/* LOAD_FAST_AND_CLEAR slot (3.12+, an inlined comprehension saving the
+ * outer binding of its variable): push the value, or the NULL of an unbound
+ * slot, and unbind the slot; the STORE_FAST after the loop puts it back. */
+static int op_load_fast_and_clear(tracer *tr, int slot)
+{
+    if (CDY_TR_CHECK(tr, slot < tr->nlocals, BAD_LOCAL_SLOT))
+        return -1;
+    tvar *v = tr->locals[slot];
+    int arg_unread = !v && tr->frame_locals && slot < cdy_code_nargslots(tr->co) &&
+                     tr->frame_locals[slot];
+    if (arg_unread) {   /* an argument not read yet: its value, wrapped and guarded */
+        if (op_load_fast(tr, slot))
+            return -1;
+        v = pop(tr);
+    }
+    tr->locals[slot] = &tr->null_var;
+    return push(tr, v ? v : &tr->null_var);
 }
 
 /* LOAD_GLOBAL co_names[idx] from the function's globals (then builtins). */
@@ -289,8 +311,9 @@ static tvar *cell_of(tracer *tr, int slot)
                 return NULL;
             pop(tr);
         }
+        tvar *v = tr->locals[slot];
         if ((c = cdy_tv_new(tr, TV_CELL)))
-            c->self = tr->locals[slot];
+            c->self = v && v->kind != TV_NULL ? v : NULL;   /* null_var: unbound */
     }
     if (c)
         tr->locals[slot] = c;
@@ -370,24 +393,59 @@ static int op_load_closure(tracer *tr, int oparg)
     return push(tr, cell_of(tr, oparg));
 }
 
-/* MAKE_FUNCTION flags: a function value, with constant defaults and cells. */
+/* Set attribute `flag` of the trace-made function f (MAKE_FUNCTION's flags,
+ * SET_FUNCTION_ATTRIBUTE's oparg) to v: 8 closure cells, 4 annotations
+ * (ignored), 1 constant defaults; keyword-only defaults stop the trace.
+ * 0 or -1. */
+static int func_attr(tracer *tr, tvar *f, int flag, tvar *v)
+{
+    switch (flag) {
+    case 8:
+        if (v->kind != TV_TUPLE)
+            return cdy_tr_stop(tr, MAKE_FUNCTION);
+        f->items = v->items;   /* the closure tuple's items (the arena's, never changed) */
+        f->n = v->n;
+        return 0;
+    case 4:
+        return 0;
+    case 1:
+        if (v->kind != TV_CONST)
+            return cdy_tr_stop(tr, MAKE_FUNCTION);
+        return PyFunction_SetDefaults(f->obj, v->obj) ? cdy_tr_stop_exc(tr, MAKE_FUNCTION_FAILED) : 0;
+    default:
+        return cdy_tr_stop(tr, MAKE_FUNCTION);
+    }
+}
+
+/* MAKE_FUNCTION flags: a function value of the code on top, with the
+ * attributes below it that flags names (3.11, 3.12; 3.13's flags are 0 and
+ * SET_FUNCTION_ATTRIBUTE follows). */
 static int op_make_function(tracer *tr, int oparg)
 {
-    tvar *code = pop(tr), *closure = (oparg & 8) ? pop(tr) : NULL;
-    if (oparg & 4)
-        pop(tr);   /* annotations */
-    tvar *kwdefs = (oparg & 2) ? pop(tr) : NULL, *defs = (oparg & 1) ? pop(tr) : NULL;
-    if (code->kind != TV_CONST || !PyCode_Check(code->obj) || kwdefs ||
-        (defs && defs->kind != TV_CONST) || (closure && closure->kind != TV_TUPLE))
+    tvar *code = pop(tr);
+    if (code->kind != TV_CONST || !PyCode_Check(code->obj))
         return cdy_tr_stop(tr, MAKE_FUNCTION);
     PyObject *fn = cdy_tr_keep(tr, PyFunction_New(code->obj, tr->globals));
-    if (!fn || (defs && PyFunction_SetDefaults(fn, defs->obj)))
+    if (!fn)
         return cdy_tr_stop_exc(tr, MAKE_FUNCTION_FAILED);
-    tvar *f = closure ? cdy_tv_seq(tr, TV_FUNC, closure->items, closure->n)
-                      : cdy_tv_seq(tr, TV_FUNC, NULL, 0);
-    if (f)
-        f->obj = fn;
+    tvar *f = cdy_tv_seq(tr, TV_FUNC, NULL, 0);
+    if (!f)
+        return -1;
+    f->obj = fn;
+    for (int flag = 8; flag >= 1; flag >>= 1)   /* closure on top, defaults lowest */
+        if ((oparg & flag) && func_attr(tr, f, flag, pop(tr)))
+            return -1;
     return push(tr, f);
+}
+
+/* SET_FUNCTION_ATTRIBUTE flag (3.13): pop the function and the value below
+ * it; set the attribute; push the function. */
+static int op_set_function_attribute(tracer *tr, int flag)
+{
+    tvar *f = pop(tr), *v = pop(tr);
+    if (f->kind != TV_FUNC)
+        return cdy_tr_stop(tr, MAKE_FUNCTION);
+    return func_attr(tr, f, flag, v) ? -1 : push(tr, f);
 }
 
 /* Push the call pair of attribute value v (a plain callable): with the
@@ -415,6 +473,23 @@ static int op_load_method(tracer *tr, PyObject *name)
     }
     tvar *v = cdy_get_attr(tr, base, name);
     return v ? push_unbound(tr, v) : -1;
+}
+
+/* LOAD_SUPER_ATTR (3.12+): pop super, class, self; the attribute co_names[idx]
+ * of super() (flags bit 1: super(class, self)), as LOAD_METHOD (bit 0) or
+ * LOAD_ATTR.  The zero-argument form finds its class and self as 3.11's
+ * super() call does (cdy_tr_super). */
+static int op_load_super_attr(tracer *tr, int idx, int flags)
+{
+    tvar *self = pop(tr), *cls = pop(tr), *fn = pop(tr);
+    tvar *args[2] = {cls, self};
+    tvar *sup = cdy_call(tr, fn, args, flags & 2 ? 2 : 0, NULL);
+    if (!sup)
+        return -1;
+    PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, idx);
+    if (flags & 1)
+        return push(tr, sup) ? -1 : op_load_method(tr, name);
+    return push(tr, cdy_get_attr(tr, sup, name));
 }
 
 /* ---- calls and operators -------------------------------------------------------------- */
@@ -915,21 +990,32 @@ static int op_contains(tracer *tr, int invert)
     return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
 }
 
-/* FORMAT_VALUE / BUILD_STRING on constants (f-strings). */
+/* str / repr / ascii (conv 1 / 2 / 3) of x, a new reference (x itself for 0); NULL on error. */
+static PyObject *convert(PyObject *x, int conv)
+{
+    return conv == 1 ? PyObject_Str(x) : conv == 2 ? PyObject_Repr(x)
+         : conv == 3 ? PyObject_ASCII(x) : Py_NewRef(x);
+}
+
+/* CONVERT_VALUE conv (3.13's f-string conversion) of a constant. */
+static int op_convert(tracer *tr, int conv)
+{
+    tvar *v = pop(tr);
+    if (v->kind != TV_CONST)
+        return cdy_tr_stop(tr, FSTRING_VALUE);
+    PyObject *x = convert(v->obj, conv);
+    return x ? push(tr, cdy_tv_const(tr, x)) : cdy_tr_stop_exc(tr, RAISED_FORMAT);
+}
+
+/* FORMAT_VALUE flags (conversion flags & 3, a spec on top when flags & 4) on
+ * constants (f-strings). */
 static int op_format(tracer *tr, int oparg)
 {
     tvar *spec = (oparg & 4) ? pop(tr) : NULL, *v = pop(tr);
-    if (v->kind != TV_CONST)
+    if (v->kind != TV_CONST || (spec && spec->kind != TV_CONST))
         return cdy_tr_stop(tr, FSTRING_VALUE);
-    PyObject *x = Py_NewRef(v->obj), *s;
-    int conv = oparg & 3;
-    if (conv == 1)
-        Py_SETREF(x, PyObject_Str(x));
-    else if (conv == 2)
-        Py_SETREF(x, PyObject_Repr(x));
-    else if (conv == 3)
-        Py_SETREF(x, PyObject_ASCII(x));
-    s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
+    PyObject *x = convert(v->obj, oparg & 3);
+    PyObject *s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
     Py_XDECREF(x);
     if (!s)
         return cdy_tr_stop_exc(tr, RAISED_FORMAT);
@@ -1243,9 +1329,13 @@ static int step_data(tracer *tr, const cdy_sinstr *s)
         return op_store_deref(tr, a, pop(tr));
     case CDY_SOP_DELETE_DEREF:
         return op_store_deref(tr, a, NULL);
-    case CDY_SOP_DELETE_FAST:
-        tr->locals[a] = NULL;
+    case CDY_SOP_DELETE_FAST:   /* unbound (NULL would read the frame's argument again) */
+        if (CDY_TR_CHECK(tr, a < tr->nlocals, BAD_LOCAL_SLOT))
+            return -1;
+        tr->locals[a] = &tr->null_var;
         return 0;
+    case CDY_SOP_LOAD_FAST_AND_CLEAR:
+        return op_load_fast_and_clear(tr, a);
     case CDY_SOP_LOAD_CONST:
         return push(tr, cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(tr->co->co_consts, a))));
     case CDY_SOP_LOAD_GLOBAL:
@@ -1258,6 +1348,8 @@ static int step_data(tracer *tr, const cdy_sinstr *s)
         return push(tr, cdy_get_attr(tr, pop(tr), PyTuple_GET_ITEM(names, a)));
     case CDY_SOP_LOAD_METHOD:
         return op_load_method(tr, PyTuple_GET_ITEM(names, a));
+    case CDY_SOP_LOAD_SUPER_ATTR:
+        return op_load_super_attr(tr, a, s->arg2);
     case CDY_SOP_STORE_ATTR: {   /* replayed after the graph (trace/mutate.c) */
         tvar *obj = pop(tr), *v = pop(tr);
         return cdy_mut_store_attr(tr, obj, PyTuple_GET_ITEM(names, a), v);
@@ -1340,6 +1432,10 @@ static int step_ops(tracer *tr, const cdy_sinstr *s)
         return op_format(tr, a);
     case CDY_SOP_MAKE_FUNCTION:
         return op_make_function(tr, a);
+    case CDY_SOP_SET_FUNCTION_ATTRIBUTE:
+        return op_set_function_attribute(tr, a);
+    case CDY_SOP_CONVERT_VALUE:
+        return op_convert(tr, a);
     default:
         return 2;
     }
