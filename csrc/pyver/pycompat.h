@@ -14,6 +14,7 @@
  *   dict version              ma_version_tag  (deprecated, still bumped on every change)
  *   _PyTraceback_Add          cpython/traceback.h                internal (still exported)
  *   _PyMethodWrapper_Type     cpython/descrobject.h              internal
+ *   a static type's dict      tp_dict         NULL for builtins: PyType_GetDict
  *   _PySet_NextEntry          cpython/setobject.h                internal (still exported)
  *   PyWeakref_GetObject       (borrowed)                         deprecated: PyWeakref_GetRef
  *   _PyObject_GetDictPtr      exported by all three (cpython/object.h); from 3.12 on an
@@ -87,6 +88,20 @@ static inline PyObject *cdy_pc_weakref_get(PyObject *ref)
 static inline void cdy_pc_traceback_add(const char *fn, const char *file, int line)
 {
     _PyTraceback_Add(fn, file, line);
+}
+
+/* The dict of type tp (borrowed: the type keeps it).  3.12 leaves tp_dict
+ * NULL on static builtin types (dict, object, ...; their dicts live in the
+ * interpreter): PyType_GetDict (3.12+) returns it. */
+static inline PyObject *cdy_pc_type_dict(PyTypeObject *tp)
+{
+#if CDY_PY >= 312
+    PyObject *d = PyType_GetDict(tp);
+    Py_XDECREF(d);
+    return d;
+#else
+    return tp->tp_dict;
+#endif
 }
 
 /* The type of bound slot wrappers ((1).__add__): _PyMethodWrapper_Type, which

@@ -1084,7 +1084,7 @@ static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
     while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj)
         i++;
     for (i++; i < n; i++) {
-        PyObject *d = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject *d = cdy_pc_type_dict((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
         PyObject *f = d ? PyDict_GetItemWithError(d, name) : NULL;
         if (!f)
             continue;
