@@ -441,7 +441,7 @@ static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
 /* Check a HASATTR guard on v: hasattr(v, name) == the traced answer (requires_grad). */
 static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
 {
-    int r = PyObject_HasAttr(v, g->expect);
+    int r = cdy_pc_has_attr(v, g->expect);
     if (r != g->requires_grad)
         snprintf(why, n, "hasattr(%s, '%s') is no longer %s", g->desc, PyUnicode_AsUTF8(g->expect),
                  g->requires_grad ? "True" : "False");

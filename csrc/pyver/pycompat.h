@@ -15,6 +15,7 @@
  *   _PyTraceback_Add          cpython/traceback.h                internal (still exported)
  *   _PyMethodWrapper_Type     cpython/descrobject.h              internal
  *   a static type's dict      tp_dict         NULL for builtins: PyType_GetDict
+ *   PyObject_HasAttr          clears any error                   reports unraisable ones
  *   _PySet_NextEntry          cpython/setobject.h                internal (still exported)
  *   PyWeakref_GetObject       (borrowed)                         deprecated: PyWeakref_GetRef
  *   _PyObject_GetDictPtr      exported by all three (cpython/object.h); from 3.12 on an
@@ -102,6 +103,31 @@ static inline PyObject *cdy_pc_type_dict(PyTypeObject *tp)
 #else
     return tp->tp_dict;
 #endif
+}
+
+/* PyObject_HasAttr as 3.11 and 3.12 have it: 1 or 0, any error cleared (3.13's
+ * reports an error other than AttributeError as unraisable before clearing it). */
+static inline int cdy_pc_has_attr(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(v);
+    return 1;
+}
+
+/* The same with a C string name. */
+static inline int cdy_pc_has_attr_string(PyObject *o, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (!v) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(v);
+    return 1;
 }
 
 /* The type of bound slot wrappers ((1).__add__): _PyMethodWrapper_Type, which

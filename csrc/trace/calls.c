@@ -1075,7 +1075,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {
         PyObject *probe = args[0]->obj;
-        int has = probe ? PyObject_HasAttr(probe, args[1]->obj) : 0;
+        int has = probe ? cdy_pc_has_attr(probe, args[1]->obj) : 0;
         int is_has = !strcmp(n, "hasattr");
         /* an object guarded by type: absent stays absent (a guard), present is read (its guard) */
         if (args[0]->by_type && !has && (is_has || nargs == 3) &&

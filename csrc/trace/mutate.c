@@ -18,6 +18,7 @@
  * A tensor that shares memory with another tensor of the trace (a view of it,
  * or the base of a view) is not mutated: the trace stops with a reason. */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -745,7 +746,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
         else
             r = cdy_call(tr, f, a, 2, NULL);
     }
-    else if (PyObject_HasAttrString(cdy_tensor_type, base))
+    else if (cdy_pc_has_attr_string(cdy_tensor_type, base))
         r = call_method(tr, base, args, nargs, kwnames);
     else {
         cdy_tr_stop(tr, MUT_NO_OUT_OF_PLACE, what);
