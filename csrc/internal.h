@@ -233,6 +233,10 @@ int cdy_rewrite_linear_relu(cdy_trace *t);
  * t into calls of scaled_dot_product_attention (trace/attention.c); the
  * number rewritten.  Never fails: what it cannot handle stays as traced. */
 int cdy_rewrite_attention(cdy_trace *t);
+/* _C.callable_table(): the torch callables of ops/callables.def as resolved,
+ * a list of (callable, op name or None, meta rule row or -1, builders,
+ * identity) (trace/callables.c). */
+PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused);
 /* Readable text of t's graph (new str), for logs, the debug dir and explain. */
 PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 

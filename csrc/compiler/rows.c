@@ -184,7 +184,7 @@ typedef struct {
     int *outs;
     int store;                   /* 0: v's result is not stored (cg_row_unread) */
     int stream;                  /* the final pass streams its stores (cg_row_streams) */
-    int heavy;                   /* the epilogue has a transcendental op (cg_row_heavy) */
+    int heavy;                   /* the epilogue has a transcendental op (CDY_OPF_TRANSCENDENTAL) */
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
 } cg_rowk;
@@ -757,22 +757,6 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     return 1;
 }
 
-/* 1 for the pointwise ops whose float code is a polynomial or library call
- * per element (exp, log, tanh, erf, gelu, ...), not a few arithmetic ops. */
-static int cg_row_heavy(int op)
-{
-    switch (op) {
-    case CDY_OP_EXP: case CDY_OP_LOG: case CDY_OP_SIGMOID: case CDY_OP_TANH:
-    case CDY_OP_POW: case CDY_OP_EXPM1: case CDY_OP_LOG1P: case CDY_OP_LOG2:
-    case CDY_OP_LOG10: case CDY_OP_SIN: case CDY_OP_COS: case CDY_OP_TAN:
-    case CDY_OP_ERF: case CDY_OP_GELU: case CDY_OP_SILU: case CDY_OP_SOFTPLUS:
-    case CDY_OP_MISH:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
  * k->outs = v, then the realized picked nodes (marked done: no other kernel
  * computes them); k->heavy when one of the picked is transcendental.  0 or -1. */
@@ -790,7 +774,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
         if (!cg_row_epi_ok(c, k->v, u, epi))
             continue;
         epi[u] = 1;
-        k->heavy |= cg_row_heavy(g->values[u].op);
+        k->heavy |= cdy_op_has(g->values[u].op, CDY_OPF_TRANSCENDENTAL);
         if (c->val_buf[u] >= 0) {
             k->outs[k->nout++] = u;
             c->done[u] = 1;

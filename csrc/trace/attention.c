@@ -81,7 +81,7 @@ static int at_matmul(at_ctx *a, int v, int *x, int *y)
 {
     const cdy_value *val = &a->t->graph.values[v];
     int n = a->pynode_of[v];
-    if (val->kind != CDY_VAL_NODE || val->op != CDY_OP_EXTERN || n < 0)
+    if (!cdy_value_is_extern(val) || n < 0)
         return 0;
     const cdy_pynode *p = &a->t->pynodes[n];
     int mm = 0;
@@ -181,12 +181,12 @@ static int at_same_batch(const cdy_meta *x, const cdy_meta *y)
 static int at_untransposed(const cdy_graph *g, int kt)
 {
     const cdy_value *tv = &g->values[kt];
-    if (tv->kind != CDY_VAL_NODE || tv->op != CDY_OP_VIEW || tv->nargs != 1)
+    if (!cdy_value_is_alias(tv) || tv->nargs != 1)
         return -1;
     int k = tv->args[0], nd = tv->meta.ndim;
     const cdy_value *kv = &g->values[k];
     int kview = kv->kind == CDY_VAL_NODE && cdy_op_table[kv->op].kind == 'V';
-    if (kv->meta.ndim != nd || nd < 2 || (kview && kv->op != CDY_OP_VIEW))
+    if (kv->meta.ndim != nd || nd < 2 || (kview && !cdy_value_is_alias(kv)))
         return -1;
     int base = kview ? kv->view_base : k;
     int64_t off = kview ? kv->view_offset : 0;

@@ -225,9 +225,10 @@ static PyObject *canonical_strides(tracer *tr, PyObject *out)
 }
 
 /* 1 (and stop with ERROR: eager raises, so the frame runs eagerly) when
- * torch's CPU kernel rejects what its meta function accepted: abs/relu/neg
- * of bool, subtraction with a bool tensor, a `where` scalar that overflows
- * the integer result dtype. */
+ * torch's CPU kernel rejects what its meta function accepted (the op's
+ * flags): a bool tensor operand (abs/relu/neg: BOOL_TENSOR_RAISES), any bool
+ * operand (sub: BOOL_RAISES), a number that overflows the integer result
+ * dtype (where: SCALAR_RANGE). */
 static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObject *out,
                          const char *what)
 {
@@ -238,10 +239,10 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
         any_bool |= b;   /* sub also rejects a Python bool: it becomes a bool tensor */
         any_bool_tensor |= b && vals[argv[i]].kind != CDY_VAL_SCALAR;
     }
-    if (((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG) && any_bool_tensor) ||
-        (op == CDY_OP_SUB && any_bool))
+    if ((cdy_op_has(op, CDY_OPF_BOOL_TENSOR_RAISES) && any_bool_tensor) ||
+        (cdy_op_has(op, CDY_OPF_BOOL_RAISES) && any_bool))
         return cdy_tr_stop(tr, BOOL_OPERAND, what) < 0;
-    if (op == CDY_OP_WHERE) {
+    if (cdy_op_has(op, CDY_OPF_SCALAR_RANGE)) {
         cdy_meta m;
         if (cdy_read_meta(tr, out, &m))
             return 1;
@@ -286,10 +287,7 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
             return NULL;
         cdy_value *gv = &tr->t->graph.values[idx];
-        gv->op = CDY_OP_EXTERN;
-        gv->nargs = ntensors;
-        memcpy(gv->args, argv, sizeof(int) * (size_t)ntensors);
-        gv->compute_dtype = gv->meta.dtype;
+        cdy_value_set_extern(gv, argv, ntensors, gv->meta.dtype);
         tr->t->pynodes[tr->t->npynodes - 1].item = (int)i;
         tr->t->pynodes[tr->t->npynodes - 1].base = base;
         items[i] = v;
@@ -324,21 +322,14 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
     return out;
 }
 
-/* The tensor argument that call `what` returned itself, or NULL: torch's
- * no-op conversions (x.to(x.dtype), x.float() of a float tensor,
- * x.contiguous() of a contiguous one, x.type_as(y) of y's type) and
- * dropout in eval give back their input, which is then the same value. */
-static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *out)
+/* The tensor argument that call fn returned itself, or NULL: torch's no-op
+ * conversions (x.to(x.dtype), x.float() of a float tensor, x.contiguous()
+ * of a contiguous one, x.type_as(y) of y's type) and dropout in eval (the
+ * IDENTITY rows of ops/callables.def) give back their input, which is then
+ * the same value. */
+static tvar *returned_arg(PyObject *fn, tvar **args, int nargs, PyObject *out)
 {
-    static const char *names[] = {"to", "float", "double", "half", "bfloat16", "int", "long",
-                                  "short", "char", "byte", "bool", "contiguous", "type_as",
-                                  "dropout", "dropout1d", "dropout2d", "dropout3d",
-                                  "alpha_dropout", "feature_alpha_dropout", NULL};
-    const char *dot = strrchr(what, '.');
-    const char *name = dot ? dot + 1 : what;
-    int known = 0;
-    for (int i = 0; names[i] && !known; i++)
-        known = !strcmp(name, names[i]);
+    int known = cdy_callable_identity(fn);
     for (int i = 0; known && i < nargs; i++)
         if (args[i]->kind == TV_TENSOR && args[i]->obj == out)
             return args[i];
@@ -448,7 +439,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
         return NULL;
-    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, out);
+    tvar *same = c_meta ? NULL : returned_arg(fn, args, nargs, out);
     if (same)
         return same;
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
@@ -467,10 +458,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
-    cdy_lower_fn lower = op == CDY_OP_NONE ? cdy_lower_find(fn) : NULL;
-    if (lower) {
-        cdy_lower_call call = {fn, what, args, nargs, kwnames, out};
-        tvar *r = lower(tr, &call);
+    if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
+        cdy_lower_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
+        tvar *r = cdy_callable_build(tr, &call);
         if (!cdy_lower_declined(tr, r, what))
             return r;
     }
@@ -492,7 +482,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */
-    if (!c_meta && op != CDY_OP_CAST && !(out = canonical_strides(tr, out)))
+    if (!c_meta && !cdy_op_has(op, CDY_OPF_KEEP_STRIDES) && !(out = canonical_strides(tr, out)))
         return NULL;
     int idx;
     tvar *v = op_node(tr, out, op, argv, nbound, &idx);
@@ -648,7 +638,7 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
         cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
         return NULL;
     }
-    return tensor_call(tr, cdy_optable_fn(fn), fn, sym, args, nargs, NULL, 0);
+    return tensor_call(tr, cdy_callable_op(fn), fn, sym, args, nargs, NULL, 0);
 }
 
 /* ---- inlining Python functions ------------------------------------------------ */
@@ -1267,11 +1257,14 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop_exc(tr, NO_TENSOR_METHOD, what);
         return NULL;
     }
-    int op = cdy_optable_method(m->obj);
-    if (op == CDY_OP_WHERE && nargs == 3 && !kwnames) {   /* x.where(cond, y) = where(cond, x, y) */
-        tvar *re[3] = {args[1], args[0], args[2]};
-        PyObject *tw = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, "where"));
-        return tw ? tensor_call(tr, op, tw, what, re, 3, NULL, 0) : NULL;
+    int op = cdy_callable_method_op(m->obj), self = op >= 0 ? cdy_op_self_pos(op) : 0;
+    if (self > 0 && nargs == cdy_op_table[op].nargs && !kwnames) {
+        /* self fills the op's `input`: x.where(cond, y) is torch.where(cond, x, y) */
+        tvar *re[CDY_MAX_NODE_ARGS];
+        for (int i = 0; i < nargs; i++)
+            re[i] = i < self ? args[i + 1] : i == self ? args[0] : args[i];
+        PyObject *tf = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, cdy_op_table[op].name));
+        return tf ? tensor_call(tr, op, tf, what, re, nargs, NULL, 0) : NULL;
     }
     return tensor_call(tr, op, fn, what, args, nargs, kwnames, meta_query(name));
 }
@@ -1382,7 +1375,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
+    if (cdy_is_torch_callable(fn) || cdy_callable_op(fn) != CDY_OP_NONE ||
+        cdy_callable_builds(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;
@@ -1394,7 +1388,7 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
         if (handled)
             return m;
-        return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames, 0);
+        return tensor_call(tr, cdy_callable_op(fn), fn, name, args, nargs, kwnames, 0);
     }
     if (PyFunction_Check(fn))
         return inline_call(tr, fn, args, nargs, kwnames, callable->src);

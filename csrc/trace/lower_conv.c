@@ -1,5 +1,5 @@
 /* lower_conv.c - composite lowerings: convolutions in channels_last
- * (registered in cdy_lowerings_conv).
+ * (BUILD rows of ops/callables.def).
  *
  * oneDNN runs a float32 2-d convolution several times faster on
  * channels_last (NHWC) tensors than on contiguous NCHW ones when the
@@ -70,12 +70,10 @@ static void lc_cl_strides(cdy_meta *m)
  * strides/offset its own loads use; its value or -1. */
 static int lc_copy_node(tracer *tr, int src, const cdy_meta *m)
 {
-    int v = cdy_node_add(tr, CDY_OP_VIEW_COPY, &src, 1, m, m->dtype);
-    if (v < 0)
-        return -1;
-    cdy_value *gv = &tr->t->graph.values[v];
-    cdy_view_load_map(tr, src, &gv->view_base, gv->view_strides, &gv->view_offset);
-    return v;
+    int base;
+    int64_t st[CDY_MAX_NDIM], off;
+    cdy_view_load_map(tr, src, &base, st, &off);
+    return cdy_view_value(tr, 0, &src, 1, m, base, st, off);
 }
 
 /* Tensor tvar t copied to channels_last: the node, its fake, the call that
@@ -133,7 +131,7 @@ static tvar *lc_cl_input(tracer *tr, const cdy_lower_call *call)
 /* torch.conv2d / F.conv2d(input, weight, bias, stride, padding, dilation,
  * groups) on float32: the channels_last rewrite described above for NCHW
  * input and weight; a channels_last input, lc_cl_input. */
-static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_conv2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[7];
     if (lc_busy || cdy_bind_names("input weight bias stride padding dilation groups",
@@ -179,18 +177,6 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
         cdy_tr_stop(tr, CHANNELS_LAST_SIZES, call->what);
         return NULL;
     }
-    int y = cdy_node_add(tr, CDY_OP_VIEW_COPY, &yc->value, 1, &om, om.dtype);
-    if (y < 0)
-        return NULL;
-    cdy_value *gv = &tr->t->graph.values[y];
-    gv->view_base = yc->value;
-    gv->view_offset = 0;
-    memcpy(gv->view_strides, ym.strides, sizeof(gv->view_strides));
-    return cdy_lower_result(tr, call, y);
+    int y = cdy_view_value(tr, 0, &yc->value, 1, &om, yc->value, ym.strides, 0);
+    return y < 0 ? NULL : cdy_lower_result(tr, call, y);
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_CONV(X)                 \
-    X("conv2d", "tf", lower_conv2d)
-
-CDY_LOWERING_TABLE(cdy_lowerings_conv, CDY_LOWER_CONV);

@@ -1,6 +1,5 @@
-/* lower_index.c - composite lowerings: indexing (registered in
- * cdy_lowerings_index).  embedding, index_select, gather and tensor
- * indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
+/* lower_index.c - builders of indexing (BUILD rows of ops/callables.def).
+ * embedding, index_select, gather and tensor indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
  * ints) become one GATHER node (kind 'G', see cdynamo.h and
  * csrc/compiler/gather.c) whose meta is torch's result on the fakes
  * (call->out).  An index tensor whose dims do not end the result's is read
@@ -96,14 +95,7 @@ static int li_index_value(tracer *tr, const tvar *t, const cdy_meta *m, int p)
         vst[d] = in ? st[td] : 0;
     }
     int argv[1] = {t->value};
-    int v = cdy_node_add(tr, CDY_OP_VIEW, argv, 1, &vm, vm.dtype);
-    if (v < 0)
-        return -1;
-    cdy_value *gv = &tr->t->graph.values[v];
-    gv->view_base = base;
-    gv->view_offset = off;
-    memcpy(gv->view_strides, vst, sizeof(vst));
-    return v;
+    return cdy_view_value(tr, 1, argv, 1, &vm, base, vst, off);
 }
 
 /* A new GATHER node described by gth with meta m; its value, or -1 (stopped). */
@@ -253,7 +245,7 @@ static tvar *li_embedding(tracer *tr, const cdy_lower_call *call, tvar *w, tvar 
 }
 
 /* F.embedding (input, weight, padding_idx, max_norm, norm_type, ...). */
-static tvar *lower_f_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_f_embedding(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq sparse",
@@ -263,7 +255,7 @@ static tvar *lower_f_embedding(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch.embedding (weight, indices, padding_idx, scale_grad_by_freq, sparse). */
-static tvar *lower_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_embedding(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("weight indices padding_idx scale_grad_by_freq sparse",
@@ -275,7 +267,7 @@ static tvar *lower_embedding(tracer *tr, const cdy_lower_call *call)
 /* torch.index_select / Tensor.index_select (input, dim, index): a 0-d or
  * 1-d index along any dim.  Eager's errors: dim 1 of a tensor of rank > 1
  * goes through its "INDICES element" path, the rest "out of range in self". */
-static tvar *lower_index_select(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_index_select(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -295,7 +287,7 @@ static tvar *lower_index_select(tracer *tr, const cdy_lower_call *call)
 
 /* torch.gather / Tensor.gather (input, dim, index): index of input's rank,
  * the result its shape; out[.., i_dim, ..] = input[.., index[..], ..]. */
-static tvar *lower_gather(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_gather(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -451,7 +443,7 @@ static int li_adv_shape(tracer *tr, const li_basic *b, int64_t *bs, int *bn)
  * tensors among ints, slices, None and Ellipsis: torch's advanced indexing
  * (indexed dims replaced by the indices' broadcast shape, in place when the
  * index tensors are adjacent, else first); negative indices wrap. */
-static tvar *lower_getitem(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_getitem(tracer *tr, const cdy_lower_call *call)
 {
     tvar *it[CDY_MAX_NDIM + 4];
     cdy_meta m;
@@ -501,13 +493,3 @@ static tvar *lower_getitem(tracer *tr, const cdy_lower_call *call)
     }
     return li_node(tr, call, &m, &gth);
 }
-
-#define CDY_LOWER_INDEX(X)                       \
-    X("embedding", "f", lower_f_embedding)       \
-    X("embedding", "t", lower_embedding)         \
-    X("index_select", "tm", lower_index_select)  \
-    X("gather", "tm", lower_gather)              \
-    X("getitem", "o", lower_getitem)             \
-    X("__getitem__", "m", lower_getitem)
-
-CDY_LOWERING_TABLE(cdy_lowerings_index, CDY_LOWER_INDEX);

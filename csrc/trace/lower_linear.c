@@ -1,5 +1,5 @@
 /* lower_linear.c - composite lowerings: F.linear with a packed weight
- * (registered in cdy_lowerings_linear).
+ * (BUILD rows of ops/callables.def).
  *
  * linear(x, w, b) whose weight is a graph input (a module's parameter,
  * the same tensor on every call) becomes an extern node calling a
@@ -32,7 +32,7 @@ static int ll_f32(const cdy_meta *m, int nd)
 }
 
 /* F.linear(input, weight, bias): see above; NULL (not lowered, or stopped). */
-static tvar *lower_linear(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_linear(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[3];
     if (tr->t->grad_enabled ||
@@ -63,12 +63,6 @@ static tvar *lower_linear(tracer *tr, const cdy_lower_call *call)
     tvar *args[3] = {s[0], s[1], has_b ? s[2] : cdy_tv_const(tr, Py_NewRef(Py_None))};
     return args[2] ? cdy_extern_node(tr, pl, call->what, args, 3, NULL, call->out) : NULL;
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_LINEAR(X)              \
-    X("linear", "fn", lower_linear)
-
-CDY_LOWERING_TABLE(cdy_lowerings_linear, CDY_LOWER_LINEAR);
 
 /* ---- linear + relu --------------------------------------------------------- */
 
@@ -113,7 +107,7 @@ int cdy_rewrite_linear_relu(cdy_trace *t)
             continue;
         cdy_value *yv = &g->values[y], *zv = &g->values[z];
         int pz = pynode_of[z], py = pynode_of[y];
-        if (zv->kind != CDY_VAL_NODE || zv->op != CDY_OP_EXTERN || users[z] != 1 || pz < 0 ||
+        if (!cdy_value_is_extern(zv) || users[z] != 1 || pz < 0 ||
             t->pynodes[pz].item >= 0 || (py >= 0 && t->pynodes[py].item >= 0) ||
             !la_same_meta(&zv->meta, &yv->meta) ||
             cdy_packed_linear_set_relu(t->pynodes[pz].fn))
@@ -124,10 +118,7 @@ int cdy_rewrite_linear_relu(cdy_trace *t)
         } else {
             t->pynodes[pz].value = y;
         }
-        yv->op = CDY_OP_EXTERN;
-        yv->nargs = zv->nargs;
-        memcpy(yv->args, zv->args, sizeof(int) * (size_t)zv->nargs);
-        yv->compute_dtype = zv->compute_dtype;
+        cdy_value_set_extern(yv, zv->args, zv->nargs, zv->compute_dtype);
         cdy_value_drop(g, z);
         done++;
     }

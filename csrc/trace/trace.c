@@ -1172,8 +1172,7 @@ int cdy_tr_run_frame(tracer *tr)
 /* One-time lookups of torch objects; 0 or -1. */
 static int trace_init(void)
 {
-    return cdy_vars_init() || cdy_calls_init() || cdy_optable_init(cdy_torch) ||
-           cdy_lower_init(cdy_torch) ? -1 : 0;
+    return cdy_vars_init() || cdy_calls_init() || cdy_callables_init(cdy_torch) ? -1 : 0;
 }
 
 /* Input sources in input order: the source of each graph input's guard. */
@@ -1245,7 +1244,7 @@ static int guard_global_state(tracer *tr)
     const cdy_graph *g = &tr->t->graph;
     int dflt = 0, ext = 0, nodes = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        ext |= g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_EXTERN;
+        ext |= cdy_value_is_extern(&g->values[v]);
         nodes |= g->values[v].kind == CDY_VAL_NODE;
         dflt |= dtype_from_default(g, &g->values[v]);
     }
