@@ -114,6 +114,18 @@ static inline int cdy_value_is_alias(const cdy_value *v)
     return v->kind == CDY_VAL_NODE && (cdy_op_table[v->op].flags & CDY_OPF_ALIAS);
 }
 
+/* Make node v a copy (kind V, not aliasing: VIEW_COPY) whose element
+ * (i_0, ..) is element off + sum_d i_d * strides[d] of value base's buffer. */
+static inline void cdy_value_set_copy(cdy_value *v, int base, const int64_t *strides,
+                                      int64_t off)
+{
+    v->op = CDY_OP_VIEW_COPY;
+    v->view_base = base;
+    v->view_offset = off;
+    for (int d = 0; d < CDY_MAX_NDIM; d++)
+        v->view_strides[d] = strides[d];
+}
+
 /* Make node v an extern node over the tensors args[0..n), computing in cdt. */
 static inline void cdy_value_set_extern(cdy_value *v, const int *args, int n, int cdt)
 {

@@ -59,7 +59,6 @@ static cdy_extra *all_extras;
 static int active_calls;
 static _PyFrameEvalFunction saved_eval;
 static PyObject *skip_prefixes;      /* tuple of str */
-static int fn_counter;
 
 /* ---- cache entries ----------------------------------------------------- */
 
@@ -252,35 +251,6 @@ static void report_compile(PyCodeObject *co, cdy_trace *t, cdy_entry *e, PyObjec
     PyErr_Clear();
 }
 
-/* cdynamo.config.stream_store_bytes: an int >= 0 as it is, else (None) the
- * machine's default, cdy_stream_auto_bytes(). */
-static int64_t stream_bytes(void)
-{
-    PyObject *v = cdy_config_get("stream_store_bytes");
-    long long n = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return n >= 0 ? (int64_t)n : cdy_stream_auto_bytes();
-}
-
-/* The compiler options of cdynamo.config (cc, cache_dir, standby_compiler)
- * into *opts, its strings owned by the new references *cc and *dir (the
- * caller drops them); 0, or -1 when cc or cache_dir is not a string. */
-static int config_cc_opts(cdy_cc_opts *opts, PyObject **cc, PyObject **dir)
-{
-    *cc = cdy_config_get("cc");
-    *dir = cdy_config_get("cache_dir");
-    PyObject *sb = cdy_config_get("standby_compiler");
-    int standby = sb ? PyObject_IsTrue(sb) : 1;
-    Py_XDECREF(sb);
-    PyErr_Clear();
-    if (!*cc || !*dir || !PyUnicode_Check(*cc) || !PyUnicode_Check(*dir))
-        return -1;
-    *opts = (cdy_cc_opts){PyUnicode_AsUTF8(*cc), PyUnicode_AsUTF8(*dir), NULL,
-                          standby ? cdy_codegen_prefix() : NULL};
-    return opts->cc && opts->cache_dir ? 0 : -1;
-}
-
 /* _C.start_standby(): start the standby compiler (compiler/cc.c) for the
  * first build, when cdynamo.optimize makes a function to compile. */
 PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
@@ -289,95 +259,12 @@ PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
     (void)unused;
     PyObject *cc, *dir;
     cdy_cc_opts opts;
-    if (!config_cc_opts(&opts, &cc, &dir))
+    if (!cdy_pipeline_cc_opts(&opts, &cc, &dir))
         cdy_cc_standby(&opts);
     Py_XDECREF(cc);
     Py_XDECREF(dir);
     PyErr_Clear();
     Py_RETURN_NONE;
-}
-
-/* A failed stage-boundary check (r != 0; its fault in err) is an internal
- * error: abort in debug builds, else err says "internal error: invalid
- * <what>: <fault>" and the frame falls back.  r. */
-static int check_stage(int r, const char *what, char *err, size_t errlen)
-{
-    if (!r)
-        return 0;
-    CDY_ASSERT(0, what);
-    char fault[CDY_ERRLEN];
-    snprintf(fault, sizeof(fault), "%s", err);
-    snprintf(err, errlen, "internal error: invalid %s: %.400s", what, fault);
-    return r;
-}
-
-/* Compile t with the configured backend; new ref to the callable, or NULL
- * with a message in err (no exception left set).  *follow_threads is set to
- * the thread count its kernels were built for when that count follows
- * torch.get_num_threads() (cdynamo.config.num_threads is None), else 0. */
-static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int backend,
-                               int *follow_threads, char *err, size_t errlen)
-{
-    *follow_threads = 0;
-    if (backend == CDY_BACKEND_EAGER) {
-        PyObject *c = cdy_compiled_eager(t, name, single);
-        if (!c) {
-            snprintf(err, errlen, "eager backend failed");
-            PyErr_Clear();
-        }
-        return c;
-    }
-    PyObject *res = NULL, *cc, *dir;
-    cdy_cc_opts opts;
-    int bad_opts = config_cc_opts(&opts, &cc, &dir);
-    PyObject *nth = cdy_py_call("num_threads", "");
-    cdy_plan plan;
-    memset(&plan, 0, sizeof(plan));
-    if (bad_opts || !nth) {
-        snprintf(err, errlen, "cdynamo.config.cc / cache_dir are not strings");
-        goto done;
-    }
-    cdy_rewrite_attention(t);
-    cdy_rewrite_linear_relu(t);
-    if (check_stage(cdy_graph_check(&t->graph, err, errlen), "graph before codegen", err, errlen) ||
-        cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), stream_bytes(), &plan, err, errlen) ||
-        check_stage(cdy_plan_check(&plan, err, errlen), "plan", err, errlen))
-        goto done;
-    PyObject *pinned = cdy_config_get("num_threads");
-    if (pinned == Py_None && plan.nkernels > 0)
-        *follow_threads = (int)PyLong_AsLong(nth);
-    Py_XDECREF(pinned);
-    PyErr_Clear();
-    char so_path[4096];
-    int disk_hit = 0;
-    if (plan.nkernels > 0) {   /* a graph of extern calls only needs no C */
-        if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
-            goto done;
-        if (disk_hit == 1)
-            cdy_stats.disk_cache_hits++;
-        else
-            cdy_stats.kernels_compiled += plan.nkernels;
-        cdy_stats.standby_builds += disk_hit == 2;
-    }
-    res = cdy_compiled_from_plan(&plan, plan.nkernels > 0 ? so_path : NULL, name, single, t);
-    if (!res) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *s = ev ? PyObject_Str(ev) : NULL;
-        snprintf(err, errlen, "loading the compiled kernels failed: %s",
-                 s ? PyUnicode_AsUTF8(s) : "unknown error");
-        Py_XDECREF(s);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-    }
-done:
-    cdy_plan_free(&plan);
-    Py_XDECREF(cc);
-    Py_XDECREF(dir);
-    Py_XDECREF(nth);
-    PyErr_Clear();
-    return res;
 }
 
 /* Order guards cheapest first, keeping trace order within a kind: constant,
@@ -470,35 +357,27 @@ static int guard_threads(cdy_entry *e, int n)
     return 0;
 }
 
-/* Fill e with compiled code for t; on failure e stays an eager entry and a
- * warning names the cause. */
-static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame, double t0)
+/* Fill e with the compiled code of t (the pipeline's result p: its callable
+ * is taken); on failure e stays an eager entry and a warning names the cause. */
+static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame, double t0,
+                          cdy_pipe *p)
 {
     PyCodeObject *co = frame->f_code;
-    char name[64], err[CDY_ERRLEN] = "";
-    snprintf(name, sizeof(name), "__compiled_fn_%d", fn_counter++);
+    char err[CDY_ERRLEN] = "";
     int call_graph = t->graph.noutputs > 0;
-    PyObject *compiled = NULL, *code = NULL;
-    CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
-    if (!t->ret) {   /* rejected by the tracer (NO_RETURN); never dereference it */
-        snprintf(err, sizeof(err), "internal error: the trace has no return value");
+    PyObject *compiled = p->compiled, *code = NULL;
+    p->compiled = NULL;
+    if (p->failed) {
+        snprintf(err, sizeof(err), "%s", p->err);
         goto fail;
     }
-    int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
-                 !t->nstores && !t->nafter;
-    if (call_graph) {
-        int threads = 0;
-        compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));
-        if (!compiled)
-            goto fail;
-        if (threads && guard_threads(e, threads))
-            goto pyfail;
-    }
-    e->fn_name = PyUnicode_FromString(name);
+    if (compiled && p->threads && guard_threads(e, p->threads))
+        goto pyfail;
+    e->fn_name = PyUnicode_FromString(p->name);
     e->globals = Py_NewRef(frame->f_globals);
     if (!e->fn_name || (compiled && PyDict_SetItem(e->globals, e->fn_name, compiled)))
         goto pyfail;
-    code = cdy_bytecode_build(co, t, e->fn_name, single, call_graph);
+    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph);
     if (!code)
         goto pyfail;
     e->shadow_fn = PyFunction_New(code, frame->f_globals);
@@ -507,7 +386,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame
     if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
         goto pyfail;
     e->compiled = Py_XNewRef(compiled);
-    if ((single || returns_outs(t)) && direct_ok(co, t, &e->guards))
+    if ((p->single || returns_outs(t)) && direct_ok(co, t, &e->guards))
         entry_set_direct(e, t, compiled);
     cdy_stats.frames_compiled++;
     log_new_entry(co, e, code, compiled);
@@ -628,7 +507,8 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
     cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
     double t0 = now_s();
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
-    cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
+    cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced};
+    cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
@@ -651,8 +531,9 @@ static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *r
     else if ((e = entry_new(t, saved.backend))) {
         cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                          closure);
-        entry_compile(e, t, frame, t0);
+        entry_compile(e, t, frame, t0, &p);
     }
+    Py_XDECREF(p.compiled);   /* a frame that does not become an entry */
     if (e) {
         e->inst = frame_instance(frame);
         e->next = x->entries;

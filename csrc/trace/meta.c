@@ -1158,7 +1158,12 @@ static int mt_sdpa_covered(tracer *tr, tvar **s, int *flash)
 
 /* A fake for F.scaled_dot_product_attention in mt_sdpa_covered's cases: the
  * size (B, H, L, v's head size), q's dtype; torch.empty_like(q)'s strides
- * where the flash kernel runs, else contiguous. */
+ * where the flash kernel runs, else contiguous.  The CPU flash kernel returns
+ * its result in the query's memory order (a (B, H, L, E) view of (B, L, H, E)
+ * heads, as transformers makes q, gives a result whose transpose(1, 2) is
+ * already contiguous), while torch's meta function says contiguous: the node
+ * gets the kernel's strides, so the runtime does not copy the result into the
+ * meta's and the usual transpose(1, 2).contiguous() after it is free. */
 static PyObject *mt_sdpa(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *s[8];

@@ -1184,19 +1184,28 @@ static void collect_input_srcs(cdy_trace *t)
             t->input_srcs[k++] = t->guards.items[i].src;
 }
 
+/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); see internal.h. */
+int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled)
+{
+    if (t->grad_guarded)
+        return 0;
+    PyObject *fn = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
+    cdy_src none = {0};
+    cdy_guard *g = fn ? cdy_guards_add(&t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode") : NULL;
+    if (!g) {
+        Py_XDECREF(fn);
+        return -1;
+    }
+    g->requires_grad = enabled;
+    g->expect = fn;
+    t->grad_guarded = 1;
+    return 0;
+}
+
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled)
 {
-    if (tr->t->grad_guarded)
-        return 0;
-    cdy_src none = {0};
-    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode");
-    if (!g)
-        return cdy_tr_stop_exc(tr, PY_ERROR);
-    g->requires_grad = enabled;
-    g->expect = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
-    tr->t->grad_guarded = 1;
-    return g->expect ? 0 : cdy_tr_stop_exc(tr, PY_ERROR);
+    return cdy_trace_guard_grad_mode(tr->t, enabled) ? cdy_tr_stop_exc(tr, PY_ERROR) : 0;
 }
 
 /* Guard global state `which` at its current value; see trace.h. */

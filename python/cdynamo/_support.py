@@ -11,7 +11,8 @@ import torch
 
 from . import config
 
-TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug")
+TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug",
+          "stages")
 
 
 class Unsupported(RuntimeError):

@@ -1,12 +1,5 @@
-/* attention.c - torch's fused attention in the graph.
- *
- * The layout of its result is meta.c's (mt_sdpa): the CPU flash kernel of
- * F.scaled_dot_product_attention returns its result in the query's memory
- * order (a (B, H, L, E) view of (B, L, H, E) heads, as transformers makes q,
- * gives a result whose transpose(1, 2) is already contiguous), while torch's
- * meta function says contiguous.  The node gets the kernel's strides, so the
- * runtime does not copy the result into the meta's and the usual
- * transpose(1, 2).contiguous() after it is free.
+/* attention.c - torch's fused attention in the graph (a pass of the C
+ * backend; the layout of its result is trace/meta.c's, mt_sdpa).
  *
  * A rewrite of the finished trace, before the C backend compiles it:
  * attention written out by hand becomes one call of
@@ -33,7 +26,7 @@
  * the mask's add) become unused scalars, which no step computes. */
 #include <string.h>
 
-#include "trace/trace.h"
+#include "passes/passes.h"
 
 static PyObject *sdpa_fn, *kw_scale, *kw_mask_scale, *matmul_fns[4];
 
@@ -275,7 +268,7 @@ static int at_rewrite(at_ctx *a, const at_match *m)
 
 /* Rewrite every hand-written attention in t (see the top of this file);
  * the number rewritten.  Never fails: a trace it cannot handle stays as is. */
-int cdy_rewrite_attention(cdy_trace *t)
+int cdy_pass_attention(cdy_trace *t)
 {
     if (t->graph.nvalues == 0 || at_init())
         return 0;
