@@ -208,7 +208,7 @@ static PyMethodDef module_methods[] = {
     {"clear_output_pool", cdy_mempool_py_clear, METH_NOARGS,
      "free the pool's cached blocks and zero its counters"},
     {"callable_table", cdy_callables_py_table, METH_NOARGS,
-     "[(callable, op, meta rule row, builders, identity)] of ops/callables.def, as resolved"},
+     "[(callable, op, meta rule row, builders, contiguous)] of ops/callables.def, as resolved"},
     {"start_standby", cdy_py_start_standby, METH_NOARGS,
      "start the compiler for the next build ahead of its source (config.standby_compiler)"},
     {NULL},

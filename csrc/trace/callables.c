@@ -5,8 +5,8 @@
  * (OP rows, and the implicit rows of ops.def's pointwise ops and reductions),
  * the C meta rule of an extern (META rows: meta.c numbers its rules by their
  * rows), the builders that turn it into graph nodes (BUILD rows: the first,
- * and a second tried when the first declines), and whether it may return its
- * tensor argument itself (IDENTITY rows).  Tensor methods are also looked up
+ * and a second tried when the first declines), and whether its CPU kernel's
+ * result is contiguous (CONTIGUOUS rows).  Tensor methods are also looked up
  * by name (OP rows of where-letter m). */
 #include "trace/trace.h"
 
@@ -17,7 +17,7 @@
     tvar *cdy_build_##FN(tracer *tr, const cdy_lower_call *call);
 #include "ops/callables.def"
 
-enum { CC_OP, CC_META, CC_BUILD, CC_IDENTITY };
+enum { CC_OP, CC_META, CC_BUILD, CC_CONTIGUOUS };
 
 /* One row of callables.def. */
 typedef struct {
@@ -31,7 +31,7 @@ static const cc_row cc_rows[] = {
 #define CDY_CALL_OP(where, name, OP) {where, name, CC_OP, CDY_OP_##OP, NULL},
 #define CDY_CALL_META(where, name, RULE, OP) {where, name, CC_META, CDY_OP_##OP, NULL},
 #define CDY_CALL_BUILD(where, name, FN, OP) {where, name, CC_BUILD, CDY_OP_##OP, cdy_build_##FN},
-#define CDY_CALL_IDENTITY(where, name) {where, name, CC_IDENTITY, CDY_OP_NONE, NULL},
+#define CDY_CALL_CONTIGUOUS(where, name) {where, name, CC_CONTIGUOUS, CDY_OP_NONE, NULL},
 #include "ops/callables.def"
     {NULL, NULL, 0, 0, NULL},
 };
@@ -42,7 +42,7 @@ typedef struct {
     int meta, meta_op;         /* the number of its META row among the META rows, or -1 */
     cdy_build_fn build[2];     /* its builders, in the order tried (NULL: none) */
     int build_op[2];
-    int identity;
+    int contiguous;            /* an extern whose CPU result is contiguous */
 } cc_rec;
 
 static PyObject *cc_index;      /* {callable: record number} */
@@ -118,7 +118,7 @@ static void cc_apply(cc_rec *r, const cc_row *row, int meta)
         }
         break;
     default:
-        r->identity = 1;
+        r->contiguous = 1;
     }
 }
 
@@ -221,10 +221,10 @@ int cdy_callable_builds(PyObject *fn)
     return r && r->build[0];
 }
 
-int cdy_callable_identity(PyObject *fn)
+int cdy_callable_contiguous(PyObject *fn)
 {
     const cc_rec *r = cc_find(fn);
-    return r && r->identity;
+    return r && r->contiguous;
 }
 
 tvar cdy_not_lowered;
@@ -262,8 +262,8 @@ tvar *cdy_callable_build(tracer *tr, const cdy_lower_call *call)
 }
 
 /* The callable table as Python data (_C.callable_table(), for tests and
- * debugging): a list of (callable, op name or None, meta rule number or None,
- * builder count, identity). */
+ * debugging): a list of (callable, op name or None, meta rule number or -1,
+ * builder count, contiguous). */
 PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -276,7 +276,7 @@ PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused)
         const cc_rec *r = &cc_recs[PyLong_AsLong(val)];
         PyObject *t = Py_BuildValue(
             "(Oziii)", key, r->op >= 0 ? cdy_op_table[r->op].name : NULL, r->meta,
-            (r->build[0] != NULL) + (r->build[1] != NULL), r->identity);
+            (r->build[0] != NULL) + (r->build[1] != NULL), r->contiguous);
         if (!t || PyList_Append(list, t)) {
             Py_XDECREF(t);
             Py_CLEAR(list);
