@@ -243,3 +243,34 @@ def test_result_that_is_the_input_is_the_input(name, shape):
         assert all((a is p) == (b is q) for p, q in zip(es[:i], cs[:i]))
         assert torch.equal(a, b)
     assert torch.equal(xe, xc)
+
+
+# ---- index ops with an empty result still check their indices ----------------
+
+INDEX_EMPTY = {
+    "index_select_unused": lambda x, i: (x.index_select(0, i), i)[1],   # exc_4b591600fc
+    "index_select": lambda x, i: x.index_select(0, i),
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x),
+    "getitem": lambda x, i: x[i],
+    "gather": lambda x, i: torch.gather(x, 0, i[:, None].expand(2, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_EMPTY))
+@pytest.mark.parametrize("idx", [[1, 4], [1, 2], [-1, 0]])
+def test_index_into_empty_source_checks_indices(name, idx):
+    f = INDEX_EMPTY[name]
+    for x in (torch.randn(0, 3).permute(1, 0), torch.randn(3, 0)):
+        i = torch.tensor(idx)
+        out = []
+        for run in (f, cdynamo.optimize(f)):
+            try:
+                out.append(run(x, i))
+            except Exception as e:  # noqa: BLE001 - compared below
+                out.append(e)
+        e, c = out
+        assert type(e) is type(c), (e, c)
+        if isinstance(e, Exception):
+            assert str(e) == str(c)
+        else:
+            assert (e.shape, e.stride()) == (c.shape, c.stride())
