@@ -303,3 +303,21 @@ def test_unary_special_values_as_eager(name, dtype):
     assert torch.equal(e[e == 0].signbit(), c[e == 0].signbit()), (x[e == 0], c[e == 0])
     fin = torch.isfinite(e) & ~special
     torch.testing.assert_close(c[fin], e[fin], rtol=1e-5, atol=1e-30)
+
+
+# ---- an index (iota) of size 1 broadcast into a larger iteration space ---------
+
+BROADCAST_IOTA = {
+    "finding_36d1014802": lambda a0: ((a0 + torch.eye(1)) / 2 - torch.tensor([1.0, 2.0])) * 2,
+    "arange1": lambda x: x + torch.arange(1),
+    "eye1": lambda x: x * torch.eye(1),
+    "arange1_3d": lambda x: x + torch.arange(1).view(1, 1, 1),
+    "mixed": lambda x: x + torch.arange(3).view(3, 1) + torch.arange(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROADCAST_IOTA))
+def test_size1_index_broadcasts_as_zero(name):
+    f = BROADCAST_IOTA[name]
+    x = torch.tensor([-7], dtype=torch.int8) if name.startswith("finding") else torch.randn(3, 4)
+    _assert_bitwise(f, x)
