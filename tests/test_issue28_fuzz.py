@@ -321,3 +321,31 @@ def test_size1_index_broadcasts_as_zero(name):
     f = BROADCAST_IOTA[name]
     x = torch.tensor([-7], dtype=torch.int8) if name.startswith("finding") else torch.randn(3, 4)
     _assert_bitwise(f, x)
+
+
+# ---- explain accounts for every frame that ran eagerly -------------------------
+
+def _rerun_fn(x, d):
+    x.mul_(2)
+    return x // d
+
+
+def test_explain_lists_an_eager_rerun():
+    """A frame whose compiled graph raised runs again eagerly (eager's exception and
+    inputs): explain's eager_frames name it (EAGER_RERUN), once per cache entry, by
+    the transformed code and by a direct call alike."""
+    from cdynamo import _support
+    x, d = torch.arange(4), torch.tensor([1, 0, 1, 1])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cdynamo.explain(_rerun_fn)(x.clone(), d)
+    reruns = [b for b in _support.eager if b["code"] == "EAGER_RERUN"]
+    assert [b["function"] for b in reruns] == ["_rerun_fn"], _support.eager
+    assert "raised RuntimeError" in reruns[0]["reason"], reruns
+    cdynamo.reset()
+    opt = cdynamo.optimize(_rerun_fn)
+    assert torch.equal(opt(x.clone(), torch.ones(4, dtype=torch.long)), x * 2)
+    for _ in range(3):                      # direct calls of the cached entry
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            opt(x.clone(), d)
+    assert cdynamo.stats()["eager_reruns"] == 3
+    assert [b["code"] for b in _support.eager] == ["EAGER_RERUN"]

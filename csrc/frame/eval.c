@@ -37,6 +37,7 @@ typedef struct cdy_entry {
     PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
     int ninputs;             /* then its inputs' sources (owned copies) */
     cdy_src *inputs;
+    int rerun_noted;         /* an eager rerun of its frame was recorded (explain) */
     uintptr_t inst;          /* id of the nn.Module the frame ran on (its first
                                 argument), 0 for other frames: the recompile limit
                                 counts entries per module instance */
@@ -680,6 +681,23 @@ static int graph_raised(const void *g)
     return hit;
 }
 
+/* Record (once per entry: explain's eager_frames) that entry e's frame of
+ * code co runs again eagerly because its graph raised the pending exception. */
+static void note_rerun(cdy_entry *e, PyCodeObject *co)
+{
+    if (e->rerun_noted)
+        return;
+    e->rerun_noted = 1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    char msg[CDY_ERRLEN];
+    snprintf(msg, sizeof(msg), cdy_rt_EAGER_RERUN,
+             et && PyType_Check(et) ? ((PyTypeObject *)et)->tp_name : "?");
+    cdy_record_eager(msg, CDY_R_EAGER_RERUN, co->co_filename, co->co_firstlineno,
+                     PyUnicode_AsUTF8(co->co_name));
+    PyErr_Restore(et, ev, tb);
+}
+
 /* fn(*args) run eagerly after its compiled graph raised: eager's mutations
  * of the inputs up to the raising op, and eager's exception (or result).
  * The graph's exception is dropped; nested frames run eagerly too. */
@@ -731,6 +749,7 @@ static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_ex
     PyObject *r = call_shadow(frame, x, e);
     if (r || !graph_raised(e->compiled))
         return r;
+    note_rerun(e, frame->f_code);
     PyErr_Clear();
     cdy_stats.eager_reruns++;
     cdy_tls saved = cdy_tls_state;
@@ -960,8 +979,10 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     cdy_stats.direct_calls++;
     cdy_graph_failed = NULL;
     *res = run_direct(e, args, fn);
-    if (!*res && graph_raised(e->direct))
+    if (!*res && graph_raised(e->direct)) {
+        note_rerun(e, co);
         *res = rerun_eagerly(o->fn, orig_args, nargsf, kwnames);
+    }
     return 1;
 }
 

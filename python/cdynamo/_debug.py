@@ -544,7 +544,8 @@ class ExplainOutput:
         self.break_reasons = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
                               for b in breaks]
         #: every frame that ran eagerly: a stopped trace (as in break_reasons), a frame
-        #: with nothing to compile (NO_TENSOR_OPS), COMPILE_FAILED, RECOMPILE_LIMIT
+        #: with nothing to compile (NO_TENSOR_OPS), COMPILE_FAILED, RECOMPILE_LIMIT,
+        #: EAGER_RERUN (a compiled graph raised: the frame ran again eagerly)
         self.eager_frames = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
                              for b in eager]
         self.graph_break_count = len(self.break_reasons)
