@@ -349,3 +349,38 @@ def test_explain_lists_an_eager_rerun():
             opt(x.clone(), d)
     assert cdynamo.stats()["eager_reruns"] == 3
     assert [b["code"] for b in _support.eager] == ["EAGER_RERUN"]
+
+
+def _helper_no_tensor(n):
+    return n * 2 + 1
+
+
+def _helper_prints(x):
+    print("", end="")
+    return x + 1
+
+
+def _explained(x):
+    y = x * 2
+    k = _helper_no_tensor(3)
+    z = _helper_prints(y)
+    return z + sum(i for i in range(k)) + y
+
+
+def test_explain_lists_every_eager_frame_on_every_call():
+    """Each call's explain names every frame that ran eagerly: the first call's
+    records, and on later calls (nothing new recorded) the frames that run eagerly
+    for a reason recorded before (a break, no tensor ops, a generator expression),
+    with the function's place (frame_location) beside the stop's (location)."""
+    x = torch.randn(3)
+    for call in range(3):
+        e = cdynamo.explain(_explained)(x)
+        assert_close = torch.testing.assert_close
+        assert_close(e.out, _explained(x))
+        got = {(b.function, b.code) for b in e.eager_frames}
+        assert {("_explained", "PRINT"), ("_helper_prints", "PRINT"),
+                ("_helper_no_tensor", "NO_TENSOR_OPS"), ("<genexpr>", "GENERATOR_CODE")} <= got, \
+            (call, got)
+        where = {b.function: b.get("frame_location") for b in e.eager_frames}
+        assert where["_helper_prints"].endswith(
+            f"test_issue28_fuzz.py:{_helper_prints.__code__.co_firstlineno}")
