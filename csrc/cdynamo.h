@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define CDY_MAX_NDIM 8
-#define CDY_MAX_NODE_ARGS 8
+#define CDY_MAX_NODE_ARGS 16   /* an extern such as torch._transformer_encoder_layer_fwd reads 13 */
 #define CDY_ERRLEN 512
 
 /* ---- dtypes --------------------------------------------------------------

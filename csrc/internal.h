@@ -54,7 +54,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(CONTAINS, "`key in obj` (a dict or collections.abc.Mapping) gives the traced answer") \
     X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)") \
     X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw") \
-    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)")
+    X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)") \
+    X(SAME, "`src is other` gives the traced answer (requires_grad): two sources are one object or not")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -68,6 +69,7 @@ typedef struct {
     char desc[96];          /* name for messages, e.g. "x" */
     PyObject *expect;       /* CONST: value; ID: object; TENSOR: exact type */
     PyObject *dtype;        /* TENSOR: torch.dtype (singleton) */
+    cdy_src *other;         /* SAME: the second source (owned: PyMem, its references) */
     int requires_grad;
     int ndim;
     int64_t sizes[CDY_MAX_NDIM];
@@ -120,8 +122,11 @@ int cdy_guard_value_is_small(PyObject *v);
 PyObject *cdy_guards_text(const cdy_guards *gs);
 
 /* ---- trace result ---------------------------------------------------------- */
+/* OBJECT: objects[index] of the trace: an object the frame built, made once by the
+ * transformed code before the stores and the return value (so every use is that one
+ * object: identity is kept) */
 typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST,
-               CDY_RET_DICT, CDY_RET_CALL } cdy_ret_kind;
+               CDY_RET_DICT, CDY_RET_CALL, CDY_RET_OBJECT } cdy_ret_kind;
 
 typedef struct cdy_ret {
     int kind;
@@ -170,7 +175,10 @@ typedef struct {
     int base;
 } cdy_pynode;
 
-typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR } cdy_trace_status;
+/* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
+ * the frames unwind to a handler; it never leaves cdy_trace_run */
+typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
+               CDY_TRACE_RAISING } cdy_trace_status;
 
 typedef struct {
     cdy_arena arena;
@@ -200,10 +208,14 @@ typedef struct {
     int nwriteback;          /* mutated inputs, copied into after the call: */
     int *writeback;          /* pairs (input position, output position of the final value) */
     int nstores;             /* attribute stores replayed after the call */
-    int new_made, new_built; /* objects built in the frame (TV_NEW), and those the return builds */
     cdy_store *stores;
     int nreview;             /* outputs that view mutated inputs */
     cdy_review *review;
+    int nobjects, cap_objects;
+    struct cdy_ret **objects; /* objects the frame built that escape (CALLs, each made once,
+                                 inner ones first): the transformed code makes them first */
+    PyObject *exc;           /* RAISING: the exception being raised (kept by keep) */
+    void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
     int nafter;              /* calls the transformed code makes for their effect after */
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
 } cdy_trace;

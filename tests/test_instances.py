@@ -110,7 +110,7 @@ def test_len_and_truth_through_python_len():
     assert cdynamo.stats()["recompiles"] == 2   # n = 0 and n = 5: each guard on n fails once
 
 
-def test_identity_of_two_objects_of_one_class_is_not_assumed():
+def test_identity_of_two_objects_of_one_class_is_guarded():
     def f(a, b, x):
         return x + 1 if a is b else x - 1
 
@@ -118,9 +118,10 @@ def test_identity_of_two_objects_of_one_class_is_not_assumed():
     x = torch.randn(4)
     s, t = State(1.0), State(1.0)
     torch.testing.assert_close(opt(s, s, x), x + 1)
-    torch.testing.assert_close(opt(s, t, x), x - 1)
-    torch.testing.assert_close(opt(t, t, x), x + 1)
-    assert any(b["code"] == "IS_BY_TYPE" for b in _support.breaks), _support.breaks
+    torch.testing.assert_close(opt(s, t, x), x - 1)   # `a is b` changed: a SAME guard fails
+    torch.testing.assert_close(opt(t, t, x), x + 1)   # the first entry again
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["recompiles"] == 1 and st["cache_hits"] == 1, st
 
 
 def test_plain_object_is_not_passed_to_torch():
@@ -218,12 +219,13 @@ def test_import_of_loaded_module_in_traced_code():
     def f(x):
         import torch.nn.functional as F
         from torch import nn   # noqa: F401 (IMPORT_FROM)
-        if _is_compiling():
-            return x
+        if _is_compiling():   # true under cdynamo, as under torch.compile: libraries take
+            return x * 2      # the paths they keep for compilers (transformers does)
         return F.relu(x) + 1
 
     x = torch.randn(6)
-    torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))
+    torch.testing.assert_close(f(x), torch.relu(x) + 1)
+    torch.testing.assert_close(cdynamo.optimize(f)(x), x * 2)
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
 
@@ -256,7 +258,7 @@ def test_deep_module_attribute_chain_is_one_graph():
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
 
 
-# ---- objects built in the frame and returned (TV_NEW) ----------------------------------
+# ---- objects built in the frame and returned (TV_INST: trace/objects.c) ---------------
 
 @dataclasses.dataclass
 class Output:
@@ -302,7 +304,7 @@ def test_built_object_inside_a_returned_tuple_with_kwargs_dict():
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
 
 
-def test_built_object_returned_twice_is_a_graph_break():
+def test_built_object_returned_twice_is_one_object():
     def f(x):
         o = Output(x + 1)
         return o, o
@@ -311,17 +313,22 @@ def test_built_object_returned_twice_is_a_graph_break():
     got = cdynamo.optimize(f)(x)
     assert got[0] is got[1]
     torch.testing.assert_close(got[0].last, x + 1)
-    assert any(b["code"] == "NEW_RETURNED_TWICE" for b in _support.breaks), _support.breaks
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
 
 
-def test_built_object_used_in_the_frame_is_a_graph_break():
+def test_built_object_used_in_the_frame_is_traced():
     def f(x):
         o = Output(x + 1)
-        return o.last * 2
+        o.note = "changed"
+        return o.last * 2, o.note
 
     x = torch.randn(3)
-    torch.testing.assert_close(cdynamo.optimize(f)(x), (x + 1) * 2)
-    assert cdynamo.stats()["graph_breaks"] == 1
+    got = cdynamo.optimize(f)(x)
+    torch.testing.assert_close(got[0], (x + 1) * 2)
+    assert got[1] == "changed"
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
 
 
 def test_built_object_not_returned_still_runs_its_init():
@@ -335,7 +342,8 @@ def test_built_object_not_returned_still_runs_its_init():
     for _ in range(3):
         torch.testing.assert_close(opt(x), x + 1)
     assert Counted.made == before + 3
-    assert any(b["code"] == "NEW_USED" for b in _support.breaks)
+    # the store into the class runs type.__setattr__: the frame runs eagerly
+    assert any(b["code"] == "STORE_ATTR_SETATTR" for b in _support.breaks), _support.breaks
 
 
 def test_imported_module_attribute_is_guarded(monkeypatch):
@@ -358,7 +366,7 @@ def test_imported_module_attribute_is_guarded(monkeypatch):
     assert st["graph_breaks"] == 0 and st["recompiles"] == 1, (st, _support.breaks)
 
 
-def test_len_of_built_object_is_a_graph_break():
+def test_len_of_built_object_without_len_raises_as_eager():
     def f(x):
         o = Output(x)
         return x + len(o)
@@ -367,7 +375,7 @@ def test_len_of_built_object_is_a_graph_break():
         f(torch.randn(2))
     with pytest.raises(TypeError):
         cdynamo.optimize(f)(torch.randn(2))
-    assert any(b["code"] == "LEN_OF_NEW" for b in _support.breaks)
+    assert any(b["code"] == "OBJ_NO_LEN" for b in _support.breaks)
 
 
 def test_sum_over_generator_of_tensors():

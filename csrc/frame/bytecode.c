@@ -47,6 +47,7 @@ typedef struct {
     int depth, maxdepth;
     int ncodeunits;
     int outs_slot;
+    int objs_slot;         /* first of the locals holding the objects the frame built */
     int cell_base;         /* first parameter holding a closure cell's contents */
     int failed;
 } bc_writer;
@@ -171,6 +172,9 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
     case CDY_RET_CALL:
         emit_call(w, r);
         break;
+    case CDY_RET_OBJECT:   /* made once, before the stores and the return value */
+        emit(w, CDY_LOAD_FAST, w->objs_slot + r->index, 1);
+        break;
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);
@@ -232,8 +236,9 @@ int cdy_code_nargslots(PyCodeObject *co)
 }
 
 /* The transformed code's local names: the argument slots, one ___cellN per
- * free variable, the original's other locals, ___outs.  New list or NULL. */
-static PyObject *new_varnames(PyCodeObject *orig, int nargslots)
+ * free variable, the original's other locals, ___outs, one ___objN per object
+ * the frame built.  New list or NULL. */
+static PyObject *new_varnames(PyCodeObject *orig, int nargslots, int nobjects)
 {
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     PyObject *v = orig_vars ? PySequence_List(orig_vars) : NULL;
@@ -248,14 +253,21 @@ static PyObject *new_varnames(PyCodeObject *orig, int nargslots)
     if (!outs || (v && PyList_Append(v, outs)))
         Py_CLEAR(v);
     Py_XDECREF(outs);
+    for (int i = 0; v && i < nobjects; i++) {
+        PyObject *nm = PyUnicode_FromFormat("___obj%d", i);
+        if (!nm || PyList_Append(v, nm))
+            Py_CLEAR(v);
+        Py_XDECREF(nm);
+    }
     return v;
 }
 
 /* co.replace(**kw) with the written parts; new ref or NULL. */
-static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line)
+static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line,
+                           int nobjects)
 {
     PyObject *varnames = NULL, *kw = NULL, *code = NULL, *res = NULL, *meth = NULL;
-    varnames = new_varnames(orig, nargslots);
+    varnames = new_varnames(orig, nargslots, nobjects);
     if (!varnames)
         goto done;
     PyObject *vt = PyList_AsTuple(varnames), *ct = PyList_AsTuple(w->consts),
@@ -305,6 +317,7 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     if (!orig_vars)
         return NULL;
     w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars) + orig->co_nfreevars;
+    w.objs_slot = w.outs_slot + 1;
     w.cell_base = nargslots;
     Py_DECREF(orig_vars);
     w.consts = PyList_New(0);
@@ -324,6 +337,10 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
             goto built;
         }
         emit(&w, CDY_STORE_FAST, w.outs_slot, -1);
+    }
+    for (int i = 0; i < t->nobjects; i++) {   /* objects the frame built (trace/objects.c) */
+        emit_ret(&w, t->objects[i]);
+        emit(&w, CDY_STORE_FAST, w.objs_slot + i, -1);
     }
     for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
         emit_ret(&w, t->stores[i].value);
@@ -347,7 +364,8 @@ built:
             PyErr_SetString(PyExc_RuntimeError, "cdynamo: could not write the transformed bytecode");
         goto done;
     }
-    res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno);
+    res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno,
+                    t->nobjects);
 done:
     PyMem_Free(w.code.data);
     Py_XDECREF(w.consts);

@@ -199,6 +199,11 @@ void cdy_guards_free(cdy_guards *gs)
         cdy_src_clear(&g->src);
         Py_CLEAR(g->expect);
         Py_CLEAR(g->dtype);
+        if (g->other) {
+            cdy_src_clear(g->other);
+            PyMem_Free(g->other);
+            g->other = NULL;
+        }
     }
     PyMem_Free(gs->items);
     gs->items = NULL;
@@ -540,6 +545,16 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     case CDY_GUARD_HASATTR:
         ok = check_hasattr(g, v, why, n);
         break;
+    case CDY_GUARD_SAME: {
+        PyObject *w = g->other ? memo_fetch(m, g->other, locals, globals, builtins, closure) : NULL;
+        ok = w && (v == w) == g->requires_grad;
+        Py_XDECREF(w);
+        PyErr_Clear();
+        if (!ok)
+            snprintf(why, n, "'%s' is %s the other object it was when compiled", g->desc,
+                     g->requires_grad ? "no longer" : "now");
+        break;
+    }
     case CDY_GUARD_TYPE:
         ok = (PyObject *)Py_TYPE(v) == g->expect;
         if (!ok)
@@ -805,6 +820,9 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
             else if (g->kind == CDY_GUARD_TYPE)
                 cdy_buf_printf(&b, "TYPE_MATCH: type(%s) is %s\n", g->desc,
                                ((PyTypeObject *)g->expect)->tp_name);
+            else if (g->kind == CDY_GUARD_SAME)
+                cdy_buf_printf(&b, "SAME: %s is %s another source\n", g->desc,
+                               g->requires_grad ? "the object of" : "not the object of");
             else
                 cdy_buf_printf(&b, "ID_MATCH: %s is <%s object at %p>\n", g->desc,
                                Py_TYPE(g->expect)->tp_name, (void *)g->expect);

@@ -74,7 +74,25 @@
     X(POP_JUMP_BACKWARD_IF_NOT_NONE, 173, 0)      \
     X(POP_JUMP_BACKWARD_IF_NONE, 174, 0)          \
     X(POP_JUMP_BACKWARD_IF_FALSE, 175, 0)         \
-    X(POP_JUMP_BACKWARD_IF_TRUE, 176, 0)
+    X(POP_JUMP_BACKWARD_IF_TRUE, 176, 0)          \
+    /* read by the tracer only (trace/sets.c, containers.c, objects.c): */ \
+    X(BUILD_SET, 104, 0)                          \
+    X(SET_ADD, 146, 0)                            \
+    X(SET_UPDATE, 163, 0)                         \
+    X(UNPACK_EX, 94, 0)                           \
+    X(DELETE_SUBSCR, 61, 0)                       \
+    X(DELETE_ATTR, 96, 0)                         \
+    X(BEFORE_WITH, 53, 0)                         \
+    X(PUSH_EXC_INFO, 35, 0)                       \
+    X(POP_EXCEPT, 89, 0)                          \
+    X(CHECK_EXC_MATCH, 36, 0)                     \
+    X(RERAISE, 119, 0)                            \
+    X(RAISE_VARARGS, 130, 0)                      \
+    X(LOAD_ASSERTION_ERROR, 74, 0)                \
+    X(DELETE_DEREF, 139, 0)                       \
+    X(GET_YIELD_FROM_ITER, 69, 0)                 \
+    X(SEND, 123, 0)                               \
+    X(JUMP_BACKWARD_NO_INTERRUPT, 134, 0)
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define CDY_OPCODES CDY_OPCODES_311

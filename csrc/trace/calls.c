@@ -170,7 +170,7 @@ static int tensor_args(tvar **args, int nargs, int *out)
 static int data_dependent(const char *name)
 {
     static const char *names[] = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__",
-                                  "__float__", "__index__", "nonzero", "unique", "cpu", "cuda",
+                                  "__float__", "__index__", "nonzero", "unique", "cuda",
                                   "backward", "register_hook", "retain_grad", "storage",
                                   "untyped_storage", "__array__", "__repr__", "__str__", NULL};
     for (int i = 0; names[i]; i++)
@@ -237,7 +237,8 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type)) {
+        if (!PyObject_TypeCheck(PySequence_Fast_ITEMS(out)[i], (PyTypeObject *)cdy_tensor_type) &&
+            PySequence_Fast_ITEMS(out)[i] != Py_None) {   /* (out, None): need_weights=False */
             cdy_tr_stop(tr, NON_TENSOR_SEQ, what);
             return NULL;
         }
@@ -249,6 +250,11 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         int idx;
+        if (PySequence_Fast_ITEMS(out)[i] == Py_None) {
+            if (!(items[i] = cdy_tv_const(tr, Py_NewRef(Py_None))))
+                return NULL;
+            continue;
+        }
         tvar *v = cdy_tensor_node(tr, PySequence_Fast_ITEMS(out)[i], &idx);
         if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
             return NULL;
@@ -741,6 +747,12 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
     return inline_call_cells(tr, fobj, args, nargs, kwnames, func_src, NULL);
 }
 
+/* See trace.h. */
+tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    return inline_call(tr, fn, args, nargs, kwnames, NULL);
+}
+
 /* A constant for v when it is a sequence of constants (so pure builtins such
  * as all/any/sum/min/max can fold over it); else v itself. */
 static tvar *as_const_seq(tracer *tr, tvar *v)
@@ -786,13 +798,20 @@ static int module_has_hooks(PyObject *m)
  * length); NULL when stopped. */
 static tvar **prepend_arg(tracer *tr, tvar *first, tvar **args, int nargs)
 {
+    return cdy_prepend(tr, first, args, nargs);
+}
+
+/* See trace.h. */
+tvar **cdy_prepend(tracer *tr, tvar *first, tvar **args, int nargs)
+{
     tvar **all = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
     if (!all) {
         cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
     all[0] = first;
-    memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
+    if (nargs)
+        memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
     return all;
 }
 /* Call of an nn.Module: its forward inlined with the module as self. */
@@ -817,12 +836,30 @@ static tvar *call_module(tracer *tr, tvar *mod, tvar **args, int nargs, PyObject
 /* Python type that a tvar's value has (borrowed). */
 static PyObject *tvar_type(tvar *v)
 {
+    return cdy_tvar_type(v);
+}
+
+/* See trace.h. */
+PyObject *cdy_tvar_type(tvar *v)
+{
+    static PyObject *partial_type;
+    if (!partial_type) {
+        PyObject *ft = PyImport_ImportModule("functools");
+        partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+        Py_XDECREF(ft);
+        PyErr_Clear();
+    }
     switch (v->kind) {
     case TV_TENSOR: return (PyObject *)v->tp;
-    case TV_TUPLE: return (PyObject *)&PyTuple_Type;
+    case TV_TUPLE: return v->obj && PyType_Check(v->obj) && PyType_IsSubtype(
+                              (PyTypeObject *)v->obj, &PyTuple_Type) ? v->obj
+                                                                     : (PyObject *)&PyTuple_Type;
     case TV_LIST: return (PyObject *)&PyList_Type;
-    case TV_DICT: return (PyObject *)&PyDict_Type;
-    case TV_NEW: return v->obj;
+    case TV_DICT: return v->obj ? v->obj : (PyObject *)&PyDict_Type;
+    case TV_INST: return v->obj;
+    case TV_SET: return (PyObject *)&PySet_Type;
+    case TV_PARTIAL: return partial_type ? partial_type : (PyObject *)&PyBaseObject_Type;
+    case TV_BMETH: return (PyObject *)&PyCFunction_Type;
     case TV_VIEW: return (PyObject *)(v->pos == 0 ? &PyDictKeys_Type : v->pos == 1 ? &PyDictValues_Type
                                                                    : &PyDictItems_Type);
     default: return v->obj ? (PyObject *)Py_TYPE(v->obj) : (PyObject *)&PyBaseObject_Type;
@@ -885,38 +922,6 @@ tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name)
     return cdy_call(tr, f, &self, 1, NULL);
 }
 
-/* 1 if calling class fn may be left to the transformed code, after the graph: a Python
- * class (a heap type) of metaclass type, not an exception (e.g. transformers' ModelOutput
- * dataclasses, the usual return value of a forward). */
-static int buildable_class(PyObject *fn)
-{
-    return PyType_Check(fn) && Py_TYPE(fn) == &PyType_Type &&
-           (((PyTypeObject *)fn)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-           !PyType_IsSubtype((PyTypeObject *)fn, (PyTypeObject *)PyExc_BaseException);
-}
-
-/* cls(*args, **kw) as a TV_NEW: built by the transformed code if the frame returns it
- * (any other use stops the trace, see trace.h); NULL when stopped. */
-static tvar *new_object(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames)
-{
-    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0;
-    tvar *v = cdy_tv_new(tr, TV_NEW);
-    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
-    PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nkw + 1));
-    if (!v || !items || !keys || (kwnames && !cdy_tr_keep(tr, Py_NewRef(kwnames))))
-        return NULL;
-    memcpy(items, args, sizeof(tvar *) * (size_t)nargs);
-    for (int i = 0; i < nkw; i++)
-        keys[i] = PyTuple_GET_ITEM(kwnames, i);   /* kept alive with the trace */
-    v->obj = cls;
-    v->items = items;
-    v->keys = keys;
-    v->n = nargs;
-    v->pos = nargs - nkw;
-    tr->t->new_made++;
-    return v;
-}
-
 /* 1 if fn is a pure builtin or math function we may evaluate on constants. */
 static int foldable_fn(PyObject *fn)
 {
@@ -930,8 +935,9 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
-    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self)) && cdy_is_const(self))
-        return 1;   /* a method of a str or tuple constant: pure */
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self) || PyBytes_CheckExact(self)) &&
+        cdy_is_const(self))
+        return 1;   /* a method of a str, bytes or tuple constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);
@@ -946,6 +952,18 @@ static int foldable_fn(PyObject *fn)
     const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
     for (int i = 0; ok[i]; i++)
         if (!strcmp(name, ok[i]))
+            return 1;
+    return 0;
+}
+
+/* 1 if builtin fn iterates its first argument (sum, min, max, all, any, sorted). */
+static int iterating_builtin(PyObject *fn)
+{
+    static const char *names[] = {"sum", "min", "max", "all", "any", "sorted", NULL};
+    if (!PyCFunction_Check(fn) || PyCFunction_GET_SELF(fn) != builtins_mod)
+        return 0;
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, names[i]))
             return 1;
     return 0;
 }
@@ -1007,11 +1025,17 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         long k = -1;
         if (a->by_type)   /* the length is the instance's: its __len__, traced */
             return cdy_call_dunder(tr, a, "__len__");
-        if (a->kind == TV_NEW) {
-            cdy_tr_stop(tr, LEN_OF_NEW);
+        if (a->kind == TV_INST) {
+            int h;
+            tvar *r = cdy_obj_dunder(tr, a, "__len__", NULL, 0, &h);
+            if (h || tr->t->status != CDY_TRACE_OK)
+                return r;
+            if (a->store)
+                return cdy_tv_const(tr, PyLong_FromLong(a->store->n));
+            cdy_tr_stop(tr, OBJ_NO_LEN, ((PyTypeObject *)a->obj)->tp_name);
             return NULL;
         }
-        if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT)
+        if (a->kind == TV_TUPLE || a->kind == TV_LIST || a->kind == TV_DICT || a->kind == TV_SET)
             k = a->n;
         else if (a->kind == TV_VIEW)
             k = a->self->n;
@@ -1034,6 +1058,18 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             return NULL;
         }
         return cdy_tv_const(tr, PyBool_FromLong(r));
+    }
+    if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
+        args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST) {
+        tvar *val = NULL;
+        int has = cdy_obj_hasattr(tr, args[0], args[1]->obj, &val);
+        if (has < 0)
+            return NULL;
+        if (!strcmp(n, "hasattr"))
+            return cdy_tv_const(tr, PyBool_FromLong(has));
+        if (!has && nargs == 3)
+            return args[2];
+        return has ? val : cdy_obj_getattr(tr, args[0], args[1]->obj);
     }
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {
@@ -1112,80 +1148,6 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     return NULL;
 }
 
-/* dict/list methods on trace-made containers. */
-static tvar *container_method(tracer *tr, tvar *self, const char *name, tvar **args, int nargs)
-{
-    if (self->kind == TV_DICT) {
-        int get = !strcmp(name, "get"), items = !strcmp(name, "items");
-        if ((get || !strcmp(name, "__getitem__")) && nargs >= 1 && args[0]->kind == TV_CONST) {
-            for (int i = 0; i < self->n; i++)
-                if (PyObject_RichCompareBool(self->keys[i], args[0]->obj, Py_EQ) == 1)
-                    return self->items[i];
-            PyErr_Clear();
-            if (get)
-                return nargs > 1 ? args[1] : cdy_tv_const(tr, Py_NewRef(Py_None));
-            cdy_tr_stop(tr, KEY_ERROR);
-            return NULL;
-        }
-        if ((items || !strcmp(name, "values") || !strcmp(name, "keys")) && nargs == 0) {
-            tvar *view = cdy_tv_new(tr, TV_VIEW);   /* live: it reads the dict when used */
-            if (view) {
-                view->self = self;
-                view->pos = items ? 2 : name[0] == 'v' ? 1 : 0;
-            }
-            return view;
-        }
-    }
-    if ((self->kind == TV_LIST || self->kind == TV_DICT) && self->src &&
-        (!strcmp(name, "append") || !strcmp(name, "pop") || !strcmp(name, "update") ||
-         !strcmp(name, "extend") || !strcmp(name, "insert") || !strcmp(name, "clear"))) {
-        cdy_tr_stop(tr, MUTATE_OUTSIDE, self->kind == TV_DICT ? "dict" : "list");
-        return NULL;
-    }
-    if (self->kind == TV_DICT && !strcmp(name, "pop") && (nargs == 1 || nargs == 2) &&
-        args[0]->kind == TV_CONST) {   /* a dict the trace made (kwargs) */
-        for (int i = 0; i < self->n; i++)
-            if (PyObject_RichCompareBool(self->keys[i], args[0]->obj, Py_EQ) == 1) {
-                tvar *v = self->items[i], **it;   /* fresh arrays: others may share these */
-                PyObject **ks;
-                it = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)self->n);
-                ks = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)self->n);
-                if (!it || !ks) {
-                    cdy_tr_stop(tr, OUT_OF_MEMORY);
-                    return NULL;
-                }
-                for (int j = 0, k = 0; j < self->n; j++)
-                    if (j != i) {
-                        it[k] = self->items[j];
-                        ks[k++] = self->keys[j];
-                    }
-                self->items = it;
-                self->keys = ks;
-                self->n--;
-                return v;
-            }
-        PyErr_Clear();
-        if (nargs == 2)
-            return args[1];
-        cdy_tr_stop(tr, KEY_ERROR);
-        return NULL;
-    }
-    if (self->kind == TV_LIST && !strcmp(name, "append") && nargs == 1) {
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(self->n + 2));
-        if (!items)
-            return NULL;
-        if (self->n)
-            memcpy(items, self->items, sizeof(tvar *) * (size_t)self->n);
-        items[self->n] = args[0];
-        self->items = items;
-        self->n++;
-        return cdy_tv_const(tr, Py_NewRef(Py_None));
-    }
-    cdy_tr_stop(tr, METHOD_UNSUPPORTED, name,
-                self->kind == TV_DICT ? "dict" : self->kind == TV_LIST ? "list" : "value");
-    return NULL;
-}
-
 tvar *cdy_view_list(tracer *tr, tvar *view)
 {
     tvar *d = view->self;
@@ -1217,6 +1179,93 @@ static void callable_name(PyObject *fn, char *buf, size_t n)
     PyErr_Clear();
 }
 
+/* 1 if v names the CPU as a device (a torch.device, a str, None: no move), 0 another
+ * device, -1 when v is no device. */
+static int cpu_device(tvar *v)
+{
+    static PyObject *device_type;
+    if (!device_type && !(device_type = PyObject_GetAttrString(cdy_torch, "device")))
+        return PyErr_Clear(), -1;
+    if (v->kind != TV_CONST && v->kind != TV_OBJ)
+        return -1;
+    PyObject *d = v->obj, *dev = NULL;
+    if (d == Py_None)
+        return 1;
+    if (PyUnicode_Check(d))
+        dev = PyObject_CallOneArg(device_type, d);
+    else if (PyObject_TypeCheck(d, (PyTypeObject *)device_type))
+        dev = Py_NewRef(d);
+    else
+        return -1;
+    PyObject *type = dev ? PyObject_GetAttrString(dev, "type") : NULL;
+    int r = type && PyUnicode_Check(type) ? !PyUnicode_CompareWithASCIIString(type, "cpu") : -1;
+    Py_XDECREF(dev);
+    Py_XDECREF(type);
+    PyErr_Clear();
+    return r;
+}
+
+/* Tensor.to(...) / .cpu(): a move to the CPU, where the tensor is, is no move: the
+ * call without its device (and non_blocking) is traced, and with nothing left
+ * (no dtype, copy, memory_format) it is the tensor itself, as eager returns it.
+ * *handled 0 when the call names no device. */
+static tvar *tensor_to(tracer *tr, const char *name, tvar **args, int nargs, PyObject *kwnames,
+                       int *handled)
+{
+    int nkw = kwnames ? (int)PyTuple_GET_SIZE(kwnames) : 0, np = nargs - nkw;
+    *handled = 0;
+    if (!strcmp(name, "cpu")) {
+        *handled = nargs == 1 + nkw;   /* cpu(memory_format=...) is rare: torch runs it */
+        return *handled && !nkw ? args[0] : NULL;
+    }
+    tvar *keep[CDY_MAX_CALL_ARGS];
+    PyObject *names = PyList_New(0);
+    int n = 0, moved = 0;
+    if (!names)
+        return NULL;
+    for (int i = 0; i < nargs && n < CDY_MAX_CALL_ARGS; i++) {
+        const char *kw = i >= np ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i - np)) : NULL;
+        int dev = (!kw && i == 1) || (kw && !strcmp(kw, "device")) ? cpu_device(args[i]) : -1;
+        if (dev == 0) {   /* another device: eager moves it; we cannot */
+            Py_DECREF(names);
+            *handled = 1;
+            cdy_tr_stop(tr, DEVICE_MOVE, name);
+            return NULL;
+        }
+        if (dev == 1 || (kw && !strcmp(kw, "non_blocking"))) {
+            moved |= dev == 1;
+            continue;
+        }
+        if (!kw && i == 2 && moved && np >= 3 && args[1]->kind != TV_TENSOR) {
+            keep[n++] = args[i];   /* to(device, dtype, ...): dtype goes on positionally */
+            continue;
+        }
+        if (kw && PyList_Append(names, PyTuple_GET_ITEM(kwnames, i - np)) < 0) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        keep[n++] = args[i];
+    }
+    if (!moved) {
+        Py_DECREF(names);
+        return NULL;
+    }
+    *handled = 1;
+    if (n == 1) {   /* only self: x.to("cpu") is x */
+        Py_DECREF(names);
+        return args[0];
+    }
+    PyObject *kwt = PyList_GET_SIZE(names) ? PyList_AsTuple(names) : NULL;
+    Py_DECREF(names);
+    if (kwt && !cdy_tr_keep(tr, kwt))
+        return NULL;
+    tvar *m = cdy_tv_new(tr, TV_METHOD);
+    if (!m || !(m->obj = cdy_tr_keep(tr, PyUnicode_FromString("to"))))
+        return NULL;
+    m->self = args[0];
+    return cdy_call(tr, m, keep, n, kwt);
+}
+
 /* A Tensor method call self.name(*args). */
 static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
 {
@@ -1227,6 +1276,12 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     if (data_dependent(name)) {
         cdy_tr_stop(tr, NEEDS_DATA, what);
         return NULL;
+    }
+    if (!strcmp(name, "to") || !strcmp(name, "cpu")) {
+        int handled;
+        tvar *r = tensor_to(tr, name, args, nargs, kwnames, &handled);
+        if (handled || tr->t->status != CDY_TRACE_OK)
+            return r;
     }
     if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
         return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
@@ -1300,6 +1355,46 @@ static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, 
     return cdy_tv_const(tr, res);
 }
 
+/* 1 if fn is a method descriptor of object, dict, OrderedDict, list or set (called
+ * unbound: its first argument is self). */
+static int builtin_descriptor(PyObject *fn)
+{
+    static PyObject *odict;
+    if (!odict) {
+        PyObject *co = PyImport_ImportModule("collections");
+        odict = co ? PyObject_GetAttrString(co, "OrderedDict") : NULL;
+        Py_XDECREF(co);
+        PyErr_Clear();
+    }
+    if (!PyObject_TypeCheck(fn, &PyMethodDescr_Type) && !PyObject_TypeCheck(fn, &PyWrapperDescr_Type))
+        return 0;
+    PyTypeObject *o = PyDescr_TYPE(fn);
+    return o == &PyBaseObject_Type || o == &PyDict_Type || o == &PyList_Type || o == &PySet_Type ||
+           (PyObject *)o == odict;
+}
+
+/* A call of an OptimizedFunction in traced code: optimize(f) is f, inlined into this
+ * trace; disable(f) must run eagerly: a graph break (the frame runs eagerly). */
+static tvar *call_optimized(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *en = PyObject_GetAttrString(fn, "_enabled");
+    PyObject *inner = en ? PyObject_GetAttrString(fn, "_orig_fn") : NULL;
+    int on = en == Py_True;
+    Py_XDECREF(en);
+    if (!inner || !cdy_tr_keep(tr, inner)) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    char name[160];
+    callable_name(inner, name, sizeof(name));
+    if (!on) {
+        cdy_tr_stop(tr, DISABLED_CALL, name);
+        return NULL;
+    }
+    tvar *f = cdy_wrap(tr, inner, NULL, 0);   /* fixed with the wrapper */
+    return f ? cdy_call(tr, f, args, nargs, kwnames) : NULL;
+}
+
 /* Apply callable to args; see the file comment.  NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
 {
@@ -1308,9 +1403,19 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return call_bound_method(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_METHOD && callable->self->kind == TV_TENSOR)
         return tensor_method(tr, callable, args, nargs, kwnames);
+    if (callable->kind == TV_METHOD && callable->self->kind == TV_INST)
+        return cdy_obj_special(tr, callable->self, PyUnicode_AsUTF8(callable->obj), args + 1,
+                               nargs - 1);
     if (callable->kind == TV_METHOD)
-        return container_method(tr, callable->self, PyUnicode_AsUTF8(callable->obj), args + 1,
-                                nargs - 1);
+        return cdy_container_method(tr, callable->self, PyUnicode_AsUTF8(callable->obj), args + 1,
+                                    nargs - 1, kwnames);
+    if (callable->kind == TV_BMETH)
+        return cdy_obj_call_builtin(tr, callable->obj, callable->self, args, nargs, kwnames);
+    if (callable->kind == TV_PARTIAL)
+        return cdy_partial_call(tr, callable, args, nargs, kwnames);
+    if (callable->kind == TV_BOUND && callable->self->kind == TV_OBJ && callable->self->src &&
+        cdy_is_environ(callable->self->obj))
+        return cdy_environ_call(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_BOUND) {
         tvar **all = prepend_arg(tr, callable->self, args, nargs);
         return all ? inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL) : NULL;
@@ -1329,8 +1434,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return NULL;
     }
     PyObject *fn = callable->obj;
+    int handled;
+    tvar *r = cdy_call_fixed_method(tr, callable, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
     callable_name(fn, name, sizeof(name));
-    int any_tensor = 0, all_const = 1, handled;
+    int any_tensor = 0, all_const = 1;
     for (int i = 0; i < nargs; i++) {
         any_tensor |= args[i]->kind == TV_TENSOR;
         all_const &= args[i]->kind == TV_CONST;
@@ -1338,21 +1447,55 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
             for (int j = 0; j < args[i]->n; j++)
                 any_tensor |= args[i]->items[j]->kind == TV_TENSOR;
     }
+    if (PyObject_TypeCheck(fn, &cdy_optimized_type))   /* cdynamo.optimize / disable inside */
+        return call_optimized(tr, fn, args, nargs, kwnames);
     if (PyObject_TypeCheck(fn, (PyTypeObject *)cdy_module_type))
         return call_module(tr, callable, args, nargs, kwnames);
     if (fn == (PyObject *)&PySuper_Type && nargs == 0 && !kwnames)
         return cdy_tr_super(tr);
     if (fn == (PyObject *)&PyType_Type && nargs == 1 && !kwnames)
         return type_of(tr, args[0]);
-    tvar *r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
+    r = cdy_exc_construct(tr, fn, args, nargs, kwnames, &handled);   /* IndexError("...") */
+    if (handled)
+        return r;
+    r = cdy_ctx_construct(tr, fn, args, nargs, kwnames, &handled);   /* torch.no_grad() */
+    if (handled)
+        return r;
+    if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */
+        return cdy_obj_call_builtin(tr, fn, args[0], args + 1, nargs - 1, kwnames);
+    if (PyWeakref_CheckRef(fn) && !nargs && callable->src) {   /* ref(): its referent, fixed */
+        PyObject *o = PyWeakref_GetObject(fn);   /* the weakref is guarded by identity */
+        return o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+    }
+    r = cdy_call_known(tr, fn, args, nargs, kwnames, &handled);   /* trace/builtins.c */
+    if (handled)
+        return r;
+    r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
     if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return NULL;   /* torch.finfo(): the default dtype's */
+    if (foldable_fn(fn) && !all_const && nargs >= 1 && iterating_builtin(fn) &&
+        (args[0]->kind == TV_INST || args[0]->kind == TV_SET || args[0]->kind == TV_DICT ||
+         (args[0]->kind == TV_OBJ && args[0]->fixed))) {
+        tvar **conv = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(nargs + 1));
+        if (!conv || !(conv[0] = cdy_iterate(tr, args[0])))   /* sum(obj): its items */
+            return NULL;
+        memcpy(conv + 1, args + 1, sizeof(tvar *) * (size_t)(nargs - 1));
+        args = conv;
+    }
     if (foldable_fn(fn) && (all_const || fold_args(tr, &args, nargs)))
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
+    if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
+        !PyObject_TypeCheck(PyMethod_GET_SELF(fn), (PyTypeObject *)cdy_tensor_type)) {
+        /* a bound method (of torch's classes too: _DecoratorContextManager.clone) */
+        tvar *self = cdy_wrap(tr, PyMethod_GET_SELF(fn), NULL, 0);
+        tvar **all = self ? prepend_arg(tr, self, args, nargs) : NULL;
+        return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
+                   : NULL;
+    }
     if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
@@ -1375,8 +1518,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
                    : NULL;
     }
-    if (buildable_class(fn))
-        return new_object(tr, fn, args, nargs, kwnames);
+    if (cdy_obj_buildable(fn))
+        return cdy_obj_new(tr, fn, args, nargs, kwnames);
     cdy_tr_stop(tr, CALL_UNSUPPORTED, name);
     return NULL;
 }

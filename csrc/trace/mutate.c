@@ -51,9 +51,11 @@ typedef struct {
     mut_store *st;
     int nre, capre;
     mut_restride *re;       /* tensors of the caller whose metadata an op changed */
+    int nco, capco;
+    tvar **co;              /* lists and dicts of the caller the trace changed */
 } mut_state;
 
-static PyObject *setitem_fn, *scatter_fn, *restride_fn;   /* the _cdy_ functions below */
+static PyObject *setitem_fn, *scatter_fn, *restride_fn, *replace_fn;   /* the _cdy_ functions below */
 static PyObject *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
@@ -153,6 +155,31 @@ static PyObject *restride_impl(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* _cdy_replace(c, new): the caller's list or dict c given the contents of new
+ * (c[:] = new; c.clear(); c.update(new)); None or NULL. */
+static PyObject *replace_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_replace(c, new)");
+        return NULL;
+    }
+    int r;
+    if (PyList_Check(args[0]))
+        r = PyList_SetSlice(args[0], 0, PyList_GET_SIZE(args[0]), args[1]);
+    else if (PyDict_Check(args[0])) {
+        PyDict_Clear(args[0]);
+        r = PyDict_Update(args[0], args[1]);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "_cdy_replace: not a list or dict");
+        r = -1;
+    }
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* One-time lookups; 0 or -1 with an error. */
 static int mut_init(void)
 {
@@ -171,10 +198,14 @@ static int mut_init(void)
     static PyMethodDef rdef = {"_cdy_restride", (PyCFunction)(void (*)(void))restride_impl,
                                METH_FASTCALL, "x.as_strided_ with an offset from x's first "
                                "element (a C function: not traced)"};
+    static PyMethodDef cdef = {"_cdy_replace", (PyCFunction)(void (*)(void))replace_impl,
+                               METH_FASTCALL, "the caller's list or dict given the trace's final "
+                               "contents (a C function: not traced)"};
     setitem_fn = PyCFunction_New(&def, NULL);
     scatter_fn = PyCFunction_New(&sdef, NULL);
     restride_fn = PyCFunction_New(&rdef, NULL);
-    return setitem_fn && scatter_fn && restride_fn && str_untyped_storage && str_cdata &&
+    replace_fn = PyCFunction_New(&cdef, NULL);
+    return setitem_fn && scatter_fn && restride_fn && replace_fn && str_untyped_storage && str_cdata &&
            str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
@@ -955,7 +986,14 @@ static int storable(tvar *v, int depth)
 {
     if (v->kind == TV_TENSOR || v->kind == TV_CONST || v->kind == TV_OBJ)
         return 1;
-    if ((v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_DICT) || depth > 8)
+    if (depth > 16)
+        return 0;
+    if (v->kind == TV_INST)
+        return storable(v->self, depth + 1) && (!v->store || storable(v->store, depth + 1));
+    if (v->kind == TV_PARTIAL && !storable(v->self, depth + 1))
+        return 0;
+    if (v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_DICT && v->kind != TV_SET &&
+        v->kind != TV_PARTIAL)
         return 0;
     for (int i = 0; !v->src && i < v->n; i++)
         if (!storable(v->items[i], depth + 1))
@@ -967,7 +1005,12 @@ static int storable(tvar *v, int depth)
 int cdy_tv_count_tensors(const tvar *v)
 {
     int n = v->kind == TV_TENSOR;
-    int seq = v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT || v->kind == TV_NEW;
+    if (v->kind == TV_INST)
+        return cdy_tv_count_tensors(v->self) + (v->store ? cdy_tv_count_tensors(v->store) : 0);
+    if (v->kind == TV_PARTIAL)
+        n += cdy_tv_count_tensors(v->self);
+    int seq = v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT ||
+              v->kind == TV_SET || v->kind == TV_PARTIAL;
     for (int i = 0; seq && i < v->n; i++)
         n += cdy_tv_count_tensors(v->items[i]);
     return n;
@@ -982,6 +1025,8 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
     mut_state *s = state(tr);
     if (!s)
         return -1;
+    if (obj->kind == TV_INST)   /* an object built in the frame: its __setattr__, traced */
+        return cdy_obj_setattr(tr, obj, name, v);
     if (obj->kind != TV_OBJ || !obj->src)
         return cdy_tr_stop(tr, STORE_ATTR_NEW);
     if (!storable(v, 0))
@@ -1040,41 +1085,20 @@ static int record_store(tracer *tr, mut_state *s, const cdy_src *src, PyObject *
     return 0;
 }
 
-/* d[k] = v on a dict read from the frame (a DICT tvar with a source, constant keys): later
- * reads in the trace see v, the transformed code does the store after the call; 0 or -1. */
-int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v)
+/* See trace.h: c (a list or dict with a source) changed; its final contents
+ * are written back after the graph. */
+int cdy_mut_container(tracer *tr, tvar *c)
 {
     mut_state *s = state(tr);
     if (!s)
         return -1;
-    if (d->kind != TV_DICT || !d->src || k->kind != TV_CONST)   /* src: an exact dict (KEYS guard) */
-        return cdy_tr_stop(tr, STORE_ITEM);
-    if (!storable(v, 0) || (v->kind == TV_OBJ && !v->src && !cdy_is_const(v->obj)))
-        return cdy_tr_stop(tr, STORE_DICT_VALUE);
-    int at = -1;
-    for (int i = 0; i < d->n && at < 0; i++) {
-        int eq = PyObject_RichCompareBool(d->keys[i], k->obj, Py_EQ);
-        if (eq < 0)
-            return cdy_tr_stop_exc(tr, RAISED_DICT_KEY);
-        if (eq)
-            at = i;
-    }
-    if (at < 0) {   /* a new key: grow the trace's copy */
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(d->n + 1));
-        PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(d->n + 1));
-        if (!items || !keys)
-            return cdy_tr_stop(tr, OUT_OF_MEMORY);
-        if (d->n) {
-            memcpy(items, d->items, sizeof(tvar *) * (size_t)d->n);
-            memcpy(keys, d->keys, sizeof(PyObject *) * (size_t)d->n);
-        }
-        d->items = items;
-        d->keys = keys;
-        at = d->n++;
-        d->keys[at] = k->obj;
-    }
-    d->items[at] = v;
-    return record_store(tr, s, d->src, k->obj, v, 1);
+    for (int i = 0; i < s->nco; i++)
+        if (s->co[i] == c)
+            return 0;
+    if (grow(tr, (void **)&s->co, &s->capco, s->nco, sizeof(tvar *)))
+        return -1;
+    s->co[s->nco++] = c;
+    return 0;
 }
 
 /* 1 if tensor tvar v has meta m's sizes and strides and its fake offset 0. */
@@ -1123,8 +1147,6 @@ static int finish_restrides(tracer *tr, mut_state *s)
     cdy_trace *t = tr->t;
     if (!s->nre)
         return 0;
-    if (!(t->after = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)s->nre)))
-        return cdy_tr_stop(tr, OUT_OF_MEMORY);
     for (int i = 0; i < s->nre; i++) {
         tvar *v = s->re[i].v;
         if (v->kind != TV_TENSOR)
@@ -1220,7 +1242,37 @@ int cdy_mut_extra_outputs(tracer *tr)
     int n = s ? s->nin : 0;
     for (int i = 0; s && i < s->nst; i++)
         n += cdy_tv_count_tensors(s->st[i].value);
+    for (int i = 0; s && i < s->nco; i++)
+        n += cdy_tv_count_tensors(s->co[i]);
     return n;
+}
+
+/* t->after: _cdy_replace(<c's source>, <c's final contents>) for each list
+ * or dict of the caller the trace changed; 0 or -1. */
+static int finish_containers(tracer *tr, mut_state *s, cdy_ret *(*make_ret)(tracer *, tvar *))
+{
+    cdy_trace *t = tr->t;
+    for (int i = 0; i < s->nco; i++) {
+        tvar *c = s->co[i], *copy = cdy_container_copy(tr, c);
+        cdy_ret *r = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
+        cdy_ret **items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * 2);
+        cdy_ret *target = cdy_arena_alloc(&t->arena, sizeof(cdy_ret));
+        if (!copy || !r || !items || !target)
+            return cdy_tr_stop(tr, OUT_OF_MEMORY);
+        if (!storable(copy, 0))
+            return cdy_tr_stop(tr, STORE_CONTAINER_VALUE);
+        target->kind = CDY_RET_SOURCE;
+        target->src = c->src;
+        items[0] = target;
+        if (!(items[1] = make_ret(tr, copy)))
+            return -1;
+        r->kind = CDY_RET_CALL;
+        r->obj = replace_fn;
+        r->n = r->index = 2;
+        r->items = items;
+        t->after[t->nafter++] = r;
+    }
+    return 0;
 }
 
 /* At the top frame's return: writebacks of mutated inputs and attribute
@@ -1229,9 +1281,13 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
 {
     mut_state *s = tr->t->mut;
     cdy_trace *t = tr->t;
-    if (!s || (!s->nin && !s->nst && !s->nre))
+    if (!s || (!s->nin && !s->nst && !s->nre && !s->nco))
         return 0;
-    if (finish_restrides(tr, s))
+    if (mut_init())
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (!(t->after = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(s->nre + s->nco + 1))))
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    if (finish_restrides(tr, s) || finish_containers(tr, s, make_ret))
         return -1;
     t->writeback = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(2 * s->nin + 1));
     t->stores = cdy_arena_alloc(&t->arena, sizeof(cdy_store) * (size_t)(s->nst + 1));

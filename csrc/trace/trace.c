@@ -46,6 +46,20 @@ static void append_exception(char *buf, size_t size)
     PyErr_Clear();
 }
 
+/* Log (topic debug) the reason and the traced frames it stopped in, innermost first. */
+static void log_stop_stack(tracer *tr)
+{
+    char buf[2048];
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "stop [%s] %s", cdy_reason_code(tr->t->reason_code),
+                                tr->t->reason);
+    for (tracer *f = tr; f && n < sizeof(buf); f = f->parent)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\n    at %s:%d in %s",
+                              PyUnicode_AsUTF8(f->co->co_filename), PyCode_Addr2Line(f->co, f->pc * 2),
+                              PyUnicode_AsUTF8(f->co->co_qualname));
+    PyErr_Clear();
+    cdy_log("debug", "%s", buf);
+}
+
 int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
 {
     cdy_trace *t = tr->t;
@@ -58,14 +72,27 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(t->reason, sizeof(t->reason), fmt, ap);
     va_end(ap);
+    cdy_reason_cat cat = cdy_reasons[code].cat;
+    PyObject *e = NULL;   /* the exception the traced code may catch (trace/exceptions.c) */
+    if (exc && cat == CDY_RCAT_USER && cdy_exc_raisable(code) && PyErr_Occurred()) {
+        PyObject *et, *tb;
+        PyErr_Fetch(&et, &e, &tb);
+        PyErr_NormalizeException(&et, &e, &tb);
+        PyErr_Restore(Py_NewRef(et), e ? Py_NewRef(e) : NULL, tb);
+        Py_XDECREF(et);
+        e = cdy_tr_keep(tr, e);
+    }
     if (exc)
         append_exception(t->reason, sizeof(t->reason));
-    cdy_reason_cat cat = cdy_reasons[code].cat;
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
     t->reason_code = (int)code;
     t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->reason_file = tr->co->co_filename;
+    if (cat == CDY_RCAT_USER && cdy_exc_raisable(code))
+        cdy_exc_begin(tr, code, e);   /* the traced code may catch it */
+    else if (cdy_log_on("debug"))
+        log_stop_stack(tr);
     return -1;
 }
 
@@ -192,66 +219,119 @@ static int op_import_name(tracer *tr, int oparg)
     return push(tr, cdy_wrap(tr, mod, s, 1));
 }
 
-/* LOAD_DEREF / LOAD_CLASSDEREF: cell variables are locals here; free
- * variables come from the trace-made function's cells, or the closure. */
-static int op_load_deref(tracer *tr, int oparg)
+/* The value of free variable idx of a real closure (the function's own cells):
+ * wrapped from its source (the frame's closure, or fn.__closure__[i].cell_contents of
+ * an inlined function read from the frame); NULL when stopped. */
+static tvar *closure_value(tracer *tr, int idx)
 {
-    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
-    if (oparg < first_free)
-        return tr->locals[oparg] ? push(tr, tr->locals[oparg]) : op_load_fast(tr, oparg);
-    int idx = oparg - first_free;
-    if (tr->cells)
-        return push(tr, cdy_tr_cell_value(tr, tr->cells[idx]));
-    if (!tr->closure || idx >= PyTuple_GET_SIZE(tr->closure))
-        return cdy_tr_stop(tr, CELL_MISSING);
+    if (!tr->closure || idx >= PyTuple_GET_SIZE(tr->closure)) {
+        cdy_tr_stop(tr, CELL_MISSING);
+        return NULL;
+    }
     PyObject *o = PyCell_GET(PyTuple_GET_ITEM(tr->closure, idx));
-    if (!o)
-        return cdy_tr_stop(tr, UNBOUND_FREE);
+    if (!o) {
+        cdy_tr_stop(tr, UNBOUND_FREE);
+        return NULL;
+    }
     const cdy_src *s = NULL;
     if (!tr->parent) {
         cdy_src *d = cdy_src_new(tr, CDY_SRC_DEREF);
         if (!d)
-            return -1;
+            return NULL;
         d->slot = idx;
         s = d;
     }
     else if (tr->func_src) {   /* an inlined function read from the frame: fn.__closure__[i].cell_contents */
         static PyObject *closure_str, *contents_str;
-        if (!closure_str && !(closure_str = PyUnicode_InternFromString("__closure__")))
-            return cdy_tr_stop_exc(tr, PY_ERROR);
-        if (!contents_str && !(contents_str = PyUnicode_InternFromString("cell_contents")))
-            return cdy_tr_stop_exc(tr, PY_ERROR);
+        if ((!closure_str && !(closure_str = PyUnicode_InternFromString("__closure__"))) ||
+            (!contents_str && !(contents_str = PyUnicode_InternFromString("cell_contents")))) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
+            return NULL;
+        }
         PyObject *key = cdy_tr_keep(tr, PyLong_FromLong(idx));
         const cdy_src *c = key ? cdy_src_step(tr, tr->func_src, closure_str, 0) : NULL;
         c = c ? cdy_src_step(tr, c, key, 1) : NULL;
         s = c ? cdy_src_step(tr, c, contents_str, 0) : NULL;
-        if (!s)
-            return cdy_tr_stop(tr, CELL_TOO_DEEP);
+        if (!s) {
+            cdy_tr_stop(tr, CELL_TOO_DEEP);
+            return NULL;
+        }
     }
     /* else: a method or a function the trace made: its cells are fixed with it */
-    return push(tr, cdy_wrap(tr, o, s, s != NULL));
+    return cdy_wrap(tr, o, s, s != NULL);
 }
 
-/* 1 if owner is tr or one of the frames it was inlined from (still traced). */
-static int frame_alive(tracer *tr, tracer *owner)
+/* The cell (a TV_CELL: its value in self, NULL while unbound) of slot, a cell or free
+ * variable of tr's frame, made on first use (MAKE_CELL, LOAD_CLOSURE); NULL when stopped.
+ * A cell of a real closure is marked by src: storing into it is not traced. */
+static tvar *cell_of(tracer *tr, int slot)
 {
-    for (; tr; tr = tr->parent)
-        if (tr == owner)
-            return 1;
+    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
+    if (slot >= first_free && tr->cells)
+        return tr->cells[slot - first_free];
+    tvar *c = tr->locals[slot];
+    if (c && c->kind == TV_CELL)
+        return c;
+    if (slot >= first_free) {
+        tvar *v = closure_value(tr, slot - first_free);
+        if (!v)
+            return NULL;
+        c = cdy_tv_new(tr, TV_CELL);
+        if (c) {
+            c->self = v;
+            c->src = v->src ? v->src : (const cdy_src *)tr;   /* not ours to store into */
+        }
+    }
+    else {
+        if (!tr->locals[slot] && tr->frame_locals && slot < cdy_code_nargslots(tr->co)) {
+            if (op_load_fast(tr, slot))   /* an argument made a cell: wrapped as any argument */
+                return NULL;
+            pop(tr);
+        }
+        if ((c = cdy_tv_new(tr, TV_CELL)))
+            c->self = tr->locals[slot];
+    }
+    if (c)
+        tr->locals[slot] = c;
+    return c;
+}
+
+/* LOAD_DEREF / LOAD_CLASSDEREF: the value of a cell of this frame, of a cell the trace made
+ * (a closure it made), or of the function's own closure. */
+static int op_load_deref(tracer *tr, int oparg)
+{
+    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
+    if (oparg >= first_free && !tr->cells && !(tr->locals[oparg] && tr->locals[oparg]->kind == TV_CELL))
+        return push(tr, closure_value(tr, oparg - first_free));
+    tvar *c = cell_of(tr, oparg);
+    if (!c)
+        return -1;
+    if (!c->self && oparg < first_free)
+        return cdy_tr_stop(tr, UNBOUND_LOCAL,
+                           PyUnicode_AsUTF8(PyTuple_GET_ITEM(tr->co->co_localsplusnames, oparg)));
+    if (!c->self)
+        return cdy_tr_stop(tr, UNBOUND_FREE);
+    return push(tr, c->self);
+}
+
+/* STORE_DEREF / DELETE_DEREF (v NULL): into a cell of this frame or one the trace made. */
+static int op_store_deref(tracer *tr, int oparg, tvar *v)
+{
+    tvar *c = oparg < tr->nlocals ? cell_of(tr, oparg) : NULL;
+    if (!c)
+        return tr->t->status == CDY_TRACE_OK ? cdy_tr_stop(tr, STORE_FREE_VAR) : -1;
+    if (c->src)
+        return cdy_tr_stop(tr, STORE_FREE_VAR);
+    c->self = v;
     return 0;
 }
 
-/* The current value of cell c; see trace.h. */
+/* See trace.h. */
 tvar *cdy_tr_cell_value(tracer *tr, tvar *c)
 {
-    tracer *o = c->owner;
-    if (!frame_alive(tr, o)) {
-        cdy_tr_stop(tr, CLOSURE_OUTLIVED);
-        return NULL;
-    }
-    if (op_load_deref(o, c->pos))   /* pushes onto the owner's (paused) stack */
-        return NULL;
-    return pop(o);
+    if (!c->self)
+        cdy_tr_stop(tr, UNBOUND_FREE);
+    return c->self;
 }
 
 /* See trace.h: the class comes from the function's __class__ cell, self from its first slot. */
@@ -271,6 +351,10 @@ tvar *cdy_tr_super(tracer *tr)
     if (!tr->locals[0] && op_load_fast(tr, 0))
         return NULL;
     tvar *self = tr->locals[0] ? tr->locals[0] : pop(tr);
+    if (self->kind == TV_CELL && !(self = self->self)) {   /* self captured by a closure */
+        cdy_tr_stop(tr, SUPER_OUTSIDE_METHOD);
+        return NULL;
+    }
     tvar *v = cdy_tv_new(tr, TV_SUPER);
     if (!v || !cdy_tr_keep(tr, Py_NewRef(cls)))
         return NULL;
@@ -279,18 +363,10 @@ tvar *cdy_tr_super(tracer *tr)
     return v;
 }
 
-/* LOAD_CLOSURE slot: a cell of this frame (a local), or one it was handed. */
+/* LOAD_CLOSURE slot: the cell of a cell or free variable of this frame. */
 static int op_load_closure(tracer *tr, int oparg)
 {
-    int first_free = tr->co->co_nlocalsplus - tr->co->co_nfreevars;
-    if (oparg >= first_free && tr->cells)
-        return push(tr, tr->cells[oparg - first_free]);
-    tvar *c = cdy_tv_new(tr, TV_CELL);
-    if (!c)
-        return -1;
-    c->owner = tr;
-    c->pos = oparg;
-    return push(tr, c);
+    return push(tr, cell_of(tr, oparg));
 }
 
 /* MAKE_FUNCTION flags: a function value, with constant defaults and cells. */
@@ -318,7 +394,8 @@ static int op_make_function(tracer *tr, int oparg)
 static int op_load_method(tracer *tr, PyObject *name)
 {
     tvar *base = pop(tr);
-    if (base->kind == TV_TENSOR || base->kind == TV_DICT || base->kind == TV_LIST) {
+    if (base->kind == TV_TENSOR || base->kind == TV_DICT || base->kind == TV_LIST ||
+        base->kind == TV_SET) {
         tvar *m = cdy_tv_new(tr, TV_METHOD);
         if (!m)
             return -1;
@@ -385,6 +462,18 @@ static int op_call_ex(tracer *tr, int oparg)
     return push(tr, cdy_call(tr, fn, args, np + nk, names));
 }
 
+/* a <sym> b (sym= when inplace) with a a set (trace/sets.c); NULL when stopped. */
+static tvar *op_set_binary(tracer *tr, const char *sym, int inplace, tvar **args)
+{
+    if (inplace && strlen(sym) == 1 && strchr("|&-^", sym[0]))
+        return cdy_set_inplace(tr, sym, args[0], args[1]);
+    int handled;
+    tvar *r = cdy_set_operator(tr, sym, args[0], args[1], &handled);
+    if (!handled)
+        cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
+    return r;
+}
+
 /* BINARY_OP oparg */
 static int op_binary(tracer *tr, int oparg)
 {
@@ -405,8 +494,10 @@ static int op_binary(tracer *tr, int oparg)
     }
     int list_iadd = inplace && args[0]->kind == TV_LIST &&
                     (args[1]->kind == TV_LIST || args[1]->kind == TV_TUPLE);
-    if (list_iadd && args[0]->src)
-        return cdy_tr_stop(tr, LIST_IADD_OUTSIDE);
+    if (list_iadd && base == 0)   /* list += iterable extends the list itself: its aliases see it */
+        return cdy_list_extend(tr, args[0], args[1]) ? -1 : push(tr, args[0]);
+    if (args[0]->kind == TV_SET)
+        return push(tr, op_set_binary(tr, syms[base], inplace, args));
     if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
                                     (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
         int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
@@ -440,6 +531,10 @@ static int op_compare(tracer *tr, int oparg)
     args[0] = pop(tr);
     if (!fn)
         return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (args[0]->kind == TV_SET)
+        return push(tr, op_set_binary(tr, syms[oparg], 0, args));
+    if (args[0]->kind == TV_INST || args[1]->kind == TV_INST)
+        return push(tr, cdy_obj_compare(tr, oparg, args));
     return push(tr, cdy_call_operator(tr, fn, syms[oparg], args, 2));
 }
 
@@ -526,6 +621,16 @@ static int op_subscr(tracer *tr)
         tvar *args[2] = {s, i};
         return push(tr, cdy_call(tr, m, args, 2, NULL));
     }
+    if (s->kind == TV_INST)
+        return push(tr, cdy_obj_special(tr, s, "__getitem__", &i, 1));
+    if (s->kind == TV_OBJ && s->fixed && (i->kind == TV_CONST || (i->kind == TV_OBJ && i->fixed))) {
+        PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* an item of a fixed object */
+        if (!v)
+            return cdy_tr_stop_exc(tr, RAISED_SUBSCRIPT);
+        tvar *r = cdy_fixed_value(tr, v);
+        Py_DECREF(v);
+        return push(tr, r);
+    }
     if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST &&
         (PyList_Check(s->obj) || PyDict_Check(s->obj) || PyTuple_Check(s->obj))) {
         PyObject *v = PyObject_GetItem(s->obj, i->obj);   /* a container read from the frame */
@@ -539,6 +644,16 @@ static int op_subscr(tracer *tr)
     if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PyLong_CheckExact(i->obj) &&
         cdy_is_module_list(s->obj))
         return push(tr, module_list_item(tr, s, i));
+    if (s->kind == TV_OBJ && s->src && i->kind == TV_CONST && PySlice_Check(i->obj) &&
+        cdy_is_module_list(s->obj)) {   /* layers[:n]: its modules (iterated, indexed) */
+        tvar *it = cdy_iterate(tr, s);
+        tvar *l = it ? cdy_tv_seq(tr, TV_LIST, it->items, it->n) : NULL;
+        if (!l)
+            return -1;
+        push(tr, l);
+        push(tr, i);
+        return op_subscr(tr);
+    }
     PyObject *gi = s->kind == TV_OBJ && s->src ? _PyType_Lookup(Py_TYPE(s->obj), getitem_name()) : NULL;
     if (gi && PyFunction_Check(gi) && !PyObject_TypeCheck(s->obj, (PyTypeObject *)cdy_module_type)) {
         /* a user class's __getitem__, inlined (module containers: the operator path) */
@@ -564,42 +679,62 @@ static int op_store_subscr(tracer *tr)
     tvar *k = pop(tr), *c = pop(tr), *v = pop(tr);
     if (c->kind == TV_TENSOR)
         return cdy_mut_setitem(tr, c, k, v);   /* functionalized (trace/mutate.c) */
-    if (c->kind == TV_DICT && c->src)
-        return cdy_mut_dict_setitem(tr, c, k, v);   /* replayed after the call (trace/mutate.c) */
-    if (c->src || k->kind != TV_CONST || (c->kind != TV_LIST && c->kind != TV_DICT))
-        return cdy_tr_stop(tr, STORE_ITEM);
-    if (c->kind == TV_LIST && !PyLong_Check(k->obj))
-        return cdy_tr_stop(tr, LIST_ITEM_KEY, Py_TYPE(k->obj)->tp_name);
-    if (c->kind == TV_LIST) {
-        long i = PyLong_AsLong(k->obj);
-        if (i == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            i = -1L << 40;   /* out of range whatever the length */
-        }
-        if (i < 0 && i > -(long)c->n - 1)
-            i += c->n;
-        if (i < 0 || i >= c->n)
-            return cdy_tr_stop(tr, LIST_ASSIGN_RANGE);
-        c->items[i] = v;
-        return 0;
+    if (c->kind == TV_INST) {
+        tvar *a[2] = {k, v};
+        return cdy_obj_special(tr, c, "__setitem__", a, 2) ? 0 : -1;
     }
-    for (int i = 0; i < c->n; i++)
-        if (PyObject_RichCompareBool(c->keys[i], k->obj, Py_EQ) == 1) {
-            c->items[i] = v;
-            return 0;
-        }
-    PyErr_Clear();
-    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(c->n + 1));
-    PyObject **keys = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(c->n + 1));
-    if (!items || !keys)
-        return cdy_tr_stop(tr, OUT_OF_MEMORY);
-    memcpy(items, c->items, sizeof(tvar *) * (size_t)c->n);
-    memcpy(keys, c->keys, sizeof(PyObject *) * (size_t)c->n);
-    items[c->n] = v;
-    keys[c->n] = k->obj;
-    c->items = items;
-    c->keys = keys;
-    c->n++;
+    if (c->kind == TV_DICT) {   /* a dict of the caller: written back after the graph */
+        PyObject *key = cdy_key_of(k);
+        return key ? cdy_dict_set(tr, c, key, v) : cdy_tr_stop(tr, DICT_KEY_NON_CONST);
+    }
+    if (c->kind == TV_LIST)
+        return cdy_seq_setitem(tr, c, k, v);
+    return cdy_tr_stop(tr, STORE_ITEM);
+}
+
+/* DELETE_SUBSCR: del c[k] on a dict, list or instance built in the frame. */
+static int op_delete_subscr(tracer *tr)
+{
+    tvar *k = pop(tr), *c = pop(tr);
+    if (c->kind == TV_INST)
+        return cdy_obj_special(tr, c, "__delitem__", &k, 1) ? 0 : -1;
+    return cdy_container_delitem(tr, c, k);
+}
+
+/* BUILD_SET n / SET_ADD i / SET_UPDATE i (trace/sets.c). */
+static int op_set(tracer *tr, int op, int oparg)
+{
+    if (op == CDY_BUILD_SET) {
+        if (CDY_TR_CHECK(tr, oparg <= tr->sp, STACK_UNDERFLOW))
+            return -1;
+        tr->sp -= oparg;
+        return push(tr, cdy_set_build(tr, &tr->stack[tr->sp], oparg));
+    }
+    tvar *v = pop(tr), *s = peek(tr, oparg);
+    if (CDY_TR_CHECK(tr, s->kind == TV_SET, BAD_STACK_VALUE, "set"))
+        return -1;
+    return op == CDY_SET_ADD ? cdy_set_add(tr, s, v) : cdy_set_update(tr, s, v);
+}
+
+/* UNPACK_EX counts: a, *b, c = iterable (before: low byte, after: high byte). */
+static int op_unpack_ex(tracer *tr, int oparg)
+{
+    int before = oparg & 0xff, after = oparg >> 8;
+    tvar *it = cdy_iterate(tr, pop(tr));
+    if (!it)
+        return -1;
+    int n = it->n - it->pos;
+    if (n < before + after)
+        return cdy_tr_stop(tr, UNPACK_COUNT, n, before + after);
+    tvar **x = it->items + it->pos;
+    for (int i = n - 1; i >= n - after; i--)
+        if (push(tr, x[i]))
+            return -1;
+    if (push(tr, cdy_tv_seq(tr, TV_LIST, x + before, n - before - after)))
+        return -1;
+    for (int i = before - 1; i >= 0; i--)
+        if (push(tr, x[i]))
+            return -1;
     return 0;
 }
 
@@ -671,6 +806,15 @@ static int is_none(tracer *tr, tvar *v)
     return 0;
 }
 
+/* 1 if v is a mutable object the trace made (none of the caller's objects is it): an
+ * object, container or function built here, a tensor an op made. */
+static int made_here(const tvar *v)
+{
+    return !v->src && (v->kind == TV_INST || v->kind == TV_SET || v->kind == TV_LIST ||
+                       v->kind == TV_DICT || v->kind == TV_PARTIAL || v->kind == TV_FUNC ||
+                       v->kind == TV_TENSOR);
+}
+
 /* IS_OP: identity tests the trace can decide. */
 static int op_is(tracer *tr, int invert)
 {
@@ -682,6 +826,12 @@ static int op_is(tracer *tr, int invert)
         r = is_none(tr, b);
     else if (a == b)
         r = 1;
+    else if (made_here(a) || made_here(b))
+        r = 0;   /* an object the trace made is no other value */
+    else if (a->src && b->src && a->kind == b->kind && (a->kind == TV_TENSOR || a->by_type || b->by_type))
+        r = cdy_same_object(tr, a, b);   /* two of the caller's values: guarded either way */
+    else if ((a->kind == TV_OBJ && a->fixed && b->src) || (b->kind == TV_OBJ && b->fixed && a->src))
+        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);
     else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
         return cdy_tr_stop(tr, IS_BY_TYPE);
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
@@ -704,12 +854,23 @@ static int op_contains(tracer *tr, int invert)
         c = c->self;                      /* `k in d.keys()` is `k in d` */
     else if (c->kind == TV_VIEW && !(c = cdy_view_list(tr, c)))
         return -1;
-    if (k->kind == TV_CONST && c->kind == TV_CONST)
+    if (c->kind == TV_INST) {
+        tvar *b = cdy_obj_special(tr, c, "__contains__", &k, 1);
+        int t = b ? cdy_truth(tr, b) : -1;
+        return t < 0 ? -1 : push(tr, cdy_tv_const(tr, PyBool_FromLong(t != invert)));
+    }
+    if (c->kind == TV_SET) {
+        tvar *b = cdy_set_method(tr, c, "__contains__", &k, 1, NULL);
+        return b ? push(tr, cdy_tv_const(tr, PyBool_FromLong((b->obj == Py_True) != invert))) : -1;
+    }
+    if ((k->kind == TV_CONST || (k->kind == TV_OBJ && k->fixed)) &&
+        (c->kind == TV_CONST || (c->kind == TV_OBJ && c->fixed)))
         r = PySequence_Contains(c->obj, k->obj);
-    else if (k->kind == TV_CONST && c->kind == TV_DICT) {
-        r = 0;
-        for (int i = 0; i < c->n && !r; i++)
-            r = PyObject_RichCompareBool(c->keys[i], k->obj, Py_EQ) == 1;
+    else if (cdy_key_of(k) && c->kind == TV_DICT) {
+        r = cdy_dict_find(tr, c, cdy_key_of(k));
+        if (r == -2)
+            return -1;
+        r = r >= 0;
     }
     else if (c->kind == TV_TUPLE || c->kind == TV_LIST) {
         r = 0;
@@ -795,29 +956,23 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
         r->src = v->src;
         r->obj = v->obj;
         return r;
-    case TV_NEW:
-        if (v->built) {
-            cdy_tr_stop(tr, NEW_RETURNED_TWICE);
-            return NULL;
-        }
-        v->built = 1;
-        t->new_built++;
-        r->kind = CDY_RET_CALL;
-        r->obj = v->obj;
-        r->index = v->pos;
-        /* the arguments, as a sequence: */
-        /* fall through */
+    case TV_INST:
+        return cdy_obj_ret(tr, v, make_ret);
+    case TV_SET:
+    case TV_PARTIAL:
+        return cdy_made_ret(tr, v, make_ret);
     case TV_TUPLE:
     case TV_LIST:
     case TV_DICT:
-        if (v->kind != TV_NEW && v->src && v->src->kind != CDY_SRC_DEREF) {   /* the caller's own object */
+        if (v->src && v->src->kind != CDY_SRC_DEREF) {   /* the caller's own object */
             r->kind = CDY_RET_SOURCE;
             r->src = v->src;
             return r;
         }
-        if (v->kind != TV_NEW)
-            r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
-                                                                              : CDY_RET_DICT;
+        if ((v->kind == TV_DICT && v->obj) || (v->kind == TV_TUPLE && cdy_is_namedtuple_class(v->obj)))
+            return cdy_made_ret(tr, v, make_ret);
+        r->kind = v->kind == TV_TUPLE ? CDY_RET_TUPLE : v->kind == TV_LIST ? CDY_RET_LIST
+                                                                           : CDY_RET_DICT;
         r->n = v->n;
         r->keys = v->keys;
         r->items = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)(v->n + 1));
@@ -857,8 +1012,6 @@ static int op_return(tracer *tr)
         return cdy_tr_stop(tr, OUT_OF_MEMORY);
     t->return_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->ret = make_ret(tr, v);
-    if (t->ret && t->new_built != t->new_made)   /* its __init__ would not run at all */
-        return cdy_tr_stop(tr, NEW_USED);
     return t->ret && !cdy_mut_finish(tr, make_ret) ? 1 : -1;
 }
 
@@ -920,14 +1073,29 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
     return jump(tr, *next + oparg, next);
 }
 
+/* SEND delta (yield from, in a generator run to its end): the iterator's next item
+ * (YIELD_VALUE collects it), or, when it is exhausted, its value (None) and a jump. */
+static int op_send(tracer *tr, int oparg, int *next)
+{
+    pop(tr);   /* the value sent: None, as the generator is resumed with None */
+    tvar *it = peek(tr, 1);
+    if (it->kind != TV_ITER)
+        return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
+    if (it->pos < it->n)
+        return push(tr, it->items[it->pos++]);
+    tr->stack[tr->sp - 1] = cdy_tv_const(tr, Py_NewRef(Py_None));
+    return tr->stack[tr->sp - 1] ? jump(tr, *next + oparg, next) : -1;
+}
+
 /* Execute the instruction at tr->pc; sets *next.  1 = returned, 0 = go on, -1 = stopped. */
 static int step(tracer *tr, int op, int oparg, int *next)
 {
     PyObject *names = tr->co->co_names;
     switch (op) {
     case CDY_NOP: case CDY_RESUME: case CDY_PRECALL: case CDY_CACHE: case CDY_COPY_FREE_VARS:
-    case CDY_MAKE_CELL:
         return 0;
+    case CDY_MAKE_CELL:
+        return cell_of(tr, oparg) ? 0 : -1;
     case CDY_PUSH_NULL:
         return push(tr, &tr->null_var);
     case CDY_POP_TOP:
@@ -935,12 +1103,15 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return 0;
     case CDY_LOAD_FAST:
         return op_load_fast(tr, oparg);
-    case CDY_STORE_FAST: case CDY_STORE_DEREF:
-        if (oparg >= tr->nlocals || (op == CDY_STORE_DEREF &&
-                                     oparg >= tr->co->co_nlocalsplus - tr->co->co_nfreevars))
-            return cdy_tr_stop(tr, STORE_FREE_VAR);
+    case CDY_STORE_FAST:
+        if (CDY_TR_CHECK(tr, oparg < tr->nlocals, BAD_LOCAL_SLOT))
+            return -1;
         tr->locals[oparg] = pop(tr);
         return 0;
+    case CDY_STORE_DEREF:
+        return op_store_deref(tr, oparg, pop(tr));
+    case CDY_DELETE_DEREF:
+        return op_store_deref(tr, oparg, NULL);
     case CDY_DELETE_FAST:
         tr->locals[oparg] = NULL;
         return 0;
@@ -1010,6 +1181,26 @@ static int step(tracer *tr, int op, int oparg, int *next)
     }
     case CDY_UNPACK_SEQUENCE:
         return op_unpack(tr, oparg);
+    case CDY_UNPACK_EX:
+        return op_unpack_ex(tr, oparg);
+    case CDY_DELETE_SUBSCR:
+        return op_delete_subscr(tr);
+    case CDY_BUILD_SET: case CDY_SET_ADD: case CDY_SET_UPDATE:
+        return op_set(tr, op, oparg);
+    case CDY_BEFORE_WITH:
+        return cdy_op_before_with(tr);
+    case CDY_PUSH_EXC_INFO:
+        return cdy_exc_push_info(tr);
+    case CDY_POP_EXCEPT:
+        return cdy_exc_pop_except(tr);
+    case CDY_CHECK_EXC_MATCH:
+        return cdy_exc_check_match(tr);
+    case CDY_RAISE_VARARGS:
+        return cdy_exc_raise_varargs(tr, oparg);
+    case CDY_RERAISE:
+        return cdy_exc_reraise(tr, oparg);
+    case CDY_LOAD_ASSERTION_ERROR:
+        return push(tr, cdy_wrap(tr, PyExc_AssertionError, NULL, 0));
     case CDY_BINARY_SUBSCR:
         return op_subscr(tr);
     case CDY_STORE_SUBSCR:
@@ -1068,8 +1259,12 @@ static int step(tracer *tr, int op, int oparg, int *next)
     }
     case CDY_JUMP_FORWARD:
         return jump(tr, *next + oparg, next);
-    case CDY_JUMP_BACKWARD:
+    case CDY_JUMP_BACKWARD: case CDY_JUMP_BACKWARD_NO_INTERRUPT:
         return jump(tr, *next - oparg, next);
+    case CDY_GET_YIELD_FROM_ITER:   /* yield from x: x's items, one SEND at a time */
+        return push(tr, cdy_iterate(tr, pop(tr)));
+    case CDY_SEND:
+        return op_send(tr, oparg, next);
     case CDY_POP_JUMP_FORWARD_IF_FALSE: case CDY_POP_JUMP_BACKWARD_IF_FALSE:
     case CDY_POP_JUMP_FORWARD_IF_TRUE: case CDY_POP_JUMP_BACKWARD_IF_TRUE:
     case CDY_POP_JUMP_FORWARD_IF_NONE: case CDY_POP_JUMP_BACKWARD_IF_NONE:
@@ -1160,6 +1355,10 @@ int cdy_tr_run_frame(tracer *tr)
         }
         ext = 0;
         int r = inject.kind == CDY_INJECT_STEP && op == inject.op ? -1 : step(tr, op, oparg, &next);
+        if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {
+            pc = next;   /* an exception the frame catches: on in its handler */
+            continue;
+        }
         if (r < 0 || cdy_tr_stopped(tr))
             return step_failed(tr, op);
         if (r)
@@ -1323,6 +1522,7 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     }
     if (cdy_tr_run_frame(&tr) == 0 && !t->ret)
         cdy_tr_stop(&tr, NO_RETURN);
+    cdy_exc_escaped(&tr);
     if (t->status == CDY_TRACE_OK && !guard_grad_mode(&tr))
         guard_global_state(&tr);
     check_graph(&tr);

@@ -17,19 +17,27 @@ typedef enum {
     TV_TENSOR,   /* a graph value; obj is its fake (meta) tensor */
     TV_TUPLE,    /* items[] */
     TV_LIST,     /* items[] (fresh list made by the traced code) */
-    TV_DICT,     /* keys[] (constants) -> items[] */
+    TV_DICT,     /* keys[] (constants, objects fixed by identity) -> items[]; obj: its class
+                  * when it is not a dict (OrderedDict, defaultdict), else NULL */
     TV_OBJ,      /* any other object, guarded by identity: modules, functions, nn.Modules */
     TV_METHOD,   /* Tensor method `obj` (a name) bound to tensor self */
     TV_BOUND,    /* Python function `obj` bound to self (a method of a user object) */
     TV_ITER,     /* an iterator over items[] at pos (self: the LIST it reads, live) */
-    TV_CELL,     /* a cell: local slot `pos` of the traced frame `owner` */
+    TV_CELL,     /* a cell: its value in self (NULL while unbound); src set when it is a
+                  * real closure's cell (not stored into) */
     TV_FUNC,     /* a function made by the trace (obj); items[] its closure cells */
     TV_SUPER,    /* super() in a method of class obj, bound to self */
-    TV_NEW,      /* obj(*items[:pos], **dict(zip(keys, items[pos:n]))): an instance of a Python
-                  * class built in the frame; it may only be returned, and is built by the
-                  * transformed code after the graph (e.g. a transformers ModelOutput) */
+    TV_INST,     /* an instance of Python class obj built in the frame (trace/objects.c): self
+                  * is its __dict__ (a DICT), store the contents of its builtin container
+                  * base (a DICT for dict / OrderedDict subclasses, a LIST for list ones) or
+                  * NULL; rebuilt after the graph when it escapes (returned, stored) */
     TV_VIEW,     /* d.keys() / d.values() / d.items() (pos 0 / 1 / 2) of the DICT self: a live
                   * view, read when it is used (len, iteration, `in`, truth) */
+    TV_BMETH,    /* builtin method descriptor obj (dict.get, object.__setattr__, ...) bound to
+                  * self: super().name where a builtin base implements name */
+    TV_SET,      /* a set the trace made (trace/sets.c): items[] its members (constants and
+                  * objects fixed by identity), obj a real set of them (membership, order) */
+    TV_PARTIAL,  /* functools.partial(self, *items[:pos], **dict(zip(keys, items[pos:n]))) */
 } tv_kind;
 
 /* Room for a source's name ("self._modules['block']._modules['0']..."): the
@@ -49,7 +57,14 @@ typedef struct tvar {
     struct tvar **items;    /* TUPLE, LIST, DICT values, ITER */
     PyObject **keys;        /* DICT */
     struct tracer *owner;   /* CELL */
-    int built;              /* NEW: already part of the return value (built once) */
+    int built;              /* INST, SET, PARTIAL: 1 + its index among the trace's objects once the
+                             * transformed code makes it; -1 while it is being described */
+    int cap;                /* LIST, DICT, TUPLE: capacity of items (and keys) when > 0: the
+                             * arrays are this tvar's own (trace/containers.c grows them) */
+    struct tvar *store;     /* INST: its builtin container base's contents; DICT: the
+                             * default factory of a defaultdict */
+    int fixed;              /* OBJ without a source whose attributes are fixed with it (a
+                             * dataclass Field, an inspect.Signature): read without guards */
     int by_type;            /* OBJ read from the frame and guarded by type only (an
                              * nn.Module or a plain instance): what depends on more
                              * than its type must be read through guarded sources */
@@ -137,6 +152,7 @@ tvar *cdy_tv_new(tracer *tr, int kind);
 tvar *cdy_tv_const(tracer *tr, PyObject *o);           /* steals o */
 tvar *cdy_tv_seq(tracer *tr, int kind, tvar **items, int n);
 int cdy_is_const(PyObject *o);
+int cdy_is_enum_member(PyObject *o);      /* a member of an Enum class */
 int cdy_is_torch_module(PyObject *o);
 int cdy_is_info_type(PyObject *t);         /* torch.finfo / torch.iinfo */
 int cdy_is_module_list(PyObject *o);       /* nn.ModuleList / nn.Sequential */
@@ -168,6 +184,17 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
 int cdy_truth(tracer *tr, tvar *v);
+/* a is b for two values read from the frame (sources): decided on the real objects, and
+ * guarded (SAME); 1 / 0, -1 stopped. */
+int cdy_same_object(tracer *tr, tvar *a, tvar *b);
+/* v (read from the frame) is fixed object `fixed`: decided now; true is guarded by
+ * identity (1), false stops (no guard says "is not"); -1 stopped. */
+int cdy_is_fixed(tracer *tr, tvar *v, tvar *fixed);
+/* The key object of k (cdy_key_of); an object guarded by type becomes guarded by
+ * identity (a set member or dict key: its identity decides); NULL when none. */
+PyObject *cdy_key_fixed(tracer *tr, tvar *k);
+/* A tvar for o read from a fixed object: a constant, or a fixed TV_OBJ. */
+tvar *cdy_fixed_value(tracer *tr, PyObject *o);
 extern PyObject *cdy_module_type;    /* torch.nn.Module */
 extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 
@@ -181,6 +208,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
 int cdy_is_plain_instance(PyObject *o);
 /* type(self).name(self), traced (a Python function of self's class); NULL when stopped. */
 tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name);
+/* fn(*args) of Python function fn traced inline; NULL when stopped. */
+tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* first followed by args (arena); NULL when stopped. */
+tvar **cdy_prepend(tracer *tr, tvar *first, tvar **args, int nargs);
+/* The Python type of v's value (borrowed). */
+PyObject *cdy_tvar_type(tvar *v);
 /* operator.<name>, cached in slot (borrowed); NULL with error. */
 PyObject *cdy_operator_fn(int slot, const char *name);
 /* fn(*args) with tensor args, run through torch at run time (an extern node). */
@@ -219,8 +252,10 @@ int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v);
 /* obj.name = v on an object read from the frame: later reads see v, the store
  * is replayed after the call; 0 or -1 (stopped). */
 int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v);
-/* d[k] = v on a dict read from the frame: replayed after the call like an attribute store. */
-int cdy_mut_dict_setitem(tracer *tr, tvar *d, tvar *k, tvar *v);
+/* c (a list or dict read from the frame: it has a source) was changed by the
+ * trace: its final contents are written into the caller's object after the
+ * graph (_cdy_replace); 0 or -1. */
+int cdy_mut_container(tracer *tr, tvar *c);
 /* Graph outputs cdy_mut_finish may add (bound for the output array). */
 int cdy_mut_extra_outputs(tracer *tr);
 /* At the top frame's return (after the return value's outputs): fill
@@ -232,6 +267,141 @@ int cdy_tv_count_tensors(const tvar *v);
 int cdy_mut_is_input(tracer *tr, tvar *v);
 /* vars.c: later reads of src in this trace give v; 0 or -1. */
 int cdy_memo_set(tracer *tr, const cdy_src *src, tvar *v);
+
+/* ---- containers.c: dict and list values and their methods ---- */
+/* Make c's items (and keys) arrays its own, with room for n; 0 or -1. */
+int cdy_seq_reserve(tracer *tr, tvar *c, int n);
+/* The key object of k (a constant, or an object fixed by identity), or NULL. */
+PyObject *cdy_key_of(const tvar *k);
+/* Position of key in DICT d; -1 absent, -2 stopped. */
+int cdy_dict_find(tracer *tr, tvar *d, PyObject *key);
+/* d[key] = v; 0 or -1. */
+int cdy_dict_set(tracer *tr, tvar *d, PyObject *key, tvar *v);
+/* d.update(other) for a dict, items view or iterable of pairs; 0 or -1. */
+int cdy_dict_update(tracer *tr, tvar *d, tvar *other);
+/* l.extend(v); 0 or -1. */
+int cdy_list_extend(tracer *tr, tvar *l, tvar *v);
+/* Sort list l in place by key (a callable tvar or NULL) as list.sort does; 0 or -1. */
+int cdy_list_sort(tracer *tr, tvar *l, tvar *key, int reverse);
+/* l[k] = v on a LIST (int index or slice); 0 or -1. */
+int cdy_seq_setitem(tracer *tr, tvar *l, tvar *k, tvar *v);
+/* del c[k] on a DICT or LIST; 0 or -1. */
+int cdy_container_delitem(tracer *tr, tvar *c, tvar *k);
+/* a == b for container items decided at trace time: 1 / 0, -1 stopped. */
+int cdy_items_equal(tracer *tr, tvar *a, tvar *b);
+/* A fresh copy of DICT / LIST c (no source); NULL when stopped. */
+tvar *cdy_container_copy(tracer *tr, tvar *c);
+/* Keyword argument `name` of a call, or NULL. */
+tvar *cdy_kwarg(tvar **args, int nargs, PyObject *kwnames, const char *name);
+/* Method `name` of DICT / LIST / SET self called with args (self not among them). */
+tvar *cdy_container_method(tracer *tr, tvar *self, const char *name, tvar **args, int nargs,
+                           PyObject *kwnames);
+
+/* ---- objects.c: instances of Python classes built in the frame (TV_INST) ---- */
+/* 1 if cls(...) may be traced as a TV_INST (a Python class on object, dict,
+ * OrderedDict or list, whose metaclass keeps type.__call__ and whose __new__
+ * is the builtin base's; no exception, nn.Module or tensor class). */
+int cdy_obj_buildable(PyObject *cls);
+/* cls(*args, **kw): a new instance, its __init__ traced; NULL when stopped. */
+tvar *cdy_obj_new(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames);
+/* inst.name by Python's lookup (descriptors, __dict__, class, __getattr__). */
+tvar *cdy_obj_getattr(tracer *tr, tvar *inst, PyObject *name);
+/* hasattr(inst, name): 1 / 0, -1 stopped; *value (if value) the attribute when 1. */
+int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name, tvar **value);
+/* inst.name = v through its class's __setattr__; 0 or -1. */
+int cdy_obj_setattr(tracer *tr, tvar *inst, PyObject *name, tvar *v);
+/* object.__setattr__(inst, name, v): properties' setters, else the __dict__; 0 or -1. */
+int cdy_obj_set_plain(tracer *tr, tvar *inst, PyObject *name, tvar *v);
+/* The class's Python special method `name` called on inst (*handled 0 when the class has
+ * none: NULL, not stopped). */
+tvar *cdy_obj_dunder(tracer *tr, tvar *inst, const char *name, tvar **args, int nargs, int *handled);
+/* Special method `name` on inst: the Python one, else the builtin base's on its contents. */
+tvar *cdy_obj_special(tracer *tr, tvar *inst, const char *name, tvar **args, int nargs);
+int cdy_obj_truth(tracer *tr, tvar *inst);                 /* bool(inst): 0/1, -1 stopped */
+tvar *cdy_obj_iter(tracer *tr, tvar *inst);                /* iter(inst) as a TV_ITER */
+/* Builtin method descriptor descr (dict.get, object.__setattr__, ...) called on self. */
+tvar *cdy_obj_call_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args, int nargs,
+                           PyObject *kwnames);
+/* A read-only dict method (get, __getitem__, __contains__) of an object of the caller. */
+tvar *cdy_frame_builtin(tracer *tr, PyObject *descr, tvar *self, tvar **args, int nargs,
+                        PyObject *kwnames);
+/* copy.copy(v) (deep 0) / copy.deepcopy(v) (deep 1) on symbolic values: containers,
+ * instances built here, objects of the caller copied through their guarded __dict__. */
+tvar *cdy_copy(tracer *tr, tvar *v, int deep);
+/* The transformed code's rebuilding of inst: an OBJECT ret (made once, every use the
+ * same object); NULL when stopped. */
+cdy_ret *cdy_obj_ret(tracer *tr, tvar *inst, cdy_ret *(*make_ret)(tracer *, tvar *));
+/* The OBJECT ret of v: made_call(v) appended to the trace's objects the first time. */
+cdy_ret *cdy_object_ret(tracer *tr, tvar *v, cdy_ret *(*make_call)(tracer *, tvar *,
+                        cdy_ret *(*)(tracer *, tvar *)), cdy_ret *(*make_ret)(tracer *, tvar *));
+
+/* ---- builtins.c: builtins and library functions run on symbolic values ---- */
+/* fn(*args) when fn is one builtins.c runs itself (dict(), set(), map, filter,
+ * sorted, min/max with key, any/all, callable, iter/next, zip(strict=),
+ * functools.partial/reduce, dataclasses.fields, torch.compiler.is_compiling);
+ * *handled 0 (NULL, not stopped) for other callables. */
+tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                     int *handled);
+tvar *cdy_partial_call(tracer *tr, tvar *p, tvar **args, int nargs, PyObject *kwnames);
+/* callable(*args) for a builtin method of a fixed object with constant or fixed
+ * arguments: run now, the result fixed; *handled 0 otherwise. */
+tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
+                            PyObject *kwnames, int *handled);
+tvar *cdy_partial_attr(tracer *tr, tvar *p, PyObject *name);
+/* The rebuilding of a set, partial, OrderedDict/defaultdict or namedtuple the trace made. */
+cdy_ret *cdy_made_ret(tracer *tr, tvar *v, cdy_ret *(*make_ret)(tracer *, tvar *));
+int cdy_is_namedtuple_class(PyObject *cls);
+int cdy_is_environ(PyObject *o);                 /* o is os.environ */
+/* bound (a Python method of os.environ) called: get / [] / in read as guarded constants. */
+tvar *cdy_environ_call(tracer *tr, tvar *bound, tvar **args, int nargs, PyObject *kwnames);
+/* a <op> b (COMPARE_OP oparg) with an instance built in the frame among them. */
+tvar *cdy_obj_compare(tracer *tr, int oparg, tvar **args);
+
+/* ---- exceptions.c: exceptions raised and caught in the traced code ---- */
+/* 1 if USER reason code names a Python exception the traced code may catch. */
+int cdy_exc_raisable(int code);
+/* Make the trace RAISING with exception e (NULL: one made for USER reason
+ * code from t->reason); 1 when it is, 0 when the stop stays final. */
+int cdy_exc_begin(tracer *tr, int code, PyObject *e);
+/* Raise exception object e (kept by the trace) in the traced code; -1. */
+int cdy_exc_raise(tracer *tr, PyObject *e);
+/* A RAISING trace at tr->pc: 0 with *next the handler of tr's frame (the
+ * exception pushed, the trace OK again), -1 when tr's frame has none. */
+int cdy_exc_unwind(tracer *tr, int *next);
+/* A RAISING trace whose exception is a `type`: caught by the tracer itself
+ * (hasattr, getattr with a default): 1 and the trace is OK again; else 0. */
+int cdy_exc_catch(tracer *tr, PyObject *type);
+/* At the top frame: an exception that left it stops the trace (its reason). */
+void cdy_exc_escaped(tracer *tr);
+int cdy_exc_push_info(tracer *tr);               /* PUSH_EXC_INFO */
+int cdy_exc_pop_except(tracer *tr);              /* POP_EXCEPT */
+int cdy_exc_check_match(tracer *tr);             /* CHECK_EXC_MATCH */
+int cdy_exc_raise_varargs(tracer *tr, int argc); /* RAISE_VARARGS */
+int cdy_exc_reraise(tracer *tr, int oparg);      /* RERAISE */
+/* ExcClass(*constants): the exception object; *handled 0 when cls is no exception class. */
+tvar *cdy_exc_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled);
+
+/* ---- contexts.c: `with` blocks ---- */
+int cdy_op_before_with(tracer *tr);              /* BEFORE_WITH */
+/* torch.no_grad() / enable_grad() / set_grad_enabled() / inference_mode() / autocast()
+ * made now (a fixed object); *handled 0 for other callables. */
+tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled);
+
+/* ---- sets.c ---- */
+tvar *cdy_set_build(tracer *tr, tvar **items, int n);        /* BUILD_SET */
+tvar *cdy_set_from(tracer *tr, tvar *iterable);               /* set(iterable); NULL arg: set() */
+int cdy_set_add(tracer *tr, tvar *s, tvar *v);
+int cdy_set_update(tracer *tr, tvar *s, tvar *v);
+/* The members of s in iteration order as a tvar of kind (TV_ITER, TV_LIST). */
+tvar *cdy_set_items(tracer *tr, tvar *s, int kind);
+/* a sym b with a a set; *handled 0 when not a set operation. */
+tvar *cdy_set_operator(tracer *tr, const char *sym, tvar *a, tvar *b, int *handled);
+/* s op= other (sym "|", "&", "-", "^"): s itself; NULL when stopped. */
+tvar *cdy_set_inplace(tracer *tr, const char *sym, tvar *s, tvar *other);
+tvar *cdy_set_method(tracer *tr, tvar *s, const char *name, tvar **args, int nargs,
+                     PyObject *kwnames);
 
 /* ---- meta.c ---- */
 /* A fake for pointwise op `op` over its bound args (called as fn), its meta

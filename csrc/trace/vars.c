@@ -8,7 +8,7 @@
 PyObject *cdy_module_type, *cdy_parameter_type;
 static PyObject *empty_strided, *meta_kw, *meta_str, *torch_size_type, *dtype_type, *device_type;
 static PyObject *sequential_type, *modulelist_type, *moduledict_type;
-static PyObject *finfo_type, *iinfo_type;
+static PyObject *finfo_type, *iinfo_type, *memory_format_type, *layout_type;
 static PyObject *str_dict, *str_modules, *str_parameters, *str_buffers;
 
 /* Look up the torch objects this file needs; 0 or -1. */
@@ -29,6 +29,8 @@ int cdy_vars_init(void)
     dtype_type = PyObject_GetAttrString(cdy_torch, "dtype");
     device_type = PyObject_GetAttrString(cdy_torch, "device");
     finfo_type = PyObject_GetAttrString(cdy_torch, "finfo");
+    memory_format_type = PyObject_GetAttrString(cdy_torch, "memory_format");
+    layout_type = PyObject_GetAttrString(cdy_torch, "layout");
     iinfo_type = PyObject_GetAttrString(cdy_torch, "iinfo");
     meta_str = PyUnicode_FromString("meta");
     meta_kw = Py_BuildValue("(ss)", "dtype", "device");
@@ -91,9 +93,21 @@ int cdy_is_const(PyObject *o)
 {
     if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented || PyBool_Check(o) ||
         PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+        PyBytes_CheckExact(o) || PyComplex_CheckExact(o) ||
         PyRange_Check(o) || (PyObject *)Py_TYPE(o) == dtype_type ||
-        (PyObject *)Py_TYPE(o) == device_type || cdy_is_info_type((PyObject *)Py_TYPE(o)))
+        (PyObject *)Py_TYPE(o) == device_type || cdy_is_info_type((PyObject *)Py_TYPE(o)) ||
+        (PyObject *)Py_TYPE(o) == memory_format_type || (PyObject *)Py_TYPE(o) == layout_type ||
+        cdy_is_enum_member(o))
         return 1;
+    if (PyFrozenSet_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k;
+        Py_hash_t h;
+        while (_PySet_NextEntry(o, &pos, &k, &h))
+            if (!cdy_is_const(k))
+                return 0;
+        return 1;
+    }
     if (PySlice_Check(o)) {
         PySliceObject *s = (PySliceObject *)o;
         return cdy_is_const(s->start) && cdy_is_const(s->stop) && cdy_is_const(s->step);
@@ -105,6 +119,25 @@ int cdy_is_const(PyObject *o)
         return 1;
     }
     return 0;
+}
+
+/* 1 if o is a member of an Enum class (an immutable singleton of its class: its
+ * value, name, ==, hash and `is` are fixed; a guard on it is exact type and ==). */
+int cdy_is_enum_member(PyObject *o)
+{
+    static PyObject *enum_meta;
+    if (!enum_meta) {
+        PyObject *en = PyImport_ImportModule("enum");
+        enum_meta = en ? PyObject_GetAttrString(en, "EnumMeta") : NULL;
+        Py_XDECREF(en);
+        if (!enum_meta) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    PyTypeObject *tp = Py_TYPE(o);
+    return PyType_IsSubtype(Py_TYPE(tp), (PyTypeObject *)enum_meta) &&
+           (PyObject *)tp != enum_meta && !PyType_Check(o);
 }
 
 /* 1 if o is an nn.ModuleList or nn.Sequential (indexed by int through its _modules). */
@@ -717,6 +750,77 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     return v;
 }
 
+/* ---- identity of values read from the frame ---------------------------------------- */
+
+/* The real object at src now (the top frame's context); new reference, or NULL (error). */
+static PyObject *real_at(tracer *tr, const cdy_src *src)
+{
+    tracer *top = tr;
+    while (top->parent)
+        top = top->parent;
+    return cdy_src_fetch(src, top->frame_locals, top->globals, top->builtins, top->closure);
+}
+
+/* See trace.h. */
+int cdy_same_object(tracer *tr, tvar *a, tvar *b)
+{
+    PyObject *x = real_at(tr, a->src), *y = x ? real_at(tr, b->src) : NULL;
+    int same = x && y && x == y;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    if (PyErr_Occurred())
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    char da[CDY_DESC_LEN / 2] = "", db[CDY_DESC_LEN / 2] = "", desc[96];
+    cdy_src_name(a->src, tr->t->top_code, da, sizeof(da));
+    cdy_src_name(b->src, tr->t->top_code, db, sizeof(db));
+    snprintf(desc, sizeof(desc), "%.40s is %.40s", da, db);
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_SAME, a->src, desc);
+    cdy_src *o = g ? PyMem_Calloc(1, sizeof(cdy_src)) : NULL;
+    if (!o)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    cdy_src_copy(o, b->src);
+    g->other = o;
+    g->requires_grad = same;
+    return same;
+}
+
+/* See trace.h. */
+int cdy_is_fixed(tracer *tr, tvar *v, tvar *fixed)
+{
+    PyObject *x = real_at(tr, v->src);
+    int same = x && x == fixed->obj;
+    Py_XDECREF(x);
+    if (PyErr_Occurred())
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (!same)
+        return cdy_tr_stop(tr, IS_BY_TYPE);
+    char desc[CDY_DESC_LEN] = "";   /* it is that object: guarded by identity from now on */
+    cdy_src_name(v->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, v->src, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    g->expect = Py_NewRef(fixed->obj);
+    return 1;
+}
+
+/* See trace.h. */
+PyObject *cdy_key_fixed(tracer *tr, tvar *k)
+{
+    PyObject *key = cdy_key_of(k);
+    if (key || k->kind != TV_OBJ || !k->by_type || !k->src || !k->obj)
+        return key;
+    char desc[CDY_DESC_LEN] = "";   /* its identity decides: guard it, from now on */
+    cdy_src_name(k->src, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, k->src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef(k->obj);
+    k->by_type = 0;
+    return k->obj;
+}
+
 /* ---- attributes ------------------------------------------------------------------ */
 
 /* A Tensor method read as an attribute (LOAD_ATTR, e.g. before a call with *args): a
@@ -760,12 +864,11 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         }
     if (!strcmp(n, "device")) {       /* the fake says meta; the real tensor is on the cpu */
         PyObject *d = PyObject_CallMethod(cdy_torch, "device", "s", "cpu");
-        if (!d || !cdy_tr_keep(tr, d))
+        if (!d) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
             return NULL;
-        tvar *r = cdy_tv_new(tr, TV_OBJ);
-        if (r)
-            r->obj = d;
-        return r;
+        }
+        return cdy_tv_const(tr, d);   /* a constant: its .type, ==, str() fold */
     }
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
@@ -865,6 +968,25 @@ static tvar *stored_attr(tracer *tr, const cdy_src *base, PyObject *name)
     return memo_find(tr, desc);
 }
 
+/* Attribute name of an object fixed without a guard (a class reached from a value
+ * the trace made, a dataclass Field): read now, the result fixed too. */
+static tvar *fixed_attr(tracer *tr, PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) {
+        cdy_tr_stop_exc(tr, RAISED_ATTR);
+        return NULL;
+    }
+    if (cdy_is_const(v))
+        return cdy_tv_const(tr, v);
+    tvar *r = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (r) {
+        r->obj = v;
+        r->fixed = 1;
+    }
+    return r;
+}
+
 /* Attribute name of a Python object (module, nn.Module, user object). */
 static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
 {
@@ -917,6 +1039,11 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     if (PyFunction_Check(o) && !PyUnicode_CompareWithASCIIString(name, "__code__"))
         /* a function's code (decorators read co_varnames): taken as fixed, as TorchDynamo does */
         return cdy_tv_const(tr, Py_NewRef(PyFunction_GET_CODE(o)));
+    if (!base->src && (base->fixed || PyType_Check(o)))
+        return fixed_attr(tr, o, name);
+    if (!base->src && !PyUnicode_CompareWithASCIIString(name, "__class__") &&
+        _PyType_Lookup(Py_TYPE(o), name) == _PyType_Lookup(&PyBaseObject_Type, name))
+        return cdy_wrap(tr, (PyObject *)Py_TYPE(o), NULL, 0);   /* its class: fixed with it */
     if (!base->src) {
         cdy_tr_stop(tr, ATTR_NO_SOURCE, PyUnicode_AsUTF8(name));
         return NULL;
@@ -944,11 +1071,16 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     return r;
 }
 
-/* super().name: the first function named name after the method's class in the MRO of
- * self's type (fixed by self's guard), bound to self; NULL when stopped. */
+/* super().name: the first attribute named name after the method's class in the MRO of
+ * self's class (fixed by self's guard, or self built in the frame): a Python function
+ * bound to self, a builtin base's method (TV_BMETH), a classmethod bound to the class,
+ * a property's value; NULL when stopped. */
 static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
 {
-    PyObject *mro = sup->self->kind == TV_OBJ ? Py_TYPE(sup->self->obj)->tp_mro : NULL;
+    tvar *self = sup->self;
+    PyObject *cls = self->kind == TV_INST ? self->obj
+                    : self->kind == TV_OBJ ? (PyObject *)Py_TYPE(self->obj) : NULL;
+    PyObject *mro = cls ? ((PyTypeObject *)cls)->tp_mro : NULL;
     Py_ssize_t i = 0, n = mro ? PyTuple_GET_SIZE(mro) : 0;
     while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj)
         i++;
@@ -957,11 +1089,28 @@ static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
         PyObject *f = d ? PyDict_GetItemWithError(d, name) : NULL;
         if (!f)
             continue;
-        tvar *b = PyFunction_Check(f) ? cdy_tv_new(tr, TV_BOUND) : NULL;
-        if (b) {
-            b->obj = f;
-            b->self = sup->self;
+        tvar *b = NULL;
+        if (PyFunction_Check(f) || PyObject_TypeCheck(f, &PyMethodDescr_Type) ||
+            PyObject_TypeCheck(f, &PyWrapperDescr_Type)) {
+            if ((b = cdy_tv_new(tr, PyFunction_Check(f) ? TV_BOUND : TV_BMETH))) {
+                b->obj = f;
+                b->self = self;
+            }
             return b;
+        }
+        if (PyObject_TypeCheck(f, &PyClassMethod_Type)) {
+            PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(f, "__func__"));
+            tvar *c = fn ? cdy_wrap(tr, cls, NULL, 0) : NULL;
+            if ((b = c ? cdy_tv_new(tr, TV_BOUND) : NULL)) {
+                b->obj = fn;
+                b->self = c;
+            }
+            return b;
+        }
+        if (PyObject_TypeCheck(f, &PyProperty_Type)) {
+            PyObject *g = cdy_tr_keep(tr, PyObject_GetAttrString(f, "fget"));
+            tvar *fn = g && g != Py_None ? cdy_wrap(tr, g, NULL, 0) : NULL;
+            return fn ? cdy_call(tr, fn, &sup->self, 1, NULL) : NULL;
         }
         break;
     }
@@ -975,6 +1124,10 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
 {
     if (base->kind == TV_SUPER)
         return super_attr(tr, base, name);
+    if (base->kind == TV_INST)
+        return cdy_obj_getattr(tr, base, name);
+    if (base->kind == TV_PARTIAL)
+        return cdy_partial_attr(tr, base, name);
     if (base->kind == TV_TENSOR)
         return tensor_attr(tr, base, name);
     if (base->kind == TV_OBJ)
@@ -984,7 +1137,8 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
         if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
-                                          PyTuple_CheckExact(base->obj))) {
+                                          PyTuple_CheckExact(base->obj) ||
+                                          PyBytes_CheckExact(base->obj))) {
             tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
             if (m)
                 m->obj = v;
@@ -1033,6 +1187,39 @@ static tvar *iterate_modules(tracer *tr, tvar *v, int values)
     return cdy_tv_seq(tr, TV_ITER, items, n);
 }
 
+/* A tvar for o, a value read from a fixed object: a constant, or fixed itself. */
+tvar *cdy_fixed_value(tracer *tr, PyObject *o)
+{
+    if (cdy_is_const(o))
+        return cdy_tv_const(tr, Py_NewRef(o));
+    tvar *v = cdy_tr_keep(tr, Py_NewRef(o)) ? cdy_tv_new(tr, TV_OBJ) : NULL;
+    if (v) {
+        v->obj = o;
+        v->fixed = 1;
+    }
+    return v;
+}
+
+/* The items of fixed iterable o (read now), as a TV_ITER. */
+static tvar *iterate_fixed(tracer *tr, PyObject *o)
+{
+    PyObject *seq = PySequence_Tuple(o);
+    if (!seq || PyTuple_GET_SIZE(seq) > 100000) {
+        Py_XDECREF(seq);
+        cdy_tr_stop_exc(tr, RAISED_ITER);
+        return NULL;
+    }
+    int n = (int)PyTuple_GET_SIZE(seq);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        if (!(items[i] = cdy_fixed_value(tr, PyTuple_GET_ITEM(seq, i)))) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    Py_DECREF(seq);
+    return items ? cdy_tv_seq(tr, TV_ITER, items, n) : NULL;
+}
+
 /* An iterator tvar over v's items; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v)
 {
@@ -1053,6 +1240,10 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
     }
     if (v->kind == TV_ITER)
         return v;
+    if (v->kind == TV_SET)
+        return cdy_set_items(tr, v, TV_ITER);
+    if (v->kind == TV_INST)
+        return cdy_obj_iter(tr, v);
     if (v->kind == TV_VIEW) {
         tvar *l = cdy_view_list(tr, v);
         return l ? cdy_tv_seq(tr, TV_ITER, l->items, l->n) : NULL;
@@ -1080,6 +1271,8 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
         return iterate_modules(tr, v, 1);
     if (v->kind == TV_OBJ && PyObject_TypeCheck(v->obj, (PyTypeObject *)moduledict_type))
         return iterate_modules(tr, v, 1);
+    if (v->kind == TV_OBJ && v->fixed)
+        return iterate_fixed(tr, v->obj);
     if (v->kind == TV_TENSOR)
         cdy_tr_stop(tr, ITER_TENSOR);
     else
@@ -1092,8 +1285,12 @@ int cdy_truth(tracer *tr, tvar *v)
 {
     if (v->kind == TV_TENSOR)
         return cdy_tr_stop(tr, DATA_DEPENDENT_BRANCH);
-    if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT)
+    if (v->kind == TV_TUPLE || v->kind == TV_LIST || v->kind == TV_DICT || v->kind == TV_SET)
         return v->n > 0;
+    if (v->kind == TV_INST)
+        return cdy_obj_truth(tr, v);
+    if (v->kind == TV_PARTIAL || v->kind == TV_BMETH || v->kind == TV_FUNC)
+        return 1;
     if (v->kind == TV_VIEW)
         return v->self->n > 0;
     if (v->by_type) {   /* the instance's __bool__ or __len__, traced; else always true */

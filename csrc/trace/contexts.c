@@ -1,0 +1,196 @@
+/* contexts.c - `with` blocks in traced code (BEFORE_WITH) and the torch
+ * context managers they use.
+ *
+ *   with torch.no_grad() / enable_grad() / set_grad_enabled(b) /
+ *        inference_mode(b) / torch.autocast(..., enabled=False):
+ *       a block that leaves the trace's state as it is (no_grad while grad
+ *       mode is off, autocast off while it is off) is traced as its body,
+ *       guarded on that state; one that changes it stops the trace (the
+ *       frame runs eagerly): the graph has no state changes inside it.
+ *   with <a Python context manager> (a class with Python __enter__ and
+ *       __exit__, contextlib.nullcontext, ...): __enter__ and __exit__ are
+ *       traced as calls.
+ * A `with` block whose body raises is not traced (WITH_EXCEPT_START is not
+ * handled): the frame runs eagerly. */
+#include "trace/trace.h"
+
+#include <string.h>
+
+static PyObject *noop_exit_fn, *no_grad_t, *enable_grad_t, *set_grad_t, *inference_t, *autocast_t;
+
+/* _cdy_noop_exit(*args): the __exit__ of a context that changes nothing; None. */
+static PyObject *noop_exit_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self, (void)args, (void)n;
+    Py_RETURN_NONE;
+}
+
+/* One-time lookups; 0 or -1 (error set). */
+static int contexts_init(void)
+{
+    if (noop_exit_fn)
+        return 0;
+    static PyMethodDef def = {"_cdy_noop_exit", (PyCFunction)(void (*)(void))noop_exit_impl,
+                              METH_FASTCALL, "the __exit__ of a traced context that changes nothing"};
+    no_grad_t = PyObject_GetAttrString(cdy_torch, "no_grad");
+    enable_grad_t = PyObject_GetAttrString(cdy_torch, "enable_grad");
+    set_grad_t = PyObject_GetAttrString(cdy_torch, "set_grad_enabled");
+    inference_t = PyObject_GetAttrString(cdy_torch, "inference_mode");
+    autocast_t = PyObject_GetAttrString(cdy_torch, "autocast");
+    noop_exit_fn = PyCFunction_New(&def, NULL);
+    return noop_exit_fn && no_grad_t && enable_grad_t && set_grad_t && inference_t && autocast_t
+               ? 0 : -1;
+}
+
+/* See trace.h. */
+int cdy_is_noop_exit(PyObject *fn)
+{
+    return fn && fn == noop_exit_fn;
+}
+
+/* See trace.h: torch.no_grad() and its kin called with constant arguments: the
+ * context object, made now (fixed: `with` reads its mode). */
+tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled)
+{
+    *handled = 0;
+    if (contexts_init()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (cls != no_grad_t && cls != enable_grad_t && cls != set_grad_t && cls != inference_t &&
+        cls != autocast_t)
+        return NULL;
+    *handled = 1;
+    PyObject **pa = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
+    if (!pa) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    for (int i = 0; i < nargs; i++) {
+        if (args[i]->kind != TV_CONST) {
+            cdy_tr_stop(tr, CONTEXT_ARGS, ((PyTypeObject *)cls)->tp_name);
+            return NULL;
+        }
+        pa[i] = args[i]->obj;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    /* set_grad_enabled(b) sets the mode when made: read b instead, make no_grad/enable_grad */
+    if (cls == set_grad_t) {
+        int on = nargs - nkw == 1 ? PyObject_IsTrue(pa[0]) : -1;
+        if (on < 0) {
+            PyErr_Clear();
+            cdy_tr_stop(tr, CONTEXT_ARGS, ((PyTypeObject *)cls)->tp_name);
+            return NULL;
+        }
+        cls = on ? enable_grad_t : no_grad_t;
+        nargs = 0;
+        nkw = 0;
+        kwnames = NULL;
+    }
+    PyObject *o = cdy_tr_keep(tr, PyObject_Vectorcall(cls, pa, (size_t)(nargs - nkw), kwnames));
+    if (!o) {
+        cdy_tr_stop_exc(tr, RAISED_CALL, ((PyTypeObject *)cls)->tp_name);
+        return NULL;
+    }
+    tvar *v = cdy_tv_new(tr, TV_OBJ);
+    if (v) {
+        v->obj = o;
+        v->fixed = 1;
+    }
+    return v;
+}
+
+/* The grad mode a torch grad context sets (1 / 0), or -1 when cm is none. */
+static int grad_context_mode(PyObject *cm)
+{
+    if (PyObject_TypeCheck(cm, (PyTypeObject *)no_grad_t))
+        return 0;
+    if (PyObject_TypeCheck(cm, (PyTypeObject *)enable_grad_t))
+        return 1;
+    if (PyObject_TypeCheck(cm, (PyTypeObject *)inference_t)) {
+        PyObject *m = PyObject_GetAttrString(cm, "mode");
+        int on = m ? PyObject_IsTrue(m) : -1;
+        Py_XDECREF(m);
+        PyErr_Clear();
+        return on < 0 ? -1 : !on;   /* inference_mode(True) turns grad off */
+    }
+    return -1;
+}
+
+/* A torch context cm that changes nothing while tracing: 1 (its state guarded), 0 when it
+ * would change the trace's state or is no such context; -1 stopped. */
+static int noop_torch_context(tracer *tr, PyObject *cm)
+{
+    int mode = grad_context_mode(cm);
+    if (mode >= 0) {
+        if (PyObject_TypeCheck(cm, (PyTypeObject *)inference_t)) {
+            PyObject *on = PyObject_CallMethod(cdy_torch, "is_inference_mode_enabled", NULL);
+            int inf = on == Py_True;
+            Py_XDECREF(on);
+            PyErr_Clear();
+            if (inf != (mode == 0))
+                return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
+        }
+        if (mode != tr->t->grad_enabled)
+            return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
+        return cdy_guard_grad_mode(tr, mode) ? -1 : 1;
+    }
+    if (PyObject_TypeCheck(cm, (PyTypeObject *)autocast_t)) {
+        PyObject *en = PyObject_GetAttrString(cm, "_enabled");
+        int on = en ? PyObject_IsTrue(en) : -1;
+        Py_XDECREF(en);
+        PyErr_Clear();
+        if (on != 0 || tr->t->autocast_on)
+            return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
+        return cdy_guard_state(tr, CDY_STATE_AUTOCAST) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* See trace.h: BEFORE_WITH. */
+int cdy_op_before_with(tracer *tr)
+{
+    if (contexts_init())
+        return cdy_tr_stop_exc(tr, TRACER_INIT);
+    if (CDY_TR_CHECK(tr, tr->sp >= 1 && tr->sp + 1 < tr->stack_cap, STACK_UNDERFLOW))
+        return -1;
+    tvar *cm = tr->stack[--tr->sp];
+    if ((cm->kind == TV_OBJ || cm->kind == TV_CONST) && cm->obj) {
+        int noop = noop_torch_context(tr, cm->obj);
+        if (noop < 0)
+            return -1;
+        if (noop) {
+            tvar *ex = cdy_tv_new(tr, TV_OBJ), *none = cdy_tv_const(tr, Py_NewRef(Py_None));
+            if (!ex || !none)
+                return -1;
+            ex->obj = noop_exit_fn;
+            ex->fixed = 1;
+            tr->stack[tr->sp++] = ex;
+            tr->stack[tr->sp++] = none;   /* torch's contexts enter as None */
+            return 0;
+        }
+    }
+    static PyObject *s_enter, *s_exit;
+    if ((!s_enter && !(s_enter = PyUnicode_InternFromString("__enter__"))) ||
+        (!s_exit && !(s_exit = PyUnicode_InternFromString("__exit__"))))
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    PyObject *cls = cdy_tvar_type(cm);
+    PyObject *en = PyType_Check(cls) ? _PyType_Lookup((PyTypeObject *)cls, s_enter) : NULL;
+    PyObject *ex = PyType_Check(cls) ? _PyType_Lookup((PyTypeObject *)cls, s_exit) : NULL;
+    if (!en || !ex || !PyFunction_Check(en) || !PyFunction_Check(ex) ||
+        (cm->kind != TV_INST && !(cm->kind == TV_OBJ && cm->src)))
+        return cdy_tr_stop(tr, CONTEXT_MANAGER, ((PyTypeObject *)cls)->tp_name);
+    tvar *exit_b = cdy_tv_new(tr, TV_BOUND);
+    if (!exit_b)
+        return -1;
+    exit_b->obj = ex;
+    exit_b->self = cm;
+    tvar **self = cdy_prepend(tr, cm, NULL, 0);
+    tvar *entered = self ? cdy_inline(tr, en, self, 1, NULL) : NULL;
+    if (!entered)
+        return -1;
+    tr->stack[tr->sp++] = exit_b;
+    tr->stack[tr->sp++] = entered;
+    return 0;
+}
