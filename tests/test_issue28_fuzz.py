@@ -420,3 +420,28 @@ def test_bound_method_of_a_global_does_not_recompile_each_call():
         torch.testing.assert_close(f(x), _uses_bound_methods(x))
     finally:
         _Scaler.factor = 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("op", ["layer_norm", "group_norm"])
+def test_norm_zero_signs_as_eager(op, affine, dtype):
+    """Rows of signed zeros (x % x, a row of length 1): eager's layer_norm adds its
+    absent bias (+0), so a zero result is +0; group_norm without affine keeps -0
+    (fuzz seed 9102: special_wrong_0f2d08519f, views_wrong_50e10c500c)."""
+    x = torch.tensor([[-0.0, 0.0, -0.0, -0.0], [-3.0, 3.0, -0.0, 1.0], [-0.0, -0.0, -0.0, -0.0]],
+                     dtype=dtype)
+    x = torch.cat([x, torch.randn(3, 4, dtype=dtype) % 1e-30]).view(6, 2, 2)
+    w = torch.tensor([-1.0, 2.0], dtype=dtype) if affine in ("weight", "both") else None
+    b = torch.tensor([0.0, -0.0], dtype=dtype) if affine in ("bias", "both") else None
+    if op == "layer_norm":
+        fs = [lambda x: torch.nn.functional.layer_norm(x, (2,), w, b),
+              lambda x: torch.nn.functional.layer_norm(x.view(6, 4, 1), (1,))]
+    else:
+        fs = [lambda x: torch.nn.functional.group_norm(x, 1, w, b),
+              lambda x: torch.nn.functional.group_norm(x, 2, w, b)]
+    for f in fs:
+        cdynamo.reset()
+        _assert_close_nan(f, x)
+        e, c = f(x), cdynamo.optimize(f)(x)
+        assert torch.equal(e[e == 0].signbit(), c[e == 0].signbit()), (e, c)
