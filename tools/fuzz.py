@@ -319,11 +319,14 @@ def check_program(source, meta):
     if raised:
         return "raises", ""
     if fell:
+        # "[CODE ...] reasons": the stop codes of the frames that ran eagerly first
+        codes = [b.get("code") or "?" for b in cdynamo._support.eager]
         reasons = [str(w.message)[:200] for w in warns if issubclass(w.category, cdynamo.CdynamoWarning)]
         reasons += [str(b.get("reason"))[:200] for b in cdynamo._support.breaks]
         if not reasons:
             reasons = [f"stats {dict((k, v) for k, v in st.items() if v)}"]
-        return "fallback", "; ".join(dict.fromkeys(reasons))
+        return "fallback", f"[{' '.join(dict.fromkeys(codes)) or '?'}] " + \
+            "; ".join(dict.fromkeys(reasons))
     return "ok", ""
 
 
@@ -620,6 +623,7 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
         env["CDYNAMO_CACHE_DIR"] = own_cache
     child = Child(timeout, env)
     counts = {fam: dict.fromkeys(COLUMNS, 0) for fam in families}
+    fell_codes = {fam: {} for fam in families}     # family -> {stop code: fallbacks}
     failures, seen, buckets = [], {}, {}
     t0 = time.time()
     i = 0
@@ -645,6 +649,10 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
                 c["ok"] += 1
             if verbose:
                 log(f"{fam}#{n}: {status} {detail[:200]}")
+            if status == "fallback":
+                m = re.match(r"\[([^\]]*)\]", detail)
+                for code in (m.group(1).split() if m else ["?"]):
+                    fell_codes[fam][code] = fell_codes[fam].get(code, 0) + 1
             if status not in BAD:
                 continue
             if status == "crash" and do_minimize:
@@ -680,7 +688,7 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
     finally:
         child.close()
     return {"counts": counts, "failures": failures, "seconds": time.time() - t0,
-            "signatures": seen}
+            "signatures": seen, "fallback_codes": fell_codes}
 
 
 def findings_report(out_dir):
@@ -804,9 +812,15 @@ def main(argv=None):
     print(f"fuzz: seed {a.seed}, {s['seconds']:.1f} s, {len(s['signatures'])} distinct failures")
     for sig, n in sorted(s["signatures"].items()):
         print(f"  {n:5d} x {sig}")
+    print("fallbacks by stop code (a frame's code, per family):")
+    for fam, codes in s["fallback_codes"].items():
+        if codes:
+            top = sorted(codes.items(), key=lambda kv: -kv[1])[:6]
+            print(f"  {fam:<12} " + ", ".join(f"{k} {v}" for k, v in top))
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"counts": s["counts"], "failures": s["failures"], "seed": a.seed}, fh, indent=1)
+            json.dump({"counts": s["counts"], "failures": s["failures"], "seed": a.seed,
+                       "fallback_codes": s["fallback_codes"]}, fh, indent=1)
     return 1 if any(c[k] for c in s["counts"].values() for k in BAD) else 0
 
 
