@@ -102,6 +102,51 @@ def test_llama_forward_with_a_cache_of_the_caller():
     assert cdynamo.stats()["graph_breaks"] == 0, _support.breaks
 
 
+def _ids():
+    return torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+#: more transformers models, small configs: each one graph too
+MORE = {
+    "distilbert": lambda t: (t.DistilBertModel(t.DistilBertConfig(
+        vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128)), {"input_ids": _ids()}),
+    "roberta": lambda t: (t.RobertaModel(t.RobertaConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=130)), {"input_ids": _ids()}),
+    "mistral": lambda t: (t.MistralForCausalLM(t.MistralConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2)), {"input_ids": _ids()}),
+    "qwen2": lambda t: (t.Qwen2ForCausalLM(t.Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2)), {"input_ids": _ids()}),
+    "bart": lambda t: (t.BartModel(t.BartConfig(
+        vocab_size=512, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_position_embeddings=64)), {"input_ids": _ids()}),
+    "gemma": lambda t: (t.GemmaForCausalLM(t.GemmaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16)), {"input_ids": _ids()}),
+    "clip_vision": lambda t: (t.CLIPVisionModel(t.CLIPVisionConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        image_size=32, patch_size=8)), {"pixel_values": torch.randn(2, 3, 32, 32)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_models_are_one_graph(name):
+    import transformers   # noqa: PLC0415
+    torch.manual_seed(0)
+    model, kw = MORE[name](transformers)
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model(**kw)
+        got = cdynamo.optimize(model, fullgraph=True)(**kw)
+    same_output(got, want)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
 @pytest.mark.parametrize("name", ["encoder_layer", "encoder", "decoder_layer", "transformer",
                                   "mha", "mha_mask", "lstm", "gru"])
 def test_torch_nn_modules_are_one_graph(name):
