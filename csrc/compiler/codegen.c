@@ -836,6 +836,25 @@ char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
     return cg_strf(c, signbit(f) ? "(%s%s)" : "%s%s", tmp, dot);
 }
 
+/* Expression e (dtype from) converted to dtype to (not bool).  A rounding
+ * conversion (float64 to float32, float to an integer) goes through the
+ * helpers cdy_rnd32 / cdy_toi32 / cdy_toi64 (mathlib.c), which GCC cannot
+ * fold into a later widening: a float to a narrow int through int32, as
+ * torch's conversions do (-1.0 -> 255 for uint8). */
+static char *cg_convert(cg_ctx *c, const char *e, int from, int to)
+{
+    const cdy_dtype_info *fd = &cdy_dtype_table[from], *td = &cdy_dtype_table[to];
+    if (fd->is_float && to == CDY_DT_FLOAT32 && from != to)
+        return cg_strf(c, "cdy_rnd32(%s)", e);
+    if (fd->is_float && to == CDY_DT_INT64)
+        return cg_strf(c, "cdy_toi64(%s)", e);
+    if (fd->is_float && to == CDY_DT_INT32)
+        return cg_strf(c, "cdy_toi32(%s)", e);
+    if (fd->is_float && td->is_int)
+        return cg_strf(c, "(%s)cdy_toi32(%s)", td->cctype, e);
+    return cg_strf(c, "(%s)(%s)", td->cctype, e);
+}
+
 /* Expression for value v converted from dtype `from` to dtype `to`:
  * a cast to bool is a test against zero. */
 char *cg_cast(cg_ctx *c, const char *e, int from, int to)
@@ -844,7 +863,7 @@ char *cg_cast(cg_ctx *c, const char *e, int from, int to)
         return cg_strf(c, "%s", e);
     if (to == CDY_DT_BOOL)
         return cg_strf(c, "(%s != 0)", e);
-    return cg_strf(c, "(%s)%s", cdy_dtype_table[to].cctype, e);
+    return cg_convert(c, e, from, to);
 }
 
 /* Name of value v inside the kernel body (input local, node local, literal). */
@@ -903,9 +922,8 @@ static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compu
     }
 }
 
-/* Append `T tV = <expression ex computed in dtype from>;` converted to v's dtype:
- * to bool is a test against zero, float to a narrow int goes through int32
- * (as torch's conversions do: -1.0 -> 255 for uint8). */
+/* Append `T tV = <expression ex computed in dtype from>;` converted to v's dtype
+ * (cg_convert): to bool is a test against zero. */
 static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const char *tmpl)
 {
     const cdy_value *val = &c->g->values[v];
@@ -919,10 +937,14 @@ static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const cha
         cdy_buf_printf(&c->src, "%s;", ex);
     else if (out == CDY_DT_BOOL && oi->kind != 'C' && strcmp(tmpl, "$0") != 0)
         cdy_buf_printf(&c->src, "(%s) != 0;", ex);   /* e.g. bool add: 1 + 1 */
-    else if (cdy_dtype_table[from].is_float && od->is_int && od->size < 4)
-        cdy_buf_printf(&c->src, "(%s)(int32_t)(%s);", od->ctype, ex);
-    else
+    else if (from == out)
         cdy_buf_printf(&c->src, "(%s)(%s);", od->ctype, ex);
+    else {
+        char *cv = cg_convert(c, ex, from, out);
+        cdy_buf_printf(&c->src, "%s;", cv ? cv : "0");
+        if (!cv)
+            cg_fail(c, "out of memory");
+    }
 }
 
 /* Emit `T tV = <op expression>;` for node v at indentation ind. */

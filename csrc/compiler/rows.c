@@ -8,6 +8,7 @@
  * the pointwise consumers of the result (the epilogue, cg_row_epilogue).
  * Softmax over a dim that is not innermost in memory runs in column mode
  * (cg_row_columns). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,7 @@ typedef struct {
     int heavy;                   /* the epilogue has a transcendental op (cg_row_heavy) */
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
+    const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -600,15 +602,62 @@ static char *cg_row_affine(cg_rowk *k)
     return cg_strf(c, "(%s - mu) * rs", k->e);
 }
 
+/* The row loops of k in the input's logical order (rows dims outer to inner, as
+ * eager's contiguous copy of the row holds them), not merged or reordered. */
+static void cg_row_logical(const cg_rowk *k, cg_nest *ln)
+{
+    memset(ln, 0, sizeof(*ln));
+    for (int d = 0; d < k->rs->ndim; d++) {
+        if (!k->rs->row[d] || k->rs->size[d] == 1)
+            continue;
+        ln->size[ln->ndim] = k->rs->size[d];
+        for (int o = 0; o < k->nops; o++)
+            ln->stride[o][ln->ndim] = k->ops[o].stride[d];
+        ln->ndim++;
+    }
+}
+
+/* Where the row's first mean m0 and sum of squared deviations q say that an
+ * element may be large enough for eager's Welford moments to overflow (|x| up
+ * to |m0| + sqrt(q) above sqrt(MAX / 48n): its squares summed over the row, its
+ * merges' products), or is inf or NaN: recompute mu and var as eager does
+ * (cdy_wf_*, mathlib.c) in a pass over the row in logical order, so a row that
+ * is NaN, inf or 0 in eager is so here; 0 or -1. */
+static int cg_row_moments_exact(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    int f32 = !strcmp(k->T, "float");
+    double lim = sqrt((f32 ? 3.4028234663852886e38 : 1.7976931348623157e308) / (48.0 * (double)n));
+    const char *S = f32 ? "f32" : "f64";
+    cg_nest ln, *rn = k->rn;
+    cg_row_logical(k, &ln);
+    if (cg_row_line(k, ind, cg_strf(c, "if (__builtin_expect(!(fabs((double)m0) <= %.17g && (double)q <= %.17g), 0)) {",
+                                    lim / 2, lim * lim / 4)) ||
+        cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_%s wf;", S)) ||
+        cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_init_%s(&wf, %lldLL, %d);", S, (long long)n,
+                                        f32 ? 8 : 4)))
+        return -1;
+    k->rn = &ln;
+    int rc = cg_row_pass(k, ind + 1, NULL, 1, cg_strf(c, "cdy_wf_push_%s(&wf, (%s)%s);", S, k->T,
+                                                       k->e));
+    k->rn = rn;
+    return rc ||
+           cg_row_line(k, ind + 1, cg_strf(c, "%s wm, wv;", k->T)) ||
+           cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_end_%s(&wf, &wm, &wv);", S)) ||
+           cg_row_line(k, ind + 1, "mu = wm;") ||
+           cg_row_line(k, ind + 1, "var = wv;") ||
+           cg_row_line(k, ind, "}");
+}
+
 /* layer_norm / group_norm of one row: a first mean m0 = sum / n, then in
  * one pass the squares and the sum of the deviations d = x - m0; the mean
  * is m0 + sum(d) / n, the variance sum(d^2) / n - (sum(d) / n)^2 (0 where
- * rounding makes it negative, inf where the squares overflow, as eager's
- * Welford m2 does: rstd 0), so a constant row has its own value as mean exactly and normalizes
- * to 0 (eager's Welford moments do; m0 alone is off by the sum's rounding).
- * rstd = 1 / sqrt(var + eps) as eager rounds it: layer_norm's in the
- * compute type with eps rounded to it, group_norm's in double (its eps is a
- * double); then the affine map (cg_row_affine). */
+ * rounding makes it negative), so a constant row has its own value as mean
+ * exactly and normalizes to 0 (eager's Welford moments do; m0 alone is off by
+ * the sum's rounding).  A row whose moments may overflow takes eager's
+ * (cg_row_moments_exact).  rstd = 1 / sqrt(var + eps) as eager rounds it:
+ * layer_norm's in the compute type with eps rounded to it, group_norm's in
+ * double (its eps is a double); then the affine map (cg_row_affine). */
 static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
@@ -624,12 +673,13 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
                    "", strcmp(A, "float") ? "CDY_FMA" : "CDY_FMAF", 0) ||
         cg_row_line(k, ind, cg_strf(c, "const %s de = e / (%s)%lld.0, d2 = de * de, qn = q / "
                                        "(%s)%lld.0;", A, A, nn, A, nn)) ||
-        cg_row_line(k, ind, cg_strf(c, "const %s var = d2 < qn ? qn - d2 : qn < INFINITY ? 0 "
-                                       ": qn;", A)) ||
-        cg_row_line(k, ind, gn ? cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)(1.0 / "
-                                            "sqrt((double)var + %.17g));", T, T, T, eps)
-                               : cg_strf(c, "const %s mu = (%s)(m0 + de), rs = (%s)1 / %s((%s)"
-                                            "var + (%s)%.17g);", T, T, T, sq, T, T, eps)))
+        cg_row_line(k, ind, cg_strf(c, "%s var = d2 < qn ? qn - d2 : 0;", A)) ||
+        cg_row_line(k, ind, cg_strf(c, "%s mu = (%s)(m0 + de);", T, T)) ||
+        cg_row_moments_exact(k, ind, n) ||
+        cg_row_line(k, ind, gn ? cg_strf(c, "const %s rs = (%s)(1.0 / sqrt((double)var + %.17g));",
+                                         T, T, eps)
+                               : cg_strf(c, "const %s rs = (%s)1 / %s((%s)var + (%s)%.17g);", T, T,
+                                         sq, T, T, eps)))
         return -1;
     return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
@@ -882,7 +932,7 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     const cdy_graph *g = c->g;
     cg_rowshape rs;
     cg_row_shape(g, v, &rs);
-    cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0]};
+    cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0], .rs = &rs};
     if (cg_row_setup(c, &k, &rs))
         return -1;
     if (!k.store)   /* the kernel's out_ptr0: never touched, no memory */

@@ -191,39 +191,6 @@ static int meta_query(const char *name)
     return 0;
 }
 
-/* A pointwise result dense in contiguous (or channels_last) order gets the
- * canonical strides of that order, as CPU's TensorIterator allocates it (the
- * meta function keeps an input's strides on size-1 dims, which then steers
- * later ops' layouts differently from eager).  The fake to use, or NULL. */
-static PyObject *canonical_strides(tracer *tr, PyObject *out)
-{
-    static const char *formats[2] = {"contiguous_format", "channels_last"};
-    for (int f = 0; f < 2; f++) {
-        PyObject *fmt = PyObject_GetAttrString(cdy_torch, formats[f]);
-        PyObject *kw = fmt ? Py_BuildValue("{s:O}", "memory_format", fmt) : NULL;
-        PyObject *isc = PyObject_GetAttrString(out, "is_contiguous");
-        PyObject *none = PyTuple_New(0), *self = PyTuple_Pack(1, out);
-        PyObject *dense = kw && isc && none ? PyObject_Call(isc, none, kw) : NULL;
-        PyObject *fresh = NULL;
-        if (dense == Py_True) {
-            PyObject *meth = PyObject_GetAttrString(cdy_torch, "empty_like");
-            fresh = meth && self ? PyObject_Call(meth, self, kw) : NULL;
-            Py_XDECREF(meth);
-        }
-        Py_XDECREF(kw);
-        Py_XDECREF(isc);
-        Py_XDECREF(none);
-        Py_XDECREF(self);
-        Py_XDECREF(fmt);
-        Py_XDECREF(dense);
-        if (fresh)
-            return cdy_tr_keep(tr, fresh);
-        if (PyErr_Occurred())
-            PyErr_Clear();   /* channels_last needs 4 dims: not that order */
-    }
-    return out;
-}
-
 /* 1 (and stop with ERROR: eager raises, so the frame runs eagerly) when
  * torch's CPU kernel rejects what its meta function accepted: abs/relu/neg
  * of bool, subtraction with a bool tensor, a `where` scalar that overflows
@@ -330,22 +297,23 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
     return out;
 }
 
-/* The tensor argument that call `what` returned itself, or NULL: torch's
- * no-op conversions (x.to(x.dtype), x.float() of a float tensor,
- * x.contiguous() of a contiguous one, x.type_as(y) of y's type) and
- * dropout in eval give back their input, which is then the same value. */
-static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *out)
+/* The arg a call gave back itself (its fake result is that arg's fake), as
+ * eager's does: no-op conversions (x.to(x.dtype), x.float() of a float
+ * tensor, x.contiguous() of a contiguous one, x.type_as(y) of y's type),
+ * dropout in eval, positive / conj / resolve_conj of a real tensor, ...  Not
+ * an in-place op (named x_) or one given out=: those are mutations. */
+static tvar *returned_arg(const char *what, tvar **args, int nargs, PyObject *kwnames,
+                          PyObject *out)
 {
-    static const char *names[] = {"to", "float", "double", "half", "bfloat16", "int", "long",
-                                  "short", "char", "byte", "bool", "contiguous", "type_as",
-                                  "dropout", "dropout1d", "dropout2d", "dropout3d",
-                                  "alpha_dropout", "feature_alpha_dropout", NULL};
     const char *dot = strrchr(what, '.');
     const char *name = dot ? dot + 1 : what;
-    int known = 0;
-    for (int i = 0; names[i] && !known; i++)
-        known = !strcmp(name, names[i]);
-    for (int i = 0; known && i < nargs; i++)
+    size_t len = strlen(name);
+    if (!len || name[len - 1] == '_')
+        return NULL;
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "out") == 0)
+            return NULL;
+    for (int i = 0; i < nargs; i++)
         if (args[i]->kind == TV_TENSOR && args[i]->obj == out)
             return args[i];
     return NULL;
@@ -454,7 +422,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return NULL;
     if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
         return NULL;
-    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, out);
+    tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, kwnames, out);
     if (same)
         return same;
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
@@ -498,7 +466,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */
-    if (!c_meta && op != CDY_OP_CAST && !(out = canonical_strides(tr, out)))
+    if (!c_meta && op != CDY_OP_CAST &&
+        !(out = cdy_meta_cpu_layout(tr, op, fn, bound, nbound, NULL, out)))
         return NULL;
     int idx;
     tvar *v = op_node(tr, out, op, argv, nbound, &idx);
@@ -524,6 +493,8 @@ tvar *cdy_extern_node(tracer *tr, PyObject *fn, const char *what, tvar **args, i
         cdy_tr_stop(tr, TOO_MANY_TENSOR_ARGS, what, CDY_MAX_NODE_ARGS);
         return NULL;
     }
+    if (!(out = cdy_meta_cpu_layout(tr, CDY_OP_EXTERN, fn, args, nargs, kwnames, out)))
+        return NULL;
     int idx;
     tvar *v = op_node(tr, out, CDY_OP_EXTERN, argv, ntensors, &idx);
     if (!v)

@@ -152,11 +152,16 @@ static tvar *lower_as_strided(tracer *tr, const cdy_lower_call *call)
 
 /* t.mT / t.mH (ndim >= 2), t.T / t.H (ndim 2) of a real tensor (every
  * dtype cdynamo traces): the call Tensor.transpose(t, -2, -1), which
- * lower_view makes a VIEW.  NULL when stopped; *not_attr set for any other
- * name or rank (torch's own attribute then raises or warns as eager). */
+ * lower_view makes a VIEW; t.mT / t.mH of a 0-d t: t itself, as eager's
+ * (deprecated there: "the identity in these cases").  NULL when stopped;
+ * *not_attr set for any other name or rank (torch's own attribute then
+ * raises or warns as eager). */
 tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr)
 {
     int nd = tr->t->graph.values[t->value].meta.ndim;
+    *not_attr = 0;
+    if ((!strcmp(n, "mT") || !strcmp(n, "mH")) && nd == 0)
+        return t;
     int m = (!strcmp(n, "mT") || !strcmp(n, "mH")) && nd >= 2;
     *not_attr = !m && !((!strcmp(n, "T") || !strcmp(n, "H")) && nd == 2);
     if (*not_attr)

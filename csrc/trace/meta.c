@@ -1641,3 +1641,258 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     m.dtype = ms[0]->dtype;
     return cdy_fake_from_meta(tr, &m);
 }
+
+/* ---- the CPU layout of results whose dtype and sizes torch's meta gave ----
+ * torch 2.13's metas of pointwise ops are Python refs whose stride rule
+ * (prims' compute_elementwise_output_strides) is not TensorIterator's: with
+ * broadcast or expanded operands of mixed layouts the CPU kernel picks other
+ * strides (logical_and, xlogy, copysign, clamp_min, ...), and a few CPU
+ * kernels allocate contiguous results where the meta keeps the input's
+ * layout (log_sigmoid).  A result is then given the strides the CPU gives it,
+ * so that later kernels and the caller see eager's layout. */
+
+/* Callables whose CPU kernel allocates a contiguous result whatever its input's
+ * layout, where torch's meta keeps that layout. */
+#define MT_CPU_CONTIGUOUS(X) X("torch.nn.functional", "logsigmoid") X("torch.nn.functional", "rrelu")
+
+/* 1 if fn's CPU kernel allocates contiguous results (MT_CPU_CONTIGUOUS). */
+static int mt_cpu_contiguous(PyObject *fn)
+{
+    static const struct { const char *mod, *name; } fns[] = {
+#define MT_X(m, n) {m, n},
+        MT_CPU_CONTIGUOUS(MT_X)
+#undef MT_X
+    };
+    int r = 0;
+    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]) && !r; i++) {
+        PyObject *m = PyImport_ImportModule(fns[i].mod);
+        PyObject *f = m ? PyObject_GetAttrString(m, fns[i].name) : NULL;
+        r = f == fn;
+        Py_XDECREF(m);
+        Py_XDECREF(f);
+    }
+    PyErr_Clear();
+    return r;
+}
+
+/* 1 if overload `ov` of ATen op packet is tagged pointwise and has a CPU
+ * kernel (which builds a TensorIterator over its tensor args); errors cleared. */
+static int mt_overload_cpu_pointwise(PyObject *packet, const char *ov)
+{
+    PyObject *op = PyObject_GetAttrString(packet, ov);
+    PyObject *tags = op ? PyObject_GetAttrString(op, "tags") : NULL;
+    PyObject *tag = tags ? PyObject_GetAttrString(cdy_torch, "Tag") : NULL;
+    PyObject *pw = tag ? PyObject_GetAttrString(tag, "pointwise") : NULL;
+    int is_pw = pw ? PySequence_Contains(tags, pw) : -1;
+    PyObject *qn = is_pw == 1 ? PyObject_CallMethod(op, "name", NULL) : NULL;
+    PyObject *c = qn ? PyObject_GetAttrString(cdy_torch, "_C") : NULL;
+    PyObject *cpu = c ? PyObject_CallMethod(c, "_dispatch_has_kernel_for_dispatch_key", "Os", qn,
+                                            "CPU") : NULL;
+    int r = cpu == Py_True;
+    Py_XDECREF(op);
+    Py_XDECREF(tags);
+    Py_XDECREF(tag);
+    Py_XDECREF(pw);
+    Py_XDECREF(qn);
+    Py_XDECREF(c);
+    Py_XDECREF(cpu);
+    PyErr_Clear();
+    return r;
+}
+
+/* 1 if callable fn names (by its __name__) an ATen op whose tensor overload
+ * (default, else Tensor) is tagged pointwise and has a CPU kernel, a
+ * TensorIterator over its tensor args (its number overloads wrap the number
+ * and call it; a CompositeImplicit op's layout is its decomposition's: left
+ * to torch's meta).  Not in-place ops (named x_).  Cached per callable. */
+static int mt_fn_cpu_pointwise(PyObject *fn)
+{
+    static PyObject *cache;     /* {callable: bool} */
+    if (!cache && !(cache = PyDict_New()))
+        goto fail;
+    PyObject *hit = PyDict_GetItemWithError(cache, fn);
+    if (hit)
+        return hit == Py_True;
+    if (PyErr_Occurred())
+        goto fail;
+    PyObject *name = PyObject_GetAttrString(fn, "__name__");
+    Py_ssize_t len = name && PyUnicode_Check(name) ? PyUnicode_GetLength(name) : 0;
+    if (len && PyUnicode_ReadChar(name, len - 1) == '_')
+        Py_CLEAR(name);      /* an in-place op (its result is its input) or a dunder */
+    PyObject *ops = name ? PyObject_GetAttrString(cdy_torch, "ops") : NULL;
+    PyObject *aten = ops ? PyObject_GetAttrString(ops, "aten") : NULL;
+    PyObject *packet = aten ? PyObject_GetAttr(aten, name) : NULL;
+    PyErr_Clear();
+    int r = packet && (mt_overload_cpu_pointwise(packet, "default") ||
+                       mt_overload_cpu_pointwise(packet, "Tensor"));
+    Py_XDECREF(name);
+    Py_XDECREF(ops);
+    Py_XDECREF(aten);
+    Py_XDECREF(packet);
+    if (PyDict_SetItem(cache, fn, r ? Py_True : Py_False))
+        goto fail;
+    return r;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* m's strides as CPU's iterator lays out its result over operands ops[0..n)
+ * (tensor args targs[i], NULL for numbers), those of a dtype other than
+ * common voting with their converted copy's strides (CDY_DT_NONE: none
+ * converted; where's condition, first when cond_first, never); 0, or -1
+ * when the operands do not broadcast to m's sizes. */
+static int mt_layout_as(mt_operand *ops, tvar **targs, int n, int common, int cond_first,
+                        const cdy_value *vals, cdy_meta *m)
+{
+    int64_t conv[CDY_MAX_NODE_ARGS][CDY_MAX_NDIM];
+    for (int i = cond_first; common != CDY_DT_NONE && i < n; i++)
+        if (targs[i] && ops[i].ndim > 0 && vals[targs[i]->value].meta.dtype != common) {
+            mt_converted_strides(&ops[i], conv[i]);
+            ops[i].strides = conv[i];
+        }
+    cdy_meta l = *m;
+    if (mt_layout(ops, n, &l) || l.ndim != m->ndim ||
+        memcmp(l.sizes, m->sizes, sizeof(int64_t) * (size_t)m->ndim))
+        return -1;
+    memcpy(m->strides, l.strides, sizeof(int64_t) * (size_t)m->ndim);
+    return 0;
+}
+
+/* The operands of extern pointwise call fn(*args) (the tensor args but a
+ * keyword out=, numbers as 0-dim) into ops / targs; their count, or -1. */
+static int mt_extern_operands(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
+                              mt_operand *ops, tvar **targs)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int n = 0;
+    for (int i = 0; i < nargs; i++) {
+        tvar *a = args[i];
+        if (i >= nargs - nkw && PyUnicode_CompareWithASCIIString(
+                                    PyTuple_GET_ITEM(kwnames, i - (nargs - nkw)), "out") == 0)
+            return -1;
+        if (a->kind != TV_TENSOR && !mt_number(a))
+            continue;
+        if (n == CDY_MAX_NODE_ARGS)
+            return -1;
+        const cdy_meta *m = a->kind == TV_TENSOR ? &tr->t->graph.values[a->value].meta : NULL;
+        if (m && cdy_meta_numel(m) == 0)
+            return -1;
+        ops[n] = m ? (mt_operand){m->ndim, m->sizes, m->strides}
+                   : (mt_operand){0, mt_no_dims, mt_no_dims};
+        targs[n++] = m ? a : NULL;
+    }
+    return n;
+}
+
+/* The dtype CPU's iterator converts the operands of an extern pointwise op
+ * with result dtype `res` to: res, but for a bool result of two operands
+ * (a comparison, logical_and, ...) their result_type. */
+static int mt_extern_common(tvar **args, int n, int res)
+{
+    tvar *data[2];
+    int k = 0;
+    for (int i = 0; i < n && k < 2; i++)
+        if (args[i]->kind == TV_TENSOR || mt_number(args[i]))
+            data[k++] = args[i];
+    if (res != CDY_DT_BOOL)
+        return res;
+    return k == 2 ? cdy_result_dtype(data[0]->obj, data[1]->obj) : CDY_DT_NONE;
+}
+
+/* m: the meta of tensor x when cdynamo has its dtype and rank; 0, or -1
+ * (no error set). */
+static int mt_read_out(PyObject *x, cdy_meta *m)
+{
+    PyObject *dt = PyObject_TypeCheck(x, (PyTypeObject *)cdy_tensor_type)
+                       ? PyObject_GetAttrString(x, "dtype") : NULL;
+    PyObject *size = dt ? PyObject_GetAttrString(x, "shape") : NULL;
+    PyObject *stride = size ? PyObject_CallMethod(x, "stride", NULL) : NULL;
+    int r = -1;
+    m->dtype = dt ? cdy_dtype_from_obj(dt) : CDY_DT_NONE;
+    if (stride && m->dtype != CDY_DT_NONE && PyTuple_GET_SIZE(size) <= CDY_MAX_NDIM) {
+        m->ndim = (int)PyTuple_GET_SIZE(size);
+        for (int d = 0; d < m->ndim; d++) {
+            m->sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, d));
+            m->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
+        }
+        r = PyErr_Occurred() ? -1 : 0;
+    }
+    Py_XDECREF(dt);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    PyErr_Clear();
+    return r;
+}
+
+/* A pointwise result dense in contiguous (or channels_last) order gets the
+ * canonical strides of that order, as CPU's TensorIterator allocates it (the
+ * meta function keeps an input's strides on size-1 dims, which then steers
+ * later ops' layouts differently from eager).  The fake to use, or NULL. */
+static PyObject *mt_canonical(tracer *tr, PyObject *out)
+{
+    static const char *formats[2] = {"contiguous_format", "channels_last"};
+    for (int f = 0; f < 2; f++) {
+        PyObject *fmt = PyObject_GetAttrString(cdy_torch, formats[f]);
+        PyObject *kw = fmt ? Py_BuildValue("{s:O}", "memory_format", fmt) : NULL;
+        PyObject *isc = PyObject_GetAttrString(out, "is_contiguous");
+        PyObject *none = PyTuple_New(0), *self = PyTuple_Pack(1, out);
+        PyObject *dense = kw && isc && none ? PyObject_Call(isc, none, kw) : NULL;
+        PyObject *fresh = NULL;
+        if (dense == Py_True) {
+            PyObject *meth = PyObject_GetAttrString(cdy_torch, "empty_like");
+            fresh = meth && self ? PyObject_Call(meth, self, kw) : NULL;
+            Py_XDECREF(meth);
+        }
+        Py_XDECREF(kw);
+        Py_XDECREF(isc);
+        Py_XDECREF(none);
+        Py_XDECREF(self);
+        Py_XDECREF(fmt);
+        Py_XDECREF(dense);
+        if (fresh)
+            return cdy_tr_keep(tr, fresh);
+        if (PyErr_Occurred())
+            PyErr_Clear();   /* channels_last needs 4 dims: not that order */
+    }
+    return out;
+}
+
+/* out, or a fake of its dtype and sizes with the layout CPU gives the result
+ * of fn(*args): op a lowered pointwise op (its operands as the C rules take
+ * them, else canonical strides where dense) or CDY_OP_EXTERN (a pointwise
+ * ATen op with a CPU kernel, mt_fn_cpu_pointwise; a contiguous-result
+ * kernel, MT_CPU_CONTIGUOUS); NULL with the trace stopped on error. */
+PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int nargs,
+                              PyObject *kwnames, PyObject *out)
+{
+    cdy_meta m;
+    mt_operand ops[CDY_MAX_NODE_ARGS];
+    tvar *targs[CDY_MAX_NODE_ARGS];
+    const cdy_value *vals = tr->t->graph.values;
+    int extern_op = op == CDY_OP_EXTERN, n = -1, common = CDY_DT_NONE;
+    if (mt_read_out(out, &m) || cdy_meta_numel(&m) == 0 || m.ndim == 0)
+        return out;
+    if (!extern_op && meta_rule[op] == 'M') {
+        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        return cdy_fake_from_meta(tr, &m);
+    }
+    if (extern_op && mt_cpu_contiguous(fn)) {
+        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        return cdy_fake_from_meta(tr, &m);
+    }
+    if (extern_op && mt_fn_cpu_pointwise(fn) &&
+        (n = mt_extern_operands(tr, args, nargs, kwnames, ops, targs)) > 0)
+        common = mt_extern_common(args, nargs, m.dtype);
+    if (!extern_op && (n = mt_operands(op, fn, args, nargs, vals, ops)) > 0) {
+        for (int i = 0; i < n; i++)
+            targs[i] = args[i]->kind == TV_TENSOR ? args[i] : NULL;
+        common = meta_rule[op] == 'B' || (!meta_rule[op] && m.dtype == CDY_DT_BOOL)
+                     ? (n == 2 ? cdy_result_dtype(args[0]->obj, args[1]->obj) : CDY_DT_NONE)
+                     : m.dtype;
+    }
+    if (n <= 0 || mt_layout_as(ops, targs, n, common, !extern_op && meta_rule[op] == 'W', vals,
+                               &m))
+        return extern_op ? out : mt_canonical(tr, out);
+    return cdy_fake_from_meta(tr, &m);
+}

@@ -426,6 +426,13 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
  * cumsum, tril / triu, roll, addmm, cross_entropy), NULL with no error
  * outside its rules. */
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* out (torch's meta of fn(*args): dtype, sizes), or a fake with the layout
+ * CPU's kernel gives the result: lowered pointwise op op's (TensorIterator's
+ * over its operands), an extern's (op CDY_OP_EXTERN) where fn is a pointwise
+ * ATen op with a CPU kernel or one of the kernels that allocate contiguous
+ * results; NULL with the trace stopped on error. */
+PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int nargs,
+                              PyObject *kwnames, PyObject *out);
 /* m: the meta of torch.empty_like(x) (preserve_format): x's strides where x
  * is dense and non-overlapping, else dense strides in the order of x's; 0 or
  * -1. */
