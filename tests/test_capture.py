@@ -371,6 +371,24 @@ def test_wraps_decorated_function_and_its_attributes():
     one_graph()
 
 
+def test_wraps_applied_in_the_frame():
+    def f(x):
+        def deco(fn):
+            @functools.wraps(fn)
+            def inner(*a):
+                return fn(*a) + 1
+            return inner
+
+        def g(y):
+            return y * 2
+        h = deco(g)
+        setattr(h, "tag", 3)
+        return h(x) + len(h.__name__) + (h.__wrapped__ is g) + h.tag + hasattr(h, "nope")
+
+    run(f, X)
+    one_graph()
+
+
 def test_inspect_signature_of_known_callables():
     class M(torch.nn.Module):
         def forward_chunk(self, a, b):
@@ -526,6 +544,22 @@ def test_object_stored_into_an_argument_keeps_identity():
     h = Holder()
     got = cdynamo.optimize(f)(X, h)
     assert got is h.last
+    one_graph()
+
+
+def test_delattr_and_class_keyed_dict():
+    import typing
+    table = {int: 2, typing.Union: 3, "s": 4}
+
+    def f(x):
+        o = Out(x)
+        o.tmp = 5
+        n = o.tmp
+        delattr(o, "tmp")
+        del o.n
+        return x * table.get(int) + table.get(typing.Union) + n + hasattr(o, "tmp") + hasattr(o, "n")
+
+    run(f, X)
     one_graph()
 
 

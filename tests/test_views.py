@@ -273,7 +273,11 @@ def test_cat_pieces(dtype, n, dim):
     assert n_externs() == 0 and n_kernels() == min(n, 6)   # a kernel per fused piece
     run(lambda *ps: torch.stack([base] + [p.narrow(dim, 0, 1).expand_as(base) for p in ps], dim),
         *pieces)
-    assert n_externs() == (0 if n + 1 <= 7 else 1)   # more than 7 pieces: extern
+    assert n_externs() == 0                           # up to 15 pieces: lowered
+    many = (pieces * 15)[:15]                         # 16 pieces: one extern
+    run(lambda *ps: torch.stack([base] + [p.narrow(dim, 0, 1).expand_as(base) for p in ps], dim),
+        *many)
+    assert n_externs() == 1
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "sliced",
@@ -307,7 +311,7 @@ def test_stack_and_cat_edge_cases():
     run(lambda a: torch.cat([a]), a)
     run(lambda a, b: torch.cat([a, b[:0]]), a, b)
     run(lambda a, e: torch.cat([a, e]), a, torch.zeros(0))        # legacy empty piece: extern
-    run(lambda *ps: torch.cat(ps, 1), *[a] * 8)                     # more than 7 pieces: extern
+    run(lambda *ps: torch.cat(ps, 1), *[a] * 16)                    # more than 15 pieces: extern
     assert n_externs() == 1
 
 

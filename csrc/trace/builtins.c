@@ -633,6 +633,19 @@ tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
                             PyObject *kwnames, int *handled)
 {
     PyObject *fn = callable->obj;
+    if (callable->fixed && PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) &&
+        PyDict_Check(PyCFunction_GET_SELF(fn)) && !kwnames && nargs == 2 &&
+        !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "get") &&
+        (args[0]->kind == TV_CONST || (args[0]->kind == TV_OBJ && args[0]->fixed))) {
+        /* fixed_dict.get(k, default) with any default: the item, fixed, or the default */
+        PyObject *v = PyDict_GetItemWithError(PyCFunction_GET_SELF(fn), args[0]->obj);
+        *handled = 1;
+        if (!v && PyErr_Occurred()) {
+            cdy_tr_stop_exc(tr, RAISED_DICT_KEY);
+            return NULL;
+        }
+        return v ? cdy_fixed_value(tr, v) : args[1];
+    }
     *handled = callable->fixed && (PyCFunction_Check(fn) || Py_IS_TYPE(fn, &PyMethodDescr_Type) ||
                                    Py_IS_TYPE(fn, &_PyMethodWrapper_Type));
     PyObject *self = *handled && PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : NULL;

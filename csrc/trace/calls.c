@@ -1057,6 +1057,18 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         return cdy_tv_const(tr, PyBool_FromLong(r));
     }
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
+        args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_FUNC) {
+        int stored = args[0]->store ? cdy_dict_find(tr, args[0]->store, args[1]->obj) : -1;
+        int has = stored >= 0 || PyObject_HasAttr(args[0]->obj, args[1]->obj);
+        if (stored == -2)
+            return NULL;
+        if (!strcmp(n, "hasattr"))
+            return cdy_tv_const(tr, PyBool_FromLong(has));
+        if (!has && nargs == 3)
+            return args[2];
+        return cdy_func_attr(tr, args[0], args[1]->obj);
+    }
+    if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST) {
         tvar *val = NULL;
         int has = cdy_obj_hasattr(tr, args[0], args[1]->obj, &val);
@@ -1137,6 +1149,13 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         (!nkw || (nkw == 1 && nargs == 2 && !PyUnicode_CompareWithASCIIString(
                                                   PyTuple_GET_ITEM(kwnames, 0), "start"))))
         return sum_items(tr, args, nargs, handled);
+    if (!strcmp(n, "delattr") && nargs == 2 && !nkw && args[1]->kind == TV_CONST &&
+        PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST)
+        return cdy_obj_delattr(tr, args[0], args[1]->obj) ? NULL : cdy_tv_const(tr, Py_NewRef(Py_None));
+    if (!strcmp(n, "setattr") && nargs == 3 && !nkw && args[1]->kind == TV_CONST &&
+        PyUnicode_Check(args[1]->obj))   /* as obj.name = v */
+        return cdy_mut_store_attr(tr, args[0], args[1]->obj, args[2]) ? NULL
+                                                                       : cdy_tv_const(tr, Py_NewRef(Py_None));
     if (!strcmp(n, "print")) {
         cdy_tr_stop(tr, PRINT);
         return NULL;

@@ -258,6 +258,8 @@ static tvar *closure_value(tracer *tr, int idx)
         }
     }
     /* else: a method or a function the trace made: its cells are fixed with it */
+    if (!s && cdy_fixed_by_convention(o))
+        return cdy_fixed_value(tr, o);
     return cdy_wrap(tr, o, s, s != NULL);
 }
 
@@ -830,8 +832,9 @@ static int op_is(tracer *tr, int invert)
         r = 0;   /* an object the trace made is no other value */
     else if (a->src && b->src && a->kind == b->kind && (a->kind == TV_TENSOR || a->by_type || b->by_type))
         r = cdy_same_object(tr, a, b);   /* two of the caller's values: guarded either way */
-    else if ((a->kind == TV_OBJ && a->fixed && b->src) || (b->kind == TV_OBJ && b->fixed && a->src))
-        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);
+    else if ((a->kind == TV_OBJ && a->fixed && b->src && (b->by_type || b->kind == TV_TENSOR)) ||
+             (b->kind == TV_OBJ && b->fixed && a->src && (a->by_type || a->kind == TV_TENSOR)))
+        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);   /* identity not guarded yet */
     else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
         return cdy_tr_stop(tr, IS_BY_TYPE);
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
@@ -1185,6 +1188,12 @@ static int step(tracer *tr, int op, int oparg, int *next)
         return op_unpack_ex(tr, oparg);
     case CDY_DELETE_SUBSCR:
         return op_delete_subscr(tr);
+    case CDY_DELETE_ATTR: {   /* del obj.name: an object built in the frame */
+        tvar *o = pop(tr);
+        if (o->kind != TV_INST)
+            return cdy_tr_stop(tr, DELETE_ATTR);
+        return cdy_obj_delattr(tr, o, PyTuple_GET_ITEM(names, oparg));
+    }
     case CDY_BUILD_SET: case CDY_SET_ADD: case CDY_SET_UPDATE:
         return op_set(tr, op, oparg);
     case CDY_BEFORE_WITH:

@@ -62,7 +62,7 @@ typedef struct tvar {
     int cap;                /* LIST, DICT, TUPLE: capacity of items (and keys) when > 0: the
                              * arrays are this tvar's own (trace/containers.c grows them) */
     struct tvar *store;     /* INST: its builtin container base's contents; DICT: the
-                             * default factory of a defaultdict */
+                             * default factory of a defaultdict; FUNC: its attributes (a DICT) */
     int fixed;              /* OBJ without a source whose attributes are fixed with it (a
                              * dataclass Field, an inspect.Signature): read without guards */
     int by_type;            /* OBJ read from the frame and guarded by type only (an
@@ -184,6 +184,12 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
 int cdy_truth(tracer *tr, tvar *v);
+/* 1 if o is fixed by convention once made (a class, function, code, dataclass Field,
+ * inspect Signature / Parameter, property): read without guards when it has no source. */
+int cdy_fixed_by_convention(PyObject *o);
+/* f.name / f.name = v for a function the trace made (TV_FUNC). */
+tvar *cdy_func_attr(tracer *tr, tvar *f, PyObject *name);
+int cdy_func_setattr(tracer *tr, tvar *f, PyObject *name, tvar *v);
 /* a is b for two values read from the frame (sources): decided on the real objects, and
  * guarded (SAME); 1 / 0, -1 stopped. */
 int cdy_same_object(tracer *tr, tvar *a, tvar *b);
@@ -310,6 +316,8 @@ tvar *cdy_obj_getattr(tracer *tr, tvar *inst, PyObject *name);
 int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name, tvar **value);
 /* inst.name = v through its class's __setattr__; 0 or -1. */
 int cdy_obj_setattr(tracer *tr, tvar *inst, PyObject *name, tvar *v);
+/* del inst.name; 0 or -1 (AttributeError raised into the trace when absent). */
+int cdy_obj_delattr(tracer *tr, tvar *inst, PyObject *name);
 /* object.__setattr__(inst, name, v): properties' setters, else the __dict__; 0 or -1. */
 int cdy_obj_set_plain(tracer *tr, tvar *inst, PyObject *name, tvar *v);
 /* The class's Python special method `name` called on inst (*handled 0 when the class has
