@@ -563,6 +563,22 @@ def test_delattr_and_class_keyed_dict():
     one_graph()
 
 
+class Factory:
+    scale = 3
+
+    @classmethod
+    def make(cls, k):
+        return cls.scale * k
+
+
+def test_classmethod_read_from_its_class_does_not_recompile():
+    def f(x):
+        return x * Factory.make(2)   # a new bound method at each read: not guarded by identity
+
+    run(f, X, calls=3)
+    one_graph()
+
+
 # ---- Tensor.to on the CPU -------------------------------------------------------------------
 
 def test_tensor_to_device_and_dtype():

@@ -1081,6 +1081,19 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     }
     /* class attributes that are descriptors: methods, properties */
     PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
+    PyObject *own = PyType_Check(o) && !_PyType_Lookup(Py_TYPE(o), name)
+                        ? _PyType_Lookup((PyTypeObject *)o, name) : NULL;
+    if (own && PyObject_TypeCheck(own, &PyClassMethod_Type)) {
+        /* Cls.method of a classmethod: a new bound method at each read, so not guarded by
+         * identity; the function bound to the class (fixed by the class's own guard) */
+        PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(own, "__func__"));
+        tvar *b = fn ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {
+            b->obj = fn;
+            b->self = base;
+        }
+        return b;
+    }
     if (cls_attr && PyFunction_Check(cls_attr) && !PyType_Check(o)) {
         tvar *b = cdy_tv_new(tr, TV_BOUND);
         if (b) {
