@@ -941,6 +941,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         }
         return cdy_tv_const(tr, d);   /* a constant: its .type, ==, str() fold */
     }
+    if (!strcmp(n, "__class__"))   /* its real type, fixed by the tensor's guard */
+        return cdy_fixed_value(tr, (PyObject *)t->tp);
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
     if (!strcmp(n, "requires_grad"))
