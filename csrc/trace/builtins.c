@@ -872,7 +872,9 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
         return cdy_copy(tr, args[0], fn == deepcopy_fn);
     if (fn == it_chain && !kwnames)
         return do_chain(tr, args, nargs);
-    if (fn == it_chain_from && nargs == 1 && !kwnames) {
+    if ((fn == it_chain_from || (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == it_chain &&
+                                 !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "from_iterable"))) &&
+        nargs == 1 && !kwnames) {   /* chain.from_iterable: a new bound method at each read */
         tvar *outer = drain(tr, args[0]);
         return outer ? do_chain(tr, outer->items, outer->n) : NULL;
     }

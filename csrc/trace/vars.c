@@ -1085,6 +1085,16 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
     PyObject *own = PyType_Check(o) && !_PyType_Lookup(Py_TYPE(o), name)
                         ? _PyType_Lookup((PyTypeObject *)o, name) : NULL;
+    if (own && Py_IS_TYPE(own, &PyClassMethodDescr_Type)) {
+        /* a builtin class's classmethod (itertools.chain.from_iterable, dict.fromkeys): bound
+         * anew at each read, so fixed with the class rather than guarded by identity */
+        PyObject *v = PyObject_GetAttr(o, name);
+        tvar *r = v ? cdy_fixed_value(tr, v) : NULL;
+        Py_XDECREF(v);
+        if (!r && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, RAISED_ATTR);
+        return r;
+    }
     if (own && PyObject_TypeCheck(own, &PyClassMethod_Type)) {
         /* Cls.method of a classmethod: a new bound method at each read, so not guarded by
          * identity; the function bound to the class (fixed by the class's own guard) */
