@@ -346,8 +346,10 @@ PyObject *cdy_config_get(const char *name);
 /* Record a graph break / fallback reason for stats and explain; code is a
  * cdy_reason (trace/reasons.h). */
 void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn);
-/* Record a frame that runs eagerly (explain's eager_frames); code as above. */
-void cdy_record_eager(const char *reason, int code, PyObject *filename, int line, const char *fn);
+/* Record a frame that runs eagerly (explain's eager_frames); code as above; the
+ * record (new ref) or NULL. */
+PyObject *cdy_record_eager(const char *reason, int code, PyObject *filename, int line,
+                           const char *fn);
 
 /* The text of b as a new str (b is emptied), or NULL with an error set. */
 PyObject *cdy_buf_str(cdy_buf *b);

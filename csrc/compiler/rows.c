@@ -576,8 +576,9 @@ static int cg_row_softmax(cg_rowk *k, int ind)
 
 /* A norm's output as eager's kernels round it (mu, rs: the row's mean and
  * rstd in the compute type; w, b: the weight and bias, either absent).
- * layer_norm: (x - mu) * rs, with w fma((x - mu) * rs, w, b) (b = 0 when
- * absent: a zero result is +0 as eager's), with b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
+ * layer_norm: (x - mu) * rs + 0 (eager adds its absent bias: a zero result
+ * is +0), with w fma((x - mu) * rs, w, b) (b = 0 when absent: the same), with
+ * b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
  * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
  * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
  * the same mean and rstd, each is eager's result bit for bit (checked
@@ -599,6 +600,8 @@ static char *cg_row_affine(cg_rowk *k)
         return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
     if (b)
         return cg_strf(c, "%s(%s - mu, rs, %s)", fma, k->e, be);
+    if (val->op == CDY_OP_LAYER_NORM)   /* eager adds its absent bias, 0: never -0 */
+        return cg_strf(c, "(%s - mu) * rs + (%s)0", k->e, k->T);
     return cg_strf(c, "(%s - mu) * rs", k->e);
 }
 

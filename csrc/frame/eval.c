@@ -37,6 +37,7 @@ typedef struct cdy_entry {
     PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
     int ninputs;             /* then its inputs' sources (owned copies) */
     cdy_src *inputs;
+    int rerun_noted;         /* an eager rerun of its frame was recorded (explain) */
     uintptr_t inst;          /* id of the nn.Module the frame ran on (its first
                                 argument), 0 for other frames: the recompile limit
                                 counts entries per module instance */
@@ -50,6 +51,7 @@ typedef struct cdy_extra {
     int forced;              /* handed to optimize: traced wherever it lives */
     int nframed;             /* entries without a frame-free call (direct == NULL) */
     cdy_entry *entries;
+    PyObject *eager_record;  /* the latest record of its frame running eagerly, or NULL */
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
 } cdy_extra;
@@ -93,6 +95,7 @@ static void extra_clear_entries(cdy_extra *x)
     x->nentries = 0;
     x->nframed = 0;
     x->limit_warned = 0;
+    Py_CLEAR(x->eager_record);
 }
 
 /* Destructor CPython calls when the code object dies (p is NULL when only
@@ -122,11 +125,19 @@ static int code_is_skipped_by_flags(PyCodeObject *co)
     return (co->co_flags & noflags) || !(co->co_flags & CO_OPTIMIZED);
 }
 
+static int code_is_skipped_by_file(PyCodeObject *co);
+
 /* 1 if the code is never traced: by its flags, or its file (torch, stdlib). */
 static int code_is_skipped(PyCodeObject *co)
 {
     if (code_is_skipped_by_flags(co))
         return 1;
+    return code_is_skipped_by_file(co);
+}
+
+/* 1 if co's file is one whose code is never traced (torch, stdlib). */
+static int code_is_skipped_by_file(PyCodeObject *co)
+{
     if (!skip_prefixes)
         return 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(skip_prefixes); i++) {
@@ -172,6 +183,60 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
         all_extras->prev = x;
     all_extras = x;
     return x;
+}
+
+/* ---- eager frames, for explain ------------------------------------------ */
+
+/* While explain runs (explain_collect(True)): the records of the frames that
+ * ran eagerly, each once; NULL otherwise. */
+static PyObject *explain_seen;
+
+/* Note, while explain collects, that x's frame ran eagerly (for its latest
+ * recorded reason: a frame that broke, was skipped or hit the recompile
+ * limit on an earlier call runs eagerly again without a new record). */
+static void explain_note(const cdy_extra *x)
+{
+    if (explain_seen && x && x->eager_record &&
+        PySequence_Contains(explain_seen, x->eager_record) == 0 &&
+        PyList_Append(explain_seen, x->eager_record))
+        PyErr_Clear();
+}
+
+/* Record that co's frame runs eagerly (cdy_record_eager: explain's
+ * eager_frames, with frame_location the function's FILE:LINE, where location
+ * is the stop's), kept as its latest reason. */
+static void record_eager(PyCodeObject *co, const char *reason, int code, PyObject *file,
+                         int line)
+{
+    PyObject *r = cdy_record_eager(reason, code, file, line, PyUnicode_AsUTF8(co->co_name));
+    PyObject *where = r && PyDict_Check(r) ? PyUnicode_FromFormat("%U:%d", co->co_filename,
+                                                                   co->co_firstlineno) : NULL;
+    if (where && PyDict_SetItemString(r, "frame_location", where))   /* the function's place */
+        PyErr_Clear();
+    Py_XDECREF(where);
+    cdy_extra *x = r ? get_extra(co, -1) : NULL;
+    if (x) {
+        Py_XSETREF(x->eager_record, r);
+        explain_note(x);
+    } else {
+        Py_XDECREF(r);
+    }
+    PyErr_Clear();
+}
+
+/* A fresh frame of x's code, which is skipped, runs: explain notes it (a frame
+ * skipped for having no tensor op on an earlier call), and user code skipped
+ * for its flags (a generator expression a frame that runs eagerly iterates) is
+ * recorded the first time (GENERATOR_CODE); torch's and the stdlib's are not. */
+static void note_skipped(cdy_extra *x)
+{
+    PyCodeObject *co = x->code;
+    if (!x->eager_record && code_is_skipped_by_flags(co) && !code_is_skipped_by_file(co)) {
+        record_eager(co, cdy_rt_GENERATOR_CODE, CDY_R_GENERATOR_CODE, co->co_filename,
+                     co->co_firstlineno);
+        return;
+    }
+    explain_note(x);
 }
 
 /* ---- logging helpers ------------------------------------------------------- */
@@ -533,8 +598,7 @@ fail:
     Py_XDECREF(code);
     Py_CLEAR(e->shadow_fn);
     cdy_stats.fallbacks++;
-    cdy_record_eager(err, CDY_R_COMPILE_FAILED, co->co_filename, co->co_firstlineno,
-                     PyUnicode_AsUTF8(co->co_name));
+    record_eager(co, err, CDY_R_COMPILE_FAILED, co->co_filename, co->co_firstlineno);
     PyObject *r = cdy_py_call("warn_fallback", "Os", co->co_name, err);
     Py_XDECREF(r);
     PyErr_Clear();
@@ -550,7 +614,7 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
     PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
     const char *fn = PyUnicode_AsUTF8(co->co_name);
     cdy_record_break(t->reason, t->reason_code, file, t->reason_line, fn);
-    cdy_record_eager(t->reason, t->reason_code, file, t->reason_line, fn);
+    record_eager(co, t->reason, t->reason_code, file, t->reason_line);
     if (cdy_log_on("graph_breaks"))
         cdy_log("graph_breaks", "Graph break in %s at %s:%d: [%s] %s (the frame runs eagerly)",
                 fn, PyUnicode_AsUTF8(file), t->reason_line, cdy_reason_code(t->reason_code),
@@ -573,7 +637,7 @@ static void report_skip(cdy_trace *t, PyCodeObject *co)
     int line = stopped ? t->reason_line : co->co_firstlineno;
     const char *reason = stopped ? t->reason : cdy_rt_NO_TENSOR_OPS;
     int code = stopped ? t->reason_code : (int)CDY_R_NO_TENSOR_OPS;
-    cdy_record_eager(reason, code, file, line, PyUnicode_AsUTF8(co->co_name));
+    record_eager(co, reason, code, file, line);
     if (cdy_log_on("debug"))
         cdy_log("debug", "skipping %s (%s:%d): no tensor ops; [%s] %s",
                 PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
@@ -680,6 +744,25 @@ static int graph_raised(const void *g)
     return hit;
 }
 
+/* Record (once per entry: explain's eager_frames) that entry e's frame of
+ * code co runs again eagerly because its graph raised the pending exception. */
+static void note_rerun(cdy_entry *e, PyCodeObject *co)
+{
+    if (e->rerun_noted) {
+        explain_note(get_extra(co, -1));
+        PyErr_Clear();
+        return;
+    }
+    e->rerun_noted = 1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    char msg[CDY_ERRLEN];
+    snprintf(msg, sizeof(msg), cdy_rt_EAGER_RERUN,
+             et && PyType_Check(et) ? ((PyTypeObject *)et)->tp_name : "?");
+    record_eager(co, msg, CDY_R_EAGER_RERUN, co->co_filename, co->co_firstlineno);
+    PyErr_Restore(et, ev, tb);
+}
+
 /* fn(*args) run eagerly after its compiled graph raised: eager's mutations
  * of the inputs up to the raising op, and eager's exception (or result).
  * The graph's exception is dropped; nested frames run eagerly too. */
@@ -725,12 +808,15 @@ static PyObject *call_shadow(_PyInterpreterFrame *frame, cdy_extra *x, cdy_entry
 static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_extra *x,
                            cdy_entry *e, int throwflag)
 {
-    if (!e->shadow_fn)
+    if (!e->shadow_fn) {
+        explain_note(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
     cdy_graph_failed = NULL;
     PyObject *r = call_shadow(frame, x, e);
     if (r || !graph_raised(e->compiled))
         return r;
+    note_rerun(e, frame->f_code);
     PyErr_Clear();
     cdy_stats.eager_reruns++;
     cdy_tls saved = cdy_tls_state;
@@ -779,8 +865,11 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     if (x->state != CODE_TRACE || frame->prev_instr != _PyCode_CODE(co) - 1 ||
-        frame->owner != FRAME_OWNED_BY_THREAD)
+        frame->owner != FRAME_OWNED_BY_THREAD) {
+        if (x->state == CODE_SKIP && frame->prev_instr == _PyCode_CODE(co) - 1)
+            note_skipped(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
     cdy_stats.frames_seen++;
     PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
     char why[CDY_ERRLEN] = "";
@@ -804,13 +893,13 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
             x->limit_warned = 1;
             char msg[CDY_ERRLEN];
             snprintf(msg, sizeof(msg), cdy_rt_RECOMPILE_LIMIT, why);
-            cdy_record_eager(msg, CDY_R_RECOMPILE_LIMIT, co->co_filename, co->co_firstlineno,
-                             PyUnicode_AsUTF8(co->co_name));
+            record_eager(co, msg, CDY_R_RECOMPILE_LIMIT, co->co_filename, co->co_firstlineno);
             PyObject *r = cdy_py_call("warn_cache_limit", "OOs", (PyObject *)co, co->co_filename, why);
             Py_XDECREF(r);
             if (!r)
                 return NULL;   /* warnings turned into errors */
         }
+        explain_note(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     if (x->nentries > 0) {
@@ -960,8 +1049,10 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     cdy_stats.direct_calls++;
     cdy_graph_failed = NULL;
     *res = run_direct(e, args, fn);
-    if (!*res && graph_raised(e->direct))
+    if (!*res && graph_raised(e->direct)) {
+        note_rerun(e, co);
         *res = rerun_eagerly(o->fn, orig_args, nargsf, kwnames);
+    }
     return 1;
 }
 
@@ -1138,6 +1229,19 @@ PyObject *cdy_frame_reset(void)
     Py_RETURN_NONE;
 }
 
+/* _C.explain_collect(on): True starts collecting the records of the frames
+ * that run eagerly (explain); False stops and returns them (a list). */
+static PyObject *explain_collect(PyObject *self, PyObject *arg)
+{
+    PyObject *prev = explain_seen;
+    explain_seen = NULL;
+    if (PyObject_IsTrue(arg) && !(explain_seen = PyList_New(0))) {
+        Py_XDECREF(prev);
+        return NULL;
+    }
+    return prev ? prev : PyList_New(0);
+}
+
 /* _C.set_skip_prefixes(tuple_of_paths) */
 static PyObject *set_skip_prefixes(PyObject *self, PyObject *arg)
 {
@@ -1160,6 +1264,8 @@ static PyObject *cache_entry_count(PyObject *self, PyObject *arg)
 
 static PyMethodDef frame_methods[] = {
     {"set_skip_prefixes", set_skip_prefixes, METH_O, "paths whose code is never traced"},
+    {"explain_collect", explain_collect, METH_O,
+     "True: collect the records of frames that run eagerly; False: stop, return them"},
     {"cache_entry_count", cache_entry_count, METH_O, "cache entries of a code object"},
     {NULL},
 };

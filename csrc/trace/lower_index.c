@@ -130,10 +130,16 @@ static int li_gather_node(tracer *tr, const cdy_meta *m, const li_gather *gth)
 }
 
 /* The GATHER node described by gth with result meta m, as the call's
- * result; NULL when stopped. */
+ * result; NULL when stopped.  An empty result with indices to check (a source
+ * dim of size 0 elsewhere) is declined, NULL with no stop: a kernel walks the
+ * result's elements and would check none, where eager checks every index, so
+ * torch's own op runs (an extern). */
 static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
                      const li_gather *gth)
 {
+    for (int i = 0; i < gth->k && cdy_meta_numel(m) == 0; i++)
+        if (cdy_meta_numel(&tr->t->graph.values[gth->idx[i]].meta) > 0)
+            return NULL;
     int v = li_gather_node(tr, m, gth);
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
@@ -232,6 +238,8 @@ static tvar *li_one(tracer *tr, const cdy_lower_call *call, const tvar *x, int s
     const cdy_meta xm = li_val(tr, x)->meta;
     if (od >= 0 && m->ndim != xm.ndim - 1 + nd)
         return NULL;
+    if (cdy_meta_numel(m) == 0 && cdy_meta_numel(&li_val(tr, t)->meta) > 0)
+        return NULL;   /* indices to check, no element to walk: see li_node */
     li_plan p = {m, xm.sizes, xm.ndim, sd, od, nd, -1, code, 0};
     if ((p.idx = od < 0 ? t->value : li_index_value(tr, t, m, od)) < 0)
         return NULL;

@@ -724,8 +724,10 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         ;
     else if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    else if (src && guard && src->kind != CDY_SRC_GLOBAL && PyMethod_Check(o) &&
+    else if (src && guard && (src->kind != CDY_SRC_GLOBAL || src->nattrs) && PyMethod_Check(o) &&
              PyFunction_Check(PyMethod_GET_FUNCTION(o))) {
+        /* an attribute read makes a new bound method each time (a global's
+         * attribute too: G['Signature'].from_callable), never the same object */
         if (!(v = wrap_method(tr, o, src, desc)))
             return NULL;
     }

@@ -130,7 +130,10 @@ def record_break(reason, filename, line, fn_name, code="", category=""):
 
 
 def record_eager(reason, filename, line, fn_name, code="", category=""):
-    eager.append(_record(reason, filename, line, fn_name, code, category))
+    """Record a frame that runs eagerly (explain's eager_frames); the record."""
+    r = _record(reason, filename, line, fn_name, code, category)
+    eager.append(r)
+    return r
 
 
 def raise_unsupported(reason, filename, line, code=None):
