@@ -48,173 +48,9 @@ typedef struct {
 
 extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
 
-/* ---- ops -----------------------------------------------------------------
- * X(ENUM, name, nargs, kind)
- * kind: U unary math, B binary arithmetic, C comparison (bool out),
- *       T ternary (where: cond, a, b; clamp: x, lo, hi), E extern: any other torch op, run
- *       through torch at run time (its tensor arguments are in args[]; the
- *       whole call, constants included, is the tracer's pynode),
- *       R reduction: args (input, dims_mask, keepdim), dims_mask a SCALAR int
- *       whose bit d says input dim d is reduced, keepdim a SCALAR bool; the
- *       node's meta is the reduced result (int/bool sum and prod: int64).   */
-#define CDY_OPS(X)                      \
-    X(ADD, "add", 2, 'B')               \
-    X(SUB, "sub", 2, 'B')               \
-    X(MUL, "mul", 2, 'B')               \
-    X(DIV, "div", 2, 'B')               \
-    X(MAXIMUM, "maximum", 2, 'B')       \
-    X(MINIMUM, "minimum", 2, 'B')       \
-    X(NEG, "neg", 1, 'U')               \
-    X(ABS, "abs", 1, 'U')               \
-    X(EXP, "exp", 1, 'U')               \
-    X(LOG, "log", 1, 'U')               \
-    X(SQRT, "sqrt", 1, 'U')             \
-    X(RELU, "relu", 1, 'U')             \
-    X(SIGMOID, "sigmoid", 1, 'U')       \
-    X(TANH, "tanh", 1, 'U')             \
-    X(EQ, "eq", 2, 'C')                 \
-    X(NE, "ne", 2, 'C')                 \
-    X(LT, "lt", 2, 'C')                 \
-    X(LE, "le", 2, 'C')                 \
-    X(GT, "gt", 2, 'C')                 \
-    X(GE, "ge", 2, 'C')                 \
-    X(WHERE, "where", 3, 'T')           \
-    X(DIV_FLOOR, "floor_divide", 2, 'B') \
-    X(DIV_TRUNC, "div_trunc", 2, 'B')   \
-    X(REMAINDER, "remainder", 2, 'B')   \
-    X(FMOD, "fmod", 2, 'B')             \
-    X(POW, "pow", 2, 'B')               \
-    X(SIGN, "sign", 1, 'U')             \
-    X(EXPM1, "expm1", 1, 'U')           \
-    X(LOG1P, "log1p", 1, 'U')           \
-    X(LOG2, "log2", 1, 'U')             \
-    X(LOG10, "log10", 1, 'U')           \
-    X(RSQRT, "rsqrt", 1, 'U')           \
-    X(RECIPROCAL, "reciprocal", 1, 'U') \
-    X(SIN, "sin", 1, 'U')               \
-    X(COS, "cos", 1, 'U')               \
-    X(TAN, "tan", 1, 'U')               \
-    X(ERF, "erf", 1, 'U')               \
-    X(FLOOR, "floor", 1, 'U')           \
-    X(CEIL, "ceil", 1, 'U')             \
-    X(ROUND, "round", 1, 'U')           \
-    X(TRUNC, "trunc", 1, 'U')           \
-    X(LEAKY_RELU, "leaky_relu", 2, 'B') \
-    X(HARDTANH, "hardtanh", 3, 'T')     \
-    X(RELU6, "relu6", 1, 'U')           \
-    X(CLAMP, "clamp", 3, 'T')           \
-    X(CLAMP_MIN, "clamp_min", 2, 'B')   \
-    X(CLAMP_MAX, "clamp_max", 2, 'B')   \
-    X(GELU, "gelu", 2, 'B')             \
-    X(SILU, "silu", 1, 'U')             \
-    X(HARDSWISH, "hardswish", 1, 'U')   \
-    X(HARDSIGMOID, "hardsigmoid", 1, 'U') \
-    X(SOFTPLUS, "softplus", 3, 'T')     \
-    X(MISH, "mish", 1, 'U')             \
-    X(LOGICAL_AND, "logical_and", 2, 'B') \
-    X(LOGICAL_OR, "logical_or", 2, 'B') \
-    X(LOGICAL_XOR, "logical_xor", 2, 'B') \
-    X(LOGICAL_NOT, "logical_not", 1, 'U') \
-    X(BITWISE_AND, "bitwise_and", 2, 'B') \
-    X(BITWISE_OR, "bitwise_or", 2, 'B') \
-    X(BITWISE_XOR, "bitwise_xor", 2, 'B') \
-    X(BITWISE_NOT, "bitwise_not", 1, 'U') \
-    X(ISNAN, "isnan", 1, 'U')           \
-    X(ISINF, "isinf", 1, 'U')           \
-    X(ISFINITE, "isfinite", 1, 'U')     \
-    X(MASKED_FILL, "masked_fill", 3, 'T') \
-    X(CAST, "to", 1, 'U')               \
-    X(TO_FLOAT, "float", 1, 'U')        \
-    X(TO_DOUBLE, "double", 1, 'U')      \
-    X(TO_INT, "int", 1, 'U')            \
-    X(TO_LONG, "long", 1, 'U')          \
-    X(TO_BOOL, "bool", 1, 'U')          \
-    X(TO_BYTE, "byte", 1, 'U')          \
-    X(SUM, "sum", 3, 'R')               \
-    X(MEAN, "mean", 3, 'R')             \
-    X(AMAX, "amax", 3, 'R')             \
-    X(AMIN, "amin", 3, 'R')             \
-    X(PROD, "prod", 3, 'R')             \
-    /* rows: row kernels (kind N: tracer lowerings make them, lower_rows.c): \
-     * softmax and log_softmax: (input, dim);                                 \
-     * layer_norm: (input, weight, bias, eps, trailing dims normalized);      \
-     * group_norm: (input, weight, bias, eps, groups); weight and bias are   \
-     * tensors or SCALARs (absent); the result has the input's sizes and    \
-     * dtype (batch_norm in eval mode is pointwise nodes: lower_rows.c) */    \
-    X(SOFTMAX, "row_softmax", 2, 'N')       \
-    X(LOG_SOFTMAX, "row_log_softmax", 2, 'N') \
-    X(LAYER_NORM, "row_layer_norm", 5, 'N') \
-    X(GROUP_NORM, "row_group_norm", 5, 'N') \
-    /* reduce: argmax/argmin (int64 index, first max/min or first NaN), any/all (bool; uint8 \
-     * for uint8), count_nonzero (int64), var/std (arg 3: correction, float), vector_norm \
-     * (arg 3: the order p, float), logsumexp.  Kind R: args (input, dims_mask, keepdim[, param]). */ \
-    X(ARGMAX, "argmax", 3, 'R')         \
-    X(ARGMIN, "argmin", 3, 'R')         \
-    X(ANY, "any", 3, 'R')               \
-    X(ALL, "all", 3, 'R')               \
-    X(COUNT_NONZERO, "count_nonzero", 3, 'R') \
-    X(VAR, "var", 4, 'R')               \
-    X(STD, "std", 4, 'R')               \
-    X(NORM, "vector_norm", 4, 'R')      \
-    X(LOGSUMEXP, "logsumexp", 3, 'R')   \
-    /* views: kind V, args = the call's tensor args (args[0] the viewed \
-     * tensor); see view_base.  VIEW aliases (a torch view when realized), \
-     * VIEW_COPY is a new tensor (flip, clone) computed by a kernel. */  \
-    X(VIEW, "strided_view", -1, 'V')    \
-    X(VIEW_COPY, "strided_copy", -1, 'V') \
-    /* kind K: args (piece 0..n-1, dim SCALAR int); CAT concatenates \
-     * the pieces along dim, STACK stacks them along new dim dim. */   \
-    X(CAT, "concat_pieces", -1, 'K')    \
-    X(STACK, "stack_pieces", -1, 'K')   \
-    /* PAD: args (input, value SCALAR), view_strides[d] the pad before \
-     * dim d (negative: crop); the pad after is what the size leaves. */ \
-    X(PAD, "pad_constant", -1, 'K')     \
-    /* pool: kind W, windowed ops over the last two (spatial) dims of a 3-D
-     * (C,H,W) or 4-D (N,C,H,W) input; the node's meta (torch's result) gives
-     * the output sizes.  A "pair" is a SCALAR int64 h << 32 | w (h, w >= 0).
-     * max_pool2d(input, kernel, stride, padding, dilation: pairs);
-     * avg_pool2d(input, kernel, stride, padding: pairs, flags: SCALAR int
-     *   divisor_override << 1 | count_include_pad, divisor_override 0: none);
-     * adaptive_avg_pool2d(input), adaptive_max_pool2d(input);
-     * upsample_nearest2d(input, scale_h, scale_w: SCALAR float64 torch's
-     *   scale argument, 0: none (in/out), exact: SCALAR bool nearest-exact). */ \
-    X(MAX_POOL2D, "max_pool2d", 5, 'W') \
-    X(AVG_POOL2D, "avg_pool2d", 5, 'W') \
-    X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 'W') \
-    X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", 1, 'W') \
-    X(UPSAMPLE_NEAREST2D, "upsample_nearest2d", 4, 'W') \
-    /* factory: kind I (index) nodes: no tensor args, any sizes (consumers \
-     * broadcast them); computed per element inside the kernels that read \
-     * them (see csrc/compiler/iota.c).  IOTA (dim SCALAR int): element    \
-     * (i_0, ..) is i_dim, int64; FILL (value SCALAR): every element is    \
-     * value converted to the node's dtype. */                             \
-    X(IOTA, "index_iota", 1, 'I')       \
-    X(FILL, "const_fill", 1, 'I')       \
-    /* index: kind G, a gathered load (embedding, index_select, gather, \
-     * x[idx]): args (idx_0..idx_k-1 tensors, stride_i, size_i, code_i \
-     * SCALAR ints), k <= 2.  Element (o_0, ..) is element view_offset + \
-     * sum_d o_d * view_strides[d] + sum_i j_i * stride_i of view_base's \
-     * buffer, j_i = idx_i at o (broadcast from the right to the result), \
-     * wrapped by size_i when negative if code_i & 16; out of [0, size_i): \
-     * the kernel reports code_i (kind & 15 | dim << 8, see gather.c). */ \
-    X(GATHER, "gather_load", -1, 'G')   \
-    X(EXTERN, "extern", -1, 'E')
-
-typedef enum {
-#define CDY_X(e, n, a, k) CDY_OP_##e,
-    CDY_OPS(CDY_X)
-#undef CDY_X
-    CDY_OP_COUNT,
-    CDY_OP_NONE = -1
-} cdy_op;
-
-typedef struct {
-    const char *name;
-    int nargs;
-    char kind;
-} cdy_op_info;
-
-extern const cdy_op_info cdy_op_table[CDY_OP_COUNT];
+/* ---- ops: THE table is ops/ops.def (one row per op); ops/ops.h expands it
+ * into enum cdy_op (CDY_OP_ADD, ...) and cdy_op_table (name, nargs, kind, ...). */
+#include "ops/ops.h"
 
 /* ---- tensor meta ---------------------------------------------------------- */
 typedef struct {
@@ -265,6 +101,40 @@ typedef struct {
     int noutputs;
     int *outputs;      /* value numbers returned, in order (may be inputs) */
 } cdy_graph;
+
+/* 1 if v is an extern node (kind E: torch runs it at run time). */
+static inline int cdy_value_is_extern(const cdy_value *v)
+{
+    return v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'E';
+}
+
+/* 1 if v is a node aliasing its base (CDY_OPF_ALIAS: a torch view when realized). */
+static inline int cdy_value_is_alias(const cdy_value *v)
+{
+    return v->kind == CDY_VAL_NODE && (cdy_op_table[v->op].flags & CDY_OPF_ALIAS);
+}
+
+/* Make node v a copy (kind V, not aliasing: VIEW_COPY) whose element
+ * (i_0, ..) is element off + sum_d i_d * strides[d] of value base's buffer. */
+static inline void cdy_value_set_copy(cdy_value *v, int base, const int64_t *strides,
+                                      int64_t off)
+{
+    v->op = CDY_OP_VIEW_COPY;
+    v->view_base = base;
+    v->view_offset = off;
+    for (int d = 0; d < CDY_MAX_NDIM; d++)
+        v->view_strides[d] = strides[d];
+}
+
+/* Make node v an extern node over the tensors args[0..n), computing in cdt. */
+static inline void cdy_value_set_extern(cdy_value *v, const int *args, int n, int cdt)
+{
+    v->op = CDY_OP_EXTERN;
+    v->nargs = n;
+    for (int a = 0; a < n; a++)
+        v->args[a] = args[a];
+    v->compute_dtype = cdt;
+}
 
 /* ---- compiler: graph -> C source -> shared object ---------------------------
  * A kernel is a typed C function with one pointer parameter per buffer it

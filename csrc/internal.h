@@ -229,6 +229,9 @@ void cdy_trace_free(cdy_trace *t);
  * (CDY_INJECT_NONE); 0, or -1 for an unknown kind. */
 enum { CDY_INJECT_NONE, CDY_INJECT_STEP, CDY_INJECT_NO_RETURN, CDY_INJECT_GRAPH };
 int cdy_trace_inject(int kind, int op);
+/* Guard t's entry on torch.is_grad_enabled() staying `enabled` (once per
+ * trace: a second call does nothing); 0, or -1 with an error set (no guard added). */
+int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled);
 /* A new runtime/linear.c PackedLinear (linear(x, w, b) with w kept packed;
  * `always`: without timing it against torch's linear first), or NULL (no
  * error set) when this torch has no packed path. */
@@ -236,13 +239,10 @@ PyObject *cdy_packed_linear_new(int always);
 /* Make PackedLinear pl apply relu to its result: 0, or -1 (unchanged) when
  * pl is not a PackedLinear or already applies it. */
 int cdy_packed_linear_set_relu(PyObject *pl);
-/* Fold into each PackedLinear the relu that alone reads its result
- * (trace/lower_linear.c); the number folded.  Never fails. */
-int cdy_rewrite_linear_relu(cdy_trace *t);
-/* Rewrite hand-written attention (matmul, scale, [mask,] softmax, matmul) in
- * t into calls of scaled_dot_product_attention (trace/attention.c); the
- * number rewritten.  Never fails: what it cannot handle stays as traced. */
-int cdy_rewrite_attention(cdy_trace *t);
+/* _C.callable_table(): the torch callables of ops/callables.def as resolved,
+ * a list of (callable, op name or None, meta rule row or -1, builders,
+ * contiguous) (trace/callables.c). */
+PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused);
 /* Readable text of t's graph (new str), for logs, the debug dir and explain. */
 PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 
@@ -294,6 +294,34 @@ extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
 
+/* ---- the compile pipeline (pipeline.c) -------------------------------------- */
+typedef struct {
+    /* in */
+    PyCodeObject *code;      /* the frame's code */
+    int backend;             /* CDY_BACKEND_* */
+    int forced;              /* handed to optimize: compiled even without a tensor op */
+    /* out */
+    int compiles;            /* the trace compiles: no stop, and a tensor op (or forced,
+                                or torch modes on); name and single are set */
+    char name[64];           /* __compiled_fn_N, the global the transformed code calls */
+    int single;              /* the compiled graph returns its one output itself */
+    PyObject *compiled;      /* new reference: the graph's callable; NULL: none (no
+                                outputs) or failed */
+    int threads;             /* the kernels follow torch.get_num_threads(), built for this
+                                many threads (guard it); 0: not */
+    int nthreads;            /* the threads the kernels are built for */
+    int failed;              /* a stage failed: err says which and why */
+    char err[CDY_ERRLEN];
+} cdy_pipe;
+/* Trace the frame of p->code and compile what it traced, stage by stage
+ * (see pipeline.c); 0, or -1 with p->failed and p->err set.  t keeps the
+ * trace (status, reason, guards) for the hook's entry. */
+int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *globals,
+                 PyObject *builtins, PyObject *closure);
+/* The compiler options of cdynamo.config into *opts, strings owned by *cc and
+ * *dir (new references, dropped by the caller); 0, or -1 when not strings. */
+int cdy_pipeline_cc_opts(cdy_cc_opts *opts, PyObject **cc, PyObject **dir);
+
 /* ---- per-call phase timing (cdynamo.overhead_breakdown) -------------------- */
 #define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(result)
 typedef enum {
@@ -344,8 +372,10 @@ PyObject *cdy_config_get(const char *name);
 /* Record a graph break / fallback reason for stats and explain; code is a
  * cdy_reason (trace/reasons.h). */
 void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn);
-/* Record a frame that runs eagerly (explain's eager_frames); code as above. */
-void cdy_record_eager(const char *reason, int code, PyObject *filename, int line, const char *fn);
+/* Record a frame that runs eagerly (explain's eager_frames); code as above; the
+ * record (new ref) or NULL. */
+PyObject *cdy_record_eager(const char *reason, int code, PyObject *filename, int line,
+                           const char *fn);
 
 /* The text of b as a new str (b is emptied), or NULL with an error set. */
 PyObject *cdy_buf_str(cdy_buf *b);

@@ -107,27 +107,30 @@ PyObject *cdy_config_get(const char *name)
 }
 
 /* Call the package's hook (record_break / record_eager) with a frame's
- * reason, its code and category, and the user's FILE:LINE; errors dropped. */
-static void record_frame(const char *hook, const char *reason, int code, PyObject *filename,
-                         int line, const char *fn)
+ * reason, its code and category, and the user's FILE:LINE; what it returns
+ * (new ref), or NULL with errors dropped. */
+static PyObject *record_frame(const char *hook, const char *reason, int code,
+                              PyObject *filename, int line, const char *fn)
 {
     int known = code > 0 && code < CDY_R_COUNT;
     PyObject *r = cdy_py_call(hook, "sOisss", reason, filename, line, fn, cdy_reason_code(code),
                               cdy_reason_cat_name(cdy_reasons[known ? code : 0].cat));
-    Py_XDECREF(r);
     PyErr_Clear();
+    return r;
 }
 
 /* Hand a graph-break reason to the package (explain, stats). */
 void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn)
 {
-    record_frame("record_break", reason, code, filename, line, fn);
+    Py_XDECREF(record_frame("record_break", reason, code, filename, line, fn));
 }
 
-/* Hand a frame that runs eagerly to the package (explain's eager_frames). */
-void cdy_record_eager(const char *reason, int code, PyObject *filename, int line, const char *fn)
+/* Hand a frame that runs eagerly to the package (explain's eager_frames); the
+ * record made (new ref), or NULL. */
+PyObject *cdy_record_eager(const char *reason, int code, PyObject *filename, int line,
+                           const char *fn)
 {
-    record_frame("record_eager", reason, code, filename, line, fn);
+    return record_frame("record_eager", reason, code, filename, line, fn);
 }
 
 /* _C._inject_trace_fault(kind, op=0): see cdy_trace_inject (tests only). */
@@ -208,6 +211,8 @@ static PyMethodDef module_methods[] = {
     {"output_pool_stats", cdy_mempool_py_stats, METH_NOARGS, "the tensor pool's counters"},
     {"clear_output_pool", cdy_mempool_py_clear, METH_NOARGS,
      "free the pool's cached blocks and zero its counters"},
+    {"callable_table", cdy_callables_py_table, METH_NOARGS,
+     "[(callable, op, meta rule row, builders, contiguous)] of ops/callables.def, as resolved"},
     {"start_standby", cdy_py_start_standby, METH_NOARGS,
      "start the compiler for the next build ahead of its source (config.standby_compiler)"},
     {NULL},

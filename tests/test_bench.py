@@ -101,3 +101,31 @@ def test_bench_quick_json(tmp_path):
         assert abs(r["bw_share"]["cdynamo"] - r["gbps"]["cdynamo"] / r["copy_gbps"]) < 1e-2, r
     assert "%copy = cdynamo's GB/s over a 64 MB copy's, measured just before and after" \
         in proc.stdout
+
+
+def test_transformers_group_is_skipped_with_its_reason(monkeypatch):
+    """The transformers group is optional: without transformers each of its rows says why."""
+    from cdynamo import _hf_models, bench   # noqa: PLC0415
+    names = [w.name for w in bench.WORKLOADS if w.kind == "transformers"]
+    assert names == ["hf_bert", "hf_gpt2", "hf_llama", "hf_t5", "hf_vit", "hf_resnet",
+                     "hf_whisper_encoder"]
+    monkeypatch.setattr(_hf_models, "available", lambda: "transformers is not installed")
+    w = next(w for w in bench.WORKLOADS if w.name == "hf_bert")
+    row = bench.run_workload(w, None, None, None, None)
+    assert set(row["error"].values()) == {"skipped: transformers is not installed"}
+    assert row["us"]["eager"] is None and row["ok"]["cdynamo"] is None
+
+
+@needs_c_core
+def test_transformers_group_row(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "cdynamo.bench", "--quick", "--no-inductor", "--no-progress",
+           "--filter", "hf_resnet", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["name"] == "hf_resnet" and row["ok"]["cdynamo"] is True, row["error"]
+    assert row["capture"]["cdynamo"] == {"graphs": 1, "breaks": 0, "recompiles": 0}, row
+    assert "hf_resnet: cdynamo 1 graph(s), 0 break(s), 0 recompile(s)" in proc.stdout

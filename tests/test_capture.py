@@ -279,6 +279,26 @@ def test_map_filter_reduce_sorted_minmax():
     one_graph()
 
 
+def test_itertools_and_sequence_operators():
+    import itertools
+
+    def f(x):
+        t = (None,) + (x, x + 1) + ()
+        rep = [0] * 3 + 2 * [1]
+        a, b = list(itertools.islice(itertools.chain([x + 1, x + 2], [x + 3]), 1, 3))
+        it = iter([1, 2, 3, 4])
+        head = list(itertools.islice(it, 2))
+        flat = list(itertools.chain.from_iterable([[1, 2], [3]]))
+        pairs = list(itertools.product([1, 2], "ab"))
+        combs = list(itertools.combinations((1, 2, 3), 2))
+        dev = torch.device("cpu")
+        return (t[1] + t[2] + a - b, rep, head, next(it), flat, pairs, combs,
+                x.__class__.__name__, str(dev), x.device == dev)
+
+    run(f, X)
+    one_graph()
+
+
 def test_callable_any_all_zip_strict():
     def f(x, fns, flags):
         n = sum(1 for g in fns if callable(g))
@@ -366,6 +386,24 @@ def test_wraps_decorated_function_and_its_attributes():
     def f(x):
         n = len(decorated.__name__)
         return decorated(x) + decorated.__wrapped__(x) + n
+
+    run(f, X)
+    one_graph()
+
+
+def test_wraps_applied_in_the_frame():
+    def f(x):
+        def deco(fn):
+            @functools.wraps(fn)
+            def inner(*a):
+                return fn(*a) + 1
+            return inner
+
+        def g(y):
+            return y * 2
+        h = deco(g)
+        setattr(h, "tag", 3)
+        return h(x) + len(h.__name__) + (h.__wrapped__ is g) + h.tag + hasattr(h, "nope")
 
     run(f, X)
     one_graph()
@@ -526,6 +564,38 @@ def test_object_stored_into_an_argument_keeps_identity():
     h = Holder()
     got = cdynamo.optimize(f)(X, h)
     assert got is h.last
+    one_graph()
+
+
+def test_delattr_and_class_keyed_dict():
+    import typing
+    table = {int: 2, typing.Union: 3, "s": 4}
+
+    def f(x):
+        o = Out(x)
+        o.tmp = 5
+        n = o.tmp
+        delattr(o, "tmp")
+        del o.n
+        return x * table.get(int) + table.get(typing.Union) + n + hasattr(o, "tmp") + hasattr(o, "n")
+
+    run(f, X)
+    one_graph()
+
+
+class Factory:
+    scale = 3
+
+    @classmethod
+    def make(cls, k):
+        return cls.scale * k
+
+
+def test_classmethod_read_from_its_class_does_not_recompile():
+    def f(x):
+        return x * Factory.make(2)   # a new bound method at each read: not guarded by identity
+
+    run(f, X, calls=3)
     one_graph()
 
 

@@ -64,6 +64,51 @@ def test_fuzz_oracle_catches_differences():
     assert fuzz.check_program(src, {"family": "views"}) == ("ok", "")
 
 
+def test_fuzz_oracle_zero_signs_and_reference():
+    """The zero sign is compared except in programs with ops whose zero sign eager
+    leaves to the element's loop path (maximum / minimum / amax / amin, clamp with
+    tensor bounds); the reference of a program casting to float32 computes in float64."""
+    import torch
+    e, c = torch.tensor([-0.0, 1.0]), torch.tensor([0.0, 1.0])
+    with pytest.raises(fuzz.Mismatch, match="values"):
+        fuzz.compare_results(e, c)
+    for text, free in [("t0 = torch.maximum(a0, a1)", True), ("t0 = a0.amin(1)", True),
+                       ("t0 = torch.clamp(a0, t1, t2)", True), ("t0 = a1.clamp_min(t0)", True),
+                       ("t0 = torch.clamp(a0, min=0.5)", False), ("t0 = torch.max(a0, 1)", False),
+                       ("t0 = torch.fmax(a0, a1)", False), ("t0 = a0.relu()", False)]:
+        assert bool(fuzz._ZERO_SIGN_OPS.search(text)) is free, text
+    fuzz._ZERO_SIGN_FREE[0] = True
+    try:
+        fuzz.compare_results(e, c)
+    finally:
+        fuzz._ZERO_SIGN_FREE[0] = False
+    src = "import torch\n\n\ndef f(a0):\n    return a0.float().sum() + a0.to(torch.float32)[0]\n"
+    f = fuzz._precise_f(src, None)
+    x = torch.tensor([2147483646, -2, -2147483647], dtype=torch.int32)
+    assert f(x).dtype == torch.float64 and f(x).item() == -3.0 + 2147483646
+
+
+def test_fuzz_oracle_accepts_either_layout_of_eager():
+    """An element where eager's vectorized loop and its scalar one disagree
+    (torch.remainder(1.0, 5e-324): NaN in the vector body, 0.0 in the tail and in a
+    strided loop) may be either value; elsewhere values still count."""
+    import torch
+    src = fuzz_gen.PRELUDE + (
+        "\n\ndef make_inputs():\n    return [torch.ones(37, dtype=torch.float64)]\n\n\n"
+        "def f(a0):\n    return torch.remainder(a0, 5e-324) + a0\n")
+    ns = {}
+    exec(src, ns)
+    exp = ns["f"](*ns["make_inputs"]())
+    alt = fuzz._eager_other_layout(ns["f"], ns["make_inputs"], {})
+    assert exp.isnan().any() and not alt.isnan().any()
+    good = torch.ones(37, dtype=torch.float64)
+    fuzz.compare_results(fuzz._either(exp, alt, good), good)
+    bad = good.clone()
+    bad[36] = 2.0               # the tail, where eager's two layouts agree
+    with pytest.raises(fuzz.Mismatch, match="values"):
+        fuzz.compare_results(fuzz._either(exp, alt, bad), bad)
+
+
 def _regressions():
     params = []
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz_regressions", "case_*.py"))):

@@ -243,3 +243,217 @@ def test_result_that_is_the_input_is_the_input(name, shape):
         assert all((a is p) == (b is q) for p, q in zip(es[:i], cs[:i]))
         assert torch.equal(a, b)
     assert torch.equal(xe, xc)
+
+
+# ---- index ops with an empty result still check their indices ----------------
+
+INDEX_EMPTY = {
+    "index_select_unused": lambda x, i: (x.index_select(0, i), i)[1],   # exc_4b591600fc
+    "index_select": lambda x, i: x.index_select(0, i),
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x),
+    "getitem": lambda x, i: x[i],
+    "gather": lambda x, i: torch.gather(x, 0, i[:, None].expand(2, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_EMPTY))
+@pytest.mark.parametrize("idx", [[1, 4], [1, 2], [-1, 0]])
+def test_index_into_empty_source_checks_indices(name, idx):
+    f = INDEX_EMPTY[name]
+    for x in (torch.randn(0, 3).permute(1, 0), torch.randn(3, 0)):
+        i = torch.tensor(idx)
+        out = []
+        for run in (f, cdynamo.optimize(f)):
+            try:
+                out.append(run(x, i))
+            except Exception as e:  # noqa: BLE001 - compared below
+                out.append(e)
+        e, c = out
+        assert type(e) is type(c), (e, c)
+        if isinstance(e, Exception):
+            assert str(e) == str(c)
+        else:
+            assert (e.shape, e.stride()) == (c.shape, c.stride())
+
+
+# ---- signed zeros, infinities and NaNs of unary ops ---------------------------
+
+UNARY_SPECIAL = ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "sin", "cos",
+                 "floor", "ceil", "round", "trunc", "frac", "sign", "reciprocal", "rsqrt",
+                 "expm1", "log1p", "log2", "erf", "square", "sgn", "exp2", "atan", "tan",
+                 "F.gelu", "F.silu", "F.softplus", "F.elu", "F.hardtanh", "F.relu6",
+                 "F.hardsigmoid", "F.hardswish", "F.mish", "F.leaky_relu"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", UNARY_SPECIAL)
+def test_unary_special_values_as_eager(name, dtype):
+    """Where eager gives +-0, +-inf or NaN, compiled gives the same (the sign of
+    a zero included: erf(-0.0) was +0.0 in the vectorized float32 erf)."""
+    mod = torch.nn.functional if name.startswith("F.") else torch
+    g = getattr(mod, name.split(".")[-1])
+    f = lambda x: g(x)  # noqa: E731
+    vals = [-0.0, 0.0, -1e-40, 1e-40, -1e-30, 1e-30, -1e-310, math.inf, -math.inf, math.nan,
+            -2.5, 0.5, 88.0, -104.0, 1e30]
+    x = torch.tensor(vals * 3, dtype=dtype)
+    e, c = f(x), cdynamo.optimize(f)(x)
+    assert torch.equal(e.isnan(), c.isnan())
+    special = (e == 0) | e.isinf()
+    assert torch.equal(e[special], c[special]), (x[special], e[special], c[special])
+    assert torch.equal(e[e == 0].signbit(), c[e == 0].signbit()), (x[e == 0], c[e == 0])
+    fin = torch.isfinite(e) & ~special
+    torch.testing.assert_close(c[fin], e[fin], rtol=1e-5, atol=1e-30)
+
+
+# ---- an index (iota) of size 1 broadcast into a larger iteration space ---------
+
+BROADCAST_IOTA = {
+    "finding_36d1014802": lambda a0: ((a0 + torch.eye(1)) / 2 - torch.tensor([1.0, 2.0])) * 2,
+    "arange1": lambda x: x + torch.arange(1),
+    "eye1": lambda x: x * torch.eye(1),
+    "arange1_3d": lambda x: x + torch.arange(1).view(1, 1, 1),
+    "mixed": lambda x: x + torch.arange(3).view(3, 1) + torch.arange(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROADCAST_IOTA))
+def test_size1_index_broadcasts_as_zero(name):
+    f = BROADCAST_IOTA[name]
+    x = torch.tensor([-7], dtype=torch.int8) if name.startswith("finding") else torch.randn(3, 4)
+    _assert_bitwise(f, x)
+
+
+# ---- explain accounts for every frame that ran eagerly -------------------------
+
+def _rerun_fn(x, d):
+    x.mul_(2)
+    return x // d
+
+
+def test_explain_lists_an_eager_rerun():
+    """A frame whose compiled graph raised runs again eagerly (eager's exception and
+    inputs): explain's eager_frames name it (EAGER_RERUN), once per cache entry, by
+    the transformed code and by a direct call alike."""
+    from cdynamo import _support
+    x, d = torch.arange(4), torch.tensor([1, 0, 1, 1])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cdynamo.explain(_rerun_fn)(x.clone(), d)
+    reruns = [b for b in _support.eager if b["code"] == "EAGER_RERUN"]
+    assert [b["function"] for b in reruns] == ["_rerun_fn"], _support.eager
+    assert "raised RuntimeError" in reruns[0]["reason"], reruns
+    cdynamo.reset()
+    opt = cdynamo.optimize(_rerun_fn)
+    assert torch.equal(opt(x.clone(), torch.ones(4, dtype=torch.long)), x * 2)
+    for _ in range(3):                      # direct calls of the cached entry
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            opt(x.clone(), d)
+    assert cdynamo.stats()["eager_reruns"] == 3
+    assert [b["code"] for b in _support.eager] == ["EAGER_RERUN"]
+
+
+def _helper_no_tensor(n):
+    return n * 2 + 1
+
+
+def _helper_prints(x):
+    print("", end="")
+    return x + 1
+
+
+def _explained(x):
+    y = x * 2
+    k = _helper_no_tensor(3)
+    z = _helper_prints(y)
+    return z + sum(i for i in range(k)) + y
+
+
+def test_explain_lists_every_eager_frame_on_every_call():
+    """Each call's explain names every frame that ran eagerly: the first call's
+    records, and on later calls (nothing new recorded) the frames that run eagerly
+    for a reason recorded before (a break, no tensor ops, a generator expression),
+    with the function's place (frame_location) beside the stop's (location)."""
+    x = torch.randn(3)
+    for call in range(3):
+        e = cdynamo.explain(_explained)(x)
+        assert_close = torch.testing.assert_close
+        assert_close(e.out, _explained(x))
+        got = {(b.function, b.code) for b in e.eager_frames}
+        assert {("_explained", "PRINT"), ("_helper_prints", "PRINT"),
+                ("_helper_no_tensor", "NO_TENSOR_OPS"), ("<genexpr>", "GENERATOR_CODE")} <= got, \
+            (call, got)
+        where = {b.function: b.get("frame_location") for b in e.eager_frames}
+        assert where["_helper_prints"].endswith(
+            f"test_issue28_fuzz.py:{_helper_prints.__code__.co_firstlineno}")
+
+
+# ---- a bound method read from a global's attribute ----------------------------
+
+class _Scaler:
+    factor = 3
+
+    @classmethod
+    def scale(cls, x):
+        return x * cls.factor
+
+    def shift(self, x):
+        return x + 1
+
+
+_scaler = _Scaler()
+
+
+def _uses_bound_methods(x):
+    return _Scaler.scale(x) + _scaler.shift(x)
+
+
+def test_bound_method_of_a_global_does_not_recompile_each_call():
+    """Reading _Scaler.scale makes a new bound method object each time: guarded by its
+    function and self, not by identity (transformers' BertModel recompiled 5 frames
+    on every call over inspect.Signature.from_callable)."""
+    f = cdynamo.optimize(_uses_bound_methods)
+    x = torch.randn(4)
+    for _ in range(4):
+        torch.testing.assert_close(f(x), _uses_bound_methods(x))
+    assert cdynamo.stats()["recompiles"] == 0 and cdynamo.stats()["frames_compiled"] == 1
+    _Scaler.factor = 5                     # what the code depends on still recompiles
+    try:
+        torch.testing.assert_close(f(x), _uses_bound_methods(x))
+    finally:
+        _Scaler.factor = 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("op", ["layer_norm", "group_norm"])
+def test_norm_zero_signs_as_eager(op, affine, dtype):
+    """Rows of signed zeros (x % x, a row of length 1): eager's layer_norm adds its
+    absent bias (+0), so a zero result is +0; group_norm without affine keeps -0
+    (fuzz seed 9102: special_wrong_0f2d08519f, views_wrong_50e10c500c)."""
+    x = torch.tensor([[-0.0, 0.0, -0.0, -0.0], [-3.0, 3.0, -0.0, 1.0], [-0.0, -0.0, -0.0, -0.0]],
+                     dtype=dtype)
+    x = torch.cat([x, torch.randn(3, 4, dtype=dtype) % 1e-30]).view(6, 2, 2)
+    w = torch.tensor([-1.0, 2.0], dtype=dtype) if affine in ("weight", "both") else None
+    b = torch.tensor([0.0, -0.0], dtype=dtype) if affine in ("bias", "both") else None
+    if op == "layer_norm":
+        fs = [lambda x: torch.nn.functional.layer_norm(x, (2,), w, b),
+              lambda x: torch.nn.functional.layer_norm(x.view(6, 4, 1), (1,))]
+    else:
+        fs = [lambda x: torch.nn.functional.group_norm(x, 1, w, b),
+              lambda x: torch.nn.functional.group_norm(x, 2, w, b)]
+    for f in fs:
+        cdynamo.reset()
+        _assert_close_nan(f, x)
+        e, c = f(x), cdynamo.optimize(f)(x)
+        assert torch.equal(e[e == 0].signbit(), c[e == 0].signbit()), (e, c)
+
+
+def test_gcc12_slp_crash_compiles():
+    """GCC 12's SLP vectorizer segfaults on this kernel (an int64 max over an
+    expanded (3, 2) input: a size-2 simd reduction in a loop of 3, -O3
+    -march=native -fwrapv); the build is retried at -O2, no fallback (fuzz seed 9103,
+    special#451)."""
+    def f(a0):
+        return torch.logsumexp(a0.max(), 0, keepdim=True).softmax(-1), a0.amax()
+    a0 = torch.tensor([[-9223372036854775808, 5]]).expand(3, 2)
+    torch.testing.assert_close(cdynamo.optimize(f)(a0), f(a0))
+    assert cdynamo.stats()["fallbacks"] == 0 and cdynamo.stats()["frames_compiled"] == 1

@@ -90,6 +90,18 @@ def test_graph_breaks_log(tmp_path):
     assert "[PRINT] " in body[0]
 
 
+def test_stages_log(tmp_path):
+    """CDYNAMO_LOGS=stages: the graph after each pass of the pipeline (pipeline.c), in
+    order, then the kernels after scheduling; only for the frame that compiles."""
+    body = topic_lines(run("stages", tmp_path), "stages")
+    text = "\n".join(body)
+    heads = [l.split(": ", 1)[1] for l in body if l.startswith("__compiled_fn_")]
+    assert heads == ["graph after pack_linear (0 rewrites):", "graph after channels_last "
+                     "(0 rewrites):", "graph after attention (0 rewrites):",
+                     "graph after linear_relu (0 rewrites):", "kernels after scheduling:"], heads
+    assert "relu(" in text and "kernel_0:" in text and "fuses:" in text
+
+
 def test_all_topics_and_unknown(tmp_path):
     lines = run("all", tmp_path)
     topics = {m.group(1) for l in lines for m in [re.match(r"\[cdynamo:(\w+)\] ", l)] if m}

@@ -354,7 +354,7 @@ def test_bench_quick_settings():
     names = [w.name for w in bench.select_workloads(None, quick=True)]
     assert names == list(bench.QUICK) and len(names) == 5
     # --filter still picks others under --quick
-    assert [w.name for w in bench.select_workloads(["t5"], quick=True)] == ["t5_small"]
+    assert [w.name for w in bench.select_workloads(["t5"], quick=True)] == ["t5_small", "hf_t5"]
 
 
 def test_host_speed_line_warns_only_when_speed_moved():

@@ -291,6 +291,23 @@ def test_parametrized_activation(case, dtype):
         assert_lowered(graph, name)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("spelling", ["F", "method", "module", "negative_lambd"])
+def test_hardshrink(spelling, dtype):
+    """hardshrink (one row of ops.def): torch's, F's, the method and nn.Hardshrink are
+    lowered for floats, exactly eager's (the bounds, -0.0, inf, NaN); the dtypes eager
+    rejects raise as eager does."""
+    fn = {"F": lambda x: F.hardshrink(x),
+          "method": lambda x: x.hardshrink(lambd=2.5) * 2,
+          "module": torch.nn.Hardshrink(0.5),
+          "negative_lambd": lambda x: torch.hardshrink(x, -1.0)}[spelling]
+    graph = run_both(fn, make(dtype), transcendental=False)
+    if dtype.is_floating_point:
+        assert_lowered(graph, "hardshrink")
+    else:
+        assert graph is None   # eager: "hardshrink_cpu" not implemented for the dtype
+
+
 def test_clamp_nan_propagates():
     x = torch.tensor([float("nan"), 1.0, -5.0, 5.0, float("inf"), float("-inf")])
     assert_lowered(run_both(lambda x: torch.clamp(x, -1, 1), x, transcendental=False), "clamp")

@@ -86,7 +86,10 @@ def dtype_pool(rng):
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "sin", "cos", "floor",
          "ceil", "round", "trunc", "frac", "sign", "reciprocal", "rsqrt", "expm1", "log1p",
          "log2", "erf", "square", "bitwise_not", "logical_not", "isnan", "isinf", "isfinite",
-         "signbit", "sgn", "exp2", "atan", "positive", "nan_to_num"]
+         "signbit", "sgn", "exp2", "atan", "positive", "nan_to_num", "sinh", "cosh", "asin",
+         "acos", "asinh", "atanh", "erfc", "erfinv", "lgamma", "digamma", "sinc", "deg2rad",
+         "logit", "i0", "log10", "fix", "negative", "absolute", "conj_physical", "isneginf",
+         "isposinf", "rad2deg"]
 FUNARY = ["F.gelu({x})", "F.gelu({x}, approximate='tanh')", "F.silu({x})", "F.softplus({x})",
           "F.elu({x})", "F.leaky_relu({x}, 0.1)", "F.hardtanh({x})", "F.relu6({x})",
           "F.hardsigmoid({x})", "F.hardswish({x})", "F.mish({x})", "F.logsigmoid({x})",
@@ -95,7 +98,8 @@ BINARY = ["add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder"
           "maximum", "minimum", "fmax", "fmin", "atan2", "copysign", "bitwise_and",
           "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
           "logical_and", "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge",
-          "hypot", "xlogy"]
+          "hypot", "xlogy", "logaddexp", "logaddexp2", "heaviside", "nextafter", "float_power",
+          "ldexp"]
 OPERATORS = ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^", "<<", ">>", "==", "!=", "<",
              "<=", ">", ">="]
 SCALARS = ["2", "-3", "0", "1", "7", "0.5", "-1.25", "3.0", "1e3", "True", "False", "-0.0"]
@@ -435,6 +439,10 @@ def op_reduction(b, x):
         f"{x}.std({d}, unbiased=False)", f"torch.var_mean({x}, {ds})", f"torch.std_mean({x})",
         f"{x}.any()", f"{x}.all({d})", f"torch.any({x}, dim={d}, keepdim={kd})",
         f"torch.logsumexp({x}, {ds}, keepdim={kd})", f"{x}.norm()", f"{x}.norm(p=1, dim={d})",
+        f"{x}.sort({d})[0]", f"torch.sort({x}, {d}, descending=True, stable=True)[1]",
+        f"{x}.median()", f"torch.median({x}, {d})[0]", f"{x}.nanmedian({d}).values",
+        f"torch.topk({x}, {min(2, v.shape[d]) if v.dim() else 1}, {d})[0]",
+        f"torch.kthvalue({x}, 1, {d})[0]", f"{x}.msort()",
         f"torch.linalg.vector_norm({x}, ord={r.choice(['2', '1', 'inf', '-inf', '0', '3'])}, dim={ds})",
         f"torch.count_nonzero({x}, {d})", f"{x}.nansum({ds})", f"{x}.nanmean()",
         f"torch.aminmax({x}, dim={d})", f"torch.aminmax({x})",

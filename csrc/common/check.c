@@ -35,7 +35,7 @@ static int node_check(const cdy_graph *g, int v, char *err, size_t errlen)
     if (cdy_op_table[x->op].kind == 'V' &&
         (x->view_base < 0 || x->view_base >= v ||
          (g->values[x->view_base].kind == CDY_VAL_NODE &&
-          g->values[x->view_base].op == CDY_OP_VIEW))) {
+          cdy_value_is_alias(&g->values[x->view_base])))) {
         snprintf(err, errlen, "value %d (%s): bad view base %d", v, cdy_op_table[x->op].name,
                  x->view_base);
         return -1;

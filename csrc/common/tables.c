@@ -1,4 +1,4 @@
-/* tables.c - the dtype and op tables, expanded from the X-macros in cdynamo.h. */
+/* tables.c - the dtype table (cdynamo.h's X-macro) and the op table (ops/ops.def). */
 #include "cdynamo.h"
 
 const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT] = {
@@ -8,10 +8,28 @@ const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT] = {
 };
 
 const cdy_op_info cdy_op_table[CDY_OP_COUNT] = {
-#define CDY_X(e, n, a, k) {n, a, k},
-    CDY_OPS(CDY_X)
-#undef CDY_X
+#define CDY_PW(E, name, n, kind, flags, rule, to, sig, check, tf, ti, tb, tn, grad) \
+    [CDY_OP_##E] = {name, n, kind, rule, CDY_DT_##to, (flags), CDY_OP_NONE, grad},
+#define CDY_RED(E, name, n, flags, rule, sig, check, vf, vi, pair, grad) \
+    [CDY_OP_##E] = {name, n, 'R', rule, CDY_DT_NONE, (flags), CDY_OP_##pair, grad},
+#define CDY_NODE(E, name, n, kind, flags, grad) \
+    [CDY_OP_##E] = {name, n, kind, 0, CDY_DT_NONE, (flags), CDY_OP_NONE, grad},
+#include "ops/ops.def"
 };
+
+/* The result dtype of reduction op over input dtype idt (ops.def's rule
+ * column), or CDY_DT_NONE when the op does not take that input. */
+int cdy_op_reduce_dtype(int op, int idt)
+{
+    int flt = cdy_dtype_table[idt].is_float;
+    switch (cdy_op_table[op].rule) {
+    case 'I': return flt ? idt : CDY_DT_INT64;
+    case 'B': return idt == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
+    case 'L': return CDY_DT_INT64;
+    case 'F': return flt ? idt : CDY_DT_NONE;
+    default: return idt;
+    }
+}
 
 /* Number of elements of a tensor with meta m (1 for 0-d). */
 int64_t cdy_meta_numel(const cdy_meta *m)
@@ -32,4 +50,13 @@ int cdy_meta_contiguous(const cdy_meta *m)
         st *= m->sizes[d];
     }
     return 1;
+}
+
+/* The reduction whose pair (first pass) is op (ARGMAX for AMAX), or CDY_OP_NONE. */
+int cdy_op_paired(int op)
+{
+    for (int p = 0; p < CDY_OP_COUNT; p++)
+        if (cdy_op_table[p].pair == op && op != CDY_OP_NONE)
+            return p;
+    return CDY_OP_NONE;
 }

@@ -114,6 +114,8 @@ int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v);
  * VIEW_COPY is a kernel output. */
 int cg_is_view(const cdy_graph *g, int v);
 int cg_view_is_alias(const cdy_graph *g, int v);
+/* Make copy node v (VIEW_COPY) an aliasing VIEW of its base. */
+void cg_view_make_alias(cdy_graph *g, int v);
 /* 1 if b is a tensor value earlier than v and not an aliasing VIEW (a base
  * that kinds V and G read from its own buffer). */
 int cg_base_is_earlier_tensor(const cdy_graph *g, int v, int b);

@@ -17,151 +17,19 @@
 
 #include "compiler/cg.h"
 
-/* clamp(x, lo, hi) and hardtanh as ATen's CPU kernels compute them: a NaN
- * bound makes every element a (positive) NaN, as the fill in clamp_out does;
- * else max(x, lo) then min(., hi), each keeping x unless x is strictly beyond
- * the bound (so -0.0 stays -0.0, x's NaN keeps its payload, and hi wins when
- * lo > hi).  clamp_min / clamp_max with a NaN bound fill with that NaN. */
-#define CG_CLAMP_FLOAT                                                       \
-    "$1 != $1 || $2 != $2 ? ($T)NAN : $0 != $0 ? $0 : "                      \
-    "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)"
-#define CG_CLAMP_INT "($0 < $1 ? $1 : $0) > $2 ? $2 : ($0 < $1 ? $1 : $0)"
-
-/* C expression templates, one per op and kind of compute dtype:
- * X(op, float, integer, bool).  $0 $1 $2 are the (already cast) args,
- * $f is "f" for float32 math functions and "" for float64, $T the compute
- * C type, $v "cdy_v" for float32 (the vectorizable math of the prologue:
- * cdy_vexpf, ...) and "" for float64 (libm).  Scalar parameters (a slope, a
- * clamp bound, gelu's mode) are literals, so GCC folds the tests on them.
- * NULL: no such op in that dtype (torch rejects it or promotes). */
-#define CG_OP_TEMPLATES(X)                                                   \
-    X(ADD, "$0 + $1", "$0 + $1", "$0 + $1")                                  \
-    X(SUB, "$0 - $1", "$0 - $1", NULL)                                       \
-    X(MUL, "$0 * $1", "$0 * $1", "$0 * $1")                                  \
-    X(DIV, "$0 / $1", NULL, NULL)                                            \
-    X(MAXIMUM, "$0 != $0 ? $0 : $1 != $1 ? $1 : $0 > $1 ? $0 : $1",          \
-      "$0 > $1 ? $0 : $1", "$0 > $1 ? $0 : $1")                              \
-    X(MINIMUM, "$0 != $0 ? $0 : $1 != $1 ? $1 : $0 < $1 ? $0 : $1",          \
-      "$0 < $1 ? $0 : $1", "$0 < $1 ? $0 : $1")                              \
-    X(NEG, "-$0", "-$0", NULL)                                               \
-    X(ABS, "fabs$f($0)", "$0 < 0 ? -$0 : $0", "$0")                          \
-    X(EXP, "$vexp$f($0)", NULL, NULL)                                        \
-    X(LOG, "$vlog$f($0)", NULL, NULL)                                        \
-    X(SQRT, "sqrt$f($0)", NULL, NULL)                                        \
-    X(RELU, "$0 < 0 ? 0 : $0", "$0 < 0 ? 0 : $0", "$0")                      \
-    X(SIGMOID, "($T)1 / (($T)1 + $vexp_norm$f(-$0))", NULL, NULL)            \
-    X(TANH, "$vtanh$f($0)", NULL, NULL)                                      \
-    X(EQ, "$0 == $1", "$0 == $1", "$0 == $1")                                \
-    X(NE, "$0 != $1", "$0 != $1", "$0 != $1")                                \
-    X(LT, "$0 < $1", "$0 < $1", "$0 < $1")                                   \
-    X(LE, "$0 <= $1", "$0 <= $1", "$0 <= $1")                                \
-    X(GT, "$0 > $1", "$0 > $1", "$0 > $1")                                   \
-    X(GE, "$0 >= $1", "$0 >= $1", "$0 >= $1")                                \
-    X(WHERE, "$0 ? $1 : $2", "$0 ? $1 : $2", "$0 ? $1 : $2")                 \
-    X(DIV_FLOOR, "cdy_floordiv$f($0, $1)",                                   \
-      "($T)cdy_ifloordiv((int64_t)$0, (int64_t)$1)", NULL)                   \
-    X(DIV_TRUNC, "trunc$f($0 / $1)", "($T)cdy_itruncdiv((int64_t)$0, (int64_t)$1)", NULL) \
-    X(REMAINDER, "cdy_remainder$f($0, $1)",                                  \
-      "($T)cdy_iremainder((int64_t)$0, (int64_t)$1)", NULL)                  \
-    X(FMOD, "fmod$f($0, $1)", "($T)cdy_ifmod((int64_t)$0, (int64_t)$1)", NULL) \
-    X(POW, "pow$f($0, $1)", "($T)cdy_ipow((int64_t)$0, (int64_t)$1)", NULL)  \
-    X(SIGN, "($T)(($0 > 0) - ($0 < 0))", "($0 > 0) - ($0 < 0)", "$0")        \
-    X(EXPM1, "expm1$f($0)", NULL, NULL)                                      \
-    X(LOG1P, "log1p$f($0)", NULL, NULL)                                      \
-    X(LOG2, "log2$f($0)", NULL, NULL)                                        \
-    X(LOG10, "log10$f($0)", NULL, NULL)                                      \
-    X(RSQRT, "($T)1 / sqrt$f($0)", NULL, NULL)                               \
-    X(RECIPROCAL, "($T)1 / $0", NULL, NULL)                                  \
-    X(SIN, "sin$f($0)", NULL, NULL)                                          \
-    X(COS, "cos$f($0)", NULL, NULL)                                          \
-    X(TAN, "tan$f($0)", NULL, NULL)                                          \
-    X(ERF, "$verf$f($0)", NULL, NULL)                                        \
-    X(FLOOR, "floor$f($0)", "$0", NULL)                                      \
-    X(CEIL, "ceil$f($0)", "$0", NULL)                                        \
-    X(ROUND, "nearbyint$f($0)", "$0", NULL)                                  \
-    X(TRUNC, "trunc$f($0)", "$0", NULL)                                      \
-    X(LEAKY_RELU, "$0 > 0 ? $0 : $0 * $1", NULL, NULL)                       \
-    X(HARDTANH, CG_CLAMP_FLOAT, CG_CLAMP_INT, NULL)                          \
-    X(RELU6, "$0 != $0 ? $0 : $0 < 0 ? 0 : $0 > 6 ? 6 : $0",                 \
-      "$0 < 0 ? 0 : $0 > 6 ? 6 : $0", NULL)                                  \
-    X(CLAMP, CG_CLAMP_FLOAT, CG_CLAMP_INT, NULL)                             \
-    X(CLAMP_MIN, "$1 != $1 ? $1 : $0 != $0 ? $0 : $0 < $1 ? $1 : $0", "$0 < $1 ? $1 : $0", NULL) \
-    X(CLAMP_MAX, "$1 != $1 ? $1 : $0 != $0 ? $0 : $0 > $1 ? $1 : $0", "$0 > $1 ? $1 : $0", NULL) \
-    X(GELU, "$1 == 0 ? $vgelu_exact$f($0)" \
-      " : ($T)0.5 * $0 * (($T)1 + $vtanh$f(($T)0.79788456080286535588 * "   \
-      "($0 + ($T)0.044715 * ($0 * $0 * $0))))", NULL, NULL)                  \
-    X(SILU, "$0 / (($T)1 + $vexp_norm$f(-$0))", NULL, NULL)                  \
-    X(HARDSWISH, "$0 * ($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
-    X(HARDSIGMOID, "($0 + 3 < 0 ? ($T)0 : $0 + 3 > 6 ? ($T)6 : $0 + 3) / 6", NULL, NULL) \
-    X(SOFTPLUS, "$0 * $1 > $2 ? $0 : log1p$f($vexp$f($0 * $1)) / $1", NULL, NULL) \
-    X(MISH, "$0 * $vtanh$f(log1p$f($vexp$f($0)))", NULL, NULL)               \
-    X(LOGICAL_AND, NULL, NULL, "$0 && $1")                                   \
-    X(LOGICAL_OR, NULL, NULL, "$0 || $1")                                    \
-    X(LOGICAL_XOR, NULL, NULL, "$0 != $1")                                   \
-    X(LOGICAL_NOT, NULL, NULL, "!$0")                                        \
-    X(BITWISE_AND, NULL, "$0 & $1", "$0 & $1")                               \
-    X(BITWISE_OR, NULL, "$0 | $1", "$0 | $1")                                \
-    X(BITWISE_XOR, NULL, "$0 ^ $1", "$0 ^ $1")                               \
-    X(BITWISE_NOT, NULL, "~$0", "!$0")                                       \
-    X(ISNAN, "$0 != $0", "0", "0")                                           \
-    X(ISINF, "fabs$f($0) == ($T)INFINITY", "0", "0")                         \
-    X(ISFINITE, "fabs$f($0) < ($T)INFINITY", "1", "1")                       \
-    X(MASKED_FILL, "$1 ? $2 : $0", "$1 ? $2 : $0", "$1 ? $2 : $0")           \
-    X(CAST, "$0", "$0", "$0")                                                \
-    X(TO_FLOAT, "$0", "$0", "$0")                                            \
-    X(TO_DOUBLE, "$0", "$0", "$0")                                           \
-    X(TO_INT, "$0", "$0", "$0")                                              \
-    X(TO_LONG, "$0", "$0", "$0")                                             \
-    X(TO_BOOL, "$0", "$0", "$0")                                             \
-    X(TO_BYTE, "$0", "$0", "$0")                                             \
-    X(EXTERN, NULL, NULL, NULL)
-
-/* pow with a scalar exponent: torch's special cases (x*x, sqrt, ...), folded
- * by GCC since $1 is a literal; float template only. */
-#define CG_POW_SCALAR_TEMPLATE                                               \
-    "$1 == 2 ? $0 * $0 : $1 == 3 ? $0 * $0 * $0 : $1 == -2 ? ($T)1 / ($0 * $0) : " \
-    "$1 == ($T)0.5 ? sqrt$f($0) : $1 == ($T)-0.5 ? ($T)1 / sqrt$f($0) : "   \
-    "$1 == -1 ? ($T)1 / $0 : pow$f($0, $1)"
-
-/* Ops that do not compute in their output dtype, or read a mask:
- * X(op, compute, mask arg).  compute 'a': in the dtype of arg 0 (tests such
- * as isnan, and casts: the conversion to the output dtype follows); 'o': the
- * node's compute dtype.  mask arg: index of an arg read as bool, -1 none. */
-#define CG_OP_RULES(X)                                                       \
-    X(WHERE, 'o', 0)                                                         \
-    X(MASKED_FILL, 'o', 1)                                                   \
-    X(ISNAN, 'a', -1)                                                        \
-    X(ISINF, 'a', -1)                                                        \
-    X(ISFINITE, 'a', -1)                                                     \
-    X(CAST, 'a', -1)                                                         \
-    X(TO_FLOAT, 'a', -1)                                                     \
-    X(TO_DOUBLE, 'a', -1)                                                    \
-    X(TO_INT, 'a', -1)                                                       \
-    X(TO_LONG, 'a', -1)                                                      \
-    X(TO_BOOL, 'a', -1)                                                      \
-    X(TO_BYTE, 'a', -1)
-
+/* The C expression templates of the pointwise ops, per dtype class of the
+ * compute dtype (ops.def's tf ti tb tn columns: float, integer, bool, float
+ * with a number arg 1).  Scalar parameters (a slope, a clamp bound, gelu's
+ * mode) are literals, so GCC folds the tests on them. */
 typedef struct {
-    char compute;       /* 'a' or 0 (the node's compute dtype) */
-    signed char mask1;  /* mask arg + 1, 0 for none */
-} cg_rule;
-
-static const cg_rule cg_rules[CDY_OP_COUNT] = {
-#define CG_X(op, cmp, mask) [CDY_OP_##op] = {cmp == 'a' ? 'a' : 0, (signed char)((mask) + 1)},
-    CG_OP_RULES(CG_X)
-#undef CG_X
-};
-
-typedef struct {
-    const char *flt, *integer, *boolean;
+    const char *flt, *integer, *boolean, *number;
 } cg_template;
 
 static const cg_template cg_templates[CDY_OP_COUNT] = {
-#define CG_X(op, f, i, b) [CDY_OP_##op] = {f, i, b},
-    CG_OP_TEMPLATES(CG_X)
-#undef CG_X
+#define CDY_PW(E, name, n, kind, flags, rule, to, sig, check, tf, ti, tb, tn, grad) \
+    [CDY_OP_##E] = {tf, ti, tb, tn},
+#include "ops/ops.def"
 };
-
 
 /* Write a formatted message into the caller's err buffer; returns -1. */
 int cg_fail(cg_ctx *c, const char *fmt, ...)
@@ -877,10 +745,10 @@ char *cg_value_expr(cg_ctx *c, int v)
     return cg_strf(c, "t%d", v);
 }
 
-/* The dtype node val computes in (see CG_OP_RULES). */
+/* The dtype node val computes in (CDY_OPF_ARG_DTYPE: its arg 0's). */
 static int cg_compute_dtype(cg_ctx *c, const cdy_value *val)
 {
-    if (cg_rules[val->op].compute == 'a' && val->nargs > 0)
+    if (cdy_op_has(val->op, CDY_OPF_ARG_DTYPE) && val->nargs > 0)
         return c->g->values[val->args[0]].meta.dtype;
     return val->compute_dtype;
 }
@@ -890,9 +758,9 @@ static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
 {
     const cg_template *t = &cg_templates[val->op];
     const cdy_dtype_info *di = &cdy_dtype_table[cdt];
-    if (di->is_float && val->op == CDY_OP_POW &&
+    if (di->is_float && t->number && val->nargs > 1 &&
         c->g->values[val->args[1]].kind == CDY_VAL_SCALAR)
-        return CG_POW_SCALAR_TEMPLATE;
+        return t->number;
     if (di->is_float)
         return t->flt;
     if (cdt == CDY_DT_BOOL)
@@ -970,7 +838,9 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         int av = val->args[a];
         int adt = c->g->values[av].meta.dtype;
         char *e = cg_value_expr(c, av);
-        int to = cg_rules[val->op].mask1 == a + 1 ? CDY_DT_BOOL : cdt;
+        int mask = (a == 0 && cdy_op_has(val->op, CDY_OPF_MASK0)) ||
+                   (a == 1 && cdy_op_has(val->op, CDY_OPF_MASK1));
+        int to = mask ? CDY_DT_BOOL : cdt;
         args[a] = e ? cg_cast(c, e, adt, to) : NULL;
         if (!args[a])
             return cg_fail(c, "out of memory");

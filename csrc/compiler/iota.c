@@ -91,7 +91,8 @@ void cg_index_mark_real(cg_ctx *c, char *real)
 }
 
 /* Fill index operand *op for IOTA node v in an iteration space of grp's
- * rank: stride 1 along its dim (aligned from the right), 0 elsewhere. */
+ * rank: stride 1 along its dim (aligned from the right), 0 elsewhere and
+ * where v's dim has size 1 (broadcast: its index is 0 everywhere). */
 static void cg_index_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op)
 {
     const cdy_value *val = &c->g->values[v];
@@ -101,7 +102,7 @@ static void cg_index_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *
     op->buffer = -1;
     op->value = v;
     for (int d = 0; d < grp->ndim; d++)
-        op->stride[d] = d == dim && grp->sizes[d] != 1 ? 1 : 0;
+        op->stride[d] = d == dim && grp->sizes[d] != 1 && val->meta.sizes[dim - shift] != 1;
 }
 
 /* Append the live, unrealized IOTA nodes as index operands at ops[nops..),

@@ -46,7 +46,7 @@ static int lay_identity_view(const cdy_graph *g, int u)
 {
     const cdy_value *uv = &g->values[u];
     const cdy_meta *bm = &g->values[uv->view_base].meta;
-    return uv->op == CDY_OP_VIEW_COPY && uv->view_offset == 0 && uv->meta.ndim == bm->ndim &&
+    return !cg_view_is_alias(g, u) && uv->view_offset == 0 && uv->meta.ndim == bm->ndim &&
            !memcmp(uv->meta.sizes, bm->sizes, sizeof(int64_t) * (size_t)bm->ndim) &&
            !memcmp(uv->view_strides, bm->strides, sizeof(int64_t) * (size_t)bm->ndim);
 }
@@ -89,7 +89,7 @@ static const int64_t *lay_source(const cdy_graph *g, int v)
             continue;
         if (wv->meta.ndim != 4)
             return NULL;
-        return wv->kind == CDY_VAL_NODE && wv->op == CDY_OP_VIEW_COPY ? wv->view_strides
+        return cg_is_view(g, w) && !cg_view_is_alias(g, w) ? wv->view_strides
                                                                          : wv->meta.strides;
     }
     return NULL;
@@ -143,7 +143,7 @@ int cg_layout(cg_ctx *c)
                 cdy_value *uv = &g->values[u];
                 memcpy(uv->view_strides, m->strides, sizeof old);
                 if (!memcmp(uv->meta.strides, m->strides, sizeof old))
-                    uv->op = CDY_OP_VIEW;   /* a copy into v's own layout: v itself */
+                    cg_view_make_alias(g, u);   /* a copy into v's own layout: v itself */
             }
     }
     if (g)

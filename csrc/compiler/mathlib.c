@@ -193,7 +193,8 @@ static const struct {
         "    return copysignf(y, x);\n"
         "}\n"},
     {"cdy_verff",
-        "/* erf(x): x P(x^2) below 1, 1 - exp(L(|x| - 2.46)) up to 3.92 (L fits log erfc), then 1; x's sign. */\n"
+        "/* erf(x): x P(x^2) below 1, 1 - exp(L(|x| - 2.46)) up to 3.92 (L fits log erfc), then 1; x's sign\n"
+        " * (-0 too: x P(x^2) of -0 is +0). */\n"
         "static inline float cdy_verff(float x)\n"
         "{\n"
         "    float a = fabsf(x), z = x * x;\n"
@@ -218,7 +219,7 @@ static const struct {
         "    l = CDY_FMAF(l, u, -7.59421758e+00f);\n"
         "    float big = a >= 3.92f ? 1.0f : 1.0f - cdy_vexpf(l);\n"
         "    big = x < 0.0f ? -big : big;\n"
-        "    return a < 1.0f ? small : big;\n"
+        "    return a < 1.0f ? copysignf(small, x) : big;   /* erf(-0) is -0 */\n"
         "}\n"},
     {"cdy_vgelu_exactf",
         "/* exact GELU x * Phi(x) in float32 from h = Phi(-|x|) = erfc(|x|/sqrt 2)/2\n"

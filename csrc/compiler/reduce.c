@@ -141,47 +141,24 @@ static double cg_red_param(const cdy_graph *g, const cdy_value *val)
     return cdy_dtype_table[p->meta.dtype].is_float ? p->f : (double)p->i;
 }
 
-/* The variant computing reduction node v. */
+/* The variants of each reduction op (ops.def's vf vi columns): for float and
+ * for integer / bool inputs. */
+static const unsigned char cg_red_of[CDY_OP_COUNT][2] = {
+#define CDY_RED(E, name, n, flags, rule, sig, check, vf, vi, pair, grad) \
+    [CDY_OP_##E] = {CG_RED_##vf, CG_RED_##vi},
+#include "ops/ops.def"
+};
+
+/* The variant computing reduction node v: its op's, NORMP by the order p,
+ * LOGSUMEXP's float32 twin for float32 input. */
 static int cg_red_variant_of(const cdy_graph *g, int v)
 {
     const cdy_value *val = &g->values[v];
     int idt = g->values[val->args[0]].meta.dtype, flt = cdy_dtype_table[idt].is_float;
-    switch (val->op) {
-    case CDY_OP_SUM: return CG_RED_SUM;
-    case CDY_OP_MEAN: return CG_RED_MEAN;
-    case CDY_OP_PROD: return CG_RED_PROD;
-    case CDY_OP_AMAX: return flt ? CG_RED_AMAX_F : CG_RED_AMAX;
-    case CDY_OP_AMIN: return flt ? CG_RED_AMIN_F : CG_RED_AMIN;
-    case CDY_OP_ARGMAX: return flt ? CG_RED_ARGMAX_F : CG_RED_ARGMAX;
-    case CDY_OP_ARGMIN: return flt ? CG_RED_ARGMIN_F : CG_RED_ARGMIN;
-    case CDY_OP_ANY: return CG_RED_ANY;
-    case CDY_OP_ALL: return CG_RED_ALL;
-    case CDY_OP_COUNT_NONZERO: return CG_RED_COUNT_NONZERO;
-    case CDY_OP_VAR: return CG_RED_VAR;
-    case CDY_OP_STD: return CG_RED_STD;
-    case CDY_OP_LOGSUMEXP:
-        return idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : CG_RED_LOGSUMEXP;
-    default: return cg_red_norm_variant(cg_red_param(g, val));
-    }
-}
-
-/* The result dtype torch gives reduction op over input dtype idt, or
- * CDY_DT_NONE when the kernel does not support that input. */
-static int cg_red_dtype(int op, int idt)
-{
-    int flt = cdy_dtype_table[idt].is_float;
-    switch (op) {
-    case CDY_OP_SUM: case CDY_OP_PROD:
-        return flt ? idt : CDY_DT_INT64;
-    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
-        return flt ? idt : CDY_DT_NONE;
-    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_COUNT_NONZERO:
-        return CDY_DT_INT64;
-    case CDY_OP_ANY: case CDY_OP_ALL:
-        return idt == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
-    default:
-        return idt;
-    }
+    int r = cg_red_of[val->op][!flt];
+    if (r == CG_RED_NORMP)
+        return cg_red_norm_variant(cg_red_param(g, val));
+    return r == CG_RED_LOGSUMEXP && idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : r;
 }
 
 /* Check node v's args: a tensor input, an int dims mask within its rank, a
@@ -227,7 +204,7 @@ int cg_check_reduce(cg_ctx *c, int v)
     }
     if (od != om->ndim)
         return cg_fail(c, "value %d (%s): result rank %d, expected %d", v, name, om->ndim, od);
-    int want = cg_red_dtype(val->op, im->dtype);
+    int want = cdy_op_reduce_dtype(val->op, im->dtype);
     if (want == CDY_DT_NONE || om->dtype != want)
         return cg_fail(c, "value %d (%s): dtype %s -> %s is not supported", v, name,
                        cdy_dtype_table[im->dtype].name, cdy_dtype_table[om->dtype].name);
@@ -242,7 +219,7 @@ static int cg_red_partner(const cdy_graph *g, int v)
         g->values[v - 1].kind != CDY_VAL_NODE)
         return -1;
     const cdy_value *a = &g->values[v], *p = &g->values[v - 1];
-    int want = a->op == CDY_OP_ARGMAX ? CDY_OP_AMAX : a->op == CDY_OP_ARGMIN ? CDY_OP_AMIN : -1;
+    int want = cdy_op_table[a->op].pair;
     if (want < 0 || p->op != want || p->nargs != 3 || a->nargs != 3 || p->args[0] != a->args[0])
         return -1;
     for (int i = 1; i < 3; i++)

@@ -185,7 +185,7 @@ typedef struct {
     int *outs;
     int store;                   /* 0: v's result is not stored (cg_row_unread) */
     int stream;                  /* the final pass streams its stores (cg_row_streams) */
-    int heavy;                   /* the epilogue has a transcendental op (cg_row_heavy) */
+    int heavy;                   /* the epilogue has a transcendental op (CDY_OPF_TRANSCENDENTAL) */
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
@@ -576,8 +576,9 @@ static int cg_row_softmax(cg_rowk *k, int ind)
 
 /* A norm's output as eager's kernels round it (mu, rs: the row's mean and
  * rstd in the compute type; w, b: the weight and bias, either absent).
- * layer_norm: (x - mu) * rs, with w fma((x - mu) * rs, w, b) (b = 0 when
- * absent: a zero result is +0 as eager's), with b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
+ * layer_norm: (x - mu) * rs + 0 (eager adds its absent bias: a zero result
+ * is +0), with w fma((x - mu) * rs, w, b) (b = 0 when absent: the same), with
+ * b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
  * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
  * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
  * the same mean and rstd, each is eager's result bit for bit (checked
@@ -599,6 +600,8 @@ static char *cg_row_affine(cg_rowk *k)
         return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
     if (b)
         return cg_strf(c, "%s(%s - mu, rs, %s)", fma, k->e, be);
+    if (val->op == CDY_OP_LAYER_NORM)   /* eager adds its absent bias, 0: never -0 */
+        return cg_strf(c, "(%s - mu) * rs + (%s)0", k->e, k->T);
     return cg_strf(c, "(%s - mu) * rs", k->e);
 }
 
@@ -807,22 +810,6 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     return 1;
 }
 
-/* 1 for the pointwise ops whose float code is a polynomial or library call
- * per element (exp, log, tanh, erf, gelu, ...), not a few arithmetic ops. */
-static int cg_row_heavy(int op)
-{
-    switch (op) {
-    case CDY_OP_EXP: case CDY_OP_LOG: case CDY_OP_SIGMOID: case CDY_OP_TANH:
-    case CDY_OP_POW: case CDY_OP_EXPM1: case CDY_OP_LOG1P: case CDY_OP_LOG2:
-    case CDY_OP_LOG10: case CDY_OP_SIN: case CDY_OP_COS: case CDY_OP_TAN:
-    case CDY_OP_ERF: case CDY_OP_GELU: case CDY_OP_SILU: case CDY_OP_SOFTPLUS:
-    case CDY_OP_MISH:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
  * k->outs = v, then the realized picked nodes (marked done: no other kernel
  * computes them); k->heavy when one of the picked is transcendental.  0 or -1. */
@@ -840,7 +827,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
         if (!cg_row_epi_ok(c, k->v, u, epi))
             continue;
         epi[u] = 1;
-        k->heavy |= cg_row_heavy(g->values[u].op);
+        k->heavy |= cdy_op_has(g->values[u].op, CDY_OPF_TRANSCENDENTAL);
         if (c->val_buf[u] >= 0) {
             k->outs[k->nout++] = u;
             c->done[u] = 1;

@@ -23,7 +23,13 @@ int cg_is_view(const cdy_graph *g, int v)
 /* 1 if value v of g is an aliasing view (VIEW). */
 int cg_view_is_alias(const cdy_graph *g, int v)
 {
-    return g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_VIEW;
+    return cdy_value_is_alias(&g->values[v]);
+}
+
+/* Make copy node v (VIEW_COPY) an aliasing VIEW of its base. */
+void cg_view_make_alias(cdy_graph *g, int v)
+{
+    g->values[v].op = CDY_OP_VIEW;
 }
 
 /* 1 if b is a tensor value earlier than v and not an aliasing VIEW (a base
@@ -97,7 +103,7 @@ void cg_view_mark_real(cg_ctx *c, char *real)
         const cdy_value *val = &g->values[v];
         if (used[v] || real[v])
             real[val->view_base] = 1;
-        if (real[v] && val->op == CDY_OP_VIEW)
+        if (real[v] && cdy_value_is_alias(val))
             for (int a = 0; a < val->nargs; a++)
                 real[val->args[a]] = 1;
     }

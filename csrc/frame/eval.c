@@ -38,6 +38,7 @@ typedef struct cdy_entry {
     PyObject *direct;        /* the compiled graph, when a hit can call it without a frame */
     int ninputs;             /* then its inputs' sources (owned copies) */
     cdy_src *inputs;
+    int rerun_noted;         /* an eager rerun of its frame was recorded (explain) */
     uintptr_t inst;          /* id of the nn.Module the frame ran on (its first
                                 argument), 0 for other frames: the recompile limit
                                 counts entries per module instance */
@@ -51,6 +52,7 @@ typedef struct cdy_extra {
     int forced;              /* handed to optimize: traced wherever it lives */
     int nframed;             /* entries without a frame-free call (direct == NULL) */
     cdy_entry *entries;
+    PyObject *eager_record;  /* the latest record of its frame running eagerly, or NULL */
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
 } cdy_extra;
@@ -60,7 +62,6 @@ static cdy_extra *all_extras;
 static int active_calls;
 static _PyFrameEvalFunction saved_eval;
 static PyObject *skip_prefixes;      /* tuple of str */
-static int fn_counter;
 
 /* ---- cache entries ----------------------------------------------------- */
 
@@ -94,6 +95,7 @@ static void extra_clear_entries(cdy_extra *x)
     x->nentries = 0;
     x->nframed = 0;
     x->limit_warned = 0;
+    Py_CLEAR(x->eager_record);
 }
 
 /* Destructor CPython calls when the code object dies (p is NULL when only
@@ -123,11 +125,19 @@ static int code_is_skipped_by_flags(PyCodeObject *co)
     return (co->co_flags & noflags) || !(co->co_flags & CO_OPTIMIZED);
 }
 
+static int code_is_skipped_by_file(PyCodeObject *co);
+
 /* 1 if the code is never traced: by its flags, or its file (torch, stdlib). */
 static int code_is_skipped(PyCodeObject *co)
 {
     if (code_is_skipped_by_flags(co))
         return 1;
+    return code_is_skipped_by_file(co);
+}
+
+/* 1 if co's file is one whose code is never traced (torch, stdlib). */
+static int code_is_skipped_by_file(PyCodeObject *co)
+{
     if (!skip_prefixes)
         return 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(skip_prefixes); i++) {
@@ -173,6 +183,60 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
         all_extras->prev = x;
     all_extras = x;
     return x;
+}
+
+/* ---- eager frames, for explain ------------------------------------------ */
+
+/* While explain runs (explain_collect(True)): the records of the frames that
+ * ran eagerly, each once; NULL otherwise. */
+static PyObject *explain_seen;
+
+/* Note, while explain collects, that x's frame ran eagerly (for its latest
+ * recorded reason: a frame that broke, was skipped or hit the recompile
+ * limit on an earlier call runs eagerly again without a new record). */
+static void explain_note(const cdy_extra *x)
+{
+    if (explain_seen && x && x->eager_record &&
+        PySequence_Contains(explain_seen, x->eager_record) == 0 &&
+        PyList_Append(explain_seen, x->eager_record))
+        PyErr_Clear();
+}
+
+/* Record that co's frame runs eagerly (cdy_record_eager: explain's
+ * eager_frames, with frame_location the function's FILE:LINE, where location
+ * is the stop's), kept as its latest reason. */
+static void record_eager(PyCodeObject *co, const char *reason, int code, PyObject *file,
+                         int line)
+{
+    PyObject *r = cdy_record_eager(reason, code, file, line, PyUnicode_AsUTF8(co->co_name));
+    PyObject *where = r && PyDict_Check(r) ? PyUnicode_FromFormat("%U:%d", co->co_filename,
+                                                                   co->co_firstlineno) : NULL;
+    if (where && PyDict_SetItemString(r, "frame_location", where))   /* the function's place */
+        PyErr_Clear();
+    Py_XDECREF(where);
+    cdy_extra *x = r ? get_extra(co, -1) : NULL;
+    if (x) {
+        Py_XSETREF(x->eager_record, r);
+        explain_note(x);
+    } else {
+        Py_XDECREF(r);
+    }
+    PyErr_Clear();
+}
+
+/* A fresh frame of x's code, which is skipped, runs: explain notes it (a frame
+ * skipped for having no tensor op on an earlier call), and user code skipped
+ * for its flags (a generator expression a frame that runs eagerly iterates) is
+ * recorded the first time (GENERATOR_CODE); torch's and the stdlib's are not. */
+static void note_skipped(cdy_extra *x)
+{
+    PyCodeObject *co = x->code;
+    if (!x->eager_record && code_is_skipped_by_flags(co) && !code_is_skipped_by_file(co)) {
+        record_eager(co, cdy_rt_GENERATOR_CODE, CDY_R_GENERATOR_CODE, co->co_filename,
+                     co->co_firstlineno);
+        return;
+    }
+    explain_note(x);
 }
 
 /* ---- logging helpers ------------------------------------------------------- */
@@ -253,35 +317,6 @@ static void report_compile(PyCodeObject *co, cdy_trace *t, cdy_entry *e, PyObjec
     PyErr_Clear();
 }
 
-/* cdynamo.config.stream_store_bytes: an int >= 0 as it is, else (None) the
- * machine's default, cdy_stream_auto_bytes(). */
-static int64_t stream_bytes(void)
-{
-    PyObject *v = cdy_config_get("stream_store_bytes");
-    long long n = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return n >= 0 ? (int64_t)n : cdy_stream_auto_bytes();
-}
-
-/* The compiler options of cdynamo.config (cc, cache_dir, standby_compiler)
- * into *opts, its strings owned by the new references *cc and *dir (the
- * caller drops them); 0, or -1 when cc or cache_dir is not a string. */
-static int config_cc_opts(cdy_cc_opts *opts, PyObject **cc, PyObject **dir)
-{
-    *cc = cdy_config_get("cc");
-    *dir = cdy_config_get("cache_dir");
-    PyObject *sb = cdy_config_get("standby_compiler");
-    int standby = sb ? PyObject_IsTrue(sb) : 1;
-    Py_XDECREF(sb);
-    PyErr_Clear();
-    if (!*cc || !*dir || !PyUnicode_Check(*cc) || !PyUnicode_Check(*dir))
-        return -1;
-    *opts = (cdy_cc_opts){PyUnicode_AsUTF8(*cc), PyUnicode_AsUTF8(*dir), NULL,
-                          standby ? cdy_codegen_prefix() : NULL};
-    return opts->cc && opts->cache_dir ? 0 : -1;
-}
-
 /* _C.start_standby(): start the standby compiler (compiler/cc.c) for the
  * first build, when cdynamo.optimize makes a function to compile. */
 PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
@@ -290,95 +325,12 @@ PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused)
     (void)unused;
     PyObject *cc, *dir;
     cdy_cc_opts opts;
-    if (!config_cc_opts(&opts, &cc, &dir))
+    if (!cdy_pipeline_cc_opts(&opts, &cc, &dir))
         cdy_cc_standby(&opts);
     Py_XDECREF(cc);
     Py_XDECREF(dir);
     PyErr_Clear();
     Py_RETURN_NONE;
-}
-
-/* A failed stage-boundary check (r != 0; its fault in err) is an internal
- * error: abort in debug builds, else err says "internal error: invalid
- * <what>: <fault>" and the frame falls back.  r. */
-static int check_stage(int r, const char *what, char *err, size_t errlen)
-{
-    if (!r)
-        return 0;
-    CDY_ASSERT(0, what);
-    char fault[CDY_ERRLEN];
-    snprintf(fault, sizeof(fault), "%s", err);
-    snprintf(err, errlen, "internal error: invalid %s: %.400s", what, fault);
-    return r;
-}
-
-/* Compile t with the configured backend; new ref to the callable, or NULL
- * with a message in err (no exception left set).  *follow_threads is set to
- * the thread count its kernels were built for when that count follows
- * torch.get_num_threads() (cdynamo.config.num_threads is None), else 0. */
-static PyObject *compile_graph(cdy_trace *t, const char *name, int single, int backend,
-                               int *follow_threads, char *err, size_t errlen)
-{
-    *follow_threads = 0;
-    if (backend == CDY_BACKEND_EAGER) {
-        PyObject *c = cdy_compiled_eager(t, name, single);
-        if (!c) {
-            snprintf(err, errlen, "eager backend failed");
-            PyErr_Clear();
-        }
-        return c;
-    }
-    PyObject *res = NULL, *cc, *dir;
-    cdy_cc_opts opts;
-    int bad_opts = config_cc_opts(&opts, &cc, &dir);
-    PyObject *nth = cdy_py_call("num_threads", "");
-    cdy_plan plan;
-    memset(&plan, 0, sizeof(plan));
-    if (bad_opts || !nth) {
-        snprintf(err, errlen, "cdynamo.config.cc / cache_dir are not strings");
-        goto done;
-    }
-    cdy_rewrite_attention(t);
-    cdy_rewrite_linear_relu(t);
-    if (check_stage(cdy_graph_check(&t->graph, err, errlen), "graph before codegen", err, errlen) ||
-        cdy_codegen(&t->graph, (int)PyLong_AsLong(nth), stream_bytes(), &plan, err, errlen) ||
-        check_stage(cdy_plan_check(&plan, err, errlen), "plan", err, errlen))
-        goto done;
-    PyObject *pinned = cdy_config_get("num_threads");
-    if (pinned == Py_None && plan.nkernels > 0)
-        *follow_threads = (int)PyLong_AsLong(nth);
-    Py_XDECREF(pinned);
-    PyErr_Clear();
-    char so_path[4096];
-    int disk_hit = 0;
-    if (plan.nkernels > 0) {   /* a graph of extern calls only needs no C */
-        if (cdy_cc_build(plan.source, &opts, so_path, sizeof(so_path), &disk_hit, err, errlen))
-            goto done;
-        if (disk_hit == 1)
-            cdy_stats.disk_cache_hits++;
-        else
-            cdy_stats.kernels_compiled += plan.nkernels;
-        cdy_stats.standby_builds += disk_hit == 2;
-    }
-    res = cdy_compiled_from_plan(&plan, plan.nkernels > 0 ? so_path : NULL, name, single, t);
-    if (!res) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *s = ev ? PyObject_Str(ev) : NULL;
-        snprintf(err, errlen, "loading the compiled kernels failed: %s",
-                 s ? PyUnicode_AsUTF8(s) : "unknown error");
-        Py_XDECREF(s);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-    }
-done:
-    cdy_plan_free(&plan);
-    Py_XDECREF(cc);
-    Py_XDECREF(dir);
-    Py_XDECREF(nth);
-    PyErr_Clear();
-    return res;
 }
 
 /* Order guards cheapest first, keeping trace order within a kind: constant,
@@ -471,35 +423,26 @@ static int guard_threads(cdy_entry *e, int n)
     return 0;
 }
 
-/* Fill e with compiled code for t; on failure e stays an eager entry and a
- * warning names the cause. */
-static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t0)
+/* Fill e with the compiled code of t (the pipeline's result p: its callable
+ * is taken); on failure e stays an eager entry and a warning names the cause. */
+static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t0, cdy_pipe *p)
 {
     PyCodeObject *co = cdy_pc_frame_code(frame);
-    char name[64], err[CDY_ERRLEN] = "";
-    snprintf(name, sizeof(name), "__compiled_fn_%d", fn_counter++);
+    char err[CDY_ERRLEN] = "";
     int call_graph = t->graph.noutputs > 0;
-    PyObject *compiled = NULL, *code = NULL;
-    CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
-    if (!t->ret) {   /* rejected by the tracer (NO_RETURN); never dereference it */
-        snprintf(err, sizeof(err), "internal error: the trace has no return value");
+    PyObject *compiled = p->compiled, *code = NULL;
+    p->compiled = NULL;
+    if (p->failed) {
+        snprintf(err, sizeof(err), "%s", p->err);
         goto fail;
     }
-    int single = call_graph && t->ret->kind == CDY_RET_OUTPUT && t->graph.noutputs == 1 &&
-                 !t->nstores && !t->nafter;
-    if (call_graph) {
-        int threads = 0;
-        compiled = compile_graph(t, name, single, e->backend, &threads, err, sizeof(err));
-        if (!compiled)
-            goto fail;
-        if (threads && guard_threads(e, threads))
-            goto pyfail;
-    }
-    e->fn_name = PyUnicode_FromString(name);
+    if (compiled && p->threads && guard_threads(e, p->threads))
+        goto pyfail;
+    e->fn_name = PyUnicode_FromString(p->name);
     e->globals = Py_NewRef(frame->f_globals);
     if (!e->fn_name || (compiled && PyDict_SetItem(e->globals, e->fn_name, compiled)))
         goto pyfail;
-    code = cdy_bytecode_build(co, t, e->fn_name, single, call_graph);
+    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph);
     if (!code)
         goto pyfail;
     e->shadow_fn = PyFunction_New(code, frame->f_globals);
@@ -508,7 +451,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t
     if (!get_extra((PyCodeObject *)code, CODE_SHADOW))
         goto pyfail;
     e->compiled = Py_XNewRef(compiled);
-    if ((single || returns_outs(t)) && direct_ok(co, t, &e->guards))
+    if ((p->single || returns_outs(t)) && direct_ok(co, t, &e->guards))
         entry_set_direct(e, t, compiled);
     cdy_stats.frames_compiled++;
     log_new_entry(co, e, code, compiled);
@@ -534,8 +477,7 @@ fail:
     Py_XDECREF(code);
     Py_CLEAR(e->shadow_fn);
     cdy_stats.fallbacks++;
-    cdy_record_eager(err, CDY_R_COMPILE_FAILED, co->co_filename, co->co_firstlineno,
-                     PyUnicode_AsUTF8(co->co_name));
+    record_eager(co, err, CDY_R_COMPILE_FAILED, co->co_filename, co->co_firstlineno);
     PyObject *r = cdy_py_call("warn_fallback", "Os", co->co_name, err);
     Py_XDECREF(r);
     PyErr_Clear();
@@ -551,7 +493,7 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
     PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
     const char *fn = PyUnicode_AsUTF8(co->co_name);
     cdy_record_break(t->reason, t->reason_code, file, t->reason_line, fn);
-    cdy_record_eager(t->reason, t->reason_code, file, t->reason_line, fn);
+    record_eager(co, t->reason, t->reason_code, file, t->reason_line);
     if (cdy_log_on("graph_breaks"))
         cdy_log("graph_breaks", "Graph break in %s at %s:%d: [%s] %s (the frame runs eagerly)",
                 fn, PyUnicode_AsUTF8(file), t->reason_line, cdy_reason_code(t->reason_code),
@@ -574,7 +516,7 @@ static void report_skip(cdy_trace *t, PyCodeObject *co)
     int line = stopped ? t->reason_line : co->co_firstlineno;
     const char *reason = stopped ? t->reason : cdy_rt_NO_TENSOR_OPS;
     int code = stopped ? t->reason_code : (int)CDY_R_NO_TENSOR_OPS;
-    cdy_record_eager(reason, code, file, line, PyUnicode_AsUTF8(co->co_name));
+    record_eager(co, reason, code, file, line);
     if (cdy_log_on("debug"))
         cdy_log("debug", "skipping %s (%s:%d): no tensor ops; [%s] %s",
                 PyUnicode_AsUTF8(co->co_name), PyUnicode_AsUTF8(co->co_filename),
@@ -629,7 +571,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
     double t0 = now_s();
     PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
-    cdy_trace_run(t, co, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
+    cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced};
+    cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
@@ -652,8 +595,9 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     else if ((e = entry_new(t, saved.backend))) {
         cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                          closure);
-        entry_compile(e, t, frame, t0);
+        entry_compile(e, t, frame, t0, &p);
     }
+    Py_XDECREF(p.compiled);   /* a frame that does not become an entry */
     if (e) {
         e->inst = frame_instance(frame);
         e->next = x->entries;
@@ -679,6 +623,25 @@ static int graph_raised(const void *g)
     if (hit)
         cdy_graph_failed = NULL;
     return hit;
+}
+
+/* Record (once per entry: explain's eager_frames) that entry e's frame of
+ * code co runs again eagerly because its graph raised the pending exception. */
+static void note_rerun(cdy_entry *e, PyCodeObject *co)
+{
+    if (e->rerun_noted) {
+        explain_note(get_extra(co, -1));
+        PyErr_Clear();
+        return;
+    }
+    e->rerun_noted = 1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    char msg[CDY_ERRLEN];
+    snprintf(msg, sizeof(msg), cdy_rt_EAGER_RERUN,
+             et && PyType_Check(et) ? ((PyTypeObject *)et)->tp_name : "?");
+    record_eager(co, msg, CDY_R_EAGER_RERUN, co->co_filename, co->co_firstlineno);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* fn(*args) run eagerly after its compiled graph raised: eager's mutations
@@ -734,12 +697,15 @@ static PyObject *not_evaluated(PyThreadState *ts, cdy_frame *frame, PyObject *r)
 static PyObject *run_entry(PyThreadState *ts, cdy_frame *frame, cdy_extra *x,
                            cdy_entry *e, int throwflag)
 {
-    if (!e->shadow_fn)
+    if (!e->shadow_fn) {
+        explain_note(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
     cdy_graph_failed = NULL;
     PyObject *r = call_shadow(frame, x, e);
     if (r || !graph_raised(e->compiled))
         return not_evaluated(ts, frame, r);
+    note_rerun(e, cdy_pc_frame_code(frame));
     PyErr_Clear();
     cdy_stats.eager_reruns++;
     cdy_tls saved = cdy_tls_state;
@@ -788,8 +754,11 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     if (x->state != CODE_TRACE || !cdy_pc_frame_fresh(frame) || !cdy_pc_frame_on_thread(frame) ||
-        !cdy_pc_frame_discardable(frame))
+        !cdy_pc_frame_discardable(frame)) {
+        if (x->state == CODE_SKIP && cdy_pc_frame_fresh(frame))
+            note_skipped(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    }
     cdy_stats.frames_seen++;
     PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
     char why[CDY_ERRLEN] = "";
@@ -813,13 +782,13 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
             x->limit_warned = 1;
             char msg[CDY_ERRLEN];
             snprintf(msg, sizeof(msg), cdy_rt_RECOMPILE_LIMIT, why);
-            cdy_record_eager(msg, CDY_R_RECOMPILE_LIMIT, co->co_filename, co->co_firstlineno,
-                             PyUnicode_AsUTF8(co->co_name));
+            record_eager(co, msg, CDY_R_RECOMPILE_LIMIT, co->co_filename, co->co_firstlineno);
             PyObject *r = cdy_py_call("warn_cache_limit", "OOs", (PyObject *)co, co->co_filename, why);
             Py_XDECREF(r);
             if (!r)
                 return not_evaluated(ts, frame, NULL);   /* warnings turned into errors */
         }
+        explain_note(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     if (x->nentries > 0) {
@@ -969,8 +938,10 @@ static int direct_call(cdy_optimized *o, PyObject *const *args, size_t nargsf,
     cdy_stats.direct_calls++;
     cdy_graph_failed = NULL;
     *res = run_direct(e, args, fn);
-    if (!*res && graph_raised(e->direct))
+    if (!*res && graph_raised(e->direct)) {
+        note_rerun(e, co);
         *res = rerun_eagerly(o->fn, orig_args, nargsf, kwnames);
+    }
     return 1;
 }
 
@@ -1147,6 +1118,19 @@ PyObject *cdy_frame_reset(void)
     Py_RETURN_NONE;
 }
 
+/* _C.explain_collect(on): True starts collecting the records of the frames
+ * that run eagerly (explain); False stops and returns them (a list). */
+static PyObject *explain_collect(PyObject *self, PyObject *arg)
+{
+    PyObject *prev = explain_seen;
+    explain_seen = NULL;
+    if (PyObject_IsTrue(arg) && !(explain_seen = PyList_New(0))) {
+        Py_XDECREF(prev);
+        return NULL;
+    }
+    return prev ? prev : PyList_New(0);
+}
+
 /* _C.set_skip_prefixes(tuple_of_paths) */
 static PyObject *set_skip_prefixes(PyObject *self, PyObject *arg)
 {
@@ -1169,6 +1153,8 @@ static PyObject *cache_entry_count(PyObject *self, PyObject *arg)
 
 static PyMethodDef frame_methods[] = {
     {"set_skip_prefixes", set_skip_prefixes, METH_O, "paths whose code is never traced"},
+    {"explain_collect", explain_collect, METH_O,
+     "True: collect the records of frames that run eagerly; False: stop, return them"},
     {"cache_entry_count", cache_entry_count, METH_O, "cache entries of a code object"},
     {NULL},
 };

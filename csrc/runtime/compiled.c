@@ -1153,7 +1153,7 @@ static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy
     }
     for (int s = 0; s < ns; s++)
         if (c->steps[s].kind == CDY_STEP_EXTERN)
-            view[c->steps[s].out_buffer] = t->graph.values[c->steps[s].index].op == CDY_OP_VIEW;
+            view[c->steps[s].out_buffer] = cdy_value_is_alias(&t->graph.values[c->steps[s].index]);
     for (int b = c->ninputs; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         int64_t bytes = cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;

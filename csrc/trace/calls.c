@@ -193,9 +193,10 @@ static int meta_query(const char *name)
 }
 
 /* 1 (and stop with ERROR: eager raises, so the frame runs eagerly) when
- * torch's CPU kernel rejects what its meta function accepted: abs/relu/neg
- * of bool, subtraction with a bool tensor, a `where` scalar that overflows
- * the integer result dtype. */
+ * torch's CPU kernel rejects what its meta function accepted (the op's
+ * flags): a bool tensor operand (abs/relu/neg: BOOL_TENSOR_RAISES), any bool
+ * operand (sub: BOOL_RAISES), a number that overflows the integer result
+ * dtype (where: SCALAR_RANGE). */
 static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObject *out,
                          const char *what)
 {
@@ -206,10 +207,10 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
         any_bool |= b;   /* sub also rejects a Python bool: it becomes a bool tensor */
         any_bool_tensor |= b && vals[argv[i]].kind != CDY_VAL_SCALAR;
     }
-    if (((op == CDY_OP_ABS || op == CDY_OP_RELU || op == CDY_OP_NEG) && any_bool_tensor) ||
-        (op == CDY_OP_SUB && any_bool))
+    if ((cdy_op_has(op, CDY_OPF_BOOL_TENSOR_RAISES) && any_bool_tensor) ||
+        (cdy_op_has(op, CDY_OPF_BOOL_RAISES) && any_bool))
         return cdy_tr_stop(tr, BOOL_OPERAND, what) < 0;
-    if (op == CDY_OP_WHERE) {
+    if (cdy_op_has(op, CDY_OPF_SCALAR_RANGE)) {
         cdy_meta m;
         if (cdy_read_meta(tr, out, &m))
             return 1;
@@ -260,10 +261,7 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
         if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
             return NULL;
         cdy_value *gv = &tr->t->graph.values[idx];
-        gv->op = CDY_OP_EXTERN;
-        gv->nargs = ntensors;
-        memcpy(gv->args, argv, sizeof(int) * (size_t)ntensors);
-        gv->compute_dtype = gv->meta.dtype;
+        cdy_value_set_extern(gv, argv, ntensors, gv->meta.dtype);
         tr->t->pynodes[tr->t->npynodes - 1].item = (int)i;
         tr->t->pynodes[tr->t->npynodes - 1].base = base;
         items[i] = v;
@@ -442,10 +440,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
         return cdy_tv_const(tr, Py_NewRef(out));
     }
-    cdy_lower_fn lower = op == CDY_OP_NONE ? cdy_lower_find(fn) : NULL;
-    if (lower) {
-        cdy_lower_call call = {fn, what, args, nargs, kwnames, out};
-        tvar *r = lower(tr, &call);
+    if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
+        cdy_lower_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
+        tvar *r = cdy_callable_build(tr, &call);
         if (!cdy_lower_declined(tr, r, what))
             return r;
     }
@@ -467,7 +464,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */
-    if (!c_meta && op != CDY_OP_CAST &&
+    if (!c_meta && !cdy_op_has(op, CDY_OPF_KEEP_STRIDES) &&
         !(out = cdy_meta_cpu_layout(tr, op, fn, bound, nbound, NULL, out)))
         return NULL;
     int idx;
@@ -626,7 +623,7 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
         cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
         return NULL;
     }
-    return tensor_call(tr, cdy_optable_fn(fn), fn, sym, args, nargs, NULL, 0);
+    return tensor_call(tr, cdy_callable_op(fn), fn, sym, args, nargs, NULL, 0);
 }
 
 /* ---- inlining Python functions ------------------------------------------------ */
@@ -1061,6 +1058,18 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         return cdy_tv_const(tr, PyBool_FromLong(r));
     }
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
+        args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_FUNC) {
+        int stored = args[0]->store ? cdy_dict_find(tr, args[0]->store, args[1]->obj) : -1;
+        int has = stored >= 0 || cdy_pc_has_attr(args[0]->obj, args[1]->obj);
+        if (stored == -2)
+            return NULL;
+        if (!strcmp(n, "hasattr"))
+            return cdy_tv_const(tr, PyBool_FromLong(has));
+        if (!has && nargs == 3)
+            return args[2];
+        return cdy_func_attr(tr, args[0], args[1]->obj);
+    }
+    if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST) {
         tvar *val = NULL;
         int has = cdy_obj_hasattr(tr, args[0], args[1]->obj, &val);
@@ -1141,6 +1150,13 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         (!nkw || (nkw == 1 && nargs == 2 && !PyUnicode_CompareWithASCIIString(
                                                   PyTuple_GET_ITEM(kwnames, 0), "start"))))
         return sum_items(tr, args, nargs, handled);
+    if (!strcmp(n, "delattr") && nargs == 2 && !nkw && args[1]->kind == TV_CONST &&
+        PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_INST)
+        return cdy_obj_delattr(tr, args[0], args[1]->obj) ? NULL : cdy_tv_const(tr, Py_NewRef(Py_None));
+    if (!strcmp(n, "setattr") && nargs == 3 && !nkw && args[1]->kind == TV_CONST &&
+        PyUnicode_Check(args[1]->obj))   /* as obj.name = v */
+        return cdy_mut_store_attr(tr, args[0], args[1]->obj, args[2]) ? NULL
+                                                                       : cdy_tv_const(tr, Py_NewRef(Py_None));
     if (!strcmp(n, "print")) {
         cdy_tr_stop(tr, PRINT);
         return NULL;
@@ -1294,11 +1310,14 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop_exc(tr, NO_TENSOR_METHOD, what);
         return NULL;
     }
-    int op = cdy_optable_method(m->obj);
-    if (op == CDY_OP_WHERE && nargs == 3 && !kwnames) {   /* x.where(cond, y) = where(cond, x, y) */
-        tvar *re[3] = {args[1], args[0], args[2]};
-        PyObject *tw = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, "where"));
-        return tw ? tensor_call(tr, op, tw, what, re, 3, NULL, 0) : NULL;
+    int op = cdy_callable_method_op(m->obj), self = op >= 0 ? cdy_op_self_pos(op) : 0;
+    if (self > 0 && nargs == cdy_op_table[op].nargs && !kwnames) {
+        /* self fills the op's `input`: x.where(cond, y) is torch.where(cond, x, y) */
+        tvar *re[CDY_MAX_NODE_ARGS];
+        for (int i = 0; i < nargs; i++)
+            re[i] = i < self ? args[i + 1] : i == self ? args[0] : args[i];
+        PyObject *tf = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_torch, cdy_op_table[op].name));
+        return tf ? tensor_call(tr, op, tf, what, re, nargs, NULL, 0) : NULL;
     }
     return tensor_call(tr, op, fn, what, args, nargs, kwnames, meta_query(name));
 }
@@ -1499,7 +1518,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
                    : NULL;
     }
-    if (cdy_is_torch_callable(fn) || cdy_optable_fn(fn) != CDY_OP_NONE || cdy_lower_find(fn)) {
+    if (cdy_is_torch_callable(fn) || cdy_callable_op(fn) != CDY_OP_NONE ||
+        cdy_callable_builds(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;
@@ -1511,7 +1531,7 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
         if (handled)
             return m;
-        return tensor_call(tr, cdy_optable_fn(fn), fn, name, args, nargs, kwnames, 0);
+        return tensor_call(tr, cdy_callable_op(fn), fn, name, args, nargs, kwnames, 0);
     }
     if (PyFunction_Check(fn))
         return inline_call(tr, fn, args, nargs, kwnames, callable->src);

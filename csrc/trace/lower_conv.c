@@ -1,25 +1,12 @@
-/* lower_conv.c - composite lowerings: convolutions in channels_last
- * (registered in cdy_lowerings_conv).
+/* lower_conv.c - builder of convolutions whose input is channels_last
+ * (BUILD rows of ops/callables.def).
  *
- * oneDNN runs a float32 2-d convolution several times faster on
- * channels_last (NHWC) tensors than on contiguous NCHW ones when the
- * channel counts are small (a 3->32 conv on 8x3x32x32: 1.3 ms against
- * 0.2 ms on this project's machine).  Eager keeps NCHW; the graph may not
- * change what the program sees, so the lowering keeps the result's meta and
- * moves only the internal data:
- *
- *   xc = strided_copy(x) in channels_last    (a copy kernel, fused with x's producers)
- *   wc = strided_copy(w) in channels_last    (the weight, a few KB)
- *   yc = conv2d(xc, wc, bias, ...)           (extern: torch, channels_last result)
- *   y  = strided_copy(yc) with eager's strides
- *
- * y is what the program sees.  Its consumers read yc through y's view
- * strides inside their own kernels (batch norm, relu, pooling fuse there),
- * so y itself needs no buffer unless it is returned or passed to another
- * extern.  A conv whose input is already channels_last is a plain extern
- * whose result is channels_last, as the CPU kernel makes it (torch's meta
- * kernel says NCHW); one that is not a float32 4-d conv with NCHW-contiguous
- * input and weight stays a plain extern. */
+ * CPU's conv2d returns a channels_last result where suggest_memory_format()
+ * says so for the input (or the weight), while torch's meta kernel says
+ * NCHW: such a call is an extern whose result meta and fake are corrected to
+ * channels_last, as the CPU kernel makes it.  Every other conv stays a plain
+ * extern; the layout choice for oneDNN (NCHW float32 convs run on
+ * channels_last copies) is a graph pass, passes/channels_last.c. */
 #include <string.h>
 
 #include "trace/trace.h"
@@ -66,38 +53,6 @@ static void lc_cl_strides(cdy_meta *m)
     m->strides[0] = m->strides[2] * m->sizes[2];
 }
 
-/* A copy node (VIEW_COPY) of value src with meta m, reading src at the
- * strides/offset its own loads use; its value or -1. */
-static int lc_copy_node(tracer *tr, int src, const cdy_meta *m)
-{
-    int v = cdy_node_add(tr, CDY_OP_VIEW_COPY, &src, 1, m, m->dtype);
-    if (v < 0)
-        return -1;
-    cdy_value *gv = &tr->t->graph.values[v];
-    cdy_view_load_map(tr, src, &gv->view_base, gv->view_strides, &gv->view_offset);
-    return v;
-}
-
-/* Tensor tvar t copied to channels_last: the node, its fake, the call that
- * makes it recorded for the eager backend; NULL (stopped or not). */
-static tvar *lc_to_cl(tracer *tr, tvar *t)
-{
-    cdy_meta m = tr->t->graph.values[t->value].meta;
-    lc_cl_strides(&m);
-    PyObject *kw = cdy_tr_keep(tr, PyTuple_Pack(1, str_memory_format));   /* the pynode's */
-    PyObject *argv[2] = {t->obj, channels_last};
-    PyObject *fake = kw ? cdy_tr_keep(tr, PyObject_Vectorcall(contiguous_fn, argv, 1, kw)) : NULL;
-    int v = fake ? lc_copy_node(tr, t->value, &m) : -1;
-    tvar *r = v >= 0 ? cdy_tensor_tvar(tr, fake, v) : NULL;
-    tvar *cl = r ? cdy_tv_const(tr, Py_NewRef(channels_last)) : NULL;
-    tvar *args[2] = {t, cl};
-    if (cl && cdy_add_pynode(tr, contiguous_fn, args, 2, kw, v))
-        r = NULL;
-    if (!fake)
-        PyErr_Clear();
-    return r;
-}
-
 /* 1 if meta m is 4-d, dense channels_last and not also NCHW-contiguous. */
 static int lc_cl(const cdy_meta *m)
 {
@@ -131,9 +86,9 @@ static tvar *lc_cl_input(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch.conv2d / F.conv2d(input, weight, bias, stride, padding, dilation,
- * groups) on float32: the channels_last rewrite described above for NCHW
- * input and weight; a channels_last input, lc_cl_input. */
-static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
+ * groups) of a float32 channels_last input: lc_cl_input; else NULL (a plain
+ * extern: see the top of this file). */
+tvar *cdy_build_conv2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[7];
     if (lc_busy || cdy_bind_names("input weight bias stride padding dilation groups",
@@ -154,43 +109,5 @@ static tvar *lower_conv2d(tracer *tr, const cdy_lower_call *call)
      * (N, 1, 1, 1) is also contiguous, and torch suggests contiguous for it */
     if (lc_cl(xm) && cdy_meta_suggests_cl(xm) && (lc_cl(wm) || lc_nchw(wm)))
         return lc_cl_input(tr, call);
-    if (!lc_nchw(xm) || !lc_nchw(wm) || xm->sizes[2] * xm->sizes[3] < 2)
-        return NULL;   /* an (N, C, 1, 1) input is channels_last already: no rewrite */
-    tvar *xc = lc_to_cl(tr, s[0]);
-    tvar *wc = xc ? lc_to_cl(tr, s[1]) : NULL;
-    if (!wc)
-        return NULL;
-    tvar *args[CDY_MAX_CALL_ARGS];
-    memcpy(args, call->args, sizeof(tvar *) * (size_t)call->nargs);
-    args[0] = xc;
-    args[1] = wc;
-    lc_busy = 1;       /* the rewritten call is a plain extern, never rewritten again */
-    tvar *yc = cdy_call_torch(tr, call->fn, call->what, args, call->nargs, call->kwnames);
-    lc_busy = 0;
-    if (!yc || yc->kind != TV_TENSOR)
-        return NULL;
-    /* oneDNN returns channels_last for channels_last input and weight (the
-     * meta kernel says NCHW): yc's buffer is channels_last, and should torch
-     * ever return other strides, the runtime copies its result into them */
-    cdy_meta *ymp = &tr->t->graph.values[yc->value].meta;
-    lc_cl_strides(ymp);
-    cdy_meta ym = *ymp;
-    if (memcmp(ym.sizes, om.sizes, sizeof(int64_t) * 4)) {
-        cdy_tr_stop(tr, CHANNELS_LAST_SIZES, call->what);
-        return NULL;
-    }
-    int y = cdy_node_add(tr, CDY_OP_VIEW_COPY, &yc->value, 1, &om, om.dtype);
-    if (y < 0)
-        return NULL;
-    cdy_value *gv = &tr->t->graph.values[y];
-    gv->view_base = yc->value;
-    gv->view_offset = 0;
-    memcpy(gv->view_strides, ym.strides, sizeof(gv->view_strides));
-    return cdy_lower_result(tr, call, y);
+    return NULL;
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_CONV(X)                 \
-    X("conv2d", "tf", lower_conv2d)
-
-CDY_LOWERING_TABLE(cdy_lowerings_conv, CDY_LOWER_CONV);

@@ -1,5 +1,5 @@
 /* lower_factory.c - composite lowerings: factories and tril / triu
- * (registered in cdy_lowerings_factory).
+ * (BUILD rows of ops/callables.def).
  *
  * zeros / ones / full / empty (and *_like, Tensor.new_*) become a FILL node
  * with torch's result meta (sizes, dtype, strides: *_like keeps dense
@@ -161,26 +161,26 @@ static tvar *lower_fill(tracer *tr, const cdy_lower_call *call, const tvar *a, i
 }
 
 /* zeros / empty / *_like / new_*: a FILL of 0 (empty: any value is eager's). */
-static tvar *lower_zeros(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_zeros(tracer *tr, const cdy_lower_call *call)
 {
     return lower_fill(tr, call, NULL, 0);
 }
 
 /* ones / ones_like / new_ones: a FILL of 1. */
-static tvar *lower_ones(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_ones(tracer *tr, const cdy_lower_call *call)
 {
     return lower_fill(tr, call, NULL, 1);
 }
 
 /* full(size, fill_value) / full_like(input, fill_value). */
-static tvar *lower_full(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_full(tracer *tr, const cdy_lower_call *call)
 {
     tvar *a = arg_at(call, 1, "fill_value");
     return a ? lower_fill(tr, call, a, 0) : NULL;
 }
 
 /* Tensor.new_full(self, size, fill_value). */
-static tvar *lower_new_full(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_new_full(tracer *tr, const cdy_lower_call *call)
 {
     tvar *a = arg_at(call, 2, "fill_value");
     return a ? lower_fill(tr, call, a, 0) : NULL;
@@ -235,10 +235,7 @@ static tvar *affine_result(tracer *tr, const cdy_lower_call *call, const cdy_met
     int cur = d0 < 0 || start == -1 || step == -1
                   ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &im, CDY_DT_INT64);
     im.dtype = cdt;
-    if (cur >= 0 && step != -2)
-        cur = scalar_node(tr, CDY_OP_MUL, cur, step, &im, cdt);
-    if (cur >= 0 && start != -2)
-        cur = scalar_node(tr, CDY_OP_ADD, cur, start, &im, cdt);
+    cur = cdy_compose_affine(tr, cur, step, start, &im, cdt);
     if (cur >= 0 && tr->t->graph.values[cur].meta.dtype != m->dtype)
         cur = cdy_node_add(tr, CDY_OP_CAST, &cur, 1, m, m->dtype);
     if (cur < 0)
@@ -250,7 +247,7 @@ static tvar *affine_result(tracer *tr, const cdy_lower_call *call, const cdy_met
 /* arange(end) / arange(start, end[, step]): IOTA * step + start in int64
  * (integer dtypes: int arguments) or double (float dtypes: exact values
  * only), converted to the result dtype; the size is torch's. */
-static tvar *lower_arange(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_arange(tracer *tr, const cdy_lower_call *call)
 {
     int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0, npos = call->nargs - nkw;
     tvar *start = arg_at(call, npos >= 2 ? 0 : -1, "start");
@@ -280,7 +277,7 @@ static tvar *lower_arange(tracer *tr, const cdy_lower_call *call)
  * (steps - 1), lowered when every value is exact (ATen's two halves and
  * vector path then agree): float dtypes as arange_exact; integer dtypes
  * from int endpoints in range with an integer step. */
-static tvar *lower_linspace(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_linspace(tracer *tr, const cdy_lower_call *call)
 {
     tvar *a = arg_at(call, 0, "start"), *b = arg_at(call, 1, "end");
     cdy_meta m;
@@ -310,10 +307,11 @@ static tvar *lower_linspace(tracer *tr, const cdy_lower_call *call)
     return affine_result(tr, call, &m, va->i == 0 ? -2 : sa, st == 1 ? -2 : cdy_scalar_int(tr, st));
 }
 
-/* tril / triu(input, diagonal=0): where(col - row <= k (tril) / >= k (triu),
- * input, 0) over the last two dims, torch's result meta. */
-static tvar *lower_tri(tracer *tr, const cdy_lower_call *call, int cmp)
+/* tril / triu(input, diagonal=0): where(col - row <= k (tril: call->op LE) /
+ * >= k (triu: GE), input, 0) over the last two dims, torch's result meta. */
+tvar *cdy_build_tri(tracer *tr, const cdy_lower_call *call)
 {
+    int cmp = call->op;
     tvar *slot[2];
     cdy_meta m;
     if (cdy_bind_names("input diagonal", call->args, call->nargs, call->kwnames, slot) ||
@@ -344,7 +342,7 @@ static tvar *lower_tri(tracer *tr, const cdy_lower_call *call, int cmp)
 }
 
 /* eye(n, m=n): (row == col) as the result dtype, over two IOTAs. */
-static tvar *lower_eye(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_eye(tracer *tr, const cdy_lower_call *call)
 {
     cdy_meta m;
     if (result_meta(tr, call, &m) || m.ndim != 2)
@@ -362,37 +360,3 @@ static tvar *lower_eye(tracer *tr, const cdy_lower_call *call)
         v = cdy_node_add(tr, CDY_OP_CAST, &v, 1, &m, m.dtype);
     return v < 0 ? NULL : factory_result(tr, call, v, &m);
 }
-
-/* tril(input, diagonal=0): keeps col - row <= diagonal. */
-static tvar *lower_tril(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_tri(tr, call, CDY_OP_LE);
-}
-
-/* triu(input, diagonal=0): keeps col - row >= diagonal. */
-static tvar *lower_triu(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_tri(tr, call, CDY_OP_GE);
-}
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_FACTORY(X)                    \
-    X("zeros", "t", lower_zeros)                \
-    X("empty", "t", lower_zeros)                \
-    X("zeros_like", "t", lower_zeros)           \
-    X("empty_like", "t", lower_zeros)           \
-    X("new_zeros", "m", lower_zeros)            \
-    X("new_empty", "m", lower_zeros)            \
-    X("ones", "t", lower_ones)                  \
-    X("ones_like", "t", lower_ones)             \
-    X("new_ones", "m", lower_ones)              \
-    X("full", "t", lower_full)                  \
-    X("full_like", "t", lower_full)             \
-    X("new_full", "m", lower_new_full)          \
-    X("arange", "t", lower_arange)              \
-    X("eye", "t", lower_eye)                    \
-    X("linspace", "t", lower_linspace)          \
-    X("tril", "tm", lower_tril)                 \
-    X("triu", "tm", lower_triu)
-
-CDY_LOWERING_TABLE(cdy_lowerings_factory, CDY_LOWER_FACTORY);

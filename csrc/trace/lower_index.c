@@ -1,6 +1,5 @@
-/* lower_index.c - composite lowerings: indexing (registered in
- * cdy_lowerings_index).  embedding, index_select, gather and tensor
- * indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
+/* lower_index.c - builders of indexing (BUILD rows of ops/callables.def).
+ * embedding, index_select, gather and tensor indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
  * ints) become one GATHER node (kind 'G', see cdynamo.h and
  * csrc/compiler/gather.c) whose meta is torch's result on the fakes
  * (call->out).  An index tensor whose dims do not end the result's is read
@@ -96,14 +95,7 @@ static int li_index_value(tracer *tr, const tvar *t, const cdy_meta *m, int p)
         vst[d] = in ? st[td] : 0;
     }
     int argv[1] = {t->value};
-    int v = cdy_node_add(tr, CDY_OP_VIEW, argv, 1, &vm, vm.dtype);
-    if (v < 0)
-        return -1;
-    cdy_value *gv = &tr->t->graph.values[v];
-    gv->view_base = base;
-    gv->view_offset = off;
-    memcpy(gv->view_strides, vst, sizeof(vst));
-    return v;
+    return cdy_view_value(tr, 1, argv, 1, &vm, base, vst, off);
 }
 
 /* A new GATHER node described by gth with meta m; its value, or -1 (stopped). */
@@ -130,10 +122,16 @@ static int li_gather_node(tracer *tr, const cdy_meta *m, const li_gather *gth)
 }
 
 /* The GATHER node described by gth with result meta m, as the call's
- * result; NULL when stopped. */
+ * result; NULL when stopped.  An empty result with indices to check (a source
+ * dim of size 0 elsewhere) is declined, NULL with no stop: a kernel walks the
+ * result's elements and would check none, where eager checks every index, so
+ * torch's own op runs (an extern). */
 static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
                      const li_gather *gth)
 {
+    for (int i = 0; i < gth->k && cdy_meta_numel(m) == 0; i++)
+        if (cdy_meta_numel(&tr->t->graph.values[gth->idx[i]].meta) > 0)
+            return NULL;
     int v = li_gather_node(tr, m, gth);
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
@@ -232,6 +230,8 @@ static tvar *li_one(tracer *tr, const cdy_lower_call *call, const tvar *x, int s
     const cdy_meta xm = li_val(tr, x)->meta;
     if (od >= 0 && m->ndim != xm.ndim - 1 + nd)
         return NULL;
+    if (cdy_meta_numel(m) == 0 && cdy_meta_numel(&li_val(tr, t)->meta) > 0)
+        return NULL;   /* indices to check, no element to walk: see li_node */
     li_plan p = {m, xm.sizes, xm.ndim, sd, od, nd, -1, code, 0};
     if ((p.idx = od < 0 ? t->value : li_index_value(tr, t, m, od)) < 0)
         return NULL;
@@ -253,7 +253,7 @@ static tvar *li_embedding(tracer *tr, const cdy_lower_call *call, tvar *w, tvar 
 }
 
 /* F.embedding (input, weight, padding_idx, max_norm, norm_type, ...). */
-static tvar *lower_f_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_f_embedding(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq sparse",
@@ -263,7 +263,7 @@ static tvar *lower_f_embedding(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch.embedding (weight, indices, padding_idx, scale_grad_by_freq, sparse). */
-static tvar *lower_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_embedding(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("weight indices padding_idx scale_grad_by_freq sparse",
@@ -275,7 +275,7 @@ static tvar *lower_embedding(tracer *tr, const cdy_lower_call *call)
 /* torch.index_select / Tensor.index_select (input, dim, index): a 0-d or
  * 1-d index along any dim.  Eager's errors: dim 1 of a tensor of rank > 1
  * goes through its "INDICES element" path, the rest "out of range in self". */
-static tvar *lower_index_select(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_index_select(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -295,7 +295,7 @@ static tvar *lower_index_select(tracer *tr, const cdy_lower_call *call)
 
 /* torch.gather / Tensor.gather (input, dim, index): index of input's rank,
  * the result its shape; out[.., i_dim, ..] = input[.., index[..], ..]. */
-static tvar *lower_gather(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_gather(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -451,7 +451,7 @@ static int li_adv_shape(tracer *tr, const li_basic *b, int64_t *bs, int *bn)
  * tensors among ints, slices, None and Ellipsis: torch's advanced indexing
  * (indexed dims replaced by the indices' broadcast shape, in place when the
  * index tensors are adjacent, else first); negative indices wrap. */
-static tvar *lower_getitem(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_getitem(tracer *tr, const cdy_lower_call *call)
 {
     tvar *it[CDY_MAX_NDIM + 4];
     cdy_meta m;
@@ -501,13 +501,3 @@ static tvar *lower_getitem(tracer *tr, const cdy_lower_call *call)
     }
     return li_node(tr, call, &m, &gth);
 }
-
-#define CDY_LOWER_INDEX(X)                       \
-    X("embedding", "f", lower_f_embedding)       \
-    X("embedding", "t", lower_embedding)         \
-    X("index_select", "tm", lower_index_select)  \
-    X("gather", "tm", lower_gather)              \
-    X("getitem", "o", lower_getitem)             \
-    X("__getitem__", "m", lower_getitem)
-
-CDY_LOWERING_TABLE(cdy_lowerings_index, CDY_LOWER_INDEX);

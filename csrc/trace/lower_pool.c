@@ -1,5 +1,5 @@
 /* lower_pool.c - composite lowerings: pooling and nearest upsample
- * (registered in cdy_lowerings_pool).  Each call becomes one windowed node
+ * (BUILD rows of ops/callables.def).  Each call becomes one windowed node
  * (kind 'W', see cdynamo.h) whose meta is torch's result on the fakes
  * (call->out: output sizes and strides, ceil_mode included); anything not
  * reproduced exactly (indices, other modes, dtypes eager rejects, unusual
@@ -123,7 +123,7 @@ static tvar *lp_node(tracer *tr, const cdy_lower_call *call, int op, tvar *x, co
 /* F.max_pool2d / torch.max_pool2d / nn.MaxPool2d: kernel, stride (default:
  * the kernel), padding, dilation; ceil_mode is in the result's sizes.
  * return_indices=True (a tuple result) stays extern. */
-static tvar *lower_max_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_max_pool2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -137,12 +137,12 @@ static tvar *lower_max_pool2d(tracer *tr, const cdy_lower_call *call)
         return NULL;
     int sc[4] = {lp_pair_value(tr, kh, kw), lp_pair_value(tr, sh, sw),
                  lp_pair_value(tr, ph, pw), lp_pair_value(tr, dh, dw)};
-    return lp_node(tr, call, CDY_OP_MAX_POOL2D, s[0], sc, 4, &m);
+    return lp_node(tr, call, call->op, s[0], sc, 4, &m);
 }
 
 /* F.avg_pool2d / nn.AvgPool2d: kernel, stride (default: the kernel),
  * padding, count_include_pad, divisor_override (> 0; packed in flags). */
-static tvar *lower_avg_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_avg_pool2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -163,23 +163,23 @@ static tvar *lower_avg_pool2d(tracer *tr, const cdy_lower_call *call)
         return NULL;
     int sc[4] = {lp_pair_value(tr, kh, kw), lp_pair_value(tr, sh, sw),
                  lp_pair_value(tr, ph, pw), cdy_scalar_int(tr, (long long)(div << 1 | cip))};
-    return lp_node(tr, call, CDY_OP_AVG_POOL2D, s[0], sc, 4, &m);
+    return lp_node(tr, call, call->op, s[0], sc, 4, &m);
 }
 
 /* F.adaptive_avg_pool2d / nn.AdaptiveAvgPool2d: the output size (None
  * entries included) is the result's. */
-static tvar *lower_adaptive_avg_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_adaptive_avg_pool2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
     if (cdy_bind_names("input output_size", call->args, call->nargs, call->kwnames, s) ||
         lp_meta(tr, call, s[0], LP_FLOATS, &m))
         return NULL;
-    return lp_node(tr, call, CDY_OP_ADAPTIVE_AVG_POOL2D, s[0], NULL, 0, &m);
+    return lp_node(tr, call, call->op, s[0], NULL, 0, &m);
 }
 
 /* F.adaptive_max_pool2d without indices. */
-static tvar *lower_adaptive_max_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_adaptive_max_pool2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -187,7 +187,7 @@ static tvar *lower_adaptive_max_pool2d(tracer *tr, const cdy_lower_call *call)
                        call->kwnames, s) ||
         !lp_off(s[2]) || lp_meta(tr, call, s[0], LP_FLOATS, &m))
         return NULL;
-    return lp_node(tr, call, CDY_OP_ADAPTIVE_MAX_POOL2D, s[0], NULL, 0, &m);
+    return lp_node(tr, call, call->op, s[0], NULL, 0, &m);
 }
 
 /* A number constant v as a double into *f; 0 or -1. */
@@ -229,13 +229,13 @@ static tvar *lp_upsample(tracer *tr, const cdy_lower_call *call, tvar *x, double
     if (lp_meta(tr, call, x, LP_FLOATS | 1u << CDY_DT_UINT8, &m) || m.ndim != 4)
         return NULL;
     int sc[3] = {cdy_scalar_float(tr, sh), cdy_scalar_float(tr, sw), cdy_scalar_bool(tr, exact)};
-    return lp_node(tr, call, CDY_OP_UPSAMPLE_NEAREST2D, x, sc, 3, &m);
+    return lp_node(tr, call, call->op, x, sc, 3, &m);
 }
 
 /* F.interpolate / nn.Upsample, modes 'nearest' and 'nearest-exact' on a 4-D
  * input: the scale_factor is what torch's kernel uses unless the size is
  * given or recompute_scale_factor is set (then in/out). */
-static tvar *lower_interpolate(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_interpolate(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     double sh, sw;
@@ -254,7 +254,7 @@ static tvar *lower_interpolate(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch._C._nn.upsample_nearest2d(input, output_size, scale_factors). */
-static tvar *lower_upsample_nearest2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_upsample_nearest2d(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     double sh, sw;
@@ -264,14 +264,3 @@ static tvar *lower_upsample_nearest2d(tracer *tr, const cdy_lower_call *call)
         return NULL;
     return lp_upsample(tr, call, s[0], sh, sw, 0);
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_POOL(X)                                         \
-    X("max_pool2d", "tf", lower_max_pool2d)                       \
-    X("avg_pool2d", "nf", lower_avg_pool2d)                       \
-    X("adaptive_avg_pool2d", "fn", lower_adaptive_avg_pool2d)     \
-    X("adaptive_max_pool2d", "f", lower_adaptive_max_pool2d)      \
-    X("interpolate", "f", lower_interpolate)                      \
-    X("upsample_nearest2d", "n", lower_upsample_nearest2d)
-
-CDY_LOWERING_TABLE(cdy_lowerings_pool, CDY_LOWER_POOL);

@@ -1,11 +1,11 @@
-/* lower_reduce.c - composite lowerings: reduce (registered in cdy_lowerings_reduce).
+/* lower_reduce.c - builders of reductions (BUILD rows of ops/callables.def).
  *
  * torch.max/min: no dim, the amax/amin of every element; with a dim, two
  * nodes (amax/amin for the values, argmax/argmin for the indices, adjacent:
  * the compiler computes both in one kernel); with a tensor, elementwise: not
  * lowered here.  var_mean/std_mean: var/std and mean nodes.  torch.norm,
  * Tensor.norm, torch.linalg.vector_norm: a vector_norm node.  F.normalize:
- * x / vector_norm(x, keepdim).clamp_min(eps).  Arguments are bound by the
+ * x / vector_norm(x, keepdim).clamp_min(eps) (compose.c).  Arguments are bound by the
  * reduction ops' signatures in opbind.c (cdy_op_bind): what they reject runs
  * as an extern call. */
 #include "trace/trace.h"
@@ -62,11 +62,12 @@ static int red_tensors(PyObject *o, int n)
     return 1;
 }
 
-/* torch.max / torch.min (is_max 0) and the methods: see the file comment. */
-static tvar *lower_minmax(tracer *tr, const cdy_lower_call *call, int is_max)
+/* torch.max / torch.min and the methods (call->op: AMAX or AMIN; with a dim,
+ * the indices are the reduction paired with it): see the file comment. */
+tvar *cdy_build_minmax(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[3], *canon[CDY_MAX_NODE_ARGS];
-    int op = is_max ? CDY_OP_AMAX : CDY_OP_AMIN, argv[3], v;
+    int op = call->op, argv[3], v;
     if (cdy_bind_names("input dim keepdim", call->args, call->nargs, call->kwnames, slot) ||
         !slot[0] || slot[0]->kind != TV_TENSOR || (slot[1] && slot[1]->kind == TV_TENSOR))
         return NULL;
@@ -84,29 +85,18 @@ static tvar *lower_minmax(tracer *tr, const cdy_lower_call *call, int is_max)
                                                                : cdy_lower_result(tr, call, v);
     int vs[2];
     if ((vs[0] = red_node(tr, op, argv, 3, PyTuple_GET_ITEM(call->out, 0))) < 0 ||
-        (vs[1] = red_node(tr, is_max ? CDY_OP_ARGMAX : CDY_OP_ARGMIN, argv, 3,
+        (vs[1] = red_node(tr, cdy_op_paired(call->op), argv, 3,
                           PyTuple_GET_ITEM(call->out, 1))) < 0)
         return NULL;
     return cdy_lower_result_multi(tr, call, vs, 2);
 }
 
-/* torch.max, Tensor.max. */
-static tvar *lower_max(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_minmax(tr, call, 1);
-}
-
-/* torch.min, Tensor.min. */
-static tvar *lower_min(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_minmax(tr, call, 0);
-}
-
-/* var_mean (is_std 0) / std_mean: (var or std, mean) of the same reduction. */
-static tvar *lower_moments(tracer *tr, const cdy_lower_call *call, int is_std)
+/* var_mean / std_mean (call->op: VAR or STD): (var or std, mean) of the same
+ * reduction. */
+tvar *cdy_build_moments(tracer *tr, const cdy_lower_call *call)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
-    int op = is_std ? CDY_OP_STD : CDY_OP_VAR, argv[4], vs[2];
+    int op = call->op, argv[4], vs[2];
     if (!red_tensors(call->out, 2) ||
         cdy_op_bind(tr, &op, call->args, call->nargs, call->kwnames, canon) != 4)
         return NULL;
@@ -117,35 +107,25 @@ static tvar *lower_moments(tracer *tr, const cdy_lower_call *call, int is_std)
     return cdy_lower_result_multi(tr, call, vs, 2);
 }
 
-/* torch.var_mean. */
-static tvar *lower_var_mean(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_moments(tr, call, 0);
-}
-
-/* torch.std_mean. */
-static tvar *lower_std_mean(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_moments(tr, call, 1);
-}
-
-/* A vector_norm node over canonical args [x, ord, dim, keepdim] (positional);
- * its value, -1 when not lowerable (no stop), or -1 with the trace stopped. */
-static int norm_node(tracer *tr, tvar **pos, PyObject *fake)
+/* A vector_norm node (op) over canonical args [x, ord, dim, keepdim]
+ * (positional); its value, -1 when not lowerable (no stop), or -1 with the
+ * trace stopped. */
+static int norm_node(tracer *tr, int op, tvar **pos, PyObject *fake)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
-    int op = CDY_OP_NORM, argv[4];
+    int argv[4];
     if (!PyObject_TypeCheck(fake, (PyTypeObject *)cdy_tensor_type) ||
         cdy_op_bind(tr, &op, pos, 4, NULL, canon) != 4 || red_argv(tr, canon, 4, argv))
         return -1;
     return red_node(tr, op, argv, 4, fake);
 }
 
-/* torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None). */
-static tvar *lower_vector_norm(tracer *tr, const cdy_lower_call *call)
+/* torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)
+ * (call->op: the vector norm's op). */
+tvar *cdy_build_vector_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
-    int op = CDY_OP_NORM, argv[4], v;
+    int op = call->op, argv[4], v;
     if (!PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
         cdy_op_bind(tr, &op, call->args, call->nargs, call->kwnames, canon) != 4 ||
         red_argv(tr, canon, 4, argv) || (v = red_node(tr, op, argv, 4, call->out)) < 0)
@@ -190,12 +170,12 @@ int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **
 
 /* torch.norm(input, p='fro', dim=None, keepdim=False, out=None, dtype=None),
  * Tensor.norm: vector norms (see norm_order); the rest stays extern. */
-static tvar *lower_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *pos[4];
     if (cdy_norm_args(tr, call->args, call->nargs, call->kwnames, pos))
         return NULL;
-    int v = norm_node(tr, pos, call->out);
+    int v = norm_node(tr, call->op, pos, call->out);
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
 
@@ -214,7 +194,7 @@ static void red_keep_meta(const cdy_meta *m, long long mask, cdy_meta *out)
 
 /* F.normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
  * input / vector_norm(input, p, dim, keepdim=True).clamp_min(eps). */
-static tvar *lower_normalize(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_normalize(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[5], *canon[CDY_MAX_NODE_ARGS];
     if (cdy_bind_names("input p dim eps out", call->args, call->nargs, call->kwnames, slot) ||
@@ -228,7 +208,7 @@ static tvar *lower_normalize(tracer *tr, const cdy_lower_call *call)
         return NULL;
     if (pos[2]->kind != TV_CONST || !PyLong_CheckExact(pos[2]->obj))
         return NULL;   /* F.normalize takes one int dim */
-    int op = CDY_OP_NORM, argv[4], v[3];
+    int op = call->op, argv[4], v;
     if (cdy_op_bind(tr, &op, pos, 4, NULL, canon) != 4 || red_argv(tr, canon, 4, argv))
         return NULL;
     const cdy_meta *im = &tr->t->graph.values[slot[0]->value].meta;
@@ -237,28 +217,8 @@ static tvar *lower_normalize(tracer *tr, const cdy_lower_call *call)
     if (cdy_read_meta(tr, call->out, &om))
         return NULL;
     double eps = slot[3] ? PyFloat_AS_DOUBLE(slot[3]->obj) : 1e-12;
-    int a[2];
-    if ((v[0] = cdy_node_add(tr, CDY_OP_NORM, argv, 4, &nm, nm.dtype)) < 0 ||
-        (a[1] = cdy_scalar_float(tr, eps)) < 0)
+    if ((v = cdy_node_add(tr, op, argv, 4, &nm, nm.dtype)) < 0 ||
+        (v = cdy_compose_normalize(tr, slot[0]->value, v, eps, &nm, &om)) < 0)
         return NULL;
-    a[0] = v[0];
-    if ((v[1] = cdy_node_add(tr, CDY_OP_CLAMP_MIN, a, 2, &nm, nm.dtype)) < 0)
-        return NULL;
-    a[0] = slot[0]->value;
-    a[1] = v[1];
-    if ((v[2] = cdy_node_add(tr, CDY_OP_DIV, a, 2, &om, om.dtype)) < 0)
-        return NULL;
-    return cdy_lower_result(tr, call, v[2]);
+    return cdy_lower_result(tr, call, v);
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_REDUCE(X)                                                  \
-    X("max", "tm", lower_max)                                                \
-    X("min", "tm", lower_min)                                                \
-    X("var_mean", "t", lower_var_mean)                                       \
-    X("std_mean", "t", lower_std_mean)                                       \
-    X("vector_norm", "l", lower_vector_norm)                                 \
-    X("norm", "tm", lower_norm)                                              \
-    X("normalize", "f", lower_normalize)
-
-CDY_LOWERING_TABLE(cdy_lowerings_reduce, CDY_LOWER_REDUCE);

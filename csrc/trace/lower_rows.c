@@ -1,4 +1,4 @@
-/* lower_rows.c - composite lowerings: rows (registered in cdy_lowerings_rows).
+/* lower_rows.c - builders of row ops and losses (BUILD rows of ops/callables.def).
  *
  * softmax / log_softmax, layer_norm, group_norm and batch_norm (eval) become one row node each
  * (kind 'N', see csrc/compiler/rows.c); mse_loss, l1_loss and smooth_l1_loss
@@ -44,7 +44,7 @@ static int lr_depends(const cdy_graph *g, int v, int w)
 {
     if (v == w)
         return 1;
-    if (v < w || g->values[v].kind != CDY_VAL_NODE || g->values[v].op == CDY_OP_EXTERN)
+    if (v < w || g->values[v].kind != CDY_VAL_NODE || cdy_op_table[g->values[v].op].kind == 'E')
         return 0;
     for (int a = 0; a < g->values[v].nargs; a++)
         if (lr_depends(g, g->values[v].args[a], w))
@@ -119,24 +119,16 @@ static tvar *lr_softmax_f(tracer *tr, const cdy_lower_call *call, int op)
     return lr_softmax_bound(tr, call, op, b);
 }
 
-static tvar *lower_softmax(tracer *tr, const cdy_lower_call *call)
+/* torch.softmax / log_softmax, Tensor's, torch.special's (call->op: SOFTMAX or LOG_SOFTMAX). */
+tvar *cdy_build_softmax(tracer *tr, const cdy_lower_call *call)
 {
-    return lr_softmax_t(tr, call, CDY_OP_SOFTMAX);
+    return lr_softmax_t(tr, call, call->op);
 }
 
-static tvar *lower_log_softmax(tracer *tr, const cdy_lower_call *call)
+/* F.softmax / F.log_softmax (call->op: SOFTMAX or LOG_SOFTMAX). */
+tvar *cdy_build_f_softmax(tracer *tr, const cdy_lower_call *call)
 {
-    return lr_softmax_t(tr, call, CDY_OP_LOG_SOFTMAX);
-}
-
-static tvar *lower_f_softmax(tracer *tr, const cdy_lower_call *call)
-{
-    return lr_softmax_f(tr, call, CDY_OP_SOFTMAX);
-}
-
-static tvar *lower_f_log_softmax(tracer *tr, const cdy_lower_call *call)
-{
-    return lr_softmax_f(tr, call, CDY_OP_LOG_SOFTMAX);
+    return lr_softmax_f(tr, call, call->op);
 }
 
 /* ---- layer_norm, group_norm -------------------------------------------- */
@@ -152,7 +144,7 @@ static int lr_affine(tracer *tr, const tvar *t, const tvar *x, int realized)
     if (t->kind != TV_TENSOR || lr_val(tr, t)->meta.dtype != lr_val(tr, x)->meta.dtype)
         return -1;
     const cdy_value *w = lr_val(tr, t);
-    if (realized && ((w->kind == CDY_VAL_NODE && w->op != CDY_OP_EXTERN) ||
+    if (realized && ((w->kind == CDY_VAL_NODE && cdy_op_table[w->op].kind != 'E') ||
                      lr_depends(&tr->t->graph, x->value, t->value)))
         return -1;
     return t->value;
@@ -175,7 +167,7 @@ static tvar *lr_norm(tracer *tr, const cdy_lower_call *call, int op, tvar **s, l
 }
 
 /* F.layer_norm / torch.layer_norm(input, normalized_shape, weight, bias, eps). */
-static tvar *lower_layer_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_layer_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[6];
     if (cdy_bind_names("input normalized_shape weight bias eps cudnn_enable", call->args,
@@ -190,11 +182,11 @@ static tvar *lower_layer_norm(tracer *tr, const cdy_lower_call *call)
         return NULL;
     if (!lr_float_tensor(tr, s[0]) || k < 0 || k > lr_val(tr, s[0])->meta.ndim)
         return NULL;
-    return lr_norm(tr, call, CDY_OP_LAYER_NORM, s, k);
+    return lr_norm(tr, call, call->op, s, k);
 }
 
 /* F.group_norm / torch.group_norm(input, num_groups, weight, bias, eps). */
-static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_group_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[6];
     long long groups;
@@ -213,10 +205,8 @@ static tvar *lower_group_norm(tracer *tr, const cdy_lower_call *call)
         return NULL;
     if (!cdy_meta_contiguous(im))   /* eager's result follows the input's memory format, the meta's not */
         return NULL;
-    return lr_norm(tr, call, CDY_OP_GROUP_NORM, s, groups);
+    return lr_norm(tr, call, call->op, s, groups);
 }
-
-static int lr_pw(tracer *tr, int op, int a, int b, const cdy_meta *m, int dt, int cdt);
 
 /* Per-channel value t ([C]) seen as [C, 1, ..] (rank nd - 1) so that it
  * broadcasts against an input of rank nd whose channels are dim 1: a view
@@ -231,14 +221,7 @@ static int lr_channels(tracer *tr, int t, int nd)
         m.strides[d] = 1;
     }
     m.ndim = nd - 1;
-    int v = cdy_node_add(tr, CDY_OP_VIEW, &t, 1, &m, m.dtype);
-    if (v < 0)
-        return -1;
-    cdy_value *gv = &tr->t->graph.values[v];
-    gv->view_base = t;
-    gv->view_offset = 0;
-    memcpy(gv->view_strides, m.strides, sizeof m.strides);
-    return v;
+    return cdy_view_value(tr, 1, &t, 1, &m, t, m.strides, 0);
 }
 
 /* F.batch_norm(input, running_mean, running_var, weight, bias, training,
@@ -249,7 +232,7 @@ static int lr_channels(tracer *tr, int t, int nd)
  * and the per-element part fuses with its producers and consumers (relu,
  * pooling, a residual add).  Training mode (it updates the running stats)
  * stays extern. */
-static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_batch_norm(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[8];
     double eps = 1e-5;
@@ -277,57 +260,11 @@ static tvar *lower_batch_norm(tracer *tr, const cdy_lower_call *call)
     cdy_meta pm = tr->t->graph.values[ch[1]].meta;   /* [C, 1, ..], contiguous */
     for (int d = pm.ndim - 1, st = 1; d >= 0; st *= (int)pm.sizes[d], d--)
         pm.strides[d] = st;
-    int e = cdy_scalar_float(tr, eps), zero = cdy_scalar_float(tr, 0.0);
-    int v = lr_pw(tr, CDY_OP_ADD, ch[1], e, &pm, dt, dt);
-    v = v < 0 ? v : lr_pw(tr, CDY_OP_SQRT, v, -1, &pm, dt, dt);
-    int alpha = v < 0 ? v : lr_pw(tr, CDY_OP_RECIPROCAL, v, -1, &pm, dt, dt);
-    if (alpha >= 0 && ch[2] >= 0)
-        alpha = lr_pw(tr, CDY_OP_MUL, alpha, ch[2], &pm, dt, dt);
-    int ma = alpha < 0 ? alpha : lr_pw(tr, CDY_OP_MUL, ch[0], alpha, &pm, dt, dt);
-    int beta = ma < 0 ? ma : lr_pw(tr, CDY_OP_SUB, ch[3] >= 0 ? ch[3] : zero, ma, &pm, dt, dt);
-    int y = beta < 0 ? beta : lr_pw(tr, CDY_OP_MUL, s[0]->value, alpha, &om, dt, dt);
-    y = y < 0 ? y : lr_pw(tr, CDY_OP_ADD, y, beta, &om, dt, dt);
+    int y = cdy_compose_batch_norm(tr, s[0]->value, ch, eps, &pm, &om, dt);
     return y < 0 ? NULL : cdy_lower_result(tr, call, y);
 }
 
 /* ---- losses -------------------------------------------------------------- */
-
-/* A pointwise node op(a, b) (b < 0: unary) with sizes m and dtype dt
- * (computing in cdt); its value or -1. */
-static int lr_pw(tracer *tr, int op, int a, int b, const cdy_meta *m, int dt, int cdt)
-{
-    cdy_meta mm = *m;
-    mm.dtype = dt;
-    int args[2] = {a, b};
-    return cdy_node_add(tr, op, args, b < 0 ? 1 : 2, &mm, cdt);
-}
-
-/* The elementwise loss between x and y (value numbers) over sizes m:
- * kind 'm' (x-y)^2, 'l' |x-y|, 's' smooth l1 with beta; its value or -1. */
-static int lr_loss_elems(tracer *tr, int kind, int x, int y, const cdy_meta *m, double beta)
-{
-    int dt = m->dtype, d = lr_pw(tr, CDY_OP_SUB, x, y, m, dt, dt);
-    if (d < 0)
-        return -1;
-    if (kind == 'm')
-        return lr_pw(tr, CDY_OP_MUL, d, d, m, dt, dt);
-    int z = lr_pw(tr, CDY_OP_ABS, d, -1, m, dt, dt);
-    if (z < 0 || kind == 'l' || beta == 0)
-        return z;
-    int bv = cdy_scalar_float(tr, beta), half = cdy_scalar_float(tr, 0.5);
-    int hb = cdy_scalar_float(tr, 0.5 * beta);
-    if (bv < 0 || half < 0 || hb < 0)
-        return -1;
-    int lt = lr_pw(tr, CDY_OP_LT, z, bv, m, CDY_DT_BOOL, dt);
-    int q = lt < 0 ? -1 : lr_pw(tr, CDY_OP_MUL, half, z, m, dt, dt);
-    q = q < 0 ? -1 : lr_pw(tr, CDY_OP_MUL, q, z, m, dt, dt);
-    q = q < 0 ? -1 : lr_pw(tr, CDY_OP_DIV, q, bv, m, dt, dt);
-    int l = q < 0 ? -1 : lr_pw(tr, CDY_OP_SUB, z, hb, m, dt, dt);
-    if (l < 0)
-        return -1;
-    int args[3] = {lt, q, l};
-    return cdy_node_add(tr, CDY_OP_WHERE, args, 3, m, dt);
-}
 
 /* Broadcast sizes of metas a and b into m (contiguous strides); 0, or -1 if they do not. */
 static int lr_broadcast(const cdy_meta *a, const cdy_meta *b, cdy_meta *m)
@@ -358,24 +295,17 @@ static tvar *lr_loss(tracer *tr, const cdy_lower_call *call, int kind, tvar **s,
     if (s[4] && (s[4]->kind != TV_CONST || !PyUnicode_Check(s[4]->obj) ||
                  !(red = PyUnicode_AsUTF8(s[4]->obj))))
         return NULL;
-    int rop = !strcmp(red, "mean") ? CDY_OP_MEAN : !strcmp(red, "sum") ? CDY_OP_SUM
-              : !strcmp(red, "none") ? CDY_OP_NONE : -2;
+    int mean = !strcmp(red, "mean"), none = !strcmp(red, "none");
     cdy_meta m, om;
-    if (rop == -2 || xm->dtype != ym->dtype || lr_broadcast(xm, ym, &m) ||
-        cdy_read_meta(tr, call->out, &om) || om.dtype != xm->dtype)
+    if ((!mean && !none && strcmp(red, "sum")) || xm->dtype != ym->dtype ||
+        lr_broadcast(xm, ym, &m) || cdy_read_meta(tr, call->out, &om) || om.dtype != xm->dtype)
         return NULL;
     m.dtype = xm->dtype;
-    if (rop == CDY_OP_NONE)
+    if (none)
         m = om;       /* torch's result: its strides */
-    int l = lr_loss_elems(tr, kind, s[0]->value, s[1]->value, &m, beta);
-    if (l < 0)
+    int l = cdy_compose_loss(tr, kind, s[0]->value, s[1]->value, &m, beta);
+    if (l < 0 || (!none && (l = cdy_compose_loss_reduce(tr, l, m.ndim, mean, &om)) < 0))
         return NULL;
-    if (rop != CDY_OP_NONE) {
-        int args[3] = {l, cdy_scalar_int(tr, (1LL << m.ndim) - 1), cdy_scalar_bool(tr, 0)};
-        if (args[1] < 0 || args[2] < 0 || om.ndim != 0 ||
-            (l = cdy_node_add(tr, rop, args, 3, &om, om.dtype)) < 0)
-            return NULL;
-    }
     return cdy_lower_result(tr, call, l);
 }
 
@@ -389,18 +319,18 @@ static tvar *lr_loss_plain(tracer *tr, const cdy_lower_call *call, int kind)
     return lr_loss(tr, call, kind, s, 0);
 }
 
-static tvar *lower_mse_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_mse_loss(tracer *tr, const cdy_lower_call *call)
 {
     return lr_loss_plain(tr, call, 'm');
 }
 
-static tvar *lower_l1_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_l1_loss(tracer *tr, const cdy_lower_call *call)
 {
     return lr_loss_plain(tr, call, 'l');
 }
 
 /* F.smooth_l1_loss(input, target, size_average, reduce, reduction, beta). */
-static tvar *lower_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s[6];
     double beta = 1.0;
@@ -410,18 +340,3 @@ static tvar *lower_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
         return NULL;
     return lr_loss(tr, call, 's', s, beta);
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_ROWS(X)                                  \
-    X("softmax", "f", lower_f_softmax)                     \
-    X("log_softmax", "f", lower_f_log_softmax)             \
-    X("softmax", "tsm", lower_softmax)                     \
-    X("log_softmax", "tsm", lower_log_softmax)             \
-    X("layer_norm", "tf", lower_layer_norm)                \
-    X("group_norm", "tf", lower_group_norm)                \
-    X("batch_norm", "f", lower_batch_norm)                 \
-    X("mse_loss", "f", lower_mse_loss)                     \
-    X("l1_loss", "f", lower_l1_loss)                       \
-    X("smooth_l1_loss", "f", lower_smooth_l1_loss)
-
-CDY_LOWERING_TABLE(cdy_lowerings_rows, CDY_LOWER_ROWS);

@@ -1,4 +1,4 @@
-/* lower_views.c - composite lowerings: views (registered in cdy_lowerings_views).
+/* lower_views.c - builders of views (BUILD rows of ops/callables.def).
  *
  * An aliasing view (slicing, select, permute, expand, reshape when torch
  * gives a view, ...) becomes a VIEW node; a copy whose elements are its
@@ -89,28 +89,37 @@ void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *
     memcpy(strides, is_view ? pv->view_strides : pv->meta.strides, sizeof(int64_t) * CDY_MAX_NDIM);
 }
 
-/* A new view node of op (VIEW or VIEW_COPY) with torch's result meta m,
+/* A new kind V node (see trace.h) over argv[0..n) with meta m; its value, or
+ * -1 when stopped. */
+int cdy_view_value(tracer *tr, int alias, const int *argv, int n, const cdy_meta *m, int base,
+                   const int64_t *strides, int64_t off)
+{
+    int v = cdy_node_add(tr, alias ? CDY_OP_VIEW : CDY_OP_VIEW_COPY, argv, n, m, m->dtype);
+    if (v < 0)
+        return -1;
+    cdy_value *gv = &tr->t->graph.values[v];
+    gv->view_base = base;
+    gv->view_offset = off;
+    memcpy(gv->view_strides, strides, sizeof(int64_t) * CDY_MAX_NDIM);
+    return v;
+}
+
+/* A new view node (alias: VIEW, else VIEW_COPY) with torch's result meta m,
  * reading base at strides/off; the call's result tvar, or NULL. */
-static tvar *view_node(tracer *tr, const cdy_lower_call *call, int op, const cdy_meta *m,
+static tvar *view_node(tracer *tr, const cdy_lower_call *call, int alias, const cdy_meta *m,
                        int base, const int64_t *strides, int64_t off)
 {
     int argv[CDY_MAX_NODE_ARGS], n = view_args(call, argv);
     if (n < 1)
         return NULL;
-    int v = cdy_node_add(tr, op, argv, n, m, m->dtype);
-    if (v < 0)
-        return NULL;
-    cdy_value *gv = &tr->t->graph.values[v];
-    gv->view_base = base;
-    gv->view_offset = off;
-    memcpy(gv->view_strides, strides, sizeof(int64_t) * CDY_MAX_NDIM);
-    return cdy_lower_result(tr, call, v);
+    int v = cdy_view_value(tr, alias, argv, n, m, base, strides, off);
+    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
 
 /* An aliasing view of args[0]: a VIEW node whose strides and offset are
  * torch's (the fakes share the base's storage).  args[0] itself when torch
  * returned it; NULL (an extern) when the result is not a view of args[0]. */
-static tvar *lower_view(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_view(tracer *tr, const cdy_lower_call *call)
 {
     if (call->nargs < 1 || call->args[0]->kind != TV_TENSOR || !is_tensor(call->out))
         return NULL;
@@ -129,25 +138,25 @@ static tvar *lower_view(tracer *tr, const cdy_lower_call *call)
     long long so = fake_offset(call->out), base_so = fake_offset(self->obj);
     if (so < 0 || base_so < 0)
         return NULL;
-    if (pv->kind == CDY_VAL_NODE && pv->op == CDY_OP_VIEW) {
+    if (pv->kind == CDY_VAL_NODE && cdy_op_has(pv->op, CDY_OPF_ALIAS)) {
         base = pv->view_base;
         base_so -= pv->view_offset;
     }
-    return view_node(tr, call, CDY_OP_VIEW, &m, base, m.strides, so - base_so);
+    return view_node(tr, call, 1, &m, base, m.strides, so - base_so);
 }
 
 /* as_strided(input, size, stride, storage_offset=None): a VIEW (torch's
  * strides and offset).  An explicit storage_offset is absolute in the
  * storage, which the fakes of inputs do not share (their offset is 0, not
  * guarded): NULL (an extern) unless it is absent or None. */
-static tvar *lower_as_strided(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_as_strided(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[4];
     if (cdy_bind_names("input size stride storage_offset", call->args, call->nargs,
                        call->kwnames, slot) ||
         (slot[3] && !(slot[3]->kind == TV_CONST && slot[3]->obj == Py_None)))
         return NULL;
-    return lower_view(tr, call);
+    return cdy_build_view(tr, call);
 }
 
 /* t.mT / t.mH (ndim >= 2), t.T / t.H (ndim 2) of a real tensor (every
@@ -236,17 +245,17 @@ static tvar *lower_copy(tracer *tr, const cdy_lower_call *call, const int *dims,
             st[d] = -st[d];
         }
     }
-    return view_node(tr, call, CDY_OP_VIEW_COPY, &m, base, st, off);
+    return view_node(tr, call, 0, &m, base, st, off);
 }
 
 /* clone / contiguous: a copy in torch's result layout. */
-static tvar *lower_clone(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_clone(tracer *tr, const cdy_lower_call *call)
 {
     return lower_copy(tr, call, NULL, 0);
 }
 
 /* flip(input, dims) / Tensor.flip(*dims). */
-static tvar *lower_flip(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_flip(tracer *tr, const cdy_lower_call *call)
 {
     int dims[CDY_MAX_NDIM], n = 0;
     for (int i = 1; i < call->nargs; i++)   /* positional dims, then dims= */
@@ -262,14 +271,14 @@ static tvar *lower_flip(tracer *tr, const cdy_lower_call *call)
 }
 
 /* fliplr(input): flip dim 1. */
-static tvar *lower_fliplr(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_fliplr(tracer *tr, const cdy_lower_call *call)
 {
     static const int d1[1] = {1};
     return call->nargs == 1 ? lower_copy(tr, call, d1, 1) : NULL;
 }
 
 /* flipud(input): flip dim 0. */
-static tvar *lower_flipud(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_flipud(tracer *tr, const cdy_lower_call *call)
 {
     static const int d0[1] = {0};
     return call->nargs == 1 ? lower_copy(tr, call, d0, 1) : NULL;
@@ -317,22 +326,16 @@ static tvar *lower_pieces(tracer *tr, const cdy_lower_call *call, int op, const 
     return v < 0 ? NULL : cdy_lower_result(tr, call, v);
 }
 
-/* torch.cat / torch.concat(tensors, dim=0). */
-static tvar *lower_cat(tracer *tr, const cdy_lower_call *call)
+/* torch.cat / torch.concat (CAT) and torch.stack (STACK)(tensors, dim=0). */
+tvar *cdy_build_cat(tracer *tr, const cdy_lower_call *call)
 {
-    return lower_pieces(tr, call, CDY_OP_CAT, "tensors dim");
+    return lower_pieces(tr, call, call->op, "tensors dim");
 }
 
 /* torch.concatenate(tensors, axis=0). */
-static tvar *lower_concatenate(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_concatenate(tracer *tr, const cdy_lower_call *call)
 {
-    return lower_pieces(tr, call, CDY_OP_CAT, "tensors axis");
-}
-
-/* torch.stack(tensors, dim=0). */
-static tvar *lower_stack(tracer *tr, const cdy_lower_call *call)
-{
-    return lower_pieces(tr, call, CDY_OP_STACK, "tensors dim");
+    return lower_pieces(tr, call, call->op, "tensors axis");
 }
 
 /* 1 if scalar value sv converts exactly to dtype dt (any value for floats;
@@ -393,7 +396,7 @@ static tvar *lower_pad_slots(tracer *tr, const cdy_lower_call *call, tvar **slot
 }
 
 /* F.pad(input, pad, mode, value). */
-static tvar *lower_pad(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_pad(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[4];
     if (cdy_bind_names("input pad mode value", call->args, call->nargs, call->kwnames, slot))
@@ -402,7 +405,7 @@ static tvar *lower_pad(tracer *tr, const cdy_lower_call *call)
 }
 
 /* constant_pad_nd(input, pad, value). */
-static tvar *lower_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
 {
     tvar *s3[3];
     if (cdy_bind_names("input pad value", call->args, call->nargs, call->kwnames, s3))
@@ -459,8 +462,8 @@ static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int 
                       sel ? NULL : cdy_tv_const(tr, PyLong_FromLongLong(len))};
         if (!a[1] || !a[2] || (!sel && !a[3]))
             return NULL;
-        cdy_lower_call ic = {fn, call->what, a, sel ? 3 : 4, NULL, it};
-        if (!(items[i] = lower_view(tr, &ic)) || items[i] == self)
+        cdy_lower_call ic = {fn, call->what, a, sel ? 3 : 4, NULL, it, CDY_OP_NONE};
+        if (!(items[i] = cdy_build_view(tr, &ic)) || items[i] == self)
             return NULL;   /* earlier items are dead nodes: the call becomes an extern */
         start += len;
     }
@@ -468,7 +471,7 @@ static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int 
 }
 
 /* split / chunk / tensor_split / split_with_sizes(input, sizes, dim=0). */
-static tvar *lower_split(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_split(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[3];
     if (cdy_bind_names("input sizes dim", call->args, call->nargs, call->kwnames, slot) ||
@@ -478,56 +481,10 @@ static tvar *lower_split(tracer *tr, const cdy_lower_call *call)
 }
 
 /* unbind(input, dim=0). */
-static tvar *lower_unbind(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_unbind(tracer *tr, const cdy_lower_call *call)
 {
     tvar *slot[2];
     if (cdy_bind_names("input dim", call->args, call->nargs, call->kwnames, slot))
         return NULL;
     return multi_view(tr, call, slot[1], 1);
 }
-
-/* X(name, where, lowering): see cdy_lowering in trace.h. */
-#define CDY_LOWER_VIEWS(X)                      \
-    X("getitem", "o", lower_view)               \
-    X("__getitem__", "m", lower_view)           \
-    X("select", "tm", lower_view)               \
-    X("narrow", "tm", lower_view)               \
-    X("permute", "tm", lower_view)              \
-    X("transpose", "tm", lower_view)            \
-    X("swapaxes", "tm", lower_view)             \
-    X("swapdims", "tm", lower_view)             \
-    X("movedim", "tm", lower_view)              \
-    X("moveaxis", "tm", lower_view)             \
-    X("t", "tm", lower_view)                    \
-    X("adjoint", "tm", lower_view)              \
-    X("expand", "m", lower_view)                \
-    X("expand_as", "m", lower_view)             \
-    X("broadcast_to", "tm", lower_view)         \
-    X("squeeze", "tm", lower_view)              \
-    X("unsqueeze", "tm", lower_view)            \
-    X("view", "m", lower_view)                  \
-    X("view_as", "m", lower_view)               \
-    X("reshape", "tm", lower_view)              \
-    X("reshape_as", "m", lower_view)            \
-    X("flatten", "tm", lower_view)              \
-    X("unflatten", "tm", lower_view)            \
-    X("diagonal", "tm", lower_view)             \
-    X("as_strided", "tm", lower_as_strided)     \
-    X("flip", "tm", lower_flip)                 \
-    X("fliplr", "tm", lower_fliplr)             \
-    X("flipud", "tm", lower_flipud)             \
-    X("clone", "tm", lower_clone)               \
-    X("contiguous", "m", lower_clone)           \
-    X("cat", "t", lower_cat)                    \
-    X("concat", "t", lower_cat)                 \
-    X("concatenate", "t", lower_concatenate)    \
-    X("stack", "t", lower_stack)                \
-    X("split", "tm", lower_split)               \
-    X("chunk", "tm", lower_split)               \
-    X("tensor_split", "tm", lower_split)        \
-    X("split_with_sizes", "tm", lower_split)    \
-    X("unbind", "tm", lower_unbind)             \
-    X("pad", "fn", lower_pad)                   \
-    X("constant_pad_nd", "t", lower_constant_pad_nd)
-
-CDY_LOWERING_TABLE(cdy_lowerings_views, CDY_LOWER_VIEWS);

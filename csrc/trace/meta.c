@@ -18,40 +18,9 @@
 
 #include <string.h>
 
-/* Result dtype rule of each op whose meta is computed here:
- * X(op, rule): D torch.result_type of the args (unary: the input's dtype),
- * F D, then integer/bool -> the default float dtype, B bool,
- * L D, then bool -> int64 (pow), A the first arg's dtype (float-only ops:
- * the binding rejected the rest), W where: result_type of args 1 and 2,
- * with a bool condition, 1..6 a fixed cast target (float, double, int, long,
- * bool, byte), S the op has no Scalar overload: every arg must be a tensor,
- * T clamp(x, lo, hi): the result_type of x with both bounds (an integer x
- * with a float bound: the default float dtype), M masked_fill: x's dtype, and
- * contiguous strides whatever x's (eager clones the expanded x so). */
-#define CDY_META_RULES(X)                                                    \
-    X(ADD, 'D') X(SUB, 'D') X(MUL, 'D') X(DIV, 'F')                          \
-    X(MAXIMUM, 'S') X(MINIMUM, 'S') X(NEG, 'D') X(ABS, 'D') X(EXP, 'F')      \
-    X(LOG, 'F') X(SQRT, 'F') X(RELU, 'D') X(SIGMOID, 'F') X(TANH, 'F')       \
-    X(EQ, 'B') X(NE, 'B') X(LT, 'B') X(LE, 'B') X(GT, 'B') X(GE, 'B')        \
-    X(WHERE, 'W') X(DIV_FLOOR, 'D') X(DIV_TRUNC, 'D') X(REMAINDER, 'D')      \
-    X(FMOD, 'D') X(POW, 'L') X(SIGN, 'D') X(EXPM1, 'F') X(LOG1P, 'F')        \
-    X(LOG2, 'F') X(LOG10, 'F') X(RSQRT, 'F') X(RECIPROCAL, 'F') X(SIN, 'F')  \
-    X(COS, 'F') X(TAN, 'F') X(ERF, 'F') X(FLOOR, 'D') X(CEIL, 'D')           \
-    X(ROUND, 'D') X(TRUNC, 'D') X(LEAKY_RELU, 'A') X(GELU, 'A')              \
-    X(SILU, 'A') X(HARDSWISH, 'A') X(HARDSIGMOID, 'A') X(SOFTPLUS, 'A')      \
-    X(MISH, 'A') X(ISNAN, 'B') X(ISINF, 'B') X(ISFINITE, 'B')                \
-    X(BITWISE_AND, 'D') X(BITWISE_OR, 'D') X(BITWISE_XOR, 'D')               \
-    X(BITWISE_NOT, 'D') X(TO_FLOAT, 1) X(TO_DOUBLE, 2) X(TO_INT, 3)          \
-    X(TO_LONG, 4) X(TO_BOOL, 5) X(TO_BYTE, 6) X(CLAMP, 'T') X(MASKED_FILL, 'M')
-
-static const char meta_rule[CDY_OP_COUNT] = {
-#define CDY_X(op, r) [CDY_OP_##op] = r,
-    CDY_META_RULES(CDY_X)
-#undef CDY_X
-};
-
-static const int cast_target[7] = {CDY_DT_NONE, CDY_DT_FLOAT32, CDY_DT_FLOAT64, CDY_DT_INT32,
-                                   CDY_DT_INT64, CDY_DT_BOOL, CDY_DT_UINT8};
+/* The result dtype rule of each pointwise op is ops.def's rule column (0: not
+ * computed here); a reduction's is too, through cdy_op_reduce_dtype. */
+#define mt_rule(op) (cdy_op_table[op].rule)
 
 /* One operand of the iteration: sizes and element strides (0-dim for a number). */
 typedef struct {
@@ -288,7 +257,7 @@ static void mt_converted_strides(const mt_operand *o, int64_t *st)
  * test's (isnan, ...): its input's. */
 static int mt_common_dtype(int op, tvar **args, int nops, const cdy_meta *m)
 {
-    if (meta_rule[op] != 'B')
+    if (mt_rule(op) != 'B')
         return m->dtype;
     return nops == 2 ? cdy_result_dtype(args[0]->obj, args[1]->obj) : CDY_DT_NONE;
 }
@@ -303,7 +272,7 @@ static void mt_promote_operands(int op, tvar **args, int nops, const cdy_value *
     int common = mt_common_dtype(op, args, nops, m);
     if (common == CDY_DT_NONE)
         return;
-    for (int i = meta_rule[op] == 'W'; i < nops; i++) {
+    for (int i = mt_rule(op) == 'W'; i < nops; i++) {
         if (args[i]->kind != TV_TENSOR || ops[i].ndim == 0 ||
             vals[args[i]->value].meta.dtype == common)
             continue;
@@ -348,9 +317,9 @@ static const char *mt_reduction(const tvar *t)
 /* The result dtype of op over the bound args by its rule, or CDY_DT_NONE. */
 static int mt_dtype(int op, tvar **args, int n, const cdy_value *vals)
 {
-    int rule = meta_rule[op];
-    if (rule >= 1 && rule <= 6)
-        return cast_target[rule];
+    int rule = mt_rule(op);
+    if (rule == 'K')
+        return cdy_op_table[op].to;
     if (rule == 'B')
         return CDY_DT_BOOL;
     int x = vals[args[0]->value].meta.dtype;
@@ -394,10 +363,12 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
                        mt_operand *ops)
 {
     char kind = cdy_op_table[op].kind;
-    /* clamp's bounds and pow's number exponent are not operands of eager's
-     * iterator (it is unary over x converted to the result dtype) */
-    int unary = meta_rule[op] == 'A' || kind == 'U' || op == CDY_OP_CLAMP ||
-                (op == CDY_OP_POW && n == 2 && args[0]->kind == TV_TENSOR && mt_number(args[1]));
+    /* clamp's bounds (rule T) and pow's number exponent (NUMBER_PARAM1) are not
+     * operands of eager's iterator (it is unary over x converted to the result
+     * dtype) */
+    int unary = mt_rule(op) == 'A' || kind == 'U' || mt_rule(op) == 'T' ||
+                (cdy_op_has(op, CDY_OPF_NUMBER_PARAM1) && n == 2 && args[0]->kind == TV_TENSOR &&
+                 mt_number(args[1]));
     int ndata = unary ? 1 : kind == 'T' ? 3 : 2;
     int ntensors = 0;
     for (int i = 0; i < n; i++) {
@@ -411,7 +382,7 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
                 return -1;                     /* empty results: leave them to torch */
             ops[i] = (mt_operand){m->ndim, m->sizes, m->strides};
             ntensors++;
-        } else if (!mt_number(a) || meta_rule[op] == 'S' || (i == 0 && !mt_operator_fn(fn))) {
+        } else if (!mt_number(a) || mt_rule(op) == 'S' || (i == 0 && !mt_operator_fn(fn))) {
             return -1;                         /* torch.add(2, x) raises; 2 + x does not */
         } else {
             ops[i] = (mt_operand){0, mt_no_dims, mt_no_dims};
@@ -428,7 +399,8 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
 {
     mt_operand ops[CDY_MAX_NODE_ARGS];
     const cdy_value *vals = tr->t->graph.values;
-    if (op < 0 || op >= CDY_OP_COUNT || !meta_rule[op] || n < 1 || n > CDY_MAX_NODE_ARGS)
+    if (op < 0 || op >= CDY_OP_COUNT || !cdy_op_pointwise(op) || !mt_rule(op) || n < 1 ||
+        n > CDY_MAX_NODE_ARGS)
         return NULL;
     int nops = mt_operands(op, fn, args, n, vals, ops);
     if (nops < 0)
@@ -438,8 +410,8 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     m.dtype = mt_dtype(op, args, n, vals);
     if (m.dtype == CDY_DT_NONE)
         return NULL;
-    int rule = meta_rule[op];
-    if (rule >= 1 && rule <= 6) {           /* a cast is x.to(dtype): its copy's layout */
+    int rule = mt_rule(op);
+    if (rule == 'K') {                      /* a cast is x.to(dtype): its copy's layout */
         m.ndim = ops[0].ndim;
         memcpy(m.sizes, ops[0].sizes, sizeof(int64_t) * (size_t)m.ndim);
         mt_converted_strides(&ops[0], m.strides);
@@ -458,21 +430,17 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
  * and vector_norm a fourth, their correction or order): the reduced dims
  * dropped or kept as 1, contiguous (torch allocates every reduction result
  * so, whatever x's layout: checked by test_reductions and test_meta_c over
- * permuted, channels_last and sliced inputs); the dtype: a sum or prod of
- * integers or bool int64, any / all bool (uint8 for a uint8 x),
- * count_nonzero, argmax and argmin int64, var / std / vector_norm /
- * logsumexp x's (float x only), else x's.  NULL with no error outside these
+ * permuted, channels_last and sliced inputs); the dtype by the op's rule
+ * (ops.def, cdy_op_reduce_dtype).  NULL with no error outside these
  * rules (other ops, a 0-d or empty input: torch's meta decides).  prod's and
  * argmax's dims are one int or absent (argmax: or None) by their binding
  * (opbind.c), so the mask says what eager accepts. */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
 {
-    int four = op == CDY_OP_VAR || op == CDY_OP_STD || op == CDY_OP_NORM;
-    if ((op != CDY_OP_SUM && op != CDY_OP_MEAN && op != CDY_OP_AMAX && op != CDY_OP_AMIN &&
-         op != CDY_OP_ANY && op != CDY_OP_ALL && op != CDY_OP_LOGSUMEXP &&
-         op != CDY_OP_PROD && op != CDY_OP_ARGMAX && op != CDY_OP_ARGMIN &&
-         op != CDY_OP_COUNT_NONZERO && !four) ||
-        n != 3 + four || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
+    if (op < 0 || op >= CDY_OP_COUNT || cdy_op_table[op].kind != 'R')
+        return NULL;
+    int four = cdy_op_table[op].nargs == 4;
+    if (n != 3 + four || args[0]->kind != TV_TENSOR || args[1]->kind != TV_CONST ||
         !PyLong_Check(args[1]->obj) || args[2]->kind != TV_CONST)
         return NULL;
     const cdy_meta *x = &tr->t->graph.values[args[0]->value].meta;
@@ -492,109 +460,37 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
         else if (args[2]->obj == Py_True)
             m.sizes[m.ndim++] = 1;
     mt_contiguous_strides(m.sizes, m.ndim, m.strides);
-    m.dtype = x->dtype;
-    if ((op == CDY_OP_SUM || op == CDY_OP_PROD) && !is_float)
-        m.dtype = CDY_DT_INT64;
-    else if (op == CDY_OP_ANY || op == CDY_OP_ALL)
-        m.dtype = x->dtype == CDY_DT_UINT8 ? CDY_DT_UINT8 : CDY_DT_BOOL;
-    else if (op == CDY_OP_COUNT_NONZERO || op == CDY_OP_ARGMAX || op == CDY_OP_ARGMIN)
-        m.dtype = CDY_DT_INT64;
+    if ((m.dtype = cdy_op_reduce_dtype(op, x->dtype)) == CDY_DT_NONE)
+        return NULL;
     return cdy_fake_from_meta(tr, &m);
 }
 
 /* ---- extern calls: matmul family, layer_norm; then (below) cat, stack, norms,
  * pooling, softmax, losses, conv2d, embedding ----------------------------------
- * The matmul family's and layer_norm's torch metas (meta_mm, meta_bmm, matmul's, linear's and layer_norm's)
- * call torch._check, whose first call in a process imports sympy and
- * torch.fx's symbolic shapes (0.35-0.95 s): the first compile of any function
- * with a matmul or a linear layer paid it.  CPU's kernels give contiguous
- * results for every operand layout (transposed, sliced, expanded, permuted
- * batch dims: checked by test_matmul_meta_in_c against eager's strides). */
-#define MT_EXTERN_FNS(X)                                                        \
-    X("torch", "matmul", 'M') X("torch.Tensor", "matmul", 'M')               \
-    X("torch.Tensor", "__matmul__", 'M') X("operator", "matmul", 'M')        \
-    X("torch", "mm", '2') X("torch.Tensor", "mm", '2')                       \
-    X("torch", "bmm", '3') X("torch.Tensor", "bmm", '3')                     \
-    X("torch.nn.functional", "linear", 'L')                                  \
-    X("torch", "layer_norm", 'N') X("torch.nn.functional", "layer_norm", 'N') \
-    X("torch", "cat", 'C') X("torch", "concat", 'C') X("torch", "concatenate", 'c') \
-    X("torch", "stack", 'S') X("torch.nn.functional", "batch_norm", 'B')     \
-    X("torch.nn.functional", "adaptive_avg_pool2d", 'A')                     \
-    X("torch.nn.functional", "softmax", 'X') X("torch.nn.functional", "log_softmax", 'X') \
-    X("torch", "softmax", 'x') X("torch", "log_softmax", 'x')                \
-    X("torch.Tensor", "softmax", 'x') X("torch.Tensor", "log_softmax", 'x')  \
-    X("torch.special", "softmax", 'x') X("torch.special", "log_softmax", 'x') \
-    X("torch.nn.functional", "mse_loss", 'Q') X("torch.nn.functional", "l1_loss", 'Q') \
-    X("torch.nn.functional", "smooth_l1_loss", 'H')                          \
-    X("torch", "conv2d", 'V') X("torch.nn.functional", "conv2d", 'V')        \
-    X("torch", "max_pool2d", 'p') X("torch.nn.functional", "max_pool2d", 'P') \
-    X("torch.nn.functional", "embedding", 'E')                              \
-    X("torch.linalg", "vector_norm", 'v') X("torch", "norm", 'n') X("torch.Tensor", "norm", 'n') \
-    X("torch", "flip", 'F') X("torch.Tensor", "flip", 'F') X("torch", "fliplr", 'R')  \
-    X("torch.Tensor", "fliplr", 'R') X("torch", "flipud", 'U') X("torch.Tensor", "flipud", 'U') \
-    X("torch.nn.functional", "scaled_dot_product_attention", 'D')             \
-    X("torch.nn.functional", "group_norm", 'G') X("torch", "group_norm", 'g') \
-    X("torch.nn.functional", "normalize", 'Z')                               \
-    X("torch", "cumsum", 'Y') X("torch.Tensor", "cumsum", 'Y')               \
-    X("torch", "tril", 'T') X("torch", "triu", 'T') X("torch.Tensor", "tril", 'T') \
-    X("torch.Tensor", "triu", 'T') X("torch", "roll", 'O') X("torch.Tensor", "roll", 'O') \
-    X("torch", "addmm", 'a') X("torch.nn.functional", "cross_entropy", 'K')    \
-    X("torch", "zeros_like", 'z') X("torch", "ones_like", 'z') X("torch", "empty_like", 'z') \
-    X("torch", "full_like", 'f') X("torch.Tensor", "repeat", 'r')             \
-    X("torch", "gather", 'q') X("torch.Tensor", "gather", 'q')                \
-    X("torch.nn.functional", "avg_pool2d", 'W')                               \
-    X("torch", "index_fill", 'i') X("torch.Tensor", "index_fill", 'i')
+ * The callables are the META rows of ops/callables.def; their rules: */
+typedef enum {
+    MT_MATMUL = 'M', MT_MM = '2', MT_BMM = '3', MT_LINEAR = 'L', MT_LAYER_NORM = 'N',
+    MT_CAT = 'C', MT_CONCATENATE = 'c', MT_STACK = 'S', MT_BATCH_NORM = 'B',
+    MT_ADAPTIVE_AVG_POOL2D = 'A', MT_SOFTMAX_F = 'X', MT_SOFTMAX = 'x', MT_LOSS = 'Q',
+    MT_SMOOTH_L1_LOSS = 'H', MT_CONV2D = 'V', MT_MAX_POOL2D_F = 'P', MT_MAX_POOL2D = 'p',
+    MT_EMBEDDING = 'E', MT_VECTOR_NORM = 'v', MT_NORM = 'n', MT_FLIP = 'F', MT_FLIPLR = 'R',
+    MT_FLIPUD = 'U', MT_SDPA = 'D', MT_GROUP_NORM_F = 'G', MT_GROUP_NORM = 'g',
+    MT_NORMALIZE = 'Z', MT_CUMSUM = 'Y', MT_TRIL = 'T', MT_ROLL = 'O', MT_ADDMM = 'a',
+    MT_CROSS_ENTROPY = 'K', MT_LIKE = 'z', MT_FULL_LIKE = 'f', MT_REPEAT = 'r', MT_GATHER = 'q',
+    MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i',
+} mt_rule_kind;
 
-static PyObject *mt_ext_fns;   /* {callable: kind letter} */
+/* The rule of each META row, in the table's order (callables.c numbers them so). */
+static const char mt_rules[] = {
+#define CDY_CALL_META(where, name, RULE, OP) MT_##RULE,
+#include "ops/callables.def"
+};
 
-/* Build mt_ext_fns from MT_EXTERN_FNS (names that do not resolve are skipped);
- * 0, or -1 when out of memory. */
-static int mt_ext_init(void)
+/* The rule of callable fn (mt_rule_kind), or 0; the op it binds as in *op. */
+static int mt_ext_kind(PyObject *fn, int *op)
 {
-    static const struct { const char *mod, *name; char kind; } fns[] = {
-#define MT_X(m, n, k) {m, n, k},
-        MT_EXTERN_FNS(MT_X)
-#undef MT_X
-    };
-    if (mt_ext_fns)
-        return 0;
-    if (!(mt_ext_fns = PyDict_New()))
-        return -1;
-    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
-        int tensor = !strcmp(fns[i].mod, "torch.Tensor");
-        PyObject *m = PyImport_ImportModule(tensor ? "torch" : fns[i].mod);
-        PyObject *o = m && tensor ? PyObject_GetAttrString(m, "Tensor") : Py_XNewRef(m);
-        PyObject *f = o ? PyObject_GetAttrString(o, fns[i].name) : NULL;
-        PyObject *k = f ? PyLong_FromLong(fns[i].kind) : NULL;
-        int bad = k && PyDict_SetItem(mt_ext_fns, f, k);
-        Py_XDECREF(m);
-        Py_XDECREF(o);
-        Py_XDECREF(f);
-        Py_XDECREF(k);
-        PyErr_Clear();
-        if (bad)
-            return -1;
-    }
-    return 0;
-}
-
-/* The kind of callable fn ('M' matmul, '2' mm, '3' bmm, 'L' linear, 'N'
- * layer_norm, 'C' cat / concat, 'c' concatenate, 'S' stack, 'B' batch_norm,
- * 'A' adaptive_avg_pool2d, 'X' F.softmax / F.log_softmax, 'x' the other
- * spellings of those, 'Q' mse_loss / l1_loss, 'H' smooth_l1_loss, 'V'
- * conv2d, 'P' F.max_pool2d, 'p' torch.max_pool2d, 'E' F.embedding, 'v'
- * torch.linalg.vector_norm, 'n' torch.norm / Tensor.norm, 'F' flip, 'R'
- * fliplr, 'U' flipud), or 0. */
-static int mt_ext_kind(PyObject *fn)
-{
-    if (mt_ext_init()) {
-        PyErr_Clear();
-        return 0;
-    }
-    PyObject *k = PyDict_GetItemWithError(mt_ext_fns, fn);
-    if (!k)
-        PyErr_Clear();   /* an unhashable callable is simply not one of them */
-    return k ? (int)PyLong_AsLong(k) : 0;
+    int row = cdy_callable_meta(fn, op);
+    return row >= 0 && row < (int)sizeof(mt_rules) ? mt_rules[row] : 0;
 }
 
 /* Broadcast batch dims a[0..na) and b[0..nb) (right-aligned) into out;
@@ -616,8 +512,8 @@ static int mt_batch(const int64_t *a, int na, const int64_t *b, int nb, int64_t 
 static int mt_mm_sizes(int kind, const cdy_meta *a, const cdy_meta *b, cdy_meta *m)
 {
     int na = a->ndim, nb = b->ndim;
-    if (kind == '2' || kind == '3') {
-        int nd = kind - '0';
+    if (kind == MT_MM || kind == MT_BMM) {
+        int nd = kind == MT_MM ? 2 : 3;
         if (na != nd || nb != nd || a->sizes[nd - 1] != b->sizes[nd - 2] ||
             (nd == 3 && a->sizes[0] != b->sizes[0]))
             return -1;
@@ -626,7 +522,7 @@ static int mt_mm_sizes(int kind, const cdy_meta *a, const cdy_meta *b, cdy_meta 
         m->ndim = nd;
         return 0;
     }
-    if (kind == 'L') {   /* linear(x, w): x [..., k], w [n, k] -> [..., n] */
+    if (kind == MT_LINEAR) {   /* linear(x, w): x [..., k], w [n, k] -> [..., n] */
         if (nb != 2 || a->sizes[na - 1] != b->sizes[1])
             return -1;
         memcpy(m->sizes, a->sizes, sizeof(int64_t) * (size_t)na);
@@ -1154,11 +1050,11 @@ static PyObject *mt_embedding(tracer *tr, tvar **args, int nargs, PyObject *kwna
 
 /* A fake for a vector norm: torch.linalg.vector_norm's args (torch.norm's
  * when norm: cdy_norm_args) bound as the lowering binds them, then the
- * reduction rule (cdy_meta_reduce); NULL with no error otherwise. */
-static PyObject *mt_vector_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int norm)
+ * reduction rule (cdy_meta_reduce) of op; NULL with no error otherwise. */
+static PyObject *mt_vector_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames, int norm,
+                                int op)
 {
     tvar *pos[4], *canon[CDY_MAX_NODE_ARGS];
-    int op = CDY_OP_NORM;
     PyObject *r = NULL;
     if (norm ? !cdy_norm_args(tr, args, nargs, kwnames, pos) &&
                    cdy_op_bind(tr, &op, pos, 4, NULL, canon) == 4
@@ -1169,8 +1065,8 @@ static PyObject *mt_vector_norm(tracer *tr, tvar **args, int nargs, PyObject *kw
     return r;
 }
 
-/* A fake for flip (kind 'F': torch.flip(input, dims), Tensor.flip(*dims) or
- * (dims), given positionally), fliplr ('R', 2+ dims) or flipud ('U', 1+
+/* A fake for flip (MT_FLIP: torch.flip(input, dims), Tensor.flip(*dims) or
+ * (dims), given positionally), fliplr (MT_FLIPLR, 2+ dims) or flipud (MT_FLIPUD, 1+
  * dims) of a non-empty tensor, the dims in range and distinct: as torch's
  * empty_like(x) with preserve_format, x's strides (those of its size-1
  * dims too) where x is dense and non-overlapping, else dense strides in the
@@ -1179,7 +1075,7 @@ static PyObject *mt_flip(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
 {
     int dims[CDY_MAX_NDIM], n = 0;
     const cdy_meta *x = nargs >= 1 && !kwnames ? mt_tensor(tr, args[0]) : NULL;
-    if (!x || x->ndim < (kind == 'R' ? 2 : 1) || (kind != 'F' && nargs != 1))
+    if (!x || x->ndim < (kind == MT_FLIPLR ? 2 : 1) || (kind != MT_FLIP && nargs != 1))
         return NULL;
     for (int i = 1; i < nargs; i++)
         if (cdy_int_items(args[i], dims, &n, CDY_MAX_NDIM))
@@ -1262,7 +1158,12 @@ static int mt_sdpa_covered(tracer *tr, tvar **s, int *flash)
 
 /* A fake for F.scaled_dot_product_attention in mt_sdpa_covered's cases: the
  * size (B, H, L, v's head size), q's dtype; torch.empty_like(q)'s strides
- * where the flash kernel runs, else contiguous. */
+ * where the flash kernel runs, else contiguous.  The CPU flash kernel returns
+ * its result in the query's memory order (a (B, H, L, E) view of (B, L, H, E)
+ * heads, as transformers makes q, gives a result whose transpose(1, 2) is
+ * already contiguous), while torch's meta function says contiguous: the node
+ * gets the kernel's strides, so the runtime does not copy the result into the
+ * meta's and the usual transpose(1, 2).contiguous() after it is free. */
 static PyObject *mt_sdpa(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *s[8];
@@ -1565,7 +1466,7 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
     return cdy_fake_from_meta(tr, &m);
 }
 
-/* A fake for an extern call of a callable in MT_EXTERN_FNS: layer_norm as
+/* A fake for an extern call of a callable of a META row: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
  * float32 / float64 tensor of one dtype, of at most CDY_MAX_NDIM dims, a
@@ -1573,50 +1474,50 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
  * contiguous strides, the operands' dtype.  NULL with no error otherwise. */
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
-    int kind = mt_ext_kind(fn);
+    int op, kind = mt_ext_kind(fn, &op);
     switch (kind) {
-    case 'C': return mt_cat(tr, args, nargs, kwnames, "tensors dim", 0);
-    case 'c': return mt_cat(tr, args, nargs, kwnames, "tensors axis", 0);
-    case 'S': return mt_cat(tr, args, nargs, kwnames, "tensors dim", 1);
-    case 'B': return mt_batch_norm(tr, args, nargs, kwnames);
-    case 'A': return mt_adaptive_avg_pool2d(tr, args, nargs, kwnames);
-    case 'X': case 'x': {
+    case MT_CAT: return mt_cat(tr, args, nargs, kwnames, "tensors dim", 0);
+    case MT_CONCATENATE: return mt_cat(tr, args, nargs, kwnames, "tensors axis", 0);
+    case MT_STACK: return mt_cat(tr, args, nargs, kwnames, "tensors dim", 1);
+    case MT_BATCH_NORM: return mt_batch_norm(tr, args, nargs, kwnames);
+    case MT_ADAPTIVE_AVG_POOL2D: return mt_adaptive_avg_pool2d(tr, args, nargs, kwnames);
+    case MT_SOFTMAX_F: case MT_SOFTMAX: {
         tvar *s[4];
-        if (cdy_bind_names(kind == 'X' ? "input dim _stacklevel dtype" : "input dim dtype", args,
+        if (cdy_bind_names(kind == MT_SOFTMAX_F ? "input dim _stacklevel dtype" : "input dim dtype", args,
                            nargs, kwnames, s))
             return NULL;
-        if (kind == 'X')
+        if (kind == MT_SOFTMAX_F)
             s[2] = s[3];
         return mt_softmax(tr, s);
     }
-    case 'Q': return mt_loss(tr, args, nargs, kwnames,
+    case MT_LOSS: return mt_loss(tr, args, nargs, kwnames,
                              "input target size_average reduce reduction weight", 0);
-    case 'H': return mt_loss(tr, args, nargs, kwnames,
+    case MT_SMOOTH_L1_LOSS: return mt_loss(tr, args, nargs, kwnames,
                              "input target size_average reduce reduction beta", 1);
-    case 'V': return mt_conv2d(tr, args, nargs, kwnames);
-    case 'P': case 'p': return mt_max_pool2d(tr, args, nargs, kwnames, kind == 'p');
-    case 'E': return mt_embedding(tr, args, nargs, kwnames);
-    case 'v': case 'n': return mt_vector_norm(tr, args, nargs, kwnames, kind == 'n');
-    case 'F': case 'R': case 'U': return mt_flip(tr, args, nargs, kwnames, kind);
-    case 'D': return mt_sdpa(tr, args, nargs, kwnames);
-    case 'G': case 'g': return mt_group_norm(tr, args, nargs, kwnames, kind == 'g');
-    case 'Z': return mt_normalize(tr, args, nargs, kwnames);
-    case 'Y': return mt_cumsum(tr, args, nargs, kwnames);
-    case 'T': return mt_tril(tr, args, nargs, kwnames);
-    case 'i': return mt_index_fill(tr, args, nargs, kwnames);
-    case 'O': return mt_roll(tr, args, nargs, kwnames);
-    case 'a': return mt_addmm(tr, args, nargs, kwnames);
-    case 'K': return mt_cross_entropy(tr, args, nargs, kwnames);
-    case 'z': case 'f': return mt_like(tr, args, nargs, kwnames, kind == 'f');
-    case 'r': return mt_repeat(tr, args, nargs, kwnames);
-    case 'q': return mt_gather(tr, args, nargs, kwnames);
-    case 'W': return mt_avg_pool2d(tr, args, nargs, kwnames);
+    case MT_CONV2D: return mt_conv2d(tr, args, nargs, kwnames);
+    case MT_MAX_POOL2D_F: case MT_MAX_POOL2D: return mt_max_pool2d(tr, args, nargs, kwnames, kind == MT_MAX_POOL2D);
+    case MT_EMBEDDING: return mt_embedding(tr, args, nargs, kwnames);
+    case MT_VECTOR_NORM: case MT_NORM: return mt_vector_norm(tr, args, nargs, kwnames, kind == MT_NORM, op);
+    case MT_FLIP: case MT_FLIPLR: case MT_FLIPUD: return mt_flip(tr, args, nargs, kwnames, kind);
+    case MT_SDPA: return mt_sdpa(tr, args, nargs, kwnames);
+    case MT_GROUP_NORM_F: case MT_GROUP_NORM: return mt_group_norm(tr, args, nargs, kwnames, kind == MT_GROUP_NORM);
+    case MT_NORMALIZE: return mt_normalize(tr, args, nargs, kwnames);
+    case MT_CUMSUM: return mt_cumsum(tr, args, nargs, kwnames);
+    case MT_TRIL: return mt_tril(tr, args, nargs, kwnames);
+    case MT_INDEX_FILL: return mt_index_fill(tr, args, nargs, kwnames);
+    case MT_ROLL: return mt_roll(tr, args, nargs, kwnames);
+    case MT_ADDMM: return mt_addmm(tr, args, nargs, kwnames);
+    case MT_CROSS_ENTROPY: return mt_cross_entropy(tr, args, nargs, kwnames);
+    case MT_LIKE: case MT_FULL_LIKE: return mt_like(tr, args, nargs, kwnames, kind == MT_FULL_LIKE);
+    case MT_REPEAT: return mt_repeat(tr, args, nargs, kwnames);
+    case MT_GATHER: return mt_gather(tr, args, nargs, kwnames);
+    case MT_AVG_POOL2D: return mt_avg_pool2d(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
-    if (kind == 'N')
+    if (kind == MT_LAYER_NORM)
         return mt_layer_norm(tr, args, nargs);
-    if (nargs > (kind == 'L' ? 3 : 2))
+    if (nargs > (kind == MT_LINEAR ? 3 : 2))
         return NULL;
     const cdy_meta *ms[3];
     int nt = nargs;
@@ -1650,30 +1551,6 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
  * kernels allocate contiguous results where the meta keeps the input's
  * layout (log_sigmoid).  A result is then given the strides the CPU gives it,
  * so that later kernels and the caller see eager's layout. */
-
-/* Callables whose CPU kernel allocates a contiguous result whatever its input's
- * layout, where torch's meta keeps that layout. */
-#define MT_CPU_CONTIGUOUS(X) X("torch.nn.functional", "logsigmoid") X("torch.nn.functional", "rrelu")
-
-/* 1 if fn's CPU kernel allocates contiguous results (MT_CPU_CONTIGUOUS). */
-static int mt_cpu_contiguous(PyObject *fn)
-{
-    static const struct { const char *mod, *name; } fns[] = {
-#define MT_X(m, n) {m, n},
-        MT_CPU_CONTIGUOUS(MT_X)
-#undef MT_X
-    };
-    int r = 0;
-    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]) && !r; i++) {
-        PyObject *m = PyImport_ImportModule(fns[i].mod);
-        PyObject *f = m ? PyObject_GetAttrString(m, fns[i].name) : NULL;
-        r = f == fn;
-        Py_XDECREF(m);
-        Py_XDECREF(f);
-    }
-    PyErr_Clear();
-    return r;
-}
 
 /* 1 if overload `ov` of ATen op packet is tagged pointwise and has a CPU
  * kernel (which builds a TensorIterator over its tensor args); errors cleared. */
@@ -1860,9 +1737,9 @@ static PyObject *mt_canonical(tracer *tr, PyObject *out)
 
 /* out, or a fake of its dtype and sizes with the layout CPU gives the result
  * of fn(*args): op a lowered pointwise op (its operands as the C rules take
- * them, else canonical strides where dense) or CDY_OP_EXTERN (a pointwise
+ * them, else canonical strides where dense) or an extern (kind E: a pointwise
  * ATen op with a CPU kernel, mt_fn_cpu_pointwise; a contiguous-result
- * kernel, MT_CPU_CONTIGUOUS); NULL with the trace stopped on error. */
+ * kernel, a CONTIGUOUS row of callables.def); NULL with the trace stopped on error. */
 PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int nargs,
                               PyObject *kwnames, PyObject *out)
 {
@@ -1870,14 +1747,14 @@ PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int
     mt_operand ops[CDY_MAX_NODE_ARGS];
     tvar *targs[CDY_MAX_NODE_ARGS];
     const cdy_value *vals = tr->t->graph.values;
-    int extern_op = op == CDY_OP_EXTERN, n = -1, common = CDY_DT_NONE;
+    int extern_op = cdy_op_table[op].kind == 'E', n = -1, common = CDY_DT_NONE;
     if (mt_read_out(out, &m) || cdy_meta_numel(&m) == 0 || m.ndim == 0)
         return out;
-    if (!extern_op && meta_rule[op] == 'M') {
+    if (!extern_op && mt_rule(op) == 'M') {
         mt_contiguous_strides(m.sizes, m.ndim, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
-    if (extern_op && mt_cpu_contiguous(fn)) {
+    if (extern_op && cdy_callable_contiguous(fn)) {
         mt_contiguous_strides(m.sizes, m.ndim, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
@@ -1887,11 +1764,11 @@ PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int
     if (!extern_op && (n = mt_operands(op, fn, args, nargs, vals, ops)) > 0) {
         for (int i = 0; i < n; i++)
             targs[i] = args[i]->kind == TV_TENSOR ? args[i] : NULL;
-        common = meta_rule[op] == 'B' || (!meta_rule[op] && m.dtype == CDY_DT_BOOL)
+        common = mt_rule(op) == 'B' || (!mt_rule(op) && m.dtype == CDY_DT_BOOL)
                      ? (n == 2 ? cdy_result_dtype(args[0]->obj, args[1]->obj) : CDY_DT_NONE)
                      : m.dtype;
     }
-    if (n <= 0 || mt_layout_as(ops, targs, n, common, !extern_op && meta_rule[op] == 'W', vals,
+    if (n <= 0 || mt_layout_as(ops, targs, n, common, !extern_op && mt_rule(op) == 'W', vals,
                                &m))
         return extern_op ? out : mt_canonical(tr, out);
     return cdy_fake_from_meta(tr, &m);

@@ -1045,6 +1045,8 @@ int cdy_mut_store_attr(tracer *tr, tvar *obj, PyObject *name, tvar *v)
         return -1;
     if (obj->kind == TV_INST)   /* an object built in the frame: its __setattr__, traced */
         return cdy_obj_setattr(tr, obj, name, v);
+    if (obj->kind == TV_FUNC)   /* a function made here: functools.wraps' attributes */
+        return cdy_func_setattr(tr, obj, name, v);
     if (obj->kind != TV_OBJ || !obj->src)
         return cdy_tr_stop(tr, STORE_ATTR_NEW);
     if (!storable(v, 0))

@@ -329,6 +329,28 @@ int cdy_obj_setattr(tracer *tr, tvar *inst, PyObject *name, tvar *v)
     return cdy_obj_set_plain(tr, inst, name, v);
 }
 
+/* See trace.h: del inst.name (the class's Python __delattr__ traced, else object's). */
+int cdy_obj_delattr(tracer *tr, tvar *inst, PyObject *name)
+{
+    static PyObject *s_delattr;
+    if (!s_delattr && !(s_delattr = PyUnicode_InternFromString("__delattr__")))
+        return cdy_tr_stop_exc(tr, PY_ERROR);
+    PyObject *da = _PyType_Lookup(cls_of(inst), s_delattr);
+    if (python_fn(da)) {
+        tvar *n = name_tv(tr, name);
+        return n && call_with_self(tr, da, inst, &n, 1, NULL) ? 0 : -1;
+    }
+    PyObject *d = _PyType_Lookup(cls_of(inst), name);
+    if (da != _PyType_Lookup(&PyBaseObject_Type, s_delattr) ||
+        (d && !Py_IS_TYPE(d, &PyMemberDescr_Type) && Py_TYPE(d)->tp_descr_set))
+        return cdy_tr_stop(tr, OBJ_DESCRIPTOR, PyUnicode_AsUTF8(name), Py_TYPE(da)->tp_name);
+    int i = cdy_dict_find(tr, inst->self, name);
+    if (i == -1)
+        return cdy_tr_stop(tr, OBJ_NO_ATTR, cls_of(inst)->tp_name, PyUnicode_AsUTF8(name));
+    tvar *k = i >= 0 ? name_tv(tr, name) : NULL;
+    return k ? cdy_container_delitem(tr, inst->self, k) : -1;
+}
+
 /* ---- special methods ------------------------------------------------------------- */
 
 /* See trace.h. */

@@ -1,15 +1,16 @@
 /* opbind.c - binding a call's arguments to a lowered op's canonical ones.
  *
- * The tracer calls cdy_op_bind when a torch call maps to an op of CDY_OPS:
+ * The tracer calls cdy_op_bind when a torch call maps to an op of ops.def:
  * it returns the op's canonical positional arguments (tensors and numbers,
  * in the order the op's C template expects), or -1 when this particular
  * call cannot be lowered (then it runs as an extern op, still correct).
  *
- * Binding is table driven: an op's signature (OB_SIGS, default "input" /
- * "input other" / "condition input other") says which parameter each
- * positional or keyword argument fills and what the defaults are; then a
- * per-op check (ob_check) rejects the dtypes and values that the kernel
- * cannot reproduce exactly (eager raises, or returns an alias).            */
+ * Binding is table driven (ops/ops.def): an op's signature (its sig column,
+ * default "input" / "input other" / "condition input other") says which
+ * parameter each positional or keyword argument fills and what the defaults
+ * are; then its flags and its check (ob_check) reject the dtypes and values
+ * that the kernel cannot reproduce exactly (eager raises, or returns an
+ * alias).                                                                    */
 #include "trace/trace.h"
 
 #include <math.h>
@@ -18,47 +19,29 @@
 
 #define OB_MAX_PARAMS 8
 
-/* X(op, signature): parameters in the order of the call.  `name`: a tensor
- * or a number, passed on; `#name`: a Python number, passed on, `=v` its
- * default; `-name`: a flag that must be absent, None or False (dropped);
- * `*name`: read by the op's check (dropped; absent is NULL).              */
-#define OB_SIGS(X)                                                      \
-    X(DIV, "input other *rounding_mode")                                \
-    X(POW, "input exponent")                                            \
-    X(ROUND, "input *decimals")                                         \
-    X(LEAKY_RELU, "input #negative_slope=0.01 -inplace")                \
-    X(HARDTANH, "input #min_val=-1.0 #max_val=1.0 -inplace")            \
-    X(RELU6, "input -inplace")                                          \
-    X(CLAMP, "input *min *max")                                         \
-    X(CLAMP_MIN, "input #min")                                          \
-    X(CLAMP_MAX, "input #max")                                          \
-    X(GELU, "input *approximate")                                       \
-    X(SILU, "input -inplace")                                           \
-    X(HARDSWISH, "input -inplace")                                      \
-    X(HARDSIGMOID, "input -inplace")                                    \
-    X(SOFTPLUS, "input #beta=1 #threshold=20")                          \
-    X(MISH, "input -inplace")                                           \
-    X(MASKED_FILL, "input mask #value")                                 \
-    X(CAST, "input *dtype -non_blocking -copy")                         \
-    X(SUM, "input *dim *keepdim -dtype")                                \
-    X(MEAN, "input *dim *keepdim -dtype")                               \
-    X(AMAX, "input *dim *keepdim")                                      \
-    X(AMIN, "input *dim *keepdim")                                      \
-    X(PROD, "input *dim *keepdim -dtype")                               \
-    X(ARGMAX, "input *dim *keepdim")                                    \
-    X(ARGMIN, "input *dim *keepdim")                                    \
-    X(ANY, "input *dim *keepdim")                                       \
-    X(ALL, "input *dim *keepdim")                                       \
-    X(COUNT_NONZERO, "input *dim")                                      \
-    X(VAR, "input *dim *unbiased *keepdim *correction")                 \
-    X(STD, "input *dim *unbiased *keepdim *correction")                 \
-    X(NORM, "input *ord *dim *keepdim -dtype")                          \
-    X(LOGSUMEXP, "input *dim *keepdim")
+/* The check of each op beyond its flags and signature (ops.def's check column). */
+typedef enum {
+    OB_CHECK_NONE, OB_CHECK_DIV_MODE, OB_CHECK_DIVISION, OB_CHECK_POW, OB_CHECK_ROUND,
+    OB_CHECK_BOUNDS, OB_CHECK_CLAMP, OB_CHECK_GELU, OB_CHECK_MASKED_FILL, OB_CHECK_CAST,
+    OB_CHECK_REDUCE, OB_CHECK_VAR, OB_CHECK_NORM
+} ob_check_kind;
 
-static const char *const ob_sigs[CDY_OP_COUNT] = {
-#define OB_X(op, sig) [CDY_OP_##op] = sig,
-    OB_SIGS(OB_X)
-#undef OB_X
+/* An op's signature and check (ops.def's sig and check columns): parameters
+ * in the order of the call.  `name`: a tensor or a number, passed on;
+ * `#name`: a Python number, passed on, `=v` its default; `-name`: a flag that
+ * must be absent, None or False (dropped); `*name`: read by the op's check
+ * (dropped; absent is NULL). */
+typedef struct {
+    const char *sig;
+    ob_check_kind check;
+} ob_row;
+
+static const ob_row ob_rows[CDY_OP_COUNT] = {
+#define CDY_PW(E, name, n, kind, flags, rule, to, sig, check, tf, ti, tb, tn, grad) \
+    [CDY_OP_##E] = {sig, OB_CHECK_##check},
+#define CDY_RED(E, name, n, flags, rule, sig, check, vf, vi, pair, grad) \
+    [CDY_OP_##E] = {sig, OB_CHECK_##check},
+#include "ops/ops.def"
 };
 
 /* One parsed parameter of a signature. */
@@ -95,16 +78,28 @@ static int ob_parse(const char *sig, ob_param *p)
     return n;
 }
 
-/* The default signature of an op without an OB_SIGS row. */
+/* The signature of op: its row's, else the default by its arity. */
 static const char *ob_sig(int op)
 {
-    if (ob_sigs[op])
-        return ob_sigs[op];
+    if (ob_rows[op].sig)
+        return ob_rows[op].sig;
     switch (cdy_op_table[op].nargs) {
     case 1: return "input";
     case 2: return "input other";
     default: return "condition input other";
     }
+}
+
+/* The position of parameter `input` in op's signature (where a method call's
+ * self goes), 0 when it has none. */
+int cdy_op_self_pos(int op)
+{
+    ob_param p[OB_MAX_PARAMS];
+    int np = ob_parse(ob_sig(op), p);
+    for (int i = 0; i < np; i++)
+        if (!strcmp(p[i].name, "input"))
+            return i;
+    return 0;
 }
 
 /* 1 if v is a Python number constant (bool, int or float). */
@@ -339,20 +334,14 @@ static int ob_check_gelu(tracer *tr, tvar **out, tvar **extra)
     return out[1] ? 2 : -1;
 }
 
-/* The dtype a conversion op targets (CAST: its dtype argument); NONE if unknown. */
+/* The dtype a conversion op targets: its `to` column, else (CAST) its dtype
+ * argument; NONE if unknown. */
 static int ob_cast_target(int op, tvar **extra)
 {
-    switch (op) {
-    case CDY_OP_TO_FLOAT: return CDY_DT_FLOAT32;
-    case CDY_OP_TO_DOUBLE: return CDY_DT_FLOAT64;
-    case CDY_OP_TO_INT: return CDY_DT_INT32;
-    case CDY_OP_TO_LONG: return CDY_DT_INT64;
-    case CDY_OP_TO_BOOL: return CDY_DT_BOOL;
-    case CDY_OP_TO_BYTE: return CDY_DT_UINT8;
-    default:
-        return extra[0] && extra[0]->kind == TV_CONST ? cdy_dtype_from_obj(extra[0]->obj)
-                                                      : CDY_DT_NONE;
-    }
+    if (cdy_op_table[op].to != CDY_DT_NONE)
+        return cdy_op_table[op].to;
+    return extra[0] && extra[0]->kind == TV_CONST ? cdy_dtype_from_obj(extra[0]->obj)
+                                                  : CDY_DT_NONE;
 }
 
 /* 1 if every tensor among out[0..n) has an integer or bool dtype and every
@@ -385,25 +374,12 @@ static int ob_dim_bit(const tvar *d, int ndim, long long *mask)
     return 0;
 }
 
-/* 1 if reduction op takes input dtype xd (mean, var, std, vector_norm,
- * logsumexp: float only; argmax/argmin: not bool, eager raises). */
-static int ob_reduce_dtype_ok(int op, int xd)
-{
-    switch (op) {
-    case CDY_OP_MEAN: case CDY_OP_VAR: case CDY_OP_STD: case CDY_OP_NORM: case CDY_OP_LOGSUMEXP:
-        return cdy_dtype_table[xd].is_float;
-    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN:
-        return xd != CDY_DT_BOOL;
-    default:
-        return 1;
-    }
-}
-
-/* 1 if op has no identity (argmax, argmin, vector_norm) and reduces no
- * element for some output of x (eager raises, or returns what the kernel cannot). */
+/* 1 if op has no identity (NO_IDENTITY: argmax, argmin, vector_norm) and
+ * reduces no element for some output of x (eager raises, or returns what the
+ * kernel cannot). */
 static int ob_reduce_empty(int op, const cdy_meta *m, long long mask)
 {
-    if (op != CDY_OP_ARGMAX && op != CDY_OP_ARGMIN && op != CDY_OP_NORM)
+    if (!cdy_op_has(op, CDY_OPF_NO_IDENTITY))
         return 0;
     for (int d = 0; d < m->ndim; d++)
         if (m->sizes[d] == 0 && (mask >> d & 1))
@@ -413,24 +389,24 @@ static int ob_reduce_empty(int op, const cdy_meta *m, long long mask)
 
 /* Reductions (input, dim, keepdim) -> (input, dims mask, keepdim): dim an
  * int, a non-empty tuple/list of ints, or None/absent (every dim); keepdim a
- * bool.  Int/bool mean (eager raises) and anything else stay extern, and so
- * do the dims eager rejects where the mask could not tell: argmax / argmin /
- * prod take one int dim (a tuple raises), prod no explicit None. */
+ * bool.  Inputs the op's flags reject (FLOAT_ONLY: int/bool mean raises in
+ * eager, NO_BOOL) and anything else stay extern, and so do the dims eager
+ * rejects where the mask could not tell: ONE_DIM ops (argmax / argmin / prod)
+ * take one int dim (a tuple raises), NO_NONE_DIM (prod) no explicit None. */
 static int ob_check_reduce(tracer *tr, int op, tvar **out, tvar **extra)
 {
     tvar *x = out[0], *dim = extra[0], *kd = extra[1];
     if (!x || x->kind != TV_TENSOR || x->value < 0 || x->value >= tr->t->graph.nvalues)
         return -1;
-    if ((op == CDY_OP_ARGMAX || op == CDY_OP_ARGMIN || op == CDY_OP_PROD) && dim &&
+    if (cdy_op_has(op, CDY_OPF_ONE_DIM) && dim &&
         (dim->kind == TV_TUPLE || dim->kind == TV_LIST ||
-         (dim->kind == TV_CONST && (PyTuple_Check(dim->obj) || PyList_Check(dim->obj) ||
-                                    (op == CDY_OP_PROD && dim->obj == Py_None)))))
+         (dim->kind == TV_CONST &&
+          (PyTuple_Check(dim->obj) || PyList_Check(dim->obj) ||
+           (cdy_op_has(op, CDY_OPF_NO_NONE_DIM) && dim->obj == Py_None)))))
         return -1;
     const cdy_meta *m = &tr->t->graph.values[x->value].meta;
     int xd = ob_dtype(x);
     if (xd == CDY_DT_NONE || xd != m->dtype || m->ndim > CDY_MAX_NDIM)
-        return -1;
-    if (!ob_reduce_dtype_ok(op, xd))
         return -1;
     long long mask = 0;
     if (!dim || (dim->kind == TV_CONST && dim->obj == Py_None)) {
@@ -502,7 +478,7 @@ static int ob_check_var(tracer *tr, int op, tvar **out, tvar **extra)
 
 /* vector_norm (input, ord, dim, keepdim): the reduction's args and the
  * order as a float in out[3] (default 2); 4, or -1. */
-static int ob_check_norm(tracer *tr, tvar **out, tvar **extra)
+static int ob_check_norm(tracer *tr, int op, tvar **out, tvar **extra)
 {
     tvar *ord = extra[0];
     double p = 2;
@@ -513,73 +489,76 @@ static int ob_check_norm(tracer *tr, tvar **out, tvar **extra)
         if (p == -1 && PyErr_Occurred())
             return -1;
     }
-    if (isnan(p) || ob_check_reduce(tr, CDY_OP_NORM, out, extra + 1) != 3)
+    if (isnan(p) || ob_check_reduce(tr, op, out, extra + 1) != 3)
         return -1;
     out[3] = cdy_tv_const(tr, PyFloat_FromDouble(p));
     return out[3] ? 4 : -1;
 }
 
-/* Per-op checks after binding: the final count of out, or -1. */
-static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
+/* The checks of the flags that concern x = out[0] and the operands: 0, or -1
+ * when op's flags reject them. */
+static int ob_check_flags(int op, tvar **out, int n)
 {
     int xd = ob_dtype(out[0]);
+    if (cdy_op_has(op, CDY_OPF_FLOAT_ONLY) && (xd == CDY_DT_NONE || !cdy_dtype_table[xd].is_float))
+        return -1;
+    if (cdy_op_has(op, CDY_OPF_NO_BOOL) && xd == CDY_DT_BOOL)
+        return -1;
+    return cdy_op_has(op, CDY_OPF_INTEGRAL) && !ob_all_integral(out, n) ? -1 : 0;
+}
+
+/* Per-op checks after binding (the op's flags, then its check column): the
+ * final count of out, or -1. */
+static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
+{
+    int xd = ob_dtype(out[0]), ht = cdy_op_table[op].nargs == 3;
     long long d;
-    switch (op) {
-    case CDY_OP_DIV_FLOOR: case CDY_OP_DIV_TRUNC: case CDY_OP_REMAINDER: case CDY_OP_FMOD:
+    if (ob_check_flags(op, out, n))
+        return -1;
+    switch (ob_rows[op].check) {
+    case OB_CHECK_DIVISION:
         return ob_check_division(out[0], out[1]) ? -1 : n;
-    case CDY_OP_POW:
+    case OB_CHECK_POW:
         return ob_check_pow(out[0], out[1]) ? -1 : n;
-    case CDY_OP_ROUND:
-        return (extra[0] && (ob_const_int(extra[0], &d) || d != 0)) || xd == CDY_DT_BOOL ? -1 : n;
-    case CDY_OP_FLOOR: case CDY_OP_CEIL: case CDY_OP_TRUNC:
-        return xd == CDY_DT_BOOL ? -1 : n;
-    case CDY_OP_LEAKY_RELU: case CDY_OP_GELU: case CDY_OP_SILU: case CDY_OP_HARDSWISH:
-    case CDY_OP_HARDSIGMOID: case CDY_OP_SOFTPLUS: case CDY_OP_MISH:
-        if (xd == CDY_DT_NONE || !cdy_dtype_table[xd].is_float)
-            return -1;
-        return op == CDY_OP_GELU ? ob_check_gelu(tr, out, extra) : n;
-    case CDY_OP_CLAMP:
+    case OB_CHECK_ROUND:
+        return extra[0] && (ob_const_int(extra[0], &d) || d != 0) ? -1 : n;
+    case OB_CHECK_GELU:
+        return ob_check_gelu(tr, out, extra);
+    case OB_CHECK_CLAMP:
         return ob_check_clamp(tr, out, extra);
-    case CDY_OP_CLAMP_MIN: case CDY_OP_CLAMP_MAX: case CDY_OP_HARDTANH: case CDY_OP_RELU6:
-        if (op != CDY_OP_RELU6 && (!ob_bound_fits(out[0], out[1], op == CDY_OP_HARDTANH) ||
-                                   (op == CDY_OP_HARDTANH && !ob_bound_fits(out[0], out[2], 1))))
-            return -1;
-        return xd == CDY_DT_BOOL ? -1 : n;
-    case CDY_OP_BITWISE_AND: case CDY_OP_BITWISE_OR: case CDY_OP_BITWISE_XOR:
-    case CDY_OP_BITWISE_NOT:
-        return ob_all_integral(out, n) ? n : -1;
-    case CDY_OP_MASKED_FILL:
+    case OB_CHECK_BOUNDS:      /* clamp_min, clamp_max; hardtanh (ht) has two */
+        return !ob_bound_fits(out[0], out[1], ht) || (ht && !ob_bound_fits(out[0], out[2], 1))
+                   ? -1 : n;
+    case OB_CHECK_MASKED_FILL:
         return ob_check_masked_fill(out) ? -1 : n;
-    case CDY_OP_CAST: case CDY_OP_TO_FLOAT: case CDY_OP_TO_DOUBLE: case CDY_OP_TO_INT:
-    case CDY_OP_TO_LONG: case CDY_OP_TO_BOOL: case CDY_OP_TO_BYTE: {
+    case OB_CHECK_CAST: {
         int to = ob_cast_target(op, extra);   /* same dtype: eager returns x itself */
         return to == CDY_DT_NONE || xd == CDY_DT_NONE || to == xd ? -1 : n;
     }
-    case CDY_OP_SUM: case CDY_OP_MEAN: case CDY_OP_AMAX: case CDY_OP_AMIN: case CDY_OP_PROD:
-    case CDY_OP_ARGMAX: case CDY_OP_ARGMIN: case CDY_OP_ANY: case CDY_OP_ALL:
-    case CDY_OP_COUNT_NONZERO: case CDY_OP_LOGSUMEXP:
+    case OB_CHECK_REDUCE:
         return ob_check_reduce(tr, op, out, extra);
-    case CDY_OP_VAR: case CDY_OP_STD:
+    case OB_CHECK_VAR:
         return ob_check_var(tr, op, out, extra);
-    case CDY_OP_NORM:
-        return ob_check_norm(tr, out, extra);
+    case OB_CHECK_NORM:
+        return ob_check_norm(tr, op, out, extra);
     default:
         return n;
     }
 }
 
-/* The op torch.div computes for rounding_mode r (None, 'floor', 'trunc'), or -1. */
-static int ob_div_mode(tvar *r)
+/* The op torch.div computes for rounding_mode r (None, 'floor', 'trunc'):
+ * op itself, DIV_FLOOR or DIV_TRUNC; -1 for another mode. */
+static int ob_div_mode(int op, tvar *r)
 {
     if (!r || (r->kind == TV_CONST && r->obj == Py_None))
-        return CDY_OP_DIV;
+        return op;
     const char *s = r->kind == TV_CONST && PyUnicode_Check(r->obj) ? PyUnicode_AsUTF8(r->obj) : "";
     return !strcmp(s, "floor") ? CDY_OP_DIV_FLOOR : !strcmp(s, "trunc") ? CDY_OP_DIV_TRUNC : -1;
 }
 
 /* Canonical args of *op for a call with args (positional, then the values of
  * kwnames) into out[]; returns their count, or -1 when not lowerable.  *op may
- * change: torch.div(..., rounding_mode='floor') is div_floor. */
+ * change (DIV_MODE): torch.div(..., rounding_mode='floor') is div_floor. */
 int cdy_op_bind(tracer *tr, int *opp, tvar **args, int nargs, PyObject *kwnames, tvar **out)
 {
     tvar *extra[OB_MAX_PARAMS] = {0};
@@ -589,8 +568,8 @@ int cdy_op_bind(tracer *tr, int *opp, tvar **args, int nargs, PyObject *kwnames,
     int n = ob_apply(tr, op, args, nargs, kwnames, out, extra);
     if (n < 1)
         return -1;
-    if (op == CDY_OP_DIV) {
-        if ((op = ob_div_mode(extra[0])) < 0)
+    if (ob_rows[op].check == OB_CHECK_DIV_MODE) {
+        if ((op = ob_div_mode(op, extra[0])) < 0)
             return -1;
         extra[0] = NULL;
         *opp = op;

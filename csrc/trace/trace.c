@@ -281,6 +281,8 @@ static tvar *closure_value(tracer *tr, int idx)
         }
     }
     /* else: a method or a function the trace made: its cells are fixed with it */
+    if (!s && cdy_fixed_by_convention(o))
+        return cdy_fixed_value(tr, o);
     return cdy_wrap(tr, o, s, s != NULL);
 }
 
@@ -564,6 +566,66 @@ static tvar *op_set_binary(tracer *tr, const char *sym, int inplace, tvar **args
     return r;
 }
 
+/* A tuple of constants as a TUPLE of constant tvars (to join a TUPLE); NULL when stopped. */
+static tvar *const_tuple_items(tracer *tr, tvar *c)
+{
+    int n = (int)PyTuple_GET_SIZE(c->obj);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        if (!(items[i] = cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(c->obj, i)))))
+            return NULL;
+    return items ? cdy_tv_seq(tr, TV_TUPLE, items, n) : NULL;
+}
+
+/* a + b for two tuples or two lists (a tuple of constants joins a TUPLE), a * k / k * a
+ * for one and a constant int: the new sequence; *handled 0 for other operands. */
+static tvar *seq_binary(tracer *tr, int base, tvar **args, int *handled)
+{
+    tvar *a = args[0], *b = args[1];
+    *handled = 0;
+    if (base == 0) {   /* + */
+        int ct_a = a->kind == TV_CONST && PyTuple_CheckExact(a->obj) && b->kind == TV_TUPLE;
+        int ct_b = b->kind == TV_CONST && PyTuple_CheckExact(b->obj) && a->kind == TV_TUPLE;
+        if ((ct_a && !(a = const_tuple_items(tr, a))) || (ct_b && !(b = const_tuple_items(tr, b)))) {
+            *handled = 1;
+            return NULL;
+        }
+        if (a->kind != b->kind || (a->kind != TV_TUPLE && a->kind != TV_LIST))
+            return NULL;
+        *handled = 1;
+        int n = a->n + b->n;
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+        if (!items) {
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
+            return NULL;
+        }
+        if (a->n)
+            memcpy(items, a->items, sizeof(tvar *) * (size_t)a->n);
+        if (b->n)
+            memcpy(items + a->n, b->items, sizeof(tvar *) * (size_t)b->n);
+        return cdy_tv_seq(tr, a->kind, items, n);
+    }
+    long long k;
+    if (base != 5 || !(((a->kind == TV_TUPLE || a->kind == TV_LIST) && cdy_const_int(b, &k)) ||
+                       ((b->kind == TV_TUPLE || b->kind == TV_LIST) && cdy_const_int(a, &k))))
+        return NULL;   /* not seq * int */
+    *handled = 1;
+    tvar *s = a->kind == TV_TUPLE || a->kind == TV_LIST ? a : b;
+    if (k < 0)
+        k = 0;
+    if (k * s->n > 1000000) {
+        cdy_tr_stop(tr, ITER_HUGE_CONST);
+        return NULL;
+    }
+    int n = (int)(k * s->n);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        items[i] = s->items[i % s->n];
+    if (!items)
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+    return items ? cdy_tv_seq(tr, s->kind, items, n) : NULL;
+}
+
 /* BINARY_OP oparg */
 static int op_binary(tracer *tr, int oparg)
 {
@@ -588,20 +650,10 @@ static int op_binary(tracer *tr, int oparg)
         return cdy_list_extend(tr, args[0], args[1]) ? -1 : push(tr, args[0]);
     if (args[0]->kind == TV_SET)
         return push(tr, op_set_binary(tr, syms[base], inplace, args));
-    if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
-                                    (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
-        int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
-        if (!items)
-            return cdy_tr_stop(tr, OUT_OF_MEMORY);
-        memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
-        memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
-        if (!list_iadd)
-            return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
-        args[0]->items = items;   /* list += iterable extends the list itself: its aliases see it */
-        args[0]->n = n;
-        return push(tr, args[0]);
-    }
+    int handled;
+    tvar *sr = seq_binary(tr, base, args, &handled);   /* tuple / list + and * */
+    if (handled)
+        return push(tr, sr);
     PyObject *fn = cdy_operator_fn(base, names[base]);
     if (!fn)
         return cdy_tr_stop_exc(tr, PY_ERROR);
@@ -921,8 +973,9 @@ static int op_is(tracer *tr, int invert)
         r = 0;   /* an object the trace made is no other value */
     else if (a->src && b->src && a->kind == b->kind && (a->kind == TV_TENSOR || a->by_type || b->by_type))
         r = cdy_same_object(tr, a, b);   /* two of the caller's values: guarded either way */
-    else if ((a->kind == TV_OBJ && a->fixed && b->src) || (b->kind == TV_OBJ && b->fixed && a->src))
-        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);
+    else if ((a->kind == TV_OBJ && a->fixed && b->src && (b->by_type || b->kind == TV_TENSOR)) ||
+             (b->kind == TV_OBJ && b->fixed && a->src && (a->by_type || a->kind == TV_TENSOR)))
+        r = cdy_is_fixed(tr, a->src ? a : b, a->src ? b : a);   /* identity not guarded yet */
     else if ((a->by_type || b->by_type) && a->obj && b->obj && Py_TYPE(a->obj) == Py_TYPE(b->obj))
         return cdy_tr_stop(tr, IS_BY_TYPE);
     else if ((a->kind == TV_OBJ || a->kind == TV_CONST) && (b->kind == TV_OBJ || b->kind == TV_CONST))
@@ -1424,6 +1477,12 @@ static int step_ops(tracer *tr, const cdy_sinstr *s)
         return op_unpack_ex(tr, a);
     case CDY_SOP_DELETE_SUBSCR:
         return op_delete_subscr(tr);
+    case CDY_SOP_DELETE_ATTR: {   /* del obj.name: an object built in the frame */
+        tvar *o = pop(tr);
+        if (o->kind != TV_INST)
+            return cdy_tr_stop(tr, DELETE_ATTR);
+        return cdy_obj_delattr(tr, o, PyTuple_GET_ITEM(tr->co->co_names, a));
+    }
     case CDY_SOP_BUILD_SET: case CDY_SOP_SET_ADD: case CDY_SOP_SET_UPDATE:
         return op_set(tr, s->sop, a);
     case CDY_SOP_LOAD_ASSERTION_ERROR:
@@ -1591,8 +1650,7 @@ int cdy_tr_run_frame(tracer *tr)
 /* One-time lookups of torch objects; 0 or -1. */
 static int trace_init(void)
 {
-    return cdy_vars_init() || cdy_calls_init() || cdy_optable_init(cdy_torch) ||
-           cdy_lower_init(cdy_torch) ? -1 : 0;
+    return cdy_vars_init() || cdy_calls_init() || cdy_callables_init(cdy_torch) ? -1 : 0;
 }
 
 /* Input sources in input order: the source of each graph input's guard. */
@@ -1604,19 +1662,28 @@ static void collect_input_srcs(cdy_trace *t)
             t->input_srcs[k++] = t->guards.items[i].src;
 }
 
+/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); see internal.h. */
+int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled)
+{
+    if (t->grad_guarded)
+        return 0;
+    PyObject *fn = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
+    cdy_src none = {0};
+    cdy_guard *g = fn ? cdy_guards_add(&t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode") : NULL;
+    if (!g) {
+        Py_XDECREF(fn);
+        return -1;
+    }
+    g->requires_grad = enabled;
+    g->expect = fn;
+    t->grad_guarded = 1;
+    return 0;
+}
+
 /* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); 0 or -1. */
 int cdy_guard_grad_mode(tracer *tr, int enabled)
 {
-    if (tr->t->grad_guarded)
-        return 0;
-    cdy_src none = {0};
-    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_GRAD_MODE, &none, "grad mode");
-    if (!g)
-        return cdy_tr_stop_exc(tr, PY_ERROR);
-    g->requires_grad = enabled;
-    g->expect = PyObject_GetAttrString(cdy_torch, "is_grad_enabled");
-    tr->t->grad_guarded = 1;
-    return g->expect ? 0 : cdy_tr_stop_exc(tr, PY_ERROR);
+    return cdy_trace_guard_grad_mode(tr->t, enabled) ? cdy_tr_stop_exc(tr, PY_ERROR) : 0;
 }
 
 /* Guard global state `which` at its current value; see trace.h. */
@@ -1664,7 +1731,7 @@ static int guard_global_state(tracer *tr)
     const cdy_graph *g = &tr->t->graph;
     int dflt = 0, ext = 0, nodes = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        ext |= g->values[v].kind == CDY_VAL_NODE && g->values[v].op == CDY_OP_EXTERN;
+        ext |= cdy_value_is_extern(&g->values[v]);
         nodes |= g->values[v].kind == CDY_VAL_NODE;
         dflt |= dtype_from_default(g, &g->values[v]);
     }

@@ -1,7 +1,7 @@
 /* trace.h - the tracer's internal types, shared by trace.c (the interpreter
  * loop and opcodes), vars.c (symbolic values, sources, guards, attributes),
  * calls.c (tensor ops, extern ops, inlined Python calls, builtins) and
- * optable.c (which callables are which graph op). */
+ * callables.c (what each torch callable is: ops/callables.def). */
 #ifndef CDY_TRACE_H
 #define CDY_TRACE_H
 
@@ -63,7 +63,7 @@ typedef struct tvar {
     int cap;                /* LIST, DICT, TUPLE: capacity of items (and keys) when > 0: the
                              * arrays are this tvar's own (trace/containers.c grows them) */
     struct tvar *store;     /* INST: its builtin container base's contents; DICT: the
-                             * default factory of a defaultdict */
+                             * default factory of a defaultdict; FUNC: its attributes (a DICT) */
     int fixed;              /* OBJ without a source whose attributes are fixed with it (a
                              * dataclass Field, an inspect.Signature): read without guards */
     int by_type;            /* OBJ read from the frame and guarded by type only (an
@@ -188,6 +188,12 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name);
 /* Items of an iterable tvar as a fresh TV_LIST-like array; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v);
 int cdy_truth(tracer *tr, tvar *v);
+/* 1 if o is fixed by convention once made (a class, function, code, dataclass Field,
+ * inspect Signature / Parameter, property): read without guards when it has no source. */
+int cdy_fixed_by_convention(PyObject *o);
+/* f.name / f.name = v for a function the trace made (TV_FUNC). */
+tvar *cdy_func_attr(tracer *tr, tvar *f, PyObject *name);
+int cdy_func_setattr(tracer *tr, tvar *f, PyObject *name, tvar *v);
 /* a is b for two values read from the frame (sources): decided on the real objects, and
  * guarded (SAME); 1 / 0, -1 stopped. */
 int cdy_same_object(tracer *tr, tvar *a, tvar *b);
@@ -314,6 +320,8 @@ tvar *cdy_obj_getattr(tracer *tr, tvar *inst, PyObject *name);
 int cdy_obj_hasattr(tracer *tr, tvar *inst, PyObject *name, tvar **value);
 /* inst.name = v through its class's __setattr__; 0 or -1. */
 int cdy_obj_setattr(tracer *tr, tvar *inst, PyObject *name, tvar *v);
+/* del inst.name; 0 or -1 (AttributeError raised into the trace when absent). */
+int cdy_obj_delattr(tracer *tr, tvar *inst, PyObject *name);
 /* object.__setattr__(inst, name, v): properties' setters, else the __dict__; 0 or -1. */
 int cdy_obj_set_plain(tracer *tr, tvar *inst, PyObject *name, tvar *v);
 /* The class's Python special method `name` called on inst (*handled 0 when the class has
@@ -416,8 +424,8 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
  * over bound args (x, dims mask, keepdim); var, std, vector_norm with a
  * fourth). */
 PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n);
-/* The same for extern calls fn(*args) of the callables in meta.c's
- * MT_EXTERN_FNS (matmul family, layer_norm, cat / stack, batch_norm, pooling,
+/* The same for extern calls fn(*args) of the META rows of ops/callables.def
+ * (matmul family, layer_norm, cat / stack, batch_norm, pooling,
  * softmax, losses, conv2d, embedding, flips, sdpa, group_norm, normalize,
  * cumsum, tril / triu, roll, addmm, cross_entropy), NULL with no error
  * outside its rules. */
@@ -443,22 +451,39 @@ int cdy_int_items(tvar *a, int *dims, int *n, int cap);
  * 0, or -1 when it is not one (or on out of memory). */
 int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **pos);
 
+/* ---- compose.c: decompositions of composite torch ops into graph ops ----
+ * Each adds its nodes and returns the result's value, or -1 when stopped. */
+/* batch_norm in eval mode: ch = (mean, var, weight, bias) channel values of
+ * meta pm ([C, 1, ..]; -2: absent weight / bias); x * alpha + beta over om. */
+int cdy_compose_batch_norm(tracer *tr, int x, const int *ch, double eps, const cdy_meta *pm,
+                           const cdy_meta *om, int dt);
+/* The elementwise loss of x and y over m: 'm' mse, 'l' l1, 's' smooth l1 (beta). */
+int cdy_compose_loss(tracer *tr, int kind, int x, int y, const cdy_meta *m, double beta);
+/* Loss elements l (rank ndim) reduced by mean (else sum) to the 0-d om; -1 if om is not. */
+int cdy_compose_loss_reduce(tracer *tr, int l, int ndim, int mean, const cdy_meta *om);
+/* x * step + start (scalar values; -2: left out) over meta m computed in cdt. */
+int cdy_compose_affine(tracer *tr, int x, int step, int start, const cdy_meta *m, int cdt);
+/* F.normalize: x / norm.clamp_min(eps) (norm of meta nm; the result's meta om). */
+int cdy_compose_normalize(tracer *tr, int x, int norm, double eps, const cdy_meta *nm,
+                          const cdy_meta *om);
 /* ---- opbind.c ---- */
 /* Canonical positional args of lowered op `op` for this call into out[]
  * (CDY_MAX_NODE_ARGS at most); their count, or -1: run it as an extern. */
 int cdy_op_bind(tracer *tr, int *op, tvar **args, int nargs, PyObject *kwnames, tvar **out);
+/* The position of parameter `input` in op's signature (where a method call's
+ * self goes: 1 for where's "condition input other"), 0 when none. */
+int cdy_op_self_pos(int op);
 /* Bind args/kwnames by the parameter names of sig (up to 8, e.g. "input dim
  * *dtype"; prefixes and defaults ignored) into slot[] (NULL when absent);
  * 0, or -1 when an argument fits no parameter or two. */
 int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, tvar **slot);
 
-/* ---- lower.c: composite lowerings ------------------------------------------
- * A lowering turns one torch call into graph nodes of its own (several
- * pointwise nodes, a special-kind node, a view...).  Each area registers its
- * callables in a table of its own file (lower_views.c, lower_rows.c,
- * lower_reduce.c, lower_pool.c, lower_conv.c), listed in lower.c.  tensor_call runs the
- * lowering after the call has run on the fakes: call->out is torch's result,
- * whose meta the lowered result must have. */
+/* ---- builders: torch calls turned into graph nodes --------------------------
+ * A builder (cdy_build_<FN> of trace/lower_<area>.c, named by a BUILD row of
+ * ops/callables.def) turns one torch call into graph nodes of its own
+ * (several pointwise nodes, a special-kind node, a view...).  tensor_call
+ * runs it after the call has run on the fakes: call->out is torch's result,
+ * whose meta the built result must have. */
 typedef struct {
     PyObject *fn;          /* the callable: a torch function or Tensor.<name> */
     const char *what;      /* its name, for reasons */
@@ -466,52 +491,25 @@ typedef struct {
     int nargs;
     PyObject *kwnames;
     PyObject *out;         /* torch's result on the fakes: a tensor or a tuple of them */
+    int op;                /* the op its BUILD row names (builders of several ops), or NONE */
 } cdy_lower_call;
-
 /* The result tvar; CDY_NOT_LOWERED: this call is not lowerable, it becomes
  * an extern node (torch runs it); NULL: the trace stopped (a reason is
  * recorded).  tensor_call checks the protocol: NULL with a Python exception
  * pending and no stop is a LOWER_FAILED internal error; NULL with neither
  * is read as CDY_NOT_LOWERED (lowerings written before the sentinel). */
-typedef tvar *(*cdy_lower_fn)(tracer *tr, const cdy_lower_call *call);
+typedef tvar *(*cdy_build_fn)(tracer *tr, const cdy_lower_call *call);
 extern tvar cdy_not_lowered;
 #define CDY_NOT_LOWERED (&cdy_not_lowered)
-
-/* One registration: `name` looked up where `where` says, one letter each:
- * t torch.<name>, f torch.nn.functional.<name>, n torch._C._nn.<name>,
- * s torch.special.<name>, l torch.linalg.<name>, m the Tensor method <name>
- * (and Tensor.<name>), o operator.<name>. */
-typedef struct {
-    const char *name;
-    const char *where;
-    cdy_lower_fn fn;
-} cdy_lowering;
-
-/* Define the NULL-terminated table `var` from an X-macro list of
- * X(name, where, lowering) rows. */
-#define CDY_X_LOWERING(name, where, fn) {name, where, fn},
-#define CDY_LOWERING_TABLE(var, LIST) \
-    const cdy_lowering var[] = {LIST(CDY_X_LOWERING){NULL, NULL, NULL}}
-
-extern const cdy_lowering cdy_lowerings_views[];    /* each ends with {NULL} */
-extern const cdy_lowering cdy_lowerings_rows[];
-extern const cdy_lowering cdy_lowerings_reduce[];
-extern const cdy_lowering cdy_lowerings_pool[];
-extern const cdy_lowering cdy_lowerings_conv[];
-extern const cdy_lowering cdy_lowerings_linear[];
-extern const cdy_lowering cdy_lowerings_factory[];
 /* t.T / .mT / .H / .mH as a transpose or permute call (a VIEW); NULL when
  * stopped, or with *not_attr set when n is another name (lower_views.c). */
 tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr);
-extern const cdy_lowering cdy_lowerings_index[];   /* lower_index.c */
-
-int cdy_lower_init(PyObject *torch);
-/* Whether lowering `what` declined the call (result r: CDY_NOT_LOWERED, or a
- * NULL with no stop and no exception); a NULL with an exception and no stop
- * is stopped here as LOWER_FAILED.  0 for a result or a stop. */
-int cdy_lower_declined(tracer *tr, tvar *r, const char *what);
-/* The lowering registered for callable fn, or NULL. */
-cdy_lower_fn cdy_lower_find(PyObject *fn);
+/* A new kind V node over argv[0..n) with meta m (lower_views.c): a VIEW
+ * (alias) or a VIEW_COPY whose element (i_0, ..) is element off + sum_d i_d *
+ * strides[d] of base's buffer (cdy_value.view_*); its value, or -1 when
+ * stopped. */
+int cdy_view_value(tracer *tr, int alias, const int *argv, int n, const cdy_meta *m, int base,
+                   const int64_t *strides, int64_t off);
 /* Base, strides and offset of the loads of value p (a view: its own; any
  * other tensor: itself, its strides, 0) (lower_views.c). */
 void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off);
@@ -538,13 +536,24 @@ void cdy_trace_pynode_of(const cdy_trace *t, int *pynode_of);  /* defining call 
 void cdy_value_drop(cdy_graph *g, int v);                      /* v: an unused scalar */
 int cdy_value_number(const cdy_graph *g, int v, double *out);  /* 1 if v is a number */
 
-/* ---- optable.c ---- */
-int cdy_optable_init(PyObject *torch);
-int cdy_optable_fn(PyObject *callable);     /* op or CDY_OP_NONE */
-int cdy_optable_method(PyObject *name);     /* op or CDY_OP_NONE */
+/* ---- callables.c: the torch callables of ops/callables.def ---- */
+int cdy_callables_init(PyObject *torch);
+int cdy_callable_op(PyObject *fn);            /* its graph op (OP row), or CDY_OP_NONE */
+int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`, or NONE */
+/* The number of fn's META row among the META rows (meta.c's rule), or -1;
+ * the op the rule binds as in *op. */
+int cdy_callable_meta(PyObject *fn, int *op);
+int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
+int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
+/* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
+ * none or they decline, else as a builder returns. */
+tvar *cdy_callable_build(tracer *tr, const cdy_lower_call *call);
+/* Whether builder `what` declined the call (result r: CDY_NOT_LOWERED, or a
+ * NULL with no stop and no exception); a NULL with an exception and no stop
+ * is stopped here as LOWER_FAILED.  0 for a result or a stop. */
+int cdy_lower_declined(tracer *tr, tvar *r, const char *what);
 int cdy_dtype_from_obj(PyObject *dtype);    /* cdy_dtype or CDY_DT_NONE */
 PyObject *cdy_dtype_obj(int dt);            /* the torch.dtype (borrowed) */
 int cdy_dtype_take(PyObject *dt);           /* consumes dt (may be NULL); cdy_dtype or NONE */
 int cdy_result_dtype(PyObject *a, PyObject *b);   /* torch.result_type(a, b) or NONE */
-
 #endif

@@ -501,6 +501,21 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
     return v;
 }
 
+/* 1 if every key of tuple kt is a constant or an object compared by identity (a class,
+ * a function, a typing form: the KEYS guard's == on it is identity). */
+static int keys_fixed(PyObject *kt)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kt); i++) {
+        PyObject *k = PyTuple_GET_ITEM(kt, i);
+        PyTypeObject *t = Py_TYPE(k);
+        if (!cdy_is_const(k) && !PyType_Check(k) && !PyFunction_Check(k) &&
+            !(t->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
+              t->tp_hash == PyBaseObject_Type.tp_hash))
+            return 0;
+    }
+    return 1;
+}
+
 /* A list, tuple or dict read from the frame at src: a symbolic container
  * whose items are wrapped from item sources, guarded by type and length
  * (or keys); so reading it never goes stale, and equal containers reuse
@@ -511,7 +526,7 @@ static tvar *wrap_container(tracer *tr, PyObject *o, const cdy_src *src, const c
     Py_ssize_t n = is_dict ? PyDict_GET_SIZE(o) : PySequence_Fast_GET_SIZE(o);
     PyObject *keys = is_dict ? PyDict_Keys(o) : NULL, *kt = keys ? PyList_AsTuple(keys) : NULL;
     Py_XDECREF(keys);
-    if (n > 256 || (is_dict && (!kt || !cdy_is_const(kt)))) {
+    if (n > 256 || (is_dict && (!kt || !keys_fixed(kt)))) {
         Py_XDECREF(kt);
         PyErr_Clear();
         cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, src, desc);
@@ -710,8 +725,10 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         ;
     else if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    else if (src && guard && src->kind != CDY_SRC_GLOBAL && PyMethod_Check(o) &&
+    else if (src && guard && (src->kind != CDY_SRC_GLOBAL || src->nattrs) && PyMethod_Check(o) &&
              PyFunction_Check(PyMethod_GET_FUNCTION(o))) {
+        /* an attribute read makes a new bound method each time (a global's
+         * attribute too: G['Signature'].from_callable), never the same object */
         if (!(v = wrap_method(tr, o, src, desc)))
             return NULL;
     }
@@ -747,6 +764,64 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
     if (v && src)
         memo_add(tr, desc, v);
     return v;
+}
+
+/* ---- functions the trace made ------------------------------------------------------ */
+
+/* See trace.h. */
+int cdy_fixed_by_convention(PyObject *o)
+{
+    static PyObject *field_t, *sig_t, *param_t;
+    if (!field_t) {
+        PyObject *dc = PyImport_ImportModule("dataclasses"), *in = PyImport_ImportModule("inspect");
+        field_t = dc ? PyObject_GetAttrString(dc, "Field") : NULL;
+        sig_t = in ? PyObject_GetAttrString(in, "Signature") : NULL;
+        param_t = in ? PyObject_GetAttrString(in, "Parameter") : NULL;
+        Py_XDECREF(dc);
+        Py_XDECREF(in);
+        PyErr_Clear();
+    }
+    PyObject *t = (PyObject *)Py_TYPE(o);
+    return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyCode_Check(o) ||
+           (field_t && t == field_t) || (sig_t && t == sig_t) || (param_t && t == param_t) ||
+           PyObject_TypeCheck(o, &PyProperty_Type);
+}
+
+/* The attribute dict of function tvar f (its store: a DICT the trace owns), made on use. */
+static tvar *func_dict(tracer *tr, tvar *f)
+{
+    if (!f->store && (f->store = cdy_tv_new(tr, TV_DICT)))
+        f->store->obj = NULL;
+    return f->store;
+}
+
+/* See trace.h: f.name for a function the trace made (def / lambda): what the trace
+ * stored (functools.wraps' __wrapped__, __name__, ...), else the function object's own
+ * (fixed with it: its code, name, defaults). */
+tvar *cdy_func_attr(tracer *tr, tvar *f, PyObject *name)
+{
+    if (!PyUnicode_CompareWithASCIIString(name, "__dict__"))
+        return func_dict(tr, f);
+    int i = f->store ? cdy_dict_find(tr, f->store, name) : -1;
+    if (i == -2)
+        return NULL;
+    if (i >= 0)
+        return f->store->items[i];
+    PyObject *v = PyObject_GetAttr(f->obj, name);
+    if (!v) {
+        cdy_tr_stop_exc(tr, RAISED_ATTR);
+        return NULL;
+    }
+    tvar *r = cdy_fixed_value(tr, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* See trace.h: f.name = v on a function the trace made. */
+int cdy_func_setattr(tracer *tr, tvar *f, PyObject *name, tvar *v)
+{
+    tvar *d = func_dict(tr, f);
+    return d ? cdy_dict_set(tr, d, name, v) : -1;
 }
 
 /* ---- identity of values read from the frame ---------------------------------------- */
@@ -869,6 +944,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         }
         return cdy_tv_const(tr, d);   /* a constant: its .type, ==, str() fold */
     }
+    if (!strcmp(n, "__class__"))   /* its real type, fixed by the tensor's guard */
+        return cdy_fixed_value(tr, (PyObject *)t->tp);
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
     if (!strcmp(n, "requires_grad"))
@@ -1009,6 +1086,29 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     }
     /* class attributes that are descriptors: methods, properties */
     PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
+    PyObject *own = PyType_Check(o) && !_PyType_Lookup(Py_TYPE(o), name)
+                        ? _PyType_Lookup((PyTypeObject *)o, name) : NULL;
+    if (own && Py_IS_TYPE(own, &PyClassMethodDescr_Type)) {
+        /* a builtin class's classmethod (itertools.chain.from_iterable, dict.fromkeys): bound
+         * anew at each read, so fixed with the class rather than guarded by identity */
+        PyObject *v = PyObject_GetAttr(o, name);
+        tvar *r = v ? cdy_fixed_value(tr, v) : NULL;
+        Py_XDECREF(v);
+        if (!r && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, RAISED_ATTR);
+        return r;
+    }
+    if (own && PyObject_TypeCheck(own, &PyClassMethod_Type)) {
+        /* Cls.method of a classmethod: a new bound method at each read, so not guarded by
+         * identity; the function bound to the class (fixed by the class's own guard) */
+        PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(own, "__func__"));
+        tvar *b = fn ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {
+            b->obj = fn;
+            b->self = base;
+        }
+        return b;
+    }
     if (cls_attr && PyFunction_Check(cls_attr) && !PyType_Check(o)) {
         tvar *b = cdy_tv_new(tr, TV_BOUND);
         if (b) {
@@ -1127,6 +1227,8 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         return cdy_obj_getattr(tr, base, name);
     if (base->kind == TV_PARTIAL)
         return cdy_partial_attr(tr, base, name);
+    if (base->kind == TV_FUNC)
+        return cdy_func_attr(tr, base, name);
     if (base->kind == TV_TENSOR)
         return tensor_attr(tr, base, name);
     if (base->kind == TV_OBJ)

@@ -543,8 +543,10 @@ class ExplainOutput:
         self.graph_count = len(graphs)
         self.break_reasons = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
                               for b in breaks]
-        #: every frame that ran eagerly: a stopped trace (as in break_reasons), a frame
-        #: with nothing to compile (NO_TENSOR_OPS), COMPILE_FAILED, RECOMPILE_LIMIT
+        #: every frame that ran eagerly in the call: a stopped trace (as in
+        #: break_reasons), a frame with nothing to compile (NO_TENSOR_OPS),
+        #: COMPILE_FAILED, RECOMPILE_LIMIT, EAGER_RERUN (a compiled graph raised: the
+        #: frame ran again eagerly), GENERATOR_CODE; frame_location: the function's place
         self.eager_frames = [BreakReason(b, location=f"{b['filename']}:{b['line']}")
                              for b in eager]
         self.graph_break_count = len(self.break_reasons)
@@ -613,7 +615,14 @@ def explain(fn, args, kwargs):
     n_c, n_b, n_e = len(_support.compiles), len(_support.breaks), len(_support.eager)
     before = {id(r["compiled"]): r["compiled"].calls for r in _support.compiles
               if r.get("compiled") is not None}
-    out = run(*args, **kwargs)
+    from . import _C
+    outer = _C.explain_collect(True)      # an explain inside fn's call: resumed after
+    try:
+        out = run(*args, **kwargs)
+    finally:
+        seen = _C.explain_collect(False)
+        if outer:
+            _C.explain_collect(True)
     graphs = [r for r in _support.compiles[:n_c] if r.get("compiled") is not None and
               r["compiled"].calls > before.get(id(r["compiled"]), 0)]
     graphs += _support.compiles[n_c:]
@@ -625,6 +634,9 @@ def explain(fn, args, kwargs):
         where = {(c.co_filename, c.co_name) for c in _reachable_codes(target)}
         breaks = [b for b in _support.breaks[:n_b] if (b["filename"], b["function"]) in where]
         eager = [b for b in _support.eager[:n_e] if (b["filename"], b["function"]) in where]
+    # every frame that ran eagerly: new records, and the frames that ran eagerly for a
+    # reason recorded on an earlier call (a break, a skip, the recompile limit)
+    eager += [r for r in seen if all(r is not e for e in eager)]
     return ExplainOutput(graphs, breaks, out, eager)
 
 

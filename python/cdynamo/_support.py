@@ -11,7 +11,8 @@ import torch
 
 from . import config
 
-TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug")
+TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug",
+          "stages")
 
 
 class Unsupported(RuntimeError):
@@ -130,7 +131,10 @@ def record_break(reason, filename, line, fn_name, code="", category=""):
 
 
 def record_eager(reason, filename, line, fn_name, code="", category=""):
-    eager.append(_record(reason, filename, line, fn_name, code, category))
+    """Record a frame that runs eagerly (explain's eager_frames); the record."""
+    r = _record(reason, filename, line, fn_name, code, category)
+    eager.append(r)
+    return r
 
 
 def raise_unsupported(reason, filename, line, code=None):

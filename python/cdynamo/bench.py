@@ -76,6 +76,8 @@ class Workload:
     rtol: Optional[float] = None
     atol: Optional[float] = None
     description: str = ""
+    #: None when the workload can run, else why not (an optional dependency missing)
+    requires: Optional[Callable[[], Optional[str]]] = None
 
     def inputs(self, quick: bool) -> tuple:
         factory = self.quick_inputs if (quick and self.quick_inputs) else self.make_inputs
@@ -271,6 +273,37 @@ def t5_small(ids):
     return _MODELS["t5"](input_ids=ids, decoder_input_ids=ids).last_hidden_state
 
 
+# ---- the transformers group: models of issue 31 (cdynamo/_hf_models.py), small configs,
+# random weights; skipped with the reason when transformers is not installed
+_HF: dict = {}
+
+
+def _hf_available() -> Optional[str]:
+    from ._hf_models import available   # noqa: PLC0415
+    why = available()
+    return None if why is None else f"skipped: {why}"
+
+
+def _hf_workload(name: str) -> "Workload":
+    from . import _hf_models   # noqa: PLC0415 (imports no transformers)
+    build, inputs, result = _hf_models.MODELS[name]
+    keys = list(inputs())   # the forward's keyword arguments (their tensors need no transformers)
+
+    def make():
+        if name not in _HF:
+            _HF[name] = build()
+        return tuple(inputs().values())
+
+    def fn(*tensors):
+        return result(_HF[name](**dict(zip(keys, tensors))))
+
+    fn.__name__ = fn.__qualname__ = f"hf_{name}"
+    return Workload(f"hf_{name}", fn, make, kind="transformers", rtol=1e-4, atol=1e-4,
+                    requires=_hf_available,
+                    description=f"transformers {name}, small config, random weights: "
+                                f"forward({', '.join(keys)})")
+
+
 def _model_inputs(name, build, make):
     def f():
         _model(name, build)
@@ -338,6 +371,10 @@ WORKLOADS: list[Workload] = [
     Workload("int64_arith", int64_arith, _i64(1024, 1024), quick_inputs=_i64(256, 1024),
              description="a*3 - b, 1M int64 (quick: 256K)"),
 ]
+
+
+WORKLOADS += [_hf_workload(n) for n in ("bert", "gpt2", "llama", "t5", "vit", "resnet",
+                                         "whisper_encoder")]
 
 
 #: what --quick runs when no --filter is given: one of each kind, and a seed's small case
@@ -766,7 +803,7 @@ def empty_row(w: Workload) -> dict:
         "speedup": {"inductor": None, "cdynamo": None},
         "gbps": None, "bw_share": None, "copy_gbps": None,
         "bytes": None, "batch": dict(none), "rounds": None, "notes": [],
-        "cdynamo_stats": None,
+        "cdynamo_stats": None, "capture": None,
     }
 
 
@@ -788,8 +825,37 @@ def run_workload(w: Workload, systems: Systems, args, progress: Progress,
     """Compile, check and time one workload on all systems; never raises for a system's
     failure.  skip: {system: reason} for systems not to run (crashed before, budget).
     Models run as inference, under torch.no_grad(), for every system alike."""
-    with (torch.no_grad() if w.kind == "model" else contextlib.nullcontext()):
+    why = w.requires() if w.requires else None
+    if why:   # an optional group whose dependency is missing: every system skipped
+        row = empty_row(w)
+        for s in SYSTEMS:
+            row["error"][s] = why
+        return row
+    with (torch.no_grad() if w.kind in ("model", "transformers") else contextlib.nullcontext()):
         return _run_workload(w, systems, args, progress, phase, skip)
+
+
+def _dynamo_counts() -> Optional[dict]:
+    """torch.compile's graph and graph-break counters so far (torch._dynamo's), or None."""
+    try:
+        from torch._dynamo.utils import counters   # noqa: PLC0415
+        return {"graphs": int(counters["stats"]["unique_graphs"]),
+                "breaks": int(sum(counters["graph_break"].values()))}
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _capture_row(row: dict, s: str, before: Optional[dict]) -> None:
+    """Graphs, graph breaks (and cdynamo's recompiles) of system s's compile of this row."""
+    if s == "cdynamo":
+        st = row.get("cdynamo_stats") or {}
+        got = {"graphs": st.get("frames_compiled"), "breaks": st.get("graph_breaks"),
+               "recompiles": st.get("recompiles")}
+    else:
+        after = _dynamo_counts()
+        got = ({k: after[k] - before[k] for k in after} if after and before else None)
+    if got is not None:
+        row["capture"] = dict(row.get("capture") or {}, **{s: got})
 
 
 #: workloads whose cdynamo call is split into its parts (cdynamo.overhead_breakdown)
@@ -849,6 +915,7 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
             continue
         progress.update(f"{w.name}: {s} compile")
         systems.fresh_caches()
+        counts0 = _dynamo_counts() if s == "inductor" else None
         try:
             phase(s, "build")
             f = systems.build(s, w.fn)
@@ -890,6 +957,8 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
         finally:
             if s == "cdynamo":
                 row["cdynamo_stats"] = systems.stats()
+            if w.kind == "transformers" and row["ok"].get(s):
+                _capture_row(row, s, counts0)
 
     # steady state, interleaved
     progress.update(f"{w.name}: timing {', '.join(callables)}")
@@ -1116,6 +1185,16 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     if any(r.get("copy_gbps") for r in rows):
         print("%copy = cdynamo's GB/s over a 64 MB copy's, measured just before and after "
               "the workload's rounds (the larger)", file=file)
+    caps = [r for r in rows if r.get("capture")]
+    if caps:
+        print("graphs / graph breaks of each compile (transformers group; cdynamo's recompiles "
+              "over its first and 6 steady calls):", file=file)
+        for r in caps:
+            c = r["capture"]
+            parts = [f"{s} {c[s]['graphs']} graph(s), {c[s]['breaks']} break(s)"
+                     + (f", {c[s]['recompiles']} recompile(s)" if c[s].get("recompiles") is not None
+                        else "") for s in ("inductor", "cdynamo") if c.get(s)]
+            print(f"  {r['name']}: " + "; ".join(parts), file=file)
     parts = [(r["name"], r["breakdown_us"], r["us"]["eager"]) for r in rows
              if r.get("breakdown_us")]
     if parts:

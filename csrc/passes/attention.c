@@ -1,12 +1,5 @@
-/* attention.c - torch's fused attention in the graph.
- *
- * The layout of its result is meta.c's (mt_sdpa): the CPU flash kernel of
- * F.scaled_dot_product_attention returns its result in the query's memory
- * order (a (B, H, L, E) view of (B, L, H, E) heads, as transformers makes q,
- * gives a result whose transpose(1, 2) is already contiguous), while torch's
- * meta function says contiguous.  The node gets the kernel's strides, so the
- * runtime does not copy the result into the meta's and the usual
- * transpose(1, 2).contiguous() after it is free.
+/* attention.c - torch's fused attention in the graph (a pass of the C
+ * backend; the layout of its result is trace/meta.c's, mt_sdpa).
  *
  * A rewrite of the finished trace, before the C backend compiles it:
  * attention written out by hand becomes one call of
@@ -33,7 +26,7 @@
  * the mask's add) become unused scalars, which no step computes. */
 #include <string.h>
 
-#include "trace/trace.h"
+#include "passes/passes.h"
 
 static PyObject *sdpa_fn, *kw_scale, *kw_mask_scale, *matmul_fns[4];
 
@@ -81,7 +74,7 @@ static int at_matmul(at_ctx *a, int v, int *x, int *y)
 {
     const cdy_value *val = &a->t->graph.values[v];
     int n = a->pynode_of[v];
-    if (val->kind != CDY_VAL_NODE || val->op != CDY_OP_EXTERN || n < 0)
+    if (!cdy_value_is_extern(val) || n < 0)
         return 0;
     const cdy_pynode *p = &a->t->pynodes[n];
     int mm = 0;
@@ -181,12 +174,12 @@ static int at_same_batch(const cdy_meta *x, const cdy_meta *y)
 static int at_untransposed(const cdy_graph *g, int kt)
 {
     const cdy_value *tv = &g->values[kt];
-    if (tv->kind != CDY_VAL_NODE || tv->op != CDY_OP_VIEW || tv->nargs != 1)
+    if (!cdy_value_is_alias(tv) || tv->nargs != 1)
         return -1;
     int k = tv->args[0], nd = tv->meta.ndim;
     const cdy_value *kv = &g->values[k];
     int kview = kv->kind == CDY_VAL_NODE && cdy_op_table[kv->op].kind == 'V';
-    if (kv->meta.ndim != nd || nd < 2 || (kview && kv->op != CDY_OP_VIEW))
+    if (kv->meta.ndim != nd || nd < 2 || (kview && !cdy_value_is_alias(kv)))
         return -1;
     int base = kview ? kv->view_base : k;
     int64_t off = kview ? kv->view_offset : 0;
@@ -275,7 +268,7 @@ static int at_rewrite(at_ctx *a, const at_match *m)
 
 /* Rewrite every hand-written attention in t (see the top of this file);
  * the number rewritten.  Never fails: a trace it cannot handle stays as is. */
-int cdy_rewrite_attention(cdy_trace *t)
+int cdy_pass_attention(cdy_trace *t)
 {
     if (t->graph.nvalues == 0 || at_init())
         return 0;

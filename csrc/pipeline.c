@@ -1,0 +1,228 @@
+/* pipeline.c - the order of compilation, in one function (cdy_pipeline, as
+ * QBE's func()): trace the frame, the graph passes, then for the C backend
+ * the passes of its own, schedule and emit the kernels, build them, load
+ * them.  Each stage is a call; after each the graph (or the plan) is checked
+ * (a failed check is an internal error: the frame runs eagerly, debug builds
+ * abort) and, with the `stages` log topic on (CDYNAMO_LOGS=stages), dumped.
+ * The frame hook (frame/eval.c) runs it for a frame it has no entry for and
+ * makes the cache entry of its result (guards, transformed bytecode). */
+#include "internal.h"
+#include "passes/passes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int fn_counter;   /* the N of __compiled_fn_N, one per compiled frame */
+
+/* Record a failure whose message is p->err, or text when given; -1.  No
+ * exception is left set. */
+static int pp_fail(cdy_pipe *p, const char *text)
+{
+    if (text)
+        snprintf(p->err, sizeof(p->err), "%s", text);
+    PyErr_Clear();
+    p->failed = 1;
+    return -1;
+}
+
+/* Record a failure of `what` with the pending exception's message: "what:
+ * message" ("unknown error" when none is set); -1. */
+static int pp_fail_exc(cdy_pipe *p, const char *what)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *s = ev ? PyObject_Str(ev) : NULL;
+    snprintf(p->err, sizeof(p->err), "%s: %s", what, s ? PyUnicode_AsUTF8(s) : "unknown error");
+    Py_XDECREF(s);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return pp_fail(p, NULL);
+}
+
+/* A failed check (r != 0, its fault in p->err) after stage `what`: an
+ * internal error (debug builds abort); r. */
+static int pp_checked(cdy_pipe *p, int r, const char *what)
+{
+    if (!r)
+        return 0;
+    CDY_ASSERT(0, what);
+    char fault[CDY_ERRLEN];
+    snprintf(fault, sizeof(fault), "%s", p->err);
+    snprintf(p->err, sizeof(p->err), "internal error: invalid %s: %.400s", what, fault);
+    p->failed = 1;
+    return r;
+}
+
+/* Stage `name` of graph t done (n rewrites): its dump, then the graph's check; 0 or -1. */
+static int pp_graph_done(cdy_pipe *p, cdy_trace *t, const char *name, int n)
+{
+    if (cdy_log_on("stages")) {
+        PyObject *txt = cdy_graph_text(t, p->code);
+        cdy_log("stages", "%s: graph after %s (%d rewrites):\n%s", p->name, name, n,
+                txt ? PyUnicode_AsUTF8(txt) : "?");
+        Py_XDECREF(txt);
+        PyErr_Clear();
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "graph after %s", name);
+    return pp_checked(p, cdy_graph_check(&t->graph, p->err, sizeof(p->err)), what);
+}
+
+/* Run graph pass `pass` (stage `name`) on t; 0, or -1 when the graph is invalid after it. */
+static int pp_pass(cdy_pipe *p, cdy_trace *t, const char *name, int (*pass)(cdy_trace *))
+{
+    return pp_graph_done(p, t, name, pass(t));
+}
+
+/* 1 when the traced frame compiles: no stop, and a tensor op (or a frame
+ * handed to optimize, or torch modes on: it runs through its entry); then
+ * its name is taken and p->single set. */
+static int pp_compiles(cdy_pipe *p, const cdy_trace *t)
+{
+    int nodes = 0;
+    for (int v = 0; v < t->graph.nvalues; v++)
+        nodes += t->graph.values[v].kind == CDY_VAL_NODE;
+    if (t->status != CDY_TRACE_OK || (!nodes && !p->forced && !t->modes_on))
+        return 0;
+    snprintf(p->name, sizeof(p->name), "__compiled_fn_%d", fn_counter++);
+    p->compiles = 1;
+    p->single = t->ret && t->graph.noutputs == 1 && t->ret->kind == CDY_RET_OUTPUT &&
+                !t->nstores && !t->nafter;
+    return 1;
+}
+
+/* The compiler options of cdynamo.config (cc, cache_dir, standby_compiler)
+ * into *opts, its strings owned by the new references *cc and *dir (the
+ * caller drops them); 0, or -1 when cc or cache_dir is not a string. */
+int cdy_pipeline_cc_opts(cdy_cc_opts *opts, PyObject **cc, PyObject **dir)
+{
+    *cc = cdy_config_get("cc");
+    *dir = cdy_config_get("cache_dir");
+    PyObject *sb = cdy_config_get("standby_compiler");
+    int standby = sb ? PyObject_IsTrue(sb) : 1;
+    Py_XDECREF(sb);
+    PyErr_Clear();
+    if (!*cc || !*dir || !PyUnicode_Check(*cc) || !PyUnicode_Check(*dir))
+        return -1;
+    *opts = (cdy_cc_opts){PyUnicode_AsUTF8(*cc), PyUnicode_AsUTF8(*dir), NULL,
+                          standby ? cdy_codegen_prefix() : NULL};
+    return opts->cc && opts->cache_dir ? 0 : -1;
+}
+
+/* cdynamo.config.stream_store_bytes: an int >= 0 as it is, else (None) the
+ * machine's default, cdy_stream_auto_bytes(). */
+static int64_t pp_stream_bytes(void)
+{
+    PyObject *v = cdy_config_get("stream_store_bytes");
+    long long n = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return n >= 0 ? (int64_t)n : cdy_stream_auto_bytes();
+}
+
+/* The threads the kernels are built for (cdynamo's num_threads(), read by
+ * pp_cc_opts); p->threads is set to it when it follows torch.get_num_threads()
+ * (config.num_threads None). */
+static int pp_threads(cdy_pipe *p)
+{
+    int n = p->nthreads;
+    PyObject *pinned = cdy_config_get("num_threads");
+    p->threads = pinned == Py_None ? n : 0;
+    Py_XDECREF(pinned);
+    PyErr_Clear();
+    return n;
+}
+
+/* Schedule and emit t's graph: the plan (kernels as C, steps), checked. */
+static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan)
+{
+    int nth = pp_threads(p);
+    if (cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
+        return pp_fail(p, NULL);
+    if (plan->nkernels == 0)
+        p->threads = 0;                    /* no kernel: nothing built for a thread count */
+    if (cdy_log_on("stages"))
+        cdy_log("stages", "%s: kernels after scheduling:\n%s", p->name, plan->ir_post);
+    return pp_checked(p, cdy_plan_check(plan, p->err, sizeof(p->err)), "plan");
+}
+
+/* The C backend's settings: the compiler options of cdynamo.config into
+ * *opts (strings owned by *cc and *dir, dropped by the caller) and the
+ * threads to build for (p->nthreads); 0 or -1. */
+static int pp_cc_opts(cdy_pipe *p, cdy_cc_opts *opts, PyObject **cc, PyObject **dir)
+{
+    int bad = cdy_pipeline_cc_opts(opts, cc, dir);
+    PyObject *nth = cdy_py_call("num_threads", "");
+    p->nthreads = nth ? (int)PyLong_AsLong(nth) : 0;
+    Py_XDECREF(nth);
+    if (bad || !nth)
+        return pp_fail(p, "cdynamo.config.cc / cache_dir are not strings");
+    PyErr_Clear();
+    return 0;
+}
+
+/* Build the plan's C into a shared object at so_path (a graph of extern
+ * calls only needs none: so_path ""); 0 or -1. */
+static int pp_build(cdy_pipe *p, const cdy_plan *plan, const cdy_cc_opts *opts, char *so_path,
+                    size_t n)
+{
+    int disk_hit = 0;
+    so_path[0] = 0;
+    if (plan->nkernels == 0)
+        return 0;
+    if (cdy_cc_build(plan->source, opts, so_path, n, &disk_hit, p->err, sizeof(p->err)))
+        return pp_fail(p, NULL);
+    if (disk_hit == 1)
+        cdy_stats.disk_cache_hits++;
+    else
+        cdy_stats.kernels_compiled += plan->nkernels;
+    cdy_stats.standby_builds += disk_hit == 2;
+    return 0;
+}
+
+/* Load: the callable running the plan's steps with the kernels of so_path. */
+static int pp_load(cdy_pipe *p, cdy_trace *t, const cdy_plan *plan, const char *so_path)
+{
+    p->compiled = cdy_compiled_from_plan(plan, so_path[0] ? so_path : NULL, p->name, p->single, t);
+    return p->compiled ? 0 : pp_fail_exc(p, "loading the compiled kernels failed");
+}
+
+/* The eager backend: the traced calls run through torch. */
+static int pp_eager(cdy_pipe *p, cdy_trace *t)
+{
+    p->compiled = cdy_compiled_eager(t, p->name, p->single);
+    return p->compiled ? 0 : pp_fail(p, "eager backend failed");
+}
+
+int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *globals,
+                 PyObject *builtins, PyObject *closure)
+{
+    cdy_trace_run(t, p->code, locals, globals, builtins, closure);
+    if (!pp_compiles(p, t))
+        return 0;                          /* a stop or no tensor op: the hook says why */
+    CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
+    if (!t->ret)                           /* the tracer rejects it (NO_RETURN): never read it */
+        return pp_fail(p, "internal error: the trace has no return value");
+    if (pp_pass(p, t, "pack_linear", cdy_pass_pack_linear) ||
+        pp_pass(p, t, "channels_last", cdy_pass_channels_last))
+        return -1;
+    if (t->graph.noutputs == 0)
+        return 0;                          /* no graph to call */
+    if (p->backend == CDY_BACKEND_EAGER)
+        return pp_eager(p, t);
+    cdy_plan plan;
+    cdy_cc_opts opts;
+    PyObject *cc = NULL, *dir = NULL;
+    char so_path[4096];
+    memset(&plan, 0, sizeof(plan));
+    int rc = pp_cc_opts(p, &opts, &cc, &dir) ||
+             pp_pass(p, t, "attention", cdy_pass_attention) ||
+             pp_pass(p, t, "linear_relu", cdy_pass_linear_relu) ||
+             pp_codegen(p, t, &plan) || pp_build(p, &plan, &opts, so_path, sizeof(so_path)) ||
+             pp_load(p, t, &plan, so_path);
+    cdy_plan_free(&plan);
+    Py_XDECREF(cc);
+    Py_XDECREF(dir);
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,177 @@
+"""transformers models built from small configs with random weights (no download), under
+no_grad (issue 31): each compiles as one graph with no graph break, does not recompile
+across repeated calls, and returns eager's whole output (its ModelOutput class, every
+field, the key/value caches it builds); generate() on an optimized LLaMA gives eager's
+tokens."""
+import warnings
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _support
+
+pytest.importorskip("transformers")
+from cdynamo._hf_models import MODELS   # noqa: E402
+
+
+def same_output(got, want, path="out"):
+    """got is eager's want: its class, its fields / items, caches' tensors, all equal."""
+    assert type(got) is type(want), (path, type(got), type(want))
+    if isinstance(want, torch.Tensor):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=path)
+    elif isinstance(want, dict):   # a ModelOutput: an OrderedDict whose items are its fields
+        assert list(got.keys()) == list(want.keys()), path
+        for k in want:
+            same_output(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, (tuple, list)):
+        assert len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            same_output(g, w, f"{path}[{i}]")
+    elif hasattr(want, "__dict__") and not isinstance(want, type):   # a cache and its layers
+        keys = [k for k in vars(want) if not k.startswith("__")]
+        assert sorted(vars(got)) == sorted(vars(want)), path
+        for k in keys:
+            same_output(getattr(got, k), getattr(want, k), f"{path}.{k}")
+    else:
+        assert got == want, (path, got, want)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_is_one_graph_without_recompiles(name):
+    build, inputs, _ = MODELS[name]
+    model, kw = build(), inputs()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model(**kw)
+        opt = cdynamo.optimize(model)
+        for _ in range(3):
+            same_output(opt(**kw), want)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (st, _support.breaks)
+    assert st["frames_compiled"] == 1 and st["recompiles"] == 0, (st, _support.compiles)
+    assert st["cache_hits"] == 2, st
+
+
+def test_model_explain_reports_one_graph():
+    build, inputs, _ = MODELS["bert"]
+    model, kw = build(), inputs()
+    with torch.no_grad():
+        e = cdynamo.explain(model)(**kw)
+    assert e.graph_count == 1 and e.graph_break_count == 0 and not e.eager_frames
+    assert e.op_count > 50
+
+
+def test_generate_on_llama_gives_eager_tokens():
+    build, _, _ = MODELS["llama"]
+    model = build()
+    ids = torch.randint(0, 512, (1, 8), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the decoding steps' growing cache: the recompile limit
+        want = model.generate(ids, max_new_tokens=16, do_sample=False)
+        opt = cdynamo.optimize(model)
+        got = opt.generate(ids, max_new_tokens=16, do_sample=False)
+        again = opt.generate(ids, max_new_tokens=16, do_sample=False)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert want.shape == (1, 24)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] >= 1 and st["graph_breaks"] == 0, (st, _support.breaks)
+
+
+def test_llama_forward_with_a_cache_of_the_caller():
+    """A decoding step: the caller's DynamicCache is updated in place (its layers' tensors
+    and attributes written back after the graph), as eager updates it."""
+    import transformers   # noqa: PLC0415
+    build, _, _ = MODELS["llama"]
+    model = build()
+    ids = torch.randint(0, 512, (1, 6), generator=torch.Generator().manual_seed(7))
+    nxt = torch.tensor([[3]])
+    with torch.no_grad():
+        c_eager = transformers.DynamicCache(config=model.config)
+        model(input_ids=ids, past_key_values=c_eager)
+        want = model(input_ids=nxt, past_key_values=c_eager)
+        c_opt = transformers.DynamicCache(config=model.config)
+        opt = cdynamo.optimize(model)
+        opt(input_ids=ids, past_key_values=c_opt)
+        got = opt(input_ids=nxt, past_key_values=c_opt)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
+    assert got.past_key_values is c_opt and c_opt.get_seq_length() == 7
+    for lo, le in zip(c_opt.layers, c_eager.layers):
+        torch.testing.assert_close(lo.keys, le.keys)
+        torch.testing.assert_close(lo.values, le.values)
+    assert cdynamo.stats()["graph_breaks"] == 0, _support.breaks
+
+
+def _ids():
+    return torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+#: more transformers models, small configs: each one graph too
+MORE = {
+    "distilbert": lambda t: (t.DistilBertModel(t.DistilBertConfig(
+        vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128)), {"input_ids": _ids()}),
+    "roberta": lambda t: (t.RobertaModel(t.RobertaConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=130)), {"input_ids": _ids()}),
+    "mistral": lambda t: (t.MistralForCausalLM(t.MistralConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2)), {"input_ids": _ids()}),
+    "qwen2": lambda t: (t.Qwen2ForCausalLM(t.Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2)), {"input_ids": _ids()}),
+    "bart": lambda t: (t.BartModel(t.BartConfig(
+        vocab_size=512, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_position_embeddings=64)), {"input_ids": _ids()}),
+    "gemma": lambda t: (t.GemmaForCausalLM(t.GemmaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16)), {"input_ids": _ids()}),
+    "clip_vision": lambda t: (t.CLIPVisionModel(t.CLIPVisionConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        image_size=32, patch_size=8)), {"pixel_values": torch.randn(2, 3, 32, 32)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_models_are_one_graph(name):
+    import transformers   # noqa: PLC0415
+    torch.manual_seed(0)
+    model, kw = MORE[name](transformers)
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model(**kw)
+        got = cdynamo.optimize(model, fullgraph=True)(**kw)
+    same_output(got, want)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+@pytest.mark.parametrize("name", ["encoder_layer", "encoder", "decoder_layer", "transformer",
+                                  "mha", "mha_mask", "lstm", "gru"])
+def test_torch_nn_modules_are_one_graph(name):
+    torch.manual_seed(0)
+    nn = torch.nn
+    x, y = torch.randn(2, 8, 32), torch.randn(2, 6, 32)
+    cases = {
+        "encoder_layer": (nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), (x,), {}),
+        "encoder": (nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True),
+                                          2, enable_nested_tensor=False), (x,), {}),
+        "decoder_layer": (nn.TransformerDecoderLayer(32, 4, 64, batch_first=True), (x, y), {}),
+        "transformer": (nn.Transformer(32, 4, 2, 2, 64, batch_first=True), (x, y), {}),
+        "mha": (nn.MultiheadAttention(32, 4, batch_first=True), (x, x, x), {}),
+        "mha_mask": (nn.MultiheadAttention(32, 4), (x, x, x),
+                     {"attn_mask": torch.triu(torch.ones(2, 2, dtype=torch.bool), 1)}),
+        "lstm": (nn.LSTM(32, 16, 2, batch_first=True), (x,), {}),
+        "gru": (nn.GRU(32, 16, batch_first=True), (x,), {}),
+    }
+    m, args, kw = cases[name]
+    m.eval()
+    with torch.no_grad():
+        want = m(*args, **kw)
+        opt = cdynamo.optimize(m)
+        for _ in range(2):
+            same_output(opt(*args, **kw), want)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1 and st["recompiles"] == 0, \
+        (st, _support.breaks)
