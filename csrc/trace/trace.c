@@ -1604,7 +1604,7 @@ static int run_instr(tracer *tr, const cdy_pv_instr *d, int *next)
 int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out)
 {
     cdy_pv_code c = {tr->co, tr->code, tr->ncode};
-    int pc = tr->pc;
+    int pc = tr->pc_start;
     if (cdy_pv_decode(&c, pc, out))
         return -1;
     for (int i = 0; i < k; i++)
@@ -1632,6 +1632,7 @@ int cdy_tr_run_frame(tracer *tr)
         if (CDY_TR_CHECK(tr, cdy_pv_decode(&c, pc, &d) == 0, RAN_OFF_END))
             return -1;
         tr->pc = d.pc;
+        tr->pc_start = d.start;
         int next = d.next;
         int r = run_instr(tr, &d, &next);
         if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {

@@ -89,7 +89,8 @@ typedef struct tracer {
     int guard_globals;               /* 0 for torch's own code: its globals are not guarded */
     PyObject *bytes;
     const unsigned char *code;
-    int ncode, pc;
+    int ncode, pc;                   /* pc: the current instruction's opcode (code unit) */
+    int pc_start;                    /* its first EXTENDED_ARG prefix (pc without one) */
     tvar **locals;
     int nlocals;
     tvar **stack;
