@@ -301,7 +301,7 @@ def _ci_run_packages():
         text = f.read()
     apt = set(re.findall(r"need\+=\(([\w.+-]+)\)", text))
     pip_line = next(l.split() for l in text.splitlines()
-                    if l.strip().startswith("python -m pip install") and "torch" in l)
+                    if "-m pip install" in l and "torch==" in l)
     pip = [re.sub(r"[\"']", "", a) for a in pip_line[pip_line.index("off") + 1:]]
     return apt, pip
 

@@ -1,6 +1,6 @@
 """Write prologue.h: the math prologue cdynamo puts before every generated
 kernel (its float32 GELU included), taken from a compiled F.gelu's
-output_code.c.  Run where cdynamo runs (CPython 3.11); check.c includes it."""
+output_code.c.  Run where cdynamo runs (CPython 3.11 - 3.13); check.c includes it."""
 import glob
 import os
 import sys

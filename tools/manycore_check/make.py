@@ -1,7 +1,7 @@
 """Write the generated C of the bench's single-kernel workloads for a machine of
 N threads (default 16) into kernels/, with manifest.json: each workload's eager
 function (its source), its inputs (dtype, sizes, strides, storage offset) and its
-kernel's parameters.  Run where cdynamo runs (CPython 3.11); run.py times the
+kernel's parameters.  Run where cdynamo runs (CPython 3.11 - 3.13); run.py times the
 kernels against eager torch on the machine of N cores (see run.sh).
 
     python make.py [N] [--streamed]
