@@ -43,15 +43,6 @@ int cg_fail(cg_ctx *c, const char *fmt, ...)
     return -1;
 }
 
-const char *cg_cheap_threads(cg_ctx *c, int64_t bytes)
-{
-    int64_t n = (bytes + CG_THREAD_BYTES - 1) / CG_THREAD_BYTES;
-    if (n >= c->nthreads)
-        return "NTHREADS";
-    const char *s = cg_strf(c, "%d", n < 2 ? 2 : (int)n);
-    return s ? s : "NTHREADS";
-}
-
 /* A formatted string in the arena; NULL on out of memory. */
 char *cg_strf(cg_ctx *c, const char *fmt, ...)
 {
@@ -960,16 +951,6 @@ static int cg_parallel_worth(cg_ctx *c, const cg_operand *ops, int nops,
     return *why == NULL;
 }
 
-/* The num_threads of the current (parallel) kernel: a cheap one's team is
- * cut to its bytes (cg_cheap_threads), a heavier one's is NTHREADS. */
-static const char *cg_loop_threads(cg_ctx *c, const cg_operand *ops, int nops,
-                                   const cg_nest *nest, int64_t numel)
-{
-    if (cg_kernel_ops(c) > CG_PARALLEL_CHEAP_OPS)
-        return "NTHREADS";
-    return cg_cheap_threads(c, cg_moved(c, ops, nops, nest, numel));
-}
-
 /* 1 if the current kernel streams its stores (stream.c): every output
  * contiguous along the innermost loop, which in a nest of several loops is at
  * least CG_STREAM_ROW bytes of each output; no gathers (their checks end per
@@ -1122,7 +1103,7 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     cdy_buf *b = &c->src;
     int par = cg_parallel_worth(c, ops, nops, nest, numel, NULL);
     int ivdep = nest->ndim > 0 && cg_inner_contiguous(ops, nops, nest);
-    const char *nt = par ? cg_loop_threads(c, ops, nops, nest, numel) : "NTHREADS";
+    const char *nt = "NTHREADS";
     int ind = 1;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
@@ -1327,18 +1308,13 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nop
                           "for kernels of <= %d ops)\n", why, (long long)numel,
                        CG_PARALLEL_NUMEL, CG_PARALLEL_BYTES, CG_PARALLEL_CHEAP_OPS);
     else {
-        const char *nt = cg_loop_threads(c, ops, nops, nest, numel);
         if (nest->ndim == 1)
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, ",
                            CG_BLOCK);
         else
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, ",
                            cg_collapses(c, nest) ? " (collapse(2))" : "");
-        if (strcmp(nt, "NTHREADS") == 0)
-            cdy_buf_printf(b, "%d threads\n", c->nthreads);
-        else
-            cdy_buf_printf(b, "%s of %d threads (a cheap kernel: one thread per %d KB moved)\n",
-                           nt, c->nthreads, CG_THREAD_BYTES / 1024);
+        cdy_buf_printf(b, "%d threads\n", c->nthreads);
     }
 }
 

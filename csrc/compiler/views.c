@@ -225,7 +225,7 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
     int es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
     int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
     int collapse = par && e >= 2 && nest->size[0] < 4 * (int64_t)c->nthreads;
-    const char *nt = par ? cg_cheap_threads(c, 2 * numel * es) : "NTHREADS";
+    const char *nt = "NTHREADS";
     if (U)
         cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
     for (int d = 0; d < e; d++, ind++) {
@@ -674,7 +674,7 @@ static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
     int64_t onumel = cdy_meta_numel(om);
     int par = onumel >= CG_PARALLEL_NUMEL && c->nthreads > 1;
     cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n",
-                   par ? cg_cheap_threads(c, 2 * onumel * cdy_dtype_table[om->dtype].size) : "1");
+                   par ? "NTHREADS" : "1");
     for (int i = 0; i < np; i++)
         if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
             cg_cat_loops(c, i, &nests[i], start[i], c->g->values[val->args[i]].meta.dtype,
