@@ -140,3 +140,22 @@ def test_fuzz_regression(path):
     meta = runpy.run_path(path)["META"]
     status, detail = fuzz.check_program(text, meta)
     assert status in ("ok", "fallback", "raises"), detail
+
+
+def test_findings_report_lists_each_file_or_says_none_is_open(tmp_path):
+    """--report's FINDINGS.md: an entry per finding file (name, family, symptom, the
+    program without its prelude), and a line saying none is open for an empty directory."""
+    fuzz.findings_report(str(tmp_path))
+    text = (tmp_path / "FINDINGS.md").read_text()
+    assert text.rstrip().endswith("No finding is open.")
+    (tmp_path / "views_wrong_0123456789.py").write_text(
+        "# cdynamo fuzz finding (tools/fuzz.py), family views, wrong\n"
+        "# signature: wrong/strides/t\n"
+        "# wrong: strides: out: eager (1, 2), cdynamo (2, 1)\n"
+        "import torch\n\ndef make_inputs():\n    return [torch.zeros(2, 2)]\n\n\n"
+        "def f(a0):\n    return a0.t()\n\nMETA = {}\n")
+    fuzz.findings_report(str(tmp_path))
+    text = (tmp_path / "FINDINGS.md").read_text()
+    assert "### views_wrong_0123456789.py\n- family: views, wrong\n" in text
+    assert "- symptom: `wrong: strides: out: eager (1, 2), cdynamo (2, 1)`" in text
+    assert "def f(a0):\n    return a0.t()\n```" in text and "No finding is open" not in text

@@ -749,7 +749,8 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
 
 def findings_report(out_dir):
     """Write out_dir/FINDINGS.md: one entry per finding file (family, status, symptom,
-    the '# note:' lines added by hand, and the program without its prelude)."""
+    the '# note:' lines added by hand, and the program without its prelude), or a line
+    saying none is open."""
     entries = []
     for name in sorted(os.listdir(out_dir)):
         if not name.endswith(".py"):
@@ -779,7 +780,8 @@ def findings_report(out_dir):
                  "Each file is self-contained: `python FILE` runs its test_case() (eager vs "
                  "cdynamo with the fuzzer's oracle); inputs come from the seeded make_inputs() "
                  "(_fill is in the file's prelude). Regenerate this list with "
-                 "`tools/fuzz.py --report DIR`.\n\n" + "\n".join(entries))
+                 "`tools/fuzz.py --report DIR`.\n\n" +
+                 ("\n".join(entries) or "No finding is open.\n"))
 
 
 def triage_crash(child, source, meta, detail):
