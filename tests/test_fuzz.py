@@ -109,6 +109,38 @@ def test_fuzz_oracle_accepts_either_layout_of_eager():
         fuzz.compare_results(fuzz._either(exp, alt, bad), bad)
 
 
+def test_fuzz_oracle_calls_again_with_inputs_of_another_seed(monkeypatch):
+    """Each program is called a second time with inputs of the next seed (same shapes,
+    dtypes, strides; other values): a compiled function that keeps its first result
+    (stale values) or writes the second one into the first's buffer (reuse) is wrong."""
+    import torch
+    src = fuzz_gen.PRELUDE + (
+        "\n\ndef make_inputs():\n    g = torch.Generator().manual_seed(7)\n"
+        "    return [_fill(g, torch.float32, (3, 4)).t()]\n\n\n"
+        "def f(a0):\n    return a0 * 2\n")
+    ns = {}
+    exec(src, ns)
+    a, b = ns["make_inputs"]()[0], fuzz._inputs_of_another_seed(src)()[0]
+    assert a.shape == b.shape and a.stride() == b.stride() and not torch.equal(a, b)
+    assert fuzz.check_program(src, {"family": "pointwise"}) == ("ok", "")
+
+    def stale(f):
+        memo = []
+        return lambda *args: memo[0] if memo else memo.append(f(*args)) or memo[0]
+
+    def reuse(f):
+        memo = []
+        return lambda *args: memo[0].copy_(f(*args)) if memo else \
+            memo.append(f(*args)) or memo[0]
+
+    monkeypatch.setattr(cdynamo, "optimize", stale)
+    st, detail = fuzz.check_program(src, {"family": "pointwise"})
+    assert st == "wrong" and detail.startswith("values:") and "second call" in detail, detail
+    monkeypatch.setattr(cdynamo, "optimize", reuse)
+    st, detail = fuzz.check_program(src, {"family": "pointwise"})
+    assert st == "wrong" and detail.startswith("reuse:"), detail
+
+
 def _regressions():
     params = []
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz_regressions", "case_*.py"))):
