@@ -16,7 +16,8 @@ fresh copies of its inputs; values (exact for integers and bool, dtype-aware tol
 for floats with a float64 reference as tie-breaker, NaNs equal), dtypes, shapes,
 strides, aliasing (outputs that are inputs, share their storage, or each other's), the
 exception type, and the inputs' state after the call (values, shape, strides, offset)
-must all match.  Cases run in a child process (--worker) so that a segfault or a hang
+must all match, also on a second call with inputs of the next seed (the cache-hit path),
+which must leave the first call's results as they were.  Cases run in a child process (--worker) so that a segfault or a hang
 is recorded as a CRASH with its program and the campaign goes on.  A failing program is
 minimized (statements, returns and inputs dropped while it fails the same way) and
 written once per distinct bug to the findings directory (default /work/wt/fuzz_findings,
