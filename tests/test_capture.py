@@ -897,3 +897,16 @@ def test_namedtuple_missing_field_raises_as_eager():
     with pytest.raises(TypeError):
         cdynamo.optimize(f)(X)
     assert break_codes() == ["CALL_UNSUPPORTED"]
+
+
+@functools.lru_cache(None)
+def cached_scale(n, name="k"):
+    return n * 2 + len(name)
+
+
+def test_lru_cache_function_is_inlined_and_size_methods_fold():
+    def f(x):
+        return x * cached_scale(3) + cached_scale(1, name="ab") + x.shape.numel() + x.shape.count(3)
+
+    run(f, X)
+    one_graph()

@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+static PyObject *lru_type;   /* functools._lru_cache_wrapper */
 static PyObject *partial_type, *reduce_fn, *odict_type, *ddict_type, *dc_fields, *dc_is_dc;
 static PyObject *environ_obj, *signature_fn, *method_type, *copy_fn, *deepcopy_fn, *device_t;
 static PyObject *it_chain, *it_chain_from, *it_islice, *it_product, *it_combinations;
@@ -58,6 +59,7 @@ static int builtins_init(void)
     if (ft) {
         partial_type = PyObject_GetAttrString(ft, "partial");
         reduce_fn = PyObject_GetAttrString(ft, "reduce");
+        lru_type = PyObject_GetAttrString(ft, "_lru_cache_wrapper");
     }
     if (co) {
         odict_type = PyObject_GetAttrString(co, "OrderedDict");
@@ -75,7 +77,7 @@ static int builtins_init(void)
     Py_XDECREF(os);
     return partial_type && reduce_fn && odict_type && ddict_type && dc_fields && dc_is_dc &&
            environ_obj && signature_fn && method_type && copy_fn && deepcopy_fn && device_t &&
-           it_chain && it_chain_from && it_islice && it_product && it_combinations ? 0 : -1;
+           it_chain && it_chain_from && it_islice && it_product && it_combinations && lru_type ? 0 : -1;
 }
 
 /* 1 if o is os.environ. */
@@ -838,6 +840,22 @@ static tvar *do_product(tracer *tr, tvar **args, int nargs, int comb)
     return rows ? cdy_tv_seq(tr, TV_ITER, rows, total) : NULL;
 }
 
+/* fn(*args) of a functools.lru_cache wrapper fn (fixed by identity): its __wrapped__
+ * function traced, as TorchDynamo inlines it (the cache only saves eager's time); NULL
+ * when stopped. */
+static tvar *call_lru_wrapped(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *w = cdy_tr_keep(tr, PyObject_GetAttrString(fn, "__wrapped__"));
+    tvar *f = w && PyFunction_Check(w) ? cdy_fixed_value(tr, w) : NULL;
+    PyErr_Clear();
+    if (!f) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, CALL_UNSUPPORTED, Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    return cdy_call(tr, f, args, nargs, kwnames);
+}
+
 /* ---- namedtuples ----------------------------------------------------------------------- */
 
 /* 1 if calling namedtuple class cls runs the __new__ that collections.namedtuple made
@@ -918,6 +936,8 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
     if ((fn == (PyObject *)&PySet_Type || fn == (PyObject *)&PyFrozenSet_Type) && nargs <= 1 &&
         !kwnames && (!nargs || args[0]->kind != TV_CONST || fn == (PyObject *)&PySet_Type))
         return make_set(tr, fn, args, nargs);
+    if (PyType_Check(lru_type) && PyObject_TypeCheck(fn, (PyTypeObject *)lru_type))
+        return call_lru_wrapped(tr, fn, args, nargs, kwnames);
     if (cdy_is_namedtuple_class(fn) && namedtuple_plain_new(fn))
         return make_namedtuple(tr, fn, args, nargs, kwnames);
     if (fn == (PyObject *)&PyMap_Type && !kwnames)

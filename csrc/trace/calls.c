@@ -1022,9 +1022,9 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
-    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self) || PyBytes_CheckExact(self)) &&
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_Check(self) || PyBytes_CheckExact(self)) &&
         cdy_is_const(self))
-        return 1;   /* a method of a str, bytes or tuple constant: pure */
+        return 1;   /* a method of a str, bytes, tuple or torch.Size constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);

@@ -1238,7 +1238,7 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
         if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
-                                          PyTuple_CheckExact(base->obj) ||
+                                          PyTuple_Check(base->obj) ||   /* x.shape.numel */
                                           PyBytes_CheckExact(base->obj))) {
             tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
             if (m)
