@@ -910,3 +910,23 @@ def test_lru_cache_function_is_inlined_and_size_methods_fold():
 
     run(f, X)
     one_graph()
+
+
+def test_iterating_and_unpacking_a_tensor():
+    def f(x):
+        a, b = x
+        rows = [r * i for i, r in enumerate(x)]
+        first, *rest = x.t()
+        return a - b, torch.stack(rows), first, len(rest), sum(x)
+
+    run(f, X)
+    one_graph()
+
+
+def test_iterating_a_0d_tensor_raises_as_eager():
+    def f(x):
+        return [v for v in x.sum()]
+
+    with pytest.raises(TypeError):
+        cdynamo.optimize(f)(X)
+    assert "ITER_TENSOR" in break_codes()
