@@ -448,7 +448,7 @@ static tvar *in_layout_of(tracer *tr, const cdy_meta *tm, tvar *r)
         a[2] = cdy_tv_const(tr, int_tuple(m.strides, m.ndim));
     if (!a[2]) {
         if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop_exc(tr, INTERNAL_IN, "relayout");
+            cdy_tr_stop_exc(tr, INTERNAL_IN, __func__);
         return NULL;
     }
     if (cdy_add_pynode(tr, relayout_fn, a, 3, NULL, v))
