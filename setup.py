@@ -16,7 +16,8 @@ if debug or sanitize:
 else:
     cflags += ["-O2"]
 if sanitize:
-    cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+               "-DCDY_SANITIZE_KERNELS=1"]      # the JIT's kernels too (csrc/compiler/cc.c)
     ldflags += ["-fsanitize=address,undefined"]
 
 sources = sorted(glob.glob("csrc/**/*.c", recursive=True))

@@ -805,3 +805,128 @@ def test_copy_and_deepcopy():
     run(f, X, h)
     assert h.cfg == {"k": 1}
     one_graph()
+
+
+# ---- comparisons, builtins and namedtuples decided at trace time --------------------------------
+
+import sys   # noqa: E402
+import typing   # noqa: E402
+
+Pair = collections.namedtuple("Pair", "a b c", defaults=(7,))
+
+
+class Typed(typing.NamedTuple):
+    x: torch.Tensor
+    k: int = 2
+
+
+class PairSub(Pair):
+    def total(self):
+        return self.a + self.b + self.c
+
+
+def test_comparisons_of_classes_lists_and_version_info():
+    def f(x, l):
+        return (x * (type(3) == int) + (type(x) != torch.Tensor) + ([1, 2] == [1, 2])
+                + ((1, 2) < (1, 3)) + (sys.version_info >= (3, 8)) + (l == [1, "a"])
+                + (sys.version_info[:2] < (3, 0)))
+
+    opt = run(f, X, [1, "a"])
+    same(opt(X, [1, "b"]), f(X, [1, "b"]))   # the list's items are guarded: a new entry
+    one_graph(frames=2, recompiles=1)
+
+
+def test_dict_union_and_inplace_union_on_argument():
+    def f(x, d):
+        e = {"a": 1} | {"b": 2}
+        d |= {"k": 3}
+        d |= [("m", 4)]
+        return x * len(e) + d["k"] + sum(e.values())
+
+    d1, d2 = {"z": 0}, {"z": 0}
+    same(cdynamo.optimize(f)(X, d1), f(X, d2))
+    assert d1 == d2 == {"z": 0, "k": 3, "m": 4} and list(d1) == list(d2)
+    one_graph()
+
+
+def test_issubclass_hash_repr_and_str_split():
+    def f(x):
+        s = "a_b_c".split("_")
+        s.append("d")
+        return (x * issubclass(bool, int) + issubclass(Impl, (int, enum.Enum)) + len(s)
+                + (hash("k") == hash("k")) + len(repr("ab")) + len(hex(255)) + ord("a")), s
+
+    run(f, X)
+    one_graph()
+
+
+def test_issubclass_of_a_non_class_breaks_as_eager_raises():
+    def f(x):
+        return x * issubclass(1, int)
+
+    opt = cdynamo.optimize(f)
+    with pytest.raises(TypeError):
+        opt(X)
+    assert break_codes()
+
+
+def test_namedtuple_built_read_and_returned():
+    def f(x):
+        p = Pair(x, 2)
+        q = Pair(b=3, a=x + 1, c=4)
+        t = Typed(x * 2)
+        s = PairSub(x, 1, 1)
+        return p.a * p.b + p.c + q[1] + t.k, q, t, isinstance(p, tuple), s.total(), p._fields
+
+    got = cdynamo.optimize(f)(X)
+    want = f(X)
+    for g, w in zip(got, want):
+        assert type(g) is type(w)
+        if isinstance(w, tuple):
+            for gi, wi in zip(g, w):
+                same(gi, wi)
+        else:
+            same(g, w)
+    one_graph()
+
+
+def test_namedtuple_missing_field_raises_as_eager():
+    def f(x):
+        return Pair(x).a
+
+    with pytest.raises(TypeError):
+        cdynamo.optimize(f)(X)
+    assert break_codes() == ["CALL_UNSUPPORTED"]
+
+
+@functools.lru_cache(None)
+def cached_scale(n, name="k"):
+    return n * 2 + len(name)
+
+
+def test_lru_cache_function_is_inlined_and_size_methods_fold():
+    def f(x):
+        return x * cached_scale(3) + cached_scale(1, name="ab") + x.shape.numel() + x.shape.count(3)
+
+    run(f, X)
+    one_graph()
+
+
+def test_iterating_and_unpacking_a_tensor():
+    def f(x):
+        a, b = x
+        rows = [r * i for i, r in enumerate(x)]
+        first, *rest = x.t()
+        return a - b, torch.stack(rows), first, len(rest), sum(x)
+
+    run(f, X)
+    one_graph()
+
+
+def test_iterating_a_0d_tensor_raises_as_eager():
+    def f(x):
+        return [v for v in x.sum()]
+
+    with pytest.raises(TypeError):
+        cdynamo.optimize(f)(X)
+    assert "ITER_TENSOR" in break_codes()

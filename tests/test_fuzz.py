@@ -109,6 +109,38 @@ def test_fuzz_oracle_accepts_either_layout_of_eager():
         fuzz.compare_results(fuzz._either(exp, alt, bad), bad)
 
 
+def test_fuzz_oracle_calls_again_with_inputs_of_another_seed(monkeypatch):
+    """Each program is called a second time with inputs of the next seed (same shapes,
+    dtypes, strides; other values): a compiled function that keeps its first result
+    (stale values) or writes the second one into the first's buffer (reuse) is wrong."""
+    import torch
+    src = fuzz_gen.PRELUDE + (
+        "\n\ndef make_inputs():\n    g = torch.Generator().manual_seed(7)\n"
+        "    return [_fill(g, torch.float32, (3, 4)).t()]\n\n\n"
+        "def f(a0):\n    return a0 * 2\n")
+    ns = {}
+    exec(src, ns)
+    a, b = ns["make_inputs"]()[0], fuzz._inputs_of_another_seed(src)()[0]
+    assert a.shape == b.shape and a.stride() == b.stride() and not torch.equal(a, b)
+    assert fuzz.check_program(src, {"family": "pointwise"}) == ("ok", "")
+
+    def stale(f):
+        memo = []
+        return lambda *args: memo[0] if memo else memo.append(f(*args)) or memo[0]
+
+    def reuse(f):
+        memo = []
+        return lambda *args: memo[0].copy_(f(*args)) if memo else \
+            memo.append(f(*args)) or memo[0]
+
+    monkeypatch.setattr(cdynamo, "optimize", stale)
+    st, detail = fuzz.check_program(src, {"family": "pointwise"})
+    assert st == "wrong" and detail.startswith("values:") and "second call" in detail, detail
+    monkeypatch.setattr(cdynamo, "optimize", reuse)
+    st, detail = fuzz.check_program(src, {"family": "pointwise"})
+    assert st == "wrong" and detail.startswith("reuse:"), detail
+
+
 def _regressions():
     params = []
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz_regressions", "case_*.py"))):
@@ -140,3 +172,22 @@ def test_fuzz_regression(path):
     meta = runpy.run_path(path)["META"]
     status, detail = fuzz.check_program(text, meta)
     assert status in ("ok", "fallback", "raises"), detail
+
+
+def test_findings_report_lists_each_file_or_says_none_is_open(tmp_path):
+    """--report's FINDINGS.md: an entry per finding file (name, family, symptom, the
+    program without its prelude), and a line saying none is open for an empty directory."""
+    fuzz.findings_report(str(tmp_path))
+    text = (tmp_path / "FINDINGS.md").read_text()
+    assert text.rstrip().endswith("No finding is open.")
+    (tmp_path / "views_wrong_0123456789.py").write_text(
+        "# cdynamo fuzz finding (tools/fuzz.py), family views, wrong\n"
+        "# signature: wrong/strides/t\n"
+        "# wrong: strides: out: eager (1, 2), cdynamo (2, 1)\n"
+        "import torch\n\ndef make_inputs():\n    return [torch.zeros(2, 2)]\n\n\n"
+        "def f(a0):\n    return a0.t()\n\nMETA = {}\n")
+    fuzz.findings_report(str(tmp_path))
+    text = (tmp_path / "FINDINGS.md").read_text()
+    assert "### views_wrong_0123456789.py\n- family: views, wrong\n" in text
+    assert "- symptom: `wrong: strides: out: eager (1, 2), cdynamo (2, 1)`" in text
+    assert "def f(a0):\n    return a0.t()\n```" in text and "No finding is open" not in text

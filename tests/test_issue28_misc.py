@@ -339,6 +339,14 @@ def _mutation(x, y):
     return z
 
 
+def _mutation_layout(x):
+    t = torch.cosh(x)          # x permuted: t too; the write keeps t's strides
+    t[t > 1.5] = 0.0
+    v = x.contiguous().exp()
+    v[1:].mul_(2)              # a write through a view of an intermediate
+    return t, v
+
+
 def _nan_clamp(x):
     return torch.clamp(x, min=0.5, max=math.nan), x.clamp_min(-math.nan), x.clip(max=1.0).double()
 
@@ -353,6 +361,7 @@ REPRO_CASES = {
     "externs": (_externs, lambda: (torch.randn(4, 5), torch.randn(5, 3), torch.randn(3),
                                    torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3))),
     "mutation": (_mutation, lambda: (torch.randn(3, 4), torch.randn(3, 4))),
+    "mutation_layout": (_mutation_layout, lambda: (torch.randn(4, 3).t(),)),
     "nan_clamp": (_nan_clamp, lambda: (torch.randn(6),)),
 }
 

@@ -696,3 +696,37 @@ def test_exception_rerun_with_keyword_arguments():
         _floordiv(x1, d=torch.tensor([1, 0, 1, 1]))
     torch.testing.assert_close(x2, x1)
     assert cdynamo.stats()["eager_reruns"] == 1
+
+
+def _setitem_mask(x):
+    t = torch.cosh(x)
+    t[t > 1.5] = 0.0
+    return t
+
+
+LAYOUT_CASES = {
+    "setitem_mask": _setitem_mask,
+    "masked_fill_": lambda x: (x * 2).masked_fill_(x > 0.5, 0.0),
+    "masked_fill_then_add": lambda x: (x * 2).masked_fill_(x > 0.5, 0.0) + 1,
+    "copy_": lambda x: (x * 2).copy_(torch.ones(3, 4)),
+    "scatter_": lambda x: (x * 2).scatter_(1, torch.zeros(3, 1, dtype=torch.long), 9.0),
+    "add_": lambda x: (x * 2).add_(torch.ones(3, 4)),
+    "input_masked_fill_": lambda x: x.masked_fill_(x > 0, 1.0) * 1,
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(LAYOUT_CASES))
+def test_inplace_keeps_the_layout_of_its_tensor(name, backend):
+    # an in-place op keeps its tensor's strides; the out-of-place op it becomes may not
+    # (masked_fill, copy_, scatter give a contiguous result): t[t < 0] = v on a permuted
+    # intermediate came back contiguous (fuzz seed 9104, inplace_wrong_6bd343e76d)
+    f = LAYOUT_CASES[name]
+    x1 = torch.randn(4, 3).t()
+    x2 = x1.clone().t().contiguous().t()
+    expected = f(x1)
+    actual = cdynamo.optimize(f, backend=backend)(x2)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    assert actual.stride() == expected.stride() == (1, 3)
+    torch.testing.assert_close(x2, x1, rtol=0, atol=0)
+    assert cdynamo.stats()["frames_compiled"] == 1

@@ -73,6 +73,20 @@ def test_every_stop_names_a_code_of_the_table():
         assert not re.search(r'"[^"]*%[^"]*"', text), f"{f}:{line}: a format at a call site"
 
 
+def test_every_code_of_the_table_is_used():
+    """No dead codes: each code is named outside the table, in C (a stop, CDY_TR_CHECK,
+    CDY_R_CODE) or in the Python layer (the SKIP codes the hook records)."""
+    sources = []
+    for root in (CSRC, os.path.join(os.path.dirname(HERE), "..", "python", "cdynamo")):
+        for r, _, files in os.walk(root):
+            sources += [open(os.path.join(r, f)).read() for f in files
+                        if f.endswith((".c", ".h", ".def", ".py")) and f != "reasons.def"]
+    text = "\n".join(sources)
+    dead = [c for c in cdynamo.stop_reasons()
+            if not re.search(r"(?<![A-Za-z0-9_])(CDY_R_)?" + c + r"(?![A-Za-z0-9_])", text)]
+    assert not dead, f"codes of reasons.def no code uses: {dead}"
+
+
 # --------------------------------------------------------------------------- categories
 
 def prints(x):

@@ -3,7 +3,8 @@
 # under a temp dir, then run a subset of the tests against that build:
 #   tests/c/run.sh --asan        (compiler layer, standalone C, leak checking on)
 #   pytest tests/test_reliability.py tests/test_fuzz.py tests/test_differential.py
-# The extension runs inside the normal python, so libasan is LD_PRELOADed.
+# The extension runs inside the normal python, so libasan is LD_PRELOADed; the kernels the
+# sanitized extension compiles are sanitized too (CDY_SANITIZE_KERNELS, csrc/compiler/cc.c).
 # ASAN_OPTIONS=detect_leaks=0 for python: the interpreter (and torch) leak at exit by
 # design, which LeakSanitizer would report on every run.
 # Usage: tools/asan_tests.sh [pytest args...]     (PYTHON=... picks the interpreter)

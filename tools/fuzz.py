@@ -16,7 +16,8 @@ fresh copies of its inputs; values (exact for integers and bool, dtype-aware tol
 for floats with a float64 reference as tie-breaker, NaNs equal), dtypes, shapes,
 strides, aliasing (outputs that are inputs, share their storage, or each other's), the
 exception type, and the inputs' state after the call (values, shape, strides, offset)
-must all match.  Cases run in a child process (--worker) so that a segfault or a hang
+must all match, also on a second call with inputs of the next seed (the cache-hit path),
+which must leave the first call's results as they were.  Cases run in a child process (--worker) so that a segfault or a hang
 is recorded as a CRASH with its program and the campaign goes on.  A failing program is
 minimized (statements, returns and inputs dropped while it fails the same way) and
 written once per distinct bug to the findings directory (default /work/wt/fuzz_findings,
@@ -244,6 +245,41 @@ def state_ctx(state):
         torch.set_default_dtype(old)
 
 
+def _inputs_of_another_seed(source):
+    """The program's make_inputs with each generator seed one higher (the same shapes,
+    dtypes and strides, other values), or None if it has no seeded generator."""
+    text, n = re.subn(r"manual_seed\((\d+)\)", lambda m: f"manual_seed({int(m.group(1)) + 1})",
+                      source)
+    if not n:
+        return None
+    ns = {"__name__": "cdynamo_fuzz_inputs"}
+    exec(compile(text, "<cdynamo-fuzz-inputs>", "exec"), ns)
+    return ns["make_inputs"]
+
+
+def _snapshot(out):
+    """The tensors of a result, each as (tensor, a copy, its shape, its strides)."""
+    if isinstance(out, (tuple, list)):
+        return [x for o in out for x in _snapshot(o)]
+    if isinstance(out, torch.Tensor):
+        return [(out, out.clone(), tuple(out.shape), out.stride())]
+    return []
+
+
+def _same_snapshot(snap):
+    """Whether each tensor of a _snapshot still has the values, shape and strides it had."""
+    for t, copy, shape, stride in snap:
+        if tuple(t.shape) != shape or t.stride() != stride or t.dtype != copy.dtype:
+            return False
+        a, b = t.detach(), copy
+        if a.is_complex():
+            a, b = torch.view_as_real(a), torch.view_as_real(b)
+        same = (a == b) | (a != a) & (b != b)
+        if not bool(same.all()):
+            return False
+    return True
+
+
 def _call(fn, args):
     try:
         return fn(*args), None
@@ -271,10 +307,18 @@ def check_program(source, meta):
     cdynamo.reset()
     opt = cdynamo.optimize(f)
     raised = False
+    states = meta.get("states") or [{}]
+    # then once more, with inputs of another seed (same shapes, dtypes, strides): the
+    # compiled code's cache-hit path, and the first call's results must not change
+    calls = [(make_inputs, st, f"call {si + 1} ({st})" if st else "after the call")
+             for si, st in enumerate(states)]
+    other = _inputs_of_another_seed(source)
+    if other is not None:
+        calls.append((other, states[-1], "after a second call (inputs of another seed)"))
+    first = None
     with warnings.catch_warnings(record=True) as warns:
         warnings.simplefilter("always")
-        for si, state in enumerate(meta.get("states") or [{}]):
-            when = f"call {si + 1} ({state})" if state else "after the call"
+        for make_inputs, state, when in calls:
             ins_e, ins_c = make_inputs(), make_inputs()
             with state_ctx(state):
                 exp, err_e = _call(f, ins_e)
@@ -319,8 +363,13 @@ def check_program(source, meta):
                 if sa != se:
                     raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
                 compare_inputs(ins_e, ins_c, when)
+                if first is None:
+                    first = _snapshot(act)
             except Mismatch as m:
-                return "wrong", str(m)
+                return "wrong", str(m) + (f" ({when})" if make_inputs is other else "")
+        if first is not None and not _same_snapshot(first):
+            return "wrong", ("reuse: the first call's result changed in a later call "
+                             "(an output buffer reused?)")
     st = cdynamo.stats()
     fell = (st["frames_compiled"] == 0 or st["graph_breaks"] or st["fallbacks"] or
             any(issubclass(w.category, cdynamo.CdynamoWarning) for w in warns))
@@ -749,7 +798,8 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
 
 def findings_report(out_dir):
     """Write out_dir/FINDINGS.md: one entry per finding file (family, status, symptom,
-    the '# note:' lines added by hand, and the program without its prelude)."""
+    the '# note:' lines added by hand, and the program without its prelude), or a line
+    saying none is open."""
     entries = []
     for name in sorted(os.listdir(out_dir)):
         if not name.endswith(".py"):
@@ -779,7 +829,8 @@ def findings_report(out_dir):
                  "Each file is self-contained: `python FILE` runs its test_case() (eager vs "
                  "cdynamo with the fuzzer's oracle); inputs come from the seeded make_inputs() "
                  "(_fill is in the file's prelude). Regenerate this list with "
-                 "`tools/fuzz.py --report DIR`.\n\n" + "\n".join(entries))
+                 "`tools/fuzz.py --report DIR`.\n\n" +
+                 ("\n".join(entries) or "No finding is open.\n"))
 
 
 def triage_crash(child, source, meta, detail):

@@ -53,9 +53,20 @@ extern char **environ;
  * of 167 ms on gelu(layer_norm(x)), and made no kernel of the bench's 25
  * workloads faster (each compiled both ways in one process, interleaved
  * medians: 0.95-1.04 of the time with it). */
+/* A sanitized extension (setup.py with CDYNAMO_SANITIZE=1 defines
+ * CDY_SANITIZE_KERNELS) builds its kernels with ASan / UBSan too, so that an
+ * out-of-bounds load or store in generated code stops the test that made it.
+ * Their runtime symbols resolve at dlopen against the preloaded libasan /
+ * libubsan (tools/asan_tests.sh); the flags are part of the cache key. */
+#ifdef CDY_SANITIZE_KERNELS
+#define CC_SAN_FLAGS " -fsanitize=address,undefined -fno-sanitize-recover=all " \
+                     "-fno-omit-frame-pointer"
+#else
+#define CC_SAN_FLAGS ""
+#endif
 #define CC_FLAGS "-O3 -march=native -fopenmp -shared -fPIC -std=c11 -fwrapv " \
                  "-ffp-contract=off -fno-math-errno -fno-loop-unroll-and-jam -nostdlib " \
-                 "-Werror=implicit-function-declaration"
+                 "-Werror=implicit-function-declaration" CC_SAN_FLAGS
 #define CC_LIBS "-lgcc"
 #define CC_PART_KERNELS 6        /* kernels per part, at least (a part costs a compiler start) */
 #define CC_MAX_PARTS 8           /* compilers run at once for one source */

@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+static PyObject *lru_type;   /* functools._lru_cache_wrapper */
 static PyObject *partial_type, *reduce_fn, *odict_type, *ddict_type, *dc_fields, *dc_is_dc;
 static PyObject *environ_obj, *signature_fn, *method_type, *copy_fn, *deepcopy_fn, *device_t;
 static PyObject *it_chain, *it_chain_from, *it_islice, *it_product, *it_combinations;
@@ -58,6 +59,7 @@ static int builtins_init(void)
     if (ft) {
         partial_type = PyObject_GetAttrString(ft, "partial");
         reduce_fn = PyObject_GetAttrString(ft, "reduce");
+        lru_type = PyObject_GetAttrString(ft, "_lru_cache_wrapper");
     }
     if (co) {
         odict_type = PyObject_GetAttrString(co, "OrderedDict");
@@ -75,7 +77,7 @@ static int builtins_init(void)
     Py_XDECREF(os);
     return partial_type && reduce_fn && odict_type && ddict_type && dc_fields && dc_is_dc &&
            environ_obj && signature_fn && method_type && copy_fn && deepcopy_fn && device_t &&
-           it_chain && it_chain_from && it_islice && it_product && it_combinations ? 0 : -1;
+           it_chain && it_chain_from && it_islice && it_product && it_combinations && lru_type ? 0 : -1;
 }
 
 /* 1 if o is os.environ. */
@@ -838,6 +840,83 @@ static tvar *do_product(tracer *tr, tvar **args, int nargs, int comb)
     return rows ? cdy_tv_seq(tr, TV_ITER, rows, total) : NULL;
 }
 
+/* fn(*args) of a functools.lru_cache wrapper fn (fixed by identity): its __wrapped__
+ * function traced, as TorchDynamo inlines it (the cache only saves eager's time); NULL
+ * when stopped. */
+static tvar *call_lru_wrapped(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *w = cdy_tr_keep(tr, PyObject_GetAttrString(fn, "__wrapped__"));
+    tvar *f = w && PyFunction_Check(w) ? cdy_fixed_value(tr, w) : NULL;
+    PyErr_Clear();
+    if (!f) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, CALL_UNSUPPORTED, Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    return cdy_call(tr, f, args, nargs, kwnames);
+}
+
+/* ---- namedtuples ----------------------------------------------------------------------- */
+
+/* 1 if calling namedtuple class cls runs the __new__ that collections.namedtuple made
+ * (cls, or a subclass that overrides neither __new__ nor __init__). */
+static int namedtuple_plain_new(PyObject *cls)
+{
+    PyObject *mro = ((PyTypeObject *)cls)->tp_mro, *fields = PyUnicode_FromString("_fields");
+    PyObject *nw = PyUnicode_FromString("__new__");
+    int r = 0;
+    for (Py_ssize_t i = 0; fields && nw && mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (b->tp_dict && PyDict_GetItemWithError(b->tp_dict, fields)) {   /* the generated class */
+            PyObject *own = PyDict_GetItemWithError(b->tp_dict, nw);
+            r = own && own == _PyType_Lookup((PyTypeObject *)cls, nw) &&
+                ((PyTypeObject *)cls)->tp_init == PyBaseObject_Type.tp_init;
+            break;
+        }
+    }
+    Py_XDECREF(fields);
+    Py_XDECREF(nw);
+    PyErr_Clear();
+    return r;
+}
+
+/* cls(*args, **kw) of a namedtuple class: a TUPLE of class cls, its fields bound as the
+ * generated __new__ binds them (defaults from _field_defaults); NULL when stopped (a
+ * missing, repeated or unknown field: CALL_UNSUPPORTED, eager raises its TypeError). */
+static tvar *make_namedtuple(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *fields = cdy_tr_keep(tr, PyObject_GetAttrString(cls, "_fields"));
+    PyObject *defs = fields ? cdy_tr_keep(tr, PyObject_GetAttrString(cls, "_field_defaults")) : NULL;
+    int n = fields && PyTuple_Check(fields) ? (int)PyTuple_GET_SIZE(fields) : -1, np = npos(nargs, kwnames);
+    tvar **items = n >= 0 && defs && PyDict_Check(defs) ? cdy_arena_alloc(&tr->t->arena,
+                                                          sizeof(tvar *) * (size_t)(n + 1)) : NULL;
+    PyErr_Clear();
+    int ok = items && np <= n;
+    for (int i = 0; ok && i < n; i++)
+        items[i] = i < np ? args[i] : NULL;
+    for (int k = np; ok && k < nargs; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k - np);
+        int i = 0;
+        while (i < n && PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), key))
+            i++;
+        ok = i < n && !items[i];
+        if (ok)
+            items[i] = args[k];
+    }
+    for (int i = 0; ok && i < n; i++)
+        if (!items[i]) {
+            PyObject *d = PyDict_GetItemWithError(defs, PyTuple_GET_ITEM(fields, i));
+            ok = d && cdy_is_const(d) && (items[i] = const_tv(tr, Py_NewRef(d)));
+        }
+    PyErr_Clear();
+    tvar *t = ok ? cdy_tv_seq(tr, TV_TUPLE, items, n) : NULL;
+    if (!ok)
+        cdy_tr_stop(tr, CALL_UNSUPPORTED, ((PyTypeObject *)cls)->tp_name);
+    if (t)
+        t->obj = cls;
+    return t;
+}
+
 /* ---- the dispatch -------------------------------------------------------------------- */
 
 /* See trace.h. */
@@ -857,6 +936,10 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
     if ((fn == (PyObject *)&PySet_Type || fn == (PyObject *)&PyFrozenSet_Type) && nargs <= 1 &&
         !kwnames && (!nargs || args[0]->kind != TV_CONST || fn == (PyObject *)&PySet_Type))
         return make_set(tr, fn, args, nargs);
+    if (PyType_Check(lru_type) && PyObject_TypeCheck(fn, (PyTypeObject *)lru_type))
+        return call_lru_wrapped(tr, fn, args, nargs, kwnames);
+    if (cdy_is_namedtuple_class(fn) && namedtuple_plain_new(fn))
+        return make_namedtuple(tr, fn, args, nargs, kwnames);
     if (fn == (PyObject *)&PyMap_Type && !kwnames)
         return do_map(tr, args, nargs);
     if (fn == (PyObject *)&PyFilter_Type && !kwnames)

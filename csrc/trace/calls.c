@@ -558,11 +558,27 @@ tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *
     return r;
 }
 
-/* Item `name` of TUPLE v made from a torch.return_types result (v->obj its
- * type: a field of its __match_args__), or NULL (not stopped) when none. */
+/* name read from namedtuple TUPLE v that is not a field: a function of its class bound to
+ * v (a method of a namedtuple subclass), or a constant of the class (_fields); NULL (no
+ * stop) otherwise. */
+static tvar *namedtuple_class_attr(tracer *tr, tvar *v, PyObject *name)
+{
+    PyObject *a = _PyType_Lookup((PyTypeObject *)v->obj, name);
+    if (a && cdy_is_const(a))
+        return cdy_tv_const(tr, Py_NewRef(a));
+    tvar *b = a && PyFunction_Check(a) && cdy_tr_keep(tr, Py_NewRef(a)) ? cdy_tv_new(tr, TV_BOUND)
+                                                                         : NULL;
+    if (b) {
+        b->obj = a;
+        b->self = v;
+    }
+    return b;
+}
+
+/* Item `name` of TUPLE v made from a torch.return_types result or a namedtuple
+ * (v->obj its type: a field of its __match_args__, else a class attribute), or NULL (not stopped) when none. */
 tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name)
 {
-    (void)tr;
     if (v->kind != TV_TUPLE || !v->obj || !PyType_Check(v->obj))
         return NULL;
     PyObject *fields = PyObject_GetAttrString(v->obj, "__match_args__");
@@ -573,7 +589,7 @@ tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name)
             r = v->items[i];
     Py_XDECREF(fields);
     PyErr_Clear();
-    return r;
+    return r || !cdy_is_namedtuple_class(v->obj) ? r : namedtuple_class_attr(tr, v, name);
 }
 
 /* fn(*args) with tensor args as an extern node (see trace.h). */
@@ -593,6 +609,75 @@ tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, in
 int cdy_add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames, int v)
 {
     return add_pynode(tr, fn, args, nargs, kwnames, v);
+}
+
+/* A Python value equal to v for a comparison decided at trace time (new reference): a
+ * constant; a class fixed by identity whose metaclass compares by identity; an immutable
+ * tuple fixed by identity whose items are constants (sys.version_info, a namedtuple); a
+ * TUPLE or LIST of such.  NULL (no error set) for anything else. */
+static PyObject *cmp_operand(const tvar *v, int depth)
+{
+    if (v->kind == TV_CONST)
+        return Py_NewRef(v->obj);
+    if (v->kind == TV_OBJ && !v->by_type && v->obj) {
+        PyObject *o = v->obj;
+        if (PyType_Check(o) && Py_TYPE(o)->tp_richcompare == PyBaseObject_Type.tp_richcompare)
+            return Py_NewRef(o);
+        if (!PyTuple_Check(o) || Py_TYPE(o)->tp_richcompare != PyTuple_Type.tp_richcompare)
+            return NULL;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
+            if (!cdy_is_const(PyTuple_GET_ITEM(o, i)))
+                return NULL;
+        return Py_NewRef(o);
+    }
+    if ((v->kind != TV_TUPLE && v->kind != TV_LIST) || v->obj || depth > 16)
+        return NULL;
+    PyObject *r = v->kind == TV_TUPLE ? PyTuple_New(v->n) : PyList_New(v->n);
+    for (int i = 0; r && i < v->n; i++) {
+        PyObject *x = cmp_operand(v->items[i], depth + 1);
+        if (!x) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        if (v->kind == TV_TUPLE)
+            PyTuple_SET_ITEM(r, i, x);
+        else
+            PyList_SET_ITEM(r, i, x);
+    }
+    PyErr_Clear();
+    return r;
+}
+
+/* a <sym> b for a comparison (< <= == != > >=) whose operands cmp_operand gives: its
+ * constant result, *handled 1 (NULL when stopped: the comparison raised, or gave no
+ * constant); *handled 0 for other operators and operands. */
+static tvar *fold_compare(tracer *tr, PyObject *fn, const char *sym, tvar **args, int *handled)
+{
+    static const char *cmp[] = {"<", "<=", "==", "!=", ">", ">=", NULL};
+    int is_cmp = 0;
+    for (int i = 0; cmp[i]; i++)
+        is_cmp |= !strcmp(sym, cmp[i]);
+    PyObject *a = is_cmp ? cmp_operand(args[0], 0) : NULL;
+    PyObject *b = a ? cmp_operand(args[1], 0) : NULL;
+    *handled = b != NULL;
+    if (!b) {
+        Py_XDECREF(a);
+        return NULL;
+    }
+    PyObject *pa[2] = {a, b};
+    PyObject *r = PyObject_Vectorcall(fn, pa, 2, NULL);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    if (!r) {
+        cdy_tr_stop_exc(tr, RAISED_OPERATOR, sym);
+        return NULL;
+    }
+    if (!cdy_is_const(r)) {
+        Py_DECREF(r);
+        cdy_tr_stop(tr, OPERATOR_NON_CONST, sym);
+        return NULL;
+    }
+    return cdy_tv_const(tr, r);
 }
 
 /* Operator fn on tensors/constants: constants fold, tensors trace. */
@@ -620,8 +705,11 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
         return cdy_tv_const(tr, r);
     }
     if (!any_tensor) {
-        cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
-        return NULL;
+        int handled;
+        tvar *r = nargs == 2 ? fold_compare(tr, fn, sym, args, &handled) : NULL;
+        if (nargs != 2 || !handled)
+            cdy_tr_stop(tr, OPERATOR_UNSUPPORTED, sym);
+        return r;
     }
     return tensor_call(tr, cdy_callable_op(fn), fn, sym, args, nargs, NULL, 0);
 }
@@ -924,7 +1012,8 @@ tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name)
 static int foldable_fn(PyObject *fn)
 {
     static const char *ok[] = {"abs", "min", "max", "len", "round", "pow", "divmod", "sum",
-                               "all", "any", "sorted", NULL};
+                               "all", "any", "sorted", "hash", "repr", "ascii", "format",
+                               "chr", "ord", "bin", "hex", "oct", NULL};
     if (fn == (PyObject *)&PyFloat_Type || fn == (PyObject *)&PyLong_Type ||
         fn == (PyObject *)&PyBool_Type || fn == (PyObject *)&PyUnicode_Type ||
         fn == (PyObject *)&PyTuple_Type || fn == (PyObject *)&PyRange_Type ||
@@ -933,9 +1022,9 @@ static int foldable_fn(PyObject *fn)
     if (!PyCFunction_Check(fn))
         return 0;
     PyObject *self = PyCFunction_GET_SELF(fn);
-    if (self && (PyUnicode_CheckExact(self) || PyTuple_CheckExact(self) || PyBytes_CheckExact(self)) &&
+    if (self && (PyUnicode_CheckExact(self) || PyTuple_Check(self) || PyBytes_CheckExact(self)) &&
         cdy_is_const(self))
-        return 1;   /* a method of a str, bytes or tuple constant: pure */
+        return 1;   /* a method of a str, bytes, tuple or torch.Size constant: pure */
     if (!self || !PyModule_Check(self))
         return 0;
     const char *mod = PyModule_GetName(self);
@@ -1011,6 +1100,43 @@ static tvar *sum_items(tracer *tr, tvar **args, int nargs, int *handled)
     return add ? acc : NULL;
 }
 
+/* The class tvar v stands for when it is one fixed by identity (borrowed), else NULL. */
+static PyObject *fixed_class(const tvar *v)
+{
+    return (v->kind == TV_OBJ || v->kind == TV_CONST) && !v->by_type && v->obj &&
+           PyType_Check(v->obj) ? v->obj : NULL;
+}
+
+/* issubclass(a, b) of classes fixed by identity (b a class or a tuple of them): a
+ * constant; NULL when stopped (CALL_UNSUPPORTED for other operands, or it raised). */
+static tvar *do_issubclass(tracer *tr, tvar **args)
+{
+    PyObject *a = fixed_class(args[0]), *b = fixed_class(args[1]);
+    if (a && !b && args[1]->kind == TV_TUPLE && !args[1]->obj) {
+        b = cdy_tr_keep(tr, PyTuple_New(args[1]->n));
+        for (int i = 0; b && i < args[1]->n; i++) {
+            PyObject *c = fixed_class(args[1]->items[i]);
+            if (!c) {
+                b = NULL;
+                break;
+            }
+            PyTuple_SET_ITEM(b, i, Py_NewRef(c));
+        }
+    }
+    PyErr_Clear();
+    if (!a || !b) {
+        static const char name[] = "issubclass";
+        cdy_tr_stop(tr, CALL_UNSUPPORTED, name);
+        return NULL;
+    }
+    int r = PyObject_IsSubclass(a, b);
+    if (r < 0) {
+        cdy_tr_stop_exc(tr, RAISED_ISINSTANCE);
+        return NULL;
+    }
+    return cdy_tv_const(tr, PyBool_FromLong(r));
+}
+
 /* Builtins that take symbolic values; NULL with no stop when fn is not one. */
 static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           int *handled)
@@ -1057,6 +1183,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         }
         return cdy_tv_const(tr, PyBool_FromLong(r));
     }
+    if (!strcmp(n, "issubclass") && nargs == 2 && !nkw)
+        return do_issubclass(tr, args);
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_FUNC) {
         int stored = args[0]->store ? cdy_dict_find(tr, args[0]->store, args[1]->obj) : -1;
@@ -1349,6 +1477,29 @@ static int fold_args(tracer *tr, tvar ***args, int nargs)
     return 1;
 }
 
+/* The LIST of the items of list l (a folded call's result, stolen), each a constant;
+ * NULL when stopped (an item is not a constant: FOLD_NON_CONST, name). */
+static tvar *const_list(tracer *tr, PyObject *l, const char *name)
+{
+    Py_ssize_t n = PyList_GET_SIZE(l);
+    tvar **items = cdy_tr_keep(tr, l) ? cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1))
+                                      : NULL;
+    if (!items) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(l, i);
+        if (!cdy_is_const(o)) {
+            cdy_tr_stop(tr, FOLD_NON_CONST, name);
+            return NULL;
+        }
+        if (!(items[i] = cdy_tv_const(tr, Py_NewRef(o))))
+            return NULL;
+    }
+    return cdy_tv_seq(tr, TV_LIST, items, (int)n);
+}
+
 /* fn(*args) run now, all arguments constants: its constant result; NULL when
  * stopped (fn raised: eager raises it too; or the result is not a constant). */
 static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, int nargs,
@@ -1367,6 +1518,8 @@ static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, 
         cdy_tr_stop_exc(tr, RAISED_CALL, name);
         return NULL;
     }
+    if (PyList_CheckExact(res))   /* "a_b".split("_"): a fresh list of constants */
+        return const_list(tr, res, name);
     if (!cdy_is_const(res)) {
         Py_DECREF(res);
         cdy_tr_stop(tr, FOLD_NON_CONST, name);

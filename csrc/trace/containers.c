@@ -225,6 +225,17 @@ int cdy_dict_update(tracer *tr, tvar *d, tvar *other)
     return 0;
 }
 
+/* See trace.h.  A plain dict | a plain dict is a plain dict (dict.__or__ copies self
+ * as a dict); |= updates d as dict.update does, for any dict class. */
+tvar *cdy_dict_or(tracer *tr, tvar *d, tvar *other, int inplace, int *handled)
+{
+    *handled = d->kind == TV_DICT && (inplace || (other->kind == TV_DICT && !d->obj && !other->obj));
+    if (!*handled)
+        return NULL;
+    tvar *r = inplace ? d : cdy_container_copy(tr, d);
+    return r && !cdy_dict_update(tr, r, other) ? r : NULL;
+}
+
 /* A live view (keys 0, values 1, items 2) of dict d. */
 static tvar *dict_view(tracer *tr, tvar *d, int which)
 {

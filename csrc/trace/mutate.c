@@ -56,6 +56,7 @@ typedef struct {
 } mut_state;
 
 static PyObject *setitem_fn, *scatter_fn, *restride_fn, *replace_fn;   /* the _cdy_ functions below */
+static PyObject *relayout_fn;
 static PyObject *str_untyped_storage, *str_cdata, *str_clone, *str_setattr;
 static PyObject *str_parameters;
 
@@ -155,6 +156,24 @@ static PyObject *restride_impl(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* _cdy_relayout(x, size, stride): a copy of x with the given strides (the
+ * eager backend's replay of a write's new value put in its tensor's
+ * layout); new reference or NULL. */
+static PyObject *relayout_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "_cdy_relayout(x, size, stride)");
+        return NULL;
+    }
+    PyObject *y = PyObject_CallMethod(args[0], "new_empty_strided", "OO", args[1], args[2]);
+    PyObject *r = y ? PyObject_CallMethod(y, "copy_", "O", args[0]) : NULL;
+    if (!r)
+        Py_CLEAR(y);
+    Py_XDECREF(r);
+    return y;
+}
+
 /* _cdy_replace(c, new): the caller's list or dict c given the contents of new
  * (c[:] = new; c.clear(); c.update(new)); None or NULL. */
 static PyObject *replace_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
@@ -201,11 +220,16 @@ static int mut_init(void)
     static PyMethodDef cdef = {"_cdy_replace", (PyCFunction)(void (*)(void))replace_impl,
                                METH_FASTCALL, "the caller's list or dict given the trace's final "
                                "contents (a C function: not traced)"};
+    static PyMethodDef ldef = {"_cdy_relayout", (PyCFunction)(void (*)(void))relayout_impl,
+                               METH_FASTCALL, "a copy of x with the given strides (a C "
+                               "function: not traced)"};
     setitem_fn = PyCFunction_New(&def, NULL);
+    relayout_fn = PyCFunction_New(&ldef, NULL);
     scatter_fn = PyCFunction_New(&sdef, NULL);
     restride_fn = PyCFunction_New(&rdef, NULL);
     replace_fn = PyCFunction_New(&cdef, NULL);
-    return setitem_fn && scatter_fn && restride_fn && replace_fn && str_untyped_storage && str_cdata &&
+    return setitem_fn && scatter_fn && restride_fn && replace_fn && relayout_fn &&
+           str_untyped_storage && str_cdata &&
            str_clone && str_setattr &&
            str_parameters ? 0 : -1;
 }
@@ -359,6 +383,79 @@ static int casts_freely(const char *base)
     return !strcmp(base, "copy") || !strcmp(base, "fill") || !strcmp(base, "zero");
 }
 
+/* 1 if meta m's elements fill a block of memory, each its own (a permuted
+ * contiguous layout; size-1 dims have any stride). */
+static int dense_layout(const cdy_meta *m)
+{
+    int64_t need = 1;   /* the stride the next dim in increasing order must have */
+    int used[CDY_MAX_NDIM] = {0};
+    for (int k = 0; k < m->ndim; k++) {
+        int d = -1;
+        for (int e = 0; e < m->ndim; e++)
+            if (!used[e] && m->sizes[e] > 1 && (d < 0 || m->strides[e] < m->strides[d]))
+                d = e;
+        if (d < 0)
+            return 1;
+        if (m->strides[d] != need)
+            return 0;
+        used[d] = 1;
+        need *= m->sizes[d];
+    }
+    return 1;
+}
+
+/* 1 if metas a and b (same sizes) differ in the stride of a dim of size > 1. */
+static int other_strides(const cdy_meta *a, const cdy_meta *b)
+{
+    for (int d = 0; d < a->ndim; d++)
+        if (a->sizes[d] > 1 && a->strides[d] != b->strides[d])
+            return 1;
+    return 0;
+}
+
+/* A tuple of the n ints v; new reference or NULL. */
+static PyObject *int_tuple(const int64_t *v, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* A copy of r (dtype and sizes of meta tm) in tm's layout: a VIEW_COPY node whose
+ * eager replay is _cdy_relayout.  An in-place op keeps its tensor's strides
+ * where the out-of-place op it becomes may not (masked_fill's result is
+ * contiguous).  NULL when stopped. */
+static tvar *in_layout_of(tracer *tr, const cdy_meta *tm, tvar *r)
+{
+    cdy_meta m = tr->t->graph.values[r->value].meta;
+    memcpy(m.strides, tm->strides, sizeof(int64_t) * (size_t)m.ndim);
+    int base;
+    int64_t st[CDY_MAX_NDIM], off;
+    cdy_view_load_map(tr, r->value, &base, st, &off);
+    int v = cdy_view_value(tr, 0, &r->value, 1, &m, base, st, off);
+    PyObject *fake = v < 0 ? NULL : cdy_fake_from_meta(tr, &m);
+    if (!fake)
+        return NULL;
+    tvar *a[3] = {r, cdy_tv_const(tr, int_tuple(m.sizes, m.ndim)), NULL};
+    if (a[1])
+        a[2] = cdy_tv_const(tr, int_tuple(m.strides, m.ndim));
+    if (!a[2]) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, INTERNAL_IN, __func__);
+        return NULL;
+    }
+    if (cdy_add_pynode(tr, relayout_fn, a, 3, NULL, v))
+        return NULL;
+    return cdy_tensor_tvar(tr, fake, v);
+}
+
 /* r as t's new value: t's dtype and sizes, a graph value made after
  * `before` (a fresh tensor); NULL when stopped.  Unless cast_ok, a result
  * dtype that cannot be cast to t's stops the trace as an error (eager
@@ -370,7 +467,8 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
             cdy_tr_stop(tr, MUT_NO_TENSOR, what);
         return NULL;
     }
-    const cdy_meta *mt = &tr->t->graph.values[t->value].meta;
+    cdy_meta tm = tr->t->graph.values[t->value].meta;   /* a copy: nodes added move values */
+    const cdy_meta *mt = &tm;
     int rdt = tr->t->graph.values[r->value].meta.dtype;
     if (!cast_ok && rdt != mt->dtype && !can_cast(rdt, mt->dtype)) {
         cdy_tr_stop(tr, MUT_CAST, what, cdy_dtype_table[rdt].name, cdy_dtype_table[mt->dtype].name);
@@ -386,6 +484,8 @@ static tvar *as_new_value(tracer *tr, tvar *t, tvar *r, int before, const char *
         cdy_tr_stop(tr, MUT_SHAPE, what);
         return NULL;
     }
+    if (other_strides(mt, mr) && dense_layout(mt))
+        return in_layout_of(tr, mt, r);   /* a new tensor in t's layout */
     PyObject *b = base_of(r->obj);   /* an existing tensor or a view (expand_as): copy it */
     int view = b && b != Py_None;
     Py_XDECREF(b);

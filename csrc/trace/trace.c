@@ -651,6 +651,9 @@ static int op_binary(tracer *tr, int oparg)
     if (args[0]->kind == TV_SET)
         return push(tr, op_set_binary(tr, syms[base], inplace, args));
     int handled;
+    tvar *dr = base == 7 ? cdy_dict_or(tr, args[0], args[1], inplace, &handled) : NULL;
+    if (base == 7 && handled)   /* dict | dict, dict |= mapping */
+        return push(tr, dr);
     tvar *sr = seq_binary(tr, base, args, &handled);   /* tuple / list + and * */
     if (handled)
         return push(tr, sr);

@@ -290,6 +290,9 @@ int cdy_dict_find(tracer *tr, tvar *d, PyObject *key);
 int cdy_dict_set(tracer *tr, tvar *d, PyObject *key, tvar *v);
 /* d.update(other) for a dict, items view or iterable of pairs; 0 or -1. */
 int cdy_dict_update(tracer *tr, tvar *d, tvar *other);
+/* d | other (a new dict) or d |= other (d updated) for a DICT d: the result, *handled 1
+ * (NULL when stopped); *handled 0 when the operands are not a dict's. */
+tvar *cdy_dict_or(tracer *tr, tvar *d, tvar *other, int inplace, int *handled);
 /* l.extend(v); 0 or -1. */
 int cdy_list_extend(tracer *tr, tvar *l, tvar *v);
 /* Sort list l in place by key (a callable tvar or NULL) as list.sort does; 0 or -1. */

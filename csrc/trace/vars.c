@@ -1238,7 +1238,7 @@ tvar *cdy_get_attr(tracer *tr, tvar *base, PyObject *name)
         if (v && cdy_is_const(v))
             return cdy_tv_const(tr, v);
         if (v && PyCFunction_Check(v) && (PyUnicode_CheckExact(base->obj) ||
-                                          PyTuple_CheckExact(base->obj) ||
+                                          PyTuple_Check(base->obj) ||   /* x.shape.numel */
                                           PyBytes_CheckExact(base->obj))) {
             tvar *m = cdy_tr_keep(tr, v) ? cdy_tv_new(tr, TV_OBJ) : NULL;   /* "s".startswith */
             if (m)
@@ -1321,6 +1321,35 @@ static tvar *iterate_fixed(tracer *tr, PyObject *o)
     return items ? cdy_tv_seq(tr, TV_ITER, items, n) : NULL;
 }
 
+/* iter(x) of a tensor of one dimension or more: eager's iter(x.unbind(0)), traced (its
+ * length is the static size of dimension 0); NULL when stopped (ITER_TENSOR for a 0-d
+ * tensor: eager raises its TypeError). */
+static tvar *iterate_tensor(tracer *tr, tvar *v)
+{
+    static PyObject *str_unbind;
+    if (!str_unbind && !(str_unbind = PyUnicode_InternFromString("unbind")))
+        return NULL;
+    PyObject *dim = PyObject_GetAttrString(v->obj, "ndim");
+    long nd = dim ? PyLong_AsLong(dim) : -1;
+    Py_XDECREF(dim);
+    PyErr_Clear();
+    tvar *m = nd > 0 ? cdy_tv_new(tr, TV_METHOD) : NULL, *zero = m ? cdy_tv_const(tr, PyLong_FromLong(0)) : NULL;
+    if (!zero) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, ITER_TENSOR);
+        return NULL;
+    }
+    m->obj = str_unbind;
+    m->self = v;
+    tvar *args[2] = {v, zero};
+    tvar *parts = cdy_call(tr, m, args, 2, NULL);
+    if (parts && parts->kind != TV_TUPLE && parts->kind != TV_LIST) {
+        cdy_tr_stop(tr, ITER_TENSOR);
+        return NULL;
+    }
+    return parts ? cdy_tv_seq(tr, TV_ITER, parts->items, parts->n) : NULL;
+}
+
 /* An iterator tvar over v's items; NULL when stopped. */
 tvar *cdy_iterate(tracer *tr, tvar *v)
 {
@@ -1375,9 +1404,8 @@ tvar *cdy_iterate(tracer *tr, tvar *v)
     if (v->kind == TV_OBJ && v->fixed)
         return iterate_fixed(tr, v->obj);
     if (v->kind == TV_TENSOR)
-        cdy_tr_stop(tr, ITER_TENSOR);
-    else
-        cdy_tr_stop(tr, ITER_VALUE);
+        return iterate_tensor(tr, v);
+    cdy_tr_stop(tr, ITER_VALUE);
     return NULL;
 }
 

@@ -255,6 +255,10 @@ def _call_source(fn, parts, kwnames):
     name = getattr(fn, "__name__", "")
     if name == "_cdy_setitem" and len(pos) == 3 and not nkw:   # mutate.c: a copy with [k] = v
         return f"{pos[0]}.clone()", f"[{pos[1]}] = {pos[2]}"
+    if name == "_cdy_relayout" and len(pos) == 3 and not nkw:  # a copy in a given layout
+        return f"{pos[0]}.new_empty_strided({pos[1]}, {pos[2]}).copy_({pos[0]})", None
+    if name == "_cdy_scatter" and len(pos) == 5 and not nkw:   # a write through a view
+        return f"torch.as_strided_scatter({', '.join(pos)})", None   # (root's clone: offset 0)
     if not nkw and getattr(operator, name, None) is fn:
         if name in _BINOPS and len(pos) == 2:
             return f"({pos[0]} {_BINOPS[name]} {pos[1]})", None
