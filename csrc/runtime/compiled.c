@@ -73,6 +73,10 @@ typedef struct {
     PyObject *source;     /* generated C (str) or None */
     PyObject *ir_pre;     /* loop IR before / after fusion (str), NULL for eager */
     PyObject *ir_post;
+    int nkir;             /* the kernel IR's summary (own copy of the plan's; C backend) */
+    cdy_kir *kir;
+    int *kir_values;      /* the summary's outs and fused values */
+    int *kir_ops;         /* per fused value (kir_values' layout), its op */
     long long calls;
     /* mutated inputs (trace/mutate.c): after the call, input wb[2i] <- output wb[2i+1] */
     int nwb;
@@ -717,6 +721,9 @@ static void compiled_dealloc(PyObject *self)
     Py_XDECREF(c->source);
     Py_XDECREF(c->ir_pre);
     Py_XDECREF(c->ir_post);
+    PyMem_Free(c->kir);
+    PyMem_Free(c->kir_values);
+    PyMem_Free(c->kir_ops);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -822,6 +829,112 @@ static PyObject *compiled_get_ir_post(PyObject *self, void *closure)
     return Py_NewRef(s ? s : Py_None);
 }
 
+/* A tuple of the n ints (or int64s) at a. */
+static PyObject *kir_tuple(const void *a, int n, int wide)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *x = wide ? PyLong_FromLongLong(((const int64_t *)a)[i])
+                           : PyLong_FromLong(((const int *)a)[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* The names of flags f (CDY_KIRF_*), a tuple. */
+static PyObject *kir_flags(unsigned f)
+{
+    static const char *names[] = {"two_pass", "blocks", "columns", "unstored", "copy_units",
+                                  "copy_rows", "lanes", "prefetch"};
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < 8; i++) {
+        PyObject *s = f >> i & 1 ? PyUnicode_FromString(names[i]) : NULL;
+        if (s && PyList_Append(l, s))
+            Py_CLEAR(l);
+        Py_XDECREF(s);
+    }
+    PyObject *t = l ? PyList_AsTuple(l) : NULL;
+    Py_XDECREF(l);
+    return t;
+}
+
+/* Step s of the summary as a dict (new), op names from c->kir_ops. */
+static PyObject *kir_dict(const cdy_compiled *c, const cdy_kir *s)
+{
+    PyObject *ops = PyTuple_New(s->nfused);
+    const int *op = c->kir_ops + (s->fused - c->kir_values);
+    for (int i = 0; ops && i < s->nfused; i++)
+        PyTuple_SET_ITEM(ops, i, PyUnicode_FromString(cdy_op_table[op[i]].name));
+    PyObject *none = Py_None;
+    PyObject *d = ops ? Py_BuildValue(
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:O,s:i,s:O,s:O,s:O,s:O,s:N,s:s}",
+        "kind", cdy_kir_kind_names[s->kind],
+        "kernel", s->kernel >= 0 ? PyLong_FromLong(s->kernel) : Py_NewRef(none),
+        "node", s->node >= 0 ? PyLong_FromLong(s->node) : Py_NewRef(none),
+        "piece", s->piece >= 0 ? PyLong_FromLong(s->piece) : Py_NewRef(none),
+        "sizes", kir_tuple(s->sizes, s->ndim, 1), "loops", kir_tuple(s->loops, s->nloops, 1),
+        "reduced_loops", kir_tuple(s->rloops, s->nrloops, 1),
+        "outputs", kir_tuple(s->outs, s->nout, 0), "fused", kir_tuple(s->fused, s->nfused, 0),
+        "ops", ops, "params", s->nparams, "parallel", s->parallel ? Py_True : Py_False,
+        "threads", s->threads, "collapse", s->collapse ? Py_True : Py_False,
+        "vectorized", s->vector ? Py_True : Py_False, "streams", s->stream ? Py_True : Py_False,
+        "status", s->status ? Py_True : Py_False, "flags", kir_flags(s->flags),
+        "serial", s->serial) : NULL;
+    return d;
+}
+
+/* The kernel IR's summary: a list of a dict per step of the schedule (new). */
+static PyObject *compiled_get_kernel_ir(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    if (!c->kir)
+        Py_RETURN_NONE;
+    PyObject *l = PyList_New(c->nkir);
+    for (int i = 0; l && i < c->nkir; i++) {
+        PyObject *d = kir_dict(c, &c->kir[i]);
+        if (!d)
+            Py_CLEAR(l);
+        else
+            PyList_SET_ITEM(l, i, d);
+    }
+    return l;
+}
+
+/* Keep a copy of plan's kernel IR summary (and the ops of its fused values,
+ * from t's graph) in c; 0 or -1 (MemoryError). */
+static int copy_kir(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
+{
+    size_t nv = 1;
+    for (int i = 0; i < plan->nkir; i++)
+        nv += (size_t)(plan->kir[i].nout + plan->kir[i].nfused);
+    c->kir = PyMem_Malloc(sizeof(cdy_kir) * (size_t)(plan->nkir + 1));
+    c->kir_values = PyMem_Malloc(sizeof(int) * nv);
+    c->kir_ops = PyMem_Calloc(nv, sizeof(int));
+    if (!c->kir || !c->kir_values || !c->kir_ops) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(c->kir, plan->kir, sizeof(cdy_kir) * (size_t)plan->nkir);
+    int *vals = c->kir_values;
+    for (int i = 0; i < plan->nkir; i++) {
+        cdy_kir *s = &c->kir[i];
+        memcpy(vals, s->outs, sizeof(int) * (size_t)s->nout);
+        s->outs = vals;
+        vals += s->nout;
+        memcpy(vals, s->fused, sizeof(int) * (size_t)s->nfused);
+        for (int j = 0; j < s->nfused; j++)
+            c->kir_ops[vals - c->kir_values + j] = t->graph.values[vals[j]].op;
+        s->fused = vals;
+        vals += s->nfused;
+    }
+    c->nkir = plan->nkir;
+    return 0;
+}
+
 /* [(kernel symbol, calls, total ns)] of the calls profiled so far (new list). */
 static PyObject *compiled_get_kernel_profile(PyObject *self, void *closure)
 {
@@ -897,6 +1010,9 @@ static PyMethodDef compiled_methods[] = {
 static PyGetSetDef compiled_getset[] = {
     {"source", compiled_get_source, NULL, "generated C source (C backend)", NULL},
     {"ir_pre_fusion", compiled_get_ir_pre, NULL, "loop IR before fusion (C backend)", NULL},
+    {"kernel_ir", compiled_get_kernel_ir, NULL,
+     "the kernel IR's summary: per step of the schedule a dict of its kind, what it fuses and "
+     "stores, its loops and decisions (C backend; None for eager)", NULL},
     {"ir_post_fusion", compiled_get_ir_post, NULL,
      "kernels after fusion: loops, nodes, loads/stores, vectorization, parallelism", NULL},
     {"kernel_profile", compiled_get_kernel_profile, NULL,
@@ -1391,7 +1507,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
     if (copy_pynodes(c, t) || copy_where(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
-        plan_lifetimes(c, plan, t))
+        plan_lifetimes(c, plan, t) || copy_kir(c, plan, t))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
