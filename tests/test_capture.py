@@ -279,6 +279,26 @@ def test_map_filter_reduce_sorted_minmax():
     one_graph()
 
 
+def test_itertools_and_sequence_operators():
+    import itertools
+
+    def f(x):
+        t = (None,) + (x, x + 1) + ()
+        rep = [0] * 3 + 2 * [1]
+        a, b = list(itertools.islice(itertools.chain([x + 1, x + 2], [x + 3]), 1, 3))
+        it = iter([1, 2, 3, 4])
+        head = list(itertools.islice(it, 2))
+        flat = list(itertools.chain.from_iterable([[1, 2], [3]]))
+        pairs = list(itertools.product([1, 2], "ab"))
+        combs = list(itertools.combinations((1, 2, 3), 2))
+        dev = torch.device("cpu")
+        return (t[1] + t[2] + a - b, rep, head, next(it), flat, pairs, combs,
+                x.__class__.__name__, str(dev), x.device == dev)
+
+    run(f, X)
+    one_graph()
+
+
 def test_callable_any_all_zip_strict():
     def f(x, fns, flags):
         n = sum(1 for g in fns if callable(g))
@@ -560,6 +580,22 @@ def test_delattr_and_class_keyed_dict():
         return x * table.get(int) + table.get(typing.Union) + n + hasattr(o, "tmp") + hasattr(o, "n")
 
     run(f, X)
+    one_graph()
+
+
+class Factory:
+    scale = 3
+
+    @classmethod
+    def make(cls, k):
+        return cls.scale * k
+
+
+def test_classmethod_read_from_its_class_does_not_recompile():
+    def f(x):
+        return x * Factory.make(2)   # a new bound method at each read: not guarded by identity
+
+    run(f, X, calls=3)
     one_graph()
 
 

@@ -445,3 +445,15 @@ def test_norm_zero_signs_as_eager(op, affine, dtype):
         _assert_close_nan(f, x)
         e, c = f(x), cdynamo.optimize(f)(x)
         assert torch.equal(e[e == 0].signbit(), c[e == 0].signbit()), (e, c)
+
+
+def test_gcc12_slp_crash_compiles():
+    """GCC 12's SLP vectorizer segfaults on this kernel (an int64 max over an
+    expanded (3, 2) input: a size-2 simd reduction in a loop of 3, -O3
+    -march=native -fwrapv); the build is retried at -O2, no fallback (fuzz seed 9103,
+    special#451)."""
+    def f(a0):
+        return torch.logsumexp(a0.max(), 0, keepdim=True).softmax(-1), a0.amax()
+    a0 = torch.tensor([[-9223372036854775808, 5]]).expand(3, 2)
+    torch.testing.assert_close(cdynamo.optimize(f)(a0), f(a0))
+    assert cdynamo.stats()["fallbacks"] == 0 and cdynamo.stats()["frames_compiled"] == 1

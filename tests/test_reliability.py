@@ -553,3 +553,22 @@ def test_scratch_memory_of_a_graph_used_by_threads_at_once():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_compiler_crash_is_retried_at_O2(monkeypatch, tmp_path, fresh_cdynamo):
+    """An internal compiler error (a GCC bug at -O3) builds the file again at -O2:
+    no fallback, no warning, one library in the cache."""
+    log = tmp_path / "runs.txt"
+    cc = wrapper(tmp_path, f'echo "$@" >> {log}\ncase "$*" in *-O2*) exec gcc "$@";; esac\n'
+                 'echo "k.c:3:1: internal compiler error: Segmentation fault" >&2; exit 1\n')
+    monkeypatch.setattr(cdynamo.config, "cc", cc)
+    monkeypatch.setattr(cdynamo.config, "standby_compiler", False)
+    x = torch.randn(64, 32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = cdynamo.optimize(many_kernels)(x)
+    torch.testing.assert_close(out, many_kernels(x))
+    assert [str(m.message) for m in w if "cdynamo" in str(m.message)] == []
+    assert cdynamo.stats()["fallbacks"] == 0 and cdynamo.stats()["frames_compiled"] == 1
+    assert any("-O2" in r for r in log.read_text().splitlines())
+    assert temp_files(fresh_cdynamo) == [] and len(kernel_files(fresh_cdynamo)) == 1

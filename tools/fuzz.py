@@ -306,7 +306,15 @@ def check_program(source, meta):
                     ref = _reference(_precise_f(source, f), make_inputs, state)
                     if ref is None:
                         raise
-                    compare_results(exp, act, ref)
+                    try:
+                        compare_results(exp, act, ref)
+                    except Mismatch as m2:
+                        # where eager's own result depends on its inputs' layout (its
+                        # vectorized loop and its scalar one disagree), either is right
+                        alt = _eager_other_layout(f, make_inputs, state)
+                        if m2.category != "values" or alt is None:
+                            raise
+                        compare_results(_either(exp, alt, act), act, ref)
                 sa, se = alias_signature(act, ins_c), alias_signature(exp, ins_e)
                 if sa != se:
                     raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
@@ -350,6 +358,54 @@ def _precise_f(source, f):
     except Exception:    # noqa: BLE001
         return f
     return ns.get("f", f)
+
+
+def _eager_other_layout(f, make_inputs, state):
+    """f run eagerly on copies of the inputs whose innermost dim has stride 2 (no input
+    loop takes ATen's vectorized path), or None (inputs that share memory: the copies
+    would not; f raised)."""
+    ins = make_inputs()
+    tens = [a for a in ins if isinstance(a, torch.Tensor)]
+    ptrs = [a.untyped_storage().data_ptr() for a in tens if a.numel()]
+    if len(set(ptrs)) != len(ptrs):
+        return None
+    alt = []
+    for a in ins:
+        if isinstance(a, torch.Tensor):
+            b = torch.empty(tuple(a.shape) + (2,), dtype=a.dtype).select(-1, 0)
+            b.copy_(a)
+            a = b
+        alt.append(a)
+    with state_ctx(state):
+        out, err = _call(f, alt)
+    return None if err is not None else out
+
+
+def _either(exp, alt, act):
+    """exp with the elements where eager's two layouts disagree and cdynamo gives the
+    other one's value taken from act (structure and dtypes as exp's)."""
+    if isinstance(exp, (tuple, list)):
+        if not isinstance(alt, (tuple, list)) or len(alt) != len(exp) or \
+                not isinstance(act, (tuple, list)) or len(act) != len(exp):
+            return exp
+        return type(exp)(_either(e, a, c) for e, a, c in zip(exp, alt, act))
+    if not (isinstance(exp, torch.Tensor) and isinstance(alt, torch.Tensor) and
+            isinstance(act, torch.Tensor)) or exp.shape != alt.shape or exp.shape != act.shape \
+            or exp.dtype != alt.dtype or exp.dtype != act.dtype or not exp.numel():
+        return exp
+    same = _close(exp, alt)
+    if exp.dtype.is_floating_point:
+        same &= ~((exp == 0) & (alt == 0)) | (torch.signbit(exp) == torch.signbit(alt))
+    take = ~same & _close(alt, act)
+    if exp.dtype.is_floating_point:
+        take &= ~((alt == 0) & (act == 0)) | (torch.signbit(alt) == torch.signbit(act))
+    if not bool(take.any()):
+        return exp
+    out = exp.clone()
+    if out.stride() != exp.stride():      # an overlapping layout: clone would not keep it
+        return exp
+    out[take] = act[take]
+    return out
 
 
 def _reference(f, make_inputs, state):

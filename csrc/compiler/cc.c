@@ -1065,6 +1065,27 @@ static int cc_compile(const cdy_cc_opts *opts, const char *source, const char *s
     return rc;
 }
 
+/* After cc_compile failed with err: when the compiler crashed (an internal
+ * compiler error, a GCC bug: GCC 12's SLP vectorizer segfaults on an int64
+ * max reduction over a size-2 inner loop at -O3 -march=native -fwrapv),
+ * compile once more at -O2 (no standby, which would be started for these
+ * flags); its library serves the cache key of opts.  0, or -1 with err kept. */
+static int cc_compile_again(const cdy_cc_opts *opts, const char *source, const char *src_path,
+                            const char *so_tmp, int *standby, const char *err)
+{
+    if (!strstr(err, "internal compiler error"))
+        return -1;
+    char flags[1024];
+    int n = snprintf(flags, sizeof(flags), "%s -O2", opts->extra_flags ? opts->extra_flags : "");
+    if (n < 0 || (size_t)n >= sizeof(flags))
+        return -1;
+    cdy_cc_opts again = *opts;
+    again.extra_flags = flags;
+    again.prefix = NULL;
+    char err2[512];
+    return cc_compile(&again, source, src_path, so_tmp, standby, err2, sizeof(err2));
+}
+
 /* Hex name of the cache key of source under opts; 0 or -1 with err set. */
 static int cc_key(const char *source, const cdy_cc_opts *opts, char hex[33], char *err,
                   size_t errlen)
@@ -1098,7 +1119,8 @@ static int cc_build_fresh(const char *source, const cdy_cc_opts *opts, const cha
     int e = cc_write_file(src_tmp, source, strlen(source));
     if (e)
         return cc_fail(err, errlen, "cannot write %s: %s", src_tmp, strerror(e));
-    if (cc_compile(opts, source, src_tmp, so_tmp, standby, err, errlen)) {
+    if (cc_compile(opts, source, src_tmp, so_tmp, standby, err, errlen) &&
+        cc_compile_again(opts, source, src_tmp, so_tmp, standby, err)) {
         unlink(src_tmp);
         unlink(so_tmp);
         return -1;

@@ -10,12 +10,15 @@
 #include <string.h>
 
 static PyObject *partial_type, *reduce_fn, *odict_type, *ddict_type, *dc_fields, *dc_is_dc;
-static PyObject *environ_obj, *signature_fn, *method_type, *copy_fn, *deepcopy_fn;
+static PyObject *environ_obj, *signature_fn, *method_type, *copy_fn, *deepcopy_fn, *device_t;
+static PyObject *it_chain, *it_chain_from, *it_islice, *it_product, *it_combinations;
 /* names for reasons' arguments */
 static const char fname_max[] = "max", fname_min[] = "min", sym_gt[] = ">", sym_lt[] = "<";
 static const char fname_dict[] = "dict", fname_map[] = "map", fname_filter[] = "filter";
 static const char fname_reduce[] = "reduce", fname_sorted[] = "sorted", fname_zip[] = "zip";
 static const char fname_partial[] = "partial", fname_signature[] = "inspect.signature";
+static const char fname_device[] = "torch.device";
+static const char fname_product[] = "itertools.product", fname_combinations[] = "itertools.combinations";
 static const char fname_method[] = "a method of a fixed object";
 
 /* One-time lookups; 0 or -1 (error set). */
@@ -29,6 +32,16 @@ static int builtins_init(void)
     PyObject *os = PyImport_ImportModule("os");
     PyObject *insp = PyImport_ImportModule("inspect");
     PyObject *types = PyImport_ImportModule("types");
+    PyObject *itt = PyImport_ImportModule("itertools");
+    if (itt) {
+        it_chain = PyObject_GetAttrString(itt, "chain");
+        it_chain_from = it_chain ? PyObject_GetAttrString(it_chain, "from_iterable") : NULL;
+        it_islice = PyObject_GetAttrString(itt, "islice");
+        it_product = PyObject_GetAttrString(itt, "product");
+        it_combinations = PyObject_GetAttrString(itt, "combinations");
+    }
+    Py_XDECREF(itt);
+    device_t = PyObject_GetAttrString(cdy_torch, "device");
     PyObject *cp = PyImport_ImportModule("copy");
     if (cp) {
         copy_fn = PyObject_GetAttrString(cp, "copy");
@@ -60,7 +73,8 @@ static int builtins_init(void)
     Py_XDECREF(dc);
     Py_XDECREF(os);
     return partial_type && reduce_fn && odict_type && ddict_type && dc_fields && dc_is_dc &&
-           environ_obj && signature_fn && method_type && copy_fn && deepcopy_fn ? 0 : -1;
+           environ_obj && signature_fn && method_type && copy_fn && deepcopy_fn && device_t &&
+           it_chain && it_chain_from && it_islice && it_product && it_combinations ? 0 : -1;
 }
 
 /* 1 if o is os.environ. */
@@ -721,6 +735,108 @@ tvar *cdy_environ_call(tracer *tr, tvar *bound, tvar **args, int nargs, PyObject
     return r;
 }
 
+/* ---- itertools --------------------------------------------------------------------- */
+
+/* A TV_ITER over the items of every iterable in its[0..n). */
+static tvar *do_chain(tracer *tr, tvar **its, int n)
+{
+    tvar *out = cdy_tv_seq(tr, TV_LIST, NULL, 0);
+    for (int i = 0; out && i < n; i++)
+        if (cdy_list_extend(tr, out, its[i]))
+            return NULL;
+    return out ? cdy_tv_seq(tr, TV_ITER, out->items, out->n) : NULL;
+}
+
+/* islice(it, stop) / islice(it, start, stop[, step]): the items taken, as a TV_ITER; an
+ * iterator argument is consumed up to the last item taken, as islice does. */
+static tvar *do_islice(tracer *tr, tvar **args, int nargs)
+{
+    long long b[3] = {0, -1, 1};
+    int nb = nargs - 1;
+    for (int i = 0; i < nb; i++) {
+        long long v;
+        int slot = nb == 1 ? 1 : i;
+        if (cdy_tv_none(args[1 + i]))
+            continue;
+        if (!cdy_const_int(args[1 + i], &v) || v < 0 || (slot == 2 && v < 1)) {
+            cdy_tr_stop(tr, SLICE_BOUNDS);
+            return NULL;
+        }
+        b[slot] = v;
+    }
+    tvar *it = cdy_iterate(tr, args[0]);
+    if (!it)
+        return NULL;
+    int avail = it->n - it->pos, stop = b[1] < 0 || b[1] > avail ? avail : (int)b[1], m = 0;
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(avail + 1));
+    if (!items) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    int last = -1;
+    for (long long k = b[0]; k < stop; k += b[2])
+        items[m++] = it->items[it->pos + (last = (int)k)];
+    if (it == args[0])
+        it->pos += b[1] >= 0 && b[1] <= avail ? (int)b[1] : avail;   /* consumed through stop */
+    (void)last;
+    return cdy_tv_seq(tr, TV_ITER, items, m);
+}
+
+/* product(*its) (no repeat) / combinations(it, r): tuples of the items, in itertools' order. */
+static tvar *do_product(tracer *tr, tvar **args, int nargs, int comb)
+{
+    tvar *pools[8];
+    long long r = 0;
+    int npool = comb ? 1 : nargs;
+    if (npool > 8 || (comb && (nargs != 2 || !cdy_const_int(args[1], &r) || r < 0 || r > 8))) {
+        cdy_tr_stop(tr, CALL_ARG_COUNT, comb ? fname_combinations : fname_product, 8, nargs);
+        return NULL;
+    }
+    for (int i = 0; i < npool; i++)
+        if (!(pools[i] = drain(tr, args[i])))
+            return NULL;
+    int width = comb ? (int)r : npool, idx[8] = {0}, total = 0, cap = 1024;
+    tvar **rows = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)cap);
+    if (comb)
+        for (int i = 0; i < width; i++)
+            idx[i] = i;
+    for (;;) {
+        int ok = 1;
+        for (int i = 0; i < width; i++)
+            ok &= comb ? idx[i] < pools[0]->n : idx[i] < pools[i]->n;
+        if (!ok || !rows)
+            break;
+        tvar *row[8];
+        for (int i = 0; i < width; i++)
+            row[i] = comb ? pools[0]->items[idx[i]] : pools[i]->items[idx[i]];
+        if (total == cap || !(rows[total++] = cdy_tv_seq(tr, TV_TUPLE, row, width))) {
+            cdy_tr_stop(tr, ITER_HUGE_CONST);
+            return NULL;
+        }
+        int i = width - 1;   /* advance the rightmost index that can move */
+        if (comb) {
+            while (i >= 0 && idx[i] == pools[0]->n - width + i)
+                i--;
+            if (i < 0)
+                break;
+            idx[i]++;
+            for (int j = i + 1; j < width; j++)
+                idx[j] = idx[j - 1] + 1;
+        }
+        else {
+            while (i >= 0 && ++idx[i] == pools[i]->n) {
+                idx[i] = 0;
+                i--;
+            }
+            if (i < 0)
+                break;
+        }
+        if (!width)
+            break;
+    }
+    return rows ? cdy_tv_seq(tr, TV_ITER, rows, total) : NULL;
+}
+
 /* ---- the dispatch -------------------------------------------------------------------- */
 
 /* See trace.h. */
@@ -754,6 +870,34 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
     }
     if ((fn == copy_fn || fn == deepcopy_fn) && nargs == 1 && !kwnames)
         return cdy_copy(tr, args[0], fn == deepcopy_fn);
+    if (fn == it_chain && !kwnames)
+        return do_chain(tr, args, nargs);
+    if ((fn == it_chain_from || (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == it_chain &&
+                                 !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "from_iterable"))) &&
+        nargs == 1 && !kwnames) {   /* chain.from_iterable: a new bound method at each read */
+        tvar *outer = drain(tr, args[0]);
+        return outer ? do_chain(tr, outer->items, outer->n) : NULL;
+    }
+    if (fn == it_islice && nargs >= 2 && nargs <= 4 && !kwnames)
+        return do_islice(tr, args, nargs);
+    if ((fn == it_product || fn == it_combinations) && !kwnames)
+        return do_product(tr, args, nargs, fn == it_combinations);
+    if (fn == device_t && !kwnames && nargs >= 1) {   /* torch.device("cpu"): a constant */
+        int all = 1;
+        for (int i = 0; i < nargs; i++)
+            all &= args[i]->kind == TV_CONST;
+        if (all) {
+            PyObject *pa[4];
+            for (int i = 0; i < nargs && i < 4; i++)
+                pa[i] = args[i]->obj;
+            PyObject *d = nargs <= 4 ? PyObject_Vectorcall(fn, pa, (size_t)nargs, NULL) : NULL;
+            if (!d) {
+                cdy_tr_stop_exc(tr, RAISED_CALL, fname_device);
+                return NULL;
+            }
+            return const_tv(tr, d);
+        }
+    }
     if (fn == signature_fn && nargs == 1 && !kwnames)
         return do_signature(tr, args[0]);
     if ((fn == dc_fields || fn == dc_is_dc) && nargs == 1 && !kwnames)

@@ -476,6 +476,66 @@ static tvar *op_set_binary(tracer *tr, const char *sym, int inplace, tvar **args
     return r;
 }
 
+/* A tuple of constants as a TUPLE of constant tvars (to join a TUPLE); NULL when stopped. */
+static tvar *const_tuple_items(tracer *tr, tvar *c)
+{
+    int n = (int)PyTuple_GET_SIZE(c->obj);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        if (!(items[i] = cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(c->obj, i)))))
+            return NULL;
+    return items ? cdy_tv_seq(tr, TV_TUPLE, items, n) : NULL;
+}
+
+/* a + b for two tuples or two lists (a tuple of constants joins a TUPLE), a * k / k * a
+ * for one and a constant int: the new sequence; *handled 0 for other operands. */
+static tvar *seq_binary(tracer *tr, int base, tvar **args, int *handled)
+{
+    tvar *a = args[0], *b = args[1];
+    *handled = 0;
+    if (base == 0) {   /* + */
+        int ct_a = a->kind == TV_CONST && PyTuple_CheckExact(a->obj) && b->kind == TV_TUPLE;
+        int ct_b = b->kind == TV_CONST && PyTuple_CheckExact(b->obj) && a->kind == TV_TUPLE;
+        if ((ct_a && !(a = const_tuple_items(tr, a))) || (ct_b && !(b = const_tuple_items(tr, b)))) {
+            *handled = 1;
+            return NULL;
+        }
+        if (a->kind != b->kind || (a->kind != TV_TUPLE && a->kind != TV_LIST))
+            return NULL;
+        *handled = 1;
+        int n = a->n + b->n;
+        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+        if (!items) {
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
+            return NULL;
+        }
+        if (a->n)
+            memcpy(items, a->items, sizeof(tvar *) * (size_t)a->n);
+        if (b->n)
+            memcpy(items + a->n, b->items, sizeof(tvar *) * (size_t)b->n);
+        return cdy_tv_seq(tr, a->kind, items, n);
+    }
+    long long k;
+    if (base != 5 || !(((a->kind == TV_TUPLE || a->kind == TV_LIST) && cdy_const_int(b, &k)) ||
+                       ((b->kind == TV_TUPLE || b->kind == TV_LIST) && cdy_const_int(a, &k))))
+        return NULL;   /* not seq * int */
+    *handled = 1;
+    tvar *s = a->kind == TV_TUPLE || a->kind == TV_LIST ? a : b;
+    if (k < 0)
+        k = 0;
+    if (k * s->n > 1000000) {
+        cdy_tr_stop(tr, ITER_HUGE_CONST);
+        return NULL;
+    }
+    int n = (int)(k * s->n);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    for (int i = 0; items && i < n; i++)
+        items[i] = s->items[i % s->n];
+    if (!items)
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+    return items ? cdy_tv_seq(tr, s->kind, items, n) : NULL;
+}
+
 /* BINARY_OP oparg */
 static int op_binary(tracer *tr, int oparg)
 {
@@ -500,20 +560,10 @@ static int op_binary(tracer *tr, int oparg)
         return cdy_list_extend(tr, args[0], args[1]) ? -1 : push(tr, args[0]);
     if (args[0]->kind == TV_SET)
         return push(tr, op_set_binary(tr, syms[base], inplace, args));
-    if (base == 0 && (list_iadd || (args[0]->kind == args[1]->kind &&
-                                    (args[0]->kind == TV_TUPLE || args[0]->kind == TV_LIST)))) {
-        int n = args[0]->n + args[1]->n;   /* tuple/list concatenation */
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
-        if (!items)
-            return cdy_tr_stop(tr, OUT_OF_MEMORY);
-        memcpy(items, args[0]->items, sizeof(tvar *) * (size_t)args[0]->n);
-        memcpy(items + args[0]->n, args[1]->items, sizeof(tvar *) * (size_t)args[1]->n);
-        if (!list_iadd)
-            return push(tr, cdy_tv_seq(tr, args[0]->kind, items, n));
-        args[0]->items = items;   /* list += iterable extends the list itself: its aliases see it */
-        args[0]->n = n;
-        return push(tr, args[0]);
-    }
+    int handled;
+    tvar *sr = seq_binary(tr, base, args, &handled);   /* tuple / list + and * */
+    if (handled)
+        return push(tr, sr);
     PyObject *fn = cdy_operator_fn(base, names[base]);
     if (!fn)
         return cdy_tr_stop_exc(tr, PY_ERROR);

@@ -943,6 +943,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         }
         return cdy_tv_const(tr, d);   /* a constant: its .type, ==, str() fold */
     }
+    if (!strcmp(n, "__class__"))   /* its real type, fixed by the tensor's guard */
+        return cdy_fixed_value(tr, (PyObject *)t->tp);
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
     if (!strcmp(n, "requires_grad"))
@@ -1083,6 +1085,29 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     }
     /* class attributes that are descriptors: methods, properties */
     PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
+    PyObject *own = PyType_Check(o) && !_PyType_Lookup(Py_TYPE(o), name)
+                        ? _PyType_Lookup((PyTypeObject *)o, name) : NULL;
+    if (own && Py_IS_TYPE(own, &PyClassMethodDescr_Type)) {
+        /* a builtin class's classmethod (itertools.chain.from_iterable, dict.fromkeys): bound
+         * anew at each read, so fixed with the class rather than guarded by identity */
+        PyObject *v = PyObject_GetAttr(o, name);
+        tvar *r = v ? cdy_fixed_value(tr, v) : NULL;
+        Py_XDECREF(v);
+        if (!r && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop_exc(tr, RAISED_ATTR);
+        return r;
+    }
+    if (own && PyObject_TypeCheck(own, &PyClassMethod_Type)) {
+        /* Cls.method of a classmethod: a new bound method at each read, so not guarded by
+         * identity; the function bound to the class (fixed by the class's own guard) */
+        PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(own, "__func__"));
+        tvar *b = fn ? cdy_tv_new(tr, TV_BOUND) : NULL;
+        if (b) {
+            b->obj = fn;
+            b->self = base;
+        }
+        return b;
+    }
     if (cls_attr && PyFunction_Check(cls_attr) && !PyType_Check(o)) {
         tvar *b = cdy_tv_new(tr, TV_BOUND);
         if (b) {
