@@ -13,7 +13,7 @@
  * the contents of the original's closure cells (free variables).
  * Inline caches, the 3.11 location table, stack size and an empty exception
  * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
-#include "internal.h"
+#include "frame/frame.h"
 #include "frame/opcodes.h"
 
 #include <string.h>

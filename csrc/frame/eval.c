@@ -10,7 +10,9 @@
  * with the frame's argument slots; a miss traces and compiles.  Anything we
  * do not handle runs _PyEval_EvalFrameDefault on the frame untouched.     */
 #define Py_BUILD_CORE 1
-#include "internal.h"
+#include "frame/frame.h"
+#include "pipeline.h"
+#include "runtime/runtime.h"
 #include "trace/reasons.h"
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE

@@ -7,7 +7,7 @@
  * pointer and calls the kernels of a dlopen()ed shared object through libffi (cifs prepared once,
  * at load).  Eager backend: replays the traced torch calls.  Both take the
  * graph inputs positionally and return one tensor or a tuple of tensors.   */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <dlfcn.h>
 #include <ffi.h>
@@ -905,8 +905,8 @@ static PyObject *compiled_get_kernel_ir(PyObject *self, void *closure)
 }
 
 /* Keep a copy of plan's kernel IR summary (and the ops of its fused values,
- * from t's graph) in c; 0 or -1 (MemoryError). */
-static int copy_kir(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
+ * from r's graph) in c; 0 or -1 (MemoryError). */
+static int copy_kir(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
 {
     size_t nv = 1;
     for (int i = 0; i < plan->nkir; i++)
@@ -927,7 +927,7 @@ static int copy_kir(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
         vals += s->nout;
         memcpy(vals, s->fused, sizeof(int) * (size_t)s->nfused);
         for (int j = 0; j < s->nfused; j++)
-            c->kir_ops[vals - c->kir_values + j] = t->graph.values[vals[j]].op;
+            c->kir_ops[vals - c->kir_values + j] = r->graph->values[vals[j]].op;
         s->fused = vals;
         vals += s->nfused;
     }
@@ -1251,10 +1251,10 @@ static int bucket(const int *slot, int nbuf, int nslots, int **at, int **list)
 }
 
 /* The most bytes of per-call tensors alive at once: the tensors we make
- * and the extern results that are not views (t's graph says which steps
+ * and the extern results that are not views (r's graph says which steps
  * make views), each from slot born[b] of make_at to slot drop[b] of
  * drop_at (-1: kept); -1 with MemoryError. */
-static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t,
+static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r,
                           const int *born, const int *drop)
 {
     int ns = c->nsteps;
@@ -1268,7 +1268,7 @@ static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy
     }
     for (int s = 0; s < ns; s++)
         if (c->steps[s].kind == CDY_STEP_EXTERN)
-            view[c->steps[s].out_buffer] = cdy_value_is_alias(&t->graph.values[c->steps[s].index]);
+            view[c->steps[s].out_buffer] = cdy_value_is_alias(&r->graph->values[c->steps[s].index]);
     for (int b = c->ninputs; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         int64_t bytes = cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
@@ -1296,9 +1296,9 @@ done:
  * step that touches it, so a call holds only the buffers still needed (as
  * eager frees a temporary when its last reference goes) and the allocator
  * reuses freed memory for later buffers.  0, or -1 with MemoryError. */
-static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
+static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
 {
-    int nb = c->nbuffers, ns = c->nsteps, r = -1;
+    int nb = c->nbuffers, ns = c->nsteps, rc = -1;
     int *first = PyMem_Calloc((size_t)nb + 1, sizeof(int));
     int *last = PyMem_Calloc((size_t)nb + 1, sizeof(int));
     int *born = PyMem_Calloc((size_t)nb + 1, sizeof(int));
@@ -1323,21 +1323,21 @@ static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace
         PyErr_NoMemory();
         goto done;
     }
-    c->peak_bytes = peak_bytes(c, plan, t, born, drop);
-    r = c->peak_bytes < 0 ? -1 : 0;
+    c->peak_bytes = peak_bytes(c, plan, r, born, drop);
+    rc = c->peak_bytes < 0 ? -1 : 0;
 done:
     PyMem_Free(first);
     PyMem_Free(last);
     PyMem_Free(born);
     PyMem_Free(drop);
     PyMem_Free(make);
-    return r;
+    return rc;
 }
 
 /* Keep each node's user code and line (add_user_frame); 0 or -1. */
-static int copy_where(cdy_compiled *c, const cdy_trace *t)
+static int copy_where(cdy_compiled *c, const cdy_run_record *r)
 {
-    c->nwhere = t->graph.nvalues;
+    c->nwhere = r->graph->nvalues;
     c->where_code = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(PyObject *));
     c->where_line = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(int));
     if (!c->where_code || !c->where_line) {
@@ -1345,7 +1345,7 @@ static int copy_where(cdy_compiled *c, const cdy_trace *t)
         return -1;
     }
     for (int v = 0; v < c->nwhere; v++) {
-        const cdy_value *val = &t->graph.values[v];
+        const cdy_value *val = &r->graph->values[v];
         if (val->kind == CDY_VAL_NODE && val->source_code && val->source_line > 0) {
             c->where_code[v] = Py_NewRef((PyObject *)val->source_code);
             c->where_line[v] = val->source_line;
@@ -1374,18 +1374,18 @@ static int draws_rng(PyObject *fn)
 }
 
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
-static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
+static int copy_pynodes(cdy_compiled *c, const cdy_run_record *r)
 {
-    c->npynodes = t->npynodes;
-    c->keep = Py_NewRef(t->keep);
+    c->npynodes = r->npynodes;
+    c->keep = Py_NewRef(r->keep);
     c->pynodes = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(cdy_pynode));
-    c->pynode_of = PyMem_Calloc((size_t)t->graph.nvalues + 1, sizeof(int));
+    c->pynode_of = PyMem_Calloc((size_t)r->graph->nvalues + 1, sizeof(int));
     if (!c->pynodes || !c->pynode_of)
         goto oom;
-    for (int v = 0; v < t->graph.nvalues; v++)
+    for (int v = 0; v < r->graph->nvalues; v++)
         c->pynode_of[v] = -1;
     for (int n = 0; n < c->npynodes; n++) {
-        const cdy_pynode *s = &t->pynodes[n];
+        const cdy_pynode *s = &r->pynodes[n];
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
         c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
@@ -1421,30 +1421,30 @@ oom:
     return -1;
 }
 
-/* Copy t's mutated inputs (writeback pairs), the inputs' byte spans and
+/* Copy r's mutated inputs (writeback pairs), the inputs' byte spans and
  * the outputs that view mutated inputs; 0 or -1. */
-static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
+static int copy_writeback(cdy_compiled *c, const cdy_run_record *r)
 {
-    if (t->nreview) {
-        if (!(c->rv = PyMem_Calloc((size_t)t->nreview, sizeof(cdy_review)))) {
+    if (r->nreview) {
+        if (!(c->rv = PyMem_Calloc((size_t)r->nreview, sizeof(cdy_review)))) {
             PyErr_NoMemory();
             return -1;
         }
-        memcpy(c->rv, t->review, sizeof(cdy_review) * (size_t)t->nreview);
-        c->nrv = t->nreview;
+        memcpy(c->rv, r->review, sizeof(cdy_review) * (size_t)r->nreview);
+        c->nrv = r->nreview;
     }
-    if (!t->nwriteback)
+    if (!r->nwriteback)
         return 0;
-    c->nwb = t->nwriteback;
+    c->nwb = r->nwriteback;
     c->wb = PyMem_Calloc((size_t)(2 * c->nwb), sizeof(int));
     c->in_bytes = PyMem_Calloc((size_t)c->ninputs + 1, sizeof(int64_t));
     if (!c->wb || !c->in_bytes) {
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(c->wb, t->writeback, sizeof(int) * (size_t)(2 * c->nwb));
-    for (int v = 0; v < t->graph.nvalues; v++) {
-        const cdy_value *val = &t->graph.values[v];
+    memcpy(c->wb, r->writeback, sizeof(int) * (size_t)(2 * c->nwb));
+    for (int v = 0; v < r->graph->nvalues; v++) {
+        const cdy_value *val = &r->graph->values[v];
         if (val->kind != CDY_VAL_INPUT || val->input_index >= c->ninputs)
             continue;
         int64_t span = 1;
@@ -1458,9 +1458,9 @@ static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
 }
 
 /* The C-backend callable for plan, loading so_path (NULL: no kernels) and
- * calling t's extern nodes through torch.  New ref or NULL. */
+ * calling r's extern nodes through torch.  New ref or NULL. */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, const char *name,
-                                 int single, const cdy_trace *t)
+                                 int single, const cdy_run_record *r)
 {
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
@@ -1506,8 +1506,8 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         for (int d = 0; d < plan->buffers[b].ndim; d++)
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
-    if (copy_pynodes(c, t) || copy_where(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
-        plan_lifetimes(c, plan, t) || copy_kir(c, plan, t))
+    if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
+        plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
@@ -1524,25 +1524,25 @@ fail:
     return NULL;
 }
 
-/* The eager-backend callable replaying t's calls.  New ref or NULL. */
-PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single)
+/* The eager-backend callable replaying r's calls.  New ref or NULL. */
+PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int single)
 {
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
         return NULL;
     c->eager = 1;
-    c->ninputs = t->graph.ninputs;
-    c->nvalues = t->graph.nvalues;
-    c->noutputs = t->graph.noutputs;
-    if (copy_pynodes(c, t) || copy_where(c, t) || copy_writeback(c, t))
+    c->ninputs = r->graph->ninputs;
+    c->nvalues = r->graph->nvalues;
+    c->noutputs = r->graph->noutputs;
+    if (copy_pynodes(c, r) || copy_where(c, r) || copy_writeback(c, r))
         goto fail;
     c->outputs = PyMem_Calloc((size_t)c->noutputs + 1, sizeof(int));
     c->value_input = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(int));
     if (!c->outputs || !c->value_input)
         goto oom;
-    memcpy(c->outputs, t->graph.outputs, sizeof(int) * (size_t)c->noutputs);
+    memcpy(c->outputs, r->graph->outputs, sizeof(int) * (size_t)c->noutputs);
     for (int v = 0; v < c->nvalues; v++) {
-        const cdy_value *val = &t->graph.values[v];
+        const cdy_value *val = &r->graph->values[v];
         c->value_input[v] = val->kind == CDY_VAL_INPUT ? val->input_index : -1;
     }
     c->vectorcall = run_eager;

@@ -5,7 +5,8 @@
 #ifndef CDY_TRACE_H
 #define CDY_TRACE_H
 
-#include "internal.h"
+#include "trace/record.h"
+#include "frame/frame.h"
 #include "trace/reasons.h"
 
 #define CDY_MAX_INLINE_DEPTH 48
@@ -224,7 +225,7 @@ PyObject *cdy_tvar_type(tvar *v);
 PyObject *cdy_operator_fn(int slot, const char *name);
 /* fn(*args) with tensor args, run through torch at run time (an extern node). */
 tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs);
-/* fn(*args, **kw) traced as any torch call is: a lowering's nodes or an extern node. */
+/* fn(*args, **kw) traced as any torch call is: a builder's nodes or an extern node. */
 tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
                      PyObject *kwnames);
 /* Record fn(*args, **kw) (tensors: tvars) as the call the eager backend
@@ -493,7 +494,7 @@ typedef struct {
  * an extern node (torch runs it); NULL: the trace stopped (a reason is
  * recorded).  tensor_call checks the protocol: NULL with a Python exception
  * pending and no stop is a LOWER_FAILED internal error; NULL with neither
- * is read as CDY_NOT_LOWERED (lowerings written before the sentinel). */
+ * is read as CDY_NOT_LOWERED (builders written before the sentinel). */
 typedef tvar *(*cdy_build_fn)(tracer *tr, const cdy_lower_call *call);
 extern tvar cdy_not_lowered;
 #define CDY_NOT_LOWERED (&cdy_not_lowered)
