@@ -237,8 +237,7 @@ int cg_emit_loops(cg_ctx *c, const kir_kernel *k);
 int cg_emit_cat_value(cg_ctx *c, int v, int ind);
 /* Bytes numel iterations of nest load and store (operands that stay put in
  * every loop are not counted). */
-int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                 int64_t numel);
+int64_t cg_moved(const cg_operand *ops, int nops, const cg_nest *nest, int64_t numel);
 /* Append the IR line of kernel k's streamed stores (nothing when it does not stream). */
 void cg_ir_stream(cg_ctx *c, cdy_buf *b, const kir_kernel *k);
 /* Emit the kernel mark, the comment naming kernel k's fused ops, its signature. */

@@ -577,6 +577,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
             return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
         ops[p].buffer = c->val_buf[v];
         ops[p].value = v;
+        ops[p].dtype = val->meta.dtype;
         ops[p].is_out = 0;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[p].stride);
         ops[p].offset = 0;
@@ -597,6 +598,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
         const cdy_value *val = &g->values[grp->outs[i]];
         ops[n].buffer = c->val_buf[grp->outs[i]];
         ops[n].value = grp->outs[i];
+        ops[n].dtype = val->meta.dtype;
         ops[n].is_out = 1;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[n].stride);
         ops[n].offset = 0;
@@ -882,9 +884,8 @@ static int cg_emit_body(cg_ctx *c, const kir_kernel *k, int ind, const char *sta
             cg_gather_emit_base(c, nest, o, ind);
             continue;
         }
-        const cdy_meta *m = &c->g->values[ops[o].value].meta;
         cg_indent(&c->src, ind);
-        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype,
+        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[ops[o].dtype].ctype,
                        o, o);
         cg_emit_offset(&c->src, nest, o);
         cdy_buf_puts(&c->src, "];\n");
@@ -919,8 +920,7 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
     return 1;
 }
 
-int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                 int64_t numel)
+int64_t cg_moved(const cg_operand *ops, int nops, const cg_nest *nest, int64_t numel)
 {
     int64_t bytes = 0;
     for (int o = 0; o < nops; o++) {
@@ -928,7 +928,7 @@ int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest
         for (int d = 0; d < nest->ndim; d++)
             moves |= nest->stride[o][d] != 0;
         if (moves)
-            bytes += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+            bytes += cdy_dtype_table[ops[o].dtype].size;
     }
     return numel * bytes;
 }
@@ -966,7 +966,7 @@ static int cg_loops_stream(const cg_ctx *c, const kir_kernel *k)
     if (last < 0 || k->status)
         return 0;
     for (int o = cg_first_out(k->ops, k->nops); o < k->nops; o++) {
-        int64_t size = cdy_dtype_table[c->g->values[k->ops[o].value].meta.dtype].size;
+        int64_t size = cdy_dtype_table[k->ops[o].dtype].size;
         if (nest->stride[o][last] != 1 || (last > 0 && nest->size[last] * size < CG_STREAM_ROW))
             return 0;
     }
@@ -975,7 +975,7 @@ static int cg_loops_stream(const cg_ctx *c, const kir_kernel *k)
 
 void cg_sched_loops(cg_ctx *c, kir_kernel *k)
 {
-    k->moved = cg_moved(c, k->ops, k->nops, k->nest, k->numel);
+    k->moved = cg_moved(k->ops, k->nops, k->nest, k->numel);
     k->serial = cg_serial_why(c, k);
     k->parallel = k->serial == NULL;
     /* a cheap kernel's team is cut to its bytes (cg_cheap_threads) */
@@ -997,11 +997,11 @@ void cg_ir_stream(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
 
 /* Elements per L1 block of a streaming flat loop: CG_STREAM_STAGE bytes over
  * the outputs' element sizes, a power of two in [64, 1024]. */
-static int cg_stage_elems(const cg_ctx *c, const cg_operand *ops, int nops)
+static int cg_stage_elems(const cg_operand *ops, int nops)
 {
     int64_t per = 0;
     for (int o = cg_first_out(ops, nops); o < nops; o++)
-        per += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+        per += cdy_dtype_table[ops[o].dtype].size;
     int n = 1024;
     while (n > 64 && n * per > CG_STREAM_STAGE)
         n /= 2;
@@ -1042,7 +1042,7 @@ static int cg_emit_flat_stream(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
     const cg_operand *ops = k->ops;
-    int nops = k->nops, se = cg_stage_elems(c, ops, nops), first = cg_first_out(ops, nops);
+    int nops = k->nops, se = cg_stage_elems(ops, nops), first = cg_first_out(ops, nops);
     if (k->parallel)
         cg_stream_open(c, 1, k->threads, "", 1);
     cg_emit_blocks_open(b, k->nest->size[0]);
@@ -1050,7 +1050,7 @@ static int cg_emit_flat_stream(cg_ctx *c, const kir_kernel *k)
                       "            const int64_t se = sb + %d < hi ? sb + %d : hi;\n", se, se, se);
     for (int o = first; o < nops; o++)
         cdy_buf_printf(b, "            %s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       cdy_dtype_table[ops[o].dtype].ctype, o - first,
                        se);
     cdy_buf_puts(b, "            #pragma GCC ivdep\n"
                     "            for (int64_t i0 = sb; i0 < se; i0++) {\n");
@@ -1073,7 +1073,7 @@ static int cg_emit_nest_stream(cg_ctx *c, const kir_kernel *k)
     const cg_nest *nest = k->nest;
     int nops = k->nops, last = nest->ndim - 1, ind = 1, first = cg_first_out(ops, nops);
     long long m = (long long)nest->size[last];
-    int blk = cg_stage_elems(c, ops, nops);
+    int blk = cg_stage_elems(ops, nops);
     blk = m < blk ? (int)m : blk;
     if (k->parallel)
         cg_stream_open(c, 1, k->threads, k->collapse ? " collapse(2)" : "", 1);
@@ -1090,7 +1090,7 @@ static int cg_emit_nest_stream(cg_ctx *c, const kir_kernel *k)
     for (int o = first; o < nops; o++) {
         cg_indent(b, ind + 1);
         cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       cdy_dtype_table[ops[o].dtype].ctype, o - first,
                        blk);
     }
     if (k->vector) {
@@ -1197,7 +1197,7 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k)
     cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", k->status ? "int" : "void", k->number);
     int first = cg_first_out(ops, nops);
     for (int o = 0; o < nops; o++) {
-        const char *ct = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype;
+        const char *ct = cdy_dtype_table[ops[o].dtype].ctype;
         if (o)
             cdy_buf_puts(b, ", ");
         if (ops[o].is_out)
@@ -1385,7 +1385,7 @@ void cg_print_pointwise(cg_ctx *c, const kir_kernel *k)
         cdy_buf_puts(b, k->ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(b, k->ops, k->nops, o);
         cdy_buf_printf(b, " %s strides ",
-                       cdy_dtype_table[c->g->values[k->ops[o].value].meta.dtype].name);
+                       cdy_dtype_table[k->ops[o].dtype].name);
         cg_ir_dims(b, nest->stride[o], nest->ndim);
         if (k->ops[o].offset)
             cdy_buf_printf(b, " offset %lld", (long long)k->ops[o].offset);

@@ -26,9 +26,11 @@
  * iteration space and the nests carry a symbol beside each size, which the
  * schedulers' rules (thresholds on elements and bytes) then read as bounds,
  * and the emitters print as a parameter.  A load or store moves its
- * operand's buffer dtype, converted to and from the compute dtype of the
- * node that reads it; bfloat16 / float16 storage (issue 33) adds the
- * conversion at those loads and stores. */
+ * operand's dtype (cg_operand.dtype), converted to and from the compute dtype
+ * of the node that reads it; bfloat16 / float16 storage (issue 33) adds the
+ * conversion at those loads and stores.  The emitters decide nothing: every
+ * choice of how loops run (parallel, team, collapse, vector, stream) is a
+ * field of the kernel's record. */
 #ifndef CDY_KIR_H
 #define CDY_KIR_H
 
@@ -44,6 +46,8 @@ typedef struct {
     int buffer;                      /* plan buffer number (-1: an index operand, no pointer) */
     int is_out;
     int value;                       /* value number (outputs; first user for inputs) */
+    int dtype;                       /* cdy_dtype of its elements in memory: what a load reads
+                                      * and a store writes (the emitters' one source for it) */
     int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
     int64_t offset;                  /* elements added to the pointer (view loads) */
 } cg_operand;

@@ -302,7 +302,7 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
             continue;
         cg_indent(b, ind);
         cdy_buf_printf(b, "const %s x%d = in_ptr%d[",
-                       cdy_dtype_table[g->values[ops[o].value].meta.dtype].ctype, o, o);
+                       cdy_dtype_table[ops[o].dtype].ctype, o, o);
         cg_pool_offset(b, ops[o].stride, n, p->hd, p->wd);
         cdy_buf_puts(b, "];\n");
     }
@@ -362,19 +362,19 @@ static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, const
 }
 
 /* The record of a window kernel: the decoded node, the order of the output
- * loops, block mode (channels_last: simd over a block of channels), whether
- * the outer loop runs in parallel. */
+ * loops, block mode (channels_last: simd over a block of channels); whether
+ * the outer loop runs in parallel is the kernel's. */
 typedef struct {
     cg_pool p;
     int order[CDY_MAX_NDIM];
-    int simd, par;
+    int simd;
 } cg_pool_kernel;
 
 /* Print window kernel kk in the post-fusion IR. */
 void cg_print_pool(cg_ctx *c, const kir_kernel *kk)
 {
     const cg_pool_kernel *pk = kk->x;
-    int k = kk->number, v = kk->node, nops = kk->nops, par = pk->par, simd = pk->simd;
+    int k = kk->number, v = kk->node, nops = kk->nops, par = kk->parallel, simd = pk->simd;
     const cg_operand *ops = kk->ops;
     const cdy_value *val = &c->g->values[v];
     cdy_buf *ir = &c->ir_post;
@@ -447,7 +447,7 @@ static int cg_pool_cblock(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
  * innermost one is the channel block), the window bounds once both spatial
  * loops are open, then the accumulator, the window and the store. */
 static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
-                         const int *order, int par, int simd)
+                         const int *order, int par, int collapse, int simd)
 {
     cdy_buf *b = &c->src;
     const cdy_meta *om = &c->g->values[v].meta;
@@ -457,8 +457,7 @@ static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *o
         if (i == 0 && par) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           om->sizes[d] < 4 * (int64_t)c->nthreads && nl >= 2 ? " collapse(2)"
-                                                                              : "");
+                           collapse ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t o%d = 0; o%d < %lldLL; o%d++) {\n", d, d,
@@ -523,7 +522,6 @@ int cg_sched_pool(cg_ctx *c, int v)
                (im->sizes[p->wd] == 1 || im->strides[last] < im->strides[p->wd]);
     int64_t onumel = cdy_meta_numel(om), inumel = cdy_meta_numel(im);
     int64_t work = onumel > inumel ? onumel : inumel;
-    pk->par = c->nthreads > 1 && work >= CG_PARALLEL_NUMEL && om->sizes[pk->order[0]] > 0;
     k->number = number;
     k->node = v;
     k->grp = grp;
@@ -531,7 +529,9 @@ int cg_sched_pool(cg_ctx *c, int v)
     k->nops = nops;
     k->nest = nest;
     k->numel = onumel;
-    k->parallel = pk->par;
+    k->parallel = c->nthreads > 1 && work >= CG_PARALLEL_NUMEL && om->sizes[pk->order[0]] > 0;
+    k->collapse = k->parallel && om->ndim - pk->simd >= 2 &&
+                  om->sizes[pk->order[0]] < 4 * (int64_t)c->nthreads;
     k->vector = pk->simd;
     k->threads = "NTHREADS";
     k->status = cg_kernel_gathers(c);
@@ -544,8 +544,8 @@ int cg_emit_pool(cg_ctx *c, const kir_kernel *k)
 {
     const cg_pool_kernel *pk = k->x;
     cg_emit_header(c, k);
-    if (k->numel > 0 && cg_pool_loops(c, k->node, &pk->p, k->ops, k->nops, pk->order, pk->par,
-                                      pk->simd))
+    if (k->numel > 0 && cg_pool_loops(c, k->node, &pk->p, k->ops, k->nops, pk->order,
+                                      k->parallel, k->collapse, pk->simd))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
     return 0;

@@ -518,7 +518,7 @@ static void cg_red_prefetch(cg_ctx *c, const cg_red_kernel *r, int ind)
         int64_t s = r->on->stride[o][lo];
         if (r->ops[o].is_out || s == 0 || r->rn->stride[o][0] != 1)
             continue;
-        int es = cdy_dtype_table[c->g->values[r->ops[o].value].meta.dtype].size;
+        int es = cdy_dtype_table[r->ops[o].dtype].size;
         cdy_buf_puts(b, CG_RED_PREFETCH_IF);
         cg_indent(b, ind);
         cdy_buf_printf(b, "if (i%d + %d < %lldLL) {\n", lo, CG_RED_PREFETCH_ROWS,
@@ -615,9 +615,9 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
     for (int o = 0; o < r->nops; o++) {
         if (r->ops[o].is_out)
             continue;
-        const cdy_meta *m = &g->values[r->ops[o].value].meta;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[r->ops[o].dtype].ctype, o,
+                       o);
         cg_red_offset(b, r->on, rn, o);
         cdy_buf_puts(b, "];\n");
     }

@@ -217,9 +217,9 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
     for (int o = 0; prologue && o < k->nops; o++) {
         if (k->ops[o].is_out)
             continue;
-        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[k->ops[o].dtype].ctype, o,
+                       o);
         cg_row_offset(b, k->on, k->rn, o);
         cdy_buf_puts(b, "];\n");
     }
@@ -361,8 +361,7 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
         int64_t s = k->on->stride[o][lo];
         if (k->ops[o].is_out || s == 0 || k->rn->stride[o][last] != 1)
             continue;
-        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
-        int lines = (int)(nl * cdy_dtype_table[m->dtype].size / 64);
+        int lines = (int)(nl * cdy_dtype_table[k->ops[o].dtype].size / 64);
         cg_indent(b, ind);
         cdy_buf_printf(b, "if (i%d + 1 < %lldLL) {\n", lo, (long long)k->on->size[lo]);
         cg_indent(b, ind + 1);
@@ -392,7 +391,7 @@ static void cg_row_stage(cg_rowk *k, int ind, int nl, int write)
         cg_indent(b, ind);
         if (!write) {
             cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                           cdy_dtype_table[c->g->values[k->ops[o].value].meta.dtype].ctype, n, nl);
+                           cdy_dtype_table[k->ops[o].dtype].ctype, n, nl);
             continue;
         }
         cdy_buf_printf(b, "{ const int64_t r%d = rb; cdy_stream(&out_ptr%d[", k->rn->ndim - 1, n);
@@ -695,7 +694,7 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
 {
     int64_t unstored = k->store ? 0 : cdy_dtype_table[k->c->g->values[k->v].meta.dtype].size;
-    return cg_moved(k->c, k->ops, k->nops, k->on, numel) - numel * unstored;
+    return cg_moved(k->ops, k->nops, k->on, numel) - numel * unstored;
 }
 
 /* 1 when k's final pass may stream its stores (stream.c): a norm (softmax
@@ -723,11 +722,10 @@ static int cg_row_streams(const cg_rowk *k, int64_t numel)
 }
 
 /* The record of a row kernel: its working state (decisions: mode, store,
- * stream), its shape, whether the rows run in parallel. */
+ * stream) and its shape; whether the rows run in parallel is the kernel's. */
 typedef struct {
     cg_rowk k;
     cg_rowshape rs;
-    int par;
 } cg_row_kernel;
 
 /* Print row kernel kk in the post-fusion IR. */
@@ -736,7 +734,7 @@ void cg_print_rows(cg_ctx *c, const kir_kernel *kk)
     const cg_row_kernel *rk = kk->x;
     const cg_rowk *k = &rk->k;
     const cg_rowshape *rs = &rk->rs;
-    int kn = kk->number, par = rk->par;
+    int kn = kk->number, par = kk->parallel;
     cdy_buf *ir = &c->ir_post;
     const char *name = cdy_op_table[c->g->values[k->v].op].name;
     cdy_buf_printf(ir, "kernel_%d: row kernel %%%d %s of %%%d over ", kn, k->v, name, k->in);
@@ -894,18 +892,17 @@ static int cg_row_columns(const cg_rowk *k)
            k->on->size[lo] >= 8;
 }
 
-/* Emit the outer loops of k (parallel when par) at indentation 1; in column
+/* Emit the outer loops of k (parallel when par, the two outer ones collapsed
+ * when collapse) at indentation 1; in column
  * mode the innermost is a loop over blocks of columns.  Returns the body's
  * indentation. */
-static int cg_row_outer(cg_rowk *k, int par)
+static int cg_row_outer(cg_rowk *k, int par, int collapse)
 {
     cdy_buf *b = &k->c->src;
     int ind = 1, n = k->on->ndim;
     for (int d = 0; d < n; d++, ind++) {
         if (d == 0 && par)
-            cg_stream_open(k->c, ind, "NTHREADS",
-                           n >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
-                               ? " collapse(2)" : "", k->stream);
+            cg_stream_open(k->c, ind, "NTHREADS", collapse ? " collapse(2)" : "", k->stream);
         cg_indent(b, ind);
         long long sz = (long long)k->on->size[d];
         if (k->col && d == n - 1)
@@ -953,7 +950,6 @@ int cg_sched_rows(cg_ctx *c, int v)
     k->lanes = cg_row_lanes(k);
     k->prefetch = cg_row_prefetches(k);
     int64_t nrows = rs->nrow ? rs->numel / rs->nrow : 0;
-    rk->par = c->nthreads > 1 && rs->numel >= CG_PARALLEL_NUMEL && k->on->ndim > 0 && nrows > 1;
     kk->number = number;
     kk->node = v;
     kk->grp = (cg_group){rs->ndim, rs->size, k->nout, k->outs};
@@ -961,7 +957,7 @@ int cg_sched_rows(cg_ctx *c, int v)
     kk->nops = k->nops;
     kk->nest = k->on;
     kk->numel = rs->numel;
-    kk->parallel = rk->par;
+    kk->parallel = c->nthreads > 1 && rs->numel >= CG_PARALLEL_NUMEL && k->on->ndim > 0 && nrows > 1;
     kk->collapse = k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)c->nthreads;
     kk->threads = "NTHREADS";
     kk->stream = k->stream;
@@ -991,7 +987,7 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
         return cg_fail(c, "out of memory");
     cg_emit_header(c, kk);
     if (rk->rs.numel > 0) {
-        int ind = cg_row_outer(&k, rk->par);
+        int ind = cg_row_outer(&k, kk->parallel, kk->collapse);
         int op = g->values[k.v].op;
         int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
                                                                : cg_row_norm(&k, ind, rk->rs.nrow);
@@ -1002,7 +998,7 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
             cdy_buf_puts(&c->src, "}\n");
         }
         if (k.stream)
-            cg_stream_close(c, 1, rk->par);
+            cg_stream_close(c, 1, kk->parallel);
     }
     cdy_buf_puts(&c->src, "}\n");
     return 0;

@@ -131,6 +131,7 @@ void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op)
     memset(op, 0, sizeof(*op));
     op->buffer = c->val_buf[val->view_base];
     op->value = v;
+    op->dtype = m->dtype;
     op->offset = val->view_offset;
     for (int d = 0; d < grp->ndim; d++) {
         int md = d - shift;
@@ -481,6 +482,7 @@ static void cg_pad_box(cg_ctx *c, const cdy_meta *om, const int64_t *sz, const i
     int64_t off = 0, numel = 1;
     memset(&op, 0, sizeof(op));
     op.is_out = 1;
+    op.dtype = om->dtype;
     for (int d = 0; d < om->ndim; d++) {
         op.stride[d] = sz[d] == 1 ? 0 : om->strides[d];
         off += st[d] * om->strides[d];
@@ -538,6 +540,7 @@ static int cg_sched_pad_fill(cg_ctx *c, int v, const int64_t *start, const int64
     outs[0] = v;
     op->buffer = c->val_buf[v];
     op->value = v;
+    op->dtype = c->g->values[v].meta.dtype;
     op->is_out = 1;
     memcpy(pk->start, start, sizeof(pk->start));
     memcpy(pk->len, len, sizeof(pk->len));
@@ -711,10 +714,12 @@ static int cg_sched_cat_one(cg_ctx *c, int v)
             memset(&ops[i], 0, sizeof(ops[i]));
             ops[i].buffer = c->val_buf[p];
             ops[i].value = p;
+            ops[i].dtype = pm->dtype;
             cg_broadcast_strides(pm, pm->ndim, ops[i].stride);
         } else
             cg_view_operand(c, &grp, p, &ops[i]);
-        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v}};
+        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v,
+                                       .dtype = om->dtype}};
         pair[0].offset = 0;
         for (int pd = 0; pd < pm->ndim; pd++)
             pair[1].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
@@ -722,7 +727,8 @@ static int cg_sched_cat_one(cg_ctx *c, int v)
         ck->start[i] = pos * om->strides[d];
         pos += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
     }
-    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v};
+    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v,
+                            .dtype = om->dtype};
     c->live[v] = c->in_group[v] = 1;
     int64_t onumel = cdy_meta_numel(om);
     k->number = number;
@@ -750,8 +756,7 @@ int cg_emit_cat_kernel(cg_ctx *c, const kir_kernel *k)
     cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n", ck->threads);
     for (int i = 0; i < ck->np; i++)
         if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
-            cg_cat_loops(c, i, &ck->nests[i], ck->start[i], c->g->values[val->args[i]].meta.dtype,
-                         val->meta.dtype);
+            cg_cat_loops(c, i, &ck->nests[i], ck->start[i], k->ops[i].dtype, k->ops[ck->np].dtype);
     cdy_buf_puts(&c->src, "    }\n}\n");
     return 0;
 }
