@@ -39,5 +39,5 @@ setup(
     package_dir={"": "python"},
     packages=["cdynamo"],
     ext_modules=[ext],
-    python_requires=">=3.11,<3.12",
+    python_requires=">=3.11,<3.14",
 )

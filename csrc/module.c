@@ -3,6 +3,7 @@
 #include "frame/frame.h"
 #include "runtime/runtime.h"
 #include "trace/reasons.h"
+#include "pyver/pyver.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -254,7 +255,7 @@ PyMODINIT_FUNC PyInit__C(void)
     Py_INCREF(&cdy_compiled_type);
     if (PyModule_AddObject(m, "CompiledGraph", (PyObject *)&cdy_compiled_type) < 0)
         goto fail;
-    if (cdy_frame_init(m))
+    if (cdy_frame_init(m) || cdy_pyver_init(m))
         goto fail;
     return m;
 fail:

@@ -11,9 +11,7 @@
 
 #include "cdynamo.h"
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "cdynamo supports CPython 3.11 (frame layout and opcodes are per version)"
-#endif
+#include "pyver/pyver.h"   /* the Python versions cdynamo supports (3.11 - 3.13) */
 
 /* ---- counters (GIL-protected) --------------------------------------------- */
 #define CDY_STATS(X) X(frames_seen) X(frames_compiled) X(cache_hits) X(cache_misses) \

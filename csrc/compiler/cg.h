@@ -26,12 +26,12 @@
  * of 128K on 2; float32 ones break even at 32K elements, 256 KB). */
 #define CG_PARALLEL_BYTES (256 * 1024)
 #define CG_PARALLEL_CHEAP_OPS 2
-/* A cheap parallel kernel (one or two cheap ops, a copy, a flip, a cat) runs on
- * at most one thread per this many bytes moved (and at least 2): a larger
- * team's fork and join cost more than its share of the work saves (16 Xeon
- * cores, tools/manycore_check: a uint8 neg or flip of 1x3x224x224 took 4.5-5.0
- * us on 4 threads, 5.3-6.6 on 2 and 6.3-9.0 on 16; a 2-thread machine keeps 2). */
-#define CG_THREAD_BYTES (64 * 1024)
+/* Every parallel kernel runs on the whole team (NTHREADS), never a smaller one:
+ * libgomp ends the pool threads a smaller team leaves out, and torch's next
+ * parallel op (a linear, at the full team) creates them again.  A cheap kernel
+ * on a team cut to its bytes (5 of 16 threads) between two linears cost ~750 us
+ * a call on 16 Sapphire Rapids cores, where one cut-free team costs ~1-2 us
+ * more than the cut one (docs/bench/device-2026-11-28). */
 /* Elements per OpenMP chunk of a flat 1-D loop. */
 #define CG_BLOCK 4096
 /* Bytes of a streaming kernel's L1 blocks of outputs, at most (stream.c). */
@@ -203,9 +203,6 @@ int cg_layout(cg_ctx *c);
 
 /* ---- shared helpers (codegen.c) ------------------------------------------ */
 int cg_fail(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The num_threads of a parallel loop of a cheap kernel moving `bytes`
- * (CG_THREAD_BYTES): "NTHREADS", or a smaller team as a number (arena text). */
-const char *cg_cheap_threads(cg_ctx *c, int64_t bytes);
 char *cg_strf(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cg_check_meta(cg_ctx *c, int v, const cdy_meta *m);
 int cg_is_extern(const cdy_graph *g, int v);

@@ -50,15 +50,6 @@ int cg_fail(cg_ctx *c, const char *fmt, ...)
     return -1;
 }
 
-const char *cg_cheap_threads(cg_ctx *c, int64_t bytes)
-{
-    int64_t n = (bytes + CG_THREAD_BYTES - 1) / CG_THREAD_BYTES;
-    if (n >= c->nthreads)
-        return "NTHREADS";
-    const char *s = cg_strf(c, "%d", n < 2 ? 2 : (int)n);
-    return s ? s : "NTHREADS";
-}
-
 /* A formatted string in the arena; NULL on out of memory. */
 char *cg_strf(cg_ctx *c, const char *fmt, ...)
 {
@@ -978,9 +969,7 @@ void cg_sched_loops(cg_ctx *c, kir_kernel *k)
     k->moved = cg_moved(k->ops, k->nops, k->nest, k->numel);
     k->serial = cg_serial_why(c, k);
     k->parallel = k->serial == NULL;
-    /* a cheap kernel's team is cut to its bytes (cg_cheap_threads) */
-    k->threads = k->parallel && k->nfused <= CG_PARALLEL_CHEAP_OPS
-                     ? cg_cheap_threads(c, k->moved) : "NTHREADS";
+    k->threads = "NTHREADS";   /* the whole team (cg.h: no team cut to a kernel's bytes) */
     k->collapse = cg_collapses(c, k->nest);
     k->vector = k->nest->ndim > 0 && cg_inner_contiguous(k->ops, k->nops, k->nest);
     k->status = cg_kernel_gathers(c);
@@ -1326,11 +1315,7 @@ static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
         else
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, ",
                            k->collapse ? " (collapse(2))" : "");
-        if (strcmp(k->threads, "NTHREADS") == 0)
-            cdy_buf_printf(b, "%d threads\n", c->nthreads);
-        else
-            cdy_buf_printf(b, "%s of %d threads (a cheap kernel: one thread per %d KB moved)\n",
-                           k->threads, c->nthreads, CG_THREAD_BYTES / 1024);
+        cdy_buf_printf(b, "%d threads\n", c->nthreads);
     }
 }
 

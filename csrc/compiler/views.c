@@ -217,13 +217,12 @@ void cg_view_sched_copy(cg_ctx *c, kir_kernel *k)
     if (!U && !R)
         return;
     int e = k->nest->ndim - (U ? 2 : 1);
-    int es = cdy_dtype_table[c->g->values[k->grp.outs[0]].meta.dtype].size;
     k->copy_unit = U;
     k->copy_row = R;
     k->flags |= U ? CDY_KIRF_COPY_UNITS : CDY_KIRF_COPY_ROWS;
     k->copy_parallel = k->numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
     k->copy_collapse = k->copy_parallel && e >= 2 && k->nest->size[0] < 4 * (int64_t)c->nthreads;
-    k->copy_threads = k->copy_parallel ? cg_cheap_threads(c, 2 * k->numel * es) : "NTHREADS";
+    k->copy_threads = "NTHREADS";
 }
 
 /* Emit kernel loops for a plain copy by rows (k->copy_unit: a unit-reversing
@@ -741,8 +740,7 @@ static int cg_sched_cat_one(cg_ctx *c, int v)
     k->parallel = onumel >= CG_PARALLEL_NUMEL && c->nthreads > 1;
     ck->np = np;
     ck->nests = nests;
-    ck->threads = k->parallel
-                      ? cg_cheap_threads(c, 2 * onumel * cdy_dtype_table[om->dtype].size) : "1";
+    ck->threads = k->parallel ? "NTHREADS" : "1";
     k->threads = ck->threads;
     k->x = ck;
     return cg_kir_fuse(c, k);

@@ -3,79 +3,44 @@
  *     RESUME 0
  *     LOAD_GLOBAL   (NULL + __compiled_fn_N)
  *     LOAD_FAST     <each graph input>          (or LOAD_GLOBAL/LOAD_ATTR chains)
- *     PRECALL n; CALL n
+ *     CALL n                                      (the version's call sequence)
  *     RETURN_VALUE                                when the result is one tensor
  *     STORE_FAST ___outs; <attribute stores>; <calls for effect; POP_TOP>;
  *     <rebuild the return value>; RETURN_VALUE   otherwise
  *
  * Its arguments are every argument slot of the original code, positionally
  * (the hook passes the frame's localsplus), so it has no star-args, then
- * the contents of the original's closure cells (free variables).
- * Inline caches, the 3.11 location table, stack size and an empty exception
- * table are written here; the layout is CPython 3.11's (Objects/locations.md). */
+ * the contents of the original's closure cells (free variables).  The
+ * instructions go into an instruction list (pyver/asm.h) through the
+ * version's emitter (pyver/emit.h) where versions differ (the call
+ * protocol, LOAD_ATTR's oparg); the assembler writes the caches, the
+ * location table (every instruction on the return's line), the (empty)
+ * exception table and the stack size. */
 #include "frame/frame.h"
-#include "frame/opcodes.h"
+#include "pyver/emit.h"
 
 #include <string.h>
 
 typedef struct {
-    unsigned char *data;
-    Py_ssize_t len, cap;
-    int oom;
-} bytevec;
-
-/* Append byte c to v (sets v->oom on failure). */
-static void byte_push(bytevec *v, unsigned char c)
-{
-    if (v->len == v->cap) {
-        Py_ssize_t cap = v->cap ? 2 * v->cap : 64;
-        unsigned char *d = v->oom ? NULL : PyMem_Realloc(v->data, (size_t)cap);
-        if (!d) {
-            v->oom = 1;
-            return;
-        }
-        v->data = d;
-        v->cap = cap;
-    }
-    v->data[v->len++] = c;
-}
-
-typedef struct {
-    bytevec code;          /* code units, 2 bytes each */
+    cdy_asm a;             /* the instructions */
     PyObject *consts;      /* list */
     PyObject *names;       /* list */
-    int depth, maxdepth;
-    int ncodeunits;
     int outs_slot;
     int objs_slot;         /* first of the locals holding the objects the frame built */
     int cell_base;         /* first parameter holding a closure cell's contents */
     int failed;
 } bc_writer;
 
-/* Append one code unit (opcode, oparg byte). */
-static void unit(bc_writer *w, int op, int arg)
+/* Append op(arg) (the result of an emitter call: < 0 is out of memory). */
+static void emit(bc_writer *w, int op, int arg)
 {
-    byte_push(&w->code, (unsigned char)op);
-    byte_push(&w->code, (unsigned char)(arg & 0xff));
-    w->failed |= w->code.oom;
-    w->ncodeunits++;
+    w->failed |= cdy_asm_add(&w->a, op, arg) < 0;
 }
 
-/* Emit op with oparg (EXTENDED_ARG prefixes as needed), its caches, and the stack effect. */
-static void emit(bc_writer *w, int op, int arg, int effect)
+/* Record the result r of an emitter call. */
+static void emitted(bc_writer *w, int r)
 {
-    if (arg > 0xffffff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 24) & 0xff);
-    if (arg > 0xffff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 16) & 0xff);
-    if (arg > 0xff)
-        unit(w, CDY_EXTENDED_ARG, (arg >> 8) & 0xff);
-    unit(w, op, arg);
-    for (int i = 0; i < cdy_opcode_caches(op); i++)
-        unit(w, CDY_CACHE, 0);
-    w->depth += effect;
-    if (w->depth > w->maxdepth)
-        w->maxdepth = w->depth;
+    w->failed |= r < 0;
 }
 
 /* Index of obj in the list (by identity for consts, equality for names); appends. */
@@ -102,32 +67,32 @@ static void emit_const(bc_writer *w, PyObject *obj);
 static void emit_source(bc_writer *w, const cdy_src *s)
 {
     if (s->kind == CDY_SRC_LOCAL)
-        emit(w, CDY_LOAD_FAST, s->slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, s->slot);
     else if (s->kind == CDY_SRC_DEREF)
-        emit(w, CDY_LOAD_FAST, w->cell_base + s->slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, w->cell_base + s->slot);
     else if (s->kind == CDY_SRC_GLOBAL && !s->dict)
-        emit(w, CDY_LOAD_GLOBAL, list_index(w, w->names, s->name, 0) << 1, 1);
+        emitted(w, cdy_emit_load_global(&w->a, list_index(w, w->names, s->name, 0), 0));
     else if (s->kind == CDY_SRC_GLOBAL) {   /* another module's global: dict[name] */
         emit_const(w, s->dict);
         emit_const(w, s->name);
-        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        emit(w, CDY_PY_BINARY_SUBSCR, 0);
     }
     else
         w->failed = 1;
     for (int i = 0; i < s->nattrs; i++) {
         if (s->item[i]) {
             emit_const(w, s->attrs[i]);
-            emit(w, CDY_BINARY_SUBSCR, 0, -1);
+            emit(w, CDY_PY_BINARY_SUBSCR, 0);
         }
         else
-            emit(w, CDY_LOAD_ATTR, list_index(w, w->names, s->attrs[i], 0), 0);
+            emitted(w, cdy_emit_load_attr(&w->a, list_index(w, w->names, s->attrs[i], 0)));
     }
 }
 
 /* Push a constant. */
 static void emit_const(bc_writer *w, PyObject *obj)
 {
-    emit(w, CDY_LOAD_CONST, list_index(w, w->consts, obj, 1), 1);
+    emit(w, CDY_PY_LOAD_CONST, list_index(w, w->consts, obj, 1));
 }
 
 static void emit_call(bc_writer *w, const cdy_ret *r);
@@ -142,10 +107,10 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
             w->failed = 1;
             return;
         }
-        emit(w, CDY_LOAD_FAST, w->outs_slot, 1);
+        emit(w, CDY_PY_LOAD_FAST, w->outs_slot);
         emit_const(w, k);
         Py_DECREF(k);
-        emit(w, CDY_BINARY_SUBSCR, 0, -1);
+        emit(w, CDY_PY_BINARY_SUBSCR, 0);
         break;
     }
     case CDY_RET_CONST:
@@ -166,29 +131,29 @@ static void emit_ret(bc_writer *w, const cdy_ret *r)
             emit_ret(w, r->items[i]);
         emit_const(w, keys);
         Py_DECREF(keys);
-        emit(w, CDY_BUILD_CONST_KEY_MAP, r->n, -r->n);
+        emit(w, CDY_PY_BUILD_CONST_KEY_MAP, r->n);
         break;
     }
     case CDY_RET_CALL:
         emit_call(w, r);
         break;
     case CDY_RET_OBJECT:   /* made once, before the stores and the return value */
-        emit(w, CDY_LOAD_FAST, w->objs_slot + r->index, 1);
+        emit(w, CDY_PY_LOAD_FAST, w->objs_slot + r->index);
         break;
     default:
         for (int i = 0; i < r->n; i++)
             emit_ret(w, r->items[i]);
-        emit(w, r->kind == CDY_RET_TUPLE ? CDY_BUILD_TUPLE : CDY_BUILD_LIST, r->n, 1 - r->n);
+        emit(w, r->kind == CDY_RET_TUPLE ? CDY_PY_BUILD_TUPLE : CDY_PY_BUILD_LIST, r->n);
     }
 }
 
 /* Push r->obj(*positionals, **keywords): an object the traced frame built. */
 static void emit_call(bc_writer *w, const cdy_ret *r)
 {
-    emit(w, CDY_PUSH_NULL, 0, 1);
-    emit_const(w, r->obj);
+    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, r->obj, 1)));
     for (int i = 0; i < r->n; i++)
         emit_ret(w, r->items[i]);
+    int kw = -1;
     if (r->n > r->index) {
         PyObject *names = PyTuple_New(r->n - r->index);
         for (int i = 0; names && i < r->n - r->index; i++)
@@ -197,31 +162,10 @@ static void emit_call(bc_writer *w, const cdy_ret *r)
             w->failed = 1;
             return;
         }
-        emit(w, CDY_KW_NAMES, list_index(w, w->consts, names, 1), 0);
+        kw = list_index(w, w->consts, names, 1);
         Py_DECREF(names);
     }
-    emit(w, CDY_PRECALL, r->n, 0);
-    emit(w, CDY_CALL, r->n, -(r->n + 1));
-}
-
-/* 3.11 location table: every code unit on `line` (no column info). */
-static PyObject *line_table(int ncodeunits, int firstlineno, int line)
-{
-    bytevec b = {0};
-    int delta = line - firstlineno;
-    for (int done = 0; done < ncodeunits;) {
-        int len = ncodeunits - done > 8 ? 8 : ncodeunits - done;
-        byte_push(&b, (unsigned char)(0x80 | (13 << 3) | (len - 1)));
-        unsigned int u = delta < 0 ? ((unsigned)(-delta) << 1) | 1u : (unsigned)delta << 1;
-        for (; u >= 64; u >>= 6)
-            byte_push(&b, (unsigned char)(64 | (u & 63)));
-        byte_push(&b, (unsigned char)u);
-        delta = 0;
-        done += len;
-    }
-    PyObject *r = b.oom ? PyErr_NoMemory() : PyBytes_FromStringAndSize((char *)b.data, b.len);
-    PyMem_Free(b.data);
-    return r;
+    emitted(w, cdy_emit_call(&w->a, r->n, kw));
 }
 
 /* Number of argument slots: positional, keyword-only, *args, **kwargs. */
@@ -262,43 +206,31 @@ static PyObject *new_varnames(PyCodeObject *orig, int nargslots, int nobjects)
     return v;
 }
 
-/* co.replace(**kw) with the written parts; new ref or NULL. */
+/* The code object of w's instructions, all on source line `line`: orig's
+ * replace() with the written parts (pyver/asm.h); new ref or NULL. */
 static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int line,
                            int nobjects)
 {
-    PyObject *varnames = NULL, *kw = NULL, *code = NULL, *res = NULL, *meth = NULL;
-    varnames = new_varnames(orig, nargslots, nobjects);
+    PyObject *varnames = new_varnames(orig, nargslots, nobjects), *kw = NULL, *res = NULL;
     if (!varnames)
-        goto done;
+        return NULL;
     PyObject *vt = PyList_AsTuple(varnames), *ct = PyList_AsTuple(w->consts),
              *nt = PyList_AsTuple(w->names);
-    PyObject *lt = line_table(w->ncodeunits, orig->co_firstlineno, line);
-    code = PyBytes_FromStringAndSize((char *)w->code.data, w->code.len);
-    kw = Py_BuildValue("{s:i,s:i,s:i,s:n,s:i,s:i,s:O,s:O,s:O,s:O,s:(),s:(),s:O,s:y#}",
-                       "co_argcount", nargslots + orig->co_nfreevars, "co_posonlyargcount", 0,
-                       "co_kwonlyargcount", 0, "co_nlocals", vt ? PyTuple_GET_SIZE(vt) : 0,
-                       "co_stacksize", w->maxdepth + 1, "co_flags", CO_OPTIMIZED | CO_NEWLOCALS,
-                       "co_code", code ? code : Py_None, "co_consts", ct ? ct : Py_None,
-                       "co_names", nt ? nt : Py_None, "co_varnames", vt ? vt : Py_None,
-                       "co_freevars", "co_cellvars", "co_linetable", lt ? lt : Py_None,
-                       "co_exceptiontable", "", (Py_ssize_t)0);
+    if (vt && ct && nt)
+        kw = Py_BuildValue("{s:i,s:i,s:i,s:n,s:i,s:O,s:O,s:O,s:(),s:()}",
+                           "co_argcount", nargslots + orig->co_nfreevars, "co_posonlyargcount", 0,
+                           "co_kwonlyargcount", 0, "co_nlocals", PyTuple_GET_SIZE(vt),
+                           "co_flags", CO_OPTIMIZED | CO_NEWLOCALS, "co_consts", ct,
+                           "co_names", nt, "co_varnames", vt, "co_freevars", "co_cellvars");
     Py_XDECREF(vt);
     Py_XDECREF(ct);
     Py_XDECREF(nt);
-    Py_XDECREF(lt);
-    if (!kw || PyErr_Occurred())
-        goto done;
-    meth = PyObject_GetAttrString((PyObject *)orig, "replace");
-    if (meth) {
-        PyObject *empty = PyTuple_New(0);
-        res = empty ? PyObject_Call(meth, empty, kw) : NULL;
-        Py_XDECREF(empty);
-    }
-done:
-    Py_XDECREF(varnames);
-    Py_XDECREF(kw);
-    Py_XDECREF(code);
-    Py_XDECREF(meth);
+    Py_DECREF(varnames);
+    if (!kw)
+        return NULL;
+    cdy_asm_set_pos(&w->a, 0, line, line, -1, -1);
+    res = cdy_asm_to_code(&w->a, orig, kw);
+    Py_DECREF(kw);
     return res;
 }
 
@@ -325,39 +257,38 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     PyObject *res = NULL;
     if (!w.consts || !w.names)
         goto done;
-    emit(&w, CDY_RESUME, 0, 0);
+    emit(&w, CDY_PY_RESUME, 0);
     if (call_graph) {
-        emit(&w, CDY_LOAD_GLOBAL, (list_index(&w, w.names, fn_name, 0) << 1) | 1, 2);
+        emitted(&w, cdy_emit_load_global(&w.a, list_index(&w, w.names, fn_name, 0), 1));
         for (int i = 0; i < t->graph.ninputs; i++)
             emit_source(&w, &t->input_srcs[i]);
-        emit(&w, CDY_PRECALL, t->graph.ninputs, 0);
-        emit(&w, CDY_CALL, t->graph.ninputs, -(t->graph.ninputs + 1));
+        emitted(&w, cdy_emit_call(&w.a, t->graph.ninputs, -1));
         if (single) {
-            emit(&w, CDY_RETURN_VALUE, 0, -1);
+            emit(&w, CDY_PY_RETURN_VALUE, 0);
             goto built;
         }
-        emit(&w, CDY_STORE_FAST, w.outs_slot, -1);
+        emit(&w, CDY_PY_STORE_FAST, w.outs_slot);
     }
     for (int i = 0; i < t->nobjects; i++) {   /* objects the frame built (trace/objects.c) */
         emit_ret(&w, t->objects[i]);
-        emit(&w, CDY_STORE_FAST, w.objs_slot + i, -1);
+        emit(&w, CDY_PY_STORE_FAST, w.objs_slot + i);
     }
     for (int i = 0; i < t->nstores; i++) {   /* attribute stores of the frame (trace/mutate.c) */
         emit_ret(&w, t->stores[i].value);
         emit_source(&w, t->stores[i].obj);
         if (t->stores[i].item) {   /* obj[key] = value */
             emit_const(&w, t->stores[i].name);
-            emit(&w, CDY_STORE_SUBSCR, 0, -3);
+            emit(&w, CDY_PY_STORE_SUBSCR, 0);
             continue;
         }
-        emit(&w, CDY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0), -2);
+        emit(&w, CDY_PY_STORE_ATTR, list_index(&w, w.names, t->stores[i].name, 0));
     }
     for (int i = 0; i < t->nafter; i++) {   /* calls for their effect (trace/mutate.c) */
         emit_ret(&w, t->after[i]);
-        emit(&w, CDY_POP_TOP, 0, -1);
+        emit(&w, CDY_PY_POP_TOP, 0);
     }
     emit_ret(&w, t->ret);
-    emit(&w, CDY_RETURN_VALUE, 0, -1);
+    emit(&w, CDY_PY_RETURN_VALUE, 0);
 built:
     if (w.failed) {
         if (!PyErr_Occurred())
@@ -367,7 +298,7 @@ built:
     res = make_code(orig, &w, nargslots, t->return_line > 0 ? t->return_line : orig->co_firstlineno,
                     t->nobjects);
 done:
-    PyMem_Free(w.code.data);
+    cdy_asm_free(&w.a);
     Py_XDECREF(w.consts);
     Py_XDECREF(w.names);
     return res;

@@ -10,11 +10,12 @@
  * with the frame's argument slots; a miss traces and compiles.  Anything we
  * do not handle runs _PyEval_EvalFrameDefault on the frame untouched.     */
 #define Py_BUILD_CORE 1
+#define CDY_PC_FRAME 1   /* pyver/pycompat.h's frame internals */
 #include "frame/frame.h"
 #include "pipeline.h"
 #include "runtime/runtime.h"
 #include "trace/reasons.h"
-#include <internal/pycore_frame.h>
+#include "pyver/pycompat.h"
 #undef Py_BUILD_CORE
 
 #include <string.h>
@@ -426,10 +427,9 @@ static int guard_threads(cdy_entry *e, int n)
 
 /* Fill e with the compiled code of t (the pipeline's result p: its callable
  * is taken); on failure e stays an eager entry and a warning names the cause. */
-static void entry_compile(cdy_entry *e, cdy_trace *t, _PyInterpreterFrame *frame, double t0,
-                          cdy_pipe *p)
+static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t0, cdy_pipe *p)
 {
-    PyCodeObject *co = frame->f_code;
+    PyCodeObject *co = cdy_pc_frame_code(frame);
     char err[CDY_ERRLEN] = "";
     int call_graph = t->graph.noutputs > 0;
     PyObject *compiled = p->compiled, *code = NULL;
@@ -535,9 +535,9 @@ static uintptr_t code_instance(PyCodeObject *co, PyObject *const *locals)
 }
 
 /* The identity of the nn.Module a frame runs on, or 0. */
-static uintptr_t frame_instance(_PyInterpreterFrame *frame)
+static uintptr_t frame_instance(cdy_frame *frame)
 {
-    return code_instance(frame->f_code, frame->localsplus);
+    return code_instance(cdy_pc_frame_code(frame), frame->localsplus);
 }
 
 /* The first entry of x for backend whose guards hold, or NULL; *first gets
@@ -563,16 +563,16 @@ static cdy_entry *find_entry(cdy_extra *x, int backend, PyObject *const *locals,
 /* Trace and compile the frame into a new entry of x (prepended).  Returns
  * the entry, or NULL when the frame should run eagerly without one; -1 in
  * *raise when an exception is set for the caller (fullgraph). */
-static cdy_entry *convert_frame(_PyInterpreterFrame *frame, cdy_extra *x, int *raise)
+static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
 {
-    PyCodeObject *co = frame->f_code;
+    PyCodeObject *co = cdy_pc_frame_code(frame);
     cdy_trace *t = PyMem_Calloc(1, sizeof(cdy_trace));
     if (!t)
         return NULL;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
     double t0 = now_s();
-    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
     cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced};
     cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_entry *e = NULL;
@@ -664,12 +664,12 @@ static PyObject *rerun_eagerly(PyObject *fn, PyObject *const *args, size_t nargs
 
 /* Call entry e's transformed code with frame's arguments (and the contents
  * of its closure cells); its result, or NULL with an error. */
-static PyObject *call_shadow(_PyInterpreterFrame *frame, cdy_extra *x, cdy_entry *e)
+static PyObject *call_shadow(cdy_frame *frame, cdy_extra *x, cdy_entry *e)
 {
-    int nfree = frame->f_code->co_nfreevars;
+    int nfree = cdy_pc_frame_code(frame)->co_nfreevars;
     if (!nfree)
         return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
-    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
     PyObject *stack[64], **args = stack;
     int n = x->nargslots + nfree;
     if (n > 64 && !(args = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
@@ -685,10 +685,18 @@ static PyObject *call_shadow(_PyInterpreterFrame *frame, cdy_extra *x, cdy_entry
     return r;
 }
 
+/* The hook's result r for a frame it did not evaluate (it ran other code
+ * for it, or raised): the frame is released first (pyver/pycompat.h). */
+static PyObject *not_evaluated(PyThreadState *ts, cdy_frame *frame, PyObject *r)
+{
+    cdy_pc_frame_discard(ts, frame);
+    return r;
+}
+
 /* Run entry e for frame: its transformed code, or the frame itself; the
  * frame itself, eagerly, when the compiled graph raised (the transformed
  * code calls it first: nothing of the frame has run). */
-static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_extra *x,
+static PyObject *run_entry(PyThreadState *ts, cdy_frame *frame, cdy_extra *x,
                            cdy_entry *e, int throwflag)
 {
     if (!e->shadow_fn) {
@@ -698,8 +706,8 @@ static PyObject *run_entry(PyThreadState *ts, _PyInterpreterFrame *frame, cdy_ex
     cdy_graph_failed = NULL;
     PyObject *r = call_shadow(frame, x, e);
     if (r || !graph_raised(e->compiled))
-        return r;
-    note_rerun(e, frame->f_code);
+        return not_evaluated(ts, frame, r);
+    note_rerun(e, cdy_pc_frame_code(frame));
     PyErr_Clear();
     cdy_stats.eager_reruns++;
     cdy_tls saved = cdy_tls_state;
@@ -726,7 +734,7 @@ static long config_count(const char *name, long dflt)
  * of a stack of identical modules (a different layer_idx each) gets its
  * entries, as under TorchDynamo, while a guard that fails on every call
  * still ends in eager execution. */
-static int over_limit(const cdy_extra *x, _PyInterpreterFrame *frame)
+static int over_limit(const cdy_extra *x, cdy_frame *frame)
 {
     uintptr_t inst = frame_instance(frame);
     int same = 0;
@@ -737,24 +745,24 @@ static int over_limit(const cdy_extra *x, _PyInterpreterFrame *frame)
 }
 
 /* The eval-frame function installed while optimized calls run. */
-static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int throwflag)
+static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
 {
     if (!cdy_tls_state.enabled || throwflag)
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
-    PyCodeObject *co = frame->f_code;
+    PyCodeObject *co = cdy_pc_frame_code(frame);
     cdy_extra *x = get_extra(co, -1);
     if (!x) {
         PyErr_Clear();
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
-    if (x->state != CODE_TRACE || frame->prev_instr != _PyCode_CODE(co) - 1 ||
-        frame->owner != FRAME_OWNED_BY_THREAD) {
-        if (x->state == CODE_SKIP && frame->prev_instr == _PyCode_CODE(co) - 1)
+    if (x->state != CODE_TRACE || !cdy_pc_frame_fresh(frame) || !cdy_pc_frame_on_thread(frame) ||
+        !cdy_pc_frame_discardable(frame)) {
+        if (x->state == CODE_SKIP && cdy_pc_frame_fresh(frame))
             note_skipped(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     cdy_stats.frames_seen++;
-    PyObject *closure = ((PyFunctionObject *)frame->f_func)->func_closure;
+    PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
     char why[CDY_ERRLEN] = "";
     cdy_entry *first;
     long long t0 = cdy_phase_start();
@@ -780,7 +788,7 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
             PyObject *r = cdy_py_call("warn_cache_limit", "OOs", (PyObject *)co, co->co_filename, why);
             Py_XDECREF(r);
             if (!r)
-                return NULL;   /* warnings turned into errors */
+                return not_evaluated(ts, frame, NULL);   /* warnings turned into errors */
         }
         explain_note(x);
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
@@ -792,7 +800,7 @@ static PyObject *cdy_eval(PyThreadState *ts, _PyInterpreterFrame *frame, int thr
     int raise = 0;
     cdy_entry *e = convert_frame(frame, x, &raise);
     if (raise)
-        return NULL;
+        return not_evaluated(ts, frame, NULL);
     if (!e)
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     return run_entry(ts, frame, x, e, throwflag);

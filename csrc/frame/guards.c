@@ -2,6 +2,7 @@
  * guards that must hold for a cache entry to be reused. */
 #include "frame/frame.h"
 #include "runtime/runtime.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -370,11 +371,11 @@ static PyObject *memo_lookup(const cdy_guard *g, PyObject *globals)
     if (g->memo_n <= 0)
         return NULL;
     PyObject *d = s->dict ? s->dict : globals;
-    if (((PyDictObject *)d)->ma_version_tag != g->memo_ver[0])
+    if (cdy_pc_dict_version(d) != g->memo_ver[0])
         return NULL;
     for (int i = 0; i < s->nattrs; i++) {
         PyObject *md = PyModule_GetDict(g->memo_obj[i]);
-        if (((PyDictObject *)md)->ma_version_tag != g->memo_ver[i + 1])
+        if (cdy_pc_dict_version(md) != g->memo_ver[i + 1])
             return NULL;
     }
     return g->memo_obj[s->nattrs];
@@ -395,14 +396,14 @@ static PyObject *memo_fill(cdy_guard *g, PyObject *globals)
         PyErr_Clear();
         return NULL;
     }
-    g->memo_ver[0] = ((PyDictObject *)d)->ma_version_tag;
+    g->memo_ver[0] = cdy_pc_dict_version(d);
     for (int i = 0; i < s->nattrs; i++) {
         if (s->item[i] || !Py_IS_TYPE(v, &PyModule_Type) ||
             PyUnicode_READ_CHAR(s->attrs[i], 0) == '_')
             return NULL;
         PyObject *md = PyModule_GetDict(v);
         g->memo_obj[i] = v;
-        g->memo_ver[i + 1] = ((PyDictObject *)md)->ma_version_tag;
+        g->memo_ver[i + 1] = cdy_pc_dict_version(md);
         if (!(v = PyDict_GetItemWithError(md, s->attrs[i]))) {
             PyErr_Clear();
             return NULL;
@@ -441,7 +442,7 @@ static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
 /* Check a HASATTR guard on v: hasattr(v, name) == the traced answer (requires_grad). */
 static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
 {
-    int r = PyObject_HasAttr(v, g->expect);
+    int r = cdy_pc_has_attr(v, g->expect);
     if (r != g->requires_grad)
         snprintf(why, n, "hasattr(%s, '%s') is no longer %s", g->desc, PyUnicode_AsUTF8(g->expect),
                  g->requires_grad ? "True" : "False");

@@ -8,6 +8,7 @@
  * at load).  Eager backend: replays the traced torch calls.  Both take the
  * graph inputs positionally and return one tensor or a tuple of tensors.   */
 #include "runtime/runtime.h"
+#include "pyver/pycompat.h"
 
 #include <dlfcn.h>
 #include <ffi.h>
@@ -496,7 +497,7 @@ static void add_user_frame(const cdy_compiled *c, int v)
         PyErr_Clear();
         return;
     }
-    _PyTraceback_Add(name, file, c->where_line[v]);
+    cdy_pc_traceback_add(name, file, c->where_line[v]);
 }
 
 /* The state of torch's default generator when c draws from it (a graph that

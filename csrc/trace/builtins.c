@@ -6,6 +6,7 @@
  * under TorchDynamo), and the rebuilding of the values they make when they
  * escape the frame.  Each gives eager's result or stops with a reason. */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -661,7 +662,7 @@ tvar *cdy_call_fixed_method(tracer *tr, tvar *callable, tvar **args, int nargs,
         return v ? cdy_fixed_value(tr, v) : args[1];
     }
     *handled = callable->fixed && (PyCFunction_Check(fn) || Py_IS_TYPE(fn, &PyMethodDescr_Type) ||
-                                   Py_IS_TYPE(fn, &_PyMethodWrapper_Type));
+                                   Py_IS_TYPE(fn, cdy_pc_method_wrapper_type()));
     PyObject *self = *handled && PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : NULL;
     if (self && (PyDict_Check(self) || PyList_Check(self) || PyAnySet_Check(self) ||
                  PyByteArray_Check(self))) {   /* a mutable container: its readers only */

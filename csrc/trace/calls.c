@@ -8,6 +8,7 @@
  *   pure builtins         -> evaluated on constants; len/isinstance/... on tvars
  * Everything else stops the trace with a reason (a graph break).          */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -1059,7 +1060,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj) && args[0]->kind == TV_FUNC) {
         int stored = args[0]->store ? cdy_dict_find(tr, args[0]->store, args[1]->obj) : -1;
-        int has = stored >= 0 || PyObject_HasAttr(args[0]->obj, args[1]->obj);
+        int has = stored >= 0 || cdy_pc_has_attr(args[0]->obj, args[1]->obj);
         if (stored == -2)
             return NULL;
         if (!strcmp(n, "hasattr"))
@@ -1083,7 +1084,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if ((!strcmp(n, "getattr") || !strcmp(n, "hasattr")) && nargs >= 2 && !nkw &&
         args[1]->kind == TV_CONST && PyUnicode_Check(args[1]->obj)) {
         PyObject *probe = args[0]->obj;
-        int has = probe ? PyObject_HasAttr(probe, args[1]->obj) : 0;
+        int has = probe ? cdy_pc_has_attr(probe, args[1]->obj) : 0;
         int is_has = !strcmp(n, "hasattr");
         /* an object guarded by type: absent stays absent (a guard), present is read (its guard) */
         if (args[0]->by_type && !has && (is_has || nargs == 3) &&
@@ -1483,8 +1484,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     if (nargs >= 1 && builtin_descriptor(fn))   /* dict.get(d, k), object.__setattr__(o, n, v) */
         return cdy_obj_call_builtin(tr, fn, args[0], args + 1, nargs - 1, kwnames);
     if (PyWeakref_CheckRef(fn) && !nargs && callable->src) {   /* ref(): its referent, fixed */
-        PyObject *o = PyWeakref_GetObject(fn);   /* the weakref is guarded by identity */
-        return o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+        PyObject *o = cdy_pc_weakref_get(fn);   /* the weakref is guarded by identity */
+        tvar *v = o == Py_None ? cdy_tv_const(tr, Py_NewRef(Py_None)) : cdy_fixed_value(tr, o);
+        Py_DECREF(o);
+        return v;
     }
     r = cdy_call_known(tr, fn, args, nargs, kwnames, &handled);   /* trace/builtins.c */
     if (handled)

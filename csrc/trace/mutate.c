@@ -18,7 +18,7 @@
  * A tensor that shares memory with another tensor of the trace (a view of it,
  * or the base of a view) is not mutated: the trace stops with a reason. */
 #include "trace/trace.h"
-#include "frame/opcodes.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -746,7 +746,7 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
         else
             r = cdy_call(tr, f, a, 2, NULL);
     }
-    else if (PyObject_HasAttrString(cdy_tensor_type, base))
+    else if (cdy_pc_has_attr_string(cdy_tensor_type, base))
         r = call_method(tr, base, args, nargs, kwnames);
     else {
         cdy_tr_stop(tr, MUT_NO_OUT_OF_PLACE, what);
@@ -901,16 +901,33 @@ tvar *cdy_mut_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *k
     return commit(tr, args[0], r, before, what, &vb);
 }
 
-/* 1 if the code after BINARY_OP at tr->pc is `SWAP 3; SWAP 2; STORE_SUBSCR`
- * (x[k] op= v): the result is stored back through setitem. */
+/* How deep the container x lies below the operands (2: x, k; 3: x, a, b)
+ * when the code after BINARY_OP at tr->pc stores its result back into x[k]
+ * (x[k] op= v: SWAP 3; SWAP 2; STORE_SUBSCR) or x[a:b] (3.12's x[a:b] op= v:
+ * SWAP 4; SWAP 3; SWAP 2; STORE_SLICE = BUILD_SLICE 2, STORE_SUBSCR), else 0. */
 static int subscr_pattern(tracer *tr)
 {
-    int pc = tr->pc + 1 + cdy_opcode_caches(CDY_BINARY_OP);
-    if (pc + 3 > tr->ncode)
-        return 0;
-    const unsigned char *c = tr->code + 2 * pc;
-    return c[0] == CDY_SWAP && c[1] == 3 && c[2] == CDY_SWAP && c[3] == 2 &&
-           c[4] == CDY_STORE_SUBSCR;
+    cdy_pv_instr d;
+    int n = 0;
+    for (int k = 1, want = 0; k <= 4; k++) {
+        if (cdy_tr_peek_instr(tr, k, &d) || d.nsops < 1)
+            return 0;
+        const cdy_sinstr *s = &d.sops[0];
+        if (k == 1 && s->sop == CDY_SOP_SWAP && (s->arg == 3 || s->arg == 4)) {
+            n = s->arg;
+            want = n - 1;
+        }
+        else if (k > 1 && want >= 2 && s->sop == CDY_SOP_SWAP && s->arg == want)
+            want--;
+        else if (k > 1 && want == 1 && n == 3)
+            return d.nsops == 1 && s->sop == CDY_SOP_STORE_SUBSCR ? 2 : 0;
+        else if (k > 1 && want == 1)
+            return d.nsops == 2 && s->sop == CDY_SOP_BUILD_SLICE && s->arg == 2 &&
+                   d.sops[1].sop == CDY_SOP_STORE_SUBSCR ? 3 : 0;
+        else
+            return 0;
+    }
+    return 0;
 }
 
 /* a op= b on tensor a (see trace.h). */
@@ -928,8 +945,9 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
         return NULL;
     }
     snprintf(what, sizeof(what), "in-place operator %s=", sym);
-    /* a temporary x[k] of a tensor x, stored back by setitem (stack: x, k) */
-    int temp = subscr_pattern(tr) && tr->sp >= 2 && tr->stack[tr->sp - 2]->kind == TV_TENSOR;
+    /* a temporary x[k] of a tensor x, stored back by setitem (stack: x, k or x, a, b) */
+    int depth = subscr_pattern(tr);
+    int temp = depth && tr->sp >= depth && tr->stack[tr->sp - depth]->kind == TV_TENSOR;
     mut_plan vb;
     if (!temp && may_mutate(tr, args[0], what, &vb))
         return NULL;

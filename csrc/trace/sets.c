@@ -6,6 +6,7 @@
  * frame is an object guarded by identity: `k in s` on it adds a CONTAINS
  * guard (trace/vars.c); changing it stops the trace. */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -100,7 +101,7 @@ tvar *cdy_set_items(tracer *tr, tvar *s, int kind)
     PyObject *k;
     Py_hash_t h;
     int n = 0;
-    while (_PySet_NextEntry(s->obj, &pos, &k, &h) && n < s->n)
+    while (cdy_pc_set_next(s->obj, &pos, &k, &h) && n < s->n)
         if (!(items[n++] = member(s, k))) {
             cdy_tr_stop(tr, SET_MEMBER);
             return NULL;

@@ -1,9 +1,12 @@
 /* trace.c - the symbolic bytecode interpreter: the loop and one handler per
- * opcode (CPython 3.11).  Values are tvars (trace/vars.c); calls are in
- * trace/calls.c.  A frame's trace ends at RETURN_VALUE, or stops with a
- * reason: the frame then runs eagerly (a graph break).                    */
+ * semantic operation (pyver/sops.def).  The per-version layer (pyver/)
+ * decodes each raw instruction of CPython 3.11, 3.12 or 3.13 into semantic
+ * operations; nothing here names a raw opcode.  Values are tvars
+ * (trace/vars.c); calls are in trace/calls.c.  A frame's trace ends at
+ * RETURN_VALUE, or stops with a reason: the frame then runs eagerly (a
+ * graph break).                                                          */
 #include "trace/trace.h"
-#include "frame/opcodes.h"
+#include "pyver/pyver.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -148,6 +151,9 @@ static int op_load_fast(tracer *tr, int slot)
 {
     if (CDY_TR_CHECK(tr, slot < tr->nlocals, BAD_LOCAL_SLOT))
         return -1;
+    if (tr->locals[slot] && tr->locals[slot]->kind == TV_NULL)   /* deleted, or cleared (PEP 709) */
+        return cdy_tr_stop(tr, UNBOUND_LOCAL,
+                           PyUnicode_AsUTF8(PyTuple_GET_ITEM(tr->co->co_localsplusnames, slot)));
     if (!tr->locals[slot]) {
         PyObject *o = tr->frame_locals && slot < cdy_code_nargslots(tr->co) ? tr->frame_locals[slot] : NULL;
         if (!o)
@@ -162,12 +168,29 @@ static int op_load_fast(tracer *tr, int slot)
     return push(tr, tr->locals[slot]);
 }
 
-/* LOAD_GLOBAL name from the function's globals (then builtins). */
-static int op_load_global(tracer *tr, int oparg)
+/* LOAD_FAST_AND_CLEAR slot (3.12+, an inlined comprehension saving the
+ * outer binding of its variable): push the value, or the NULL of an unbound
+ * slot, and unbind the slot; the STORE_FAST after the loop puts it back. */
+static int op_load_fast_and_clear(tracer *tr, int slot)
 {
-    PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, oparg >> 1);
-    if ((oparg & 1) && push(tr, &tr->null_var))
+    if (CDY_TR_CHECK(tr, slot < tr->nlocals, BAD_LOCAL_SLOT))
         return -1;
+    tvar *v = tr->locals[slot];
+    int arg_unread = !v && tr->frame_locals && slot < cdy_code_nargslots(tr->co) &&
+                     tr->frame_locals[slot];
+    if (arg_unread) {   /* an argument not read yet: its value, wrapped and guarded */
+        if (op_load_fast(tr, slot))
+            return -1;
+        v = pop(tr);
+    }
+    tr->locals[slot] = &tr->null_var;
+    return push(tr, v ? v : &tr->null_var);
+}
+
+/* LOAD_GLOBAL co_names[idx] from the function's globals (then builtins). */
+static int op_load_global(tracer *tr, int idx)
+{
+    PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, idx);
     PyObject *o = PyDict_GetItemWithError(tr->globals, name);
     if (!o && !PyErr_Occurred())
         o = PyDict_GetItemWithError(tr->builtins, name);
@@ -290,8 +313,9 @@ static tvar *cell_of(tracer *tr, int slot)
                 return NULL;
             pop(tr);
         }
+        tvar *v = tr->locals[slot];
         if ((c = cdy_tv_new(tr, TV_CELL)))
-            c->self = tr->locals[slot];
+            c->self = v && v->kind != TV_NULL ? v : NULL;   /* null_var: unbound */
     }
     if (c)
         tr->locals[slot] = c;
@@ -371,28 +395,72 @@ static int op_load_closure(tracer *tr, int oparg)
     return push(tr, cell_of(tr, oparg));
 }
 
-/* MAKE_FUNCTION flags: a function value, with constant defaults and cells. */
+/* Set attribute `flag` of the trace-made function f (MAKE_FUNCTION's flags,
+ * SET_FUNCTION_ATTRIBUTE's oparg) to v: 8 closure cells, 4 annotations
+ * (ignored), 1 constant defaults; keyword-only defaults stop the trace.
+ * 0 or -1. */
+static int func_attr(tracer *tr, tvar *f, int flag, tvar *v)
+{
+    switch (flag) {
+    case 8:
+        if (v->kind != TV_TUPLE)
+            return cdy_tr_stop(tr, MAKE_FUNCTION);
+        f->items = v->items;   /* the closure tuple's items (the arena's, never changed) */
+        f->n = v->n;
+        return 0;
+    case 4:
+        return 0;
+    case 1:
+        if (v->kind != TV_CONST)
+            return cdy_tr_stop(tr, MAKE_FUNCTION);
+        return PyFunction_SetDefaults(f->obj, v->obj) ? cdy_tr_stop_exc(tr, MAKE_FUNCTION_FAILED) : 0;
+    default:
+        return cdy_tr_stop(tr, MAKE_FUNCTION);
+    }
+}
+
+/* MAKE_FUNCTION flags: a function value of the code on top, with the
+ * attributes below it that flags names (3.11, 3.12; 3.13's flags are 0 and
+ * SET_FUNCTION_ATTRIBUTE follows). */
 static int op_make_function(tracer *tr, int oparg)
 {
-    tvar *code = pop(tr), *closure = (oparg & 8) ? pop(tr) : NULL;
-    if (oparg & 4)
-        pop(tr);   /* annotations */
-    tvar *kwdefs = (oparg & 2) ? pop(tr) : NULL, *defs = (oparg & 1) ? pop(tr) : NULL;
-    if (code->kind != TV_CONST || !PyCode_Check(code->obj) || kwdefs ||
-        (defs && defs->kind != TV_CONST) || (closure && closure->kind != TV_TUPLE))
+    tvar *code = pop(tr);
+    if (code->kind != TV_CONST || !PyCode_Check(code->obj))
         return cdy_tr_stop(tr, MAKE_FUNCTION);
     PyObject *fn = cdy_tr_keep(tr, PyFunction_New(code->obj, tr->globals));
-    if (!fn || (defs && PyFunction_SetDefaults(fn, defs->obj)))
+    if (!fn)
         return cdy_tr_stop_exc(tr, MAKE_FUNCTION_FAILED);
-    tvar *f = closure ? cdy_tv_seq(tr, TV_FUNC, closure->items, closure->n)
-                      : cdy_tv_seq(tr, TV_FUNC, NULL, 0);
-    if (f)
-        f->obj = fn;
+    tvar *f = cdy_tv_seq(tr, TV_FUNC, NULL, 0);
+    if (!f)
+        return -1;
+    f->obj = fn;
+    for (int flag = 8; flag >= 1; flag >>= 1)   /* closure on top, defaults lowest */
+        if ((oparg & flag) && func_attr(tr, f, flag, pop(tr)))
+            return -1;
     return push(tr, f);
 }
 
+/* SET_FUNCTION_ATTRIBUTE flag (3.13): pop the function and the value below
+ * it; set the attribute; push the function. */
+static int op_set_function_attribute(tracer *tr, int flag)
+{
+    tvar *f = pop(tr), *v = pop(tr);
+    if (f->kind != TV_FUNC)
+        return cdy_tr_stop(tr, MAKE_FUNCTION);
+    return func_attr(tr, f, flag, v) ? -1 : push(tr, f);
+}
+
+/* Push the call pair of attribute value v (a plain callable): with the
+ * call protocol's NULL below it (3.11, 3.12) or above it (3.13). */
+static int push_unbound(tracer *tr, tvar *v)
+{
+    if (CDY_PV_NULL_BELOW_CALLABLE)
+        return push(tr, &tr->null_var) ? -1 : push(tr, v);
+    return push(tr, v) ? -1 : push(tr, &tr->null_var);
+}
+
 /* LOAD_METHOD: a Tensor or container method becomes (METHOD, self); other
- * attributes (NULL, attr). */
+ * attributes the attribute and a NULL, in the version's order. */
 static int op_load_method(tracer *tr, PyObject *name)
 {
     tvar *base = pop(tr);
@@ -405,26 +473,48 @@ static int op_load_method(tracer *tr, PyObject *name)
         m->self = base;
         return push(tr, m) || push(tr, base);
     }
-    if (push(tr, &tr->null_var))
+    tvar *v = cdy_get_attr(tr, base, name);
+    return v ? push_unbound(tr, v) : -1;
+}
+
+/* LOAD_SUPER_ATTR (3.12+): pop super, class, self; the attribute co_names[idx]
+ * of super() (flags bit 1: super(class, self)), as LOAD_METHOD (bit 0) or
+ * LOAD_ATTR.  The zero-argument form finds its class and self as 3.11's
+ * super() call does (cdy_tr_super). */
+static int op_load_super_attr(tracer *tr, int idx, int flags)
+{
+    tvar *self = pop(tr), *cls = pop(tr), *fn = pop(tr);
+    tvar *args[2] = {cls, self};
+    tvar *sup = cdy_call(tr, fn, args, flags & 2 ? 2 : 0, NULL);
+    if (!sup)
         return -1;
-    return push(tr, cdy_get_attr(tr, base, name));
+    PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, idx);
+    if (flags & 1)
+        return push(tr, sup) ? -1 : op_load_method(tr, name);
+    return push(tr, cdy_get_attr(tr, sup, name));
 }
 
 /* ---- calls and operators -------------------------------------------------------------- */
 
-/* CALL oparg, with the pending KW_NAMES. */
+/* CALL oparg, with the pending KW_NAMES.  Below the arguments is the call
+ * pair: [NULL, callable] or [method, self] (3.11, 3.12), [callable, NULL]
+ * or [method, self] (3.13); a NULL in the lower slot names the upper one as
+ * the callable, else the lower one is called with the upper one (unless
+ * NULL) as its first argument. */
 static int op_call(tracer *tr, int oparg)
 {
-    tvar *meth = peek(tr, oparg + 2);
+    if (CDY_TR_CHECK(tr, oparg + 2 <= tr->sp, STACK_UNDERFLOW))
+        return -1;
+    tvar *lower = peek(tr, oparg + 2), *upper = peek(tr, oparg + 1);
     tvar *callable, **args;
     int nargs;
-    if (meth->kind != TV_NULL) {
-        callable = meth;
+    if (lower->kind != TV_NULL && upper->kind != TV_NULL) {
+        callable = lower;
         args = &tr->stack[tr->sp - oparg - 1];
         nargs = oparg + 1;
     }
     else {
-        callable = peek(tr, oparg + 1);
+        callable = lower->kind != TV_NULL ? lower : upper;
         args = &tr->stack[tr->sp - oparg];
         nargs = oparg;
     }
@@ -438,8 +528,8 @@ static int op_call(tracer *tr, int oparg)
 /* CALL_FUNCTION_EX: f(*args) or f(*args, **kwargs) with known containers. */
 static int op_call_ex(tracer *tr, int oparg)
 {
-    tvar *kw = (oparg & 1) ? pop(tr) : NULL, *pos = pop(tr), *fn = pop(tr);
-    pop(tr);   /* the NULL below the callable */
+    tvar *kw = (oparg & 1) ? pop(tr) : NULL, *pos = pop(tr), *upper = pop(tr), *lower = pop(tr);
+    tvar *fn = lower->kind == TV_NULL ? upper : lower;   /* the call pair (see op_call) */
     tvar *it = cdy_iterate(tr, pos);
     if (!it)
         return -1;
@@ -590,16 +680,17 @@ static int op_compare(tracer *tr, int oparg)
     return push(tr, cdy_call_operator(tr, fn, syms[oparg], args, 2));
 }
 
-/* UNARY_NEGATIVE / UNARY_NOT / UNARY_INVERT / UNARY_POSITIVE on the top value. */
-static int op_unary(tracer *tr, int op)
+/* UNARY_NEGATIVE / UNARY_NOT / UNARY_INVERT / UNARY_POSITIVE (semantic op
+ * sop) on the top value. */
+static int op_unary(tracer *tr, int sop)
 {
     tvar *a = pop(tr);
-    if (op == CDY_UNARY_NOT) {
+    if (sop == CDY_SOP_UNARY_NOT) {
         int t = cdy_truth(tr, a);
         return t < 0 ? -1 : push(tr, cdy_tv_const(tr, PyBool_FromLong(!t)));
     }
-    const char *name = op == CDY_UNARY_NEGATIVE ? "neg" : op == CDY_UNARY_INVERT ? "invert" : "pos";
-    int slot = op == CDY_UNARY_NEGATIVE ? 24 : op == CDY_UNARY_INVERT ? 25 : 26;
+    const char *name = sop == CDY_SOP_UNARY_NEGATIVE ? "neg" : sop == CDY_SOP_UNARY_INVERT ? "invert" : "pos";
+    int slot = sop == CDY_SOP_UNARY_NEGATIVE ? 24 : sop == CDY_SOP_UNARY_INVERT ? 25 : 26;
     PyObject *fn = cdy_operator_fn(slot, name);
     if (!fn)
         return cdy_tr_stop_exc(tr, PY_ERROR);
@@ -753,10 +844,10 @@ static int op_delete_subscr(tracer *tr)
     return cdy_container_delitem(tr, c, k);
 }
 
-/* BUILD_SET n / SET_ADD i / SET_UPDATE i (trace/sets.c). */
-static int op_set(tracer *tr, int op, int oparg)
+/* BUILD_SET n / SET_ADD i / SET_UPDATE i (semantic op sop; trace/sets.c). */
+static int op_set(tracer *tr, int sop, int oparg)
 {
-    if (op == CDY_BUILD_SET) {
+    if (sop == CDY_SOP_BUILD_SET) {
         if (CDY_TR_CHECK(tr, oparg <= tr->sp, STACK_UNDERFLOW))
             return -1;
         tr->sp -= oparg;
@@ -765,7 +856,7 @@ static int op_set(tracer *tr, int op, int oparg)
     tvar *v = pop(tr), *s = peek(tr, oparg);
     if (CDY_TR_CHECK(tr, s->kind == TV_SET, BAD_STACK_VALUE, "set"))
         return -1;
-    return op == CDY_SET_ADD ? cdy_set_add(tr, s, v) : cdy_set_update(tr, s, v);
+    return sop == CDY_SOP_SET_ADD ? cdy_set_add(tr, s, v) : cdy_set_update(tr, s, v);
 }
 
 /* UNPACK_EX counts: a, *b, c = iterable (before: low byte, after: high byte). */
@@ -952,21 +1043,32 @@ static int op_contains(tracer *tr, int invert)
     return push(tr, cdy_tv_const(tr, PyBool_FromLong(r != invert)));
 }
 
-/* FORMAT_VALUE / BUILD_STRING on constants (f-strings). */
+/* str / repr / ascii (conv 1 / 2 / 3) of x, a new reference (x itself for 0); NULL on error. */
+static PyObject *convert(PyObject *x, int conv)
+{
+    return conv == 1 ? PyObject_Str(x) : conv == 2 ? PyObject_Repr(x)
+         : conv == 3 ? PyObject_ASCII(x) : Py_NewRef(x);
+}
+
+/* CONVERT_VALUE conv (3.13's f-string conversion) of a constant. */
+static int op_convert(tracer *tr, int conv)
+{
+    tvar *v = pop(tr);
+    if (v->kind != TV_CONST)
+        return cdy_tr_stop(tr, FSTRING_VALUE);
+    PyObject *x = convert(v->obj, conv);
+    return x ? push(tr, cdy_tv_const(tr, x)) : cdy_tr_stop_exc(tr, RAISED_FORMAT);
+}
+
+/* FORMAT_VALUE flags (conversion flags & 3, a spec on top when flags & 4) on
+ * constants (f-strings). */
 static int op_format(tracer *tr, int oparg)
 {
     tvar *spec = (oparg & 4) ? pop(tr) : NULL, *v = pop(tr);
-    if (v->kind != TV_CONST)
+    if (v->kind != TV_CONST || (spec && spec->kind != TV_CONST))
         return cdy_tr_stop(tr, FSTRING_VALUE);
-    PyObject *x = Py_NewRef(v->obj), *s;
-    int conv = oparg & 3;
-    if (conv == 1)
-        Py_SETREF(x, PyObject_Str(x));
-    else if (conv == 2)
-        Py_SETREF(x, PyObject_Repr(x));
-    else if (conv == 3)
-        Py_SETREF(x, PyObject_ASCII(x));
-    s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
+    PyObject *x = convert(v->obj, oparg & 3);
+    PyObject *s = x ? PyObject_Format(x, spec ? spec->obj : NULL) : NULL;
     Py_XDECREF(x);
     if (!s)
         return cdy_tr_stop_exc(tr, RAISED_FORMAT);
@@ -1070,17 +1172,11 @@ static int op_return(tracer *tr)
 
 /* ---- the interpreter loop -------------------------------------------------------------- */
 
-/* Opcode name for messages. */
-static void opcode_name(int op, char *buf, size_t n)
+/* The name of raw opcode op for messages ("?" when the table does not know it). */
+static const char *opcode_name(int op)
 {
-    PyObject *dis = PyImport_ImportModule("dis");
-    PyObject *names = dis ? PyObject_GetAttrString(dis, "opname") : NULL;
-    PyObject *nm = names ? PySequence_GetItem(names, op) : NULL;
-    snprintf(buf, n, "%s", nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : "?");
-    Py_XDECREF(dis);
-    Py_XDECREF(names);
-    Py_XDECREF(nm);
-    PyErr_Clear();
+    const char *n = cdy_pv_opname(op);
+    return n ? n : "?";
 }
 
 /* Jump to code unit target; -1 if out of range. */
@@ -1092,26 +1188,20 @@ static int jump(tracer *tr, int target, int *next)
     return 0;
 }
 
-/* Conditional jumps: POP_JUMP_{FORWARD,BACKWARD}_IF_{TRUE,FALSE,NONE,NOT_NONE}. */
-static int op_pop_jump(tracer *tr, int op, int oparg, int *next)
+/* POP_JUMP_IF_{FALSE,TRUE,NONE,NOT_NONE}: pop and go to s->target when it holds. */
+static int op_pop_jump(tracer *tr, const cdy_sinstr *s, int *next)
 {
-    int fwd = op == CDY_POP_JUMP_FORWARD_IF_FALSE || op == CDY_POP_JUMP_FORWARD_IF_TRUE ||
-              op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_FORWARD_IF_NOT_NONE;
-    int on_none = op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NONE ||
-                  op == CDY_POP_JUMP_FORWARD_IF_NOT_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NOT_NONE;
-    int when = op == CDY_POP_JUMP_FORWARD_IF_TRUE || op == CDY_POP_JUMP_BACKWARD_IF_TRUE ||
-               op == CDY_POP_JUMP_FORWARD_IF_NONE || op == CDY_POP_JUMP_BACKWARD_IF_NONE;
+    int on_none = s->sop == CDY_SOP_POP_JUMP_IF_NONE || s->sop == CDY_SOP_POP_JUMP_IF_NOT_NONE;
+    int when = s->sop == CDY_SOP_POP_JUMP_IF_TRUE || s->sop == CDY_SOP_POP_JUMP_IF_NONE;
     tvar *v = pop(tr);
     int c = on_none ? is_none(tr, v) : cdy_truth(tr, v);
     if (c < 0)
         return -1;
-    if (c == when)
-        return jump(tr, fwd ? *next + oparg : *next - oparg, next);
-    return 0;
+    return c == when ? jump(tr, s->target, next) : 0;
 }
 
-/* FOR_ITER delta: next item, or pop the iterator and jump past the loop. */
-static int op_for_iter(tracer *tr, int oparg, int *next)
+/* FOR_ITER: next item, or pop the iterator and continue at target (past the loop). */
+static int op_for_iter(tracer *tr, int target, int *next)
 {
     tvar *it = peek(tr, 1);
     if (it->kind != TV_ITER)
@@ -1123,269 +1213,404 @@ static int op_for_iter(tracer *tr, int oparg, int *next)
     if (it->pos < it->n)
         return push(tr, it->items[it->pos++]);
     pop(tr);
-    return jump(tr, *next + oparg, next);
+    return jump(tr, target, next);
 }
 
-/* SEND delta (yield from, in a generator run to its end): the iterator's next item
- * (YIELD_VALUE collects it), or, when it is exhausted, its value (None) and a jump. */
-static int op_send(tracer *tr, int oparg, int *next)
+/* KW_NAMES_TOS (3.13's CALL_KW): the keyword names are the constant tuple on top. */
+static int op_kw_names_tos(tracer *tr)
 {
-    pop(tr);   /* the value sent: None, as the generator is resumed with None */
+    tvar *names = pop(tr);
+    if (CDY_TR_CHECK(tr, names->kind == TV_CONST && PyTuple_Check(names->obj), BAD_KW_NAMES))
+        return -1;
+    tr->kwnames = names->obj;
+    return 0;
+}
+
+/* TO_BOOL: the truth of the top value, as a constant. */
+static int op_to_bool(tracer *tr)
+{
+    int c = cdy_truth(tr, pop(tr));
+    return c < 0 ? -1 : push(tr, cdy_tv_const(tr, PyBool_FromLong(c)));
+}
+
+/* LIST_EXTEND / LIST_APPEND (sop) arg: pop v; extend / append the list arg items down. */
+static int op_list_add(tracer *tr, int sop, int oparg)
+{
+    tvar *v = pop(tr), *l = peek(tr, oparg);
+    tvar *src = sop == CDY_SOP_LIST_APPEND ? cdy_tv_seq(tr, TV_TUPLE, &v, 1) : cdy_iterate(tr, v);
+    if (!src || l->kind != TV_LIST)
+        return cdy_tr_stop(tr, LIST_EXTEND);
+    int n = l->n + src->n - src->pos;
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
+    if (!items)
+        return -1;
+    memcpy(items, l->items, sizeof(tvar *) * (size_t)l->n);
+    memcpy(items + l->n, src->items + src->pos, sizeof(tvar *) * (size_t)(src->n - src->pos));
+    l->items = items;
+    l->n = n;
+    return 0;
+}
+
+/* DICT_MERGE (f(**d): merge d into the dict being built) / DICT_UPDATE ({..., **d}). */
+static int op_dict_merge(tracer *tr, int oparg)
+{
+    tvar *src = pop(tr), *dst = peek(tr, oparg);
+    if (src->kind != TV_DICT || dst->kind != TV_DICT || dst->src)
+        return cdy_tr_stop(tr, DOUBLE_STAR_MAPPING);
+    for (int i = 0; i < src->n; i++) {
+        tvar *k = cdy_tv_const(tr, Py_NewRef(src->keys[i]));
+        if (!k || push(tr, src->items[i]) || push(tr, dst) || push(tr, k) || op_store_subscr(tr))
+            return -1;
+    }
+    return 0;
+}
+
+/* BUILD_SLICE n (2 or 3) of constant bounds. */
+static int op_build_slice(tracer *tr, int n)
+{
+    tvar *c = n == 3 ? pop(tr) : NULL, *b = pop(tr), *a = pop(tr);
+    if (a->kind != TV_CONST || b->kind != TV_CONST || (c && c->kind != TV_CONST))
+        return cdy_tr_stop(tr, SLICE_BOUNDS);
+    return push(tr, cdy_tv_const(tr, PySlice_New(a->obj, b->obj, c ? c->obj : NULL)));
+}
+
+/* SWAP n: exchange the top item with the n-th. */
+static int op_swap(tracer *tr, int n)
+{
+    if (CDY_TR_CHECK(tr, n >= 1 && n <= tr->sp, STACK_UNDERFLOW))
+        return -1;
+    tvar *a = tr->stack[tr->sp - 1];
+    tr->stack[tr->sp - 1] = tr->stack[tr->sp - n];
+    tr->stack[tr->sp - n] = a;
+    return 0;
+}
+
+/* BUILD_STRING n: the concatenation of n constant strings. */
+static int op_build_string(tracer *tr, int n)
+{
+    PyObject *parts = PyTuple_New(n);
+    for (int i = n - 1; parts && i >= 0; i--) {
+        tvar *s = pop(tr);
+        if (s->kind != TV_CONST || !PyUnicode_Check(s->obj)) {
+            Py_DECREF(parts);
+            return cdy_tr_stop(tr, FSTRING_PART);
+        }
+        PyTuple_SET_ITEM(parts, i, Py_NewRef(s->obj));
+    }
+    PyObject *empty = PyUnicode_FromString("");
+    PyObject *r = parts && empty ? PyUnicode_Join(empty, parts) : NULL;
+    Py_XDECREF(parts);
+    Py_XDECREF(empty);
+    return push(tr, r ? cdy_tv_const(tr, r) : NULL);
+}
+
+/* JUMP_IF_FALSE_OR_POP / JUMP_IF_TRUE_OR_POP (3.11). */
+static int op_jump_or_pop(tracer *tr, const cdy_sinstr *s, int *next)
+{
+    int c = cdy_truth(tr, peek(tr, 1));
+    if (c < 0)
+        return -1;
+    if (c == (s->sop == CDY_SOP_JUMP_IF_TRUE_OR_POP))
+        return jump(tr, s->target, next);
+    pop(tr);
+    return 0;
+}
+
+/* YIELD_VALUE: collect the value; the generator is resumed with None. */
+static int op_yield(tracer *tr)
+{
+    tvar *v = pop(tr), *y = tr->yielded;
+    if (!y)
+        return cdy_tr_stop(tr, YIELD);
+    tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(y->n + 1));
+    if (!items)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    if (y->n)
+        memcpy(items, y->items, sizeof(tvar *) * (size_t)y->n);
+    items[y->n++] = v;
+    y->items = items;
+    return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
+}
+
+/* SEND (yield from, in a generator run to its end): pop the value sent (None:
+ * the generator is resumed with None); the iterator's next item (YIELD_VALUE
+ * collects it), or, when it is exhausted, its value (None) at s->target: in
+ * place of the iterator (3.11), or above it for END_SEND (s->arg2, 3.12+). */
+static int op_send(tracer *tr, const cdy_sinstr *s, int *next)
+{
+    pop(tr);
     tvar *it = peek(tr, 1);
     if (it->kind != TV_ITER)
         return cdy_tr_stop(tr, FOR_ITER_NON_ITER);
     if (it->pos < it->n)
         return push(tr, it->items[it->pos++]);
-    tr->stack[tr->sp - 1] = cdy_tv_const(tr, Py_NewRef(Py_None));
-    return tr->stack[tr->sp - 1] ? jump(tr, *next + oparg, next) : -1;
+    tvar *none = cdy_tv_const(tr, Py_NewRef(Py_None));
+    if (!none)
+        return -1;
+    if (s->arg2 ? push(tr, none) : (tr->stack[tr->sp - 1] = none, 0))
+        return -1;
+    return jump(tr, s->target, next);
 }
 
-/* Execute the instruction at tr->pc; sets *next.  1 = returned, 0 = go on, -1 = stopped. */
-static int step(tracer *tr, int op, int oparg, int *next)
+/* Loads, stores and stack moves of semantic op s; 0, -1, or 2: not one of them. */
+static int step_data(tracer *tr, const cdy_sinstr *s)
 {
     PyObject *names = tr->co->co_names;
-    switch (op) {
-    case CDY_NOP: case CDY_RESUME: case CDY_PRECALL: case CDY_CACHE: case CDY_COPY_FREE_VARS:
+    int a = s->arg;
+    switch (s->sop) {
+    case CDY_SOP_NOP: case CDY_SOP_COPY_FREE_VARS:
         return 0;
-    case CDY_MAKE_CELL:
-        return cell_of(tr, oparg) ? 0 : -1;
-    case CDY_PUSH_NULL:
+    case CDY_SOP_MAKE_CELL:
+        return cell_of(tr, a) ? 0 : -1;
+    case CDY_SOP_PUSH_NULL:
         return push(tr, &tr->null_var);
-    case CDY_POP_TOP:
+    case CDY_SOP_POP_TOP:
         pop(tr);
         return 0;
-    case CDY_LOAD_FAST:
-        return op_load_fast(tr, oparg);
-    case CDY_STORE_FAST:
-        if (CDY_TR_CHECK(tr, oparg < tr->nlocals, BAD_LOCAL_SLOT))
+    case CDY_SOP_COPY:
+        return push(tr, peek(tr, a));
+    case CDY_SOP_SWAP:
+        return op_swap(tr, a);
+    case CDY_SOP_LOAD_FAST:
+        return op_load_fast(tr, a);
+    case CDY_SOP_STORE_FAST:
+        if (CDY_TR_CHECK(tr, a < tr->nlocals, BAD_LOCAL_SLOT))
             return -1;
-        tr->locals[oparg] = pop(tr);
+        tr->locals[a] = pop(tr);
         return 0;
-    case CDY_STORE_DEREF:
-        return op_store_deref(tr, oparg, pop(tr));
-    case CDY_DELETE_DEREF:
-        return op_store_deref(tr, oparg, NULL);
-    case CDY_DELETE_FAST:
-        tr->locals[oparg] = NULL;
+    case CDY_SOP_STORE_DEREF:
+        return op_store_deref(tr, a, pop(tr));
+    case CDY_SOP_DELETE_DEREF:
+        return op_store_deref(tr, a, NULL);
+    case CDY_SOP_DELETE_FAST:   /* unbound (NULL would read the frame's argument again) */
+        if (CDY_TR_CHECK(tr, a < tr->nlocals, BAD_LOCAL_SLOT))
+            return -1;
+        tr->locals[a] = &tr->null_var;
         return 0;
-    case CDY_LOAD_CONST:
-        return push(tr, cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(tr->co->co_consts, oparg))));
-    case CDY_LOAD_GLOBAL:
-        return op_load_global(tr, oparg);
-    case CDY_LOAD_DEREF:
-        return op_load_deref(tr, oparg);
-    case CDY_LOAD_ATTR:
-        return push(tr, cdy_get_attr(tr, pop(tr), PyTuple_GET_ITEM(names, oparg)));
-    case CDY_STORE_ATTR: {   /* replayed after the graph (trace/mutate.c) */
+    case CDY_SOP_LOAD_FAST_AND_CLEAR:
+        return op_load_fast_and_clear(tr, a);
+    case CDY_SOP_LOAD_CONST:
+        return push(tr, cdy_tv_const(tr, Py_NewRef(PyTuple_GET_ITEM(tr->co->co_consts, a))));
+    case CDY_SOP_LOAD_GLOBAL:
+        return op_load_global(tr, a);
+    case CDY_SOP_LOAD_DEREF:
+        return op_load_deref(tr, a);
+    case CDY_SOP_LOAD_CLOSURE:
+        return op_load_closure(tr, a);
+    case CDY_SOP_LOAD_ATTR:
+        return push(tr, cdy_get_attr(tr, pop(tr), PyTuple_GET_ITEM(names, a)));
+    case CDY_SOP_LOAD_METHOD:
+        return op_load_method(tr, PyTuple_GET_ITEM(names, a));
+    case CDY_SOP_LOAD_SUPER_ATTR:
+        return op_load_super_attr(tr, a, s->arg2);
+    case CDY_SOP_STORE_ATTR: {   /* replayed after the graph (trace/mutate.c) */
         tvar *obj = pop(tr), *v = pop(tr);
-        return cdy_mut_store_attr(tr, obj, PyTuple_GET_ITEM(names, oparg), v);
+        return cdy_mut_store_attr(tr, obj, PyTuple_GET_ITEM(names, a), v);
     }
-    case CDY_LOAD_METHOD:
-        return op_load_method(tr, PyTuple_GET_ITEM(names, oparg));
-    case CDY_IMPORT_NAME:
-        return op_import_name(tr, oparg);
-    case CDY_IMPORT_FROM:   /* from m import name: the module stays on the stack */
-        return push(tr, cdy_get_attr(tr, peek(tr, 1), PyTuple_GET_ITEM(names, oparg)));
-    case CDY_KW_NAMES:
-        tr->kwnames = PyTuple_GET_ITEM(tr->co->co_consts, oparg);
+    case CDY_SOP_IMPORT_NAME:
+        return op_import_name(tr, a);
+    case CDY_SOP_IMPORT_FROM:   /* from m import name: the module stays on the stack */
+        return push(tr, cdy_get_attr(tr, peek(tr, 1), PyTuple_GET_ITEM(names, a)));
+    default:
+        return 2;
+    }
+}
+
+/* Calls, operators and containers of semantic op s; 0, -1, or 2: not one of them. */
+static int step_ops(tracer *tr, const cdy_sinstr *s)
+{
+    int a = s->arg;
+    switch (s->sop) {
+    case CDY_SOP_KW_NAMES:
+        tr->kwnames = PyTuple_GET_ITEM(tr->co->co_consts, a);
         return 0;
-    case CDY_CALL:
-        return op_call(tr, oparg);
-    case CDY_CALL_FUNCTION_EX:
-        return op_call_ex(tr, oparg);
-    case CDY_BINARY_OP:
-        return op_binary(tr, oparg);
-    case CDY_COMPARE_OP:
-        return op_compare(tr, oparg);
-    case CDY_UNARY_NEGATIVE: case CDY_UNARY_NOT: case CDY_UNARY_INVERT: case CDY_UNARY_POSITIVE:
-        return op_unary(tr, op);
-    case CDY_BUILD_TUPLE:
-        return op_build(tr, oparg, TV_TUPLE);
-    case CDY_BUILD_LIST:
-        return op_build(tr, oparg, TV_LIST);
-    case CDY_LIST_TO_TUPLE: {
+    case CDY_SOP_KW_NAMES_TOS:
+        return op_kw_names_tos(tr);
+    case CDY_SOP_CALL:
+        return op_call(tr, a);
+    case CDY_SOP_CALL_FUNCTION_EX:
+        return op_call_ex(tr, a);
+    case CDY_SOP_BINARY_OP:
+        return op_binary(tr, a);
+    case CDY_SOP_COMPARE_OP:
+        return op_compare(tr, a);
+    case CDY_SOP_IS_OP:
+        return op_is(tr, a);
+    case CDY_SOP_CONTAINS_OP:
+        return op_contains(tr, a);
+    case CDY_SOP_TO_BOOL:
+        return op_to_bool(tr);
+    case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
+    case CDY_SOP_UNARY_POSITIVE:
+        return op_unary(tr, s->sop);
+    case CDY_SOP_BINARY_SUBSCR:
+        return op_subscr(tr);
+    case CDY_SOP_STORE_SUBSCR:
+        return op_store_subscr(tr);
+    case CDY_SOP_BUILD_SLICE:
+        return op_build_slice(tr, a);
+    case CDY_SOP_BUILD_TUPLE:
+        return op_build(tr, a, TV_TUPLE);
+    case CDY_SOP_BUILD_LIST:
+        return op_build(tr, a, TV_LIST);
+    case CDY_SOP_BUILD_MAP:
+        return op_build_map(tr, a, 0);
+    case CDY_SOP_BUILD_CONST_KEY_MAP:
+        return op_build_map(tr, a, 1);
+    case CDY_SOP_BUILD_STRING:
+        return op_build_string(tr, a);
+    case CDY_SOP_LIST_TO_TUPLE: {
         tvar *l = pop(tr);
         return push(tr, l->kind == TV_LIST ? cdy_tv_seq(tr, TV_TUPLE, l->items, l->n) : NULL);
     }
-    case CDY_LIST_EXTEND: case CDY_LIST_APPEND: {
-        tvar *v = pop(tr), *l = peek(tr, oparg);
-        tvar *src = op == CDY_LIST_APPEND ? cdy_tv_seq(tr, TV_TUPLE, &v, 1) : cdy_iterate(tr, v);
-        if (!src || l->kind != TV_LIST)
-            return cdy_tr_stop(tr, LIST_EXTEND);
-        int n = l->n + src->n - src->pos;
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(n + 1));
-        if (!items)
-            return -1;
-        memcpy(items, l->items, sizeof(tvar *) * (size_t)l->n);
-        memcpy(items + l->n, src->items + src->pos, sizeof(tvar *) * (size_t)(src->n - src->pos));
-        l->items = items;
-        l->n = n;
-        return 0;
+    case CDY_SOP_LIST_EXTEND: case CDY_SOP_LIST_APPEND:
+        return op_list_add(tr, s->sop, a);
+    case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
+        return op_dict_merge(tr, a);
+    case CDY_SOP_MAP_ADD: {   /* a dict display of many items: d[k] = v, d below them */
+        tvar *v = pop(tr), *k = pop(tr), *d = peek(tr, a);
+        return push(tr, v) || push(tr, d) || push(tr, k) ? -1 : op_store_subscr(tr);
     }
-    case CDY_BUILD_MAP:
-        return op_build_map(tr, oparg, 0);
-    case CDY_BUILD_CONST_KEY_MAP:
-        return op_build_map(tr, oparg, 1);
-    case CDY_BUILD_SLICE: {
-        tvar *c = oparg == 3 ? pop(tr) : NULL, *b = pop(tr), *a = pop(tr);
-        if (a->kind != TV_CONST || b->kind != TV_CONST || (c && c->kind != TV_CONST))
-            return cdy_tr_stop(tr, SLICE_BOUNDS);
-        return push(tr, cdy_tv_const(tr, PySlice_New(a->obj, b->obj, c ? c->obj : NULL)));
-    }
-    case CDY_UNPACK_SEQUENCE:
-        return op_unpack(tr, oparg);
-    case CDY_UNPACK_EX:
-        return op_unpack_ex(tr, oparg);
-    case CDY_DELETE_SUBSCR:
+    case CDY_SOP_UNPACK_SEQUENCE:
+        return op_unpack(tr, a);
+    case CDY_SOP_UNPACK_EX:
+        return op_unpack_ex(tr, a);
+    case CDY_SOP_DELETE_SUBSCR:
         return op_delete_subscr(tr);
-    case CDY_DELETE_ATTR: {   /* del obj.name: an object built in the frame */
+    case CDY_SOP_DELETE_ATTR: {   /* del obj.name: an object built in the frame */
         tvar *o = pop(tr);
         if (o->kind != TV_INST)
             return cdy_tr_stop(tr, DELETE_ATTR);
-        return cdy_obj_delattr(tr, o, PyTuple_GET_ITEM(names, oparg));
+        return cdy_obj_delattr(tr, o, PyTuple_GET_ITEM(tr->co->co_names, a));
     }
-    case CDY_BUILD_SET: case CDY_SET_ADD: case CDY_SET_UPDATE:
-        return op_set(tr, op, oparg);
-    case CDY_BEFORE_WITH:
-        return cdy_op_before_with(tr);
-    case CDY_PUSH_EXC_INFO:
-        return cdy_exc_push_info(tr);
-    case CDY_POP_EXCEPT:
-        return cdy_exc_pop_except(tr);
-    case CDY_CHECK_EXC_MATCH:
-        return cdy_exc_check_match(tr);
-    case CDY_RAISE_VARARGS:
-        return cdy_exc_raise_varargs(tr, oparg);
-    case CDY_RERAISE:
-        return cdy_exc_reraise(tr, oparg);
-    case CDY_LOAD_ASSERTION_ERROR:
+    case CDY_SOP_BUILD_SET: case CDY_SOP_SET_ADD: case CDY_SOP_SET_UPDATE:
+        return op_set(tr, s->sop, a);
+    case CDY_SOP_LOAD_ASSERTION_ERROR:
         return push(tr, cdy_wrap(tr, PyExc_AssertionError, NULL, 0));
-    case CDY_BINARY_SUBSCR:
-        return op_subscr(tr);
-    case CDY_STORE_SUBSCR:
-        return op_store_subscr(tr);
-    case CDY_DICT_MERGE:     /* f(**d): merge d into the dict being built */
-    case CDY_DICT_UPDATE: {  /* {..., **d} */
-        tvar *src = pop(tr), *dst = peek(tr, oparg);
-        if (src->kind != TV_DICT || dst->kind != TV_DICT || dst->src)
-            return cdy_tr_stop(tr, DOUBLE_STAR_MAPPING);
-        for (int i = 0; i < src->n; i++) {
-            tvar *k = cdy_tv_const(tr, Py_NewRef(src->keys[i]));
-            if (!k || push(tr, src->items[i]) || push(tr, dst) || push(tr, k) || op_store_subscr(tr))
-                return -1;
-        }
-        return 0;
-    }
-    case CDY_MAP_ADD: {   /* a dict display of many items: d[k] = v, d below them */
-        tvar *v = pop(tr), *k = pop(tr), *d = peek(tr, oparg);
-        return push(tr, v) || push(tr, d) || push(tr, k) ? -1 : op_store_subscr(tr);
-    }
-    case CDY_GET_ITER:
-        return push(tr, cdy_iterate(tr, pop(tr)));
-    case CDY_FOR_ITER:
-        return op_for_iter(tr, oparg, next);
-    case CDY_COPY:
-        return push(tr, peek(tr, oparg));
-    case CDY_SWAP: {
-        if (CDY_TR_CHECK(tr, oparg <= tr->sp, STACK_UNDERFLOW))
-            return -1;
-        tvar *a = tr->stack[tr->sp - 1];
-        tr->stack[tr->sp - 1] = tr->stack[tr->sp - oparg];
-        tr->stack[tr->sp - oparg] = a;
-        return 0;
-    }
-    case CDY_IS_OP:
-        return op_is(tr, oparg);
-    case CDY_CONTAINS_OP:
-        return op_contains(tr, oparg);
-    case CDY_FORMAT_VALUE:
-        return op_format(tr, oparg);
-    case CDY_BUILD_STRING: {
-        PyObject *parts = PyTuple_New(oparg);
-        for (int i = oparg - 1; parts && i >= 0; i--) {
-            tvar *s = pop(tr);
-            if (s->kind != TV_CONST || !PyUnicode_Check(s->obj)) {
-                Py_DECREF(parts);
-                return cdy_tr_stop(tr, FSTRING_PART);
-            }
-            PyTuple_SET_ITEM(parts, i, Py_NewRef(s->obj));
-        }
-        PyObject *empty = PyUnicode_FromString("");
-        PyObject *r = parts && empty ? PyUnicode_Join(empty, parts) : NULL;
-        Py_XDECREF(parts);
-        Py_XDECREF(empty);
-        return push(tr, r ? cdy_tv_const(tr, r) : NULL);
-    }
-    case CDY_JUMP_FORWARD:
-        return jump(tr, *next + oparg, next);
-    case CDY_JUMP_BACKWARD: case CDY_JUMP_BACKWARD_NO_INTERRUPT:
-        return jump(tr, *next - oparg, next);
-    case CDY_GET_YIELD_FROM_ITER:   /* yield from x: x's items, one SEND at a time */
-        return push(tr, cdy_iterate(tr, pop(tr)));
-    case CDY_SEND:
-        return op_send(tr, oparg, next);
-    case CDY_POP_JUMP_FORWARD_IF_FALSE: case CDY_POP_JUMP_BACKWARD_IF_FALSE:
-    case CDY_POP_JUMP_FORWARD_IF_TRUE: case CDY_POP_JUMP_BACKWARD_IF_TRUE:
-    case CDY_POP_JUMP_FORWARD_IF_NONE: case CDY_POP_JUMP_BACKWARD_IF_NONE:
-    case CDY_POP_JUMP_FORWARD_IF_NOT_NONE: case CDY_POP_JUMP_BACKWARD_IF_NOT_NONE:
-        return op_pop_jump(tr, op, oparg, next);
-    case CDY_JUMP_IF_FALSE_OR_POP: case CDY_JUMP_IF_TRUE_OR_POP: {
-        int c = cdy_truth(tr, peek(tr, 1));
-        if (c < 0)
-            return -1;
-        if (c == (op == CDY_JUMP_IF_TRUE_OR_POP))
-            return jump(tr, *next + oparg, next);
-        pop(tr);
-        return 0;
-    }
-    case CDY_RETURN_VALUE:
-        return op_return(tr);
-    case CDY_LOAD_CLOSURE:
-        return op_load_closure(tr, oparg);
-    case CDY_MAKE_FUNCTION:
-        return op_make_function(tr, oparg);
-    case CDY_RETURN_GENERATOR:   /* a generator run to the end: its first POP_TOP eats this */
-        if (!tr->yielded)
-            return cdy_tr_stop(tr, GENERATOR);
-        return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
-    case CDY_YIELD_VALUE: {      /* collect the value; the generator is resumed with None */
-        tvar *v = pop(tr), *y = tr->yielded;
-        if (!y)
-            return cdy_tr_stop(tr, YIELD);
-        tvar **items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)(y->n + 1));
-        if (!items)
-            return cdy_tr_stop(tr, OUT_OF_MEMORY);
-        if (y->n)
-            memcpy(items, y->items, sizeof(tvar *) * (size_t)y->n);
-        items[y->n++] = v;
-        y->items = items;
-        return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
-    }
-    default: {
-        char name[64];
-        opcode_name(op, name, sizeof(name));
-        return cdy_tr_stop(tr, OPCODE, name);
-    }
+    case CDY_SOP_FORMAT_VALUE:
+        return op_format(tr, a);
+    case CDY_SOP_MAKE_FUNCTION:
+        return op_make_function(tr, a);
+    case CDY_SOP_SET_FUNCTION_ATTRIBUTE:
+        return op_set_function_attribute(tr, a);
+    case CDY_SOP_CONVERT_VALUE:
+        return op_convert(tr, a);
+    default:
+        return 2;
     }
 }
 
-/* After opcode op failed or stopped: a failure with no recorded stop (a bug:
- * some path forgot its reason) becomes STEP_FAILED, with the pending Python
- * exception's text if there is one, so that no trace ends "failed" without a
- * reason, or "succeeded" after a failure.  -1. */
+/* Control flow of semantic op s (sets *next); 1 = returned, 0, -1, or 2: not one of them. */
+static int step_flow(tracer *tr, const cdy_sinstr *s, int *next)
+{
+    switch (s->sop) {
+    case CDY_SOP_GET_ITER:
+        return push(tr, cdy_iterate(tr, pop(tr)));
+    case CDY_SOP_FOR_ITER:
+        return op_for_iter(tr, s->target, next);
+    case CDY_SOP_JUMP:
+        return jump(tr, s->target, next);
+    case CDY_SOP_POP_JUMP_IF_FALSE: case CDY_SOP_POP_JUMP_IF_TRUE:
+    case CDY_SOP_POP_JUMP_IF_NONE: case CDY_SOP_POP_JUMP_IF_NOT_NONE:
+        return op_pop_jump(tr, s, next);
+    case CDY_SOP_JUMP_IF_FALSE_OR_POP: case CDY_SOP_JUMP_IF_TRUE_OR_POP:
+        return op_jump_or_pop(tr, s, next);
+    case CDY_SOP_RETURN_VALUE:
+        return op_return(tr);
+    case CDY_SOP_RETURN_GENERATOR:   /* a generator run to the end: its first POP_TOP eats this */
+        if (!tr->yielded)
+            return cdy_tr_stop(tr, GENERATOR);
+        return push(tr, cdy_tv_const(tr, Py_NewRef(Py_None)));
+    case CDY_SOP_YIELD_VALUE:
+        return op_yield(tr);
+    case CDY_SOP_GET_YIELD_FROM_ITER:   /* yield from x: x's items, one SEND at a time */
+        return push(tr, cdy_iterate(tr, pop(tr)));
+    case CDY_SOP_SEND:
+        return op_send(tr, s, next);
+    case CDY_SOP_BEFORE_WITH:
+        return cdy_op_before_with(tr);
+    case CDY_SOP_PUSH_EXC_INFO:
+        return cdy_exc_push_info(tr);
+    case CDY_SOP_POP_EXCEPT:
+        return cdy_exc_pop_except(tr);
+    case CDY_SOP_CHECK_EXC_MATCH:
+        return cdy_exc_check_match(tr);
+    case CDY_SOP_RAISE_VARARGS:
+        return cdy_exc_raise_varargs(tr, s->arg);
+    case CDY_SOP_RERAISE:
+        return cdy_exc_reraise(tr, s->arg);
+    default:
+        return 2;
+    }
+}
+
+/* Execute semantic op s of the raw instruction d; sets *next.  1 = returned,
+ * 0 = go on, -1 = stopped.  A semantic op without a handler stops the trace
+ * (OPCODE, naming the raw instruction): a graph break, never a crash. */
+static int step(tracer *tr, const cdy_pv_instr *d, const cdy_sinstr *s, int *next)
+{
+    int r = step_data(tr, s);
+    if (r == 2)
+        r = step_ops(tr, s);
+    if (r == 2)
+        r = step_flow(tr, s, next);
+    if (r != 2)
+        return r;
+    char name[64];
+    if (s->sop == CDY_SOP_CALL_INTRINSIC_1 || s->sop == CDY_SOP_CALL_INTRINSIC_2)
+        snprintf(name, sizeof(name), "%s %d", opcode_name(d->op), s->arg);
+    else
+        snprintf(name, sizeof(name), "%s", opcode_name(d->op));
+    return cdy_tr_stop(tr, OPCODE, name);
+}
+
+/* After instruction op failed or stopped: a failure with no recorded stop
+ * (a bug: some path forgot its reason) becomes STEP_FAILED, with the pending
+ * Python exception's text if there is one, so that no trace ends "failed"
+ * without a reason, or "succeeded" after a failure.  -1. */
 static int step_failed(tracer *tr, int op)
 {
     if (cdy_tr_stopped(tr))
         return -1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    char name[64];
-    opcode_name(op, name, sizeof(name));
     CDY_ASSERT(inject.kind == CDY_INJECT_STEP, "an opcode failed without recording a stop");
     if (!et)
-        return cdy_tr_stop(tr, STEP_FAILED, name);
+        return cdy_tr_stop(tr, STEP_FAILED, opcode_name(op));
     PyErr_Restore(et, ev, tb);
-    return cdy_tr_stop_exc(tr, STEP_FAILED, name);
+    return cdy_tr_stop_exc(tr, STEP_FAILED, opcode_name(op));
+}
+
+/* Run the semantic ops of decoded instruction d; *next is where to go on.
+ * 1 = returned, 0 = go on, -1 = failed or stopped (the caller unwinds or
+ * reports it). */
+static int run_instr(tracer *tr, const cdy_pv_instr *d, int *next)
+{
+    if (!d->nsops)
+        return cdy_tr_stop(tr, OPCODE, opcode_name(d->op));
+    if (inject.kind == CDY_INJECT_STEP && d->op == inject.op)
+        return -1;
+    for (int i = 0; i < d->nsops; i++) {
+        int r = step(tr, d, &d->sops[i], next);
+        if (r < 0 || cdy_tr_stopped(tr))
+            return -1;
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+/* See trace.h: decode the instruction k instructions after the current one. */
+int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out)
+{
+    cdy_pv_code c = {tr->co, tr->code, tr->ncode};
+    int pc = tr->pc_start;
+    if (cdy_pv_decode(&c, pc, out))
+        return -1;
+    for (int i = 0; i < k; i++)
+        if (cdy_pv_decode(&c, out->next, out))
+            return -1;
+    return 0;
 }
 
 /* Run tr's code from the start until it returns (0) or the trace stops (-1). */
@@ -1400,26 +1625,22 @@ int cdy_tr_run_frame(tracer *tr)
     tr->stack = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)tr->stack_cap);
     if (!tr->stack)
         return cdy_tr_stop(tr, OUT_OF_MEMORY);
-    int pc = 0, ext = 0;
+    cdy_pv_code c = {tr->co, tr->code, tr->ncode};
+    cdy_pv_instr d;
+    int pc = 0;
     for (int count = 0; count < MAX_INSTRUCTIONS; count++) {
-        if (CDY_TR_CHECK(tr, pc < tr->ncode, RAN_OFF_END))
+        if (CDY_TR_CHECK(tr, cdy_pv_decode(&c, pc, &d) == 0, RAN_OFF_END))
             return -1;
-        int op = tr->code[2 * pc], oparg = tr->code[2 * pc + 1] | ext;
-        tr->pc = pc;
-        int next = pc + 1 + cdy_opcode_caches(op);
-        if (op == CDY_EXTENDED_ARG) {
-            ext = oparg << 8;
-            pc = next;
-            continue;
-        }
-        ext = 0;
-        int r = inject.kind == CDY_INJECT_STEP && op == inject.op ? -1 : step(tr, op, oparg, &next);
+        tr->pc = d.pc;
+        tr->pc_start = d.start;
+        int next = d.next;
+        int r = run_instr(tr, &d, &next);
         if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {
             pc = next;   /* an exception the frame catches: on in its handler */
             continue;
         }
         if (r < 0 || cdy_tr_stopped(tr))
-            return step_failed(tr, op);
+            return step_failed(tr, d.op);
         if (r)
             return 0;
         pc = next;

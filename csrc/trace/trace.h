@@ -7,6 +7,7 @@
 
 #include "trace/record.h"
 #include "frame/frame.h"
+#include "pyver/pyver.h"
 #include "trace/reasons.h"
 
 #define CDY_MAX_INLINE_DEPTH 48
@@ -89,7 +90,8 @@ typedef struct tracer {
     int guard_globals;               /* 0 for torch's own code: its globals are not guarded */
     PyObject *bytes;
     const unsigned char *code;
-    int ncode, pc;
+    int ncode, pc;                   /* pc: the current instruction's opcode (code unit) */
+    int pc_start;                    /* its first EXTENDED_ARG prefix (pc without one) */
     tvar **locals;
     int nlocals;
     tvar **stack;
@@ -136,6 +138,9 @@ int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
+/* Decode the instruction k instructions after the current one (k = 0: the
+ * current one) into *out; 0, or -1 past the end of the code. */
+int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out);
 /* The current value of cell c (a slot of a frame still being traced); NULL when stopped. */
 tvar *cdy_tr_cell_value(tracer *tr, tvar *c);
 /* Zero-argument super() in the traced function: a SUPER tvar; NULL when stopped. */

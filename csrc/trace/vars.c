@@ -2,6 +2,7 @@
  * containers; the sources they are read from and the guards that reading
  * them implies; attribute access on tensors, modules and user objects.     */
 #include "trace/trace.h"
+#include "pyver/pycompat.h"
 
 #include <string.h>
 
@@ -103,7 +104,7 @@ int cdy_is_const(PyObject *o)
         Py_ssize_t pos = 0;
         PyObject *k;
         Py_hash_t h;
-        while (_PySet_NextEntry(o, &pos, &k, &h))
+        while (cdy_pc_set_next(o, &pos, &k, &h))
             if (!cdy_is_const(k))
                 return 0;
         return 1;
@@ -1183,7 +1184,7 @@ static tvar *super_attr(tracer *tr, tvar *sup, PyObject *name)
     while (i < n && PyTuple_GET_ITEM(mro, i) != sup->obj)
         i++;
     for (i++; i < n; i++) {
-        PyObject *d = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        PyObject *d = cdy_pc_type_dict((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
         PyObject *f = d ? PyDict_GetItemWithError(d, name) : NULL;
         if (!f)
             continue;

@@ -46,7 +46,7 @@ def batches_us(f, reps, inner):
 
 def build(src_path, so_path, nthreads=None):
     src = open(src_path).read()
-    if nthreads is not None:   # a cheap kernel's smaller team is a literal (cg_cheap_threads)
+    if nthreads is not None:   # older kernels wrote a cheap kernel's smaller team as a literal
         src = re.sub(r"#define NTHREADS \d+", f"#define NTHREADS {nthreads}", src, count=1)
         src = re.sub(r"num_threads\(\d+\)", f"num_threads({nthreads})", src)
     tmp = so_path[:-3] + ".build.c"
