@@ -161,6 +161,73 @@ typedef struct {
     int out_buffer;
 } cdy_step;
 
+/* ---- the kernel IR's summary: what scheduling decided, per step ------------
+ * The compiler's kernel IR (compiler/kir.h) summed up in the plan for tests
+ * and tools (cdy_plan.kir; compiled graphs' kernel_ir): per step of the
+ * schedule its kind, what a kernel computes and stores, its loops and its
+ * decisions.  X(ENUM, name). */
+#define CDY_KIR_KINDS(X)                                                     \
+    X(POINTWISE, "pointwise") /* one loop nest: loads, fused nodes, stores (a piece of a \
+                               * cat / stack / pad: its window) */             \
+    X(CAT, "cat")             /* plain cat / stack pieces copied by one kernel */ \
+    X(PAD_FILL, "pad_fill")   /* the border of a constant pad */                \
+    X(REDUCE, "reduce")       /* a reduction (its pointwise prologue fused) */  \
+    X(ROWS, "rows")           /* softmax / layer / group norm rows (+ epilogue) */ \
+    X(WINDOW, "window")       /* pooling / upsample windows */                  \
+    X(EXTERN, "extern")       /* a step torch runs: an extern node */           \
+    X(VIEW, "view")           /* a step torch runs: a realized view */          \
+    X(PAIRED, "paired")       /* no step: a reduction the next kernel computes */ \
+    X(PIECES, "pieces")       /* no step: a cat / stack written by a kernel per piece */
+
+typedef enum {
+#define CDY_X(e, n) CDY_KIR_##e,
+    CDY_KIR_KINDS(CDY_X)
+#undef CDY_X
+    CDY_KIR_COUNT
+} cdy_kir_kind;
+
+extern const char *const cdy_kir_kind_names[CDY_KIR_COUNT];
+
+/* Flags of a step's decisions. */
+enum {
+    CDY_KIRF_TWO_PASS = 1 << 0,    /* reduce: a second pass over the reduced loops */
+    CDY_KIRF_BLOCKS = 1 << 1,      /* reduce: an outer reduction, its last outer loop in blocks */
+    CDY_KIRF_COLUMNS = 1 << 2,     /* rows: column mode (the row is not innermost in memory) */
+    CDY_KIRF_UNSTORED = 1 << 3,    /* rows: the row op's result is not stored (only its
+                                    * fused epilogue reads it) */
+    CDY_KIRF_COPY_UNITS = 1 << 4,  /* pointwise: a plain copy reversing small units */
+    CDY_KIRF_COPY_ROWS = 1 << 5,   /* pointwise: a plain copy, a memcpy a row */
+    CDY_KIRF_LANES = 1 << 6,       /* reduce / rows: sums in independent partial lanes */
+    CDY_KIRF_PREFETCH = 1 << 7,    /* reduce / rows: loads of the next row prefetched */
+};
+
+typedef struct {
+    int kind;                /* cdy_kir_kind */
+    int kernel;              /* kernel_<kernel>, or -1 (no kernel) */
+    int node;                /* the special / extern / view node, or -1 (pointwise) */
+    int piece;               /* a cat / stack / pad piece written into its window, or -1 */
+    int ndim;                /* the iteration space */
+    int64_t sizes[CDY_MAX_NDIM];
+    int nloops;              /* the loops after ordering and coalescing (a reduce / rows /
+                              * window kernel: its outer loops) */
+    int64_t loops[CDY_MAX_NDIM];
+    int nrloops;             /* reduce / rows: the reduced (row) loops */
+    int64_t rloops[CDY_MAX_NDIM];
+    int nout;                /* the values stored */
+    const int *outs;
+    int nfused;              /* the nodes computed per element, graph order */
+    const int *fused;
+    int nparams;             /* pointer parameters */
+    int parallel;            /* the outer loop(s) run on several threads */
+    int threads;             /* their team: 0 all (NTHREADS), else that many */
+    int collapse;            /* the parallel loop collapses two loops */
+    int vector;              /* the innermost loop vectorizes */
+    int stream;              /* the stores are non-temporal */
+    int status;              /* the kernel checks gathered indices (an int status) */
+    unsigned flags;          /* CDY_KIRF_* */
+    const char *serial;      /* pointwise, not parallel: why (static text), else NULL */
+} cdy_kir;
+
 /* A plan says how the runtime executes a compiled graph: its steps in order.
  * Buffers 0..ninputs-1 are the inputs; extern steps produce theirs; the
  * others (kernel outputs: graph outputs and values an extern reads) are
@@ -186,6 +253,9 @@ typedef struct {
     char *ir_pre;            /* loop IR before fusion: one loop per graph node (malloc'd) */
     char *ir_post;           /* per kernel: loops, fused nodes, loads/stores, vectorized and
                               * parallel or not and why, fusion decisions (malloc'd) */
+    int nkir;                /* the kernel IR's summary: per step of the schedule (malloc'd; */
+    cdy_kir *kir;            /* outs and fused point into kir_values) */
+    int *kir_values;
 } cdy_plan;
 
 /* Lower `g` to C for `nthreads` OpenMP threads; kernels moving more than

@@ -1,6 +1,7 @@
 /* module.c - the cdynamo._C module: initialisation, counters, and the
  * slow-path bridges to the Python package (config, logs, warnings).       */
-#include "internal.h"
+#include "frame/frame.h"
+#include "runtime/runtime.h"
 #include "trace/reasons.h"
 #include "pyver/pyver.h"
 

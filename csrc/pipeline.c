@@ -6,7 +6,8 @@
  * abort) and, with the `stages` log topic on (CDYNAMO_LOGS=stages), dumped.
  * The frame hook (frame/eval.c) runs it for a frame it has no entry for and
  * makes the cache entry of its result (guards, transformed bytecode). */
-#include "internal.h"
+#include "pipeline.h"
+#include "runtime/runtime.h"
 #include "passes/passes.h"
 
 #include <stdio.h>
@@ -184,14 +185,16 @@ static int pp_build(cdy_pipe *p, const cdy_plan *plan, const cdy_cc_opts *opts, 
 /* Load: the callable running the plan's steps with the kernels of so_path. */
 static int pp_load(cdy_pipe *p, cdy_trace *t, const cdy_plan *plan, const char *so_path)
 {
-    p->compiled = cdy_compiled_from_plan(plan, so_path[0] ? so_path : NULL, p->name, p->single, t);
+    cdy_run_record r = cdy_run_record_of(t);
+    p->compiled = cdy_compiled_from_plan(plan, so_path[0] ? so_path : NULL, p->name, p->single, &r);
     return p->compiled ? 0 : pp_fail_exc(p, "loading the compiled kernels failed");
 }
 
 /* The eager backend: the traced calls run through torch. */
 static int pp_eager(cdy_pipe *p, cdy_trace *t)
 {
-    p->compiled = cdy_compiled_eager(t, p->name, p->single);
+    cdy_run_record r = cdy_run_record_of(t);
+    p->compiled = cdy_compiled_eager(&r, p->name, p->single);
     return p->compiled ? 0 : pp_fail(p, "eager backend failed");
 }
 

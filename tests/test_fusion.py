@@ -382,3 +382,104 @@ def test_row_result_is_stored_when_something_else_reads_it(fn):
     assert "(not stored)" not in c.ir_post_fusion
     kernel = c.source[c.source.index("CDY_EXPORT void kernel_"):]
     assert "out_ptr0[" in kernel
+
+
+# ---- the same decisions read from the kernel IR (data, not C text) --------------------------
+
+def _steps(kind=None):
+    """The kernel IR's summary of the last compile: a dict per step of the schedule."""
+    steps = _compiled().kernel_ir
+    return [s for s in steps if kind is None or s["kind"] == kind]
+
+
+def test_kernel_ir_of_a_chain_one_kernel_fusing_every_op(two_threads):
+    x, y = torch.randn(64, 1024), torch.randn(1024)
+    check(lambda x, y: torch.sigmoid(x * y + 1).relu(), x, y, transcendental=True)
+    (k,) = _steps()
+    assert (k["kind"], k["kernel"], k["ops"]) == ("pointwise", 0, ("mul", "add", "sigmoid", "relu"))
+    assert k["sizes"] == (64, 1024) and k["loops"] == (64, 1024) and k["params"] == 3
+    assert k["parallel"] and k["threads"] == 0 and k["vectorized"] and k["serial"] is None
+    assert len(k["outputs"]) == 1 and k["outputs"][0] == k["fused"][-1]
+
+
+def test_kernel_ir_reduction_fuses_its_prologue_and_its_consumer_follows():
+    x = torch.randn(64, 256)
+    check(lambda x: x - (x * 2).exp().mean(-1, keepdim=True), x, transcendental=True)
+    red, after = _steps()
+    assert red["kind"] == "reduce" and red["ops"] == ("mul", "exp", "mean")
+    assert red["loops"] == (64,) and red["reduced_loops"] == (256,)
+    assert after["kind"] == "pointwise" and after["ops"] == ("sub",)
+    assert after["kernel"] == red["kernel"] + 1
+
+
+def test_kernel_ir_norm_epilogue_and_unstored_result():
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    check(lambda x, w, b: F.gelu(F.layer_norm(x, (64,), w, b)), x, w, b, transcendental=True)
+    (k,) = _steps()
+    assert k["kind"] == "rows" and k["ops"] == ("row_layer_norm", "gelu")
+    assert "unstored" in k["flags"] and len(k["outputs"]) == 2
+    assert k["loops"] == (8,) and k["reduced_loops"] == (64,)
+
+
+def test_kernel_ir_softmax_over_a_strided_dim_runs_in_column_mode():
+    x = torch.randn(64, 128)
+    check(lambda x: torch.softmax(x, 0), x, transcendental=True)
+    (k,) = _steps()
+    assert k["kind"] == "rows" and "columns" in k["flags"]
+
+
+def _max_of_rows(x):
+    values, indices = torch.max(x, 1)
+    return values, indices
+
+
+def test_kernel_ir_argmax_shares_the_kernel_of_its_max():
+    x = torch.randn(16, 300)
+    check(_max_of_rows, x)
+    paired, red = _steps()
+    assert paired["kind"] == "paired" and paired["kernel"] is None
+    assert red["kind"] == "reduce" and red["ops"] == ("amax", "argmax")
+    assert len(red["outputs"]) == 2 and "two_pass" in red["flags"]
+
+
+def test_kernel_ir_extern_splits_the_kernels():
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    check(lambda x, w: torch.relu(((x * 2) @ w) + 1), x, w)
+    kinds = [s["kind"] for s in _steps()]
+    assert kinds == ["pointwise", "extern", "pointwise"]
+    assert [s["kernel"] for s in _steps()] == [0, None, 1]
+
+
+def test_kernel_ir_cat_plain_pieces_one_kernel_producers_a_kernel_each():
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    check(lambda a, b: torch.cat([a, b], 1), a, b)
+    assert [s["kind"] for s in _steps()] == ["cat"]
+    check(lambda a, b: torch.cat([a.exp(), b * 2], 1), a, b, transcendental=True)
+    steps = _steps()
+    assert [s["kind"] for s in steps] == ["pointwise", "pointwise", "pieces"]
+    assert steps[0]["ops"] == ("exp", "concat_pieces") and steps[1]["ops"] == ("mul", "concat_pieces")
+    assert steps[0]["piece"] is not None and steps[0]["node"] == steps[2]["node"]
+
+
+@pytest.mark.parametrize("n,dtype,par", [(65536, torch.uint8, False), (150528, torch.uint8, True)])
+def test_kernel_ir_cheap_kernel_threshold(two_threads, n, dtype, par):
+    x = torch.arange(n).to(dtype)
+    assert_same(-x, cdynamo.optimize(lambda t: -t)(x))
+    (k,) = _steps()
+    assert k["parallel"] == par
+    assert (k["serial"] == "a cheap kernel moving fewer bytes than the threshold") != par
+
+
+def test_kernel_ir_channels_last_flip_is_a_unit_reversing_copy():
+    x = _U8.contiguous(memory_format=torch.channels_last)
+    assert_same(x.flip(-1), cdynamo.optimize(lambda t: t.flip(-1))(x))
+    (k,) = _steps()
+    assert k["kind"] == "pointwise" and "copy_units" in k["flags"]
+
+
+def test_kernel_ir_large_kernels_stream_their_stores(monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "stream_store_bytes", 1 << 16)
+    x = torch.randn(256, 1024)
+    check(lambda x: x * 2 + 1, x)
+    (k,) = _steps()
+    assert k["streams"]

@@ -1,4 +1,4 @@
-"""Convolutions in channels_last (csrc/trace/lower_conv.c) and the layout pass
+"""Convolutions in channels_last (csrc/trace/build_conv.c) and the layout pass
 that lets the kernels after them follow (csrc/compiler/layout.c): results and
 the strides the program sees are eager's."""
 import pytest

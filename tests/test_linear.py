@@ -1,4 +1,4 @@
-"""Linear layers with a packed weight (runtime/linear.c, trace/lower_linear.c): results
+"""Linear layers with a packed weight (runtime/linear.c, passes/linear.c): results
 equal to eager's, the pack made again whenever the weight changes, grad mode and
 cdynamo.config.pack_linear_weights respected."""
 import pytest

@@ -1,6 +1,6 @@
 """Differential tests of the row kernels (softmax, log_softmax, layer_norm,
 group_norm: kind 'N' nodes, csrc/compiler/rows.c) and of the losses lowered to
-pointwise nodes plus a reduction (csrc/trace/lower_rows.c), against eager
+pointwise nodes plus a reduction (csrc/trace/build_rows.c), against eager
 PyTorch: dtypes, shapes, every dim, non-contiguous inputs, fused producers,
 -inf/NaN rows, empty tensors; kernel and extern counts of the generated code."""
 import warnings

@@ -17,6 +17,12 @@ const cdy_op_info cdy_op_table[CDY_OP_COUNT] = {
 #include "ops/ops.def"
 };
 
+const char *const cdy_kir_kind_names[CDY_KIR_COUNT] = {
+#define CDY_X(e, n) n,
+    CDY_KIR_KINDS(CDY_X)
+#undef CDY_X
+};
+
 /* The result dtype of reduction op over input dtype idt (ops.def's rule
  * column), or CDY_DT_NONE when the op does not take that input. */
 int cdy_op_reduce_dtype(int op, int idt)

@@ -1,18 +1,21 @@
 /* cg.h - the compiler's internal interface, shared by codegen.c (checks,
- * buffers, pointwise fusion, the driver), reduce.c and the other emitters of
- * node kinds that get kernels of their own, and mathlib.c.
+ * buffers, pointwise fusion, the driver), reduce.c and the other files of
+ * node kinds that get kernels of their own, and mathlib.c.  The kernel IR
+ * the passes share is kir.h's.
  *
  * A "special" node kind (CG_SPECIAL_KINDS) is a fusion boundary: the values
  * it reads are realized first (segments of pointwise kernels end before it),
- * its result is a buffer, and its emitter writes the kernel(s) computing it.
- * An emitter may fuse the pointwise producers of its input (see reduce.c:
- * cg_mark_live + cg_operands + cg_emit_node recompute them per element). */
+ * its result is a buffer, and its scheduler makes the kernel(s) computing it.
+ * A kernel may fuse the pointwise producers of its input (see reduce.c:
+ * cg_mark_live + cg_operands at scheduling, cg_emit_node at emission
+ * recompute them per element). */
 #ifndef CDY_CG_H
 #define CDY_CG_H
 
 #include <stdint.h>
 
 #include "cdynamo.h"
+#include "compiler/kir.h"
 
 /* Work below this many elements runs on one thread. */
 #define CG_PARALLEL_NUMEL 32768
@@ -36,33 +39,6 @@
 /* A nest's innermost loop streams only if it stores at least this many bytes
  * of each output per pass (shorter, most of each store is a ragged end). */
 #define CG_STREAM_ROW 256
-/* Parameters of one kernel, at most. */
-#define CG_MAX_OPS CDY_MAX_KARGS
-
-/* One pointer parameter of a kernel: a graph input or an output node. */
-typedef struct {
-    int buffer;                      /* plan buffer number */
-    int is_out;
-    int value;                       /* value number (outputs; first user for inputs) */
-    int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
-    int64_t offset;                  /* elements added to the pointer (view loads) */
-} cg_operand;
-
-/* The loop nest of a kernel after ordering and coalescing, outer first. */
-typedef struct {
-    int ndim;
-    int64_t size[CDY_MAX_NDIM];
-    int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
-} cg_nest;
-
-/* A group of output nodes sharing one iteration space. */
-typedef struct {
-    int ndim;
-    const int64_t *sizes;
-    int nout;
-    int *outs;                       /* value numbers */
-} cg_group;
-
 typedef struct {
     const cdy_graph *g;
     int nthreads;
@@ -82,30 +58,72 @@ typedef struct {
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
     char *done;                      /* value -> stored by a special kernel's epilogue */
     int *vparam;                     /* view value -> its load parameter in the current kernel */
-    int cat_piece;                   /* the piece the current cat / stack kernel copies */
     const cg_nest *nest;             /* the current pointwise kernel's nest (index operands) */
     int64_t stream_bytes;            /* kernels moving more bytes stream their stores; 0: never */
+    cdy_plan *plan;                  /* the plan being filled */
+    kir_program prog;                /* the kernel IR (kir.h): the schedule's steps */
+    int nkernels;                    /* kernels scheduled so far */
+    int nplan_steps;                 /* plan steps scheduled so far (kernels, externs, views) */
+    const kir_kernel *kern;          /* the kernel being emitted */
 } cg_ctx;
 
-/* ---- special node kinds: X(op kind char, check fn, emit fn) -------------
- * check: 0, or -1 with a message (cg_fail).  emit: write the kernels of
- * node v and append their steps (cg_kernel_begin / cg_kernel_end); 0 or -1. */
+/* ---- special node kinds: X(op kind char, check fn, schedule fn) ----------
+ * check: 0, or -1 with a message (cg_fail).  schedule: the kernels of node v,
+ * appended to the program (cg_kir_add); 0 or -1.  Each kernel kind has an
+ * emitter and a printer (KIR_KINDS). */
 int cg_check_reduce(cg_ctx *c, int v);
-int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v);
+int cg_sched_reduce(cg_ctx *c, int v);
 int cg_check_rows(cg_ctx *c, int v);
-int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v);
-
+int cg_sched_rows(cg_ctx *c, int v);
 int cg_check_cat(cg_ctx *c, int v);
-int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v);
-
+int cg_sched_cat(cg_ctx *c, int v);
 int cg_check_pool(cg_ctx *c, int v);
-int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v);
+int cg_sched_pool(cg_ctx *c, int v);
 
 #define CG_SPECIAL_KINDS(X)                                                  \
-    X('R', cg_check_reduce, cg_emit_reduce)                                  \
-    X('N', cg_check_rows, cg_emit_rows)                                      \
-    X('K', cg_check_cat, cg_emit_cat)                                        \
-    X('W', cg_check_pool, cg_emit_pool)
+    X('R', cg_check_reduce, cg_sched_reduce)                                 \
+    X('N', cg_check_rows, cg_sched_rows)                                     \
+    X('K', cg_check_cat, cg_sched_cat)                                       \
+    X('W', cg_check_pool, cg_sched_pool)
+
+/* ---- kernel kinds: X(kir_kind, emit fn, print fn) ------------------------
+ * emit: the C of kernel k (its record's decisions); 0 or -1.  print: its
+ * lines of the post-fusion IR into c->ir_post (decisions into c->ir_dec). */
+int cg_emit_pointwise(cg_ctx *c, const kir_kernel *k);
+void cg_print_pointwise(cg_ctx *c, const kir_kernel *k);
+int cg_emit_cat_kernel(cg_ctx *c, const kir_kernel *k);
+void cg_print_cat_kernel(cg_ctx *c, const kir_kernel *k);
+int cg_emit_pad_fill(cg_ctx *c, const kir_kernel *k);
+void cg_print_pad_fill(cg_ctx *c, const kir_kernel *k);
+int cg_emit_reduce(cg_ctx *c, const kir_kernel *k);
+void cg_print_reduce(cg_ctx *c, const kir_kernel *k);
+int cg_emit_rows(cg_ctx *c, const kir_kernel *k);
+void cg_print_rows(cg_ctx *c, const kir_kernel *k);
+int cg_emit_pool(cg_ctx *c, const kir_kernel *k);
+void cg_print_pool(cg_ctx *c, const kir_kernel *k);
+
+#define KIR_KINDS(X)                                                         \
+    X(CDY_KIR_POINTWISE, cg_emit_pointwise, cg_print_pointwise)                  \
+    X(CDY_KIR_CAT, cg_emit_cat_kernel, cg_print_cat_kernel)                      \
+    X(CDY_KIR_PAD_FILL, cg_emit_pad_fill, cg_print_pad_fill)                     \
+    X(CDY_KIR_REDUCE, cg_emit_reduce, cg_print_reduce)                           \
+    X(CDY_KIR_ROWS, cg_emit_rows, cg_print_rows)                                 \
+    X(CDY_KIR_WINDOW, cg_emit_pool, cg_print_pool)
+
+/* The next record of the program, of kind `kind` (zeroed but for kind,
+ * number -1, node / piece / sep_from -1), or NULL with a message. */
+kir_kernel *cg_kir_add(cg_ctx *c, int kind);
+/* The next kernel's number (its plan step has room), or -1 with a message. */
+int cg_kernel_begin(cg_ctx *c);
+/* Record in k the nodes the current live set computes (c->live, not leaves);
+ * 0 or -1 (out of memory). */
+int cg_kir_fuse(cg_ctx *c, kir_kernel *k);
+/* Schedule the pointwise kernel of group grp (cg_operands, nest, decisions):
+ * its record, or NULL with a message. */
+kir_kernel *cg_sched_pointwise(cg_ctx *c, const cg_group *grp);
+/* Decide how kernel k's pointwise loops run (parallel, threads, collapse,
+ * vector, stream, status; a plain copy's rows): from its ops, nest, numel. */
+void cg_sched_loops(cg_ctx *c, kir_kernel *k);
 
 /* ---- views.c: kind 'V' nodes (VIEW, VIEW_COPY) --------------------------
  * An unrealized view read by a kernel is a load of its base's buffer with its
@@ -131,10 +149,14 @@ int cg_view_boundary(cg_ctx *c, int v, int lo);
 void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op);
 /* Emit `T t<v> = x<param>;` for view v read through its load parameter. */
 int cg_emit_view(cg_ctx *c, int v, int ind);
-/* Emit the loops of a plain copy reversing small contiguous units (a
- * channels_last flip of W) with byte shuffles; 1 done, 0 not such a kernel. */
-int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
-                         const cg_nest *nest, int64_t numel);
+/* Decide whether pointwise kernel k is a plain copy by rows (reversing small
+ * contiguous units with byte shuffles: a channels_last flip of W; or a
+ * memcpy a row) and how its loops run: k->copy_*. */
+void cg_view_sched_copy(cg_ctx *c, kir_kernel *k);
+/* Emit the loops of such a copy (k->copy_unit or k->copy_row). */
+void cg_view_emit_copy(cg_ctx *c, const kir_kernel *k);
+/* Append its IR line (nothing for other kernels). */
+void cg_view_print_copy(cg_ctx *c, cdy_buf *b, const kir_kernel *k);
 
 /* ---- iota.c: kind 'I' nodes (IOTA, FILL) -------------------------------
  * An IOTA read by a pointwise kernel is an "index operand": an extra row of
@@ -205,29 +227,22 @@ char *cg_cast(cg_ctx *c, const char *e, int from, int to);
 char *cg_value_expr(cg_ctx *c, int v);
 /* Emit `T t<v> = <op expression>;` for pointwise node v. */
 int cg_emit_node(cg_ctx *c, int v, int ind);
-/* Emit the pointwise loop nest and body of a kernel (parallel, vectorized). */
-int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                  int64_t numel);
+/* Emit the pointwise loop nest and body of kernel k as scheduled (parallel,
+ * vectorized, streamed). */
+int cg_emit_loops(cg_ctx *c, const kir_kernel *k);
 /* Emit `T t<v> = <piece>;` for cat / stack node v (views.c). */
 int cg_emit_cat_value(cg_ctx *c, int v, int ind);
 /* Bytes numel iterations of nest load and store (operands that stay put in
  * every loop are not counted). */
-int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                 int64_t numel);
-/* Append the IR line of a cg_emit_loops kernel that streams its stores. */
-void cg_ir_stream(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest,
-                  int64_t numel);
-/* Emit the comment naming the fused ops and the kernel's signature. */
-void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops, int nops,
-                    const cg_nest *nest);
+int64_t cg_moved(const cg_operand *ops, int nops, const cg_nest *nest, int64_t numel);
+/* Append the IR line of kernel k's streamed stores (nothing when it does not stream). */
+void cg_ir_stream(cg_ctx *c, cdy_buf *b, const kir_kernel *k);
+/* Emit the kernel mark, the comment naming kernel k's fused ops, its signature. */
+void cg_emit_header(cg_ctx *c, const kir_kernel *k);
 void cg_ir_dims(cdy_buf *b, const int64_t *a, int n);
 void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o);
-/* Count the nodes kernel k computes (for the fusion decisions) and list them in b. */
-void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k);
-/* The number the next kernel of plan gets, or -1 (too many kernels). */
-int cg_kernel_begin(cg_ctx *c, cdy_plan *plan);
-/* Record kernel k with parameters ops[0..nops) and its step in plan. */
-void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops);
+/* List in b the nodes kernel k computes, and count them (the fusion decisions). */
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, const kir_kernel *k);
 
 /* ---- stream.c: streamed (non-temporal) stores ------------------------------
  * A kernel moving more than c->stream_bytes computes each block of its

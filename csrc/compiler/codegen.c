@@ -1,10 +1,17 @@
-/* codegen.c - lower a graph of elementwise ops to C kernels.
+/* codegen.c - lower a graph to C kernels, through the kernel IR (kir.h).
  *
- * Pipeline (cdy_codegen): check the graph, number the buffers, group the
- * output nodes by iteration space, then per group: mark the live values,
- * pick parameters, build a loop nest (order dims by the first output's
- * strides, drop size-1 dims, coalesce), and emit one C function that loads
- * the inputs, recomputes every live node per element and stores the outputs.
+ * cdy_codegen: check the graph, number the buffers, then
+ *   schedule  cut the graph into steps (cg_schedule): segments of pointwise
+ *             nodes between boundaries, each grouped by iteration space; per
+ *             group one kernel (cg_sched_pointwise: mark the live values, pick
+ *             parameters, build a loop nest: order dims by the first output's
+ *             strides, drop size-1 dims, coalesce; decide parallel, team,
+ *             vectorized, streamed: cg_sched_loops); the special kinds' kernels
+ *             by their schedulers; extern and view steps;
+ *   print     ir_pre and ir_post from the graph and the IR;
+ *   emit      per step its kind's emitter (a pointwise kernel: one C function
+ *             that loads the inputs, recomputes every fused node per element
+ *             and stores the outputs), and the plan's kernels and steps.
  * Every size and stride is a constant in the C text: a graph is specialised
  * to its inputs' meta, and guards check it.
  */
@@ -154,15 +161,15 @@ static int cg_check_special(cg_ctx *c, int v)
     }
 }
 
-/* Emit special node v with its kind's emitter; 0 or -1. */
-static int cg_emit_special(cg_ctx *c, cdy_plan *plan, int v)
+/* Schedule special node v with its kind's scheduler; 0 or -1. */
+static int cg_sched_special(cg_ctx *c, int v)
 {
     switch (cdy_op_table[c->g->values[v].op].kind) {
-#define CG_X(kind, check, emit) case kind: return emit(c, plan, v);
+#define CG_X(kind, check, sched) case kind: return sched(c, v);
     CG_SPECIAL_KINDS(CG_X)
 #undef CG_X
     default:
-        return cg_fail(c, "value %d: no emitter for its kind", v);
+        return cg_fail(c, "value %d: no scheduler for its kind", v);
     }
 }
 
@@ -561,6 +568,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
             return cg_fail(c, "kernel needs more than %d parameters", CDY_MAX_KARGS);
         ops[p].buffer = c->val_buf[v];
         ops[p].value = v;
+        ops[p].dtype = val->meta.dtype;
         ops[p].is_out = 0;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[p].stride);
         ops[p].offset = 0;
@@ -581,6 +589,7 @@ int cg_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops)
         const cdy_value *val = &g->values[grp->outs[i]];
         ops[n].buffer = c->val_buf[grp->outs[i]];
         ops[n].value = grp->outs[i];
+        ops[n].dtype = val->meta.dtype;
         ops[n].is_out = 1;
         cg_broadcast_strides(&val->meta, grp->ndim, ops[n].stride);
         ops[n].offset = 0;
@@ -851,11 +860,14 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
     return 0;
 }
 
-/* Emit the per-element body: loads, live nodes in order, stores (into the
- * L1 blocks cdy_st<o>[stage] when stage is given, see stream.c). */
-static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                        int ind, const char *stage)
+/* Emit the per-element body of pointwise kernel k: loads, the fused nodes in
+ * order, stores (into the L1 blocks cdy_st<o>[stage] when stage is given, see
+ * stream.c). */
+static int cg_emit_body(cg_ctx *c, const kir_kernel *k, int ind, const char *stage)
 {
+    const cg_operand *ops = k->ops;
+    const cg_nest *nest = k->nest;
+    int nops = k->nops;
     for (int o = 0; o < nops; o++) {
         if (ops[o].is_out)
             continue;
@@ -863,16 +875,14 @@ static int cg_emit_body(cg_ctx *c, const cg_operand *ops, int nops, const cg_nes
             cg_gather_emit_base(c, nest, o, ind);
             continue;
         }
-        const cdy_meta *m = &c->g->values[ops[o].value].meta;
         cg_indent(&c->src, ind);
-        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype,
+        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[ops[o].dtype].ctype,
                        o, o);
         cg_emit_offset(&c->src, nest, o);
         cdy_buf_puts(&c->src, "];\n");
     }
-    for (int v = 0; v < c->g->nvalues; v++)
-        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v) &&
-            cg_emit_node(c, v, ind))
+    for (int i = 0; i < k->nfused; i++)
+        if (cg_emit_node(c, k->fused[i], ind))
             return -1;
     int first = cg_first_out(ops, nops);
     for (int o = first; o < nops; o++) {
@@ -901,8 +911,7 @@ static int cg_inner_contiguous(const cg_operand *ops, int nops, const cg_nest *n
     return 1;
 }
 
-int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                 int64_t numel)
+int64_t cg_moved(const cg_operand *ops, int nops, const cg_nest *nest, int64_t numel)
 {
     int64_t bytes = 0;
     for (int o = 0; o < nops; o++) {
@@ -910,7 +919,7 @@ int64_t cg_moved(const cg_ctx *c, const cg_operand *ops, int nops, const cg_nest
         for (int d = 0; d < nest->ndim; d++)
             moves |= nest->stride[o][d] != 0;
         if (moves)
-            bytes += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+            bytes += cdy_dtype_table[ops[o].dtype].size;
     }
     return numel * bytes;
 }
@@ -922,67 +931,66 @@ static int cg_collapses(const cg_ctx *c, const cg_nest *nest)
     return nest->ndim >= 3 && nest->size[0] < 4 * (int64_t)c->nthreads;
 }
 
-/* Computing nodes of the current kernel. */
-static int cg_kernel_ops(cg_ctx *c)
+/* Why kernel k runs on one thread (the rule that decided), or NULL: it runs
+ * in parallel. */
+static const char *cg_serial_why(const cg_ctx *c, const kir_kernel *k)
 {
-    int n = 0;
-    for (int v = 0; v < c->g->nvalues; v++)
-        n += c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v);
-    return n;
+    if (k->nest->ndim == 0)
+        return "one element";
+    if (c->nthreads <= 1)
+        return "generated for 1 thread";
+    if (k->numel < CG_PARALLEL_NUMEL)
+        return "elements below the threshold";
+    if (k->nfused <= CG_PARALLEL_CHEAP_OPS && k->moved < CG_PARALLEL_BYTES)
+        return "a cheap kernel moving fewer bytes than the threshold";
+    return NULL;
 }
 
-/* 0 if the current kernel runs on one thread, else 1; why (when given)
- * says which rule decided. */
-static int cg_parallel_worth(cg_ctx *c, const cg_operand *ops, int nops,
-                             const cg_nest *nest, int64_t numel, const char **why)
+/* 1 if kernel k streams its stores (stream.c): every output contiguous along
+ * the innermost loop, which in a nest of several loops is at least
+ * CG_STREAM_ROW bytes of each output; no gathers (their checks end per row);
+ * more than the threshold moved. */
+static int cg_loops_stream(const cg_ctx *c, const kir_kernel *k)
 {
-    const char *dummy;
-    why = why ? why : &dummy;
-    *why = NULL;
-    if (nest->ndim == 0)
-        *why = "one element";
-    else if (c->nthreads <= 1)
-        *why = "generated for 1 thread";
-    else if (numel < CG_PARALLEL_NUMEL)
-        *why = "elements below the threshold";
-    else if (cg_kernel_ops(c) <= CG_PARALLEL_CHEAP_OPS &&
-             cg_moved(c, ops, nops, nest, numel) < CG_PARALLEL_BYTES)
-        *why = "a cheap kernel moving fewer bytes than the threshold";
-    return *why == NULL;
-}
-
-/* 1 if the current kernel streams its stores (stream.c): every output
- * contiguous along the innermost loop, which in a nest of several loops is at
- * least CG_STREAM_ROW bytes of each output; no gathers (their checks end per
- * row); more than the threshold moved. */
-static int cg_loops_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                           int64_t numel)
-{
+    const cg_nest *nest = k->nest;
     int last = nest->ndim - 1;
-    if (last < 0 || cg_kernel_gathers(c))
+    if (last < 0 || k->status)
         return 0;
-    for (int o = cg_first_out(ops, nops); o < nops; o++) {
-        int64_t size = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+    for (int o = cg_first_out(k->ops, k->nops); o < k->nops; o++) {
+        int64_t size = cdy_dtype_table[k->ops[o].dtype].size;
         if (nest->stride[o][last] != 1 || (last > 0 && nest->size[last] * size < CG_STREAM_ROW))
             return 0;
     }
-    return cg_streams(c, cg_moved(c, ops, nops, nest, numel));
+    return cg_streams(c, k->moved);
 }
 
-void cg_ir_stream(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest,
-                  int64_t numel)
+void cg_sched_loops(cg_ctx *c, kir_kernel *k)
 {
-    if (cg_loops_stream(c, ops, nops, nest, numel))
-        cg_stream_ir(c, b, cg_moved(c, ops, nops, nest, numel));
+    k->moved = cg_moved(k->ops, k->nops, k->nest, k->numel);
+    k->serial = cg_serial_why(c, k);
+    k->parallel = k->serial == NULL;
+    k->threads = "NTHREADS";   /* the whole team (cg.h: no team cut to a kernel's bytes) */
+    k->collapse = cg_collapses(c, k->nest);
+    k->vector = k->nest->ndim > 0 && cg_inner_contiguous(k->ops, k->nops, k->nest);
+    k->status = cg_kernel_gathers(c);
+    k->stream = cg_loops_stream(c, k);
+    if (k->piece < 0)
+        cg_view_sched_copy(c, k);
+}
+
+void cg_ir_stream(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
+{
+    if (k->stream)
+        cg_stream_ir(c, b, k->moved);
 }
 
 /* Elements per L1 block of a streaming flat loop: CG_STREAM_STAGE bytes over
  * the outputs' element sizes, a power of two in [64, 1024]. */
-static int cg_stage_elems(const cg_ctx *c, const cg_operand *ops, int nops)
+static int cg_stage_elems(const cg_operand *ops, int nops)
 {
     int64_t per = 0;
     for (int o = cg_first_out(ops, nops); o < nops; o++)
-        per += cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].size;
+        per += cdy_dtype_table[ops[o].dtype].size;
     int n = 1024;
     while (n > 64 && n * per > CG_STREAM_STAGE)
         n /= 2;
@@ -1016,47 +1024,48 @@ static void cg_emit_blocks_open(cdy_buf *b, int64_t n)
                    (long long)n, CG_BLOCK, (long long)n);
 }
 
-/* Emit a flat loop over n elements in blocks of CG_BLOCK (the parallel loop
- * when par) whose stores go through L1 blocks of cg_stage_elems written by
- * cdy_stream, then the fence; 0 or -1. */
-static int cg_emit_flat_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                               int par, const char *nt)
+/* Emit kernel k's flat loop over its elements in blocks of CG_BLOCK (the
+ * parallel loop when it is parallel) whose stores go through L1 blocks of
+ * cg_stage_elems written by cdy_stream, then the fence; 0 or -1. */
+static int cg_emit_flat_stream(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
-    int se = cg_stage_elems(c, ops, nops), first = cg_first_out(ops, nops);
-    if (par)
-        cg_stream_open(c, 1, nt, "", 1);
-    cg_emit_blocks_open(b, nest->size[0]);
+    const cg_operand *ops = k->ops;
+    int nops = k->nops, se = cg_stage_elems(ops, nops), first = cg_first_out(ops, nops);
+    if (k->parallel)
+        cg_stream_open(c, 1, k->threads, "", 1);
+    cg_emit_blocks_open(b, k->nest->size[0]);
     cdy_buf_printf(b, "        for (int64_t sb = lo; sb < hi; sb += %d) {\n"
                       "            const int64_t se = sb + %d < hi ? sb + %d : hi;\n", se, se, se);
     for (int o = first; o < nops; o++)
         cdy_buf_printf(b, "            %s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       cdy_dtype_table[ops[o].dtype].ctype, o - first,
                        se);
     cdy_buf_puts(b, "            #pragma GCC ivdep\n"
                     "            for (int64_t i0 = sb; i0 < se; i0++) {\n");
-    if (cg_emit_body(c, ops, nops, nest, 4, "i0 - sb"))
+    if (cg_emit_body(c, k, 4, "i0 - sb"))
         return -1;
     cdy_buf_puts(b, "            }\n");
-    cg_emit_stream_calls(c, ops, nops, nest, 3);
+    cg_emit_stream_calls(c, ops, nops, k->nest, 3);
     cdy_buf_puts(b, "        }\n    }\n");
-    cg_stream_close(c, 1, par);
+    cg_stream_close(c, 1, k->parallel);
     return 0;
 }
 
-/* Emit a nest of several loops whose innermost one stores through L1 blocks
- * (at most cg_stage_elems long) written by cdy_stream, the outer loop parallel
- * when par, then the fence; 0 or -1. */
-static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                               int par, const char *nt)
+/* Emit kernel k's nest of several loops whose innermost one stores through L1
+ * blocks (at most cg_stage_elems long) written by cdy_stream, the outer loop
+ * parallel when it is parallel, then the fence; 0 or -1. */
+static int cg_emit_nest_stream(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
-    int last = nest->ndim - 1, ind = 1, first = cg_first_out(ops, nops);
+    const cg_operand *ops = k->ops;
+    const cg_nest *nest = k->nest;
+    int nops = k->nops, last = nest->ndim - 1, ind = 1, first = cg_first_out(ops, nops);
     long long m = (long long)nest->size[last];
-    int blk = cg_stage_elems(c, ops, nops);
+    int blk = cg_stage_elems(ops, nops);
     blk = m < blk ? (int)m : blk;
-    if (par)
-        cg_stream_open(c, 1, nt, cg_collapses(c, nest) ? " collapse(2)" : "", 1);
+    if (k->parallel)
+        cg_stream_open(c, 1, k->threads, k->collapse ? " collapse(2)" : "", 1);
     for (int d = 0; d < last; d++, ind++) {
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
@@ -1070,10 +1079,10 @@ static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const
     for (int o = first; o < nops; o++) {
         cg_indent(b, ind + 1);
         cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype, o - first,
+                       cdy_dtype_table[ops[o].dtype].ctype, o - first,
                        blk);
     }
-    if (cg_inner_contiguous(ops, nops, nest)) {
+    if (k->vector) {
         cg_indent(b, ind + 1);
         cdy_buf_puts(b, "#pragma GCC ivdep\n");
     }
@@ -1082,7 +1091,7 @@ static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const
     const char *stage = cg_strf(c, "i%d - sb", last);
     if (!stage)
         return cg_fail(c, "out of memory");
-    if (cg_emit_body(c, ops, nops, nest, ind + 2, stage))
+    if (cg_emit_body(c, k, ind + 2, stage))
         return -1;
     cg_indent(b, ind + 1);
     cdy_buf_puts(b, "}\n");
@@ -1091,40 +1100,36 @@ static int cg_emit_nest_stream(cg_ctx *c, const cg_operand *ops, int nops, const
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
-    cg_stream_close(c, 1, par);
+    cg_stream_close(c, 1, k->parallel);
     return 0;
 }
 
 /* Emit the loop nest around the body; a flat parallel loop is split into
  * blocks so each thread gets contiguous chunks. */
-int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nest,
-                  int64_t numel)
+int cg_emit_loops(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
-    int par = cg_parallel_worth(c, ops, nops, nest, numel, NULL);
-    int ivdep = nest->ndim > 0 && cg_inner_contiguous(ops, nops, nest);
-    const char *nt = "NTHREADS";
-    int ind = 1;
+    const cg_nest *nest = k->nest;
+    int par = k->parallel, ind = 1;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "    {\n");
         cg_gather_emit_flags(c, 2);
-        if (cg_emit_body(c, ops, nops, nest, 2, NULL))
+        if (cg_emit_body(c, k, 2, NULL))
             return -1;
         cg_gather_emit_report(c, 2);
         cdy_buf_puts(b, "    }\n");
         return 0;
     }
-    if (cg_loops_stream(c, ops, nops, nest, numel))
-        return nest->ndim == 1 ? cg_emit_flat_stream(c, ops, nops, nest, par, nt)
-                               : cg_emit_nest_stream(c, ops, nops, nest, par, nt);
+    if (k->stream)
+        return nest->ndim == 1 ? cg_emit_flat_stream(c, k) : cg_emit_nest_stream(c, k);
     if (par && nest->ndim == 1) {
-        cg_stream_open(c, 1, nt, "", 0);
+        cg_stream_open(c, 1, k->threads, "", 0);
         cg_emit_blocks_open(b, nest->size[0]);
         cg_gather_emit_flags(c, 2);
-        if (ivdep)
+        if (k->vector)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
         cdy_buf_puts(b, "        for (int64_t i0 = lo; i0 < hi; i0++) {\n");
-        if (cg_emit_body(c, ops, nops, nest, 3, NULL))
+        if (cg_emit_body(c, k, 3, NULL))
             return -1;
         cdy_buf_puts(b, "        }\n");
         cg_gather_emit_report(c, 2);
@@ -1133,10 +1138,10 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     }
     for (int d = 0; d < nest->ndim; d++, ind++) {
         if (d == 0 && par)
-            cg_stream_open(c, ind, nt, cg_collapses(c, nest) ? " collapse(2)" : "", 0);
+            cg_stream_open(c, ind, k->threads, k->collapse ? " collapse(2)" : "", 0);
         if (d == nest->ndim - 1)
             cg_gather_emit_flags(c, ind);
-        if (d == nest->ndim - 1 && ivdep) {
+        if (d == nest->ndim - 1 && k->vector) {
             cg_indent(b, ind);
             cdy_buf_puts(b, "#pragma GCC ivdep\n");
         }
@@ -1144,7 +1149,7 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
                        (long long)nest->size[d], d);
     }
-    if (cg_emit_body(c, ops, nops, nest, ind, NULL))
+    if (cg_emit_body(c, k, ind, NULL))
         return -1;
     for (int inner = 1; --ind > 0; inner = 0) {
         cg_indent(b, ind);
@@ -1155,34 +1160,33 @@ int cg_emit_loops(cg_ctx *c, const cg_operand *ops, int nops, const cg_nest *nes
     return 0;
 }
 
-/* Emit the kernel mark (CDY_CC_KERNEL_MARK), the gather helper when the kernel
+/* Emit the kernel mark (CDY_CC_KERNEL_MARK), the gather helper when kernel k
  * gathers, the comment naming the fused ops and outputs, and the signature. */
-void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
-                           int nops, const cg_nest *nest)
+void cg_emit_header(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
+    const cg_operand *ops = k->ops;
+    const cg_nest *nest = k->nest;
+    int nops = k->nops;
     cdy_buf_puts(b, "\n" CDY_CC_KERNEL_MARK);
-    if (cg_kernel_gathers(c))
+    if (k->status)
         cdy_buf_puts(b, cg_gather_helper);
     cdy_buf_puts(b, "/* fused:");
-    int n = 0;
-    for (int v = 0; v < c->g->nvalues; v++)
-        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v))
-            cdy_buf_printf(b, "%s %s", n++ ? "," : "", cdy_op_table[c->g->values[v].op].name);
+    for (int i = 0; i < k->nfused; i++)
+        cdy_buf_printf(b, "%s %s", i ? "," : "", cdy_op_table[c->g->values[k->fused[i]].op].name);
     cdy_buf_puts(b, "  (outputs:");
-    for (int i = 0; i < grp->nout; i++)
-        cdy_buf_printf(b, "%s buf%d", i ? "," : "", c->val_buf[grp->outs[i]]);
+    for (int i = 0; i < k->grp.nout; i++)
+        cdy_buf_printf(b, "%s buf%d", i ? "," : "", c->val_buf[k->grp.outs[i]]);
     cdy_buf_puts(b, ")\n * loops:");
     for (int d = 0; d < nest->ndim; d++)
         cdy_buf_printf(b, " %lld", (long long)nest->size[d]);
     if (nest->ndim == 0)
         cdy_buf_puts(b, " none (one element)");
     cdy_buf_puts(b, " */\n");
-    int status = cg_kernel_gathers(c);
-    cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", status ? "int" : "void", k);
+    cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", k->status ? "int" : "void", k->number);
     int first = cg_first_out(ops, nops);
     for (int o = 0; o < nops; o++) {
-        const char *ct = cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].ctype;
+        const char *ct = cdy_dtype_table[ops[o].dtype].ctype;
         if (o)
             cdy_buf_puts(b, ", ");
         if (ops[o].is_out)
@@ -1190,7 +1194,7 @@ void cg_emit_header(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops
         else
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
-    cdy_buf_puts(b, status ? ", int64_t *restrict cdy_err)\n{\n" : ")\n{\n");
+    cdy_buf_puts(b, k->status ? ", int64_t *restrict cdy_err)\n{\n" : ")\n{\n");
     for (int o = 0; o < nops; o++)
         if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
@@ -1267,16 +1271,16 @@ void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o)
         cdy_buf_printf(b, "in_ptr%d = buf%d (%%%d)", o, ops[o].buffer, ops[o].value);
 }
 
-/* Append why the kernel's inner loop is or is not vectorized
- * (mirrors cg_inner_contiguous, which decides it). */
-static void cg_ir_vector(cdy_buf *b, const cg_operand *ops, int nops, const cg_nest *nest)
+/* Append why kernel k's inner loop is or is not vectorized (k->vector). */
+static void cg_ir_vector(cdy_buf *b, const kir_kernel *k)
 {
+    const cg_nest *nest = k->nest;
     if (nest->ndim == 0) {
         cdy_buf_puts(b, "  vectorized: no: no loop (one element)\n");
         return;
     }
     int d = nest->ndim - 1;
-    if (cg_inner_contiguous(ops, nops, nest)) {
+    if (k->vector) {
         cdy_buf_printf(b, "  vectorized: yes: inner loop (%lld elements) has unit or zero "
                           "stride for every operand (#pragma GCC ivdep, gcc -O3)\n",
                        (long long)nest->size[d]);
@@ -1285,88 +1289,105 @@ static void cg_ir_vector(cdy_buf *b, const cg_operand *ops, int nops, const cg_n
     cdy_buf_printf(b, "  vectorized: no: non-unit stride inner loop (%lld elements):",
                    (long long)nest->size[d]);
     int n = 0;
-    for (int o = 0; o < nops; o++) {
+    for (int o = 0; o < k->nops; o++) {
         int64_t s = nest->stride[o][d];
-        if (s == 1 || (!ops[o].is_out && s == 0))
+        if (s == 1 || (!k->ops[o].is_out && s == 0))
             continue;
         cdy_buf_puts(b, n++ ? "," : "");
         cdy_buf_puts(b, " ");
-        cg_ir_param(b, ops, nops, o);
+        cg_ir_param(b, k->ops, k->nops, o);
         cdy_buf_printf(b, " stride %lld", (long long)s);
     }
     cdy_buf_puts(b, "\n");
 }
 
-/* Append whether the kernel runs on several threads and why
- * (mirrors the choice in cg_emit_loops). */
-static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const cg_operand *ops, int nops,
-                           const cg_nest *nest, int64_t numel)
+/* Append whether kernel k runs on several threads and why (k->parallel). */
+static void cg_ir_parallel(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
 {
-    const char *why;
-    if (!cg_parallel_worth(c, ops, nops, nest, numel, &why))
+    if (!k->parallel)
         cdy_buf_printf(b, "  parallel: no: %s (%lld elements; thresholds %d elements, %d bytes "
-                          "for kernels of <= %d ops)\n", why, (long long)numel,
+                          "for kernels of <= %d ops)\n", k->serial, (long long)k->numel,
                        CG_PARALLEL_NUMEL, CG_PARALLEL_BYTES, CG_PARALLEL_CHEAP_OPS);
     else {
-        if (nest->ndim == 1)
+        if (k->nest->ndim == 1)
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over blocks of %d elements, ",
                            CG_BLOCK);
         else
             cdy_buf_printf(b, "  parallel: yes: omp parallel for over the outer loop%s, ",
-                           cg_collapses(c, nest) ? " (collapse(2))" : "");
+                           k->collapse ? " (collapse(2))" : "");
         cdy_buf_printf(b, "%d threads\n", c->nthreads);
     }
 }
 
-/* Append "  fuses: %v op, ..." for the nodes kernel k computes (live, not
- * leaves) and count them in val_nk/val_k0 for the decisions. */
-void cg_ir_fuses(cg_ctx *c, cdy_buf *b, int k)
+/* Append "  fuses: %v op, ..." for the nodes kernel k computes and count
+ * them in val_nk/val_k0 for the decisions. */
+void cg_ir_fuses(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
 {
-    int n = 0;
     cdy_buf_puts(b, "  fuses:");
-    for (int v = 0; v < c->g->nvalues; v++) {
-        if (!c->live[v] || c->g->values[v].kind != CDY_VAL_NODE || cg_is_leaf(c, v))
-            continue;
-        cdy_buf_printf(b, "%s %%%d %s", n++ ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
+    for (int i = 0; i < k->nfused; i++) {
+        int v = k->fused[i];
+        cdy_buf_printf(b, "%s %%%d %s", i ? "," : "", v, cdy_op_table[c->g->values[v].op].name);
         if (c->val_nk[v]++ == 0)
-            c->val_k0[v] = k;
+            c->val_k0[v] = k->number;
     }
-    cdy_buf_puts(b, n ? "\n" : " (no nodes)\n");
+    cdy_buf_puts(b, k->nfused ? "\n" : " (no nodes)\n");
 }
 
-/* Describe kernel k in the post-fusion IR and count the nodes it computes. */
-static void cg_ir_kernel(cg_ctx *c, int k, const cg_group *grp, const cg_operand *ops,
-                         int nops, const cg_nest *nest, int64_t numel)
+/* Print pointwise kernel k in the post-fusion IR (a cat / stack / pad piece:
+ * the window it fills). */
+void cg_print_pointwise(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->ir_post;
-    cdy_buf_printf(b, "kernel_%d: iteration space ", k);
-    cg_ir_dims(b, grp->sizes, grp->ndim);
+    const cg_nest *nest = k->nest;
+    if (k->sep_from >= 0) {
+        cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: its iteration space ",
+                       k->number);
+        cg_ir_dims(&c->ir_dec, k->grp.sizes, k->grp.ndim);
+        cdy_buf_printf(&c->ir_dec, " differs from kernel_%d's ", k->sep_from);
+        cg_ir_dims(&c->ir_dec, k->sep_grp->sizes, k->sep_grp->ndim);
+        cdy_buf_puts(&c->ir_dec, "\n");
+    }
+    if (k->piece >= 0) {
+        cdy_buf_printf(b, "kernel_%d: %s %%%d: %%%d ", k->number,
+                       cdy_op_table[c->g->values[k->node].op].name, k->node, k->piece);
+        cg_ir_dims(b, k->grp.sizes, k->grp.ndim);
+        cdy_buf_printf(b, " into its window at element %lld; loops ",
+                       (long long)k->ops[cg_first_out(k->ops, k->nops)].offset);
+        cg_ir_dims(b, nest->size, nest->ndim);
+        cdy_buf_puts(b, "\n");
+        cg_ir_fuses(c, b, k);
+        cg_ir_stream(c, b, k);
+        return;
+    }
+    cdy_buf_printf(b, "kernel_%d: iteration space ", k->number);
+    cg_ir_dims(b, k->grp.sizes, k->grp.ndim);
     cdy_buf_printf(b, " (%lld elements); loops after dropping size-1 dims, ordering by the "
-                      "first output's strides and coalescing: ", (long long)numel);
+                      "first output's strides and coalescing: ", (long long)k->numel);
     cg_ir_dims(b, nest->size, nest->ndim);
     cdy_buf_puts(b, "\n");
     cg_ir_fuses(c, b, k);
-    for (int o = 0; o < nops; o++) {
-        cdy_buf_puts(b, ops[o].is_out ? "  store " : "  load  ");
-        cg_ir_param(b, ops, nops, o);
+    for (int o = 0; o < k->nops; o++) {
+        cdy_buf_puts(b, k->ops[o].is_out ? "  store " : "  load  ");
+        cg_ir_param(b, k->ops, k->nops, o);
         cdy_buf_printf(b, " %s strides ",
-                       cdy_dtype_table[c->g->values[ops[o].value].meta.dtype].name);
+                       cdy_dtype_table[k->ops[o].dtype].name);
         cg_ir_dims(b, nest->stride[o], nest->ndim);
-        if (ops[o].offset)
-            cdy_buf_printf(b, " offset %lld", (long long)ops[o].offset);
+        if (k->ops[o].offset)
+            cdy_buf_printf(b, " offset %lld", (long long)k->ops[o].offset);
         cdy_buf_puts(b, "\n");
     }
-    cg_ir_vector(b, ops, nops, nest);
-    cg_ir_parallel(c, b, ops, nops, nest, numel);
-    cg_ir_stream(c, b, ops, nops, nest, numel);
+    cg_ir_vector(b, k);
+    cg_ir_parallel(c, b, k);
+    cg_ir_stream(c, b, k);
+    cg_view_print_copy(c, b, k);
 }
 
 /* Append the fusion decisions: why kernels are separate, which nodes are
  * recomputed in several kernels, which are computed by none. */
-static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
+static void cg_ir_decisions(cg_ctx *c)
 {
     cdy_buf *b = &c->ir_post;
-    int ng = plan->nkernels;
+    int ng = c->nkernels;
     cdy_buf_puts(b, "fusion decisions:\n");
     if (ng == 0)
         cdy_buf_puts(b, "  no kernels: every output is an input or an extern result\n");
@@ -1388,70 +1409,180 @@ static void cg_ir_decisions(cg_ctx *c, const cdy_plan *plan)
         cdy_buf_puts(b, "  all outputs share one iteration space: one kernel\n");
 }
 
-/* 0 if plan has room for one more step, else -1 with a message. */
-static int cg_step_room(cg_ctx *c, const cdy_plan *plan)
+/* Write the post-fusion IR: the program's steps in order, then the decisions. */
+static void cg_ir_post(cg_ctx *c)
 {
-    return plan->nsteps < c->cap_steps ? 0
-                                       : cg_fail(c, "too many steps (more than %d)", c->cap_steps);
+    cdy_buf *b = &c->ir_post;
+    cdy_buf_printf(b, "# loop IR after fusion, %d thread%s; bufN is a plan buffer, "
+                   "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
+    for (int i = 0; i < c->prog.n; i++) {
+        const kir_kernel *k = &c->prog.k[i];
+        switch (k->kind) {
+        case CDY_KIR_VIEW:
+            cdy_buf_printf(b, "view %%%d -> buf%d: realized by torch (a view of its realized "
+                           "base)\n", k->node, c->val_buf[k->node]);
+            break;
+        case CDY_KIR_EXTERN:
+            cdy_buf_printf(b, "extern %%%d -> buf%d: runs through torch (not lowered); kernels "
+                           "before and after it are separate\n", k->node, c->val_buf[k->node]);
+            break;
+        case CDY_KIR_PAIRED:
+            cdy_buf_printf(b, "reduction %%%d %s: computed by the kernel of %%%d\n", k->node,
+                           cdy_op_table[c->g->values[k->node].op].name, k->node + 1);
+            break;
+        case CDY_KIR_PIECES:
+            cdy_buf_printf(&c->ir_dec, "  %%%d %s: a kernel per piece (%d pieces), each writing "
+                           "its window of the result with its producers fused\n", k->node,
+                           cdy_op_table[c->g->values[k->node].op].name,
+                           c->g->values[k->node].nargs - 1);
+            break;
+#define CG_X(kind, emit, print) case kind: print(c, k); break;
+        KIR_KINDS(CG_X)
+#undef CG_X
+        }
+    }
+    cg_ir_decisions(c);
 }
 
-/* Append step st to plan; 0, or -1 with a message when the plan is full. */
-static int cg_push_step(cg_ctx *c, cdy_plan *plan, cdy_step st)
+/* ---- the program: steps and kernels ------------------------------------------ */
+
+kir_kernel *cg_kir_add(cg_ctx *c, int kind)
 {
-    if (cg_step_room(c, plan))
+    if (c->prog.n == c->prog.cap) {
+        int cap = c->prog.cap ? 2 * c->prog.cap : 16;
+        kir_kernel *k = realloc(c->prog.k, sizeof(kir_kernel) * (size_t)cap);
+        if (!k) {
+            cg_fail(c, "out of memory");
+            return NULL;
+        }
+        c->prog.k = k;
+        c->prog.cap = cap;
+    }
+    kir_kernel *k = &c->prog.k[c->prog.n++];
+    memset(k, 0, sizeof(*k));
+    k->kind = kind;
+    k->number = k->node = k->piece = k->sep_from = -1;
+    return k;
+}
+
+/* 0 if the plan has room for one more step, else -1 with a message. */
+static int cg_step_room(cg_ctx *c)
+{
+    return c->nplan_steps < c->cap_steps
+               ? 0 : cg_fail(c, "too many steps (more than %d)", c->cap_steps);
+}
+
+int cg_kernel_begin(cg_ctx *c)
+{
+    if (cg_step_room(c))
         return -1;
-    plan->steps[plan->nsteps++] = st;
+    c->nplan_steps++;
+    return c->nkernels++;
+}
+
+/* Schedule the step torch runs for value v (CDY_KIR_EXTERN or CDY_KIR_VIEW); 0 or -1. */
+static int cg_sched_torch_step(cg_ctx *c, int kind, int v)
+{
+    kir_kernel *k = cg_step_room(c) ? NULL : cg_kir_add(c, kind);
+    if (!k)
+        return -1;
+    c->nplan_steps++;
+    k->node = v;
     return 0;
 }
 
-/* The number the next kernel of plan gets (its step has room), or -1. */
-int cg_kernel_begin(cg_ctx *c, cdy_plan *plan)
+int cg_kir_fuse(cg_ctx *c, kir_kernel *k)
 {
-    return cg_step_room(c, plan) ? -1 : plan->nkernels;
+    int n = 0;
+    for (int v = 0; v < c->g->nvalues; v++)
+        n += c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v);
+    k->fused = cdy_arena_alloc(&c->arena, sizeof(int) * (size_t)(n + 1));
+    if (!k->fused)
+        return cg_fail(c, "out of memory");
+    for (int v = 0; v < c->g->nvalues; v++)
+        if (c->live[v] && c->g->values[v].kind == CDY_VAL_NODE && !cg_is_leaf(c, v))
+            k->fused[k->nfused++] = v;
+    return 0;
 }
 
-/* Record kernel k (symbol kernel_<k>, parameters ops' buffers) and its step. */
-void cg_kernel_end(cdy_plan *plan, int k, const cg_operand *ops, int nops)
+/* Restore the scratch state the emitters read for kernel k (c->live,
+ * in_group, param, vparam, nest) from its record. */
+static void cg_kernel_enter(cg_ctx *c, const kir_kernel *k)
 {
-    cdy_kernel_desc *kd = &plan->kernels[k];
-    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k);
-    kd->nargs = nops;
-    for (int o = 0; o < nops; o++)
-        kd->args[o] = ops[o].buffer;
-    plan->nkernels = k + 1;
-    plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k, -1};
+    size_t nv = (size_t)c->g->nvalues;
+    memset(c->live, 0, nv);
+    memset(c->in_group, 0, nv);
+    for (int i = 0; i < k->grp.nout; i++)
+        c->live[k->grp.outs[i]] = c->in_group[k->grp.outs[i]] = 1;
+    for (int i = 0; i < k->nfused; i++)
+        c->live[k->fused[i]] = 1;
+    for (int b = 0; b < c->nbuffers; b++)
+        c->param[b] = -1;
+    for (int o = 0; o < k->nops + k->nidx; o++) {
+        const cg_operand *op = &k->ops[o];
+        int v = op->value;
+        if (!op->is_out && (op->buffer < 0 || (!cg_is_leaf(c, v) &&
+                                               (cg_is_view(c->g, v) || cg_is_gather(c->g, v)))))
+            c->vparam[v] = o;
+        else if (op->buffer >= 0) {
+            c->param[op->buffer] = o;
+            c->live[v] |= !op->is_out;
+        }
+    }
+    c->nest = k->kind == CDY_KIR_POINTWISE && k->piece < 0 ? k->nest : NULL;
+    c->kern = k;
 }
 
-/* Emit the pointwise kernel computing group grp's outputs, as the next step. */
-static int cg_emit_kernel(cg_ctx *c, cdy_plan *plan, const cg_group *grp)
+/* Record kernel k (symbol kernel_<number>, parameters its ops' buffers) and its step. */
+static void cg_kernel_end(cdy_plan *plan, const kir_kernel *k)
+{
+    cdy_kernel_desc *kd = &plan->kernels[k->number];
+    snprintf(kd->symbol, sizeof(kd->symbol), "kernel_%d", k->number);
+    kd->nargs = k->nops;
+    for (int o = 0; o < k->nops; o++)
+        kd->args[o] = k->ops[o].buffer;
+    kd->status = k->status;
+    plan->nkernels = k->number + 1;
+    plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_KERNEL, k->number, -1};
+}
+
+kir_kernel *cg_sched_pointwise(cg_ctx *c, const cg_group *grp)
 {
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
-        return -1;
-    if (!ops || !nest)
-        return cg_fail(c, "out of memory");
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_POINTWISE);
+    if (!k)
+        return NULL;
+    if (!ops || !nest) {
+        cg_fail(c, "out of memory");
+        return NULL;
+    }
+    k->number = number;
+    k->grp = *grp;
+    k->ops = ops;
+    k->nest = nest;
     cg_mark_live(c, grp);
-    int nops = cg_operands(c, grp, ops);
-    int nidx = nops < 0 ? -1 : cg_index_operands(c, grp, ops, nops);
-    if (nidx < 0)
-        return -1;
-    cg_build_nest(grp, ops, nops + nidx, nest);
-    c->nest = nest;
-    int64_t numel = 1;
+    k->nops = cg_operands(c, grp, ops);
+    k->nidx = k->nops < 0 ? -1 : cg_index_operands(c, grp, ops, k->nops);
+    if (k->nidx < 0 || cg_kir_fuse(c, k))
+        return NULL;
+    cg_build_nest(grp, ops, k->nops + k->nidx, nest);
+    k->numel = 1;
     for (int d = 0; d < grp->ndim; d++)
-        numel *= grp->sizes[d];
-    cg_emit_header(c, k, grp, ops, nops, nest);
-    cg_ir_kernel(c, k, grp, ops, nops, nest, numel);
-    if (!cg_view_emit_reverse(c, grp, ops, nops, nest, numel) &&
-        cg_emit_loops(c, ops, nops, nest, numel))
+        k->numel *= grp->sizes[d];
+    cg_sched_loops(c, k);
+    return k;
+}
+
+int cg_emit_pointwise(cg_ctx *c, const kir_kernel *k)
+{
+    cg_emit_header(c, k);
+    if (k->copy_unit || k->copy_row)
+        cg_view_emit_copy(c, k);
+    else if (cg_emit_loops(c, k))
         return -1;
-    c->nest = NULL;
-    int status = cg_kernel_gathers(c);
-    cdy_buf_puts(&c->src, status ? "    return (int)cdy_err[0];\n}\n" : "}\n");
-    cg_kernel_end(plan, k, ops, nops);
-    plan->kernels[k].status = status;
+    cdy_buf_puts(&c->src, k->status ? "    return (int)cdy_err[0];\n}\n" : "}\n");
     return 0;
 }
 
@@ -1519,75 +1650,154 @@ static int cg_scratch(cg_ctx *c)
                ? 0 : cg_fail(c, "out of memory");
 }
 
-/* Emit the kernels realizing the pointwise values of [lo, hi) as steps. */
-static int cg_emit_segment(cg_ctx *c, cdy_plan *plan, int lo, int hi)
+/* Schedule the pointwise kernels realizing the values of [lo, hi), one per
+ * group of outputs of one iteration space. */
+static int cg_sched_segment(cg_ctx *c, int lo, int hi)
 {
     cg_group *groups = NULL;
     int ng = cg_group_outputs(c, lo, hi, &groups);
     if (ng < 0)
         return -1;
     for (int i = 0; i < ng; i++) {
-        int k = plan->nkernels;
-        if (i > 0) {
-            cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: its iteration space ", k);
-            cg_ir_dims(&c->ir_dec, groups[i].sizes, groups[i].ndim);
-            cdy_buf_printf(&c->ir_dec, " differs from kernel_%d's ", k - i);
-            cg_ir_dims(&c->ir_dec, groups[0].sizes, groups[0].ndim);
-            cdy_buf_puts(&c->ir_dec, "\n");
-        }
-        if (cg_emit_kernel(c, plan, &groups[i]))
+        kir_kernel *k = cg_sched_pointwise(c, &groups[i]);
+        if (!k)
             return -1;
+        if (i > 0) {
+            k->sep_from = k->number - i;
+            k->sep_grp = &groups[0];
+        }
     }
     return 0;
 }
 
-/* Run the passes; on failure the caller frees the partial plan.  Kernels are
- * emitted per segment between extern calls, so every value a step reads is
- * realized by an earlier step. */
-static int cg_run(cg_ctx *c, cdy_plan *plan)
+/* The schedule: the program's steps in order.  Kernels are scheduled per
+ * segment between the steps of torch (externs, realized views) and the
+ * special kinds' kernels, so every value a step reads is realized by an
+ * earlier step. */
+static int cg_schedule(cg_ctx *c)
 {
     const cdy_graph *g = c->g;
-    if (cg_check_graph(c) || cg_layout(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
-        return -1;
-    g = c->g;
-    cg_ir_pre(c);
-    cdy_buf_printf(&c->ir_post, "# loop IR after fusion, %d thread%s; bufN is a plan buffer, "
-                   "%%N a graph value\n", c->nthreads, c->nthreads == 1 ? "" : "s");
     int lo = 0;
     for (int v = 0; v < g->nvalues; v++) {
         if ((cg_is_view(g, v) && cg_view_boundary(c, v, lo)) ||
             (cg_is_gather(g, v) && cg_gather_boundary(c, v, lo))) {   /* its base is realized first */
-            if (cg_emit_segment(c, plan, lo, v))
+            if (cg_sched_segment(c, lo, v))
                 return -1;
             lo = v;
         }
         if (cg_is_view(g, v) && cg_view_is_alias(g, v) && c->val_buf[v] >= 0) {
-            if (cg_push_step(c, plan, (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]}))
+            if (cg_sched_torch_step(c, CDY_KIR_VIEW, v))
                 return -1;
-            cdy_buf_printf(&c->ir_post, "view %%%d -> buf%d: realized by torch (a view of "
-                           "its realized base)\n", v, c->val_buf[v]);
             lo = v + 1;
             continue;
         }
         if (cg_is_special(g, v)) {     /* a boundary: what it reads is realized first */
-            if (cg_emit_segment(c, plan, lo, v) || cg_emit_special(c, plan, v))
+            if (cg_sched_segment(c, lo, v) || cg_sched_special(c, v))
                 return -1;
             lo = v + 1;
             continue;
         }
         if (!cg_is_extern(g, v))
             continue;
-        if (cg_emit_segment(c, plan, lo, v))
+        if (cg_sched_segment(c, lo, v) || cg_sched_torch_step(c, CDY_KIR_EXTERN, v))
             return -1;
-        if (cg_push_step(c, plan, (cdy_step){CDY_STEP_EXTERN, v, c->val_buf[v]}))
-            return -1;
-        cdy_buf_printf(&c->ir_post, "extern %%%d -> buf%d: runs through torch (not lowered); "
-                       "kernels before and after it are separate\n", v, c->val_buf[v]);
         lo = v + 1;
     }
-    if (cg_emit_segment(c, plan, lo, g->nvalues))
+    return cg_sched_segment(c, lo, g->nvalues);
+}
+
+/* Emit the program: per step, its kind's emitter (kernels) or the plan step
+ * torch runs. */
+static int cg_emit(cg_ctx *c, cdy_plan *plan)
+{
+    for (int i = 0; i < c->prog.n; i++) {
+        const kir_kernel *k = &c->prog.k[i];
+        int rc = 0;
+        if (k->kind == CDY_KIR_PAIRED || k->kind == CDY_KIR_PIECES)
+            continue;
+        if (k->kind == CDY_KIR_EXTERN || k->kind == CDY_KIR_VIEW) {
+            plan->steps[plan->nsteps++] = (cdy_step){CDY_STEP_EXTERN, k->node,
+                                                     c->val_buf[k->node]};
+            continue;
+        }
+        cg_kernel_enter(c, k);
+        switch (k->kind) {
+#define CG_X(kind, emit, print) case kind: rc = emit(c, k); break;
+        KIR_KINDS(CG_X)
+#undef CG_X
+        }
+        c->nest = NULL;
+        c->kern = NULL;
+        if (rc)
+            return -1;
+        cg_kernel_end(plan, k);
+    }
+    return 0;
+}
+
+/* Copy nest n's sizes into *nd / sizes (none when n is NULL). */
+static void cg_kir_loops(const cg_nest *n, int *nd, int64_t *sizes)
+{
+    *nd = n ? n->ndim : 0;
+    for (int d = 0; d < *nd; d++)
+        sizes[d] = n->size[d];
+}
+
+/* Fill summary s of step k; its value lists from *vals (advanced). */
+static void cg_kir_step(const kir_kernel *k, cdy_kir *s, int **vals)
+{
+    *s = (cdy_kir){.kind = k->kind, .kernel = k->number, .node = k->node, .piece = k->piece,
+                   .ndim = k->grp.ndim, .nout = k->grp.nout, .nfused = k->nfused,
+                   .nparams = k->nops, .parallel = k->parallel, .collapse = k->collapse,
+                   .vector = k->vector, .stream = k->stream, .status = k->status,
+                   .flags = k->flags, .serial = k->serial};
+    for (int d = 0; d < k->grp.ndim; d++)
+        s->sizes[d] = k->grp.sizes[d];
+    cg_kir_loops(k->nest, &s->nloops, s->loops);
+    cg_kir_loops(k->rnest, &s->nrloops, s->rloops);
+    if (k->copy_unit || k->copy_row) {       /* a plain copy runs its own loops */
+        s->parallel = k->copy_parallel;
+        s->collapse = k->copy_collapse;
+    }
+    const char *nt = k->copy_unit || k->copy_row ? k->copy_threads : k->threads;
+    s->threads = !nt || !strcmp(nt, "NTHREADS") ? 0 : atoi(nt);
+    s->outs = *vals;
+    for (int i = 0; i < k->grp.nout; i++)
+        *(*vals)++ = k->grp.outs[i];
+    s->fused = *vals;
+    for (int i = 0; i < k->nfused; i++)
+        *(*vals)++ = k->fused[i];
+}
+
+/* The plan's summary of the program (cdy_plan.kir); 0 or -1. */
+static int cg_kir_summary(cg_ctx *c, cdy_plan *plan)
+{
+    size_t nv = 1;
+    for (int i = 0; i < c->prog.n; i++)
+        nv += (size_t)(c->prog.k[i].grp.nout + c->prog.k[i].nfused);
+    plan->kir = calloc((size_t)c->prog.n + 1, sizeof(cdy_kir));
+    plan->kir_values = calloc(nv, sizeof(int));
+    if (!plan->kir || !plan->kir_values)
+        return cg_fail(c, "out of memory");
+    int *vals = plan->kir_values;
+    for (int i = 0; i < c->prog.n; i++)
+        cg_kir_step(&c->prog.k[i], &plan->kir[i], &vals);
+    plan->nkir = c->prog.n;
+    return 0;
+}
+
+/* Run the passes; on failure the caller frees the partial plan. */
+static int cg_run(cg_ctx *c, cdy_plan *plan)
+{
+    if (cg_check_graph(c) || cg_layout(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
         return -1;
-    cg_ir_decisions(c, plan);
+    c->plan = plan;
+    if (cg_schedule(c))
+        return -1;
+    cg_ir_pre(c);
+    cg_ir_post(c);
+    if (cg_emit(c, plan) || cg_kir_summary(c, plan))
+        return -1;
     plan->source = c->src.oom ? NULL : cg_file(c, c->src.data ? c->src.data : "");
     plan->ir_pre = cdy_buf_take(&c->ir_pre);
     plan->ir_post = cdy_buf_take(&c->ir_post);
@@ -1615,6 +1825,7 @@ int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan
     cdy_buf_free(&c.ir_pre);
     cdy_buf_free(&c.ir_post);
     cdy_buf_free(&c.ir_dec);
+    free(c.prog.k);
     cdy_arena_free(&c.arena);
     if (rc)
         cdy_plan_free(plan);
@@ -1635,5 +1846,7 @@ void cdy_plan_free(cdy_plan *plan)
     free(plan->buffer_alloc);
     free(plan->ir_pre);
     free(plan->ir_post);
+    free(plan->kir);
+    free(plan->kir_values);
     memset(plan, 0, sizeof(*plan));
 }

@@ -18,7 +18,7 @@
  * `int kernel_k(<params>, int64_t *restrict cdy_err)` and returns cdy_err[0]
  * (0: every index in range).  An index out of range sets cdy_err[0] = 1,
  * cdy_err[1] = the index as given, cdy_err[2] = the size of the dim,
- * cdy_err[3] = the arg's code (error kind | dim << 8, lower_index.c) | the
+ * cdy_err[3] = the arg's code (error kind | dim << 8, build_index.c) | the
  * gather node's value number << CDY_ERR_VALUE_SHIFT (the runtime names its
  * user line); the
  * load then reads element 0 (never out of bounds) and the runtime raises eager's

@@ -101,6 +101,7 @@ static void cg_index_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *
     memset(op, 0, sizeof(*op));
     op->buffer = -1;
     op->value = v;
+    op->dtype = val->meta.dtype;
     for (int d = 0; d < grp->ndim; d++)
         op->stride[d] = d == dim && grp->sizes[d] != 1 && val->meta.sizes[dim - shift] != 1;
 }

@@ -1,7 +1,7 @@
 /* layout.c - channels_last for the buffers the program never sees.
  *
  * The tracer gives every value eager's strides.  A convolution lowered to
- * channels_last (csrc/trace/lower_conv.c) hands its consumers an NCHW copy
+ * channels_last (csrc/trace/build_conv.c) hands its consumers an NCHW copy
  * that reads a channels_last buffer: batch norm, relu and pooling fused
  * after it would then iterate NCHW while their loads jump by C elements,
  * and the next convolution's channels_last input would be a transpose of

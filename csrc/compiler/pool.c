@@ -302,7 +302,7 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
             continue;
         cg_indent(b, ind);
         cdy_buf_printf(b, "const %s x%d = in_ptr%d[",
-                       cdy_dtype_table[g->values[ops[o].value].meta.dtype].ctype, o, o);
+                       cdy_dtype_table[ops[o].dtype].ctype, o, o);
         cg_pool_offset(b, ops[o].stride, n, p->hd, p->wd);
         cdy_buf_puts(b, "];\n");
     }
@@ -361,10 +361,21 @@ static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, const
         cdy_buf_printf(b, "] = %s;\n", acc);
 }
 
-/* Describe kernel k of node v in the post-fusion IR. */
-static void cg_pool_ir(cg_ctx *c, int k, int v, const cg_operand *ops, int nops, int par,
-                       int simd)
+/* The record of a window kernel: the decoded node, the order of the output
+ * loops, block mode (channels_last: simd over a block of channels); whether
+ * the outer loop runs in parallel is the kernel's. */
+typedef struct {
+    cg_pool p;
+    int order[CDY_MAX_NDIM];
+    int simd;
+} cg_pool_kernel;
+
+/* Print window kernel kk in the post-fusion IR. */
+void cg_print_pool(cg_ctx *c, const kir_kernel *kk)
 {
+    const cg_pool_kernel *pk = kk->x;
+    int k = kk->number, v = kk->node, nops = kk->nops, par = kk->parallel, simd = pk->simd;
+    const cg_operand *ops = kk->ops;
     const cdy_value *val = &c->g->values[v];
     cdy_buf *ir = &c->ir_post;
     cdy_buf_printf(ir, "kernel_%d: window %%%d %s of %%%d ", k, v, cdy_op_table[val->op].name,
@@ -375,7 +386,7 @@ static void cg_pool_ir(cg_ctx *c, int k, int v, const cg_operand *ops, int nops,
     cdy_buf_puts(ir, " strides ");
     cg_ir_dims(ir, val->meta.strides, val->meta.ndim);
     cdy_buf_puts(ir, "\n");
-    cg_ir_fuses(c, ir, k);
+    cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < nops; o++) {
         cdy_buf_puts(ir, ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, ops, nops, o);
@@ -436,7 +447,7 @@ static int cg_pool_cblock(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
  * innermost one is the channel block), the window bounds once both spatial
  * loops are open, then the accumulator, the window and the store. */
 static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *ops, int nops,
-                         const int *order, int par, int simd)
+                         const int *order, int par, int collapse, int simd)
 {
     cdy_buf *b = &c->src;
     const cdy_meta *om = &c->g->values[v].meta;
@@ -446,8 +457,7 @@ static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *o
         if (i == 0 && par) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           om->sizes[d] < 4 * (int64_t)c->nthreads && nl >= 2 ? " collapse(2)"
-                                                                              : "");
+                           collapse ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t o%d = 0; o%d < %lldLL; o%d++) {\n", d, d,
@@ -475,12 +485,14 @@ static int cg_pool_loops(cg_ctx *c, int v, const cg_pool *p, const cg_operand *o
     return 0;
 }
 
-/* Emit windowed node v as kernel k: its input's pointwise producers are
- * recomputed per window element from leaves in the input's iteration space. */
-int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v)
+/* Schedule windowed node v as a kernel: its input's pointwise producers are
+ * recomputed per window element from leaves in the input's iteration space;
+ * 0 or -1. */
+int cg_sched_pool(cg_ctx *c, int v)
 {
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_WINDOW);
+    if (!k)
         return -1;
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[v];
@@ -488,7 +500,8 @@ int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v)
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
     int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
-    if (!ops || !nest || !outs)
+    cg_pool_kernel *pk = cdy_arena_alloc(&c->arena, sizeof(cg_pool_kernel));
+    if (!ops || !nest || !outs || !pk)
         return cg_fail(c, "out of memory");
     outs[0] = v;
     cg_group grp = {im->ndim, im->sizes, 1, outs};
@@ -496,26 +509,44 @@ int cg_emit_pool(cg_ctx *c, cdy_plan *plan, int v)
     int nops = cg_operands(c, &grp, ops);
     if (nops < 0)
         return -1;
-    cg_pool p;
-    int order[CDY_MAX_NDIM];
-    cg_pool_decode(g, v, &p);
-    cg_pool_order(om, order);
+    cg_pool *p = &pk->p;
+    cg_pool_decode(g, v, p);
+    cg_pool_order(om, pk->order);
     nest->ndim = om->ndim;          /* for the header comment: the output loops */
     for (int i = 0; i < om->ndim; i++)
-        nest->size[i] = om->sizes[order[i]];
-    int last = order[om->ndim - 1];
+        nest->size[i] = om->sizes[pk->order[i]];
+    int last = pk->order[om->ndim - 1];
     /* block mode: the channels are innermost in the output and the input (channels_last) */
-    int simd = last != p.hd && last != p.wd && om->strides[last] == 1 && om->sizes[last] > 1 &&
-               (im->sizes[p.hd] == 1 || im->strides[last] < im->strides[p.hd]) &&
-               (im->sizes[p.wd] == 1 || im->strides[last] < im->strides[p.wd]);
+    pk->simd = last != p->hd && last != p->wd && om->strides[last] == 1 && om->sizes[last] > 1 &&
+               (im->sizes[p->hd] == 1 || im->strides[last] < im->strides[p->hd]) &&
+               (im->sizes[p->wd] == 1 || im->strides[last] < im->strides[p->wd]);
     int64_t onumel = cdy_meta_numel(om), inumel = cdy_meta_numel(im);
     int64_t work = onumel > inumel ? onumel : inumel;
-    int par = c->nthreads > 1 && work >= CG_PARALLEL_NUMEL && om->sizes[order[0]] > 0;
-    cg_emit_header(c, k, &grp, ops, nops, nest);
-    cg_pool_ir(c, k, v, ops, nops, par, simd);
-    if (onumel > 0 && cg_pool_loops(c, v, &p, ops, nops, order, par, simd))
+    k->number = number;
+    k->node = v;
+    k->grp = grp;
+    k->ops = ops;
+    k->nops = nops;
+    k->nest = nest;
+    k->numel = onumel;
+    k->parallel = c->nthreads > 1 && work >= CG_PARALLEL_NUMEL && om->sizes[pk->order[0]] > 0;
+    k->collapse = k->parallel && om->ndim - pk->simd >= 2 &&
+                  om->sizes[pk->order[0]] < 4 * (int64_t)c->nthreads;
+    k->vector = pk->simd;
+    k->threads = "NTHREADS";
+    k->status = cg_kernel_gathers(c);
+    k->x = pk;
+    return cg_kir_fuse(c, k);
+}
+
+/* Emit window kernel k (cg_sched_pool). */
+int cg_emit_pool(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_pool_kernel *pk = k->x;
+    cg_emit_header(c, k);
+    if (k->numel > 0 && cg_pool_loops(c, k->node, &pk->p, k->ops, k->nops, pk->order,
+                                      k->parallel, k->collapse, pk->simd))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
-    cg_kernel_end(plan, k, ops, nops);
     return 0;
 }

@@ -338,6 +338,8 @@ typedef struct {
     int64_t inumel, onumel;
     int par_out, par_in;
     int block;                   /* outer reduction: the last outer loop runs in blocks */
+    int lanes;                   /* the first pass sums float lanes (cg_red_lanes) */
+    int prefetch;                /* ... prefetching the row ahead (cg_red_prefetches) */
     int variant;
     cg_red_env env;
 } cg_red_kernel;
@@ -382,9 +384,11 @@ static int cg_red_setup(cg_ctx *c, cg_red_kernel *r)
     return 0;
 }
 
-/* Describe kernel k (reduction r) in the post-fusion IR. */
-static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
+/* Print reduction kernel kk in the post-fusion IR. */
+void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
 {
+    const cg_red_kernel *r = kk->x;
+    int k = kk->number;
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[r->v];
     const cdy_meta *im = &g->values[val->args[0]].meta;
@@ -405,7 +409,7 @@ static void cg_red_ir(cg_ctx *c, int k, const cg_red_kernel *r)
                    cg_red_codes[r->variant].update2 ? ", two passes" : "",
                    r->block ? ", outer reduction: the last outer loop in blocks of "
                               CG_RED_BLOCK_STR " innermost (accumulator arrays)" : "");
-    cg_ir_fuses(c, ir, k);
+    cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < r->nops; o++) {
         cdy_buf_puts(ir, r->ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, r->ops, r->nops, o);
@@ -493,20 +497,28 @@ static int cg_red_lanes(const cg_red_kernel *r, int pass)
 #define CG_RED_PREFETCH_ROWS 2
 #define CG_RED_PREFETCH_IF "#ifndef __AVX512F__\n"
 
+/* 1 if kernel r's float lane sums prefetch the row CG_RED_PREFETCH_ROWS
+ * ahead: a single reduced dim, outer loops, not parallel inside, a large input. */
+static int cg_red_prefetches(const cg_red_kernel *r)
+{
+    return r->on->ndim > 0 && r->rn->ndim == 1 && !r->par_in &&
+           r->inumel * 4 >= CG_RED_PREFETCH_BYTES;
+}
+
 /* Emit the prefetch of the current chunk (r0b..r0e) of the row
  * CG_RED_PREFETCH_ROWS ahead in the last outer loop, for each input read
- * contiguously along a single reduced dim, when the input is large. */
+ * contiguously along a single reduced dim (r->prefetch). */
 static void cg_red_prefetch(cg_ctx *c, const cg_red_kernel *r, int ind)
 {
     cdy_buf *b = &c->src;
     int lo = r->on->ndim - 1;
-    if (lo < 0 || r->rn->ndim != 1 || r->par_in || r->inumel * 4 < CG_RED_PREFETCH_BYTES)
+    if (!r->prefetch)
         return;
     for (int o = 0; o < r->nops; o++) {
         int64_t s = r->on->stride[o][lo];
         if (r->ops[o].is_out || s == 0 || r->rn->stride[o][0] != 1)
             continue;
-        int es = cdy_dtype_table[c->g->values[r->ops[o].value].meta.dtype].size;
+        int es = cdy_dtype_table[r->ops[o].dtype].size;
         cdy_buf_puts(b, CG_RED_PREFETCH_IF);
         cg_indent(b, ind);
         cdy_buf_printf(b, "if (i%d + %d < %lldLL) {\n", lo, CG_RED_PREFETCH_ROWS,
@@ -543,7 +555,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         clause = NULL;
     const cdy_graph *g = c->g;
     const cg_nest *rn = r->rn;
-    int oind = ind, last = r->on->ndim - 1, lanes = cg_red_lanes(r, pass), rl = rn->ndim - 1;
+    int oind = ind, last = r->on->ndim - 1, lanes = pass ? 0 : r->lanes, rl = rn->ndim - 1;
     for (int d = 0; d < rn->ndim; d++, ind++) {
         int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
                                                            !r->block;
@@ -603,9 +615,9 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
     for (int o = 0; o < r->nops; o++) {
         if (r->ops[o].is_out)
             continue;
-        const cdy_meta *m = &g->values[r->ops[o].value].meta;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[r->ops[o].dtype].ctype, o,
+                       o);
         cg_red_offset(b, r->on, rn, o);
         cdy_buf_puts(b, "];\n");
     }
@@ -771,56 +783,84 @@ static int cg_red_use_block(const cg_red_kernel *r)
     return unit;
 }
 
-/* Emit reduction node v as kernel k: a loop nest over the kept dims (outer,
- * parallel when large), an accumulator per output element, a loop nest over
- * the reduced dims whose body computes the reduction's input expression
- * inline from leaves (the pointwise prologue is fused, never realized).  An
- * amax/amin whose argmax/argmin follows is emitted with it. */
-int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
+/* Schedule reduction node v as a kernel: a loop nest over the kept dims
+ * (outer, parallel when large), an accumulator per output element, a loop
+ * nest over the reduced dims whose body computes the reduction's input
+ * expression inline from leaves (the pointwise prologue is fused, never
+ * realized).  An amax/amin whose argmax/argmin follows is computed with it
+ * (a CDY_KIR_PAIRED step).  0 or -1. */
+int cg_sched_reduce(cg_ctx *c, int v)
 {
     const cdy_graph *g = c->g;
     if (cg_red_partner(g, v + 1) == v) {
-        cdy_buf_printf(&c->ir_post, "reduction %%%d %s: computed by the kernel of %%%d\n", v,
-                       cdy_op_table[g->values[v].op].name, v + 1);
-        return 0;
+        kir_kernel *p = cg_kir_add(c, CDY_KIR_PAIRED);
+        if (p)
+            p->node = v;
+        return p ? 0 : -1;
     }
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_REDUCE);
+    cg_red_kernel *r = cdy_arena_alloc(&c->arena, sizeof(cg_red_kernel));
+    if (!k)
         return -1;
+    if (!r)
+        return cg_fail(c, "out of memory");
     const cdy_value *val = &g->values[v];
     int partner = cg_red_partner(g, v), idt = g->values[val->args[0]].meta.dtype;
-    cg_red_kernel r = {.v = v, .nout = partner >= 0 ? 2 : 1};
-    r.outs[0] = partner >= 0 ? partner : v;
-    r.outs[1] = v;
-    r.variant = cg_red_variant_of(g, v);
-    const cg_red_code *rc = &cg_red_codes[r.variant];
-    if (cg_red_setup(c, &r))
+    *r = (cg_red_kernel){.v = v, .nout = partner >= 0 ? 2 : 1};
+    r->outs[0] = partner >= 0 ? partner : v;
+    r->outs[1] = v;
+    r->variant = cg_red_variant_of(g, v);
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    if (cg_red_setup(c, r))
         return -1;
+    r->env.acct = cg_red_acct(rc, idt);
+    r->env.octype = cdy_dtype_table[val->meta.dtype].ctype;
+    r->env.idt = idt;
+    int big = c->nthreads > 1 && r->inumel >= CG_PARALLEL_NUMEL;
+    r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
+    r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
+    r->block = cg_red_use_block(r);
+    r->lanes = cg_red_lanes(r, 0);
+    r->prefetch = r->lanes && cg_red_prefetches(r);
+    k->number = number;
+    k->node = v;
+    k->grp = (cg_group){g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
+                        r->nout, r->outs};
+    k->ops = r->ops;
+    k->nops = r->nops;
+    k->nest = r->on;
+    k->numel = r->inumel;
+    k->parallel = r->par_out || r->par_in;
+    k->collapse = r->par_out && r->on->ndim >= 2 && r->on->size[0] < 4 * (int64_t)c->nthreads;
+    k->threads = "NTHREADS";
+    k->status = cg_kernel_gathers(c);
+    k->rnest = r->rn;
+    k->flags = (rc->update2 ? CDY_KIRF_TWO_PASS : 0) | (r->block ? CDY_KIRF_BLOCKS : 0) |
+               (r->lanes ? CDY_KIRF_LANES : 0) | (r->prefetch ? CDY_KIRF_PREFETCH : 0);
+    k->x = r;
+    return cg_kir_fuse(c, k);
+}
+
+/* Emit reduction kernel kk (cg_sched_reduce). */
+int cg_emit_reduce(cg_ctx *c, const kir_kernel *kk)
+{
+    const cdy_graph *g = c->g;
+    cg_red_kernel r = *(const cg_red_kernel *)kk->x;
+    const cdy_value *val = &g->values[r.v];
     r.env.e = cg_value_expr(c, val->args[0]);
-    r.env.acct = cg_red_acct(rc, idt);
     r.env.param = val->nargs > 3 ? cg_scalar_literal(c, &g->values[val->args[3]]) : "0";
-    r.env.octype = cdy_dtype_table[val->meta.dtype].ctype;
-    r.env.idt = idt;
     r.env.lin = cg_red_linear(c, r.rn);
     if (!r.env.e || !r.env.param || !r.env.lin)
         return cg_fail(c, "out of memory");
-    int big = c->nthreads > 1 && r.inumel >= CG_PARALLEL_NUMEL;
-    r.par_out = big && r.on->ndim > 0 && r.onumel >= c->nthreads;
-    r.par_in = big && r.on->ndim == 0 && r.rn->ndim > 0 && rc->clause;
-    r.block = cg_red_use_block(&r);
-    cg_group grp = {g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
-                    r.nout, r.outs};
-    cg_emit_header(c, k, &grp, r.ops, r.nops, r.on);
-    cg_red_ir(c, k, &r);
-
+    cg_emit_header(c, kk);
     cdy_buf *b = &c->src;
     int ind = 1;
     for (int d = 0; d < r.on->ndim; d++, ind++) {
         if (d == 0 && r.par_out) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(NTHREADS) schedule(static)%s\n",
-                           r.on->ndim >= 2 && r.on->size[0] < 4 * (int64_t)c->nthreads
-                               ? " collapse(2)" : "");
+                           kk->collapse ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
         if (r.block && d == r.on->ndim - 1)
@@ -839,6 +879,5 @@ int cg_emit_reduce(cg_ctx *c, cdy_plan *plan, int v)
         cdy_buf_puts(b, "}\n");
     }
     cdy_buf_puts(b, "}\n");
-    cg_kernel_end(plan, k, r.ops, r.nops);
     return 0;
 }

@@ -189,6 +189,8 @@ typedef struct {
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
+    int lanes;                   /* lanes of its sums (cg_row_lanes) */
+    int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -215,9 +217,9 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
     for (int o = 0; prologue && o < k->nops; o++) {
         if (k->ops[o].is_out)
             continue;
-        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[m->dtype].ctype, o, o);
+        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[k->ops[o].dtype].ctype, o,
+                       o);
         cg_row_offset(b, k->on, k->rn, o);
         cdy_buf_puts(b, "];\n");
     }
@@ -359,8 +361,7 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
         int64_t s = k->on->stride[o][lo];
         if (k->ops[o].is_out || s == 0 || k->rn->stride[o][last] != 1)
             continue;
-        const cdy_meta *m = &c->g->values[k->ops[o].value].meta;
-        int lines = (int)(nl * cdy_dtype_table[m->dtype].size / 64);
+        int lines = (int)(nl * cdy_dtype_table[k->ops[o].dtype].size / 64);
         cg_indent(b, ind);
         cdy_buf_printf(b, "if (i%d + 1 < %lldLL) {\n", lo, (long long)k->on->size[lo]);
         cg_indent(b, ind + 1);
@@ -390,7 +391,7 @@ static void cg_row_stage(cg_rowk *k, int ind, int nl, int write)
         cg_indent(b, ind);
         if (!write) {
             cdy_buf_printf(b, "%s cdy_st%d[%d] __attribute__((aligned(64)));\n",
-                           cdy_dtype_table[c->g->values[k->ops[o].value].meta.dtype].ctype, n, nl);
+                           cdy_dtype_table[k->ops[o].dtype].ctype, n, nl);
             continue;
         }
         cdy_buf_printf(b, "{ const int64_t r%d = rb; cdy_stream(&out_ptr%d[", k->rn->ndim - 1, n);
@@ -481,7 +482,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
     const char *acc2 = fma ? "e" : NULL;
     const char *clause = cg_strf(c, "reduction(+:%s%s%s)", acc, acc2 ? ", " : "",
                                  acc2 ? acc2 : "");
-    int nl = cg_row_lanes(k);
+    int nl = k->lanes;
     if (!clause || !pre || !post)
         return cg_fail(c, "out of memory");
     if (!nl)
@@ -491,7 +492,7 @@ static int cg_row_sum(cg_rowk *k, int ind, const char *acc, const char *pre, con
         cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A,
                        a ? acc2 : acc, nl);
     }
-    if (cg_row_blocks(k, ind, nl, prefetch && cg_row_prefetches(k), 0, 1,
+    if (cg_row_blocks(k, ind, nl, prefetch && k->prefetch, 0, 1,
                       cg_row_upd(c, pre, cg_strf(c, "%s_l[rl]", acc), post, fma,
                                  acc2 ? cg_strf(c, "%s_l[rl]", acc2) : NULL), clause,
                       cg_row_upd(c, pre, acc, post, fma, acc2)))
@@ -539,11 +540,11 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
     if (k->stream)
-        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && cg_row_prefetches(k), 1,
+        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && k->prefetch, 1,
                              prologue, k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = "
                                                           "t%d;", k->T, k->v, expr, k->v) : stmt,
                              "", stmt);
-    if (prefetch && cg_row_prefetches(k))
+    if (prefetch && k->prefetch)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, 0, prologue, stmt, "", stmt);
     return cg_row_pass(k, ind, "", prologue, stmt);
 }
@@ -693,7 +694,7 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
 static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
 {
     int64_t unstored = k->store ? 0 : cdy_dtype_table[k->c->g->values[k->v].meta.dtype].size;
-    return cg_moved(k->c, k->ops, k->nops, k->on, numel) - numel * unstored;
+    return cg_moved(k->ops, k->nops, k->on, numel) - numel * unstored;
 }
 
 /* 1 when k's final pass may stream its stores (stream.c): a norm (softmax
@@ -720,10 +721,20 @@ static int cg_row_streams(const cg_rowk *k, int64_t numel)
     return cg_streams(k->c, cg_row_moved(k, numel));
 }
 
-/* Write the post-fusion IR of row kernel kn. */
-static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
+/* The record of a row kernel: its working state (decisions: mode, store,
+ * stream) and its shape; whether the rows run in parallel is the kernel's. */
+typedef struct {
+    cg_rowk k;
+    cg_rowshape rs;
+} cg_row_kernel;
+
+/* Print row kernel kk in the post-fusion IR. */
+void cg_print_rows(cg_ctx *c, const kir_kernel *kk)
 {
-    cg_ctx *c = k->c;
+    const cg_row_kernel *rk = kk->x;
+    const cg_rowk *k = &rk->k;
+    const cg_rowshape *rs = &rk->rs;
+    int kn = kk->number, par = kk->parallel;
     cdy_buf *ir = &c->ir_post;
     const char *name = cdy_op_table[c->g->values[k->v].op].name;
     cdy_buf_printf(ir, "kernel_%d: row kernel %%%d %s of %%%d over ", kn, k->v, name, k->in);
@@ -734,7 +745,7 @@ static void cg_row_ir(cg_rowk *k, int kn, const cg_rowshape *rs, int par)
     cg_ir_dims(ir, k->rn->size, k->rn->ndim);
     cdy_buf_printf(ir, ", accumulators %s%s\n", k->A,
                    k->col ? "; column mode: blocks of columns, column loop innermost" : "");
-    cg_ir_fuses(c, ir, kn);
+    cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < k->nops; o++) {
         int unused = o == k->first && !k->store;
         cdy_buf_puts(ir, unused ? "  (not stored) " : k->ops[o].is_out ? "  store " : "  load  ");
@@ -881,18 +892,17 @@ static int cg_row_columns(const cg_rowk *k)
            k->on->size[lo] >= 8;
 }
 
-/* Emit the outer loops of k (parallel when par) at indentation 1; in column
+/* Emit the outer loops of k (parallel when par, the two outer ones collapsed
+ * when collapse) at indentation 1; in column
  * mode the innermost is a loop over blocks of columns.  Returns the body's
  * indentation. */
-static int cg_row_outer(cg_rowk *k, int par)
+static int cg_row_outer(cg_rowk *k, int par, int collapse)
 {
     cdy_buf *b = &k->c->src;
     int ind = 1, n = k->on->ndim;
     for (int d = 0; d < n; d++, ind++) {
         if (d == 0 && par)
-            cg_stream_open(k->c, ind, "NTHREADS",
-                           n >= 2 && k->on->size[0] < 4 * (int64_t)k->c->nthreads
-                               ? " collapse(2)" : "", k->stream);
+            cg_stream_open(k->c, ind, "NTHREADS", collapse ? " collapse(2)" : "", k->stream);
         cg_indent(b, ind);
         long long sz = (long long)k->on->size[d];
         if (k->col && d == n - 1)
@@ -909,25 +919,62 @@ static int cg_row_outer(cg_rowk *k, int par)
     return ind;
 }
 
-/* Emit row node v as one kernel: outer loops over the rows (parallel when
- * the work is large and there are several rows), the op's passes per row. */
-int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
+/* Schedule row node v as one kernel: outer loops over the rows (parallel
+ * when the work is large and there are several rows), the op's passes per
+ * row, its epilogue; 0 or -1. */
+int cg_sched_rows(cg_ctx *c, int v)
 {
-    int kn = cg_kernel_begin(c, plan);
-    if (kn < 0)
+    int number = cg_kernel_begin(c);
+    kir_kernel *kk = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_ROWS);
+    cg_row_kernel *rk = cdy_arena_alloc(&c->arena, sizeof(cg_row_kernel));
+    if (!kk)
         return -1;
+    if (!rk)
+        return cg_fail(c, "out of memory");
     const cdy_graph *g = c->g;
-    cg_rowshape rs;
-    cg_row_shape(g, v, &rs);
-    cg_rowk k = {.c = c, .v = v, .in = g->values[v].args[0], .rs = &rs};
-    if (cg_row_setup(c, &k, &rs))
+    cg_rowshape *rs = &rk->rs;
+    cg_rowk *k = &rk->k;
+    cg_row_shape(g, v, rs);
+    *k = (cg_rowk){.c = c, .v = v, .in = g->values[v].args[0], .rs = rs};
+    if (cg_row_setup(c, k, rs))
         return -1;
-    if (!k.store)   /* the kernel's out_ptr0: never touched, no memory */
-        plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
+    if (!k->store)   /* the kernel's out_ptr0: never touched, no memory */
+        c->plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
-    k.T = f32 ? "float" : "double";
-    k.vexp = f32 ? "cdy_vexp_negf" : "exp";
-    k.A = f32 && rs.nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
+    k->T = f32 ? "float" : "double";
+    k->vexp = f32 ? "cdy_vexp_negf" : "exp";
+    k->A = f32 && rs->nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
+    k->col = cg_row_columns(k);
+    k->may_stream = cg_row_streams(k, rs->numel);
+    k->stream = k->may_stream && !k->heavy;
+    k->lanes = cg_row_lanes(k);
+    k->prefetch = cg_row_prefetches(k);
+    int64_t nrows = rs->nrow ? rs->numel / rs->nrow : 0;
+    kk->number = number;
+    kk->node = v;
+    kk->grp = (cg_group){rs->ndim, rs->size, k->nout, k->outs};
+    kk->ops = k->ops;
+    kk->nops = k->nops;
+    kk->nest = k->on;
+    kk->numel = rs->numel;
+    kk->parallel = c->nthreads > 1 && rs->numel >= CG_PARALLEL_NUMEL && k->on->ndim > 0 && nrows > 1;
+    kk->collapse = k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)c->nthreads;
+    kk->threads = "NTHREADS";
+    kk->stream = k->stream;
+    kk->status = cg_kernel_gathers(c);
+    kk->rnest = k->rn;
+    kk->flags = (k->col ? CDY_KIRF_COLUMNS : 0) | (k->store ? 0 : CDY_KIRF_UNSTORED) |
+                (k->lanes ? CDY_KIRF_LANES : 0) | (k->prefetch ? CDY_KIRF_PREFETCH : 0);
+    kk->x = rk;
+    return cg_kir_fuse(c, kk);
+}
+
+/* Emit row kernel kk (cg_sched_rows). */
+int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
+{
+    const cg_row_kernel *rk = kk->x;
+    cg_rowk k = rk->k;
+    const cdy_graph *g = c->g;
     k.e = cg_value_expr(c, k.in);
     cdy_buf ob = {0};
     cdy_buf_puts(&ob, "out_ptr0[");
@@ -938,19 +985,12 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
     free(os);
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
-    k.col = cg_row_columns(&k);
-    k.may_stream = cg_row_streams(&k, rs.numel);
-    k.stream = k.may_stream && !k.heavy;
-    int64_t nrows = rs.nrow ? rs.numel / rs.nrow : 0;
-    int par = c->nthreads > 1 && rs.numel >= CG_PARALLEL_NUMEL && k.on->ndim > 0 && nrows > 1;
-    cg_group grp = {1, rs.size, k.nout, k.outs};
-    cg_emit_header(c, kn, &grp, k.ops, k.nops, k.on);
-    cg_row_ir(&k, kn, &rs, par);
-    if (rs.numel > 0) {
-        int ind = cg_row_outer(&k, par);
-        int op = g->values[v].op;
+    cg_emit_header(c, kk);
+    if (rk->rs.numel > 0) {
+        int ind = cg_row_outer(&k, kk->parallel, kk->collapse);
+        int op = g->values[k.v].op;
         int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
-                                                               : cg_row_norm(&k, ind, rs.nrow);
+                                                               : cg_row_norm(&k, ind, rk->rs.nrow);
         if (rc)
             return -1;
         while (--ind > 0) {
@@ -958,9 +998,8 @@ int cg_emit_rows(cg_ctx *c, cdy_plan *plan, int v)
             cdy_buf_puts(&c->src, "}\n");
         }
         if (k.stream)
-            cg_stream_close(c, 1, par);
+            cg_stream_close(c, 1, kk->parallel);
     }
     cdy_buf_puts(&c->src, "}\n");
-    cg_kernel_end(plan, kn, k.ops, k.nops);
     return 0;
 }

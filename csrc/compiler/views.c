@@ -131,6 +131,7 @@ void cg_view_operand(cg_ctx *c, const cg_group *grp, int v, cg_operand *op)
     memset(op, 0, sizeof(*op));
     op->buffer = c->val_buf[val->view_base];
     op->value = v;
+    op->dtype = m->dtype;
     op->offset = val->view_offset;
     for (int d = 0; d < grp->ndim; d++) {
         int md = d - shift;
@@ -209,30 +210,37 @@ static int64_t cg_copy_row(cg_ctx *c, const cg_group *grp, const cg_operand *ops
     return nest->size[d] * cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
 }
 
-/* Emit kernel loops for a plain copy by rows: a unit-reversing copy (see
- * cg_reverse_unit, rows by cg_reverse_row) or a row copy (cg_copy_row, one
- * memcpy a row); the outer loops as usual, parallel when large (collapsed
- * when the first is short).  1 when emitted, 0 when the kernel is not one. */
-int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, int nops,
-                         const cg_nest *nest, int64_t numel)
+void cg_view_sched_copy(cg_ctx *c, kir_kernel *k)
 {
-    int U = cg_reverse_unit(c, grp, ops, nops, nest);
-    int64_t R = U ? 0 : cg_copy_row(c, grp, ops, nops, nest);
+    int U = cg_reverse_unit(c, &k->grp, k->ops, k->nops, k->nest);
+    int64_t R = U ? 0 : cg_copy_row(c, &k->grp, k->ops, k->nops, k->nest);
     if (!U && !R)
-        return 0;
+        return;
+    int e = k->nest->ndim - (U ? 2 : 1);
+    k->copy_unit = U;
+    k->copy_row = R;
+    k->flags |= U ? CDY_KIRF_COPY_UNITS : CDY_KIRF_COPY_ROWS;
+    k->copy_parallel = k->numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
+    k->copy_collapse = k->copy_parallel && e >= 2 && k->nest->size[0] < 4 * (int64_t)c->nthreads;
+    k->copy_threads = "NTHREADS";
+}
+
+/* Emit kernel loops for a plain copy by rows (k->copy_unit: a unit-reversing
+ * copy, rows by cg_reverse_row; k->copy_row: one memcpy a row); the outer
+ * loops as usual, parallel when k->copy_parallel (collapsed: copy_collapse). */
+void cg_view_emit_copy(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_nest *nest = k->nest;
+    int U = k->copy_unit;
     cdy_buf *b = &c->src;
     int e = nest->ndim - (U ? 2 : 1), ind = 1;
-    int es = cdy_dtype_table[c->g->values[grp->outs[0]].meta.dtype].size;
-    int par = numel >= CG_PARALLEL_NUMEL && c->nthreads > 1 && e > 0;
-    int collapse = par && e >= 2 && nest->size[0] < 4 * (int64_t)c->nthreads;
-    const char *nt = "NTHREADS";
     if (U)
         cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
     for (int d = 0; d < e; d++, ind++) {
-        if (d == 0 && par) {
+        if (d == 0 && k->copy_parallel) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(%s) schedule(static)%s\n",
-                           nt, collapse ? " collapse(2)" : "");
+                           k->copy_threads, k->copy_collapse ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
         cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
@@ -253,19 +261,25 @@ int cg_view_emit_reverse(cg_ctx *c, const cg_group *grp, const cg_operand *ops, 
         cg_reverse_row(b, ind, U, nest->size[e]);
     else {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "__builtin_memcpy(dst, src, %lld);\n", (long long)R);
+        cdy_buf_printf(b, "__builtin_memcpy(dst, src, %lld);\n", (long long)k->copy_row);
     }
     while (--ind > 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
+}
+
+void cg_view_print_copy(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
+{
+    int U = k->copy_unit;
+    int es = U ? cdy_dtype_table[c->g->values[k->grp.outs[0]].meta.dtype].size : 1;
     if (U)
-        cdy_buf_printf(&c->ir_post, "  unit-reversing copy: rows of %lld units of %d bytes "
+        cdy_buf_printf(b, "  unit-reversing copy: rows of %lld units of %d bytes "
                        "reversed with 16-byte shuffles (%d element%s a unit)\n",
-                       (long long)nest->size[e], U, U / es, U / es == 1 ? "" : "s");
-    else
-        cdy_buf_printf(&c->ir_post, "  row copy: a memcpy of %lld bytes per row\n", (long long)R);
-    return 1;
+                       (long long)k->nest->size[k->nest->ndim - 2], U, U / es,
+                       U / es == 1 ? "" : "s");
+    else if (k->copy_row)
+        cdy_buf_printf(b, "  row copy: a memcpy of %lld bytes per row\n", (long long)k->copy_row);
 }
 
 /* ---- cat / stack (kind 'K'): one kernel per non-empty piece, writing it
@@ -345,7 +359,7 @@ static void cg_cat_mark(cg_ctx *c, int v, int p)
 int cg_emit_cat_value(cg_ctx *c, int v, int ind)
 {
     const cdy_value *val = &c->g->values[v];
-    int p = c->cat_piece;
+    int p = c->kern->piece;
     char *e = cg_value_expr(c, p);
     char *x = e ? cg_cast(c, e, c->g->values[p].meta.dtype, val->meta.dtype) : NULL;
     if (!x)
@@ -356,24 +370,27 @@ int cg_emit_cat_value(cg_ctx *c, int v, int ind)
     return 0;
 }
 
-/* Emit the kernel copying value p (its producers fused) into the window of
- * node v's buffer of sizes sz (rank of p), output strides ostr, element
- * offset ooff; crop (or NULL): elements of p skipped before the window per dim. */
-static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, const int64_t *sz,
-                         const int64_t *ostr, int64_t ooff, const int64_t *crop)
+/* Schedule the kernel copying value p (its producers fused) into the window
+ * of node v's buffer of sizes sz (rank of p), output strides ostr, element
+ * offset ooff; crop (or NULL): elements of p skipped before the window per
+ * dim.  A pointwise kernel whose piece is p; 0 or -1. */
+static int cg_sched_piece(cg_ctx *c, int v, int p, const int64_t *sz, const int64_t *ostr,
+                          int64_t ooff, const int64_t *crop)
 {
-    const cdy_value *val = &c->g->values[v];
     int nd = c->g->values[p].meta.ndim;
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_POINTWISE);
+    if (!k)
         return -1;
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     cg_nest *nest = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
     int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
-    if (!ops || !nest || !outs)
+    int64_t *sizes = cdy_arena_alloc(&c->arena, sizeof(int64_t) * CDY_MAX_NDIM);
+    if (!ops || !nest || !outs || !sizes)
         return cg_fail(c, "out of memory");
     outs[0] = v;
-    cg_group grp = {nd, sz, 1, outs};
+    memcpy(sizes, sz, sizeof(int64_t) * (size_t)nd);
+    cg_group grp = {nd, sizes, 1, outs};
     cg_cat_mark(c, v, p);
     int nops = cg_operands(c, &grp, ops);
     if (nops < 0)
@@ -387,32 +404,25 @@ static int cg_emit_piece(cg_ctx *c, cdy_plan *plan, int v, int p, const int64_t 
             ops[o].offset += crop[d] * ops[o].stride[d];
     }
     ops[first].offset = ooff;
-    c->cat_piece = p;
     cg_build_nest(&grp, ops, nops, nest);
-    cg_emit_header(c, k, &grp, ops, nops, nest);
-    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: %%%d ", k, cdy_op_table[val->op].name, v, p);
-    cg_ir_dims(&c->ir_post, sz, nd);
-    cdy_buf_printf(&c->ir_post, " into its window at element %lld; loops ", (long long)ooff);
-    cg_ir_dims(&c->ir_post, nest->size, nest->ndim);
-    cdy_buf_puts(&c->ir_post, "\n");
-    cg_ir_fuses(c, &c->ir_post, k);
-    cg_ir_stream(c, &c->ir_post, ops, nops, nest, numel);
-    if (cg_emit_loops(c, ops, nops, nest, numel))
+    *k = (kir_kernel){.kind = CDY_KIR_POINTWISE, .number = number, .node = v, .piece = p,
+                      .grp = grp, .nops = nops, .ops = ops, .nest = nest, .numel = numel,
+                      .sep_from = -1};
+    if (cg_kir_fuse(c, k))
         return -1;
-    cdy_buf_puts(&c->src, "}\n");
-    cg_kernel_end(plan, k, ops, nops);
+    cg_sched_loops(c, k);
     return 0;
 }
 
-/* Emit piece p of cat / stack node v, which starts at `start` along dim d. */
-static int cg_emit_cat_piece(cg_ctx *c, cdy_plan *plan, int v, int p, int d, int64_t start)
+/* Schedule piece p of cat / stack node v, which starts at `start` along dim d. */
+static int cg_sched_cat_piece(cg_ctx *c, int v, int p, int d, int64_t start)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_meta *pm = &c->g->values[p].meta, *om = &val->meta;
     int64_t ostr[CDY_MAX_NDIM];
     for (int pd = 0; pd < pm->ndim; pd++)
         ostr[pd] = om->strides[cg_cat_outdim(val, d, pd)];
-    return cg_emit_piece(c, plan, v, p, pm->sizes, ostr, start * om->strides[d], NULL);
+    return cg_sched_piece(c, v, p, pm->sizes, ostr, start * om->strides[d], NULL);
 }
 
 /* ---- constant pad (PAD, kind 'K'): a kernel filling the border boxes
@@ -471,6 +481,7 @@ static void cg_pad_box(cg_ctx *c, const cdy_meta *om, const int64_t *sz, const i
     int64_t off = 0, numel = 1;
     memset(&op, 0, sizeof(op));
     op.is_out = 1;
+    op.dtype = om->dtype;
     for (int d = 0; d < om->ndim; d++) {
         op.stride[d] = sz[d] == 1 ? 0 : om->strides[d];
         off += st[d] * om->strides[d];
@@ -498,11 +509,17 @@ static void cg_pad_box(cg_ctx *c, const cdy_meta *om, const int64_t *sz, const i
     cdy_buf_puts(b, "}\n");
 }
 
-/* Emit the fill kernel of pad node v: per dim, the box before and the box
- * after the interior (earlier dims interior, later dims whole); the whole
- * result when the interior is empty. */
-static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
-                       const int64_t *len, int empty)
+/* The record of a pad's fill kernel: the interior (start, len per dim), the
+ * value's literal in the result's dtype. */
+typedef struct {
+    int64_t start[CDY_MAX_NDIM], len[CDY_MAX_NDIM];
+    int empty;                   /* the interior is empty: the whole result is border */
+    const char *lit;
+} cg_pad_kernel;
+
+/* Schedule the fill kernel of pad node v (interior start / len, empty); 0 or -1. */
+static int cg_sched_pad_fill(cg_ctx *c, int v, const int64_t *start, const int64_t *len,
+                             int empty)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_meta *om = &val->meta;
@@ -512,51 +529,80 @@ static int cg_pad_fill(cg_ctx *c, cdy_plan *plan, int v, const int64_t *start,
     int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
     cg_operand *op = cdy_arena_alloc(&c->arena, sizeof(cg_operand));
     cg_nest *none = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
+    cg_pad_kernel *pk = cdy_arena_alloc(&c->arena, sizeof(cg_pad_kernel));
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_PAD_FILL);
+    if (!k)
         return -1;
-    if (!lit || !outs || !op || !none)
+    if (!lit || !outs || !op || !none || !pk)
         return cg_fail(c, "out of memory");
     outs[0] = v;
     op->buffer = c->val_buf[v];
     op->value = v;
+    op->dtype = c->g->values[v].meta.dtype;
     op->is_out = 1;
+    memcpy(pk->start, start, sizeof(pk->start));
+    memcpy(pk->len, len, sizeof(pk->len));
+    pk->empty = empty;
+    pk->lit = lit;
     memset(c->live, 0, (size_t)c->g->nvalues);
     memset(c->in_group, 0, (size_t)c->g->nvalues);
     c->live[v] = c->in_group[v] = 1;
-    cg_group grp = {om->ndim, om->sizes, 1, outs};
-    cg_emit_header(c, k, &grp, op, 1, none);
+    k->number = number;
+    k->node = v;
+    k->grp = (cg_group){om->ndim, om->sizes, 1, outs};
+    k->nops = 1;
+    k->ops = op;
+    k->nest = none;
+    k->x = pk;
+    return cg_kir_fuse(c, k);
+}
+
+/* Emit the fill kernel of pad node v: per dim, the box before and the box
+ * after the interior (earlier dims interior, later dims whole); the whole
+ * result when the interior is empty. */
+int cg_emit_pad_fill(cg_ctx *c, const kir_kernel *k)
+{
+    const cdy_meta *om = &c->g->values[k->node].meta;
+    const cg_pad_kernel *pk = k->x;
+    cg_emit_header(c, k);
     int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
-    if (empty) {
+    if (pk->empty) {
         memset(st, 0, sizeof(st));
-        cg_pad_box(c, om, om->sizes, st, lit);
+        cg_pad_box(c, om, om->sizes, st, pk->lit);
     }
-    for (int d = 0; d < om->ndim && !empty; d++)
+    for (int d = 0; d < om->ndim && !pk->empty; d++)
         for (int after = 0; after < 2; after++) {
             for (int j = 0; j < om->ndim; j++) {
-                sz[j] = j < d ? len[j] : om->sizes[j];
-                st[j] = j < d ? start[j] : 0;
+                sz[j] = j < d ? pk->len[j] : om->sizes[j];
+                st[j] = j < d ? pk->start[j] : 0;
             }
-            sz[d] = after ? om->sizes[d] - start[d] - len[d] : start[d];
-            st[d] = after ? start[d] + len[d] : 0;
-            cg_pad_box(c, om, sz, st, lit);
+            sz[d] = after ? om->sizes[d] - pk->start[d] - pk->len[d] : pk->start[d];
+            st[d] = after ? pk->start[d] + pk->len[d] : 0;
+            cg_pad_box(c, om, sz, st, pk->lit);
         }
     cdy_buf_puts(&c->src, "}\n");
-    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: the border set to %s\n", k,
-                   cdy_op_table[val->op].name, v, lit);
-    cg_ir_fuses(c, &c->ir_post, k);
-    cg_kernel_end(plan, k, op, 1);
     return 0;
 }
 
-/* Emit pad node v: the fill kernel (when there is a border), then the copy
- * of the input's kept elements into the interior. */
-static int cg_emit_pad(cg_ctx *c, cdy_plan *plan, int v)
+void cg_print_pad_fill(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_pad_kernel *pk = k->x;
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: the border set to %s\n", k->number,
+                   cdy_op_table[c->g->values[k->node].op].name, k->node, pk->lit);
+    cg_ir_fuses(c, &c->ir_post, k);
+}
+
+/* Schedule pad node v: the fill kernel (when there is a border), then the
+ * copy of the input's kept elements into the interior. */
+static int cg_sched_pad(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_meta *im = &c->g->values[val->args[0]].meta, *om = &val->meta;
     int64_t start[CDY_MAX_NDIM], len[CDY_MAX_NDIM], crop[CDY_MAX_NDIM], ooff = 0;
     int border = 0, empty = 0;
+    memset(start, 0, sizeof(start));
+    memset(len, 0, sizeof(len));
     cg_pad_interior(val, im, start, len);
     for (int d = 0; d < om->ndim; d++) {
         border |= len[d] != om->sizes[d];
@@ -566,11 +612,11 @@ static int cg_emit_pad(cg_ctx *c, cdy_plan *plan, int v)
     }
     if (cdy_meta_numel(om) == 0)
         return 0;
-    if (border && cg_pad_fill(c, plan, v, start, len, empty))
+    if (border && cg_sched_pad_fill(c, v, start, len, empty))
         return -1;
     if (empty)
         return 0;
-    return cg_emit_piece(c, plan, v, val->args[0], len, om->strides, ooff, crop);
+    return cg_sched_piece(c, v, val->args[0], len, om->strides, ooff, crop);
 }
 
 /* 1 if every piece of cat / stack node v is read as it is (an input, a
@@ -629,25 +675,36 @@ static void cg_cat_loops(cg_ctx *c, int o, const cg_nest *n, int64_t ooff, int p
     cdy_buf_puts(b, "        }\n");
 }
 
-/* Emit cat / stack node v whose pieces are all plain (cg_cat_plain) as one
- * kernel: one parallel region, each piece's rows work-shared in turn. */
-static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
+/* The record of a cat / stack kernel copying plain pieces: per piece its
+ * loop nest (in, out) and its start in the output. */
+typedef struct {
+    int np;
+    cg_nest *nests;
+    int64_t start[CDY_MAX_NODE_ARGS];
+    const char *threads;         /* the parallel region's team: "1" when small */
+} cg_cat_kernel;
+
+/* Schedule cat / stack node v whose pieces are all plain (cg_cat_plain) as
+ * one kernel: one parallel region, each piece's rows work-shared in turn. */
+static int cg_sched_cat_one(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     const cdy_meta *om = &val->meta;
     int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
-    int k = cg_kernel_begin(c, plan);
-    if (k < 0)
+    int number = cg_kernel_begin(c);
+    kir_kernel *k = number < 0 ? NULL : cg_kir_add(c, CDY_KIR_CAT);
+    if (!k)
         return -1;
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
+    cg_cat_kernel *ck = cdy_arena_alloc(&c->arena, sizeof(cg_cat_kernel));
     cg_nest *nests = cdy_arena_alloc(&c->arena, sizeof(cg_nest) * (size_t)np);
     int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
-    if (!ops || !nests || !outs)
+    if (!ops || !ck || !nests || !outs)
         return cg_fail(c, "out of memory");
     outs[0] = v;
     memset(c->live, 0, (size_t)c->g->nvalues);
     memset(c->in_group, 0, (size_t)c->g->nvalues);
-    int64_t start[CDY_MAX_NODE_ARGS], pos = 0;
+    int64_t pos = 0;
     for (int i = 0; i < np; i++) {
         int p = val->args[i];
         const cdy_meta *pm = &c->g->values[p].meta;
@@ -656,57 +713,84 @@ static int cg_emit_cat_one(cg_ctx *c, cdy_plan *plan, int v)
             memset(&ops[i], 0, sizeof(ops[i]));
             ops[i].buffer = c->val_buf[p];
             ops[i].value = p;
+            ops[i].dtype = pm->dtype;
             cg_broadcast_strides(pm, pm->ndim, ops[i].stride);
         } else
             cg_view_operand(c, &grp, p, &ops[i]);
-        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v}};
+        cg_operand pair[2] = {ops[i], {.buffer = c->val_buf[v], .is_out = 1, .value = v,
+                                       .dtype = om->dtype}};
         pair[0].offset = 0;
         for (int pd = 0; pd < pm->ndim; pd++)
             pair[1].stride[pd] = pm->sizes[pd] == 1 ? 0 : om->strides[cg_cat_outdim(val, d, pd)];
         cg_build_nest(&grp, pair, 2, &nests[i]);
-        start[i] = pos * om->strides[d];
+        ck->start[i] = pos * om->strides[d];
         pos += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
     }
-    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v};
-    cg_group og = {om->ndim, om->sizes, 1, outs};
+    ops[np] = (cg_operand){.buffer = c->val_buf[v], .is_out = 1, .value = v,
+                            .dtype = om->dtype};
     c->live[v] = c->in_group[v] = 1;
-    cg_emit_header(c, k, &og, ops, np + 1, &nests[0]);
     int64_t onumel = cdy_meta_numel(om);
-    int par = onumel >= CG_PARALLEL_NUMEL && c->nthreads > 1;
-    cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n",
-                   par ? "NTHREADS" : "1");
-    for (int i = 0; i < np; i++)
+    k->number = number;
+    k->node = v;
+    k->grp = (cg_group){om->ndim, om->sizes, 1, outs};
+    k->nops = np + 1;
+    k->ops = ops;
+    k->nest = &nests[0];
+    k->numel = onumel;
+    k->parallel = onumel >= CG_PARALLEL_NUMEL && c->nthreads > 1;
+    ck->np = np;
+    ck->nests = nests;
+    ck->threads = k->parallel ? "NTHREADS" : "1";
+    k->threads = ck->threads;
+    k->x = ck;
+    return cg_kir_fuse(c, k);
+}
+
+int cg_emit_cat_kernel(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_cat_kernel *ck = k->x;
+    const cdy_value *val = &c->g->values[k->node];
+    cg_emit_header(c, k);
+    cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n", ck->threads);
+    for (int i = 0; i < ck->np; i++)
         if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
-            cg_cat_loops(c, i, &nests[i], start[i], c->g->values[val->args[i]].meta.dtype,
-                         om->dtype);
+            cg_cat_loops(c, i, &ck->nests[i], ck->start[i], k->ops[i].dtype, k->ops[ck->np].dtype);
     cdy_buf_puts(&c->src, "    }\n}\n");
-    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
-                   "copied by one kernel, one parallel region%s\n", k,
-                   cdy_op_table[val->op].name, v, np, par ? "" : " (one thread: small)");
-    cg_ir_fuses(c, &c->ir_post, k);
-    cg_kernel_end(plan, k, ops, np + 1);
     return 0;
 }
 
-/* Emit cat / stack node v: a kernel per non-empty piece (see cg_emit_piece). */
-int cg_emit_cat(cg_ctx *c, cdy_plan *plan, int v)
+void cg_print_cat_kernel(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_cat_kernel *ck = k->x;
+    cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
+                   "copied by one kernel, one parallel region%s\n", k->number,
+                   cdy_op_table[c->g->values[k->node].op].name, k->node, ck->np,
+                   k->parallel ? "" : " (one thread: small)");
+    cg_ir_fuses(c, &c->ir_post, k);
+}
+
+/* Schedule cat / stack node v: a kernel per non-empty piece (see
+ * cg_sched_piece), or one for plain pieces (cg_sched_cat_one); a pad node:
+ * cg_sched_pad. */
+int cg_sched_cat(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
     if (val->op == CDY_OP_PAD)
-        return cg_emit_pad(c, plan, v);
+        return cg_sched_pad(c, v);
     int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
     int64_t start = 0;
     if (cg_cat_plain(c, v))
-        return cg_emit_cat_one(c, plan, v);
+        return cg_sched_cat_one(c, v);
     for (int i = 0; i < np; i++) {
         int p = val->args[i];
         const cdy_meta *pm = &c->g->values[p].meta;
-        if (cdy_meta_numel(pm) > 0 && cg_emit_cat_piece(c, plan, v, p, d, start))
+        if (cdy_meta_numel(pm) > 0 && cg_sched_cat_piece(c, v, p, d, start))
             return -1;
         start += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];
     }
-    cdy_buf_printf(&c->ir_dec, "  %%%d %s: a kernel per piece (%d pieces), each writing its "
-                   "window of the result with its producers fused\n", v,
-                   cdy_op_table[val->op].name, np);
+    kir_kernel *k = cg_kir_add(c, CDY_KIR_PIECES);   /* its line of the decisions */
+    if (!k)
+        return -1;
+    k->node = v;
     return 0;
 }

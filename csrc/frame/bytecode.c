@@ -16,7 +16,7 @@
  * protocol, LOAD_ATTR's oparg); the assembler writes the caches, the
  * location table (every instruction on the return's line), the (empty)
  * exception table and the stack size. */
-#include "internal.h"
+#include "frame/frame.h"
 #include "pyver/emit.h"
 
 #include <string.h>

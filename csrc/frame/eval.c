@@ -11,7 +11,9 @@
  * do not handle runs _PyEval_EvalFrameDefault on the frame untouched.     */
 #define Py_BUILD_CORE 1
 #define CDY_PC_FRAME 1   /* pyver/pycompat.h's frame internals */
-#include "internal.h"
+#include "frame/frame.h"
+#include "pipeline.h"
+#include "runtime/runtime.h"
 #include "trace/reasons.h"
 #include "pyver/pycompat.h"
 #undef Py_BUILD_CORE

@@ -1,6 +1,7 @@
 /* guards.c - sources (where a traced value lives at frame entry) and the
  * guards that must hold for a cache entry to be reused. */
-#include "internal.h"
+#include "frame/frame.h"
+#include "runtime/runtime.h"
 #include "pyver/pycompat.h"
 
 #include <string.h>

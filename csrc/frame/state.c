@@ -12,7 +12,7 @@
  * libraries the process already loaded.  Where they are missing, or disagree
  * once with torch's Python functions, the Python functions are used instead
  * (about 0.1-0.3 us each). */
-#include "internal.h"
+#include "frame/guards.h"
 
 #include <dlfcn.h>
 #include <stdint.h>

@@ -20,7 +20,7 @@
  * extern.  oneDNN returns channels_last for channels_last input and weight
  * (should torch ever return other strides, the runtime copies its result
  * into them).  A conv whose input is already channels_last is traced as an
- * extern with a channels_last result (trace/lower_conv.c). */
+ * extern with a channels_last result (trace/build_conv.c). */
 #include <string.h>
 
 #include "passes/passes.h"

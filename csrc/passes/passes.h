@@ -7,7 +7,8 @@
 #ifndef CDY_PASSES_H
 #define CDY_PASSES_H
 
-#include "internal.h"
+#include "trace/record.h"
+#include "runtime/runtime.h"
 
 /* ---- every backend (what tracing used to decide) ---- */
 /* F.linear with a float32 parameter weight -> a runtime PackedLinear (the

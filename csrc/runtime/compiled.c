@@ -7,7 +7,7 @@
  * pointer and calls the kernels of a dlopen()ed shared object through libffi (cifs prepared once,
  * at load).  Eager backend: replays the traced torch calls.  Both take the
  * graph inputs positionally and return one tensor or a tuple of tensors.   */
-#include "internal.h"
+#include "runtime/runtime.h"
 #include "pyver/pycompat.h"
 
 #include <dlfcn.h>
@@ -74,6 +74,10 @@ typedef struct {
     PyObject *source;     /* generated C (str) or None */
     PyObject *ir_pre;     /* loop IR before / after fusion (str), NULL for eager */
     PyObject *ir_post;
+    int nkir;             /* the kernel IR's summary (own copy of the plan's; C backend) */
+    cdy_kir *kir;
+    int *kir_values;      /* the summary's outs and fused values */
+    int *kir_ops;         /* per fused value (kir_values' layout), its op */
     long long calls;
     /* mutated inputs (trace/mutate.c): after the call, input wb[2i] <- output wb[2i+1] */
     int nwb;
@@ -718,6 +722,9 @@ static void compiled_dealloc(PyObject *self)
     Py_XDECREF(c->source);
     Py_XDECREF(c->ir_pre);
     Py_XDECREF(c->ir_post);
+    PyMem_Free(c->kir);
+    PyMem_Free(c->kir_values);
+    PyMem_Free(c->kir_ops);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -823,6 +830,112 @@ static PyObject *compiled_get_ir_post(PyObject *self, void *closure)
     return Py_NewRef(s ? s : Py_None);
 }
 
+/* A tuple of the n ints (or int64s) at a. */
+static PyObject *kir_tuple(const void *a, int n, int wide)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *x = wide ? PyLong_FromLongLong(((const int64_t *)a)[i])
+                           : PyLong_FromLong(((const int *)a)[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* The names of flags f (CDY_KIRF_*), a tuple. */
+static PyObject *kir_flags(unsigned f)
+{
+    static const char *names[] = {"two_pass", "blocks", "columns", "unstored", "copy_units",
+                                  "copy_rows", "lanes", "prefetch"};
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < 8; i++) {
+        PyObject *s = f >> i & 1 ? PyUnicode_FromString(names[i]) : NULL;
+        if (s && PyList_Append(l, s))
+            Py_CLEAR(l);
+        Py_XDECREF(s);
+    }
+    PyObject *t = l ? PyList_AsTuple(l) : NULL;
+    Py_XDECREF(l);
+    return t;
+}
+
+/* Step s of the summary as a dict (new), op names from c->kir_ops. */
+static PyObject *kir_dict(const cdy_compiled *c, const cdy_kir *s)
+{
+    PyObject *ops = PyTuple_New(s->nfused);
+    const int *op = c->kir_ops + (s->fused - c->kir_values);
+    for (int i = 0; ops && i < s->nfused; i++)
+        PyTuple_SET_ITEM(ops, i, PyUnicode_FromString(cdy_op_table[op[i]].name));
+    PyObject *none = Py_None;
+    PyObject *d = ops ? Py_BuildValue(
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:O,s:i,s:O,s:O,s:O,s:O,s:N,s:s}",
+        "kind", cdy_kir_kind_names[s->kind],
+        "kernel", s->kernel >= 0 ? PyLong_FromLong(s->kernel) : Py_NewRef(none),
+        "node", s->node >= 0 ? PyLong_FromLong(s->node) : Py_NewRef(none),
+        "piece", s->piece >= 0 ? PyLong_FromLong(s->piece) : Py_NewRef(none),
+        "sizes", kir_tuple(s->sizes, s->ndim, 1), "loops", kir_tuple(s->loops, s->nloops, 1),
+        "reduced_loops", kir_tuple(s->rloops, s->nrloops, 1),
+        "outputs", kir_tuple(s->outs, s->nout, 0), "fused", kir_tuple(s->fused, s->nfused, 0),
+        "ops", ops, "params", s->nparams, "parallel", s->parallel ? Py_True : Py_False,
+        "threads", s->threads, "collapse", s->collapse ? Py_True : Py_False,
+        "vectorized", s->vector ? Py_True : Py_False, "streams", s->stream ? Py_True : Py_False,
+        "status", s->status ? Py_True : Py_False, "flags", kir_flags(s->flags),
+        "serial", s->serial) : NULL;
+    return d;
+}
+
+/* The kernel IR's summary: a list of a dict per step of the schedule (new). */
+static PyObject *compiled_get_kernel_ir(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    if (!c->kir)
+        Py_RETURN_NONE;
+    PyObject *l = PyList_New(c->nkir);
+    for (int i = 0; l && i < c->nkir; i++) {
+        PyObject *d = kir_dict(c, &c->kir[i]);
+        if (!d)
+            Py_CLEAR(l);
+        else
+            PyList_SET_ITEM(l, i, d);
+    }
+    return l;
+}
+
+/* Keep a copy of plan's kernel IR summary (and the ops of its fused values,
+ * from r's graph) in c; 0 or -1 (MemoryError). */
+static int copy_kir(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
+{
+    size_t nv = 1;
+    for (int i = 0; i < plan->nkir; i++)
+        nv += (size_t)(plan->kir[i].nout + plan->kir[i].nfused);
+    c->kir = PyMem_Malloc(sizeof(cdy_kir) * (size_t)(plan->nkir + 1));
+    c->kir_values = PyMem_Malloc(sizeof(int) * nv);
+    c->kir_ops = PyMem_Calloc(nv, sizeof(int));
+    if (!c->kir || !c->kir_values || !c->kir_ops) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(c->kir, plan->kir, sizeof(cdy_kir) * (size_t)plan->nkir);
+    int *vals = c->kir_values;
+    for (int i = 0; i < plan->nkir; i++) {
+        cdy_kir *s = &c->kir[i];
+        memcpy(vals, s->outs, sizeof(int) * (size_t)s->nout);
+        s->outs = vals;
+        vals += s->nout;
+        memcpy(vals, s->fused, sizeof(int) * (size_t)s->nfused);
+        for (int j = 0; j < s->nfused; j++)
+            c->kir_ops[vals - c->kir_values + j] = r->graph->values[vals[j]].op;
+        s->fused = vals;
+        vals += s->nfused;
+    }
+    c->nkir = plan->nkir;
+    return 0;
+}
+
 /* [(kernel symbol, calls, total ns)] of the calls profiled so far (new list). */
 static PyObject *compiled_get_kernel_profile(PyObject *self, void *closure)
 {
@@ -898,6 +1011,9 @@ static PyMethodDef compiled_methods[] = {
 static PyGetSetDef compiled_getset[] = {
     {"source", compiled_get_source, NULL, "generated C source (C backend)", NULL},
     {"ir_pre_fusion", compiled_get_ir_pre, NULL, "loop IR before fusion (C backend)", NULL},
+    {"kernel_ir", compiled_get_kernel_ir, NULL,
+     "the kernel IR's summary: per step of the schedule a dict of its kind, what it fuses and "
+     "stores, its loops and decisions (C backend; None for eager)", NULL},
     {"ir_post_fusion", compiled_get_ir_post, NULL,
      "kernels after fusion: loops, nodes, loads/stores, vectorization, parallelism", NULL},
     {"kernel_profile", compiled_get_kernel_profile, NULL,
@@ -1136,10 +1252,10 @@ static int bucket(const int *slot, int nbuf, int nslots, int **at, int **list)
 }
 
 /* The most bytes of per-call tensors alive at once: the tensors we make
- * and the extern results that are not views (t's graph says which steps
+ * and the extern results that are not views (r's graph says which steps
  * make views), each from slot born[b] of make_at to slot drop[b] of
  * drop_at (-1: kept); -1 with MemoryError. */
-static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t,
+static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r,
                           const int *born, const int *drop)
 {
     int ns = c->nsteps;
@@ -1153,7 +1269,7 @@ static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy
     }
     for (int s = 0; s < ns; s++)
         if (c->steps[s].kind == CDY_STEP_EXTERN)
-            view[c->steps[s].out_buffer] = cdy_value_is_alias(&t->graph.values[c->steps[s].index]);
+            view[c->steps[s].out_buffer] = cdy_value_is_alias(&r->graph->values[c->steps[s].index]);
     for (int b = c->ninputs; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         int64_t bytes = cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
@@ -1181,9 +1297,9 @@ done:
  * step that touches it, so a call holds only the buffers still needed (as
  * eager frees a temporary when its last reference goes) and the allocator
  * reuses freed memory for later buffers.  0, or -1 with MemoryError. */
-static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace *t)
+static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
 {
-    int nb = c->nbuffers, ns = c->nsteps, r = -1;
+    int nb = c->nbuffers, ns = c->nsteps, rc = -1;
     int *first = PyMem_Calloc((size_t)nb + 1, sizeof(int));
     int *last = PyMem_Calloc((size_t)nb + 1, sizeof(int));
     int *born = PyMem_Calloc((size_t)nb + 1, sizeof(int));
@@ -1208,21 +1324,21 @@ static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_trace
         PyErr_NoMemory();
         goto done;
     }
-    c->peak_bytes = peak_bytes(c, plan, t, born, drop);
-    r = c->peak_bytes < 0 ? -1 : 0;
+    c->peak_bytes = peak_bytes(c, plan, r, born, drop);
+    rc = c->peak_bytes < 0 ? -1 : 0;
 done:
     PyMem_Free(first);
     PyMem_Free(last);
     PyMem_Free(born);
     PyMem_Free(drop);
     PyMem_Free(make);
-    return r;
+    return rc;
 }
 
 /* Keep each node's user code and line (add_user_frame); 0 or -1. */
-static int copy_where(cdy_compiled *c, const cdy_trace *t)
+static int copy_where(cdy_compiled *c, const cdy_run_record *r)
 {
-    c->nwhere = t->graph.nvalues;
+    c->nwhere = r->graph->nvalues;
     c->where_code = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(PyObject *));
     c->where_line = PyMem_Calloc((size_t)c->nwhere + 1, sizeof(int));
     if (!c->where_code || !c->where_line) {
@@ -1230,7 +1346,7 @@ static int copy_where(cdy_compiled *c, const cdy_trace *t)
         return -1;
     }
     for (int v = 0; v < c->nwhere; v++) {
-        const cdy_value *val = &t->graph.values[v];
+        const cdy_value *val = &r->graph->values[v];
         if (val->kind == CDY_VAL_NODE && val->source_code && val->source_line > 0) {
             c->where_code[v] = Py_NewRef((PyObject *)val->source_code);
             c->where_line[v] = val->source_line;
@@ -1259,18 +1375,18 @@ static int draws_rng(PyObject *fn)
 }
 
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
-static int copy_pynodes(cdy_compiled *c, const cdy_trace *t)
+static int copy_pynodes(cdy_compiled *c, const cdy_run_record *r)
 {
-    c->npynodes = t->npynodes;
-    c->keep = Py_NewRef(t->keep);
+    c->npynodes = r->npynodes;
+    c->keep = Py_NewRef(r->keep);
     c->pynodes = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(cdy_pynode));
-    c->pynode_of = PyMem_Calloc((size_t)t->graph.nvalues + 1, sizeof(int));
+    c->pynode_of = PyMem_Calloc((size_t)r->graph->nvalues + 1, sizeof(int));
     if (!c->pynodes || !c->pynode_of)
         goto oom;
-    for (int v = 0; v < t->graph.nvalues; v++)
+    for (int v = 0; v < r->graph->nvalues; v++)
         c->pynode_of[v] = -1;
     for (int n = 0; n < c->npynodes; n++) {
-        const cdy_pynode *s = &t->pynodes[n];
+        const cdy_pynode *s = &r->pynodes[n];
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
         c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
@@ -1306,30 +1422,30 @@ oom:
     return -1;
 }
 
-/* Copy t's mutated inputs (writeback pairs), the inputs' byte spans and
+/* Copy r's mutated inputs (writeback pairs), the inputs' byte spans and
  * the outputs that view mutated inputs; 0 or -1. */
-static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
+static int copy_writeback(cdy_compiled *c, const cdy_run_record *r)
 {
-    if (t->nreview) {
-        if (!(c->rv = PyMem_Calloc((size_t)t->nreview, sizeof(cdy_review)))) {
+    if (r->nreview) {
+        if (!(c->rv = PyMem_Calloc((size_t)r->nreview, sizeof(cdy_review)))) {
             PyErr_NoMemory();
             return -1;
         }
-        memcpy(c->rv, t->review, sizeof(cdy_review) * (size_t)t->nreview);
-        c->nrv = t->nreview;
+        memcpy(c->rv, r->review, sizeof(cdy_review) * (size_t)r->nreview);
+        c->nrv = r->nreview;
     }
-    if (!t->nwriteback)
+    if (!r->nwriteback)
         return 0;
-    c->nwb = t->nwriteback;
+    c->nwb = r->nwriteback;
     c->wb = PyMem_Calloc((size_t)(2 * c->nwb), sizeof(int));
     c->in_bytes = PyMem_Calloc((size_t)c->ninputs + 1, sizeof(int64_t));
     if (!c->wb || !c->in_bytes) {
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(c->wb, t->writeback, sizeof(int) * (size_t)(2 * c->nwb));
-    for (int v = 0; v < t->graph.nvalues; v++) {
-        const cdy_value *val = &t->graph.values[v];
+    memcpy(c->wb, r->writeback, sizeof(int) * (size_t)(2 * c->nwb));
+    for (int v = 0; v < r->graph->nvalues; v++) {
+        const cdy_value *val = &r->graph->values[v];
         if (val->kind != CDY_VAL_INPUT || val->input_index >= c->ninputs)
             continue;
         int64_t span = 1;
@@ -1343,9 +1459,9 @@ static int copy_writeback(cdy_compiled *c, const cdy_trace *t)
 }
 
 /* The C-backend callable for plan, loading so_path (NULL: no kernels) and
- * calling t's extern nodes through torch.  New ref or NULL. */
+ * calling r's extern nodes through torch.  New ref or NULL. */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, const char *name,
-                                 int single, const cdy_trace *t)
+                                 int single, const cdy_run_record *r)
 {
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
@@ -1391,8 +1507,8 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
         for (int d = 0; d < plan->buffers[b].ndim; d++)
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
-    if (copy_pynodes(c, t) || copy_where(c, t) || plan_scratch(c, plan) || copy_writeback(c, t) ||
-        plan_lifetimes(c, plan, t))
+    if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
+        plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
     for (int b = plan->ninputs; b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
@@ -1409,25 +1525,25 @@ fail:
     return NULL;
 }
 
-/* The eager-backend callable replaying t's calls.  New ref or NULL. */
-PyObject *cdy_compiled_eager(const cdy_trace *t, const char *name, int single)
+/* The eager-backend callable replaying r's calls.  New ref or NULL. */
+PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int single)
 {
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
         return NULL;
     c->eager = 1;
-    c->ninputs = t->graph.ninputs;
-    c->nvalues = t->graph.nvalues;
-    c->noutputs = t->graph.noutputs;
-    if (copy_pynodes(c, t) || copy_where(c, t) || copy_writeback(c, t))
+    c->ninputs = r->graph->ninputs;
+    c->nvalues = r->graph->nvalues;
+    c->noutputs = r->graph->noutputs;
+    if (copy_pynodes(c, r) || copy_where(c, r) || copy_writeback(c, r))
         goto fail;
     c->outputs = PyMem_Calloc((size_t)c->noutputs + 1, sizeof(int));
     c->value_input = PyMem_Calloc((size_t)c->nvalues + 1, sizeof(int));
     if (!c->outputs || !c->value_input)
         goto oom;
-    memcpy(c->outputs, t->graph.outputs, sizeof(int) * (size_t)c->noutputs);
+    memcpy(c->outputs, r->graph->outputs, sizeof(int) * (size_t)c->noutputs);
     for (int v = 0; v < c->nvalues; v++) {
-        const cdy_value *val = &t->graph.values[v];
+        const cdy_value *val = &r->graph->values[v];
         c->value_input[v] = val->kind == CDY_VAL_INPUT ? val->input_index : -1;
     }
     c->vectorcall = run_eager;

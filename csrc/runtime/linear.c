@@ -3,7 +3,7 @@
  * For every call, torch's linear (MKL's sgemm) copies the weight into its
  * blocked panel layout before multiplying: with few rows (a T5 layer on 32
  * tokens) that copy costs as much as the product.  A PackedLinear is the
- * extern of one graph node linear(x, w, b) (trace/lower_linear.c): it keeps
+ * extern of one graph node linear(x, w, b) (passes/linear.c): it keeps
  * w packed in oneDNN's layout (torch.ops.mkldnn._reorder_linear_weight) and
  * multiplies with torch.ops.mkldnn._linear_pointwise.
  *
@@ -18,10 +18,10 @@
  * "always" skips the timing).  The tracer uses it only with grad mode off.
  * stats() counts packed_linear_calls and weight_packs.
  *
- * A relu read only by the linear's result becomes part of it (lower_linear.c,
+ * A relu read only by the linear's result becomes part of it (passes/linear.c,
  * cdy_rewrite_linear_relu): oneDNN applies it to each tile of the product as
  * it writes it; torch's form applies it in place after torch's linear. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <time.h>
 

@@ -20,7 +20,7 @@
  * The deleter may run on any thread, with or without the GIL: the lists
  * are guarded by a mutex of their own.  Only the DLPack 1.x ABI is used;
  * its structs are declared below from the DLPack specification.          */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <pthread.h>
 #include <stdlib.h>

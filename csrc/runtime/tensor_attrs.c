@@ -4,7 +4,7 @@
  * looked up once per type and called directly.  A cache entry is valid while
  * the type keeps its version tag: CPython gives a type a new tag whenever it
  * or a base class changes, so a patched attribute is resolved again. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #define TA_TYPES 4
 
@@ -62,7 +62,7 @@ static const ta_entry *ta_lookup(PyTypeObject *tp)
     return slot;
 }
 
-/* v.<attr>, a new reference or NULL with an error (see internal.h). */
+/* v.<attr>, a new reference or NULL with an error (see runtime/runtime.h). */
 PyObject *cdy_tensor_attr(PyObject *v, int attr)
 {
     const ta_entry *e = ta_lookup(Py_TYPE(v));

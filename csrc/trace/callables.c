@@ -12,9 +12,9 @@
 
 #include <string.h>
 
-/* The builders the table names, cdy_build_<FN> (trace/lower_*.c). */
+/* The builders the table names, cdy_build_<FN> (trace/build_*.c). */
 #define CDY_CALL_BUILD(where, name, FN, OP) \
-    tvar *cdy_build_##FN(tracer *tr, const cdy_lower_call *call);
+    tvar *cdy_build_##FN(tracer *tr, const cdy_build_call *call);
 #include "ops/callables.def"
 
 enum { CC_OP, CC_META, CC_BUILD, CC_CONTIGUOUS };
@@ -232,7 +232,7 @@ tvar cdy_not_lowered;
 /* r as the protocol reads it: 1 when builder `what` did not build the call
  * (CDY_NOT_LOWERED, or NULL without a stop or an exception), else 0 (a
  * result; or NULL: stopped, LOWER_FAILED when nothing said why). */
-int cdy_lower_declined(tracer *tr, tvar *r, const char *what)
+int cdy_build_declined(tracer *tr, tvar *r, const char *what)
 {
     if (r == CDY_NOT_LOWERED)
         return 1;
@@ -247,15 +247,15 @@ int cdy_lower_declined(tracer *tr, tvar *r, const char *what)
 }
 
 /* Run the builders of call->fn: the first, then (when it declines) the second. */
-tvar *cdy_callable_build(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_callable_build(tracer *tr, const cdy_build_call *call)
 {
     const cc_rec *r = cc_find(call->fn);
     if (!r || !r->build[0])
         return CDY_NOT_LOWERED;
-    cdy_lower_call c = *call;
+    cdy_build_call c = *call;
     c.op = r->build_op[0];
     tvar *v = r->build[0](tr, &c);
-    if (!r->build[1] || !cdy_lower_declined(tr, v, call->what))
+    if (!r->build[1] || !cdy_build_declined(tr, v, call->what))
         return v;
     c.op = r->build_op[1];
     return r->build[1](tr, &c);

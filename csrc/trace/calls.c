@@ -441,9 +441,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         return cdy_tv_const(tr, Py_NewRef(out));
     }
     if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
-        cdy_lower_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
+        cdy_build_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
         tvar *r = cdy_callable_build(tr, &call);
-        if (!cdy_lower_declined(tr, r, what))
+        if (!cdy_build_declined(tr, r, what))
             return r;
     }
     if (PyTuple_Check(out) || PyList_Check(out))
@@ -519,7 +519,7 @@ int cdy_const_int(const tvar *t, long long *out)
 }
 
 /* The result tvar of lowered call `call` (node v), its pynode recorded. */
-tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
+tvar *cdy_build_result(tracer *tr, const cdy_build_call *call, int v)
 {
     if (add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, v))
         return NULL;
@@ -528,7 +528,7 @@ tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v)
 
 /* The TUPLE tvar of lowered call `call` whose result items are nodes vs[0..n):
  * one pynode for the call, an item pynode per node (as multi_call). */
-tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *vs, int n)
+tvar *cdy_build_result_multi(tracer *tr, const cdy_build_call *call, const int *vs, int n)
 {
     if (!PySequence_Check(call->out) || PySequence_Size(call->out) != n ||
         add_pynode(tr, call->fn, call->args, call->nargs, call->kwnames, -1))

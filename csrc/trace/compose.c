@@ -1,5 +1,5 @@
 /* compose.c - decompositions: the formulas of composite torch ops as graph
- * ops of ops/ops.def, for the builders of trace/lower_*.c (which bind the
+ * ops of ops/ops.def, for the builders of trace/build_*.c (which bind the
  * call's arguments and check what the formula needs).  One place per formula:
  * what the compiler fuses, and what training's derivatives will read.
  * Each function adds its nodes in a fixed order and returns the value of the

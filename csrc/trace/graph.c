@@ -1,5 +1,5 @@
 /* graph.c - the readable text of a traced graph (logs, debug dir, explain). */
-#include "internal.h"
+#include "trace/record.h"
 
 /* Append "float32[4, 8] stride=[8, 1]" for meta m. */
 static void meta_text(cdy_buf *b, const cdy_meta *m)

@@ -1666,7 +1666,7 @@ static void collect_input_srcs(cdy_trace *t)
             t->input_srcs[k++] = t->guards.items[i].src;
 }
 
-/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); see internal.h. */
+/* Guard that torch.is_grad_enabled() stays `enabled` (once per trace); see trace/record.h. */
 int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled)
 {
     if (t->grad_guarded)
@@ -1774,7 +1774,7 @@ static void check_graph(tracer *tr)
     cdy_tr_stop(tr, GRAPH_INVALID, err);
 }
 
-/* Trace code with the frame's arguments; see internal.h. */
+/* Trace code with the frame's arguments; see trace/record.h. */
 void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, PyObject *globals,
                    PyObject *builtins, PyObject *closure)
 {

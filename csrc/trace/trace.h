@@ -5,7 +5,8 @@
 #ifndef CDY_TRACE_H
 #define CDY_TRACE_H
 
-#include "internal.h"
+#include "trace/record.h"
+#include "frame/frame.h"
 #include "pyver/pyver.h"
 #include "trace/reasons.h"
 
@@ -229,7 +230,7 @@ PyObject *cdy_tvar_type(tvar *v);
 PyObject *cdy_operator_fn(int slot, const char *name);
 /* fn(*args) with tensor args, run through torch at run time (an extern node). */
 tvar *cdy_call_extern(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs);
-/* fn(*args, **kw) traced as any torch call is: a lowering's nodes or an extern node. */
+/* fn(*args, **kw) traced as any torch call is: a builder's nodes or an extern node. */
 tvar *cdy_call_torch(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
                      PyObject *kwnames);
 /* Record fn(*args, **kw) (tensors: tvars) as the call the eager backend
@@ -447,10 +448,10 @@ PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int
 int cdy_meta_empty_like(const cdy_meta *x, cdy_meta *m);
 /* 1 if torch's suggest_memory_format() is channels_last for a tensor of meta m. */
 int cdy_meta_suggests_cl(const cdy_meta *m);
-/* lower_views.c: ints from a (an int, or a tuple / list of ints) appended to
+/* build_views.c: ints from a (an int, or a tuple / list of ints) appended to
  * dims[*n] (at most cap); 0 or -1. */
 int cdy_int_items(tvar *a, int *dims, int *n, int cap);
-/* lower_reduce.c: a torch.norm / Tensor.norm call that is a vector norm, its
+/* build_reduce.c: a torch.norm / Tensor.norm call that is a vector norm, its
  * args as torch.linalg.vector_norm's (input, ord, dim, keepdim) into pos[4];
  * 0, or -1 when it is not one (or on out of memory). */
 int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **pos);
@@ -483,7 +484,7 @@ int cdy_op_self_pos(int op);
 int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, tvar **slot);
 
 /* ---- builders: torch calls turned into graph nodes --------------------------
- * A builder (cdy_build_<FN> of trace/lower_<area>.c, named by a BUILD row of
+ * A builder (cdy_build_<FN> of trace/build_<area>.c, named by a BUILD row of
  * ops/callables.def) turns one torch call into graph nodes of its own
  * (several pointwise nodes, a special-kind node, a view...).  tensor_call
  * runs it after the call has run on the fakes: call->out is torch's result,
@@ -496,31 +497,31 @@ typedef struct {
     PyObject *kwnames;
     PyObject *out;         /* torch's result on the fakes: a tensor or a tuple of them */
     int op;                /* the op its BUILD row names (builders of several ops), or NONE */
-} cdy_lower_call;
+} cdy_build_call;
 /* The result tvar; CDY_NOT_LOWERED: this call is not lowerable, it becomes
  * an extern node (torch runs it); NULL: the trace stopped (a reason is
  * recorded).  tensor_call checks the protocol: NULL with a Python exception
  * pending and no stop is a LOWER_FAILED internal error; NULL with neither
- * is read as CDY_NOT_LOWERED (lowerings written before the sentinel). */
-typedef tvar *(*cdy_build_fn)(tracer *tr, const cdy_lower_call *call);
+ * is read as CDY_NOT_LOWERED (builders written before the sentinel). */
+typedef tvar *(*cdy_build_fn)(tracer *tr, const cdy_build_call *call);
 extern tvar cdy_not_lowered;
 #define CDY_NOT_LOWERED (&cdy_not_lowered)
 /* t.T / .mT / .H / .mH as a transpose or permute call (a VIEW); NULL when
- * stopped, or with *not_attr set when n is another name (lower_views.c). */
+ * stopped, or with *not_attr set when n is another name (build_views.c). */
 tvar *cdy_transpose_attr(tracer *tr, tvar *t, const char *n, int *not_attr);
-/* A new kind V node over argv[0..n) with meta m (lower_views.c): a VIEW
+/* A new kind V node over argv[0..n) with meta m (build_views.c): a VIEW
  * (alias) or a VIEW_COPY whose element (i_0, ..) is element off + sum_d i_d *
  * strides[d] of base's buffer (cdy_value.view_*); its value, or -1 when
  * stopped. */
 int cdy_view_value(tracer *tr, int alias, const int *argv, int n, const cdy_meta *m, int base,
                    const int64_t *strides, int64_t off);
 /* Base, strides and offset of the loads of value p (a view: its own; any
- * other tensor: itself, its strides, 0) (lower_views.c). */
+ * other tensor: itself, its strides, 0) (build_views.c). */
 void cdy_view_load_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off);
 /* The TV_TENSOR of a lowered call's result node v (its fake is call->out,
  * whose meta v must have), with the call recorded as v's pynode (the eager
  * backend replays it; a realized view runs it).  NULL when stopped. */
-tvar *cdy_lower_result(tracer *tr, const cdy_lower_call *call, int v);
+tvar *cdy_build_result(tracer *tr, const cdy_build_call *call, int v);
 /* 1 if argument t is absent (NULL) or the constant None (calls.c). */
 int cdy_tv_none(const tvar *t);
 /* 1 if t is a constant Python int (not a bool) that fits a long long; its
@@ -529,7 +530,7 @@ int cdy_const_int(const tvar *t, long long *out);
 /* The TUPLE tvar of a lowered call returning a tuple (call->out) whose items
  * are nodes vs[0..n) (metas those of the items): one pynode for the call, an
  * item pynode per node.  NULL when stopped (or when out has not n items). */
-tvar *cdy_lower_result_multi(tracer *tr, const cdy_lower_call *call, const int *vs, int n);
+tvar *cdy_build_result_multi(tracer *tr, const cdy_build_call *call, const int *vs, int n);
 /* Item `name` of a TUPLE made from a torch.return_types result (.values,
  * .indices), or NULL (not stopped) when there is none. */
 tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
@@ -551,11 +552,11 @@ int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */
-tvar *cdy_callable_build(tracer *tr, const cdy_lower_call *call);
+tvar *cdy_callable_build(tracer *tr, const cdy_build_call *call);
 /* Whether builder `what` declined the call (result r: CDY_NOT_LOWERED, or a
  * NULL with no stop and no exception); a NULL with an exception and no stop
  * is stopped here as LOWER_FAILED.  0 for a result or a stop. */
-int cdy_lower_declined(tracer *tr, tvar *r, const char *what);
+int cdy_build_declined(tracer *tr, tvar *r, const char *what);
 int cdy_dtype_from_obj(PyObject *dtype);    /* cdy_dtype or CDY_DT_NONE */
 PyObject *cdy_dtype_obj(int dt);            /* the torch.dtype (borrowed) */
 int cdy_dtype_take(PyObject *dt);           /* consumes dt (may be NULL); cdy_dtype or NONE */

@@ -1342,6 +1342,150 @@ out:
         free(src[i]);
 }
 
+/* ---- the kernel IR: fusion and scheduling decisions as data -------------- */
+
+/* Codegen g for nthreads into *plan (no C built); 0, or -1 (CHECK failed). */
+static int kir_plan(tgraph *t, int nthreads, cdy_plan *plan, const char *what)
+{
+    char err[CDY_ERRLEN];
+    int rc = cdy_codegen(&t->g, nthreads, 0, plan, err, sizeof(err));
+    CHECK(rc == 0, "%s: codegen failed: %s", what, err);
+    return rc;
+}
+
+/* 1 if step s computes exactly the ops ops[0..n) (in graph order). */
+static int kir_fuses(const cdy_kir *s, const tgraph *t, const int *ops, int n)
+{
+    if (s->nfused != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (t->vals[s->fused[i]].op != ops[i])
+            return 0;
+    return 1;
+}
+
+/* One kernel fuses a chain; its loops coalesce, vectorize and run in
+ * parallel, with the whole team (three ops are not a cheap kernel). */
+static void test_kir_fused_chain(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {64, 1024};
+    int x = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL), y = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, x, y, 0);
+    int a = tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, m, tg_scalar(&t, 1, 1.0, 0), 0);
+    int r = tg_node(&t, CDY_OP_RELU, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, 0, 0);
+    tg_output(&t, r);
+    cdy_plan p;
+    if (kir_plan(&t, 2, &p, "chain"))
+        return;
+    const int chain[3] = {CDY_OP_MUL, CDY_OP_ADD, CDY_OP_RELU};
+    const cdy_kir *s = &p.kir[0];
+    CHECK(p.nkir == 1 && s->kind == CDY_KIR_POINTWISE && s->kernel == 0, "chain: one kernel");
+    CHECK(kir_fuses(s, &t, chain, 3) && s->nout == 1 && s->outs[0] == r,
+          "chain: fuses mul, add, relu and stores relu");
+    CHECK(s->nparams == 3 && s->nloops == 1 && s->loops[0] == 65536, "chain: one loop of 64K");
+    CHECK(s->parallel && s->threads == 0 && s->vector && !s->stream && !s->serial,
+          "chain: parallel on every thread, vectorized");
+    cdy_plan_free(&p);
+}
+
+/* The parallel rules as data: few elements, a cheap kernel moving few bytes,
+ * one thread; a transposed read does not vectorize. */
+static void test_kir_parallel_rules(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t small[1] = {1000}, big[1] = {65536}, sq[2] = {256, 256}, tst[2] = {1, 256};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 1, small, NULL);
+    int b = tg_input(&t, CDY_DT_UINT8, 1, big, NULL);
+    int c = tg_input(&t, CDY_DT_FLOAT32, 2, sq, tst);
+    tg_output(&t, tg_node(&t, CDY_OP_EXP, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, 0, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_NEG, CDY_DT_UINT8, CDY_DT_UINT8, b, 0, 0));
+    tg_output(&t, tg_node(&t, CDY_OP_SIN, CDY_DT_FLOAT32, CDY_DT_FLOAT32, c, 0, 0));
+    cdy_plan p;
+    if (kir_plan(&t, 2, &p, "rules"))
+        return;
+    CHECK(p.nkir == 3, "rules: three kernels (three iteration spaces), got %d", p.nkir);
+    if (p.nkir == 3) {
+        CHECK(!p.kir[0].parallel && !strcmp(p.kir[0].serial, "elements below the threshold"),
+              "rules: 1000 elements run on one thread");
+        CHECK(!p.kir[1].parallel && strstr(p.kir[1].serial, "cheap kernel"),
+              "rules: a uint8 neg of 64K elements is cheap");
+        CHECK(p.kir[2].parallel && !p.kir[2].vector && p.kir[2].nloops == 2,
+              "rules: a transposed read runs in parallel, not vectorized");
+    }
+    cdy_plan_free(&p);
+    if (kir_plan(&t, 1, &p, "rules, one thread"))
+        return;
+    CHECK(p.nkir == 3 && !p.kir[2].parallel &&
+          !strcmp(p.kir[2].serial, "generated for 1 thread"), "rules: one thread");
+    cdy_plan_free(&p);
+}
+
+/* A reduction is a boundary: its pointwise prologue (x * x) is fused into
+ * its kernel, and what reads its result is a kernel after it. */
+static void test_kir_reduction_boundary(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {64, 1024};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int sq = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, a, 0);
+    int s = tg_reduce(&t, CDY_OP_SUM, CDY_DT_FLOAT32, sq, 2, 1);
+    int d = tg_node(&t, CDY_OP_SUB, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, s, 0);
+    tg_output(&t, d);
+    cdy_plan p;
+    if (kir_plan(&t, 2, &p, "reduction"))
+        return;
+    const int red[2] = {CDY_OP_MUL, CDY_OP_SUM}, after[1] = {CDY_OP_SUB};
+    CHECK(p.nkir == 2 && p.kir[0].kind == CDY_KIR_REDUCE && p.kir[0].node == s &&
+          p.kir[1].kind == CDY_KIR_POINTWISE, "reduction: reduce kernel, then pointwise");
+    if (p.nkir == 2) {
+        CHECK(kir_fuses(&p.kir[0], &t, red, 2), "reduction: the prologue is fused");
+        CHECK(p.kir[0].nloops == 1 && p.kir[0].loops[0] == 64 && p.kir[0].nrloops == 1 &&
+              p.kir[0].rloops[0] == 1024 && !(p.kir[0].flags & CDY_KIRF_TWO_PASS),
+              "reduction: 64 rows of 1024, one pass");
+        CHECK(kir_fuses(&p.kir[1], &t, after, 1) && p.kir[1].outs[0] == d,
+              "reduction: the consumer is a kernel of its own");
+    }
+    cdy_plan_free(&p);
+}
+
+/* A small value of two ops that a much larger space reads by broadcasting is
+ * realized once (a kernel of its own) rather than recomputed per element; an
+ * extern node splits the kernels before and after it into separate steps. */
+static void test_kir_realize_and_extern(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t row[1] = {1024}, sz[2] = {64, 1024};
+    int w = tg_input(&t, CDY_DT_FLOAT32, 1, row, NULL), x = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int e = tg_node(&t, CDY_OP_EXP, CDY_DT_FLOAT32, CDY_DT_FLOAT32, w, 0, 0);
+    int s = tg_node(&t, CDY_OP_SQRT, CDY_DT_FLOAT32, CDY_DT_FLOAT32, e, 0, 0);
+    int y = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, x, s, 0);
+    int v = t.g.nvalues++;                 /* an extern reading y */
+    t.vals[v] = (cdy_value){.kind = CDY_VAL_NODE, .meta = t.vals[y].meta, .op = CDY_OP_EXTERN,
+                            .nargs = 1, .args = {y}, .compute_dtype = CDY_DT_FLOAT32};
+    int z = tg_node(&t, CDY_OP_NEG, CDY_DT_FLOAT32, CDY_DT_FLOAT32, v, 0, 0);
+    tg_output(&t, z);
+    cdy_plan p;
+    if (kir_plan(&t, 2, &p, "realize"))
+        return;
+    const int small[2] = {CDY_OP_EXP, CDY_OP_SQRT}, big[1] = {CDY_OP_MUL};
+    CHECK(p.nkir == 4, "realize: 4 steps, got %d", p.nkir);
+    if (p.nkir == 4) {
+        CHECK(kir_fuses(&p.kir[0], &t, small, 2) && p.kir[0].outs[0] == s,
+              "realize: exp, sqrt realized over [1024]");
+        CHECK(kir_fuses(&p.kir[1], &t, big, 1), "realize: the product reads it");
+        CHECK(p.kir[2].kind == CDY_KIR_EXTERN && p.kir[2].node == v && p.kir[2].kernel < 0,
+              "realize: the extern is a step of its own");
+        CHECK(p.kir[3].kind == CDY_KIR_POINTWISE && p.kir[3].kernel == 2,
+              "realize: the kernel after it");
+    }
+    cdy_plan_free(&p);
+}
+
 int main(void)
 {
     char root[] = "/tmp/cdy_test_XXXXXX";
@@ -1374,6 +1518,10 @@ int main(void)
     test_vector_math();
     test_reductions();
     test_index_reductions();
+    test_kir_fused_chain();
+    test_kir_parallel_rules();
+    test_kir_reduction_boundary();
+    test_kir_realize_and_extern();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
         printf("cache kept in %s\n", cache_dir);
     else

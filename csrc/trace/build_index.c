@@ -1,4 +1,4 @@
-/* lower_index.c - builders of indexing (BUILD rows of ops/callables.def).
+/* build_index.c - builders of indexing (BUILD rows of ops/callables.def).
  * embedding, index_select, gather and tensor indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
  * ints) become one GATHER node (kind 'G', see cdynamo.h and
  * csrc/compiler/gather.c) whose meta is torch's result on the fakes
@@ -67,7 +67,7 @@ static void li_map(tracer *tr, int p, int *base, int64_t *strides, int64_t *off)
 }
 
 /* Torch's result meta into *m when it is one tensor of x's dtype; 0 or -1. */
-static int li_out_meta(tracer *tr, const cdy_lower_call *call, const tvar *x, cdy_meta *m)
+static int li_out_meta(tracer *tr, const cdy_build_call *call, const tvar *x, cdy_meta *m)
 {
     if (!PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
         cdy_read_meta(tr, call->out, m))
@@ -126,14 +126,14 @@ static int li_gather_node(tracer *tr, const cdy_meta *m, const li_gather *gth)
  * dim of size 0 elsewhere) is declined, NULL with no stop: a kernel walks the
  * result's elements and would check none, where eager checks every index, so
  * torch's own op runs (an extern). */
-static tvar *li_node(tracer *tr, const cdy_lower_call *call, const cdy_meta *m,
+static tvar *li_node(tracer *tr, const cdy_build_call *call, const cdy_meta *m,
                      const li_gather *gth)
 {
     for (int i = 0; i < gth->k && cdy_meta_numel(m) == 0; i++)
         if (cdy_meta_numel(&tr->t->graph.values[gth->idx[i]].meta) > 0)
             return NULL;
     int v = li_gather_node(tr, m, gth);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* A one-index gather of a source of sizes psz (rank pndim) along its dim
@@ -224,7 +224,7 @@ static int li_push(tracer *tr, int v, li_plan *p)
 /* A one-index gather of src x along its dim sd, result meta m, index t at
  * result dims [od, od + nd) (od < 0: torch.gather's mapping, t of the
  * result's rank), as the call's result; NULL when stopped or not lowered. */
-static tvar *li_one(tracer *tr, const cdy_lower_call *call, const tvar *x, int sd,
+static tvar *li_one(tracer *tr, const cdy_build_call *call, const tvar *x, int sd,
                     const tvar *t, const cdy_meta *m, int od, int nd, int64_t code)
 {
     const cdy_meta xm = li_val(tr, x)->meta;
@@ -236,13 +236,13 @@ static tvar *li_one(tracer *tr, const cdy_lower_call *call, const tvar *x, int s
     if ((p.idx = od < 0 ? t->value : li_index_value(tr, t, m, od)) < 0)
         return NULL;
     int v = li_push(tr, x->value, &p);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* F.embedding(input, weight, padding_idx, max_norm, ...) and
  * torch.embedding(weight, indices, ...): rows of a 2-D weight; padding_idx
  * does not change the forward; max_norm (renorms the weight) stays extern. */
-static tvar *li_embedding(tracer *tr, const cdy_lower_call *call, tvar *w, tvar *ids)
+static tvar *li_embedding(tracer *tr, const cdy_build_call *call, tvar *w, tvar *ids)
 {
     cdy_meta m;
     if (!w || w->kind != TV_TENSOR || !li_index_tensor(tr, ids) ||
@@ -253,7 +253,7 @@ static tvar *li_embedding(tracer *tr, const cdy_lower_call *call, tvar *w, tvar 
 }
 
 /* F.embedding (input, weight, padding_idx, max_norm, norm_type, ...). */
-tvar *cdy_build_f_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_f_embedding(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq sparse",
@@ -263,7 +263,7 @@ tvar *cdy_build_f_embedding(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch.embedding (weight, indices, padding_idx, scale_grad_by_freq, sparse). */
-tvar *cdy_build_embedding(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_embedding(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     if (cdy_bind_names("weight indices padding_idx scale_grad_by_freq sparse",
@@ -275,7 +275,7 @@ tvar *cdy_build_embedding(tracer *tr, const cdy_lower_call *call)
 /* torch.index_select / Tensor.index_select (input, dim, index): a 0-d or
  * 1-d index along any dim.  Eager's errors: dim 1 of a tensor of rank > 1
  * goes through its "INDICES element" path, the rest "out of range in self". */
-tvar *cdy_build_index_select(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_index_select(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -295,7 +295,7 @@ tvar *cdy_build_index_select(tracer *tr, const cdy_lower_call *call)
 
 /* torch.gather / Tensor.gather (input, dim, index): index of input's rank,
  * the result its shape; out[.., i_dim, ..] = input[.., index[..], ..]. */
-tvar *cdy_build_gather(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_gather(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -451,7 +451,7 @@ static int li_adv_shape(tracer *tr, const li_basic *b, int64_t *bs, int *bn)
  * tensors among ints, slices, None and Ellipsis: torch's advanced indexing
  * (indexed dims replaced by the indices' broadcast shape, in place when the
  * index tensors are adjacent, else first); negative indices wrap. */
-tvar *cdy_build_getitem(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
 {
     tvar *it[CDY_MAX_NDIM + 4];
     cdy_meta m;

@@ -1,4 +1,4 @@
-/* lower_factory.c - composite lowerings: factories and tril / triu
+/* build_factory.c - composite lowerings: factories and tril / triu
  * (BUILD rows of ops/callables.def).
  *
  * zeros / ones / full / empty (and *_like, Tensor.new_*) become a FILL node
@@ -58,7 +58,7 @@ static int kw_ok(PyObject *name, tvar *a)
 }
 
 /* 1 if every keyword of the call is accepted (kw_ok). */
-static int kwargs_ok(const cdy_lower_call *call)
+static int kwargs_ok(const cdy_build_call *call)
 {
     int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0;
     for (int i = 0; i < nkw; i++)
@@ -69,7 +69,7 @@ static int kwargs_ok(const cdy_lower_call *call)
 
 /* The argument named `name` (keyword) or else positional `pos` (-1: none);
  * NULL when absent. */
-static tvar *arg_at(const cdy_lower_call *call, int pos, const char *name)
+static tvar *arg_at(const cdy_build_call *call, int pos, const char *name)
 {
     int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0;
     for (int i = 0; i < nkw; i++)
@@ -118,7 +118,7 @@ static int converts_exactly(const cdy_value *sv, int dt)
 
 /* torch's result meta of the call, when it is a CPU (or meta) tensor that
  * does not require grad; 0 or -1 (not lowerable, not stopped). */
-static int result_meta(tracer *tr, const cdy_lower_call *call, cdy_meta *m)
+static int result_meta(tracer *tr, const cdy_build_call *call, cdy_meta *m)
 {
     PyObject *out = call->out;
     if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type))
@@ -136,19 +136,19 @@ static int result_meta(tracer *tr, const cdy_lower_call *call, cdy_meta *m)
 
 /* The call's result: node v, with a meta fake of meta m (a factory ran on
  * the CPU at trace time: its result is a real tensor).  NULL when stopped. */
-static tvar *factory_result(tracer *tr, const cdy_lower_call *call, int v, const cdy_meta *m)
+static tvar *factory_result(tracer *tr, const cdy_build_call *call, int v, const cdy_meta *m)
 {
     PyObject *fake = cdy_fake_from_meta(tr, m);
     if (!fake)
         return NULL;
-    cdy_lower_call c2 = *call;
+    cdy_build_call c2 = *call;
     c2.out = fake;
-    return cdy_lower_result(tr, &c2, v);
+    return cdy_build_result(tr, &c2, v);
 }
 
 /* A FILL node of value a (NULL: 0) with the call's result meta; NULL (an
  * extern) when a is not a number converting exactly to the result dtype. */
-static tvar *lower_fill(tracer *tr, const cdy_lower_call *call, const tvar *a, int zero)
+static tvar *build_fill(tracer *tr, const cdy_build_call *call, const tvar *a, int zero)
 {
     cdy_meta m;
     if (result_meta(tr, call, &m))
@@ -161,29 +161,29 @@ static tvar *lower_fill(tracer *tr, const cdy_lower_call *call, const tvar *a, i
 }
 
 /* zeros / empty / *_like / new_*: a FILL of 0 (empty: any value is eager's). */
-tvar *cdy_build_zeros(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_zeros(tracer *tr, const cdy_build_call *call)
 {
-    return lower_fill(tr, call, NULL, 0);
+    return build_fill(tr, call, NULL, 0);
 }
 
 /* ones / ones_like / new_ones: a FILL of 1. */
-tvar *cdy_build_ones(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_ones(tracer *tr, const cdy_build_call *call)
 {
-    return lower_fill(tr, call, NULL, 1);
+    return build_fill(tr, call, NULL, 1);
 }
 
 /* full(size, fill_value) / full_like(input, fill_value). */
-tvar *cdy_build_full(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_full(tracer *tr, const cdy_build_call *call)
 {
     tvar *a = arg_at(call, 1, "fill_value");
-    return a ? lower_fill(tr, call, a, 0) : NULL;
+    return a ? build_fill(tr, call, a, 0) : NULL;
 }
 
 /* Tensor.new_full(self, size, fill_value). */
-tvar *cdy_build_new_full(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_new_full(tracer *tr, const cdy_build_call *call)
 {
     tvar *a = arg_at(call, 2, "fill_value");
-    return a ? lower_fill(tr, call, a, 0) : NULL;
+    return a ? build_fill(tr, call, a, 0) : NULL;
 }
 
 /* Exponent of the lowest set bit of finite x != 0 (x = odd * 2^e). */
@@ -226,7 +226,7 @@ static int scalar_node(tracer *tr, int op, int a, int s, const cdy_meta *m, int 
  * int64 (integer dtypes) or double and converted to m's dtype; start /
  * step scalar values, -2 when 0 / 1 (left out).  NULL when stopped or not
  * lowerable. */
-static tvar *affine_result(tracer *tr, const cdy_lower_call *call, const cdy_meta *m, int start,
+static tvar *affine_result(tracer *tr, const cdy_build_call *call, const cdy_meta *m, int start,
                            int step)
 {
     int cdt = cdy_dtype_table[m->dtype].is_float ? CDY_DT_FLOAT64 : CDY_DT_INT64;
@@ -247,7 +247,7 @@ static tvar *affine_result(tracer *tr, const cdy_lower_call *call, const cdy_met
 /* arange(end) / arange(start, end[, step]): IOTA * step + start in int64
  * (integer dtypes: int arguments) or double (float dtypes: exact values
  * only), converted to the result dtype; the size is torch's. */
-tvar *cdy_build_arange(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_arange(tracer *tr, const cdy_build_call *call)
 {
     int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0, npos = call->nargs - nkw;
     tvar *start = arg_at(call, npos >= 2 ? 0 : -1, "start");
@@ -277,7 +277,7 @@ tvar *cdy_build_arange(tracer *tr, const cdy_lower_call *call)
  * (steps - 1), lowered when every value is exact (ATen's two halves and
  * vector path then agree): float dtypes as arange_exact; integer dtypes
  * from int endpoints in range with an integer step. */
-tvar *cdy_build_linspace(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
 {
     tvar *a = arg_at(call, 0, "start"), *b = arg_at(call, 1, "end");
     cdy_meta m;
@@ -309,7 +309,7 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_lower_call *call)
 
 /* tril / triu(input, diagonal=0): where(col - row <= k (tril: call->op LE) /
  * >= k (triu: GE), input, 0) over the last two dims, torch's result meta. */
-tvar *cdy_build_tri(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_tri(tracer *tr, const cdy_build_call *call)
 {
     int cmp = call->op;
     tvar *slot[2];
@@ -338,11 +338,11 @@ tvar *cdy_build_tri(tracer *tr, const cdy_lower_call *call)
     int mask = diff < 0 ? -1 : scalar_node(tr, cmp, diff, k, &dm, CDY_DT_INT64);
     int wa[3] = {mask, slot[0]->value, zero};
     int v = mask < 0 ? -1 : cdy_node_add(tr, CDY_OP_WHERE, wa, 3, &m, m.dtype);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* eye(n, m=n): (row == col) as the result dtype, over two IOTAs. */
-tvar *cdy_build_eye(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_eye(tracer *tr, const cdy_build_call *call)
 {
     cdy_meta m;
     if (result_meta(tr, call, &m) || m.ndim != 2)

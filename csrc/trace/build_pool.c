@@ -1,4 +1,4 @@
-/* lower_pool.c - composite lowerings: pooling and nearest upsample
+/* build_pool.c - composite lowerings: pooling and nearest upsample
  * (BUILD rows of ops/callables.def).  Each call becomes one windowed node
  * (kind 'W', see cdynamo.h) whose meta is torch's result on the fakes
  * (call->out: output sizes and strides, ceil_mode included); anything not
@@ -87,7 +87,7 @@ static int lp_str_is(tvar *v, const char *s)
 /* Read the result's meta into *m when call's input x is a tensor and its
  * result a tensor of rank 3 or 4 and of a dtype in `dts` (a bit per
  * cdy_dtype); 0, or -1 (not lowerable; stopped only on errors). */
-static int lp_meta(tracer *tr, const cdy_lower_call *call, tvar *x, unsigned dts, cdy_meta *m)
+static int lp_meta(tracer *tr, const cdy_build_call *call, tvar *x, unsigned dts, cdy_meta *m)
 {
     if (!x || x->kind != TV_TENSOR ||
         !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
@@ -106,7 +106,7 @@ static int lp_meta(tracer *tr, const cdy_lower_call *call, tvar *x, unsigned dts
 
 /* A windowed node op over x with scalar args sc[0..ns) and meta m, as the
  * call's result; NULL when stopped. */
-static tvar *lp_node(tracer *tr, const cdy_lower_call *call, int op, tvar *x, const int *sc,
+static tvar *lp_node(tracer *tr, const cdy_build_call *call, int op, tvar *x, const int *sc,
                      int ns, const cdy_meta *m)
 {
     int args[CDY_MAX_NODE_ARGS];
@@ -117,13 +117,13 @@ static tvar *lp_node(tracer *tr, const cdy_lower_call *call, int op, tvar *x, co
         args[i + 1] = sc[i];
     }
     int v = cdy_node_add(tr, op, args, ns + 1, m, m->dtype);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* F.max_pool2d / torch.max_pool2d / nn.MaxPool2d: kernel, stride (default:
  * the kernel), padding, dilation; ceil_mode is in the result's sizes.
  * return_indices=True (a tuple result) stays extern. */
-tvar *cdy_build_max_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_max_pool2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -142,7 +142,7 @@ tvar *cdy_build_max_pool2d(tracer *tr, const cdy_lower_call *call)
 
 /* F.avg_pool2d / nn.AvgPool2d: kernel, stride (default: the kernel),
  * padding, count_include_pad, divisor_override (> 0; packed in flags). */
-tvar *cdy_build_avg_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_avg_pool2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -168,7 +168,7 @@ tvar *cdy_build_avg_pool2d(tracer *tr, const cdy_lower_call *call)
 
 /* F.adaptive_avg_pool2d / nn.AdaptiveAvgPool2d: the output size (None
  * entries included) is the result's. */
-tvar *cdy_build_adaptive_avg_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_adaptive_avg_pool2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -179,7 +179,7 @@ tvar *cdy_build_adaptive_avg_pool2d(tracer *tr, const cdy_lower_call *call)
 }
 
 /* F.adaptive_max_pool2d without indices. */
-tvar *cdy_build_adaptive_max_pool2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_adaptive_max_pool2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     cdy_meta m;
@@ -222,7 +222,7 @@ static int lp_scales(tvar *v, double *sh, double *sw)
 }
 
 /* The upsample node for x with scales (sh, sw) and exact flag. */
-static tvar *lp_upsample(tracer *tr, const cdy_lower_call *call, tvar *x, double sh, double sw,
+static tvar *lp_upsample(tracer *tr, const cdy_build_call *call, tvar *x, double sh, double sw,
                          int exact)
 {
     cdy_meta m;
@@ -235,7 +235,7 @@ static tvar *lp_upsample(tracer *tr, const cdy_lower_call *call, tvar *x, double
 /* F.interpolate / nn.Upsample, modes 'nearest' and 'nearest-exact' on a 4-D
  * input: the scale_factor is what torch's kernel uses unless the size is
  * given or recompute_scale_factor is set (then in/out). */
-tvar *cdy_build_interpolate(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_interpolate(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     double sh, sw;
@@ -254,7 +254,7 @@ tvar *cdy_build_interpolate(tracer *tr, const cdy_lower_call *call)
 }
 
 /* torch._C._nn.upsample_nearest2d(input, output_size, scale_factors). */
-tvar *cdy_build_upsample_nearest2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_upsample_nearest2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     double sh, sw;

@@ -1,4 +1,4 @@
-/* lower_conv.c - builder of convolutions whose input is channels_last
+/* build_conv.c - builder of convolutions whose input is channels_last
  * (BUILD rows of ops/callables.def).
  *
  * CPU's conv2d returns a channels_last result where suggest_memory_format()
@@ -61,12 +61,12 @@ static int lc_cl(const cdy_meta *m)
     return m->ndim == 4 && !lc_nchw(m) && !memcmp(c.strides, m->strides, sizeof(int64_t) * 4);
 }
 
-static int lc_busy;   /* inside lower_conv2d's own call of the conv */
+static int lc_busy;   /* inside cdy_build_conv2d's own call of the conv */
 
 /* The conv on a channels_last input, traced as an extern whose result is
  * channels_last as the CPU kernel makes it (the meta kernel's result, call->out,
  * is NCHW): meta and fake corrected; NULL (stopped or not). */
-static tvar *lc_cl_input(tracer *tr, const cdy_lower_call *call)
+static tvar *lc_cl_input(tracer *tr, const cdy_build_call *call)
 {
     lc_busy = 1;
     tvar *y = cdy_call_torch(tr, call->fn, call->what, call->args, call->nargs, call->kwnames);
@@ -88,7 +88,7 @@ static tvar *lc_cl_input(tracer *tr, const cdy_lower_call *call)
 /* torch.conv2d / F.conv2d(input, weight, bias, stride, padding, dilation,
  * groups) of a float32 channels_last input: lc_cl_input; else NULL (a plain
  * extern: see the top of this file). */
-tvar *cdy_build_conv2d(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_conv2d(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[7];
     if (lc_busy || cdy_bind_names("input weight bias stride padding dilation groups",

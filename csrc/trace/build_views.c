@@ -1,4 +1,4 @@
-/* lower_views.c - builders of views (BUILD rows of ops/callables.def).
+/* build_views.c - builders of views (BUILD rows of ops/callables.def).
  *
  * An aliasing view (slicing, select, permute, expand, reshape when torch
  * gives a view, ...) becomes a VIEW node; a copy whose elements are its
@@ -62,7 +62,7 @@ static int is_alias_of(PyObject *out, PyObject *self)
 
 /* Graph values of the call's tensor args (in lists too), args[0] first,
  * into argv; their count, or -1 when there are too many. */
-static int view_args(const cdy_lower_call *call, int *argv)
+static int view_args(const cdy_build_call *call, int *argv)
 {
     int n = 0;
     for (int i = 0; i < call->nargs; i++) {
@@ -106,20 +106,20 @@ int cdy_view_value(tracer *tr, int alias, const int *argv, int n, const cdy_meta
 
 /* A new view node (alias: VIEW, else VIEW_COPY) with torch's result meta m,
  * reading base at strides/off; the call's result tvar, or NULL. */
-static tvar *view_node(tracer *tr, const cdy_lower_call *call, int alias, const cdy_meta *m,
+static tvar *view_node(tracer *tr, const cdy_build_call *call, int alias, const cdy_meta *m,
                        int base, const int64_t *strides, int64_t off)
 {
     int argv[CDY_MAX_NODE_ARGS], n = view_args(call, argv);
     if (n < 1)
         return NULL;
     int v = cdy_view_value(tr, alias, argv, n, m, base, strides, off);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* An aliasing view of args[0]: a VIEW node whose strides and offset are
  * torch's (the fakes share the base's storage).  args[0] itself when torch
  * returned it; NULL (an extern) when the result is not a view of args[0]. */
-tvar *cdy_build_view(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_view(tracer *tr, const cdy_build_call *call)
 {
     if (call->nargs < 1 || call->args[0]->kind != TV_TENSOR || !is_tensor(call->out))
         return NULL;
@@ -149,7 +149,7 @@ tvar *cdy_build_view(tracer *tr, const cdy_lower_call *call)
  * strides and offset).  An explicit storage_offset is absolute in the
  * storage, which the fakes of inputs do not share (their offset is 0, not
  * guarded): NULL (an extern) unless it is absent or None. */
-tvar *cdy_build_as_strided(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_as_strided(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[4];
     if (cdy_bind_names("input size stride storage_offset", call->args, call->nargs,
@@ -161,7 +161,7 @@ tvar *cdy_build_as_strided(tracer *tr, const cdy_lower_call *call)
 
 /* t.mT / t.mH (ndim >= 2), t.T / t.H (ndim 2) of a real tensor (every
  * dtype cdynamo traces): the call Tensor.transpose(t, -2, -1), which
- * lower_view makes a VIEW; t.mT / t.mH of a 0-d t: t itself, as eager's
+ * build_view makes a VIEW; t.mT / t.mH of a 0-d t: t itself, as eager's
  * (deprecated there: "the identity in these cases").  NULL when stopped;
  * *not_attr set for any other name or rank (torch's own attribute then
  * raises or warns as eager). */
@@ -217,7 +217,7 @@ int cdy_int_items(tvar *a, int *dims, int *n, int cap)
 /* A copy of args[0] reading it with dims[0..nflip) reversed: a VIEW_COPY
  * with torch's result meta (its strides: eager's layout).  args[0] itself
  * when torch returned it (contiguous of a contiguous tensor). */
-static tvar *lower_copy(tracer *tr, const cdy_lower_call *call, const int *dims, int nflip)
+static tvar *build_copy(tracer *tr, const cdy_build_call *call, const int *dims, int nflip)
 {
     if (call->nargs < 1 || call->args[0]->kind != TV_TENSOR || !is_tensor(call->out))
         return NULL;
@@ -249,13 +249,13 @@ static tvar *lower_copy(tracer *tr, const cdy_lower_call *call, const int *dims,
 }
 
 /* clone / contiguous: a copy in torch's result layout. */
-tvar *cdy_build_clone(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_clone(tracer *tr, const cdy_build_call *call)
 {
-    return lower_copy(tr, call, NULL, 0);
+    return build_copy(tr, call, NULL, 0);
 }
 
 /* flip(input, dims) / Tensor.flip(*dims). */
-tvar *cdy_build_flip(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_flip(tracer *tr, const cdy_build_call *call)
 {
     int dims[CDY_MAX_NDIM], n = 0;
     for (int i = 1; i < call->nargs; i++)   /* positional dims, then dims= */
@@ -267,28 +267,28 @@ tvar *cdy_build_flip(tracer *tr, const cdy_lower_call *call)
         for (int j = 0; j < i; j++)
             if (dims[i] == dims[j])
                 return NULL;
-    return lower_copy(tr, call, dims, n);
+    return build_copy(tr, call, dims, n);
 }
 
 /* fliplr(input): flip dim 1. */
-tvar *cdy_build_fliplr(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_fliplr(tracer *tr, const cdy_build_call *call)
 {
     static const int d1[1] = {1};
-    return call->nargs == 1 ? lower_copy(tr, call, d1, 1) : NULL;
+    return call->nargs == 1 ? build_copy(tr, call, d1, 1) : NULL;
 }
 
 /* flipud(input): flip dim 0. */
-tvar *cdy_build_flipud(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_flipud(tracer *tr, const cdy_build_call *call)
 {
     static const int d0[1] = {0};
-    return call->nargs == 1 ? lower_copy(tr, call, d0, 1) : NULL;
+    return call->nargs == 1 ? build_copy(tr, call, d0, 1) : NULL;
 }
 
 /* cat / stack of a list of tensors along dim (named dim_name): a CAT or
  * STACK node with args (pieces, dim), torch's result meta.  NULL (an extern)
  * for more than 7 pieces, a dim that is not a constant int, pieces of
  * another rank (cat's legacy empty 1-D pieces), or other arguments. */
-static tvar *lower_pieces(tracer *tr, const cdy_lower_call *call, int op, const char *sig)
+static tvar *build_pieces(tracer *tr, const cdy_build_call *call, int op, const char *sig)
 {
     tvar *slot[2];
     if (cdy_bind_names(sig, call->args, call->nargs, call->kwnames, slot) || !slot[0] ||
@@ -323,19 +323,19 @@ static tvar *lower_pieces(tracer *tr, const cdy_lower_call *call, int op, const 
     if ((argv[n] = cdy_scalar_int(tr, d)) < 0)
         return NULL;
     int v = cdy_node_add(tr, op, argv, n + 1, &m, m.dtype);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* torch.cat / torch.concat (CAT) and torch.stack (STACK)(tensors, dim=0). */
-tvar *cdy_build_cat(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_cat(tracer *tr, const cdy_build_call *call)
 {
-    return lower_pieces(tr, call, call->op, "tensors dim");
+    return build_pieces(tr, call, call->op, "tensors dim");
 }
 
 /* torch.concatenate(tensors, axis=0). */
-tvar *cdy_build_concatenate(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_concatenate(tracer *tr, const cdy_build_call *call)
 {
-    return lower_pieces(tr, call, call->op, "tensors axis");
+    return build_pieces(tr, call, call->op, "tensors axis");
 }
 
 /* 1 if scalar value sv converts exactly to dtype dt (any value for floats;
@@ -356,7 +356,7 @@ static int pad_value_exact(const cdy_value *sv, int dt)
  * constant_pad_nd(input, pad, value=0): a PAD node (args input and value;
  * the pad before each dim in view_strides), torch's result meta.  NULL (an
  * extern) for other modes or a value that is not a number. */
-static tvar *lower_pad_slots(tracer *tr, const cdy_lower_call *call, tvar **slot)
+static tvar *build_pad_slots(tracer *tr, const cdy_build_call *call, tvar **slot)
 {
     int pads[2 * CDY_MAX_NDIM], np = 0;
     if (!slot[0] || slot[0]->kind != TV_TENSOR || !slot[1] || !is_tensor(call->out) ||
@@ -392,26 +392,26 @@ static tvar *lower_pad_slots(tracer *tr, const cdy_lower_call *call, tvar **slot
     if (v < 0)
         return NULL;
     memcpy(tr->t->graph.values[v].view_strides, lo, sizeof(lo));
-    return cdy_lower_result(tr, call, v);
+    return cdy_build_result(tr, call, v);
 }
 
 /* F.pad(input, pad, mode, value). */
-tvar *cdy_build_pad(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_pad(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[4];
     if (cdy_bind_names("input pad mode value", call->args, call->nargs, call->kwnames, slot))
         return NULL;
-    return lower_pad_slots(tr, call, slot);
+    return build_pad_slots(tr, call, slot);
 }
 
 /* constant_pad_nd(input, pad, value). */
-tvar *cdy_build_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_constant_pad_nd(tracer *tr, const cdy_build_call *call)
 {
     tvar *s3[3];
     if (cdy_bind_names("input pad value", call->args, call->nargs, call->kwnames, s3))
         return NULL;
     tvar *slot[4] = {s3[0], s3[1], NULL, s3[2]};
-    return lower_pad_slots(tr, call, slot);
+    return build_pad_slots(tr, call, slot);
 }
 
 /* A call returning several views of args[0] along dim (split, chunk,
@@ -419,7 +419,7 @@ tvar *cdy_build_constant_pad_nd(tracer *tr, const cdy_lower_call *call)
  * narrow(x, dim, start, len) (select(x, dim, i) when `sel`) that makes the
  * same view, so a realized item runs just that.  NULL (externs) when an item
  * is not such a view. */
-static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int sel)
+static tvar *multi_view(tracer *tr, const cdy_build_call *call, tvar *dimv, int sel)
 {
     PyObject *out = call->out;
     if (call->nargs < 1 || call->args[0]->kind != TV_TENSOR || !PyTuple_Check(out) ||
@@ -462,7 +462,7 @@ static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int 
                       sel ? NULL : cdy_tv_const(tr, PyLong_FromLongLong(len))};
         if (!a[1] || !a[2] || (!sel && !a[3]))
             return NULL;
-        cdy_lower_call ic = {fn, call->what, a, sel ? 3 : 4, NULL, it, CDY_OP_NONE};
+        cdy_build_call ic = {fn, call->what, a, sel ? 3 : 4, NULL, it, CDY_OP_NONE};
         if (!(items[i] = cdy_build_view(tr, &ic)) || items[i] == self)
             return NULL;   /* earlier items are dead nodes: the call becomes an extern */
         start += len;
@@ -471,7 +471,7 @@ static tvar *multi_view(tracer *tr, const cdy_lower_call *call, tvar *dimv, int 
 }
 
 /* split / chunk / tensor_split / split_with_sizes(input, sizes, dim=0). */
-tvar *cdy_build_split(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_split(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[3];
     if (cdy_bind_names("input sizes dim", call->args, call->nargs, call->kwnames, slot) ||
@@ -481,7 +481,7 @@ tvar *cdy_build_split(tracer *tr, const cdy_lower_call *call)
 }
 
 /* unbind(input, dim=0). */
-tvar *cdy_build_unbind(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_unbind(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[2];
     if (cdy_bind_names("input dim", call->args, call->nargs, call->kwnames, slot))

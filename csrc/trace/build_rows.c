@@ -1,4 +1,4 @@
-/* lower_rows.c - builders of row ops and losses (BUILD rows of ops/callables.def).
+/* build_rows.c - builders of row ops and losses (BUILD rows of ops/callables.def).
  *
  * softmax / log_softmax, layer_norm, group_norm and batch_norm (eval) become one row node each
  * (kind 'N', see csrc/compiler/rows.c); mse_loss, l1_loss and smooth_l1_loss
@@ -54,7 +54,7 @@ static int lr_depends(const cdy_graph *g, int v, int w)
 
 /* Add a row node op(args) whose meta is torch's result; the call's result
  * tvar, or NULL (stopped, or the result is not a float tensor of the input's dtype). */
-static tvar *lr_row_node(tracer *tr, const cdy_lower_call *call, int op, const int *args,
+static tvar *lr_row_node(tracer *tr, const cdy_build_call *call, int op, const int *args,
                          int nargs)
 {
     cdy_meta m;
@@ -64,13 +64,13 @@ static tvar *lr_row_node(tracer *tr, const cdy_lower_call *call, int op, const i
     if (m.dtype != tr->t->graph.values[args[0]].meta.dtype)
         return NULL;
     int v = cdy_node_add(tr, op, args, nargs, &m, m.dtype);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* ---- softmax, log_softmax ---------------------------------------------- */
 
 /* softmax-like call with args bound to (input, dim, dtype): a row node. */
-static tvar *lr_softmax_bound(tracer *tr, const cdy_lower_call *call, int op, tvar **s)
+static tvar *lr_softmax_bound(tracer *tr, const cdy_build_call *call, int op, tvar **s)
 {
     long long dim;
     if (!s[0] || s[0]->kind != TV_TENSOR)
@@ -101,7 +101,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_lower_call *call, int op, tv
 }
 
 /* torch.softmax / Tensor.softmax / torch.special.softmax style: (input, dim, dtype). */
-static tvar *lr_softmax_t(tracer *tr, const cdy_lower_call *call, int op)
+static tvar *lr_softmax_t(tracer *tr, const cdy_build_call *call, int op)
 {
     tvar *s[3];
     if (cdy_bind_names("input dim dtype", call->args, call->nargs, call->kwnames, s))
@@ -110,7 +110,7 @@ static tvar *lr_softmax_t(tracer *tr, const cdy_lower_call *call, int op)
 }
 
 /* F.softmax style: (input, dim, _stacklevel, dtype). */
-static tvar *lr_softmax_f(tracer *tr, const cdy_lower_call *call, int op)
+static tvar *lr_softmax_f(tracer *tr, const cdy_build_call *call, int op)
 {
     tvar *s[4];
     if (cdy_bind_names("input dim _stacklevel dtype", call->args, call->nargs, call->kwnames, s))
@@ -120,13 +120,13 @@ static tvar *lr_softmax_f(tracer *tr, const cdy_lower_call *call, int op)
 }
 
 /* torch.softmax / log_softmax, Tensor's, torch.special's (call->op: SOFTMAX or LOG_SOFTMAX). */
-tvar *cdy_build_softmax(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_softmax(tracer *tr, const cdy_build_call *call)
 {
     return lr_softmax_t(tr, call, call->op);
 }
 
 /* F.softmax / F.log_softmax (call->op: SOFTMAX or LOG_SOFTMAX). */
-tvar *cdy_build_f_softmax(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_f_softmax(tracer *tr, const cdy_build_call *call)
 {
     return lr_softmax_f(tr, call, call->op);
 }
@@ -152,7 +152,7 @@ static int lr_affine(tracer *tr, const tvar *t, const tvar *x, int realized)
 
 /* A norm row node op(x, weight, bias, eps, param) from bound slots
  * s = (input, shape/groups, weight, bias, eps). */
-static tvar *lr_norm(tracer *tr, const cdy_lower_call *call, int op, tvar **s, long long param)
+static tvar *lr_norm(tracer *tr, const cdy_build_call *call, int op, tvar **s, long long param)
 {
     double eps = 1e-5;
     if (!lr_float_tensor(tr, s[0]) || (s[4] && !lr_num(s[4], &eps)))
@@ -167,7 +167,7 @@ static tvar *lr_norm(tracer *tr, const cdy_lower_call *call, int op, tvar **s, l
 }
 
 /* F.layer_norm / torch.layer_norm(input, normalized_shape, weight, bias, eps). */
-tvar *cdy_build_layer_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_layer_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[6];
     if (cdy_bind_names("input normalized_shape weight bias eps cudnn_enable", call->args,
@@ -186,7 +186,7 @@ tvar *cdy_build_layer_norm(tracer *tr, const cdy_lower_call *call)
 }
 
 /* F.group_norm / torch.group_norm(input, num_groups, weight, bias, eps). */
-tvar *cdy_build_group_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_group_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[6];
     long long groups;
@@ -232,7 +232,7 @@ static int lr_channels(tracer *tr, int t, int nd)
  * and the per-element part fuses with its producers and consumers (relu,
  * pooling, a residual add).  Training mode (it updates the running stats)
  * stays extern. */
-tvar *cdy_build_batch_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_batch_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
     double eps = 1e-5;
@@ -261,7 +261,7 @@ tvar *cdy_build_batch_norm(tracer *tr, const cdy_lower_call *call)
     for (int d = pm.ndim - 1, st = 1; d >= 0; st *= (int)pm.sizes[d], d--)
         pm.strides[d] = st;
     int y = cdy_compose_batch_norm(tr, s[0]->value, ch, eps, &pm, &om, dt);
-    return y < 0 ? NULL : cdy_lower_result(tr, call, y);
+    return y < 0 ? NULL : cdy_build_result(tr, call, y);
 }
 
 /* ---- losses -------------------------------------------------------------- */
@@ -285,7 +285,7 @@ static int lr_broadcast(const cdy_meta *a, const cdy_meta *b, cdy_meta *m)
 
 /* A loss call bound to (input, target, size_average, reduce, reduction, extra):
  * the elementwise loss, reduced by sum or mean. */
-static tvar *lr_loss(tracer *tr, const cdy_lower_call *call, int kind, tvar **s, double beta)
+static tvar *lr_loss(tracer *tr, const cdy_build_call *call, int kind, tvar **s, double beta)
 {
     if (!lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !cdy_tv_none(s[2]) ||
         !cdy_tv_none(s[3]) || !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type))
@@ -306,11 +306,11 @@ static tvar *lr_loss(tracer *tr, const cdy_lower_call *call, int kind, tvar **s,
     int l = cdy_compose_loss(tr, kind, s[0]->value, s[1]->value, &m, beta);
     if (l < 0 || (!none && (l = cdy_compose_loss_reduce(tr, l, m.ndim, mean, &om)) < 0))
         return NULL;
-    return cdy_lower_result(tr, call, l);
+    return cdy_build_result(tr, call, l);
 }
 
 /* F.mse_loss / F.l1_loss(input, target, size_average, reduce, reduction, weight). */
-static tvar *lr_loss_plain(tracer *tr, const cdy_lower_call *call, int kind)
+static tvar *lr_loss_plain(tracer *tr, const cdy_build_call *call, int kind)
 {
     tvar *s[6];
     if (cdy_bind_names("input target size_average reduce reduction weight", call->args,
@@ -319,18 +319,18 @@ static tvar *lr_loss_plain(tracer *tr, const cdy_lower_call *call, int kind)
     return lr_loss(tr, call, kind, s, 0);
 }
 
-tvar *cdy_build_mse_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_mse_loss(tracer *tr, const cdy_build_call *call)
 {
     return lr_loss_plain(tr, call, 'm');
 }
 
-tvar *cdy_build_l1_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_l1_loss(tracer *tr, const cdy_build_call *call)
 {
     return lr_loss_plain(tr, call, 'l');
 }
 
 /* F.smooth_l1_loss(input, target, size_average, reduce, reduction, beta). */
-tvar *cdy_build_smooth_l1_loss(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_smooth_l1_loss(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[6];
     double beta = 1.0;

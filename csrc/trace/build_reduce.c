@@ -1,4 +1,4 @@
-/* lower_reduce.c - builders of reductions (BUILD rows of ops/callables.def).
+/* build_reduce.c - builders of reductions (BUILD rows of ops/callables.def).
  *
  * torch.max/min: no dim, the amax/amin of every element; with a dim, two
  * nodes (amax/amin for the values, argmax/argmin for the indices, adjacent:
@@ -64,7 +64,7 @@ static int red_tensors(PyObject *o, int n)
 
 /* torch.max / torch.min and the methods (call->op: AMAX or AMIN; with a dim,
  * the indices are the reduction paired with it): see the file comment. */
-tvar *cdy_build_minmax(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_minmax(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[3], *canon[CDY_MAX_NODE_ARGS];
     int op = call->op, argv[3], v;
@@ -82,18 +82,18 @@ tvar *cdy_build_minmax(tracer *tr, const cdy_lower_call *call)
         return NULL;
     if (!with_dim)
         return (v = red_node(tr, op, argv, 3, call->out)) < 0 ? NULL
-                                                               : cdy_lower_result(tr, call, v);
+                                                               : cdy_build_result(tr, call, v);
     int vs[2];
     if ((vs[0] = red_node(tr, op, argv, 3, PyTuple_GET_ITEM(call->out, 0))) < 0 ||
         (vs[1] = red_node(tr, cdy_op_paired(call->op), argv, 3,
                           PyTuple_GET_ITEM(call->out, 1))) < 0)
         return NULL;
-    return cdy_lower_result_multi(tr, call, vs, 2);
+    return cdy_build_result_multi(tr, call, vs, 2);
 }
 
 /* var_mean / std_mean (call->op: VAR or STD): (var or std, mean) of the same
  * reduction. */
-tvar *cdy_build_moments(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_moments(tracer *tr, const cdy_build_call *call)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
     int op = call->op, argv[4], vs[2];
@@ -104,7 +104,7 @@ tvar *cdy_build_moments(tracer *tr, const cdy_lower_call *call)
         (vs[0] = red_node(tr, op, argv, 4, PyTuple_GET_ITEM(call->out, 0))) < 0 ||
         (vs[1] = red_node(tr, CDY_OP_MEAN, argv, 3, PyTuple_GET_ITEM(call->out, 1))) < 0)
         return NULL;
-    return cdy_lower_result_multi(tr, call, vs, 2);
+    return cdy_build_result_multi(tr, call, vs, 2);
 }
 
 /* A vector_norm node (op) over canonical args [x, ord, dim, keepdim]
@@ -122,7 +122,7 @@ static int norm_node(tracer *tr, int op, tvar **pos, PyObject *fake)
 
 /* torch.linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)
  * (call->op: the vector norm's op). */
-tvar *cdy_build_vector_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_vector_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
     int op = call->op, argv[4], v;
@@ -130,7 +130,7 @@ tvar *cdy_build_vector_norm(tracer *tr, const cdy_lower_call *call)
         cdy_op_bind(tr, &op, call->args, call->nargs, call->kwnames, canon) != 4 ||
         red_argv(tr, canon, 4, argv) || (v = red_node(tr, op, argv, 4, call->out)) < 0)
         return NULL;
-    return cdy_lower_result(tr, call, v);
+    return cdy_build_result(tr, call, v);
 }
 
 /* The vector norm order of torch.norm's p (a number, None or 'fro' with at
@@ -170,13 +170,13 @@ int cdy_norm_args(tracer *tr, tvar **args, int nargs, PyObject *kwnames, tvar **
 
 /* torch.norm(input, p='fro', dim=None, keepdim=False, out=None, dtype=None),
  * Tensor.norm: vector norms (see norm_order); the rest stays extern. */
-tvar *cdy_build_norm(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *pos[4];
     if (cdy_norm_args(tr, call->args, call->nargs, call->kwnames, pos))
         return NULL;
     int v = norm_node(tr, call->op, pos, call->out);
-    return v < 0 ? NULL : cdy_lower_result(tr, call, v);
+    return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
 /* Meta m reduced over the dims of mask, keepdim, contiguous. */
@@ -194,7 +194,7 @@ static void red_keep_meta(const cdy_meta *m, long long mask, cdy_meta *out)
 
 /* F.normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
  * input / vector_norm(input, p, dim, keepdim=True).clamp_min(eps). */
-tvar *cdy_build_normalize(tracer *tr, const cdy_lower_call *call)
+tvar *cdy_build_normalize(tracer *tr, const cdy_build_call *call)
 {
     tvar *slot[5], *canon[CDY_MAX_NODE_ARGS];
     if (cdy_bind_names("input p dim eps out", call->args, call->nargs, call->kwnames, slot) ||
@@ -220,5 +220,5 @@ tvar *cdy_build_normalize(tracer *tr, const cdy_lower_call *call)
     if ((v = cdy_node_add(tr, op, argv, 4, &nm, nm.dtype)) < 0 ||
         (v = cdy_compose_normalize(tr, slot[0]->value, v, eps, &nm, &om)) < 0)
         return NULL;
-    return cdy_lower_result(tr, call, v);
+    return cdy_build_result(tr, call, v);
 }

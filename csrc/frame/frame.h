@@ -1,0 +1,33 @@
+/* frame/frame.h - the frame hook (eval.c): per-thread state, backends, the
+ * OptimizedFunction type, the transformed bytecode (bytecode.c). */
+#ifndef CDY_FRAME_H
+#define CDY_FRAME_H
+
+#include "module.h"
+#include "trace/record.h"
+#include "pipeline.h"
+
+/* ---- bytecode -------------------------------------------------------------- */
+/* The transformed code: call global `fn_name` with the graph inputs and
+ * rebuild the return value.  New reference or NULL (exception set). */
+PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
+                             int single, int call_graph);
+/* Number of argument slots of code (positional, kw-only, *args, **kwargs). */
+int cdy_code_nargslots(PyCodeObject *co);
+
+/* ---- frame hook and per-code cache ----------------------------------------- */
+typedef struct {
+    int enabled;             /* an optimized function runs on this thread */
+    int backend;             /* CDY_BACKEND_* */
+    int fullgraph;
+} cdy_tls;
+
+extern _Thread_local cdy_tls cdy_tls_state;
+extern PyTypeObject cdy_optimized_type;
+int cdy_frame_init(PyObject *module);
+PyObject *cdy_frame_reset(void);
+
+/* _C.start_standby(): start a standby compiler for the first build (frame/eval.c). */
+PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused);
+
+#endif /* CDY_FRAME_H */

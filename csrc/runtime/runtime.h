@@ -1,0 +1,92 @@
+/* runtime/runtime.h - compiled graphs (runtime/compiled.c), the pool of
+ * blocks their tensors come from (mempool.c), packed linear weights
+ * (linear.c), fast tensor attribute reads (tensor_attrs.c), per-call phase
+ * timing.  What the runtime takes of a trace is cdy_run_record
+ * (trace/record.h). */
+#ifndef CDY_RUNTIME_H
+#define CDY_RUNTIME_H
+
+#include "module.h"
+#include "trace/record.h"
+
+/* ---- runtime: compiled graphs -------------------------------------------- */
+extern PyTypeObject cdy_compiled_type;
+/* A callable running the plan's kernels from the .so at so_path (C backend). */
+PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path,
+                                 const char *name, int single, const cdy_run_record *r);
+/* A callable running the record's torch calls (eager backend). */
+PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int single);
+int cdy_runtime_init(PyObject *torch);
+
+/* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
+int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
+int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be used */
+int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
+/* A new tensor of m (its data in *data), or NULL + error. */
+PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
+PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
+PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
+PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
+
+/* A new runtime/linear.c PackedLinear (linear(x, w, b) with w kept packed;
+ * `always`: without timing it against torch's linear first), or NULL (no
+ * error set) when this torch has no packed path. */
+PyObject *cdy_packed_linear_new(int always);
+/* Make PackedLinear pl apply relu to its result: 0, or -1 (unchanged) when
+ * pl is not a PackedLinear or already applies it. */
+int cdy_packed_linear_set_relu(PyObject *pl);
+
+/* The compiled graph (identity only, not a reference) whose last call on this
+ * thread raised before writing any input, or NULL: the frame hook then reruns
+ * the frame eagerly, so inputs and the exception are eager's (set by
+ * runtime/compiled.c, consumed by frame/eval.c). */
+extern _Thread_local const void *cdy_graph_failed;
+
+/* ---- per-call phase timing (cdynamo.overhead_breakdown) -------------------- */
+#define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(result)
+typedef enum {
+#define CDY_X(n) CDY_PHASE_##n,
+    CDY_PHASES(CDY_X)
+#undef CDY_X
+    CDY_PHASE_COUNT
+} cdy_phase;
+extern int cdy_phase_on;                          /* timing wanted (rarely: it costs ~20 ns a phase) */
+extern long long cdy_phase_ns[CDY_PHASE_COUNT];   /* accumulated while cdy_phase_on */
+/* Monotonic clock in nanoseconds. */
+long long cdy_now_ns(void);
+/* Add the time since *t0 to phase p and restart *t0 (only while cdy_phase_on). */
+static inline void cdy_phase_add(int p, long long *t0)
+{
+    if (__builtin_expect(cdy_phase_on, 0)) {
+        long long t = cdy_now_ns();
+        cdy_phase_ns[p] += t - *t0;
+        *t0 = t;
+    }
+}
+/* The start of a timed stretch: now, or 0 when timing is off. */
+static inline long long cdy_phase_start(void)
+{
+    return __builtin_expect(cdy_phase_on, 0) ? cdy_now_ns() : 0;
+}
+
+/* ---- fast tensor attribute reads (runtime/tensor_attrs.c) ----------------
+ * X(name): data descriptors (getsets) and no-argument methods of
+ * torch.Tensor read on every call of a compiled function.                  */
+#define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
+    X(stride) X(_version)
+
+typedef enum {
+#define CDY_X(a) CDY_TA_##a,
+    CDY_TENSOR_ATTRS(CDY_X)
+#undef CDY_X
+    CDY_TA_COUNT
+} cdy_tensor_attr_id;
+
+/* v.<attr> (a new reference, or NULL with an error) through the C function
+ * its type implements it with, resolved once per type and version tag;
+ * PyObject_GetAttr (and a call, for methods) when it is not a C getset or
+ * a C method callable with no arguments.  Methods (data_ptr, stride) are
+ * called: the value is v.<attr>(). */
+PyObject *cdy_tensor_attr(PyObject *v, int attr);
+
+#endif /* CDY_RUNTIME_H */

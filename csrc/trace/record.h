@@ -1,0 +1,156 @@
+/* trace/record.h - the trace record: what a trace leaves (cdy_trace: its
+ * graph, the torch calls it recorded, guards, how to rebuild the return
+ * value, mutations to replay) for the graph passes, the pipeline, the frame
+ * hook (the transformed bytecode) and the runtime (cdy_run_record).  The
+ * tracer's own state is trace/trace.h's. */
+#ifndef CDY_TRACE_RECORD_H
+#define CDY_TRACE_RECORD_H
+
+#include "module.h"
+#include "frame/guards.h"
+
+/* ---- trace result ---------------------------------------------------------- */
+/* OBJECT: objects[index] of the trace: an object the frame built, made once by the
+ * transformed code before the stores and the return value (so every use is that one
+ * object: identity is kept) */
+typedef enum { CDY_RET_OUTPUT, CDY_RET_CONST, CDY_RET_SOURCE, CDY_RET_TUPLE, CDY_RET_LIST,
+               CDY_RET_DICT, CDY_RET_CALL, CDY_RET_OBJECT } cdy_ret_kind;
+
+typedef struct cdy_ret {
+    int kind;
+    int index;               /* OUTPUT: position among the graph's outputs; CALL: positionals */
+    PyObject *obj;           /* CONST (borrowed from the trace's keep list); CALL: the class */
+    const cdy_src *src;      /* SOURCE */
+    int n;
+    struct cdy_ret **items;  /* TUPLE, LIST, DICT values; CALL arguments */
+    PyObject **keys;         /* DICT keys (borrowed constants); CALL: keyword names, n - index */
+} cdy_ret;
+
+/* A graph output that eager returns as a view of a mutated input (mutate.c):
+ * the runtime returns input.as_strided(sizes, strides, its offset + offset)
+ * in its place, or the input itself (same). */
+typedef struct {
+    int output, input, same, ndim;
+    int64_t sizes[CDY_MAX_NDIM], strides[CDY_MAX_NDIM], offset;
+} cdy_review;
+
+/* An attribute store replayed after the graph: obj.name = value (mutate.c). */
+typedef struct {
+    const cdy_src *obj;
+    PyObject *name;          /* borrowed (a code object's name) */
+    cdy_ret *value;
+    int item;                /* t5: 1 for a dict item store obj[name] = value (name: a constant key) */
+} cdy_store;
+
+/* A list/tuple argument of a traced call, rebuilt per call from graph values. */
+typedef struct {
+    int is_list;
+    int n;
+    int *ref;                /* per item: graph value number, or -1 for constant */
+    PyObject **cst;          /* per item: the constant (borrowed) */
+} cdy_pyseq;
+
+/* One traced call, for the eager backend and extern nodes: fn(*args, **kw). */
+typedef struct {
+    PyObject *fn;            /* borrowed (kept alive by keep list) */
+    int nargs;               /* positional + keyword values */
+    int *ref;                /* per arg: graph value, -1 constant, -2 sequence (seq[i]) */
+    PyObject **cst;          /* per arg: the constant (borrowed) */
+    cdy_pyseq *seq;          /* per arg: the sequence when ref is -2 */
+    PyObject *kwnames;       /* tuple or NULL (borrowed) */
+    int value;               /* graph value this call defines; -1 for a multi-output call */
+    int item;                /* >= 0: this node is item `item` of pynode `base`'s result */
+    int base;
+} cdy_pynode;
+
+/* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
+ * the frames unwind to a handler; it never leaves cdy_trace_run */
+typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
+               CDY_TRACE_RAISING } cdy_trace_status;
+
+typedef struct {
+    cdy_arena arena;
+    PyObject *keep;          /* list owning every object the trace refers to */
+    cdy_graph graph;
+    int npynodes, cap_pynodes;
+    cdy_pynode *pynodes;
+    cdy_src *input_srcs;     /* per graph input, its source (arena) */
+    cdy_guards guards;       /* moved to the cache entry on success */
+    cdy_ret *ret;
+    int status;
+    int reason_code;         /* cdy_reason (trace/reasons.h) of the stop; 0 while OK */
+    char reason[CDY_ERRLEN];
+    int reason_line;         /* user's line of the failure */
+    int return_line;
+    PyObject *reason_file;   /* file of the failure (borrowed: a traced code's filename) */
+    PyCodeObject *top_code;  /* the frame's code (names of sources) */
+    void *memo;              /* sources already wrapped (trace/vars.c) */
+    int nmemo, cap_memo;
+    int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
+    int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
+    int grad_guarded;        /* the grad-mode guard was added */
+    int autocast_on;         /* CPU autocast was on when the trace started */
+    int modes_on;            /* a torch function / dispatch mode was active then */
+    /* mutate.c */
+    void *mut;               /* the tracer's mutation state */
+    int nwriteback;          /* mutated inputs, copied into after the call: */
+    int *writeback;          /* pairs (input position, output position of the final value) */
+    int nstores;             /* attribute stores replayed after the call */
+    cdy_store *stores;
+    int nreview;             /* outputs that view mutated inputs */
+    cdy_review *review;
+    int nobjects, cap_objects;
+    struct cdy_ret **objects; /* objects the frame built that escape (CALLs, each made once,
+                                 inner ones first): the transformed code makes them first */
+    PyObject *exc;           /* RAISING: the exception being raised (kept by keep) */
+    void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
+    int nafter;              /* calls the transformed code makes for their effect after */
+    cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
+} cdy_trace;
+
+/* What a compiled graph keeps of its trace (runtime/compiled.c copies it,
+ * so the trace may go after): the graph (its values' kinds, metas, source
+ * lines; the inputs' positions), the torch calls the extern nodes and the
+ * eager backend replay (pynodes, owning `keep`), the mutated inputs to copy
+ * into after a call (writeback) and the outputs that view them (review).
+ * The runtime reads nothing else of the tracer. */
+typedef struct {
+    const cdy_graph *graph;
+    int npynodes;
+    const cdy_pynode *pynodes;
+    PyObject *keep;          /* borrowed: the list owning every object pynodes refer to */
+    int nwriteback;
+    const int *writeback;    /* pairs (input position, output position) */
+    int nreview;
+    const cdy_review *review;
+} cdy_run_record;
+
+/* t's part the runtime reads (pointers into t: valid while t lives). */
+static inline cdy_run_record cdy_run_record_of(const cdy_trace *t)
+{
+    return (cdy_run_record){&t->graph, t->npynodes, t->pynodes, t->keep,
+                            t->nwriteback, t->writeback, t->nreview, t->review};
+}
+
+/* Trace `code` symbolically with the frame's actual arguments as examples.
+ * Always returns with t->status set; on CDY_TRACE_ERROR/UNSUPPORTED
+ * t->reason says why.  No Python exception is left set. */
+void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals,
+                   PyObject *globals, PyObject *builtins, PyObject *closure);
+void cdy_trace_free(cdy_trace *t);
+/* Test hook: make every later trace fail on purpose (kind CDY_INJECT_*; op:
+ * the opcode whose step fails without recording a stop), or none
+ * (CDY_INJECT_NONE); 0, or -1 for an unknown kind. */
+enum { CDY_INJECT_NONE, CDY_INJECT_STEP, CDY_INJECT_NO_RETURN, CDY_INJECT_GRAPH };
+int cdy_trace_inject(int kind, int op);
+/* Guard t's entry on torch.is_grad_enabled() staying `enabled` (once per
+ * trace: a second call does nothing); 0, or -1 with an error set (no guard added). */
+int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled);
+/* _C.callable_table(): the torch callables of ops/callables.def as resolved,
+ * a list of (callable, op name or None, meta rule row or -1, builders,
+ * contiguous) (trace/callables.c). */
+PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused);
+/* Readable text of t's graph (new str), for logs, the debug dir and explain. */
+PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
+
+#endif /* CDY_TRACE_RECORD_H */
