@@ -273,7 +273,7 @@ def _same_snapshot(snap):
             return False
         a, b = t.detach(), copy
         if a.is_complex():
-            a, b = torch.view_as_real(a), torch.view_as_real(b)
+            a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
         same = (a == b) | (a != a) & (b != b)
         if not bool(same.all()):
             return False
