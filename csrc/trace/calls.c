@@ -648,6 +648,24 @@ static PyObject *cmp_operand(const tvar *v, int depth)
     return r;
 }
 
+/* fn(*pa) worked out while tracing: its constant result (NULL when stopped: the call
+ * raised, or gave no constant). */
+static tvar *fold_operator(tracer *tr, PyObject *fn, const char *sym, PyObject *const *pa,
+                           size_t n)
+{
+    PyObject *r = PyObject_Vectorcall(fn, pa, n, NULL);
+    if (!r) {
+        cdy_tr_stop_exc(tr, RAISED_OPERATOR, sym);
+        return NULL;
+    }
+    if (!cdy_is_const(r)) {
+        Py_DECREF(r);
+        cdy_tr_stop(tr, OPERATOR_NON_CONST, sym);
+        return NULL;
+    }
+    return cdy_tv_const(tr, r);
+}
+
 /* a <sym> b for a comparison (< <= == != > >=) whose operands cmp_operand gives: its
  * constant result, *handled 1 (NULL when stopped: the comparison raised, or gave no
  * constant); *handled 0 for other operators and operands. */
@@ -665,19 +683,10 @@ static tvar *fold_compare(tracer *tr, PyObject *fn, const char *sym, tvar **args
         return NULL;
     }
     PyObject *pa[2] = {a, b};
-    PyObject *r = PyObject_Vectorcall(fn, pa, 2, NULL);
+    tvar *r = fold_operator(tr, fn, sym, pa, 2);
     Py_DECREF(a);
     Py_DECREF(b);
-    if (!r) {
-        cdy_tr_stop_exc(tr, RAISED_OPERATOR, sym);
-        return NULL;
-    }
-    if (!cdy_is_const(r)) {
-        Py_DECREF(r);
-        cdy_tr_stop(tr, OPERATOR_NON_CONST, sym);
-        return NULL;
-    }
-    return cdy_tv_const(tr, r);
+    return r;
 }
 
 /* Operator fn on tensors/constants: constants fold, tensors trace. */
@@ -692,17 +701,7 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
         PyObject *pa[3];
         for (int i = 0; i < nargs; i++)
             pa[i] = args[i]->obj;
-        PyObject *r = PyObject_Vectorcall(fn, pa, (size_t)nargs, NULL);
-        if (!r) {
-            cdy_tr_stop_exc(tr, RAISED_OPERATOR, sym);
-            return NULL;
-        }
-        if (!cdy_is_const(r)) {
-            Py_DECREF(r);
-            cdy_tr_stop(tr, OPERATOR_NON_CONST, sym);
-            return NULL;
-        }
-        return cdy_tv_const(tr, r);
+        return fold_operator(tr, fn, sym, pa, (size_t)nargs);
     }
     if (!any_tensor) {
         int handled;
