@@ -87,7 +87,7 @@ typedef struct {
     /* decisions */
     int parallel;                /* the outer loop(s) run on several threads */
     const char *serial;          /* why not, when not (text of the IR dump) */
-    const char *threads;         /* num_threads: "NTHREADS" or a smaller team (a number) */
+    const char *threads;         /* num_threads: "NTHREADS" (the whole team, cg.h), "1" serial */
     int collapse;                /* the parallel loop collapses the two outer loops */
     int vector;                  /* the innermost loop vectorizes (unit or zero strides) */
     int stream;                  /* stores are streamed (non-temporal, stream.c) */
