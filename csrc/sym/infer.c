@@ -1,0 +1,319 @@
+/* sym/infer.c - the symbolic shapes of a graph: sizes of every value as
+ * expressions over the symbols of its inputs' dynamic dims (see sym.h).
+ *
+ * One pass over the values in order computes each value's sizes by its op's
+ * rule; a size that has no rule, or that the trace read as a number (a pin),
+ * specializes its symbols.  A pass that specializes a new symbol is run again
+ * from the start with that symbol a constant, until a pass adds none: every
+ * size of the result is then true for every value of the live symbols that
+ * satisfies the relations (and size >= 2), and equals the value's meta at the
+ * hints (checked per value: a rule that disagrees specializes its inputs). */
+#include "sym/sym.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    cdy_sym_shapes *s;
+    const cdy_graph *g;
+    uint64_t pinned;          /* the symbols specialized so far */
+    int changed;              /* this pass specialized a new one */
+    int oom;
+} sy_pass;
+
+/* Specialize the symbols of expression e (all of them when e < 0), saying
+ * why (what, about value v's dim d). */
+static void sy_pin(sy_pass *p, int e, int v, int d, const char *what)
+{
+    uint64_t m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : ~(uint64_t)0;
+    m &= ~p->pinned;
+    for (int k = 0; k < p->s->tab.nsyms; k++)
+        if (m >> k & 1) {
+            cdy_sym_info *in = &p->s->info[k];
+            in->pinned = 1;
+            if (d >= 0)
+                snprintf(in->why, sizeof(in->why), "%s (value %d, dim %d)", what, v, d);
+            else
+                snprintf(in->why, sizeof(in->why), "%s (value %d)", what, v);
+            p->pinned |= (uint64_t)1 << k;
+            p->changed = 1;
+        }
+}
+
+/* Specialize every size of value v (its op has no symbolic rule: what). */
+static void sy_pin_value(sy_pass *p, int v, const char *what)
+{
+    const cdy_value *val = &p->g->values[v];
+    for (int d = 0; d < val->meta.ndim; d++)
+        sy_pin(p, p->s->dims[v][d], v, d, what);
+}
+
+/* Constant sizes for value v: its meta's. */
+static void sy_const_sizes(sy_pass *p, int v)
+{
+    const cdy_meta *m = &p->g->values[v].meta;
+    for (int d = 0; d < m->ndim; d++) {
+        p->s->dims[v][d] = cdy_sym_const(&p->s->tab, m->sizes[d]);
+        p->oom |= p->s->dims[v][d] < 0;
+    }
+}
+
+/* Record that expressions a and b must be equal (a relation; a symbolic
+ * one against a constant specializes it). */
+static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
+{
+    int64_t ca, cb;
+    if (a == b)
+        return;
+    int ka = cdy_sym_is_const(&p->s->tab, a, &ca), kb = cdy_sym_is_const(&p->s->tab, b, &cb);
+    if (ka || kb) {
+        sy_pin(p, ka ? b : a, v, d, what);
+        return;
+    }
+    for (int r = 0; r < p->s->nrel; r++)
+        if ((p->s->rel[r][0] == a && p->s->rel[r][1] == b) ||
+            (p->s->rel[r][0] == b && p->s->rel[r][1] == a))
+            return;
+    if (p->s->nrel == (int)(sizeof(p->s->rel) / sizeof(p->s->rel[0]))) {
+        sy_pin(p, a, v, d, "too many relations");
+        sy_pin(p, b, v, d, "too many relations");
+        return;
+    }
+    p->s->rel[p->s->nrel][0] = a;
+    p->s->rel[p->s->nrel++][1] = b;
+}
+
+/* Pointwise: the broadcast of the args' sizes (right-aligned; a size 1
+ * broadcasts, other sizes must be equal). */
+static int sy_pointwise(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    int nd = val->meta.ndim;
+    if (one < 0)
+        return -1;
+    for (int d = 0; d < nd; d++) {
+        int out = one;
+        for (int a = 0; a < val->nargs; a++) {
+            const cdy_value *x = &p->g->values[val->args[a]];
+            int xd = d - (nd - x->meta.ndim);
+            if (xd < 0)
+                continue;
+            int e = p->s->dims[val->args[a]][xd];
+            if (e == one)
+                continue;
+            if (out == one)
+                out = e;
+            else
+                sy_equal(p, out, e, v, d, "broadcast of a symbolic size against another size");
+        }
+        p->s->dims[v][d] = out;
+    }
+    return 0;
+}
+
+/* A reduction (input, dims mask, keepdim[, param]): the input's sizes with
+ * the reduced dims dropped (or 1 with keepdim). */
+static int sy_reduce(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_value *x = &p->g->values[val->args[0]];
+    if (val->nargs < 3 || p->g->values[val->args[1]].kind != CDY_VAL_SCALAR ||
+        p->g->values[val->args[2]].kind != CDY_VAL_SCALAR)
+        return -1;
+    int64_t mask = p->g->values[val->args[1]].i;
+    int keep = p->g->values[val->args[2]].i != 0, n = 0;
+    int one = cdy_sym_const(&p->s->tab, 1);
+    for (int d = 0; d < x->meta.ndim && n < CDY_MAX_NDIM; d++) {
+        if (!(mask >> d & 1))
+            p->s->dims[v][n++] = p->s->dims[val->args[0]][d];
+        else if (keep)
+            p->s->dims[v][n++] = one;
+    }
+    return n == val->meta.ndim && one >= 0 ? 0 : -1;
+}
+
+/* A row op: the input's sizes; layer_norm's normalized dims specialize
+ * (normalized_shape is a number the code gave). */
+static int sy_rows(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_value *x = &p->g->values[val->args[0]];
+    if (x->meta.ndim != val->meta.ndim)
+        return -1;
+    for (int d = 0; d < x->meta.ndim; d++)
+        p->s->dims[v][d] = p->s->dims[val->args[0]][d];
+    if (val->op == CDY_OP_LAYER_NORM) {
+        const cdy_value *nn = &p->g->values[val->args[4]];
+        if (nn->kind != CDY_VAL_SCALAR || nn->i < 0 || nn->i > x->meta.ndim)
+            return -1;
+        for (int d = x->meta.ndim - (int)nn->i; d < x->meta.ndim; d++)
+            sy_pin(p, p->s->dims[v][d], v, d, "layer_norm's normalized_shape");
+    } else if (val->op != CDY_OP_SOFTMAX && val->op != CDY_OP_LOG_SOFTMAX) {
+        return -1;
+    }
+    return 0;
+}
+
+/* cat / stack (pieces.., dim): the pieces' sizes, the cat dim summed (stack:
+ * a new dim of the number of pieces); the other dims must be equal. */
+static int sy_cat(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    int np = val->nargs - 1, nd = val->meta.ndim;
+    const cdy_value *dv = &p->g->values[val->args[np]];
+    if (np < 1 || dv->kind != CDY_VAL_SCALAR)
+        return -1;
+    int stack = val->op == CDY_OP_STACK, dim = (int)dv->i;
+    dim = dim < 0 ? dim + nd : dim;
+    if (dim < 0 || dim >= nd)
+        return -1;
+    for (int d = 0, pd = 0; d < nd; d++, pd++) {
+        if (stack && d == dim) {
+            p->s->dims[v][d] = cdy_sym_const(&p->s->tab, np);
+            pd--;
+            continue;
+        }
+        int e = stack || d != dim ? -2 : cdy_sym_const(&p->s->tab, 0);
+        for (int a = 0; a < np; a++) {
+            const cdy_value *x = &p->g->values[val->args[a]];
+            if (x->meta.ndim != nd - stack)
+                return -1;   /* torch's legacy empty 1-d piece: no rule */
+            int xe = p->s->dims[val->args[a]][pd];
+            if (!stack && d == dim)
+                e = cdy_sym_add(&p->s->tab, e, xe);
+            else if (e == -2)
+                e = xe;
+            else
+                sy_equal(p, e, xe, v, d, "cat's pieces' sizes");
+        }
+        p->s->dims[v][d] = e;
+    }
+    return 0;
+}
+
+/* 1 if v's expressions are its meta's sizes at the hints. */
+static int sy_agrees(sy_pass *p, int v)
+{
+    const cdy_meta *m = &p->g->values[v].meta;
+    for (int d = 0; d < m->ndim; d++)
+        if (p->s->dims[v][d] < 0 || cdy_sym_eval(&p->s->tab, p->s->dims[v][d], NULL) != m->sizes[d])
+            return 0;
+    return 1;
+}
+
+/* The sizes of node v by its op's rule, or specialized (its inputs' and its
+ * own sizes) when it has none or the rule disagrees with the meta. */
+static void sy_node(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const char kind = cdy_op_table[val->op].kind;
+    int r = -1;
+    const char *why = "no symbolic rule for the op";
+    if (cdy_op_pointwise(val->op))
+        r = sy_pointwise(p, v);
+    else if (kind == 'R')
+        r = sy_reduce(p, v);
+    else if (kind == 'N')
+        r = sy_rows(p, v);
+    else if (val->op == CDY_OP_CAT || val->op == CDY_OP_STACK)
+        r = sy_cat(p, v);
+    if (r == 0 && !sy_agrees(p, v)) {
+        r = -1;
+        why = "the symbolic rule disagrees with the meta";
+    }
+    if (r == 0)
+        return;
+    char what[96];
+    snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
+    for (int a = 0; a < val->nargs; a++)
+        sy_pin_value(p, val->args[a], what);
+    if (kind == 'V' || kind == 'G')
+        sy_pin_value(p, val->view_base, what);
+    sy_const_sizes(p, v);
+}
+
+/* One pass over g with p->pinned specialized: every value's sizes. */
+static void sy_run(sy_pass *p, const unsigned *dyn, const cdy_sym_pin *pins, int npins)
+{
+    cdy_sym_shapes *s = p->s;
+    s->nrel = 0;
+    p->changed = 0;
+    for (int v = 0; v < p->g->nvalues && !p->oom; v++) {
+        const cdy_value *val = &p->g->values[v];
+        if (val->kind == CDY_VAL_NODE)
+            sy_node(p, v);
+        else
+            sy_const_sizes(p, v);
+        if (val->kind == CDY_VAL_INPUT)
+            for (int k = 0; k < s->tab.nsyms; k++)
+                if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
+                    s->dims[v][s->info[k].dim] = cdy_sym_var(&s->tab, k);
+    }
+    for (int i = 0; i < npins; i++)
+        for (int d = 0; d < p->g->values[pins[i].value].meta.ndim; d++)
+            if (pins[i].dims >> d & 1)
+                sy_pin(p, s->dims[pins[i].value][d], pins[i].value, d, pins[i].why);
+    (void)dyn;
+}
+
+/* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */
+static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn)
+{
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_INPUT || !dyn)
+            continue;
+        for (int d = 0; d < val->meta.ndim; d++) {
+            if (!(dyn[val->input_index] >> d & 1) || val->meta.sizes[d] < 2)
+                continue;
+            int k = s->tab.nsyms;
+            if (cdy_sym_new(&s->tab, val->meta.sizes[d]) < 0)
+                return -1;
+            s->info[k].input = val->input_index;
+            s->info[k].dim = d;
+        }
+    }
+    return 0;
+}
+
+int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_pin *pins,
+                  int npins, cdy_sym_shapes *out)
+{
+    memset(out, 0, sizeof(*out));
+    cdy_symtab_init(&out->tab);
+    out->nvalues = g->nvalues;
+    out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
+    sy_pass p = {out, g, 0, 1, 0};
+    if (!out->dims || sy_symbols(out, g, dyn)) {
+        p.oom = 1;
+    }
+    while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
+        out->runs++;
+        sy_run(&p, dyn, pins, npins);
+    }
+    if (!p.oom)
+        return 0;
+    for (int k = 0; k < out->tab.nsyms; k++) {
+        out->info[k].pinned = 1;
+        snprintf(out->info[k].why, sizeof(out->info[k].why), "out of memory or a size limit");
+    }
+    return -1;
+}
+
+void cdy_sym_shapes_free(cdy_sym_shapes *s)
+{
+    cdy_symtab_free(&s->tab);
+    free(s->dims);
+    s->dims = NULL;
+}
+
+uint64_t cdy_sym_live(const cdy_sym_shapes *s)
+{
+    uint64_t m = 0;
+    for (int k = 0; k < s->tab.nsyms; k++)
+        if (!s->info[k].pinned)
+            m |= (uint64_t)1 << k;
+    return m;
+}
