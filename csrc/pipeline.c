@@ -7,6 +7,7 @@
  * The frame hook (frame/eval.c) runs it for a frame it has no entry for and
  * makes the cache entry of its result (guards, transformed bytecode). */
 #include "pipeline.h"
+#include "sym/trace_shapes.h"
 #include "runtime/runtime.h"
 #include "passes/passes.h"
 
@@ -212,6 +213,8 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
         return -1;
     if (t->graph.noutputs == 0)
         return 0;                          /* no graph to call */
+    if (cdy_log_on("dynamic"))
+        cdy_sym_trace_log(t, p->name);
     if (p->backend == CDY_BACKEND_EAGER)
         return pp_eager(p, t);
     cdy_plan plan;

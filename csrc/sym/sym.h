@@ -80,7 +80,7 @@ int cdy_sym_print(const cdy_symtab *tab, int e, char *buf, int len);
  * values, and the reason is kept for the log.  Two symbolic sizes that
  * broadcasting, cat or a reduction's pairing needs equal become a relation
  * (a guard of the entry); a symbol against a constant specializes. */
-typedef struct {
+typedef struct cdy_sym_pin_s {
     int value;                   /* graph value the trace read sizes of */
     unsigned dims;               /* its dims, a bit each */
     const char *why;             /* static text: what read them */

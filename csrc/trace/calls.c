@@ -431,6 +431,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             cdy_tr_stop(tr, NON_CONST_RESULT, what);
             return NULL;
         }
+        cdy_tr_pin_tensors(tr, args, nargs, "a call's constant result read the sizes");
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
             return NULL;
         int state = state_query(what);
@@ -442,6 +443,8 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     }
     if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
         cdy_build_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
+        if (!cdy_callable_symbolic(fn))
+            cdy_tr_pin_tensors(tr, args, nargs, "a builder without a symbolic rule read them");
         tvar *r = cdy_callable_build(tr, &call);
         if (!cdy_build_declined(tr, r, what))
             return r;

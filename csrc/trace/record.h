@@ -106,6 +106,8 @@ typedef struct {
     void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
     int nafter;              /* calls the transformed code makes for their effect after */
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
+    int npins, cap_pins;     /* sizes the trace read as numbers (trace/sympins.c): they */
+    struct cdy_sym_pin_s *pins; /* specialize where sizes are symbolic (sym/sym.h) */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,

@@ -136,6 +136,10 @@ int cdy_tr_stop_torch(tracer *tr, const char *what);
 /* Whether the trace has stopped (a reason is recorded). */
 int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
+/* trace/sympins.c: the trace read value's sizes at dims (a bit each) as numbers
+ * (why: static text); of every tensor among args (in tuples and lists too). */
+void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why);
+void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
 /* Decode the instruction k instructions after the current one (k = 0: the
@@ -549,6 +553,7 @@ int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`,
  * the op the rule binds as in *op. */
 int cdy_callable_meta(PyObject *fn, int *op);
 int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
+int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */

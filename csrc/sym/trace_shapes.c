@@ -1,0 +1,99 @@
+/* sym/trace_shapes.c - the symbolic shapes of a finished trace (its graph,
+ * its pins, its mutated inputs), and their log (CDYNAMO_LOGS=dynamic). */
+#include "sym/trace_shapes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* 1 if input source s is a frame argument or an item of one (not a module's
+ * attribute: parameters and buffers keep static sizes, as torch.compile's). */
+static int ts_argument(const cdy_src *s)
+{
+    if (s->kind != CDY_SRC_LOCAL)
+        return 0;
+    for (int i = 0; i < s->nattrs; i++)
+        if (!s->item[i])
+            return 0;
+    return 1;
+}
+
+/* The graph value of input position pos, or -1. */
+static int ts_input_value(const cdy_graph *g, int pos)
+{
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == CDY_VAL_INPUT && g->values[v].input_index == pos)
+            return v;
+    return -1;
+}
+
+int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
+{
+    const cdy_graph *g = &t->graph;
+    int extra = t->nwriteback + t->nreview, n = t->npins + extra;
+    cdy_sym_pin pins[n ? n : 1];
+    if (t->npins)
+        memcpy(pins, t->pins, (size_t)t->npins * sizeof(pins[0]));
+    n = t->npins;
+    for (int i = 0; i < t->nwriteback; i++)
+        pins[n++] = (cdy_sym_pin){ts_input_value(g, t->writeback[2 * i]), ~0u,
+                                  "an input the graph mutates"};
+    for (int i = 0; i < t->nreview; i++)
+        pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
+                                  "an output viewing a mutated input"};
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (pins[i].value >= 0)
+            pins[m++] = pins[i];
+    return cdy_sym_infer(g, dyn, pins, m, out);
+}
+
+void cdy_sym_dyn_all(const cdy_trace *t, unsigned *dyn)
+{
+    for (int i = 0; i < t->graph.ninputs; i++)
+        dyn[i] = t->input_srcs && ts_argument(&t->input_srcs[i]) ? ~0u : 0;
+}
+
+/* Value v's sizes as text ("[s0, 64]") into buf. */
+static void ts_sizes(const cdy_sym_shapes *s, const cdy_graph *g, int v, char *buf, size_t n)
+{
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < g->values[v].meta.ndim && used < n; d++) {
+        char e[96];
+        cdy_sym_print(&s->tab, s->dims[v][d], e, sizeof(e));
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", d ? ", " : "", e);
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+void cdy_sym_trace_log(const cdy_trace *t, const char *name)
+{
+    const cdy_graph *g = &t->graph;
+    unsigned dyn[g->ninputs ? g->ninputs : 1];
+    cdy_sym_shapes s;
+    cdy_sym_dyn_all(t, dyn);
+    cdy_sym_trace_shapes(t, dyn, &s);
+    int live = __builtin_popcountll(cdy_sym_live(&s));
+    cdy_log("dynamic", "%s: with the arguments' dims symbolic, %d of %d symbols stay symbolic "
+            "(%d passes)", name, live, s.tab.nsyms, s.runs);
+    for (int k = 0; k < s.tab.nsyms; k++) {
+        char src[128] = "?";
+        if (t->input_srcs)
+            cdy_src_name(&t->input_srcs[s.info[k].input], t->top_code, src, sizeof(src));
+        cdy_log("dynamic", "%s:   s%d = dim %d of '%s' (hint %lld)%s%s", name, k, s.info[k].dim,
+                src, (long long)s.tab.hint[k], s.info[k].pinned ? ": specialized: " : "",
+                s.info[k].pinned ? s.info[k].why : "");
+    }
+    for (int r = 0; r < s.nrel; r++) {
+        char a[96], b[96];
+        cdy_sym_print(&s.tab, s.rel[r][0], a, sizeof(a));
+        cdy_sym_print(&s.tab, s.rel[r][1], b, sizeof(b));
+        cdy_log("dynamic", "%s:   relation %s == %s", name, a, b);
+    }
+    for (int o = 0; o < g->noutputs; o++) {
+        char sz[256];
+        ts_sizes(&s, g, g->outputs[o], sz, sizeof(sz));
+        cdy_log("dynamic", "%s:   output %d: %s", name, o, sz);
+    }
+    cdy_sym_shapes_free(&s);
+}
