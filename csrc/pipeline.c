@@ -139,6 +139,8 @@ static int pp_threads(cdy_pipe *p)
 /* Schedule and emit t's graph: the plan (kernels as C, steps), checked. */
 static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan)
 {
+    if (cdy_log_on("dynamic"))
+        cdy_sym_trace_log(t, p->name);
     int nth = pp_threads(p);
     if (cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
         return pp_fail(p, NULL);
@@ -213,8 +215,6 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
         return -1;
     if (t->graph.noutputs == 0)
         return 0;                          /* no graph to call */
-    if (cdy_log_on("dynamic"))
-        cdy_sym_trace_log(t, p->name);
     if (p->backend == CDY_BACKEND_EAGER)
         return pp_eager(p, t);
     cdy_plan plan;

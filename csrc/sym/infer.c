@@ -19,6 +19,7 @@ typedef struct {
     const cdy_graph *g;
     uint64_t pinned;          /* the symbols specialized so far */
     int changed;              /* this pass specialized a new one */
+    const char *ext;          /* per value: an extern's matmul kind (sym.h), or NULL */
     int oom;
 } sy_pass;
 
@@ -193,6 +194,57 @@ static int sy_cat(sy_pass *p, int v)
     return 0;
 }
 
+/* The matmul of a[.., M, K] and b[.., K, N] (b 2-D: [K, N]; bt: b is
+ * [N, K], linear's weight) into v's dims: batch dims broadcast, K equal. */
+static int sy_matmul(sy_pass *p, int v, int a, int b, int bt)
+{
+    const cdy_meta *am = &p->g->values[a].meta, *bm = &p->g->values[b].meta;
+    int nd = p->g->values[v].meta.ndim;
+    if (am->ndim < 2 || bm->ndim < 2 || nd != (am->ndim > bm->ndim ? am->ndim : bm->ndim))
+        return -1;
+    int *o = p->s->dims[v], *x = p->s->dims[a], *y = p->s->dims[b];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    if (one < 0)
+        return -1;
+    for (int d = 0; d < nd - 2; d++) {        /* batch dims: broadcast */
+        int xd = d - (nd - am->ndim), yd = d - (nd - bm->ndim);
+        int ex = xd >= 0 ? x[xd] : one, ey = yd >= 0 ? y[yd] : one;
+        o[d] = ex == one ? ey : ex;
+        if (ex != one && ey != one)
+            sy_equal(p, ex, ey, v, d, "matmul's batch sizes");
+    }
+    int k_b = bt ? y[bm->ndim - 1] : y[bm->ndim - 2];
+    sy_equal(p, x[am->ndim - 1], k_b, v, nd - 1, "matmul's inner sizes");
+    o[nd - 2] = x[am->ndim - 2];
+    o[nd - 1] = bt ? y[bm->ndim - 2] : y[bm->ndim - 1];
+    return 0;
+}
+
+/* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
+static int sy_extern(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    char k = p->ext ? p->ext[v] : 0;
+    if (k == 'm' && val->nargs == 2)
+        return sy_matmul(p, v, val->args[0], val->args[1], 0);
+    if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
+        const cdy_meta *xm = &p->g->values[val->args[0]].meta;
+        if (xm->ndim < 1 || p->g->values[val->args[1]].meta.ndim != 2)
+            return -1;
+        if (xm->ndim == 1)                   /* a vector: [N] */
+            return -1;
+        if (val->nargs == 3) {               /* the bias broadcasts against [.., N] */
+            const cdy_meta *bm = &p->g->values[val->args[2]].meta;
+            if (bm->ndim != 1 && bm->ndim != 0)
+                return -1;
+            for (int d = 0; d < bm->ndim; d++)
+                sy_pin(p, p->s->dims[val->args[2]][d], v, d, "linear's bias");
+        }
+        return sy_matmul(p, v, val->args[0], val->args[1], 1);
+    }
+    return -1;
+}
+
 /* 1 if v's expressions are its meta's sizes at the hints. */
 static int sy_agrees(sy_pass *p, int v)
 {
@@ -219,6 +271,8 @@ static void sy_node(sy_pass *p, int v)
         r = sy_rows(p, v);
     else if (val->op == CDY_OP_CAT || val->op == CDY_OP_STACK)
         r = sy_cat(p, v);
+    else if (val->op == CDY_OP_EXTERN)
+        r = sy_extern(p, v);
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;
         why = "the symbolic rule disagrees with the meta";
@@ -279,13 +333,13 @@ static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn
 }
 
 int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_pin *pins,
-                  int npins, cdy_sym_shapes *out)
+                  int npins, const char *ext, cdy_sym_shapes *out)
 {
     memset(out, 0, sizeof(*out));
     cdy_symtab_init(&out->tab);
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
-    sy_pass p = {out, g, 0, 1, 0};
+    sy_pass p = {out, g, 0, 1, ext, 0};
     if (!out->dims || sy_symbols(out, g, dyn)) {
         p.oom = 1;
     }

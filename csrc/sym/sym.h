@@ -102,10 +102,13 @@ typedef struct {
     int runs;                    /* passes over the graph until no new pin */
 } cdy_sym_shapes;
 
-/* Symbolic sizes of g's values (see above); fills *out (free with
+/* Symbolic sizes of g's values (see above); ext (NULL: none) names the
+ * externs the caller knows, per value: 'm' mm / bmm / matmul of two tensors
+ * of 2 or more dims (batch dims broadcast), 'l' linear(x, weight[, bias]);
+ * other externs specialize what they read.  Fills *out (free with
  * cdy_sym_shapes_free).  0, or -1 (memory): then every symbol specialized. */
 int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_pin *pins,
-                  int npins, cdy_sym_shapes *out);
+                  int npins, const char *ext, cdy_sym_shapes *out);
 void cdy_sym_shapes_free(cdy_sym_shapes *s);
 /* The symbols that stayed symbolic, a bit each. */
 uint64_t cdy_sym_live(const cdy_sym_shapes *s);

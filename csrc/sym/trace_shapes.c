@@ -26,6 +26,38 @@ static int ts_input_value(const cdy_graph *g, int pos)
     return -1;
 }
 
+/* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
+ * operator.matmul), 'l' for F.linear or a PackedLinear, else 0 (sym.h's
+ * extern kinds). */
+static char ts_extern_kind(PyObject *fn)
+{
+    static PyObject *fns[9];
+    static const char kinds[9] = "mmmmmmmlm";
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *F = PyImport_ImportModule("torch.nn.functional");
+        PyObject *T = PyObject_GetAttrString(cdy_torch, "Tensor");
+        const char *tn[] = {"mm", "bmm", "matmul"};
+        const char *mn[] = {"mm", "bmm", "matmul", "__matmul__"};
+        for (int i = 0; i < 3; i++)
+            fns[i] = PyObject_GetAttrString(cdy_torch, tn[i]);
+        for (int i = 0; T && i < 4; i++)
+            fns[3 + i] = PyObject_GetAttrString(T, mn[i]);
+        fns[7] = F ? PyObject_GetAttrString(F, "linear") : NULL;
+        PyObject *op = PyImport_ImportModule("operator");
+        fns[8] = op ? PyObject_GetAttrString(op, "matmul") : NULL;
+        Py_XDECREF(op);
+        Py_XDECREF(F);
+        Py_XDECREF(T);
+        PyErr_Clear();
+    }
+    for (int i = 0; i < 9; i++)
+        if (fns[i] && fn == fns[i])
+            return kinds[i];
+    return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
+}
+
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
@@ -44,7 +76,15 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < n; i++)
         if (pins[i].value >= 0)
             pins[m++] = pins[i];
-    return cdy_sym_infer(g, dyn, pins, m, out);
+    char ext[g->nvalues ? g->nvalues : 1];
+    memset(ext, 0, sizeof(ext));
+    for (int i = 0; i < t->npynodes; i++) {
+        const cdy_pynode *pn = &t->pynodes[i];
+        if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
+            !pn->kwnames && g->values[pn->value].op == CDY_OP_EXTERN)
+            ext[pn->value] = ts_extern_kind(pn->fn);
+    }
+    return cdy_sym_infer(g, dyn, pins, m, ext, out);
 }
 
 void cdy_sym_dyn_all(const cdy_trace *t, unsigned *dyn)
