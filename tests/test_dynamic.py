@@ -105,9 +105,30 @@ def test_bmm_batch_and_rows(capfd):
     def f(q, k):
         return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.5, dim=-1)
 
-    # the transpose is a strided view: no symbolic rule yet, so k specializes
-    lines = symbolic_log(capfd, f, torch.randn(3, 6, 4), torch.randn(3, 6, 4))
-    assert outputs(lines) == ["[3, s1, 6]"]
+    lines = symbolic_log(capfd, f, torch.randn(3, 6, 4), torch.randn(3, 5, 4))
+    assert "6 of 6 symbols" in lines[0]
+    assert "  relation s0 == s3" in lines and "  relation s2 == s5" in lines
+    assert outputs(lines) == ["[s0, s1, s4]"]
+
+
+def test_views_follow_their_source(capfd):
+    def f(x):
+        a = x.permute(2, 0, 1).unsqueeze(0) * 2
+        b = x.reshape(-1, 4) + 1
+        c = x.flatten(1) - 1
+        d = x.view(-1) * 3
+        return a, b, c, d, x.transpose(0, 1).squeeze() + 0
+
+    lines = symbolic_log(capfd, f, torch.randn(3, 5, 4))
+    assert outputs(lines) == ["[1, 4, s0, s1]", "[s0*s1, 4]", "[s0, 4*s1]", "[4*s0*s1]",
+                              "[s1, s0, 4]"]
+    # reshape(-1, 4) put x's last dim to 4: it specialized
+    assert any(l.startswith("  s2 = dim 2 of 'x' (hint 4): specialized") for l in lines), lines
+
+
+def test_views_without_a_rule_specialize(capfd):
+    lines = symbolic_log(capfd, lambda x: x[:, :2] + x.view(3, 10)[:, :2], torch.randn(3, 10))
+    assert "0 of 2 symbols" in lines[0]
     assert any("no symbolic rule for the op strided_view" in l for l in lines), lines
 
 

@@ -20,6 +20,7 @@ typedef struct {
     uint64_t pinned;          /* the symbols specialized so far */
     int changed;              /* this pass specialized a new one */
     const char *ext;          /* per value: an extern's matmul kind (sym.h), or NULL */
+    const cdy_sym_hints *h;   /* or NULL */
     int oom;
 } sy_pass;
 
@@ -245,6 +246,76 @@ static int sy_extern(sy_pass *p, int v)
     return -1;
 }
 
+/* The product of src's dims [a, b] (its element count: 0, ndim - 1). */
+static int sy_product(sy_pass *p, int src, int a, int b)
+{
+    int e = cdy_sym_const(&p->s->tab, 1);
+    for (int d = a; d <= b; d++)
+        e = cdy_sym_mul(&p->s->tab, e, p->s->dims[src][d]);
+    return e;
+}
+
+/* A view with a map (sym.h's cdy_sym_view) into v's dims. */
+static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    int *o = p->s->dims[v];
+    if (w->kind == 'p') {
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
+        return 0;
+    }
+    if (w->kind == 'f') {
+        if (w->a < 0 || w->b < w->a || w->b >= sm->ndim || m->ndim != sm->ndim - (w->b - w->a))
+            return -1;
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = d < w->a ? p->s->dims[w->src][d] :
+                   d == w->a ? sy_product(p, w->src, w->a, w->b) :
+                   p->s->dims[w->src][d + w->b - w->a];
+        return 0;
+    }
+    if (w->kind != 'r')
+        return -1;
+    int64_t known = 1;
+    for (int d = 0; d < m->ndim; d++)
+        if (d != w->a) {
+            o[d] = cdy_sym_const(&p->s->tab, m->sizes[d]);
+            known *= m->sizes[d];
+        }
+    int n = sy_product(p, w->src, 0, sm->ndim - 1);
+    if (w->a < 0) {
+        sy_equal(p, n, cdy_sym_const(&p->s->tab, known), v, 0, "a view to constant sizes");
+        return 0;
+    }
+    if (known <= 0)
+        return -1;
+    /* only an exact division (else eager's check of divisibility would be a
+     * guard): the source's last k dims specialize until it is one */
+    for (int k = 0; k <= sm->ndim; k++) {
+        uint64_t mask = 0;
+        for (int d = sm->ndim - k; d < sm->ndim; d++)
+            mask |= cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
+        int nk = cdy_sym_subst_hints(&p->s->tab, n, mask);
+        int q = cdy_sym_floordiv(&p->s->tab, nk, known);
+        if (q < 0 || cdy_sym_mul(&p->s->tab, q, cdy_sym_const(&p->s->tab, known)) != nk)
+            continue;
+        for (int d = sm->ndim - k; d < sm->ndim; d++)
+            sy_pin(p, p->s->dims[w->src][d], v, d, "a view's -1 would not divide");
+        o[w->a] = q;
+        return 0;
+    }
+    return -1;
+}
+
+/* A view node: by its map when the trace recorded one. */
+static int sy_view(sy_pass *p, int v)
+{
+    for (int i = 0; p->h && i < p->h->nviews; i++)
+        if (p->h->views[i].value == v)
+            return sy_view_map(p, v, &p->h->views[i]);
+    return -1;
+}
+
 /* 1 if v's expressions are its meta's sizes at the hints. */
 static int sy_agrees(sy_pass *p, int v)
 {
@@ -273,6 +344,8 @@ static void sy_node(sy_pass *p, int v)
         r = sy_cat(p, v);
     else if (val->op == CDY_OP_EXTERN)
         r = sy_extern(p, v);
+    else if (val->op == CDY_OP_VIEW || val->op == CDY_OP_VIEW_COPY)
+        r = sy_view(p, v);
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;
         why = "the symbolic rule disagrees with the meta";
@@ -289,8 +362,10 @@ static void sy_node(sy_pass *p, int v)
 }
 
 /* One pass over g with p->pinned specialized: every value's sizes. */
-static void sy_run(sy_pass *p, const unsigned *dyn, const cdy_sym_pin *pins, int npins)
+static void sy_run(sy_pass *p)
 {
+    const cdy_sym_pin *pins = p->h ? p->h->pins : NULL;
+    int npins = p->h ? p->h->npins : 0;
     cdy_sym_shapes *s = p->s;
     s->nrel = 0;
     p->changed = 0;
@@ -309,7 +384,6 @@ static void sy_run(sy_pass *p, const unsigned *dyn, const cdy_sym_pin *pins, int
         for (int d = 0; d < p->g->values[pins[i].value].meta.ndim; d++)
             if (pins[i].dims >> d & 1)
                 sy_pin(p, s->dims[pins[i].value][d], pins[i].value, d, pins[i].why);
-    (void)dyn;
 }
 
 /* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */
@@ -332,20 +406,20 @@ static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn
     return 0;
 }
 
-int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_pin *pins,
-                  int npins, const char *ext, cdy_sym_shapes *out)
+int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
+                  cdy_sym_shapes *out)
 {
     memset(out, 0, sizeof(*out));
     cdy_symtab_init(&out->tab);
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
-    sy_pass p = {out, g, 0, 1, ext, 0};
+    sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
     if (!out->dims || sy_symbols(out, g, dyn)) {
         p.oom = 1;
     }
     while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
         out->runs++;
-        sy_run(&p, dyn, pins, npins);
+        sy_run(&p);
     }
     if (!p.oom)
         return 0;

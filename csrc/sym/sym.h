@@ -86,6 +86,29 @@ typedef struct cdy_sym_pin_s {
     const char *why;             /* static text: what read them */
 } cdy_sym_pin;
 
+/* A view node whose sizes follow its source's by a known function (the
+ * tracer records it for the view builder's calls it knows; a view without
+ * one specializes).  kind 'p': a permutation of the source's dims with size-1
+ * dims added or dropped (transpose, permute, unsqueeze, squeeze, ...): out
+ * dim d is source dim map[d], or a new size 1 (-1); 'r': view / reshape to
+ * the node's constant sizes but dim a (-1: none), which is the source's
+ * element count over theirs; 'f': flatten of source dims a..b into out dim a. */
+typedef struct cdy_sym_view_s {
+    int value, src;
+    char kind;
+    int a, b;
+    signed char map[CDY_MAX_NDIM];
+} cdy_sym_view;
+
+/* What the trace knows beyond the graph (sym/trace_shapes.c fills it). */
+typedef struct {
+    const cdy_sym_pin *pins;     /* sizes read as numbers */
+    int npins;
+    const char *ext;             /* per value: an extern's kind (below), or NULL */
+    const cdy_sym_view *views;   /* view maps */
+    int nviews;
+} cdy_sym_hints;
+
 typedef struct {
     int input, dim;              /* the symbol is dim `dim` of graph input `input` */
     int pinned;                  /* specialized: its hint is guarded as a value */
@@ -102,13 +125,14 @@ typedef struct {
     int runs;                    /* passes over the graph until no new pin */
 } cdy_sym_shapes;
 
-/* Symbolic sizes of g's values (see above); ext (NULL: none) names the
- * externs the caller knows, per value: 'm' mm / bmm / matmul of two tensors
- * of 2 or more dims (batch dims broadcast), 'l' linear(x, weight[, bias]);
- * other externs specialize what they read.  Fills *out (free with
- * cdy_sym_shapes_free).  0, or -1 (memory): then every symbol specialized. */
-int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_pin *pins,
-                  int npins, const char *ext, cdy_sym_shapes *out);
+/* Symbolic sizes of g's values (see above), with h's pins and views (h may
+ * be NULL); h->ext names the externs the caller knows, per value: 'm' mm /
+ * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
+ * linear(x, weight[, bias]); other externs specialize what they read.  Fills
+ * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
+ * symbol specialized. */
+int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
+                  cdy_sym_shapes *out);
 void cdy_sym_shapes_free(cdy_sym_shapes *s);
 /* The symbols that stayed symbolic, a bit each. */
 uint64_t cdy_sym_live(const cdy_sym_shapes *s);

@@ -84,7 +84,8 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
             !pn->kwnames && g->values[pn->value].op == CDY_OP_EXTERN)
             ext[pn->value] = ts_extern_kind(pn->fn);
     }
-    return cdy_sym_infer(g, dyn, pins, m, ext, out);
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews};
+    return cdy_sym_infer(g, dyn, &h, out);
 }
 
 void cdy_sym_dyn_all(const cdy_trace *t, unsigned *dyn)

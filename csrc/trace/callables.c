@@ -232,6 +232,8 @@ static int cc_symbolic_builder(cdy_build_fn b)
 int cdy_callable_symbolic(PyObject *fn)
 {
     const cc_rec *r = cc_find(fn);
+    if (r && r->build[0] == cdy_build_view && !r->build[1])
+        return 2;
     return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
 }
 

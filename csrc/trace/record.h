@@ -108,6 +108,8 @@ typedef struct {
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
     int npins, cap_pins;     /* sizes the trace read as numbers (trace/sympins.c): they */
     struct cdy_sym_pin_s *pins; /* specialize where sizes are symbolic (sym/sym.h) */
+    int nsymviews, cap_symviews; /* views whose sizes follow their source's by a */
+    struct cdy_sym_view_s *symviews; /* known function (trace/sympins.c) */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,

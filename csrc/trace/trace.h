@@ -140,6 +140,11 @@ PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
  * (why: static text); of every tensor among args (in tuples and lists too). */
 void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why);
 void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why);
+/* After the view builder made r for call: record how r's sizes follow its
+ * source's (transpose, permute, unsqueeze, squeeze, view / reshape with a
+ * -1, flatten), else pin the call's tensors. */
+struct cdy_build_call_s;
+void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
 /* Decode the instruction k instructions after the current one (k = 0: the
@@ -493,7 +498,7 @@ int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, t
  * (several pointwise nodes, a special-kind node, a view...).  tensor_call
  * runs it after the call has run on the fakes: call->out is torch's result,
  * whose meta the built result must have. */
-typedef struct {
+typedef struct cdy_build_call_s {
     PyObject *fn;          /* the callable: a torch function or Tensor.<name> */
     const char *what;      /* its name, for reasons */
     tvar **args;           /* positional, then kwnames' values */
@@ -553,7 +558,8 @@ int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`,
  * the op the rule binds as in *op. */
 int cdy_callable_meta(PyObject *fn, int *op);
 int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
-int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic */
+int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
+                                                 * 2 the view builder (cdy_tr_sym_view) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */

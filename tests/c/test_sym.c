@@ -133,7 +133,7 @@ static void test_infer_rules(void)
     int c = tg_node(&t, CDY_OP_CAT, 2, (int64_t[]){16, 64}, 3, (int[]){sm, x, zero});
     unsigned dyn[2] = {3, 1};
     cdy_sym_shapes sh;
-    CHECK(cdy_sym_infer(&t.g, dyn, NULL, 0, NULL, &sh) == 0);
+    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0);
     CHECK(sh.tab.nsyms == 3);                    /* x's two dims, w's dim */
     CHECK(sh.info[0].input == 0 && sh.info[0].dim == 0 && !sh.info[0].pinned);
     /* x's dim 1 and w's dim 0 broadcast against each other: a relation */
@@ -145,13 +145,14 @@ static void test_infer_rules(void)
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
-    CHECK(cdy_sym_infer(&t.g, dyn, &pin, 1, NULL, &sh) == 0);
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0};
+    CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
     CHECK(cdy_sym_live(&sh) == 6 && sh.runs == 2);
     cdy_sym_shapes_free(&sh);
     /* no dyn: nothing symbolic */
-    CHECK(cdy_sym_infer(&t.g, NULL, NULL, 0, NULL, &sh) == 0 && sh.tab.nsyms == 0);
+    CHECK(cdy_sym_infer(&t.g, NULL, NULL, &sh) == 0 && sh.tab.nsyms == 0);
     cdy_sym_shapes_free(&sh);
 }
 
@@ -170,7 +171,7 @@ static void test_infer_specializes(void)
     int bad = tg_node(&t, CDY_OP_RELU, 2, (int64_t[]){9, 32}, 1, (int[]){ln});
     unsigned dyn[2] = {3, 3};
     cdy_sym_shapes sh;
-    CHECK(cdy_sym_infer(&t.g, dyn, NULL, 0, NULL, &sh) == 0);
+    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0);
     CHECK(sh.tab.nsyms == 4);
     CHECK(sh.info[1].pinned && strstr(sh.info[1].why, "normalized_shape"));
     CHECK(sh.info[2].pinned && sh.info[3].pinned && strstr(sh.info[2].why, "extern"));
@@ -202,7 +203,8 @@ static void test_infer_matmul(void)
     ext[bm] = 'm';
     unsigned dyn[6] = {3, 3, 0, 0, 7, 7};
     cdy_sym_shapes sh;
-    CHECK(cdy_sym_infer(&t.g, dyn, NULL, 0, ext, &sh) == 0);
+    cdy_sym_hints h = {NULL, 0, ext, NULL, 0};
+    CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(!strcmp(txt(&sh.tab, sh.dims[li][0]), "s0") && !strcmp(txt(&sh.tab, sh.dims[li][1]), "8"));
     /* w's dim 1 (16) meets W's static 16: specialized; x's 32 and w's 32 a relation */
     CHECK(!sh.info[0].pinned && !sh.info[1].pinned && !sh.info[2].pinned && sh.info[3].pinned);
@@ -210,7 +212,7 @@ static void test_infer_matmul(void)
     CHECK(sh.nrel == 3);    /* s1 == s2, s4 == s7 (batch), s6 == s8 (inner); s5, s9 free */
     cdy_sym_shapes_free(&sh);
     /* without the kinds, the externs specialize everything they read */
-    CHECK(cdy_sym_infer(&t.g, dyn, NULL, 0, NULL, &sh) == 0 && cdy_sym_live(&sh) == 0);
+    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0 && cdy_sym_live(&sh) == 0);
     cdy_sym_shapes_free(&sh);
 }
 
