@@ -48,13 +48,14 @@ def test_pointwise_reduction_softmax_cat_stay_symbolic(capfd):
     assert "  s1 = dim 1 of 'x' (hint 16)" in lines
     assert "  s2 = dim 0 of 'b' (hint 16)" in lines
     assert "  relation s1 == s2" in lines          # broadcasting relied on x's dim 1 == b's
+    assert "  guards: s0 >= 2, s1 >= 2, s2 >= 2, inputs with symbols contiguous, relations" in lines
     assert outputs(lines) == ["[s0]", "[s0, s1]", "[2*s0, s1]", "[1, s1]"]
 
 
 def test_sizes_zero_and_one_stay_static(capfd):
-    lines = symbolic_log(capfd, lambda x: x + 1, torch.randn(1, 5, 0))
-    assert lines[0].startswith("with the arguments' dims symbolic, 1 of 1 symbols")
-    assert outputs(lines) == ["[1, s0, 0]"]
+    lines = symbolic_log(capfd, lambda x, y: x + y, torch.randn(1, 5, 3), torch.randn(0, 1, 1))
+    assert lines[0].startswith("with the arguments' dims symbolic, 2 of 2 symbols")
+    assert outputs(lines) == ["[0, s0, s1]"]
 
 
 def test_shape_read_specializes(capfd):
@@ -148,6 +149,12 @@ def test_module_parameters_are_not_symbols(capfd):
         lines = symbolic_log(capfd, m, torch.randn(9, 10))
     assert lines[0].startswith("with the arguments' dims symbolic, 1 of 2 symbols"), lines
     assert outputs(lines) == ["[s0, 3]"]
+
+
+def test_non_contiguous_input_specializes(capfd):
+    lines = symbolic_log(capfd, lambda x, y: x * 2 + y, torch.randn(5, 3).t(), torch.randn(3, 5))
+    assert outputs(lines) == ["[3, 5]"]
+    assert any("a non-contiguous input" in l for l in lines), lines
 
 
 def test_log_off_by_default(capfd):

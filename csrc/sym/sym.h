@@ -137,4 +137,13 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s);
 /* The symbols that stayed symbolic, a bit each. */
 uint64_t cdy_sym_live(const cdy_sym_shapes *s);
 
+/* ---- guards (sym/guards.c) ---------------------------------------------------
+ * Whether inputs of metas actual[input position] (names[i] for the text, may
+ * be NULL) satisfy the guards of s (g's symbolic shapes): ndim and dtype,
+ * static and specialized sizes equal to the example's, each live symbol's
+ * size >= 2 with its input contiguous, the relations.  0 with vals[k] the
+ * symbols' values (specialized ones: their hints); else 1 and why. */
+int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
+                  const char *const *names, int64_t *vals, char *why, size_t n);
+
 #endif /* CDY_SYM_H */

@@ -61,7 +61,7 @@ static char ts_extern_kind(PyObject *fn)
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
-    int extra = t->nwriteback + t->nreview, n = t->npins + extra;
+    int extra = t->nwriteback + t->nreview + g->ninputs, n = t->npins + extra;
     cdy_sym_pin pins[n ? n : 1];
     if (t->npins)
         memcpy(pins, t->pins, (size_t)t->npins * sizeof(pins[0]));
@@ -72,6 +72,9 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < t->nreview; i++)
         pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
                                   "an output viewing a mutated input"};
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_contiguous(&g->values[v].meta))
+            pins[n++] = (cdy_sym_pin){v, ~0u, "a non-contiguous input"};
     int m = 0;
     for (int i = 0; i < n; i++)
         if (pins[i].value >= 0)
@@ -125,6 +128,16 @@ void cdy_sym_trace_log(const cdy_trace *t, const char *name)
                 src, (long long)s.tab.hint[k], s.info[k].pinned ? ": specialized: " : "",
                 s.info[k].pinned ? s.info[k].why : "");
     }
+    char gl[512];
+    size_t used = 0;
+    gl[0] = 0;
+    for (int k = 0; k < s.tab.nsyms && used < sizeof(gl); k++)
+        if (!s.info[k].pinned)
+            used += (size_t)snprintf(gl + used, sizeof(gl) - used, "%ss%d >= 2", used ? ", " : "",
+                                     k);
+    if (used)
+        cdy_log("dynamic", "%s:   guards: %s, inputs with symbols contiguous, relations", name,
+                gl);
     for (int r = 0; r < s.nrel; r++) {
         char a[96], b[96];
         cdy_sym_print(&s.tab, s.rel[r][0], a, sizeof(a));

@@ -216,8 +216,64 @@ static void test_infer_matmul(void)
     cdy_sym_shapes_free(&sh);
 }
 
+static cdy_meta meta_of(int ndim, const int64_t *sizes)
+{
+    cdy_meta m = {0};
+    m.dtype = CDY_DT_FLOAT32;
+    m.ndim = ndim;
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        m.sizes[d] = sizes[d];
+        m.strides[d] = st;
+        st *= sizes[d];
+    }
+    return m;
+}
+
+/* x[B, H] + b[H] with everything symbolic: B free, H == b's dim a relation;
+ * the guards accept other sizes that keep it, and say why they reject. */
+static void test_guards(void)
+{
+    tg t;
+    tg_init(&t);
+    int x = tg_input(&t, 2, (int64_t[]){8, 16});
+    int b = tg_input(&t, 1, (int64_t[]){16});
+    int y = tg_input(&t, 2, (int64_t[]){1, 3});   /* static: sizes 1 and a pinned 3 */
+    tg_node(&t, CDY_OP_ADD, 2, (int64_t[]){8, 16}, 2, (int[]){x, b});
+    cdy_sym_pin pin = {y, 2, "read"};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0};
+    unsigned dyn[3] = {3, 1, 3};
+    cdy_sym_shapes sh;
+    CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0 && sh.nrel == 1 && sh.tab.nsyms == 4);
+    const char *names[3] = {"x", "b", "y"};
+    int64_t vals[4];
+    char why[256] = "";
+    cdy_meta a[3] = {meta_of(2, (int64_t[]){64, 7}), meta_of(1, (int64_t[]){7}),
+                     meta_of(2, (int64_t[]){1, 3})};
+    CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 0);
+    CHECK(vals[0] == 64 && vals[1] == 7 && vals[2] == 7 && vals[3] == 3);
+    a[1] = meta_of(1, (int64_t[]){5});
+    CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
+    CHECK(!strcmp(why, "relation s1 == s2 does not hold: 7 != 5"));
+    a[1] = meta_of(1, (int64_t[]){7});
+    a[0] = meta_of(2, (int64_t[]){1, 7});
+    CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
+    CHECK(!strcmp(why, "dimension 0 of 'x' is 1: sizes 0 and 1 are not symbolic"));
+    a[0] = meta_of(2, (int64_t[]){4, 7});
+    a[0].strides[0] = 1;
+    a[0].strides[1] = 4;
+    CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
+    CHECK(strstr(why, "'x' is not contiguous") != NULL);
+    a[0] = meta_of(2, (int64_t[]){4, 7});
+    a[2] = meta_of(2, (int64_t[]){1, 4});
+    CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
+    CHECK(!strcmp(why, "tensor 'y' size mismatch at index 1. expected 3, actual 4"));
+    cdy_sym_shapes_free(&sh);
+}
+
 int main(void)
 {
+    test_guards();
     test_infer_matmul();
     test_expr();
     test_infer_rules();
