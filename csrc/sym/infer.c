@@ -292,7 +292,7 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     /* only an exact division (else eager's check of divisibility would be a
      * guard): the source's last k dims specialize until it is one */
     for (int k = 0; k <= sm->ndim; k++) {
-        uint64_t mask = 0;
+        uint64_t mask = p->pinned;   /* specialized earlier in this pass */
         for (int d = sm->ndim - k; d < sm->ndim; d++)
             mask |= cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
         int nk = cdy_sym_subst_hints(&p->s->tab, n, mask);
@@ -379,11 +379,11 @@ static void sy_run(sy_pass *p)
             for (int k = 0; k < s->tab.nsyms; k++)
                 if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
                     s->dims[v][s->info[k].dim] = cdy_sym_var(&s->tab, k);
+        for (int i = 0; i < npins; i++)    /* v's pins, before the values that read it */
+            for (int d = 0; pins[i].value == v && d < val->meta.ndim; d++)
+                if (pins[i].dims >> d & 1)
+                    sy_pin(p, s->dims[v][d], v, d, pins[i].why);
     }
-    for (int i = 0; i < npins; i++)
-        for (int d = 0; d < p->g->values[pins[i].value].meta.ndim; d++)
-            if (pins[i].dims >> d & 1)
-                sy_pin(p, s->dims[pins[i].value][d], pins[i].value, d, pins[i].why);
 }
 
 /* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */

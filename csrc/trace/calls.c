@@ -431,7 +431,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             cdy_tr_stop(tr, NON_CONST_RESULT, what);
             return NULL;
         }
-        cdy_tr_pin_tensors(tr, args, nargs, "a call's constant result read the sizes");
+        cdy_tr_pin_query(tr, what, args, nargs);
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
             return NULL;
         int state = state_query(what);
@@ -1170,6 +1170,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
+        if (a->kind == TV_TENSOR)
+            cdy_tr_pin(tr, a->value, 1, "the code read len()");
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;

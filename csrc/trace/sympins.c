@@ -43,6 +43,34 @@ void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why)
             cdy_tr_pin_tensors(tr, args[i]->items, args[i]->n, why);
 }
 
+void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs)
+{
+    static const char *const free_[] = {"dim", "ndimension", "is_floating_point", "is_complex",
+                                        "element_size", "get_device", "is_signed", NULL};
+    const char *dot = strrchr(what, '.');
+    const char *name = dot ? dot + 1 : what;
+    for (int i = 0; free_[i]; i++)
+        if (!strcmp(name, free_[i]))
+            return;
+    if (nargs >= 1 && args[0]->kind == TV_TENSOR) {
+        int nd = tr->t->graph.values[args[0]->value].meta.ndim;
+        long d = -1;
+        if (!strcmp(name, "__len__") && nargs == 1 && nd > 0)
+            d = 0;
+        else if (!strcmp(name, "size") && nargs == 2 && args[1]->kind == TV_CONST &&
+                 PyLong_CheckExact(args[1]->obj)) {
+            d = PyLong_AsLong(args[1]->obj);
+            PyErr_Clear();
+            d += d < 0 ? nd : 0;
+        }
+        if (d >= 0 && d < nd) {
+            cdy_tr_pin(tr, args[0]->value, 1u << d, "the code read the size");
+            return;
+        }
+    }
+    cdy_tr_pin_tensors(tr, args, nargs, "a call's constant result read the sizes");
+}
+
 /* Room for one more view map in t; 0, or -1 (stopped). */
 static int sp_view_room(tracer *tr)
 {

@@ -140,6 +140,9 @@ PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
  * (why: static text); of every tensor among args (in tuples and lists too). */
 void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why);
 void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why);
+/* A call `what` over args whose result is a constant: pins what it read
+ * (x.size(d) / len(x): one dim; dim(), dtype queries: none; else all). */
+void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs);
 /* After the view builder made r for call: record how r's sizes follow its
  * source's (transpose, permute, unsqueeze, squeeze, view / reshape with a
  * -1, flatten), else pin the call's tensors. */
