@@ -88,6 +88,10 @@ def test_layer_norm_normalized_dims_specialize(capfd):
 
     lines = symbolic_log(capfd, f, torch.randn(2, 7, 32))
     assert "2 of 3 symbols" in lines[0]
+    # weight and bias passed as arguments: their sizes are normalized_shape's too
+    lines2 = symbolic_log(capfd, lambda x, w, b: F.layer_norm(x, (32,), w, b),
+                          torch.randn(2, 32), w, b)
+    assert "1 of 4 symbols" in lines2[0] and outputs(lines2) == ["[s0, 32]"]
     assert any("s2 = dim 2 of 'x' (hint 32): specialized: layer_norm's normalized_shape" in l
                for l in lines), lines
     assert outputs(lines) == ["[s0, s1, 32]"]

@@ -152,6 +152,15 @@ static int sy_rows(sy_pass *p, int v)
             return -1;
         for (int d = x->meta.ndim - (int)nn->i; d < x->meta.ndim; d++)
             sy_pin(p, p->s->dims[v][d], v, d, "layer_norm's normalized_shape");
+        for (int a = 1; a <= 2; a++) {       /* weight and bias: normalized_shape's sizes */
+            const cdy_value *wv = &p->g->values[val->args[a]];
+            if (wv->kind == CDY_VAL_SCALAR)
+                continue;
+            if (wv->meta.ndim != nn->i)
+                return -1;
+            for (int d = 0; d < wv->meta.ndim; d++)
+                sy_pin(p, p->s->dims[val->args[a]][d], v, d, "layer_norm's normalized_shape");
+        }
     } else if (val->op != CDY_OP_SOFTMAX && val->op != CDY_OP_LOG_SOFTMAX) {
         return -1;
     }
