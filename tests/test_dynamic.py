@@ -166,6 +166,24 @@ def test_non_contiguous_input_specializes(capfd):
     assert any("a non-contiguous input" in l for l in lines), lines
 
 
+def test_graph_passes_keep_pins(capfd):
+    """The attention rewrite drops the scores a size was read from: everything specializes
+    (what the read depended on is unknown); channels_last's inserted values shift the pins."""
+    def attn(q, k, v):
+        s = (q @ k.transpose(-2, -1)) * 0.125
+        return torch.softmax(s, dim=-1) @ v, s.shape[-1]
+
+    q = torch.randn(2, 4, 8, 16)
+    with torch.no_grad():
+        lines = symbolic_log(capfd, attn, q, q.clone(), q.clone())
+    assert "0 of 12 symbols" in lines[0]
+    assert any("a pinned value a graph pass removed" in l for l in lines), lines
+    conv = torch.nn.Conv2d(3, 4, 3)
+    with torch.no_grad():
+        lines = symbolic_log(capfd, lambda x: conv(x).relu() + x.shape[0], torch.randn(2, 3, 8, 8))
+    assert outputs(lines) == ["[2, 4, 6, 6]"]
+
+
 def test_log_off_by_default(capfd):
     capfd.readouterr()
     cdynamo.optimize(lambda x: x + 1)(torch.randn(3))

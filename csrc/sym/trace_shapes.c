@@ -61,7 +61,7 @@ static char ts_extern_kind(PyObject *fn)
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
-    int extra = t->nwriteback + t->nreview + g->ninputs, n = t->npins + extra;
+    int extra = t->nwriteback + t->nreview + 2 * g->ninputs, n = t->npins + extra;
     cdy_sym_pin pins[n ? n : 1];
     if (t->npins)
         memcpy(pins, t->pins, (size_t)t->npins * sizeof(pins[0]));
@@ -75,10 +75,16 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int v = 0; v < g->nvalues; v++)
         if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_contiguous(&g->values[v].meta))
             pins[n++] = (cdy_sym_pin){v, ~0u, "a non-contiguous input"};
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (pins[i].value >= 0)
-            pins[m++] = pins[i];
+    int m = 0, removed = 0;
+    for (int i = 0; i < n; i++) {
+        if (pins[i].value < 0)
+            continue;
+        removed |= g->values[pins[i].value].kind == CDY_VAL_SCALAR;  /* a graph pass dropped it */
+        pins[m++] = pins[i];
+    }
+    for (int v = 0; removed && v < g->nvalues; v++)   /* what it read is unknown: all */
+        if (g->values[v].kind == CDY_VAL_INPUT)
+            pins[m++] = (cdy_sym_pin){v, ~0u, "a pinned value a graph pass removed"};
     char ext[g->nvalues ? g->nvalues : 1];
     memset(ext, 0, sizeof(ext));
     for (int i = 0; i < t->npynodes; i++) {
