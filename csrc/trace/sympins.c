@@ -182,10 +182,11 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     static const char *const shape[] = {"view", "reshape", "flatten", NULL};
     const char *dot = strrchr(call->what, '.');
     const char *name = dot ? dot + 1 : call->what;
-    if (r && r == call->args[0] && !sp_in(name, perm))   /* sizes the call gave: numbers */
+    if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED)
+        return;
+    if (r == call->args[0] && !sp_in(name, perm))   /* sizes the call gave: numbers */
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view returning its input");
-    if (!r || r == CDY_NOT_LOWERED || r->kind != TV_TENSOR || call->nargs < 1 ||
-        call->args[0]->kind != TV_TENSOR || r == call->args[0])
+    if (r->kind != TV_TENSOR || call->args[0]->kind != TV_TENSOR || r == call->args[0])
         return;
     const cdy_graph *g = &tr->t->graph;
     const cdy_value *v = &g->values[r->value];
