@@ -271,3 +271,106 @@ def test_no_dtype_fallback(dtype):
     ex = cdynamo.explain(lambda t: torch.softmax(t @ t.t(), -1).sum())(x)
     assert ex.graph_count == 1 and ex.graph_break_count == 0, ex.break_reasons
     assert not any("dtype" in str(r) for r in ex.break_reasons)
+
+
+# ---- autocast (CPU): eager's casts traced into the graph -------------------------
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+        self.ln = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        h = F.gelu(self.ln(self.fc1(x)))
+        a = torch.softmax(h @ h.transpose(-1, -2) * 0.1, -1)
+        return self.fc2(a @ h) + x[..., :8], torch.bmm(h, h.transpose(1, 2)).sum(-1)
+
+
+def _autocast_check(fn, *args, dtype):
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        want = fn(*args)
+        opt = cdynamo.optimize(fn)
+        for _ in range(2):
+            assert_same(want, opt(*args))
+    return opt
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_autocast_around_optimized_function(dtype):
+    torch.manual_seed(0)
+    net = _Net().eval()
+    x = torch.randn(2, 5, 16)
+    opt = _autocast_check(lambda t: net(t), x, dtype=dtype)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["fallbacks"] == 0 and st["graph_breaks"] == 0, st
+    g = cdynamo._support.compiles[-1]["graph"]
+    assert dtype.__repr__().split(".")[1] in g, g   # the casts are graph nodes
+    # autocast off: the guard on the autocast state fails, a float32 graph follows
+    with torch.no_grad():
+        assert_same(net(x), opt(x))
+    assert cdynamo.stats()["recompiles"] == 1
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_autocast_policy_ops(dtype):
+    a, b, c = make((4, 8), torch.float32), make((8, 6), torch.float32, 1), make((4, 6), torch.float32, 2)
+    d = make((8, 6), torch.float64, 3)
+    fn = lambda x, y, z, w: (torch.mm(x, y), torch.addmm(z, x, y), torch.matmul(x, y) + 1,
+                             F.linear(x, y.t(), z[0]), torch.baddbmm(z[None], x[None], y[None]),
+                             x @ w.float(), torch.mm(x.double(), w), torch.softmax(x, -1),
+                             F.layer_norm(x, (8,)), x.sum(-1), torch.cat([x, x.to(dtype)]))
+    _autocast_check(fn, a, b, c, d, dtype=dtype)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["fallbacks"] == 0, st
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_autocast_fp32_ops_run_eagerly(dtype):
+    # eager's CPU autocast runs mse_loss / prod in float32: not traced (AUTOCAST_OPS)
+    x, y = make((4, 8), dtype), make((4, 8), dtype, 1)
+    fn = lambda s, t: (F.mse_loss(s, t), s.prod(-1))
+    opt = cdynamo.optimize(fn)
+    assert_same(fn(x, y), opt(x, y))          # compiled outside autocast: bfloat16 results
+    with torch.autocast("cpu", dtype=dtype):  # the autocast guard fails; eager's float32
+        want = fn(x, y)
+        assert want[0].dtype == torch.float32
+        assert_same(want, opt(x, y))
+    assert any(b["code"] == "AUTOCAST_OPS" for b in cdynamo._support.breaks), cdynamo._support.breaks
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "vit"])
+def test_autocast_transformers_models(name):
+    pytest.importorskip("transformers")
+    import warnings   # noqa: PLC0415
+    from cdynamo._hf_models import MODELS   # noqa: PLC0415
+    build, inputs, result = MODELS[name]
+    model, kw = build(), inputs()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = result(model(**kw))
+        opt = cdynamo.optimize(model)
+        got = result(opt(**kw))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    st = cdynamo.stats()
+    assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, (st, cdynamo._support.breaks)
+
+
+@pytest.mark.parametrize("name", ["bert", "llama", "vit"])
+def test_transformers_models_in_bfloat16(name):
+    pytest.importorskip("transformers")
+    import warnings   # noqa: PLC0415
+    from cdynamo._hf_models import MODELS   # noqa: PLC0415
+    build, inputs, result = MODELS[name]
+    model = build().to(torch.bfloat16)
+    kw = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in inputs().items()}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = result(model(**kw))
+        got = result(cdynamo.optimize(model)(**kw))
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["fallbacks"] == 0 and st["graph_breaks"] == 0, st
+    assert not any(b["code"] == "DTYPE" for b in cdynamo._support.breaks)
