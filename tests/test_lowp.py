@@ -374,3 +374,11 @@ def test_transformers_models_in_bfloat16(name):
     st = cdynamo.stats()
     assert st["frames_compiled"] == 1 and st["fallbacks"] == 0 and st["graph_breaks"] == 0, st
     assert not any(b["code"] == "DTYPE" for b in cdynamo._support.breaks)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_factories(dtype):
+    x = make((5, 300), dtype)
+    check(lambda t: (t + torch.arange(300, dtype=t.dtype), torch.zeros_like(t) + 1,
+                     t * torch.linspace(0, 2, 300, dtype=t.dtype), torch.full((5, 1), 0.1, dtype=t.dtype) * t,
+                     torch.arange(0, 3, 0.25, dtype=t.dtype) + 0), x, compiled=False)
