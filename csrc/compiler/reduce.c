@@ -150,7 +150,7 @@ static const unsigned char cg_red_of[CDY_OP_COUNT][2] = {
 };
 
 /* The variant computing reduction node v: its op's, NORMP by the order p,
- * LOGSUMEXP's float32 twin for float32 input. */
+ * LOGSUMEXP's float32 twin for float32 (bfloat16, float16) input. */
 static int cg_red_variant_of(const cdy_graph *g, int v)
 {
     const cdy_value *val = &g->values[v];
@@ -158,7 +158,8 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     int r = cg_red_of[val->op][!flt];
     if (r == CG_RED_NORMP)
         return cg_red_norm_variant(cg_red_param(g, val));
-    return r == CG_RED_LOGSUMEXP && idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : r;
+    return r == CG_RED_LOGSUMEXP && (idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(idt))
+               ? CG_RED_LOGSUMEXP_F32 : r;
 }
 
 /* Check node v's args: a tensor input, an int dims mask within its rank, a
@@ -467,7 +468,7 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
     cdy_buf_puts(&c->src, "\n");
 }
 
-/* 1 if pass `pass` of kernel r sums float32 elements over an innermost
+/* 1 if pass `pass` of kernel r sums float32 (bfloat16, float16) elements over an innermost
  * reduced loop that runs on one thread and whose length is a multiple of
  * CG_RED_LANES: then CG_RED_LANES independent float partial sums let it
  * vectorize without one long dependency chain (a single accumulator made the
@@ -481,7 +482,8 @@ static int cg_red_lanes(const cg_red_kernel *r, int pass)
     int v = r->variant;
     int64_t n = r->rn->ndim > 0 ? r->rn->size[r->rn->ndim - 1] : 0;
     return !pass && !r->block && (v == CG_RED_SUM || v == CG_RED_MEAN) &&
-           r->env.idt == CDY_DT_FLOAT32 && !(r->par_in && r->rn->ndim == 1) &&
+           (r->env.idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(r->env.idt)) &&
+           !(r->par_in && r->rn->ndim == 1) &&
            n >= 2 * CG_RED_LANES && n % CG_RED_LANES == 0;
 }
 
