@@ -382,3 +382,15 @@ def test_factories(dtype):
     check(lambda t: (t + torch.arange(300, dtype=t.dtype), torch.zeros_like(t) + 1,
                      t * torch.linspace(0, 2, 300, dtype=t.dtype), torch.full((5, 1), 0.1, dtype=t.dtype) * t,
                      torch.arange(0, 3, 0.25, dtype=t.dtype) + 0), x, compiled=False)
+
+
+def test_bench_bf16_group_runs_when_named():
+    from cdynamo import bench   # noqa: PLC0415
+    group = [w.name for w in bench.select_workloads(["bf16"])]
+    assert "bf16_softmax" in group and "bf16_hf_llama" in group and "bf16_mlp" in group
+    assert all(n.startswith("bf16_") for n in group)
+    assert [w.name for w in bench.select_workloads(["mlp"])] == ["mlp"]
+    assert not any(w.name.startswith("bf16_") for w in bench.select_workloads(None))
+    w = next(w for w in bench.WORKLOADS if w.name == "bf16_softmax")
+    (x,) = w.inputs(quick=True)
+    assert x.dtype == torch.bfloat16
