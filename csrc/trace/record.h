@@ -90,6 +90,8 @@ typedef struct {
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
     int grad_guarded;        /* the grad-mode guard was added */
     int autocast_on;         /* CPU autocast was on when the trace started */
+    int autocast_dep;        /* a call whose dtypes CPU autocast changes (autocast.c) */
+    const char *autocast_unhandled;  /* an extern traced under autocast without its casts */
     int modes_on;            /* a torch function / dispatch mode was active then */
     /* mutate.c */
     void *mut;               /* the tracer's mutation state */
