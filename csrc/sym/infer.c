@@ -146,7 +146,9 @@ static int sy_rows(sy_pass *p, int v)
         return -1;
     for (int d = 0; d < x->meta.ndim; d++)
         p->s->dims[v][d] = p->s->dims[val->args[0]][d];
-    if (val->op == CDY_OP_LAYER_NORM) {
+    if (!cdy_op_has(val->op, CDY_OPF_SYM_ROWS))
+        return -1;
+    if (cdy_op_has(val->op, CDY_OPF_SYM_NORMED)) {
         const cdy_value *nn = &p->g->values[val->args[4]];
         if (nn->kind != CDY_VAL_SCALAR || nn->i < 0 || nn->i > x->meta.ndim)
             return -1;
@@ -161,8 +163,6 @@ static int sy_rows(sy_pass *p, int v)
             for (int d = 0; d < wv->meta.ndim; d++)
                 sy_pin(p, p->s->dims[val->args[a]][d], v, d, "layer_norm's normalized_shape");
         }
-    } else if (val->op != CDY_OP_SOFTMAX && val->op != CDY_OP_LOG_SOFTMAX) {
-        return -1;
     }
     return 0;
 }
@@ -176,7 +176,7 @@ static int sy_cat(sy_pass *p, int v)
     const cdy_value *dv = &p->g->values[val->args[np]];
     if (np < 1 || dv->kind != CDY_VAL_SCALAR)
         return -1;
-    int stack = val->op == CDY_OP_STACK, dim = (int)dv->i;
+    int stack = cdy_op_has(val->op, CDY_OPF_NEW_DIM), dim = (int)dv->i;
     dim = dim < 0 ? dim + nd : dim;
     if (dim < 0 || dim >= nd)
         return -1;
@@ -349,11 +349,11 @@ static void sy_node(sy_pass *p, int v)
         r = sy_reduce(p, v);
     else if (kind == 'N')
         r = sy_rows(p, v);
-    else if (val->op == CDY_OP_CAT || val->op == CDY_OP_STACK)
+    else if (cdy_op_has(val->op, CDY_OPF_PIECES))
         r = sy_cat(p, v);
-    else if (val->op == CDY_OP_EXTERN)
+    else if (cdy_value_is_extern(val))
         r = sy_extern(p, v);
-    else if (val->op == CDY_OP_VIEW || val->op == CDY_OP_VIEW_COPY)
+    else if (kind == 'V')
         r = sy_view(p, v);
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;

@@ -90,7 +90,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
-            !pn->kwnames && g->values[pn->value].op == CDY_OP_EXTERN)
+            !pn->kwnames && cdy_value_is_extern(&g->values[pn->value]))
             ext[pn->value] = ts_extern_kind(pn->fn);
     }
     cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews};

@@ -192,7 +192,7 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     const cdy_value *v = &g->values[r->value];
     cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}};
     const cdy_meta *src = &g->values[w.src].meta;
-    int ok = v->kind == CDY_VAL_NODE && (v->op == CDY_OP_VIEW || v->op == CDY_OP_VIEW_COPY) &&
+    int ok = v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'V' &&
              (sp_in(name, perm) ? !sp_perm_map(src, &v->meta, &w) :
               sp_in(name, shape) && !sp_shape_map(call, name, src, &v->meta, &w));
     if (!ok) {
