@@ -774,20 +774,17 @@ static int cg_compute_dtype(cg_ctx *c, const cdy_value *val)
  * math: eager's TensorIterator casts a tensor operand to the common dtype, so
  * in bfloat16 / float16 an integer or float32 tensor rounds to it first; a
  * Python number reaches the float32 (opmath) math unrounded in mul / div and
- * the ops' parameters, rounded to the dtype in add / sub / pow / remainder /
- * fmod and comparisons (checked against torch 2.13's kernels). */
+ * the ops' parameters, rounded to the dtype in the CDY_OPF_LOWP_NUMBER ops (add,
+ * sub, pow, remainder, fmod) and comparisons (checked against torch 2.13's kernels). */
 static int cg_lowp_arg_dtype(cg_ctx *c, const cdy_value *val, int a, int ldt)
 {
     if (!cdy_dtype_lowp(ldt))
         return ldt;
     if (c->g->values[val->args[a]].kind != CDY_VAL_SCALAR)
         return ldt;
-    switch (val->op) {
-    case CDY_OP_ADD: case CDY_OP_SUB: case CDY_OP_POW: case CDY_OP_REMAINDER: case CDY_OP_FMOD:
+    if (cdy_op_has(val->op, CDY_OPF_LOWP_NUMBER) || cdy_op_table[val->op].kind == 'C')
         return ldt;
-    default:
-        return cdy_op_table[val->op].kind == 'C' ? ldt : CDY_DT_FLOAT32;
-    }
+    return CDY_DT_FLOAT32;
 }
 
 /* Pick the template of node val for compute dtype cdt; NULL if none. */

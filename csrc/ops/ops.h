@@ -39,6 +39,9 @@ enum {
     CDY_OPF_PIECES = 1 << 18,           /* kind K: args (pieces.., dim), the pieces joined
                                          * along dim (their other sizes equal) */
     CDY_OPF_NEW_DIM = 1 << 19,          /* PIECES: along a new dim of the pieces' count */
+    CDY_OPF_LOWP_NUMBER = 1 << 20,      /* a Python number operand rounds to a bfloat16 /
+                                         * float16 tensor's dtype before the math, as eager's
+                                         * kernel does (others reach float32 math unrounded) */
 };
 
 typedef enum {
