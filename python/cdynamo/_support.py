@@ -194,3 +194,10 @@ def on_compile(info):
     except Exception as e:  # noqa: BLE001  (the C core clears errors: say it here)
         warnings.warn(f"cdynamo: writing debug output for {rec['name']} failed: "
                       f"{type(e).__name__}: {e}", CdynamoWarning, stacklevel=2)
+
+
+def training_graph(forward, src, consts, name, nuser, saved_inputs, grad_outputs):
+    """The callable of a training graph (trace/autograd.c): its compiled forward and the
+    backward's source, made into a torch.autograd.Function (cdynamo._autograd)."""
+    from . import _autograd
+    return _autograd.TrainingGraph(forward, src, consts, name, nuser, saved_inputs, grad_outputs)
