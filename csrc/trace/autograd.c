@@ -279,6 +279,9 @@ static int ag_word(ag_state *s, int v, const char *w, char names[8][32], int nn,
         cdy_buf_puts(b, ".reshape(");
         ag_reduce_word(s, x, "kept", b);
         cdy_buf_puts(b, ")");
+    } else if (!strcmp(w, "self_sizes") && x->nargs > 0) {   /* no need to save self */
+        const cdy_meta *m = &s->g->values[x->args[0]].meta;
+        ag_tuple(b, m->sizes, m->ndim);
     } else if (red && (!strcmp(w, "dims") || !strcmp(w, "numel_reduced")))
         ag_reduce_word(s, x, w, b);
     else {
