@@ -420,7 +420,8 @@ static int ag_formula(ag_state *s, int v)
 }
 
 /* Dims of (sizes, strides) with size > 1 sorted by stride, largest first,
- * into order; their count, or -1 when two overlap or a stride is not positive. */
+ * into order; their count, or -1 when a stride is not positive or a dim's
+ * stride does not clear the span of the dims inside it (they may overlap). */
 static int ag_sorted_dims(const int64_t *sizes, const int64_t *strides, int ndim, int *order)
 {
     int n = 0;
@@ -433,11 +434,11 @@ static int ag_sorted_dims(const int64_t *sizes, const int64_t *strides, int ndim
             order[j] = order[j - 1];
             order[j - 1] = tmp;
         }
-    for (int i = 0; i < n; i++) {
-        if (strides[order[i]] <= 0)
+    int64_t ext = 1;   /* the span of the dims inside this one, from the innermost */
+    for (int i = n - 1; i >= 0; i--) {
+        if (strides[order[i]] <= 0 || strides[order[i]] < ext)
             return -1;
-        if (i + 1 < n && strides[order[i]] < sizes[order[i + 1]] * strides[order[i + 1]])
-            return -1;
+        ext += (sizes[order[i]] - 1) * strides[order[i]];
     }
     return n;
 }
@@ -670,6 +671,19 @@ static int ag_extern_known(ag_state *s, int v, const char *fn, int n, const int 
 {
     const cdy_meta *m0 = n > 0 && r[0] >= 0 ? &s->g->values[r[0]].meta : NULL;
     const cdy_meta *m1 = n > 1 && r[1] >= 0 ? &s->g->values[r[1]].meta : NULL;
+    static const char *const same_elems[] = {"reshape", "view", "flatten", "unflatten",
+                                             "contiguous", "clone", NULL};
+    for (int k = 0; m0 && same_elems[k]; k++)   /* the elements in row-major order, kept */
+        if (!strcmp(fn, same_elems[k]) && (n == 1 || !m1) &&
+            cdy_meta_numel(m0) == cdy_meta_numel(&s->g->values[v].meta)) {
+            cdy_buf e = {0};
+            cdy_buf_printf(&e, "g%d.reshape(", v);
+            ag_tuple(&e, m0->sizes, m0->ndim);
+            cdy_buf_puts(&e, ")");
+            ag_add(s, v, r[0], e.data ? e.data : "", 0);
+            cdy_buf_free(&e);
+            return 0;
+        }
     if (!m0 || !m1)
         return 1;
     int lin = !strcmp(fn, "linear") && (n == 2 || n == 3) && m1->ndim == 2;
