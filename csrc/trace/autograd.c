@@ -43,7 +43,7 @@ typedef struct {
 static const char *const ag_helpers[] = {
     "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
     "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
-    "vjp", "view_scatter", NULL};
+    "vjp", "view_scatter", "gather_backward", NULL};
 
 int cdy_autograd_on(void)
 {
@@ -756,6 +756,46 @@ static int ag_extern(ag_state *s, int v)
     return 0;
 }
 
+/* Gather node v (embedding, index_select, x[idx]) with one index tensor: its
+ * gradient onto its base, the gradient's elements added at the storage
+ * positions they were loaded from (gather_backward of the prelude). */
+static int ag_gather(ag_state *s, int v)
+{
+    const cdy_value *x = &s->g->values[v];
+    const cdy_meta *b = &s->g->values[x->view_base].meta;
+    if (x->nargs != 4 || ag_sorted_dims(b->sizes, b->strides, b->ndim, (int[CDY_MAX_NDIM]){0}) < 0)
+        return ag_no_formula(s, v, "an indexed load of several indices or of an overlapping tensor");
+    const cdy_value *stride = &s->g->values[x->args[1]], *size = &s->g->values[x->args[2]];
+    const cdy_value *code = &s->g->values[x->args[3]];
+    cdy_buf e = {0};
+    int idx = x->args[0];
+    cdy_buf_printf(&e, "gather_backward(g%d, ", v);
+    if (code->i & 16)
+        cdy_buf_printf(&e, "torch.where(v%d < 0, v%d + %lld, v%d)", idx, idx, (long long)size->i, idx);
+    else
+        cdy_buf_printf(&e, "v%d", idx);
+    s->used[idx] = 1;
+    cdy_buf_printf(&e, " * %lld + %lld", (long long)stride->i, (long long)x->view_offset);
+    for (int d = 0; d < x->meta.ndim; d++) {
+        if (!x->view_strides[d])
+            continue;
+        int64_t shape[CDY_MAX_NDIM];
+        for (int k = 0; k < x->meta.ndim; k++)
+            shape[k] = k == d ? x->meta.sizes[d] : 1;
+        cdy_buf_printf(&e, " + torch.arange(%lld).reshape(", (long long)x->meta.sizes[d]);
+        ag_tuple(&e, shape, x->meta.ndim);
+        cdy_buf_printf(&e, ") * %lld", (long long)x->view_strides[d]);
+    }
+    cdy_buf_puts(&e, ", ");
+    ag_tuple(&e, b->sizes, b->ndim);
+    cdy_buf_puts(&e, ", ");
+    ag_tuple(&e, b->strides, b->ndim);
+    cdy_buf_printf(&e, ", %lld)", (long long)ag_extent(b->sizes, b->strides, b->ndim, 0));
+    ag_add(s, v, x->view_base, e.data ? e.data : "", 0);
+    cdy_buf_free(&e);
+    return 0;
+}
+
 /* Node v's contributions to its arguments' gradients; 0 or -1 (stopped). */
 static int ag_node(ag_state *s, int v)
 {
@@ -765,6 +805,8 @@ static int ag_node(ag_state *s, int v)
         return ag_view(s, v);
     if (kind == 'E')
         return ag_extern(s, v);
+    if (kind == 'G')
+        return ag_gather(s, v);
     return ag_formula(s, v);
 }
 
@@ -831,8 +873,8 @@ static const char *ag_recompute_fn(int op)
     }
 }
 
-/* Recompute instead of save (a simple rule, not a min-cut): a used node
- * whose op is cheap pointwise and whose tensor arguments are graph inputs
+/* Recompute instead of save (a simple rule, not a min-cut): a used view
+ * from its base; a used node whose op is cheap pointwise and whose tensor arguments are graph inputs
  * that the backward reads anyway or may read (saved without cost: inputs
  * are alive), same dtype as its result; the definitions go first. */
 static void ag_recompute(ag_state *s, cdy_buf *pre)
@@ -840,6 +882,20 @@ static void ag_recompute(ag_state *s, cdy_buf *pre)
     const cdy_graph *g = s->g;
     for (int v = 0; v < g->nvalues; v++) {
         const cdy_value *x = &g->values[v];
+        if (x->kind == CDY_VAL_NODE && s->used[v] && x->op == CDY_OP_VIEW) {
+            /* an alias: made again from its base (a builder's view has no torch call
+             * the runtime could realize it by) */
+            s->recompute[v] = 1;
+            cdy_buf_printf(pre, "    v%d = ", v);
+            ag_value(s, pre, x->view_base);
+            cdy_buf_puts(pre, ".as_strided(");
+            ag_tuple(pre, x->meta.sizes, x->meta.ndim);
+            cdy_buf_puts(pre, ", ");
+            ag_tuple(pre, x->view_strides, x->meta.ndim);
+            cdy_buf_printf(pre, ", v%d.storage_offset() + %lld)\n", x->view_base,
+                           (long long)x->view_offset);
+            continue;
+        }
         const char *fn = x->kind == CDY_VAL_NODE && s->used[v] ? ag_recompute_fn(x->op) : NULL;
         int ok = fn != NULL;
         for (int a = 0; ok && a < x->nargs; a++) {

@@ -87,3 +87,12 @@ def vjp(fn, grad, args, kwnames, want):
             return tuple(torch.zeros_like(args[i]) for i in want)
         gs = torch.autograd.grad(out, [leaves[i] for i in want], grad, allow_unused=True)
     return tuple(torch.zeros_like(args[i]) if g is None else g for i, g in zip(want, gs))
+
+
+def gather_backward(grad, pos, base_sizes, base_strides, extent):
+    """The gradient of an indexed load: grad's elements added at the storage positions
+    pos (int64, broadcast to grad) they were loaded from, as the base's sizes and
+    strides."""
+    z = grad.new_zeros((extent,))
+    z.index_add_(0, pos.expand(grad.shape).reshape(-1), grad.reshape(-1))
+    return z.as_strided(base_sizes, base_strides)
