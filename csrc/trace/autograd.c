@@ -43,7 +43,7 @@ typedef struct {
 static const char *const ag_helpers[] = {
     "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
     "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
-    "vjp", "view_scatter", "gather_backward", NULL};
+    "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward", NULL};
 
 int cdy_autograd_on(void)
 {
@@ -691,21 +691,51 @@ static int ag_extern_known(ag_state *s, int v, const char *fn, int n, const int 
     int bmm = n == 2 && !strcmp(fn, "bmm") && m0->ndim == 3 && m1->ndim == 3;
     int mat = n == 2 && (!strcmp(fn, "matmul") || !strcmp(fn, "__matmul__")) &&
               m0->ndim >= 2 && m1->ndim >= 2;
-    int ce = n == 2 && !strcmp(fn, "cross_entropy") && m0->ndim == 2 && m1->ndim == 1 &&
-             m1->dtype == CDY_DT_INT64;
     if (lin)
         ag_linear(s, v, r, n);
     else if (mm || bmm || mat)
         ag_matmul(s, v, r);
-    else if (ce) {
-        char e[96];
-        snprintf(e, sizeof(e), "cross_entropy_backward(g%d, v%d, v%d)", v, r[0], r[1]);
-        ag_add(s, v, r[0], e, 0);
-    } else
+    else
         return 1;
     for (int i = 0; i < n; i++)
         if (r[i] >= 0)
             s->used[r[i]] = 1;
+    return 0;
+}
+
+/* A loss call f(input, target[, reduction=...]): its reduction (0 mean,
+ * 1 sum, 2 none), or -1 for other arguments. */
+static int ag_loss_reduction(const cdy_pynode *p)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0;
+    if (p->nargs - nkw != 2 || nkw > 1)
+        return -1;
+    if (!nkw)
+        return 0;
+    const char *k = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, 0));
+    PyObject *r = p->ref[2] == -1 ? p->cst[2] : NULL;
+    const char *rs = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : NULL;
+    PyErr_Clear();
+    if (!k || strcmp(k, "reduction") || !rs)
+        return -1;
+    return !strcmp(rs, "mean") ? 0 : !strcmp(rs, "sum") ? 1 : !strcmp(rs, "none") ? 2 : -1;
+}
+
+/* cross_entropy / nll_loss of (N, C) scores and (N,) class targets with
+ * reduction red: the input's gradient (the prelude's formulas); 1 when the
+ * arguments are other. */
+static int ag_loss(ag_state *s, int v, const char *fn, const cdy_pynode *p, int red)
+{
+    static const char *const reds[] = {"mean", "sum", "none"};
+    int x = p->ref[0], t = p->ref[1];
+    if (x < 0 || t < 0 || s->g->values[x].meta.ndim != 2 || s->g->values[t].meta.ndim != 1 ||
+        s->g->values[t].meta.dtype != CDY_DT_INT64)
+        return ag_no_formula(s, v, fn);
+    char e[128];
+    snprintf(e, sizeof(e), "%s_backward(g%d, v%d, v%d, '%s')", fn, v, x, t, reds[red]);
+    s->used[x] = s->used[t] = 1;
+    if (s->needs[x])
+        ag_add(s, v, x, e, 0);
     return 0;
 }
 
@@ -720,6 +750,11 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, "a multi-output extern call");
     if (ag_random(fn))
         return ag_no_formula(s, v, fn);
+    if (!strcmp(fn, "detach"))
+        return 0;                          /* no gradient flows through */
+    int red = ag_loss_reduction(p);
+    if (red >= 0 && (!strcmp(fn, "cross_entropy") || !strcmp(fn, "nll_loss")))
+        return ag_loss(s, v, fn, p, red);
     int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0;
     if (!nkw && p->nargs <= 3 && !ag_extern_known(s, v, fn, p->nargs, p->ref))
         return 0;
@@ -796,6 +831,32 @@ static int ag_gather(ag_state *s, int v)
     return 0;
 }
 
+/* cat / stack node v (pieces, dim): each piece's gradient is its window of
+ * the gradient (narrow / select). */
+static int ag_cat(ag_state *s, int v)
+{
+    const cdy_value *x = &s->g->values[v];
+    if (x->op != CDY_OP_CAT && x->op != CDY_OP_STACK)
+        return ag_no_formula(s, v, NULL);
+    int64_t dim = s->g->values[x->args[x->nargs - 1]].i, off = 0;
+    if (dim < 0)
+        dim += x->meta.ndim;
+    char e[128];
+    for (int a = 0; a < x->nargs - 1; a++) {
+        int p = x->args[a];
+        const cdy_meta *m = &s->g->values[p].meta;
+        if (x->op == CDY_OP_STACK)
+            snprintf(e, sizeof(e), "g%d.select(%lld, %d)", v, (long long)dim, a);
+        else
+            snprintf(e, sizeof(e), "g%d.narrow(%lld, %lld, %lld)", v, (long long)dim,
+                     (long long)off, (long long)(m->ndim > dim ? m->sizes[dim] : 0));
+        off += x->op == CDY_OP_CAT && m->ndim > dim ? m->sizes[dim] : 0;
+        if (s->needs[p])
+            ag_add(s, v, p, e, 0);
+    }
+    return 0;
+}
+
 /* Node v's contributions to its arguments' gradients; 0 or -1 (stopped). */
 static int ag_node(ag_state *s, int v)
 {
@@ -807,6 +868,8 @@ static int ag_node(ag_state *s, int v)
         return ag_extern(s, v);
     if (kind == 'G')
         return ag_gather(s, v);
+    if (kind == 'K')
+        return ag_cat(s, v);
     return ag_formula(s, v);
 }
 

@@ -56,14 +56,29 @@ def layer_norm_backward_bias(grad, n):
     return grad.sum(lead) if lead else grad
 
 
-def cross_entropy_backward(grad, x, target):
-    """F.cross_entropy(x, target)'s gradient for x (N, C), class targets, mean reduction,
-    ignore_index -100."""
+def nll_loss_backward(grad, x, target, reduction):
+    """F.nll_loss(x, target)'s gradient for x (N, C), class targets, ignore_index -100."""
     valid = target != -100
-    p = torch.softmax(x, 1)
-    onehot = torch.arange(x.shape[1]) == target.unsqueeze(1)
-    scale = valid.to(x.dtype) / valid.sum()
-    return (p - onehot.to(x.dtype)) * (scale * grad).unsqueeze(1)
+    onehot = (torch.arange(x.shape[1]) == target.unsqueeze(1)).to(x.dtype)
+    if reduction == "mean":
+        scale = valid.to(x.dtype) / valid.sum() * grad
+    elif reduction == "sum":
+        scale = valid.to(x.dtype) * grad
+    else:
+        scale = valid.to(x.dtype) * grad
+    return -onehot * scale.unsqueeze(1)
+
+
+def cross_entropy_backward(grad, x, target, reduction):
+    """F.cross_entropy(x, target)'s gradient for x (N, C), class targets, ignore_index
+    -100: softmax(x) - onehot(target), scaled as the reduction says."""
+    valid = target != -100
+    onehot = (torch.arange(x.shape[1]) == target.unsqueeze(1)).to(x.dtype)
+    if reduction == "mean":
+        scale = valid.to(x.dtype) / valid.sum() * grad
+    else:
+        scale = valid.to(x.dtype) * grad
+    return (torch.softmax(x, 1) - onehot) * scale.unsqueeze(1)
 
 
 def view_scatter(grad, base_sizes, base_strides, sizes, strides, offset, extent):
@@ -96,3 +111,17 @@ def gather_backward(grad, pos, base_sizes, base_strides, extent):
     z = grad.new_zeros((extent,))
     z.index_add_(0, pos.expand(grad.shape).reshape(-1), grad.reshape(-1))
     return z.as_strided(base_sizes, base_strides)
+
+
+def norm_backward(grad, x, norm, p, dims):
+    """vector_norm's gradient (grad and norm with the reduced dims kept); 0 where the
+    norm is 0, as torch's norm_backward."""
+    if p == 2:
+        return torch.where(norm == 0, 0.0, grad * x / norm)
+    if p == 1:
+        return grad * torch.sgn(x)
+    if p == float("inf") or p == float("-inf"):
+        mask = (x.abs() == norm).to(x.dtype)
+        return grad * torch.sgn(x) * mask / mask.sum(dims, keepdim=True)
+    return torch.where(norm == 0, 0.0,
+                       grad * x * torch.pow(x.abs(), p - 2) / torch.pow(norm, p - 1))
