@@ -671,19 +671,6 @@ static int ag_extern_known(ag_state *s, int v, const char *fn, int n, const int 
 {
     const cdy_meta *m0 = n > 0 && r[0] >= 0 ? &s->g->values[r[0]].meta : NULL;
     const cdy_meta *m1 = n > 1 && r[1] >= 0 ? &s->g->values[r[1]].meta : NULL;
-    static const char *const same_elems[] = {"reshape", "view", "flatten", "unflatten",
-                                             "contiguous", "clone", NULL};
-    for (int k = 0; m0 && same_elems[k]; k++)   /* the elements in row-major order, kept */
-        if (!strcmp(fn, same_elems[k]) && (n == 1 || !m1) &&
-            cdy_meta_numel(m0) == cdy_meta_numel(&s->g->values[v].meta)) {
-            cdy_buf e = {0};
-            cdy_buf_printf(&e, "g%d.reshape(", v);
-            ag_tuple(&e, m0->sizes, m0->ndim);
-            cdy_buf_puts(&e, ")");
-            ag_add(s, v, r[0], e.data ? e.data : "", 0);
-            cdy_buf_free(&e);
-            return 0;
-        }
     if (!m0 || !m1)
         return 1;
     int lin = !strcmp(fn, "linear") && (n == 2 || n == 3) && m1->ndim == 2;
@@ -700,6 +687,34 @@ static int ag_extern_known(ag_state *s, int v, const char *fn, int n, const int 
     for (int i = 0; i < n; i++)
         if (r[i] >= 0)
             s->used[r[i]] = 1;
+    return 0;
+}
+
+/* reshape-like extern v (the elements of its first argument in row-major
+ * order, kept: reshape, view, flatten, contiguous, clone; other arguments
+ * no tensors that need a gradient): its gradient reshaped; 1 when fn is
+ * other. */
+static int ag_same_elems(ag_state *s, int v, const char *fn, const cdy_pynode *p)
+{
+    static const char *const names[] = {"reshape", "view", "flatten", "unflatten",
+                                        "contiguous", "clone", NULL};
+    int known = 0;
+    for (int k = 0; names[k]; k++)
+        known |= !strcmp(fn, names[k]);
+    if (!known || p->nargs < 1 || p->ref[0] < 0)
+        return 1;
+    for (int i = 1; i < p->nargs; i++)
+        if (p->ref[i] >= 0 && s->needs[p->ref[i]])
+            return 1;
+    const cdy_meta *m = &s->g->values[p->ref[0]].meta;
+    if (cdy_meta_numel(m) != cdy_meta_numel(&s->g->values[v].meta))
+        return 1;
+    cdy_buf e = {0};
+    cdy_buf_printf(&e, "g%d.reshape(", v);
+    ag_tuple(&e, m->sizes, m->ndim);
+    cdy_buf_puts(&e, ")");
+    ag_add(s, v, p->ref[0], e.data ? e.data : "", 0);
+    cdy_buf_free(&e);
     return 0;
 }
 
@@ -752,6 +767,8 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, fn);
     if (!strcmp(fn, "detach"))
         return 0;                          /* no gradient flows through */
+    if (!ag_same_elems(s, v, fn, p))
+        return 0;
     int red = ag_loss_reduction(p);
     if (red >= 0 && (!strcmp(fn, "cross_entropy") || !strcmp(fn, "nll_loss")))
         return ag_loss(s, v, fn, p, red);
