@@ -43,7 +43,8 @@ typedef struct {
 static const char *const ag_helpers[] = {
     "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
     "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
-    "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward", NULL};
+    "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward",
+    "sdpa_backward", NULL};
 
 int cdy_autograd_on(void)
 {
@@ -754,6 +755,68 @@ static int ag_loss(ag_state *s, int v, const char *fn, const cdy_pynode *p, int 
     return 0;
 }
 
+/* 1 if constant c is absent-like for sdpa's keyword `name` (dropout_p 0,
+ * enable_gqa False) or a keyword the formula reads (attn_mask, is_causal,
+ * scale). */
+static int ag_sdpa_kw(const char *name, PyObject *c)
+{
+    if (!strcmp(name, "attn_mask") || !strcmp(name, "is_causal") || !strcmp(name, "scale"))
+        return 1;
+    if (!strcmp(name, "dropout_p"))
+        return c && PyNumber_Check(c) && PyObject_Not(c) == 1;
+    if (!strcmp(name, "enable_gqa"))
+        return c == Py_False;
+    return 0;
+}
+
+/* F.scaled_dot_product_attention(q, k, v[, attn_mask], keywords) without
+ * dropout, q k v of one batch shape: their gradients (sdpa_backward of the
+ * prelude: the attention recomputed, its softmax's derivative); 1 when the
+ * call is other. */
+static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
+    if (npos < 3 || npos > 4)
+        return 1;
+    for (int i = 0; i < 3; i++)
+        if (p->ref[i] < 0 || s->g->values[p->ref[i]].meta.ndim != s->g->values[v].meta.ndim)
+            return 1;
+    const cdy_meta *q = &s->g->values[p->ref[0]].meta;
+    for (int i = 1; i < 3; i++)
+        for (int d = 0; d + 2 < q->ndim; d++)
+            if (s->g->values[p->ref[i]].meta.sizes[d] != q->sizes[d])
+                return 1;
+    for (int i = 3; i < p->nargs; i++) {
+        const char *name = i < npos ? "attn_mask"
+                                    : PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, i - npos));
+        if (!name || !ag_sdpa_kw(name, p->ref[i] == -1 ? p->cst[i] : NULL) ||
+            (p->ref[i] >= 0 && s->needs[p->ref[i]]) || p->ref[i] == -2)
+            return 1;
+    }
+    cdy_buf call = {0};
+    cdy_buf_printf(&call, "    e%d = sdpa_backward(g%d, ", v, v);
+    int rc = 0;
+    for (int i = 0; !rc && i < p->nargs; i++) {
+        if (i >= npos)
+            cdy_buf_printf(&call, "%s=", PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, i - npos)));
+        rc = ag_call_arg(s, p, i, &call);
+        cdy_buf_puts(&call, ", ");
+    }
+    cdy_buf_puts(&call, ")\n");
+    if (!rc)
+        cdy_buf_puts(&s->body, call.data ? call.data : "");
+    cdy_buf_free(&call);
+    if (rc)
+        return rc < 0 ? ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "") : 1;
+    for (int i = 0; i < 3; i++)
+        if (s->needs[p->ref[i]]) {
+            char e[32];
+            snprintf(e, sizeof(e), "e%d[%d]", v, i);
+            ag_add(s, v, p->ref[i], e, 0);
+        }
+    return 0;
+}
+
 /* Extern node v: torch's ops for known callables, else a vector-Jacobian
  * product through torch's autograd at run time (vjp of the prelude). */
 static int ag_extern(ag_state *s, int v)
@@ -768,6 +831,8 @@ static int ag_extern(ag_state *s, int v)
     if (!strcmp(fn, "detach"))
         return 0;                          /* no gradient flows through */
     if (!ag_same_elems(s, v, fn, p))
+        return 0;
+    if (!strcmp(fn, "scaled_dot_product_attention") && !ag_sdpa(s, v, p))
         return 0;
     int red = ag_loss_reduction(p);
     if (red >= 0 && (!strcmp(fn, "cross_entropy") || !strcmp(fn, "nll_loss")))

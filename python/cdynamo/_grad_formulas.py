@@ -125,3 +125,24 @@ def norm_backward(grad, x, norm, p, dims):
         return grad * torch.sgn(x) * mask / mask.sum(dims, keepdim=True)
     return torch.where(norm == 0, 0.0,
                        grad * x * torch.pow(x.abs(), p - 2) / torch.pow(norm, p - 1))
+
+
+def sdpa_backward(grad, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+    """F.scaled_dot_product_attention's gradients for q, k, v (no dropout): the
+    attention weights recomputed, then the matmuls' and softmax's derivatives."""
+    s = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = (q @ k.transpose(-1, -2)) * s
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    a = torch.softmax(scores, -1)
+    gv = a.transpose(-1, -2) @ grad
+    ga = grad @ v.transpose(-1, -2)
+    gs = a * (ga - (ga * a).sum(-1, keepdim=True)) * s
+    return gs @ k, gs.transpose(-1, -2) @ q, gv
