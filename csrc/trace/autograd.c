@@ -38,6 +38,8 @@ typedef struct {
     int stopped;
 } ag_state;
 
+static int ag_multi(ag_state *s, int v, const cdy_pynode *item);
+
 /* Functions of the backward's prelude (python/cdynamo/_grad_formulas.py); any
  * other function a formula calls is torch's. */
 static const char *const ag_helpers[] = {
@@ -590,6 +592,16 @@ static const cdy_pynode *ag_pynode(const ag_state *s, int v)
     return NULL;
 }
 
+/* The item pynode that defines value v (an output of a multi-output
+ * call), or NULL. */
+static const cdy_pynode *ag_item_pynode(const ag_state *s, int v)
+{
+    for (int i = 0; i < s->t->npynodes; i++)
+        if (s->t->pynodes[i].value == v && s->t->pynodes[i].item >= 0)
+            return &s->t->pynodes[i];
+    return NULL;
+}
+
 /* Argument i of call p as the backward writes it, into b: a value, a
  * constant (_K[k]) or a sequence of them. */
 static int ag_call_arg(ag_state *s, const cdy_pynode *p, int i, cdy_buf *b)
@@ -823,9 +835,13 @@ static int ag_extern(ag_state *s, int v)
 {
     const cdy_pynode *p = ag_pynode(s, v);
     char fn[64];
-    ag_fn_name(p ? p->fn : NULL, fn, sizeof(fn));
-    if (!p || !p->fn)
-        return ag_no_formula(s, v, "a multi-output extern call");
+    if (!p) {
+        const cdy_pynode *item = ag_item_pynode(s, v);
+        if (item)
+            return ag_multi(s, v, item);
+        return ag_no_formula(s, v, "an extern without a call");
+    }
+    ag_fn_name(p->fn, fn, sizeof(fn));
     if (ag_random(fn))
         return ag_no_formula(s, v, fn);
     if (!strcmp(fn, "detach"))
@@ -936,6 +952,65 @@ static int ag_cat(ag_state *s, int v)
         if (s->needs[p])
             ag_add(s, v, p, e, 0);
     }
+    return 0;
+}
+
+/* The int argument `name` at position pos of call p (or by keyword), or dflt. */
+static int64_t ag_int_arg(const cdy_pynode *p, int pos, const char *name, int64_t dflt)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
+    PyObject *c = NULL;
+    if (pos < npos)
+        c = p->ref[pos] == -1 ? p->cst[pos] : NULL;
+    for (int k = 0; k < nkw; k++) {
+        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
+        if (n && !strcmp(n, name))
+            c = p->ref[npos + k] == -1 ? p->cst[npos + k] : NULL;
+    }
+    int64_t r = c && PyLong_Check(c) ? PyLong_AsLongLong(c) : dflt;
+    PyErr_Clear();
+    return r;
+}
+
+/* Output v (an item) of a multi-output call: when it is the group's last
+ * item with a gradient (the first the reverse walk meets), the gradient of the call's input
+ * for split / chunk / unbind (the items' gradients, zeros for those without
+ * one, concatenated or stacked along dim); other calls have no formula. */
+static int ag_multi(ag_state *s, int v, const cdy_pynode *item)
+{
+    const cdy_pynode *b = &s->t->pynodes[item->base];
+    char fn[64];
+    ag_fn_name(b->fn, fn, sizeof(fn));
+    int unbind = !strcmp(fn, "unbind");
+    int split = !strcmp(fn, "split") || !strcmp(fn, "chunk") || !strcmp(fn, "split_with_sizes");
+    int in = b->nargs > 0 ? b->ref[0] : -1;
+    if ((!unbind && !split) || in < 0)
+        return ag_no_formula(s, v, fn);
+    for (int i = 0; i < s->t->npynodes; i++)   /* a later item did it (or will not) */
+        if (s->t->pynodes[i].item >= 0 && s->t->pynodes[i].base == item->base &&
+            s->t->pynodes[i].value > v && s->has_g[s->t->pynodes[i].value])
+            return 0;
+    int ndim = s->g->values[in].meta.ndim;
+    int64_t dim = ag_int_arg(b, unbind ? 1 : 2, "dim", 0);
+    dim += dim < 0 ? ndim : 0;
+    cdy_buf e = {0};
+    cdy_buf_printf(&e, "torch.%s([", unbind ? "stack" : "cat");
+    for (int i = 0; i < s->t->npynodes; i++) {
+        const cdy_pynode *it = &s->t->pynodes[i];
+        if (it->item < 0 || it->base != item->base)
+            continue;
+        const cdy_meta *m = &s->g->values[it->value].meta;
+        if (s->has_g[it->value])
+            cdy_buf_printf(&e, "g%d, ", it->value);
+        else {
+            cdy_buf_puts(&e, "torch.zeros(");
+            ag_tuple(&e, m->sizes, m->ndim);
+            cdy_buf_printf(&e, ", dtype=torch.%s), ", cdy_dtype_table[m->dtype].name);
+        }
+    }
+    cdy_buf_printf(&e, "], %lld)", (long long)dim);
+    ag_add(s, v, in, e.data ? e.data : "", 0);
+    cdy_buf_free(&e);
     return 0;
 }
 
