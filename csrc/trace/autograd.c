@@ -889,6 +889,51 @@ static int ag_extern(ag_state *s, int v)
     return 0;
 }
 
+/* The constant argument `name` at position pos of call p (or by keyword):
+ * borrowed, Py_None when absent, NULL when it is a tensor. */
+static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
+    int at = pos < npos ? pos : -1;
+    for (int k = 0; k < nkw; k++) {
+        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
+        if (n && !strcmp(n, name))
+            at = npos + k;
+    }
+    PyErr_Clear();
+    return at < 0 ? Py_None : p->ref[at] == -1 ? p->cst[at] : NULL;
+}
+
+/* Gather node v made by an embedding call: its padding_idx into *pad (-1:
+ * none); 0, or 1 for options whose gradient differs (max_norm renorms the
+ * weight in place, scale_grad_by_freq, sparse). */
+static int ag_embedding_pad(const ag_state *s, int v, int64_t *pad)
+{
+    const cdy_pynode *p = ag_pynode(s, v);
+    char fn[64];
+    *pad = -1;
+    ag_fn_name(p ? p->fn : NULL, fn, sizeof(fn));
+    if (!p || strcmp(fn, "embedding"))
+        return 0;
+    /* F.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+     * sparse); torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse) */
+    int f = p->nargs > 0 && p->ref[0] >= 0 && !ag_is_float(s->g->values[p->ref[0]].meta.dtype);
+    PyObject *pi = ag_const_arg(p, 2, "padding_idx");
+    PyObject *mn = f ? ag_const_arg(p, 3, "max_norm") : Py_None;
+    PyObject *sc = ag_const_arg(p, f ? 5 : 3, "scale_grad_by_freq");
+    PyObject *sp = ag_const_arg(p, f ? 6 : 4, "sparse");
+    if (!pi || mn != Py_None || (sc != Py_None && sc != Py_False) ||
+        (sp != Py_None && sp != Py_False))
+        return 1;
+    if (pi != Py_None) {
+        *pad = PyLong_AsLongLong(pi);
+        if (*pad < 0)
+            *pad += s->g->values[s->g->values[v].view_base].meta.sizes[0];
+        PyErr_Clear();
+    }
+    return 0;
+}
+
 /* Gather node v (embedding, index_select, x[idx]) with one index tensor: its
  * gradient onto its base, the gradient's elements added at the storage
  * positions they were loaded from (gather_backward of the prelude). */
@@ -898,6 +943,9 @@ static int ag_gather(ag_state *s, int v)
     const cdy_meta *b = &s->g->values[x->view_base].meta;
     if (x->nargs != 4 || ag_sorted_dims(b->sizes, b->strides, b->ndim, (int[CDY_MAX_NDIM]){0}) < 0)
         return ag_no_formula(s, v, "an indexed load of several indices or of an overlapping tensor");
+    int64_t pad;
+    if (ag_embedding_pad(s, v, &pad))
+        return ag_no_formula(s, v, "embedding with max_norm, scale_grad_by_freq or sparse");
     const cdy_value *stride = &s->g->values[x->args[1]], *size = &s->g->values[x->args[2]];
     const cdy_value *code = &s->g->values[x->args[3]];
     cdy_buf e = {0};
@@ -924,6 +972,9 @@ static int ag_gather(ag_state *s, int v)
     cdy_buf_puts(&e, ", ");
     ag_tuple(&e, b->strides, b->ndim);
     cdy_buf_printf(&e, ", %lld)", (long long)ag_extent(b->sizes, b->strides, b->ndim, 0));
+    if (pad >= 0 && b->ndim == 2)   /* the padding row gets no gradient */
+        cdy_buf_printf(&e, " * (torch.arange(%lld) != %lld).unsqueeze(1)", (long long)b->sizes[0],
+                       (long long)pad);
     ag_add(s, v, x->view_base, e.data ? e.data : "", 0);
     cdy_buf_free(&e);
     return 0;

@@ -10,7 +10,6 @@ _Graph.forward run in Python (a few microseconds); the graphs themselves are C.
 import os
 
 import torch
-from torch.autograd.function import once_differentiable
 
 _PRELUDE = None
 
@@ -39,8 +38,12 @@ class _Graph(torch.autograd.Function):
         return user
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():   # create_graph=True: its gradients would lack history
+            raise RuntimeError(
+                f"cdynamo: {ctx.tg.name} is a compiled training graph, whose backward is "
+                "not differentiable: backward(create_graph=True) / double backward is not "
+                "supported (compile with cdynamo.config.compile_backward = False)")
         tg = ctx.tg
         gs = tg.backward(*ctx.saved_tensors, *[grads[i] for i in tg.grad_outputs])
         return (None, *gs)
