@@ -7,12 +7,14 @@ and no exception mismatch; every case of the seed counts (none is left out).  CD
 change the campaign.
 """
 import glob
+import math
 import os
 import runpy
 import subprocess
 import sys
 
 import pytest
+import torch
 
 import cdynamo
 
@@ -191,3 +193,23 @@ def test_findings_report_lists_each_file_or_says_none_is_open(tmp_path):
     assert "### views_wrong_0123456789.py\n- family: views, wrong\n" in text
     assert "- symptom: `wrong: strides: out: eager (1, 2), cdynamo (2, 1)`" in text
     assert "def f(a0):\n    return a0.t()\n```" in text and "No finding is open" not in text
+
+
+def test_oracle_compares_float_bits_as_floats_but_integers_exactly():
+    # a float32 result 1 ulp from eager's, read through .view(torch.int32), is not wrong;
+    # a genuine integer (a denormal's bits) that differs by one still is
+    e = torch.tensor([2.5, -1e-3], dtype=torch.float32)
+    c = torch.nextafter(e, torch.tensor(math.inf))
+    assert fuzz._bitview_close(e.view(torch.int32), c.view(torch.int32)).all()
+    assert not fuzz._bitview_close(torch.tensor([5, 7], dtype=torch.int32),
+                                   torch.tensor([6, 7], dtype=torch.int32))[0]
+    assert not fuzz._bitview_close(torch.tensor([2.5]).view(torch.int32),
+                                   torch.tensor([-2.5]).view(torch.int32))[0]
+
+
+def test_generator_skips_median_over_a_stride_0_dim():
+    # torch 2.13's median / nanmedian over a dim of stride 0 give garbage in eager itself
+    x = torch.randn(3, 1).expand(3, 4)
+    assert fuzz_gen._median_over_dim(x, "t0", 1) == []
+    assert fuzz_gen._median_over_dim(x, "t0", 0) == ["torch.median(t0, 0)[0]",
+                                                     "t0.nanmedian(0).values"]
