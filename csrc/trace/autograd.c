@@ -1129,57 +1129,80 @@ static void ag_return(ag_state *s)
     cdy_buf_puts(&s->body, ")\n");
 }
 
-/* The op's forward as a torch call for recomputation, or NULL: cheap
- * pointwise ops over tensors whose torch function takes the canonical
- * arguments as they are. */
+/* The op's forward as a torch function taking the canonical arguments as
+ * they are, for recomputation, or NULL: cheap pointwise ops. */
 static const char *ag_recompute_fn(int op)
 {
     switch (op) {
     case CDY_OP_ADD: return "torch.add";
     case CDY_OP_SUB: return "torch.sub";
     case CDY_OP_MUL: return "torch.mul";
+    case CDY_OP_DIV: return "torch.div";
     case CDY_OP_NEG: return "torch.neg";
     case CDY_OP_RELU: return "torch.relu";
+    case CDY_OP_SIGMOID: return "torch.sigmoid";
+    case CDY_OP_TANH: return "torch.tanh";
+    case CDY_OP_SILU: return "torch.nn.functional.silu";
+    case CDY_OP_GELU: return "torch.nn.functional.gelu";
     default: return NULL;
     }
 }
 
+/* 1 if value a is at hand in the backward without saving more: a scalar, a
+ * graph input of dtype dt, a node saved anyway or recomputed before. */
+static int ag_at_hand(const ag_state *s, int a, int dt)
+{
+    const cdy_value *y = &s->g->values[a];
+    if (y->kind == CDY_VAL_SCALAR)
+        return 1;
+    return y->meta.dtype == dt && (y->kind == CDY_VAL_INPUT || s->used[a] || s->recompute[a]);
+}
+
+/* Used view v made again from its base (an alias; a builder's view has no
+ * torch call the runtime could realize it by). */
+static void ag_recompute_view(ag_state *s, int v, cdy_buf *pre)
+{
+    const cdy_value *x = &s->g->values[v];
+    s->recompute[v] = 1;
+    cdy_buf_printf(pre, "    v%d = ", v);
+    ag_value(s, pre, x->view_base);
+    cdy_buf_puts(pre, ".as_strided(");
+    ag_tuple(pre, x->meta.sizes, x->meta.ndim);
+    cdy_buf_puts(pre, ", ");
+    ag_tuple(pre, x->view_strides, x->meta.ndim);
+    cdy_buf_printf(pre, ", v%d.storage_offset() + %lld)\n", x->view_base,
+                   (long long)x->view_offset);
+}
+
 /* Recompute instead of save (a simple rule, not a min-cut): a used view
- * from its base; a used node whose op is cheap pointwise and whose tensor arguments are graph inputs
- * that the backward reads anyway or may read (saved without cost: inputs
- * are alive), same dtype as its result; the definitions go first. */
+ * from its base; a used cheap pointwise node whose arguments are at hand
+ * (inputs, values saved anyway: gelu(h) when h is saved for gelu's own
+ * derivative), of its dtype.  The definitions go first, in graph order. */
 static void ag_recompute(ag_state *s, cdy_buf *pre)
 {
     const cdy_graph *g = s->g;
     for (int v = 0; v < g->nvalues; v++) {
         const cdy_value *x = &g->values[v];
-        if (x->kind == CDY_VAL_NODE && s->used[v] && x->op == CDY_OP_VIEW) {
-            /* an alias: made again from its base (a builder's view has no torch call
-             * the runtime could realize it by) */
-            s->recompute[v] = 1;
-            cdy_buf_printf(pre, "    v%d = ", v);
-            ag_value(s, pre, x->view_base);
-            cdy_buf_puts(pre, ".as_strided(");
-            ag_tuple(pre, x->meta.sizes, x->meta.ndim);
-            cdy_buf_puts(pre, ", ");
-            ag_tuple(pre, x->view_strides, x->meta.ndim);
-            cdy_buf_printf(pre, ", v%d.storage_offset() + %lld)\n", x->view_base,
-                           (long long)x->view_offset);
+        if (x->kind != CDY_VAL_NODE || !s->used[v])
+            continue;
+        if (x->op == CDY_OP_VIEW) {
+            ag_recompute_view(s, v, pre);
             continue;
         }
-        const char *fn = x->kind == CDY_VAL_NODE && s->used[v] ? ag_recompute_fn(x->op) : NULL;
+        const char *fn = ag_recompute_fn(x->op);
         int ok = fn != NULL;
-        for (int a = 0; ok && a < x->nargs; a++) {
-            const cdy_value *y = &g->values[x->args[a]];
-            ok = y->kind == CDY_VAL_SCALAR ||
-                 (y->kind == CDY_VAL_INPUT && y->meta.dtype == x->meta.dtype);
-        }
+        for (int a = 0; ok && a < x->nargs; a++)
+            ok = ag_at_hand(s, x->args[a], x->meta.dtype) && x->args[a] != v;
         if (!ok)
             continue;
         s->recompute[v] = 1;
         cdy_buf_printf(pre, "    v%d = %s(", v, fn);
         for (int a = 0; a < x->nargs; a++) {
-            ag_value(s, pre, x->args[a]);
+            const cdy_value *y = &g->values[x->args[a]];
+            if (x->op == CDY_OP_GELU && a == 1)
+                cdy_buf_printf(pre, "approximate='%s'", y->i ? "tanh" : "none");
+            else
+                ag_value(s, pre, x->args[a]);
             cdy_buf_puts(pre, ", ");
         }
         cdy_buf_puts(pre, ")\n");
