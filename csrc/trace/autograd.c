@@ -658,10 +658,10 @@ static void ag_linear(ag_state *s, int v, const int *r, int n)
     long long o = w->sizes[0], i = w->sizes[1];
     char e[160];
     if (s->needs[r[0]])
-        snprintf(e, sizeof(e), "g%d @ v%d", v, r[1]), ag_add(s, v, r[0], e, 0);
+        snprintf(e, sizeof(e), "g%d @ v%d", v, r[1]), ag_add(s, v, r[0], e, 0), s->used[r[1]] = 1;
     if (s->needs[r[1]])
         snprintf(e, sizeof(e), "g%d.reshape(-1, %lld).t() @ v%d.reshape(-1, %lld)", v, o, r[0], i),
-            ag_add(s, v, r[1], e, 0);
+            ag_add(s, v, r[1], e, 0), s->used[r[0]] = 1;
     if (n == 3 && r[2] >= 0 && s->needs[r[2]])
         snprintf(e, sizeof(e), "g%d.reshape(-1, %lld).sum(0)", v, o), ag_add(s, v, r[2], e, 0);
 }
@@ -672,9 +672,11 @@ static void ag_matmul(ag_state *s, int v, const int *r)
 {
     char e[96];
     if (s->needs[r[0]])
-        snprintf(e, sizeof(e), "g%d @ v%d.transpose(-1, -2)", v, r[1]), ag_add(s, v, r[0], e, 1);
+        snprintf(e, sizeof(e), "g%d @ v%d.transpose(-1, -2)", v, r[1]), ag_add(s, v, r[0], e, 1),
+            s->used[r[1]] = 1;
     if (s->needs[r[1]])
-        snprintf(e, sizeof(e), "v%d.transpose(-1, -2) @ g%d", r[0], v), ag_add(s, v, r[1], e, 1);
+        snprintf(e, sizeof(e), "v%d.transpose(-1, -2) @ g%d", r[0], v), ag_add(s, v, r[1], e, 1),
+            s->used[r[0]] = 1;
 }
 
 /* torch's own ops for the gradients of the externs with a formula here
@@ -697,9 +699,6 @@ static int ag_extern_known(ag_state *s, int v, const char *fn, int n, const int 
         ag_matmul(s, v, r);
     else
         return 1;
-    for (int i = 0; i < n; i++)
-        if (r[i] >= 0)
-            s->used[r[i]] = 1;
     return 0;
 }
 
