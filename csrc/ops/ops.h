@@ -31,6 +31,9 @@ enum {
     CDY_OPF_NO_NONE_DIM = 1 << 13,      /* reduction: an explicit dim=None raises */
     CDY_OPF_NO_IDENTITY = 1 << 14,      /* reduction: reducing no element raises */
     CDY_OPF_ALIAS = 1 << 15,            /* the result aliases its base (a torch view) */
+    CDY_OPF_RECOMPUTE = 1 << 16,        /* cheap: a training graph's backward recomputes it
+                                         * (torch.<name> of its arguments; gelu's approximate
+                                         * by name) rather than save it (trace/autograd.c) */
 };
 
 typedef enum {

@@ -984,8 +984,9 @@ static int ag_gather(ag_state *s, int v)
 static int ag_cat(ag_state *s, int v)
 {
     const cdy_value *x = &s->g->values[v];
-    if (x->op != CDY_OP_CAT && x->op != CDY_OP_STACK)
-        return ag_no_formula(s, v, NULL);
+    int stack = !strcmp(cdy_op_table[x->op].name, "stack_pieces");
+    if (!stack && strcmp(cdy_op_table[x->op].name, "concat_pieces"))
+        return ag_no_formula(s, v, NULL);   /* pad_constant */
     int64_t dim = s->g->values[x->args[x->nargs - 1]].i, off = 0;
     if (dim < 0)
         dim += x->meta.ndim;
@@ -993,12 +994,12 @@ static int ag_cat(ag_state *s, int v)
     for (int a = 0; a < x->nargs - 1; a++) {
         int p = x->args[a];
         const cdy_meta *m = &s->g->values[p].meta;
-        if (x->op == CDY_OP_STACK)
+        if (stack)
             snprintf(e, sizeof(e), "g%d.select(%lld, %d)", v, (long long)dim, a);
         else
             snprintf(e, sizeof(e), "g%d.narrow(%lld, %lld, %lld)", v, (long long)dim,
                      (long long)off, (long long)(m->ndim > dim ? m->sizes[dim] : 0));
-        off += x->op == CDY_OP_CAT && m->ndim > dim ? m->sizes[dim] : 0;
+        off += !stack && m->ndim > dim ? m->sizes[dim] : 0;
         if (s->needs[p])
             ag_add(s, v, p, e, 0);
     }
@@ -1128,23 +1129,15 @@ static void ag_return(ag_state *s)
     cdy_buf_puts(&s->body, ")\n");
 }
 
-/* The op's forward as a torch function taking the canonical arguments as
- * they are, for recomputation, or NULL: cheap pointwise ops. */
-static const char *ag_recompute_fn(int op)
+/* The op's forward as a torch function of its canonical arguments, for
+ * recomputation (CDY_OPF_RECOMPUTE), into b; 0, or 1 when the op is not so. */
+static int ag_recompute_fn(int op, cdy_buf *b)
 {
-    switch (op) {
-    case CDY_OP_ADD: return "torch.add";
-    case CDY_OP_SUB: return "torch.sub";
-    case CDY_OP_MUL: return "torch.mul";
-    case CDY_OP_DIV: return "torch.div";
-    case CDY_OP_NEG: return "torch.neg";
-    case CDY_OP_RELU: return "torch.relu";
-    case CDY_OP_SIGMOID: return "torch.sigmoid";
-    case CDY_OP_TANH: return "torch.tanh";
-    case CDY_OP_SILU: return "torch.nn.functional.silu";
-    case CDY_OP_GELU: return "torch.nn.functional.gelu";
-    default: return NULL;
-    }
+    if (!cdy_op_has(op, CDY_OPF_RECOMPUTE))
+        return 1;
+    cdy_buf_printf(b, "torch.%s%s", strcmp(cdy_op_table[op].name, "gelu") ? "" : "nn.functional.",
+                   cdy_op_table[op].name);
+    return 0;
 }
 
 /* 1 if value a is at hand in the backward without saving more: a scalar, a
@@ -1184,21 +1177,23 @@ static void ag_recompute(ag_state *s, cdy_buf *pre)
         const cdy_value *x = &g->values[v];
         if (x->kind != CDY_VAL_NODE || !s->used[v])
             continue;
-        if (x->op == CDY_OP_VIEW) {
+        if (cdy_value_is_alias(x)) {
             ag_recompute_view(s, v, pre);
             continue;
         }
-        const char *fn = ag_recompute_fn(x->op);
-        int ok = fn != NULL;
+        int ok = cdy_op_has(x->op, CDY_OPF_RECOMPUTE);
         for (int a = 0; ok && a < x->nargs; a++)
             ok = ag_at_hand(s, x->args[a], x->meta.dtype) && x->args[a] != v;
         if (!ok)
             continue;
         s->recompute[v] = 1;
-        cdy_buf_printf(pre, "    v%d = %s(", v, fn);
+        cdy_buf_printf(pre, "    v%d = ", v);
+        ag_recompute_fn(x->op, pre);
+        cdy_buf_puts(pre, "(");
+        int gelu = !strcmp(cdy_op_table[x->op].name, "gelu");
         for (int a = 0; a < x->nargs; a++) {
             const cdy_value *y = &g->values[x->args[a]];
-            if (x->op == CDY_OP_GELU && a == 1)
+            if (gelu && a == 1)
                 cdy_buf_printf(pre, "approximate='%s'", y->i ? "tanh" : "none");
             else
                 ag_value(s, pre, x->args[a]);
