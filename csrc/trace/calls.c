@@ -406,6 +406,14 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
         kwnames = NULL;
     }
+    tvar *acargs[CDY_MAX_CALL_ARGS];
+    int ac_handled = 0;
+    if (!query) {
+        memcpy(acargs, args, sizeof(tvar *) * (size_t)nargs);
+        args = acargs;
+        if (cdy_autocast_args(tr, what, args, nargs, &ac_handled))
+            return NULL;
+    }
     tvar *bound[CDY_MAX_NODE_ARGS];
     int nbound = op != CDY_OP_NONE && !query ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound)
                                              : -1;
@@ -446,8 +454,14 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         if (!cdy_build_declined(tr, r, what))
             return r;
     }
-    if (PyTuple_Check(out) || PyList_Check(out))
+    /* an extern under autocast that autocast.c did not cast for */
+    /* an extern under autocast that autocast.c did not cast for (named) */
+    int unhandled = tr->t->autocast_on && !ac_handled && !tr->t->autocast_unhandled;
+    if (PyTuple_Check(out) || PyList_Check(out)) {
+        if (unhandled)
+            tr->t->autocast_unhandled = cdy_arena_strdup(&tr->t->arena, what);
         return multi_call(tr, fn, what, args, nargs, kwnames, out);
+    }
     if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type)) {
         cdy_tr_stop(tr, NON_TENSOR_RESULT, what, Py_TYPE(out)->tp_name);
         return NULL;
@@ -459,8 +473,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             pointwise = (argv[i] = arg_value(tr, bound[i])) >= 0;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    if (!pointwise)
+    if (!pointwise) {
+        if (unhandled)
+            tr->t->autocast_unhandled = cdy_arena_strdup(&tr->t->arena, what);
         return cdy_extern_node(tr, fn, what, args, nargs, kwnames, out);
+    }
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */

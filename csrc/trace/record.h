@@ -94,6 +94,8 @@ typedef struct {
     int ninput_rg;           /* input_rg's length */
     unsigned char *input_rg; /* per graph input: it requires grad (training; PyMem) */
     int autocast_on;         /* CPU autocast was on when the trace started */
+    int autocast_dep;        /* a call whose dtypes CPU autocast changes (autocast.c) */
+    const char *autocast_unhandled;  /* an extern traced under autocast without its casts */
     int modes_on;            /* a torch function / dispatch mode was active then */
     /* mutate.c */
     void *mut;               /* the tracer's mutation state */

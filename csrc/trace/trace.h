@@ -214,6 +214,11 @@ extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 int cdy_calls_init(void);
 /* Apply callable to args (positional, then kwnames' values); NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames);
+/* autocast.c: under CPU autocast, args[0..nargs) of call `what` replaced by
+ * eager's autocast casts of them (traced x.to(dtype)); *handled = 1 when the
+ * call's casts are in the graph (its extern may run under autocast).  Marks
+ * the trace as depending on the autocast state.  0, or -1 when stopped. */
+int cdy_autocast_args(tracer *tr, const char *what, tvar **args, int nargs, int *handled);
 /* 1 if o is an instance of a plain Python class: every class of its MRO but
  * object is a Python class, with metaclass type (no builtin container base,
  * no enum): one guarded by type has only what its attributes hold. */
