@@ -501,10 +501,12 @@ def select_workloads(filters: Optional[list[str]], quick: bool = False) -> list[
     pats = [p.strip() for f in (filters or []) for p in f.split(",") if p.strip()]
     if not pats:
         return [w for w in WORKLOADS if not _is_bf16(w) and (not quick or w.name in QUICK)]
-    # the bfloat16 group only for a filter naming it (--filter bf16, bf16_mlp, ...):
-    # --filter mlp stays the float32 workload
+    # the bfloat16 group only for a filter naming it (--filter bf16, bf16_mlp, ...), the
+    # training steps only for one naming train (--filter train, mlp_train): --filter mlp
+    # stays the float32 inference workload
     return [w for w in WORKLOADS
-            if any(p in w.name and (not _is_bf16(w) or "bf16" in p) for p in pats)]
+            if any(p in w.name and (not _is_bf16(w) or "bf16" in p) and
+                   (w.train_params is None or "train" in p) for p in pats)]
 
 
 # --------------------------------------------------------------------------- utilities
