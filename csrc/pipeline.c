@@ -201,12 +201,57 @@ static int pp_eager(cdy_pipe *p, cdy_trace *t)
     return p->compiled ? 0 : pp_fail(p, "eager backend failed");
 }
 
+/* A training graph (trace/autograd.c): the forward compiled without the
+ * graph passes (their rewrites assume grad mode off: packed weights, fused
+ * attention), then made a torch.autograd.Function with the backward's
+ * source (cdynamo._autograd.TrainingGraph); 0 or -1. */
+static int pp_training(cdy_pipe *p, cdy_trace *t, cdy_backward *bw)
+{
+    p->single = 0;                         /* the Function returns a tuple */
+    int rc;
+    if (p->backend == CDY_BACKEND_EAGER)
+        rc = pp_eager(p, t);
+    else {
+        cdy_plan plan;
+        cdy_cc_opts opts;
+        PyObject *cc = NULL, *dir = NULL;
+        char so_path[4096];
+        memset(&plan, 0, sizeof(plan));
+        rc = pp_cc_opts(p, &opts, &cc, &dir) || pp_codegen(p, t, &plan) ||
+             pp_build(p, &plan, &opts, so_path, sizeof(so_path)) || pp_load(p, t, &plan, so_path);
+        cdy_plan_free(&plan);
+        Py_XDECREF(cc);
+        Py_XDECREF(dir);
+    }
+    if (rc)
+        return -1;
+    if (cdy_log_on("stages"))
+        cdy_log("stages", "%s: backward:\n%s", p->name, PyUnicode_AsUTF8(bw->src));
+    PyObject *tg = cdy_py_call("training_graph", "OOOsiOO", p->compiled, bw->src, bw->consts,
+                               p->name, bw->nuser, bw->saved_inputs, bw->grad_outputs);
+    Py_CLEAR(p->compiled);
+    if (!tg)
+        return pp_fail_exc(p, "making the training graph failed");
+    p->compiled = tg;
+    return 0;
+}
+
 int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *globals,
                  PyObject *builtins, PyObject *closure)
 {
     cdy_trace_run(t, p->code, locals, globals, builtins, closure);
-    if (!pp_compiles(p, t))
+    cdy_backward bw = {0};
+    if (t->status == CDY_TRACE_OK && t->training && t->grad_enabled)
+        cdy_autograd_build(t, &bw);        /* a stop (NO_DERIVATIVE, ...) runs the frame eagerly */
+    if (!pp_compiles(p, t)) {
+        cdy_backward_clear(&bw);
         return 0;                          /* a stop or no tensor op: the hook says why */
+    }
+    if (bw.src) {
+        int rc = pp_graph_done(p, t, "autograd", 0) || pp_training(p, t, &bw);
+        cdy_backward_clear(&bw);
+        return rc ? -1 : 0;
+    }
     CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
     if (!t->ret)                           /* the tracer rejects it (NO_RETURN): never read it */
         return pp_fail(p, "internal error: the trace has no return value");

@@ -222,13 +222,35 @@ def test_explain_runs_a_wraps_decorated_function_as_decorated():
 
 # --------------------------------------------------------------------------- warnings
 
-def test_grad_mode_fallback_warns_once_per_function():
+def test_grad_mode_trains_compiled_without_a_warning():
     m = cdynamo.optimize(MLP())         # parameters require grad, grad mode on
     x = torch.randn(2, 8)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for _ in range(3):
             m(x).sum().backward()
+    assert not [i for i in w if issubclass(i.category, cdynamo.CdynamoWarning)]
+    assert cdynamo.stats()["frames_compiled"] == 2      # the forward and the backward
+
+
+def test_grad_mode_fallback_warns_once_per_function(monkeypatch):
+    """A training frame that runs eagerly for a reason the user can act on (an op without
+    a derivative formula; compile_backward off) warns once per function."""
+    f = cdynamo.optimize(lambda a: torch.prod(a, 1).sum())
+    x = torch.randn(2, 8, requires_grad=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            f(x).backward()
+    msgs = [str(i.message) for i in w if issubclass(i.category, cdynamo.CdynamoWarning)]
+    assert len(msgs) == 1, msgs
+    assert "prod has no derivative formula" in msgs[0] and "runs eagerly" in msgs[0]
+    monkeypatch.setattr(cdynamo.config, "compile_backward", False)
+    m = cdynamo.optimize(MLP())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            m(torch.randn(2, 8)).sum().backward()
     msgs = [str(i.message) for i in w if issubclass(i.category, cdynamo.CdynamoWarning)]
     assert len(msgs) == 1, msgs
     assert "requires grad and grad mode is on" in msgs[0] and "runs eagerly" in msgs[0]

@@ -42,6 +42,9 @@ enum {
     CDY_OPF_LOWP_NUMBER = 1 << 20,      /* a Python number operand rounds to a bfloat16 /
                                          * float16 tensor's dtype before the math, as eager's
                                          * kernel does (others reach float32 math unrounded) */
+    CDY_OPF_RECOMPUTE = 1 << 21,        /* cheap: a training graph's backward recomputes it
+                                         * (torch.<name> of its arguments; gelu's approximate
+                                         * by name) rather than save it (trace/autograd.c) */
 };
 
 typedef enum {

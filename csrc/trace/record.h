@@ -89,6 +89,10 @@ typedef struct {
     int grad_enabled;        /* torch.is_grad_enabled() when the trace started */
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
     int grad_guarded;        /* the grad-mode guard was added */
+    int training;            /* grad mode on and an input requires grad: the graph compiles
+                                with a backward (trace/autograd.c) */
+    int ninput_rg;           /* input_rg's length */
+    unsigned char *input_rg; /* per graph input: it requires grad (training; PyMem) */
     int autocast_on;         /* CPU autocast was on when the trace started */
     int autocast_dep;        /* a call whose dtypes CPU autocast changes (autocast.c) */
     const char *autocast_unhandled;  /* an extern traced under autocast without its casts */
@@ -156,6 +160,29 @@ int cdy_trace_guard_grad_mode(cdy_trace *t, int enabled);
  * a list of (callable, op name or None, meta rule row or -1, builders,
  * contiguous) (trace/callables.c). */
 PyObject *cdy_callables_py_table(PyObject *self, PyObject *unused);
+/* ---- training (trace/autograd.c) ------------------------------------------------ */
+/* 1 when frames whose inputs require grad under grad mode compile with a
+ * backward (cdynamo.config.compile_backward); else they run eagerly (AUTOGRAD). */
+int cdy_autograd_on(void);
+/* Note that graph input `index` of t requires grad (t->training set); 0, or -1 on OOM. */
+int cdy_autograd_note_input(cdy_trace *t, int index);
+/* What a training graph's compiled forward returns beyond the frame's outputs and
+ * what its backward is: filled by cdy_autograd_build. */
+typedef struct {
+    int nuser;               /* the frame's outputs (the forward graph's first nuser) */
+    PyObject *src;           /* the backward's Python source (str), or NULL: no output
+                                needs a gradient (compile as usual) */
+    PyObject *consts;        /* list: the constants the source reads as _K[i] */
+    PyObject *saved_inputs;  /* tuple of input positions the backward reads */
+    PyObject *grad_outputs;  /* tuple of the output positions that carry a gradient */
+} cdy_backward;
+/* Build the backward of t's graph from the derivative formulas of ops/ops.def
+ * (training traces): the forward graph gains the values the backward saves as
+ * outputs after the frame's; 0 (bw->src NULL when nothing needs a gradient), or
+ * -1 with t stopped (NO_DERIVATIVE, AUTOGRAD_MUTATION, OUT_OF_MEMORY). */
+int cdy_autograd_build(cdy_trace *t, cdy_backward *bw);
+void cdy_backward_clear(cdy_backward *bw);
+
 /* Readable text of t's graph (new str), for logs, the debug dir and explain. */
 PyObject *cdy_graph_text(const cdy_trace *t, PyCodeObject *co);
 

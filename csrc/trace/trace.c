@@ -1830,6 +1830,8 @@ void cdy_trace_free(cdy_trace *t)
     cdy_guards_free(&t->guards);
     PyMem_Free(t->graph.values);
     PyMem_Free(t->pynodes);
+    PyMem_Free(t->input_rg);
+    t->input_rg = NULL;
     t->graph.values = NULL;
     t->pynodes = NULL;
     cdy_arena_free(&t->arena);

@@ -460,7 +460,7 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
         cdy_tr_stop(tr, NOT_CPU, desc);
     else if (lay != cdy_strided_layout)
         cdy_tr_stop(tr, NOT_STRIDED, desc);
-    else if (rg == Py_True && tr->t->grad_enabled) {
+    else if (rg == Py_True && tr->t->grad_enabled && !cdy_autograd_on()) {
         if (!cdy_guard_grad_mode(tr, 1))   /* the eager entry is for grad mode only */
             cdy_tr_stop(tr, AUTOGRAD, desc);
     }
@@ -485,6 +485,9 @@ static tvar *wrap_tensor(tracer *tr, PyObject *x, const cdy_src *src, const char
             memcpy(g->sizes, m.sizes, sizeof(m.sizes));
             memcpy(g->strides, m.strides, sizeof(m.strides));
             tr->t->any_requires_grad |= rg == Py_True;
+            if (rg == Py_True && tr->t->grad_enabled &&
+                cdy_autograd_note_input(tr->t, gv->input_index))
+                cdy_tr_stop(tr, OUT_OF_MEMORY);
             v->obj = fake;
             v->value = idx;
             v->src = src;
@@ -950,6 +953,11 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
         return cdy_fixed_value(tr, (PyObject *)t->tp);
     if (!strcmp(n, "is_cpu") || !strcmp(n, "is_meta"))   /* the fake is on meta; the real one on cpu */
         return cdy_tv_const(tr, Py_NewRef(n[3] == 'c' ? Py_True : Py_False));
+    if (!strcmp(n, "requires_grad") && tr->t->training &&
+        tr->t->graph.values[t->value].kind != CDY_VAL_INPUT) {
+        cdy_tr_stop(tr, AUTOGRAD_ATTR, n);
+        return NULL;
+    }
     if (!strcmp(n, "requires_grad"))
         return cdy_tv_const(tr, Py_NewRef(t->requires_grad ? Py_True : Py_False));
     for (int i = 0; consts[i]; i++)

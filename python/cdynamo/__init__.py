@@ -26,11 +26,12 @@ __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "Cd
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 config.output_pool_mb = config.output_pool_mb   # the environment's size, to the C runtime
 # Frames from these files are never traced: torch's and the standard library's,
-# and _attention.py, which compiled graphs call (the rest of cdynamo's own Python
-# never runs under the hook: the hook is off while tracing).
+# and _attention.py and _autograd.py, which compiled graphs call (the rest of
+# cdynamo's own Python never runs under the hook: the hook is off while tracing).
 _C.set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep,
                       sysconfig.get_paths()["stdlib"] + os.sep, "<frozen ",
-                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "_attention.py")))
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "_attention.py"),
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autograd.py")))
 
 _BACKENDS = ("c", "eager")
 

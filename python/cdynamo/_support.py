@@ -114,14 +114,15 @@ def _record(reason, filename, line, fn_name, code, category):
 #: stop codes (trace/reasons.def) of reasons a frame runs eagerly that the user can act on:
 #: warned of once per function and place (other graph breaks are not: CDYNAMO_LOGS=
 #: graph_breaks and explain show them)
-ACTIONABLE = frozenset({"AUTOGRAD", "DTYPE"})
+ACTIONABLE = frozenset({"AUTOGRAD", "NO_DERIVATIVE", "DTYPE"})
 #: (function, filename, line) already warned of since the last reset
 _warned = set()
 
 
 def record_break(reason, filename, line, fn_name, code="", category=""):
     """Record a frame's graph break (explain); warn once per function when it runs
-    eagerly for a reason the user can act on (grad mode, a dtype: ACTIONABLE)."""
+    eagerly for a reason the user can act on (grad mode without compiled backward or an op
+    without a derivative, a dtype: ACTIONABLE)."""
     breaks.append(_record(reason, filename, line, fn_name, code, category))
     if code in ACTIONABLE and (fn_name, filename, line) not in _warned:
         _warned.add((fn_name, filename, line))
@@ -194,3 +195,10 @@ def on_compile(info):
     except Exception as e:  # noqa: BLE001  (the C core clears errors: say it here)
         warnings.warn(f"cdynamo: writing debug output for {rec['name']} failed: "
                       f"{type(e).__name__}: {e}", CdynamoWarning, stacklevel=2)
+
+
+def training_graph(forward, src, consts, name, nuser, saved_inputs, grad_outputs):
+    """The callable of a training graph (trace/autograd.c): its compiled forward and the
+    backward's source, made into a torch.autograd.Function (cdynamo._autograd)."""
+    from . import _autograd
+    return _autograd.TrainingGraph(forward, src, consts, name, nuser, saved_inputs, grad_outputs)

@@ -78,6 +78,10 @@ class Workload:
     description: str = ""
     #: None when the workload can run, else why not (an optional dependency missing)
     requires: Optional[Callable[[], Optional[str]]] = None
+    #: a training step: fn returns a loss; each system's call is then its compiled fn,
+    #: loss.backward() and the loss with the parameters' gradients (compared to eager's),
+    #: the gradients reset first; train_params() gives the parameters
+    train_params: Optional[Callable[[], list]] = None
 
     def inputs(self, quick: bool) -> tuple:
         factory = self.quick_inputs if (quick and self.quick_inputs) else self.make_inputs
@@ -261,6 +265,26 @@ def mlp(x):
     return _MODELS["mlp"](x)
 
 
+def mlp_loss(x, y):
+    return torch.nn.functional.cross_entropy(_MODELS["mlp"](x), y)
+
+
+def transformer_stack_loss(x):
+    return _MODELS["stack"](x).pow(2).mean()
+
+
+def _train_step(f, params):
+    """One training step of loss function f: gradients reset, f's loss backward; returns
+    the loss and the gradients."""
+    def step(*inputs):
+        for p in params:
+            p.grad = None
+        loss = f(*inputs)
+        loss.backward()
+        return (loss.detach(), *[p.grad for p in params])
+    return step
+
+
 def cnn(x):
     return _MODELS["cnn"](x)
 
@@ -368,6 +392,15 @@ WORKLOADS: list[Workload] = [
              _model_inputs("t5", _t5, lambda: (torch.randint(0, 32000, (1, 32)),)), kind="model",
              rtol=1e-4, atol=1e-4,
              description="T5-small from its config (transformers; random weights), 32 tokens"),
+    Workload("mlp_train", mlp_loss,
+             _model_inputs("mlp", _mlp, lambda: (torch.randn(64, 256), torch.randint(0, 10, (64,)))),
+             kind="training", rtol=1e-4, atol=1e-5,
+             train_params=lambda: list(_MODELS["mlp"].parameters()),
+             description="MLP 256-512-512-10 training step: cross_entropy, backward; batch 64"),
+    Workload("transformer_stack_train", transformer_stack_loss,
+             _model_inputs("stack", _Stack, lambda: (torch.randn(4, 64, 256),)), kind="training",
+             rtol=1e-4, atol=1e-4, train_params=lambda: list(_MODELS["stack"].parameters()),
+             description="4 transformer blocks (d=256) training step: mean square, backward"),
     Workload("int64_arith", int64_arith, _i64(1024, 1024), quick_inputs=_i64(256, 1024),
              description="a*3 - b, 1M int64 (quick: 256K)"),
 ]
@@ -468,10 +501,12 @@ def select_workloads(filters: Optional[list[str]], quick: bool = False) -> list[
     pats = [p.strip() for f in (filters or []) for p in f.split(",") if p.strip()]
     if not pats:
         return [w for w in WORKLOADS if not _is_bf16(w) and (not quick or w.name in QUICK)]
-    # the bfloat16 group only for a filter naming it (--filter bf16, bf16_mlp, ...):
-    # --filter mlp stays the float32 workload
+    # the bfloat16 group only for a filter naming it (--filter bf16, bf16_mlp, ...), the
+    # training steps only for one naming train (--filter train, mlp_train): --filter mlp
+    # stays the float32 inference workload
     return [w for w in WORKLOADS
-            if any(p in w.name and (not _is_bf16(w) or "bf16" in p) for p in pats)]
+            if any(p in w.name and (not _is_bf16(w) or "bf16" in p) and
+                   (w.train_params is None or "train" in p) for p in pats)]
 
 
 # --------------------------------------------------------------------------- utilities
@@ -965,11 +1000,14 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     torch.manual_seed(0)
     inputs = w.inputs(args.quick)
 
+    params = w.train_params() if w.train_params else None
+    eager_fn = _train_step(w.fn, params) if params is not None else w.fn
+
     # eager reference
     phase("eager", "reference")
     try:
-        expected = w.fn(*inputs)
-        w.fn(*inputs)
+        expected = eager_fn(*inputs)
+        eager_fn(*inputs)
         row["ok"]["eager"] = True
     except Exception as e:  # noqa: BLE001
         row["ok"]["eager"] = False
@@ -980,7 +1018,7 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
     row["bytes"] = _nbytes(inputs) + _nbytes(expected)
     exp_strides = _strides(expected)
 
-    callables = {"eager": w.fn}
+    callables = {"eager": eager_fn}
     for s in ("inductor", "cdynamo"):
         if s in skip:
             row["error"][s] = skip[s]
@@ -1003,6 +1041,8 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
         try:
             phase(s, "build")
             f = systems.build(s, w.fn)
+            if params is not None:
+                f = _train_step(f, params)
             phase(s, "first call (compile)")
             t0 = time.perf_counter()
             out = f(*inputs)

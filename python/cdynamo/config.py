@@ -38,6 +38,11 @@ num_threads = None
 #: every call); False: torch's linear always; "always": packed without timing first
 pack_linear_weights = True
 
+#: a frame whose inputs require grad while grad mode is on compiles a forward and a
+#: backward graph (the ops' derivative formulas, a torch.autograd.Function); False: such
+#: frames run eagerly (reason AUTOGRAD)
+compile_backward = True
+
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/
 debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
@@ -118,6 +123,7 @@ _CHECKS = {
     "disable": _flag,
     "num_threads": _threads,
     "pack_linear_weights": _pack,
+    "compile_backward": _flag,
     "debug": _flag,
     "debug_dir": lambda n, v: _path(n, v, True),
     "standby_compiler": _flag,

@@ -1,0 +1,148 @@
+"""The prelude of every generated backward (trace/autograd.c): derivative formulas
+that take more than one expression, by the names ops/ops.def's grad column calls.
+
+Its text is compiled into each backward's namespace (with `torch` and `_K`), not
+imported: cdynamo traces these functions inline as the user's own code, so the
+backward graph fuses them with the rest.  Keep them traceable: torch ops,
+arithmetic, branches on constants.
+"""
+
+
+def gelu_backward(grad, x, approximate):
+    """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh."""
+    if approximate == 0:
+        cdf = 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+        pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
+        return grad * (cdf + x * pdf)
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    t = torch.tanh(inner)
+    return grad * (0.5 * (1.0 + t) +
+                   0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * x * x))
+
+
+def hardswish_backward(grad, x):
+    return torch.where(x < -3.0, 0.0, torch.where(x <= 3.0, grad * (x / 3.0 + 0.5), grad))
+
+
+def mish_backward(grad, x):
+    sp = torch.nn.functional.softplus(x)
+    t = torch.tanh(sp)
+    return grad * (t + x * torch.sigmoid(x) * (1.0 - t * t))
+
+
+def _ln_xhat(x, eps, n):
+    dims = tuple(range(x.dim() - n, x.dim()))
+    mu = x.mean(dims, keepdim=True)
+    xc = x - mu
+    rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
+    return xc * rstd, rstd, dims
+
+
+def layer_norm_backward_input(grad, x, w, eps, n):
+    """layer_norm's gradient for its input (weight w a tensor, or a number: absent)."""
+    xhat, rstd, dims = _ln_xhat(x, eps, n)
+    gh = grad * w if isinstance(w, torch.Tensor) else grad
+    return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
+
+
+def layer_norm_backward_weight(grad, x, eps, n):
+    xhat, rstd, dims = _ln_xhat(x, eps, n)
+    lead = tuple(range(x.dim() - n))
+    return (grad * xhat).sum(lead) if lead else grad * xhat
+
+
+def layer_norm_backward_bias(grad, n):
+    lead = tuple(range(grad.dim() - n))
+    return grad.sum(lead) if lead else grad
+
+
+def nll_loss_backward(grad, x, target, reduction):
+    """F.nll_loss(x, target)'s gradient for x (N, C), class targets, ignore_index -100."""
+    valid = target != -100
+    onehot = (torch.arange(x.shape[1]) == target.unsqueeze(1)).to(x.dtype)
+    if reduction == "mean":
+        scale = valid.to(x.dtype) / valid.sum() * grad
+    elif reduction == "sum":
+        scale = valid.to(x.dtype) * grad
+    else:
+        scale = valid.to(x.dtype) * grad
+    return -onehot * scale.unsqueeze(1)
+
+
+def cross_entropy_backward(grad, x, target, reduction):
+    """F.cross_entropy(x, target)'s gradient for x (N, C), class targets, ignore_index
+    -100: softmax(x) - onehot(target), scaled as the reduction says."""
+    valid = target != -100
+    onehot = (torch.arange(x.shape[1]) == target.unsqueeze(1)).to(x.dtype)
+    if reduction == "mean":
+        scale = valid.to(x.dtype) / valid.sum() * grad
+    else:
+        scale = valid.to(x.dtype) * grad
+    return (torch.softmax(x, 1) - onehot) * scale.unsqueeze(1)
+
+
+def view_scatter(grad, base_sizes, base_strides, sizes, strides, offset, extent):
+    """The gradient of a view that is part of its base: grad written where the view
+    reads, zeros elsewhere, as the base's sizes and strides."""
+    z = grad.new_zeros((extent,))
+    z.as_strided(sizes, strides, offset).copy_(grad)
+    return z.as_strided(base_sizes, base_strides)
+
+
+def vjp(fn, grad, args, kwnames, want):
+    """The gradients of fn(*args) (the last len(kwnames) by keyword) for args[want]:
+    torch's autograd on the extern call, run again (any extern op; not traced)."""
+    npos = len(args) - len(kwnames)
+    leaves = list(args)
+    for i in want:
+        leaves[i] = args[i].detach().requires_grad_()
+    with torch.enable_grad():
+        out = fn(*leaves[:npos], **dict(zip(kwnames, leaves[npos:])))
+        if not out.requires_grad:
+            return tuple(torch.zeros_like(args[i]) for i in want)
+        gs = torch.autograd.grad(out, [leaves[i] for i in want], grad, allow_unused=True)
+    return tuple(torch.zeros_like(args[i]) if g is None else g for i, g in zip(want, gs))
+
+
+def gather_backward(grad, pos, base_sizes, base_strides, extent):
+    """The gradient of an indexed load: grad's elements added at the storage positions
+    pos (int64, broadcast to grad) they were loaded from, as the base's sizes and
+    strides."""
+    z = grad.new_zeros((extent,))
+    z.index_add_(0, pos.expand(grad.shape).reshape(-1), grad.reshape(-1))
+    return z.as_strided(base_sizes, base_strides)
+
+
+def norm_backward(grad, x, norm, p, dims):
+    """vector_norm's gradient (grad and norm with the reduced dims kept); 0 where the
+    norm is 0, as torch's norm_backward."""
+    if p == 2:
+        return torch.where(norm == 0, 0.0, grad * x / norm)
+    if p == 1:
+        return grad * torch.sgn(x)
+    if p == float("inf") or p == float("-inf"):
+        mask = (x.abs() == norm).to(x.dtype)
+        return grad * torch.sgn(x) * mask / mask.sum(dims, keepdim=True)
+    return torch.where(norm == 0, 0.0,
+                       grad * x * torch.pow(x.abs(), p - 2) / torch.pow(norm, p - 1))
+
+
+def sdpa_backward(grad, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+    """F.scaled_dot_product_attention's gradients for q, k, v (no dropout): the
+    attention weights recomputed, then the matmuls' and softmax's derivatives."""
+    s = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = (q @ k.transpose(-1, -2)) * s
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    a = torch.softmax(scores, -1)
+    gv = a.transpose(-1, -2) @ grad
+    ga = grad @ v.transpose(-1, -2)
+    gs = a * (ga - (ga * a).sum(-1, keepdim=True)) * s
+    return gs @ k, gs.transpose(-1, -2) @ q, gv

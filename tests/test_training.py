@@ -1,0 +1,444 @@
+"""Training (issue 34): frames whose inputs require grad under grad mode compile a forward
+and a backward graph (trace/autograd.c: the derivative formulas of ops/ops.def), run as a
+torch.autograd.Function (python/cdynamo/_autograd.py).  Losses and gradients equal eager's
+(float32 tolerance); forward and backward are compiled (frames_compiled counts both), with no
+recompile per step; what has no formula runs eagerly with reason NO_DERIVATIVE."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import cdynamo
+import cdynamo._support as support
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _leaves(args):
+    return [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
+            else a for a in args]
+
+
+def grads_match(fn, *args, compiled=True):
+    """fn's output and its inputs' gradients (one random output gradient) equal eager's;
+    returns cdynamo.stats().  compiled: both graphs were compiled, no break."""
+    a_e, a_c = _leaves(args), _leaves(args)
+    out_e = fn(*a_e)
+    out_c = cdynamo.optimize(fn)(*a_c)
+    torch.testing.assert_close(out_c, out_e, rtol=RTOL, atol=ATOL)
+    assert out_c.requires_grad
+    go = torch.randn(out_e.shape, generator=torch.Generator().manual_seed(1))
+    out_e.backward(go)
+    out_c.backward(go)
+    for x, y in zip(a_e, a_c):
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            torch.testing.assert_close(y.grad, x.grad, rtol=RTOL, atol=ATOL)
+    st = cdynamo.stats()
+    if compiled:   # the forward graph and, at the backward, the backward graph
+        assert (st["frames_compiled"], st["graph_breaks"]) == (2, 0), (st, support.breaks)
+    return st
+
+
+def _x(*shape, positive=False, seed=0):
+    t = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return (t.abs() + 0.5 if positive else t).requires_grad_()
+
+
+X, Y, P = _x(4, 5), _x(5, seed=1), _x(4, 5, positive=True, seed=2)
+T = torch.tensor([0, 3, 1, 4])
+MASK = torch.randn(5, 6, generator=torch.Generator().manual_seed(3))
+
+# one differential case per derivative formula: (fn, inputs)
+CASES = {
+    "add_broadcast": (lambda a, b: a + b, X, Y),
+    "sub_scalar": (lambda a, b: a - 2 * b, X, Y),
+    "mul": (lambda a, b: a * b, X, Y),
+    "div": (lambda a, b: a / b, X, P),
+    "neg": (lambda a: -a, X),
+    "exp": (lambda a: torch.exp(a), X),
+    "log": (lambda a: torch.log(a), P),
+    "tanh": (lambda a: torch.tanh(a), X),
+    "sigmoid": (lambda a: torch.sigmoid(a), X),
+    "relu": (lambda a: torch.relu(a), X),
+    "gelu": (lambda a: F.gelu(a), X),
+    "gelu_tanh": (lambda a: F.gelu(a, approximate="tanh"), X),
+    "silu": (lambda a: F.silu(a), X),
+    "pow_number": (lambda a: a ** 3, X),
+    "pow_tensor": (lambda a, b: torch.pow(a, b), P, X),
+    "sqrt": (lambda a: torch.sqrt(a), P),
+    "rsqrt": (lambda a: torch.rsqrt(a), P),
+    "where": (lambda a, b: torch.where(a > 0, a, b), X, Y),
+    "maximum": (lambda a, b: torch.maximum(a, b), X, Y),
+    "clamp": (lambda a: a.clamp(-0.5, 0.5), X),
+    "leaky_relu": (lambda a: F.leaky_relu(a), X),
+    "abs": (lambda a: a.abs(), X),
+    "erf": (lambda a: torch.erf(a), X),
+    "cast": (lambda a: a.double() * 2, X),
+    "sum": (lambda a: a.sum(1), X),
+    "sum_all": (lambda a: a.sum(), X),
+    "mean_keepdim": (lambda a: a.mean(0, keepdim=True), X),
+    "amax": (lambda a: a.amax(1), X),
+    "logsumexp": (lambda a: a.logsumexp(1), X),
+    "var": (lambda a: a.var(1), X),
+    "std": (lambda a: a.std(0, keepdim=True), X),
+    "norm": (lambda a: a.norm(), X),
+    "view": (lambda a: a.view(20) * 2, X),
+    "reshape_copy": (lambda a: a.t().reshape(20) * 2, X),
+    "transpose": (lambda a: a.t() * Y[:4].detach(), X),
+    "permute": (lambda a: a.reshape(2, 2, 5).permute(2, 0, 1) * 3, X),
+    "expand": (lambda b: b.expand(3, 5) * 2, Y),
+    "slice_step": (lambda a: a[1:3, ::2] * 2, X),
+    "select": (lambda a: a[2] * 2, X),
+    "unsqueeze_squeeze": (lambda a: a.unsqueeze(1)[:, :, :1].squeeze(2) * 2, X),
+    "cat": (lambda a, b: torch.cat([a, b.expand(4, 5)], 0) * 2, X, Y),
+    "stack": (lambda a, b: torch.stack([a, b.expand(4, 5)], 1) * 2, X, Y),
+    "unbind": (lambda a: a.unbind(1)[2] * 2 + a.unbind(1)[0], X),
+    "mm": (lambda a, b: torch.mm(a, b), X, _x(5, 3)),
+    "matmul_broadcast": (lambda a, b: a @ b, _x(2, 4, 5), _x(5, 3)),
+    "bmm": (lambda a, b: torch.bmm(a, b), _x(2, 4, 5), _x(2, 5, 3)),
+    "linear": (lambda a, w, b: F.linear(a, w, b), _x(2, 4, 5), _x(3, 5), _x(3)),
+    "softmax": (lambda a: a.softmax(-1), X),
+    "log_softmax": (lambda a: F.log_softmax(a, 1), X),
+    "layer_norm": (lambda a, w, b: F.layer_norm(a, (5,), w, b), X, _x(5), _x(5)),
+    "layer_norm_no_affine": (lambda a: F.layer_norm(a, (5,)), X),
+    "cross_entropy": (lambda a: F.cross_entropy(a, T), X),
+    "cross_entropy_ignore_sum": (lambda a: F.cross_entropy(a, torch.tensor([0, -100, 1, 4]),
+                                                           reduction="sum"), X),
+    "nll_loss": (lambda a: F.nll_loss(F.log_softmax(a, 1), T), X),
+    "mse_loss": (lambda a, b: F.mse_loss(a, b), X, torch.randn(4, 5)),
+    "embedding": (lambda i, w: F.embedding(i, w) * 2, torch.tensor([[0, 2], [1, 0]]), _x(3, 4)),
+    "embedding_padding_idx": (lambda i, w: F.embedding(i, w, padding_idx=0) * 2,
+                              torch.tensor([[0, 2], [1, 0]]), _x(3, 4)),
+    "index_negative": (lambda w: w[torch.tensor([2, 0, -1, 2])] * 2, _x(3, 4)),
+    "dropout_eval": (lambda a: F.dropout(a, 0.5, training=False) * 2, X),
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    _x(2, 3, 5, 4), _x(2, 3, 6, 4), _x(2, 3, 6, 4)),
+    "sdpa_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=MASK, scale=0.3), _x(2, 3, 5, 4), _x(2, 3, 6, 4), _x(2, 3, 6, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_derivative_matches_eager(name):
+    fn, *args = CASES[name]
+    grads_match(fn, *args)
+
+
+def test_backward_source_uses_the_registry_formulas():
+    """The backward is Python over torch written from ops.def's words: tanh's
+    `grad * (1 - result * result)` reads the forward's saved result."""
+    x = _x(3, 4)
+    out = cdynamo.optimize(lambda a: torch.tanh(a) * 2)(x)
+    src = out.grad_fn.tg.source
+    assert src.startswith("def backward(")
+    assert "* (1 - v1 * v1)" in src, src
+
+
+def test_cheap_values_are_recomputed_not_saved():
+    """gelu's derivative saves its input h; gelu(h), which the next linear's weight
+    gradient reads, is recomputed from it in the backward instead of saved."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    out = cdynamo.optimize(lambda x: m(x).sum())(torch.randn(2, 8))
+    tg = out.grad_fn.tg
+    header, first = tg.source.splitlines()[:2]
+    assert "torch.nn.functional.gelu(" in first, tg.source
+    recomputed = first.split("=")[0].strip()
+    assert recomputed not in header            # not a saved value
+
+
+def test_integer_output_is_not_differentiable():
+    x = _x(4, 5)
+    out, idx = cdynamo.optimize(lambda a: (a * 2, a.argmax(1)))(x)
+    assert out.requires_grad and not idx.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4, 5), 2.0))
+
+
+def test_input_not_requiring_grad_gets_none():
+    x, w = torch.randn(4, 5), _x(5)
+    cdynamo.optimize(lambda a, b: (a * b).sum())(x, w).backward()
+    assert x.grad is None
+    torch.testing.assert_close(w.grad, x.sum(0))
+
+
+# ---------------------------------------------------------------- training loops
+
+def _train(model, batches, loss_fn, compiled, lr=0.05):
+    m = copy.deepcopy(model)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    step = cdynamo.optimize(lambda *b: loss_fn(m, *b)) if compiled else (lambda *b: loss_fn(m, *b))
+    losses = []
+    for b in batches:
+        opt.zero_grad()
+        loss = step(*b)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [None if p.grad is None else p.grad.clone() for p in m.parameters()], m
+
+
+def _batches(n, *shapes, classes=None):
+    out = []
+    for i in range(n):
+        g = torch.Generator().manual_seed(100 + i)
+        b = [torch.randn(*s, generator=g) for s in shapes]
+        if classes:
+            b.append(torch.randint(0, classes, (shapes[0][0],), generator=g))
+        out.append(b)
+    return out
+
+
+def _assert_training_matches(model, batches, loss_fn, graphs=2, rtol=1e-4, atol=1e-5):
+    le, ge, me = _train(model, batches, loss_fn, False)
+    lc, gc, mc = _train(model, batches, loss_fn, True)
+    torch.testing.assert_close(torch.tensor(lc), torch.tensor(le), rtol=rtol, atol=atol)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b, rtol=rtol * 10, atol=atol)
+    for a, b in zip(mc.parameters(), me.parameters()):
+        torch.testing.assert_close(a, b, rtol=rtol * 10, atol=atol)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == graphs and st["recompiles"] == 0, (st, support.breaks)
+    assert st["graph_breaks"] == 0, support.breaks
+    return st
+
+
+def test_mlp_sgd_50_steps_matches_eager():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(),
+                        nn.Linear(64, 10))
+    st = _assert_training_matches(mlp, _batches(50, (16, 32), classes=10),
+                                  lambda m, x, y: F.cross_entropy(m(x), y))
+    assert st["cache_hits"] + st["direct_calls"] >= 49   # one compile, then hits
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block written out (attention by matmuls and softmax)."""
+
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, -1)
+        q, k, v = (t.view(B, T, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
+        a = (q @ k.transpose(-1, -2) / (D // self.h) ** 0.5).softmax(-1) @ v
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def test_transformer_block_trains_like_eager():
+    torch.manual_seed(0)
+    _assert_training_matches(Block(), _batches(10, (2, 8, 32)),
+                             lambda m, x: m(x).pow(2).mean())
+
+
+def test_embedding_layernorm_sdpa_model_trains_like_eager():
+    torch.manual_seed(0)
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.ln, self.head = nn.Embedding(50, 16), nn.LayerNorm(16), nn.Linear(16, 50)
+
+        def forward(self, ids):
+            h = self.ln(self.emb(ids))
+            q = h.view(2, 6, 2, 8).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            return self.head(a.transpose(1, 2).reshape(2, 6, 16))
+
+    batches = [[torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(i))]
+               for i in range(10)]
+    _assert_training_matches(Tiny(), batches,
+                             lambda m, ids: F.cross_entropy(m(ids).reshape(12, 50),
+                                                            ids.reshape(12)))
+
+
+def test_nn_modules_train_like_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.SiLU(), nn.Dropout(0.0).eval(),
+                          nn.Linear(16, 4), nn.Tanh())
+    _assert_training_matches(model, _batches(5, (6, 8), (6, 4)),
+                             lambda m, x, t: F.mse_loss(m(x), t))
+
+
+def test_multihead_attention_falls_back_with_a_reason():
+    """nn.MultiheadAttention calls F.multi_head_attention_forward, an extern returning
+    two tensors without a formula: the frame runs eagerly (NO_DERIVATIVE naming it),
+    with eager's gradients."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    le, ge, _ = _train(mha, [[x]], lambda m, a: m(a, a, a)[0].sum(), False)
+    lc, gc, _ = _train(mha, [[x]], lambda m, a: m(a, a, a)[0].sum(), True)
+    assert lc == pytest.approx(le)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b)
+    codes = {b["code"] for b in support.breaks}
+    assert codes == {"NO_DERIVATIVE"}
+    assert "multi_head_attention_forward" in support.breaks[0]["reason"]
+
+
+def test_bert_from_config_trains_like_eager():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    bert = transformers.BertModel(cfg)
+    batches = [[torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(i))]
+               for i in range(5)]
+    le, ge, _ = _train(bert, batches, lambda m, ids: m(input_ids=ids).last_hidden_state.pow(2).mean(),
+                       False)
+    lc, gc, _ = _train(bert, batches, lambda m, ids: m(input_ids=ids).last_hidden_state.pow(2).mean(),
+                       True)
+    torch.testing.assert_close(torch.tensor(lc), torch.tensor(le), rtol=1e-4, atol=1e-5)
+    for a, b in zip(gc, ge):
+        assert (a is None) == (b is None)    # the pooler gets no gradient
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] >= 2 and st["recompiles"] == 0, st
+    assert not [b for b in support.breaks if "backward of" in str(b.get("filename"))]
+
+
+# ---------------------------------------------------------------- autograd semantics
+
+def _linear_pair():
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 3)
+    return lin, copy.deepcopy(lin), cdynamo.optimize(lambda m, x: m(x).tanh().sum())
+
+
+def test_gradients_accumulate_into_grad():
+    eager, comp, f = _linear_pair()
+    x = torch.randn(4, 5)
+    for _ in range(3):
+        eager(x).tanh().sum().backward()
+        f(comp, x).backward()
+    torch.testing.assert_close(comp.weight.grad, eager.weight.grad)
+    torch.testing.assert_close(comp.bias.grad, eager.bias.grad)
+
+
+def test_hooks_on_parameters_run():
+    eager, comp, f = _linear_pair()
+    seen = []
+    comp.weight.register_hook(lambda g: seen.append(g.clone()) or g * 2)
+    eager.weight.register_hook(lambda g: g * 2)
+    x = torch.randn(4, 5)
+    eager(x).tanh().sum().backward()
+    f(comp, x).backward()
+    assert len(seen) == 1
+    torch.testing.assert_close(comp.weight.grad, eager.weight.grad)
+
+
+def test_retain_graph_backward_twice():
+    eager, comp, f = _linear_pair()
+    x = torch.randn(4, 5)
+    le, lc = eager(x).tanh().sum(), f(comp, x)
+    le.backward(retain_graph=True)
+    le.backward()
+    lc.backward(retain_graph=True)
+    lc.backward()
+    torch.testing.assert_close(comp.weight.grad, eager.weight.grad)
+    lc = f(comp, x)
+    lc.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        lc.backward()
+
+
+def test_double_backward_raises():
+    """Documented difference: the compiled backward is not differentiable, so
+    backward(create_graph=True) raises (a clear error, never a gradient without its
+    history) where eager would compute it."""
+    x = _x(4, 5)
+    y = cdynamo.optimize(lambda a: (a * a).sum())(x)
+    with pytest.raises(RuntimeError, match="backward is not differentiable"):
+        torch.autograd.grad(y, x, create_graph=True)
+    y = cdynamo.optimize(lambda a: (a * a).sum())(x)
+    (g,) = torch.autograd.grad(y, x)       # without create_graph: eager's gradient
+    torch.testing.assert_close(g, 2 * x.detach())
+
+
+def test_no_recompile_between_grad_and_no_grad():
+    eager, comp, f = _linear_pair()
+    x = torch.randn(4, 5)
+    f(comp, x).backward()
+    with torch.no_grad():
+        torch.testing.assert_close(f(comp, x), eager(x).tanh().sum())
+    f(comp, x).backward()
+    st = cdynamo.stats()
+    # training forward + backward, then the no_grad graph (grad mode is guarded)
+    assert st["frames_compiled"] == 3 and st["recompiles"] == 1
+
+
+# ---------------------------------------------------------------- fallbacks
+
+def test_op_without_formula_falls_back_with_its_name():
+    x = _x(4, 5)
+    fn = lambda a: torch.prod(a, 1) * 2   # noqa: E731 (prod has no derivative formula yet)
+    ex = cdynamo.explain(fn)(x)
+    assert ex.graph_count == 0
+    [r] = ex.break_reasons
+    assert r["code"] == "NO_DERIVATIVE" and "prod has no derivative formula" in r["reason"]
+    grads_match(fn, x, compiled=False)
+    assert cdynamo.stats()["frames_compiled"] == 0
+
+
+def test_compile_backward_off_runs_eagerly_with_autograd_reason(monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "compile_backward", False)
+    x = _x(4, 5)
+    ex = cdynamo.explain(lambda a: a * 2)(x)
+    assert [r["code"] for r in ex.break_reasons] == ["AUTOGRAD"]
+    assert "requires grad and grad mode is on" in ex.break_reasons[0]["reason"]
+
+
+def test_mutating_an_input_under_training_falls_back():
+    def fn(a, b):
+        b.add_(1)
+        return (a * b).sum()
+    a, b = _x(3), torch.zeros(3)
+    out = cdynamo.optimize(fn)(a, b)
+    out.backward()
+    torch.testing.assert_close(b, torch.ones(3))
+    torch.testing.assert_close(a.grad, torch.ones(3))
+    assert [x["code"] for x in support.breaks] == ["AUTOGRAD_MUTATION"]
+
+
+def test_requires_grad_of_an_intermediate_falls_back():
+    def fn(a):
+        y = a * 2
+        return y * 3 if y.requires_grad else y
+    x = _x(3)
+    out = cdynamo.optimize(fn)(x)
+    torch.testing.assert_close(out, x * 6)
+    assert [b["code"] for b in support.breaks] == ["AUTOGRAD_ATTR"]
+
+
+def test_embedding_with_max_norm_is_an_extern_with_eagers_gradient():
+    """max_norm renorms the weight in place: the call stays an extern of the forward and
+    its gradient is torch's (a vjp at backward time, the backward then runs eagerly)."""
+    w1 = (torch.randn(5, 3) * 3).requires_grad_()
+    w2 = w1.detach().clone().requires_grad_()
+    fn = lambda i, w: (F.embedding(i, w, max_norm=1.0) * torch.arange(3.0)).sum()  # noqa: E731
+    i = torch.tensor([1, 2, 1])
+    fn(i, w1).backward()
+    cdynamo.optimize(fn)(i, w2).backward()
+    torch.testing.assert_close(w2, w1)
+    torch.testing.assert_close(w2.grad, w1.grad)
+
+
+def test_random_extern_falls_back():
+    x = _x(4, 5)
+    torch.manual_seed(3)
+    out = cdynamo.optimize(lambda a: F.dropout(a, 0.5, training=True) * 2)(x)
+    torch.manual_seed(3)
+    torch.testing.assert_close(out, F.dropout(x, 0.5, training=True) * 2)
+    assert [b["code"] for b in support.breaks] == ["NO_DERIVATIVE"]
