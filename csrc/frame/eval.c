@@ -444,7 +444,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t
     e->globals = Py_NewRef(frame->f_globals);
     if (!e->fn_name || (compiled && PyDict_SetItem(e->globals, e->fn_name, compiled)))
         goto pyfail;
-    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph);
+    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph, frame->f_globals);
     if (!code)
         goto pyfail;
     e->shadow_fn = PyFunction_New(code, frame->f_globals);
@@ -507,6 +507,21 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
         return -1;
     }
     return 0;
+}
+
+/* Report a graph break the frame resumes after (trace/breaks.c): stats,
+ * the recorded break (explain), the break log. */
+static void report_resumed_break(cdy_trace *t, PyCodeObject *co)
+{
+    cdy_stats.graph_breaks++;
+    PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
+    const char *fn = PyUnicode_AsUTF8(co->co_name);
+    cdy_record_break(t->reason, t->reason_code, file, t->reason_line, fn);
+    if (cdy_log_on("graph_breaks"))
+        cdy_log("graph_breaks", "Graph break in %s at %s:%d: [%s] %s (resumed after the call)",
+                fn, PyUnicode_AsUTF8(file), t->reason_line, cdy_reason_code(t->reason_code),
+                t->reason);
+    PyErr_Clear();
 }
 
 /* A frame with no tensor op, skipped from now on: explain's eager_frames
@@ -579,7 +594,7 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
         nodes += t->graph.values[v].kind == CDY_VAL_NODE;
-    if (!nodes && !x->forced && !t->modes_on) {
+    if (!nodes && !x->forced && !t->modes_on && !t->brk) {
         /* a frame with no tensor op (a helper the hook met on its own): there
          * is nothing to compile; run it, and its later calls, untouched */
         x->state = CODE_SKIP;
@@ -595,6 +610,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
             e = entry_new(t, saved.backend);
     }
     else if ((e = entry_new(t, saved.backend))) {
+        if (t->brk)
+            report_resumed_break(t, co);
         cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                          closure);
         entry_compile(e, t, frame, t0, &p);
@@ -1117,6 +1134,7 @@ PyObject *cdy_frame_reset(void)
         x->forced = 0;
     }
     memset(&cdy_stats, 0, sizeof(cdy_stats));
+    cdy_resume_reset();
     Py_RETURN_NONE;
 }
 
