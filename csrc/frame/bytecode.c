@@ -202,14 +202,11 @@ static void emit_break_call(bc_writer *w, const cdy_break *b)
     emitted(w, cdy_emit_call(&w->a, b->nargs + !direct, kw));
 }
 
-/* The end of the transformed code of a break (trace/breaks.c): return
- * resume(*locals, *stack below the call, call's result) - the locals and the
- * stack are rebuilt before the call runs, the resume function
- * (frame/resume.c) goes on after it. */
-static void emit_break(bc_writer *w, const cdy_break *b, PyObject *resume)
+/* Push the resume function and the locals and stack values it takes. */
+static int emit_resume_args(bc_writer *w, const cdy_break *b, PyObject *resume)
 {
     emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, resume, 1)));
-    int n = b->nlocals + 1;
+    int n = b->nlocals;
     for (int i = 0; i < b->nlocals; i++) {
         if (b->locals[i])
             emit_ret(w, b->locals[i]);
@@ -221,9 +218,54 @@ static void emit_break(bc_writer *w, const cdy_break *b, PyObject *resume)
             emit_ret(w, b->below[i]);
             n++;
         }
-    emit_break_call(w, b);
+    return n;
+}
+
+/* return resume_at(at)(*locals, *stack below the break[, result of the
+ * call on the stack]); 0, or -1 with an exception. */
+static int emit_resume(bc_writer *w, PyCodeObject *orig, const cdy_break *b, PyObject *globals,
+                       int at)
+{
+    PyObject *resume = cdy_resume_fn(orig, b, globals, at);
+    if (!resume)
+        return -1;
+    int n = emit_resume_args(w, b, resume);
+    Py_DECREF(resume);   /* co_consts keeps it */
+    if (!b->jump_op) {
+        emit_break_call(w, b);
+        n++;
+    }
     emitted(w, cdy_emit_call(&w->a, n, -1));
     emit(w, CDY_PY_RETURN_VALUE, 0);
+    return 0;
+}
+
+/* The end of the transformed code of a break (trace/breaks.c): return
+ * resume(*locals, *stack below the call, call's result) - the locals and the
+ * stack are rebuilt before the call runs, the resume function
+ * (frame/resume.c) goes on after it.  For a data-dependent jump: its
+ * condition's truth (operator.truth) picks one of two resume functions. */
+static int emit_break(bc_writer *w, PyCodeObject *orig, const cdy_break *b, PyObject *globals)
+{
+    if (!b->jump_op)
+        return emit_resume(w, orig, b, globals, b->next);
+    static PyObject *truth;
+    if (!truth) {
+        PyObject *m = PyImport_ImportModule("operator");
+        truth = m ? PyObject_GetAttrString(m, "truth") : NULL;
+        Py_XDECREF(m);
+        if (!truth)
+            return -1;
+    }
+    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, truth, 1)));
+    emit_ret(w, b->cond);
+    emitted(w, cdy_emit_call(&w->a, 1, -1));
+    int j = cdy_asm_add_jump(&w->a, b->jump_op, -1);
+    w->failed |= j < 0;
+    if (j < 0 || emit_resume(w, orig, b, globals, b->next))
+        return -1;
+    w->a.ins[j].target = w->a.n;
+    return emit_resume(w, orig, b, globals, b->target);
 }
 
 /* Number of argument slots: positional, keyword-only, *args, **kwargs. */
@@ -346,11 +388,8 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
         emit(&w, CDY_PY_POP_TOP, 0);
     }
     if (t->brk) {
-        PyObject *resume = cdy_resume_fn(orig, t->brk, globals);
-        if (!resume)
+        if (emit_break(&w, orig, t->brk, globals))
             goto done;
-        emit_break(&w, t->brk, resume);
-        Py_DECREF(resume);   /* co_consts keeps it */
         goto built;
     }
     emit_ret(&w, t->ret);

@@ -12,9 +12,10 @@
  * rebuild the return value.  New reference or NULL (exception set). */
 PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
                              int single, int call_graph, PyObject *globals);
-/* The resume function of break b of code orig, with globals (frame/resume.c;
+/* The resume function of break b of code orig going on at code unit `at`
+ * (b->next, or a jump's b->target), with globals (frame/resume.c;
  * cached until cdy_resume_reset); new reference or NULL (exception set). */
-PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals);
+PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals, int at);
 void cdy_resume_reset(void);
 /* Number of argument slots of code (positional, kw-only, *args, **kwargs). */
 int cdy_code_nargslots(PyCodeObject *co);

@@ -8,8 +8,9 @@
  *     RESUME 0
  *     DELETE_FAST  <each local unbound at the break>
  *     LOAD_FAST / PUSH_NULL  <each stack value below the call pair>
- *     LOAD_FAST    ___stackN  (the call's result)
- *     JUMP_FORWARD <the instruction after the CALL>
+ *     LOAD_FAST    ___stackN  (the call's result; none after a jump)
+ *     JUMP_FORWARD <the instruction after the CALL, or either target of a
+ *                   data-dependent conditional jump: one function each>
  *
  * Its parameters, all positional: every local slot of orig (an unbound one
  * gets None, deleted by the prologue), then the stack values (the NULLs of
@@ -32,7 +33,8 @@ void cdy_resume_reset(void)
 }
 
 /* The cache key of b's resume function for orig and globals; new ref or NULL. */
-static PyObject *resume_key(PyCodeObject *orig, const cdy_break *b, PyObject *globals)
+static PyObject *resume_key(PyCodeObject *orig, const cdy_break *b, PyObject *globals, int at,
+                            int result)
 {
     PyObject *nulls = PyBytes_FromStringAndSize(NULL, b->nbelow);
     PyObject *unbound = PyBytes_FromStringAndSize(NULL, b->nlocals);
@@ -42,7 +44,7 @@ static PyObject *resume_key(PyCodeObject *orig, const cdy_break *b, PyObject *gl
             PyBytes_AS_STRING(nulls)[i] = b->below[i] ? '1' : '0';
         for (int i = 0; i < b->nlocals; i++)
             PyBytes_AS_STRING(unbound)[i] = b->locals[i] ? '1' : '0';
-        key = Py_BuildValue("(OiOON)", (PyObject *)orig, b->next, nulls, unbound,
+        key = Py_BuildValue("(OiiOON)", (PyObject *)orig, at, result, nulls, unbound,
                             PyLong_FromVoidPtr(globals));
     }
     Py_XDECREF(nulls);
@@ -71,9 +73,9 @@ static int instr_index(PyCodeObject *orig, int pc)
 }
 
 /* Number of stack values the resume function takes (the call's result too). */
-static int nstack_args(const cdy_break *b)
+static int nstack_args(const cdy_break *b, int result)
 {
-    int n = 1;
+    int n = result;
     for (int i = 0; i < b->nbelow; i++)
         n += b->below[i] != NULL;
     return n;
@@ -92,12 +94,12 @@ static void put(cdy_asm *a, int *k, int op, int arg, int target)
 }
 
 /* Write the prologue (see the file comment) in front of orig's instructions in a. */
-static int write_prologue(cdy_asm *a, const cdy_break *b, int target)
+static int write_prologue(cdy_asm *a, const cdy_break *b, int target, int result)
 {
     int nunbound = 0;
     for (int i = 0; i < b->nlocals; i++)
         nunbound += !b->locals[i];
-    int len = 3 + nunbound + b->nbelow;
+    int len = 2 + result + nunbound + b->nbelow;
     if (cdy_asm_insert(a, 0, len))
         return -1;
     int k = 0, arg = b->nlocals;
@@ -107,18 +109,19 @@ static int write_prologue(cdy_asm *a, const cdy_break *b, int target)
             put(a, &k, CDY_PY_DELETE_FAST, i, -1);
     for (int i = 0; i < b->nbelow; i++)
         put(a, &k, b->below[i] ? CDY_PY_LOAD_FAST : CDY_PY_PUSH_NULL, b->below[i] ? arg++ : 0, -1);
-    put(a, &k, CDY_PY_LOAD_FAST, arg, -1);
+    if (result)
+        put(a, &k, CDY_PY_LOAD_FAST, arg, -1);
     put(a, &k, CDY_PY_JUMP_FORWARD, 0, len + target);
     return 0;
 }
 
 /* code.replace() arguments of the resume code; new dict or NULL. */
-static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b)
+static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b, int result)
 {
     PyObject *names = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     PyObject *v = names ? PySequence_List(names) : NULL, *kw = NULL;
     Py_XDECREF(names);
-    int nstack = nstack_args(b);
+    int nstack = nstack_args(b, result);
     for (int i = 0; v && i < nstack; i++) {
         PyObject *nm = PyUnicode_FromFormat("___stack%d", i);
         if (!nm || PyList_Append(v, nm))
@@ -143,18 +146,18 @@ static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b)
 }
 
 /* The resume code of break b in orig; new ref or NULL (exception set). */
-static PyObject *resume_code(PyCodeObject *orig, const cdy_break *b)
+static PyObject *resume_code(PyCodeObject *orig, const cdy_break *b, int at, int result)
 {
     cdy_asm a = {0};
     PyObject *kw = NULL, *code = NULL;
-    int target = instr_index(orig, b->next);
+    int target = instr_index(orig, at);
     if (target < 0 || cdy_asm_from_code(orig, &a))
         goto done;
-    if (write_prologue(&a, b, target)) {
+    if (write_prologue(&a, b, target, result)) {
         PyErr_NoMemory();
         goto done;
     }
-    if ((kw = resume_kw(orig, b)))
+    if ((kw = resume_kw(orig, b, result)))
         code = cdy_asm_to_code(&a, orig, kw);
 done:
     cdy_asm_free(&a);
@@ -163,11 +166,12 @@ done:
 }
 
 /* See frame.h: the resume function of break b of orig (cached); new ref or NULL. */
-PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals)
+PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals, int at)
 {
+    int result = !b->jump_op;   /* a call's result is on the stack after it */
     if (!resume_cache && !(resume_cache = PyDict_New()))
         return NULL;
-    PyObject *key = resume_key(orig, b, globals);
+    PyObject *key = resume_key(orig, b, globals, at, result);
     if (!key)
         return NULL;
     PyObject *fn = PyDict_GetItemWithError(resume_cache, key);
@@ -175,7 +179,7 @@ PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *global
         Py_DECREF(key);
         return Py_XNewRef(fn);
     }
-    PyObject *code = resume_code(orig, b);
+    PyObject *code = resume_code(orig, b, at, result);
     fn = code ? PyFunction_New(code, globals) : NULL;
     Py_XDECREF(code);
     if (fn && PyDict_SetItem(resume_cache, key, fn))

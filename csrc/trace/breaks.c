@@ -49,6 +49,23 @@ static int call_of(const cdy_pv_instr *d, int *kw_tos)
     return -1;
 }
 
+/* The conditional jump a data-dependent break at d stops on: d itself (a
+ * POP_JUMP_IF_FALSE / TRUE), or the one after 3.13's TO_BOOL d; its decoding
+ * in *j, 0; -1 when d is neither. */
+static int jump_of(const cdy_pv_code *c, const cdy_pv_instr *d, cdy_pv_instr *j)
+{
+    int sop = d->nsops ? d->sops[d->nsops - 1].sop : -1;
+    if (sop == CDY_SOP_TO_BOOL && d->nsops == 1) {
+        if (cdy_pv_decode(c, d->next, j) || !j->nsops)
+            return -1;
+        sop = j->sops[j->nsops - 1].sop;
+    }
+    else
+        *j = *d;
+    return (sop == CDY_SOP_POP_JUMP_IF_FALSE || sop == CDY_SOP_POP_JUMP_IF_TRUE) &&
+           j->nsops == 1 && j->jump >= 0 ? 0 : -1;
+}
+
 /* 1 if code unit pc of co lies in a try or with block (an exception handler
  * covers it); -1 when co cannot be decoded. */
 static int in_handler_block(PyCodeObject *co, int pc)
@@ -70,6 +87,23 @@ static int in_handler_block(PyCodeObject *co, int pc)
     return r;
 }
 
+/* 1 if an instruction at or after code unit pc of co jumps back to pc or
+ * before it: the break is in a loop (TorchDynamo skips such frames too). */
+static int in_loop(PyCodeObject *co, int pc)
+{
+    PyObject *bytes = PyCode_GetCode(co);
+    if (!bytes)
+        return 1;
+    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
+                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
+    cdy_pv_instr d;
+    int back = 0;
+    for (int at = pc; !back && at < c.ncode && !cdy_pv_decode(&c, at, &d); at = d.next)
+        back = d.jump >= 0 && d.jump <= pc;
+    Py_DECREF(bytes);
+    return back;
+}
+
 /* Why the stop of finished trace t in code co cannot be resumed after, or NULL. */
 static const char *why_not(cdy_trace *t, PyCodeObject *co)
 {
@@ -88,11 +122,14 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
         return "its bytecode cannot be read";
     cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
                      (int)(PyBytes_GET_SIZE(bytes) / 2)};
-    cdy_pv_instr d;
+    cdy_pv_instr d, j;
     int kw_tos, call = cdy_pv_decode(&c, t->stop_top_pc, &d) ? -1 : call_of(&d, &kw_tos);
+    int jump = call < 0 && t->stop_top_pc == d.start ? jump_of(&c, &d, &j) : -1;
     Py_DECREF(bytes);
-    if (call < 0)
-        return "the break is not at a call";
+    if (call < 0 && jump < 0)
+        return "the break is not at a call or a conditional jump";
+    if (in_loop(co, t->stop_top_pc))
+        return "the break is inside a loop (a resume function per iteration would nest frames)";
     int h = in_handler_block(co, t->stop_top_pc);
     if (h)
         return h < 0 ? "its bytecode cannot be decoded" : "the break is inside a try or with block";
@@ -167,29 +204,63 @@ static cdy_ret *local_ret(tracer *tr, int i, int *failed)
 }
 
 /* The callable of a call pair (lower, upper) and the tvar prepended to its
- * arguments (or NULL), as op_call reads them: a bound tensor method or
- * Python method becomes its function with self first.  NULL callable when
- * the pair cannot be rebuilt. */
+ * arguments (or NULL), as op_call reads them: a bound method (a tensor or
+ * container method, a Python method, a builtin method of super()) becomes
+ * its function, self first.  NULL when stopped. */
 static tvar *pair_callable(tracer *tr, tvar *lower, tvar *upper, tvar **self)
 {
-    tvar *c = lower;
-    *self = NULL;
-    if (lower->kind == TV_NULL)
-        c = upper;
-    else if (upper->kind != TV_NULL)
-        *self = upper;
-    if (c->kind == TV_NULL || ((c->kind == TV_METHOD || c->kind == TV_BOUND || c->kind == TV_BMETH) && *self))
+    tvar *c = lower->kind == TV_NULL ? upper : lower;
+    *self = lower->kind != TV_NULL && upper->kind != TV_NULL ? upper : NULL;
+    if (c->kind == TV_NULL) {
+        cdy_tr_stop(tr, RESUME_VALUE_KIND);
         return NULL;
+    }
     if (c->kind != TV_METHOD && c->kind != TV_BOUND && c->kind != TV_BMETH)
         return c;
-    *self = c->self;
-    PyObject *fn = c->kind == TV_METHOD ? PyObject_GetAttr((PyObject *)c->self->tp, c->obj)
-                                        : Py_NewRef(c->obj);
+    if (!*self)
+        *self = c->self;
+    PyObject *tp = c->self->kind == TV_TENSOR ? (PyObject *)c->self->tp : cdy_tvar_type(c->self);
+    PyObject *fn = c->kind == TV_METHOD ? PyObject_GetAttr(tp, c->obj) : Py_NewRef(c->obj);
     if (!fn) {
         cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
     }
     return cdy_tv_const(tr, fn);   /* a fixed function, passed as a constant */
+}
+
+/* 1 if v holds (at any depth) a list, dict or set the trace made that seen[]
+ * already holds (added otherwise): rebuilt twice, it would be two objects. */
+static int shared_container(tvar *v, tvar **seen, int *nseen, int cap)
+{
+    if (!v || (v->kind != TV_LIST && v->kind != TV_DICT && v->kind != TV_SET &&
+               v->kind != TV_TUPLE) || (v->src && v->src->kind != CDY_SRC_DEREF))
+        return 0;
+    if (v->kind != TV_TUPLE) {
+        for (int i = 0; i < *nseen; i++)
+            if (seen[i] == v)
+                return 1;
+        if (*nseen >= cap)
+            return 1;   /* too many to check: treated as shared */
+        seen[(*nseen)++] = v;
+    }
+    for (int i = 0; v->kind != TV_SET && i < v->n; i++)
+        if (shared_container(v->items[i], seen, nseen, cap))
+            return 1;
+    return 0;
+}
+
+/* 1 if a container the trace made is among the break's values twice. */
+static int any_shared(tracer *tr, int top)
+{
+    tvar *seen[256];
+    int n = 0;
+    for (int i = 0; i < tr->nlocals; i++)
+        if (tr->locals[i] && shared_container(tr->locals[i], seen, &n, 256))
+            return 1;
+    for (int i = 0; i < top; i++)
+        if (shared_container(tr->stack[i], seen, &n, 256))
+            return 1;
+    return 0;
 }
 
 /* Count the tensors the break's values may add as graph outputs. */
@@ -208,7 +279,7 @@ static int capture_call(tracer *tr, cdy_break *b, int base, int top, int nargs)
 {
     tvar *self, *c = pair_callable(tr, tr->stack[base], tr->stack[base + 1], &self);
     if (!c)
-        return cdy_tr_stopped(tr) ? -1 : cdy_tr_stop(tr, RESUME_VALUE_KIND);
+        return -1;
     b->nargs = nargs + (self != NULL);
     b->args = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_ret *) * (size_t)(b->nargs + 1));
     if (!b->args)
@@ -243,14 +314,43 @@ static int capture_frame(tracer *tr, cdy_break *b, int base)
     return failed ? -1 : 0;
 }
 
-/* See trace.h: end the trace before the top frame's CALL d (t->brk); 0 or -1. */
+/* End the trace before the data-dependent conditional jump j (at d: j
+ * itself or 3.13's TO_BOOL before it) on the top of the stack; 0 or -1. */
+static int capture_jump(tracer *tr, const cdy_pv_instr *d, const cdy_pv_instr *j)
+{
+    cdy_trace *t = tr->t;
+    if (tr->sp < 1 || any_shared(tr, tr->sp))
+        return cdy_tr_stop(tr, RESUME_VALUE_KIND);
+    cdy_break *b = cdy_arena_alloc(&t->arena, sizeof(cdy_break));
+    t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)count_outputs(tr, tr->sp));
+    if (!b || !t->graph.outputs)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY);
+    b->pc = d->start;
+    b->next = j->next;
+    b->target = j->jump;
+    b->jump_op = j->op;
+    if (capture_frame(tr, b, tr->sp - 1) || !(b->cond = brk_ret(tr, tr->stack[tr->sp - 1])))
+        return -1;
+    t->return_line = PyCode_Addr2Line(tr->co, d->pc * 2);
+    if (cdy_mut_finish(tr, cdy_tr_make_ret))
+        return -1;
+    t->brk = b;
+    return 0;
+}
+
+/* See trace.h: end the trace before the top frame's CALL or conditional
+ * jump d (t->brk); 0 or -1. */
 int cdy_brk_capture(tracer *tr, const cdy_pv_instr *d)
 {
     cdy_trace *t = tr->t;
     int kw_tos, nargs = call_of(d, &kw_tos);
+    cdy_pv_instr j;
+    cdy_pv_code c = {tr->co, tr->code, tr->ncode};
+    if (nargs < 0 && !jump_of(&c, d, &j))
+        return capture_jump(tr, d, &j);
     int top = tr->sp - kw_tos;   /* the call's values end below 3.13's names tuple */
     int base = top - nargs - 2;
-    if (nargs < 0 || base < 0)
+    if (nargs < 0 || base < 0 || any_shared(tr, top))
         return cdy_tr_stop(tr, RESUME_VALUE_KIND);
     cdy_break *b = cdy_arena_alloc(&t->arena, sizeof(cdy_break));
     t->graph.outputs = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)count_outputs(tr, tr->sp));

@@ -76,6 +76,10 @@ typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
 typedef struct {
     int pc;                  /* code unit of the breaking instruction (its first prefix) */
     int next;                /* code unit after it: where the resume function goes on */
+    int jump_op;             /* > 0: the break is a conditional jump (this raw opcode) on
+                              * cond, not a call: a second resume function goes on at target */
+    int target;
+    struct cdy_ret *cond;
     int nargs;               /* arguments of the call (keyword ones last) */
     PyObject *kwnames;       /* their names, or NULL (borrowed: kept by the trace) */
     cdy_ret *callable;
