@@ -13,7 +13,9 @@
  *                   data-dependent conditional jump: one function each>
  *
  * Its parameters, all positional: every local slot of orig (an unbound one
- * gets None, deleted by the prologue), then the stack values (the NULLs of
+ * gets None, deleted by the prologue), the values of its free variables
+ * (orig only reads them - trace/breaks.c - so LOAD_DEREF becomes LOAD_FAST of
+ * the same slot and the code has no closure), then the stack values (the NULLs of
  * call protocols are pushed by the prologue, not passed), then the result.
  * The frame hook meets its frames like any other: traced, compiled, cached
  * per code object.  One function per (code, break, stack and locals shape,
@@ -122,6 +124,12 @@ static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b, int result)
     PyObject *v = names ? PySequence_List(names) : NULL, *kw = NULL;
     Py_XDECREF(names);
     int nstack = nstack_args(b, result);
+    for (int i = 0; v && i < orig->co_nfreevars; i++) {
+        PyObject *nm = PyUnicode_FromFormat("___free%d", i);
+        if (!nm || PyList_Append(v, nm))
+            Py_CLEAR(v);
+        Py_XDECREF(nm);
+    }
     for (int i = 0; v && i < nstack; i++) {
         PyObject *nm = PyUnicode_FromFormat("___stack%d", i);
         if (!nm || PyList_Append(v, nm))
@@ -133,11 +141,11 @@ static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b, int result)
     PyObject *name = PyUnicode_FromFormat("__resume_%U_at_%d", orig->co_name, line);
     PyObject *qual = PyUnicode_FromFormat("%U.__resume_at_%d", orig->co_qualname, line);
     if (vt && name && qual)
-        kw = Py_BuildValue("{s:n,s:i,s:i,s:n,s:i,s:O,s:O,s:O}", "co_argcount", PyTuple_GET_SIZE(vt),
+        kw = Py_BuildValue("{s:n,s:i,s:i,s:n,s:i,s:O,s:O,s:O,s:()}", "co_argcount", PyTuple_GET_SIZE(vt),
                            "co_posonlyargcount", 0, "co_kwonlyargcount", 0, "co_nlocals",
                            PyTuple_GET_SIZE(vt), "co_flags",
                            orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS), "co_varnames", vt,
-                           "co_name", name, "co_qualname", qual);
+                           "co_name", name, "co_qualname", qual, "co_freevars");
     Py_XDECREF(v);
     Py_XDECREF(vt);
     Py_XDECREF(name);
@@ -153,6 +161,12 @@ static PyObject *resume_code(PyCodeObject *orig, const cdy_break *b, int at, int
     int target = instr_index(orig, at);
     if (target < 0 || cdy_asm_from_code(orig, &a))
         goto done;
+    for (int i = 0; i < a.n; i++) {   /* free variables become plain locals (same slots) */
+        if (a.ins[i].op == CDY_PY_LOAD_DEREF)
+            a.ins[i].op = CDY_PY_LOAD_FAST;
+        else if (a.ins[i].op == CDY_PY_COPY_FREE_VARS)
+            a.ins[i].op = CDY_PY_NOP;
+    }
     if (write_prologue(&a, b, target, result)) {
         PyErr_NoMemory();
         goto done;

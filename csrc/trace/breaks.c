@@ -11,8 +11,10 @@
  *
  * What is not resumed runs the whole frame eagerly, as before, with the
  * break's reason and a "no resume" note (the graph_breaks log says why):
- * fullgraph=True, config.resume_after_break off, a code with cell or free
- * variables, a break that is not a CALL, a break inside a try or with block
+ * fullgraph=True, config.resume_after_break off, a code with cell variables
+ * or that assigns its free variables or makes functions (free variables only
+ * read are passed by value), a break that is neither a CALL nor a
+ * data-dependent conditional jump, a break inside a loop or a try / with block
  * (an exception table entry covers it), values the transformed code cannot
  * rebuild (iterators, bound tensor methods on the stack, ...).          */
 #include "trace/trace.h"
@@ -66,6 +68,25 @@ static int jump_of(const cdy_pv_code *c, const cdy_pv_instr *d, cdy_pv_instr *j)
            j->nsops == 1 && j->jump >= 0 ? 0 : -1;
 }
 
+/* 1 if co does more with its free variables than read them (LOAD_DEREF):
+ * assigns or deletes one, or makes a function (which may close over one):
+ * its resume function takes their values as plain locals. */
+static int free_vars_passed(PyCodeObject *co)
+{
+    PyObject *bytes = PyCode_GetCode(co);
+    if (!bytes)
+        return 1;
+    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
+                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
+    cdy_pv_instr d;
+    int bad = 0;
+    for (int at = 0; !bad && at < c.ncode && !cdy_pv_decode(&c, at, &d); at = d.next)
+        bad = d.op == CDY_PY_STORE_DEREF || d.op == CDY_PY_DELETE_DEREF ||
+              d.op == CDY_PY_MAKE_FUNCTION;
+    Py_DECREF(bytes);
+    return bad;
+}
+
 /* 1 if code unit pc of co lies in a try or with block (an exception handler
  * covers it); -1 when co cannot be decoded. */
 static int in_handler_block(PyCodeObject *co, int pc)
@@ -115,8 +136,10 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
     PyErr_Clear();
     if (off)
         return "config.resume_after_break is off";
-    if (co->co_ncellvars || co->co_nfreevars)
-        return "the frame has cell or free variables";
+    if (co->co_ncellvars)
+        return "the frame has cell variables (a function it makes closes over them)";
+    if (co->co_nfreevars && free_vars_passed(co))
+        return "the frame assigns its free variables or makes a function";
     PyObject *bytes = PyCode_GetCode(co);
     if (!bytes)
         return "its bytecode cannot be read";
@@ -180,7 +203,7 @@ static cdy_ret *brk_ret(tracer *tr, tvar *v)
  * the trace never read, or NULL when it is unbound; *failed on a stop. */
 static cdy_ret *local_ret(tracer *tr, int i, int *failed)
 {
-    tvar *v = tr->locals[i];
+    tvar *v = i < tr->co->co_nlocals ? tr->locals[i] : NULL;
     if (v && v->kind == TV_NULL)
         return NULL;
     if (v) {
@@ -188,16 +211,17 @@ static cdy_ret *local_ret(tracer *tr, int i, int *failed)
         *failed |= !r;
         return r;
     }
-    if (!tr->frame_locals || i >= cdy_code_nargslots(tr->co) || !tr->frame_locals[i])
+    int free = i >= tr->co->co_nlocals;   /* a free variable (the code has no cells) */
+    if (!free && (!tr->frame_locals || i >= cdy_code_nargslots(tr->co) || !tr->frame_locals[i]))
         return NULL;
-    cdy_src *s = cdy_src_new(tr, CDY_SRC_LOCAL);
+    cdy_src *s = cdy_src_new(tr, free ? CDY_SRC_DEREF : CDY_SRC_LOCAL);
     cdy_ret *r = s ? cdy_arena_alloc(&tr->t->arena, sizeof(cdy_ret)) : NULL;
     if (!r) {
         *failed = 1;
         cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
-    s->slot = i;
+    s->slot = free ? i - tr->co->co_nlocals : i;
     r->kind = CDY_RET_SOURCE;
     r->src = s;
     return r;
