@@ -52,12 +52,14 @@ static int call_of(const cdy_pv_instr *d, int *kw_tos)
 }
 
 /* The conditional jump a data-dependent break at d stops on: d itself (a
- * POP_JUMP_IF_FALSE / TRUE), or the one after 3.13's TO_BOOL d; its decoding
+ * POP_JUMP_IF_FALSE / TRUE), or the one after d when d ends in 3.13's
+ * TO_BOOL (TO_BOOL, or COMPARE_OP with its bool flag: the trace.c loop runs
+ * the ops before the TO_BOOL first); its decoding
  * in *j, 0; -1 when d is neither. */
 static int jump_of(const cdy_pv_code *c, const cdy_pv_instr *d, cdy_pv_instr *j)
 {
     int sop = d->nsops ? d->sops[d->nsops - 1].sop : -1;
-    if (sop == CDY_SOP_TO_BOOL && d->nsops == 1) {
+    if (sop == CDY_SOP_TO_BOOL) {
         if (cdy_pv_decode(c, d->next, j) || !j->nsops)
             return -1;
         sop = j->sops[j->nsops - 1].sop;

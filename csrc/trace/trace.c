@@ -1627,6 +1627,21 @@ int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out)
     return 0;
 }
 
+/* End the trace before the top frame's instruction d, the break it resumes
+ * after (trace/breaks.c); an instruction ending in TO_BOOL (3.13's COMPARE_OP
+ * with its bool flag) runs its other ops first.  0, or -1 when stopped. */
+static int break_here(tracer *tr, const cdy_pv_instr *d)
+{
+    if (d->nsops > 1 && d->sops[d->nsops - 1].sop == CDY_SOP_TO_BOOL) {
+        cdy_pv_instr head = *d;
+        int next = d->next;
+        head.nsops--;
+        if (run_instr(tr, &head, &next))
+            return step_failed(tr, d->op);
+    }
+    return cdy_brk_capture(tr, d) ? -1 : 0;
+}
+
 /* Run tr's code from the start until it returns (0) or the trace stops (-1). */
 int cdy_tr_run_frame(tracer *tr)
 {
@@ -1649,7 +1664,7 @@ int cdy_tr_run_frame(tracer *tr)
         tr->pc_start = d.start;
         tr->ninstr++;
         if (!tr->parent && tr->t->break_at_count == tr->ninstr && tr->t->break_at_pc == d.start)
-            return cdy_brk_capture(tr, &d) ? -1 : 0;   /* the trace ends before the break */
+            return break_here(tr, &d);
         int next = d.next;
         int r = run_instr(tr, &d, &next);
         if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {
