@@ -132,6 +132,8 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
 {
     if (cdy_tls_state.fullgraph)
         return "fullgraph=True";
+    if (t->meta_factory)
+        return "the graph makes a tensor on the meta device";
     PyObject *on = cdy_config_get("resume_after_break");
     int off = on && !PyObject_IsTrue(on);
     Py_XDECREF(on);

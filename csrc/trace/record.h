@@ -133,6 +133,8 @@ typedef struct {
     int stop_top_count;      /* prefix) and how many top-frame instructions had started */
     int break_at_pc;         /* > 0 (count): end the trace before the top frame's instruction */
     int break_at_count;      /* at this pc when it is its break_at_count-th one (breaks.c) */
+    int meta_factory;        /* a factory made a tensor on device "meta": its graph's kernels
+                              * would run on no data, so a break in it is not resumed */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,
