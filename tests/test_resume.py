@@ -93,8 +93,9 @@ def test_tolist_keyword_call_and_method():
     def f(x):
         y = x * 2
         n = len(y.tolist())
+        z = y - n
         print("n", n, sep="=")
-        return y + n
+        return z + n
 
     first, last = run(f, torch.randn(4))
     assert_resumed(first, last, graphs=3, breaks=2)
@@ -397,3 +398,21 @@ def test_resume_function_is_reused_after_reset_of_the_caller():
     opt(torch.randn(2, 3))   # a new entry for f (other shape); its resume function is the same one
     st = cdynamo.stats()
     assert st["frames_compiled"] == 4 and st["fallbacks"] == 0, st
+
+
+def test_resume_function_without_tensor_ops_before_its_break_runs_eagerly():
+    """A resume function (or a helper met on its own) with no tensor op before its break is
+    not resumed again: it runs eagerly, like a frame with no tensor op (a chain of breaks on
+    numpy values would otherwise make a resume function per call)."""
+    def f(x):
+        y = x * 2
+        a = y.numpy()
+        s = float(a.sum())
+        return y + s
+
+    x = torch.randn(4)
+    e = cdynamo.explain(f)(x)
+    assert_same(f(x), e.out)
+    assert e.graph_count == 1 and [b.code for b in e.break_reasons] == ["NEEDS_DATA"], str(e)
+    resume = "__resume_f_at_%d" % (f.__code__.co_firstlineno + 2)
+    assert resume in [fr.function for fr in e.eager_frames], str(e)

@@ -55,6 +55,8 @@ typedef struct cdy_extra {
     int nframed;             /* entries without a frame-free call (direct == NULL) */
     cdy_entry *entries;
     PyObject *eager_record;  /* the latest record of its frame running eagerly, or NULL */
+    int result_slot;         /* a resume function's (frame/resume.c) local slot of the
+                                breaking call's result, or -1 */
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
 } cdy_extra;
@@ -172,6 +174,7 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
     if (!x)
         return NULL;
     x->code = co;
+    x->result_slot = -1;
     x->nargslots = cdy_code_nargslots(co);
     x->state = state_if_new >= 0 ? state_if_new : first_state(co);
     if (x->state == CODE_TRACE && code_is_skipped_by_flags(co))
@@ -594,9 +597,14 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
         nodes += t->graph.values[v].kind == CDY_VAL_NODE;
-    if (!nodes && !x->forced && !t->modes_on && !t->brk) {
-        /* a frame with no tensor op (a helper the hook met on its own): there
-         * is nothing to compile; run it, and its later calls, untouched */
+    if (!nodes && !x->forced && !t->modes_on) {
+        /* a frame with no tensor op (a helper the hook met on its own, or before
+         * its break: a frame handed to optimize resumes after such a break, others
+         * do not - a chain of breaks on numpy values or library objects would
+         * make a resume function per call): there is nothing to compile; run
+         * it, and its later calls, untouched */
+        if (t->brk)
+            t->status = CDY_TRACE_UNSUPPORTED;   /* report_skip names the break */
         x->state = CODE_SKIP;
         report_skip(t, co);
     }
@@ -761,6 +769,40 @@ static int over_limit(const cdy_extra *x, cdy_frame *frame)
            x->nentries >= config_count("accumulated_cache_size_limit", 64);
 }
 
+/* 1 (the code runs eagerly from now on, recorded) when x is a resume function
+ * with entries whose breaking call returned a number this time: it changes
+ * between calls (.item(), time.time()), and a number is a graph constant, so
+ * each value would compile anew up to the recompile limit. */
+static int resume_scalar_changed(cdy_extra *x, cdy_frame *frame)
+{
+    if (x->result_slot < 0 || !x->nentries)
+        return 0;
+    PyObject *v = frame->localsplus[x->result_slot];
+    if (!v || PyBool_Check(v) || (!PyLong_Check(v) && !PyFloat_Check(v)))
+        return 0;
+    PyCodeObject *co = x->code;
+    char msg[CDY_ERRLEN];
+    snprintf(msg, sizeof(msg), cdy_rt_RESUME_SCALAR, Py_TYPE(v)->tp_name);
+    x->state = CODE_SKIP;
+    cdy_stats.fallbacks++;
+    record_eager(co, msg, CDY_R_RESUME_SCALAR, co->co_filename, co->co_firstlineno);
+    if (cdy_log_on("recompiles"))
+        cdy_log("recompiles", "%s (%s:%d): %s", PyUnicode_AsUTF8(co->co_name),
+                PyUnicode_AsUTF8(co->co_filename), co->co_firstlineno, msg);
+    PyErr_Clear();
+    return 1;
+}
+
+/* See frame.h: x's code is a resume function whose call result is in slot `slot`. */
+int cdy_frame_mark_resume(PyCodeObject *co, int slot)
+{
+    cdy_extra *x = get_extra(co, -1);
+    if (!x)
+        return -1;
+    x->result_slot = slot;
+    return 0;
+}
+
 /* The eval-frame function installed while optimized calls run. */
 static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
 {
@@ -791,6 +833,8 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         return run_entry(ts, frame, x, hit, throwflag);
     }
     cdy_stats.cache_misses++;
+    if (resume_scalar_changed(x, frame))
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     int limit = over_limit(x, frame);
     if (first && ((!limit && cdy_log_on("recompiles")) || (limit && !x->limit_warned)))
         cdy_guards_check(&first->guards, frame->localsplus, frame->f_globals, frame->f_builtins,

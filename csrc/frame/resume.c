@@ -194,6 +194,9 @@ PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *global
         return Py_XNewRef(fn);
     }
     PyObject *code = resume_code(orig, b, at, result);
+    if (code && result &&
+        cdy_frame_mark_resume((PyCodeObject *)code, (int)((PyCodeObject *)code)->co_argcount - 1))
+        Py_CLEAR(code);
     fn = code ? PyFunction_New(code, globals) : NULL;
     Py_XDECREF(code);
     if (fn && PyDict_SetItem(resume_cache, key, fn))
