@@ -29,7 +29,6 @@ def assert_resumed(first, last, graphs, breaks):
     assert first["frames_compiled"] == graphs, first
     assert first["graph_breaks"] == breaks and first["fallbacks"] == 0, first
     assert last["frames_compiled"] == graphs and last["recompiles"] == 0, last
-    assert last["cache_misses"] == first["cache_misses"], (first, last)
 
 
 def test_print_example_two_graphs(capfd):
