@@ -18,7 +18,11 @@
 
 /* ---- dtypes --------------------------------------------------------------
  * X(ENUM, torch name, C storage type, C compute type, size, is_float, is_int)
- * bool is stored as one byte holding 0 or 1, exactly as torch stores it.   */
+ * bool is stored as one byte holding 0 or 1, exactly as torch stores it.
+ * bfloat16 / float16 are stored as their 16 bits and computed in float: a
+ * kernel's local holds the float the 16 bits convert to exactly (cg_ld /
+ * cg_st in compiler/codegen.c convert at loads and stores).  Low-precision
+ * dtypes come last: the rows above keep their numbers.   */
 #define CDY_DTYPES(X)                                                   \
     X(BOOL, "bool", "uint8_t", "uint8_t", 1, 0, 0)                      \
     X(UINT8, "uint8", "uint8_t", "uint8_t", 1, 0, 1)                    \
@@ -27,7 +31,9 @@
     X(INT32, "int32", "int32_t", "int32_t", 4, 0, 1)                    \
     X(INT64, "int64", "int64_t", "int64_t", 8, 0, 1)                    \
     X(FLOAT32, "float32", "float", "float", 4, 1, 0)                    \
-    X(FLOAT64, "float64", "double", "double", 8, 1, 0)
+    X(FLOAT64, "float64", "double", "double", 8, 1, 0)                  \
+    X(BFLOAT16, "bfloat16", "uint16_t", "float", 2, 1, 0)               \
+    X(FLOAT16, "float16", "uint16_t", "float", 2, 1, 0)
 
 typedef enum {
 #define CDY_X(e, n, st, ct, sz, f, i) CDY_DT_##e,
@@ -47,6 +53,12 @@ typedef struct {
 } cdy_dtype_info;
 
 extern const cdy_dtype_info cdy_dtype_table[CDY_DT_COUNT];
+
+/* 1 for bfloat16 / float16: stored in 16 bits, computed in float32. */
+static inline int cdy_dtype_lowp(int dt)
+{
+    return dt == CDY_DT_BFLOAT16 || dt == CDY_DT_FLOAT16;
+}
 
 /* ---- ops: THE table is ops/ops.def (one row per op); ops/ops.h expands it
  * into enum cdy_op (CDY_OP_ADD, ...) and cdy_op_table (name, nargs, kind, ...). */

@@ -7,6 +7,7 @@
  * The frame hook (frame/eval.c) runs it for a frame it has no entry for and
  * makes the cache entry of its result (guards, transformed bytecode). */
 #include "pipeline.h"
+#include "sym/trace_shapes.h"
 #include "runtime/runtime.h"
 #include "passes/passes.h"
 
@@ -138,6 +139,8 @@ static int pp_threads(cdy_pipe *p)
 /* Schedule and emit t's graph: the plan (kernels as C, steps), checked. */
 static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan)
 {
+    if (cdy_log_on("dynamic"))
+        cdy_sym_trace_log(t, p->name);
     int nth = pp_threads(p);
     if (cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
         return pp_fail(p, NULL);

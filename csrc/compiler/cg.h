@@ -223,6 +223,14 @@ void cg_indent(cdy_buf *b, int n);
 void cg_offset_terms(cdy_buf *b, const cg_nest *nest, int o, char var, int *any);
 char *cg_scalar_literal(cg_ctx *c, const cdy_value *val);
 char *cg_cast(cg_ctx *c, const char *e, int from, int to);
+/* Low-precision storage (bfloat16 / float16): the function a load of dtype dt
+ * goes through to its compute type, the one a store goes through from it;
+ * "" for the dtypes stored as computed (a parenthesized expression). */
+const char *cg_ld(int dt);
+const char *cg_st(int dt);
+/* The dtype node math runs in for compute dtype cdt: float32 for bfloat16 /
+ * float16 (torch's opmath type), cdt otherwise. */
+int cg_opmath(int cdt);
 /* Name of value v in a kernel body: x<param> (leaf), t<v> (node), a literal. */
 char *cg_value_expr(cg_ctx *c, int v);
 /* Emit `T t<v> = <op expression>;` for pointwise node v. */

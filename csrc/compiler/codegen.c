@@ -712,7 +712,9 @@ char *cg_scalar_literal(cg_ctx *c, const cdy_value *val)
 static char *cg_convert(cg_ctx *c, const char *e, int from, int to)
 {
     const cdy_dtype_info *fd = &cdy_dtype_table[from], *td = &cdy_dtype_table[to];
-    if (fd->is_float && to == CDY_DT_FLOAT32 && from != to)
+    if (cdy_dtype_lowp(to))
+        return cg_strf(c, "%s((float)(%s))", to == CDY_DT_BFLOAT16 ? "cdy_rbf" : "cdy_rh", e);
+    if (fd->is_float && to == CDY_DT_FLOAT32 && from != to && !cdy_dtype_lowp(from))
         return cg_strf(c, "cdy_rnd32(%s)", e);
     if (fd->is_float && to == CDY_DT_INT64)
         return cg_strf(c, "cdy_toi64(%s)", e);
@@ -721,6 +723,21 @@ static char *cg_convert(cg_ctx *c, const char *e, int from, int to)
     if (fd->is_float && td->is_int)
         return cg_strf(c, "(%s)cdy_toi32(%s)", td->cctype, e);
     return cg_strf(c, "(%s)(%s)", td->cctype, e);
+}
+
+const char *cg_ld(int dt)
+{
+    return dt == CDY_DT_BFLOAT16 ? "cdy_bf2f" : dt == CDY_DT_FLOAT16 ? "cdy_h2f" : "";
+}
+
+const char *cg_st(int dt)
+{
+    return dt == CDY_DT_BFLOAT16 ? "cdy_f2bf" : dt == CDY_DT_FLOAT16 ? "cdy_f2h" : "";
+}
+
+int cg_opmath(int cdt)
+{
+    return cdy_dtype_lowp(cdt) ? CDY_DT_FLOAT32 : cdt;
 }
 
 /* Expression for value v converted from dtype `from` to dtype `to`:
@@ -751,6 +768,23 @@ static int cg_compute_dtype(cg_ctx *c, const cdy_value *val)
     if (cdy_op_has(val->op, CDY_OPF_ARG_DTYPE) && val->nargs > 0)
         return c->g->values[val->args[0]].meta.dtype;
     return val->compute_dtype;
+}
+
+/* The dtype arg a of node val (computing in ldt) is converted to before the
+ * math: eager's TensorIterator casts a tensor operand to the common dtype, so
+ * in bfloat16 / float16 an integer or float32 tensor rounds to it first; a
+ * Python number reaches the float32 (opmath) math unrounded in mul / div and
+ * the ops' parameters, rounded to the dtype in the CDY_OPF_LOWP_NUMBER ops (add,
+ * sub, pow, remainder, fmod) and comparisons (checked against torch 2.13's kernels). */
+static int cg_lowp_arg_dtype(cg_ctx *c, const cdy_value *val, int a, int ldt)
+{
+    if (!cdy_dtype_lowp(ldt))
+        return ldt;
+    if (c->g->values[val->args[a]].kind != CDY_VAL_SCALAR)
+        return ldt;
+    if (cdy_op_has(val->op, CDY_OPF_LOWP_NUMBER) || cdy_op_table[val->op].kind == 'C')
+        return ldt;
+    return CDY_DT_FLOAT32;
 }
 
 /* Pick the template of node val for compute dtype cdt; NULL if none. */
@@ -798,7 +832,7 @@ static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const cha
     const cdy_op_info *oi = &cdy_op_table[val->op];
     int out = val->meta.dtype;
     const cdy_dtype_info *od = &cdy_dtype_table[out];
-    cdy_buf_printf(&c->src, "%s t%d = ", od->ctype, v);
+    cdy_buf_printf(&c->src, "%s t%d = ", od->cctype, v);
     if (out == CDY_DT_BOOL && from != CDY_DT_BOOL)
         cdy_buf_printf(&c->src, "(%s) != 0;", ex);
     else if (from == out && od->size >= 4)
@@ -806,7 +840,7 @@ static void cg_emit_assign(cg_ctx *c, int v, const char *ex, int from, const cha
     else if (out == CDY_DT_BOOL && oi->kind != 'C' && strcmp(tmpl, "$0") != 0)
         cdy_buf_printf(&c->src, "(%s) != 0;", ex);   /* e.g. bool add: 1 + 1 */
     else if (from == out)
-        cdy_buf_printf(&c->src, "(%s)(%s);", od->ctype, ex);
+        cdy_buf_printf(&c->src, "(%s)(%s);", od->cctype, ex);
     else {
         char *cv = cg_convert(c, ex, from, out);
         cdy_buf_printf(&c->src, "%s;", cv ? cv : "0");
@@ -828,7 +862,7 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         return cg_emit_gather(c, v, ind);
     const cdy_value *val = &c->g->values[v];
     const cdy_op_info *oi = &cdy_op_table[val->op];
-    int cdt = cg_compute_dtype(c, val);
+    int ldt = cg_compute_dtype(c, val), cdt = cg_opmath(ldt);
     const char *tmpl = cg_template_for(c, val, cdt);
     if (!tmpl)
         return cg_fail(c, "value %d: %s is not supported in dtype %s", v, oi->name,
@@ -840,7 +874,7 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
         char *e = cg_value_expr(c, av);
         int mask = (a == 0 && cdy_op_has(val->op, CDY_OPF_MASK0)) ||
                    (a == 1 && cdy_op_has(val->op, CDY_OPF_MASK1));
-        int to = mask ? CDY_DT_BOOL : cdt;
+        int to = mask ? CDY_DT_BOOL : cg_lowp_arg_dtype(c, val, a, ldt);
         args[a] = e ? cg_cast(c, e, adt, to) : NULL;
         if (!args[a])
             return cg_fail(c, "out of memory");
@@ -876,10 +910,10 @@ static int cg_emit_body(cg_ctx *c, const kir_kernel *k, int ind, const char *sta
             continue;
         }
         cg_indent(&c->src, ind);
-        cdy_buf_printf(&c->src, "const %s x%d = in_ptr%d[", cdy_dtype_table[ops[o].dtype].ctype,
-                       o, o);
+        cdy_buf_printf(&c->src, "const %s x%d = %s(in_ptr%d[", cdy_dtype_table[ops[o].dtype].cctype,
+                       o, cg_ld(ops[o].dtype), o);
         cg_emit_offset(&c->src, nest, o);
-        cdy_buf_puts(&c->src, "];\n");
+        cdy_buf_puts(&c->src, "]);\n");
     }
     for (int i = 0; i < k->nfused; i++)
         if (cg_emit_node(c, k->fused[i], ind))
@@ -893,7 +927,7 @@ static int cg_emit_body(cg_ctx *c, const kir_kernel *k, int ind, const char *sta
             cdy_buf_printf(&c->src, "out_ptr%d[", o - first);
             cg_emit_offset(&c->src, nest, o);
         }
-        cdy_buf_printf(&c->src, "] = t%d;\n", ops[o].value);
+        cdy_buf_printf(&c->src, "] = %s(t%d);\n", cg_st(ops[o].dtype), ops[o].value);
     }
     return 0;
 }

@@ -279,14 +279,14 @@ int cg_emit_gather(cg_ctx *c, int v, int ind)
     }
     cdy_buf *b = &c->src;
     cg_indent(b, ind);
-    cdy_buf_printf(b, "const %s t%d = ", cdy_dtype_table[val->meta.dtype].ctype, v);
+    cdy_buf_printf(b, "const %s t%d = ", cdy_dtype_table[val->meta.dtype].cctype, v);
     if (empty) {
         cdy_buf_puts(b, "0;  /* gather from an empty dim */\n");
         return 0;
     }
-    cdy_buf_printf(b, "in_ptr%d[x%d", p, p);
+    cdy_buf_printf(b, "%s(in_ptr%d[x%d", cg_ld(val->meta.dtype), p, p);
     for (int i = 0; i < k; i++)
         cdy_buf_printf(b, " + j%d_%d * %lldLL", v, i, (long long)c->g->values[val->args[k + i]].i);
-    cdy_buf_puts(b, "];  /* gather */\n");
+    cdy_buf_puts(b, "]);  /* gather */\n");
     return 0;
 }

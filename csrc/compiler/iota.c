@@ -138,7 +138,7 @@ int cg_emit_index(cg_ctx *c, int v, int ind)
         if (!e)
             return cg_fail(c, "out of memory");
         cdy_buf_printf(&c->src, "const %s t%d = %s;  /* fill */\n",
-                       cdy_dtype_table[val->meta.dtype].ctype, v, e);
+                       cdy_dtype_table[val->meta.dtype].cctype, v, e);
         return 0;
     }
     if (!c->nest)

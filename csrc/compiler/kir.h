@@ -27,8 +27,8 @@
  * schedulers' rules (thresholds on elements and bytes) then read as bounds,
  * and the emitters print as a parameter.  A load or store moves its
  * operand's dtype (cg_operand.dtype), converted to and from the compute dtype
- * of the node that reads it; bfloat16 / float16 storage (issue 33) adds the
- * conversion at those loads and stores.  The emitters decide nothing: every
+ * of the node that reads it; bfloat16 / float16 (issue 33) load and store
+ * through cg_ld / cg_st (codegen.c), computed in float32.  The emitters decide nothing: every
  * choice of how loops run (parallel, team, collapse, vector, stream) is a
  * field of the kernel's record. */
 #ifndef CDY_KIR_H

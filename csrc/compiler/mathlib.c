@@ -74,6 +74,24 @@ static const struct {
     {"cdy_fbits cdy_bitsf",
         "static inline int32_t cdy_fbits(float x) { union { float f; int32_t i; } u = {x}; return u.i; }\n"
         "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"},
+    {"cdy_bf2f cdy_f2bf cdy_rbf cdy_h2f cdy_f2h cdy_rh",
+        "/* bfloat16 / float16 storage: loads widen exactly; stores round to nearest\n"
+        " * even with NaN kept NaN (0x7fc0, c10's round_to_nearest_even), bfloat16 in\n"
+        " * integer ops GCC vectorizes (not vcvtneps2bf16, which flushes subnormals),\n"
+        " * float16 through _Float16 (F16C's vcvtps2ph where the CPU has it, libgcc's\n"
+        " * exact conversion otherwise).  cdy_rbf / cdy_rh: a float rounded to the\n"
+        " * dtype, as a float (the value a bfloat16 / float16 local holds). */\n"
+        "static inline float cdy_bf2f(uint16_t h) { return cdy_bitsf((int32_t)((uint32_t)h << 16)); }\n"
+        "static inline uint16_t cdy_f2bf(float x)\n"
+        "{\n"
+        "    uint32_t u = (uint32_t)cdy_fbits(x);\n"
+        "    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+        "    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : r);\n"
+        "}\n"
+        "static inline float cdy_rbf(float x) { return cdy_bf2f(cdy_f2bf(x)); }\n"
+        "static inline float cdy_h2f(uint16_t h) { union { uint16_t u; _Float16 f; } v = {h}; return (float)v.f; }\n"
+        "static inline uint16_t cdy_f2h(float x) { union { _Float16 f; uint16_t u; } v = {(_Float16)x}; return v.u; }\n"
+        "static inline float cdy_rh(float x) { return (float)(_Float16)x; }\n"},
     {"cdy_scale2n",
         "/* p 2^n, t = n + 1.5 2^23 being n rounded by that magic add: n << 23 added\n"
         " * to p's bits (an integer op, not a multiply).  t's bits less n, 0x4b400000,\n"

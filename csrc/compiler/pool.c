@@ -65,6 +65,8 @@ static void cg_pool_decode(const cdy_graph *g, int v, cg_pool *p)
 /* 1 if dtype dt is one eager's CPU kernel of op accepts. */
 static int cg_pool_dtype_ok(int op, int dt)
 {
+    if (cdy_dtype_lowp(dt))   /* windows in bfloat16 / float16 run as torch's kernels */
+        return 0;
     if (cdy_dtype_table[dt].is_float)
         return 1;
     switch (op) {
@@ -127,7 +129,8 @@ int cg_check_pool(cg_ctx *c, int v)
 static const char *cg_pool_lowest(int dt)
 {
     static const char *lo[] = {"0", "0", "(-128)", "(-32768)", "(-2147483647 - 1)",
-                               "(-9223372036854775807LL - 1)", "(-INFINITY)", "(-INFINITY)"};
+                               "(-9223372036854775807LL - 1)", "(-INFINITY)", "(-INFINITY)",
+                               "(-INFINITY)", "(-INFINITY)"};
     return lo[dt];
 }
 

@@ -150,7 +150,7 @@ static const unsigned char cg_red_of[CDY_OP_COUNT][2] = {
 };
 
 /* The variant computing reduction node v: its op's, NORMP by the order p,
- * LOGSUMEXP's float32 twin for float32 input. */
+ * LOGSUMEXP's float32 twin for float32 (bfloat16, float16) input. */
 static int cg_red_variant_of(const cdy_graph *g, int v)
 {
     const cdy_value *val = &g->values[v];
@@ -158,7 +158,8 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     int r = cg_red_of[val->op][!flt];
     if (r == CG_RED_NORMP)
         return cg_red_norm_variant(cg_red_param(g, val));
-    return r == CG_RED_LOGSUMEXP && idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : r;
+    return r == CG_RED_LOGSUMEXP && (idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(idt))
+               ? CG_RED_LOGSUMEXP_F32 : r;
 }
 
 /* Check node v's args: a tensor input, an int dims mask within its rank, a
@@ -242,9 +243,11 @@ static void cg_red_offset(cdy_buf *b, const cg_nest *on, const cg_nest *rn, int 
 static const char *cg_red_init(int dt, int is_max)
 {
     static const char *lo[] = {"0", "0", "(-128)", "(-32768)", "(-2147483647 - 1)",
-                               "(-9223372036854775807LL - 1)", "(-INFINITY)", "(-INFINITY)"};
+                               "(-9223372036854775807LL - 1)", "(-INFINITY)", "(-INFINITY)",
+                               "(-INFINITY)", "(-INFINITY)"};
     static const char *hi[] = {"1", "255", "127", "32767", "2147483647",
-                               "9223372036854775807LL", "INFINITY", "INFINITY"};
+                               "9223372036854775807LL", "INFINITY", "INFINITY", "INFINITY",
+                               "INFINITY"};
     return is_max ? lo[dt] : hi[dt];
 }
 
@@ -465,7 +468,7 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
     cdy_buf_puts(&c->src, "\n");
 }
 
-/* 1 if pass `pass` of kernel r sums float32 elements over an innermost
+/* 1 if pass `pass` of kernel r sums float32 (bfloat16, float16) elements over an innermost
  * reduced loop that runs on one thread and whose length is a multiple of
  * CG_RED_LANES: then CG_RED_LANES independent float partial sums let it
  * vectorize without one long dependency chain (a single accumulator made the
@@ -479,7 +482,8 @@ static int cg_red_lanes(const cg_red_kernel *r, int pass)
     int v = r->variant;
     int64_t n = r->rn->ndim > 0 ? r->rn->size[r->rn->ndim - 1] : 0;
     return !pass && !r->block && (v == CG_RED_SUM || v == CG_RED_MEAN) &&
-           r->env.idt == CDY_DT_FLOAT32 && !(r->par_in && r->rn->ndim == 1) &&
+           (r->env.idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(r->env.idt)) &&
+           !(r->par_in && r->rn->ndim == 1) &&
            n >= 2 * CG_RED_LANES && n % CG_RED_LANES == 0;
 }
 
@@ -616,10 +620,10 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         if (r->ops[o].is_out)
             continue;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[r->ops[o].dtype].ctype, o,
-                       o);
+        cdy_buf_printf(b, "const %s x%d = %s(in_ptr%d[", cdy_dtype_table[r->ops[o].dtype].cctype, o,
+                       cg_ld(r->ops[o].dtype), o);
         cg_red_offset(b, r->on, rn, o);
-        cdy_buf_puts(b, "];\n");
+        cdy_buf_puts(b, "]);\n");
     }
     for (int u = 0; u < g->nvalues; u++)
         if (!c->in_group[u] && c->live[u] && g->values[u].kind == CDY_VAL_NODE &&
@@ -681,16 +685,16 @@ static void cg_red_stores(cg_ctx *c, const cg_red_kernel *r, int ind)
 {
     cdy_buf *b = &c->src;
     for (int j = 0; j < r->nout; j++) {
-        const char *oct = cdy_dtype_table[c->g->values[r->outs[j]].meta.dtype].ctype;
+        int odt = c->g->values[r->outs[j]].meta.dtype;
         cg_indent(b, ind);
         cdy_buf_printf(b, "out_ptr%d[", j);
         cg_red_offset(b, r->on, r->rn, r->first + j);
-        cdy_buf_printf(b, "] = (%s)(", oct);
+        cdy_buf_printf(b, "] = %s((%s)(", cg_st(odt), cdy_dtype_table[odt].cctype);
         if (r->outs[j] == r->v)
             cg_red_expand(b, cg_red_codes[r->variant].result, &r->env, ind);
         else
             cdy_buf_puts(b, "acc");
-        cdy_buf_puts(b, ");\n");
+        cdy_buf_puts(b, "));\n");
     }
 }
 
@@ -815,7 +819,7 @@ int cg_sched_reduce(cg_ctx *c, int v)
     if (cg_red_setup(c, r))
         return -1;
     r->env.acct = cg_red_acct(rc, idt);
-    r->env.octype = cdy_dtype_table[val->meta.dtype].ctype;
+    r->env.octype = cdy_dtype_table[val->meta.dtype].cctype;
     r->env.idt = idt;
     int big = c->nthreads > 1 && r->inumel >= CG_PARALLEL_NUMEL;
     r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;

@@ -96,7 +96,7 @@ int cg_check_rows(cg_ctx *c, int v)
     const cdy_value *in = &c->g->values[val->args[0]];
     const cdy_meta *im = &in->meta, *om = &val->meta;
     if (in->kind == CDY_VAL_SCALAR || im->ndim != om->ndim || im->dtype != om->dtype ||
-        (om->dtype != CDY_DT_FLOAT32 && om->dtype != CDY_DT_FLOAT64))
+        (om->dtype != CDY_DT_FLOAT32 && om->dtype != CDY_DT_FLOAT64 && !cdy_dtype_lowp(om->dtype)))
         return cg_fail(c, "value %d (%s): input must be a float tensor of the result's dtype",
                        v, name);
     for (int d = 0; d < im->ndim; d++)
@@ -218,10 +218,10 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
         if (k->ops[o].is_out)
             continue;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[", cdy_dtype_table[k->ops[o].dtype].ctype, o,
-                       o);
+        cdy_buf_printf(b, "const %s x%d = %s(in_ptr%d[", cdy_dtype_table[k->ops[o].dtype].cctype, o,
+                       cg_ld(k->ops[o].dtype), o);
         cg_row_offset(b, k->on, k->rn, o);
-        cdy_buf_puts(b, "];\n");
+        cdy_buf_puts(b, "]);\n");
     }
     for (int u = 0; prologue && u < c->g->nvalues; u++)
         if (u != k->v && (u < k->v || prologue == 2) && c->live[u] &&
@@ -242,7 +242,7 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
             cdy_buf_printf(b, "out_ptr%d[", o - k->first);
             cg_row_offset(b, k->on, k->rn, o);
         }
-        cdy_buf_printf(b, "] = t%d;\n", k->ops[o].value);
+        cdy_buf_printf(b, "] = %s(t%d);\n", cg_st(k->ops[o].dtype), k->ops[o].value);
     }
     cg_indent(b, ind - 1);
     cdy_buf_puts(b, "}\n");
@@ -534,15 +534,18 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
     cg_ctx *c = k->c;
     if (!expr)
         return cg_fail(c, "out of memory");
-    int epi = k->nout > 1;
-    const char *stmt = k->store ? cg_strf(c, "const %s t%d = %s; %s = t%d;", k->T, k->v, expr,
-                                          k->out, k->v)
+    int epi = k->nout > 1, odt = c->g->values[k->v].meta.dtype;
+    const char *st = cg_st(odt);
+    if (cdy_dtype_lowp(odt))   /* t<v> holds the rounded value its epilogue reads */
+        expr = cg_strf(c, "%s(%s)", odt == CDY_DT_BFLOAT16 ? "cdy_rbf" : "cdy_rh", expr);
+    const char *stmt = k->store ? cg_strf(c, "const %s t%d = %s; %s = %s(t%d);", k->T, k->v, expr,
+                                          k->out, st, k->v)
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
     if (k->stream)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && k->prefetch, 1,
                              prologue, k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = "
-                                                          "t%d;", k->T, k->v, expr, k->v) : stmt,
+                                                          "%s(t%d);", k->T, k->v, expr, st, k->v) : stmt,
                              "", stmt);
     if (prefetch && k->prefetch)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, 0, prologue, stmt, "", stmt);
@@ -550,29 +553,46 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
 }
 
 /* Softmax / log_softmax of one row: max, sum of exp(x - max) (softmax
- * stores the exps), then the scaled exps or x - max - log(sum). */
+ * stores the exps), then the scaled exps or x - max - log(sum).  In bfloat16 /
+ * float16 as eager's kernels round: over the last dim softmax recomputes the
+ * exps in the final pass (eager's float buffer: one rounding) and log_softmax
+ * rounds the sum and its log to the dtype; over another dim softmax keeps the
+ * exps in the output, rounded, and log_softmax rounds once. */
 static int cg_row_softmax(cg_rowk *k, int ind)
 {
     cg_ctx *c = k->c;
     int logsm = c->g->values[k->v].op == CDY_OP_LOG_SOFTMAX;
+    const cdy_value *val = &c->g->values[k->v];
+    int odt = val->meta.dtype, lowp = cdy_dtype_lowp(odt);
+    int last = c->g->values[val->args[1]].i == val->meta.ndim - 1;
+    int keep = !lowp || !last;   /* the exps kept in the output (rounded to its dtype) */
     const char *j = k->col ? "[j]" : "";
+    const char *rnd = odt == CDY_DT_BFLOAT16 ? "cdy_rbf" : "cdy_rh";
+    const char *out = lowp ? cg_strf(c, "%s(%s)", cg_ld(odt), k->out) : k->out;
     if (cg_row_let(k, ind, k->T, "mx", "-INFINITY") ||
         cg_row_pass(k, ind, "reduction(max:mx)", 1,
                     cg_strf(c, "mx%s = %s > mx%s ? %s : mx%s;", j, k->e, j, k->e, j)) ||
         cg_row_let(k, ind, k->A, "sum", "0"))
         return -1;
-    const char *pre = logsm ? "" : cg_strf(c, "const %s ex = %s(%s - mx%s); %s = ex; ", k->T,
-                                           k->vexp, k->e, j, k->out);
+    const char *kept = keep ? cg_strf(c, "%s = %s(ex); ", k->out, cg_st(odt)) : "";
+    const char *pre = logsm ? "" : cg_strf(c, "const %s ex = %s(%s - mx%s); %s", k->T,
+                                           k->vexp, k->e, j, kept);
     const char *post = logsm ? cg_strf(c, " += (%s)%s(%s - mx%s);", k->A, k->vexp, k->e, j)
                              : cg_strf(c, " += (%s)ex;", k->A);
     if (k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1, cg_strf(c, "%ssum[j]%s", pre, post))
                : cg_row_sum(k, ind, "sum", pre, post, NULL, 1))
         return -1;
+    if (logsm && lowp && last)   /* eager's last-dim kernel rounds the sum and its log */
+        return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "%s((float)log(%s((float)sum%s)))",
+                                                          rnd, rnd, j)) ||
+               cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j), 0);
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
                cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j), 0);
     return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
-           cg_row_final(k, ind, 0, cg_strf(c, "%s * inv%s", k->out, j), 0);
+           cg_row_final(k, ind, !keep, keep ? cg_strf(c, "%s * inv%s", out, j)
+                                            : cg_strf(c, "%s(%s - mx%s) * inv%s", k->vexp,
+                                                      k->e, j, j), 0);
 }
 
 /* A norm's output as eager's kernels round it (mu, rs: the row's mean and
@@ -940,7 +960,7 @@ int cg_sched_rows(cg_ctx *c, int v)
         return -1;
     if (!k->store)   /* the kernel's out_ptr0: never touched, no memory */
         c->plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
-    int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32;
+    int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(g->values[v].meta.dtype);
     k->T = f32 ? "float" : "double";
     k->vexp = f32 ? "cdy_vexp_negf" : "exp";
     k->A = f32 && rs->nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";

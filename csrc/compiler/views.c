@@ -144,7 +144,7 @@ int cg_emit_view(cg_ctx *c, int v, int ind)
 {
     const cdy_value *val = &c->g->values[v];
     cg_indent(&c->src, ind);
-    cdy_buf_printf(&c->src, "%s t%d = x%d;  /* %s */\n", cdy_dtype_table[val->meta.dtype].ctype,
+    cdy_buf_printf(&c->src, "%s t%d = x%d;  /* %s */\n", cdy_dtype_table[val->meta.dtype].cctype,
                    v, c->vparam[v], cdy_op_table[val->op].name);
     return 0;
 }
@@ -366,7 +366,7 @@ int cg_emit_cat_value(cg_ctx *c, int v, int ind)
         return cg_fail(c, "out of memory");
     cg_indent(&c->src, ind);
     cdy_buf_printf(&c->src, "%s t%d = %s;  /* %s piece %%%d */\n",
-                   cdy_dtype_table[val->meta.dtype].ctype, v, x, cdy_op_table[val->op].name, p);
+                   cdy_dtype_table[val->meta.dtype].cctype, v, x, cdy_op_table[val->op].name, p);
     return 0;
 }
 
@@ -526,6 +526,7 @@ static int cg_sched_pad_fill(cg_ctx *c, int v, const int64_t *start, const int64
     const cdy_value *sv = &c->g->values[val->args[1]];
     char *lit = cg_scalar_literal(c, sv);
     lit = lit ? cg_cast(c, lit, sv->meta.dtype, om->dtype) : NULL;
+    lit = lit && cdy_dtype_lowp(om->dtype) ? cg_strf(c, "%s(%s)", cg_st(om->dtype), lit) : lit;
     int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
     cg_operand *op = cdy_arena_alloc(&c->arena, sizeof(cg_operand));
     cg_nest *none = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
@@ -635,6 +636,17 @@ static int cg_cat_plain(cg_ctx *c, int v)
     return 1;
 }
 
+/* Element raw (dtype pdt, as stored) as an element of dtype odt, as stored:
+ * through the compute type when they differ. */
+static char *cg_copy_elem(cg_ctx *c, const char *raw, int pdt, int odt)
+{
+    if (pdt == odt)
+        return cg_strf(c, "%s", raw);
+    char *ld = cg_strf(c, "%s(%s)", cg_ld(pdt), raw);
+    char *x = ld ? cg_cast(c, ld, pdt, odt) : NULL;
+    return x ? cg_strf(c, "%s(%s)", cg_st(odt), x) : NULL;
+}
+
 /* Emit the work-shared loops copying one plain piece (operand o, loop nest
  * n: in stride n->stride[0], out n->stride[1]) into the output at ooff:
  * rows of the inner loop (blocks of it when there is one loop). */
@@ -644,7 +656,7 @@ static void cg_cat_loops(cg_ctx *c, int o, const cg_nest *n, int64_t ooff, int p
     int d = n->ndim - 1;
     if (d < 0) {
         cdy_buf_printf(b, "        #pragma omp single nowait\n        out_ptr0[%lldLL] = %s;\n",
-                       (long long)ooff, cg_cast(c, cg_strf(c, "in_ptr%d[0]", o), pdt, odt));
+                       (long long)ooff, cg_copy_elem(c, cg_strf(c, "in_ptr%d[0]", o), pdt, odt));
         return;
     }
     int64_t rows = 1, L = n->size[d], si = n->stride[0][d], so = n->stride[1][d];
@@ -668,7 +680,7 @@ static void cg_cat_loops(cg_ctx *c, int o, const cg_nest *n, int64_t ooff, int p
         cdy_buf_printf(b, "            __builtin_memcpy(out_ptr0 + io + lo, in_ptr%d + ii + lo, "
                           "(uint64_t)(hi - lo) * %d);\n", o, cdy_dtype_table[odt].size);
     else {
-        char *x = cg_cast(c, cg_strf(c, "in_ptr%d[ii + j * %lldLL]", o, (long long)si), pdt, odt);
+        char *x = cg_copy_elem(c, cg_strf(c, "in_ptr%d[ii + j * %lldLL]", o, (long long)si), pdt, odt);
         cdy_buf_printf(b, "            for (int64_t j = lo; j < hi; j++)\n"
                           "                out_ptr0[io + j * %lldLL] = %s;\n", (long long)so, x);
     }

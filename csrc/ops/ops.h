@@ -31,6 +31,17 @@ enum {
     CDY_OPF_NO_NONE_DIM = 1 << 13,      /* reduction: an explicit dim=None raises */
     CDY_OPF_NO_IDENTITY = 1 << 14,      /* reduction: reducing no element raises */
     CDY_OPF_ALIAS = 1 << 15,            /* the result aliases its base (a torch view) */
+    /* symbolic sizes (sym/infer.c): */
+    CDY_OPF_SYM_ROWS = 1 << 16,         /* row op: the result has arg 0's sizes, any symbolic */
+    CDY_OPF_SYM_NORMED = 1 << 17,       /* row op: arg 4 counts the trailing dims normalized
+                                         * (numbers of the code: they specialize, with tensor
+                                         * args 1 and 2's sizes) */
+    CDY_OPF_PIECES = 1 << 18,           /* kind K: args (pieces.., dim), the pieces joined
+                                         * along dim (their other sizes equal) */
+    CDY_OPF_NEW_DIM = 1 << 19,          /* PIECES: along a new dim of the pieces' count */
+    CDY_OPF_LOWP_NUMBER = 1 << 20,      /* a Python number operand rounds to a bfloat16 /
+                                         * float16 tensor's dtype before the math, as eager's
+                                         * kernel does (others reach float32 math unrounded) */
 };
 
 typedef enum {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "sym/sym.h"
 
 /* users[v] := the distinct readers of each value v: nodes (args, view
  * bases), calls' tensor arguments their node does not list, and the graph's
@@ -103,6 +104,12 @@ static void rw_renumber(cdy_trace *t, int at, int n)
     }
     for (int o = 0; o < g->noutputs; o++)
         g->outputs[o] = rw_shift(g->outputs[o], at, n);
+    for (int i = 0; i < t->npins; i++)
+        t->pins[i].value = rw_shift(t->pins[i].value, at, n);
+    for (int i = 0; i < t->nsymviews; i++) {
+        t->symviews[i].value = rw_shift(t->symviews[i].value, at, n);
+        t->symviews[i].src = rw_shift(t->symviews[i].src, at, n);
+    }
     for (int i = 0; i < t->npynodes; i++) {
         cdy_pynode *p = &t->pynodes[i];
         p->value = rw_shift(p->value, at, n);

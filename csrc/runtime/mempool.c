@@ -59,7 +59,7 @@ typedef struct {
     void *current_work_stream;
 } dl_exchange_api;
 
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BOOL = 6, DL_CPU = 1 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6, DL_CPU = 1 };
 
 /* ---- blocks ------------------------------------------------------------------ */
 #define MP_ALIGN 64          /* torch's CPU allocator alignment */
@@ -111,7 +111,9 @@ static dl_dtype mp_dltype(int d)
 {
     const cdy_dtype_info *i = &cdy_dtype_table[d];
     dl_dtype t = {DL_INT, (uint8_t)(8 * i->size), 1};
-    if (i->is_float)
+    if (d == CDY_DT_BFLOAT16)
+        t.code = DL_BFLOAT;
+    else if (i->is_float)
         t.code = DL_FLOAT;
     else if (!i->is_int)
         t.code = DL_BOOL;

@@ -196,7 +196,7 @@ static int lsb_exp(double x)
     return e - 53 + __builtin_ctzll(mi);
 }
 
-/* 1 if start + step * i is exact in dtype dt (float32 / float64) and in
+/* 1 if start + step * i is exact in dtype dt (a float dtype) and in
  * double, with every partial sum of ATen's scalar and vector paths, for
  * i < n: all are multiples of the lowest bit of start and step and stay
  * below 2^(mantissa - 1) of it. */
@@ -212,7 +212,7 @@ static int arange_exact(double start, double step, int64_t n, int dt)
     if (e == 2000)
         return 1;
     double span = fabs(start) + fabs(step) * (double)(n > 0 ? n - 1 : 0);
-    int p = dt == CDY_DT_FLOAT32 ? 24 : 53;
+    int p = dt == CDY_DT_FLOAT32 ? 24 : dt == CDY_DT_BFLOAT16 ? 8 : dt == CDY_DT_FLOAT16 ? 11 : 53;
     return span < ldexp(1.0, e + p - 1) && e + p < 1000 && e > -1000;
 }
 
@@ -295,7 +295,8 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
         double st = n > 1 ? (fb - fa) / (double)(n - 1) : 0;
         float ff[3] = {(float)fa, (float)fb, (float)st};
         if (!arange_exact(fa, st, n, m.dtype) || (n > 1 && fa + st * (double)(n - 1) != fb) ||
-            (m.dtype == CDY_DT_FLOAT32 && (ff[0] != fa || ff[1] != fb || ff[2] != st)))
+            ((m.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(m.dtype)) &&
+             (ff[0] != fa || ff[1] != fb || ff[2] != st)))
             return NULL;
         return affine_result(tr, call, &m, fa == 0 ? -2 : cdy_scalar_float(tr, fa),
                              st == 1 ? -2 : cdy_scalar_float(tr, st));

@@ -39,6 +39,15 @@ static int lr_float_tensor(tracer *tr, const tvar *t)
     return dt == CDY_DT_FLOAT32 || dt == CDY_DT_FLOAT64;
 }
 
+/* 1 if t is a tensor a row kernel computes in float32 / float64: a float32,
+ * float64, bfloat16 or float16 one (the last two load widened and store
+ * rounded once, as eager's softmax / norm kernels compute in float32). */
+static int lr_row_tensor(tracer *tr, const tvar *t)
+{
+    return lr_float_tensor(tr, t) ||
+           (t && t->kind == TV_TENSOR && cdy_dtype_lowp(lr_val(tr, t)->meta.dtype));
+}
+
 /* 1 if value v depends on value w (is w, or reads it through nodes). */
 static int lr_depends(const cdy_graph *g, int v, int w)
 {
@@ -94,7 +103,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_build_call *call, int op, tv
             if ((in = cdy_node_add(tr, CDY_OP_CAST, &in, 1, &im, dt)) < 0)
                 return NULL;
         }
-    } else if (!lr_float_tensor(tr, s[0]))
+    } else if (!lr_row_tensor(tr, s[0]))
         return NULL;
     int args[2] = {in, cdy_scalar_int(tr, dim)};
     return args[1] < 0 ? NULL : lr_row_node(tr, call, op, args, 2);
@@ -155,7 +164,7 @@ static int lr_affine(tracer *tr, const tvar *t, const tvar *x, int realized)
 static tvar *lr_norm(tracer *tr, const cdy_build_call *call, int op, tvar **s, long long param)
 {
     double eps = 1e-5;
-    if (!lr_float_tensor(tr, s[0]) || (s[4] && !lr_num(s[4], &eps)))
+    if (!lr_row_tensor(tr, s[0]) || (s[4] && !lr_num(s[4], &eps)))
         return NULL;
     int g = op == CDY_OP_GROUP_NORM;
     int args[5] = {s[0]->value, lr_affine(tr, s[2], s[0], g), lr_affine(tr, s[3], s[0], g),
@@ -180,7 +189,7 @@ tvar *cdy_build_layer_norm(tracer *tr, const cdy_build_call *call)
         k = s[1]->n;
     else if (!cdy_const_int(s[1], &k) || (k = 1) != 1)
         return NULL;
-    if (!lr_float_tensor(tr, s[0]) || k < 0 || k > lr_val(tr, s[0])->meta.ndim)
+    if (!lr_row_tensor(tr, s[0]) || k < 0 || k > lr_val(tr, s[0])->meta.ndim)
         return NULL;
     return lr_norm(tr, call, call->op, s, k);
 }
@@ -193,7 +202,7 @@ tvar *cdy_build_group_norm(tracer *tr, const cdy_build_call *call)
     if (cdy_bind_names("input num_groups weight bias eps cudnn_enabled", call->args,
                        call->nargs, call->kwnames, s) || !cdy_const_int(s[1], &groups))
         return NULL;
-    if (!lr_float_tensor(tr, s[0]))
+    if (!lr_row_tensor(tr, s[0]))
         return NULL;
     const cdy_meta *im = &lr_val(tr, s[0])->meta;
     if (im->ndim < 2 || im->ndim >= CDY_MAX_NDIM || groups <= 0 || im->sizes[1] % groups)

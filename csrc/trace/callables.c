@@ -221,6 +221,22 @@ int cdy_callable_builds(PyObject *fn)
     return r && r->build[0];
 }
 
+/* 1 if builder b is audited for symbolic sizes: it reads no size of its
+ * arguments into the nodes it makes (their sizes follow sym/infer.c's rules). */
+static int cc_symbolic_builder(cdy_build_fn b)
+{
+    return !b || b == cdy_build_softmax || b == cdy_build_f_softmax ||
+           b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate;
+}
+
+int cdy_callable_symbolic(PyObject *fn)
+{
+    const cc_rec *r = cc_find(fn);
+    if (r && r->build[0] == cdy_build_view && !r->build[1])
+        return 2;
+    return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
+}
+
 int cdy_callable_contiguous(PyObject *fn)
 {
     const cc_rec *r = cc_find(fn);

@@ -406,6 +406,14 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
         kwnames = NULL;
     }
+    tvar *acargs[CDY_MAX_CALL_ARGS];
+    int ac_handled = 0;
+    if (!query) {
+        memcpy(acargs, args, sizeof(tvar *) * (size_t)nargs);
+        args = acargs;
+        if (cdy_autocast_args(tr, what, args, nargs, &ac_handled))
+            return NULL;
+    }
     tvar *bound[CDY_MAX_NODE_ARGS];
     int nbound = op != CDY_OP_NONE && !query ? cdy_op_bind(tr, &op, args, nargs, kwnames, bound)
                                              : -1;
@@ -431,6 +439,7 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             cdy_tr_stop(tr, NON_CONST_RESULT, what);
             return NULL;
         }
+        cdy_tr_pin_query(tr, what, args, nargs);
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
             return NULL;
         int state = state_query(what);
@@ -442,12 +451,23 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     }
     if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
         cdy_build_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
+        int sym = cdy_callable_symbolic(fn);
+        if (!sym)
+            cdy_tr_pin_tensors(tr, args, nargs, "a builder without a symbolic rule read them");
         tvar *r = cdy_callable_build(tr, &call);
+        if (sym == 2 && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_sym_view(tr, &call, r);
         if (!cdy_build_declined(tr, r, what))
             return r;
     }
-    if (PyTuple_Check(out) || PyList_Check(out))
+    /* an extern under autocast that autocast.c did not cast for */
+    /* an extern under autocast that autocast.c did not cast for (named) */
+    int unhandled = tr->t->autocast_on && !ac_handled && !tr->t->autocast_unhandled;
+    if (PyTuple_Check(out) || PyList_Check(out)) {
+        if (unhandled)
+            tr->t->autocast_unhandled = cdy_arena_strdup(&tr->t->arena, what);
         return multi_call(tr, fn, what, args, nargs, kwnames, out);
+    }
     if (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type)) {
         cdy_tr_stop(tr, NON_TENSOR_RESULT, what, Py_TYPE(out)->tp_name);
         return NULL;
@@ -459,8 +479,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             pointwise = (argv[i] = arg_value(tr, bound[i])) >= 0;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    if (!pointwise)
+    if (!pointwise) {
+        if (unhandled)
+            tr->t->autocast_unhandled = cdy_arena_strdup(&tr->t->arena, what);
         return cdy_extern_node(tr, fn, what, args, nargs, kwnames, out);
+    }
     if (eager_rejects(tr, op, argv, nbound, out, what))
         return NULL;
     /* a cast is x.to(dtype), whose meta keeps x's strides as eager's copy does */
@@ -1164,6 +1187,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
+        if (a->kind == TV_TENSOR)
+            cdy_tr_pin(tr, a->value, 1, "the code read len()");
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;

@@ -112,6 +112,8 @@ typedef struct {
     int any_requires_grad;   /* an input requires grad: the entry guards grad mode */
     int grad_guarded;        /* the grad-mode guard was added */
     int autocast_on;         /* CPU autocast was on when the trace started */
+    int autocast_dep;        /* a call whose dtypes CPU autocast changes (autocast.c) */
+    const char *autocast_unhandled;  /* an extern traced under autocast without its casts */
     int modes_on;            /* a torch function / dispatch mode was active then */
     /* mutate.c */
     void *mut;               /* the tracer's mutation state */
@@ -135,6 +137,10 @@ typedef struct {
     int break_at_count;      /* at this pc when it is its break_at_count-th one (breaks.c) */
     int meta_factory;        /* a factory made a tensor on device "meta": its graph's kernels
                               * would run on no data, so a break in it is not resumed */
+    int npins, cap_pins;     /* sizes the trace read as numbers (trace/sympins.c): they */
+    struct cdy_sym_pin_s *pins; /* specialize where sizes are symbolic (sym/sym.h) */
+    int nsymviews, cap_symviews; /* views whose sizes follow their source's by a */
+    struct cdy_sym_view_s *symviews; /* known function (trace/sympins.c) */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,

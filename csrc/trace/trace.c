@@ -1757,8 +1757,9 @@ static int dtype_from_default(const cdy_graph *g, const cdy_value *v)
  * or dispatch mode where it has a node; the default dtype where a node's
  * dtype may come from it; autocast where a node runs through
  * torch (an extern: autocast changes the dtypes of matmul, linear, conv, ...
- * and their composites).  Under CPU autocast such a trace stops (the frame
- * runs eagerly, its entry guarded on autocast being on).  0 or -1 (stopped). */
+ * and their composites) or whose dtypes autocast changes (autocast.c).  Under
+ * CPU autocast a trace with an extern autocast.c did not cast for stops (the
+ * frame runs eagerly, its entry guarded on the autocast state).  0 or -1. */
 static int guard_global_state(tracer *tr)
 {
     const cdy_graph *g = &tr->t->graph;
@@ -1772,12 +1773,12 @@ static int guard_global_state(tracer *tr)
         return -1;
     if (dflt && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return -1;
-    if (!ext)
+    if (!ext && !tr->t->autocast_dep)
         return 0;
     if (cdy_guard_state(tr, CDY_STATE_AUTOCAST))
         return -1;
-    if (tr->t->autocast_on)
-        return cdy_tr_stop(tr, AUTOCAST_OPS);
+    if (tr->t->autocast_on && ext && tr->t->autocast_unhandled)
+        return cdy_tr_stop(tr, AUTOCAST_OPS, tr->t->autocast_unhandled);
     return 0;
 }
 

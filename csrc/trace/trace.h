@@ -137,6 +137,18 @@ int cdy_tr_stop_torch(tracer *tr, const char *what);
 /* Whether the trace has stopped (a reason is recorded). */
 int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
+/* trace/sympins.c: the trace read value's sizes at dims (a bit each) as numbers
+ * (why: static text); of every tensor among args (in tuples and lists too). */
+void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why);
+void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why);
+/* A call `what` over args whose result is a constant: pins what it read
+ * (x.size(d) / len(x): one dim; dim(), dtype queries: none; else all). */
+void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs);
+/* After the view builder made r for call: record how r's sizes follow its
+ * source's (transpose, permute, unsqueeze, squeeze, view / reshape with a
+ * -1, flatten), else pin the call's tensors. */
+struct cdy_build_call_s;
+void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
 /* Decode the instruction k instructions after the current one (k = 0: the
@@ -230,6 +242,11 @@ extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 int cdy_calls_init(void);
 /* Apply callable to args (positional, then kwnames' values); NULL when stopped. */
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames);
+/* autocast.c: under CPU autocast, args[0..nargs) of call `what` replaced by
+ * eager's autocast casts of them (traced x.to(dtype)); *handled = 1 when the
+ * call's casts are in the graph (its extern may run under autocast).  Marks
+ * the trace as depending on the autocast state.  0, or -1 when stopped. */
+int cdy_autocast_args(tracer *tr, const char *what, tvar **args, int nargs, int *handled);
 /* 1 if o is an instance of a plain Python class: every class of its MRO but
  * object is a Python class, with metaclass type (no builtin container base,
  * no enum): one guarded by type has only what its attributes hold. */
@@ -505,7 +522,7 @@ int cdy_bind_names(const char *sig, tvar **args, int nargs, PyObject *kwnames, t
  * (several pointwise nodes, a special-kind node, a view...).  tensor_call
  * runs it after the call has run on the fakes: call->out is torch's result,
  * whose meta the built result must have. */
-typedef struct {
+typedef struct cdy_build_call_s {
     PyObject *fn;          /* the callable: a torch function or Tensor.<name> */
     const char *what;      /* its name, for reasons */
     tvar **args;           /* positional, then kwnames' values */
@@ -565,6 +582,8 @@ int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`,
  * the op the rule binds as in *op. */
 int cdy_callable_meta(PyObject *fn, int *op);
 int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
+int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
+                                                 * 2 the view builder (cdy_tr_sym_view) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */

@@ -921,6 +921,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                                    "is_quantized", "is_nested", "is_mkldnn", "is_complex",
                                    "is_floating_point", "itemsize", NULL};
     static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
+    if (!strcmp(n, "shape"))
+        cdy_tr_pin(tr, t->value, ~0u, "the code read .shape");
     int not_tr;
     tvar *tv = cdy_transpose_attr(tr, t, n, &not_tr);
     if (!not_tr)

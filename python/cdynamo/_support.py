@@ -12,7 +12,7 @@ import torch
 from . import config
 
 TOPICS = ("recompiles", "graph_breaks", "guards", "bytecode", "output_code", "fusion", "debug",
-          "stages")
+          "stages", "dynamic")
 
 
 class Unsupported(RuntimeError):

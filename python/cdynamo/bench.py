@@ -377,17 +377,101 @@ WORKLOADS += [_hf_workload(n) for n in ("bert", "gpt2", "llama", "t5", "vit", "r
                                          "whisper_encoder")]
 
 
+# ---- the bfloat16 group (issue 33): the float workloads and models above with their
+# float inputs and weights in bfloat16 (what CPU inference serves in); eager's bfloat16 is
+# the reference, compared within bfloat16's tolerance.  --filter bf16 runs the group.
+_BF16 = torch.bfloat16
+_BF16_TOL = 2e-2   # a few bfloat16 ulps (eps 2^-8): rounding points of fused / library ops
+
+
+def _bf16(x):
+    return x.to(_BF16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _bf16_inputs(factory):
+    return None if factory is None else (lambda: tuple(_bf16(t) for t in factory()))
+
+
+def _bf16_model(key, build):
+    def f():
+        return build().to(_BF16)
+    return key, f
+
+
+def mlp_bf16(x):
+    return _MODELS["mlp_bf16"](x)
+
+
+def transformer_stack_bf16(x):
+    return _MODELS["stack_bf16"](x)
+
+
+def cnn_bf16(x):
+    return _MODELS["cnn_bf16"](x)
+
+
+def _bf16_hf_workload(name: str) -> "Workload":
+    from . import _hf_models   # noqa: PLC0415 (imports no transformers)
+    build, inputs, result = _hf_models.MODELS[name]
+    keys = list(inputs())
+    key = f"{name}_bf16"
+
+    def make():
+        if key not in _HF:
+            _HF[key] = build().to(_BF16)
+        return tuple(_bf16(t) for t in inputs().values())
+
+    def fn(*tensors):
+        return result(_HF[key](**dict(zip(keys, tensors))))
+
+    fn.__name__ = fn.__qualname__ = f"hf_{name}_bf16"
+    return Workload(f"bf16_hf_{name}", fn, make, kind="model", rtol=_BF16_TOL, atol=_BF16_TOL,
+                    requires=_hf_available,
+                    description=f"transformers {name} in bfloat16, small config, random weights")
+
+
+def _bf16_workloads() -> list:
+    by_name = {w.name: w for w in WORKLOADS}
+    out = []
+    for n in ("pointwise_chain", "sigmoid_tanh", "softmax", "layernorm_gelu", "row_sum"):
+        w = by_name[n]
+        out.append(Workload(f"bf16_{n}", w.fn, _bf16_inputs(w.make_inputs), kind=w.kind,
+                            quick_inputs=_bf16_inputs(w.quick_inputs), rtol=_BF16_TOL,
+                            atol=_BF16_TOL, description=w.description.replace("float32", "bfloat16")))
+    for n, fn, key, build, make, desc in (
+            ("mlp", mlp_bf16, "mlp_bf16", _mlp, lambda: (torch.randn(64, 256),), "MLP"),
+            ("cnn", cnn_bf16, "cnn_bf16", _CNN, lambda: (torch.randn(8, 3, 32, 32),), "CNN"),
+            ("transformer_stack", transformer_stack_bf16, "stack_bf16", _Stack,
+             lambda: (torch.randn(4, 64, 256),), "4 pre-norm transformer blocks")):
+        k, b = _bf16_model(key, build)
+        out.append(Workload(f"bf16_{n}", fn, _bf16_inputs(_model_inputs(k, b, make)),
+                            kind="model", rtol=_BF16_TOL, atol=_BF16_TOL,
+                            description=f"{desc} in bfloat16 (as {n})"))
+    out += [_bf16_hf_workload(n) for n in ("bert", "gpt2", "llama", "t5", "vit")]
+    return out
+
+
+WORKLOADS += _bf16_workloads()
+
+
 #: what --quick runs when no --filter is given: one of each kind, and a seed's small case
 QUICK = ("add1_8", "pointwise_chain_small", "maximum_u8", "softmax", "mlp")
 
 
+def _is_bf16(w: Workload) -> bool:
+    return w.name.startswith("bf16_")
+
+
 def select_workloads(filters: Optional[list[str]], quick: bool = False) -> list[Workload]:
     """Workloads whose name contains any of the (comma separated, repeatable) filters;
-    with no filter, all of them, or the QUICK subset under --quick."""
+    with no filter, all of them but the bfloat16 group, or the QUICK subset under --quick."""
     pats = [p.strip() for f in (filters or []) for p in f.split(",") if p.strip()]
     if not pats:
-        return [w for w in WORKLOADS if not quick or w.name in QUICK]
-    return [w for w in WORKLOADS if any(p in w.name for p in pats)]
+        return [w for w in WORKLOADS if not _is_bf16(w) and (not quick or w.name in QUICK)]
+    # the bfloat16 group only for a filter naming it (--filter bf16, bf16_mlp, ...):
+    # --filter mlp stays the float32 workload
+    return [w for w in WORKLOADS
+            if any(p in w.name and (not _is_bf16(w) or "bf16" in p) for p in pats)]
 
 
 # --------------------------------------------------------------------------- utilities
@@ -1336,7 +1420,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads(N) and OMP_NUM_THREADS=N for all systems")
     p.add_argument("--filter", action="append", default=None, metavar="NAME",
-                   help="substring of workload names; repeatable or comma separated")
+                   help="substring of workload names; repeatable or comma separated; "
+                        "the bfloat16 group runs only when named (--filter bf16)")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     p.add_argument("--no-cdynamo", action="store_true", help="skip cdynamo")
     p.add_argument("--json", metavar="PATH", help="write results as JSON")

@@ -1,0 +1,91 @@
+/* sym/guards.c - the guards of a graph with symbolic sizes: what a call's
+ * inputs must satisfy for the graph's symbolic shapes to hold (sym.h).
+ *
+ * Per input: its static dims (and its specialized symbols) equal the
+ * example's; per live symbol: the size of its input dim is >= 2 (0 and 1
+ * change broadcasting and are never symbols); per relation: both sides equal
+ * at the symbols' values; per input with a symbol: contiguous strides (what
+ * the trace's layouts relied on; a non-contiguous input's dims specialize,
+ * sym/trace_shapes.c).  Values themselves are not guarded. */
+#include "sym/sym.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* 1 if m's strides are the contiguous strides of its sizes (size-1 dims any). */
+static int sg_contiguous(const cdy_meta *m)
+{
+    int64_t st = 1;
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        if (m->sizes[d] != 1 && m->strides[d] != st)
+            return 0;
+        st *= m->sizes[d];
+    }
+    return 1;
+}
+
+/* 1 if input value v (example meta ex, actual meta a) keeps its static
+ * sizes, else 0 with why. */
+static int sg_static_dims(const cdy_sym_shapes *s, int v, const cdy_meta *ex, const cdy_meta *a,
+                          const char *name, char *why, size_t n)
+{
+    for (int d = 0; d < ex->ndim; d++) {
+        int64_t c;
+        if (!cdy_sym_is_const(&s->tab, s->dims[v][d], &c) || a->sizes[d] == ex->sizes[d])
+            continue;
+        snprintf(why, n, "tensor '%s' size mismatch at index %d. expected %lld, actual %lld", name,
+                 d, (long long)ex->sizes[d], (long long)a->sizes[d]);
+        return 0;
+    }
+    return 1;
+}
+
+int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
+                  const char *const *names, int64_t *vals, char *why, size_t n)
+{
+    uint64_t live = cdy_sym_live(s);
+    for (int k = 0; k < s->tab.nsyms; k++)
+        vals[k] = s->tab.hint[k];
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_INPUT)
+            continue;
+        const cdy_meta *a = &actual[val->input_index];
+        const char *name = names ? names[val->input_index] : "?";
+        if (a->ndim != val->meta.ndim || a->dtype != val->meta.dtype) {
+            snprintf(why, n, "tensor '%s' ndim or dtype changed", name);
+            return 1;
+        }
+        if (!sg_static_dims(s, v, &val->meta, a, name, why, n))
+            return 1;
+    }
+    for (int k = 0; k < s->tab.nsyms; k++) {
+        if (!(live >> k & 1))
+            continue;
+        const cdy_meta *a = &actual[s->info[k].input];
+        vals[k] = a->sizes[s->info[k].dim];
+        if (vals[k] < 2) {
+            snprintf(why, n, "dimension %d of '%s' is %lld: sizes 0 and 1 are not symbolic",
+                     s->info[k].dim, names ? names[s->info[k].input] : "?", (long long)vals[k]);
+            return 1;
+        }
+        if (!sg_contiguous(a)) {
+            snprintf(why, n, "tensor '%s' is not contiguous (the trace relied on it)",
+                     names ? names[s->info[k].input] : "?");
+            return 1;
+        }
+    }
+    for (int r = 0; r < s->nrel; r++) {
+        int64_t x = cdy_sym_eval(&s->tab, s->rel[r][0], vals);
+        int64_t y = cdy_sym_eval(&s->tab, s->rel[r][1], vals);
+        if (x != y) {
+            char ta[96], tb[96];
+            cdy_sym_print(&s->tab, s->rel[r][0], ta, sizeof(ta));
+            cdy_sym_print(&s->tab, s->rel[r][1], tb, sizeof(tb));
+            snprintf(why, n, "relation %s == %s does not hold: %lld != %lld", ta, tb,
+                     (long long)x, (long long)y);
+            return 1;
+        }
+    }
+    return 0;
+}

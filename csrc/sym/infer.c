@@ -1,0 +1,456 @@
+/* sym/infer.c - the symbolic shapes of a graph: sizes of every value as
+ * expressions over the symbols of its inputs' dynamic dims (see sym.h).
+ *
+ * One pass over the values in order computes each value's sizes by its op's
+ * rule; a size that has no rule, or that the trace read as a number (a pin),
+ * specializes its symbols.  A pass that specializes a new symbol is run again
+ * from the start with that symbol a constant, until a pass adds none: every
+ * size of the result is then true for every value of the live symbols that
+ * satisfies the relations (and size >= 2), and equals the value's meta at the
+ * hints (checked per value: a rule that disagrees specializes its inputs). */
+#include "sym/sym.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    cdy_sym_shapes *s;
+    const cdy_graph *g;
+    uint64_t pinned;          /* the symbols specialized so far */
+    int changed;              /* this pass specialized a new one */
+    const char *ext;          /* per value: an extern's matmul kind (sym.h), or NULL */
+    const cdy_sym_hints *h;   /* or NULL */
+    int oom;
+} sy_pass;
+
+/* Specialize the symbols of expression e (all of them when e < 0), saying
+ * why (what, about value v's dim d). */
+static void sy_pin(sy_pass *p, int e, int v, int d, const char *what)
+{
+    uint64_t m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : ~(uint64_t)0;
+    m &= ~p->pinned;
+    for (int k = 0; k < p->s->tab.nsyms; k++)
+        if (m >> k & 1) {
+            cdy_sym_info *in = &p->s->info[k];
+            in->pinned = 1;
+            if (d >= 0)
+                snprintf(in->why, sizeof(in->why), "%s (value %d, dim %d)", what, v, d);
+            else
+                snprintf(in->why, sizeof(in->why), "%s (value %d)", what, v);
+            p->pinned |= (uint64_t)1 << k;
+            p->changed = 1;
+        }
+}
+
+/* Specialize every size of value v (its op has no symbolic rule: what). */
+static void sy_pin_value(sy_pass *p, int v, const char *what)
+{
+    const cdy_value *val = &p->g->values[v];
+    for (int d = 0; d < val->meta.ndim; d++)
+        sy_pin(p, p->s->dims[v][d], v, d, what);
+}
+
+/* Constant sizes for value v: its meta's. */
+static void sy_const_sizes(sy_pass *p, int v)
+{
+    const cdy_meta *m = &p->g->values[v].meta;
+    for (int d = 0; d < m->ndim; d++) {
+        p->s->dims[v][d] = cdy_sym_const(&p->s->tab, m->sizes[d]);
+        p->oom |= p->s->dims[v][d] < 0;
+    }
+}
+
+/* Record that expressions a and b must be equal (a relation; a symbolic
+ * one against a constant specializes it). */
+static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
+{
+    int64_t ca, cb;
+    if (a == b)
+        return;
+    int ka = cdy_sym_is_const(&p->s->tab, a, &ca), kb = cdy_sym_is_const(&p->s->tab, b, &cb);
+    if (ka || kb) {
+        sy_pin(p, ka ? b : a, v, d, what);
+        return;
+    }
+    for (int r = 0; r < p->s->nrel; r++)
+        if ((p->s->rel[r][0] == a && p->s->rel[r][1] == b) ||
+            (p->s->rel[r][0] == b && p->s->rel[r][1] == a))
+            return;
+    if (p->s->nrel == (int)(sizeof(p->s->rel) / sizeof(p->s->rel[0]))) {
+        sy_pin(p, a, v, d, "too many relations");
+        sy_pin(p, b, v, d, "too many relations");
+        return;
+    }
+    p->s->rel[p->s->nrel][0] = a;
+    p->s->rel[p->s->nrel++][1] = b;
+}
+
+/* Pointwise: the broadcast of the args' sizes (right-aligned; a size 1
+ * broadcasts, other sizes must be equal). */
+static int sy_pointwise(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    int nd = val->meta.ndim;
+    if (one < 0)
+        return -1;
+    for (int d = 0; d < nd; d++) {
+        int out = one;
+        for (int a = 0; a < val->nargs; a++) {
+            const cdy_value *x = &p->g->values[val->args[a]];
+            int xd = d - (nd - x->meta.ndim);
+            if (xd < 0)
+                continue;
+            int e = p->s->dims[val->args[a]][xd];
+            if (e == one)
+                continue;
+            if (out == one)
+                out = e;
+            else
+                sy_equal(p, out, e, v, d, "broadcast of a symbolic size against another size");
+        }
+        p->s->dims[v][d] = out;
+    }
+    return 0;
+}
+
+/* A reduction (input, dims mask, keepdim[, param]): the input's sizes with
+ * the reduced dims dropped (or 1 with keepdim). */
+static int sy_reduce(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_value *x = &p->g->values[val->args[0]];
+    if (val->nargs < 3 || p->g->values[val->args[1]].kind != CDY_VAL_SCALAR ||
+        p->g->values[val->args[2]].kind != CDY_VAL_SCALAR)
+        return -1;
+    int64_t mask = p->g->values[val->args[1]].i;
+    int keep = p->g->values[val->args[2]].i != 0, n = 0;
+    int one = cdy_sym_const(&p->s->tab, 1);
+    for (int d = 0; d < x->meta.ndim && n < CDY_MAX_NDIM; d++) {
+        if (!(mask >> d & 1))
+            p->s->dims[v][n++] = p->s->dims[val->args[0]][d];
+        else if (keep)
+            p->s->dims[v][n++] = one;
+    }
+    return n == val->meta.ndim && one >= 0 ? 0 : -1;
+}
+
+/* A row op: the input's sizes; layer_norm's normalized dims specialize
+ * (normalized_shape is a number the code gave). */
+static int sy_rows(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_value *x = &p->g->values[val->args[0]];
+    if (x->meta.ndim != val->meta.ndim)
+        return -1;
+    for (int d = 0; d < x->meta.ndim; d++)
+        p->s->dims[v][d] = p->s->dims[val->args[0]][d];
+    if (!cdy_op_has(val->op, CDY_OPF_SYM_ROWS))
+        return -1;
+    if (cdy_op_has(val->op, CDY_OPF_SYM_NORMED)) {
+        const cdy_value *nn = &p->g->values[val->args[4]];
+        if (nn->kind != CDY_VAL_SCALAR || nn->i < 0 || nn->i > x->meta.ndim)
+            return -1;
+        for (int d = x->meta.ndim - (int)nn->i; d < x->meta.ndim; d++)
+            sy_pin(p, p->s->dims[v][d], v, d, "layer_norm's normalized_shape");
+        for (int a = 1; a <= 2; a++) {       /* weight and bias: normalized_shape's sizes */
+            const cdy_value *wv = &p->g->values[val->args[a]];
+            if (wv->kind == CDY_VAL_SCALAR)
+                continue;
+            if (wv->meta.ndim != nn->i)
+                return -1;
+            for (int d = 0; d < wv->meta.ndim; d++)
+                sy_pin(p, p->s->dims[val->args[a]][d], v, d, "layer_norm's normalized_shape");
+        }
+    }
+    return 0;
+}
+
+/* cat / stack (pieces.., dim): the pieces' sizes, the cat dim summed (stack:
+ * a new dim of the number of pieces); the other dims must be equal. */
+static int sy_cat(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    int np = val->nargs - 1, nd = val->meta.ndim;
+    const cdy_value *dv = &p->g->values[val->args[np]];
+    if (np < 1 || dv->kind != CDY_VAL_SCALAR)
+        return -1;
+    int stack = cdy_op_has(val->op, CDY_OPF_NEW_DIM), dim = (int)dv->i;
+    dim = dim < 0 ? dim + nd : dim;
+    if (dim < 0 || dim >= nd)
+        return -1;
+    for (int d = 0, pd = 0; d < nd; d++, pd++) {
+        if (stack && d == dim) {
+            p->s->dims[v][d] = cdy_sym_const(&p->s->tab, np);
+            pd--;
+            continue;
+        }
+        int e = stack || d != dim ? -2 : cdy_sym_const(&p->s->tab, 0);
+        for (int a = 0; a < np; a++) {
+            const cdy_value *x = &p->g->values[val->args[a]];
+            if (x->meta.ndim != nd - stack)
+                return -1;   /* torch's legacy empty 1-d piece: no rule */
+            int xe = p->s->dims[val->args[a]][pd];
+            if (!stack && d == dim)
+                e = cdy_sym_add(&p->s->tab, e, xe);
+            else if (e == -2)
+                e = xe;
+            else
+                sy_equal(p, e, xe, v, d, "cat's pieces' sizes");
+        }
+        p->s->dims[v][d] = e;
+    }
+    return 0;
+}
+
+/* The matmul of a[.., M, K] and b[.., K, N] (b 2-D: [K, N]; bt: b is
+ * [N, K], linear's weight) into v's dims: batch dims broadcast, K equal. */
+static int sy_matmul(sy_pass *p, int v, int a, int b, int bt)
+{
+    const cdy_meta *am = &p->g->values[a].meta, *bm = &p->g->values[b].meta;
+    int nd = p->g->values[v].meta.ndim;
+    if (am->ndim < 2 || bm->ndim < 2 || nd != (am->ndim > bm->ndim ? am->ndim : bm->ndim))
+        return -1;
+    int *o = p->s->dims[v], *x = p->s->dims[a], *y = p->s->dims[b];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    if (one < 0)
+        return -1;
+    for (int d = 0; d < nd - 2; d++) {        /* batch dims: broadcast */
+        int xd = d - (nd - am->ndim), yd = d - (nd - bm->ndim);
+        int ex = xd >= 0 ? x[xd] : one, ey = yd >= 0 ? y[yd] : one;
+        o[d] = ex == one ? ey : ex;
+        if (ex != one && ey != one)
+            sy_equal(p, ex, ey, v, d, "matmul's batch sizes");
+    }
+    int k_b = bt ? y[bm->ndim - 1] : y[bm->ndim - 2];
+    sy_equal(p, x[am->ndim - 1], k_b, v, nd - 1, "matmul's inner sizes");
+    o[nd - 2] = x[am->ndim - 2];
+    o[nd - 1] = bt ? y[bm->ndim - 2] : y[bm->ndim - 1];
+    return 0;
+}
+
+/* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
+static int sy_extern(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    char k = p->ext ? p->ext[v] : 0;
+    if (k == 'm' && val->nargs == 2)
+        return sy_matmul(p, v, val->args[0], val->args[1], 0);
+    if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
+        const cdy_meta *xm = &p->g->values[val->args[0]].meta;
+        if (xm->ndim < 1 || p->g->values[val->args[1]].meta.ndim != 2)
+            return -1;
+        if (xm->ndim == 1)                   /* a vector: [N] */
+            return -1;
+        if (val->nargs == 3) {               /* the bias broadcasts against [.., N] */
+            const cdy_meta *bm = &p->g->values[val->args[2]].meta;
+            if (bm->ndim != 1 && bm->ndim != 0)
+                return -1;
+            for (int d = 0; d < bm->ndim; d++)
+                sy_pin(p, p->s->dims[val->args[2]][d], v, d, "linear's bias");
+        }
+        return sy_matmul(p, v, val->args[0], val->args[1], 1);
+    }
+    return -1;
+}
+
+/* The product of src's dims [a, b] (its element count: 0, ndim - 1). */
+static int sy_product(sy_pass *p, int src, int a, int b)
+{
+    int e = cdy_sym_const(&p->s->tab, 1);
+    for (int d = a; d <= b; d++)
+        e = cdy_sym_mul(&p->s->tab, e, p->s->dims[src][d]);
+    return e;
+}
+
+/* A view with a map (sym.h's cdy_sym_view) into v's dims. */
+static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    int *o = p->s->dims[v];
+    if (w->kind == 'p') {
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
+        return 0;
+    }
+    if (w->kind == 'f') {
+        if (w->a < 0 || w->b < w->a || w->b >= sm->ndim || m->ndim != sm->ndim - (w->b - w->a))
+            return -1;
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = d < w->a ? p->s->dims[w->src][d] :
+                   d == w->a ? sy_product(p, w->src, w->a, w->b) :
+                   p->s->dims[w->src][d + w->b - w->a];
+        return 0;
+    }
+    if (w->kind != 'r')
+        return -1;
+    int64_t known = 1;
+    for (int d = 0; d < m->ndim; d++)
+        if (d != w->a) {
+            o[d] = cdy_sym_const(&p->s->tab, m->sizes[d]);
+            known *= m->sizes[d];
+        }
+    int n = sy_product(p, w->src, 0, sm->ndim - 1);
+    if (w->a < 0) {
+        sy_equal(p, n, cdy_sym_const(&p->s->tab, known), v, 0, "a view to constant sizes");
+        return 0;
+    }
+    if (known <= 0)
+        return -1;
+    /* only an exact division (else eager's check of divisibility would be a
+     * guard): the source's last k dims specialize until it is one */
+    for (int k = 0; k <= sm->ndim; k++) {
+        uint64_t mask = p->pinned;   /* specialized earlier in this pass */
+        for (int d = sm->ndim - k; d < sm->ndim; d++)
+            mask |= cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
+        int nk = cdy_sym_subst_hints(&p->s->tab, n, mask);
+        int q = cdy_sym_floordiv(&p->s->tab, nk, known);
+        if (q < 0 || cdy_sym_mul(&p->s->tab, q, cdy_sym_const(&p->s->tab, known)) != nk)
+            continue;
+        for (int d = sm->ndim - k; d < sm->ndim; d++)
+            sy_pin(p, p->s->dims[w->src][d], v, d, "a view's -1 would not divide");
+        o[w->a] = q;
+        return 0;
+    }
+    return -1;
+}
+
+/* A view node: by its map when the trace recorded one. */
+static int sy_view(sy_pass *p, int v)
+{
+    for (int i = 0; p->h && i < p->h->nviews; i++)
+        if (p->h->views[i].value == v)
+            return sy_view_map(p, v, &p->h->views[i]);
+    return -1;
+}
+
+/* 1 if v's expressions are its meta's sizes at the hints. */
+static int sy_agrees(sy_pass *p, int v)
+{
+    const cdy_meta *m = &p->g->values[v].meta;
+    for (int d = 0; d < m->ndim; d++)
+        if (p->s->dims[v][d] < 0 || cdy_sym_eval(&p->s->tab, p->s->dims[v][d], NULL) != m->sizes[d])
+            return 0;
+    return 1;
+}
+
+/* The sizes of node v by its op's rule, or specialized (its inputs' and its
+ * own sizes) when it has none or the rule disagrees with the meta. */
+static void sy_node(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const char kind = cdy_op_table[val->op].kind;
+    int r = -1;
+    const char *why = "no symbolic rule for the op";
+    if (cdy_op_pointwise(val->op))
+        r = sy_pointwise(p, v);
+    else if (kind == 'R')
+        r = sy_reduce(p, v);
+    else if (kind == 'N')
+        r = sy_rows(p, v);
+    else if (cdy_op_has(val->op, CDY_OPF_PIECES))
+        r = sy_cat(p, v);
+    else if (cdy_value_is_extern(val))
+        r = sy_extern(p, v);
+    else if (kind == 'V')
+        r = sy_view(p, v);
+    if (r == 0 && !sy_agrees(p, v)) {
+        r = -1;
+        why = "the symbolic rule disagrees with the meta";
+    }
+    if (r == 0)
+        return;
+    char what[96];
+    snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
+    for (int a = 0; a < val->nargs; a++)
+        sy_pin_value(p, val->args[a], what);
+    if (kind == 'V' || kind == 'G')
+        sy_pin_value(p, val->view_base, what);
+    sy_const_sizes(p, v);
+}
+
+/* One pass over g with p->pinned specialized: every value's sizes. */
+static void sy_run(sy_pass *p)
+{
+    const cdy_sym_pin *pins = p->h ? p->h->pins : NULL;
+    int npins = p->h ? p->h->npins : 0;
+    cdy_sym_shapes *s = p->s;
+    s->nrel = 0;
+    p->changed = 0;
+    for (int v = 0; v < p->g->nvalues && !p->oom; v++) {
+        const cdy_value *val = &p->g->values[v];
+        if (val->kind == CDY_VAL_NODE)
+            sy_node(p, v);
+        else
+            sy_const_sizes(p, v);
+        if (val->kind == CDY_VAL_INPUT)
+            for (int k = 0; k < s->tab.nsyms; k++)
+                if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
+                    s->dims[v][s->info[k].dim] = cdy_sym_var(&s->tab, k);
+        for (int i = 0; i < npins; i++)    /* v's pins, before the values that read it */
+            for (int d = 0; pins[i].value == v && d < val->meta.ndim; d++)
+                if (pins[i].dims >> d & 1)
+                    sy_pin(p, s->dims[v][d], v, d, pins[i].why);
+    }
+}
+
+/* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */
+static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn)
+{
+    for (int v = 0; v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        if (val->kind != CDY_VAL_INPUT || !dyn)
+            continue;
+        for (int d = 0; d < val->meta.ndim; d++) {
+            if (!(dyn[val->input_index] >> d & 1) || val->meta.sizes[d] < 2)
+                continue;
+            int k = s->tab.nsyms;
+            if (cdy_sym_new(&s->tab, val->meta.sizes[d]) < 0)
+                return -1;
+            s->info[k].input = val->input_index;
+            s->info[k].dim = d;
+        }
+    }
+    return 0;
+}
+
+int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
+                  cdy_sym_shapes *out)
+{
+    memset(out, 0, sizeof(*out));
+    cdy_symtab_init(&out->tab);
+    out->nvalues = g->nvalues;
+    out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
+    sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
+    if (!out->dims || sy_symbols(out, g, dyn)) {
+        p.oom = 1;
+    }
+    while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
+        out->runs++;
+        sy_run(&p);
+    }
+    if (!p.oom)
+        return 0;
+    for (int k = 0; k < out->tab.nsyms; k++) {
+        out->info[k].pinned = 1;
+        snprintf(out->info[k].why, sizeof(out->info[k].why), "out of memory or a size limit");
+    }
+    return -1;
+}
+
+void cdy_sym_shapes_free(cdy_sym_shapes *s)
+{
+    cdy_symtab_free(&s->tab);
+    free(s->dims);
+    s->dims = NULL;
+}
+
+uint64_t cdy_sym_live(const cdy_sym_shapes *s)
+{
+    uint64_t m = 0;
+    for (int k = 0; k < s->tab.nsyms; k++)
+        if (!s->info[k].pinned)
+            m |= (uint64_t)1 << k;
+    return m;
+}

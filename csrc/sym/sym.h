@@ -1,0 +1,149 @@
+/* sym/sym.h - symbolic sizes (issue 32): a small expression language over the
+ * symbols s0, s1, ... (input dimensions), and the symbolic shapes of a graph.
+ *
+ * Python-free (the compiler and tests/c use it).  An expression is a
+ * polynomial with int64 coefficients over atoms: a symbol, or the floor
+ * division of an expression by a positive constant that does not divide it
+ * exactly.  Expressions are interned in a table (cdy_symtab): equal
+ * expressions have equal ids, so "the same size" is an id comparison.  Every
+ * operation returns an id, or -1 when the table is full, a coefficient
+ * overflows or a limit below is reached: the caller then specializes (treats
+ * the sizes involved as the constants they are at the hints). */
+#ifndef CDY_SYM_H
+#define CDY_SYM_H
+
+#include <stdint.h>
+
+#include "cdynamo.h"
+
+#define CDY_SYM_MAX_SYMS 64      /* symbols of one graph (a bit each in a mask) */
+#define CDY_SYM_MAX_ATOMS 128    /* symbols and floor-division atoms */
+#define CDY_SYM_MAX_TERMS 8      /* terms of one expression */
+#define CDY_SYM_MAX_FACTORS 4    /* atoms of one term */
+
+typedef struct {
+    int64_t coef;
+    int nf;
+    int f[CDY_SYM_MAX_FACTORS];  /* atom ids, ascending (repeats: powers) */
+} cdy_sym_term;
+
+typedef struct {
+    int nt;                      /* terms, canonical order; none: the constant 0 */
+    cdy_sym_term t[CDY_SYM_MAX_TERMS];
+} cdy_sym_poly;
+
+typedef struct {
+    int expr;                    /* -1: symbol `sym`; else floor(expr / div) */
+    int sym;
+    int64_t div;
+} cdy_sym_atom;
+
+typedef struct {
+    int nsyms;
+    int64_t hint[CDY_SYM_MAX_SYMS];   /* the example's value of each symbol */
+    int natoms;
+    cdy_sym_atom atoms[CDY_SYM_MAX_ATOMS];
+    int nexprs, cap;
+    cdy_sym_poly *exprs;              /* interned (malloc'd) */
+} cdy_symtab;
+
+void cdy_symtab_init(cdy_symtab *tab);
+void cdy_symtab_free(cdy_symtab *tab);
+/* A new symbol whose example value is hint: its expression id, or -1. */
+int cdy_sym_new(cdy_symtab *tab, int64_t hint);
+/* The expression of symbol k / of the constant c: an id, or -1. */
+int cdy_sym_var(cdy_symtab *tab, int k);
+int cdy_sym_const(cdy_symtab *tab, int64_t c);
+/* a + b, a * b, floor(a / c) for a constant c > 0: an id, or -1. */
+int cdy_sym_add(cdy_symtab *tab, int a, int b);
+int cdy_sym_mul(cdy_symtab *tab, int a, int b);
+int cdy_sym_floordiv(cdy_symtab *tab, int a, int64_t c);
+/* 1 and *c set when e is a constant, else 0. */
+int cdy_sym_is_const(const cdy_symtab *tab, int e, int64_t *c);
+/* The value of e with symbol k = vals[k] (vals NULL: the hints). */
+int64_t cdy_sym_eval(const cdy_symtab *tab, int e, const int64_t *vals);
+/* The symbols e reads, a bit each. */
+uint64_t cdy_sym_symbols(const cdy_symtab *tab, int e);
+/* e with the symbols of mask replaced by their hints: an id, or -1. */
+int cdy_sym_subst_hints(cdy_symtab *tab, int e, uint64_t mask);
+/* e as C text ("s0*64 + 3", symbols named s<k>) into buf; the length
+ * written, truncated to len - 1. */
+int cdy_sym_print(const cdy_symtab *tab, int e, char *buf, int len);
+
+/* ---- the symbolic shapes of a graph (sym/infer.c) ----------------------------
+ * Which input dimensions are symbols is the caller's choice (dyn: per graph
+ * input, a bit per dim; a dim of size 0 or 1 never is).  Sizes then follow
+ * the graph's ops by their rules: pointwise broadcasting, reductions, row
+ * ops (softmax, log_softmax, layer_norm), cat / stack.  A value whose size
+ * some op has no rule for, or which the trace read as a Python number (a
+ * pin), specializes the symbols of that size: they become the example's
+ * values, and the reason is kept for the log.  Two symbolic sizes that
+ * broadcasting, cat or a reduction's pairing needs equal become a relation
+ * (a guard of the entry); a symbol against a constant specializes. */
+typedef struct cdy_sym_pin_s {
+    int value;                   /* graph value the trace read sizes of */
+    unsigned dims;               /* its dims, a bit each */
+    const char *why;             /* static text: what read them */
+} cdy_sym_pin;
+
+/* A view node whose sizes follow its source's by a known function (the
+ * tracer records it for the view builder's calls it knows; a view without
+ * one specializes).  kind 'p': a permutation of the source's dims with size-1
+ * dims added or dropped (transpose, permute, unsqueeze, squeeze, ...): out
+ * dim d is source dim map[d], or a new size 1 (-1); 'r': view / reshape to
+ * the node's constant sizes but dim a (-1: none), which is the source's
+ * element count over theirs; 'f': flatten of source dims a..b into out dim a. */
+typedef struct cdy_sym_view_s {
+    int value, src;
+    char kind;
+    int a, b;
+    signed char map[CDY_MAX_NDIM];
+} cdy_sym_view;
+
+/* What the trace knows beyond the graph (sym/trace_shapes.c fills it). */
+typedef struct {
+    const cdy_sym_pin *pins;     /* sizes read as numbers */
+    int npins;
+    const char *ext;             /* per value: an extern's kind (below), or NULL */
+    const cdy_sym_view *views;   /* view maps */
+    int nviews;
+} cdy_sym_hints;
+
+typedef struct {
+    int input, dim;              /* the symbol is dim `dim` of graph input `input` */
+    int pinned;                  /* specialized: its hint is guarded as a value */
+    char why[112];               /* why it specialized */
+} cdy_sym_info;
+
+typedef struct {
+    cdy_symtab tab;
+    cdy_sym_info info[CDY_SYM_MAX_SYMS];
+    int nvalues;
+    int (*dims)[CDY_MAX_NDIM];   /* per value, per dim: its size's expression (malloc'd) */
+    int nrel;
+    int rel[64][2];              /* expression pairs the trace relied on being equal */
+    int runs;                    /* passes over the graph until no new pin */
+} cdy_sym_shapes;
+
+/* Symbolic sizes of g's values (see above), with h's pins and views (h may
+ * be NULL); h->ext names the externs the caller knows, per value: 'm' mm /
+ * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
+ * linear(x, weight[, bias]); other externs specialize what they read.  Fills
+ * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
+ * symbol specialized. */
+int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
+                  cdy_sym_shapes *out);
+void cdy_sym_shapes_free(cdy_sym_shapes *s);
+/* The symbols that stayed symbolic, a bit each. */
+uint64_t cdy_sym_live(const cdy_sym_shapes *s);
+
+/* ---- guards (sym/guards.c) ---------------------------------------------------
+ * Whether inputs of metas actual[input position] (names[i] for the text, may
+ * be NULL) satisfy the guards of s (g's symbolic shapes): ndim and dtype,
+ * static and specialized sizes equal to the example's, each live symbol's
+ * size >= 2 with its input contiguous, the relations.  0 with vals[k] the
+ * symbols' values (specialized ones: their hints); else 1 and why. */
+int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
+                  const char *const *names, int64_t *vals, char *why, size_t n);
+
+#endif /* CDY_SYM_H */

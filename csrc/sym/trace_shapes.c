@@ -1,0 +1,159 @@
+/* sym/trace_shapes.c - the symbolic shapes of a finished trace (its graph,
+ * its pins, its mutated inputs), and their log (CDYNAMO_LOGS=dynamic). */
+#include "sym/trace_shapes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* 1 if input source s is a frame argument or an item of one (not a module's
+ * attribute: parameters and buffers keep static sizes, as torch.compile's). */
+static int ts_argument(const cdy_src *s)
+{
+    if (s->kind != CDY_SRC_LOCAL)
+        return 0;
+    for (int i = 0; i < s->nattrs; i++)
+        if (!s->item[i])
+            return 0;
+    return 1;
+}
+
+/* The graph value of input position pos, or -1. */
+static int ts_input_value(const cdy_graph *g, int pos)
+{
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == CDY_VAL_INPUT && g->values[v].input_index == pos)
+            return v;
+    return -1;
+}
+
+/* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
+ * operator.matmul), 'l' for F.linear or a PackedLinear, else 0 (sym.h's
+ * extern kinds). */
+static char ts_extern_kind(PyObject *fn)
+{
+    static PyObject *fns[9];
+    static const char kinds[9] = "mmmmmmmlm";
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *F = PyImport_ImportModule("torch.nn.functional");
+        PyObject *T = PyObject_GetAttrString(cdy_torch, "Tensor");
+        const char *tn[] = {"mm", "bmm", "matmul"};
+        const char *mn[] = {"mm", "bmm", "matmul", "__matmul__"};
+        for (int i = 0; i < 3; i++)
+            fns[i] = PyObject_GetAttrString(cdy_torch, tn[i]);
+        for (int i = 0; T && i < 4; i++)
+            fns[3 + i] = PyObject_GetAttrString(T, mn[i]);
+        fns[7] = F ? PyObject_GetAttrString(F, "linear") : NULL;
+        PyObject *op = PyImport_ImportModule("operator");
+        fns[8] = op ? PyObject_GetAttrString(op, "matmul") : NULL;
+        Py_XDECREF(op);
+        Py_XDECREF(F);
+        Py_XDECREF(T);
+        PyErr_Clear();
+    }
+    for (int i = 0; i < 9; i++)
+        if (fns[i] && fn == fns[i])
+            return kinds[i];
+    return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
+}
+
+int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
+{
+    const cdy_graph *g = &t->graph;
+    int extra = t->nwriteback + t->nreview + 2 * g->ninputs, n = t->npins + extra;
+    cdy_sym_pin pins[n ? n : 1];
+    if (t->npins)
+        memcpy(pins, t->pins, (size_t)t->npins * sizeof(pins[0]));
+    n = t->npins;
+    for (int i = 0; i < t->nwriteback; i++)
+        pins[n++] = (cdy_sym_pin){ts_input_value(g, t->writeback[2 * i]), ~0u,
+                                  "an input the graph mutates"};
+    for (int i = 0; i < t->nreview; i++)
+        pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
+                                  "an output viewing a mutated input"};
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_contiguous(&g->values[v].meta))
+            pins[n++] = (cdy_sym_pin){v, ~0u, "a non-contiguous input"};
+    int m = 0, removed = 0;
+    for (int i = 0; i < n; i++) {
+        if (pins[i].value < 0)
+            continue;
+        removed |= g->values[pins[i].value].kind == CDY_VAL_SCALAR;  /* a graph pass dropped it */
+        pins[m++] = pins[i];
+    }
+    for (int v = 0; removed && v < g->nvalues; v++)   /* what it read is unknown: all */
+        if (g->values[v].kind == CDY_VAL_INPUT)
+            pins[m++] = (cdy_sym_pin){v, ~0u, "a pinned value a graph pass removed"};
+    char ext[g->nvalues ? g->nvalues : 1];
+    memset(ext, 0, sizeof(ext));
+    for (int i = 0; i < t->npynodes; i++) {
+        const cdy_pynode *pn = &t->pynodes[i];
+        if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
+            !pn->kwnames && cdy_value_is_extern(&g->values[pn->value]))
+            ext[pn->value] = ts_extern_kind(pn->fn);
+    }
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews};
+    return cdy_sym_infer(g, dyn, &h, out);
+}
+
+void cdy_sym_dyn_all(const cdy_trace *t, unsigned *dyn)
+{
+    for (int i = 0; i < t->graph.ninputs; i++)
+        dyn[i] = t->input_srcs && ts_argument(&t->input_srcs[i]) ? ~0u : 0;
+}
+
+/* Value v's sizes as text ("[s0, 64]") into buf. */
+static void ts_sizes(const cdy_sym_shapes *s, const cdy_graph *g, int v, char *buf, size_t n)
+{
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < g->values[v].meta.ndim && used < n; d++) {
+        char e[96];
+        cdy_sym_print(&s->tab, s->dims[v][d], e, sizeof(e));
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", d ? ", " : "", e);
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+void cdy_sym_trace_log(const cdy_trace *t, const char *name)
+{
+    const cdy_graph *g = &t->graph;
+    unsigned dyn[g->ninputs ? g->ninputs : 1];
+    cdy_sym_shapes s;
+    cdy_sym_dyn_all(t, dyn);
+    cdy_sym_trace_shapes(t, dyn, &s);
+    int live = __builtin_popcountll(cdy_sym_live(&s));
+    cdy_log("dynamic", "%s: with the arguments' dims symbolic, %d of %d symbols stay symbolic "
+            "(%d passes)", name, live, s.tab.nsyms, s.runs);
+    for (int k = 0; k < s.tab.nsyms; k++) {
+        char src[128] = "?";
+        if (t->input_srcs)
+            cdy_src_name(&t->input_srcs[s.info[k].input], t->top_code, src, sizeof(src));
+        cdy_log("dynamic", "%s:   s%d = dim %d of '%s' (hint %lld)%s%s", name, k, s.info[k].dim,
+                src, (long long)s.tab.hint[k], s.info[k].pinned ? ": specialized: " : "",
+                s.info[k].pinned ? s.info[k].why : "");
+    }
+    char gl[512];
+    size_t used = 0;
+    gl[0] = 0;
+    for (int k = 0; k < s.tab.nsyms && used < sizeof(gl); k++)
+        if (!s.info[k].pinned)
+            used += (size_t)snprintf(gl + used, sizeof(gl) - used, "%ss%d >= 2", used ? ", " : "",
+                                     k);
+    if (used)
+        cdy_log("dynamic", "%s:   guards: %s, inputs with symbols contiguous, relations", name,
+                gl);
+    for (int r = 0; r < s.nrel; r++) {
+        char a[96], b[96];
+        cdy_sym_print(&s.tab, s.rel[r][0], a, sizeof(a));
+        cdy_sym_print(&s.tab, s.rel[r][1], b, sizeof(b));
+        cdy_log("dynamic", "%s:   relation %s == %s", name, a, b);
+    }
+    for (int o = 0; o < g->noutputs; o++) {
+        char sz[256];
+        ts_sizes(&s, g, g->outputs[o], sz, sizeof(sz));
+        cdy_log("dynamic", "%s:   output %d: %s", name, o, sz);
+    }
+    cdy_sym_shapes_free(&s);
+}

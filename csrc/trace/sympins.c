@@ -1,0 +1,204 @@
+/* trace/sympins.c - sizes the trace turned into Python numbers (pins).
+ *
+ * A size the traced code reads (x.shape, x.size(), numel, len, strides,
+ * is_contiguous, any call whose result is a constant computed from tensor
+ * arguments) or that a builder without a symbolic audit bakes into the nodes
+ * it makes is a number in the trace: where sizes are symbolic (sym/infer.c)
+ * the symbols of such a size specialize.  The tracer records each one here;
+ * the record costs an entry per read, and nothing else reads it when no dim
+ * is dynamic. */
+#include "trace/trace.h"
+#include "sym/sym.h"
+
+#include <string.h>
+
+void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why)
+{
+    cdy_trace *t = tr->t;
+    if (value < 0 || !dims)
+        return;
+    if (t->npins && t->pins[t->npins - 1].value == value && t->pins[t->npins - 1].dims == dims)
+        return;
+    if (t->npins == t->cap_pins) {
+        int cap = t->cap_pins ? 2 * t->cap_pins : 16;
+        cdy_sym_pin *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+        if (!p) {
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
+            return;
+        }
+        if (t->npins)
+            memcpy(p, t->pins, (size_t)t->npins * sizeof(*p));
+        t->pins = p;
+        t->cap_pins = cap;
+    }
+    t->pins[t->npins++] = (cdy_sym_pin){value, dims, why};
+}
+
+void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why)
+{
+    for (int i = 0; i < n; i++)
+        if (args[i] && args[i]->kind == TV_TENSOR)
+            cdy_tr_pin(tr, args[i]->value, ~0u, why);
+        else if (args[i] && (args[i]->kind == TV_TUPLE || args[i]->kind == TV_LIST))
+            cdy_tr_pin_tensors(tr, args[i]->items, args[i]->n, why);
+}
+
+void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs)
+{
+    static const char *const free_[] = {"dim", "ndimension", "is_floating_point", "is_complex",
+                                        "element_size", "get_device", "is_signed", NULL};
+    const char *dot = strrchr(what, '.');
+    const char *name = dot ? dot + 1 : what;
+    for (int i = 0; free_[i]; i++)
+        if (!strcmp(name, free_[i]))
+            return;
+    if (nargs >= 1 && args[0]->kind == TV_TENSOR) {
+        int nd = tr->t->graph.values[args[0]->value].meta.ndim;
+        long d = -1;
+        if (!strcmp(name, "__len__") && nargs == 1 && nd > 0)
+            d = 0;
+        else if (!strcmp(name, "size") && nargs == 2 && args[1]->kind == TV_CONST &&
+                 PyLong_CheckExact(args[1]->obj)) {
+            d = PyLong_AsLong(args[1]->obj);
+            PyErr_Clear();
+            d += d < 0 ? nd : 0;
+        }
+        if (d >= 0 && d < nd) {
+            cdy_tr_pin(tr, args[0]->value, 1u << d, "the code read the size");
+            return;
+        }
+    }
+    cdy_tr_pin_tensors(tr, args, nargs, "a call's constant result read the sizes");
+}
+
+/* Room for one more view map in t; 0, or -1 (stopped). */
+static int sp_view_room(tracer *tr)
+{
+    cdy_trace *t = tr->t;
+    if (t->nsymviews < t->cap_symviews)
+        return 0;
+    int cap = t->cap_symviews ? 2 * t->cap_symviews : 16;
+    cdy_sym_view *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+    if (!p)
+        return cdy_tr_stop(tr, OUT_OF_MEMORY), -1;
+    if (t->nsymviews)
+        memcpy(p, t->symviews, (size_t)t->nsymviews * sizeof(*p));
+    t->symviews = p;
+    t->cap_symviews = cap;
+    return 0;
+}
+
+/* 1 if name is in the NULL-terminated list. */
+static int sp_in(const char *name, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(name, list[i]))
+            return 1;
+    return 0;
+}
+
+/* w's map for a permutation-like view of src into m: each dim of size >= 2
+ * of m is the one dim of src with its size and stride, each of src's is
+ * used once, size-1 dims are new; 0, or -1 (no such map). */
+static int sp_perm_map(const cdy_meta *src, const cdy_meta *m, cdy_sym_view *w)
+{
+    int used[CDY_MAX_NDIM] = {0}, nused = 0, nbig = 0;
+    for (int e = 0; e < src->ndim; e++)
+        nbig += src->sizes[e] != 1;
+    for (int d = 0; d < m->ndim; d++) {
+        w->map[d] = -1;
+        if (m->sizes[d] == 1)
+            continue;
+        for (int e = 0; e < src->ndim; e++)
+            if (src->sizes[e] == m->sizes[d] && src->strides[e] == m->strides[d]) {
+                if (w->map[d] >= 0 || used[e])
+                    return -1;    /* ambiguous: two dims alike */
+                w->map[d] = (signed char)e;
+            }
+        if (w->map[d] < 0)
+            return -1;
+        used[w->map[d]] = 1;
+        nused++;
+    }
+    return nused == nbig ? 0 : -1;
+}
+
+/* The int argument named kw, or positional pos (call's args after self), or
+ * dflt; 0, or -1 when it is there and not a constant int. */
+static int sp_int_arg(const cdy_build_call *call, int pos, const char *kw, long *v, long dflt)
+{
+    int npos = call->nargs - (call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0);
+    tvar *a = pos < npos ? call->args[pos] : NULL;
+    for (int k = npos; !a && k < call->nargs; k++)
+        if (!PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(call->kwnames, k - npos), kw))
+            a = call->args[k];
+    *v = dflt;
+    if (!a)
+        return 0;
+    if (a->kind != TV_CONST || !PyLong_CheckExact(a->obj))
+        return -1;
+    *v = PyLong_AsLong(a->obj);
+    return PyErr_Occurred() ? (PyErr_Clear(), -1) : 0;
+}
+
+/* w for view / reshape (sizes as varargs or one sequence, at most one -1)
+ * or flatten(start_dim, end_dim); 0, or -1. */
+static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_meta *src,
+                        const cdy_meta *m, cdy_sym_view *w)
+{
+    if (!strcmp(name, "flatten")) {
+        long a, b;
+        if (src->ndim < 1 || sp_int_arg(call, 1, "start_dim", &a, 0) ||
+            sp_int_arg(call, 2, "end_dim", &b, -1))
+            return -1;
+        a += a < 0 ? src->ndim : 0;
+        b += b < 0 ? src->ndim : 0;
+        w->kind = 'f';
+        w->a = (int)a;
+        w->b = (int)b;
+        return a >= 0 && b >= a && b < src->ndim ? 0 : -1;
+    }
+    int dims[CDY_MAX_NDIM], n = 0;
+    if (call->kwnames)
+        return -1;
+    for (int i = 1; i < call->nargs; i++)
+        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM))
+            return -1;
+    if (n != m->ndim)
+        return -1;
+    w->kind = 'r';
+    w->a = -1;
+    for (int d = 0; d < n; d++)
+        if (dims[d] == -1)
+            w->a = d;
+    return 0;
+}
+
+void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
+{
+    static const char *const perm[] = {"permute", "transpose", "swapaxes", "swapdims",
+                                       "movedim", "moveaxis", "t", "adjoint", "squeeze",
+                                       "unsqueeze", NULL};
+    static const char *const shape[] = {"view", "reshape", "flatten", NULL};
+    const char *dot = strrchr(call->what, '.');
+    const char *name = dot ? dot + 1 : call->what;
+    if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED)
+        return;
+    if (r == call->args[0] && !sp_in(name, perm))   /* sizes the call gave: numbers */
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view returning its input");
+    if (r->kind != TV_TENSOR || call->args[0]->kind != TV_TENSOR || r == call->args[0])
+        return;
+    const cdy_graph *g = &tr->t->graph;
+    const cdy_value *v = &g->values[r->value];
+    cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}};
+    const cdy_meta *src = &g->values[w.src].meta;
+    int ok = v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'V' &&
+             (sp_in(name, perm) ? !sp_perm_map(src, &v->meta, &w) :
+              sp_in(name, shape) && !sp_shape_map(call, name, src, &v->meta, &w));
+    if (!ok) {
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view without a symbolic rule");
+        return;
+    }
+    if (!sp_view_room(tr))
+        tr->t->symviews[tr->t->nsymviews++] = w;
+}
