@@ -85,7 +85,7 @@ static int pp_compiles(cdy_pipe *p, const cdy_trace *t)
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
         nodes += t->graph.values[v].kind == CDY_VAL_NODE;
-    if (t->status != CDY_TRACE_OK || (!nodes && !p->forced && !t->modes_on))
+    if (t->status != CDY_TRACE_OK || (!nodes && !p->forced && !t->modes_on && !t->brk))
         return 0;
     snprintf(p->name, sizeof(p->name), "__compiled_fn_%d", fn_counter++);
     p->compiles = 1;
@@ -252,8 +252,8 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
         cdy_backward_clear(&bw);
         return rc ? -1 : 0;
     }
-    CDY_ASSERT(t->ret, "a trace with no return value reached compilation");
-    if (!t->ret)                           /* the tracer rejects it (NO_RETURN): never read it */
+    CDY_ASSERT(t->ret || t->brk, "a trace with no return value reached compilation");
+    if (!t->ret && !t->brk)                /* the tracer rejects it (NO_RETURN): never read it */
         return pp_fail(p, "internal error: the trace has no return value");
     if (pp_pass(p, t, "pack_linear", cdy_pass_pack_linear) ||
         pp_pass(p, t, "channels_last", cdy_pass_channels_last))

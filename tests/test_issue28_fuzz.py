@@ -378,9 +378,10 @@ def test_explain_lists_every_eager_frame_on_every_call():
         assert_close = torch.testing.assert_close
         assert_close(e.out, _explained(x))
         got = {(b.function, b.code) for b in e.eager_frames}
-        assert {("_explained", "PRINT"), ("_helper_prints", "PRINT"),
-                ("_helper_no_tensor", "NO_TENSOR_OPS"), ("<genexpr>", "GENERATOR_CODE")} <= got, \
-            (call, got)
+        # _explained resumes after the call of _helper_prints (issue 31): not eager, and
+        # _helper_no_tensor is inlined into its graph (no frame of its own)
+        assert {("_helper_prints", "PRINT")} <= got, (call, got)
+        assert "_explained" not in {f for f, _ in got}, (call, got)
         where = {b.function: b.get("frame_location") for b in e.eager_frames}
         assert where["_helper_prints"].endswith(
             f"test_issue28_fuzz.py:{_helper_prints.__code__.co_firstlineno}")

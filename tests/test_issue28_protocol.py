@@ -254,7 +254,10 @@ def test_item21_fallback_is_a_recorded_break(fn, code, text):
     assert e.graph_break_count == 1, e
     b = e.break_reasons[0]
     assert b.code == code and b.location == f"{HERE}:{line_of(fn, text)}", b
-    assert [f.code for f in e.eager_frames] == [code]
+    if fn is normal:   # a break at a call: the frame resumes after it (issue 31)
+        assert fn.__name__ not in [f.function for f in e.eager_frames], str(e)
+    else:
+        assert [f.code for f in e.eager_frames] == [code]
     assert cdynamo.stats()["graph_breaks"] == 1
 
 
@@ -286,5 +289,7 @@ def test_explain_accounts_for_inner_frames_run_eagerly():
     e = cdynamo.explain(outer)(x)
     assert_same(outer(x), e.out)
     got = {(f.function, f.code) for f in e.eager_frames}
-    assert {("outer", "PRINT"), ("_helper_that_breaks", "PRINT")} <= got, got
+    # outer resumes after the call (issue 31): its graph, the helper eager, its resume
+    assert got == {("_helper_that_breaks", "PRINT")}, got
+    assert e.graph_count == 2 and [b.code for b in e.break_reasons] == ["PRINT"], str(e)
     assert "Eager Frames:" in str(e)

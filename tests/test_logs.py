@@ -18,6 +18,7 @@ torch.testing.assert_close(g(a, b)[0], torch.relu(a * b + 1.0))
 def h(x):
     print("side effect")
     return x + 1
+cdynamo.config.resume_after_break = False   # h's break runs its whole frame eagerly
 cdynamo.optimize(h)(torch.randn(3))
 print("DONE")
 """
@@ -85,9 +86,12 @@ def test_guards_log(tmp_path):
 def test_graph_breaks_log(tmp_path):
     lines = run("graph_breaks", tmp_path)
     body = topic_lines(lines, "graph_breaks")
-    assert len(body) == 1, body
-    assert body[0].startswith(f"Graph break in h at <string>:{H_LINE + 1}: ")
-    assert "[PRINT] " in body[0]
+    # the line saying why the frame does not resume after the break, then the break
+    assert len(body) == 2, body
+    assert body[0] == (f"cannot resume after the graph break in h at <string>:{H_LINE + 1}: "
+                       "config.resume_after_break is off")
+    assert body[1].startswith(f"Graph break in h at <string>:{H_LINE + 1}: ")
+    assert "[PRINT] " in body[1] and "(no resume: config.resume_after_break is off)" in body[1]
 
 
 def test_stages_log(tmp_path):

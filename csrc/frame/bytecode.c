@@ -7,6 +7,8 @@
  *     RETURN_VALUE                                when the result is one tensor
  *     STORE_FAST ___outs; <attribute stores>; <calls for effect; POP_TOP>;
  *     <rebuild the return value>; RETURN_VALUE   otherwise
+ *     or, after a graph break (trace/breaks.c):
+ *     return resume(*<locals>, *<stack below the call>, <the breaking call>)
  *
  * Its arguments are every argument slot of the original code, positionally
  * (the hook passes the frame's localsplus), so it has no star-args, then
@@ -168,6 +170,104 @@ static void emit_call(bc_writer *w, const cdy_ret *r)
     emitted(w, cdy_emit_call(&w->a, r->n, kw));
 }
 
+/* operator.call (borrowed, cached), or NULL with an error. */
+static PyObject *operator_call(void)
+{
+    static PyObject *fn;
+    if (!fn) {
+        PyObject *m = PyImport_ImportModule("operator");
+        fn = m ? PyObject_GetAttrString(m, "call") : NULL;
+        Py_XDECREF(m);
+    }
+    return fn;
+}
+
+/* Push the result of the breaking call of b (callable(*args), keyword
+ * arguments last): a constant callable is called directly, another one
+ * through operator.call. */
+static void emit_break_call(bc_writer *w, const cdy_break *b)
+{
+    int direct = b->callable->kind == CDY_RET_CONST;
+    PyObject *fn = direct ? b->callable->obj : operator_call();
+    if (!fn) {
+        w->failed = 1;
+        return;
+    }
+    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, fn, 1)));
+    if (!direct)
+        emit_ret(w, b->callable);
+    for (int i = 0; i < b->nargs; i++)
+        emit_ret(w, b->args[i]);
+    int kw = b->kwnames ? list_index(w, w->consts, b->kwnames, 1) : -1;
+    emitted(w, cdy_emit_call(&w->a, b->nargs + !direct, kw));
+}
+
+/* Push the resume function and the locals and stack values it takes. */
+static int emit_resume_args(bc_writer *w, const cdy_break *b, PyObject *resume)
+{
+    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, resume, 1)));
+    int n = b->nlocals;
+    for (int i = 0; i < b->nlocals; i++) {
+        if (b->locals[i])
+            emit_ret(w, b->locals[i]);
+        else
+            emit_const(w, Py_None);
+    }
+    for (int i = 0; i < b->nbelow; i++)
+        if (b->below[i]) {
+            emit_ret(w, b->below[i]);
+            n++;
+        }
+    return n;
+}
+
+/* return resume_at(at)(*locals, *stack below the break[, result of the
+ * call on the stack]); 0, or -1 with an exception. */
+static int emit_resume(bc_writer *w, PyCodeObject *orig, const cdy_break *b, PyObject *globals,
+                       int at)
+{
+    PyObject *resume = cdy_resume_fn(orig, b, globals, at);
+    if (!resume)
+        return -1;
+    int n = emit_resume_args(w, b, resume);
+    Py_DECREF(resume);   /* co_consts keeps it */
+    if (!b->jump_op) {
+        emit_break_call(w, b);
+        n++;
+    }
+    emitted(w, cdy_emit_call(&w->a, n, -1));
+    emit(w, CDY_PY_RETURN_VALUE, 0);
+    return 0;
+}
+
+/* The end of the transformed code of a break (trace/breaks.c): return
+ * resume(*locals, *stack below the call, call's result) - the locals and the
+ * stack are rebuilt before the call runs, the resume function
+ * (frame/resume.c) goes on after it.  For a data-dependent jump: its
+ * condition's truth (operator.truth) picks one of two resume functions. */
+static int emit_break(bc_writer *w, PyCodeObject *orig, const cdy_break *b, PyObject *globals)
+{
+    if (!b->jump_op)
+        return emit_resume(w, orig, b, globals, b->next);
+    static PyObject *truth;
+    if (!truth) {
+        PyObject *m = PyImport_ImportModule("operator");
+        truth = m ? PyObject_GetAttrString(m, "truth") : NULL;
+        Py_XDECREF(m);
+        if (!truth)
+            return -1;
+    }
+    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, truth, 1)));
+    emit_ret(w, b->cond);
+    emitted(w, cdy_emit_call(&w->a, 1, -1));
+    int j = cdy_asm_add_jump(&w->a, b->jump_op, -1);
+    w->failed |= j < 0;
+    if (j < 0 || emit_resume(w, orig, b, globals, b->next))
+        return -1;
+    w->a.ins[j].target = w->a.n;
+    return emit_resume(w, orig, b, globals, b->target);
+}
+
 /* Number of argument slots: positional, keyword-only, *args, **kwargs. */
 int cdy_code_nargslots(PyCodeObject *co)
 {
@@ -236,11 +336,11 @@ static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int 
 
 /* The transformed code for trace t; see the file comment. */
 PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
-                             int single, int call_graph)
+                             int single, int call_graph, PyObject *globals)
 {
     bc_writer w = {0};
-    CDY_ASSERT(t->ret, "a trace with no return value reached bytecode building");
-    if (!t->ret) {   /* the tracer rejects such a trace (NO_RETURN): never build from NULL */
+    CDY_ASSERT(t->ret || t->brk, "a trace with no return value reached bytecode building");
+    if (!t->ret && !t->brk) {   /* the tracer rejects such a trace (NO_RETURN): never build from NULL */
         PyErr_SetString(PyExc_RuntimeError, "cdynamo: internal error: the trace has no return value");
         return NULL;
     }
@@ -286,6 +386,11 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     for (int i = 0; i < t->nafter; i++) {   /* calls for their effect (trace/mutate.c) */
         emit_ret(&w, t->after[i]);
         emit(&w, CDY_PY_POP_TOP, 0);
+    }
+    if (t->brk) {
+        if (emit_break(&w, orig, t->brk, globals))
+            goto done;
+        goto built;
     }
     emit_ret(&w, t->ret);
     emit(&w, CDY_PY_RETURN_VALUE, 0);

@@ -55,6 +55,8 @@ typedef struct cdy_extra {
     int nframed;             /* entries without a frame-free call (direct == NULL) */
     cdy_entry *entries;
     PyObject *eager_record;  /* the latest record of its frame running eagerly, or NULL */
+    int result_slot;         /* a resume function's (frame/resume.c) local slot of the
+                                breaking call's result, or -1 */
     PyCodeObject *code;      /* borrowed: the extra dies with the code */
     struct cdy_extra *prev, *next;   /* all extras, for reset() */
 } cdy_extra;
@@ -172,6 +174,7 @@ static cdy_extra *get_extra(PyCodeObject *co, int state_if_new)
     if (!x)
         return NULL;
     x->code = co;
+    x->result_slot = -1;
     x->nargslots = cdy_code_nargslots(co);
     x->state = state_if_new >= 0 ? state_if_new : first_state(co);
     if (x->state == CODE_TRACE && code_is_skipped_by_flags(co))
@@ -444,7 +447,7 @@ static void entry_compile(cdy_entry *e, cdy_trace *t, cdy_frame *frame, double t
     e->globals = Py_NewRef(frame->f_globals);
     if (!e->fn_name || (compiled && PyDict_SetItem(e->globals, e->fn_name, compiled)))
         goto pyfail;
-    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph);
+    code = cdy_bytecode_build(co, t, e->fn_name, p->single, call_graph, frame->f_globals);
     if (!code)
         goto pyfail;
     e->shadow_fn = PyFunction_New(code, frame->f_globals);
@@ -507,6 +510,21 @@ static int report_trace_stop(cdy_trace *t, PyCodeObject *co)
         return -1;
     }
     return 0;
+}
+
+/* Report a graph break the frame resumes after (trace/breaks.c): stats,
+ * the recorded break (explain), the break log. */
+static void report_resumed_break(cdy_trace *t, PyCodeObject *co)
+{
+    cdy_stats.graph_breaks++;
+    PyObject *file = t->reason_file ? t->reason_file : co->co_filename;
+    const char *fn = PyUnicode_AsUTF8(co->co_name);
+    cdy_record_break(t->reason, t->reason_code, file, t->reason_line, fn);
+    if (cdy_log_on("graph_breaks"))
+        cdy_log("graph_breaks", "Graph break in %s at %s:%d: [%s] %s (resumed after the call)",
+                fn, PyUnicode_AsUTF8(file), t->reason_line, cdy_reason_code(t->reason_code),
+                t->reason);
+    PyErr_Clear();
 }
 
 /* A frame with no tensor op, skipped from now on: explain's eager_frames
@@ -580,8 +598,13 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     for (int v = 0; v < t->graph.nvalues; v++)
         nodes += t->graph.values[v].kind == CDY_VAL_NODE;
     if (!nodes && !x->forced && !t->modes_on) {
-        /* a frame with no tensor op (a helper the hook met on its own): there
-         * is nothing to compile; run it, and its later calls, untouched */
+        /* a frame with no tensor op (a helper the hook met on its own, or before
+         * its break: a frame handed to optimize resumes after such a break, others
+         * do not - a chain of breaks on numpy values or library objects would
+         * make a resume function per call): there is nothing to compile; run
+         * it, and its later calls, untouched */
+        if (t->brk)
+            t->status = CDY_TRACE_UNSUPPORTED;   /* report_skip names the break */
         x->state = CODE_SKIP;
         report_skip(t, co);
     }
@@ -595,6 +618,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
             e = entry_new(t, saved.backend);
     }
     else if ((e = entry_new(t, saved.backend))) {
+        if (t->brk)
+            report_resumed_break(t, co);
         cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                          closure);
         entry_compile(e, t, frame, t0, &p);
@@ -744,6 +769,40 @@ static int over_limit(const cdy_extra *x, cdy_frame *frame)
            x->nentries >= config_count("accumulated_cache_size_limit", 64);
 }
 
+/* 1 (the code runs eagerly from now on, recorded) when x is a resume function
+ * with entries whose breaking call returned a number this time: it changes
+ * between calls (.item(), time.time()), and a number is a graph constant, so
+ * each value would compile anew up to the recompile limit. */
+static int resume_scalar_changed(cdy_extra *x, cdy_frame *frame)
+{
+    if (x->result_slot < 0 || !x->nentries)
+        return 0;
+    PyObject *v = frame->localsplus[x->result_slot];
+    if (!v || PyBool_Check(v) || (!PyLong_Check(v) && !PyFloat_Check(v)))
+        return 0;
+    PyCodeObject *co = x->code;
+    char msg[CDY_ERRLEN];
+    snprintf(msg, sizeof(msg), cdy_rt_RESUME_SCALAR, Py_TYPE(v)->tp_name);
+    x->state = CODE_SKIP;
+    cdy_stats.fallbacks++;
+    record_eager(co, msg, CDY_R_RESUME_SCALAR, co->co_filename, co->co_firstlineno);
+    if (cdy_log_on("recompiles"))
+        cdy_log("recompiles", "%s (%s:%d): %s", PyUnicode_AsUTF8(co->co_name),
+                PyUnicode_AsUTF8(co->co_filename), co->co_firstlineno, msg);
+    PyErr_Clear();
+    return 1;
+}
+
+/* See frame.h: x's code is a resume function whose call result is in slot `slot`. */
+int cdy_frame_mark_resume(PyCodeObject *co, int slot)
+{
+    cdy_extra *x = get_extra(co, -1);
+    if (!x)
+        return -1;
+    x->result_slot = slot;
+    return 0;
+}
+
 /* The eval-frame function installed while optimized calls run. */
 static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
 {
@@ -774,6 +833,8 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         return run_entry(ts, frame, x, hit, throwflag);
     }
     cdy_stats.cache_misses++;
+    if (resume_scalar_changed(x, frame))
+        return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     int limit = over_limit(x, frame);
     if (first && ((!limit && cdy_log_on("recompiles")) || (limit && !x->limit_warned)))
         cdy_guards_check(&first->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
@@ -1117,6 +1178,7 @@ PyObject *cdy_frame_reset(void)
         x->forced = 0;
     }
     memset(&cdy_stats, 0, sizeof(cdy_stats));
+    cdy_resume_reset();
     Py_RETURN_NONE;
 }
 

@@ -11,7 +11,16 @@
 /* The transformed code: call global `fn_name` with the graph inputs and
  * rebuild the return value.  New reference or NULL (exception set). */
 PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *fn_name,
-                             int single, int call_graph);
+                             int single, int call_graph, PyObject *globals);
+/* The resume function of break b of code orig going on at code unit `at`
+ * (b->next, or a jump's b->target), with globals (frame/resume.c;
+ * cached until cdy_resume_reset); new reference or NULL (exception set). */
+PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals, int at);
+void cdy_resume_reset(void);
+/* Note that co is a resume function whose breaking call's result is its
+ * local slot `slot` (frame/eval.c: a number there that changes makes it
+ * eager rather than recompile per value); 0 or -1 with an exception. */
+int cdy_frame_mark_resume(PyCodeObject *co, int slot);
 /* Number of argument slots of code (positional, kw-only, *args, **kwargs). */
 int cdy_code_nargslots(PyCodeObject *co);
 

@@ -126,6 +126,7 @@ static int result_meta(tracer *tr, const cdy_build_call *call, cdy_meta *m)
     PyObject *dev = PyObject_GetAttrString(out, "device");
     PyObject *rg = PyObject_GetAttrString(out, "requires_grad");
     int ok = dev && rg == Py_False && (str_is(dev, "cpu") || str_is(dev, "meta"));
+    tr->t->meta_factory |= ok && str_is(dev, "meta");   /* trace/breaks.c does not resume it */
     Py_XDECREF(dev);
     Py_XDECREF(rg);
     PyErr_Clear();

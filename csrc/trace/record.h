@@ -68,6 +68,28 @@ typedef struct {
 typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
                CDY_TRACE_RAISING } cdy_trace_status;
 
+/* A graph break the frame resumes after (trace/breaks.c): the trace ends just
+ * before the breaking CALL of the top frame; the transformed code calls the
+ * graph, rebuilds the locals and the stack below the call, makes the call
+ * itself and hands everything to a resume function (frame/resume.c) that goes
+ * on at `next` in a copy of the frame's code. */
+typedef struct {
+    int pc;                  /* code unit of the breaking instruction (its first prefix) */
+    int next;                /* code unit after it: where the resume function goes on */
+    int jump_op;             /* > 0: the break is a conditional jump (this raw opcode) on
+                              * cond, not a call: a second resume function goes on at target */
+    int target;
+    struct cdy_ret *cond;
+    int nargs;               /* arguments of the call (keyword ones last) */
+    PyObject *kwnames;       /* their names, or NULL (borrowed: kept by the trace) */
+    cdy_ret *callable;
+    cdy_ret **args;
+    int nbelow;              /* stack values below the call pair */
+    cdy_ret **below;         /* NULL item: the NULL of a call protocol */
+    int nlocals;             /* every local slot of the code (co_nlocalsplus) */
+    cdy_ret **locals;        /* NULL item: unbound */
+} cdy_break;
+
 typedef struct {
     cdy_arena arena;
     PyObject *keep;          /* list owning every object the trace refers to */
@@ -112,6 +134,13 @@ typedef struct {
     void *handling;          /* the tvar of the exception being handled (PUSH_EXC_INFO), or NULL */
     int nafter;              /* calls the transformed code makes for their effect after */
     cdy_ret **after;         /* the graph and the stores (inputs' new strides: mutate.c) */
+    cdy_break *brk;          /* the trace ends at a resumable break (ret is NULL then) */
+    int stop_top_pc;         /* at the first stop: the top frame's instruction (its first */
+    int stop_top_count;      /* prefix) and how many top-frame instructions had started */
+    int break_at_pc;         /* > 0 (count): end the trace before the top frame's instruction */
+    int break_at_count;      /* at this pc when it is its break_at_count-th one (breaks.c) */
+    int meta_factory;        /* a factory made a tensor on device "meta": its graph's kernels
+                              * would run on no data, so a break in it is not resumed */
     int npins, cap_pins;     /* sizes the trace read as numbers (trace/sympins.c): they */
     struct cdy_sym_pin_s *pins; /* specialize where sizes are symbolic (sym/sym.h) */
     int nsymviews, cap_symviews; /* views whose sizes follow their source's by a */

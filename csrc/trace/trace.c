@@ -90,6 +90,11 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
     t->reason_code = (int)code;
+    const tracer *top = tr;
+    while (top->parent)
+        top = top->parent;
+    t->stop_top_pc = top->pc_start;
+    t->stop_top_count = top->ninstr;
     t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->reason_file = tr->co->co_filename;
     if (cat == CDY_RCAT_USER && cdy_exc_raisable(code))
@@ -1149,6 +1154,12 @@ static cdy_ret *make_ret(tracer *tr, tvar *v)
 }
 
 
+/* make_ret for trace/breaks.c: describe v for the transformed code. */
+cdy_ret *cdy_tr_make_ret(tracer *tr, tvar *v)
+{
+    return make_ret(tr, v);
+}
+
 /* RETURN_VALUE: an inlined frame hands its value back; the top frame ends the trace. */
 static int op_return(tracer *tr)
 {
@@ -1616,6 +1627,21 @@ int cdy_tr_peek_instr(const tracer *tr, int k, cdy_pv_instr *out)
     return 0;
 }
 
+/* End the trace before the top frame's instruction d, the break it resumes
+ * after (trace/breaks.c); an instruction ending in TO_BOOL (3.13's COMPARE_OP
+ * with its bool flag) runs its other ops first.  0, or -1 when stopped. */
+static int break_here(tracer *tr, const cdy_pv_instr *d)
+{
+    if (d->nsops > 1 && d->sops[d->nsops - 1].sop == CDY_SOP_TO_BOOL) {
+        cdy_pv_instr head = *d;
+        int next = d->next;
+        head.nsops--;
+        if (run_instr(tr, &head, &next))
+            return step_failed(tr, d->op);
+    }
+    return cdy_brk_capture(tr, d) ? -1 : 0;
+}
+
 /* Run tr's code from the start until it returns (0) or the trace stops (-1). */
 int cdy_tr_run_frame(tracer *tr)
 {
@@ -1636,6 +1662,9 @@ int cdy_tr_run_frame(tracer *tr)
             return -1;
         tr->pc = d.pc;
         tr->pc_start = d.start;
+        tr->ninstr++;
+        if (!tr->parent && tr->t->break_at_count == tr->ninstr && tr->t->break_at_pc == d.start)
+            return break_here(tr, &d);
         int next = d.next;
         int r = run_instr(tr, &d, &next);
         if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {
@@ -1775,9 +1804,9 @@ static void check_graph(tracer *tr)
     cdy_tr_stop(tr, GRAPH_INVALID, err);
 }
 
-/* Trace code with the frame's arguments; see trace/record.h. */
-void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, PyObject *globals,
-                   PyObject *builtins, PyObject *closure)
+/* One trace of code from its start (cdy_trace_run traces again to resume after a break). */
+static void trace_once(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, PyObject *globals,
+                       PyObject *builtins, PyObject *closure)
 {
     tracer tr;
     memset(&tr, 0, sizeof(tr));
@@ -1812,7 +1841,7 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
         cdy_tr_stop(&tr, OUT_OF_MEMORY);
         return;
     }
-    if (cdy_tr_run_frame(&tr) == 0 && !t->ret)
+    if (cdy_tr_run_frame(&tr) == 0 && !t->ret && !t->brk)
         cdy_tr_stop(&tr, NO_RETURN);
     cdy_exc_escaped(&tr);
     if (t->status == CDY_TRACE_OK && !guard_grad_mode(&tr))
@@ -1836,4 +1865,32 @@ void cdy_trace_free(cdy_trace *t)
     t->pynodes = NULL;
     cdy_arena_free(&t->arena);
     Py_CLEAR(t->keep);
+}
+
+/* Trace code with the frame's arguments; see trace/record.h.  A graph break
+ * at a CALL of the top frame that it can resume after (trace/breaks.c) is
+ * traced again, ending just before that call: the graph up to the break. */
+void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, PyObject *globals,
+                   PyObject *builtins, PyObject *closure)
+{
+    trace_once(t, code, locals, globals, builtins, closure);
+    if (!cdy_brk_resumable(t, code))
+        return;
+    cdy_trace first = *t;   /* kept to restore the first trace when the second cannot resume */
+    memset(t, 0, sizeof(*t));
+    t->break_at_pc = first.stop_top_pc;
+    t->break_at_count = first.stop_top_count;
+    trace_once(t, code, locals, globals, builtins, closure);
+    if (t->status == CDY_TRACE_OK && t->brk) {
+        t->status = CDY_TRACE_OK;
+        snprintf(t->reason, sizeof(t->reason), "%s", first.reason);
+        t->reason_code = first.reason_code;
+        t->reason_line = first.reason_line;
+        t->reason_file = first.reason_file;
+        cdy_trace_free(&first);
+        return;
+    }
+    cdy_brk_log_no_resume(t, &first, code);
+    cdy_trace_free(t);
+    *t = first;
 }

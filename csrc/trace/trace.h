@@ -92,6 +92,7 @@ typedef struct tracer {
     const unsigned char *code;
     int ncode, pc;                   /* pc: the current instruction's opcode (code unit) */
     int pc_start;                    /* its first EXTENDED_ARG prefix (pc without one) */
+    int ninstr;                      /* instructions started in this frame */
     tvar **locals;
     int nlocals;
     tvar **stack;
@@ -163,6 +164,21 @@ int cdy_guard_grad_mode(tracer *tr, int enabled);
 /* Guard that global state `which` (CDY_STATE_*) keeps its current value
  * (once per trace); 0 or -1 (stopped). */
 int cdy_guard_state(tracer *tr, int which);
+
+/* make_ret (trace.c): v described for the transformed code (tensors become
+ * graph outputs); NULL when stopped. */
+cdy_ret *cdy_tr_make_ret(tracer *tr, tvar *v);
+
+/* ---- breaks.c: resuming after a graph break ---- */
+/* 1 if finished trace t stopped at a break code can resume after (its CALL
+ * is then traced again by cdy_trace_run); else 0, with why not appended to
+ * a break's reason and logged. */
+int cdy_brk_resumable(cdy_trace *t, PyCodeObject *co);
+/* End the trace before the top frame's CALL instruction d: the graph so far,
+ * the frame's values described in t->brk; 0, or -1 when stopped. */
+int cdy_brk_capture(tracer *tr, const cdy_pv_instr *d);
+/* The second trace t did not end at the break: note why in first's reason. */
+void cdy_brk_log_no_resume(cdy_trace *t, cdy_trace *first, PyCodeObject *co);
 
 /* ---- vars.c ---- */
 int cdy_vars_init(void);

@@ -56,6 +56,11 @@ debug_dir = None
 #: CDYNAMO_STANDBY_COMPILER=0 or False: each build starts its compiler itself
 standby_compiler = os.environ.get("CDYNAMO_STANDBY_COMPILER", "") != "0"
 
+#: at a graph break on a call, compile the graph up to it, make the call eagerly and go on
+#: in a resume function that is traced and compiled in turn (issue 31); False: the whole
+#: frame of a break runs eagerly
+resume_after_break = True
+
 
 
 def _env_stream_bytes():
@@ -127,6 +132,7 @@ _CHECKS = {
     "debug": _flag,
     "debug_dir": lambda n, v: _path(n, v, True),
     "standby_compiler": _flag,
+    "resume_after_break": _flag,
 }
 
 

@@ -1,0 +1,417 @@
+"""Issue 31 part 1: resuming after a graph break.  At a break on a call (print, .item(),
+a cdynamo.disable'd function, a helper that breaks) or on a data-dependent branch, the
+graph up to the break is compiled, the breaking instruction runs eagerly and the frame
+goes on in a resume function that is traced and compiled in turn.  Breaks that are not
+resumed (loops, with / try blocks, closures, fullgraph) run the whole frame eagerly with
+the break's reason code and a "no resume" note."""
+import pytest
+import torch
+
+import cdynamo
+from conftest import assert_same
+
+
+def run(fn, *args, calls=2, **kwargs):
+    """fn eager vs optimized on `calls` calls (results equal); the stats after the first
+    call and after all of them."""
+    expected = fn(*args, **kwargs)
+    opt = cdynamo.optimize(fn)
+    assert_same(expected, opt(*args, **kwargs))
+    first = cdynamo.stats()
+    for _ in range(calls - 1):
+        assert_same(expected, opt(*args, **kwargs))
+    return first, cdynamo.stats()
+
+
+def assert_resumed(first, last, graphs, breaks):
+    """`graphs` frames compiled and `breaks` resumed breaks on the first call, no fallback,
+    and later calls hit the caches without a recompile."""
+    assert first["frames_compiled"] == graphs, first
+    assert first["graph_breaks"] == breaks and first["fallbacks"] == 0, first
+    assert last["frames_compiled"] == graphs and last["recompiles"] == 0, last
+
+
+def test_print_example_two_graphs(capfd):
+    def f(x):
+        y = x * 2
+        print("hi")
+        return y + 1
+
+    x = torch.randn(8)
+    first, last = run(f, x)
+    assert_resumed(first, last, graphs=2, breaks=1)
+    assert capfd.readouterr().out == "hi\n" * 3
+    cdynamo.reset()
+    e = cdynamo.explain(f)(x)
+    assert e.graph_count == 2 and e.graph_break_count == 1, str(e)
+    b = e.break_reasons[0]
+    assert b.code == "PRINT" and b.line == f.__code__.co_firstlineno + 2
+    assert b.filename == __file__ and b.location == f"{__file__}:{b.line}"
+    assert e.ops_per_graph == [["mul"], ["add"]], e.ops_per_graph
+    assert not e.eager_frames
+
+
+def test_side_effects_in_eager_order():
+    seen = []
+
+    @cdynamo.disable
+    def log(t):
+        seen.append(t.clone())
+
+    def f(x):
+        x.add_(1)          # the first graph's mutation is written back before log runs
+        log(x)
+        x.mul_(2)
+        return x - 1
+
+    x0 = torch.randn(5)
+    xe, xc = x0.clone(), x0.clone()
+    exp = f(xe)
+    eager_seen = seen[:]
+    seen.clear()
+    got = cdynamo.optimize(f)(xc)
+    assert_same(exp, got)
+    assert_same(xe, xc)
+    assert len(seen) == 1
+    assert_same(eager_seen[0], seen[0])
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 2 and st["graph_breaks"] == 1 and st["fallbacks"] == 0, st
+
+
+def test_item_in_the_middle():
+    def f(x):
+        y = x.sum() * 2
+        s = y.item()
+        return x * s + 1
+
+    first, last = run(f, torch.randn(6))
+    assert_resumed(first, last, graphs=2, breaks=1)
+
+
+def test_tolist_keyword_call_and_method():
+    def f(x):
+        y = x * 2
+        n = len(y.tolist())
+        z = y - n
+        print("n", n, sep="=")
+        return z + n
+
+    first, last = run(f, torch.randn(4))
+    assert_resumed(first, last, graphs=3, breaks=2)
+
+
+def test_data_dependent_branch_both_ways():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y + 1
+        return y - 1
+
+    pos, neg = torch.ones(4), -torch.ones(4)
+    opt = cdynamo.optimize(f)
+    for x in (pos, neg, pos, neg):
+        assert_same(f(x), opt(x))
+    st = cdynamo.stats()
+    # the graph before the branch, then one resume function per target
+    assert st["frames_compiled"] == 3 and st["graph_breaks"] == 1, st
+    assert st["fallbacks"] == 0 and st["recompiles"] == 0, st
+
+
+def test_data_dependent_truth_of_tensor():
+    def f(x):
+        y = (x > 0).all()
+        if y:
+            return x.relu()
+        return x.abs()
+
+    opt = cdynamo.optimize(f)
+    for x in (torch.ones(3), torch.randn(3)):
+        assert_same(f(x), opt(x))
+    assert cdynamo.stats()["fallbacks"] == 0
+
+
+def test_break_in_inlined_helper():
+    def helper(z):
+        z = z + 1
+        print("in helper")
+        return z * 3
+
+    def f(x):
+        a = x.sin()
+        b = helper(a)
+        return b.cos()
+
+    first, last = run(f, torch.randn(4))
+    # f up to the call, helper up to print, helper's resume, f's resume
+    assert_resumed(first, last, graphs=4, breaks=2)
+
+
+def test_nested_breaks():
+    def f(x):
+        a = x + 1
+        print("one")
+        b = a * 2
+        print("two")
+        return b - a
+
+    first, last = run(f, torch.randn(4))
+    assert_resumed(first, last, graphs=3, breaks=2)
+
+
+def test_disabled_call_only_that_call_eager():
+    calls = []
+
+    @cdynamo.disable
+    def slow(t):
+        calls.append(torch.is_tensor(t))
+        return t.exp()
+
+    def f(x):
+        a = x + 1
+        b = slow(a)
+        return b * 2
+
+    first, last = run(f, torch.randn(4), calls=3)
+    assert_resumed(first, last, graphs=2, breaks=1)
+    assert calls == [True] * 4
+    cdynamo.reset()
+    e = cdynamo.explain(f)(torch.randn(4))
+    assert [b.code for b in e.break_reasons] == ["DISABLED_CALL"]
+    assert e.graph_count == 2
+
+
+def test_break_as_argument_of_a_call():
+    @cdynamo.disable
+    def eager_exp(t):
+        return t.exp()
+
+    def f(x):
+        y = x * 2
+        z = torch.add(y, eager_exp(y), alpha=2)   # y and torch.add stay on the stack
+        return z + 1
+
+    first, last = run(f, torch.randn(4))
+    assert_resumed(first, last, graphs=2, breaks=1)
+
+
+def test_deleted_and_unbound_locals():
+    def f(x, flag=False):
+        a = x + 1
+        if flag:
+            c = a
+        del a
+        print("x")
+        b = x * 2
+        return b + (c if flag else 0)
+
+    first, last = run(f, torch.randn(4))
+    assert_resumed(first, last, graphs=2, breaks=1)
+    cdynamo.reset()
+    first, last = run(f, torch.randn(4), True)
+    assert_resumed(first, last, graphs=2, breaks=1)
+
+
+def test_deleted_local_read_after_the_break_raises():
+    def f(x):
+        a = x + 1
+        del a
+        print("x")
+        return a * 2   # noqa: F821 - UnboundLocalError, as in eager
+
+    with pytest.raises(UnboundLocalError):
+        f(torch.randn(3))
+    with pytest.raises(UnboundLocalError):
+        cdynamo.optimize(f)(torch.randn(3))
+
+
+def test_args_kwargs_frames():
+    def f(x, *args, scale=2.0, **kwargs):
+        a = x * scale
+        print("kw", len(args), sorted(kwargs))
+        return a + args[0] + kwargs["bias"]
+
+    x, y, b = torch.randn(4), torch.randn(4), torch.randn(4)
+    first, last = run(f, x, y, scale=3.0, bias=b)
+    assert_resumed(first, last, graphs=2, breaks=1)
+
+
+def test_module_forward_break_per_instance():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            print("fwd")
+            return torch.relu(y) + 1
+
+    m1, m2 = M(), M()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        o1, o2 = cdynamo.optimize(m1), cdynamo.optimize(m2)
+        for _ in range(2):
+            assert_same(m1(x), o1(x))
+            assert_same(m2(x), o2(x))
+    st = cdynamo.stats()
+    assert st["fallbacks"] == 0, st
+    # forward and its resume function, compiled once: the second instance's calls (its own
+    # parameters, read through guarded sources) hit the same entries
+    assert st["frames_compiled"] == 2 and st["graph_breaks"] == 1, st
+    assert st["cache_hits"] == 6 and st["recompiles"] == 0, st
+
+
+def test_exception_of_the_breaking_call():
+    @cdynamo.disable
+    def boom(t):
+        raise ValueError("boom")
+
+    def f(x):
+        x.add_(1)
+        boom(x)
+        return x * 2
+
+    xe, xc = torch.zeros(3), torch.zeros(3)
+    with pytest.raises(ValueError):
+        f(xe)
+    with pytest.raises(ValueError):
+        cdynamo.optimize(f)(xc)
+    assert_same(xe, xc)   # the graph's mutation happened before the call, as in eager
+
+
+def test_fullgraph_still_raises():
+    def f(x):
+        y = x * 2
+        print("hi")
+        return y + 1
+
+    with pytest.raises(cdynamo.Unsupported):
+        cdynamo.optimize(f, fullgraph=True)(torch.randn(3))
+
+
+def _fallback_reason(f, *args):
+    """f runs its whole frame eagerly (result equal): its one recorded break."""
+    e = cdynamo.explain(f)(*args)
+    assert_same(f(*args), e.out)
+    assert e.graph_break_count == 1, str(e)
+    assert [b.function for b in e.eager_frames] == [f.__name__], str(e)
+    return e.break_reasons[0]
+
+
+def test_loop_break_falls_back():
+    def f(x):
+        for i in range(3):
+            x = x + i
+            print(i)
+        return x * 2
+
+    b = _fallback_reason(f, torch.randn(4))
+    assert b.code == "PRINT" and "inside a loop" in b.reason
+
+
+def test_with_no_grad_break_falls_back():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            print("a")
+        return y + 1
+
+    b = _fallback_reason(f, torch.randn(4))
+    assert "no resume" in b.reason
+
+
+def test_try_block_break_falls_back():
+    def f(x):
+        y = x * 2
+        try:
+            print("a")
+        except ValueError:
+            pass
+        return y + 1
+
+    b = _fallback_reason(f, torch.randn(4))
+    assert b.code == "PRINT" and "try or with block" in b.reason
+
+
+def test_closure_falls_back():
+    def f(x):
+        k = 3
+
+        def g(t):
+            return t * k
+        a = g(x)
+        print("c")
+        return a + 1
+
+    b = _fallback_reason(f, torch.randn(4))   # g is compiled on its own
+    assert "cell variables" in b.reason
+
+
+def test_free_variables_are_passed_by_value():
+    scale = torch.full((4,), 3.0)
+    k = 2
+
+    def f(x):
+        a = x * scale
+        print("free")
+        return a + k + scale
+
+    first, last = run(f, torch.randn(4))
+    assert_resumed(first, last, graphs=2, breaks=1)
+
+
+def test_free_variable_assigned_falls_back():
+    n = 0
+
+    def f(x):
+        nonlocal n
+        a = x + 1
+        print("n")
+        n += 1
+        return a
+
+    b = _fallback_reason(f, torch.randn(4))
+    assert "assigns its free variables" in b.reason
+
+
+def test_config_off_runs_the_frame_eagerly(monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "resume_after_break", False)
+
+    def f(x):
+        y = x * 2
+        print("hi")
+        return y + 1
+
+    b = _fallback_reason(f, torch.randn(4))
+    assert "resume_after_break is off" in b.reason
+
+
+def test_resume_function_is_reused_after_reset_of_the_caller():
+    def f(x):
+        y = x * 2
+        print("hi")
+        return y + 1
+
+    opt = cdynamo.optimize(f)
+    opt(torch.randn(4))
+    opt(torch.randn(2, 3))   # a new entry for f (other shape); its resume function is the same one
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 4 and st["fallbacks"] == 0, st
+
+
+def test_resume_function_without_tensor_ops_before_its_break_runs_eagerly():
+    """A resume function (or a helper met on its own) with no tensor op before its break is
+    not resumed again: it runs eagerly, like a frame with no tensor op (a chain of breaks on
+    numpy values would otherwise make a resume function per call)."""
+    def f(x):
+        y = x * 2
+        a = y.numpy()
+        s = float(a.sum())
+        return y + s
+
+    x = torch.randn(4)
+    e = cdynamo.explain(f)(x)
+    assert_same(f(x), e.out)
+    assert e.graph_count == 1 and [b.code for b in e.break_reasons] == ["NEEDS_DATA"], str(e)
+    resume = "__resume_f_at_%d" % (f.__code__.co_firstlineno + 2)
+    assert resume in [fr.function for fr in e.eager_frames], str(e)
