@@ -431,6 +431,8 @@ def check_program(source, meta):
     if fell:
         # "[CODE ...] reasons": the stop codes of the frames that ran eagerly first
         codes = [b.get("code") or "?" for b in cdynamo._support.eager]
+        # no frame ran eagerly: its breaks were resumed after (issue 31), each a graph more
+        codes = codes or [f"{b.get('code') or '?'}(resumed)" for b in cdynamo._support.breaks]
         reasons = [str(w.message)[:200] for w in warns if issubclass(w.category, cdynamo.CdynamoWarning)]
         reasons += [str(b.get("reason"))[:200] for b in cdynamo._support.breaks]
         if not reasons:
