@@ -229,13 +229,15 @@ def test_oracle_norm_programs_compare_against_the_rows_magnitude():
     e = r.float()
     c = e.clone()
     c[0, 0] = 4.015945e35            # 2.4e-5 off: within 1e-5 of its row's 3e38
-    with pytest.raises(fuzz.Mismatch, match="values"):
-        fuzz.compare_results(e, c, r)
-    fuzz._NORM_PROG[0] = True
+    saved = fuzz._NORM_PROG[0]           # set per program by the last check_program
     try:
+        fuzz._NORM_PROG[0] = False
+        with pytest.raises(fuzz.Mismatch, match="values"):
+            fuzz.compare_results(e, c, r)
+        fuzz._NORM_PROG[0] = True
         fuzz.compare_results(e, c, r)
         c[1, 0] = 1.001               # 1e-3 off, its row's largest is 3: still wrong
         with pytest.raises(fuzz.Mismatch, match="values"):
             fuzz.compare_results(e, c, r)
     finally:
-        fuzz._NORM_PROG[0] = False
+        fuzz._NORM_PROG[0] = saved
