@@ -128,6 +128,8 @@ static int in_loop(PyCodeObject *co, int pc)
     return back;
 }
 
+#define NOT_AT_CALL "the break is not at a call or a conditional jump"
+
 /* Why the stop of finished trace t in code co cannot be resumed after, or NULL. */
 static const char *why_not(cdy_trace *t, PyCodeObject *co)
 {
@@ -157,7 +159,7 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
     int jump = call < 0 && t->stop_top_pc == d.start ? jump_of(&c, &d, &j) : -1;
     Py_DECREF(bytes);
     if (call < 0 && jump < 0)
-        return "the break is not at a call or a conditional jump";
+        return NOT_AT_CALL;
     if (in_loop(co, t->stop_top_pc))
         return "the break is inside a loop (a resume function per iteration would nest frames)";
     int h = in_handler_block(co, t->stop_top_pc);
@@ -174,7 +176,7 @@ int cdy_brk_resumable(cdy_trace *t, PyCodeObject *co)
         cdy_reasons[t->reason_code].cat != CDY_RCAT_UNSUPPORTED)
         return 0;
     const char *why = why_not(t, co);
-    if (why)
+    if (why && strcmp(why, NOT_AT_CALL))   /* a stop of the whole frame (AUTOGRAD, ...): no note */
         no_resume(t, co, why);
     return !why;
 }
