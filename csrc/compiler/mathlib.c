@@ -53,7 +53,7 @@ const char cg_prologue_math[] =
 static const struct {
     const char *names, *text;
 } cg_helpers[] = {
-    {"cdy_rnd32 cdy_toi32 cdy_toi64",
+    {"cdy_rnd32 cdy_toi32f cdy_toi32d cdy_toi64f cdy_toi64d cdy_toi32 cdy_toi64",
         "/* Rounding conversions (codegen.c's cg_convert) behind a zero GCC cannot see\n"
         " * (a `used` static may change under it): GCC 12 folds (double)(float)x back\n"
         " * to x in vectors of equal lane counts (its convert-convert fold reads a\n"
@@ -69,8 +69,19 @@ static const struct {
         "    u.i ^= cdy_z32;\n"
         "    return u.f;\n"
         "}\n"
-        "#define cdy_toi32(x) ((int32_t)(x) ^ cdy_z32)\n"
-        "#define cdy_toi64(x) ((int64_t)(x) ^ cdy_z64)\n"},
+        "/* A float to an int: NaN, +-inf and values out of the int's range give\n"
+        " * the int's minimum, as x86's cvtt* (eager's conversion) does; C's cast\n"
+        " * is undefined there (GCC folded NaN -> int32 to 0). */\n"
+        "static inline int32_t cdy_toi32f(float x)\n"
+        "{ return (x >= -2147483648.0f && x < 2147483648.0f) ? (int32_t)x : (-2147483647 - 1); }\n"
+        "static inline int32_t cdy_toi32d(double x)\n"
+        "{ return (x > -2147483649.0 && x < 2147483648.0) ? (int32_t)x : (-2147483647 - 1); }\n"
+        "static inline int64_t cdy_toi64f(float x)\n"
+        "{ return (x >= -9223372036854775808.0f && x < 9223372036854775808.0f) ? (int64_t)x : (-9223372036854775807LL - 1); }\n"
+        "static inline int64_t cdy_toi64d(double x)\n"
+        "{ return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (int64_t)x : (-9223372036854775807LL - 1); }\n"
+        "#define cdy_toi32(x) (_Generic((x), float: cdy_toi32f, default: cdy_toi32d)(x) ^ cdy_z32)\n"
+        "#define cdy_toi64(x) (_Generic((x), float: cdy_toi64f, default: cdy_toi64d)(x) ^ cdy_z64)\n"},
     {"cdy_fbits cdy_bitsf",
         "static inline int32_t cdy_fbits(float x) { union { float f; int32_t i; } u = {x}; return u.i; }\n"
         "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"},

@@ -447,6 +447,76 @@ static int li_adv_shape(tracer *tr, const li_basic *b, int64_t *bs, int *bn)
     return 0;
 }
 
+/* A CPU tensor of fake tensor f's sizes, strides and dtype (zeros for an
+ * index: every index valid); new reference, or NULL (error set). */
+static PyObject *li_cpu_twin(PyObject *torch, PyObject *f, int zero)
+{
+    PyObject *size = PyObject_CallMethod(f, "size", NULL);
+    PyObject *stride = PyObject_CallMethod(f, "stride", NULL);
+    PyObject *dtype = PyObject_GetAttrString(f, "dtype");
+    PyObject *fn = PyObject_GetAttrString(torch, "empty_strided");
+    PyObject *args = size && stride ? PyTuple_Pack(2, size, stride) : NULL;
+    PyObject *kw = dtype ? Py_BuildValue("{s:O}", "dtype", dtype) : NULL;
+    PyObject *t = fn && args && kw ? PyObject_Call(fn, args, kw) : NULL;
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    Py_XDECREF(dtype);
+    Py_XDECREF(fn);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (t && zero) {
+        PyObject *r = PyObject_CallMethod(t, "zero_", NULL);
+        if (!r)
+            Py_CLEAR(t);
+        Py_XDECREF(r);
+    }
+    return t;
+}
+
+/* Strides eager's CPU kernel gives getitem's result, into m: torch's meta
+ * kernel (which made m) orders the result's dims otherwise where strides tie
+ * (a size-1 dim's stride, an index's layout), so the same getitem runs once
+ * on CPU tensors of x's and the items' sizes and strides; *fake: the fake
+ * result out restrided so (kept by the trace).  0, or -1 (error cleared, m
+ * unchanged). */
+static int li_cpu_strides(tracer *tr, PyObject *out, tvar *x, tvar **it, int n, cdy_meta *m,
+                          PyObject **fake)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *key = PyTuple_New(n), *cx = torch ? li_cpu_twin(torch, x->obj, 0) : NULL;
+    int ok = torch && key && cx;
+    for (int i = 0; i < n && ok; i++) {
+        long long k;
+        PyObject *o = it[i]->kind == TV_TENSOR ? li_cpu_twin(torch, it[i]->obj, 1)
+                      : it[i]->kind == TV_CONST ? (Py_INCREF(it[i]->obj), it[i]->obj)
+                      : cdy_const_int(it[i], &k) ? PyLong_FromLongLong(k) : NULL;
+        ok = o != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(key, i, o);
+    }
+    PyObject *r = ok ? PyObject_GetItem(cx, key) : NULL;
+    PyObject *st = r ? PyObject_CallMethod(r, "stride", NULL) : NULL;
+    ok = st && PyTuple_Check(st) && PyTuple_GET_SIZE(st) == m->ndim;
+    int64_t v[CDY_MAX_NDIM];
+    for (int d = 0; ok && d < m->ndim; d++) {
+        v[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        ok = !(v[d] == -1 && PyErr_Occurred());
+    }
+    PyObject *size = ok ? PyObject_CallMethod(out, "size", NULL) : NULL;
+    *fake = size ? cdy_tr_keep(tr, PyObject_CallMethod(out, "as_strided", "OO", size, st)) : NULL;
+    ok = *fake != NULL;
+    if (ok)
+        memcpy(m->strides, v, sizeof(int64_t) * (size_t)m->ndim);
+    Py_XDECREF(size);
+    Py_XDECREF(st);
+    Py_XDECREF(r);
+    Py_XDECREF(cx);
+    Py_XDECREF(key);
+    Py_XDECREF(torch);
+    PyErr_Clear();
+    return ok ? 0 : -1;
+}
+
 /* operator.getitem / Tensor.__getitem__ with one or two int64 / int32 index
  * tensors among ints, slices, None and Ellipsis: torch's advanced indexing
  * (indexed dims replaced by the indices' broadcast shape, in place when the
@@ -488,6 +558,9 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
     for (int d = 0; d < m.ndim; d++)
         if (sizes[d] != m.sizes[d])
             return NULL;
+    cdy_build_call cpu = *call;
+    if (li_cpu_strides(tr, call->out, x, it, n, &m, &cpu.out))
+        return NULL;
     gth.off += b.off;
     gth.k = b.nadv;
     for (int i = 0; i < b.nadv; i++) {
@@ -499,5 +572,5 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
         if ((gth.idx[i] = li_index_value(tr, b.adv[i], &m, p + bn - in)) < 0)
             return NULL;
     }
-    return li_node(tr, call, &m, &gth);
+    return li_node(tr, &cpu, &m, &gth);
 }

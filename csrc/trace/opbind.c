@@ -261,6 +261,46 @@ static int ob_check_masked_fill(tvar **out)
     return ob_const_int(out[2], &v) == 0 && v >= lo[xd] && v <= hi[xd] ? 0 : -1;
 }
 
+/* 1 if v is a Python float NaN. */
+static int ob_is_nan_number(const tvar *v)
+{
+    return v->kind == TV_CONST && PyFloat_Check(v->obj) && isnan(PyFloat_AS_DOUBLE(v->obj));
+}
+
+/* Whether the installed torch's clamp ignores a NaN bound given alone
+ * (clamp(x, min=nan) is x in torch 2.11, all NaN in 2.13; a NaN bound with
+ * the other bound given, clamp_min and clamp_max fill with NaN in both):
+ * eager asked once, with one-element tensors, the answer cached; 0 if the
+ * probe fails. */
+static int ob_lone_nan_ignored(void)
+{
+    static int known = -1;
+    if (known >= 0)
+        return known;
+    known = 0;
+    int ok = 1;
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *clamp = torch ? PyObject_GetAttrString(torch, "clamp") : NULL;
+    PyObject *one = torch ? PyObject_CallMethod(torch, "ones", "i", 1) : NULL;
+    PyObject *args = one ? PyTuple_Pack(1, one) : NULL;
+    for (int i = 0; i < 2 && ok; i++) {
+        PyObject *kw = Py_BuildValue("{s:d}", i ? "max" : "min", (double)NAN);
+        PyObject *r = clamp && args && kw ? PyObject_Call(clamp, args, kw) : NULL;
+        PyObject *item = r ? PyObject_CallMethod(r, "item", NULL) : NULL;
+        ok = item && PyFloat_Check(item) && PyFloat_AS_DOUBLE(item) == 1.0;
+        Py_XDECREF(item);
+        Py_XDECREF(r);
+        Py_XDECREF(kw);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(one);
+    Py_XDECREF(clamp);
+    Py_XDECREF(torch);
+    PyErr_Clear();
+    known = ok;
+    return known;
+}
+
 /* A number constant for an absent clamp bound: -inf/+inf for a float
  * result, else the range end of the integer result dtype; NULL if none. */
 static tvar *ob_open_bound(tracer *tr, tvar *x, tvar *other, int is_max)
@@ -314,6 +354,12 @@ static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
         (extra[1] && !ob_is_number(extra[1])) || ob_dtype(out[0]) == CDY_DT_BOOL ||
         !ob_bound_fits(out[0], extra[0], 0) || !ob_bound_fits(out[0], extra[1], 0))
         return -1;
+    for (int i = 0; i < 2; i++)
+        if (extra[i] && !extra[1 - i] && ob_is_nan_number(extra[i]) && ob_lone_nan_ignored()) {
+            out[1 + i] = ob_open_bound(tr, out[0], extra[i], i);   /* as if absent */
+            out[2 - i] = ob_open_bound(tr, out[0], extra[i], 1 - i);
+            return out[1] && out[2] ? 3 : -1;
+        }
     out[1] = extra[0] ? extra[0] : ob_open_bound(tr, out[0], extra[1], 0);
     out[2] = extra[1] ? extra[1] : ob_open_bound(tr, out[0], extra[0], 1);
     return out[1] && out[2] ? 3 : -1;
