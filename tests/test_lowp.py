@@ -394,3 +394,14 @@ def test_bench_bf16_group_runs_when_named():
     w = next(w for w in bench.WORKLOADS if w.name == "bf16_softmax")
     (x,) = w.inputs(quick=True)
     assert x.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_prod_rounds_each_product_in_eager_order(dtype):
+    # eager multiplies a half prod in the dtype, in order where its loop is scalar or
+    # outer: bit-equal products (an exp after it would magnify an ulp to percents)
+    x = make((8, 3, 1, 700), dtype, seed=3)
+    f = lambda t: (t.prod(1), t[..., :40].prod(-1), t.prod(1).exp())
+    exp, act = f(x), cdynamo.optimize(f)(x)
+    for e, a in zip(exp, act):
+        assert torch.equal(e, a)
