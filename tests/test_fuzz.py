@@ -213,3 +213,31 @@ def test_generator_skips_median_over_a_stride_0_dim():
     assert fuzz_gen._median_over_dim(x, "t0", 1) == []
     assert fuzz_gen._median_over_dim(x, "t0", 0) == ["torch.median(t0, 0)[0]",
                                                      "t0.nanmedian(0).values"]
+
+
+def test_oracle_norm_programs_compare_against_the_rows_magnitude():
+    """In a program that calls layer_norm / group_norm, a float result may be off by
+    rtol of its last-dim row's largest magnitude (the float32 mean's rounding scaled by
+    rstd * w: eager is exact there only by luck), but no more; other programs keep the
+    element's own tolerance."""
+    for text, norm in [("t0 = F.layer_norm(a0, (8,), a1)", True),
+                       ("t0 = F.group_norm(a0, 4, a1, a2)", True),
+                       ("t0 = torch.nn.functional.layer_norm(a0, (4,))", True),
+                       ("t0 = F.softmax(a0, dim=0)", False), ("t0 = a0.norm()", False)]:
+        assert bool(fuzz._NORM_OPS.search(text)) is norm, text
+    r = torch.tensor([[4.016042e35, 3.0e38, -2.0e38], [1.0, 2.0, 3.0]], dtype=torch.float64)
+    e = r.float()
+    c = e.clone()
+    c[0, 0] = 4.015945e35            # 2.4e-5 off: within 1e-5 of its row's 3e38
+    saved = fuzz._NORM_PROG[0]           # set per program by the last check_program
+    try:
+        fuzz._NORM_PROG[0] = False
+        with pytest.raises(fuzz.Mismatch, match="values"):
+            fuzz.compare_results(e, c, r)
+        fuzz._NORM_PROG[0] = True
+        fuzz.compare_results(e, c, r)
+        c[1, 0] = 1.001               # 1e-3 off, its row's largest is 3: still wrong
+        with pytest.raises(fuzz.Mismatch, match="values"):
+            fuzz.compare_results(e, c, r)
+    finally:
+        fuzz._NORM_PROG[0] = saved

@@ -225,6 +225,23 @@ def test_epilogue_not_fused_when_it_reads_later_values():
     check(lambda t: F.layer_norm(torch.softmax(t, -1), (16,)) * 2, x)
 
 
+
+def test_epilogue_node_is_computed_by_one_row_kernel_only():
+    """A pointwise node fused into a norm's epilogue (the norm left unstored: only the
+    epilogue reads it) is not fused again into a later row kernel's epilogue, which
+    would read the norm's unwritten buffer (fuzz f14: segfault)."""
+    x, w = make((8,), torch.float64), make((8,), torch.float64, seed=1)
+
+    def f(a, w):
+        t = F.layer_norm(a, (8,), w, eps=1e-5)
+        F.softmax(w, dim=0)                    # unused: its own row kernel
+        return t ** 7
+
+    check(f, x, w)
+    g = make((2, 8, 5), seed=2)
+    check(lambda t, w: (F.group_norm(t, 4, w), torch.softmax(w, 0))[0] * 3, g, make((8,), seed=3))
+
+
 # ---- layer_norm -------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,6 +7,8 @@ import glob
 import os
 import platform
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -79,7 +81,9 @@ def test_layer_norm_streams_its_epilogue(stream_all, cols):
     x, w, b = torch.randn(33, cols), torch.randn(cols), torch.randn(cols)
     check(lambda x, w, b: torch.relu(F.layer_norm(x, (cols,), w, b)) * 2, x, w, b)
     c = _compiled()
-    assert _streams(c) and "cdy_st1[rl] = t" in c.source   # the norm itself is not stored
+    # the norm itself is not stored; its epilogue's result streams (a float32 store is
+    # written `(t8)`: cg_st's conversion is empty)
+    assert _streams(c) and re.search(r"cdy_st1\[rl\] = \(?t\d", c.source)
 
 
 @pytest.mark.parametrize("epi", [F.gelu, torch.exp, torch.tanh, F.silu,

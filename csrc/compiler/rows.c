@@ -846,8 +846,8 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
 }
 
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
- * k->outs = v, then the realized picked nodes (marked done: no other kernel
- * computes them); k->heavy when one of the picked is transcendental.  0 or -1. */
+ * k->outs = v, then the realized picked nodes not done yet (marked done: no
+ * other kernel computes them, it may read a norm result left unstored); k->heavy when one of the picked is transcendental.  0 or -1. */
 static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
 {
     const cdy_graph *g = c->g;
@@ -859,8 +859,8 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
     k->nout = 1;
     epi[k->v] = 1;
     for (int u = k->v + 1; u < g->nvalues && k->nout <= CG_ROW_EPI; u++) {
-        if (!cg_row_epi_ok(c, k->v, u, epi))
-            continue;
+        if (c->done[u] || !cg_row_epi_ok(c, k->v, u, epi))
+            continue;   /* done: an earlier row kernel's epilogue computes it */
         epi[u] = 1;
         k->heavy |= cdy_op_has(g->values[u].op, CDY_OPF_TRANSCENDENTAL);
         if (c->val_buf[u] >= 0) {

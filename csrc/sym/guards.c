@@ -12,18 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* 1 if m's strides are the contiguous strides of its sizes (size-1 dims any). */
-static int sg_contiguous(const cdy_meta *m)
-{
-    int64_t st = 1;
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
-            return 0;
-        st *= m->sizes[d];
-    }
-    return 1;
-}
-
 /* 1 if input value v (example meta ex, actual meta a) keeps its static
  * sizes, else 0 with why. */
 static int sg_static_dims(const cdy_sym_shapes *s, int v, const cdy_meta *ex, const cdy_meta *a,
@@ -69,7 +57,7 @@ int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *a
                      s->info[k].dim, names ? names[s->info[k].input] : "?", (long long)vals[k]);
             return 1;
         }
-        if (!sg_contiguous(a)) {
+        if (!cdy_meta_contiguous(a)) {
             snprintf(why, n, "tensor '%s' is not contiguous (the trace relied on it)",
                      names ? names[s->info[k].input] : "?");
             return 1;

@@ -71,16 +71,29 @@ static int jump_of(const cdy_pv_code *c, const cdy_pv_instr *d, cdy_pv_instr *j)
            j->nsops == 1 && j->jump >= 0 ? 0 : -1;
 }
 
+/* co's code units in c; the bytes object that holds them (the caller's
+ * reference), or NULL with the error cleared. */
+static PyObject *code_units(PyCodeObject *co, cdy_pv_code *c)
+{
+    PyObject *bytes = PyCode_GetCode(co);
+    if (!bytes) {
+        PyErr_Clear();
+        return NULL;
+    }
+    *c = (cdy_pv_code){co, (const unsigned char *)PyBytes_AS_STRING(bytes),
+                       (int)(PyBytes_GET_SIZE(bytes) / 2)};
+    return bytes;
+}
+
 /* 1 if co does more with its free variables than read them (LOAD_DEREF):
  * assigns or deletes one, or makes a function (which may close over one):
  * its resume function takes their values as plain locals. */
 static int free_vars_passed(PyCodeObject *co)
 {
-    PyObject *bytes = PyCode_GetCode(co);
+    cdy_pv_code c;
+    PyObject *bytes = code_units(co, &c);
     if (!bytes)
         return 1;
-    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
-                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
     cdy_pv_instr d;
     int bad = 0;
     for (int at = 0; !bad && at < c.ncode && !cdy_pv_decode(&c, at, &d); at = d.next)
@@ -94,11 +107,10 @@ static int free_vars_passed(PyCodeObject *co)
  * covers it); -1 when co cannot be decoded. */
 static int in_handler_block(PyCodeObject *co, int pc)
 {
-    PyObject *bytes = PyCode_GetCode(co);
+    cdy_pv_code c;
+    PyObject *bytes = code_units(co, &c);
     if (!bytes)
         return -1;
-    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
-                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
     cdy_asm a = {0};
     int idx = 0, r = -1;
     cdy_pv_instr d;
@@ -115,11 +127,10 @@ static int in_handler_block(PyCodeObject *co, int pc)
  * before it: the break is in a loop (TorchDynamo skips such frames too). */
 static int in_loop(PyCodeObject *co, int pc)
 {
-    PyObject *bytes = PyCode_GetCode(co);
+    cdy_pv_code c;
+    PyObject *bytes = code_units(co, &c);
     if (!bytes)
         return 1;
-    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
-                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
     cdy_pv_instr d;
     int back = 0;
     for (int at = pc; !back && at < c.ncode && !cdy_pv_decode(&c, at, &d); at = d.next)
@@ -147,11 +158,10 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
         return "the frame has cell variables (a function it makes closes over them)";
     if (co->co_nfreevars && free_vars_passed(co))
         return "the frame assigns its free variables or makes a function";
-    PyObject *bytes = PyCode_GetCode(co);
+    cdy_pv_code c;
+    PyObject *bytes = code_units(co, &c);
     if (!bytes)
         return "its bytecode cannot be read";
-    cdy_pv_code c = {co, (const unsigned char *)PyBytes_AS_STRING(bytes),
-                     (int)(PyBytes_GET_SIZE(bytes) / 2)};
     cdy_pv_instr d, j;
     int kw_tos, call = cdy_pv_decode(&c, t->stop_top_pc, &d) ? -1 : call_of(&d, &kw_tos);
     int jump = call < 0 && t->stop_top_pc == d.start ? jump_of(&c, &d, &j) : -1;
