@@ -394,3 +394,25 @@ def test_bench_bf16_group_runs_when_named():
     w = next(w for w in bench.WORKLOADS if w.name == "bf16_softmax")
     (x,) = w.inputs(quick=True)
     assert x.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_prod_rounds_each_product_in_eager_order(dtype):
+    # eager multiplies a half prod in the dtype, in order where its loop is scalar or
+    # outer: bit-equal products (an exp after it would magnify an ulp to percents)
+    x = make((8, 3, 1, 700), dtype, seed=3)
+    f = lambda t: (t.prod(1), t[..., :40].prod(-1), t.prod(1).exp())
+    exp, act = f(x), cdynamo.optimize(f)(x)
+    for e, a in zip(exp, act):
+        assert torch.equal(e, a)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_layer_norm_of_equal_values_keeps_eagers_zero_sign(dtype):
+    # ATen's half layer_norm computes fma(x, rstd, -mean * rstd): over a row of equal
+    # values that is the rounding error of -mean * rstd, a zero of its sign (-0 here)
+    x = torch.full((4, 1), -3.3, dtype=torch.float64).to(dtype).expand(4, 7).contiguous()
+    x[1:] = torch.tensor([[0.7], [1e-3], [1e4]], dtype=torch.float64).to(dtype)
+    f = lambda t: (F.layer_norm(t, (7,), eps=1e-5),)
+    exp, act = f(x)[0], cdynamo.optimize(f)(x)[0]
+    assert torch.equal(exp, act) and torch.equal(torch.signbit(exp), torch.signbit(act))

@@ -599,7 +599,9 @@ static int cg_row_softmax(cg_rowk *k, int ind)
  * rstd in the compute type; w, b: the weight and bias, either absent).
  * layer_norm: (x - mu) * rs + 0 (eager adds its absent bias: a zero result
  * is +0), with w fma((x - mu) * rs, w, b) (b = 0 when absent: the same), with
- * b alone fma(x - mu, rs, b).  group_norm: (x - mu) * rs,
+ * b alone fma(x - mu, rs, b); bfloat16 / float16 without w and b fma(x, rs,
+ * -mu * rs) + 0 (ATen's mixed-type loop: over a row of equal values the
+ * rounding error of -mu * rs, its sign, not +0).  group_norm: (x - mu) * rs,
  * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
  * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
  * the same mean and rstd, each is eager's result bit for bit (checked
@@ -621,6 +623,8 @@ static char *cg_row_affine(cg_rowk *k)
         return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
     if (b)
         return cg_strf(c, "%s(%s - mu, rs, %s)", fma, k->e, be);
+    if (val->op == CDY_OP_LAYER_NORM && cdy_dtype_lowp(val->meta.dtype))
+        return cg_strf(c, "%s(%s, rs, -mu * rs) + (%s)0", fma, k->e, k->T);
     if (val->op == CDY_OP_LAYER_NORM)   /* eager adds its absent bias, 0: never -0 */
         return cg_strf(c, "(%s - mu) * rs + (%s)0", k->e, k->T);
     return cg_strf(c, "(%s - mu) * rs", k->e);

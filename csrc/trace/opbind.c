@@ -233,13 +233,21 @@ static int ob_check_division(const tvar *a, const tvar *b)
 }
 
 /* pow: an integer result needs a non-negative exponent and no bool tensors
- * under a tensor exponent (eager raises for those). */
+ * under a tensor exponent (eager raises for those).  A float32 result with a
+ * nonzero number exponent that float32 rounds to 0 (|e| < 2^-150) is not
+ * lowered: eager's vectorized loop raises to float(e) = 0 (1 for 0, NaN, -2),
+ * its scalar loop to the double e (0, NaN, NaN), by the element's position. */
 static int ob_check_pow(const tvar *a, const tvar *b)
 {
     int rd = ob_result_dtype(a, b);
     long long e;
     if (rd == CDY_DT_NONE)
         return -1;
+    if (rd == CDY_DT_FLOAT32 && b->kind == TV_CONST && PyFloat_Check(b->obj)) {
+        double v = PyFloat_AS_DOUBLE(b->obj);
+        if (v != 0 && (float)v == 0)
+            return -1;
+    }
     if (cdy_dtype_table[rd].is_float)
         return 0;
     if (b->kind == TV_TENSOR || PyBool_Check(b->obj))   /* x ** True: meta says int64, eager bool */
