@@ -180,6 +180,17 @@ static void ag_tuple(cdy_buf *b, const int64_t *a, int n)
     cdy_buf_puts(b, ")");
 }
 
+/* Append ".reshape(sizes).permute(perm)" to e. */
+static void ag_reshape_permute(cdy_buf *e, const int64_t *sizes, int n, const int64_t *perm,
+                               int pn)
+{
+    cdy_buf_puts(e, ".reshape(");
+    ag_tuple(e, sizes, n);
+    cdy_buf_puts(e, ").permute(");
+    ag_tuple(e, perm, pn);
+    cdy_buf_puts(e, ")");
+}
+
 /* Reduction node x: the dims it reduces (mask over its input's dims). */
 static unsigned ag_reduced_mask(const ag_state *s, const cdy_value *x)
 {
@@ -497,20 +508,10 @@ static void ag_view_same(cdy_buf *e, const int64_t *vs, const int *vo, int vn, c
         inv[i] = rank[i];
         bident &= rank[i] == i;
     }
-    if (!ident) {
-        cdy_buf_puts(e, ".reshape(");
-        ag_tuple(e, nt, k);
-        cdy_buf_puts(e, ").permute(");
-        ag_tuple(e, perm, vn);
-        cdy_buf_puts(e, ")");
-    }
-    if (!bident) {
-        cdy_buf_puts(e, ".reshape(");
-        ag_tuple(e, bsz, bn);
-        cdy_buf_puts(e, ").permute(");
-        ag_tuple(e, inv, bn);
-        cdy_buf_puts(e, ")");
-    }
+    if (!ident)
+        ag_reshape_permute(e, nt, k, perm, vn);
+    if (!bident)
+        ag_reshape_permute(e, bsz, bn, inv, bn);
     cdy_buf_puts(e, ".reshape(");
     ag_tuple(e, b->sizes, b->ndim);
     cdy_buf_puts(e, ")");
