@@ -347,7 +347,7 @@ def test_closure_falls_back():
     assert "cell variables" in b.reason
 
 
-def test_free_variables_are_passed_by_value():
+def test_free_variables_are_read_from_the_cells():
     scale = torch.full((4,), 3.0)
     k = 2
 
@@ -360,7 +360,42 @@ def test_free_variables_are_passed_by_value():
     assert_resumed(first, last, graphs=2, breaks=1)
 
 
-def test_free_variable_assigned_falls_back():
+def _rebinding_closure(y):
+    """f reads free variable y after a disabled call that rebinds it (y * 10)."""
+    def rebind():
+        nonlocal y
+        y = y * 10
+
+    brk = cdynamo.disable(rebind)
+
+    def f(x):
+        a = x * 2
+        brk()
+        return a + y
+    return f
+
+
+def test_call_at_the_break_rebinding_a_free_variable_is_seen():
+    x = torch.randn(4)
+    f, g = _rebinding_closure(torch.ones(4)), _rebinding_closure(torch.ones(4))
+    opt = cdynamo.optimize(f)
+    for _ in range(3):
+        assert_same(g(x), opt(x))
+    s = cdynamo.stats()
+    assert s["graph_breaks"] >= 1 and s["fallbacks"] == 0, s
+
+
+def test_closures_of_one_code_resume_with_their_own_cells():
+    x = torch.randn(4)
+    f1, f2 = _rebinding_closure(torch.ones(4)), _rebinding_closure(torch.full((4,), 2.0))
+    o1, o2 = cdynamo.optimize(f1), cdynamo.optimize(f2)
+    assert_same(x * 2 + 10, o1(x))
+    assert_same(x * 2 + 20, o2(x))
+    assert_same(x * 2 + 100, o1(x))
+    assert_same(x * 2 + 200, o2(x))
+
+
+def test_free_variable_assigned_after_the_break():
     n = 0
 
     def f(x):
@@ -368,10 +403,27 @@ def test_free_variable_assigned_falls_back():
         a = x + 1
         print("n")
         n += 1
-        return a
+        return a * n
+
+    x = torch.randn(4)
+    opt = cdynamo.optimize(f)
+    assert_same((x + 1) * 1, opt(x))
+    assert_same((x + 1) * 2, opt(x))
+    assert n == 2
+    assert cdynamo.stats()["graph_breaks"] >= 1
+
+
+def test_free_variables_and_a_made_function_fall_back():
+    k = torch.ones(4)
+
+    def f(x):
+        a = x + k
+        print("m")
+        g = lambda t: t * 2   # noqa: E731
+        return g(a)
 
     b = _fallback_reason(f, torch.randn(4))
-    assert "assigns its free variables" in b.reason
+    assert "makes a function" in b.reason
 
 
 def test_config_off_runs_the_frame_eagerly(monkeypatch):

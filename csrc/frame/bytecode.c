@@ -202,12 +202,23 @@ static void emit_break_call(bc_writer *w, const cdy_break *b)
     emitted(w, cdy_emit_call(&w->a, b->nargs + !direct, kw));
 }
 
-/* Push the resume function and the locals and stack values it takes. */
-static int emit_resume_args(bc_writer *w, const cdy_break *b, PyObject *resume)
+/* Push the resume function and the locals and stack values it takes; a
+ * resume function of a code with free variables is a closure over the
+ * frame's cells, so it is called through cdy_resume_call(fn, closure, ...),
+ * which makes it (frame/resume.c).  The number of arguments pushed. */
+static int emit_resume_args(bc_writer *w, PyCodeObject *orig, const cdy_break *b,
+                            PyObject *resume)
 {
-    emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, resume, 1)));
-    int n = b->nlocals;
-    for (int i = 0; i < b->nlocals; i++) {
+    int n = orig->co_nlocals;   /* locals only: free variables are read from the cells */
+    if (orig->co_nfreevars) {
+        emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, cdy_resume_caller(), 1)));
+        emit_const(w, resume);
+        emit(w, CDY_PY_LOAD_FAST, w->cell_base + orig->co_nfreevars);
+        n += 2;
+    }
+    else
+        emitted(w, cdy_emit_const_callable(&w->a, list_index(w, w->consts, resume, 1)));
+    for (int i = 0; i < orig->co_nlocals; i++) {
         if (b->locals[i])
             emit_ret(w, b->locals[i]);
         else
@@ -229,7 +240,7 @@ static int emit_resume(bc_writer *w, PyCodeObject *orig, const cdy_break *b, PyO
     PyObject *resume = cdy_resume_fn(orig, b, globals, at);
     if (!resume)
         return -1;
-    int n = emit_resume_args(w, b, resume);
+    int n = emit_resume_args(w, orig, b, resume);
     Py_DECREF(resume);   /* co_consts keeps it */
     if (!b->jump_op) {
         emit_break_call(w, b);
@@ -279,9 +290,17 @@ int cdy_code_nargslots(PyCodeObject *co)
     return n;
 }
 
+/* Arguments the transformed code takes after the argument slots: the
+ * contents of each closure cell, then the closure (eval.c's call_shadow). */
+static int nclosure(PyCodeObject *orig)
+{
+    return orig->co_nfreevars ? orig->co_nfreevars + 1 : 0;
+}
+
 /* The transformed code's local names: the argument slots, one ___cellN per
- * free variable, the original's other locals, ___outs, one ___objN per object
- * the frame built.  New list or NULL. */
+ * free variable and ___closure (the closure tuple: a resume function closes
+ * over it), the original's other locals, ___outs, one ___objN per object the
+ * frame built.  New list or NULL. */
 static PyObject *new_varnames(PyCodeObject *orig, int nargslots, int nobjects)
 {
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
@@ -290,6 +309,12 @@ static PyObject *new_varnames(PyCodeObject *orig, int nargslots, int nobjects)
     for (int i = 0; v && i < orig->co_nfreevars; i++) {
         PyObject *nm = PyUnicode_FromFormat("___cell%d", i);
         if (!nm || PyList_Insert(v, nargslots + i, nm))
+            Py_CLEAR(v);
+        Py_XDECREF(nm);
+    }
+    if (v && orig->co_nfreevars) {
+        PyObject *nm = PyUnicode_FromString("___closure");
+        if (!nm || PyList_Insert(v, nargslots + orig->co_nfreevars, nm))
             Py_CLEAR(v);
         Py_XDECREF(nm);
     }
@@ -318,7 +343,7 @@ static PyObject *make_code(PyCodeObject *orig, bc_writer *w, int nargslots, int 
              *nt = PyList_AsTuple(w->names);
     if (vt && ct && nt)
         kw = Py_BuildValue("{s:i,s:i,s:i,s:n,s:i,s:O,s:O,s:O,s:(),s:()}",
-                           "co_argcount", nargslots + orig->co_nfreevars, "co_posonlyargcount", 0,
+                           "co_argcount", nargslots + nclosure(orig), "co_posonlyargcount", 0,
                            "co_kwonlyargcount", 0, "co_nlocals", PyTuple_GET_SIZE(vt),
                            "co_flags", CO_OPTIMIZED | CO_NEWLOCALS, "co_consts", ct,
                            "co_names", nt, "co_varnames", vt, "co_freevars", "co_cellvars");
@@ -348,7 +373,7 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
     PyObject *orig_vars = PyObject_GetAttrString((PyObject *)orig, "co_varnames");
     if (!orig_vars)
         return NULL;
-    w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars) + orig->co_nfreevars;
+    w.outs_slot = (int)PyTuple_GET_SIZE(orig_vars) + nclosure(orig);
     w.objs_slot = w.outs_slot + 1;
     w.cell_base = nargslots;
     Py_DECREF(orig_vars);

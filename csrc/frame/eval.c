@@ -688,7 +688,8 @@ static PyObject *rerun_eagerly(PyObject *fn, PyObject *const *args, size_t nargs
 }
 
 /* Call entry e's transformed code with frame's arguments (and the contents
- * of its closure cells); its result, or NULL with an error. */
+ * of its closure cells, then the closure itself); its result, or NULL with
+ * an error. */
 static PyObject *call_shadow(cdy_frame *frame, cdy_extra *x, cdy_entry *e)
 {
     int nfree = cdy_pc_frame_code(frame)->co_nfreevars;
@@ -696,7 +697,7 @@ static PyObject *call_shadow(cdy_frame *frame, cdy_extra *x, cdy_entry *e)
         return PyObject_Vectorcall(e->shadow_fn, frame->localsplus, (size_t)x->nargslots, NULL);
     PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
     PyObject *stack[64], **args = stack;
-    int n = x->nargslots + nfree;
+    int n = x->nargslots + nfree + 1;   /* the closure last: resume functions close over it */
     if (n > 64 && !(args = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
         return PyErr_NoMemory();
     memcpy(args, frame->localsplus, sizeof(PyObject *) * (size_t)x->nargslots);
@@ -704,6 +705,7 @@ static PyObject *call_shadow(cdy_frame *frame, cdy_extra *x, cdy_entry *e)
         PyObject *v = closure && i < PyTuple_GET_SIZE(closure) ? PyCell_GET(PyTuple_GET_ITEM(closure, i)) : NULL;
         args[x->nargslots + i] = v ? v : Py_None;
     }
+    args[n - 1] = closure ? closure : Py_None;
     PyObject *r = PyObject_Vectorcall(e->shadow_fn, args, (size_t)n, NULL);
     if (args != stack)
         PyMem_Free(args);

@@ -17,6 +17,10 @@ PyObject *cdy_bytecode_build(PyCodeObject *orig, const cdy_trace *t, PyObject *f
  * cached until cdy_resume_reset); new reference or NULL (exception set). */
 PyObject *cdy_resume_fn(PyCodeObject *orig, const cdy_break *b, PyObject *globals, int at);
 void cdy_resume_reset(void);
+/* The callable that calls a resume function of a code with free variables:
+ * caller(fn, closure, *args) makes fn's code a function closing over closure
+ * and calls it with args (borrowed; NULL with an exception). */
+PyObject *cdy_resume_caller(void);
 /* Note that co is a resume function whose breaking call's result is its
  * local slot `slot` (frame/eval.c: a number there that changes makes it
  * eager rather than recompile per value); 0 or -1 with an exception. */

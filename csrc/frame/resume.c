@@ -13,10 +13,13 @@
  *                   data-dependent conditional jump: one function each>
  *
  * Its parameters, all positional: every local slot of orig (an unbound one
- * gets None, deleted by the prologue), the values of its free variables
- * (orig only reads them - trace/breaks.c - so LOAD_DEREF becomes LOAD_FAST of
- * the same slot and the code has no closure), then the stack values (the NULLs of
+ * gets None, deleted by the prologue), then the stack values (the NULLs of
  * call protocols are pushed by the prologue, not passed), then the result.
+ * A code with free variables keeps them: its resume function closes over
+ * the frame's own cells (made per call by cdy_resume_caller; the prologue
+ * starts with COPY_FREE_VARS, and the DEREF instructions' slots move past
+ * the stack parameters), so a call at the break that rebinds one of them is
+ * seen after it, as in eager.
  * The frame hook meets its frames like any other: traced, compiled, cached
  * per code object.  One function per (code, break, stack and locals shape,
  * globals), kept until cdynamo.reset(): the cache entries of its code
@@ -32,6 +35,38 @@ static PyObject *resume_cache;   /* dict: key tuple -> function */
 void cdy_resume_reset(void)
 {
     Py_CLEAR(resume_cache);
+}
+
+/* caller(fn, closure, *args): fn's code closing over closure, called. */
+static PyObject *resume_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 2 || !PyFunction_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "cdynamo: resume caller takes (function, closure, *args)");
+        return NULL;
+    }
+    PyFunctionObject *tmpl = (PyFunctionObject *)args[0];
+    PyObject *fn = PyFunction_NewWithQualName(tmpl->func_code, tmpl->func_globals,
+                                              tmpl->func_qualname);
+    if (!fn)
+        return NULL;
+    PyObject *r = NULL;
+    if (!PyFunction_SetClosure(fn, args[1]))
+        r = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
+    Py_DECREF(fn);
+    return r;
+}
+
+static PyMethodDef resume_call_def = {"_cdynamo_resume", (PyCFunction)(void (*)(void))resume_call,
+                                      METH_FASTCALL, "call a resume function closing over a closure"};
+
+/* See frame.h (borrowed; made once). */
+PyObject *cdy_resume_caller(void)
+{
+    static PyObject *caller;
+    if (!caller)
+        caller = PyCFunction_New(&resume_call_def, NULL);
+    return caller;
 }
 
 /* The cache key of b's resume function for orig and globals; new ref or NULL. */
@@ -96,17 +131,20 @@ static void put(cdy_asm *a, int *k, int op, int arg, int target)
 }
 
 /* Write the prologue (see the file comment) in front of orig's instructions in a. */
-static int write_prologue(cdy_asm *a, const cdy_break *b, int target, int result)
+static int write_prologue(cdy_asm *a, PyCodeObject *orig, const cdy_break *b, int target,
+                          int result)
 {
-    int nunbound = 0;
-    for (int i = 0; i < b->nlocals; i++)
+    int nunbound = 0, nloc = orig->co_nlocals, nfree = orig->co_nfreevars;
+    for (int i = 0; i < nloc; i++)
         nunbound += !b->locals[i];
-    int len = 2 + result + nunbound + b->nbelow;
+    int len = 2 + (nfree > 0) + result + nunbound + b->nbelow;
     if (cdy_asm_insert(a, 0, len))
         return -1;
-    int k = 0, arg = b->nlocals;
+    int k = 0, arg = nloc;
+    if (nfree)
+        put(a, &k, CDY_PY_COPY_FREE_VARS, nfree, -1);
     put(a, &k, CDY_PY_RESUME, 0, -1);
-    for (int i = 0; i < b->nlocals; i++)
+    for (int i = 0; i < nloc; i++)
         if (!b->locals[i])
             put(a, &k, CDY_PY_DELETE_FAST, i, -1);
     for (int i = 0; i < b->nbelow; i++)
@@ -124,12 +162,6 @@ static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b, int result)
     PyObject *v = names ? PySequence_List(names) : NULL, *kw = NULL;
     Py_XDECREF(names);
     int nstack = nstack_args(b, result);
-    for (int i = 0; v && i < orig->co_nfreevars; i++) {
-        PyObject *nm = PyUnicode_FromFormat("___free%d", i);
-        if (!nm || PyList_Append(v, nm))
-            Py_CLEAR(v);
-        Py_XDECREF(nm);
-    }
     for (int i = 0; v && i < nstack; i++) {
         PyObject *nm = PyUnicode_FromFormat("___stack%d", i);
         if (!nm || PyList_Append(v, nm))
@@ -140,12 +172,14 @@ static PyObject *resume_kw(PyCodeObject *orig, const cdy_break *b, int result)
     int line = PyCode_Addr2Line(orig, b->pc * 2);
     PyObject *name = PyUnicode_FromFormat("__resume_%U_at_%d", orig->co_name, line);
     PyObject *qual = PyUnicode_FromFormat("%U.__resume_at_%d", orig->co_qualname, line);
-    if (vt && name && qual)
-        kw = Py_BuildValue("{s:n,s:i,s:i,s:n,s:i,s:O,s:O,s:O,s:()}", "co_argcount", PyTuple_GET_SIZE(vt),
+    PyObject *freevars = PyObject_GetAttrString((PyObject *)orig, "co_freevars");
+    if (vt && name && qual && freevars)
+        kw = Py_BuildValue("{s:n,s:i,s:i,s:n,s:i,s:O,s:O,s:O,s:O}", "co_argcount", PyTuple_GET_SIZE(vt),
                            "co_posonlyargcount", 0, "co_kwonlyargcount", 0, "co_nlocals",
                            PyTuple_GET_SIZE(vt), "co_flags",
                            orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS), "co_varnames", vt,
-                           "co_name", name, "co_qualname", qual, "co_freevars");
+                           "co_name", name, "co_qualname", qual, "co_freevars", freevars);
+    Py_XDECREF(freevars);
     Py_XDECREF(v);
     Py_XDECREF(vt);
     Py_XDECREF(name);
@@ -161,13 +195,16 @@ static PyObject *resume_code(PyCodeObject *orig, const cdy_break *b, int at, int
     int target = instr_index(orig, at);
     if (target < 0 || cdy_asm_from_code(orig, &a))
         goto done;
-    for (int i = 0; i < a.n; i++) {   /* free variables become plain locals (same slots) */
-        if (a.ins[i].op == CDY_PY_LOAD_DEREF)
-            a.ins[i].op = CDY_PY_LOAD_FAST;
-        else if (a.ins[i].op == CDY_PY_COPY_FREE_VARS)
+    int shift = nstack_args(b, result);   /* free slots move past the stack parameters */
+    for (int i = 0; i < a.n; i++) {
+        int op = a.ins[i].op;
+        if ((op == CDY_PY_LOAD_DEREF || op == CDY_PY_STORE_DEREF || op == CDY_PY_DELETE_DEREF) &&
+            a.ins[i].arg >= orig->co_nlocals)
+            a.ins[i].arg += shift;
+        else if (op == CDY_PY_COPY_FREE_VARS)   /* the prologue copies them */
             a.ins[i].op = CDY_PY_NOP;
     }
-    if (write_prologue(&a, b, target, result)) {
+    if (write_prologue(&a, orig, b, target, result)) {
         PyErr_NoMemory();
         goto done;
     }

@@ -12,9 +12,9 @@
  * What is not resumed runs the whole frame eagerly, as before, with the
  * break's reason and a "no resume" note (the graph_breaks log says why):
  * fullgraph=True, config.resume_after_break off, a training graph (grad mode
- * with inputs that require grad), a code with cell variables
- * or that assigns its free variables or makes functions (free variables only
- * read are passed by value), a break that is neither a CALL nor a
+ * with inputs that require grad), a code with cell variables, or with free
+ * variables that makes functions (the resume function closes over the
+ * frame's cells otherwise), a break that is neither a CALL nor a
  * data-dependent conditional jump, a break inside a loop or a try / with block
  * (an exception table entry covers it), values the transformed code cannot
  * rebuild (iterators, bound tensor methods on the stack, ...).          */
@@ -85,10 +85,10 @@ static PyObject *code_units(PyCodeObject *co, cdy_pv_code *c)
     return bytes;
 }
 
-/* 1 if co does more with its free variables than read them (LOAD_DEREF):
- * assigns or deletes one, or makes a function (which may close over one):
- * its resume function takes their values as plain locals. */
-static int free_vars_passed(PyCodeObject *co)
+/* 1 if co makes a function (which may close over a free variable: the
+ * resume function's free slots move, frame/resume.c, and LOAD_CLOSURE's
+ * would have to follow). */
+static int makes_function(PyCodeObject *co)
 {
     cdy_pv_code c;
     PyObject *bytes = code_units(co, &c);
@@ -97,8 +97,7 @@ static int free_vars_passed(PyCodeObject *co)
     cdy_pv_instr d;
     int bad = 0;
     for (int at = 0; !bad && at < c.ncode && !cdy_pv_decode(&c, at, &d); at = d.next)
-        bad = d.op == CDY_PY_STORE_DEREF || d.op == CDY_PY_DELETE_DEREF ||
-              d.op == CDY_PY_MAKE_FUNCTION;
+        bad = d.op == CDY_PY_MAKE_FUNCTION;
     Py_DECREF(bytes);
     return bad;
 }
@@ -156,8 +155,8 @@ static const char *why_not(cdy_trace *t, PyCodeObject *co)
         return "config.resume_after_break is off";
     if (co->co_ncellvars)
         return "the frame has cell variables (a function it makes closes over them)";
-    if (co->co_nfreevars && free_vars_passed(co))
-        return "the frame assigns its free variables or makes a function";
+    if (co->co_nfreevars && makes_function(co))
+        return "the frame has free variables and makes a function";
     cdy_pv_code c;
     PyObject *bytes = code_units(co, &c);
     if (!bytes)
