@@ -71,6 +71,11 @@ class TrainingGraph:
         ns["backward"].__qualname__ = f"backward_of_{name}"
         self.backward = optimize(ns["backward"])
 
+    @property
+    def calls(self):
+        """Calls of the forward graph (explain counts the graphs a call ran by it)."""
+        return getattr(self.forward, "calls", 0)
+
     def __call__(self, *inputs):
         return _Graph.apply(self, *inputs)
 
