@@ -117,6 +117,30 @@ CASES = {
                     _x(2, 3, 5, 4), _x(2, 3, 6, 4), _x(2, 3, 6, 4)),
     "sdpa_mask": (lambda q, k, v: F.scaled_dot_product_attention(
         q, k, v, attn_mask=MASK, scale=0.3), _x(2, 3, 5, 4), _x(2, 3, 6, 4), _x(2, 3, 6, 4)),
+    # convolutions: torch's convolution_backward; pooling: torch's backward ops
+    "conv2d": (lambda a, w, b: F.conv2d(a, w, b, padding=1), _x(2, 3, 6, 6), _x(4, 3, 3, 3), _x(4)),
+    "conv2d_stride_groups_no_bias": (lambda a, w: F.conv2d(a, w, None, 2, 1, 1, 2),
+                                     _x(2, 4, 7, 7), _x(6, 2, 3, 3)),
+    "conv2d_dilation_weight_only": (lambda a, w: F.conv2d(a, w, dilation=2),
+                                    torch.randn(1, 2, 8, 8), _x(3, 2, 3, 3)),
+    "conv1d": (lambda a, w, b: F.conv1d(a, w, b, stride=2), _x(2, 3, 9), _x(4, 3, 3), _x(4)),
+    "max_pool2d": (lambda a: F.max_pool2d(a, 2), _x(2, 3, 6, 6)),
+    "max_pool2d_pad_dilation_ceil": (lambda a: F.max_pool2d(a, 3, 2, 1, 2, ceil_mode=True),
+                                     _x(2, 3, 9, 8)),
+    "max_pool2d_3d": (lambda a: F.max_pool2d(a, (2, 3), (1, 2)), _x(3, 6, 7)),
+    "avg_pool2d": (lambda a: F.avg_pool2d(a, 2), _x(2, 3, 6, 6)),
+    "avg_pool2d_pad_exclude_ceil": (lambda a: F.avg_pool2d(a, 3, 2, 1, ceil_mode=True,
+                                                           count_include_pad=False),
+                                    _x(2, 3, 8, 7)),
+    "avg_pool2d_divisor": (lambda a: F.avg_pool2d(a, 2, divisor_override=3), _x(1, 2, 6, 6)),
+    "adaptive_avg_pool2d_1": (lambda a: F.adaptive_avg_pool2d(a, 1).flatten(1), _x(2, 3, 5, 5)),
+    "adaptive_avg_pool2d_3x2": (lambda a: F.adaptive_avg_pool2d(a, (3, 2)), _x(2, 3, 7, 5)),
+    "adaptive_max_pool2d": (lambda a: F.adaptive_max_pool2d(a, 2), _x(2, 3, 5, 6)),
+    # batch_norm in train mode (running statistics absent here; with them: the CNN tests)
+    "batch_norm_train": (lambda a, w, b: F.batch_norm(a, None, None, w, b, True), _x(4, 3, 5, 5),
+                         _x(3), _x(3)),
+    "batch_norm_train_1d_no_affine": (lambda a: F.batch_norm(a, None, None, training=True,
+                                                             eps=1e-3), _x(6, 4)),
 }
 
 
@@ -266,6 +290,93 @@ def test_nn_modules_train_like_eager():
                           nn.Linear(16, 4), nn.Tanh())
     _assert_training_matches(model, _batches(5, (6, 8), (6, 4)),
                              lambda m, x, t: F.mse_loss(m(x), t))
+
+
+class CNN(nn.Module):
+    """The bench's CNN, smaller: conv, BatchNorm (train mode), ReLU, pooling, linear.  No
+    bias before a BatchNorm: its gradient is 0 up to rounding, which AdamW's update by
+    grad / sqrt(grad^2) would turn into noise of the learning rate's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        x = F.relu(self.b2(self.c2(x)))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_cnn_batchnorm_train_50_steps_matches_eager(opt):
+    """50 steps of a CNN with BatchNorm in train mode: losses, gradients, parameters and
+    the running statistics (updated once per step by the forward) equal eager's; one
+    forward and one backward graph, no recompile."""
+    torch.manual_seed(0)
+    model = CNN().train()
+    batches = _batches(50, (4, 3, 12, 12), classes=10)
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+            "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-3)}[opt]
+    runs = []
+    for compiled in (False, True):
+        m = copy.deepcopy(model)
+        o = make(m.parameters())
+        loss_fn = lambda x, y: F.cross_entropy(m(x), y)  # noqa: E731
+        step = cdynamo.optimize(loss_fn) if compiled else loss_fn
+        losses = []
+        for x, y in batches:
+            o.zero_grad()
+            loss = step(x, y)
+            loss.backward()
+            o.step()
+            losses.append(loss.item())
+        runs.append((losses, [p.grad.clone() for p in m.parameters()], m))
+    (le, ge, me), (lc, gc, mc) = runs
+    torch.testing.assert_close(torch.tensor(lc), torch.tensor(le), rtol=1e-4, atol=1e-5)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    for a, b in zip(mc.parameters(), me.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    for (n, a), b in zip(mc.named_buffers(), me.buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=n)
+    assert int(mc.b1.num_batches_tracked) == 50
+    st = cdynamo.stats()
+    assert (st["frames_compiled"], st["recompiles"], st["graph_breaks"]) == (2, 0, 0), \
+        (st, support.breaks)
+
+
+def test_buffer_update_carrying_a_gradient_falls_back():
+    """An in-place update of a buffer by a value that requires grad gives the buffer a
+    history in eager: not compiled (AUTOGRAD_MUTATION), eager's result."""
+    def fn(a, buf):
+        buf.mul_(0.5).add_(a.mean())
+        return (a * 2).sum()
+    a, b1, b2 = _x(3), torch.ones(3), torch.ones(3)
+    fn(a.detach().requires_grad_(), b1)
+    cdynamo.optimize(fn)(a, b2).backward()
+    torch.testing.assert_close(b2, b1.detach())
+    assert b2.requires_grad
+    torch.testing.assert_close(a.grad, torch.full((3,), 2.0))
+    assert [x["code"] for x in support.breaks] == ["AUTOGRAD_MUTATION"]
+
+
+def test_batch_norm_running_stats_updated_once_without_num_batches():
+    """F.batch_norm in train mode with running statistics but no other mutation: the
+    forward's extern updates them once (its gradient is a formula, not a rerun)."""
+    rm, rv = torch.zeros(3), torch.ones(3)
+    rm_e, rv_e = rm.clone(), rv.clone()
+    x, w = _x(4, 3, 2, 2), _x(3)
+    fn = lambda a, m, v, w: F.batch_norm(a, m, v, w, None, True, 0.3).pow(2).sum()  # noqa: E731
+    xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    fn(xe, rm_e, rv_e, we).backward()
+    cdynamo.optimize(fn)(x, rm, rv, w).backward()
+    torch.testing.assert_close(rm, rm_e)
+    torch.testing.assert_close(rv, rv_e)
+    torch.testing.assert_close(x.grad, xe.grad, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(w.grad, we.grad, rtol=RTOL, atol=ATOL)
+    assert cdynamo.stats()["frames_compiled"] == 2, support.breaks
 
 
 def test_multihead_attention_falls_back_with_a_reason():

@@ -148,16 +148,17 @@ def sdpa_backward(grad, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
     return gs @ k, gs.transpose(-1, -2) @ q, gv
 
 
-def conv_backward(grad, mask, x, w, has_bias, stride=1, padding=0, dilation=1, groups=1):
+def conv_backward(grad, mask, x, w, has_bias, stride, padding, dilation, groups):
     """F.conv{1,2,3}d's gradients (input, weight, bias; None where mask says so):
-    torch's convolution_backward."""
+    torch's convolution_backward.  An argument the call left out is None."""
     nd = w.dim() - 2
 
-    def tup(a):
+    def tup(a, dflt):
+        a = dflt if a is None else a
         return (a,) * nd if isinstance(a, int) else tuple(a)
     return torch.ops.aten.convolution_backward(
-        grad, x, w, [w.shape[0]] if has_bias else None, tup(stride), tup(padding),
-        tup(dilation), False, (0,) * nd, groups, mask)
+        grad, x, w, [w.shape[0]] if has_bias else None, tup(stride, 1), tup(padding, 0),
+        tup(dilation, 1), False, (0,) * nd, 1 if groups is None else groups, mask)
 
 
 def batch_norm_backward(grad, mask, x, w, b, eps):
