@@ -1045,6 +1045,8 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, "an extern without a call");
     }
     ag_fn_name(p->fn, fn, sizeof(fn));
+    if (!strcmp(fn, "bernoulli.p"))
+        return 0;                          /* dropout's noise: no gradient (derivatives.yaml) */
     if (ag_random(fn))
         return ag_no_formula(s, v, fn);
     if (!strcmp(fn, "detach"))

@@ -400,6 +400,10 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
         return NULL;
     }
+    int dropout;
+    tvar *dr = cdy_dropout_train(tr, fn, args, nargs, kwnames, &dropout);   /* issue 34 */
+    if (dropout)
+        return dr;
     if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
         PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_inplace) == 0 &&
         args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_False) {

@@ -568,6 +568,13 @@ tvar *cdy_build_result_multi(tracer *tr, const cdy_build_call *call, const int *
  * .indices), or NULL (not stopped) when there is none. */
 tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
 
+/* F.dropout / torch.dropout in training mode inside a training trace: *handled
+ * 1 and eager's computation traced inline (noise drawn by torch's bernoulli,
+ * x * noise / (1 - p): differentiable), NULL when stopped; *handled 0 for any
+ * other call (build_dropout.c). */
+tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled);
+
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */
 void cdy_trace_pynode_of(const cdy_trace *t, int *pynode_of);  /* defining call per value, or -1 */

@@ -22,6 +22,15 @@ def _prelude():
     return _PRELUDE
 
 
+def dropout_train(x, p):
+    """F.dropout(x, p, training=True) as eager's CPU kernel computes it (ATen's
+    _dropout_impl), traced inline in training graphs (trace/build_dropout.c): the noise
+    drawn by torch's bernoulli at the call's place (a seed gives eager's mask), scaled by
+    1 / (1 - p), times x; differentiable as a product."""
+    noise = torch.ops.aten.bernoulli.p(x, 1 - p)
+    return x * (noise / (1 - p))
+
+
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
     backward saves); backward: the compiled backward.  Double backward raises
