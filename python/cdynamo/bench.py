@@ -825,6 +825,10 @@ class Systems:
         if system == "eager":
             return fn
         if system == "inductor":
+            # random ops through torch's generator, as eager draws them (inductor's own
+            # Philox draws other dropout masks: bert_train's results would differ)
+            import torch._inductor.config as inductor_config   # noqa: PLC0415
+            inductor_config.fallback_random = True
             return torch.compile(fn)
         if system == "cdynamo":
             if self.cdynamo is None:
