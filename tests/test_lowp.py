@@ -105,12 +105,22 @@ def test_unary(name, dtype):
     fn = lambda t: op(t)   # a frame cdynamo sees (a builtin has none)
     check(fn, make((9, 33), dtype))
     cdynamo.reset()
-    s = specials(dtype)
-    if name == "gelu" and dtype == torch.float16:
-        # eager's float16 GELU gives inf at +inf, its float32 / bfloat16 GELU NaN;
-        # the lowered kernel computes float32's (a known difference, README)
-        s = s[~torch.isinf(s)]
-    check(fn, s)
+    check(fn, specials(dtype))   # gelu: float16 gives inf at +inf, bfloat16 NaN (as eager)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_special_values_per_dtype(approximate, dtype):
+    # eager's +-inf / NaN results differ per dtype and mode (float16 exact: inf at +inf;
+    # bfloat16 / float32 exact, vectorized: NaN); 40 elements reach the vector loops,
+    # layer_norm's epilogue the row kernel's
+    v = [float("inf"), -float("inf"), float("nan"), 3e38, -3e38, 65504.0, -65504.0, -1e4,
+         -0.0, 0.0, -10.0, -6.0, 1.0, -1.0]
+    x = torch.tensor(v * 3, dtype=torch.float64)[:40].to(dtype)
+    check(lambda t: F.gelu(t, approximate=approximate), x)
+    cdynamo.reset()
+    check(lambda t: F.gelu(F.layer_norm(t, t.shape[-1:]), approximate=approximate) + F.gelu(t),
+          x.reshape(4, 10).nan_to_num(posinf=5.0, neginf=-5.0))
 
 
 BINARY = {

@@ -329,6 +329,15 @@ static const struct {
         "    return CDY_FMAF(cdy_bitsf(nab), h, cdy_bitsf(xi > 0 ? xi : 0));\n"
         "#endif\n"
         "}\n"},
+    {"cdy_vgelu_exactf_h",
+        "/* exact GELU of a float16 (computed in float32): eager's float16 kernel\n"
+        " * gives inf at +inf on every path, where its float32 vector kernel (and\n"
+        " * bfloat16's) gives NaN (torch 2.13). */\n"
+        "static inline float cdy_vgelu_exactf_h(float x)\n"
+        "{\n"
+        "    float r = cdy_vgelu_exactf(x);\n"
+        "    return x == INFINITY ? x : r;\n"
+        "}\n"},
     {"gelu_exact",
         "/* float64 exact GELU: libm's erf (gelu_exact: the name the template's $v gives). */\n"
         "static inline double gelu_exact(double x) { return x * 0.5 * (1 + erf(x * 0.70710678118654752440)); }\n"},

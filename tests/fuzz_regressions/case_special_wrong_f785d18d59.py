@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/gelu
 # wrong: values: out: 1/6 differ, at [0, 0, 0, 1]: eager inf, cdynamo nan (torch.float16) (after a second call (inputs of another seed))
+# cause: the float16 exact GELU ran float32's kernel (NaN at +inf, eager's vectorized float32 / bfloat16); eager's float16 kernel gives inf. fix: $h in the template picks cdy_vgelu_exactf_h for float16 (inf at +inf).
 import math
 import torch
 import torch.nn.functional as F
