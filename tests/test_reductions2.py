@@ -233,9 +233,43 @@ def test_var_mean(op):
     for src in ["lambda t: torch.{op}(t, 1)", "lambda t: torch.{op}(t, (0, 2), keepdim=True)",
                 "lambda t: torch.{op}(t, correction=0)", "lambda t: torch.{op}(t, -1, False)"]:
         g = run(lam(src.format(op=op)), x)
-        assert f"= {first}(" in g and "= mean(" in g and "extern" not in g, g
+        assert f"= {first}(" in g and "= _cdy_welford_mean(" in g and "extern" not in g, g
     g = run(lam(f"lambda t: torch.{op}(t * 2, 1)[0] + torch.{op}(t, 1)[1]"), x)
     assert "extern" not in g
+
+
+@pytest.mark.parametrize("op", ["var_mean", "std_mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_var_mean_welford_mean_of_inf(op, dtype):
+    # eager's var_mean mean is a Welford mean: an inf makes each later update inf - inf
+    # (NaN), so the mean is +-inf only when the one inf is the last element (whatever the
+    # loop order: every reduced index at its last); torch.mean of the same is inf
+    x = make(torch.float64, (3, 4, 5))
+    cases = []
+    for where in [(2, 3, 4), (0, 0, 0), (1, 2, 3), (2, 3, 0), (0, 3, 4)]:
+        for v in [math.inf, -math.inf]:
+            t = x.clone()
+            t[where] = v
+            cases.append(t)
+    two = x.clone()
+    two[2, 3, 4] = two[0, 0, 4] = math.inf
+    cases += [two, torch.full((3, 4, 5), math.inf, dtype=torch.float64)]
+    for t in cases:
+        t = t.to(dtype)
+        for src in ["lambda t: torch.{op}(t, (0, 1))", "lambda t: torch.{op}(t, -1, keepdim=True)",
+                    "lambda t: torch.{op}(t, correction=0)", "lambda t: torch.{op}(t.transpose(0, 2), 1)",
+                    "lambda t: torch.{op}(t, (0, 2), unbiased=False)",
+                    "lambda t: (torch.{op}(t, 1)[1], torch.mean(t, 1))"]:
+            cdynamo.reset()
+            check(lam(src.format(op=op)), t)
+
+
+def test_var_mean_float64_sum_overflow():
+    # a float64 sum that overflows where eager's Welford mean does not
+    x = torch.full((4, 6), 1.5e308, dtype=torch.float64)
+    x[1] = -1e300
+    run(lambda t: torch.var_mean(t, 1)[1], x)
+    run(lambda t: torch.std_mean(t, 1, keepdim=True)[1] * 0.5, x)
 
 
 # ---- norms ---------------------------------------------------------------------------

@@ -22,11 +22,21 @@
  * $P param arg 3 (correction, norm order), $L / $H the input dtype's lowest /
  * highest value, $O the output's C type, $n the element's row-major index over
  * the reduced dims.  argmax/argmin: a pass for the max/min (NaN if any), a
- * pass for the first index holding it.  A NULL clause: the reduced loop never
+ * pass for the first index holding it.  MEAN_WF, the mean of var_mean /
+ * std_mean, is eager's Welford mean (WelfordOps in double, in the input's
+ * order): sum / n but for an inf, which makes every later update inf - inf,
+ * so NaN unless the one inf is the last element (all reduced indices at their
+ * last, whatever eager's loop order), and for a float64 sum that overflows
+ * where the Welford mean does not (then the sum of x / n).  A NULL clause: the reduced loop never
  * runs on several threads. */
 #define CG_RED_VARIANTS(X)                                                   \
     X(SUM, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
     X(MEAN, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc / $N.0") \
+    X(MEAN_WF, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)",                \
+      "const double mean = acc / $N.0;\ndouble ni = 0, s2 = 0;",              \
+      "ni += fabs((double)$e) == INFINITY ? ($n == $N - 1 ? 1.0 : 2.0) : 0.0; " \
+      "s2 += (double)$e / $N.0;", "reduction(+:ni) reduction(+:s2)",          \
+      "fabs(mean) != INFINITY ? mean : ni > 1.0 ? NAN : ni == 0.0 ? s2 : mean") \
     X(PROD, 'w', "1", "acc *= ($A)$e;", "reduction(*:acc)", NULL, NULL, NULL, "acc") \
     X(PROD_BF16, 'f', "1", "acc = cdy_rbf(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
     X(PROD_F16, 'f', "1", "acc = cdy_rh(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
@@ -110,6 +120,7 @@ static const cg_red_code cg_red_codes[] = {
 static const char *const cg_red_state[CG_RED_COUNT] = {
     [CG_RED_ARGMAX] = "int64_t idx", [CG_RED_ARGMIN] = "int64_t idx",
     [CG_RED_ARGMAX_F] = "int64_t idx", [CG_RED_ARGMIN_F] = "int64_t idx",
+    [CG_RED_MEAN_WF] = "double mean,double ni,double s2",
     [CG_RED_VAR] = "double mean,double m2", [CG_RED_STD] = "double mean,double m2",
     [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
 };

@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family reductions, wrong
 # signature: wrong/values/cummax+erfinv+lgamma+var_mean
 # wrong: values: out: 2/2 differ, at [0]: eager nan, cdynamo inf (torch.float32)
+# cause: var_mean's mean was sum / n (inf), eager's is a Welford mean (inf - inf: NaN unless the one inf is the last element). fix: var_mean / std_mean build a MEAN_WF node (reduce.c's MEAN_WF variant).
 import math
 import torch
 import torch.nn.functional as F
