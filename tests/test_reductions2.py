@@ -220,6 +220,24 @@ def test_var_std_forms(op):
     run(lam(f"lambda t: t.{op}(1, correction=1, unbiased=True)"), x)    # eager raises
 
 
+@pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_var_of_equal_values_is_zero(op, dtype):
+    # equal elements (a stride-0 dim, a constant row): eager's Welford variance is 0
+    # exactly; sum / n of 1e30s is off by ulps and its squared deviations were 1.4e14
+    g = torch.Generator().manual_seed(5)
+    vals = torch.tensor([1e30, -3.7e29, 0.1, 1e-300, 7.123456789e15, 65504.0, 3e38],
+                        dtype=torch.float64).to(dtype)
+    x = vals[torch.randint(0, 7, (1, 5, 1), generator=g)].expand(6, 5, 9)
+    for src in ["lambda t: torch.{op}(t, 0)", "lambda t: torch.{op}(t, (0, 2), keepdim=True)",
+                "lambda t: torch.{op}(t, -1, correction=0)", "lambda t: torch.{op}(t, 0, unbiased=False)",
+                "lambda t: torch.{op}(t.contiguous(), 2)", "lambda t: torch.{op}(t, (0, 2), correction=2)"]:
+        cdynamo.reset()
+        check(lam(src.format(op=op)), x)
+    cdynamo.reset()
+    check(lam(f"lambda t: torch.{op}(t, 0)"), vals[:1].expand(3000, 2).clone())
+
+
 def test_var_large_values():
     x = torch.randn(64, 1000, dtype=torch.float32) + 1e4     # cancellation: two passes
     run(lambda t: t.var(-1), x, lowered="var")
