@@ -5,6 +5,8 @@ float32, every node of a low-precision dtype rounds its result to the dtype
 write the 16 bits.  Values within the dtype's tolerance (assert_same's
 torch.testing defaults for the dtype; most are bit-exact), dtypes and strides
 equal, one graph and no fallback; the kernels are lowered (no extern)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -426,3 +428,24 @@ def test_layer_norm_of_equal_values_keeps_eagers_zero_sign(dtype):
     f = lambda t: (F.layer_norm(t, (7,), eps=1e-5),)
     exp, act = f(x)[0], cdynamo.optimize(f)(x)[0]
     assert torch.equal(exp, act) and torch.equal(torch.signbit(exp), torch.signbit(act))
+
+
+@pytest.mark.parametrize("dtype", LOWP + [torch.float32])
+@pytest.mark.parametrize("n", [8, 15, 16, 40, 300])
+def test_norm_rows_whose_moments_overflow(dtype, n):
+    # rows holding values whose squares overflow float32 (1e30 in bfloat16), inf, NaN:
+    # eager's reduced-type RowwiseMoments (16 halves a vector, two float lane sets) gives NaN
+    # where a lane merge computes inf * 0; a row shorter than 16 is all its scalar tail
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(6, n, generator=g, dtype=torch.float64)
+    x[0, -1] = -1e30
+    x[1, 0] = 3e20
+    x[2, n // 2] = math.inf
+    x[3, 1] = math.nan
+    x[4, :] = 2e30
+    x = x.to(dtype) if dtype != torch.float16 else x.clamp(-6e4, 6e4).to(dtype)
+    for fn in (lambda t: F.layer_norm(t, t.shape[-1:]),
+               lambda t: F.layer_norm(t, t.shape[-1:], torch.ones(n, dtype=t.dtype)),
+               lambda t: F.group_norm(t.reshape(3, 2, n), 2)):
+        cdynamo.reset()
+        check(fn, x)

@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/layer_norm
 # wrong: values: out: 8/448 differ, at [0, 0, 0]: eager nan, cdynamo 0.0 (torch.bfloat16)
+# cause: the overflow path of the row moments emulated float32's RowwiseMoments (8 floats a vector) for bfloat16 rows; eager's reduced-type one takes 16 halves a vector (two float lane sets), so an 8-long row is all scalar tail and the lane merges compute inf * 0 = NaN. fix: cdy_wf_* with H = 2 lane sets for bfloat16 / float16 (a different finding from case_special_wrong_0f2d08519f.py, same hash).
 import math
 import torch
 import torch.nn.functional as F
