@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/expm1+float+log1p+true_divide
 # wrong: values: out: 2/255 differ, at [6, 1, 0]: eager nan, cdynamo 1.718281865119934 (torch.float32)
+# cause: float64 log1p of a denormal: eager (every path) gives 2 * (x / (2 + x)), 0 for 5e-324; libm is exact. fix: mathlib.c cdy_log1p (|x| < 2^-1000: (x * 0.5) * 2)
 import math
 import torch
 import torch.nn.functional as F
