@@ -521,6 +521,67 @@ def test_factories(dtype):
                      torch.arange(0, 3, 0.25, dtype=t.dtype) + 0), x, compiled=False)
 
 
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("cl", [False, True])
+def test_batch_norm_eval_lowered(dtype, cl):
+    # ATen's reduced-float kernel: alpha / beta in float32, x * alpha + beta rounded once
+    g = torch.Generator().manual_seed(4)
+    mean, var = torch.randn(8, generator=g).to(dtype), (torch.rand(8, generator=g) + 0.1).to(dtype)
+    w, b = torch.randn(8, generator=g).to(dtype), torch.randn(8, generator=g).to(dtype)
+    x = make((4, 8, 5, 7), dtype, 5)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    f = lambda t: (torch.relu(F.batch_norm(t, mean, var, w, b, False, 0.1, 1e-5)),
+                   F.batch_norm(t, mean, var, None, None, False, 0.1, 1e-3),
+                   F.batch_norm(t[:, :, 0, 0], mean, var, w, b, False))
+    want = f(x)
+    got = cdynamo.optimize(f)(x)
+    assert_same(want, got)
+    # the strided 2-d input takes ATen's other path (1 / sqrt rounded to the dtype): extern
+    assert cdynamo._support.compiles[-1]["graph"].count("extern") == 1
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("cl", [False, True])
+def test_max_pools_lowered_bit_exact(dtype, cl):
+    x = make((2, 16, 9, 11), dtype, 6, scale=3.0)
+    x[0, 1, 2, 3], x[1, 2, 0, 0], x[1, 3, 4, 4] = float("nan"), float("inf"), -float("inf")
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    f = lambda t: (F.max_pool2d(torch.relu(t * 2), 2), F.max_pool2d(t, 3, 2, 1, ceil_mode=True),
+                   F.adaptive_max_pool2d(t, (3, 4)), F.max_pool2d(t, 2, dilation=2))
+    want = f(x)
+    got = cdynamo.optimize(f)(x)
+    for e, a in zip(want, got):
+        assert e.dtype == a.dtype and e.stride() == a.stride()
+        assert torch.equal(bits(e), bits(a))
+    assert "extern" not in cdynamo._support.compiles[-1]["graph"]
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_cnn_in_low_precision_fuses_around_channels_last_convs(dtype):
+    # conv2d in channels_last (oneDNN), batch norm / relu / max pool lowered around it
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                              torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                              torch.nn.ReLU()).eval()
+    for m in net:
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2)
+    net = net.to(dtype)
+    x = make((2, 3, 12, 12), dtype, 7, scale=1.0)
+    with torch.no_grad():
+        want = net(x)
+        got = cdynamo.optimize(net)(x)
+    assert got.dtype == dtype and got.stride() == want.stride()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    _one_graph()
+    graph = cdynamo._support.compiles[-1]["graph"]
+    assert graph.count("extern") == 2, graph   # the two convs; norms and pool lowered
+
+
 def test_bench_bf16_group_runs_when_named():
     from cdynamo import bench   # noqa: PLC0415
     group = [w.name for w in bench.select_workloads(["bf16"])]
