@@ -438,6 +438,13 @@ int cdy_op_before_with(tracer *tr);              /* BEFORE_WITH */
  * made now (a fixed object); *handled 0 for other callables. */
 tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
                         int *handled);
+/* A call of fn: the __exit__ of an autocast block the trace entered restores
+ * the trace's autocast state (None); *handled 0 for any other fn. */
+tvar *cdy_ctx_exit_call(tracer *tr, PyObject *fn, int *handled);
+/* Make the live CPU autocast state the trace's for a torch call that reads
+ * it; the live state to give cdy_ac_live_restore, -1 when they agree. */
+int cdy_ac_live_set(tracer *tr);
+void cdy_ac_live_restore(int saved);
 
 /* ---- sets.c ---- */
 tvar *cdy_set_build(tracer *tr, tvar **items, int n);        /* BUILD_SET */
