@@ -647,3 +647,21 @@ def test_norm_rows_whose_moments_overflow(dtype, n):
                lambda t: F.group_norm(t.reshape(3, 2, n), 2)):
         cdynamo.reset()
         check(fn, x)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_selected_nan_keeps_its_sign_bits(dtype):
+    """A NaN of the input that where / a bool-promoting where / clone passes
+    through keeps its bits as in eager (bfloat16 stores used to write 0x7fc0,
+    losing the sign copysign and signbit then see); fuzz finding 7f395897cc."""
+    pats = [-63, 0x7fc1, -1, 0x7fff, -0x1ff] if dtype == torch.bfloat16 else [0x7e01, -0x1ff, -1]
+    x = torch.tensor([1.0, -2.0, 0.25] + [0.0] * len(pats), dtype=dtype)
+    x.view(torch.int16)[3:] = torch.tensor(pats, dtype=torch.int16)
+    m = torch.zeros(x.shape, dtype=torch.bool)
+
+    def fn(x, m):
+        w = torch.where(x > 0.5, m, x)
+        return w.view(torch.int16), torch.where(m, 1.0, x).view(torch.int16), torch.signbit(w)
+    out = cdynamo.optimize(fn)(x, m)
+    for a, e in zip(out, fn(x, m)):
+        assert torch.equal(a, e), (a, e)

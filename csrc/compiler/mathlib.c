@@ -95,7 +95,9 @@ static const struct {
         "static inline float cdy_bitsf(int32_t i) { union { int32_t i; float f; } u = {i}; return u.f; }\n"},
     {"cdy_bf2f cdy_f2bf cdy_rbf cdy_h2f cdy_f2h cdy_rh",
         "/* bfloat16 / float16 storage: loads widen exactly; stores round to nearest\n"
-        " * even with NaN kept NaN (0x7fc0, c10's round_to_nearest_even), bfloat16 in\n"
+        " * even with a NaN kept NaN with its sign and top payload bits, quieted (a\n"
+        " * bfloat16 NaN selected by where / copied keeps its bits, as in eager, so\n"
+        " * copysign / signbit after it agree; c10's 0x7fc0 lost the sign), bfloat16 in\n"
         " * integer ops GCC vectorizes (not vcvtneps2bf16, which flushes subnormals),\n"
         " * float16 through _Float16 (F16C's vcvtps2ph where the CPU has it, libgcc's\n"
         " * exact conversion otherwise).  cdy_rbf / cdy_rh: a float rounded to the\n"
@@ -105,7 +107,7 @@ static const struct {
         "{\n"
         "    uint32_t u = (uint32_t)cdy_fbits(x);\n"
         "    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
-        "    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : r);\n"
+        "    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r);\n"
         "}\n"
         "static inline float cdy_rbf(float x) { return cdy_bf2f(cdy_f2bf(x)); }\n"
         "static inline float cdy_h2f(uint16_t h) { union { uint16_t u; _Float16 f; } v = {h}; return (float)v.f; }\n"
