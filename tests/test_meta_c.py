@@ -468,3 +468,20 @@ for o, r in zip(out, ref):
     assert r.returncode == 0, r.stderr
     assert "DYNAMO False" in r.stdout and "SYMPY False" in r.stdout, r.stdout
     assert "GRAPHS 1" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("base", [0, 2, 1.5, 1])
+def test_pow_of_a_number_is_contiguous(base):
+    """pow(number, x) / number ** x: eager allocates the result contiguous
+    whatever x's layout (torch's pow.Scalar meta; fuzz finding 615464d610),
+    also under autocast; pow(x, number) and x ** y keep x's layout."""
+    g = _g()
+
+    def fn(x, y):
+        return base ** x, torch.pow(x, 2), x ** y, (base ** x).abs()
+    for x in _layouts4(2, 3, 4, 5, g):
+        y = torch.rand(x.shape, generator=g)
+        for ac in (False, True):
+            cdynamo.reset()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ac):
+                assert_same(fn(x, y), cdynamo.optimize(fn)(x, y), transcendental=True)

@@ -421,7 +421,9 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     mt_promote_operands(op, args, nops, vals, &m, ops, conv);
     if (mt_layout(ops, nops, &m))
         return NULL;
-    if (rule == 'M')
+    /* pow(number, tensor) allocates its result contiguous (torch's pow.Scalar
+     * meta passes no strides), whatever the exponent's layout */
+    if (rule == 'M' || (op == CDY_OP_POW && args[0]->kind != TV_TENSOR))
         mt_contiguous_strides(m.sizes, m.ndim, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
