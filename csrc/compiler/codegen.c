@@ -821,7 +821,7 @@ static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, 
         else if (*p == 'v')
             cdy_buf_puts(b, f32 ? "cdy_v" : "");
         else if (*p == 'h')
-            cdy_buf_puts(b, ldt == CDY_DT_FLOAT16 ? "_h" : "");
+            cdy_buf_puts(b, ldt == CDY_DT_FLOAT16 && cdy_gelu_f16_inf() ? "_h" : "");
         else if (*p == 'T')
             cdy_buf_puts(b, cdy_dtype_table[compute_dtype].cctype);
     }

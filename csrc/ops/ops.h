@@ -84,6 +84,10 @@ static inline int cdy_op_pointwise(int op)
 
 /* The reduction whose pair (first pass) is op (ARGMAX for AMAX), or NONE. */
 int cdy_op_paired(int op);
+/* 1 if eager's float16 exact GELU gives inf at +inf (torch 2.13 here; the
+ * lead's device machine, torch 2.11, gives NaN as the float32 kernel): probed
+ * once by the first gelu traced (trace/opbind.c), 1 until then. */
+int cdy_gelu_f16_inf(void);
 
 /* The result dtype of reduction op over an input of dtype idt by its rule
  * (torch's), or CDY_DT_NONE when the op does not take that input. */

@@ -373,6 +373,44 @@ static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
     return out[1] && out[2] ? 3 : -1;
 }
 
+static int ob_gelu_f16_inf = -1;   /* ob_probe_gelu_f16_inf's answer, -1 unknown */
+
+/* Ask eager once whether gelu of a float16 +inf is inf (with the GIL held;
+ * its vector loop's answer, element 0 of 65); 1 if the probe fails (torch
+ * 2.13's answer on x86-64 AVX2 / AVX-512). */
+static void ob_probe_gelu_f16_inf(void)
+{
+    if (ob_gelu_f16_inf >= 0)
+        return;
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *f16 = torch ? PyObject_GetAttrString(torch, "float16") : NULL;
+    PyObject *kw = f16 ? Py_BuildValue("{s:O}", "dtype", f16) : NULL;
+    PyObject *full = torch ? PyObject_GetAttrString(torch, "full") : NULL;
+    PyObject *args = Py_BuildValue("((i)d)", 65, (double)INFINITY);   /* vector body */
+    PyObject *x = full && args && kw ? PyObject_Call(full, args, kw) : NULL;
+    PyObject *nn = x ? PyImport_ImportModule("torch.nn.functional") : NULL;
+    PyObject *r = nn ? PyObject_CallMethod(nn, "gelu", "O", x) : NULL;
+    PyObject *r0 = r ? PySequence_GetItem(r, 0) : NULL;
+    PyObject *item = r0 ? PyObject_CallMethod(r0, "item", NULL) : NULL;
+    Py_XDECREF(r0);
+    ob_gelu_f16_inf = !(item && PyFloat_Check(item) && isnan(PyFloat_AS_DOUBLE(item)));
+    Py_XDECREF(item);
+    Py_XDECREF(r);
+    Py_XDECREF(nn);
+    Py_XDECREF(x);
+    Py_XDECREF(args);
+    Py_XDECREF(full);
+    Py_XDECREF(kw);
+    Py_XDECREF(f16);
+    Py_XDECREF(torch);
+    PyErr_Clear();
+}
+
+int cdy_gelu_f16_inf(void)
+{
+    return ob_gelu_f16_inf != 0;
+}
+
 /* gelu(x, approximate='none'|'tanh'): the mode as a number in out[1]. */
 static int ob_check_gelu(tracer *tr, tvar **out, tvar **extra)
 {
@@ -384,6 +422,7 @@ static int ob_check_gelu(tracer *tr, tvar **out, tvar **extra)
             return -1;
         mode = strcmp(s, "tanh") == 0;
     }
+    ob_probe_gelu_f16_inf();
     out[1] = cdy_tv_const(tr, PyLong_FromLong(mode));
     return out[1] ? 2 : -1;
 }
