@@ -1044,7 +1044,8 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
     /* a direct hit runs no Python frame: the hook is not needed */
     if (o->enable && direct_call(o, args, nargsf, kwnames, &r))
         return r;
-    if (o->enable && PyFunction_Check(o->fn) && force_lost(o->fn) && force_code(o->fn))
+    PyObject *inner = PyMethod_Check(o->fn) ? PyMethod_GET_FUNCTION(o->fn) : o->fn;
+    if (o->enable && PyFunction_Check(inner) && force_lost(inner) && force_code(inner))
         return NULL;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = o->enable;
@@ -1079,7 +1080,8 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                             backend);
     /* the function handed to optimize is traced even where its file is
      * skipped (nn.Sequential.forward lives in torch) */
-    if (enable && PyFunction_Check(fn) && force_code(fn))
+    PyObject *inner = PyMethod_Check(fn) ? PyMethod_GET_FUNCTION(fn) : fn;   /* opt.step */
+    if (enable && PyFunction_Check(inner) && force_code(inner))
         return NULL;
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
