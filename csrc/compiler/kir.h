@@ -57,6 +57,13 @@ typedef struct {
     int ndim;
     int64_t size[CDY_MAX_NDIM];
     int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
+    unsigned gmask[CDY_MAX_NDIM];    /* the iteration-space dims each loop walks, a bit each */
+    /* symbolic sizes (issue 32; symk.c), sym set: the expression ids (cdy_symtab) of each
+     * loop's size and each operand's stride, or -1 where the number above holds for
+     * every size; the emitters print a non-constant one as n<d> / st<o>_<d> */
+    int sym;
+    int ssize[CDY_MAX_NDIM];
+    int sstride[CG_MAX_OPS][CDY_MAX_NDIM];
 } cg_nest;
 
 /* A group of output nodes sharing one iteration space. */
@@ -103,6 +110,8 @@ typedef struct {
     const cg_group *sep_grp;     /* that kernel's group */
     const cg_nest *rnest;        /* a reduce / rows kernel's reduced (row) loops */
     unsigned flags;              /* CDY_KIRF_* */
+    const char *par_cond;        /* symbolic sizes: the C condition (over n<d>) under which
+                                  * the loops run parallel, decided per call; else NULL */
     void *x;                     /* the kind's own record (cg_red_kernel, cg_rowk, ...) */
 } kir_kernel;
 
