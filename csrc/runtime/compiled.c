@@ -273,15 +273,54 @@ static int extern_dtype_differs(PyObject *r, PyObject *dtype)
     return differs;
 }
 
+static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
+static int sym_read_meta(PyObject *x, cdy_meta *m);
+
+/* Symbolic graphs: extern result *r for buffer b checked against the
+ * buffer's meta at the symbols' values sv (dtype, sizes: else RuntimeError,
+ * the frame reruns eagerly) and made contiguous (the kernels' layout) when
+ * torch chose other strides; 0, or -1 with *r dropped. */
+static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject **r)
+{
+    cdy_meta want, got;
+    sym_meta(c, b, sv, &want);
+    if (sym_read_meta(*r, &got)) {
+        Py_CLEAR(*r);
+        return -1;
+    }
+    int same = got.ndim == want.ndim && got.dtype == want.dtype;
+    for (int d = 0; same && d < got.ndim; d++)
+        same = got.sizes[d] == want.sizes[d];
+    if (!same) {
+        Py_CLEAR(*r);
+        PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: an extern op's result differs from its "
+                     "symbolic meta", c->name);
+        return -1;
+    }
+    if (cdy_meta_contiguous(&got))
+        return 0;
+    PyObject *t = PyObject_CallMethod(*r, "contiguous", NULL);
+    Py_SETREF(*r, t);
+    return t ? 0 : -1;
+}
+
 /* Run extern step st: call torch, keep the result as its buffer (copied to
- * the traced strides if torch chose others).  0, or -1 with error set. */
+ * the traced strides if torch chose others; symbolic graphs: sv, made
+ * contiguous).  0, or -1 with error set. */
 static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void **ptrs,
-                      PyObject **stash)
+                      PyObject **stash, const int64_t *sv)
 {
     PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
     if (!r)
         return -1;
-    PyObject *meta = c->buf_meta[st->out_buffer];
+    if (sv && sym_extern_result(c, st->out_buffer, sv, &r))
+        return -1;
+    PyObject *meta = sv ? NULL : c->buf_meta[st->out_buffer];
+    if (!meta) {
+        bufs[st->out_buffer] = r;
+        ptrs[st->out_buffer] = tensor_ptr(r);
+        return ptrs[st->out_buffer] ? 0 : -1;
+    }
     if (extern_dtype_differs(r, PyTuple_GET_ITEM(meta, 2))) {
         Py_DECREF(r);
         return -1;
@@ -719,7 +758,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         const cdy_step *st = &c->steps[s];
         int failed = st->kind == CDY_STEP_KERNEL ? -1 : st->index;
         if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, sv, &failed)
-                                        : run_extern(c, st, bufs, ptrs, stash)) {
+                                        : run_extern(c, st, bufs, ptrs, stash, sv)) {
             add_user_frame(c, failed);
             goto done;
         }
