@@ -115,6 +115,46 @@ def test_one_dim_flat_loop_above_threshold(dyn):
     _sweep(f, lambda n, m: (torch.randn(n * m),), SIZES_2D)
 
 
+RED_SIZES = SIZES_2D + [(2, 100000), (1000, 48), (4, 32), (9, 16)]   # lanes: multiples of 16
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("row_sum", lambda x: x.sum(-1)),
+    ("row_mean_prologue", lambda x: (x * 2 + 1).mean(-1)),
+    ("col_mean", lambda x: x.mean(0)),
+    ("amax_keepdim_then_add", lambda x: x.amax(-1, keepdim=True) + x),
+    ("amin_cols", lambda x: x.amin(0)),
+    ("var_rows", lambda x: x.var(-1)),
+    ("std_cols_keepdim", lambda x: x.std(0, keepdim=True)),
+    ("sum_all", lambda x: x.sum()),
+    ("logsumexp_rows", lambda x: torch.logsumexp(x, -1)),
+])
+def test_reductions_every_size(dyn, name, fn):
+    _sweep(fn, lambda n, m: (torch.randn(n, m),), RED_SIZES)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bfloat16])
+def test_reduction_dtypes(dyn, dtype):
+    def f(x):
+        return x.sum(-1), x.amax(0)
+    def make(n, m):
+        if dtype.is_floating_point:
+            return (torch.randn(n, m).to(dtype),)
+        return (torch.randint(-50, 50, (n, m), dtype=dtype),)
+    _sweep(f, make, RED_SIZES)
+
+
+def test_reduction_3d_middle_dim(dyn):
+    def f(x):
+        return x.sum(1) * 2, x.mean((0, 2), keepdim=True)
+    _sweep(f, lambda a, b: (torch.randn(a, 5, b),), [(2, 3), (7, 16), (33, 5), (64, 64)])
+
+
+def test_argmax_compiles_static(dyn):
+    g = _compile(lambda x: x.argmax(-1), torch.randn(4, 6))
+    assert g.symbols is None
+
+
 def test_relation_between_inputs_holds(dyn):
     def f(x, y):
         return x + y

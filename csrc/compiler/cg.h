@@ -282,6 +282,16 @@ int cg_sym_nest(cg_ctx *c, kir_kernel *k);
 int cg_sym_unsupported(cg_ctx *c, const char *what);
 /* The text of loop d's size: n<d> or a literal (into the arena). */
 const char *cg_sym_size_text(cg_ctx *c, const cg_nest *nest, int d);
+/* A reduction of value `in` over dims mask (keep: keepdim) with operands
+ * ops (cg_operands; outputs' strides over in's dims): the symbolic sizes and
+ * strides of its outer and reduced nests (on, rn, built by cg_build_nest) and
+ * the expression of its reduced count (*rnumel, -1: a constant); 0 or -1. */
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+                     cg_nest *on, cg_nest *rn, int *rnumel);
+/* Expression e as parenthesized C (over s<k>), into the arena. */
+const char *cg_sym_expr_text(cg_ctx *c, int e);
+/* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */
+const char *cg_sym_numel_text(cg_ctx *c, const cg_nest *n);
 /* Symbolic k: its loops' run-time decisions (k->par_cond; no stream, no
  * memcpy copy, no collapse). */
 void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k);

@@ -164,7 +164,10 @@ static int cg_check_special(cg_ctx *c, int v)
 /* Schedule special node v with its kind's scheduler; 0 or -1. */
 static int cg_sched_special(cg_ctx *c, int v)
 {
-    if (cg_sym_check_step(c, CDY_KIR_REDUCE, v))
+    static const char kinds[] = "RNKW";
+    static const int steps[] = {CDY_KIR_REDUCE, CDY_KIR_ROWS, CDY_KIR_CAT, CDY_KIR_WINDOW};
+    const char *at = strchr(kinds, cdy_op_table[c->g->values[v].op].kind);
+    if (c->sym && cg_sym_check_step(c, at ? steps[at - kinds] : CDY_KIR_CAT, v))
         return -1;
     switch (cdy_op_table[c->g->values[v].op].kind) {
 #define CG_X(kind, check, sched) case kind: return sched(c, v);
@@ -671,7 +674,7 @@ void cg_offset_terms(cdy_buf *b, const cg_nest *nest, int o, char var, int *any)
             continue;
         cdy_buf_puts(b, *any ? " + " : "");
         if (nest->sym && nest->sstride[o][d] >= 0)
-            cdy_buf_printf(b, "%c%d * st%d_%d", var, d, o, d);
+            cdy_buf_printf(b, "%c%d * st%s%d_%d", var, d, nest->pfx ? nest->pfx : "", o, d);
         else if (s == 1)
             cdy_buf_printf(b, "%c%d", var, d);
         else

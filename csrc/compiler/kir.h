@@ -62,6 +62,8 @@ typedef struct {
      * loop's size and each operand's stride, or -1 where the number above holds for
      * every size; the emitters print a non-constant one as n<d> / st<o>_<d> */
     int sym;
+    const char *pfx;                 /* the locals' names: n<pfx><d>, st<pfx><o>_<d> (NULL: "";
+                                      * a reduce / rows kernel's row nest: "r") */
     int ssize[CDY_MAX_NDIM];
     int sstride[CG_MAX_OPS][CDY_MAX_NDIM];
 } cg_nest;

@@ -1384,7 +1384,8 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
-        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0)
+        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0 ||
+            c->sym)                        /* symbolic: every buffer a tensor of its call's size */
             continue;
         int64_t extent = 1;
         for (int d = 0; d < m->ndim; d++)
@@ -1758,9 +1759,6 @@ PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path, 
     if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
         plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
-    for (int b = 0; c->sym && b < plan->nbuffers; b++)
-        c->scratch_off[b] = -1;            /* symbolic: every buffer a tensor of its call's size */
-    c->scratch_bytes = c->sym ? 0 : c->scratch_bytes;
     for (int b = plan->ninputs; !c->sym && b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
             c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);
