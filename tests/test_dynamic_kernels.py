@@ -150,6 +150,35 @@ def test_reduction_3d_middle_dim(dyn):
     _sweep(f, lambda a, b: (torch.randn(a, 5, b),), [(2, 3), (7, 16), (33, 5), (64, 64)])
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("softmax", lambda x: torch.softmax(x, -1)),
+    ("log_softmax_prologue", lambda x: torch.log_softmax(x * 2 - 1, -1)),
+    ("softmax_epilogue", lambda x: F.gelu(torch.softmax(x, -1)) + x),
+])
+def test_softmax_every_size(dyn, name, fn):
+    _sweep(fn, lambda n, m: (torch.randn(n, m),), RED_SIZES)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_softmax_dtypes(dyn, dtype):
+    _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m).to(dtype),), RED_SIZES)
+
+
+def test_layer_norm_batch_and_sequence(dyn):
+    w, b = torch.randn(48), torch.randn(48)
+    def f(x, w, b):
+        return torch.relu(F.layer_norm(x, (48,), w, b)) * 2
+    g = _sweep(f, lambda n, m: (torch.randn(n, m, 48), w, b),
+               [(2, 3), (7, 16), (33, 5), (64, 64), (2, 700)])
+    # normalized_shape is a constant (its sizes were read as numbers): those dims specialize
+    assert all(dim != 2 for inp, dim in g.symbols if inp == 0)
+
+
+def test_softmax_over_a_middle_dim_compiles_static(dyn):
+    g = _compile(lambda x: torch.softmax(x, 1), torch.randn(4, 16, 32))
+    assert g.symbols is None
+
+
 def test_argmax_compiles_static(dyn):
     g = _compile(lambda x: x.argmax(-1), torch.randn(4, 6))
     assert g.symbols is None

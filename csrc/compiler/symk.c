@@ -172,13 +172,19 @@ static int sk_red_out_strides(cg_ctx *c, const cg_operand *op, int ndim, int64_t
 int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
                      cg_nest *on, cg_nest *rn, int *rnumel)
 {
+    return cg_sym_split_nests(c, in, mask, keep, 1, ops, nops, on, rn, rnumel);
+}
+
+int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
+                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
+{
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *im = &c->g->values[in].meta;
     int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
     for (int d = 0; d < im->ndim; d++)
         gexp[d] = s->dims[in][d];
     for (int o = 0; o < nops; o++)
-        if (ops[o].is_out ? sk_red_out_strides(c, &ops[o], im->ndim, mask, keep, st[o])
+        if (ops[o].is_out && red_outs ? sk_red_out_strides(c, &ops[o], im->ndim, mask, keep, st[o])
                           : sk_op_strides(c, im->ndim, &ops[o], gexp, st[o]))
             return -1;
     int e = cdy_sym_const(&s->tab, 1);
@@ -280,7 +286,7 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v)
 {
     if (!c->sym)
         return 0;
-    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE)
+    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS)
         return 0;                          /* torch takes the sizes (sym/infer.c's extern
                                             * rules); reduce.c's kernels take runtime sizes */
     if (kind != CDY_KIR_VIEW)
