@@ -984,7 +984,7 @@ static int cg_row_record(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int numbe
 
 /* Symbolic sizes (symk.c): row kernel rk with its size-dependent decisions
  * made per call (the rows' parallel loop), a runtime row length's sums in
- * vector lanes with a runtime tail, accumulated in double; no column mode
+ * vector lanes with a runtime tail, accumulated in float; no column mode
  * (it compiles static), no streamed stores, no prefetch.  0 or -1. */
 static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int number)
 {
@@ -1036,7 +1036,9 @@ int cg_sched_rows(cg_ctx *c, int v)
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(g->values[v].meta.dtype);
     k->T = f32 ? "float" : "double";
     k->vexp = f32 ? "cdy_vexp_negf" : "exp";
-    k->A = f32 && rs->nrow <= CG_ROW_FLOAT_ACC && k->rn_expr < 0 ? "float" : "double";
+    /* a runtime row length (softmax's: a norm's rows are static) sums in float, as ATen's
+     * vectorized softmax does at every length */
+    k->A = f32 && (rs->nrow <= CG_ROW_FLOAT_ACC || k->rn_expr >= 0) ? "float" : "double";
     k->col = cg_row_columns(k);
     if (c->sym)
         return cg_row_sched_sym(c, kk, rk, number);
