@@ -153,16 +153,19 @@ void cdy_pipe_sym_clear(cdy_pipe *p)
     p->has_sym = 0;
 }
 
-/* The dyn mask of t's inputs into dyn: p->dyn's, or under the test hook
- * every argument dim; NULL when sizes are static. */
+/* The dyn mask of t's inputs into dyn: p->dyn's, under the test hook every
+ * argument dim, else the policy's (p->dyn_of); NULL when sizes are static. */
 static const unsigned *pp_dyn(const cdy_pipe *p, const cdy_trace *t, unsigned *dyn)
 {
     if (p->dyn)
         return p->dyn;
-    if (!pp_dyn_test)
-        return NULL;
-    cdy_sym_dyn_all(t, dyn);
-    return dyn;
+    if (pp_dyn_test) {
+        cdy_sym_dyn_all(t, dyn);
+        return dyn;
+    }
+    if (p->dyn_of)
+        return p->dyn_of(p->dyn_ctx, t, dyn) ? dyn : NULL;
+    return NULL;
 }
 
 /* Symbolic shapes of t's graph under dyn into *s when a symbol stays live
@@ -223,7 +226,7 @@ static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan, cdy_sym_shapes 
         cdy_log("dynamic", "%s: static sizes: %s", p->name, p->sym_why);
     if (!*has_sym && cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
         return pp_fail(p, NULL);
-    if (*has_sym && p->dyn && pp_sym_out(p, t))
+    if (*has_sym && (p->dyn || p->dyn_of) && pp_sym_out(p, t))
         return -1;
     if (plan->nkernels == 0)
         p->threads = 0;                    /* no kernel: nothing built for a thread count */

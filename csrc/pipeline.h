@@ -16,6 +16,11 @@ typedef struct {
     int forced;              /* handed to optimize: compiled even without a tensor op */
     const unsigned *dyn;     /* per graph input (position), a bit per dim that is
                                 symbolic (issue 32); NULL: every size static */
+    /* or, when dyn is NULL: the frame hook's policy (frame/dynamic.c) fills the
+     * mask from the finished trace (t->graph.ninputs entries); 1 when a bit is
+     * set, 0: every size static.  Pure: called more than once per compile */
+    int (*dyn_of)(void *ctx, const cdy_trace *t, unsigned *dyn);
+    void *dyn_ctx;
     /* out */
     int compiles;            /* the trace compiles: no stop, and a tensor op (or forced,
                                 or torch modes on); name and single are set */
