@@ -13,7 +13,8 @@
  *             that loads the inputs, recomputes every fused node per element
  *             and stores the outputs), and the plan's kernels and steps.
  * Every size and stride is a constant in the C text: a graph is specialised
- * to its inputs' meta, and guards check it.
+ * to its inputs' meta, and guards check it; cdy_codegen_sym's kernels take
+ * the sizes of symbolic dims at run time instead (symk.c).
  */
 #include <math.h>
 #include <pthread.h>

@@ -21,11 +21,13 @@
  * The plan carries a summary of the program (cdy_plan.kir, cdynamo.h) for
  * tests and tools, which read the decisions as data.
  *
- * Ahead: sizes are numbers here and literals in the C (a graph is specialized
- * to its inputs' sizes).  Sizes as kernel parameters (issue 32) make the
- * iteration space and the nests carry a symbol beside each size, which the
- * schedulers' rules (thresholds on elements and bytes) then read as bounds,
- * and the emitters print as a parameter.  A load or store moves its
+ * Sizes are numbers here and literals in the C (a graph is specialized to its
+ * inputs' sizes), unless the graph compiles with symbolic sizes (issue 32,
+ * symk.c): then the numbers are the example's, the nests carry each loop's
+ * size and each operand's stride as an expression (cg_nest.sym), which the
+ * emitters print as locals computed from the kernel's `cdy_s` parameter,
+ * and the decisions that read sizes are conditions evaluated per call
+ * (kir_kernel.par_cond).  A load or store moves its
  * operand's dtype (cg_operand.dtype), converted to and from the compute dtype
  * of the node that reads it; bfloat16 / float16 (issue 33) load and store
  * through cg_ld / cg_st (codegen.c), computed in float32.  The emitters decide nothing: every
