@@ -94,7 +94,7 @@ typedef struct {
     /* symbolic sizes (issue 32): the graph's shapes (owned; NULL: static), per buffer
      * its graph value (-1: none), per input position its value and example meta */
     cdy_sym_shapes *sym;
-    int *buf_value;
+    int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
     int *in_value;
     cdy_meta *in_meta;
 } cdy_compiled;
@@ -313,9 +313,10 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
     if (!r)
         return -1;
-    if (sv && sym_extern_result(c, st->out_buffer, sv, &r))
+    int sym = sv && c->buf_value[st->out_buffer] >= 0;   /* a symbolic size: contiguous */
+    if (sym && sym_extern_result(c, st->out_buffer, sv, &r))
         return -1;
-    PyObject *meta = sv ? NULL : c->buf_meta[st->out_buffer];
+    PyObject *meta = sym ? NULL : c->buf_meta[st->out_buffer];
     if (!meta) {
         bufs[st->out_buffer] = r;
         ptrs[st->out_buffer] = tensor_ptr(r);
@@ -398,7 +399,26 @@ static int call_plain(const rt_kernel *kn, void **ptrs)
 #undef A
 }
 
-static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int *failed)
+/* call_plain for a kernel with runtime sizes: its pointers, then sv. */
+static int call_plain_sym(const rt_kernel *kn, void **ptrs, const int64_t *sv)
+{
+    typedef void *P;
+    typedef const int64_t *S;
+#define A(i) ptrs[kn->args[i]]
+    switch (kn->status ? -1 : kn->nargs) {
+    case 1: ((void (*)(P, S))kn->fn)(A(0), sv); return 0;
+    case 2: ((void (*)(P, P, S))kn->fn)(A(0), A(1), sv); return 0;
+    case 3: ((void (*)(P, P, P, S))kn->fn)(A(0), A(1), A(2), sv); return 0;
+    case 4: ((void (*)(P, P, P, P, S))kn->fn)(A(0), A(1), A(2), A(3), sv); return 0;
+    case 5: ((void (*)(P, P, P, P, P, S))kn->fn)(A(0), A(1), A(2), A(3), A(4), sv); return 0;
+    default: return -1;
+    }
+#undef A
+}
+
+/* Run kernel kn (sv: the symbols' values of a symbolic graph, NULL; big: its
+ * inputs are large, the GIL is released around it). */
+static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int big, int *failed)
 {
     void *avals[CDY_MAX_KARGS + 2];
     int64_t err[4] = {0, 0, 0, 0}, *errp = err;
@@ -406,12 +426,14 @@ static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int *failed
     int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
     if (!sv && !prof && kn->work < CDY_RELEASE_GIL_NUMEL && call_plain(kn, ptrs) == 0)
         return 0;
+    if (sv && !prof && !big && call_plain_sym(kn, ptrs, sv) == 0)
+        return 0;
     for (int a = 0; a < kn->nargs; a++)
         avals[a] = &ptrs[kn->args[a]];
     avals[kn->nargs] = &errp;
     avals[kn->nargs + kn->status] = &sv;   /* symbolic kernels: the symbols' values last */
     long long t0 = prof ? now_ns() : 0;
-    if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
+    if (sv ? big : kn->work >= CDY_RELEASE_GIL_NUMEL) {
         Py_BEGIN_ALLOW_THREADS
         ffi_call(&kn->cif, kn->fn, &rc, avals);
         Py_END_ALLOW_THREADS
@@ -494,7 +516,7 @@ static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
 }
 
 /* Symbolic graphs: buffer b's contiguous meta at the symbols' values sv
- * into *m (its example meta where it has no value). */
+ * into *m (its plan meta where its sizes are static). */
 static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
 {
     *m = c->buf_cmeta[b];
@@ -578,17 +600,21 @@ static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const i
 
 /* The symbols' values of a call on args into sv (each live symbol from its
  * input's dim), checked against the graph's symbolic shapes (sizes >= 2,
- * contiguous inputs, relations, every input size); 0, or -1 with
- * RuntimeError when the graph does not cover these inputs. */
-static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv)
+ * contiguous inputs, relations, every input size), *big set when an input
+ * has CDY_RELEASE_GIL_NUMEL elements or more; 0, or -1 with RuntimeError
+ * when the graph does not cover these inputs. */
+static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
 {
     const cdy_sym_shapes *s = c->sym;
     cdy_meta am[c->ninputs ? c->ninputs : 1];
     char why[256] = "";
     uint64_t live = cdy_sym_live(s);
-    for (int i = 0; i < c->ninputs; i++)
+    *big = 0;
+    for (int i = 0; i < c->ninputs; i++) {
         if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i]))
             return -1;
+        *big |= c->in_value[i] >= 0 && cdy_meta_numel(&am[i]) >= CDY_RELEASE_GIL_NUMEL;
+    }
     for (int k = 0; k < s->tab.nsyms; k++) {
         sv[k] = s->tab.hint[k];
         if (!(live >> k & 1))
@@ -712,7 +738,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     }
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
-    if (c->sym && sym_values(c, args, symvals))
+    int big = 0;                           /* symbolic: the GIL is released around kernels */
+    if (c->sym && sym_values(c, args, symvals, &big))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
     PyObject *stackbufs[16];
     void *stackptrs[16];
@@ -757,7 +784,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
         int failed = st->kind == CDY_STEP_KERNEL ? -1 : st->index;
-        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, sv, &failed)
+        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, sv, big, &failed)
                                         : run_extern(c, st, bufs, ptrs, stash, sv)) {
             add_user_frame(c, failed);
             goto done;
@@ -1697,7 +1724,11 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
         c->in_value[i] = -1;
     for (int v = 0; v < plan->nvalues && v < c->sym->nvalues; v++) {
         const cdy_value *val = &r->graph->values[v];
-        if (plan->value_buffer[v] >= 0)
+        int64_t k;
+        int symbolic = 0;
+        for (int d = 0; d < val->meta.ndim; d++)
+            symbolic |= !cdy_sym_is_const(&c->sym->tab, c->sym->dims[v][d], &k);
+        if (plan->value_buffer[v] >= 0 && symbolic)
             c->buf_value[plan->value_buffer[v]] = v;
         if (val->kind == CDY_VAL_INPUT && val->input_index < plan->ninputs) {
             c->in_value[val->input_index] = v;
