@@ -243,3 +243,12 @@ def test_static_graph_unchanged_without_hook():
     g = _compile(f, torch.randn(4, 6))
     assert g.symbols is None
     assert "cdy_s" not in g.source
+
+
+def test_layer_norm_streams_its_stores_when_large(dyn, monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "stream_store_bytes", 65536)
+    w, b = torch.randn(256), torch.randn(256)
+    def f(x, w, b):
+        return F.layer_norm(x, (256,), w, b)
+    g = _sweep(f, lambda n, m: (torch.randn(n, 256), w, b), [(4, 0), (300, 0), (1000, 0), (3, 0)])
+    assert "cdy_stream(" in g.source      # the streamed variant, chosen per call by its bytes

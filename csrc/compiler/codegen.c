@@ -1898,7 +1898,7 @@ int cdy_codegen_sym(const cdy_graph *g, int nthreads, int64_t stream_bytes,
                     cdy_sym_shapes *sym, cdy_plan *plan, char *err, size_t errlen)
 {
     cg_ctx c = {.g = g, .nthreads = nthreads < 1 ? 1 : nthreads, .err = err, .errlen = errlen,
-                .stream_bytes = stream_bytes < 0 || sym ? 0 : stream_bytes, .sym = sym};
+                .stream_bytes = stream_bytes < 0 ? 0 : stream_bytes, .sym = sym};
     if (err && errlen)
         err[0] = 0;
     if (!plan)

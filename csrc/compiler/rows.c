@@ -193,6 +193,7 @@ typedef struct {
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
     int rn_expr;                 /* symbolic sizes: the row length's expression (-1: constant) */
     const char *par_cond;        /* symbolic sizes: the rows run parallel when it holds */
+    const char *stream_cond;     /* ... and stream their stores when this holds too */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -994,6 +995,7 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
     if (k->rn_expr >= 0 && c->g->values[k->v].op != CDY_OP_SOFTMAX &&
         c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX)
         return cg_sym_unsupported(c, "a norm's row length is symbolic");
+    int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
     k->prefetch = 0;
     k->lanes = cg_row_lanes(k);
@@ -1008,6 +1010,10 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
         k->par_cond = cg_strf(c, "%s * %s >= %dLL && %s > 1", rows, cg_sym_numel_text(c, k->rn),
                               CG_PARALLEL_NUMEL, rows);
         kk->par_cond = k->par_cond;
+        if (may_stream)
+            k->stream_cond = cg_strf(c, "%s * %s * %lldLL > %lldLL", rows,
+                                     cg_sym_numel_text(c, k->rn), (long long)cg_row_moved(k, 1),
+                                     (long long)c->stream_bytes);
     }
     return 0;
 }
@@ -1070,8 +1076,18 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     cg_emit_header(c, kk);
     if (rk->rs.numel > 0 && k.par_cond) {    /* symbolic sizes: parallel when large enough */
         cdy_buf_printf(&c->src, "    if (%s) {\n", k.par_cond);
+        if (k.stream_cond) {                  /* ... streaming its stores when larger still */
+            cdy_buf_printf(&c->src, "    if (%s) {\n", k.stream_cond);
+            k.stream = 1;
+            if (cg_row_emit_loops(c, &k, rk, 1, 0))
+                return -1;
+            k.stream = 0;
+            cdy_buf_puts(&c->src, "    } else {\n");
+        }
         if (cg_row_emit_loops(c, &k, rk, 1, 0))
             return -1;
+        if (k.stream_cond)
+            cdy_buf_puts(&c->src, "    }\n");
         cdy_buf_puts(&c->src, "    } else {\n");
         if (cg_row_emit_loops(c, &k, rk, 0, 0))
             return -1;
