@@ -418,3 +418,19 @@ def test_extern_whose_cpu_dtype_differs_from_its_meta_runs_eagerly(exponent):
         actual = cdynamo.optimize(f)(t)
         torch.testing.assert_close(actual, expected)
     assert cdynamo.stats()["eager_reruns"] == 2
+
+
+def test_float64_log1p_of_denormals_is_eagers():
+    """Eager's float64 log1p of a denormal x is 2 * (x / (2 + x)) on every path (5e-324 gives
+    0, fuzz special_wrong_70c20acde5); libm's is exact.  Bit-equal over denormals and the
+    smallest normals, then within tolerance elsewhere."""
+    tiny = torch.finfo(torch.float64).tiny
+    x = torch.rand(512, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * tiny * 4
+    x = torch.cat([x, -x, torch.tensor([5e-324, -5e-324, 1e-323, 1.5e-323, 1e-310, 0.0, -0.0],
+                                       dtype=torch.float64)])
+    f = cdynamo.optimize(lambda t: torch.log1p(t) * 1)
+    got, want = f(x), torch.log1p(x)
+    assert torch.equal(got, want)
+    assert torch.equal(got.signbit(), want.signbit())
+    y = torch.tensor([1e-5, 0.5, -0.99, float("inf"), -1.0, float("nan"), 3e300], dtype=torch.float64)
+    torch.testing.assert_close(f(y), torch.log1p(y), equal_nan=True)

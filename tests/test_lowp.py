@@ -5,6 +5,8 @@ float32, every node of a low-precision dtype rounds its result to the dtype
 write the 16 bits.  Values within the dtype's tolerance (assert_same's
 torch.testing defaults for the dtype; most are bit-exact), dtypes and strides
 equal, one graph and no fallback; the kernels are lowered (no extern)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -105,12 +107,22 @@ def test_unary(name, dtype):
     fn = lambda t: op(t)   # a frame cdynamo sees (a builtin has none)
     check(fn, make((9, 33), dtype))
     cdynamo.reset()
-    s = specials(dtype)
-    if name == "gelu" and dtype == torch.float16:
-        # eager's float16 GELU gives inf at +inf, its float32 / bfloat16 GELU NaN;
-        # the lowered kernel computes float32's (a known difference, README)
-        s = s[~torch.isinf(s)]
-    check(fn, s)
+    check(fn, specials(dtype))   # gelu: float16 gives inf at +inf, bfloat16 NaN (as eager)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_special_values_per_dtype(approximate, dtype):
+    # eager's +-inf / NaN results differ per dtype and mode (float16 exact: inf at +inf;
+    # bfloat16 / float32 exact, vectorized: NaN); 40 elements reach the vector loops,
+    # layer_norm's epilogue the row kernel's
+    v = [float("inf"), -float("inf"), float("nan"), 3e38, -3e38, 65504.0, -65504.0, -1e4,
+         -0.0, 0.0, -10.0, -6.0, 1.0, -1.0]
+    x = torch.tensor(v * 3, dtype=torch.float64)[:40].to(dtype)
+    check(lambda t: F.gelu(t, approximate=approximate), x)
+    cdynamo.reset()
+    check(lambda t: F.gelu(F.layer_norm(t, t.shape[-1:]), approximate=approximate) + F.gelu(t),
+          x.reshape(4, 10).nan_to_num(posinf=5.0, neginf=-5.0))
 
 
 BINARY = {
@@ -416,3 +428,24 @@ def test_layer_norm_of_equal_values_keeps_eagers_zero_sign(dtype):
     f = lambda t: (F.layer_norm(t, (7,), eps=1e-5),)
     exp, act = f(x)[0], cdynamo.optimize(f)(x)[0]
     assert torch.equal(exp, act) and torch.equal(torch.signbit(exp), torch.signbit(act))
+
+
+@pytest.mark.parametrize("dtype", LOWP + [torch.float32])
+@pytest.mark.parametrize("n", [8, 15, 16, 40, 300])
+def test_norm_rows_whose_moments_overflow(dtype, n):
+    # rows holding values whose squares overflow float32 (1e30 in bfloat16), inf, NaN:
+    # eager's reduced-type RowwiseMoments (16 halves a vector, two float lane sets) gives NaN
+    # where a lane merge computes inf * 0; a row shorter than 16 is all its scalar tail
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(6, n, generator=g, dtype=torch.float64)
+    x[0, -1] = -1e30
+    x[1, 0] = 3e20
+    x[2, n // 2] = math.inf
+    x[3, 1] = math.nan
+    x[4, :] = 2e30
+    x = x.to(dtype) if dtype != torch.float16 else x.clamp(-6e4, 6e4).to(dtype)
+    for fn in (lambda t: F.layer_norm(t, t.shape[-1:]),
+               lambda t: F.layer_norm(t, t.shape[-1:], torch.ones(n, dtype=t.dtype)),
+               lambda t: F.group_norm(t.reshape(3, 2, n), 2)):
+        cdynamo.reset()
+        check(fn, x)

@@ -220,6 +220,24 @@ def test_var_std_forms(op):
     run(lam(f"lambda t: t.{op}(1, correction=1, unbiased=True)"), x)    # eager raises
 
 
+@pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_var_of_equal_values_is_zero(op, dtype):
+    # equal elements (a stride-0 dim, a constant row): eager's Welford variance is 0
+    # exactly; sum / n of 1e30s is off by ulps and its squared deviations were 1.4e14
+    g = torch.Generator().manual_seed(5)
+    vals = torch.tensor([1e30, -3.7e29, 0.1, 1e-300, 7.123456789e15, 65504.0, 3e38],
+                        dtype=torch.float64).to(dtype)
+    x = vals[torch.randint(0, 7, (1, 5, 1), generator=g)].expand(6, 5, 9)
+    for src in ["lambda t: torch.{op}(t, 0)", "lambda t: torch.{op}(t, (0, 2), keepdim=True)",
+                "lambda t: torch.{op}(t, -1, correction=0)", "lambda t: torch.{op}(t, 0, unbiased=False)",
+                "lambda t: torch.{op}(t.contiguous(), 2)", "lambda t: torch.{op}(t, (0, 2), correction=2)"]:
+        cdynamo.reset()
+        check(lam(src.format(op=op)), x)
+    cdynamo.reset()
+    check(lam(f"lambda t: torch.{op}(t, 0)"), vals[:1].expand(3000, 2).clone())
+
+
 def test_var_large_values():
     x = torch.randn(64, 1000, dtype=torch.float32) + 1e4     # cancellation: two passes
     run(lambda t: t.var(-1), x, lowered="var")
@@ -233,9 +251,43 @@ def test_var_mean(op):
     for src in ["lambda t: torch.{op}(t, 1)", "lambda t: torch.{op}(t, (0, 2), keepdim=True)",
                 "lambda t: torch.{op}(t, correction=0)", "lambda t: torch.{op}(t, -1, False)"]:
         g = run(lam(src.format(op=op)), x)
-        assert f"= {first}(" in g and "= mean(" in g and "extern" not in g, g
+        assert f"= {first}(" in g and "= _cdy_welford_mean(" in g and "extern" not in g, g
     g = run(lam(f"lambda t: torch.{op}(t * 2, 1)[0] + torch.{op}(t, 1)[1]"), x)
     assert "extern" not in g
+
+
+@pytest.mark.parametrize("op", ["var_mean", "std_mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_var_mean_welford_mean_of_inf(op, dtype):
+    # eager's var_mean mean is a Welford mean: an inf makes each later update inf - inf
+    # (NaN), so the mean is +-inf only when the one inf is the last element (whatever the
+    # loop order: every reduced index at its last); torch.mean of the same is inf
+    x = make(torch.float64, (3, 4, 5))
+    cases = []
+    for where in [(2, 3, 4), (0, 0, 0), (1, 2, 3), (2, 3, 0), (0, 3, 4)]:
+        for v in [math.inf, -math.inf]:
+            t = x.clone()
+            t[where] = v
+            cases.append(t)
+    two = x.clone()
+    two[2, 3, 4] = two[0, 0, 4] = math.inf
+    cases += [two, torch.full((3, 4, 5), math.inf, dtype=torch.float64)]
+    for t in cases:
+        t = t.to(dtype)
+        for src in ["lambda t: torch.{op}(t, (0, 1))", "lambda t: torch.{op}(t, -1, keepdim=True)",
+                    "lambda t: torch.{op}(t, correction=0)", "lambda t: torch.{op}(t.transpose(0, 2), 1)",
+                    "lambda t: torch.{op}(t, (0, 2), unbiased=False)",
+                    "lambda t: (torch.{op}(t, 1)[1], torch.mean(t, 1))"]:
+            cdynamo.reset()
+            check(lam(src.format(op=op)), t)
+
+
+def test_var_mean_float64_sum_overflow():
+    # a float64 sum that overflows where eager's Welford mean does not
+    x = torch.full((4, 6), 1.5e308, dtype=torch.float64)
+    x[1] = -1e300
+    run(lambda t: torch.var_mean(t, 1)[1], x)
+    run(lambda t: torch.std_mean(t, 1, keepdim=True)[1] * 0.5, x)
 
 
 # ---- norms ---------------------------------------------------------------------------

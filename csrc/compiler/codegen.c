@@ -812,8 +812,9 @@ static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
     return t->integer;
 }
 
-/* Expand template t with args a[], into b. */
-static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compute_dtype)
+/* Expand template t with args a[] of a node stored in dtype ldt, computed in
+ * compute_dtype, into b. */
+static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, int compute_dtype)
 {
     int f32 = compute_dtype == CDY_DT_FLOAT32;
     for (const char *p = t; *p; p++) {
@@ -829,6 +830,8 @@ static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compu
             cdy_buf_puts(b, f32 ? "f" : "");
         else if (*p == 'v')
             cdy_buf_puts(b, f32 ? "cdy_v" : "");
+        else if (*p == 'h')
+            cdy_buf_puts(b, ldt == CDY_DT_FLOAT16 ? "_h" : "");
         else if (*p == 'T')
             cdy_buf_puts(b, cdy_dtype_table[compute_dtype].cctype);
     }
@@ -890,7 +893,7 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
             return cg_fail(c, "out of memory");
     }
     cdy_buf expr = {0};
-    cg_expand(&expr, tmpl, args, cdt);
+    cg_expand(&expr, tmpl, args, ldt, cdt);
     char *ex = cdy_buf_take(&expr);
     if (!ex)
         return cg_fail(c, "out of memory");

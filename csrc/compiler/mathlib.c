@@ -13,7 +13,7 @@
  * to return int.  Function-like macros: only a call is renamed. */
 #define CG_LIBM1(X) X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(cbrt) X(ceil) \
     X(cos) X(cosh) X(erf) X(erfc) X(exp) X(exp2) X(expm1) X(fabs) X(floor) X(lgamma)     \
-    X(log) X(log10) X(log1p) X(log2) X(logb) X(nearbyint) X(rint) X(round) X(sin)        \
+    X(log) X(log10) X(log2) X(logb) X(nearbyint) X(rint) X(round) X(sin)        \
     X(sinh) X(sqrt) X(tan) X(tanh) X(tgamma) X(trunc)
 #define CG_LIBM2(X) X(atan2) X(copysign) X(fdim) X(fmax) X(fmin) X(fmod) X(hypot)       \
     X(nextafter) X(pow) X(remainder)
@@ -27,6 +27,14 @@
 const char cg_prologue_libm[] =
     "/* libm as compiler builtins (no <math.h>) */\n"
     CG_LIBM1(CG_DEF1) CG_LIBM2(CG_DEF2) CG_LIBM3(CG_DEF3)
+    /* float64 log1p as eager's for tiny |x| (all its paths: 2 * (x / (2 + x))
+     * plus a +0 term, which rounds a denormal x to an even multiple of the
+     * smallest: +-5e-324 gives +0; +-0 stay); libm's is exact there */
+    "#define log1pf(a) __builtin_log1pf(a)\n"
+    "#define log1p(a) cdy_log1p(a)\n"
+    "static inline double cdy_log1p(double a)\n"
+    "{ return a == 0.0 || __builtin_fabs(a) >= 0x1p-1000 ? __builtin_log1p(a)\n"
+    "                                                  : (a * 0.5) * 2.0 + 0.0; }\n"
     "#define INFINITY (__builtin_inff())\n"
     "#define NAN (__builtin_nanf(\"\"))\n";
 
@@ -329,6 +337,15 @@ static const struct {
         "    return CDY_FMAF(cdy_bitsf(nab), h, cdy_bitsf(xi > 0 ? xi : 0));\n"
         "#endif\n"
         "}\n"},
+    {"cdy_vgelu_exactf_h",
+        "/* exact GELU of a float16 (computed in float32): eager's float16 kernel\n"
+        " * gives inf at +inf on every path, where its float32 vector kernel (and\n"
+        " * bfloat16's) gives NaN (torch 2.13). */\n"
+        "static inline float cdy_vgelu_exactf_h(float x)\n"
+        "{\n"
+        "    float r = cdy_vgelu_exactf(x);\n"
+        "    return x == INFINITY ? x : r;\n"
+        "}\n"},
     {"gelu_exact",
         "/* float64 exact GELU: libm's erf (gelu_exact: the name the template's $v gives). */\n"
         "static inline double gelu_exact(double x) { return x * 0.5 * (1 + erf(x * 0.70710678118654752440)); }\n"},
@@ -455,22 +472,26 @@ static const struct {
         " * lanes): per lane a Welford update over chunks of 16 vectors, the chunks'\n"
         " * moments merged in a cascade (AddMomentsVec), a scalar Welford over the last\n"
         " * N % V elements, then the lanes merged into it one by one (AddMoments), with\n"
-        " * the multiply-adds ATen's build fuses.  Bit for bit eager's mean and\n"
+        " * the multiply-adds ATen's build fuses.  bfloat16 / float16 rows (H = 2):\n"
+        " * a vector holds 2V halves, converted to two float vectors that update two\n"
+        " * lane sets, each merged into the cascade at a chunk's end, and the lanes\n"
+        " * count 2n each (RowwiseMoments<BFloat16>).  Bit for bit eager's mean and\n"
         " * variance, also where they are inf or NaN (a row holding inf, or of |x| whose\n"
         " * squares overflow).  Up to 2^40 chunks (depth 40). */\n"
         "#define CDY_WF_DEF(T, S, FMA)                                                         \\\n"
         "typedef struct {                                                                      \\\n"
         "    int64_t N, nv, i, s0[40], t0;                                                     \\\n"
-        "    int V, depth;                                                                     \\\n"
-        "    T m1v[8], m2v[8], s1[40][8], s2[40][8], t1, t2;                                   \\\n"
+        "    int V, H, depth;                                                                  \\\n"
+        "    T m1v[2][8], m2v[2][8], s1[40][8], s2[40][8], t1, t2;                             \\\n"
         "} cdy_wf_##S;                                                                         \\\n"
         "static __attribute__((noinline, cold))                                                \\\n"
-        "void cdy_wf_init_##S(cdy_wf_##S *w, int64_t N, int V)                                 \\\n"
+        "void cdy_wf_init_##S(cdy_wf_##S *w, int64_t N, int V, int H)                          \\\n"
         "{                                                                                     \\\n"
         "    __builtin_memset(w, 0, sizeof(*w));                                               \\\n"
         "    w->N = N;                                                                         \\\n"
         "    w->V = V;                                                                         \\\n"
-        "    w->nv = N / V;                                                                    \\\n"
+        "    w->H = H;                                                                         \\\n"
+        "    w->nv = N / (V * H);                                                              \\\n"
         "    int64_t m = (w->nv + 15) / 16;                                                    \\\n"
         "    w->depth = m <= 2 ? 1 : 64 - __builtin_clzll((unsigned long long)(m - 1));        \\\n"
         "}                                                                                     \\\n"
@@ -490,25 +511,28 @@ static const struct {
         "void cdy_wf_push_##S(cdy_wf_##S *w, T x)                                              \\\n"
         "{                                                                                     \\\n"
         "    const int64_t i = w->i++;                                                         \\\n"
-        "    if (i >= w->nv * w->V) {                                                          \\\n"
+        "    if (i >= w->nv * w->V * w->H) {                                                   \\\n"
         "        const T d = x - w->t1;                                                        \\\n"
         "        w->t0++;                                                                      \\\n"
         "        w->t1 += d / (T)w->t0;                                                        \\\n"
         "        w->t2 += d * (x - w->t1);                                                     \\\n"
         "        return;                                                                       \\\n"
         "    }                                                                                 \\\n"
-        "    const int64_t v = i / w->V, ch = v / 16;                                          \\\n"
-        "    const int l = (int)(i % w->V), j = (int)(v % 16);                                 \\\n"
-        "    if (l == 0 && j == 0)                                                             \\\n"
+        "    const int64_t v = i / (w->V * w->H), ch = v / 16;                                 \\\n"
+        "    const int p = (int)(i % (w->V * w->H)), h = p / w->V, l = p % w->V;               \\\n"
+        "    const int j = (int)(v % 16);                                                      \\\n"
+        "    if (p == 0 && j == 0)                                                             \\\n"
         "        for (int k = 0; k < w->V; k++)                                                \\\n"
-        "            w->m1v[k] = w->m2v[k] = 0;                                                \\\n"
-        "    const T d = x - w->m1v[l];                                                        \\\n"
-        "    w->m1v[l] = FMA((T)1 / (T)(j + 1), d, w->m1v[l]);                                 \\\n"
-        "    w->m2v[l] = FMA(d, x - w->m1v[l], w->m2v[l]);                                     \\\n"
+        "            w->m1v[0][k] = w->m2v[0][k] = w->m1v[1][k] = w->m2v[1][k] = 0;            \\\n"
+        "    const T d = x - w->m1v[h][l];                                                     \\\n"
+        "    w->m1v[h][l] = FMA((T)1 / (T)(j + 1), d, w->m1v[h][l]);                           \\\n"
+        "    w->m2v[h][l] = FMA(d, x - w->m1v[h][l], w->m2v[h][l]);                            \\\n"
         "    const int64_t len = w->nv - ch * 16 < 16 ? w->nv - ch * 16 : 16;                  \\\n"
-        "    if (l != w->V - 1 || j != len - 1)                                                \\\n"
+        "    if (p != w->V * w->H - 1 || j != len - 1)                                         \\\n"
         "        return;                                                                       \\\n"
-        "    cdy_wf_addv_##S(w->V, len, w->m1v, w->m2v, &w->s0[0], w->s1[0], w->s2[0]);       \\\n"
+        "    for (int q = 0; q < w->H; q++)                                                    \\\n"
+        "        cdy_wf_addv_##S(w->V, len, w->m1v[q], w->m2v[q], &w->s0[0], w->s1[0],         \\\n"
+        "                        w->s2[0]);                                                    \\\n"
         "    int64_t mask = ch + 1;                                                            \\\n"
         "    for (int k = 1; k < w->depth && (mask & 1) == 0; k++, mask >>= 1) {               \\\n"
         "        cdy_wf_addv_##S(w->V, w->s0[k - 1], w->s1[k - 1], w->s2[k - 1], &w->s0[k],    \\\n"
@@ -527,8 +551,8 @@ static const struct {
         "    int64_t m0 = w->t0;                                                               \\\n"
         "    T m1 = w->t1, m2 = w->t2;                                                         \\\n"
         "    for (int l = 0; l < w->V; l++) {                                                  \\\n"
-        "        const int64_t n = m0 + w->nv;                                                 \\\n"
-        "        const T c = n == 0 ? (T)0 : (T)w->nv / (T)n, d = w->s1[0][l] - m1;            \\\n"
+        "        const int64_t n = m0 + w->nv * w->H;                                          \\\n"
+        "        const T c = n == 0 ? (T)0 : (T)(w->nv * w->H) / (T)n, d = w->s1[0][l] - m1;   \\\n"
         "        m1 = FMA(c, d, m1);                                                           \\\n"
         "        m2 = m2 + FMA(d * d * c, (T)m0, w->s2[0][l]);                                 \\\n"
         "        m0 = n;                                                                       \\\n"

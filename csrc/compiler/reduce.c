@@ -22,11 +22,35 @@
  * $P param arg 3 (correction, norm order), $L / $H the input dtype's lowest /
  * highest value, $O the output's C type, $n the element's row-major index over
  * the reduced dims.  argmax/argmin: a pass for the max/min (NaN if any), a
- * pass for the first index holding it.  A NULL clause: the reduced loop never
+ * pass for the first index holding it.  MEAN_WF, the mean of var_mean /
+ * std_mean, is eager's Welford mean (WelfordOps in double, in the input's
+ * order): sum / n but for an inf, which makes every later update inf - inf,
+ * so NaN unless the one inf is the last element (all reduced indices at their
+ * last, whatever eager's loop order), and for a float64 sum that overflows
+ * where the Welford mean does not (then the sum of x / n).  A NULL clause: the reduced loop never
  * runs on several threads. */
+/* var / std's second pass: the deviations dv from the first mean, their
+ * squares m2 and their sum se, the sum of squares about the true mean m2 -
+ * se^2 / n (the mean's rounding corrected: the corrected two-pass algorithm),
+ * and exactly 0 where every deviation is the same (equal elements, whose mean
+ * sum / n may be off by ulps: eager's Welford gives 0, a float64 row of 1e30
+ * gave 1.4e14); NaN stays NaN. */
+#define CG_RED_VAR_MID "const double mean = acc / $N.0;\n" \
+    "double m2 = 0, se = 0, dlo = INFINITY, dhi = -INFINITY;"
+#define CG_RED_VAR_UPD "{ const double dv = (double)$e - mean; m2 += dv * dv; se += dv; " \
+    "dlo = dv < dlo ? dv : dlo; dhi = dv > dhi ? dv : dhi; }"
+#define CG_RED_VAR_CLAUSE "reduction(+:m2) reduction(+:se) reduction(min:dlo) reduction(max:dhi)"
+#define CG_RED_VAR_M2 "(m2 != m2 ? m2 : dlo == dhi ? 0.0 : " \
+    "m2 - se * se / $N.0 < 0 ? 0.0 : m2 - se * se / $N.0)"
+
 #define CG_RED_VARIANTS(X)                                                   \
     X(SUM, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
     X(MEAN, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc / $N.0") \
+    X(MEAN_WF, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)",                \
+      "const double mean = acc / $N.0;\ndouble ni = 0, s2 = 0;",              \
+      "ni += fabs((double)$e) == INFINITY ? ($n == $N - 1 ? 1.0 : 2.0) : 0.0; " \
+      "s2 += (double)$e / $N.0;", "reduction(+:ni) reduction(+:s2)",          \
+      "fabs(mean) != INFINITY ? mean : ni > 1.0 ? NAN : ni == 0.0 ? s2 : mean") \
     X(PROD, 'w', "1", "acc *= ($A)$e;", "reduction(*:acc)", NULL, NULL, NULL, "acc") \
     X(PROD_BF16, 'f', "1", "acc = cdy_rbf(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
     X(PROD_F16, 'f', "1", "acc = cdy_rh(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
@@ -55,14 +79,10 @@
     X(ANY, 'b', "0", "acc |= $e != 0;", "reduction(|:acc)", NULL, NULL, NULL, "acc") \
     X(ALL, 'b', "1", "acc &= $e != 0;", "reduction(&:acc)", NULL, NULL, NULL, "acc") \
     X(COUNT_NONZERO, 'l', "0", "acc += $e != 0;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
-    X(VAR, 'd', "0", "acc += (double)$e;", "reduction(+:acc)",               \
-      "const double mean = acc / $N.0;\ndouble m2 = 0;",                     \
-      "{ const double dv = (double)$e - mean; m2 += dv * dv; }", "reduction(+:m2)", \
-      "m2 / ($N.0 > $P ? $N.0 - $P : 0.0)")                                  \
-    X(STD, 'd', "0", "acc += (double)$e;", "reduction(+:acc)",               \
-      "const double mean = acc / $N.0;\ndouble m2 = 0;",                     \
-      "{ const double dv = (double)$e - mean; m2 += dv * dv; }", "reduction(+:m2)", \
-      "sqrt(m2 / ($N.0 > $P ? $N.0 - $P : 0.0))")                            \
+    X(VAR, 'd', "0", "acc += (double)$e;", "reduction(+:acc)", CG_RED_VAR_MID, CG_RED_VAR_UPD, \
+      CG_RED_VAR_CLAUSE, CG_RED_VAR_M2 " / ($N.0 > $P ? $N.0 - $P : 0.0)")   \
+    X(STD, 'd', "0", "acc += (double)$e;", "reduction(+:acc)", CG_RED_VAR_MID, CG_RED_VAR_UPD, \
+      CG_RED_VAR_CLAUSE, "sqrt(" CG_RED_VAR_M2 " / ($N.0 > $P ? $N.0 - $P : 0.0))") \
     X(NORM2, 'd', "0", "acc += (double)$e * (double)$e;", "reduction(+:acc)", NULL, NULL, NULL, \
       "sqrt(acc)")                                                           \
     X(NORM1, 'd', "0", "acc += fabs((double)$e);", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
@@ -110,7 +130,9 @@ static const cg_red_code cg_red_codes[] = {
 static const char *const cg_red_state[CG_RED_COUNT] = {
     [CG_RED_ARGMAX] = "int64_t idx", [CG_RED_ARGMIN] = "int64_t idx",
     [CG_RED_ARGMAX_F] = "int64_t idx", [CG_RED_ARGMIN_F] = "int64_t idx",
-    [CG_RED_VAR] = "double mean,double m2", [CG_RED_STD] = "double mean,double m2",
+    [CG_RED_MEAN_WF] = "double mean,double ni,double s2",
+    [CG_RED_VAR] = "double mean,double m2,double se,double dlo,double dhi",
+    [CG_RED_STD] = "double mean,double m2,double se,double dlo,double dhi",
     [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
 };
 
@@ -483,7 +505,7 @@ enum { CG_RV_ACC = 1, CG_RV_STATE = 2 };
  * the arrays `T name_b[CG_RED_BLOCK];` ('d'). */
 static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int which, char mode)
 {
-    char types[4][16], names[4][16];
+    char types[8][16], names[8][16];
     int n = 0;
     if (which & CG_RV_ACC) {
         snprintf(types[n], sizeof(types[0]), "%s", r->env.acct);
@@ -494,7 +516,7 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
         }
     }
     const char *st = which & CG_RV_STATE ? cg_red_state[r->variant] : NULL;
-    for (const char *p = st; p && *p && n < 4; n++) {
+    for (const char *p = st; p && *p && n < 8; n++) {
         int k = (int)strcspn(p, ","), sp = k;
         while (sp > 0 && p[sp - 1] != ' ')
             sp--;

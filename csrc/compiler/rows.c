@@ -608,7 +608,8 @@ static int cg_row_softmax(cg_rowk *k, int ind)
  * is +0), with w fma((x - mu) * rs, w, b) (b = 0 when absent: the same), with
  * b alone fma(x - mu, rs, b); bfloat16 / float16 without w and b fma(x, rs,
  * -mu * rs) + 0 (ATen's mixed-type loop: over a row of equal values the
- * rounding error of -mu * rs, its sign, not +0).  group_norm: (x - mu) * rs,
+ * rounding error of -mu * rs, its sign, not +0), with w or b fma(fma(x, rs,
+ * -mu * rs), w, b) (the same loop's: a constant row gave 0, eager 0.99).  group_norm: (x - mu) * rs,
  * with w or b fma(x, s, fma(-s, mu, b)), s = rs * w (ATen's per-channel
  * scale and bias), so an inf weight gives inf - inf = NaN as eager's.  Given
  * the same mean and rstd, each is eager's result bit for bit (checked
@@ -626,6 +627,8 @@ static char *cg_row_affine(cg_rowk *k)
     if (val->op == CDY_OP_GROUP_NORM && (w || b))
         return cg_strf(c, "%s(%s, rs * %s, %s(-(rs * %s), mu, %s))", fma, k->e, we, fma, we,
                        be);
+    if (val->op == CDY_OP_LAYER_NORM && cdy_dtype_lowp(val->meta.dtype) && (w || b))
+        return cg_strf(c, "%s(%s(%s, rs, -mu * rs), %s, %s)", fma, fma, k->e, we, be);
     if (w)   /* with w alone the bias is 0: fma(.., w, 0) rounds as "* w" but gives +0 for -0, as eager */
         return cg_strf(c, "%s((%s - mu) * rs, %s, %s)", fma, k->e, we, be);
     if (b)
@@ -656,7 +659,8 @@ static void cg_row_logical(const cg_rowk *k, cg_nest *ln)
  * element may be large enough for eager's Welford moments to overflow (|x| up
  * to |m0| + sqrt(q) above sqrt(MAX / 48n): its squares summed over the row, its
  * merges' products), or is inf or NaN: recompute mu and var as eager does
- * (cdy_wf_*, mathlib.c) in a pass over the row in logical order, so a row that
+ * (cdy_wf_*, mathlib.c; bfloat16 / float16 rows as ATen's reduced-type moments,
+ * 16 halves a vector) in a pass over the row in logical order, so a row that
  * is NaN, inf or 0 in eager is so here; 0 or -1. */
 static int cg_row_moments_exact(cg_rowk *k, int ind, int64_t n)
 {
@@ -669,8 +673,8 @@ static int cg_row_moments_exact(cg_rowk *k, int ind, int64_t n)
     if (cg_row_line(k, ind, cg_strf(c, "if (__builtin_expect(!(fabs((double)m0) <= %.17g && (double)q <= %.17g), 0)) {",
                                     lim / 2, lim * lim / 4)) ||
         cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_%s wf;", S)) ||
-        cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_init_%s(&wf, %lldLL, %d);", S, (long long)n,
-                                        f32 ? 8 : 4)))
+        cg_row_line(k, ind + 1, cg_strf(c, "cdy_wf_init_%s(&wf, %lldLL, %d, %d);", S, (long long)n,
+                                        f32 ? 8 : 4, cdy_dtype_lowp(c->g->values[k->v].meta.dtype) ? 2 : 1)))
         return -1;
     k->rn = &ln;
     int rc = cg_row_pass(k, ind + 1, NULL, 1, cg_strf(c, "cdy_wf_push_%s(&wf, (%s)%s);", S, k->T,

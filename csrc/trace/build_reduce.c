@@ -92,7 +92,8 @@ tvar *cdy_build_minmax(tracer *tr, const cdy_build_call *call)
 }
 
 /* var_mean / std_mean (call->op: VAR or STD): (var or std, mean) of the same
- * reduction. */
+ * reduction; the mean is MEAN_WF, eager's Welford mean (NaN where an inf is
+ * not the last element). */
 tvar *cdy_build_moments(tracer *tr, const cdy_build_call *call)
 {
     tvar *canon[CDY_MAX_NODE_ARGS];
@@ -102,7 +103,7 @@ tvar *cdy_build_moments(tracer *tr, const cdy_build_call *call)
         return NULL;
     if (red_argv(tr, canon, 4, argv) ||
         (vs[0] = red_node(tr, op, argv, 4, PyTuple_GET_ITEM(call->out, 0))) < 0 ||
-        (vs[1] = red_node(tr, CDY_OP_MEAN, argv, 3, PyTuple_GET_ITEM(call->out, 1))) < 0)
+        (vs[1] = red_node(tr, CDY_OP_MEAN_WF, argv, 3, PyTuple_GET_ITEM(call->out, 1))) < 0)
         return NULL;
     return cdy_build_result_multi(tr, call, vs, 2);
 }

@@ -1,6 +1,7 @@
-# cdynamo fuzz finding (tools/fuzz.py), family special, wrong
-# signature: wrong/values/layer_norm
-# wrong: values: out: 8/448 differ, at [0, 0, 0]: eager nan, cdynamo 0.0 (torch.bfloat16)
+# cdynamo fuzz finding (tools/fuzz.py), family reductions, wrong
+# signature: wrong/values/cummax+erfinv+lgamma+var_mean
+# wrong: values: out: 2/2 differ, at [0]: eager nan, cdynamo inf (torch.float32)
+# cause: var_mean's mean was sum / n (inf), eager's is a Welford mean (inf - inf: NaN unless the one inf is the last element). fix: var_mean / std_mean build a MEAN_WF node (reduce.c's MEAN_WF variant).
 import math
 import torch
 import torch.nn.functional as F
@@ -56,17 +57,21 @@ def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
 
 
 def make_inputs():
-    g = torch.Generator().manual_seed(1036123189)
-    a0 = _fill(g, torch.bfloat16, (7, 8, 8), 'special')
+    g = torch.Generator().manual_seed(591406391)
+    a0 = _fill(g, torch.float64, (3, 6, 2))
     return [a0]
 
 
 def f(a0):
-    t1 = F.layer_norm(a0, (8,))
-    return t1
+    t0 = torch.cummax(a0, 2)[1]
+    t1 = t0.erfinv()
+    t3 = t1.lgamma()
+    t4 = torch.var_mean(t3, (0, 1))
+    t5 = t4[1]
+    return t5
 
 
-META = {'family': 'special'}
+META = {'family': 'reductions'}
 
 
 def test_case():

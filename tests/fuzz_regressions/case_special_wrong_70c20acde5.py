@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
-# signature: wrong/values/gelu
-# wrong: values: out: 1/6 differ, at [0, 0, 0, 1]: eager inf, cdynamo nan (torch.float16) (after a second call (inputs of another seed))
+# signature: wrong/values/expm1+float+log1p+true_divide
+# wrong: values: out: 2/255 differ, at [6, 1, 0]: eager nan, cdynamo 1.718281865119934 (torch.float32)
+# cause: float64 log1p of a denormal: eager (every path) gives 2 * (x / (2 + x)), 0 for 5e-324; libm is exact. fix: mathlib.c cdy_log1p (|x| < 2^-1000: (x * 0.5) * 2)
 import math
 import torch
 import torch.nn.functional as F
@@ -56,14 +57,17 @@ def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
 
 
 def make_inputs():
-    g = torch.Generator().manual_seed(692950824)
-    a0 = _fill(g, torch.float16, (3, 1, 2, 3), 'special')[2:]
+    g = torch.Generator().manual_seed(983865523)
+    a0 = _fill(g, torch.float64, (19, 3, 5), 'special')[2:]
     return [a0]
 
 
 def f(a0):
-    t0 = F.gelu(a0)
-    return t0
+    t0 = torch.log1p(a0)
+    t3 = t0.true_divide(t0)
+    t5 = t3.expm1()
+    t6 = t5.float()
+    return t6
 
 
 META = {'family': 'special'}
@@ -75,7 +79,7 @@ def test_case():
     while root != '/' and not os.path.exists(os.path.join(root, 'tools', 'fuzz.py')):
         root = os.path.dirname(root)
     if root == '/':   # outside a checkout: $CDYNAMO_ROOT, else where it was found
-        root = os.environ.get('CDYNAMO_ROOT', '/work/wt/lead')
+        root = os.environ.get('CDYNAMO_ROOT', '/work/wt/fix28')
     sys.path.insert(0, os.path.join(root, 'tools'))
     import fuzz
     with open(__file__) as fh:

@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/abs+std
 # wrong: values: out: 8/56 differ, at [2, 0]: eager 0.0, cdynamo 140737488355328.0 (torch.float64) (after a second call (inputs of another seed))
+# cause: var / std took squared deviations from sum / n, which for equal float64 values (1e30) is off by ulps: 1.4e14 where eager's Welford gives 0. fix: reduce.c's corrected two-pass (m2 - se^2 / n) and exactly 0 when every deviation is the same.
 import math
 import torch
 import torch.nn.functional as F

@@ -1,6 +1,7 @@
-# cdynamo fuzz finding (tools/fuzz.py), family reductions, wrong
-# signature: wrong/values/cummax+erfinv+lgamma+var_mean
-# wrong: values: out: 2/2 differ, at [0]: eager nan, cdynamo inf (torch.float32)
+# cdynamo fuzz finding (tools/fuzz.py), family special, wrong
+# signature: wrong/values/layer_norm
+# wrong: values: out: 8/448 differ, at [0, 0, 0]: eager nan, cdynamo 0.0 (torch.bfloat16)
+# cause: the overflow path of the row moments emulated float32's RowwiseMoments (8 floats a vector) for bfloat16 rows; eager's reduced-type one takes 16 halves a vector (two float lane sets), so an 8-long row is all scalar tail and the lane merges compute inf * 0 = NaN. fix: cdy_wf_* with H = 2 lane sets for bfloat16 / float16 (a different finding from case_special_wrong_0f2d08519f.py, same hash).
 import math
 import torch
 import torch.nn.functional as F
@@ -56,21 +57,17 @@ def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
 
 
 def make_inputs():
-    g = torch.Generator().manual_seed(591406391)
-    a0 = _fill(g, torch.float64, (3, 6, 2))
+    g = torch.Generator().manual_seed(1036123189)
+    a0 = _fill(g, torch.bfloat16, (7, 8, 8), 'special')
     return [a0]
 
 
 def f(a0):
-    t0 = torch.cummax(a0, 2)[1]
-    t1 = t0.erfinv()
-    t3 = t1.lgamma()
-    t4 = torch.var_mean(t3, (0, 1))
-    t5 = t4[1]
-    return t5
+    t1 = F.layer_norm(a0, (8,))
+    return t1
 
 
-META = {'family': 'reductions'}
+META = {'family': 'special'}
 
 
 def test_case():
