@@ -1014,11 +1014,11 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
         k->par_cond = cg_strf(c, "%s * %s >= %dLL && %s > 1", rows, cg_sym_numel_text(c, k->rn),
                               CG_PARALLEL_NUMEL, rows);
         kk->par_cond = k->par_cond;
-        if (may_stream)
-            k->stream_cond = cg_strf(c, "%s * %s * %lldLL > %lldLL", rows,
-                                     cg_sym_numel_text(c, k->rn), (long long)cg_row_moved(k, 1),
-                                     (long long)c->stream_bytes);
     }
+    if (may_stream)
+        k->stream_cond = cg_strf(c, "%s * %s * %lldLL > %lldLL", cg_sym_numel_text(c, k->on),
+                                 cg_sym_numel_text(c, k->rn), (long long)cg_row_moved(k, 1),
+                                 (long long)c->stream_bytes);
     return 0;
 }
 
@@ -1061,6 +1061,7 @@ int cg_sched_rows(cg_ctx *c, int v)
 
 static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                              int collapse);
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par);
 
 /* Emit row kernel kk (cg_sched_rows). */
 int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
@@ -1080,26 +1081,39 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     cg_emit_header(c, kk);
     if (rk->rs.numel > 0 && k.par_cond) {    /* symbolic sizes: parallel when large enough */
         cdy_buf_printf(&c->src, "    if (%s) {\n", k.par_cond);
-        if (k.stream_cond) {                  /* ... streaming its stores when larger still */
-            cdy_buf_printf(&c->src, "    if (%s) {\n", k.stream_cond);
-            k.stream = 1;
-            if (cg_row_emit_loops(c, &k, rk, 1, 0))
-                return -1;
-            k.stream = 0;
-            cdy_buf_puts(&c->src, "    } else {\n");
-        }
-        if (cg_row_emit_loops(c, &k, rk, 1, 0))
+        if (cg_row_emit_streamed(c, &k, rk, 1))
             return -1;
-        if (k.stream_cond)
-            cdy_buf_puts(&c->src, "    }\n");
         cdy_buf_puts(&c->src, "    } else {\n");
-        if (cg_row_emit_loops(c, &k, rk, 0, 0))
+        if (cg_row_emit_streamed(c, &k, rk, 0))
             return -1;
         cdy_buf_puts(&c->src, "    }\n");
+    }
+    else if (rk->rs.numel > 0 && k.stream_cond) {
+        if (cg_row_emit_streamed(c, &k, rk, 0))
+            return -1;
     }
     else if (rk->rs.numel > 0 && cg_row_emit_loops(c, &k, rk, kk->parallel, kk->collapse))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
+    return 0;
+}
+
+/* Symbolic sizes: k's loops (parallel when par) streaming their stores when
+ * k->stream_cond holds at run time, else plain; 0 or -1. */
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par)
+{
+    if (!k->stream_cond)
+        return cg_row_emit_loops(c, k, rk, par, 0);
+    cdy_buf_printf(&c->src, "    if (%s) {\n", k->stream_cond);
+    k->stream = 1;
+    int rc = cg_row_emit_loops(c, k, rk, par, 0);
+    k->stream = 0;
+    if (rc)
+        return -1;
+    cdy_buf_puts(&c->src, "    } else {\n");
+    if (cg_row_emit_loops(c, k, rk, par, 0))
+        return -1;
+    cdy_buf_puts(&c->src, "    }\n");
     return 0;
 }
 
