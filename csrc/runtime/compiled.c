@@ -95,7 +95,7 @@ typedef struct {
      * its graph value (-1: none), per input position its value and example meta */
     cdy_sym_shapes *sym;
     int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
-    int *in_value;
+    int *in_value;        /* -1 also for an input of static sizes (not read per call) */
     cdy_meta *in_meta;
 } cdy_compiled;
 
@@ -1730,7 +1730,9 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
             symbolic |= !cdy_sym_is_const(&c->sym->tab, c->sym->dims[v][d], &k);
         if (plan->value_buffer[v] >= 0 && symbolic)
             c->buf_value[plan->value_buffer[v]] = v;
-        if (val->kind == CDY_VAL_INPUT && val->input_index < plan->ninputs) {
+        /* an input of static sizes is read per call no more than a static graph's: the
+         * entry's guards check it */
+        if (val->kind == CDY_VAL_INPUT && val->input_index < plan->ninputs && symbolic) {
             c->in_value[val->input_index] = v;
             c->in_meta[val->input_index] = val->meta;
         }
