@@ -369,6 +369,143 @@ def test_autocast_transformers_models(name):
     assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, (st, cdynamo._support.breaks)
 
 
+# ---- autocast entered inside the optimized function: traced ----------------------
+
+def _one_graph():
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["fallbacks"] == 0 and st["graph_breaks"] == 0, (
+        st, cdynamo._support.breaks)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_autocast_block_inside_function(dtype):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+
+    def fn(x):
+        y = x * 2
+        with torch.autocast("cpu", dtype=dtype):
+            h = lin(y)
+            inner_on = torch.is_autocast_enabled("cpu")
+            inner_dt = torch.get_autocast_dtype("cpu")
+            with torch.autocast("cpu", enabled=False):   # float32 again
+                off = torch.is_autocast_enabled("cpu")
+                z = torch.mm(h.float(), h.float().t())
+            w = torch.mm(h, h.t()) + torch.softmax(h, -1).sum()
+        return (h, z, w, y @ y.t(), inner_on, inner_dt, off, torch.is_autocast_enabled("cpu"),
+                torch.get_autocast_dtype("cpu"))
+
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        want = fn(x)
+        opt = cdynamo.optimize(fn)
+        for _ in range(2):
+            assert_same(want, opt(x))
+    assert want[0].dtype == dtype and want[1].dtype == torch.float32 and want[4] is True
+    _one_graph()
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_block_dtype_none_reads_the_traced_state():
+    # torch.autocast("cpu") inside a float16 block takes float16 (the state, as traced)
+    def fn(a, b):
+        with torch.autocast("cpu", dtype=torch.float16):
+            with torch.autocast("cpu"):
+                return torch.mm(a, b), torch.get_autocast_dtype("cpu")
+
+    a, b = make((4, 8), torch.float32), make((8, 3), torch.float32, 1)
+    with torch.no_grad():
+        want = fn(a, b)
+        assert want[0].dtype == torch.float16
+        assert_same(want, cdynamo.optimize(fn)(a, b))
+    _one_graph()
+
+
+def test_autocast_block_under_outer_autocast_runs_eagerly():
+    # under an autocast on when the frame starts a block that changes it is not traced
+    def fn(a, b):
+        with torch.autocast("cpu", enabled=False):
+            return torch.mm(a, b)
+
+    a, b = make((4, 8), torch.float32), make((8, 3), torch.float32, 1)
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fn(a, b)
+        assert want.dtype == torch.float32
+        assert_same(want, opt(a, b))
+        assert torch.is_autocast_enabled("cpu")
+    assert any(b["code"] == "CONTEXT_STATE" for b in cdynamo._support.breaks)
+    with torch.no_grad():   # autocast off at the start: traced, the same float32 mm
+        assert_same(fn(a, b), opt(a, b))
+
+
+def test_autocast_block_that_raises_restores_the_state():
+    lin = torch.nn.Linear(16, 8)
+
+    def fn(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return lin(x) @ y
+
+    opt = cdynamo.optimize(fn)
+    x, y = torch.randn(4, 16), torch.randn(8, 3)
+    with torch.no_grad():
+        assert_same(fn(x, y), opt(x, y))
+        with pytest.raises(RuntimeError):
+            opt(x, torch.randn(5, 3))
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+class _AutocastForward(torch.nn.Module):
+    """An nn module whose forward runs its body under CPU autocast."""
+
+    def __init__(self, body, dtype=torch.bfloat16):
+        super().__init__()
+        self.body, self.dtype = body, dtype
+
+    def forward(self, *args, **kw):
+        with torch.autocast("cpu", dtype=self.dtype):
+            return self.body(*args, **kw)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_autocast_inside_forward_of_torch_modules(dtype):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                              torch.nn.Linear(64, 32), torch.nn.Softmax(-1))
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 6 * 6, 10))
+    for body, x in ((mlp, torch.randn(2, 5, 32)), (conv, torch.randn(2, 3, 8, 8)),
+                    (_Net(), torch.randn(2, 5, 16))):
+        cdynamo.reset()
+        m = _AutocastForward(body, dtype).eval()
+        with torch.no_grad():
+            want = m(x)
+            opt = cdynamo.optimize(m)
+            for _ in range(2):
+                got = opt(x)
+                assert_same(want, got)
+        _one_graph()
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "vit"])
+def test_autocast_inside_forward_of_transformers_models(name):
+    pytest.importorskip("transformers")
+    import warnings   # noqa: PLC0415
+    from cdynamo._hf_models import MODELS   # noqa: PLC0415
+    build, inputs, result = MODELS[name]
+    model, kw = _AutocastForward(build()).eval(), inputs()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = result(model(**kw))
+        got = result(cdynamo.optimize(model)(**kw))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    _one_graph()
+    assert not torch.is_autocast_enabled("cpu")
+
+
 @pytest.mark.parametrize("name", ["bert", "llama", "vit"])
 def test_transformers_models_in_bfloat16(name):
     pytest.importorskip("transformers")
@@ -394,6 +531,67 @@ def test_factories(dtype):
     check(lambda t: (t + torch.arange(300, dtype=t.dtype), torch.zeros_like(t) + 1,
                      t * torch.linspace(0, 2, 300, dtype=t.dtype), torch.full((5, 1), 0.1, dtype=t.dtype) * t,
                      torch.arange(0, 3, 0.25, dtype=t.dtype) + 0), x, compiled=False)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("cl", [False, True])
+def test_batch_norm_eval_lowered(dtype, cl):
+    # ATen's reduced-float kernel: alpha / beta in float32, x * alpha + beta rounded once
+    g = torch.Generator().manual_seed(4)
+    mean, var = torch.randn(8, generator=g).to(dtype), (torch.rand(8, generator=g) + 0.1).to(dtype)
+    w, b = torch.randn(8, generator=g).to(dtype), torch.randn(8, generator=g).to(dtype)
+    x = make((4, 8, 5, 7), dtype, 5)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    f = lambda t: (torch.relu(F.batch_norm(t, mean, var, w, b, False, 0.1, 1e-5)),
+                   F.batch_norm(t, mean, var, None, None, False, 0.1, 1e-3),
+                   F.batch_norm(t[:, :, 0, 0], mean, var, w, b, False))
+    want = f(x)
+    got = cdynamo.optimize(f)(x)
+    assert_same(want, got)
+    # the strided 2-d input takes ATen's other path (1 / sqrt rounded to the dtype): extern
+    assert cdynamo._support.compiles[-1]["graph"].count("extern") == 1
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("cl", [False, True])
+def test_max_pools_lowered_bit_exact(dtype, cl):
+    x = make((2, 16, 9, 11), dtype, 6, scale=3.0)
+    x[0, 1, 2, 3], x[1, 2, 0, 0], x[1, 3, 4, 4] = float("nan"), float("inf"), -float("inf")
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    f = lambda t: (F.max_pool2d(torch.relu(t * 2), 2), F.max_pool2d(t, 3, 2, 1, ceil_mode=True),
+                   F.adaptive_max_pool2d(t, (3, 4)), F.max_pool2d(t, 2, dilation=2))
+    want = f(x)
+    got = cdynamo.optimize(f)(x)
+    for e, a in zip(want, got):
+        assert e.dtype == a.dtype and e.stride() == a.stride()
+        assert torch.equal(bits(e), bits(a))
+    assert "extern" not in cdynamo._support.compiles[-1]["graph"]
+
+
+@pytest.mark.parametrize("dtype", LOWP)
+def test_cnn_in_low_precision_fuses_around_channels_last_convs(dtype):
+    # conv2d in channels_last (oneDNN), batch norm / relu / max pool lowered around it
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                              torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                              torch.nn.ReLU()).eval()
+    for m in net:
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2)
+    net = net.to(dtype)
+    x = make((2, 3, 12, 12), dtype, 7, scale=1.0)
+    with torch.no_grad():
+        want = net(x)
+        got = cdynamo.optimize(net)(x)
+    assert got.dtype == dtype and got.stride() == want.stride()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    _one_graph()
+    graph = cdynamo._support.compiles[-1]["graph"]
+    assert graph.count("extern") == 2, graph   # the two convs; norms and pool lowered
 
 
 def test_bench_bf16_group_runs_when_named():

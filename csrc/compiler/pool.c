@@ -62,11 +62,14 @@ static void cg_pool_decode(const cdy_graph *g, int v, cg_pool *p)
     }
 }
 
+static int cg_pool_is_max(int op);
+
 /* 1 if dtype dt is one eager's CPU kernel of op accepts. */
 static int cg_pool_dtype_ok(int op, int dt)
 {
-    if (cdy_dtype_lowp(dt))   /* windows in bfloat16 / float16 run as torch's kernels */
-        return 0;
+    if (cdy_dtype_lowp(dt))   /* a max is one of its 16-bit inputs, exactly; averages run
+                                 as torch's kernels (their rounding points) */
+        return cg_pool_is_max(op);
     if (cdy_dtype_table[dt].is_float)
         return 1;
     switch (op) {
@@ -304,10 +307,12 @@ static int cg_pool_window(cg_ctx *c, int v, const cg_pool *p, const cg_operand *
         if (ops[o].is_out)
             continue;
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const %s x%d = in_ptr%d[",
-                       cdy_dtype_table[ops[o].dtype].ctype, o, o);
+        int lowp = cdy_dtype_lowp(ops[o].dtype);   /* widened: cg_ld */
+        cdy_buf_printf(b, "const %s x%d = %s(in_ptr%d[",
+                       lowp ? "float" : cdy_dtype_table[ops[o].dtype].ctype, o,
+                       cg_ld(ops[o].dtype), o);
         cg_pool_offset(b, ops[o].stride, n, p->hd, p->wd);
-        cdy_buf_puts(b, "];\n");
+        cdy_buf_puts(b, "]);\n");
     }
     for (int u = 0; u < g->nvalues; u++)
         if (u != v && c->live[u] && g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u) &&
@@ -361,7 +366,7 @@ static void cg_pool_store(cg_ctx *c, const cg_pool *p, const cdy_meta *om, const
     else if (p->op == CDY_OP_ADAPTIVE_AVG_POOL2D)
         cdy_buf_printf(b, "] = %s / (%s)(h1 - h0) / (%s)(w1 - w0);\n", acc, cct, cct);
     else
-        cdy_buf_printf(b, "] = %s;\n", acc);
+        cdy_buf_printf(b, "] = %s(%s);\n", cg_st(om->dtype), acc);   /* 16 bits: cg_st */
 }
 
 /* The record of a window kernel: the decoded node, the order of the output

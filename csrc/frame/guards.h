@@ -94,6 +94,12 @@ int cdy_state_init(PyObject *torch);
  * 15).  No Python call where torch's C++
  * readers were found; never fails. */
 int cdy_state_read(int which);
+/* The c10::ScalarType value of torch.dtype dt among the floating ones
+ * autocast takes; -2 another dtype, -1 none (NULL). */
+int cdy_state_dtype_code(PyObject *dt);
+/* Set the live CPU autocast state (enabled bit, dtype) to v's (an AUTOCAST
+ * value); never fails (errors cleared). */
+void cdy_state_set_cpu_autocast(int v);
 /* Readable text of value v of state `which` into buf. */
 void cdy_state_text(int which, int v, char *buf, size_t n);
 

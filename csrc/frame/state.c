@@ -116,6 +116,31 @@ int cdy_state_read(int which)
     return st_autocast_on_fast ? st_autocast_fast() : st_autocast_slow();
 }
 
+/* See guards.h. */
+int cdy_state_dtype_code(PyObject *dt)
+{
+    return st_dtype_code(dt);
+}
+
+/* See guards.h: torch.set_autocast_enabled("cpu", ...) and
+ * torch.set_autocast_dtype("cpu", ...) from v's CPU bits. */
+void cdy_state_set_cpu_autocast(int v)
+{
+    PyObject *t = PyImport_ImportModule("torch"), *dt = NULL, *key, *code;
+    Py_ssize_t pos = 0;
+    while (st_dtypes && PyDict_Next(st_dtypes, &pos, &key, &code))
+        if (PyLong_AsLong(code) == ((v >> 8) & 0xff))
+            dt = key;
+    PyObject *r = t ? PyObject_CallMethod(t, "set_autocast_enabled", "OO", st_dev_name[ST_DEV_CPU],
+                                          v & 1 ? Py_True : Py_False) : NULL;
+    Py_XDECREF(r);
+    r = t && dt ? PyObject_CallMethod(t, "set_autocast_dtype", "OO", st_dev_name[ST_DEV_CPU], dt)
+                : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(t);
+    PyErr_Clear();
+}
+
 /* dlsym of name in the torch library `lib` (torch/lib/<lib>) if the process
  * has it loaded; NULL otherwise. */
 static void *st_symbol(const char *libdir, const char *lib, const char *name)

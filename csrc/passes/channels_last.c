@@ -1,5 +1,5 @@
-/* channels_last.c - a layout choice for oneDNN: float32 2-d convolutions in
- * channels_last.
+/* channels_last.c - a layout choice for oneDNN: float32, bfloat16 and
+ * float16 2-d convolutions in channels_last.
  *
  * oneDNN runs a float32 2-d convolution several times faster on
  * channels_last (NHWC) tensors than on contiguous NCHW ones when the
@@ -77,8 +77,17 @@ static int cl_is_cl(const cdy_meta *m)
     return m->ndim == 4 && !cl_nchw(m) && !memcmp(c.strides, m->strides, sizeof(int64_t) * 4);
 }
 
-/* 1 if call p is a conv2d of float32 NCHW x and w (its first two arguments,
- * positional) whose extern node has a float32 NCHW (or channels_last) meta,
+/* 1 for the dtypes whose convs the pass moves: float32, and bfloat16 /
+ * float16, where oneDNN's channels_last kernels are faster still (bfloat16
+ * 3->32 on 8x3x32x32: 200 us NCHW, 148 channels_last; float16 32->64 on
+ * 8x32x16x16: 25 ms, 5 ms, one core of this project's machine). */
+static int cl_dtype(int dt)
+{
+    return dt == CDY_DT_FLOAT32 || dt == CDY_DT_BFLOAT16 || dt == CDY_DT_FLOAT16;
+}
+
+/* 1 if call p is a conv2d of NCHW x and w of one cl_dtype (its first two arguments,
+ * positional) whose extern node has an NCHW (or channels_last) meta,
  * over at least two pixels: the calls the pass rewrites. */
 static int cl_wants(const cdy_trace *t, const cdy_pynode *p)
 {
@@ -91,8 +100,8 @@ static int cl_wants(const cdy_trace *t, const cdy_pynode *p)
     const cdy_value *y = &g->values[p->value];
     const cdy_meta *om = &y->meta, *xm = &g->values[p->ref[0]].meta;
     const cdy_meta *wm = &g->values[p->ref[1]].meta;
-    return cdy_value_is_extern(y) && om->dtype == CDY_DT_FLOAT32 &&
-           xm->dtype == CDY_DT_FLOAT32 && (cl_nchw(om) || cl_is_cl(om)) && cl_nchw(xm) &&
+    return cdy_value_is_extern(y) && cl_dtype(om->dtype) && xm->dtype == om->dtype &&
+           wm->dtype == om->dtype && (cl_nchw(om) || cl_is_cl(om)) && cl_nchw(xm) &&
            cl_nchw(wm) && xm->sizes[2] * xm->sizes[3] >= 2;
 }
 

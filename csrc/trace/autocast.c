@@ -99,7 +99,7 @@ int cdy_autocast_args(tracer *tr, const char *what, tvar **args, int nargs, int 
     tr->t->autocast_dep = 1;
     if (!tr->t->autocast_on)
         return 0;
-    int dt = ac_dtype(cdy_state_read(CDY_STATE_AUTOCAST));
+    int dt = ac_dtype(tr->t->autocast_state);
     if (fp32 || dt == CDY_DT_NONE)
         return cdy_tr_stop(tr, AUTOCAST_OPS, what);
     for (int i = 0; i < nargs; i++)

@@ -39,6 +39,7 @@ typedef struct {
 } ag_state;
 
 static int ag_multi(ag_state *s, int v, const cdy_pynode *item);
+static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name);
 
 /* Functions of the backward's prelude (python/cdynamo/_grad_formulas.py); any
  * other function a formula calls is torch's. */
@@ -46,7 +47,8 @@ static const char *const ag_helpers[] = {
     "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
     "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
     "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward",
-    "sdpa_backward", NULL};
+    "sdpa_backward", "conv_backward", "batch_norm_backward", "max_pool2d_backward",
+    "adaptive_max_pool2d_backward", NULL};
 
 int cdy_autograd_on(void)
 {
@@ -829,6 +831,217 @@ static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
     return 0;
 }
 
+/* The argument `name` at position pos of call p (or by keyword): its index
+ * in p's arguments, or -1 when absent. */
+static int ag_arg_at(const cdy_pynode *p, int pos, const char *name)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
+    int at = pos < npos ? pos : -1;
+    for (int k = 0; k < nkw; k++) {
+        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
+        if (n && !strcmp(n, name))
+            at = npos + k;
+    }
+    PyErr_Clear();
+    return at;
+}
+
+/* Argument i of call p (-1: absent, written None) into b, as ag_call_arg. */
+static int ag_opt_arg(ag_state *s, const cdy_pynode *p, int i, cdy_buf *b)
+{
+    if (i < 0) {
+        cdy_buf_puts(b, "None");
+        return 0;
+    }
+    return ag_call_arg(s, p, i, b);
+}
+
+/* The gradients of a call whose formula (a prelude function) returns one per
+ * tensor argument at[0..n) (absent: -1; None where mask is False): call,
+ * then each added to its argument.  The call's text is in `call` (it ends
+ * with the arguments after the mask). */
+static void ag_masked(ag_state *s, int v, const int *at, int n, const cdy_pynode *p,
+                      const char *call)
+{
+    cdy_buf_printf(&s->body, "    e%d = %s\n", v, call);
+    for (int k = 0; k < n; k++)
+        if (at[k] >= 0 && p->ref[at[k]] >= 0 && s->needs[p->ref[at[k]]]) {
+            char e[32];
+            snprintf(e, sizeof(e), "e%d[%d]", v, k);
+            ag_add(s, v, p->ref[at[k]], e, 0);
+        }
+}
+
+/* conv1d / conv2d / conv3d(input, weight, bias, stride, padding, dilation,
+ * groups): torch's convolution_backward for the gradients that are needed
+ * (conv_backward of the prelude); 1 when the call is other (padding given
+ * as a string: the vjp). */
+static int ag_conv(ag_state *s, int v, const cdy_pynode *p)
+{
+    static const char *const names[] = {"input", "weight", "bias", "stride", "padding",
+                                        "dilation", "groups"};
+    int at[7];
+    for (int k = 0; k < 7; k++)
+        at[k] = ag_arg_at(p, k, names[k]);
+    if (at[0] < 0 || at[1] < 0 || p->ref[at[0]] < 0 || p->ref[at[1]] < 0)
+        return 1;
+    PyObject *pad = ag_const_arg(p, 4, "padding");
+    if (!pad || PyUnicode_Check(pad) || (at[2] >= 0 && p->ref[at[2]] == -2))
+        return 1;
+    for (int k = 3; k < 7; k++)
+        if (at[k] >= 0 && p->ref[at[k]] >= 0)
+            return 1;                      /* a tensor where a number goes */
+    cdy_buf c = {0};
+    cdy_buf_puts(&c, "conv_backward(g");
+    cdy_buf_printf(&c, "%d, (", v);
+    for (int k = 0; k < 3; k++)
+        cdy_buf_puts(&c, at[k] >= 0 && p->ref[at[k]] >= 0 && s->needs[p->ref[at[k]]] ? "True, "
+                                                                                     : "False, ");
+    cdy_buf_puts(&c, ")");
+    int rc = 0;
+    for (int k = 0; !rc && k < 7; k++) {
+        cdy_buf_puts(&c, ", ");
+        rc = k == 2 ? 0 : ag_opt_arg(s, p, at[k], &c);
+        if (k == 2)   /* the bias: only whether there is one */
+            cdy_buf_puts(&c, at[2] >= 0 && p->ref[at[2]] >= 0 ? "True" : "False");
+    }
+    cdy_buf_puts(&c, ")");
+    if (!rc)
+        ag_masked(s, v, at, 3, p, c.data);
+    cdy_buf_free(&c);
+    return rc < 0 ? ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "") : rc;
+}
+
+/* F.batch_norm(input, running_mean, running_var, weight, bias, training,
+ * momentum, eps) in training mode: the gradients of input, weight and bias
+ * from the batch statistics (batch_norm_backward of the prelude, fused like
+ * layer_norm's); the running statistics the forward's extern updated are
+ * not read.  1 when the call is other (eval mode: the vjp). */
+static int ag_batch_norm(ag_state *s, int v, const cdy_pynode *p)
+{
+    static const char *const names[] = {"input", "weight", "bias", "eps"};
+    static const int pos[] = {0, 3, 4, 7};
+    int at[4];
+    for (int k = 0; k < 4; k++)
+        at[k] = ag_arg_at(p, pos[k], names[k]);
+    PyObject *tr = ag_const_arg(p, 5, "training");
+    if (tr != Py_True || at[0] < 0 || p->ref[at[0]] < 0 ||
+        s->g->values[p->ref[at[0]]].meta.ndim < 2)
+        return 1;
+    for (int k = 1; k < 4; k++)
+        if (at[k] >= 0 && p->ref[at[k]] == -2)
+            return 1;
+    cdy_buf c = {0};
+    cdy_buf_printf(&c, "batch_norm_backward(g%d, (", v);
+    for (int k = 0; k < 3; k++)
+        cdy_buf_puts(&c, at[k] >= 0 && p->ref[at[k]] >= 0 && s->needs[p->ref[at[k]]] ? "True, "
+                                                                                     : "False, ");
+    cdy_buf_puts(&c, ")");
+    int rc = 0;
+    for (int k = 0; !rc && k < 4; k++) {
+        cdy_buf_puts(&c, ", ");
+        if (k == 3 && at[3] < 0)
+            cdy_buf_puts(&c, "1e-05");
+        else
+            rc = ag_opt_arg(s, p, at[k], &c);
+    }
+    cdy_buf_puts(&c, ")");
+    if (!rc)
+        ag_masked(s, v, at, 3, p, c.data);
+    cdy_buf_free(&c);
+    return rc < 0 ? ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "") : rc;
+}
+
+/* Pair value a of a pool node (h << 32 | w) as a Python tuple into b. */
+static void ag_pair(const ag_state *s, int a, cdy_buf *b)
+{
+    int64_t i = s->g->values[a].i;
+    cdy_buf_printf(b, "(%lld, %lld)", (long long)(i >> 32), (long long)(i & 0xffffffff));
+}
+
+/* 1 if pool node x's output is larger than floor mode gives (ceil_mode). */
+static int ag_pool_ceil(const ag_state *s, const cdy_value *x, int max)
+{
+    const cdy_meta *im = &s->g->values[x->args[0]].meta;
+    for (int d = 0; d < 2; d++) {
+        int sh = d ? 0 : 32, nd = im->ndim;
+        int64_t k = s->g->values[x->args[1]].i >> sh & 0xffffffff;
+        int64_t st = s->g->values[x->args[2]].i >> sh & 0xffffffff;
+        int64_t pd = s->g->values[x->args[3]].i >> sh & 0xffffffff;
+        int64_t dl = max ? s->g->values[x->args[4]].i >> sh & 0xffffffff : 1;
+        int64_t in = im->sizes[nd - 2 + d];
+        if (st > 0 && (in + 2 * pd - dl * (k - 1) - 1) / st + 1 != x->meta.sizes[nd - 2 + d])
+            return 1;
+    }
+    return 0;
+}
+
+/* Pool node v (kind W): its input's gradient by torch's backward op of the
+ * pool (the prelude's max_pool2d_backward / adaptive_max_pool2d_backward
+ * recompute the indices); upsample has none. */
+static int ag_pool(ag_state *s, int v)
+{
+    const cdy_value *x = &s->g->values[v];
+    int in = x->args[0];
+    cdy_buf e = {0};
+    if (x->op == CDY_OP_MAX_POOL2D || x->op == CDY_OP_AVG_POOL2D) {
+        int max = x->op == CDY_OP_MAX_POOL2D;
+        cdy_buf_printf(&e, "%s(g%d, ", max ? "max_pool2d_backward"
+                                           : "torch.ops.aten.avg_pool2d_backward", v);
+        ag_value(s, &e, in);
+        for (int a = 1; a < 4 + max; a++) {
+            cdy_buf_puts(&e, ", ");
+            ag_pair(s, x->args[a], &e);
+        }
+        cdy_buf_puts(&e, ag_pool_ceil(s, x, max) ? ", True" : ", False");
+        if (!max) {
+            int64_t fl = s->g->values[x->args[4]].i;
+            cdy_buf_printf(&e, ", %s, ", fl & 1 ? "True" : "False");
+            if (fl >> 1)
+                cdy_buf_printf(&e, "%lld", (long long)(fl >> 1));
+            else
+                cdy_buf_puts(&e, "None");
+        }
+        cdy_buf_puts(&e, ")");
+    } else if (x->op == CDY_OP_ADAPTIVE_AVG_POOL2D) {
+        cdy_buf_printf(&e, "torch.ops.aten._adaptive_avg_pool2d_backward(g%d, ", v);
+        ag_value(s, &e, in);
+        cdy_buf_puts(&e, ")");
+    } else if (x->op == CDY_OP_ADAPTIVE_MAX_POOL2D) {
+        const cdy_meta *m = &x->meta;
+        cdy_buf_printf(&e, "adaptive_max_pool2d_backward(g%d, ", v);
+        ag_value(s, &e, in);
+        cdy_buf_printf(&e, ", (%lld, %lld))", (long long)m->sizes[m->ndim - 2],
+                       (long long)m->sizes[m->ndim - 1]);
+    } else
+        return ag_no_formula(s, v, NULL);
+    if (s->needs[in])
+        ag_add(s, v, in, e.data ? e.data : "", 0);
+    cdy_buf_free(&e);
+    return 0;
+}
+
+/* 1 if extern call p is F.scaled_dot_product_attention with dropout (random:
+ * the vjp's rerun would draw another mask). */
+static int ag_sdpa_dropout(const cdy_pynode *p, const char *fn)
+{
+    if (strcmp(fn, "scaled_dot_product_attention"))
+        return 0;
+    PyObject *d = ag_const_arg(p, 4, "dropout_p");
+    return !d || (d != Py_None && !ag_sdpa_kw("dropout_p", d));
+}
+
+/* 1 if extern call p (of fn) updates running statistics in place:
+ * batch_norm not in eval mode, instance_norm with running statistics. */
+static int ag_updates_stats(const cdy_pynode *p, const char *fn)
+{
+    if (!strcmp(fn, "batch_norm"))
+        return ag_const_arg(p, 5, "training") != Py_False;
+    if (!strcmp(fn, "instance_norm"))
+        return ag_const_arg(p, 1, "running_mean") != Py_None;
+    return 0;
+}
+
 /* Extern node v: torch's ops for known callables, else a vector-Jacobian
  * product through torch's autograd at run time (vjp of the prelude). */
 static int ag_extern(ag_state *s, int v)
@@ -842,10 +1055,19 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, "an extern without a call");
     }
     ag_fn_name(p->fn, fn, sizeof(fn));
-    if (ag_random(fn))
+    if (!strcmp(fn, "bernoulli.p"))
+        return 0;                          /* dropout's noise: no gradient (derivatives.yaml) */
+    if (ag_random(fn) || ag_sdpa_dropout(p, fn))
         return ag_no_formula(s, v, fn);
     if (!strcmp(fn, "detach"))
         return 0;                          /* no gradient flows through */
+    if ((!strcmp(fn, "conv1d") || !strcmp(fn, "conv2d") || !strcmp(fn, "conv3d")) &&
+        !ag_conv(s, v, p))
+        return 0;
+    if (!strcmp(fn, "batch_norm") && !ag_batch_norm(s, v, p))
+        return 0;
+    if (ag_updates_stats(p, fn))           /* the vjp would update them again */
+        return ag_no_formula(s, v, fn);
     if (!ag_same_elems(s, v, fn, p))
         return 0;
     if (!strcmp(fn, "scaled_dot_product_attention") && !ag_sdpa(s, v, p))
@@ -1079,6 +1301,8 @@ static int ag_node(ag_state *s, int v)
         return ag_gather(s, v);
     if (kind == 'K')
         return ag_cat(s, v);
+    if (kind == 'W')
+        return ag_pool(s, v);
     return ag_formula(s, v);
 }
 
@@ -1274,6 +1498,40 @@ static int ag_walk(ag_state *s, cdy_backward *bw)
     return rc;
 }
 
+/* 1 if an in-place update of an input cannot run inside the forward as
+ * eager's: an output views the input (other than its new value itself),
+ * the input requires grad, or its new value carries a gradient
+ * (eager would give the input a history); after the walk (`walked`), or
+ * the backward reads the input (it would see the new value).  Updates of
+ * buffers (BatchNorm's num_batches_tracked) pass. */
+static int ag_bad_mutation(const ag_state *s, int walked)
+{
+    const cdy_trace *t = s->t;
+    for (int r = 0; !walked && r < t->nreview; r++) {   /* only the written value itself */
+        int ok = 0;
+        for (int w = 0; w < t->nwriteback; w++)
+            ok |= t->review[r].same && t->review[r].output == t->writeback[2 * w + 1];
+        if (!ok)
+            return 1;
+    }
+    for (int w = 0; w < t->nwriteback; w++) {
+        int i = t->writeback[2 * w], v = ag_input_value(s->g, i);
+        if (walked ? v >= 0 && s->used[v]
+                   : (i < t->ninput_rg && t->input_rg[i]) ||
+                         s->needs[s->g->outputs[t->writeback[2 * w + 1]]])
+            return 1;
+    }
+    return 0;
+}
+
+/* AUTOGRAD_MUTATION, with what the state holds released; -1. */
+static int ag_stop_mutation(ag_state *s)
+{
+    Py_CLEAR(s->consts);
+    cdy_buf_free(&s->body);
+    return ag_stop(s, -1, CDY_R_AUTOGRAD_MUTATION, "an input");
+}
+
 int cdy_autograd_build(cdy_trace *t, cdy_backward *bw)
 {
     memset(bw, 0, sizeof(*bw));
@@ -1281,8 +1539,6 @@ int cdy_autograd_build(cdy_trace *t, cdy_backward *bw)
     memset(&s, 0, sizeof(s));
     s.t = t;
     s.g = &t->graph;
-    if (t->nwriteback || t->nreview)
-        return ag_stop(&s, -1, CDY_R_AUTOGRAD_MUTATION, "an input");
     int n = t->graph.nvalues + 1;
     char *flags = cdy_arena_alloc(&t->arena, (size_t)n * 4);
     s.consts = PyList_New(0);
@@ -1292,7 +1548,11 @@ int cdy_autograd_build(cdy_trace *t, cdy_backward *bw)
     }
     s.needs = flags, s.has_g = flags + n, s.used = flags + 2 * n, s.recompute = flags + 3 * n;
     ag_mark_needs(&s);
+    if (ag_bad_mutation(&s, 0))
+        return ag_stop_mutation(&s);
     int rc = ag_walk(&s, bw);
+    if (!rc && bw->src && ag_bad_mutation(&s, 1))
+        rc = ag_stop(&s, -1, CDY_R_AUTOGRAD_MUTATION, "an input");
     cdy_buf_free(&s.body);
     if (rc || !bw->src) {
         int stopped = s.stopped;

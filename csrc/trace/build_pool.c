@@ -101,6 +101,7 @@ static int lp_meta(tracer *tr, const cdy_build_call *call, tvar *x, unsigned dts
 }
 
 #define LP_FLOATS (1u << CDY_DT_FLOAT32 | 1u << CDY_DT_FLOAT64)
+#define LP_LOWP (1u << CDY_DT_BFLOAT16 | 1u << CDY_DT_FLOAT16)   /* max windows only */
 #define LP_INTS (1u << CDY_DT_UINT8 | 1u << CDY_DT_INT8 | 1u << CDY_DT_INT16 | \
                  1u << CDY_DT_INT32 | 1u << CDY_DT_INT64)
 
@@ -130,7 +131,7 @@ tvar *cdy_build_max_pool2d(tracer *tr, const cdy_build_call *call)
     int64_t kh, kw, sh, sw, ph, pw, dh, dw;
     if (cdy_bind_names("input kernel_size stride padding dilation ceil_mode return_indices",
                        call->args, call->nargs, call->kwnames, s) ||
-        !lp_off(s[6]) || lp_meta(tr, call, s[0], LP_FLOATS | LP_INTS, &m) ||
+        !lp_off(s[6]) || lp_meta(tr, call, s[0], LP_FLOATS | LP_INTS | LP_LOWP, &m) ||
         !s[1] || lp_pair(s[1], -1, -1, &kh, &kw) || kh < 1 || kw < 1 ||
         lp_pair(s[2], kh, kw, &sh, &sw) || lp_pair(s[3], 0, 0, &ph, &pw) ||
         lp_pair(s[4], 1, 1, &dh, &dw) || sh < 1 || sw < 1 || dh < 1 || dw < 1)
@@ -185,7 +186,7 @@ tvar *cdy_build_adaptive_max_pool2d(tracer *tr, const cdy_build_call *call)
     cdy_meta m;
     if (cdy_bind_names("input output_size return_indices", call->args, call->nargs,
                        call->kwnames, s) ||
-        !lp_off(s[2]) || lp_meta(tr, call, s[0], LP_FLOATS, &m))
+        !lp_off(s[2]) || lp_meta(tr, call, s[0], LP_FLOATS | LP_LOWP, &m))
         return NULL;
     return lp_node(tr, call, call->op, s[0], NULL, 0, &m);
 }

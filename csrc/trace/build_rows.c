@@ -233,14 +233,34 @@ static int lr_channels(tracer *tr, int t, int nd)
     return cdy_view_value(tr, 1, &t, 1, &m, t, m.strides, 0);
 }
 
+/* 1 if ATen's batch_norm takes its vectorized kernel for the bound slots s
+ * (input, mean, var, weight, bias): input contiguous or 4-d channels_last,
+ * the parameters contiguous.  In bfloat16 / float16 the other path rounds
+ * 1 / sqrt(var + eps) to the dtype (results ulps apart): it stays extern. */
+static int lr_bn_fast_path(tracer *tr, tvar **s)
+{
+    cdy_meta m = lr_val(tr, s[0])->meta;
+    int ok = cdy_meta_contiguous(&m);
+    if (!ok && m.ndim == 4) {
+        int64_t st[4] = {m.sizes[1] * m.sizes[2] * m.sizes[3], 1, m.sizes[1] * m.sizes[3], m.sizes[1]};
+        ok = 1;
+        for (int d = 0; d < 4; d++)
+            ok &= m.sizes[d] == 1 || m.strides[d] == st[d];
+    }
+    for (int a = 1; a < 5 && ok; a++)
+        ok = cdy_tv_none(s[a]) || cdy_meta_contiguous(&lr_val(tr, s[a])->meta);
+    return ok;
+}
+
 /* F.batch_norm(input, running_mean, running_var, weight, bias, training,
  * momentum, eps) with training=False: pointwise nodes computing as ATen's
  * eval kernel does, alpha = 1 / sqrt(var + eps) * weight and beta = bias -
  * mean * alpha per channel, then x * alpha + beta.  alpha and beta are small
  * and broadcast, so the compiler computes them once (cg_realize_broadcast)
  * and the per-element part fuses with its producers and consumers (relu,
- * pooling, a residual add).  Training mode (it updates the running stats)
- * stays extern. */
+ * pooling, a residual add); in bfloat16 / float16 in float32, rounded
+ * once (cdy_compose_batch_norm).  Training mode (it updates the running
+ * stats) stays extern. */
 tvar *cdy_build_batch_norm(tracer *tr, const cdy_build_call *call)
 {
     tvar *s[8];
@@ -249,14 +269,14 @@ tvar *cdy_build_batch_norm(tracer *tr, const cdy_build_call *call)
     if (cdy_bind_names("input running_mean running_var weight bias training momentum eps",
                        call->args, call->nargs, call->kwnames, s) ||
         !s[5] || s[5]->kind != TV_CONST || s[5]->obj != Py_False ||
-        !lr_float_tensor(tr, s[0]) || (s[7] && !lr_num(s[7], &eps)) ||
+        !lr_row_tensor(tr, s[0]) || (s[7] && !lr_num(s[7], &eps)) ||
         cdy_tv_none(s[1]) || cdy_tv_none(s[2]) ||
         !PyObject_TypeCheck(call->out, (PyTypeObject *)cdy_tensor_type) ||
         cdy_read_meta(tr, call->out, &om))
         return NULL;
     const cdy_meta *im = &lr_val(tr, s[0])->meta;
     int nd = im->ndim, dt = im->dtype, ch[4];
-    if (nd < 2 || om.dtype != dt)
+    if (nd < 2 || om.dtype != dt || (cdy_dtype_lowp(dt) && !lr_bn_fast_path(tr, s)))
         return NULL;
     for (int a = 1; a < 5; a++) {
         int t = lr_affine(tr, s[a], s[0], 1);

@@ -400,6 +400,10 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
         return NULL;
     }
+    int dropout;
+    tvar *dr = cdy_dropout_train(tr, fn, args, nargs, kwnames, &dropout);   /* issue 34 */
+    if (dropout)
+        return dr;
     if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
         PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_inplace) == 0 &&
         args[nargs - 1]->kind == TV_CONST && args[nargs - 1]->obj == Py_False) {
@@ -427,8 +431,14 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     int c_meta = out != NULL;
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
-    if (!out && !(out = fake_call(tr, fn, what, args, nargs, kwnames)))
-        return NULL;
+    if (!out) {
+        /* torch.is_autocast_enabled() and the like answer the trace's autocast state */
+        int live = state_query(what) == CDY_STATE_AUTOCAST ? cdy_ac_live_set(tr) : -1;
+        out = fake_call(tr, fn, what, args, nargs, kwnames);
+        cdy_ac_live_restore(live);
+        if (!out)
+            return NULL;
+    }
     tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, kwnames, out);
     if (same)
         return same;
@@ -1632,7 +1642,10 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     }
     PyObject *fn = callable->obj;
     int handled;
-    tvar *r = cdy_call_fixed_method(tr, callable, args, nargs, kwnames, &handled);
+    tvar *r = cdy_ctx_exit_call(tr, fn, &handled);
+    if (handled)
+        return r;
+    r = cdy_call_fixed_method(tr, callable, args, nargs, kwnames, &handled);
     if (handled)
         return r;
     callable_name(fn, name, sizeof(name));

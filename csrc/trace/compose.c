@@ -19,10 +19,18 @@ static int cp_pw(tracer *tr, int op, int a, int b, const cdy_meta *m, int dt, in
 /* batch_norm in eval mode as ATen's kernel computes it: per channel (metas
  * pm, [C, 1, ..]) alpha = 1 / sqrt(var + eps) * weight and beta = bias -
  * mean * alpha, then x * alpha + beta over om; ch = (mean, var, weight, bias)
- * channel values, -2 for an absent weight or bias. */
+ * channel values, -2 for an absent weight or bias.  In bfloat16 / float16
+ * all of it is float32 (ATen's reduced-float kernel: alpha and beta in
+ * float, one rounding of x * alpha + beta to the dtype). */
 int cdy_compose_batch_norm(tracer *tr, int x, const int *ch, double eps, const cdy_meta *pm,
                            const cdy_meta *om, int dt)
 {
+    if (cdy_dtype_lowp(dt)) {
+        int y = cdy_compose_batch_norm(tr, x, ch, eps, pm, om, CDY_DT_FLOAT32);
+        cdy_meta m = *om;
+        m.dtype = dt;
+        return y < 0 ? y : cdy_node_add(tr, CDY_OP_CAST, &y, 1, &m, dt);
+    }
     int e = cdy_scalar_float(tr, eps), zero = cdy_scalar_float(tr, 0.0);
     int v = cp_pw(tr, CDY_OP_ADD, ch[1], e, pm, dt, dt);
     v = v < 0 ? v : cp_pw(tr, CDY_OP_SQRT, v, -1, pm, dt, dt);

@@ -7,6 +7,17 @@
  *       mode is off, autocast off while it is off) is traced as its body,
  *       guarded on that state; one that changes it stops the trace (the
  *       frame runs eagerly): the graph has no state changes inside it.
+ *   with torch.autocast("cpu", dtype=..., enabled=...) that changes the
+ *       CPU autocast state, entered while autocast is off when the frame
+ *       starts (guarded): the trace's autocast state (t->autocast_state)
+ *       changes for the block and is restored by its __exit__; the ops in
+ *       it get eager's autocast casts as graph nodes (autocast.c), so the
+ *       graph runs with the state unchanged and an exception inside it
+ *       leaves the state as eager's exit does.  torch calls that read the
+ *       state while tracing (is_autocast_enabled, torch.autocast(dtype=None))
+ *       see the trace's.  Under an autocast that is on when the frame
+ *       starts such a block stops the trace (the graph's externs would get
+ *       the outer autocast's casts at run time).
  *   with <a Python context manager> (a class with Python __enter__ and
  *       __exit__, contextlib.nullcontext, ...): __enter__ and __exit__ are
  *       traced as calls.
@@ -16,7 +27,7 @@
 
 #include <string.h>
 
-static PyObject *noop_exit_fn, *no_grad_t, *enable_grad_t, *set_grad_t, *inference_t, *autocast_t;
+static PyObject *noop_exit_fn, *ac_exit_fn, *no_grad_t, *enable_grad_t, *set_grad_t, *inference_t, *autocast_t;
 
 /* _cdy_noop_exit(*args): the __exit__ of a context that changes nothing; None. */
 static PyObject *noop_exit_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
@@ -37,8 +48,11 @@ static int contexts_init(void)
     set_grad_t = PyObject_GetAttrString(cdy_torch, "set_grad_enabled");
     inference_t = PyObject_GetAttrString(cdy_torch, "inference_mode");
     autocast_t = PyObject_GetAttrString(cdy_torch, "autocast");
+    static PyMethodDef ac_def = {"_cdy_autocast_exit", (PyCFunction)(void (*)(void))noop_exit_impl,
+                                 METH_FASTCALL, "the __exit__ of an autocast block entered in a trace"};
+    ac_exit_fn = PyCFunction_New(&ac_def, NULL);
     noop_exit_fn = PyCFunction_New(&def, NULL);
-    return noop_exit_fn && no_grad_t && enable_grad_t && set_grad_t && inference_t && autocast_t
+    return noop_exit_fn && ac_exit_fn && no_grad_t && enable_grad_t && set_grad_t && inference_t && autocast_t
                ? 0 : -1;
 }
 
@@ -46,6 +60,38 @@ static int contexts_init(void)
 int cdy_is_noop_exit(PyObject *fn)
 {
     return fn && fn == noop_exit_fn;
+}
+
+/* See trace.h. */
+int cdy_ac_live_set(tracer *tr)
+{
+    int live = cdy_state_read(CDY_STATE_AUTOCAST);
+    if ((live & 0xff01) == (tr->t->autocast_state & 0xff01))
+        return -1;
+    cdy_state_set_cpu_autocast(tr->t->autocast_state);
+    return live;
+}
+
+/* See trace.h. */
+void cdy_ac_live_restore(int saved)
+{
+    if (saved >= 0)
+        cdy_state_set_cpu_autocast(saved);
+}
+
+/* See trace.h: the call of an autocast block's __exit__ restores the state
+ * its __enter__ replaced; None.  *handled 0 for any other fn. */
+tvar *cdy_ctx_exit_call(tracer *tr, PyObject *fn, int *handled)
+{
+    *handled = fn && fn == ac_exit_fn;
+    if (!*handled)
+        return NULL;
+    cdy_trace *t = tr->t;
+    if (CDY_TR_CHECK(tr, t->ac_depth > 0, STACK_UNDERFLOW))
+        return NULL;
+    t->autocast_state = t->ac_saved[--t->ac_depth];
+    t->autocast_on = t->autocast_state & 1;
+    return cdy_tv_const(tr, Py_NewRef(Py_None));
 }
 
 /* See trace.h: torch.no_grad() and its kin called with constant arguments: the
@@ -88,7 +134,9 @@ tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObj
         nkw = 0;
         kwnames = NULL;
     }
+    int live = cls == autocast_t ? cdy_ac_live_set(tr) : -1;   /* dtype=None reads it */
     PyObject *o = cdy_tr_keep(tr, PyObject_Vectorcall(cls, pa, (size_t)(nargs - nkw), kwnames));
+    cdy_ac_live_restore(live);
     if (!o) {
         cdy_tr_stop_exc(tr, RAISED_CALL, ((PyTypeObject *)cls)->tp_name);
         return NULL;
@@ -118,8 +166,51 @@ static int grad_context_mode(PyObject *cm)
     return -1;
 }
 
-/* A torch context cm that changes nothing while tracing: 1 (its state guarded), 0 when it
- * would change the trace's state or is no such context; -1 stopped. */
+/* The CPU autocast state word autocast block cm sets over state s; -1 when
+ * cm is a CUDA block that is on, -2 unreadable. */
+static int autocast_block_state(PyObject *cm, int s)
+{
+    PyObject *en = PyObject_GetAttrString(cm, "_enabled");
+    PyObject *dev = en ? PyObject_GetAttrString(cm, "device") : NULL;
+    PyObject *dt = dev ? PyObject_GetAttrString(cm, "fast_dtype") : NULL;
+    int on = en ? PyObject_IsTrue(en) : -1;
+    int cpu = dev && PyUnicode_Check(dev) ? PyUnicode_CompareWithASCIIString(dev, "cpu") == 0 : -1;
+    int code = dt ? cdy_state_dtype_code(dt) : -2;
+    Py_XDECREF(en);
+    Py_XDECREF(dev);
+    Py_XDECREF(dt);
+    PyErr_Clear();
+    if (on < 0 || cpu < 0)
+        return -2;
+    if (!cpu)
+        return on ? -1 : s;        /* another device's block, off: changes nothing here */
+    if (code < 0)
+        return on ? -2 : (s & ~0xff01);   /* a dtype autocast has no code for: off anyway */
+    return (s & ~0xff01) | on | code << 8;
+}
+
+/* `with cm` for a torch.autocast cm: 1 when it changes nothing, 2 when the
+ * trace enters its state (its exit is ac_exit_fn), -1 stopped. */
+static int autocast_block(tracer *tr, PyObject *cm)
+{
+    cdy_trace *t = tr->t;
+    int ns = autocast_block_state(cm, t->autocast_state);
+    if (ns < 0)
+        return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
+    if (cdy_guard_state(tr, CDY_STATE_AUTOCAST))
+        return -1;
+    if ((ns & 0xff01) == (t->autocast_state & 0xff01) || (!(ns & 1) && !t->autocast_on))
+        return 1;   /* the same state, or off either way (the dtype is read through the state) */
+    if ((t->autocast_entry & 1) || t->ac_depth == (int)(sizeof(t->ac_saved) / sizeof(int)))
+        return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
+    t->ac_saved[t->ac_depth++] = t->autocast_state;
+    t->autocast_state = ns;
+    t->autocast_on = ns & 1;
+    return 2;
+}
+
+/* A torch context cm that changes nothing while tracing: 1 (its state guarded), 2 an
+ * autocast block the trace enters, 0 when it is no such context; -1 stopped. */
 static int noop_torch_context(tracer *tr, PyObject *cm)
 {
     int mode = grad_context_mode(cm);
@@ -136,15 +227,8 @@ static int noop_torch_context(tracer *tr, PyObject *cm)
             return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
         return cdy_guard_grad_mode(tr, mode) ? -1 : 1;
     }
-    if (PyObject_TypeCheck(cm, (PyTypeObject *)autocast_t)) {
-        PyObject *en = PyObject_GetAttrString(cm, "_enabled");
-        int on = en ? PyObject_IsTrue(en) : -1;
-        Py_XDECREF(en);
-        PyErr_Clear();
-        if (on != 0 || tr->t->autocast_on)
-            return cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name);
-        return cdy_guard_state(tr, CDY_STATE_AUTOCAST) ? -1 : 1;
-    }
+    if (PyObject_TypeCheck(cm, (PyTypeObject *)autocast_t))
+        return autocast_block(tr, cm);
     return 0;
 }
 
@@ -164,7 +248,7 @@ int cdy_op_before_with(tracer *tr)
             tvar *ex = cdy_tv_new(tr, TV_OBJ), *none = cdy_tv_const(tr, Py_NewRef(Py_None));
             if (!ex || !none)
                 return -1;
-            ex->obj = noop_exit_fn;
+            ex->obj = noop == 2 ? ac_exit_fn : noop_exit_fn;
             ex->fixed = 1;
             tr->stack[tr->sp++] = ex;
             tr->stack[tr->sp++] = none;   /* torch's contexts enter as None */

@@ -115,7 +115,12 @@ typedef struct {
                                 with a backward (trace/autograd.c) */
     int ninput_rg;           /* input_rg's length */
     unsigned char *input_rg; /* per graph input: it requires grad (training; PyMem) */
-    int autocast_on;         /* CPU autocast was on when the trace started */
+    int autocast_on;         /* CPU autocast is on at this point of the trace */
+    int autocast_state;      /* the CPU autocast state (cdy_state_read) there: the entry
+                                state, changed by autocast blocks entered in the trace */
+    int autocast_entry;      /* the state when the trace started (guarded where used) */
+    int ac_depth;            /* autocast blocks entered in the trace, not yet exited */
+    int ac_saved[8];         /* the state each of them replaced */
     int autocast_dep;        /* a call whose dtypes CPU autocast changes (autocast.c) */
     const char *autocast_unhandled;  /* an extern traced under autocast without its casts */
     int modes_on;            /* a torch function / dispatch mode was active then */

@@ -1777,7 +1777,7 @@ static int guard_global_state(tracer *tr)
         return 0;
     if (cdy_guard_state(tr, CDY_STATE_AUTOCAST))
         return -1;
-    if (tr->t->autocast_on && ext && tr->t->autocast_unhandled)
+    if (ext && tr->t->autocast_unhandled)   /* set only under autocast */
         return cdy_tr_stop(tr, AUTOCAST_OPS, tr->t->autocast_unhandled);
     return 0;
 }
@@ -1824,7 +1824,9 @@ static void trace_once(cdy_trace *t, PyCodeObject *code, PyObject *const *locals
     PyObject *ge = PyObject_CallMethod(cdy_torch, "is_grad_enabled", NULL);
     t->grad_enabled = ge != Py_False;
     Py_XDECREF(ge);
-    t->autocast_on = cdy_state_read(CDY_STATE_AUTOCAST) & 1;
+    t->autocast_entry = t->autocast_state = cdy_state_read(CDY_STATE_AUTOCAST);
+    t->autocast_on = t->autocast_state & 1;
+    t->ac_depth = 0;
     if ((t->modes_on = cdy_state_read(CDY_STATE_MODES) != 0)) {
         /* a mode's Python code sees each op, the fakes' too: run eagerly */
         if (!cdy_guard_state(&tr, CDY_STATE_MODES))

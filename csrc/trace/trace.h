@@ -438,6 +438,13 @@ int cdy_op_before_with(tracer *tr);              /* BEFORE_WITH */
  * made now (a fixed object); *handled 0 for other callables. */
 tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObject *kwnames,
                         int *handled);
+/* A call of fn: the __exit__ of an autocast block the trace entered restores
+ * the trace's autocast state (None); *handled 0 for any other fn. */
+tvar *cdy_ctx_exit_call(tracer *tr, PyObject *fn, int *handled);
+/* Make the live CPU autocast state the trace's for a torch call that reads
+ * it; the live state to give cdy_ac_live_restore, -1 when they agree. */
+int cdy_ac_live_set(tracer *tr);
+void cdy_ac_live_restore(int saved);
 
 /* ---- sets.c ---- */
 tvar *cdy_set_build(tracer *tr, tvar **items, int n);        /* BUILD_SET */
@@ -567,6 +574,13 @@ tvar *cdy_build_result_multi(tracer *tr, const cdy_build_call *call, const int *
 /* Item `name` of a TUPLE made from a torch.return_types result (.values,
  * .indices), or NULL (not stopped) when there is none. */
 tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
+
+/* F.dropout / torch.dropout in training mode inside a training trace: *handled
+ * 1 and eager's computation traced inline (noise drawn by torch's bernoulli,
+ * x * noise / (1 - p): differentiable), NULL when stopped; *handled 0 for any
+ * other call (build_dropout.c). */
+tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                        int *handled);
 
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */

@@ -22,6 +22,35 @@ def _prelude():
     return _PRELUDE
 
 
+def dropout_train(x, p):
+    """F.dropout(x, p, training=True) as eager's CPU kernel computes it (ATen's
+    _dropout_impl), traced inline in training graphs (trace/build_dropout.c): the noise
+    drawn by torch's bernoulli at the call's place (a seed gives eager's mask), scaled by
+    1 / (1 - p), times x; differentiable as a product."""
+    noise = torch.ops.aten.bernoulli.p(x, 1 - p)
+    return x * (noise / (1 - p))
+
+
+def sdpa_dropout_train(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                       scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention with dropout as eager's CPU math path computes it
+    (its fused kernels take no dropout), traced inline in training graphs: scores scaled
+    by sqrt(scale) on each side, the mask added, a softmax that gives 0 for rows masked
+    entirely, dropout_train's mask drawn on the weights, then the product with value."""
+    s = (scale if scale is not None else query.shape[-1] ** -0.5) ** 0.5
+    a = (query * s) @ (key.transpose(-2, -1) * s)
+    if is_causal:
+        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril()
+        a = a.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            a = a.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            a = a + attn_mask
+    w = torch.where(a.amax(-1, keepdim=True) == float("-inf"), 0.0, torch.softmax(a, -1))
+    return dropout_train(w, dropout_p) @ value
+
+
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
     backward saves); backward: the compiled backward.  Double backward raises
@@ -70,6 +99,11 @@ class TrainingGraph:
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"
         self.backward = optimize(ns["backward"])
+
+    @property
+    def calls(self):
+        """Calls of the forward graph (explain counts the graphs a call ran by it)."""
+        return getattr(self.forward, "calls", 0)
 
     def __call__(self, *inputs):
         return _Graph.apply(self, *inputs)

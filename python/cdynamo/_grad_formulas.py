@@ -146,3 +146,51 @@ def sdpa_backward(grad, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
     ga = grad @ v.transpose(-1, -2)
     gs = a * (ga - (ga * a).sum(-1, keepdim=True)) * s
     return gs @ k, gs.transpose(-1, -2) @ q, gv
+
+
+def conv_backward(grad, mask, x, w, has_bias, stride, padding, dilation, groups):
+    """F.conv{1,2,3}d's gradients (input, weight, bias; None where mask says so):
+    torch's convolution_backward.  An argument the call left out is None."""
+    nd = w.dim() - 2
+
+    def tup(a, dflt):
+        a = dflt if a is None else a
+        return (a,) * nd if isinstance(a, int) else tuple(a)
+    return torch.ops.aten.convolution_backward(
+        grad, x, w, [w.shape[0]] if has_bias else None, tup(stride, 1), tup(padding, 0),
+        tup(dilation, 1), False, (0,) * nd, 1 if groups is None else groups, mask)
+
+
+def batch_norm_backward(grad, mask, x, w, b, eps):
+    """F.batch_norm's gradients in training mode (input, weight, bias; None where mask
+    says so) from the batch statistics (biased variance), as layer_norm's over the
+    channels' elements."""
+    dims = (0,) + tuple(range(2, x.dim()))
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    mu = x.mean(dims, keepdim=True)
+    xc = x - mu
+    rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
+    xhat = xc * rstd
+    gx = gw = gb = None
+    if mask[0]:
+        gh = grad * w.reshape(shape) if w is not None else grad
+        gx = rstd * (gh - gh.mean(dims, keepdim=True) -
+                     xhat * (gh * xhat).mean(dims, keepdim=True))
+    if mask[1]:
+        gw = (grad * xhat).sum(dims)
+    if mask[2]:
+        gb = grad.sum(dims)
+    return gx, gw, gb
+
+
+def max_pool2d_backward(grad, x, kernel, stride, padding, dilation, ceil_mode):
+    """max_pool2d's gradient: the argmax indices recomputed, torch's backward op."""
+    idx = torch.ops.aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation,
+                                                 ceil_mode)[1]
+    return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, kernel, stride, padding,
+                                                           dilation, ceil_mode, idx)
+
+
+def adaptive_max_pool2d_backward(grad, x, size):
+    idx = torch.ops.aten.adaptive_max_pool2d(x, size)[1]
+    return torch.ops.aten.adaptive_max_pool2d_backward(grad, x, idx)

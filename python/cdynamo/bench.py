@@ -275,8 +275,10 @@ def transformer_stack_loss(x):
 
 def _train_step(f, params):
     """One training step of loss function f: gradients reset, f's loss backward; returns
-    the loss and the gradients."""
+    the loss and the gradients.  Seeded, so that dropout draws the same masks in every
+    system's steps."""
     def step(*inputs):
+        torch.manual_seed(0)
         for p in params:
             p.grad = None
         loss = f(*inputs)
@@ -287,6 +289,32 @@ def _train_step(f, params):
 
 def cnn(x):
     return _MODELS["cnn"](x)
+
+
+def _train_inputs(name, build, make):
+    """Inputs of a training workload whose model is in train mode (BatchNorm's batch
+    statistics, dropout)."""
+    def f():
+        if name not in _MODELS:
+            torch.manual_seed(0)
+            _MODELS[name] = build().train()
+        return make()
+    return f
+
+
+def cnn_train_loss(x, y):
+    return torch.nn.functional.cross_entropy(_MODELS["cnn_train"](x), y)
+
+
+def _bert_classifier():
+    from transformers import BertConfig, BertForSequenceClassification   # noqa: PLC0415
+    return BertForSequenceClassification(BertConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=128, num_labels=2))
+
+
+def bert_train_loss(ids, y):
+    return torch.nn.functional.cross_entropy(_MODELS["bert_train"](input_ids=ids).logits, y)
 
 
 def transformer_stack(x):
@@ -401,6 +429,21 @@ WORKLOADS: list[Workload] = [
              _model_inputs("stack", _Stack, lambda: (torch.randn(4, 64, 256),)), kind="training",
              rtol=1e-4, atol=1e-4, train_params=lambda: list(_MODELS["stack"].parameters()),
              description="4 transformer blocks (d=256) training step: mean square, backward"),
+    Workload("cnn_train", cnn_train_loss,
+             _train_inputs("cnn_train", _CNN, lambda: (torch.randn(8, 3, 32, 32),
+                                                      torch.randint(0, 10, (8,)))),
+             kind="training", rtol=1e-4, atol=1e-5,
+             train_params=lambda: list(_MODELS["cnn_train"].parameters()),
+             description="CNN training step: 2x (conv3x3, BatchNorm train mode, ReLU), pools, "
+                         "linear, cross_entropy, backward; 8x3x32x32"),
+    Workload("bert_train", bert_train_loss,
+             _train_inputs("bert_train", _bert_classifier,
+                           lambda: (torch.randint(0, 512, (4, 64)), torch.randint(0, 2, (4,)))),
+             kind="training", rtol=1e-4, atol=1e-4, requires=_hf_available,
+             train_params=lambda: list(_MODELS["bert_train"].parameters()),
+             description="transformers BertForSequenceClassification (d=64, 2 layers) in train "
+                         "mode (dropout 0.1) training step: cross_entropy, backward; 4x64 "
+                         "tokens"),
     Workload("int64_arith", int64_arith, _i64(1024, 1024), quick_inputs=_i64(256, 1024),
              description="a*3 - b, 1M int64 (quick: 256K)"),
 ]
@@ -782,6 +825,10 @@ class Systems:
         if system == "eager":
             return fn
         if system == "inductor":
+            # random ops through torch's generator, as eager draws them (inductor's own
+            # Philox draws other dropout masks: bert_train's results would differ)
+            import torch._inductor.config as inductor_config   # noqa: PLC0415
+            inductor_config.fallback_random = True
             return torch.compile(fn)
         if system == "cdynamo":
             if self.cdynamo is None:
