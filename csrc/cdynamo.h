@@ -276,6 +276,16 @@ typedef struct {
  * Returns 0, or -1 with a message in err. */
 int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan *plan,
                 char *err, size_t errlen);
+/* cdy_codegen with runtime sizes (issue 32): sym (sym/sym.h, g's symbolic
+ * shapes from cdy_sym_infer; NULL: cdy_codegen) makes every kernel take the
+ * symbols' values as `const int64_t *cdy_s` last and compute its loop sizes
+ * and strides from them (compiler/symk.c); the plan's buffer metas are the
+ * example's (the runtime evaluates sym->dims per call).  -1 with err
+ * "symbolic sizes: <why>" when a step cannot take runtime sizes: the caller
+ * then compiles with cdy_codegen (the static sizes). */
+struct cdy_sym_shapes_s;
+int cdy_codegen_sym(const cdy_graph *g, int nthreads, int64_t stream_bytes,
+                    struct cdy_sym_shapes_s *sym, cdy_plan *plan, char *err, size_t errlen);
 /* The default stream_bytes: 3/4 of the largest cache of CPU 0 (sysfs), 0 when
  * unknown or not on x86-64. */
 int64_t cdy_stream_auto_bytes(void);

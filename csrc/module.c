@@ -147,6 +147,16 @@ static PyObject *py_inject_trace_fault(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _C._dyn_test(flag): see cdy_pipeline_set_dyn_test (tests only). */
+static PyObject *py_dyn_test(PyObject *self, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    cdy_pipeline_set_dyn_test(on);
+    Py_RETURN_NONE;
+}
+
 /* _C.stop_reasons() -> {code: (category, template)} of trace/reasons.def */
 static PyObject *py_stop_reasons(PyObject *self, PyObject *unused)
 {
@@ -203,6 +213,9 @@ static PyMethodDef module_methods[] = {
     {"_inject_trace_fault", py_inject_trace_fault, METH_VARARGS,
      "tests only: (kind, op) 0 none, 1 opcode op fails without a stop, 2 no return value, "
      "3 an invalid graph"},
+    {"_dyn_test", py_dyn_test, METH_O,
+     "tests only: while true, every frame compiles with every dim of its argument tensors "
+     "symbolic (as dynamic=True); a graph whose kernels take runtime sizes has .symbols"},
     {"stop_reasons", py_stop_reasons, METH_NOARGS,
      "{code: (category, message template)} of every reason a trace stops"},
     {"reset", py_reset, METH_NOARGS, "forget every compiled entry and reset counters"},

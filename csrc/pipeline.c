@@ -12,6 +12,7 @@
 #include "passes/passes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fn_counter;   /* the N of __compiled_fn_N, one per compiled frame */
@@ -136,14 +137,97 @@ static int pp_threads(cdy_pipe *p)
     return n;
 }
 
-/* Schedule and emit t's graph: the plan (kernels as C, steps), checked. */
-static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan)
+static int pp_dyn_test;   /* tests: no dyn given means every argument dim (issue 32) */
+
+void cdy_pipeline_set_dyn_test(int flag)
+{
+    pp_dyn_test = flag;
+}
+
+void cdy_pipe_sym_clear(cdy_pipe *p)
+{
+    if (p->sym)
+        cdy_sym_shapes_free(p->sym);
+    free(p->sym);
+    p->sym = NULL;
+    p->has_sym = 0;
+}
+
+/* The dyn mask of t's inputs into dyn: p->dyn's, under the test hook every
+ * argument dim, else the policy's (p->dyn_of); NULL when sizes are static. */
+static const unsigned *pp_dyn(const cdy_pipe *p, const cdy_trace *t, unsigned *dyn)
+{
+    if (p->dyn)
+        return p->dyn;
+    if (pp_dyn_test) {
+        cdy_sym_dyn_all(t, dyn);
+        return dyn;
+    }
+    if (p->dyn_of)
+        return p->dyn_of(p->dyn_ctx, t, dyn) ? dyn : NULL;
+    return NULL;
+}
+
+/* Symbolic shapes of t's graph under dyn into *s when a symbol stays live
+ * (1), else 0 with p->sym_why (s freed). */
+static int pp_sym_shapes(cdy_pipe *p, const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *s)
+{
+    if (cdy_sym_trace_shapes(t, dyn, s) == 0 && cdy_sym_live(s))
+        return 1;
+    snprintf(p->sym_why, sizeof(p->sym_why), "every symbolic size specialized%s%s",
+             s->tab.nsyms ? ": " : "", s->tab.nsyms ? s->info[0].why : "");
+    cdy_sym_shapes_free(s);
+    return 0;
+}
+
+/* Try the symbolic compile of t (issue 32): 1 with *plan and *s (the shapes
+ * the plan's kernels read) when a symbol stays live and every step takes
+ * runtime sizes; else 0 with p->sym_why (the caller compiles static). */
+static int pp_codegen_sym(cdy_pipe *p, cdy_trace *t, int nth, cdy_plan *plan, cdy_sym_shapes *s)
+{
+    unsigned dbuf[t->graph.ninputs + 1];
+    const unsigned *dyn = pp_dyn(p, t, dbuf);
+    if (!dyn || !pp_sym_shapes(p, t, dyn, s))
+        return 0;
+    char err[CDY_ERRLEN];
+    if (cdy_codegen_sym(&t->graph, nth, pp_stream_bytes(), s, plan, err, sizeof(err)) == 0)
+        return 1;
+    snprintf(p->sym_why, sizeof(p->sym_why), "%s", err);
+    cdy_sym_shapes_free(s);
+    return 0;
+}
+
+/* The entry's copy of the shapes of a symbolic compile (a second inference,
+ * deterministic: the same shapes) into p->sym (only for a caller that gave
+ * p->dyn: the test hook's compiled graph guards itself); 0 or -1. */
+static int pp_sym_out(cdy_pipe *p, const cdy_trace *t)
+{
+    unsigned dbuf[t->graph.ninputs + 1];
+    p->sym = calloc(1, sizeof(*p->sym));
+    if (!p->sym || cdy_sym_trace_shapes(t, pp_dyn(p, t, dbuf), p->sym)) {
+        cdy_pipe_sym_clear(p);
+        return pp_fail(p, "out of memory");
+    }
+    p->has_sym = 1;
+    return 0;
+}
+
+/* Schedule and emit t's graph: the plan (kernels as C, steps), checked; with
+ * symbolic dims (p->dyn) and a plan that takes them, *sym holds the shapes
+ * (*has_sym set). */
+static int pp_codegen(cdy_pipe *p, cdy_trace *t, cdy_plan *plan, cdy_sym_shapes *sym,
+                      int *has_sym)
 {
     if (cdy_log_on("dynamic"))
         cdy_sym_trace_log(t, p->name);
     int nth = pp_threads(p);
-    if (cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
+    *has_sym = sym && pp_codegen_sym(p, t, nth, plan, sym);
+    if (sym && !*has_sym && p->sym_why[0] && cdy_log_on("dynamic"))
+        cdy_log("dynamic", "%s: static sizes: %s", p->name, p->sym_why);
+    if (!*has_sym && cdy_codegen(&t->graph, nth, pp_stream_bytes(), plan, p->err, sizeof(p->err)))
         return pp_fail(p, NULL);
+    if (*has_sym && (p->dyn || p->dyn_of) && pp_sym_out(p, t))
+        return -1;
     if (plan->nkernels == 0)
         p->threads = 0;                    /* no kernel: nothing built for a thread count */
     if (cdy_log_on("stages"))
@@ -186,10 +270,12 @@ static int pp_build(cdy_pipe *p, const cdy_plan *plan, const cdy_cc_opts *opts, 
 }
 
 /* Load: the callable running the plan's steps with the kernels of so_path. */
-static int pp_load(cdy_pipe *p, cdy_trace *t, const cdy_plan *plan, const char *so_path)
+static int pp_load(cdy_pipe *p, cdy_trace *t, const cdy_plan *plan, const char *so_path,
+                   cdy_sym_shapes *sym)
 {
     cdy_run_record r = cdy_run_record_of(t);
-    p->compiled = cdy_compiled_from_plan(plan, so_path[0] ? so_path : NULL, p->name, p->single, &r);
+    p->compiled = cdy_compiled_from_plan_sym(plan, so_path[0] ? so_path : NULL, p->name,
+                                             p->single, &r, sym);
     return p->compiled ? 0 : pp_fail_exc(p, "loading the compiled kernels failed");
 }
 
@@ -217,8 +303,10 @@ static int pp_training(cdy_pipe *p, cdy_trace *t, cdy_backward *bw)
         PyObject *cc = NULL, *dir = NULL;
         char so_path[4096];
         memset(&plan, 0, sizeof(plan));
-        rc = pp_cc_opts(p, &opts, &cc, &dir) || pp_codegen(p, t, &plan) ||
-             pp_build(p, &plan, &opts, so_path, sizeof(so_path)) || pp_load(p, t, &plan, so_path);
+        int has_sym = 0;
+        rc = pp_cc_opts(p, &opts, &cc, &dir) || pp_codegen(p, t, &plan, NULL, &has_sym) ||
+             pp_build(p, &plan, &opts, so_path, sizeof(so_path)) ||
+             pp_load(p, t, &plan, so_path, NULL);
         cdy_plan_free(&plan);
         Py_XDECREF(cc);
         Py_XDECREF(dir);
@@ -267,11 +355,19 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
     PyObject *cc = NULL, *dir = NULL;
     char so_path[4096];
     memset(&plan, 0, sizeof(plan));
+    cdy_sym_shapes sym;
+    int has_sym = 0;
+    memset(&sym, 0, sizeof(sym));
     int rc = pp_cc_opts(p, &opts, &cc, &dir) ||
              pp_pass(p, t, "attention", cdy_pass_attention) ||
              pp_pass(p, t, "linear_relu", cdy_pass_linear_relu) ||
-             pp_codegen(p, t, &plan) || pp_build(p, &plan, &opts, so_path, sizeof(so_path)) ||
-             pp_load(p, t, &plan, so_path);
+             pp_codegen(p, t, &plan, &sym, &has_sym) ||
+             pp_build(p, &plan, &opts, so_path, sizeof(so_path)) ||
+             pp_load(p, t, &plan, so_path, has_sym ? &sym : NULL);
+    if (has_sym)
+        cdy_sym_shapes_free(&sym);         /* not taken: the load failed (or zeroed: a no-op) */
+    if (rc)
+        cdy_pipe_sym_clear(p);
     cdy_plan_free(&plan);
     Py_XDECREF(cc);
     Py_XDECREF(dir);

@@ -188,3 +188,267 @@ def test_log_off_by_default(capfd):
     capfd.readouterr()
     cdynamo.optimize(lambda x: x + 1)(torch.randn(3))
     assert "[cdynamo:dynamic]" not in capfd.readouterr().err
+
+
+# ---- the policy: automatic dynamic, dynamic=True/False, mark_dynamic (frame/dynamic.c) ----
+
+def compiles():
+    return cdynamo.stats()["frames_compiled"]
+
+
+def sweep(fn, make, sizes, **opts):
+    """Call optimize(fn, **opts) on make(n) for each n, each result checked against eager;
+    the number of compiles."""
+    of = cdynamo.optimize(fn, **opts)
+    before = compiles()
+    for n in sizes:
+        args = make(n)
+        expected = fn(*[a.clone() for a in args])
+        assert_same(expected, of(*args))
+    return compiles() - before
+
+
+def pointwise(x, b):
+    return torch.relu(x * 2.0 + b) - b.sigmoid()
+
+
+def test_batch_sweep_compiles_twice():
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), range(1, 65))
+    assert n == 2   # size 1 (static), then at size 2 one symbolic entry for 2..64
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), range(2, 65))
+    assert n == 0   # the symbolic entry serves them (and the static ones theirs)
+
+
+def test_batch_sweep_from_two_compiles_twice():
+    cdynamo.reset()
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), range(2, 65))
+    assert n == 2
+    # the newest entry serves first: size 2 runs the symbolic entry's kernels too
+    assert cdynamo._C.cache_entry_count(pointwise.__code__) == 2
+
+
+def test_broadcast_and_two_symbols_compile_twice():
+    def f(x, y):
+        return (x - y) * (x + 1.0)
+    n = sweep(f, lambda n: (torch.randn(n, 3, 5), torch.randn(n, 1, 5)), [2, 3, 4, 7, 31])
+    assert n == 2
+    n = sweep(f, lambda n: (torch.randn(4, n), torch.randn(1, n)), [5, 6, 9, 100])
+    assert n <= 2
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("sum", lambda x: x.sum(dim=1) * 2.0),
+    ("amax", lambda x: x.amax(0, keepdim=True) + x),
+    ("softmax", lambda x: torch.softmax(x * 0.5, dim=-1)),
+    ("layer_norm", lambda x: F.layer_norm(x, (16,)) + 1.0),
+    ("matmul", lambda x: (x @ torch.ones(16, 4)).relu()),
+    ("view", lambda x: x.view(-1) * 2.0),
+    ("cat", lambda x: torch.cat([x, x * 2.0], 0).exp()),
+])
+def test_sweep_matches_eager(name, fn):
+    """Every graph kind over a batch sweep: each call equals eager; compiles stay within the
+    recompile limit (what cannot take runtime sizes compiles static per size, as before)."""
+    n = sweep(fn, lambda n: (torch.randn(n, 16),), [2, 3, 5, 8, 13, 21])
+    assert 1 <= n <= cdynamo.config.cache_size_limit
+
+
+def test_dynamic_true_compiles_once():
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), [5, 9, 33, 2],
+              dynamic=True)
+    assert n == 1
+    # the symbols' sizes: 16 of b and dim 1 of x are symbols too (related)
+    n = sweep(pointwise, lambda n: (torch.randn(3, n), torch.randn(n)), [7, 8, 64],
+              dynamic=True)
+    assert n == 0
+
+
+def test_dynamic_false_compiles_per_size():
+    n = sweep(pointwise, lambda n: (torch.randn(n, 4), torch.randn(4)), [2, 3, 4, 5],
+              dynamic=False)
+    assert n == 4
+
+
+def test_config_automatic_off(monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "automatic_dynamic_shapes", False)
+    n = sweep(pointwise, lambda n: (torch.randn(n, 4), torch.randn(4)), [2, 3, 4])
+    assert n == 3
+    with pytest.raises(AttributeError, match="automatic_dynamic_shapes"):
+        cdynamo.config.automatic_dynamic_shape = True
+    with pytest.raises(TypeError):
+        cdynamo.config.automatic_dynamic_shapes = "yes"
+
+
+def test_bad_dynamic_argument():
+    with pytest.raises(TypeError, match="dynamic must be None, True or False"):
+        cdynamo.optimize(pointwise, dynamic="auto")
+
+
+def marked(n, dims=0, torch_api=False):
+    x = torch.randn(n, 16)
+    if torch_api:
+        torch._dynamo.mark_dynamic(x, dims)
+    else:
+        cdynamo.mark_dynamic(x, dims)
+    return x, torch.randn(16)
+
+
+@pytest.mark.parametrize("torch_api", [False, True])
+def test_mark_dynamic_first_compile_symbolic(torch_api):
+    n = sweep(pointwise, lambda n: marked(n, 0, torch_api), [6, 7, 40])
+    assert n == 1
+    # unmarked tensors of other sizes still hit the symbolic entry (its guards are >= 2)
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), [3, 9])
+    assert n == 0
+
+
+def test_mark_dynamic_ignored_under_dynamic_false():
+    n = sweep(pointwise, lambda n: marked(n), [6, 7], dynamic=False)
+    assert n == 2
+
+
+def test_mark_dynamic_arguments():
+    x = torch.randn(2, 3, 4)
+    cdynamo.mark_dynamic(x, [0, -1])
+    assert x._dynamo_dynamic_indices == {0, 2}
+    with pytest.raises(IndexError):
+        cdynamo.mark_dynamic(x, 3)
+    with pytest.raises(TypeError):
+        cdynamo.mark_dynamic([1, 2], 0)
+    with pytest.raises(TypeError):
+        cdynamo.mark_dynamic(x, "0")
+
+
+def test_sizes_zero_and_one_specialize():
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), [4, 5, 6], dynamic=True)
+    assert n == 1
+    n = sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)), [1, 0, 1, 0])
+    assert n == 2   # one static entry each
+    # a marked dim of size 1 stays static
+    x = torch.randn(1, 16)
+    cdynamo.mark_dynamic(x, 0)
+    assert_same(pointwise(x, torch.ones(16)), cdynamo.optimize(pointwise)(x, torch.ones(16)))
+
+
+def test_relation_guard_fails_then_recompiles():
+    """x + y with both dims symbolic relies on x's dim 0 == y's: a call where they differ
+    (broadcasting y's size 1 instead) misses the symbolic entry and recompiles; right."""
+    def f(x, y):
+        return x * y + 1.0
+    of = cdynamo.optimize(f, dynamic=True)
+    for n in (3, 4, 9):
+        x, y = torch.randn(n), torch.randn(n)
+        assert_same(f(x, y), of(x, y))
+    assert compiles() == 1
+    x, y = torch.randn(5), torch.randn(6)
+    with pytest.raises(RuntimeError) as eager_err:
+        f(x, y)
+    with pytest.raises(type(eager_err.value)):
+        of(x, y)
+    x, y = torch.randn(7), torch.randn(1)   # size 1: static entry
+    assert_same(f(x, y), of(x, y))
+    x, y = torch.randn(12), torch.randn(12)
+    before = compiles()
+    assert_same(f(x, y), of(x, y))
+    assert compiles() == before
+
+
+def test_relation_guard_text():
+    def f(x, y):
+        return x * y + 1.0
+    of = cdynamo.optimize(f, dynamic=True)
+    of(torch.randn(3), torch.randn(3))
+    txt = cdynamo.explain(f)(torch.randn(3), torch.randn(3))
+    # explain compiles its own copy: its guards carry the symbolic sizes
+    text = str(txt)
+    assert "size=[>=2], contiguous" in text, text
+    assert "SYMBOLIC: 2 symbols; relations s0 == s1" in text, text
+
+
+def test_non_contiguous_input_misses_symbolic_entry():
+    of = cdynamo.optimize(pointwise)
+    for n in (4, 5, 6):
+        x, b = torch.randn(n, 16), torch.randn(16)
+        assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 2
+    x = torch.randn(16, 7).t()   # [7, 16], not contiguous
+    assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 3
+    x = torch.randn(16, 9).t()   # another: a non-contiguous input specializes, static again
+    assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 4
+    x = torch.randn(10, 16)      # contiguous: the symbolic entry
+    assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 4
+
+
+def recompile_log(capfd, fn, calls, **opts):
+    capfd.readouterr()
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        of = cdynamo.optimize(fn, **opts)
+        for args in calls:
+            assert_same(fn(*args), of(*args))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    return [l.split("] ", 1)[1] for l in capfd.readouterr().err.splitlines()
+            if l.startswith("[cdynamo:recompiles]")]
+
+
+def test_log_names_the_dim_that_became_dynamic(capfd):
+    b = torch.randn(16)
+    lines = recompile_log(capfd, pointwise, [(torch.randn(8, 16), b), (torch.randn(16, 16), b)])
+    assert "dimension 0 of 'x' became dynamic: 8 -> 16" in lines, lines
+    assert any(re.match(r"__compiled_fn_\d+: s0 = dim 0 of 'x' is symbolic", l) for l in lines)
+
+
+def test_log_names_what_specialized(capfd):
+    def f(x):
+        return x.view(x.size(0), -1) + 1.0
+    lines = recompile_log(capfd, f, [(torch.randn(3, 4, 5),), (torch.randn(3, 4, 6),)],
+                          dynamic=None)
+    assert "dimension 2 of 'x' became dynamic: 5 -> 6" in lines, lines
+
+    def g(x):
+        return x * x.size(0) + 1.0
+    lines = recompile_log(capfd, g, [(torch.randn(3, 4),), (torch.randn(3, 7),)], dynamic=True)
+    assert any(re.match(r"__compiled_fn_\d+: s0 = dim 0 of 'x' specialized to 3: the code read "
+                        r"the size", l) for l in lines), lines
+    assert any(re.match(r"__compiled_fn_\d+: s1 = dim 1 of 'x' is symbolic", l) for l in lines)
+
+
+def test_log_says_why_static(capfd):
+    def f(x):
+        return torch.sort(x, dim=-1).values * 2.0
+    lines = recompile_log(capfd, f, [(torch.randn(2, 8),), (torch.randn(3, 8),)])
+    assert "dimension 0 of 'x' became dynamic: 2 -> 3" in lines, lines
+    assert any(re.match(r"__compiled_fn_\d+: compiled with static sizes: ", l) for l in lines), \
+        lines
+
+
+def test_recompile_limit_still_applies(monkeypatch):
+    """A graph that cannot take runtime sizes recompiles per size up to the limit, then runs
+    eagerly with the warning; a graph that can needs two entries and never reaches it."""
+    monkeypatch.setattr(cdynamo.config, "cache_size_limit", 3)
+
+    def f(x):
+        return torch.sort(x, dim=-1).values * 2.0
+    with pytest.warns(cdynamo.CdynamoWarning, match="cache_size_limit"):
+        n = sweep(f, lambda n: (torch.randn(n, 8),), range(2, 10))
+    assert n == 3
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cdynamo.CdynamoWarning)
+        assert sweep(pointwise, lambda n: (torch.randn(n, 16), torch.randn(16)),
+                     range(2, 40)) == 2
+
+
+def test_module_batch_sweep():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    om = cdynamo.optimize(m)
+    before = compiles()
+    with torch.no_grad():
+        for n in (1, 2, 3, 8, 17, 64):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(om(x), m(x))
+    assert compiles() - before <= cdynamo.config.cache_size_limit

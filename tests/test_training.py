@@ -679,3 +679,27 @@ def test_dropout_module_in_a_model_trains_like_eager():
     for a, b in zip(gc, ge):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
     assert cdynamo.stats()["graph_breaks"] == 0, support.breaks
+
+
+def test_optimizer_step_handed_to_optimize_is_traced_and_its_break_recorded():
+    """opt.step (a bound method of a function in torch's own files) handed to optimize is
+    traced as a function handed to optimize is: what stops it is a recorded break in
+    explain (not a silent skip), and the parameters equal eager's."""
+    torch.manual_seed(0)
+    m1, m2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    m2.load_state_dict(m1.state_dict())
+    o1 = torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9)
+    o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+    step = cdynamo.optimize(o1.step)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        for m, o, st in ((m1, o1, step), (m2, o2, o2.step)):
+            o.zero_grad()
+            m(x).sum().backward()
+            st()
+    torch.testing.assert_close(m1.weight, m2.weight, rtol=0, atol=0)
+    torch.testing.assert_close(m1.bias, m2.bias, rtol=0, atol=0)
+    cdynamo.reset()
+    e = cdynamo.explain(o1.step)()
+    assert e.graph_break_count >= 1, str(e)
+    assert any("optim" in b.filename for b in e.break_reasons), str(e)

@@ -16,6 +16,7 @@
 
 #include "cdynamo.h"
 #include "compiler/kir.h"
+#include "sym/sym.h"
 
 /* Work below this many elements runs on one thread. */
 #define CG_PARALLEL_NUMEL 32768
@@ -65,6 +66,8 @@ typedef struct {
     int nkernels;                    /* kernels scheduled so far */
     int nplan_steps;                 /* plan steps scheduled so far (kernels, externs, views) */
     const kir_kernel *kern;          /* the kernel being emitted */
+    cdy_sym_shapes *sym;             /* symbolic sizes of g's values (issue 32), or NULL:
+                                      * every size a literal (symk.c) */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, schedule fn) ----------
@@ -266,6 +269,44 @@ void cg_stream_open(cg_ctx *c, int ind, const char *nt, const char *clauses, int
 void cg_stream_close(cg_ctx *c, int ind, int par);
 /* Append the IR line saying the kernel streams its stores (nothing if not). */
 void cg_stream_ir(cg_ctx *c, cdy_buf *b, int64_t bytes);
+
+/* ---- symk.c: kernels with runtime sizes (issue 32) --------------------------
+ * With c->sym, a pointwise kernel's loop sizes and strides are expressions
+ * over the symbols' values, which it takes as `const int64_t *cdy_s` last;
+ * what symk.c cannot express fails the symbolic compile (the caller then
+ * specializes: cdy_codegen_sym's contract). */
+/* Fill k's nest's symbolic sizes and strides (k->nest->sym); 0, or -1 with
+ * a message (what cannot take runtime sizes). */
+int cg_sym_nest(cg_ctx *c, kir_kernel *k);
+/* Fail (-1, "symbolic sizes: <what>") when c->sym is set, else 0. */
+int cg_sym_unsupported(cg_ctx *c, const char *what);
+/* The text of loop d's size: n<d> or a literal (into the arena). */
+const char *cg_sym_size_text(cg_ctx *c, const cg_nest *nest, int d);
+/* A reduction of value `in` over dims mask (keep: keepdim) with operands
+ * ops (cg_operands; outputs' strides over in's dims): the symbolic sizes and
+ * strides of its outer and reduced nests (on, rn, built by cg_build_nest) and
+ * the expression of its reduced count (*rnumel, -1: a constant); 0 or -1. */
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+                     cg_nest *on, cg_nest *rn, int *rnumel);
+/* The same for an iteration space split in outer dims and dims mask (a row
+ * kernel's rows): red_outs 0, its outputs have the input's sizes. */
+int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
+                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
+/* Expression e as parenthesized C (over s<k>), into the arena. */
+const char *cg_sym_expr_text(cg_ctx *c, int e);
+/* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */
+const char *cg_sym_numel_text(cg_ctx *c, const cg_nest *n);
+/* Symbolic k: its loops' run-time decisions (k->par_cond; no stream, no
+ * memcpy copy, no collapse). */
+void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k);
+/* 0 if a step of kind (a special kind's kernel: CDY_KIR_REDUCE, ...; EXTERN;
+ * VIEW) computing value v takes runtime sizes, else -1 with the reason. */
+int cg_sym_check_step(cg_ctx *c, int kind, int v);
+/* 0 if every buffer with a symbolic size is contiguous (the runtime allocates
+ * them so), else -1 with the reason. */
+int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan);
+/* Emit the symbols' and the nest's size and stride locals of kernel k. */
+void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k);
 
 /* ---- mathlib.c ------------------------------------------------------------ */
 /* libm's names as compiler builtins: every generated file's, in place of <math.h>. */

@@ -13,7 +13,8 @@
  *             that loads the inputs, recomputes every fused node per element
  *             and stores the outputs), and the plan's kernels and steps.
  * Every size and stride is a constant in the C text: a graph is specialised
- * to its inputs' meta, and guards check it.
+ * to its inputs' meta, and guards check it; cdy_codegen_sym's kernels take
+ * the sizes of symbolic dims at run time instead (symk.c).
  */
 #include <math.h>
 #include <pthread.h>
@@ -164,6 +165,11 @@ static int cg_check_special(cg_ctx *c, int v)
 /* Schedule special node v with its kind's scheduler; 0 or -1. */
 static int cg_sched_special(cg_ctx *c, int v)
 {
+    static const char kinds[] = "RNKW";
+    static const int steps[] = {CDY_KIR_REDUCE, CDY_KIR_ROWS, CDY_KIR_CAT, CDY_KIR_WINDOW};
+    const char *at = strchr(kinds, cdy_op_table[c->g->values[v].op].kind);
+    if (c->sym && cg_sym_check_step(c, at ? steps[at - kinds] : CDY_KIR_CAT, v))
+        return -1;
     switch (cdy_op_table[c->g->values[v].op].kind) {
 #define CG_X(kind, check, sched) case kind: return sched(c, v);
     CG_SPECIAL_KINDS(CG_X)
@@ -639,10 +645,12 @@ void cg_build_nest(const cg_group *grp, const cg_operand *ops, int nops, cg_nest
             merge = nest->stride[o][k - 1] == ops[o].stride[d] * grp->sizes[d];
         if (merge) {
             nest->size[k - 1] *= grp->sizes[d];
+            nest->gmask[k - 1] |= 1u << d;
             for (int o = 0; o < nops; o++)
                 nest->stride[o][k - 1] = ops[o].stride[d];
         } else {
             nest->size[k] = grp->sizes[d];
+            nest->gmask[k] = 1u << d;
             for (int o = 0; o < nops; o++)
                 nest->stride[o][k] = ops[o].stride[d];
             nest->ndim++;
@@ -666,7 +674,9 @@ void cg_offset_terms(cdy_buf *b, const cg_nest *nest, int o, char var, int *any)
         if (s == 0)
             continue;
         cdy_buf_puts(b, *any ? " + " : "");
-        if (s == 1)
+        if (nest->sym && nest->sstride[o][d] >= 0)
+            cdy_buf_printf(b, "%c%d * st%s%d_%d", var, d, nest->pfx ? nest->pfx : "", o, d);
+        else if (s == 1)
             cdy_buf_printf(b, "%c%d", var, d);
         else
             cdy_buf_printf(b, "%c%d * %lldLL", var, d, (long long)s);
@@ -1061,6 +1071,20 @@ static void cg_emit_blocks_open(cdy_buf *b, int64_t n)
                    (long long)n, CG_BLOCK, (long long)n);
 }
 
+/* cg_emit_blocks_open for the size of loop 0 of nest (a runtime size n0 when
+ * symbolic). */
+static void cg_emit_blocks_open_nest(cdy_buf *b, const cg_nest *nest)
+{
+    if (!nest->sym || nest->ssize[0] < 0) {
+        cg_emit_blocks_open(b, nest->size[0]);
+        return;
+    }
+    cdy_buf_printf(b, "    for (int64_t ib = 0; ib < (n0 + %dLL) / %dLL; ib++) {\n"
+                      "        const int64_t lo = ib * %dLL;\n"
+                      "        const int64_t hi = lo + %dLL < n0 ? lo + %dLL : n0;\n",
+                   CG_BLOCK - 1, CG_BLOCK, CG_BLOCK, CG_BLOCK, CG_BLOCK);
+}
+
 /* Emit kernel k's flat loop over its elements in blocks of CG_BLOCK (the
  * parallel loop when it is parallel) whose stores go through L1 blocks of
  * cg_stage_elems written by cdy_stream, then the fence; 0 or -1. */
@@ -1161,7 +1185,7 @@ int cg_emit_loops(cg_ctx *c, const kir_kernel *k)
         return nest->ndim == 1 ? cg_emit_flat_stream(c, k) : cg_emit_nest_stream(c, k);
     if (par && nest->ndim == 1) {
         cg_stream_open(c, 1, k->threads, "", 0);
-        cg_emit_blocks_open(b, nest->size[0]);
+        cg_emit_blocks_open_nest(b, nest);
         cg_gather_emit_flags(c, 2);
         if (k->vector)
             cdy_buf_puts(b, "        #pragma GCC ivdep\n");
@@ -1183,8 +1207,8 @@ int cg_emit_loops(cg_ctx *c, const kir_kernel *k)
             cdy_buf_puts(b, "#pragma GCC ivdep\n");
         }
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)nest->size[d], d);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %s; i%d++) {\n", d, d,
+                       cg_sym_size_text(c, nest, d), d);
     }
     if (cg_emit_body(c, k, ind, NULL))
         return -1;
@@ -1231,7 +1255,10 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k)
         else
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
-    cdy_buf_puts(b, k->status ? ", int64_t *restrict cdy_err)\n{\n" : ")\n{\n");
+    cdy_buf_puts(b, k->status ? ", int64_t *restrict cdy_err" : "");
+    cdy_buf_puts(b, c->sym ? ", const int64_t *restrict cdy_s)\n{\n" : ")\n{\n");
+    if (c->sym)
+        cg_sym_emit_locals(c, k);
     for (int o = 0; o < nops; o++)
         if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
@@ -1520,7 +1547,7 @@ int cg_kernel_begin(cg_ctx *c)
 /* Schedule the step torch runs for value v (CDY_KIR_EXTERN or CDY_KIR_VIEW); 0 or -1. */
 static int cg_sched_torch_step(cg_ctx *c, int kind, int v)
 {
-    kir_kernel *k = cg_step_room(c) ? NULL : cg_kir_add(c, kind);
+    kir_kernel *k = cg_sym_check_step(c, kind, v) || cg_step_room(c) ? NULL : cg_kir_add(c, kind);
     if (!k)
         return -1;
     c->nplan_steps++;
@@ -1605,10 +1632,14 @@ kir_kernel *cg_sched_pointwise(cg_ctx *c, const cg_group *grp)
     if (k->nidx < 0 || cg_kir_fuse(c, k))
         return NULL;
     cg_build_nest(grp, ops, k->nops + k->nidx, nest);
+    if (c->sym && cg_sym_nest(c, k))
+        return NULL;
     k->numel = 1;
     for (int d = 0; d < grp->ndim; d++)
         k->numel *= grp->sizes[d];
     cg_sched_loops(c, k);
+    if (c->sym)
+        cg_sym_sched_loops(c, k);
     return k;
 }
 
@@ -1617,6 +1648,17 @@ int cg_emit_pointwise(cg_ctx *c, const kir_kernel *k)
     cg_emit_header(c, k);
     if (k->copy_unit || k->copy_row)
         cg_view_emit_copy(c, k);
+    else if (k->par_cond) {                /* runtime sizes: parallel when large enough */
+        kir_kernel serial = *k;
+        serial.parallel = 0;
+        cdy_buf_printf(&c->src, "    if (%s) {\n", k->par_cond);
+        if (cg_emit_loops(c, k))
+            return -1;
+        cdy_buf_puts(&c->src, "    } else {\n");
+        if (cg_emit_loops(c, &serial))
+            return -1;
+        cdy_buf_puts(&c->src, "    }\n");
+    }
     else if (cg_emit_loops(c, k))
         return -1;
     cdy_buf_puts(&c->src, k->status ? "    return (int)cdy_err[0];\n}\n" : "}\n");
@@ -1826,7 +1868,12 @@ static int cg_kir_summary(cg_ctx *c, cdy_plan *plan)
 /* Run the passes; on failure the caller frees the partial plan. */
 static int cg_run(cg_ctx *c, cdy_plan *plan)
 {
-    if (cg_check_graph(c) || cg_layout(c) || cg_scratch(c) || cg_plan_buffers(c, plan))
+    const cdy_graph *g = c->g;
+    if (cg_check_graph(c) || cg_layout(c))
+        return -1;
+    if (c->g != g && cg_sym_unsupported(c, "channels_last layouts take static sizes"))
+        return -1;
+    if (cg_scratch(c) || cg_plan_buffers(c, plan) || cg_sym_check_plan(c, plan))
         return -1;
     c->plan = plan;
     if (cg_schedule(c))
@@ -1847,8 +1894,14 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
 int cdy_codegen(const cdy_graph *g, int nthreads, int64_t stream_bytes, cdy_plan *plan,
                 char *err, size_t errlen)
 {
+    return cdy_codegen_sym(g, nthreads, stream_bytes, NULL, plan, err, errlen);
+}
+
+int cdy_codegen_sym(const cdy_graph *g, int nthreads, int64_t stream_bytes,
+                    cdy_sym_shapes *sym, cdy_plan *plan, char *err, size_t errlen)
+{
     cg_ctx c = {.g = g, .nthreads = nthreads < 1 ? 1 : nthreads, .err = err, .errlen = errlen,
-                .stream_bytes = stream_bytes < 0 ? 0 : stream_bytes};
+                .stream_bytes = stream_bytes < 0 ? 0 : stream_bytes, .sym = sym};
     if (err && errlen)
         err[0] = 0;
     if (!plan)

@@ -21,11 +21,13 @@
  * The plan carries a summary of the program (cdy_plan.kir, cdynamo.h) for
  * tests and tools, which read the decisions as data.
  *
- * Ahead: sizes are numbers here and literals in the C (a graph is specialized
- * to its inputs' sizes).  Sizes as kernel parameters (issue 32) make the
- * iteration space and the nests carry a symbol beside each size, which the
- * schedulers' rules (thresholds on elements and bytes) then read as bounds,
- * and the emitters print as a parameter.  A load or store moves its
+ * Sizes are numbers here and literals in the C (a graph is specialized to its
+ * inputs' sizes), unless the graph compiles with symbolic sizes (issue 32,
+ * symk.c): then the numbers are the example's, the nests carry each loop's
+ * size and each operand's stride as an expression (cg_nest.sym), which the
+ * emitters print as locals computed from the kernel's `cdy_s` parameter,
+ * and the decisions that read sizes are conditions evaluated per call
+ * (kir_kernel.par_cond).  A load or store moves its
  * operand's dtype (cg_operand.dtype), converted to and from the compute dtype
  * of the node that reads it; bfloat16 / float16 (issue 33) load and store
  * through cg_ld / cg_st (codegen.c), computed in float32.  The emitters decide nothing: every
@@ -57,6 +59,15 @@ typedef struct {
     int ndim;
     int64_t size[CDY_MAX_NDIM];
     int64_t stride[CG_MAX_OPS][CDY_MAX_NDIM];
+    unsigned gmask[CDY_MAX_NDIM];    /* the iteration-space dims each loop walks, a bit each */
+    /* symbolic sizes (issue 32; symk.c), sym set: the expression ids (cdy_symtab) of each
+     * loop's size and each operand's stride, or -1 where the number above holds for
+     * every size; the emitters print a non-constant one as n<d> / st<o>_<d> */
+    int sym;
+    const char *pfx;                 /* the locals' names: n<pfx><d>, st<pfx><o>_<d> (NULL: "";
+                                      * a reduce / rows kernel's row nest: "r") */
+    int ssize[CDY_MAX_NDIM];
+    int sstride[CG_MAX_OPS][CDY_MAX_NDIM];
 } cg_nest;
 
 /* A group of output nodes sharing one iteration space. */
@@ -103,6 +114,8 @@ typedef struct {
     const cg_group *sep_grp;     /* that kernel's group */
     const cg_nest *rnest;        /* a reduce / rows kernel's reduced (row) loops */
     unsigned flags;              /* CDY_KIRF_* */
+    const char *par_cond;        /* symbolic sizes: the C condition (over n<d>) under which
+                                  * the loops run parallel, decided per call; else NULL */
     void *x;                     /* the kind's own record (cg_red_kernel, cg_rowk, ...) */
 } kir_kernel;
 

@@ -306,6 +306,7 @@ typedef struct {
     const char *e, *acct, *param, *octype, *lin;
     int idt;
     int64_t rnumel;
+    const char *rn_text;         /* symbolic sizes: the reduced count's C (cdy_rn), else NULL */
 } cg_red_env;
 
 /* Append template t expanded in env (see CG_RED_VARIANTS); a line after
@@ -326,7 +327,16 @@ static void cg_red_expand(cdy_buf *b, const char *t, const cg_red_env *env, int 
         switch (*++p) {
         case 'e': cdy_buf_puts(b, env->e); break;
         case 'A': cdy_buf_puts(b, env->acct); break;
-        case 'N': cdy_buf_printf(b, "%lld", (long long)env->rnumel); break;
+        case 'N':
+            if (env->rn_text && p[1] == '.' && p[2] == '0') {   /* $N.0: as a double */
+                cdy_buf_printf(b, "(double)%s", env->rn_text);
+                p += 2;
+            }
+            else if (env->rn_text)
+                cdy_buf_puts(b, env->rn_text);
+            else
+                cdy_buf_printf(b, "%lld", (long long)env->rnumel);
+            break;
         case 'P': cdy_buf_puts(b, env->param); break;
         case 'L': cdy_buf_puts(b, cg_red_init(env->idt, 1)); break;
         case 'H': cdy_buf_puts(b, cg_red_init(env->idt, 0)); break;
@@ -396,6 +406,12 @@ typedef struct {
     int prefetch;                /* ... prefetching the row ahead (cg_red_prefetches) */
     int variant;
     cg_red_env env;
+    /* symbolic sizes (symk.c): the reduced count's expression (-1: a constant),
+     * the parallel loop (par_out / par_in as sym_par says) when par_cond holds,
+     * float lanes when lanes_cond holds (NULL: never), decided per call */
+    int rnumel_expr;
+    int sym_par_out, sym_par_in;
+    const char *par_cond, *lanes_cond;
 } cg_red_kernel;
 
 /* Operands, outer and reduced loop nests of kernel r (outputs r->outs); 0 or -1. */
@@ -435,7 +451,9 @@ static int cg_red_setup(cg_ctx *c, cg_red_kernel *r)
     cg_group og = {im->ndim, osz, r->nout, r->outs}, rg = {im->ndim, rsz, r->nout, r->outs};
     cg_build_nest(&og, r->ops, r->nops, r->on);
     cg_build_nest(&rg, r->ops, r->nops, r->rn);
-    return 0;
+    return c->sym ? cg_sym_red_nests(c, val->args[0], mask, keep, r->ops, r->nops, r->on, r->rn,
+                                     &r->rnumel_expr)
+                  : 0;
 }
 
 /* Print reduction kernel kk in the post-fusion IR. */
@@ -615,16 +633,16 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         int outer = d == 0 && r->par_in && clause, inner = d == rn->ndim - 1 && clause &&
                                                            !r->block;
         if (inner && lanes) {   /* float lanes per chunk, flushed into double lanes */
-            long long n = (long long)rn->size[d];
+            const char *n = cg_sym_size_text(c, rn, d);
             cg_indent(b, ind);
             cdy_buf_printf(b, "double accv[%d] = {0};\n", CG_RED_LANES);
             cg_indent(b, ind);
-            cdy_buf_printf(b, "for (int64_t r%db = 0; r%db < %lldLL; r%db += %d) {\n", d, d, n, d,
+            cdy_buf_printf(b, "for (int64_t r%db = 0; r%db < %s; r%db += %d) {\n", d, d, n, d,
                            CG_RED_CHUNK);
             cg_indent(b, ++ind);
             cdy_buf_printf(b, "float accf[%d] = {0};\n", CG_RED_LANES);
             cg_indent(b, ind);
-            cdy_buf_printf(b, "const int64_t r%de = r%db + %d < %lldLL ? r%db + %d : %lldLL;\n", d, d,
+            cdy_buf_printf(b, "const int64_t r%de = r%db + %d < %s ? r%db + %d : %s;\n", d, d,
                            CG_RED_CHUNK, n, d, CG_RED_CHUNK, n);
             cg_red_prefetch(c, r, ind);
             cg_indent(b, ind);
@@ -651,8 +669,8 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         else if (inner)
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
-                       (long long)rn->size[d], d);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %s; r%d++) {\n", d, d,
+                       cg_sym_size_text(c, rn, d), d);
     }
     if (r->block) {
         cg_indent(b, ind);
@@ -782,10 +800,10 @@ static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     cdy_buf *b = &c->src;
     const cg_red_code *rc = &cg_red_codes[r->variant];
     int last = r->on->ndim - 1;
-    int64_t n = r->on->size[last];
+    const char *n = cg_sym_size_text(c, r->on, last);
     cg_indent(b, ind);
-    cdy_buf_printf(b, "const int64_t nb = %lldLL - ib < %d ? %lldLL - ib : %d;\n", (long long)n,
-                   CG_RED_BLOCK, (long long)n, CG_RED_BLOCK);
+    cdy_buf_printf(b, "const int64_t nb = %s - ib < %d ? %s - ib : %d;\n", n, CG_RED_BLOCK, n,
+                   CG_RED_BLOCK);
     cg_red_block_vars(c, r, ind, CG_RV_ACC | CG_RV_STATE, 'd');
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
@@ -838,6 +856,67 @@ static int cg_red_use_block(const cg_red_kernel *r)
     return unit;
 }
 
+/* The kernel record k of reduction r (number), common to both paths. */
+static int cg_red_record(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[r->v];
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    k->number = number;
+    k->node = r->v;
+    k->grp = (cg_group){g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
+                        r->nout, r->outs};
+    k->ops = r->ops;
+    k->nops = r->nops;
+    k->nest = r->on;
+    k->numel = r->inumel;
+    k->parallel = r->par_out || r->par_in;
+    k->collapse = r->par_out && r->on->ndim >= 2 && r->on->size[0] < 4 * (int64_t)c->nthreads;
+    k->threads = "NTHREADS";
+    k->status = cg_kernel_gathers(c);
+    k->rnest = r->rn;
+    k->flags = (rc->update2 ? CDY_KIRF_TWO_PASS : 0) | (r->block ? CDY_KIRF_BLOCKS : 0) |
+               (r->lanes ? CDY_KIRF_LANES : 0) | (r->prefetch ? CDY_KIRF_PREFETCH : 0);
+    k->x = r;
+    return cg_kir_fuse(c, k);
+}
+
+/* Symbolic sizes (symk.c): schedule reduction r with its size-dependent
+ * decisions made per call (parallel loop, float lanes; no prefetch, no
+ * collapse); the variants that find an index (argmax / argmin) take static
+ * sizes.  0 or -1. */
+static int cg_red_sched_sym(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
+{
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    if (cg_red_find[r->variant] || strstr(rc->update, "$n") || (rc->update2 && strstr(rc->update2, "$n")))
+        return cg_sym_unsupported(c, "argmax / argmin kernels take static sizes");
+    r->env.rn_text = r->rnumel_expr >= 0 ? "cdy_rn" : NULL;
+    const char *in = cg_strf(c, "%s * %s", cg_sym_numel_text(c, r->on), cg_sym_numel_text(c, r->rn));
+    const char *out = cg_sym_numel_text(c, r->on);
+    r->sym_par_out = c->nthreads > 1 && r->on->ndim > 0;
+    r->sym_par_in = c->nthreads > 1 && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
+    if (r->sym_par_out)
+        r->par_cond = cg_strf(c, "%s >= %dLL && %s >= %dLL", in, CG_PARALLEL_NUMEL, out,
+                              c->nthreads);
+    else if (r->sym_par_in)
+        r->par_cond = cg_strf(c, "%s >= %dLL", in, CG_PARALLEL_NUMEL);
+    r->block = cg_red_use_block(r);
+    int v = r->variant, last = r->rn->ndim - 1;
+    if (!r->block && (v == CG_RED_SUM || v == CG_RED_MEAN) && last >= 0 &&
+        (r->env.idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(r->env.idt))) {
+        const char *n = cg_sym_size_text(c, r->rn, last);
+        r->lanes_cond = cg_strf(c, "%s >= %dLL && %s %% %dLL == 0", n, 2 * CG_RED_LANES, n,
+                                CG_RED_LANES);
+    }
+    r->par_out = r->par_in = r->lanes = r->prefetch = 0;
+    if (cg_red_record(c, k, r, number))
+        return -1;
+    k->parallel = r->par_cond != NULL;
+    k->collapse = 0;
+    k->par_cond = r->par_cond;
+    return 0;
+}
+
 /* Schedule reduction node v as a kernel: a loop nest over the kept dims
  * (outer, parallel when large), an accumulator per output element, a loop
  * nest over the reduced dims whose body computes the reduction's input
@@ -872,30 +951,19 @@ int cg_sched_reduce(cg_ctx *c, int v)
     r->env.acct = cg_red_acct(rc, idt);
     r->env.octype = cdy_dtype_table[val->meta.dtype].cctype;
     r->env.idt = idt;
+    if (c->sym)
+        return cg_red_sched_sym(c, k, r, number);
     int big = c->nthreads > 1 && r->inumel >= CG_PARALLEL_NUMEL;
     r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
     r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
     r->block = cg_red_use_block(r);
     r->lanes = cg_red_lanes(r, 0);
     r->prefetch = r->lanes && cg_red_prefetches(r);
-    k->number = number;
-    k->node = v;
-    k->grp = (cg_group){g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
-                        r->nout, r->outs};
-    k->ops = r->ops;
-    k->nops = r->nops;
-    k->nest = r->on;
-    k->numel = r->inumel;
-    k->parallel = r->par_out || r->par_in;
-    k->collapse = r->par_out && r->on->ndim >= 2 && r->on->size[0] < 4 * (int64_t)c->nthreads;
-    k->threads = "NTHREADS";
-    k->status = cg_kernel_gathers(c);
-    k->rnest = r->rn;
-    k->flags = (rc->update2 ? CDY_KIRF_TWO_PASS : 0) | (r->block ? CDY_KIRF_BLOCKS : 0) |
-               (r->lanes ? CDY_KIRF_LANES : 0) | (r->prefetch ? CDY_KIRF_PREFETCH : 0);
-    k->x = r;
-    return cg_kir_fuse(c, k);
+    return cg_red_record(c, k, r, number);
 }
+
+static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp, int ind0);
+static int cg_red_emit_sym(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp);
 
 /* Emit reduction kernel kk (cg_sched_reduce). */
 int cg_emit_reduce(cg_ctx *c, const kir_kernel *kk)
@@ -909,8 +977,22 @@ int cg_emit_reduce(cg_ctx *c, const kir_kernel *kk)
     if (!r.env.e || !r.env.param || !r.env.lin)
         return cg_fail(c, "out of memory");
     cg_emit_header(c, kk);
+    if (r.rnumel_expr >= 0 && c->sym)
+        cdy_buf_printf(&c->src, "    const int64_t cdy_rn = %s;\n",
+                       cg_sym_expr_text(c, r.rnumel_expr));
+    if (c->sym ? cg_red_emit_sym(c, kk, &r) : cg_red_emit_nest(c, kk, &r, 1))
+        return -1;
+    cdy_buf_puts(&c->src, "}\n");
+    return 0;
+}
+
+/* Emit the loops and body of reduction r (its decisions as r says) at
+ * indentation ind0; 0 or -1. */
+static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp, int ind0)
+{
+    cg_red_kernel r = *rp;
     cdy_buf *b = &c->src;
-    int ind = 1;
+    int ind = ind0;
     for (int d = 0; d < r.on->ndim; d++, ind++) {
         if (d == 0 && r.par_out) {
             cg_indent(b, ind);
@@ -919,20 +1001,60 @@ int cg_emit_reduce(cg_ctx *c, const kir_kernel *kk)
         }
         cg_indent(b, ind);
         if (r.block && d == r.on->ndim - 1)
-            cdy_buf_printf(b, "for (int64_t ib = 0; ib < %lldLL; ib += %d) {\n",
-                           (long long)r.on->size[d], CG_RED_BLOCK);
+            cdy_buf_printf(b, "for (int64_t ib = 0; ib < %s; ib += %d) {\n",
+                           cg_sym_size_text(c, r.on, d), CG_RED_BLOCK);
         else
-            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                           (long long)r.on->size[d], d);
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %s; i%d++) {\n", d, d,
+                           cg_sym_size_text(c, r.on, d), d);
     }
     cg_indent(b, ind);
     cdy_buf_puts(b, "{\n");
     if (r.block ? cg_red_block_body(c, &r, ind + 1) : cg_red_body(c, &r, ind + 1))
         return -1;
-    for (; ind > 0; ind--) {
+    for (; ind >= ind0; ind--) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
-    cdy_buf_puts(b, "}\n");
+    return 0;
+}
+
+/* Emit r's nest with float lanes when r->lanes_cond holds at run time (and
+ * this variant may use them), else without; 0 or -1. */
+static int cg_red_emit_lanes(cg_ctx *c, const kir_kernel *kk, cg_red_kernel *r)
+{
+    if (!r->lanes_cond || (r->par_in && r->rn->ndim == 1)) {
+        r->lanes = 0;
+        return cg_red_emit_nest(c, kk, r, 2);
+    }
+    cdy_buf_printf(&c->src, "    if (%s) {\n", r->lanes_cond);
+    r->lanes = 1;
+    if (cg_red_emit_nest(c, kk, r, 2))
+        return -1;
+    cdy_buf_puts(&c->src, "    } else {\n");
+    r->lanes = 0;
+    if (cg_red_emit_nest(c, kk, r, 2))
+        return -1;
+    cdy_buf_puts(&c->src, "    }\n");
+    return 0;
+}
+
+/* Symbolic sizes: the variants of reduction r chosen per call (parallel when
+ * r->par_cond holds, float lanes when r->lanes_cond does); 0 or -1. */
+static int cg_red_emit_sym(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp)
+{
+    cg_red_kernel r = *rp;
+    if (r.par_cond) {
+        cdy_buf_printf(&c->src, "    if (%s) {\n", r.par_cond);
+        r.par_out = r.sym_par_out;
+        r.par_in = r.sym_par_in;
+        if (cg_red_emit_lanes(c, kk, &r))
+            return -1;
+        cdy_buf_puts(&c->src, "    } else {\n");
+    }
+    r.par_out = r.par_in = 0;
+    if (cg_red_emit_lanes(c, kk, &r))
+        return -1;
+    if (r.par_cond)
+        cdy_buf_puts(&c->src, "    }\n");
     return 0;
 }

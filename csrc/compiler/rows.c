@@ -191,6 +191,9 @@ typedef struct {
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
     int lanes;                   /* lanes of its sums (cg_row_lanes) */
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
+    int rn_expr;                 /* symbolic sizes: the row length's expression (-1: constant) */
+    const char *par_cond;        /* symbolic sizes: the rows run parallel when it holds */
+    const char *stream_cond;     /* ... and stream their stores when this holds too */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -271,8 +274,8 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         }
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
-                       (long long)k->rn->size[d], d);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %s; r%d++) {\n", d, d,
+                       cg_sym_size_text(k->c, k->rn, d), d);
     }
     if (k->col) {
         int last = k->on->ndim - 1;
@@ -412,13 +415,17 @@ static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int stage, i
     cdy_buf *b = &k->c->src;
     int last = k->rn->ndim - 1, d0 = ind;
     long long n = (long long)k->rn->size[last], whole = n / nl * nl;
+    int sym = k->rn->sym && k->rn->ssize[last] >= 0;   /* runtime n: whole and tail at run time */
+    const char *nt = cg_sym_size_text(k->c, k->rn, last);
+    const char *wt = sym ? cg_strf(k->c, "(%s / %d * %d)", nt, nl, nl)
+                         : cg_strf(k->c, "%lldLL", whole);
     for (int d = 0; d < last; d++, ind++) {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %lldLL; r%d++) {\n", d, d,
-                       (long long)k->rn->size[d], d);
+        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %s; r%d++) {\n", d, d,
+                       cg_sym_size_text(k->c, k->rn, d), d);
     }
     cg_indent(b, ind);
-    cdy_buf_printf(b, "for (int64_t rb = 0; rb < %lldLL; rb += %d) {\n", whole, nl);
+    cdy_buf_printf(b, "for (int64_t rb = 0; rb < %s; rb += %d) {\n", wt, nl);
     if (prefetch)
         cg_row_prefetch(k, ind + 1, nl);
     if (stage)
@@ -438,12 +445,12 @@ static int cg_row_blocks(cg_rowk *k, int ind, int nl, int prefetch, int stage, i
     if (stage)
         cg_row_stage(k, ind + 1, nl, 1);
     cg_row_close(b, ind, ind + 1);
-    if (whole < n) {
+    if (whole < n || sym) {
         cg_indent(b, ind);
         cdy_buf_printf(b, "#pragma omp simd %s\n", tail_clause);
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = %lldLL; r%d < %lldLL; r%d++) {\n", last, whole,
-                       last, n, last);
+        cdy_buf_printf(b, "for (int64_t r%d = %s; r%d < %s; r%d++) {\n", last, wt, last, nt,
+                       last);
         if (cg_row_body(k, ind + 1, prologue, tail_stmt))
             return -1;
         cg_row_close(b, ind, ind + 1);
@@ -905,7 +912,15 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     cg_group rg = {rs->ndim, sz + CDY_MAX_NDIM, k->nout, outs};
     cg_build_nest(&og, k->ops, k->nops, k->on);
     cg_build_nest(&rg, k->ops, k->nops, k->rn);
-    return 0;
+    k->rn_expr = -1;
+    if (!c->sym)
+        return 0;
+    if (g->values[k->v].op == CDY_OP_GROUP_NORM)
+        return cg_sym_unsupported(c, "group_norm kernels take static sizes");
+    int64_t mask = 0;
+    for (int d = 0; d < rs->ndim; d++)
+        mask |= (int64_t)rs->row[d] << d;
+    return cg_sym_split_nests(c, k->in, mask, 1, 0, k->ops, k->nops, k->on, k->rn, &k->rn_expr);
 }
 
 /* Column mode (softmax over a dim that is not the innermost in memory):
@@ -932,11 +947,11 @@ static int cg_row_outer(cg_rowk *k, int par, int collapse)
         if (d == 0 && par)
             cg_stream_open(k->c, ind, "NTHREADS", collapse ? " collapse(2)" : "", k->stream);
         cg_indent(b, ind);
-        long long sz = (long long)k->on->size[d];
+        const char *sz = cg_sym_size_text(k->c, k->on, d);
         if (k->col && d == n - 1)
-            cdy_buf_printf(b, "for (int64_t jb = 0; jb < %lldLL; jb += %d) {\n", sz, CG_ROW_COLS);
+            cdy_buf_printf(b, "for (int64_t jb = 0; jb < %s; jb += %d) {\n", sz, CG_ROW_COLS);
         else
-            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d, sz, d);
+            cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %s; i%d++) {\n", d, d, sz, d);
     }
     if (k->col) {
         cg_indent(b, ind);
@@ -945,6 +960,66 @@ static int cg_row_outer(cg_rowk *k, int par, int collapse)
                        (long long)k->on->size[n - 1], CG_ROW_COLS);
     }
     return ind;
+}
+
+/* The kernel record kk of row kernel rk (number), both paths. */
+static int cg_row_record(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int number)
+{
+    cg_rowk *k = &rk->k;
+    const cg_rowshape *rs = &rk->rs;
+    int64_t nrows = rs->nrow ? rs->numel / rs->nrow : 0;
+    kk->number = number;
+    kk->node = k->v;
+    kk->grp = (cg_group){rs->ndim, rs->size, k->nout, k->outs};
+    kk->ops = k->ops;
+    kk->nops = k->nops;
+    kk->nest = k->on;
+    kk->numel = rs->numel;
+    kk->parallel = c->nthreads > 1 && rs->numel >= CG_PARALLEL_NUMEL && k->on->ndim > 0 && nrows > 1;
+    kk->collapse = k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)c->nthreads;
+    kk->threads = "NTHREADS";
+    kk->stream = k->stream;
+    kk->status = cg_kernel_gathers(c);
+    kk->rnest = k->rn;
+    kk->flags = (k->col ? CDY_KIRF_COLUMNS : 0) | (k->store ? 0 : CDY_KIRF_UNSTORED) |
+                (k->lanes ? CDY_KIRF_LANES : 0) | (k->prefetch ? CDY_KIRF_PREFETCH : 0);
+    kk->x = rk;
+    return cg_kir_fuse(c, kk);
+}
+
+/* Symbolic sizes (symk.c): row kernel rk with its size-dependent decisions
+ * made per call (the rows' parallel loop), a runtime row length's sums in
+ * vector lanes with a runtime tail, accumulated in float; no column mode
+ * (it compiles static), no streamed stores, no prefetch.  0 or -1. */
+static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int number)
+{
+    cg_rowk *k = &rk->k;
+    if (k->col)
+        return cg_sym_unsupported(c, "softmax over a dim not innermost takes static sizes");
+    if (k->rn_expr >= 0 && c->g->values[k->v].op != CDY_OP_SOFTMAX &&
+        c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX)
+        return cg_sym_unsupported(c, "a norm's row length is symbolic");
+    int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
+    k->stream = k->may_stream = 0;
+    k->prefetch = 0;
+    k->lanes = cg_row_lanes(k);
+    if (k->rn_expr >= 0 && !k->lanes && k->rn->ndim > 0)
+        k->lanes = cg_row_nlanes(k) / 4;
+    if (cg_row_record(c, kk, rk, number))
+        return -1;
+    kk->collapse = 0;
+    kk->parallel = c->nthreads > 1 && k->on->ndim > 0;
+    if (kk->parallel) {
+        const char *rows = cg_sym_numel_text(c, k->on);
+        k->par_cond = cg_strf(c, "%s * %s >= %dLL && %s > 1", rows, cg_sym_numel_text(c, k->rn),
+                              CG_PARALLEL_NUMEL, rows);
+        kk->par_cond = k->par_cond;
+    }
+    if (may_stream)
+        k->stream_cond = cg_strf(c, "%s * %s * %lldLL > %lldLL", cg_sym_numel_text(c, k->on),
+                                 cg_sym_numel_text(c, k->rn), (long long)cg_row_moved(k, 1),
+                                 (long long)c->stream_bytes);
+    return 0;
 }
 
 /* Schedule row node v as one kernel: outer loops over the rows (parallel
@@ -971,38 +1046,28 @@ int cg_sched_rows(cg_ctx *c, int v)
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(g->values[v].meta.dtype);
     k->T = f32 ? "float" : "double";
     k->vexp = f32 ? "cdy_vexp_negf" : "exp";
-    k->A = f32 && rs->nrow <= CG_ROW_FLOAT_ACC ? "float" : "double";
+    /* a runtime row length (softmax's: a norm's rows are static) sums in float, as ATen's
+     * vectorized softmax does at every length */
+    k->A = f32 && (rs->nrow <= CG_ROW_FLOAT_ACC || k->rn_expr >= 0) ? "float" : "double";
     k->col = cg_row_columns(k);
+    if (c->sym)
+        return cg_row_sched_sym(c, kk, rk, number);
     k->may_stream = cg_row_streams(k, rs->numel);
     k->stream = k->may_stream && !k->heavy;
     k->lanes = cg_row_lanes(k);
     k->prefetch = cg_row_prefetches(k);
-    int64_t nrows = rs->nrow ? rs->numel / rs->nrow : 0;
-    kk->number = number;
-    kk->node = v;
-    kk->grp = (cg_group){rs->ndim, rs->size, k->nout, k->outs};
-    kk->ops = k->ops;
-    kk->nops = k->nops;
-    kk->nest = k->on;
-    kk->numel = rs->numel;
-    kk->parallel = c->nthreads > 1 && rs->numel >= CG_PARALLEL_NUMEL && k->on->ndim > 0 && nrows > 1;
-    kk->collapse = k->on->ndim >= 2 && k->on->size[0] < 4 * (int64_t)c->nthreads;
-    kk->threads = "NTHREADS";
-    kk->stream = k->stream;
-    kk->status = cg_kernel_gathers(c);
-    kk->rnest = k->rn;
-    kk->flags = (k->col ? CDY_KIRF_COLUMNS : 0) | (k->store ? 0 : CDY_KIRF_UNSTORED) |
-                (k->lanes ? CDY_KIRF_LANES : 0) | (k->prefetch ? CDY_KIRF_PREFETCH : 0);
-    kk->x = rk;
-    return cg_kir_fuse(c, kk);
+    return cg_row_record(c, kk, rk, number);
 }
+
+static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
+                             int collapse);
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par);
 
 /* Emit row kernel kk (cg_sched_rows). */
 int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
 {
     const cg_row_kernel *rk = kk->x;
     cg_rowk k = rk->k;
-    const cdy_graph *g = c->g;
     k.e = cg_value_expr(c, k.in);
     cdy_buf ob = {0};
     cdy_buf_puts(&ob, "out_ptr0[");
@@ -1014,20 +1079,59 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
     cg_emit_header(c, kk);
-    if (rk->rs.numel > 0) {
-        int ind = cg_row_outer(&k, kk->parallel, kk->collapse);
-        int op = g->values[k.v].op;
-        int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(&k, ind)
-                                                               : cg_row_norm(&k, ind, rk->rs.nrow);
-        if (rc)
+    if (rk->rs.numel > 0 && k.par_cond) {    /* symbolic sizes: parallel when large enough */
+        cdy_buf_printf(&c->src, "    if (%s) {\n", k.par_cond);
+        if (cg_row_emit_streamed(c, &k, rk, 1))
             return -1;
-        while (--ind > 0) {
-            cg_indent(&c->src, ind);
-            cdy_buf_puts(&c->src, "}\n");
-        }
-        if (k.stream)
-            cg_stream_close(c, 1, kk->parallel);
+        cdy_buf_puts(&c->src, "    } else {\n");
+        if (cg_row_emit_streamed(c, &k, rk, 0))
+            return -1;
+        cdy_buf_puts(&c->src, "    }\n");
     }
+    else if (rk->rs.numel > 0 && k.stream_cond) {
+        if (cg_row_emit_streamed(c, &k, rk, 0))
+            return -1;
+    }
+    else if (rk->rs.numel > 0 && cg_row_emit_loops(c, &k, rk, kk->parallel, kk->collapse))
+        return -1;
     cdy_buf_puts(&c->src, "}\n");
+    return 0;
+}
+
+/* Symbolic sizes: k's loops (parallel when par) streaming their stores when
+ * k->stream_cond holds at run time, else plain; 0 or -1. */
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par)
+{
+    if (!k->stream_cond)
+        return cg_row_emit_loops(c, k, rk, par, 0);
+    cdy_buf_printf(&c->src, "    if (%s) {\n", k->stream_cond);
+    k->stream = 1;
+    int rc = cg_row_emit_loops(c, k, rk, par, 0);
+    k->stream = 0;
+    if (rc)
+        return -1;
+    cdy_buf_puts(&c->src, "    } else {\n");
+    if (cg_row_emit_loops(c, k, rk, par, 0))
+        return -1;
+    cdy_buf_puts(&c->src, "    }\n");
+    return 0;
+}
+
+/* Emit row kernel k's outer loops (parallel when par) and its op's passes; 0 or -1. */
+static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
+                             int collapse)
+{
+    int ind = cg_row_outer(k, par, collapse);
+    int op = c->g->values[k->v].op;
+    int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
+                                                           : cg_row_norm(k, ind, rk->rs.nrow);
+    if (rc)
+        return -1;
+    while (--ind > 0) {
+        cg_indent(&c->src, ind);
+        cdy_buf_puts(&c->src, "}\n");
+    }
+    if (k->stream)
+        cg_stream_close(c, 1, par);
     return 0;
 }

@@ -12,6 +12,7 @@
 #define Py_BUILD_CORE 1
 #define CDY_PC_FRAME 1   /* pyver/pycompat.h's frame internals */
 #include "frame/frame.h"
+#include "frame/dynamic.h"
 #include "pipeline.h"
 #include "runtime/runtime.h"
 #include "trace/reasons.h"
@@ -578,6 +579,22 @@ static cdy_entry *find_entry(cdy_extra *x, int backend, PyObject *const *locals,
     return NULL;
 }
 
+/* The dynamic-shapes policy's view of a compile of frame (x's entries so far
+ * into prev, which has room for x->nentries). */
+static cdy_dyn_ctx dyn_ctx(cdy_extra *x, cdy_frame *frame, int mode, const cdy_guards **prev)
+{
+    cdy_dyn_ctx c = {.mode = mode, .prev = prev, .locals = frame->localsplus,
+                     .globals = frame->f_globals, .builtins = frame->f_builtins,
+                     .closure = cdy_pc_frame_func(frame)->func_closure};
+    for (cdy_entry *e = x->entries; e; e = e->next)
+        prev[c.nprev++] = &e->guards;
+    PyObject *v = mode == -1 ? cdy_config_get("automatic_dynamic_shapes") : NULL;
+    c.automatic = v ? PyObject_IsTrue(v) == 1 : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return c;
+}
+
 /* Trace and compile the frame into a new entry of x (prepended).  Returns
  * the entry, or NULL when the frame should run eagerly without one; -1 in
  * *raise when an exception is set for the caller (fullgraph). */
@@ -591,8 +608,13 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     cdy_tls_state.enabled = 0;   /* no recursion into the hook while tracing or compiling */
     double t0 = now_s();
     PyObject *closure = cdy_pc_frame_func(frame)->func_closure;
-    cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced};
+    const cdy_guards *prev[x->nentries + 1];
+    cdy_dyn_ctx dyn = dyn_ctx(x, frame, saved.dynamic, prev);
+    cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced,
+                  .dyn_of = dyn.mode ? cdy_dyn_policy : NULL, .dyn_ctx = &dyn};
     cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
+    if (t->status == CDY_TRACE_OK)
+        cdy_dyn_log(&dyn, t, &p, co);
     cdy_entry *e = NULL;
     int nodes = 0;
     for (int v = 0; v < t->graph.nvalues; v++)
@@ -620,11 +642,17 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     else if ((e = entry_new(t, saved.backend))) {
         if (t->brk)
             report_resumed_break(t, co);
-        cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
-                         closure);
+        int relaxed = cdy_dyn_apply(&e->guards, t, &p);
+        if (relaxed < 0)
+            PyErr_Clear();   /* out of memory for the relations' guard: the compiled
+                                graph checks them too (a miss reruns eagerly) */
+        if (!relaxed)
+            cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
+                             closure);
         entry_compile(e, t, frame, t0, &p);
     }
     Py_XDECREF(p.compiled);   /* a frame that does not become an entry */
+    cdy_pipe_sym_clear(&p);
     if (e) {
         e->inst = frame_instance(frame);
         e->next = x->entries;
@@ -896,6 +924,7 @@ typedef struct {
     int enable;              /* 0: cdynamo.disable wrapper */
     int backend;
     int fullgraph;
+    int dynamic;             /* -1 None (automatic), 0 False, 1 True */
 } cdy_optimized;
 
 /* Call entry e's compiled graph with its inputs read from args (the
@@ -1044,13 +1073,15 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
     /* a direct hit runs no Python frame: the hook is not needed */
     if (o->enable && direct_call(o, args, nargsf, kwnames, &r))
         return r;
-    if (o->enable && PyFunction_Check(o->fn) && force_lost(o->fn) && force_code(o->fn))
+    PyObject *inner = PyMethod_Check(o->fn) ? PyMethod_GET_FUNCTION(o->fn) : o->fn;
+    if (o->enable && PyFunction_Check(inner) && force_lost(inner) && force_code(inner))
         return NULL;
     cdy_tls saved = cdy_tls_state;
     cdy_tls_state.enabled = o->enable;
     if (o->enable) {
         cdy_tls_state.backend = o->backend;
         cdy_tls_state.fullgraph = o->fullgraph;
+        cdy_tls_state.dynamic = o->dynamic;
     }
     hook_enter();
     r = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
@@ -1061,12 +1092,16 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
 
 static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"fn", "backend", "fullgraph", "enable", NULL};
-    PyObject *fn;
+    static char *kwlist[] = {"fn", "backend", "fullgraph", "enable", "dynamic", NULL};
+    PyObject *fn, *dynamic = Py_None;
     const char *backend = "c";
     int fullgraph = 0, enable = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|spp", kwlist, &fn, &backend, &fullgraph, &enable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sppO", kwlist, &fn, &backend, &fullgraph,
+                                     &enable, &dynamic))
         return NULL;
+    if (dynamic != Py_None && !PyBool_Check(dynamic))
+        return PyErr_Format(PyExc_TypeError, "dynamic must be None, True or False, got %R",
+                            dynamic);
     if (!PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "expected a callable, got %R", fn);
     int b;
@@ -1079,7 +1114,8 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                             backend);
     /* the function handed to optimize is traced even where its file is
      * skipped (nn.Sequential.forward lives in torch) */
-    if (enable && PyFunction_Check(fn) && force_code(fn))
+    PyObject *inner = PyMethod_Check(fn) ? PyMethod_GET_FUNCTION(fn) : fn;   /* opt.step */
+    if (enable && PyFunction_Check(inner) && force_code(inner))
         return NULL;
     cdy_optimized *o = (cdy_optimized *)type->tp_alloc(type, 0);
     if (!o)
@@ -1087,6 +1123,7 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o->fn = Py_NewRef(fn);
     o->backend = b;
     o->fullgraph = fullgraph;
+    o->dynamic = dynamic == Py_None ? -1 : dynamic == Py_True;
     o->enable = enable;
     o->vectorcall = optimized_call;
     return (PyObject *)o;

@@ -33,6 +33,7 @@ typedef struct {
     int enabled;             /* an optimized function runs on this thread */
     int backend;             /* CDY_BACKEND_* */
     int fullgraph;
+    int dynamic;             /* optimize(dynamic=): -1 None (automatic), 0 False, 1 True */
 } cdy_tls;
 
 extern _Thread_local cdy_tls cdy_tls_state;

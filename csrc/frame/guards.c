@@ -3,6 +3,7 @@
 #include "frame/frame.h"
 #include "runtime/runtime.h"
 #include "pyver/pycompat.h"
+#include "frame/dynamic.h"
 
 #include <string.h>
 
@@ -136,6 +137,18 @@ static int common_steps(const cdy_src *s, const cdy_src *t)
     return k;
 }
 
+int cdy_src_equal(const cdy_src *a, const cdy_src *b)
+{
+    if (a->kind != b->kind || a->slot != b->slot || a->dict != b->dict ||
+        a->nattrs != b->nattrs || (a->name != b->name && (!a->name || !b->name ||
+                                                          !same_key(a->name, b->name))))
+        return 0;
+    for (int k = 0; k < a->nattrs; k++)
+        if (a->item[k] != b->item[k] || !same_key(a->attrs[k], b->attrs[k]))
+            return 0;
+    return 1;
+}
+
 /* cdy_src_fetch through m (NULL: without one). */
 static PyObject *memo_fetch(fetch_memo *m, const cdy_src *s, PyObject *const *locals,
                             PyObject *globals, PyObject *builtins, PyObject *closure)
@@ -201,6 +214,10 @@ void cdy_guards_free(cdy_guards *gs)
         cdy_src_clear(&g->src);
         Py_CLEAR(g->expect);
         Py_CLEAR(g->dtype);
+        if (g->sym) {
+            cdy_symguard_free(g->sym);
+            g->sym = NULL;
+        }
         if (g->other) {
             cdy_src_clear(g->other);
             PyMem_Free(g->other);
@@ -300,6 +317,8 @@ static int check_tensor(const cdy_guard *g, PyObject *v, char *why, size_t n)
         snprintf(why, n, "tensor '%s' rank mismatch. expected %d, actual %d", g->desc, g->ndim, nd);
         ok = 0;
     }
+    else if (g->dyn)
+        ok = cdy_dyn_check_tensor(g, sz, st, why, n);
     else {
         for (int d = 0; ok && d < nd; d++)
             if (sz[d] != g->sizes[d]) {
@@ -481,6 +500,37 @@ static int check_call(const cdy_guard *g, char *why, size_t n)
     return ok;
 }
 
+/* Check a SYM guard: the symbols' values read from the inputs' sizes (through
+ * m), then its relations; 1 holds, 0 fails. */
+static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
+{
+    const cdy_symguard *sg = g->sym;
+    int64_t vals[CDY_SYM_MAX_SYMS];
+    uint64_t live = cdy_sym_live(&sg->s);
+    for (int k = 0; k < sg->s.tab.nsyms; k++) {
+        vals[k] = sg->s.tab.hint[k];
+        if (!(live >> k & 1))
+            continue;
+        PyObject *v = memo_fetch(m, &sg->srcs[sg->s.info[k].input], locals, globals, builtins,
+                                 closure);
+        PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
+        int64_t sz[CDY_MAX_NDIM];
+        int nd = -1;
+        int bad = !shape || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
+                  nd <= sg->s.info[k].dim;
+        Py_XDECREF(shape);
+        Py_XDECREF(v);
+        if (bad) {
+            PyErr_Clear();
+            snprintf(why, n, "the sizes of symbol s%d's input could not be read", k);
+            return 0;
+        }
+        vals[k] = sz[sg->s.info[k].dim];
+    }
+    return cdy_symguard_relations(sg, vals, why, n);
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
@@ -506,6 +556,8 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         return check_state(g, why, n);
     if (g->kind == CDY_GUARD_CALL)
         return check_call(g, why, n);
+    if (g->kind == CDY_GUARD_SYM)
+        return check_sym(g, locals, globals, builtins, closure, why, n, m);
     int id = check_global_id(g, globals, why, n);
     if (id >= 0)
         return id;
@@ -768,7 +820,11 @@ PyObject *cdy_guards_text(const cdy_guards *gs)
     cdy_buf b = {0};
     for (int i = 0; i < gs->n; i++) {
         const cdy_guard *g = &gs->items[i];
-        if (g->kind == CDY_GUARD_TENSOR) {
+        if (g->kind == CDY_GUARD_SYM)
+            cdy_symguard_text(g->sym, &b);
+        else if (g->kind == CDY_GUARD_TENSOR && g->dyn)
+            cdy_dyn_tensor_text(g, &b);
+        else if (g->kind == CDY_GUARD_TENSOR) {
             PyObject *dt = PyObject_Str(g->dtype);
             cdy_buf_printf(&b, "TENSOR_MATCH: %s: %s, %s, device=cpu, requires_grad=%s, size=[",
                            g->desc, ((PyTypeObject *)g->expect)->tp_name,

@@ -26,6 +26,8 @@ typedef struct {
 } cdy_src;
 
 void cdy_src_copy(cdy_src *dst, const cdy_src *src);   /* new references */
+/* 1 if a and b name the same place (kind, slot, name, steps). */
+int cdy_src_equal(const cdy_src *a, const cdy_src *b);
 void cdy_src_clear(cdy_src *s);
 /* Value of s in the frame's context; new reference, or NULL (error set). */
 struct _PyInterpreterFrame;
@@ -49,7 +51,8 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n);
     X(HASATTR, "hasattr(obj, name) gives the traced answer (an object guarded by type)") \
     X(STATE, "global torch state (default dtype, autocast, modes) is what the trace saw") \
     X(CALL, "a torch state query (expect, no arguments) gives the traced answer (dtype)") \
-    X(SAME, "`src is other` gives the traced answer (requires_grad): two sources are one object or not")
+    X(SAME, "`src is other` gives the traced answer (requires_grad): two sources are one object or not") \
+    X(SYM, "the relations between symbolic sizes the trace relied on hold (issue 32)")
 
 typedef enum {
 #define CDY_X(e, d) CDY_GUARD_##e,
@@ -65,6 +68,10 @@ typedef struct {
     PyObject *dtype;        /* TENSOR: torch.dtype (singleton) */
     cdy_src *other;         /* SAME: the second source (owned: PyMem, its references) */
     int requires_grad;
+    unsigned dyn;           /* TENSOR: dims whose size is a symbol (issue 32): not
+                               compared, but >= 2; with any, contiguous strides
+                               instead of equal ones */
+    struct cdy_symguard *sym;   /* SYM: the symbolic shapes and sources (owned) */
     int ndim;
     int64_t sizes[CDY_MAX_NDIM];
     int64_t strides[CDY_MAX_NDIM];

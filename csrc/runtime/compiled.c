@@ -9,6 +9,7 @@
  * graph inputs positionally and return one tensor or a tuple of tensors.   */
 #include "runtime/runtime.h"
 #include "pyver/pycompat.h"
+#include "sym/sym.h"
 
 #include <dlfcn.h>
 #include <ffi.h>
@@ -90,6 +91,12 @@ typedef struct {
     int uses_rng;         /* an extern draws from torch's default generator */
     int nrv;              /* outputs returned as views of mutated inputs (trace/mutate.c) */
     cdy_review *rv;
+    /* symbolic sizes (issue 32): the graph's shapes (owned; NULL: static), per buffer
+     * its graph value (-1: none), per input position its value and example meta */
+    cdy_sym_shapes *sym;
+    int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
+    int *in_value;        /* -1 also for an input of static sizes (not read per call) */
+    cdy_meta *in_meta;
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -266,15 +273,55 @@ static int extern_dtype_differs(PyObject *r, PyObject *dtype)
     return differs;
 }
 
+static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
+static int sym_read_meta(PyObject *x, cdy_meta *m);
+
+/* Symbolic graphs: extern result *r for buffer b checked against the
+ * buffer's meta at the symbols' values sv (dtype, sizes: else RuntimeError,
+ * the frame reruns eagerly) and made contiguous (the kernels' layout) when
+ * torch chose other strides; 0, or -1 with *r dropped. */
+static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject **r)
+{
+    cdy_meta want, got;
+    sym_meta(c, b, sv, &want);
+    if (sym_read_meta(*r, &got)) {
+        Py_CLEAR(*r);
+        return -1;
+    }
+    int same = got.ndim == want.ndim && got.dtype == want.dtype;
+    for (int d = 0; same && d < got.ndim; d++)
+        same = got.sizes[d] == want.sizes[d];
+    if (!same) {
+        Py_CLEAR(*r);
+        PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: an extern op's result differs from its "
+                     "symbolic meta", c->name);
+        return -1;
+    }
+    if (cdy_meta_contiguous(&got))
+        return 0;
+    PyObject *t = PyObject_CallMethod(*r, "contiguous", NULL);
+    Py_SETREF(*r, t);
+    return t ? 0 : -1;
+}
+
 /* Run extern step st: call torch, keep the result as its buffer (copied to
- * the traced strides if torch chose others).  0, or -1 with error set. */
+ * the traced strides if torch chose others; symbolic graphs: sv, made
+ * contiguous).  0, or -1 with error set. */
 static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void **ptrs,
-                      PyObject **stash)
+                      PyObject **stash, const int64_t *sv)
 {
     PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
     if (!r)
         return -1;
-    PyObject *meta = c->buf_meta[st->out_buffer];
+    int sym = sv && c->buf_value[st->out_buffer] >= 0;   /* a symbolic size: contiguous */
+    if (sym && sym_extern_result(c, st->out_buffer, sv, &r))
+        return -1;
+    PyObject *meta = sym ? NULL : c->buf_meta[st->out_buffer];
+    if (!meta) {
+        bufs[st->out_buffer] = r;
+        ptrs[st->out_buffer] = tensor_ptr(r);
+        return ptrs[st->out_buffer] ? 0 : -1;
+    }
     if (extern_dtype_differs(r, PyTuple_GET_ITEM(meta, 2))) {
         Py_DECREF(r);
         return -1;
@@ -352,19 +399,41 @@ static int call_plain(const rt_kernel *kn, void **ptrs)
 #undef A
 }
 
-static int run_kernel(rt_kernel *kn, void **ptrs, int *failed)
+/* call_plain for a kernel with runtime sizes: its pointers, then sv. */
+static int call_plain_sym(const rt_kernel *kn, void **ptrs, const int64_t *sv)
 {
-    void *avals[CDY_MAX_KARGS + 1];
+    typedef void *P;
+    typedef const int64_t *S;
+#define A(i) ptrs[kn->args[i]]
+    switch (kn->status ? -1 : kn->nargs) {
+    case 1: ((void (*)(P, S))kn->fn)(A(0), sv); return 0;
+    case 2: ((void (*)(P, P, S))kn->fn)(A(0), A(1), sv); return 0;
+    case 3: ((void (*)(P, P, P, S))kn->fn)(A(0), A(1), A(2), sv); return 0;
+    case 4: ((void (*)(P, P, P, P, S))kn->fn)(A(0), A(1), A(2), A(3), sv); return 0;
+    case 5: ((void (*)(P, P, P, P, P, S))kn->fn)(A(0), A(1), A(2), A(3), A(4), sv); return 0;
+    default: return -1;
+    }
+#undef A
+}
+
+/* Run kernel kn (sv: the symbols' values of a symbolic graph, NULL; big: its
+ * inputs are large, the GIL is released around it). */
+static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int big, int *failed)
+{
+    void *avals[CDY_MAX_KARGS + 2];
     int64_t err[4] = {0, 0, 0, 0}, *errp = err;
     ffi_arg rc = 0;
     int prof = __builtin_expect(cdy_rt_profile_kernels, 0);
-    if (!prof && kn->work < CDY_RELEASE_GIL_NUMEL && call_plain(kn, ptrs) == 0)
+    if (!sv && !prof && kn->work < CDY_RELEASE_GIL_NUMEL && call_plain(kn, ptrs) == 0)
+        return 0;
+    if (sv && !prof && !big && call_plain_sym(kn, ptrs, sv) == 0)
         return 0;
     for (int a = 0; a < kn->nargs; a++)
         avals[a] = &ptrs[kn->args[a]];
     avals[kn->nargs] = &errp;
+    avals[kn->nargs + kn->status] = &sv;   /* symbolic kernels: the symbols' values last */
     long long t0 = prof ? now_ns() : 0;
-    if (kn->work >= CDY_RELEASE_GIL_NUMEL) {
+    if (sv ? big : kn->work >= CDY_RELEASE_GIL_NUMEL) {
         Py_BEGIN_ALLOW_THREADS
         ffi_call(&kn->cif, kn->fn, &rc, avals);
         Py_END_ALLOW_THREADS
@@ -446,11 +515,139 @@ static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
     return 0;
 }
 
+/* Symbolic graphs: buffer b's contiguous meta at the symbols' values sv
+ * into *m (its plan meta where its sizes are static). */
+static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
+{
+    *m = c->buf_cmeta[b];
+    int v = c->buf_value[b];
+    for (int d = 0; v >= 0 && d < m->ndim; d++)
+        m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
+    int64_t st = 1;
+    for (int d = m->ndim - 1; v >= 0 && d >= 0; d--) {
+        m->strides[d] = st;
+        st *= m->sizes[d] > 1 ? m->sizes[d] : 1;
+    }
+}
+
+/* A new contiguous tensor for buffer b at the symbols' values sv, its data
+ * pointer in *ptr; NULL with an error. */
+static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **ptr)
+{
+    cdy_meta m;
+    sym_meta(c, b, sv, &m);
+    if (cdy_mempool_on())
+        return cdy_mempool_tensor(&m, ptr);
+    PyObject *sz = int_tuple(m.sizes, m.ndim), *st = int_tuple(m.strides, m.ndim);
+    PyObject *a[3] = {sz, st, dtype_objs[m.dtype]};
+    PyObject *t = sz && st ? PyObject_Vectorcall(empty_strided, a, 2, kw_dtype) : NULL;
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    if (t && !(*ptr = tensor_ptr(t)))
+        Py_CLEAR(t);
+    return t;
+}
+
+/* Input x's meta (sizes, strides, dtype) into *m; 0, or -1 with an error. */
+static int sym_read_meta(PyObject *x, cdy_meta *m)
+{
+    PyObject *sh = cdy_tensor_attr(x, CDY_TA_shape);
+    PyObject *st = sh ? cdy_tensor_attr(x, CDY_TA_stride) : NULL;
+    PyObject *dt = st ? cdy_tensor_attr(x, CDY_TA_dtype) : NULL;
+    int rc = -1;
+    if (dt && PyTuple_Check(sh) && PyTuple_Check(st) && PyTuple_GET_SIZE(sh) <= CDY_MAX_NDIM &&
+        PyTuple_GET_SIZE(st) == PyTuple_GET_SIZE(sh)) {
+        m->ndim = (int)PyTuple_GET_SIZE(sh);
+        m->dtype = -1;
+        for (int k = 0; k < CDY_DT_COUNT; k++)
+            if (dtype_objs[k] == dt)
+                m->dtype = k;
+        for (int d = 0; d < m->ndim; d++) {
+            m->sizes[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sh, d));
+            m->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        }
+        rc = PyErr_Occurred() ? -1 : 0;
+    }
+    else if (dt)
+        PyErr_SetString(PyExc_TypeError, "cdynamo: a compiled graph's input is not a tensor");
+    Py_XDECREF(sh);
+    Py_XDECREF(st);
+    Py_XDECREF(dt);
+    return rc;
+}
+
+/* 1 if actual meta a of input i keeps what the symbolic graph relies on
+ * (ndim, dtype, every size the value of its expression at sv), else 0 with
+ * why. */
+static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const int64_t *sv,
+                        char *why, size_t n)
+{
+    const cdy_meta *ex = &c->in_meta[i];
+    if (a->ndim != ex->ndim || a->dtype != ex->dtype) {
+        snprintf(why, n, "input %d changed ndim or dtype", i);
+        return 0;
+    }
+    for (int d = 0; c->in_value[i] >= 0 && d < a->ndim; d++) {
+        int64_t want = cdy_sym_eval(&c->sym->tab, c->sym->dims[c->in_value[i]][d], sv);
+        if (a->sizes[d] != want) {
+            snprintf(why, n, "input %d's size %d is %lld, its expression gives %lld", i, d,
+                     (long long)a->sizes[d], (long long)want);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The symbols' values of a call on args into sv (each live symbol from its
+ * input's dim), checked against the graph's symbolic shapes (sizes >= 2,
+ * contiguous inputs, relations, every input size), *big set when an input
+ * has CDY_RELEASE_GIL_NUMEL elements or more; 0, or -1 with RuntimeError
+ * when the graph does not cover these inputs. */
+static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
+{
+    const cdy_sym_shapes *s = c->sym;
+    cdy_meta am[c->ninputs ? c->ninputs : 1];
+    char why[256] = "";
+    uint64_t live = cdy_sym_live(s);
+    *big = 0;
+    for (int i = 0; i < c->ninputs; i++) {
+        if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i]))
+            return -1;
+        *big |= c->in_value[i] >= 0 && cdy_meta_numel(&am[i]) >= CDY_RELEASE_GIL_NUMEL;
+    }
+    for (int k = 0; k < s->tab.nsyms; k++) {
+        sv[k] = s->tab.hint[k];
+        if (!(live >> k & 1))
+            continue;
+        const cdy_meta *a = &am[s->info[k].input];
+        sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
+        if (sv[k] < 2 || !cdy_meta_contiguous(a))
+            snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
+                     "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
+    }
+    for (int r = 0; !why[0] && r < s->nrel; r++)
+        if (cdy_sym_eval(&s->tab, s->rel[r][0], sv) != cdy_sym_eval(&s->tab, s->rel[r][1], sv))
+            snprintf(why, sizeof(why), "relation %d of its sizes does not hold", r);
+    for (int i = 0; !why[0] && i < c->ninputs; i++)
+        if (c->in_value[i] >= 0)
+            sym_input_ok(c, i, &am[i], sv, why, sizeof(why));
+    if (!why[0])
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: its symbolic sizes do not cover this call: %s",
+                 c->name, why);
+    return -1;
+}
+
 /* Allocate the tensors step s needs made (make_list); 0 or -1 with error. */
-static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs)
+static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const int64_t *sv)
 {
     for (int j = c->make_at[s]; j < c->make_at[s + 1]; j++) {
         int b = c->make_list[j];
+        if (sv) {
+            if (!(bufs[b] = sym_buffer(c, b, sv, &ptrs[b])))
+                return -1;
+            continue;
+        }
         if (c->buf_pool[b] && cdy_mempool_on()) {
             if (!(bufs[b] = cdy_mempool_tensor(&c->buf_cmeta[b], &ptrs[b])))
                 return -1;
@@ -539,13 +736,19 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         PyErr_Format(PyExc_TypeError, "%U expects %d tensors, got %zd", c->name, c->ninputs, nargs);
         return NULL;
     }
+    int64_t symvals[CDY_SYM_MAX_SYMS];
+    const int64_t *sv = c->sym ? symvals : NULL;
+    int big = 0;                           /* symbolic: the GIL is released around kernels */
+    if (c->sym && sym_values(c, args, symvals, &big))
+        return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
     PyObject *stackbufs[16];
     void *stackptrs[16];
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
     void **ptrs = c->nbuffers <= 16 ? stackptrs : PyMem_Calloc((size_t)c->nbuffers, sizeof(void *));
-    PyObject *res = NULL, **stash = NULL, *rng = rng_save(c);
+    PyObject *res = NULL, **stash = NULL, *rng = NULL;
     void *scratch = NULL;
     int i = 0, wrote = 0;
+    rng = rng_save(c);
     long long t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
@@ -575,14 +778,14 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             ptrs[b] = NULL;
         else if (scratch && c->scratch_off[b] >= 0)
             ptrs[b] = (char *)scratch + c->scratch_off[b];
-    if (make_bufs(c, 0, bufs, ptrs))
+    if (make_bufs(c, 0, bufs, ptrs, sv))
         goto done;
     cdy_phase_add(CDY_PHASE_alloc, &t0);
     for (int s = 0; s < c->nsteps; s++) {
         const cdy_step *st = &c->steps[s];
         int failed = st->kind == CDY_STEP_KERNEL ? -1 : st->index;
-        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, &failed)
-                                        : run_extern(c, st, bufs, ptrs, stash)) {
+        if (st->kind == CDY_STEP_KERNEL ? run_kernel(&c->kernels[st->index], ptrs, sv, big, &failed)
+                                        : run_extern(c, st, bufs, ptrs, stash, sv)) {
             add_user_frame(c, failed);
             goto done;
         }
@@ -590,7 +793,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             Py_CLEAR(bufs[c->drop_list[j]]);
         if (c->make_at[s + 1] < c->make_at[s + 2]) {
             cdy_phase_add(CDY_PHASE_kernels, &t0);
-            if (make_bufs(c, s + 1, bufs, ptrs))
+            if (make_bufs(c, s + 1, bufs, ptrs, sv))
                 goto done;
             cdy_phase_add(CDY_PHASE_alloc, &t0);
         }
@@ -725,6 +928,12 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->kir);
     PyMem_Free(c->kir_values);
     PyMem_Free(c->kir_ops);
+    if (c->sym)
+        cdy_sym_shapes_free(c->sym);
+    PyMem_Free(c->sym);
+    PyMem_Free(c->buf_value);
+    PyMem_Free(c->in_value);
+    PyMem_Free(c->in_meta);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -1008,7 +1217,31 @@ static PyMethodDef compiled_methods[] = {
     {NULL},
 };
 
+/* The live symbols as ((input, dim), ...), or None (static sizes). */
+static PyObject *compiled_get_symbols(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    (void)closure;
+    if (!c->sym)
+        Py_RETURN_NONE;
+    uint64_t live = cdy_sym_live(c->sym);
+    PyObject *t = PyList_New(0);
+    for (int k = 0; t && k < c->sym->tab.nsyms; k++) {
+        PyObject *e = live >> k & 1 ? Py_BuildValue("(ii)", c->sym->info[k].input,
+                                                     c->sym->info[k].dim) : NULL;
+        if (live >> k & 1 && (!e || PyList_Append(t, e)))
+            Py_CLEAR(t);
+        Py_XDECREF(e);
+    }
+    PyObject *r = t ? PyList_AsTuple(t) : NULL;
+    Py_XDECREF(t);
+    return r;
+}
+
 static PyGetSetDef compiled_getset[] = {
+    {"symbols", compiled_get_symbols, NULL,
+     "the dims its kernels take at run time, ((input, dim), ...), or None (static sizes)",
+     NULL},
     {"source", compiled_get_source, NULL, "generated C source (C backend)", NULL},
     {"ir_pre_fusion", compiled_get_ir_pre, NULL, "loop IR before fusion (C backend)", NULL},
     {"kernel_ir", compiled_get_kernel_ir, NULL,
@@ -1073,7 +1306,7 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
     kn->nargs = d->nargs;
     snprintf(kn->symbol, sizeof(kn->symbol), "%s", d->symbol);
     kn->status = d->status;
-    kn->atypes = PyMem_Calloc((size_t)d->nargs + 2, sizeof(ffi_type *));
+    kn->atypes = PyMem_Calloc((size_t)d->nargs + 3, sizeof(ffi_type *));
     kn->args = PyMem_Calloc((size_t)d->nargs + 1, sizeof(int));
     if (!kn->atypes || !kn->args) {
         PyErr_NoMemory();
@@ -1087,7 +1320,9 @@ static int load_kernel(cdy_compiled *c, const cdy_plan *plan, int k)
             kn->work = n;
     }
     kn->atypes[d->nargs] = &ffi_type_pointer;   /* status kernels: the error slot */
-    if (ffi_prep_cif(&kn->cif, FFI_DEFAULT_ABI, (unsigned)(d->nargs + kn->status),
+    kn->atypes[d->nargs + kn->status] = &ffi_type_pointer;   /* symbolic: the symbols */
+    if (ffi_prep_cif(&kn->cif, FFI_DEFAULT_ABI,
+                     (unsigned)(d->nargs + kn->status + (c->sym != NULL)),
                      kn->status ? &ffi_type_sint : &ffi_type_void, kn->atypes) != FFI_OK) {
         PyErr_SetString(PyExc_RuntimeError, "ffi_prep_cif failed");
         return -1;
@@ -1176,7 +1411,8 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
-        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0)
+        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0 ||
+            c->sym)                        /* symbolic: every buffer a tensor of its call's size */
             continue;
         int64_t extent = 1;
         for (int d = 0; d < m->ndim; d++)
@@ -1463,9 +1699,55 @@ static int copy_writeback(cdy_compiled *c, const cdy_run_record *r)
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, const char *name,
                                  int single, const cdy_run_record *r)
 {
+    return cdy_compiled_from_plan_sym(plan, so_path, name, single, r, NULL);
+}
+
+/* Symbolic graphs: take *sym (zeroed) and the buffers' and inputs' values; 0 or -1. */
+static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r,
+                    cdy_sym_shapes *sym)
+{
+    c->sym = PyMem_Malloc(sizeof(*sym));
+    c->buf_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->nbuffers + 1));
+    c->in_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->ninputs + 1));
+    c->in_meta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
+    if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta) {
+        PyMem_Free(c->sym);
+        c->sym = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    *c->sym = *sym;
+    memset(sym, 0, sizeof(*sym));
+    for (int b = 0; b < plan->nbuffers; b++)
+        c->buf_value[b] = -1;
+    for (int i = 0; i < plan->ninputs; i++)
+        c->in_value[i] = -1;
+    for (int v = 0; v < plan->nvalues && v < c->sym->nvalues; v++) {
+        const cdy_value *val = &r->graph->values[v];
+        int64_t k;
+        int symbolic = 0;
+        for (int d = 0; d < val->meta.ndim; d++)
+            symbolic |= !cdy_sym_is_const(&c->sym->tab, c->sym->dims[v][d], &k);
+        if (plan->value_buffer[v] >= 0 && symbolic)
+            c->buf_value[plan->value_buffer[v]] = v;
+        /* an input of static sizes is read per call no more than a static graph's: the
+         * entry's guards check it */
+        if (val->kind == CDY_VAL_INPUT && val->input_index < plan->ninputs && symbolic) {
+            c->in_value[val->input_index] = v;
+            c->in_meta[val->input_index] = val->meta;
+        }
+    }
+    return 0;
+}
+
+PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path, const char *name,
+                                     int single, const cdy_run_record *r, cdy_sym_shapes *sym)
+{
     cdy_compiled *c = compiled_new(name, single);
     if (!c)
         return NULL;
+    if (sym && sym_take(c, plan, r, sym))
+        goto fail;
     c->dl = so_path ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
     if (so_path && !c->dl) {
         const char *e = dlerror();
@@ -1510,7 +1792,7 @@ PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path, cons
     if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
         plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
-    for (int b = plan->ninputs; b < plan->nbuffers; b++)
+    for (int b = plan->ninputs; !c->sym && b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
             c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);
     c->source = PyUnicode_FromString(plan->source ? plan->source : "");

@@ -14,6 +14,14 @@ extern PyTypeObject cdy_compiled_type;
 /* A callable running the plan's kernels from the .so at so_path (C backend). */
 PyObject *cdy_compiled_from_plan(const cdy_plan *plan, const char *so_path,
                                  const char *name, int single, const cdy_run_record *r);
+/* The same for a plan compiled with symbolic sizes (cdy_codegen_sym): it takes
+ * *sym (left zeroed), computes the symbols' values from each call's inputs
+ * (RuntimeError when the inputs break its shapes' rules), allocates every
+ * buffer at those sizes and passes them to the kernels.  sym NULL: static. */
+struct cdy_sym_shapes_s;
+PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path,
+                                     const char *name, int single, const cdy_run_record *r,
+                                     struct cdy_sym_shapes_s *sym);
 /* A callable running the record's torch calls (eager backend). */
 PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int single);
 int cdy_runtime_init(PyObject *torch);

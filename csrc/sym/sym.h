@@ -115,7 +115,7 @@ typedef struct {
     char why[112];               /* why it specialized */
 } cdy_sym_info;
 
-typedef struct {
+typedef struct cdy_sym_shapes_s {
     cdy_symtab tab;
     cdy_sym_info info[CDY_SYM_MAX_SYMS];
     int nvalues;

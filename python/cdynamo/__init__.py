@@ -21,7 +21,7 @@ from . import _support, _C
 
 __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "CdynamoWarning",
            "explain", "profile_report", "set_profile_kernels",
-           "overhead_breakdown", "stop_reasons"]
+           "overhead_breakdown", "stop_reasons", "mark_dynamic"]
 
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 config.output_pool_mb = config.output_pool_mb   # the environment's size, to the C runtime
@@ -42,12 +42,15 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
     backend: "c" (generate and compile C) or "eager" (trace, then run the graph
     with torch ops: isolates tracer bugs from compiler bugs).
     fullgraph: raise cdynamo.Unsupported instead of falling back to eager.
+    dynamic: None (automatic: a size that changes between calls becomes symbolic at the
+    recompile, config.automatic_dynamic_shapes), True (every dim of every tensor argument
+    symbolic from the first compile), False (every size static and guarded).  Sizes 0 and 1
+    always specialize; mark_dynamic(t, dim) marks dims of one tensor.
     """
     if backend not in _BACKENDS:
         raise ValueError(f"cdynamo.optimize: unknown backend {backend!r}; expected one of {_BACKENDS}")
-    if dynamic:
-        raise NotImplementedError("cdynamo.optimize: dynamic=True is not supported yet; "
-                                  "shapes are specialised and guarded")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"cdynamo.optimize: dynamic must be None, True or False, got {dynamic!r}")
     if fn_or_module is None:
         return lambda fn: optimize(fn, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
     if not callable(fn_or_module):
@@ -58,8 +61,8 @@ def optimize(fn_or_module=None, *, backend="c", fullgraph=False, dynamic=None):
     if backend == "c":
         _C.start_standby()    # the compiler starts while the first call traces
     if isinstance(fn_or_module, torch.nn.Module):
-        return _optimize_module(fn_or_module, backend, bool(fullgraph))
-    wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph))
+        return _optimize_module(fn_or_module, backend, bool(fullgraph), dynamic)
+    wrapper = _C.OptimizedFunction(fn_or_module, backend, bool(fullgraph), dynamic=dynamic)
     return _wraps(wrapper, fn_or_module)
 
 
@@ -79,26 +82,27 @@ def _wraps(wrapper, fn):
 _module_classes = {}
 
 
-def _optimized_class(cls, backend, fullgraph):
+def _optimized_class(cls, backend, fullgraph, dynamic=None):
     """The subclass of cls whose forward is compiled (see _optimize_module)."""
-    key = (cls, backend, fullgraph)
+    key = (cls, backend, fullgraph, dynamic)
     sub = _module_classes.get(key)
     if sub is None:
-        forward = _wraps(_C.OptimizedFunction(cls.forward, backend, fullgraph), cls.forward)
+        forward = _wraps(_C.OptimizedFunction(cls.forward, backend, fullgraph, dynamic=dynamic),
+                         cls.forward)
         sub = type(cls.__name__, (cls,), {
             "forward": forward,
             "__module__": cls.__module__,
             "__qualname__": cls.__qualname__,
             # the original module, held by the view (its __dict__ is the original's)
             "__slots__": ("_cdynamo_orig_mod",),
-            "_cdynamo_options": (backend, fullgraph),
+            "_cdynamo_options": (backend, fullgraph, dynamic),
             "__reduce_ex__": _reduce_optimized_module,
         })
         _module_classes[key] = sub
     return sub
 
 
-def _optimize_module(mod, backend, fullgraph):
+def _optimize_module(mod, backend, fullgraph, dynamic=None):
     """The module, seen through a subclass whose forward is compiled.
 
     The returned object shares the original's __dict__: the same parameters,
@@ -106,7 +110,7 @@ def _optimize_module(mod, backend, fullgraph):
     still runs its hooks before the (compiled) forward.
     """
     mod = _orig_module(mod)
-    opt = object.__new__(_optimized_class(type(mod), backend, fullgraph))
+    opt = object.__new__(_optimized_class(type(mod), backend, fullgraph, dynamic))
     object.__setattr__(opt, "__dict__", mod.__dict__)
     object.__setattr__(opt, "_cdynamo_orig_mod", mod)
     return opt
@@ -125,9 +129,30 @@ def _reduce_optimized_module(self, proto):
     return (_rebuild_optimized_module, (self._cdynamo_orig_mod,) + type(self)._cdynamo_options)
 
 
-def _rebuild_optimized_module(mod, backend="c", fullgraph=False):
+def _rebuild_optimized_module(mod, backend="c", fullgraph=False, dynamic=None):
     """cdynamo.optimize(mod) for a module loaded by pickle / torch.load or deep-copied."""
-    return optimize(mod, backend=backend, fullgraph=fullgraph)
+    return optimize(mod, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+
+
+def mark_dynamic(t, dim):
+    """Mark dim (an int or a list of ints, negative counting from the end) of tensor t
+    dynamic: a frame compiled with t as an input makes those dims symbolic from its first
+    compile (unless optimize(dynamic=False)).  Stored on the tensor as torch's
+    _dynamo_dynamic_indices, so torch._dynamo.mark_dynamic's marks count too.  Sizes 0 and 1
+    still specialize; a dim the compiled code cannot keep symbolic specializes (the dynamic
+    log says why)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"cdynamo.mark_dynamic expects a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, "_dynamo_dynamic_indices", ()))
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError(f"cdynamo.mark_dynamic: dim must be an int or a list of ints, got {d!r}")
+        if not -t.dim() <= d < t.dim():
+            raise IndexError(f"cdynamo.mark_dynamic: dim {d} out of range for a tensor of "
+                             f"{t.dim()} dims")
+        marked.add(d % t.dim())
+    t._dynamo_dynamic_indices = marked
 
 
 def _is_optimized(fn):

@@ -1514,6 +1514,10 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
     p.add_argument("--list", action="store_true", help="list workloads and exit")
+    p.add_argument("--dynamic", action="store_true",
+                   help="the dynamic-shapes group instead (issue 32): batch sweeps 1..64 of "
+                        "pointwise / softmax / layer_norm / mlp and a LLaMA decode per token, "
+                        "compile counts and per-call times (--filter picks among them)")
     p.add_argument("--isolate", action="store_true",
                    help="run each workload in a child process (survives crashes)")
     p.add_argument("--strict", action="store_true",
@@ -1556,6 +1560,15 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
 
     cache_root = tempfile.mkdtemp(prefix="cdynamo-bench-")
+    if args.dynamic:
+        from . import _bench_dynamic   # noqa: PLC0415
+        os.environ["CDYNAMO_CACHE_DIR"] = os.path.join(cache_root, "cdynamo")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_root, "inductor")
+        try:
+            cd = None if args.no_cdynamo else load_cdynamo()[0]
+            return _bench_dynamic.main(args, cd)
+        finally:
+            shutil.rmtree(cache_root, ignore_errors=True)
     try:
         if args._child:
             return child_main(args, cache_root)

@@ -61,6 +61,12 @@ standby_compiler = os.environ.get("CDYNAMO_STANDBY_COMPILER", "") != "0"
 #: frame of a break runs eagerly
 resume_after_break = True
 
+#: optimize(dynamic=None): a frame whose cache entries all fail only because a tensor
+#: input's size changed recompiles once with those dims symbolic (as torch.compile's
+#: automatic_dynamic_shapes; sizes 0 and 1 stay specialized); False: every size is static
+#: unless dynamic=True or mark_dynamic asks otherwise
+automatic_dynamic_shapes = True
+
 
 
 def _env_stream_bytes():
@@ -133,6 +139,7 @@ _CHECKS = {
     "debug_dir": lambda n, v: _path(n, v, True),
     "standby_compiler": _flag,
     "resume_after_break": _flag,
+    "automatic_dynamic_shapes": _flag,
 }
 
 

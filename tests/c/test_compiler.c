@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+
+#include "sym/sym.h"
 #include <unistd.h>
 
 #include "cdynamo.h"
@@ -1486,6 +1488,68 @@ static void test_kir_realize_and_extern(void)
     cdy_plan_free(&p);
 }
 
+/* Kernels with runtime sizes (compiler/symk.c): relu(a * b + 1), a [s0, s1] and b [s2] (s1 == s2), compiled once at 8 x 16 and run at
+ * other sizes with the symbols' values as the kernels' last argument. */
+static void test_symbolic_sizes(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sa[2] = {8, 16}, sb[1] = {16};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sa, NULL);
+    int b = tg_input(&t, CDY_DT_FLOAT32, 1, sb, NULL);
+    int one = tg_scalar(&t, 1, 1.0, 0);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0);
+    int ad = tg_node(&t, CDY_OP_ADD, CDY_DT_FLOAT32, CDY_DT_FLOAT32, m, one, 0);
+    int r = tg_node(&t, CDY_OP_RELU, CDY_DT_FLOAT32, CDY_DT_FLOAT32, ad, 0, 0);
+    tg_output(&t, r);
+    unsigned dyn[2] = {3, 1};
+    cdy_sym_shapes sh;
+    char err[CDY_ERRLEN], so[512];
+    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0 && cdy_sym_live(&sh) == 7, "symbols");
+    cdy_plan plan;
+    if (cdy_codegen_sym(&t.g, 2, 0, &sh, &plan, err, sizeof(err))) {
+        CHECK(0, "symbolic codegen: %s", err);
+        cdy_sym_shapes_free(&sh);
+        return;
+    }
+    CHECK(strstr(plan.source, "const int64_t *restrict cdy_s") && strstr(plan.source, "n0"),
+          "sizes are parameters");
+    CHECK(strstr(plan.source, ">= 32768LL") != NULL, "the parallel rule is a runtime condition");
+    cdy_cc_opts opts = {"gcc", cache_dir, NULL, cdy_codegen_prefix()};
+    int hit = 0;
+    void *lib = cdy_cc_build(plan.source, &opts, so, sizeof(so), &hit, err, sizeof(err)) ? NULL
+                : dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *fn = lib ? dlsym(lib, plan.kernels[0].symbol) : NULL;
+    CHECK(fn && plan.nkernels == 1 && plan.kernels[0].nargs == 3, "built: %s", err);
+    static const int64_t sizes[][2] = {{8, 16}, {3, 5}, {2, 100}, {300, 257}};
+    for (int c = 0; fn && c < 4; c++) {
+        int64_t n = sizes[c][0], k = sizes[c][1], sv[3] = {n, k, k};
+        float *x = malloc(sizeof(float) * (size_t)(n * k)), *y = malloc(sizeof(float) * (size_t)k);
+        float *o = malloc(sizeof(float) * (size_t)(n * k));
+        unsigned seed = 3;
+        for (int64_t i = 0; i < n * k; i++)
+            x[i] = rnd(&seed);
+        for (int64_t i = 0; i < k; i++)
+            y[i] = rnd(&seed);
+        ((void (*)(const float *, const float *, float *, const int64_t *))fn)(x, y, o, sv);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < k; j++) {
+                float v = x[i * k + j] * y[j] + 1.0f;
+                bad += !same_f32(o[i * k + j], v < 0 ? 0 : v);
+            }
+        CHECK(bad == 0, "symbolic kernel at %lld x %lld: %d mismatches", (long long)n,
+              (long long)k, bad);
+        free(x);
+        free(y);
+        free(o);
+    }
+    if (lib)
+        dlclose(lib);
+    cdy_plan_free(&plan);
+    cdy_sym_shapes_free(&sh);
+}
+
 int main(void)
 {
     char root[] = "/tmp/cdy_test_XXXXXX";
@@ -1522,6 +1586,7 @@ int main(void)
     test_kir_parallel_rules();
     test_kir_reduction_boundary();
     test_kir_realize_and_extern();
+    test_symbolic_sizes();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
         printf("cache kept in %s\n", cache_dir);
     else

@@ -1,0 +1,320 @@
+/* symk.c - kernels with runtime sizes (issue 32).
+ *
+ * A graph compiled with symbolic sizes (cdy_codegen_sym, c->sym) is
+ * scheduled at the example's sizes (the hints) as every graph is; then each
+ * pointwise kernel's nest gets, per loop, the expression of its size and,
+ * per operand, of its stride (cg_sym_nest), which the emitters print as the
+ * locals n<d> / st<o>_<d> computed at the kernel's top from the symbols'
+ * values (`const int64_t *cdy_s`, the kernel's last parameter).  The
+ * decisions that read sizes become run-time ones: the parallel loop runs
+ * under a condition on the actual element count (the kernel has a parallel
+ * and a serial copy of its loops); streamed stores and memcpy copies are off.
+ *
+ * What holds at every size is what this file relies on: an operand is
+ * contiguous (inputs with a symbol are guarded contiguous, the runtime
+ * allocates buffers contiguous), a dim of size 1 is a constant (symbols are
+ * >= 2), so the nest's ordering and coalescing made at the hints hold at
+ * every size.  Anything else (a view or gather load, an index operand, a
+ * special kind's kernel, a realized view with a symbolic size) fails the
+ * symbolic compile with its reason; the caller then compiles the static
+ * graph (every symbol specialized). */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/cg.h"
+
+int cg_sym_unsupported(cg_ctx *c, const char *what)
+{
+    return c->sym ? cg_fail(c, "symbolic sizes: %s", what) : 0;
+}
+
+/* 1 if expressions a and b are equal at every size: the same id, or a
+ * relation of the graph's guards. */
+static int sk_same(const cdy_sym_shapes *s, int a, int b)
+{
+    if (a == b)
+        return 1;
+    for (int r = 0; r < s->nrel; r++)
+        if ((s->rel[r][0] == a && s->rel[r][1] == b) || (s->rel[r][0] == b && s->rel[r][1] == a))
+            return 1;
+    return 0;
+}
+
+/* 1 if meta m has the contiguous strides of its sizes (dims of size 1 free). */
+static int sk_contiguous(const cdy_meta *m)
+{
+    int64_t st = 1;
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        if (m->sizes[d] != 1 && m->strides[d] != st)
+            return 0;
+        st *= m->sizes[d];
+    }
+    return 1;
+}
+
+/* Operand op's stride expressions per dim of an iteration space of ndim
+ * dims (gexp: their expressions) into st; 0, or -1 with a message. */
+static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_meta *m = &c->g->values[op->value].meta;
+    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0);
+    if (op->buffer < 0 || op->offset || cg_is_view(c->g, op->value) ||
+        cg_is_gather(c->g, op->value))
+        return cg_sym_unsupported(c, "a kernel loads a view, a gather or an index");
+    if (!sk_contiguous(m))
+        return cg_sym_unsupported(c, "a kernel operand is not contiguous");
+    for (int d = 0; d < ndim; d++) {
+        int md = d - shift;
+        if (md < 0 || m->sizes[md] == 1) {
+            st[d] = zero;
+            continue;
+        }
+        if (!sk_same(s, s->dims[op->value][md], gexp[d]))
+            return cg_sym_unsupported(c, "an operand's size differs from the kernel's");
+        int e = cdy_sym_const(&s->tab, 1);
+        for (int j = md + 1; j < m->ndim && e >= 0; j++)
+            e = cdy_sym_mul(&s->tab, e, s->dims[op->value][j]);
+        if (e < 0)
+            return cg_sym_unsupported(c, "a stride's expression is too large");
+        st[d] = e;
+    }
+    return zero < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
+}
+
+/* The expression id, or -1 when it is a constant (the literal holds). */
+static int sk_live(const cdy_sym_shapes *s, int e)
+{
+    int64_t v;
+    return cdy_sym_is_const(&s->tab, e, &v) ? -1 : e;
+}
+
+/* The group's dim expressions (every output's equal) into gexp; 0 or -1. */
+static int sk_group(cg_ctx *c, const kir_kernel *k, int *gexp)
+{
+    const cdy_sym_shapes *s = c->sym;
+    for (int d = 0; d < k->grp.ndim; d++)
+        gexp[d] = s->dims[k->grp.outs[0]][d];
+    for (int i = 1; i < k->grp.nout; i++)
+        for (int d = 0; d < k->grp.ndim; d++)
+            if (!sk_same(s, s->dims[k->grp.outs[i]][d], gexp[d]))
+                return cg_sym_unsupported(c, "outputs of one kernel differ in size");
+    return 0;
+}
+
+/* Fill nest n's symbolic sizes and strides (n->sym) from the iteration
+ * space's dim expressions gexp and the nops operands' stride expressions st
+ * per dim; 0 or -1. */
+static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MAX_NDIM],
+                        int nops, int ndim)
+{
+    cdy_sym_shapes *s = c->sym;
+    n->sym = 1;
+    int prev = -1;
+    for (int d = 0; d < n->ndim; d++) {
+        int e = cdy_sym_const(&s->tab, 1), last = -1;
+        for (int g = 0; g < ndim; g++) {
+            if (!(n->gmask[d] >> g & 1))
+                continue;
+            if (g <= prev)
+                return cg_sym_unsupported(c, "a kernel's loops are not in memory order");
+            prev = last = g;
+            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, gexp[g]);
+        }
+        if (e < 0 || (last < 0 && n->size[d] != 0))
+            return cg_sym_unsupported(c, "a loop's size has no expression");
+        n->ssize[d] = last < 0 ? -1 : sk_live(s, e);
+        for (int o = 0; o < nops; o++)
+            n->sstride[o][d] = last < 0 ? -1 : sk_live(s, st[o][last]);
+    }
+    return 0;
+}
+
+int cg_sym_nest(cg_ctx *c, kir_kernel *k)
+{
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    if (k->nidx)
+        return cg_sym_unsupported(c, "a kernel reads an index (arange)");
+    if (sk_group(c, k, gexp))
+        return -1;
+    for (int o = 0; o < k->nops; o++)
+        if (sk_op_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
+            return -1;
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim);
+}
+
+/* Output op's strides over an input space whose dims `mask` are reduced
+ * (keep: they stay as size 1) into st; 0 or -1. */
+static int sk_red_out_strides(cg_ctx *c, const cg_operand *op, int ndim, int64_t mask, int keep,
+                              int *st)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_meta *om = &c->g->values[op->value].meta;
+    int zero = cdy_sym_const(&s->tab, 0);
+    if (!sk_contiguous(om) || zero < 0)
+        return cg_sym_unsupported(c, "a reduction's output is not contiguous");
+    for (int d = 0, od = 0; d < ndim; d++) {
+        int red = (int)(mask >> d & 1);
+        st[d] = zero;
+        if (!red && om->sizes[od] != 1) {
+            int e = cdy_sym_const(&s->tab, 1);
+            for (int j = od + 1; j < om->ndim && e >= 0; j++)
+                e = cdy_sym_mul(&s->tab, e, s->dims[op->value][j]);
+            if (e < 0)
+                return cg_sym_unsupported(c, "a stride's expression is too large");
+            st[d] = e;
+        }
+        od += !red || keep;
+    }
+    return 0;
+}
+
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+                     cg_nest *on, cg_nest *rn, int *rnumel)
+{
+    return cg_sym_split_nests(c, in, mask, keep, 1, ops, nops, on, rn, rnumel);
+}
+
+int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
+                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_meta *im = &c->g->values[in].meta;
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    for (int d = 0; d < im->ndim; d++)
+        gexp[d] = s->dims[in][d];
+    for (int o = 0; o < nops; o++)
+        if (ops[o].is_out && red_outs ? sk_red_out_strides(c, &ops[o], im->ndim, mask, keep, st[o])
+                          : sk_op_strides(c, im->ndim, &ops[o], gexp, st[o]))
+            return -1;
+    int e = cdy_sym_const(&s->tab, 1);
+    for (int d = 0; d < im->ndim && e >= 0; d++)
+        if (mask >> d & 1)
+            e = cdy_sym_mul(&s->tab, e, gexp[d]);
+    if (e < 0)
+        return cg_sym_unsupported(c, "a reduction's size has no expression");
+    *rnumel = sk_live(s, e);
+    rn->pfx = "r";
+    return sk_fill_nest(c, on, gexp, st, nops, im->ndim) ||
+           sk_fill_nest(c, rn, gexp, st, nops, im->ndim);
+}
+
+const char *cg_sym_expr_text(cg_ctx *c, int e)
+{
+    char ex[512];
+    cdy_sym_print(&c->sym->tab, e, ex, sizeof(ex));
+    return cg_strf(c, "(%s)", ex);
+}
+
+const char *cg_sym_numel_text(cg_ctx *c, const cg_nest *n)
+{
+    cdy_buf t = {0};
+    for (int d = 0; d < n->ndim; d++)
+        cdy_buf_printf(&t, "%s%s", d ? " * " : "", cg_sym_size_text(c, n, d));
+    const char *r = cg_strf(c, "(%s)", t.data ? t.data : "1");
+    cdy_buf_free(&t);
+    return r;
+}
+
+const char *cg_sym_size_text(cg_ctx *c, const cg_nest *nest, int d)
+{
+    if (nest->sym && nest->ssize[d] >= 0)
+        return cg_strf(c, "n%s%d", nest->pfx ? nest->pfx : "", d);
+    return cg_strf(c, "%lldLL", (long long)nest->size[d]);
+}
+
+/* Emit `const int64_t <name> = <expression e>;`. */
+static void sk_local(cg_ctx *c, const char *name, int e)
+{
+    char ex[512];
+    cdy_sym_print(&c->sym->tab, e, ex, sizeof(ex));
+    cdy_buf_printf(&c->src, "    const int64_t %s = %s;\n", name, ex);
+}
+
+/* Emit the size and stride locals of symbolic nest n (nops operands). */
+static void sk_nest_locals(cg_ctx *c, const cg_nest *n, int nops)
+{
+    char name[32];
+    const char *p = n->pfx ? n->pfx : "";
+    for (int d = 0; n->sym && d < n->ndim; d++) {
+        if (n->ssize[d] >= 0) {
+            snprintf(name, sizeof(name), "n%s%d", p, d);
+            sk_local(c, name, n->ssize[d]);
+        }
+        for (int o = 0; o < nops; o++)
+            if (n->sstride[o][d] >= 0 && n->stride[o][d] != 0) {
+                snprintf(name, sizeof(name), "st%s%d_%d", p, o, d);
+                sk_local(c, name, n->sstride[o][d]);
+            }
+    }
+}
+
+void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k)
+{
+    for (int s = 0; s < c->sym->tab.nsyms; s++)
+        cdy_buf_printf(&c->src, "    const int64_t s%d = cdy_s[%d]; (void)s%d;\n", s, s, s);
+    if (k->nest)
+        sk_nest_locals(c, k->nest, k->nops);
+    if (k->rnest)
+        sk_nest_locals(c, k->rnest, k->nops);
+}
+
+void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k)
+{
+    const cg_nest *n = k->nest;
+    k->stream = 0;
+    k->copy_unit = 0;
+    k->copy_row = 0;
+    k->flags &= ~(unsigned)(CDY_KIRF_COPY_UNITS | CDY_KIRF_COPY_ROWS);
+    int live = 0;
+    for (int d = 0; d < n->ndim; d++)
+        live |= n->ssize[d] >= 0;
+    if (!live || n->ndim == 0 || c->nthreads <= 1)
+        return;                            /* the hints' decision holds at every size */
+    const char *numel = cg_sym_numel_text(c, n);
+    int64_t per = cg_moved(k->ops, k->nops, n, 1);
+    k->par_cond = k->nfused <= CG_PARALLEL_CHEAP_OPS
+                      ? cg_strf(c, "%s >= %dLL && %s * %lldLL >= %dLL", numel, CG_PARALLEL_NUMEL,
+                                numel, (long long)per, CG_PARALLEL_BYTES)
+                      : cg_strf(c, "%s >= %dLL", numel, CG_PARALLEL_NUMEL);
+    k->collapse = 0;
+    k->parallel = 1;
+    k->serial = NULL;
+}
+
+int cg_sym_check_step(cg_ctx *c, int kind, int v)
+{
+    if (!c->sym)
+        return 0;
+    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS)
+        return 0;                          /* torch takes the sizes (sym/infer.c's extern
+                                            * rules); reduce.c's kernels take runtime sizes */
+    if (kind != CDY_KIR_VIEW)
+        return cg_sym_unsupported(c, cg_strf(c, "%s kernels take static sizes",
+                                             cdy_op_table[c->g->values[v].op].name));
+    for (int d = 0; d < c->g->values[v].meta.ndim; d++)
+        if (sk_live(c->sym, c->sym->dims[v][d]) >= 0)
+            return cg_sym_unsupported(c, "a realized view has a symbolic size");
+    return 0;
+}
+
+/* 1 if every dim of value v is a constant. */
+static int sk_static_value(const cg_ctx *c, int v)
+{
+    for (int d = 0; d < c->g->values[v].meta.ndim; d++)
+        if (sk_live(c->sym, c->sym->dims[v][d]) >= 0)
+            return 0;
+    return 1;
+}
+
+int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
+{
+    for (int v = 0; c->sym && v < c->g->nvalues; v++) {
+        int b = c->val_buf[v];
+        if (b < 0 || sk_static_value(c, v))
+            continue;
+        if (!sk_contiguous(&plan->buffers[b]))
+            return cg_sym_unsupported(c, "a buffer with a symbolic size is not contiguous");
+    }
+    return 0;
+}

@@ -1,0 +1,195 @@
+"""The benchmark's dynamic group (issue 32): `python -m cdynamo.bench --dynamic`.
+
+Batch sweeps: each workload is called with batch sizes 1..64 in order (--quick: 1, 2, 3, 4,
+6, 8, 12, 16, 24, 32, 48, 64), by eager, torch.compile (its default: automatic dynamic
+shapes) and cdynamo.optimize (its default: automatic dynamic shapes).  Every call is
+checked against eager.  The table gives per system the compiles over the sweep (cdynamo's
+frames_compiled, torch.compile's unique graphs), the wall time of the first sweep (with
+its compiles), and the steady per-call time (the median over rounds of a second sweep,
+averaged over the sizes).  Decode: a LLaMA causal LM from a small config, generate() with
+its default DynamicCache, greedy, per-token time per system (compiled forward)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def _pointwise(x, y):
+    return torch.relu(x * y + 1.0) - torch.sigmoid(x)
+
+
+def _softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def _layernorm_gelu(x, w, b):
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b))
+
+
+_MLP = {}
+
+
+def _mlp(x):
+    m = _MLP.get("m")
+    if m is None:
+        torch.manual_seed(0)
+        m = _MLP["m"] = torch.nn.Sequential(
+            torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+            torch.nn.GELU(), torch.nn.Linear(512, 10)).eval()
+    return m(x)
+
+
+def _inputs(name, n):
+    if name == "pointwise":
+        return torch.randn(n, 4096), torch.randn(4096)
+    if name == "softmax":
+        return (torch.randn(n, 1024),)
+    if name == "layer_norm":
+        return torch.randn(n, 768), torch.randn(768), torch.randn(768)
+    return (torch.randn(n, 256),)
+
+
+SWEEPS = {"pointwise": _pointwise, "softmax": _softmax, "layer_norm": _layernorm_gelu,
+          "mlp": _mlp}
+
+
+def _counts(system, cdynamo):
+    if system == "cdynamo":
+        return cdynamo.stats()["frames_compiled"]
+    if system == "inductor":
+        from torch._dynamo.utils import counters   # noqa: PLC0415
+        return int(counters["stats"]["unique_graphs"])
+    return 0
+
+
+def _build(system, fn, cdynamo):
+    if system == "inductor":
+        return torch.compile(fn)
+    if system == "cdynamo":
+        return cdynamo.optimize(fn)
+    return fn
+
+
+def _reset(cdynamo):
+    torch._dynamo.reset()
+    if cdynamo is not None:
+        cdynamo.reset()
+
+
+def _per_call(f, args, rounds):
+    """Median seconds per call of f(*args) over rounds batches of about 2 ms."""
+    t0 = time.perf_counter()
+    f(*args)
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, min(1000, int(2e-3 / one)))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f(*args)
+        times.append((time.perf_counter() - t0) / reps)
+    return statistics.median(times)
+
+
+def sweep(name, system, sizes, cdynamo, rounds):
+    """One system over one sweep: a dict of compiles, first-sweep seconds, mean steady
+    per-call microseconds, and the first mismatch with eager (None if none)."""
+    fn = SWEEPS[name]
+    _reset(cdynamo)
+    f = _build(system, fn, cdynamo)
+    torch.manual_seed(0)
+    data = {n: _inputs(name, n) for n in sizes}
+    expected = {n: fn(*data[n]) for n in sizes}
+    before = _counts(system, cdynamo)
+    wrong = None
+    t0 = time.perf_counter()
+    for n in sizes:
+        out = f(*data[n])
+        try:
+            torch.testing.assert_close(out, expected[n])
+        except AssertionError as e:
+            wrong = wrong or f"batch {n}: {str(e).splitlines()[0]}"
+    first = time.perf_counter() - t0
+    compiles = _counts(system, cdynamo) - before
+    per = [_per_call(f, data[n], rounds) for n in sizes]
+    for n in sizes:   # checked again after the timing (entries served steady)
+        try:
+            torch.testing.assert_close(f(*data[n]), expected[n])
+        except AssertionError as e:
+            wrong = wrong or f"batch {n} (steady): {str(e).splitlines()[0]}"
+    return {"compiles": compiles, "first_s": first, "us": 1e6 * statistics.fmean(per),
+            "wrong": wrong}
+
+
+def decode(system, cdynamo, tokens, rounds):
+    """Greedy generate() of `tokens` new tokens by a small LLaMA with DynamicCache: per
+    token ms of the second generation (the first compiles), compiles, and whether its
+    tokens equal eager's."""
+    from transformers import LlamaConfig, LlamaForCausalLM   # noqa: PLC0415
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).eval()
+    ids = torch.randint(3, 512, (1, 8))
+    kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref = model.generate(ids, **kw)
+        _reset(cdynamo)
+        if system != "eager":
+            model.forward = _build(system, model.forward, cdynamo)
+        before = _counts(system, cdynamo)
+        t0 = time.perf_counter()
+        out = model.generate(ids, **kw)
+        first = time.perf_counter() - t0
+        compiles = _counts(system, cdynamo) - before
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            out = model.generate(ids, **kw)
+            times.append(time.perf_counter() - t0)
+    return {"compiles": compiles, "first_s": first,
+            "us": 1e6 * statistics.median(times) / tokens,
+            "wrong": None if torch.equal(out, ref) else "generated tokens differ from eager's"}
+
+
+def _row(name, system, r):
+    if "error" in r:
+        return f"{name:12s} {system:9s} {'error: ' + r['error'][:90]}"
+    ok = "ok" if not r["wrong"] else "WRONG: " + r["wrong"][:60]
+    return (f"{name:12s} {system:9s} {r['compiles']:8d} {r['first_s']:10.2f} "
+            f"{r['us']:12.1f} {r.get('vs', float('nan')):9.2f}x  {ok}")
+
+
+def main(args, cdynamo) -> int:
+    quick = args.quick
+    sizes = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64] if quick else list(range(1, 65))
+    rounds = 3 if quick else 7
+    systems = ["eager"] + ([] if args.no_inductor else ["inductor"]) + \
+              ([] if cdynamo is None else ["cdynamo"])
+    names = [n for n in list(SWEEPS) + ["decode"]
+             if not args.filter or n in args.filter or "dynamic" in args.filter]
+    print(f"dynamic shapes: batch sweep {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
+          f"threads {torch.get_num_threads()}; per call: mean over the sizes of the median "
+          f"of {rounds} rounds (decode: per token, 32 tokens)")
+    print(f"{'workload':12s} {'system':9s} {'compiles':>8s} {'1st sweep s':>10s} "
+          f"{'us/call':>12s} {'vs eager':>10s}  check")
+    bad = 0
+    for name in names:
+        res = {}
+        for s in systems:
+            try:
+                with torch.no_grad():
+                    res[s] = (decode(s, cdynamo, 32, rounds) if name == "decode"
+                              else sweep(name, s, sizes, cdynamo, rounds))
+            except Exception as e:  # noqa: BLE001
+                res[s] = {"error": f"{type(e).__name__}: {e}"}
+        base = res.get("eager", {}).get("us")
+        for s in systems:
+            r = res[s]
+            if base and "us" in r:
+                r["vs"] = base / r["us"]
+            bad += bool(r.get("wrong"))
+            print(_row(name if name != "decode" else "decode_llama", s, r), flush=True)
+    return 1 if bad else 0
