@@ -238,6 +238,31 @@ def test_var_of_equal_values_is_zero(op, dtype):
     check(lam(f"lambda t: torch.{op}(t, 0)"), vals[:1].expand(3000, 2).clone())
 
 
+@pytest.mark.parametrize("op", ["var", "std"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_var_short_rows_bit_equal_to_welford(op, dtype):
+    # eager reduces var / std over a dim by Welford, in order: rows of 0s and 1s give
+    # 0.375 or 0.37500000000000006 by the order of the same values, and argmin over
+    # them breaks the tie by those ulps (fuzz reductions_wrong_93d7d3a12a); rows up to
+    # 64 (any length in block mode) are eager's bit for bit, ties fall the same way
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 2, (3, 2, 4, 4), generator=g).to(dtype).permute(3, 2, 1, 0)
+    y = torch.randn(40, 9, 33, generator=g, dtype=torch.float64).to(dtype)
+    cases = [("lambda t: torch.{op}(t, 1, correction=2, keepdim=True)", x),
+             ("lambda t: torch.{op}(t, 0)", x), ("lambda t: torch.{op}(t, 3, correction=0)", x),
+             ("lambda t: torch.{op}(t, -1)", y), ("lambda t: torch.{op}(t, 0)", y),
+             ("lambda t: torch.{op}(t, (0, 1), correction=0)", y.contiguous()),
+             ("lambda t: torch.argmin(torch.{op}(t, 1, correction=2), 0)", x)]
+    for src, t in cases:
+        cdynamo.reset()
+        fn = lam(src.format(op=op))
+        torch.testing.assert_close(cdynamo.optimize(fn)(t), fn(t), rtol=0, atol=0, msg=src)
+    cdynamo.reset()
+    fn = lam(f"lambda t: t.{op}(1)")     # longer rows in row mode: the two-pass, close
+    long = torch.randn(8, 300, dtype=torch.float64)
+    torch.testing.assert_close(cdynamo.optimize(fn)(long), fn(long), rtol=1e-14, atol=0)
+
+
 def test_var_large_values():
     x = torch.randn(64, 1000, dtype=torch.float32) + 1e4     # cancellation: two passes
     run(lambda t: t.var(-1), x, lowered="var")

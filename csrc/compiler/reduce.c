@@ -43,6 +43,17 @@
 #define CG_RED_VAR_M2 "(m2 != m2 ? m2 : dlo == dhi ? 0.0 : " \
     "m2 - se * se / $N.0 < 0 ? 0.0 : m2 - se * se / $N.0)"
 
+/* VAR_WF / STD_WF's second pass: eager's Welford update (WelfordOps in
+ * double, one element at a time in the reduced loops' order), for a reduction
+ * with several outputs whose rows eager reduces serially (fewer than
+ * CG_RED_WF_MAX elements): bit for bit eager's variance, so equal variances
+ * tie as in eager (argmin over var of 0/1 rows: 0.375 here, 0.37500000000000006
+ * in eager for some orders of the same values); the first pass's sum is
+ * only the mean partner's. */
+#define CG_RED_WF_MID "double wm = 0, m2 = 0, wn = 0;"
+#define CG_RED_WF_UPD "{ const double wx = (double)$e, wd = wx - wm; wn += 1.0; " \
+    "wm += wd / wn; m2 += wd * (wx - wm); }"
+
 #define CG_RED_VARIANTS(X)                                                   \
     X(SUM, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
     X(MEAN, 'w', "0", "acc += ($A)$e;", "reduction(+:acc)", NULL, NULL, NULL, "acc / $N.0") \
@@ -83,6 +94,10 @@
       CG_RED_VAR_CLAUSE, CG_RED_VAR_M2 " / ($N.0 > $P ? $N.0 - $P : 0.0)")   \
     X(STD, 'd', "0", "acc += (double)$e;", "reduction(+:acc)", CG_RED_VAR_MID, CG_RED_VAR_UPD, \
       CG_RED_VAR_CLAUSE, "sqrt(" CG_RED_VAR_M2 " / ($N.0 > $P ? $N.0 - $P : 0.0))") \
+    X(VAR_WF, 'd', "0", "acc += (double)$e;", "reduction(+:acc)", CG_RED_WF_MID, CG_RED_WF_UPD, \
+      NULL, "m2 / ($N.0 > $P ? $N.0 - $P : 0.0)")                           \
+    X(STD_WF, 'd', "0", "acc += (double)$e;", "reduction(+:acc)", CG_RED_WF_MID, CG_RED_WF_UPD, \
+      NULL, "sqrt(m2 / ($N.0 > $P ? $N.0 - $P : 0.0))")                     \
     X(NORM2, 'd', "0", "acc += (double)$e * (double)$e;", "reduction(+:acc)", NULL, NULL, NULL, \
       "sqrt(acc)")                                                           \
     X(NORM1, 'd', "0", "acc += fabs((double)$e);", "reduction(+:acc)", NULL, NULL, NULL, "acc") \
@@ -133,6 +148,7 @@ static const char *const cg_red_state[CG_RED_COUNT] = {
     [CG_RED_MEAN_WF] = "double mean,double ni,double s2",
     [CG_RED_VAR] = "double mean,double m2,double se,double dlo,double dhi",
     [CG_RED_STD] = "double mean,double m2,double se,double dlo,double dhi",
+    [CG_RED_VAR_WF] = "double wm,double m2,double wn", [CG_RED_STD_WF] = "double wm,double m2,double wn",
     [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
 };
 
@@ -917,6 +933,29 @@ static int cg_red_sched_sym(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int numb
     return 0;
 }
 
+/* Rows eager's Welford reduction runs serially (binary_kernel_reduce: a
+ * reduced row of fewer elements than its grain size, 32768). */
+#define CG_RED_WF_MAX 32768
+/* The longest row a row-mode (not block) kernel reduces by Welford: its
+ * division chain is serial per row, 5x the corrected two-pass's time on
+ * 4096 rows of 1024 floats (28.5 vs 5.9 ms, eager 26-30 ms, 2 threads);
+ * block mode runs 64 rows' chains side by side (3.6 ms for the columns). */
+#define CG_RED_WF_ROW 64
+
+/* r's variant, VAR / STD turned into eager's Welford (VAR_WF / STD_WF) where
+ * eager computes it so and it is cheap: static sizes, more than one output
+ * (one output is eager's two-pass std_var_all_cpu, as VAR / STD), rows under
+ * CG_RED_WF_MAX in block mode, up to CG_RED_WF_ROW else. */
+static int cg_red_welford(const cg_ctx *c, const cg_red_kernel *r)
+{
+    int v = r->variant;
+    int64_t n = r->env.rnumel;
+    if ((v != CG_RED_VAR && v != CG_RED_STD) || c->sym || r->onumel <= 1 ||
+        n >= CG_RED_WF_MAX || (n > CG_RED_WF_ROW && !cg_red_use_block(r)))
+        return v;
+    return v == CG_RED_VAR ? CG_RED_VAR_WF : CG_RED_STD_WF;
+}
+
 /* Schedule reduction node v as a kernel: a loop nest over the kept dims
  * (outer, parallel when large), an accumulator per output element, a loop
  * nest over the reduced dims whose body computes the reduction's input
@@ -945,9 +984,10 @@ int cg_sched_reduce(cg_ctx *c, int v)
     r->outs[0] = partner >= 0 ? partner : v;
     r->outs[1] = v;
     r->variant = cg_red_variant_of(g, v);
-    const cg_red_code *rc = &cg_red_codes[r->variant];
     if (cg_red_setup(c, r))
         return -1;
+    r->variant = cg_red_welford(c, r);
+    const cg_red_code *rc = &cg_red_codes[r->variant];
     r->env.acct = cg_red_acct(rc, idt);
     r->env.octype = cdy_dtype_table[val->meta.dtype].cctype;
     r->env.idt = idt;
