@@ -66,3 +66,17 @@ int cdy_op_paired(int op)
             return p;
     return CDY_OP_NONE;
 }
+
+static int gelu_f16_inf = 1;   /* eager's float16 GELU at +inf is inf (torch 2.13) until probed */
+
+/* See ops.h. */
+int cdy_gelu_f16_inf(void)
+{
+    return gelu_f16_inf;
+}
+
+/* See ops.h. */
+void cdy_set_gelu_f16_inf(int on)
+{
+    gelu_f16_inf = on != 0;
+}

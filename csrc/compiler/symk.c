@@ -40,18 +40,6 @@ static int sk_same(const cdy_sym_shapes *s, int a, int b)
     return 0;
 }
 
-/* 1 if meta m has the contiguous strides of its sizes (dims of size 1 free). */
-static int sk_contiguous(const cdy_meta *m)
-{
-    int64_t st = 1;
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
-            return 0;
-        st *= m->sizes[d];
-    }
-    return 1;
-}
-
 /* Operand op's stride expressions per dim of an iteration space of ndim
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
 static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
@@ -62,7 +50,7 @@ static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *g
     if (op->buffer < 0 || op->offset || cg_is_view(c->g, op->value) ||
         cg_is_gather(c->g, op->value))
         return cg_sym_unsupported(c, "a kernel loads a view, a gather or an index");
-    if (!sk_contiguous(m))
+    if (!cdy_meta_contiguous(m))
         return cg_sym_unsupported(c, "a kernel operand is not contiguous");
     for (int d = 0; d < ndim; d++) {
         int md = d - shift;
@@ -151,7 +139,7 @@ static int sk_red_out_strides(cg_ctx *c, const cg_operand *op, int ndim, int64_t
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *om = &c->g->values[op->value].meta;
     int zero = cdy_sym_const(&s->tab, 0);
-    if (!sk_contiguous(om) || zero < 0)
+    if (!cdy_meta_contiguous(om) || zero < 0)
         return cg_sym_unsupported(c, "a reduction's output is not contiguous");
     for (int d = 0, od = 0; d < ndim; d++) {
         int red = (int)(mask >> d & 1);
@@ -313,7 +301,7 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))
             continue;
-        if (!sk_contiguous(&plan->buffers[b]))
+        if (!cdy_meta_contiguous(&plan->buffers[b]))
             return cg_sym_unsupported(c, "a buffer with a symbolic size is not contiguous");
     }
     return 0;

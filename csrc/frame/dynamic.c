@@ -273,22 +273,7 @@ int cdy_dyn_check_tensor(const cdy_guard *g, const int64_t *sz, const int64_t *s
 
 int cdy_symguard_relations(const cdy_symguard *sg, const int64_t *vals, char *why, size_t n)
 {
-    const cdy_sym_shapes *s = &sg->s;
-    for (int r = 0; r < s->nrel; r++) {
-        int64_t x = cdy_sym_eval(&s->tab, s->rel[r][0], vals);
-        int64_t y = cdy_sym_eval(&s->tab, s->rel[r][1], vals);
-        if (x == y)
-            continue;
-        if (n) {
-            char ta[96], tb[96];
-            cdy_sym_print(&s->tab, s->rel[r][0], ta, sizeof(ta));
-            cdy_sym_print(&s->tab, s->rel[r][1], tb, sizeof(tb));
-            snprintf(why, n, "relation %s == %s does not hold: %lld != %lld", ta, tb,
-                     (long long)x, (long long)y);
-        }
-        return 0;
-    }
-    return 1;
+    return cdy_sym_relations_hold(&sg->s, vals, why, n);
 }
 
 void cdy_symguard_text(const cdy_symguard *sg, cdy_buf *b)

@@ -88,6 +88,9 @@ int cdy_op_paired(int op);
  * lead's device machine, torch 2.11, gives NaN as the float32 kernel): probed
  * once by the first gelu traced (trace/opbind.c), 1 until then. */
 int cdy_gelu_f16_inf(void);
+/* Record the probe's answer (common/tables.c keeps it: the compiler reads it
+ * without the tracer). */
+void cdy_set_gelu_f16_inf(int on);
 
 /* The result dtype of reduction op over an input of dtype idt by its rule
  * (torch's), or CDY_DT_NONE when the op does not take that input. */

@@ -63,17 +63,25 @@ int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *a
             return 1;
         }
     }
+    return !cdy_sym_relations_hold(s, vals, why, n);
+}
+
+/* See sym.h. */
+int cdy_sym_relations_hold(const cdy_sym_shapes *s, const int64_t *vals, char *why, size_t n)
+{
     for (int r = 0; r < s->nrel; r++) {
         int64_t x = cdy_sym_eval(&s->tab, s->rel[r][0], vals);
         int64_t y = cdy_sym_eval(&s->tab, s->rel[r][1], vals);
-        if (x != y) {
+        if (x == y)
+            continue;
+        if (n) {
             char ta[96], tb[96];
             cdy_sym_print(&s->tab, s->rel[r][0], ta, sizeof(ta));
             cdy_sym_print(&s->tab, s->rel[r][1], tb, sizeof(tb));
             snprintf(why, n, "relation %s == %s does not hold: %lld != %lld", ta, tb,
                      (long long)x, (long long)y);
-            return 1;
         }
+        return 0;
     }
-    return 0;
+    return 1;
 }

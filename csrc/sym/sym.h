@@ -146,4 +146,8 @@ uint64_t cdy_sym_live(const cdy_sym_shapes *s);
 int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
                   const char *const *names, int64_t *vals, char *why, size_t n);
 
+/* 1 if every relation of s holds for the symbols' values vals; else 0 and
+ * (n > 0) the first that does not in why. */
+int cdy_sym_relations_hold(const cdy_sym_shapes *s, const int64_t *vals, char *why, size_t n);
+
 #endif /* CDY_SYM_H */

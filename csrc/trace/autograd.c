@@ -1115,14 +1115,7 @@ static int ag_extern(ag_state *s, int v)
  * borrowed, Py_None when absent, NULL when it is a tensor. */
 static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name)
 {
-    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
-    int at = pos < npos ? pos : -1;
-    for (int k = 0; k < nkw; k++) {
-        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
-        if (n && !strcmp(n, name))
-            at = npos + k;
-    }
-    PyErr_Clear();
+    int at = ag_arg_at(p, pos, name);
     return at < 0 ? Py_None : p->ref[at] == -1 ? p->cst[at] : NULL;
 }
 

@@ -238,7 +238,7 @@ static tvar *affine_result(tracer *tr, const cdy_build_call *call, const cdy_met
     im.dtype = cdt;
     cur = cdy_compose_affine(tr, cur, step, start, &im, cdt);
     if (cur >= 0 && tr->t->graph.values[cur].meta.dtype != m->dtype)
-        cur = cdy_node_add(tr, CDY_OP_CAST, &cur, 1, m, m->dtype);
+        cur = cdy_node_cast(tr, cur, m, m->dtype);
     if (cur < 0)
         return NULL;
     tr->t->graph.values[cur].meta = *m;
@@ -359,6 +359,6 @@ tvar *cdy_build_eye(tracer *tr, const cdy_build_call *call)
     int rc[2] = {row, col};
     int v = col < 0 ? -1 : cdy_node_add(tr, CDY_OP_EQ, rc, 2, &bm, CDY_DT_INT64);
     if (v >= 0 && m.dtype != CDY_DT_BOOL)
-        v = cdy_node_add(tr, CDY_OP_CAST, &v, 1, &m, m.dtype);
+        v = cdy_node_cast(tr, v, &m, m.dtype);
     return v < 0 ? NULL : factory_result(tr, call, v, &m);
 }

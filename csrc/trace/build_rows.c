@@ -100,7 +100,7 @@ static tvar *lr_softmax_bound(tracer *tr, const cdy_build_call *call, int op, tv
             return NULL;
         if (dt != im.dtype) {
             im.dtype = dt;
-            if ((in = cdy_node_add(tr, CDY_OP_CAST, &in, 1, &im, dt)) < 0)
+            if ((in = cdy_node_cast(tr, in, &im, dt)) < 0)
                 return NULL;
         }
     } else if (!lr_row_tensor(tr, s[0]))

@@ -29,7 +29,7 @@ int cdy_compose_batch_norm(tracer *tr, int x, const int *ch, double eps, const c
         int y = cdy_compose_batch_norm(tr, x, ch, eps, pm, om, CDY_DT_FLOAT32);
         cdy_meta m = *om;
         m.dtype = dt;
-        return y < 0 ? y : cdy_node_add(tr, CDY_OP_CAST, &y, 1, &m, dt);
+        return y < 0 ? y : cdy_node_cast(tr, y, &m, dt);
     }
     int e = cdy_scalar_float(tr, eps), zero = cdy_scalar_float(tr, 0.0);
     int v = cp_pw(tr, CDY_OP_ADD, ch[1], e, pm, dt, dt);

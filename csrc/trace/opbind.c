@@ -373,7 +373,8 @@ static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
     return out[1] && out[2] ? 3 : -1;
 }
 
-static int ob_gelu_f16_inf = -1;   /* ob_probe_gelu_f16_inf's answer, -1 unknown */
+static int ob_gelu_f16_inf = -1;   /* ob_probe_gelu_f16_inf's answer, -1 unknown
+                                    * (handed to the ops table: cdy_set_gelu_f16_inf) */
 
 /* Ask eager once whether gelu of a float16 +inf is inf (with the GIL held;
  * its vector loop's answer, element 0 of 65); 1 if the probe fails (torch
@@ -394,6 +395,7 @@ static void ob_probe_gelu_f16_inf(void)
     PyObject *item = r0 ? PyObject_CallMethod(r0, "item", NULL) : NULL;
     Py_XDECREF(r0);
     ob_gelu_f16_inf = !(item && PyFloat_Check(item) && isnan(PyFloat_AS_DOUBLE(item)));
+    cdy_set_gelu_f16_inf(ob_gelu_f16_inf);
     Py_XDECREF(item);
     Py_XDECREF(r);
     Py_XDECREF(nn);
@@ -404,11 +406,6 @@ static void ob_probe_gelu_f16_inf(void)
     Py_XDECREF(f16);
     Py_XDECREF(torch);
     PyErr_Clear();
-}
-
-int cdy_gelu_f16_inf(void)
-{
-    return ob_gelu_f16_inf != 0;
 }
 
 /* gelu(x, approximate='none'|'tanh'): the mode as a number in out[1]. */

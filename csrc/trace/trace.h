@@ -204,6 +204,8 @@ int cdy_read_meta(tracer *tr, PyObject *x, cdy_meta *m);
 /* A new node computing op over args (value numbers) with meta m and compute
  * dtype cdt (no pynode); its value number, or -1 when stopped. */
 int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt);
+/* A node casting value v to dtype dt (its meta m, dtype dt); its value number or -1. */
+int cdy_node_cast(tracer *tr, int v, const cdy_meta *m, int dt);
 /* A new scalar value (int64, float64 or bool); its number, or -1 when stopped. */
 int cdy_scalar_int(tracer *tr, long long i);
 int cdy_scalar_float(tracer *tr, double f);

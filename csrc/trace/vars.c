@@ -347,6 +347,12 @@ tvar *cdy_tensor_tvar(tracer *tr, PyObject *fake, int value)
     return v;
 }
 
+/* See trace.h: the one place the tracer names the cast op. */
+int cdy_node_cast(tracer *tr, int v, const cdy_meta *m, int dt)
+{
+    return cdy_node_add(tr, CDY_OP_CAST, &v, 1, m, dt);
+}
+
 /* A new node computing op over args with meta m; its value number or -1. */
 int cdy_node_add(tracer *tr, int op, const int *args, int nargs, const cdy_meta *m, int cdt)
 {
