@@ -625,9 +625,8 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
             snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
                      "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
-    for (int r = 0; !why[0] && r < s->nrel; r++)
-        if (cdy_sym_eval(&s->tab, s->rel[r][0], sv) != cdy_sym_eval(&s->tab, s->rel[r][1], sv))
-            snprintf(why, sizeof(why), "relation %d of its sizes does not hold", r);
+    if (!why[0])
+        cdy_sym_relations_hold(s, sv, why, sizeof(why));
     for (int i = 0; !why[0] && i < c->ninputs; i++)
         if (c->in_value[i] >= 0)
             sym_input_ok(c, i, &am[i], sv, why, sizeof(why));
