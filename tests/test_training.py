@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import cdynamo
 import cdynamo._support as support
+from conftest import assert_same, run_python
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -703,3 +704,112 @@ def test_optimizer_step_handed_to_optimize_is_traced_and_its_break_recorded():
     e = cdynamo.explain(o1.step)()
     assert e.graph_break_count >= 1, str(e)
     assert any("optim" in b.filename for b in e.break_reasons), str(e)
+
+
+# ---- no torch.fx / sympy import for the training workloads (issue 34, peak memory) --------
+# torch's Python metas of train-mode batch_norm, the pooling / conv backward ops, a write
+# through a strided view and empty_like call torch._check, whose first call imports
+# torch.fx's symbolic shapes, sympy and ~800 modules (60-70 MB of peak RSS over eager's).
+# (torch._subclasses.fake_tensor itself is imported by `import torch` in this torch.)
+
+def test_training_cnn_and_transformer_stack_import_no_symbolic_shapes(tmp_path):
+    code = """
+import sys, torch, cdynamo
+from cdynamo import bench as B
+before, results = set(sys.modules), []
+for name in ("cnn_train", "transformer_stack_train"):
+    w = [w for w in B.WORKLOADS if w.name == name][0]
+    torch.manual_seed(0)
+    inputs = w.inputs(True)
+    params = w.train_params()
+    ref = [t.clone() for t in B._train_step(w.fn, params)(*inputs)]
+    step = B._train_step(cdynamo.optimize(w.fn), params)
+    for _ in range(2):
+        out = step(*inputs)
+    results.append((out, ref))
+new = set(sys.modules) - before
+print("SYMPY", "torch.fx.experimental.symbolic_shapes" in sys.modules)
+print("DYNAMO", "torch._dynamo" in sys.modules)
+print("NEW", sorted(m for m in new if not m.startswith("cdynamo")))
+print("GRAPHS", len(cdynamo._support.compiles))
+for out, ref in results:   # (assert_close imports more modules: after the check)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
+"""
+    r = run_python(code, cache_dir=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "SYMPY False" in r.stdout and "DYNAMO False" in r.stdout, r.stdout
+    assert "NEW []" in r.stdout, r.stdout
+    assert "GRAPHS 4" in r.stdout, r.stdout
+
+
+def _same_layout(fn, *args):
+    """fn compiled (no grad) equals eager, strides included, compiled in one graph."""
+    expected = fn(*args)
+    cdynamo.reset()
+    with torch.no_grad():
+        actual = cdynamo.optimize(fn)(*args)
+    assert_same(expected, actual)
+    st = cdynamo.stats()
+    assert (st["frames_compiled"], st["graph_breaks"]) == (1, 0), st
+
+
+def _layouts(n, c, h, w):
+    g = torch.Generator().manual_seed(5)
+    return [torch.randn(n, c, h, w, generator=g),
+            torch.randn(n, c, h, w, generator=g).contiguous(memory_format=torch.channels_last),
+            torch.randn(n, w, h, c, generator=g).permute(0, 3, 2, 1),
+            torch.randn(n, c, h, 2 * w, generator=g)[..., ::2]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_train_mode_batch_norm_layouts_as_eager(dtype):
+    c = 3
+    for x in _layouts(2, c, 4, 5) + [torch.randn(4, c), torch.randn(2, c, 6)]:
+        x = x.to(dtype)
+        rm, rv = torch.zeros(c, dtype=dtype), torch.ones(c, dtype=dtype)
+        w, b = torch.randn(c, dtype=dtype), torch.randn(c, dtype=dtype)
+        _same_layout(lambda t: F.batch_norm(t, rm.clone(), rv.clone(), w, b, True, 0.1) * 2, x)
+        _same_layout(lambda t: F.batch_norm(t, None, None, training=True) + 1, x)
+
+
+def test_train_mode_batch_norm_of_one_value_per_channel_raises_as_eager():
+    x = torch.randn(1, 3, 1, 1)
+    with pytest.raises(ValueError):
+        F.batch_norm(x, None, None, training=True)
+    with pytest.raises(ValueError):
+        cdynamo.optimize(lambda t: F.batch_norm(t, None, None, training=True) * 2)(x)
+
+
+def test_pool_backward_ops_layouts_as_eager():
+    aten = torch.ops.aten
+    for x in _layouts(2, 3, 6, 8) + [torch.randn(3, 6, 8)]:
+        g1 = torch.randn(*x.shape[:-2], 1, 1)
+        _same_layout(lambda g, t: aten._adaptive_avg_pool2d_backward(g, t) * 2, g1, x)
+
+        def mp(t):
+            out, idx = aten.max_pool2d_with_indices(t, [2, 2], [2, 2], [0, 0], [1, 1], False)
+            return out * 2, idx, aten.max_pool2d_with_indices_backward(
+                out + 1, t, [2, 2], [2, 2], [0, 0], [1, 1], False, idx) * 2
+        _same_layout(mp, x)
+
+
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, True, False)])
+def test_convolution_backward_layouts_as_eager(mask):
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(4, 3, 3, 3, generator=g)
+    for x in _layouts(2, 3, 6, 8):
+        for stride, pad in ((1, 1), (2, 0)):
+            y = F.conv2d(x, w, stride=stride, padding=pad)
+            go = torch.randn(y.shape, generator=g)
+
+            def f(gr, t):
+                r = torch.ops.aten.convolution_backward(
+                    gr, t, w, [4], [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, list(mask))
+                return tuple(None if v is None else v * 2 for v in r)
+            _same_layout(f, go, x)
+    w1 = torch.randn(4, 3, 3, generator=g)   # conv1d
+    x1 = torch.randn(2, 3, 10, generator=g)
+    go1 = torch.randn(2, 4, 8, generator=g)
+    _same_layout(lambda gr, t: tuple(v * 2 for v in torch.ops.aten.convolution_backward(
+        gr, t, w1, [4], [1], [0], [1], False, [0], 1, [True, True, True])), go1, x1)

@@ -61,6 +61,14 @@ static PyObject *cc_home(PyObject *torch, char w)
     };
     if (w == 'm')
         return PyObject_GetAttrString(torch, "Tensor");
+    if (w == 'a') {
+        PyObject *ops = PyObject_GetAttrString(torch, "ops");
+        PyObject *aten = ops ? PyObject_GetAttrString(ops, "aten") : NULL;
+        Py_XDECREF(ops);
+        if (!aten)
+            PyErr_Clear();
+        return aten;
+    }
     for (size_t i = 0; i < sizeof(homes) / sizeof(homes[0]); i++)
         if (homes[i].w == w) {
             PyObject *m = PyImport_ImportModule(homes[i].module);

@@ -479,7 +479,8 @@ typedef enum {
     MT_FLIPUD = 'U', MT_SDPA = 'D', MT_GROUP_NORM_F = 'G', MT_GROUP_NORM = 'g',
     MT_NORMALIZE = 'Z', MT_CUMSUM = 'Y', MT_TRIL = 'T', MT_ROLL = 'O', MT_ADDMM = 'a',
     MT_CROSS_ENTROPY = 'K', MT_LIKE = 'z', MT_FULL_LIKE = 'f', MT_REPEAT = 'r', MT_GATHER = 'q',
-    MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i',
+    MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i', MT_ADAPTIVE_AVG_POOL2D_BW = 'b',
+    MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -742,24 +743,36 @@ static int mt_batch_norm_strides(tracer *tr, tvar **s, const cdy_meta *x, cdy_me
     return mt_suggested_strides(x, m);
 }
 
+/* 1 if batch_norm's training argument t is absent or a constant bool; *train
+ * its value. */
+static int mt_bn_training(const tvar *t, int *train)
+{
+    *train = t && t->kind == TV_CONST && t->obj == Py_True;
+    return !t || (t->kind == TV_CONST && PyBool_Check(t->obj));
+}
+
 /* A fake for F.batch_norm(input, running_mean, running_var, weight, bias,
- * training=False, momentum, eps) in eval mode (training absent or False): a
- * float32 / float64 input of 2+ dims, the running stats (and weight / bias,
- * when given) 1-d of its channels and dtype: the input's sizes and dtype, its
- * suggested memory format (CPU's kernel allocates so). */
+ * training, momentum, eps): a float32 / float64 input of 2+ dims, the running
+ * stats (and weight / bias, when given) 1-d of its channels and dtype (in
+ * training mode the running stats may be None, and more than one value per
+ * channel, else F.batch_norm raises and torch decides): the input's sizes and
+ * dtype, the memory format CPU's kernel allocates (the same in both modes). */
 static PyObject *mt_batch_norm(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *s[8];
+    int train;
     if (cdy_bind_names("input running_mean running_var weight bias training momentum eps",
                        args, nargs, kwnames, s) ||
-        !s[0] || !s[1] || !s[2] || (s[5] && (s[5]->kind != TV_CONST || s[5]->obj != Py_False)) ||
-        (s[6] && !mt_number(s[6])) || (s[7] && !mt_number(s[7])))
+        !s[0] || !s[1] || !s[2] || !mt_bn_training(s[5], &train) ||
+        (s[6] && !mt_number(s[6]) && !cdy_tv_none(s[6])) || (s[7] && !mt_number(s[7])))
         return NULL;
     const cdy_meta *x = mt_tensor(tr, s[0]);
-    if (!x || x->ndim < 2 || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64))
+    if (!x || x->ndim < 2 || (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
+        (train && cdy_meta_numel(x) / x->sizes[1] < 2))
         return NULL;
     for (int a = 1; a < 5; a++)
-        if ((a < 3 && s[a]->kind != TV_TENSOR) || !mt_channel_vec(tr, s[a], x->sizes[1], x->dtype))
+        if ((a < 3 && !train && s[a]->kind != TV_TENSOR) ||
+            !mt_channel_vec(tr, s[a], x->sizes[1], x->dtype))
             return NULL;
     cdy_meta m = *x;
     return mt_batch_norm_strides(tr, s, x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
@@ -1468,6 +1481,152 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* ---- the backward ops of training graphs (issue 34) --------------------------
+ * Their torch metas are Python (_meta_registrations.py); their first
+ * torch._check imports torch.fx's symbolic shapes, sympy and torch._dynamo
+ * (~800 modules, 60-70 MB of peak RSS), so the backward of a CNN would cost
+ * more memory than eager's step.  The rules take the calls the generated
+ * backwards make (python/cdynamo/_grad_formulas.py, trace/autograd.c). */
+
+/* 1 if tensors a and b are float32 / float64 of one dtype and rank n. */
+static int mt_same_float(const cdy_meta *a, const cdy_meta *b, int n)
+{
+    return a && b && mt_float(a) && a->dtype == b->dtype && a->ndim == n && b->ndim == n;
+}
+
+/* A fake for aten._adaptive_avg_pool2d_backward(grad_output, self): a 3-d or
+ * 4-d self and a grad of its rank, dtype and leading sizes: self's sizes and
+ * dtype, self's suggested memory format (CPU's kernel resizes its result so). */
+static PyObject *mt_adaptive_avg_pool2d_bw(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    if (nargs != 2 || kwnames)
+        return NULL;
+    const cdy_meta *g = mt_tensor(tr, args[0]), *x = mt_tensor(tr, args[1]);
+    if (!x || (x->ndim != 3 && x->ndim != 4) || !mt_same_float(g, x, x->ndim) ||
+        memcmp(g->sizes, x->sizes, sizeof(int64_t) * (size_t)(x->ndim - 2)))
+        return NULL;
+    cdy_meta m = *x;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* A fake for aten.max_pool2d_with_indices(self, kernel_size, stride, padding,
+ * dilation, ceil_mode): (the pool as torch.max_pool2d's, its int64 indices
+ * of the same sizes and layout). */
+static PyObject *mt_max_pool2d_idx(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    PyObject *out = mt_max_pool2d(tr, args, nargs, kwnames, 1);
+    if (!out)
+        return NULL;
+    cdy_meta m;
+    if (cdy_read_meta(tr, out, &m))
+        return NULL;
+    m.dtype = CDY_DT_INT64;
+    PyObject *idx = cdy_fake_from_meta(tr, &m);
+    return idx ? cdy_tr_keep(tr, PyTuple_Pack(2, out, idx)) : NULL;
+}
+
+/* A fake for aten.max_pool2d_with_indices_backward(grad_output, self,
+ * kernel_size, stride, padding, dilation, ceil_mode, indices), positional:
+ * a 3-d or 4-d self, grad and int64 indices of its rank and of one shape:
+ * self's sizes and dtype in its suggested memory format (the structured
+ * kernel's output). */
+static PyObject *mt_max_pool2d_bw(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    if (nargs != 8 || kwnames)
+        return NULL;
+    const cdy_meta *g = mt_tensor(tr, args[0]), *x = mt_tensor(tr, args[1]),
+                   *i = mt_tensor(tr, args[7]);
+    if (!x || !i || (x->ndim != 3 && x->ndim != 4) || !mt_same_float(g, x, x->ndim) ||
+        i->dtype != CDY_DT_INT64 || i->ndim != g->ndim ||
+        memcmp(g->sizes, i->sizes, sizeof(int64_t) * (size_t)g->ndim) ||
+        memcmp(g->sizes, x->sizes, sizeof(int64_t) * (size_t)(x->ndim - 2)))
+        return NULL;
+    cdy_meta m = *x;
+    return mt_suggested_strides(x, &m) ? NULL : cdy_fake_from_meta(tr, &m);
+}
+
+/* 1 if t is a constant or traced tuple / list of n bools; their values in b. */
+static int mt_bools(const tvar *t, int n, int *b)
+{
+    for (int k = 0; k < n; k++) {
+        tvar tmp;
+        const tvar *e = NULL;
+        if (t->kind == TV_CONST && (PyTuple_Check(t->obj) || PyList_Check(t->obj)) &&
+            PySequence_Fast_GET_SIZE(t->obj) == n)
+            e = (tmp = (tvar){.kind = TV_CONST, .obj = PySequence_Fast_GET_ITEM(t->obj, k)}, &tmp);
+        else if ((t->kind == TV_TUPLE || t->kind == TV_LIST) && t->n == n)
+            e = t->items[k];
+        if (!e || e->kind != TV_CONST || !PyBool_Check(e->obj))
+            return 0;
+        b[k] = e->obj == Py_True;
+    }
+    return 1;
+}
+
+/* A fake for aten.convolution_backward(grad_output, input, weight, bias_sizes,
+ * stride, padding, dilation, transposed=False, output_padding, groups,
+ * output_mask), positional, as conv_backward in the prelude calls it: a
+ * 3-d..5-d input, weight and grad of one float dtype, each contiguous and
+ * none that torch would call channels_last (CPU's kernels then return
+ * contiguous gradients), grad's batch and channels the input's and the
+ * weight's: (grad_input, grad_weight, grad_bias), each None where output_mask
+ * says so, else the input's / weight's sizes contiguous and [C_out]. */
+static PyObject *mt_conv_bw(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    int mask[3];
+    if (nargs != 11 || kwnames || args[7]->kind != TV_CONST || args[7]->obj != Py_False ||
+        !mt_bools(args[10], 3, mask))
+        return NULL;
+    const cdy_meta *g = mt_tensor(tr, args[0]), *x = mt_tensor(tr, args[1]),
+                   *w = mt_tensor(tr, args[2]);
+    int n = x ? x->ndim : 0;
+    if (n < 3 || n > 5 || !mt_same_float(g, x, n) || !mt_same_float(w, x, n) ||
+        g->sizes[0] != x->sizes[0] || g->sizes[1] != w->sizes[0] || mt_suggests_cl(x) ||
+        mt_suggests_cl(w) || mt_suggests_cl(g))
+        return NULL;
+    const cdy_meta *ts[3] = {g, x, w};
+    for (int k = 0; k < 3; k++) {
+        mt_operand o = {ts[k]->ndim, ts[k]->sizes, ts[k]->strides};
+        if (!mt_contiguous(&o))
+            return NULL;
+    }
+    PyObject *r[3] = {Py_None, Py_None, Py_None};
+    for (int k = 0; k < 3; k++) {
+        if (!mask[k])
+            continue;
+        cdy_meta m = k == 0 ? *x : *w;
+        if (k == 2) {
+            m.ndim = 1;
+            m.sizes[0] = w->sizes[0];
+        }
+        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        if (!(r[k] = cdy_fake_from_meta(tr, &m)))
+            return NULL;
+    }
+    return cdy_tr_keep(tr, PyTuple_Pack(3, r[0], r[1], r[2]));
+}
+
+/* A fake for torch.as_strided_scatter(input, src, size, stride,
+ * storage_offset), or mutate.c's _cdy_scatter (a write through a view of a
+ * contiguous root, as view_scatter's copy into a part of zeros):
+ * a contiguous input and a src of its dtype: the input's meta (CPU's kernel
+ * clones the input, which keeps a contiguous tensor's strides). */
+static PyObject *mt_as_strided_scatter(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[5];
+    if (cdy_bind_names("input src size stride storage_offset", args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || !s[2] || !s[3])
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, s[0]), *src = mt_tensor(tr, s[1]);
+    if (!x || !src || src->dtype != x->dtype)
+        return NULL;
+    mt_operand o = {x->ndim, x->sizes, x->strides};
+    if (!mt_contiguous(&o))
+        return NULL;
+    cdy_meta m = *x;
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable of a META row: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -1477,6 +1636,8 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
 PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     int op, kind = mt_ext_kind(fn, &op);
+    if (cdy_mut_is_scatter(fn))
+        return mt_as_strided_scatter(tr, args, nargs, kwnames);
     switch (kind) {
     case MT_CAT: return mt_cat(tr, args, nargs, kwnames, "tensors dim", 0);
     case MT_CONCATENATE: return mt_cat(tr, args, nargs, kwnames, "tensors axis", 0);
@@ -1514,6 +1675,11 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case MT_REPEAT: return mt_repeat(tr, args, nargs, kwnames);
     case MT_GATHER: return mt_gather(tr, args, nargs, kwnames);
     case MT_AVG_POOL2D: return mt_avg_pool2d(tr, args, nargs, kwnames);
+    case MT_ADAPTIVE_AVG_POOL2D_BW: return mt_adaptive_avg_pool2d_bw(tr, args, nargs, kwnames);
+    case MT_MAX_POOL2D_IDX: return mt_max_pool2d_idx(tr, args, nargs, kwnames);
+    case MT_MAX_POOL2D_BW: return mt_max_pool2d_bw(tr, args, nargs, kwnames);
+    case MT_CONV_BW: return mt_conv_bw(tr, args, nargs, kwnames);
+    case MT_AS_STRIDED_SCATTER: return mt_as_strided_scatter(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
@@ -1711,28 +1877,30 @@ static int mt_read_out(PyObject *x, cdy_meta *m)
 static PyObject *mt_canonical(tracer *tr, PyObject *out)
 {
     static const char *formats[2] = {"contiguous_format", "channels_last"};
-    for (int f = 0; f < 2; f++) {
+    cdy_meta m;
+    if (mt_read_out(out, &m))
+        return out;
+    for (int f = 0; f < 2 && (f == 0 || m.ndim == 4); f++) {
         PyObject *fmt = PyObject_GetAttrString(cdy_torch, formats[f]);
         PyObject *kw = fmt ? Py_BuildValue("{s:O}", "memory_format", fmt) : NULL;
         PyObject *isc = PyObject_GetAttrString(out, "is_contiguous");
-        PyObject *none = PyTuple_New(0), *self = PyTuple_Pack(1, out);
+        PyObject *none = PyTuple_New(0);
         PyObject *dense = kw && isc && none ? PyObject_Call(isc, none, kw) : NULL;
-        PyObject *fresh = NULL;
-        if (dense == Py_True) {
-            PyObject *meth = PyObject_GetAttrString(cdy_torch, "empty_like");
-            fresh = meth && self ? PyObject_Call(meth, self, kw) : NULL;
-            Py_XDECREF(meth);
-        }
         Py_XDECREF(kw);
         Py_XDECREF(isc);
         Py_XDECREF(none);
-        Py_XDECREF(self);
         Py_XDECREF(fmt);
         Py_XDECREF(dense);
-        if (fresh)
-            return cdy_tr_keep(tr, fresh);
-        if (PyErr_Occurred())
-            PyErr_Clear();   /* channels_last needs 4 dims: not that order */
+        PyErr_Clear();
+        if (dense != Py_True)
+            continue;
+        /* torch.empty_like(out, memory_format=...)'s strides, computed here: its
+         * meta is a Python ref whose first call imports torch.fx and sympy */
+        if (f)
+            mt_channels_last_strides(m.sizes, m.strides);
+        else
+            mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        return cdy_fake_from_meta(tr, &m);
     }
     return out;
 }

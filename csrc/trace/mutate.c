@@ -109,6 +109,12 @@ static PyObject *setitem_impl(PyObject *self, PyObject *const *args, Py_ssize_t 
     return y;
 }
 
+/* 1 if fn is _cdy_scatter (whose result meta trace/meta.c computes). */
+int cdy_mut_is_scatter(PyObject *fn)
+{
+    return fn && fn == scatter_fn;
+}
+
 /* _cdy_scatter(root, src, size, stride, offset): a copy of root with its
  * elements at (size, stride, offset) set to src, where offset counts from
  * root's first element: root's own storage offset (that of a real input,
@@ -265,6 +271,28 @@ static PyObject *fake_of(tvar *a)
             PyList_SET_ITEM(s, i, o);
     }
     return s;
+}
+
+/* 1 if in-place method `base`_ (args, kwnames) is x.copy_(src) of two tensors of
+ * one dtype, src's sizes broadcasting to x's: eager's checks pass, and
+ * check_on_fakes need not run them (its clone of a strided view's fake runs
+ * torch's Python empty_like ref, whose first call imports torch.fx and sympy). */
+static int copy_checks_pass(tracer *tr, const char *base, tvar **args, int nargs,
+                            PyObject *kwnames)
+{
+    if (strcmp(base, "copy") || nargs != 2 || kwnames || args[0]->kind != TV_TENSOR ||
+        args[1]->kind != TV_TENSOR)
+        return 0;
+    const cdy_meta *x = &tr->t->graph.values[args[0]->value].meta,
+                   *src = &tr->t->graph.values[args[1]->value].meta;
+    if (x->dtype != src->dtype || src->ndim > x->ndim)
+        return 0;
+    for (int d = 0; d < src->ndim; d++) {
+        int64_t a = src->sizes[d], b = x->sizes[x->ndim - src->ndim + d];
+        if (a != b && a != 1)
+            return 0;
+    }
+    return 1;
 }
 
 /* Run in-place fn(*args) on the fakes with args[0] replaced by a copy of its
@@ -822,7 +850,8 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
         return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
-    if (check_on_fakes(tr, fn, args, nargs, kwnames, what))
+    if (!copy_checks_pass(tr, base, args, nargs, kwnames) &&
+        check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
     int before = tr->t->graph.nvalues;
     tvar *r;

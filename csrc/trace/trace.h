@@ -284,6 +284,8 @@ tvar *cdy_call_operator(tracer *tr, PyObject *fn, const char *sym, tvar **args, 
 /* ---- mutate.c: in-place ops, tensor item assignment, attribute stores ---- */
 /* Remember TENSOR tvar v (cdy_tv_new calls it): re-pointing and alias checks see it. */
 void cdy_mut_register(tracer *tr, tvar *v);
+/* 1 if fn is the _cdy_scatter function write-through views are traced as. */
+int cdy_mut_is_scatter(PyObject *fn);
 /* In-place Tensor method `name` (ends in '_') on args[0] (args: self first):
  * args[0] re-pointed to the out-of-place result; it, or NULL when stopped. */
 tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames);
