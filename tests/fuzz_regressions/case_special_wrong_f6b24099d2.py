@@ -1,6 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/asin+signbit+sub
 # wrong: values: out: 1/27 differ, at [0, 0, 0]: eager True, cdynamo False (torch.bool)
+# cause: signbit of a NaN made from two NaN operands (IEEE 754 leaves its sign open; eager's vector and scalar loops differ); the oracle now leaves NaN signs out of signbit / copysign reads (tools/fuzz.py _nan_sign_free)
 import math
 import torch
 import torch.nn.functional as F
