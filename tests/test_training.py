@@ -813,3 +813,45 @@ def test_convolution_backward_layouts_as_eager(mask):
     go1 = torch.randn(2, 4, 8, generator=g)
     _same_layout(lambda gr, t: tuple(v * 2 for v in torch.ops.aten.convolution_backward(
         gr, t, w1, [4], [1], [0], [1], False, [0], 1, [True, True, True])), go1, x1)
+
+
+# ---- the gradient of a split / chunk whose pieces tile their base: one cat ----------------
+
+def _qkv_attention(x, w):
+    b, t, c = x.shape
+    q, k, v = (x @ w).split(c, dim=-1)
+    q = q.view(b, t, 2, c // 2).transpose(1, 2)
+    k = k.view(b, t, 2, c // 2).transpose(1, 2)
+    v = v.view(b, t, 2, c // 2).transpose(1, 2)
+    a = (q @ k.transpose(-2, -1)).softmax(-1)
+    return (a @ v).transpose(1, 2).reshape(b, t, c).pow(2).sum()
+
+
+SPLITS = {
+    "qkv_attention": (_qkv_attention, _x(2, 5, 8), _x(8, 24, seed=1)),
+    "chunk_dim0": (lambda x: sum(p.sin() * (i + 1) for i, p in enumerate(x.chunk(3, 0))).sum(),
+                   _x(6, 4)),
+    "split_sizes_mid_dim": (lambda x: sum((p * p).sum() * (i + 1) for i, p in
+                                          enumerate(x.split([1, 3, 2], 1))), _x(2, 6, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLITS))
+def test_split_pieces_gradient_is_one_cat(name):
+    fn, *args = SPLITS[name]
+    cdynamo.reset()
+    grads_match(fn, *args)
+    out = cdynamo.optimize(fn)(*_leaves(args))
+    src = out.grad_fn.tg.source
+    assert "torch.cat([" in src and "view_scatter" not in src, src
+
+
+def test_split_pieces_not_tiling_keep_view_scatter():
+    """Two of three pieces carry a gradient: zeros where the third was, as eager."""
+    def f(x):
+        a, b, c = x.split(2, dim=-1)
+        return (a * b.exp()).sum()
+    cdynamo.reset()
+    grads_match(f, _x(3, 6))
+    out = cdynamo.optimize(f)(_x(3, 6))
+    assert "view_scatter" in out.grad_fn.tg.source and "torch.cat([" not in out.grad_fn.tg.source

@@ -26,6 +26,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The gradient of a view that is a box of its base: the base narrowed to
+ * [a, a + len) along dim d (written in the base's dims as `piece`), or, when
+ * its base's pieces do not tile it, `fallback` (a view_scatter). */
+typedef struct {
+    int base, d;
+    int64_t a, len;
+    char *piece, *fallback;
+} ag_piece;
+
+#define AG_MAX_PIECES 64
+
 typedef struct {
     cdy_trace *t;
     cdy_graph *g;
@@ -36,6 +47,8 @@ typedef struct {
     char *recompute;        /* per value: recomputed in the backward, not saved */
     PyObject *consts;       /* _K: constants of extern calls */
     int stopped;
+    ag_piece pieces[AG_MAX_PIECES];   /* gradients of slice views, held until their base */
+    int npieces;
 } ag_state;
 
 static int ag_multi(ag_state *s, int v, const cdy_pynode *item);
@@ -528,6 +541,99 @@ static int64_t ag_extent(const int64_t *sizes, const int64_t *strides, int ndim,
     return e;
 }
 
+/* 1 if the view (sizes vs, strides vt, offset off, stride-0 dims summed
+ * away; memory order vo[0..vn)) covers exactly its base b narrowed along one
+ * dim d to [a, a + len): *e (the view's gradient) then becomes that box's
+ * gradient in the base's dims (as ag_view_same), *d, *a, *len set. */
+static int ag_box(const int64_t *vs, const int64_t *vt, const int *vo, int vn, int64_t off,
+                  const cdy_meta *b, cdy_buf *e, int *d, int64_t *a, int64_t *len)
+{
+    int64_t vm[CDY_MAX_NDIM], vmt[CDY_MAX_NDIM], numel = 1, bnumel = cdy_meta_numel(b);
+    int nv = ag_merge(vs, vt, vo, vn, vm, vmt);
+    for (int i = 0; i < vn; i++)
+        numel *= vs[vo[i]];
+    for (int k = 0; k < b->ndim; k++) {
+        int64_t sz = b->sizes[k], st = b->strides[k];
+        if (sz < 2 || st < 1 || off % st || bnumel % sz || numel % (bnumel / sz))
+            continue;
+        cdy_meta box = *b;
+        box.sizes[k] = numel / (bnumel / sz);
+        int64_t start = off / st;
+        if (box.sizes[k] < 1 || box.sizes[k] >= sz || start + box.sizes[k] > sz)
+            continue;
+        int bo[CDY_MAX_NDIM];
+        int64_t bm[CDY_MAX_NDIM], bmt[CDY_MAX_NDIM];
+        int bn = ag_sorted_dims(box.sizes, box.strides, box.ndim, bo);
+        if (bn < 0 || ag_merge(box.sizes, box.strides, bo, bn, bm, bmt) != nv ||
+            memcmp(vm, bm, sizeof(int64_t) * (size_t)nv) || memcmp(vmt, bmt, sizeof(int64_t) * (size_t)nv))
+            continue;
+        ag_view_same(e, vs, vo, vn, &box, bo, bn);
+        *d = k;
+        *a = start;
+        *len = box.sizes[k];
+        return 1;
+    }
+    return 0;
+}
+
+/* Hold piece (base, d, a, len, piece, fallback) until base's turn; 0, or -1
+ * when the list is full (the caller adds the fallback now). */
+static int ag_hold_piece(ag_state *s, int base, int d, int64_t a, int64_t len, const char *piece,
+                         const char *fallback)
+{
+    if (s->npieces == AG_MAX_PIECES)
+        return -1;
+    char *p = cdy_arena_strdup(&s->t->arena, piece), *f = cdy_arena_strdup(&s->t->arena, fallback);
+    if (!p || !f)
+        return -1;
+    s->pieces[s->npieces++] = (ag_piece){base, d, a, len, p, f};
+    return 0;
+}
+
+/* Base v's held pieces into g<v>: when they are two or more along one dim
+ * that tile it ([0, size) without gaps or overlaps; a split's or chunk's
+ * pieces), one torch.cat of them (no zeros, no scatters, no adds); else each
+ * one's view_scatter.  The list keeps the others. */
+static void ag_flush_pieces(ag_state *s, int v)
+{
+    ag_piece mine[AG_MAX_PIECES];
+    int n = 0, k = 0;
+    for (int i = 0; i < s->npieces; i++) {
+        if (s->pieces[i].base == v)
+            mine[n++] = s->pieces[i];
+        else
+            s->pieces[k++] = s->pieces[i];
+    }
+    s->npieces = k;
+    if (!n)
+        return;
+    for (int i = 1; i < n; i++)     /* by start */
+        for (int j = i; j > 0 && mine[j].a < mine[j - 1].a; j--) {
+            ag_piece t = mine[j];
+            mine[j] = mine[j - 1];
+            mine[j - 1] = t;
+        }
+    int tiles = n >= 2;
+    int64_t at = 0;
+    for (int i = 0; i < n && tiles; i++) {
+        tiles = mine[i].d == mine[0].d && mine[i].a == at;
+        at += mine[i].len;
+    }
+    const cdy_meta *b = &s->g->values[v].meta;
+    if (tiles && at == b->sizes[mine[0].d]) {
+        cdy_buf e = {0};
+        cdy_buf_puts(&e, "torch.cat([");
+        for (int i = 0; i < n; i++)
+            cdy_buf_printf(&e, "%s%s", i ? ", " : "", mine[i].piece);
+        cdy_buf_printf(&e, "], %d)", mine[0].d);
+        ag_add(s, v, v, e.data ? e.data : "", 0);
+        cdy_buf_free(&e);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ag_add(s, v, v, mine[i].fallback, 0);
+}
+
 /* View node v (VIEW, VIEW_COPY): its gradient onto its base. */
 static int ag_view(ag_state *s, int v)
 {
@@ -552,7 +658,7 @@ static int ag_view(ag_state *s, int v)
     }
     int vn = ag_sorted_dims(vs, vt, x->meta.ndim, vo);
     int bn = ag_sorted_dims(b->sizes, b->strides, b->ndim, bo);
-    int rc = 0;
+    int rc = 0, held = 0;
     if (vn < 0 || bn < 0)
         rc = ag_no_formula(s, v, "a view with overlapping or negative strides");
     else {
@@ -563,7 +669,7 @@ static int ag_view(ag_state *s, int v)
         if (same)
             ag_view_same(&e, vs, vo, vn, b, bo, bn);
         else {   /* a part of the base: written into zeros shaped as the base's storage */
-            cdy_buf w = {0};
+            cdy_buf w = {0}, box = {0};
             cdy_buf_printf(&w, "view_scatter(%s, ", e.data ? e.data : "");
             ag_tuple(&w, b->sizes, b->ndim);
             cdy_buf_puts(&w, ", ");
@@ -576,11 +682,18 @@ static int ag_view(ag_state *s, int v)
             int64_t vext = ag_extent(vs, vt, x->meta.ndim, x->view_offset);
             cdy_buf_printf(&w, ", %lld, %lld)", (long long)x->view_offset,
                            (long long)(ext > vext ? ext : vext));
+            int d;
+            int64_t a, len;
+            cdy_buf_puts(&box, e.data ? e.data : "");
+            held = ag_box(vs, vt, vo, vn, x->view_offset, b, &box, &d, &a, &len) &&
+                   !ag_hold_piece(s, x->view_base, d, a, len, box.data ? box.data : "",
+                                  w.data ? w.data : "");
+            cdy_buf_free(&box);
             cdy_buf_free(&e);
             e = w;
         }
     }
-    if (!rc)
+    if (!rc && !held)
         ag_add(s, v, x->view_base, e.data ? e.data : "", 0);
     cdy_buf_free(&e);
     return rc;
@@ -1480,9 +1593,11 @@ static int ag_walk(ag_state *s, cdy_backward *bw)
         Py_DECREF(seeds);
         return 0;                          /* no output needs a gradient */
     }
-    for (int v = s->g->nvalues - 1; !rc && v >= 0; v--)
+    for (int v = s->g->nvalues - 1; !rc && v >= 0; v--) {
+        ag_flush_pieces(s, v);   /* every view of v came after it: walked already */
         if (s->g->values[v].kind == CDY_VAL_NODE && s->needs[v] && s->has_g[v])
             rc = ag_node(s, v);
+    }
     if (!rc) {
         ag_return(s);
         rc = ag_finish(s, bw, seeds);

@@ -646,7 +646,8 @@ static const cdy_meta *mt_tensor(tracer *tr, const tvar *t)
 }
 
 /* A fake for cat (stack: stack) of the pieces bound by sig ("tensors dim"):
- * pieces of one dtype and rank, contiguous, none that torch would call
+ * pieces of one dtype and rank, contiguous (any strides for a result of
+ * fewer than 4 dims), none that torch would call
  * channels_last (then the result is, as torch allocates it, contiguous), of
  * equal sizes but along dim (stack: all equal, each unsqueezed at dim). */
 static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, const char *sig,
@@ -669,7 +670,9 @@ static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, c
     for (int i = 0; i < s[0]->n; i++) {
         const cdy_meta *p = mt_tensor(tr, s[0]->items[i]);
         mt_operand o = {p ? p->ndim : 0, p ? p->sizes : NULL, p ? p->strides : NULL};
-        if (!p || p->ndim != p0->ndim || p->dtype != p0->dtype || !mt_contiguous(&o))
+        /* below 4 dims torch suggests no channels_last: the result is contiguous
+         * whatever the pieces' strides (cat_compute_output_memory_format) */
+        if (!p || p->ndim != p0->ndim || p->dtype != p0->dtype || (nd > 3 && !mt_contiguous(&o)))
             return NULL;
         cdy_meta u = *p;   /* the piece as cat sees it: stack's unsqueezed view */
         if (stack) {
