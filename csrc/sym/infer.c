@@ -264,6 +264,107 @@ static int sy_product(sy_pass *p, int src, int a, int b)
     return e;
 }
 
+/* The expression of the trace's symbolic int n (1 + index into p->h->sx),
+ * over the sizes of the values it read; -1 when it has none. */
+static int sy_sx_expr(sy_pass *p, int n, int depth)
+{
+    if (!p->h || n <= 0 || n > p->h->nsx || depth > 64)
+        return -1;
+    const cdy_sym_sx *x = &p->h->sx[n - 1];
+    cdy_symtab *tab = &p->s->tab;
+    switch (x->op) {
+    case 'd':
+        if (x->value < 0 || x->value >= p->g->nvalues || x->dim < 0 ||
+            x->dim >= p->g->values[x->value].meta.ndim)
+            return -1;
+        return p->s->dims[x->value][x->dim];
+    case 'k':
+        return cdy_sym_const(tab, x->c);
+    case '+':
+        return cdy_sym_add(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
+    case '*':
+        return cdy_sym_mul(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
+    case '/':
+        return cdy_sym_floordiv(tab, sy_sx_expr(p, x->a, depth + 1), x->c);
+    default:
+        return -1;
+    }
+}
+
+/* Specialize every size symbolic int n reads (its rule failed: the sizes it
+ * gave became constants). */
+static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
+{
+    if (!p->h || n <= 0 || n > p->h->nsx || depth > 64)
+        return;
+    const cdy_sym_sx *x = &p->h->sx[n - 1];
+    if (x->op == 'd' && x->value >= 0 && x->value < p->g->nvalues &&
+        x->dim < p->g->values[x->value].meta.ndim)
+        sy_pin(p, p->s->dims[x->value][x->dim], v, x->dim, what);
+    else if (x->op == 'd')
+        sy_pin(p, -1, v, -1, what);
+    if (x->op == '+' || x->op == '*' || x->op == '/')
+        sy_sx_pin(p, x->a, v, what, depth + 1);
+    if (x->op == '+' || x->op == '*')
+        sy_sx_pin(p, x->b, v, what, depth + 1);
+}
+
+/* 1 if view map w names a symbolic int. */
+static int sy_view_has_sx(const cdy_sym_view *w)
+{
+    for (int d = 0; d < CDY_MAX_NDIM; d++)
+        if (w->sx[d])
+            return 1;
+    return 0;
+}
+
+/* Specialize the symbolic ints view v's map names (v has no symbolic sizes). */
+static void sy_view_pin_sx(sy_pass *p, int v)
+{
+    for (int i = 0; p->h && i < p->h->nviews; i++)
+        for (int d = 0; p->h->views[i].value == v && d < CDY_MAX_NDIM; d++)
+            sy_sx_pin(p, p->h->views[i].sx[d], v, "a view's size without a symbolic rule", 0);
+}
+
+/* view / reshape whose sizes name symbolic ints (w->sx): those sizes are
+ * their expressions, a -1 the source's element count over the product of the
+ * others (an exact division), else the element counts equal (a relation). */
+static int sy_view_sizes(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    cdy_symtab *tab = &p->s->tab;
+    int *o = p->s->dims[v];
+    int known = cdy_sym_const(tab, 1);
+    for (int d = 0; d < m->ndim; d++) {
+        if (d == w->a)
+            continue;
+        o[d] = w->sx[d] ? sy_sx_expr(p, w->sx[d], 0) : cdy_sym_const(tab, m->sizes[d]);
+        if (o[d] < 0)
+            return -1;
+        known = cdy_sym_mul(tab, known, o[d]);
+    }
+    int n = sy_product(p, w->src, 0, sm->ndim - 1);
+    if (known < 0 || n < 0)
+        return -1;
+    if (w->a < 0) {
+        sy_equal(p, n, known, v, 0, "a view's element count");
+        return 0;
+    }
+    int64_t kh = cdy_sym_eval(tab, known, NULL), nh = cdy_sym_eval(tab, n, NULL);
+    if (kh <= 0 || nh % kh)
+        return -1;
+    int q = cdy_sym_const(tab, nh / kh);    /* the -1 a constant */
+    if (q >= 0 && cdy_sym_mul(tab, q, known) == n) {
+        o[w->a] = q;
+        return 0;
+    }
+    q = cdy_sym_div_exact(tab, n, known);
+    if (q < 0)
+        return -1;
+    o[w->a] = q;
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
@@ -272,6 +373,14 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     if (w->kind == 'p') {
         for (int d = 0; d < m->ndim; d++)
             o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
+        return 0;
+    }
+    if (w->kind == 's') {   /* a piece of a split: the cut dim a constant (pinned) */
+        if (w->a < 0 || w->a >= sm->ndim || m->ndim != sm->ndim)
+            return -1;
+        sy_pin(p, p->s->dims[w->src][w->a], v, w->a, "the dim a split cuts");
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = d == w->a ? cdy_sym_const(&p->s->tab, m->sizes[d]) : p->s->dims[w->src][d];
         return 0;
     }
     if (w->kind == 'f') {
@@ -285,6 +394,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     }
     if (w->kind != 'r')
         return -1;
+    if (sy_view_has_sx(w))
+        return sy_view_sizes(p, v, w);
     int64_t known = 1;
     for (int d = 0; d < m->ndim; d++)
         if (d != w->a) {
@@ -363,6 +474,8 @@ static void sy_node(sy_pass *p, int v)
         return;
     char what[96];
     snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
+    if (kind == 'V')
+        sy_view_pin_sx(p, v);
     for (int a = 0; a < val->nargs; a++)
         sy_pin_value(p, val->args[a], what);
     if (kind == 'V' || kind == 'G')

@@ -93,7 +93,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
             !pn->kwnames && cdy_value_is_extern(&g->values[pn->value]))
             ext[pn->value] = ts_extern_kind(pn->fn);
     }
-    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews};
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx};
     return cdy_sym_infer(g, dyn, &h, out);
 }
 
