@@ -230,11 +230,54 @@ static int sy_matmul(sy_pass *p, int v, int a, int b, int bt)
     return 0;
 }
 
+/* Attention (q [.., L, E], k [.., S, E], v [.., S, Ev][, mask broadcasting
+ * to [.., L, S]]) into v's dims [.., L, Ev]: q's batch dims, the inner sizes
+ * and the mask's sizes relations. */
+static int sy_attention(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    if (val->nargs != 3 && val->nargs != 4)
+        return -1;
+    int qv = val->args[0], kv = val->args[1], vv = val->args[2];
+    const cdy_meta *qm = &p->g->values[qv].meta, *km = &p->g->values[kv].meta,
+                   *vm = &p->g->values[vv].meta;
+    int nd = qm->ndim;
+    if (nd < 2 || km->ndim != nd || vm->ndim != nd || val->meta.ndim != nd)
+        return -1;
+    int *o = p->s->dims[v], *q = p->s->dims[qv], *k = p->s->dims[kv], *w = p->s->dims[vv];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    for (int d = 0; d < nd - 2; d++) {
+        o[d] = q[d];
+        if (k[d] != one && q[d] != one)
+            sy_equal(p, q[d], k[d], v, d, "attention's batch sizes");
+        if (w[d] != one && q[d] != one)
+            sy_equal(p, q[d], w[d], v, d, "attention's batch sizes");
+    }
+    sy_equal(p, q[nd - 1], k[nd - 1], v, nd - 1, "attention's inner sizes");
+    sy_equal(p, k[nd - 2], w[nd - 2], v, nd - 2, "attention's key and value lengths");
+    o[nd - 2] = q[nd - 2];
+    o[nd - 1] = w[nd - 1];
+    if (val->nargs == 4) {   /* the mask broadcasts against [.., L, S] */
+        int mv = val->args[3], mnd = p->g->values[mv].meta.ndim;
+        if (mnd > nd || p->g->values[mv].kind == CDY_VAL_SCALAR)
+            return -1;
+        for (int d = 0; d < mnd; d++) {
+            int od = d + nd - mnd, e = p->s->dims[mv][d];
+            int want = od == nd - 1 ? k[nd - 2] : od == nd - 2 ? q[nd - 2] : q[od];
+            if (e != one)
+                sy_equal(p, want, e, v, od, "attention's mask sizes");
+        }
+    }
+    return 0;
+}
+
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
     char k = p->ext ? p->ext[v] : 0;
+    if (k == 'a')
+        return sy_attention(p, v);
     if (k == 'm' && val->nargs == 2)
         return sy_matmul(p, v, val->args[0], val->args[1], 0);
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {

@@ -58,6 +58,27 @@ static char ts_extern_kind(PyObject *fn)
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
 }
 
+/* 'a' if pynode pn is the graph pass's fused attention (cdynamo._attention.
+ * attention(q, k, v[, attn_mask=m], scale=c): sym.h's extern kinds), else 0. */
+static char ts_attention_kind(const cdy_pynode *pn)
+{
+    static PyObject *fn;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *m = PyImport_ImportModule("cdynamo._attention");
+        fn = m ? PyObject_GetAttrString(m, "attention") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    if (!fn || pn->fn != fn || pn->nargs < 4 || pn->nargs > 5)
+        return 0;
+    for (int i = 0; i < pn->nargs - 1; i++)
+        if (pn->ref[i] < 0)
+            return 0;
+    return 'a';
+}
+
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
@@ -90,8 +111,8 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
-            !pn->kwnames && cdy_value_is_extern(&g->values[pn->value]))
-            ext[pn->value] = ts_extern_kind(pn->fn);
+            cdy_value_is_extern(&g->values[pn->value]))
+            ext[pn->value] = pn->kwnames ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
     }
     cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx};
     return cdy_sym_infer(g, dyn, &h, out);
