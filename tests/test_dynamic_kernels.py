@@ -179,9 +179,30 @@ def test_softmax_over_a_middle_dim_compiles_static(dyn):
     assert g.symbols is None
 
 
-def test_argmax_compiles_static(dyn):
-    g = _compile(lambda x: x.argmax(-1), torch.randn(4, 6))
-    assert g.symbols is None
+@pytest.mark.parametrize("name,fn", [
+    ("argmax_rows", lambda x: x.argmax(-1)),
+    ("argmin_cols", lambda x: x.argmin(0)),
+    ("argmax_all", lambda x: x.argmax()),
+    ("amax_argmax_paired", lambda x: (x.amax(-1), x.argmax(-1))),
+    ("argmax_keepdim_prologue", lambda x: (x * 2 - 1).abs().argmax(0, keepdim=True)),
+])
+@pytest.mark.parametrize("ties", [False, True])
+def test_argmax_argmin_every_size(dyn, name, fn, ties):
+    # ties: values in {0, 1, 2}, so the first index of the extreme value decides
+    make = (lambda n, m: (torch.randint(0, 3, (n, m)).float(),)) if ties else \
+        (lambda n, m: (torch.randn(n, m),))
+    _sweep(fn, make, RED_SIZES)
+
+
+def test_argmax_nan_and_int(dyn):
+    def make(n, m):
+        x = torch.randn(n, m)
+        x[n // 2, m // 3] = float("nan")
+        return (x,)
+    _sweep(lambda x: (x.argmax(-1), x.argmin(0)), make, RED_SIZES)
+    cdynamo.reset()
+    _sweep(lambda x: x.argmax(-1), lambda n, m: (torch.randint(-9, 9, (n, m), dtype=torch.int64),),
+           RED_SIZES)
 
 
 def test_relation_between_inputs_holds(dyn):
