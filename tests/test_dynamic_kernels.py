@@ -174,9 +174,21 @@ def test_layer_norm_batch_and_sequence(dyn):
     assert all(dim != 2 for inp, dim in g.symbols if inp == 0)
 
 
-def test_softmax_over_a_middle_dim_compiles_static(dyn):
-    g = _compile(lambda x: torch.softmax(x, 1), torch.randn(4, 16, 32))
-    assert g.symbols is None
+@pytest.mark.parametrize("name,fn", [
+    ("softmax_middle", lambda x: torch.softmax(x, 1)),
+    ("log_softmax_first", lambda x: torch.log_softmax(x * 2, 0)),
+    ("softmax_first_epilogue", lambda x: torch.softmax(x, 0) * x + 1),
+])
+def test_softmax_over_a_dim_not_innermost(dyn, name, fn):
+    g = _sweep(fn, lambda a, b: (torch.randn(a, 16, b),),
+               [(4, 32), (2, 2), (3, 7), (33, 5), (17, 64), (2, 4099), (300, 40)])
+    assert "jb" in g.source          # column mode: blocks of columns
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_softmax_columns_dtypes(dyn, dtype):
+    _sweep(lambda x: torch.softmax(x, 0), lambda n, m: (torch.randn(n, m).to(dtype),),
+           [(16, 32), (2, 9), (33, 17), (1000, 48), (5, 4099)])
 
 
 @pytest.mark.parametrize("name,fn", [
