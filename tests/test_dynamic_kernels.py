@@ -228,6 +228,67 @@ def test_relation_between_inputs_holds(dyn):
         g(torch.randn(4, 1), torch.randn(4, 1))    # sizes 1 are never symbols
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("transpose_add", lambda x: x.transpose(0, 1) + 1),             # output keeps the permuted layout
+    ("transpose_plus_contig", lambda x: x.t() * 2 + x.t().exp()),
+    ("unsqueeze_bcast", lambda x: x.unsqueeze(1) * x.unsqueeze(0).sigmoid()),
+    ("squeeze_unsqueeze", lambda x: x.unsqueeze(0).squeeze(0).t() - 1),
+])
+def test_permutation_views_loaded(dyn, name, fn):
+    g = _sweep(fn, lambda n, m: (torch.randn(n, m),),
+               [(5, 6), (2, 2), (3, 17), (64, 9), (300, 257), (2, 4099)])
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 2, 0), (2, 1, 0)])
+def test_permute_3d_with_broadcast_bias(dyn, perm):
+    def f(x, b):
+        return torch.relu(x.permute(*perm) * 2) + b
+    def make(a, c):
+        x = torch.randn(a, 3, c)
+        return x, torch.randn(x.permute(*perm).shape[-1])
+    # the bias's size follows one dim of x: only shapes where it is static vary freely
+    g = _compile(f, *make(4, 5))
+    for s in [(4, 5), (2, 2), (7, 9), (33, 64), (300, 65)]:
+        args = make(*s)
+        try:
+            got = g(*args)
+        except RuntimeError as e:      # a relation the graph relied on (the bias's size)
+            assert "symbolic sizes do not cover" in str(e)
+            continue
+        _same(got, f(*args))
+
+
+def test_permuted_buffer_feeds_reduction_and_softmax(dyn):
+    def f(x):
+        y = x.transpose(0, 1) * 2          # a buffer dense in the transposed order
+        return y.sum(-1), torch.softmax(y, -1), y.amax(0)
+    _sweep(f, lambda n, m: (torch.randn(n, m),), RED_SIZES)
+
+
+def test_realized_transpose_compiles_static_with_reason(dyn, capfd):
+    # a view torch realizes (an extern's argument) with a symbolic size: static (its reason)
+    _C.set_log_topics({"dynamic"})
+    try:
+        g = _compile(lambda a, b: a.t() @ b, torch.randn(4, 3), torch.randn(4, 5))
+    finally:
+        _C.set_log_topics(set())
+    assert g.symbols is None
+    assert "a realized view has a symbolic size" in capfd.readouterr().err
+
+
+def test_static_base_view_with_symbolic_operand(dyn):
+    w = torch.randn(8, 16)
+    def f(x, w):
+        return x * w[1:3, 4:12].sum(0) + 1     # a view of a static base (offset, strides)
+    cdynamo.reset()
+    g = _compile(f, torch.randn(5, 8), w)
+    # w's dims specialize (the slice read them); x's dim 0 stays symbolic
+    assert g.symbols == ((0, 0),)
+    for n in (2, 3, 64, 1000):
+        x = torch.randn(n, 8)
+        _same(g(x, w), f(x, w))
+
+
 def test_non_contiguous_input_specializes(dyn):
     def f(x):
         return x * 2 + 1
