@@ -174,14 +174,47 @@ def test_layer_norm_batch_and_sequence(dyn):
     assert all(dim != 2 for inp, dim in g.symbols if inp == 0)
 
 
-def test_softmax_over_a_middle_dim_compiles_static(dyn):
-    g = _compile(lambda x: torch.softmax(x, 1), torch.randn(4, 16, 32))
-    assert g.symbols is None
+@pytest.mark.parametrize("name,fn", [
+    ("softmax_middle", lambda x: torch.softmax(x, 1)),
+    ("log_softmax_first", lambda x: torch.log_softmax(x * 2, 0)),
+    ("softmax_first_epilogue", lambda x: torch.softmax(x, 0) * x + 1),
+])
+def test_softmax_over_a_dim_not_innermost(dyn, name, fn):
+    g = _sweep(fn, lambda a, b: (torch.randn(a, 16, b),),
+               [(4, 32), (2, 2), (3, 7), (33, 5), (17, 64), (2, 4099), (300, 40)])
+    assert "jb" in g.source          # column mode: blocks of columns
 
 
-def test_argmax_compiles_static(dyn):
-    g = _compile(lambda x: x.argmax(-1), torch.randn(4, 6))
-    assert g.symbols is None
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_softmax_columns_dtypes(dyn, dtype):
+    _sweep(lambda x: torch.softmax(x, 0), lambda n, m: (torch.randn(n, m).to(dtype),),
+           [(16, 32), (2, 9), (33, 17), (1000, 48), (5, 4099)])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("argmax_rows", lambda x: x.argmax(-1)),
+    ("argmin_cols", lambda x: x.argmin(0)),
+    ("argmax_all", lambda x: x.argmax()),
+    ("amax_argmax_paired", lambda x: (x.amax(-1), x.argmax(-1))),
+    ("argmax_keepdim_prologue", lambda x: (x * 2 - 1).abs().argmax(0, keepdim=True)),
+])
+@pytest.mark.parametrize("ties", [False, True])
+def test_argmax_argmin_every_size(dyn, name, fn, ties):
+    # ties: values in {0, 1, 2}, so the first index of the extreme value decides
+    make = (lambda n, m: (torch.randint(0, 3, (n, m)).float(),)) if ties else \
+        (lambda n, m: (torch.randn(n, m),))
+    _sweep(fn, make, RED_SIZES)
+
+
+def test_argmax_nan_and_int(dyn):
+    def make(n, m):
+        x = torch.randn(n, m)
+        x[n // 2, m // 3] = float("nan")
+        return (x,)
+    _sweep(lambda x: (x.argmax(-1), x.argmin(0)), make, RED_SIZES)
+    cdynamo.reset()
+    _sweep(lambda x: x.argmax(-1), lambda n, m: (torch.randint(-9, 9, (n, m), dtype=torch.int64),),
+           RED_SIZES)
 
 
 def test_relation_between_inputs_holds(dyn):
@@ -193,6 +226,67 @@ def test_relation_between_inputs_holds(dyn):
         g(torch.randn(4, 6), torch.randn(4, 7))
     with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
         g(torch.randn(4, 1), torch.randn(4, 1))    # sizes 1 are never symbols
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("transpose_add", lambda x: x.transpose(0, 1) + 1),             # output keeps the permuted layout
+    ("transpose_plus_contig", lambda x: x.t() * 2 + x.t().exp()),
+    ("unsqueeze_bcast", lambda x: x.unsqueeze(1) * x.unsqueeze(0).sigmoid()),
+    ("squeeze_unsqueeze", lambda x: x.unsqueeze(0).squeeze(0).t() - 1),
+])
+def test_permutation_views_loaded(dyn, name, fn):
+    g = _sweep(fn, lambda n, m: (torch.randn(n, m),),
+               [(5, 6), (2, 2), (3, 17), (64, 9), (300, 257), (2, 4099)])
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 2, 0), (2, 1, 0)])
+def test_permute_3d_with_broadcast_bias(dyn, perm):
+    def f(x, b):
+        return torch.relu(x.permute(*perm) * 2) + b
+    def make(a, c):
+        x = torch.randn(a, 3, c)
+        return x, torch.randn(x.permute(*perm).shape[-1])
+    # the bias's size follows one dim of x: only shapes where it is static vary freely
+    g = _compile(f, *make(4, 5))
+    for s in [(4, 5), (2, 2), (7, 9), (33, 64), (300, 65)]:
+        args = make(*s)
+        try:
+            got = g(*args)
+        except RuntimeError as e:      # a relation the graph relied on (the bias's size)
+            assert "symbolic sizes do not cover" in str(e)
+            continue
+        _same(got, f(*args))
+
+
+def test_permuted_buffer_feeds_reduction_and_softmax(dyn):
+    def f(x):
+        y = x.transpose(0, 1) * 2          # a buffer dense in the transposed order
+        return y.sum(-1), torch.softmax(y, -1), y.amax(0)
+    _sweep(f, lambda n, m: (torch.randn(n, m),), RED_SIZES)
+
+
+def test_realized_transpose_compiles_static_with_reason(dyn, capfd):
+    # a view torch realizes (an extern's argument) with a symbolic size: static (its reason)
+    _C.set_log_topics({"dynamic"})
+    try:
+        g = _compile(lambda a, b: a.t() @ b, torch.randn(4, 3), torch.randn(4, 5))
+    finally:
+        _C.set_log_topics(set())
+    assert g.symbols is None
+    assert "a realized view has a symbolic size" in capfd.readouterr().err
+
+
+def test_static_base_view_with_symbolic_operand(dyn):
+    w = torch.randn(8, 16)
+    def f(x, w):
+        return x * w[1:3, 4:12].sum(0) + 1     # a view of a static base (offset, strides)
+    cdynamo.reset()
+    g = _compile(f, torch.randn(5, 8), w)
+    # w's dims specialize (the slice read them); x's dim 0 stays symbolic
+    assert g.symbols == ((0, 0),)
+    for n in (2, 3, 64, 1000):
+        x = torch.randn(n, 8)
+        _same(g(x, w), f(x, w))
 
 
 def test_non_contiguous_input_specializes(dyn):

@@ -40,18 +40,91 @@ static int sk_same(const cdy_sym_shapes *s, int a, int b)
     return 0;
 }
 
+/* 1 if every dim of value v is a constant. */
+static int sk_static_value(const cg_ctx *c, int v);
+
+/* The meta value v's memory has: its plan buffer's, or (an input) its own. */
+static const cdy_meta *sk_mem_meta(const cg_ctx *c, int v)
+{
+    int b = c->val_buf[v];
+    return c->plan && b >= c->g->ninputs ? &c->plan->buffers[b] : &c->g->values[v].meta;
+}
+
+/* The strides of value v's own memory (a buffer or an input, per its dims)
+ * into mst: literals when its sizes are static, else dense in the order of
+ * its strides at the hints (inputs with a symbol are guarded contiguous, the
+ * runtime allocates a buffer dense in that order: cdy_meta_dense_order), a
+ * stride the product of the size expressions inside it; 0 or -1. */
+static int sk_dense_strides(cg_ctx *c, int v, int *mst)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_meta *m = sk_mem_meta(c, v);
+    int order[CDY_MAX_NDIM], zero = cdy_sym_const(&s->tab, 0), e = cdy_sym_const(&s->tab, 1);
+    int static_ = sk_static_value(c, v), n = static_ ? 0 : cdy_meta_dense_order(m, order);
+    if (n < 0)
+        return cg_sym_unsupported(c, "a kernel operand with a symbolic size is not dense");
+    for (int d = 0; d < m->ndim; d++)
+        mst[d] = static_ ? cdy_sym_const(&s->tab, m->strides[d]) : zero;
+    for (int i = n - 1; i >= 0; i--) {
+        mst[order[i]] = e;
+        e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][order[i]]);
+    }
+    for (int d = 0; d < m->ndim; d++)
+        e = e < 0 || mst[d] < 0 ? -1 : e;
+    return e < 0 || zero < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
+}
+
+/* The strides (in its base's elements) of view v loaded by a kernel into
+ * mst: literals when its base's sizes are static (then its offset is one
+ * too); else every dim of size >= 2 is one dim of the base's, with its size
+ * expression and its stride at the hints (permute, transpose, squeeze,
+ * unsqueeze: the base is dense, so its dims >= 2 have distinct strides and
+ * the dim is the one with the view's stride), used once, or has stride 0
+ * (expand), at offset 0; else -1 with the reason. */
+static int sk_view_strides(cg_ctx *c, int v, int *mst)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
+    const cdy_meta *bm = sk_mem_meta(c, b);
+    if (sk_static_value(c, b) && sk_static_value(c, v)) {
+        for (int d = 0; d < val->meta.ndim; d++)
+            if ((mst[d] = cdy_sym_const(&s->tab, val->view_strides[d])) < 0)
+                return cg_sym_unsupported(c, "out of expression space");
+        return 0;
+    }
+    if (val->view_offset || sk_dense_strides(c, b, bst))
+        return val->view_offset ? cg_sym_unsupported(c, "a kernel loads a view at an offset "
+                                                        "of a base with a symbolic size") : -1;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        mst[d] = zero;
+        if (val->meta.sizes[d] == 1 || val->view_strides[d] == 0)
+            continue;
+        int j = 0;
+        while (j < bm->ndim && (bm->sizes[j] == 1 || bm->strides[j] != val->view_strides[d]))
+            j++;
+        if (j == bm->ndim || (used >> j & 1) || !sk_same(s, s->dims[v][d], s->dims[b][j]))
+            return cg_sym_unsupported(c, "a kernel loads a view that is not a permutation of "
+                                         "its base's dims");
+        used |= 1 << j;
+        mst[d] = bst[j];
+    }
+    return zero < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
+}
+
 /* Operand op's stride expressions per dim of an iteration space of ndim
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
 static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = &c->g->values[op->value].meta;
-    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0);
-    if (op->buffer < 0 || op->offset || cg_is_view(c->g, op->value) ||
-        cg_is_gather(c->g, op->value))
-        return cg_sym_unsupported(c, "a kernel loads a view, a gather or an index");
-    if (!cdy_meta_contiguous(m))
-        return cg_sym_unsupported(c, "a kernel operand is not contiguous");
+    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM];
+    if (op->buffer < 0 || cg_is_gather(c->g, op->value))
+        return cg_sym_unsupported(c, "a kernel loads a gather or an index");
+    if (cg_is_view(c->g, op->value) ? sk_view_strides(c, op->value, mst)
+                                    : op->offset ? cg_sym_unsupported(c, "an operand's offset")
+                                                 : sk_dense_strides(c, op->value, mst))
+        return -1;
     for (int d = 0; d < ndim; d++) {
         int md = d - shift;
         if (md < 0 || m->sizes[md] == 1) {
@@ -60,12 +133,7 @@ static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *g
         }
         if (!sk_same(s, s->dims[op->value][md], gexp[d]))
             return cg_sym_unsupported(c, "an operand's size differs from the kernel's");
-        int e = cdy_sym_const(&s->tab, 1);
-        for (int j = md + 1; j < m->ndim && e >= 0; j++)
-            e = cdy_sym_mul(&s->tab, e, s->dims[op->value][j]);
-        if (e < 0)
-            return cg_sym_unsupported(c, "a stride's expression is too large");
-        st[d] = e;
+        st[d] = mst[md];
     }
     return zero < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
 }
@@ -90,24 +158,52 @@ static int sk_group(cg_ctx *c, const kir_kernel *k, int *gexp)
     return 0;
 }
 
+/* Loop d of nest n's group dims into dims (outermost first: by the first
+ * output's strides at the hints ost, descending, ties by dim order; ost
+ * NULL: dim order); their count. */
+static int sk_loop_dims(const cg_nest *n, int d, int ndim, const int64_t *ost, int *dims)
+{
+    int k = 0;
+    for (int g = 0; g < ndim; g++) {
+        if (!(n->gmask[d] >> g & 1))
+            continue;
+        int j = k++;
+        while (ost && j > 0 && ost[dims[j - 1]] < ost[g]) {
+            dims[j] = dims[j - 1];
+            j--;
+        }
+        dims[j] = g;
+    }
+    return k;
+}
+
 /* Fill nest n's symbolic sizes and strides (n->sym) from the iteration
  * space's dim expressions gexp and the nops operands' stride expressions st
- * per dim; 0 or -1. */
+ * per dim.  The dims one loop walks as one (merged at the hints) must merge
+ * at every size: each operand's stride of a dim equal to its stride of the
+ * next inner one times that one's size.  ost NULL (a reduction's nests):
+ * the loops walk the dims in dim order (their index arithmetic relies on
+ * it); else the first output's strides at the hints order a loop's dims.
+ * 0 or -1. */
 static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MAX_NDIM],
-                        int nops, int ndim)
+                        int nops, int ndim, const int64_t *ost)
 {
     cdy_sym_shapes *s = c->sym;
     n->sym = 1;
     int prev = -1;
     for (int d = 0; d < n->ndim; d++) {
-        int e = cdy_sym_const(&s->tab, 1), last = -1;
-        for (int g = 0; g < ndim; g++) {
-            if (!(n->gmask[d] >> g & 1))
-                continue;
-            if (g <= prev)
+        int dims[CDY_MAX_NDIM], nd = sk_loop_dims(n, d, ndim, ost, dims);
+        int e = cdy_sym_const(&s->tab, 1), last = nd ? dims[nd - 1] : -1;
+        for (int i = 0; i < nd; i++) {
+            if (!ost && dims[i] <= prev)
                 return cg_sym_unsupported(c, "a kernel's loops are not in memory order");
-            prev = last = g;
-            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, gexp[g]);
+            prev = dims[i];
+            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, gexp[dims[i]]);
+            for (int o = 0; i + 1 < nd && o < nops; o++)
+                if (!sk_same(s, st[o][dims[i]], cdy_sym_mul(&s->tab, st[o][dims[i + 1]],
+                                                            gexp[dims[i + 1]])))
+                    return cg_sym_unsupported(c, "a kernel's loop merges dims that are not "
+                                                 "adjacent at every size");
         }
         if (e < 0 || (last < 0 && n->size[d] != 0))
             return cg_sym_unsupported(c, "a loop's size has no expression");
@@ -128,7 +224,8 @@ int cg_sym_nest(cg_ctx *c, kir_kernel *k)
     for (int o = 0; o < k->nops; o++)
         if (sk_op_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
             return -1;
-    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim);
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim,
+                        k->ops[cg_first_out(k->ops, k->nops)].stride);
 }
 
 /* Output op's strides over an input space whose dims `mask` are reduced
@@ -183,8 +280,8 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
         return cg_sym_unsupported(c, "a reduction's size has no expression");
     *rnumel = sk_live(s, e);
     rn->pfx = "r";
-    return sk_fill_nest(c, on, gexp, st, nops, im->ndim) ||
-           sk_fill_nest(c, rn, gexp, st, nops, im->ndim);
+    return sk_fill_nest(c, on, gexp, st, nops, im->ndim, NULL) ||
+           sk_fill_nest(c, rn, gexp, st, nops, im->ndim, NULL);
 }
 
 const char *cg_sym_expr_text(cg_ctx *c, int e)
@@ -301,8 +398,9 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))
             continue;
-        if (!cdy_meta_contiguous(&plan->buffers[b]))
-            return cg_sym_unsupported(c, "a buffer with a symbolic size is not contiguous");
+        int order[CDY_MAX_NDIM];
+        if (cdy_meta_dense_order(&plan->buffers[b], order) < 0)
+            return cg_sym_unsupported(c, "a buffer with a symbolic size is not dense");
     }
     return 0;
 }

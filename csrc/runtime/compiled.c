@@ -297,9 +297,22 @@ static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject
                      "symbolic meta", c->name);
         return -1;
     }
-    if (cdy_meta_contiguous(&got))
+    for (int d = 0; same && d < got.ndim; d++)
+        same = got.sizes[d] == 1 || got.strides[d] == want.strides[d];
+    if (same)
         return 0;
-    PyObject *t = PyObject_CallMethod(*r, "contiguous", NULL);
+    PyObject *t = NULL;
+    if (cdy_meta_contiguous(&want))
+        t = PyObject_CallMethod(*r, "contiguous", NULL);
+    else {                                 /* the permuted layout the kernels read */
+        PyObject *sz = int_tuple(want.sizes, want.ndim), *st = int_tuple(want.strides, want.ndim);
+        PyObject *a[3] = {sz, st, dtype_objs[want.dtype]};
+        PyObject *e = sz && st ? PyObject_Vectorcall(empty_strided, a, 2, kw_dtype) : NULL;
+        t = e ? PyObject_CallMethod(e, "copy_", "O", *r) : NULL;
+        Py_XDECREF(e);
+        Py_XDECREF(sz);
+        Py_XDECREF(st);
+    }
     Py_SETREF(*r, t);
     return t ? 0 : -1;
 }
@@ -515,16 +528,33 @@ static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
     return 0;
 }
 
-/* Symbolic graphs: buffer b's contiguous meta at the symbols' values sv
- * into *m (its plan meta where its sizes are static). */
+/* Symbolic graphs: buffer b's meta at the symbols' values sv into *m: its
+ * plan meta where its sizes are static, else dense in the order of the plan
+ * meta's strides (cdy_meta_dense_order: contiguous, or the permutation the
+ * kernels were compiled for, symk.c). */
 static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
 {
     *m = c->buf_cmeta[b];
-    int v = c->buf_value[b];
-    for (int d = 0; v >= 0 && d < m->ndim; d++)
+    int v = c->buf_value[b], order[CDY_MAX_NDIM];
+    if (v < 0)
+        return;
+    const cdy_meta hm = *m;                /* the hints' */
+    int n = cdy_meta_contiguous(m) ? -1 : cdy_meta_dense_order(m, order);
+    for (int d = 0; d < m->ndim; d++)
         m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
     int64_t st = 1;
-    for (int d = m->ndim - 1; v >= 0 && d >= 0; d--) {
+    for (int i = n - 1; i >= 0; i--) {
+        m->strides[order[i]] = st;
+        st *= m->sizes[order[i]];
+    }
+    for (int d = 0; d < m->ndim && n >= 0; d++) {  /* a size 1: the sizes inside it, as eager's */
+        for (int i = 0; hm.sizes[d] == 1 && i < n; i++)
+            m->strides[d] = i == 0 ? 1 : m->strides[d];
+        for (int i = 0; hm.sizes[d] == 1 && i < n; i++)
+            if (hm.strides[order[i]] < hm.strides[d])
+                m->strides[d] *= m->sizes[order[i]];
+    }
+    for (int d = m->ndim - 1; d >= 0 && n < 0; d--) {   /* contiguous */
         m->strides[d] = st;
         st *= m->sizes[d] > 1 ? m->sizes[d] : 1;
     }
