@@ -329,6 +329,9 @@ static int sy_sx_expr(sy_pass *p, int n, int depth)
         return cdy_sym_mul(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
     case '/':
         return cdy_sym_floordiv(tab, sy_sx_expr(p, x->a, depth + 1), x->c);
+    case 'q':   /* a // b where b divides a at every size, else no rule */
+        return cdy_sym_div_exact(tab, sy_sx_expr(p, x->a, depth + 1),
+                                 sy_sx_expr(p, x->b, depth + 1));
     default:
         return -1;
     }
@@ -346,9 +349,9 @@ static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
         sy_pin(p, p->s->dims[x->value][x->dim], v, x->dim, what);
     else if (x->op == 'd')
         sy_pin(p, -1, v, -1, what);
-    if (x->op == '+' || x->op == '*' || x->op == '/')
+    if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q')
         sy_sx_pin(p, x->a, v, what, depth + 1);
-    if (x->op == '+' || x->op == '*')
+    if (x->op == '+' || x->op == '*' || x->op == 'q')
         sy_sx_pin(p, x->b, v, what, depth + 1);
 }
 
@@ -402,8 +405,21 @@ static int sy_view_sizes(sy_pass *p, int v, const cdy_sym_view *w)
         return 0;
     }
     q = cdy_sym_div_exact(tab, n, known);
+    if (q >= 0) {
+        o[w->a] = q;
+        return 0;
+    }
+    /* known = c * m for a monomial m dividing n: the -1 is floor(n / m / c), and
+     * n == its product with the others a relation (eager's divisibility check) */
+    const cdy_sym_poly *kp = &tab->exprs[known];
+    if (kp->nt != 1 || kp->t[0].coef <= 0)
+        return -1;
+    int64_t c = kp->t[0].coef;
+    int r = cdy_sym_div_exact(tab, n, cdy_sym_div_exact(tab, known, cdy_sym_const(tab, c)));
+    q = cdy_sym_floordiv(tab, r, c);
     if (q < 0)
         return -1;
+    sy_equal(p, cdy_sym_mul(tab, q, known), n, v, w->a, "a view's -1 divides");
     o[w->a] = q;
     return 0;
 }

@@ -109,7 +109,8 @@ typedef struct cdy_sym_view_s {
 /* A symbolic Python int of the trace (trace/symint.c): a size the code read
  * (dim `dim` of graph value `value`) or an expression over such: op 'd' that
  * size, 'k' the constant c, '+' / '*' nodes a and b (indices of earlier
- * nodes), '/' floor(a / c) for c > 0. */
+ * nodes), '/' floor(a / c) for c > 0, 'q' a // b (a rule only where b
+ * divides a as polynomials, so at every size). */
 typedef struct cdy_sym_sx_s {
     char op;
     int a, b;

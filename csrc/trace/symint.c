@@ -20,7 +20,7 @@
 
 /* The why text of a pin at semantic op s (static). */
 static const char *const sx_why[] = {
-#define X(name, desc) "the code used a size as a number (" #name ")",
+#define X(name, desc) "the code read the size and used it in " #name,
 #include "pyver/sops.def"
 #undef X
 };
@@ -137,7 +137,7 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     const cdy_sym_sx *x = &t->sx[n - 1];
     if (x->op == 'd')
         cdy_tr_pin(tr, x->value, 1u << x->dim, why);
-    else if (x->op == '+' || x->op == '*') {
+    else if (x->op == '+' || x->op == '*' || x->op == 'q') {
         cdy_sx_pin_node(tr, x->a, why);
         cdy_sx_pin_node(tr, x->b, why);
     }
@@ -297,7 +297,7 @@ static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
     }
     if (!p) {
         for (int k = 1; k <= n; k++)
-            cdy_sx_pin_deep(tr, sx_peek(tr, k), "the code passed a size to a call");
+            cdy_sx_pin_deep(tr, sx_peek(tr, k), "the code read the size and passed it to a call");
         np = 0;
     }
     tr->sx_pend = p;
@@ -312,7 +312,8 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
     if (!tr->t->nsx)
         return;
     int n = sx_consumes(tr, sop, arg);
-    const char *why = sop >= 0 && sop < CDY_SOP__COUNT ? sx_why[sop] : "a size used as a number";
+    const char *why = sop >= 0 && sop < CDY_SOP__COUNT ? sx_why[sop]
+                                                         : "the code read the size and used it";
     if (n == -2)
         n = tr->sp;
     for (int k = 1; k <= n; k++)
@@ -385,8 +386,10 @@ static int sx_arith(tracer *tr, int op, const tvar *a, const tvar *b)
         int ny = m ? cdy_sx_node(tr, '*', y, m, -1, -1, 0) : 0;
         return ny ? cdy_sx_node(tr, '+', x, ny, -1, -1, 0) : 0;
     }
-    case 2: {  /* NB_FLOOR_DIVIDE by a positive constant */
-        long long c = b->sx ? 0 : PyLong_AsLongLong(b->obj);
+    case 2: {  /* NB_FLOOR_DIVIDE by a positive constant, or by a size (exact: 'q') */
+        if (b->sx)
+            return cdy_sx_node(tr, 'q', x, y, -1, -1, 0);
+        long long c = PyLong_AsLongLong(b->obj);
         PyErr_Clear();
         return c > 0 ? cdy_sx_node(tr, '/', x, 0, -1, -1, c) : 0;
     }
@@ -523,7 +526,7 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
 {
     if (ctx->sop == CDY_SOP_CALL || ctx->sop == CDY_SOP_CALL_FUNCTION_EX) {
         for (int i = 0; i < tr->nsx_pend; i++)
-            cdy_sx_pin_deep(tr, tr->sx_pend[i], "the code passed a size to a call");
+            cdy_sx_pin_deep(tr, tr->sx_pend[i], "the code read the size and passed it to a call");
         tr->sx_pend = ctx->pend;
         tr->nsx_pend = ctx->npend;
         return;

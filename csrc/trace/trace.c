@@ -89,7 +89,7 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
         append_exception(t->reason, sizeof(t->reason));
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
-    cdy_sx_pin_all(tr, "the trace stopped with sizes read as numbers live");
+    cdy_sx_pin_all(tr, "the code read the size and the trace stopped");
     t->reason_code = (int)code;
     const tracer *top = tr;
     while (top->parent)
