@@ -427,11 +427,28 @@ static int sy_view_sizes(sy_pass *p, int v, const cdy_sym_view *w)
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
-    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    const cdy_meta *m = &p->g->values[v].meta;
+    const cdy_meta *sm = w->src >= 0 ? &p->g->values[w->src].meta : m;
     int *o = p->s->dims[v];
     if (w->kind == 'p') {
         for (int d = 0; d < m->ndim; d++)
             o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
+        return 0;
+    }
+    if (w->kind == 'z') {   /* sizes given by symbolic ints (a factory's) */
+        for (int d = 0; d < m->ndim; d++)
+            if ((o[d] = w->sx[d] ? sy_sx_expr(p, w->sx[d], 0)
+                                 : cdy_sym_const(&p->s->tab, m->sizes[d])) < 0)
+                return -1;
+        return 0;
+    }
+    if (w->kind == 'e') {   /* dims of the source (map), or constants (-1) */
+        for (int d = 0; d < m->ndim; d++) {
+            if (w->map[d] >= sm->ndim)
+                return -1;
+            o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, m->sizes[d])
+                                 : p->s->dims[w->src][w->map[d]];
+        }
         return 0;
     }
     if (w->kind == 's') {   /* a piece of a split: the cut dim a constant (pinned) */
@@ -523,7 +540,7 @@ static void sy_node(sy_pass *p, int v)
         r = sy_cat(p, v);
     else if (cdy_value_is_extern(val))
         r = sy_extern(p, v);
-    else if (kind == 'V')
+    else if (kind == 'V' || kind == 'G' || kind == 'I')
         r = sy_view(p, v);
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;
@@ -533,7 +550,7 @@ static void sy_node(sy_pass *p, int v)
         return;
     char what[96];
     snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
-    if (kind == 'V')
+    if (kind == 'V' || kind == 'I')
         sy_view_pin_sx(p, v);
     for (int a = 0; a < val->nargs; a++)
         sy_pin_value(p, val->args[a], what);

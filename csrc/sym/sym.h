@@ -96,7 +96,10 @@ typedef struct cdy_sym_pin_s {
  * dim d is source dim map[d], or a new size 1 (-1); 'r': view / reshape to
  * the node's constant sizes but dim a (-1: none), which is the source's
  * element count over theirs; 'f': flatten of source dims a..b into out dim a; 's': a piece
- * of a split along dim a (its size a constant, the source's specialized). */
+ * of a split along dim a (its size a constant, the source's specialized);
+ * 'e': out dim d is source dim map[d], or the node's constant size (-1): an
+ * embedding's rows over its indices (a gather node); 'z' (src -1): dim d is
+ * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node). */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;

@@ -161,6 +161,13 @@ void cdy_tr_sym_copy(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* After split / chunk / tensor_split made the pieces r for call: each piece's
  * sizes are its input's but the cut dim (pinned); else the call's tensors are. */
 void cdy_tr_sym_split(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* After F.embedding made r for call: r's sizes are the indices' and the
+ * weight's row (else the call's tensors are pinned). */
+void cdy_tr_sym_gather(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* Node value's dim d is src's dim map[d], or its constant size (map[d] < 0). */
+void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map);
+/* Node value's dim d is symbolic int sx[d] (1 + node), or its constant size (0). */
+void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx);
 void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* ---- symint.c: symbolic Python ints (sizes the code read) ---- */
 /* A new node (cdy_sym_sx) of the trace: 1 + its index, or 0 (no room). */
@@ -646,7 +653,8 @@ int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
 int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
                                                  * 2 the view builder (cdy_tr_sym_view), 3 clone
                                                  * / contiguous (cdy_tr_sym_copy), 4 split
-                                                 * (cdy_tr_sym_split) */
+                                                 * (cdy_tr_sym_split), 5 F.embedding
+                                                 * (cdy_tr_sym_gather) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */
