@@ -346,3 +346,25 @@ def test_layer_norm_streams_its_stores_when_large(dyn, monkeypatch):
         return F.layer_norm(x, (256,), w, b)
     g = _sweep(f, lambda n, m: (torch.randn(n, 256), w, b), [(4, 0), (300, 0), (1000, 0), (3, 0)])
     assert "cdy_stream(" in g.source      # the streamed variant, chosen per call by its bytes
+
+
+def test_frame_hands_its_symbol_values_to_the_graph():
+    # the entry's SYM guard reads the symbols once and the graph it calls takes them (no
+    # second read); a direct call afterwards, on other tensors, still checks everything
+    def f(x, y):
+        return x * y + 1
+    opt = cdynamo.optimize(f, dynamic=True)
+    for n, m in [(4, 5), (2, 2), (7, 33), (300, 257), (4, 5)]:
+        x, y = torch.randn(n, m), torch.randn(n, m)
+        _same(opt(x, y), f(x, y))
+    assert len(cdynamo._support.compiles) == 1
+    g = _graph()
+    assert g.symbols
+    opt(torch.randn(3, 3), torch.randn(3, 3))
+    with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
+        g(torch.randn(4, 6), torch.randn(4, 7))
+    x, y = torch.randn(6, 2), torch.randn(6, 2)
+    _same(g(x, y), f(x, y))
+    # a guard that fails on a relation falls through to a recompile, never a wrong call
+    a, b = torch.randn(5, 3), torch.randn(1, 3)
+    _same(opt(a, b), f(a, b))

@@ -506,29 +506,41 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
 {
     const cdy_symguard *sg = g->sym;
-    int64_t vals[CDY_SYM_MAX_SYMS];
+    int64_t vals[CDY_SYM_MAX_SYMS], sz[CDY_MAX_NDIM];
+    PyObject *objs[CDY_SYM_MAX_SYMS];
     uint64_t live = cdy_sym_live(&sg->s);
+    int nd = -1, at = -1;                  /* the sizes in sz are input at's */
+    PyObject *v = NULL;
     for (int k = 0; k < sg->s.tab.nsyms; k++) {
         vals[k] = sg->s.tab.hint[k];
+        objs[k] = NULL;
         if (!(live >> k & 1))
             continue;
-        PyObject *v = memo_fetch(m, &sg->srcs[sg->s.info[k].input], locals, globals, builtins,
-                                 closure);
-        PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
-        int64_t sz[CDY_MAX_NDIM];
-        int nd = -1;
-        int bad = !shape || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
-                  nd <= sg->s.info[k].dim;
-        Py_XDECREF(shape);
-        Py_XDECREF(v);
-        if (bad) {
+        if (sg->s.info[k].input != at) {   /* each input's shape read once */
+            at = sg->s.info[k].input;
+            Py_XDECREF(v);
+            v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
+            PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
+            nd = !shape || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ? -1 : nd;
+            Py_XDECREF(shape);
+        }
+        if (nd <= sg->s.info[k].dim) {
+            Py_XDECREF(v);
             PyErr_Clear();
             snprintf(why, n, "the sizes of symbol s%d's input could not be read", k);
             return 0;
         }
         vals[k] = sz[sg->s.info[k].dim];
+        objs[k] = v;                       /* borrowed: the frame's locals hold it */
     }
-    return cdy_symguard_relations(sg, vals, why, n);
+    Py_XDECREF(v);
+    if (!cdy_symguard_relations(sg, vals, why, n))
+        return 0;
+    cdy_sym_tok.owner = &sg->s;            /* for the graph the frame calls (runtime.h) */
+    cdy_sym_tok.nsyms = sg->s.tab.nsyms;
+    memcpy(cdy_sym_tok.vals, vals, sizeof(int64_t) * (size_t)sg->s.tab.nsyms);
+    memcpy(cdy_sym_tok.objs, objs, sizeof(PyObject *) * (size_t)sg->s.tab.nsyms);
+    return 1;
 }
 
 /* Check one guard; 1 holds, 0 fails. */
