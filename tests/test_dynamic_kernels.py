@@ -306,15 +306,47 @@ def test_non_contiguous_call_is_refused(dyn):
 
 def test_unsupported_kind_compiles_static_with_reason(dyn, capfd):
     def f(x):
-        return torch.cat([x, x * 2]) + 1
+        return (x + 1).t()               # an output view torch realizes: static, with its reason
     _C.set_log_topics({"dynamic"})
     try:
         g = _compile(f, torch.randn(4, 6))
     finally:
         _C.set_log_topics(set())
     assert g.symbols is None
-    assert "static sizes: symbolic sizes: concat_pieces kernels take static sizes" in \
+    assert "static sizes: symbolic sizes: a realized view has a symbolic size" in \
         capfd.readouterr().err
+
+
+CAT_SIZES = [(4, 6), (2, 2), (3, 5), (17, 33), (300, 257), (2, 4099)]
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("cat0_fused", lambda x, y: torch.cat([x, y * 2], 0) + 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n + 3, m))),
+    ("cat1", lambda x, y: torch.cat([x, y], 1).sigmoid(),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+    ("cat_neg_dim_three", lambda x, y: torch.cat([x, y.exp(), x], -1),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, 2))),
+    ("stack1", lambda x, y: torch.stack([x, y], 1) * 3,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m))),
+    ("stack0_int", lambda x, y: torch.stack([x, y + 1]),
+     lambda n, m: (torch.randint(-9, 9, (n, m)), torch.randint(-9, 9, (n, m)))),
+    ("cat_transposed_pieces", lambda x, y: torch.cat([x.t(), y.t()], 0) - 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+])
+def test_cat_stack_every_size(dyn, name, fn, make):
+    _sweep(fn, make, CAT_SIZES)
+
+
+def test_kv_cache_append_along_a_symbolic_dim(dyn):
+    # decoding: past [b, h, s, d] + one new token [b, h, 1, d] -> s + 1, then a row softmax
+    def f(past, new, q):
+        k = torch.cat([past, new], dim=-2)
+        return k, torch.softmax((q * k).sum(-1), -1)
+    def make(b, s):
+        return torch.randn(b, 4, s, 8), torch.randn(b, 4, 1, 8), torch.randn(b, 4, 1, 8)
+    g = _sweep(f, make, [(2, 5), (2, 2), (3, 6), (2, 63), (5, 700), (2, 4099)])
+    assert "out_ptr0 += " in g.source          # the new token's window: a runtime offset
 
 
 def test_linear_relu_linear_batch_sweep(dyn):
