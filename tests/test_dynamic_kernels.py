@@ -400,3 +400,21 @@ def test_frame_hands_its_symbol_values_to_the_graph():
     # a guard that fails on a relation falls through to a recompile, never a wrong call
     a, b = torch.randn(5, 3), torch.randn(1, 3)
     _same(opt(a, b), f(a, b))
+
+
+def test_batched_guard_of_a_symbolic_entry_still_refuses_what_it_does_not_cover():
+    # the TENSOR guards run batched with the symbols' sizes free; the SYM guard checks the
+    # sizes >= 2 and the inputs contiguous: other calls get another entry, never this one
+    def f(x, y):
+        return x * y - 2
+    opt = cdynamo.optimize(f, dynamic=True)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    _same(opt(x, y), f(x, y))
+    g = _graph()
+    assert g.symbols
+    for a, b in [(torch.randn(6, 5).t(), torch.randn(5, 6)),        # not contiguous
+                 (torch.randn(1, 6), torch.randn(1, 6)),            # a size 1
+                 (torch.randn(3, 6).double(), torch.randn(3, 6).double()),   # another dtype
+                 (torch.randn(7, 9), torch.randn(7, 9))]:
+        _same(opt(a, b), f(a, b))
+    assert g.calls == 2      # the compiling call and the last one

@@ -656,7 +656,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
         if (relaxed < 0)
             PyErr_Clear();   /* out of memory for the relations' guard: the compiled
                                 graph checks them too (a miss reruns eagerly) */
-        if (!relaxed)
+        if (relaxed >= 0)   /* symbolic dims: batched with their sizes free (the SYM guard
+                             * checks them >= 2 and the tensors contiguous) */
             cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                              closure);
         entry_compile(e, t, frame, t0, &p);
