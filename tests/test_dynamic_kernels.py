@@ -306,15 +306,47 @@ def test_non_contiguous_call_is_refused(dyn):
 
 def test_unsupported_kind_compiles_static_with_reason(dyn, capfd):
     def f(x):
-        return torch.cat([x, x * 2]) + 1
+        return (x + 1).t()               # an output view torch realizes: static, with its reason
     _C.set_log_topics({"dynamic"})
     try:
         g = _compile(f, torch.randn(4, 6))
     finally:
         _C.set_log_topics(set())
     assert g.symbols is None
-    assert "static sizes: symbolic sizes: concat_pieces kernels take static sizes" in \
+    assert "static sizes: symbolic sizes: a realized view has a symbolic size" in \
         capfd.readouterr().err
+
+
+CAT_SIZES = [(4, 6), (2, 2), (3, 5), (17, 33), (300, 257), (2, 4099)]
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("cat0_fused", lambda x, y: torch.cat([x, y * 2], 0) + 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n + 3, m))),
+    ("cat1", lambda x, y: torch.cat([x, y], 1).sigmoid(),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+    ("cat_neg_dim_three", lambda x, y: torch.cat([x, y.exp(), x], -1),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, 2))),
+    ("stack1", lambda x, y: torch.stack([x, y], 1) * 3,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m))),
+    ("stack0_int", lambda x, y: torch.stack([x, y + 1]),
+     lambda n, m: (torch.randint(-9, 9, (n, m)), torch.randint(-9, 9, (n, m)))),
+    ("cat_transposed_pieces", lambda x, y: torch.cat([x.t(), y.t()], 0) - 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+])
+def test_cat_stack_every_size(dyn, name, fn, make):
+    _sweep(fn, make, CAT_SIZES)
+
+
+def test_kv_cache_append_along_a_symbolic_dim(dyn):
+    # decoding: past [b, h, s, d] + one new token [b, h, 1, d] -> s + 1, then a row softmax
+    def f(past, new, q):
+        k = torch.cat([past, new], dim=-2)
+        return k, torch.softmax((q * k).sum(-1), -1)
+    def make(b, s):
+        return torch.randn(b, 4, s, 8), torch.randn(b, 4, 1, 8), torch.randn(b, 4, 1, 8)
+    g = _sweep(f, make, [(2, 5), (2, 2), (3, 6), (2, 63), (5, 700), (2, 4099)])
+    assert "out_ptr0 += " in g.source          # the new token's window: a runtime offset
 
 
 def test_linear_relu_linear_batch_sweep(dyn):
@@ -346,3 +378,43 @@ def test_layer_norm_streams_its_stores_when_large(dyn, monkeypatch):
         return F.layer_norm(x, (256,), w, b)
     g = _sweep(f, lambda n, m: (torch.randn(n, 256), w, b), [(4, 0), (300, 0), (1000, 0), (3, 0)])
     assert "cdy_stream(" in g.source      # the streamed variant, chosen per call by its bytes
+
+
+def test_frame_hands_its_symbol_values_to_the_graph():
+    # the entry's SYM guard reads the symbols once and the graph it calls takes them (no
+    # second read); a direct call afterwards, on other tensors, still checks everything
+    def f(x, y):
+        return x * y + 1
+    opt = cdynamo.optimize(f, dynamic=True)
+    for n, m in [(4, 5), (2, 2), (7, 33), (300, 257), (4, 5)]:
+        x, y = torch.randn(n, m), torch.randn(n, m)
+        _same(opt(x, y), f(x, y))
+    assert len(cdynamo._support.compiles) == 1
+    g = _graph()
+    assert g.symbols
+    opt(torch.randn(3, 3), torch.randn(3, 3))
+    with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
+        g(torch.randn(4, 6), torch.randn(4, 7))
+    x, y = torch.randn(6, 2), torch.randn(6, 2)
+    _same(g(x, y), f(x, y))
+    # a guard that fails on a relation falls through to a recompile, never a wrong call
+    a, b = torch.randn(5, 3), torch.randn(1, 3)
+    _same(opt(a, b), f(a, b))
+
+
+def test_batched_guard_of_a_symbolic_entry_still_refuses_what_it_does_not_cover():
+    # the TENSOR guards run batched with the symbols' sizes free; the SYM guard checks the
+    # sizes >= 2 and the inputs contiguous: other calls get another entry, never this one
+    def f(x, y):
+        return x * y - 2
+    opt = cdynamo.optimize(f, dynamic=True)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    _same(opt(x, y), f(x, y))
+    g = _graph()
+    assert g.symbols
+    for a, b in [(torch.randn(6, 5).t(), torch.randn(5, 6)),        # not contiguous
+                 (torch.randn(1, 6), torch.randn(1, 6)),            # a size 1
+                 (torch.randn(3, 6).double(), torch.randn(3, 6).double()),   # another dtype
+                 (torch.randn(7, 9), torch.randn(7, 9))]:
+        _same(opt(a, b), f(a, b))
+    assert g.calls == 2      # the compiling call and the last one

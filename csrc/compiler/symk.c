@@ -28,16 +28,68 @@ int cg_sym_unsupported(cg_ctx *c, const char *what)
     return c->sym ? cg_fail(c, "symbolic sizes: %s", what) : 0;
 }
 
-/* 1 if expressions a and b are equal at every size: the same id, or a
- * relation of the graph's guards. */
-static int sk_same(const cdy_sym_shapes *s, int a, int b)
+/* The symbol expression e is (a lone symbol, coefficient 1), or -1. */
+static int sk_var_of(const cdy_symtab *t, int e)
+{
+    const cdy_sym_poly *p = &t->exprs[e];
+    if (p->nt != 1 || p->t[0].coef != 1 || p->t[0].nf != 1)
+        return -1;
+    const cdy_sym_atom *a = &t->atoms[p->t[0].f[0]];
+    return a->expr < 0 ? a->sym : -1;
+}
+
+/* The representative of symbol k in rep (a union-find forest). */
+static int sk_find(int *rep, int k)
+{
+    while (rep[k] != k)
+        k = rep[k] = rep[rep[k]];
+    return k;
+}
+
+/* e with every symbol replaced by the least symbol the relations make it
+ * equal to (rep: the classes), or -1. */
+static int sk_canon(cdy_symtab *t, int *rep, int e)
+{
+    const cdy_sym_poly p = t->exprs[e];   /* a copy: the table may grow */
+    int r = cdy_sym_const(t, 0);
+    for (int i = 0; i < p.nt && r >= 0; i++) {
+        int term = cdy_sym_const(t, p.t[i].coef);
+        for (int f = 0; f < p.t[i].nf && term >= 0; f++) {
+            const cdy_sym_atom a = t->atoms[p.t[i].f[f]];
+            int in = a.expr < 0 ? -1 : sk_canon(t, rep, a.expr);
+            int x = a.expr < 0 ? cdy_sym_var(t, sk_find(rep, a.sym))
+                               : in < 0 ? -1 : cdy_sym_floordiv(t, in, a.div);
+            term = x < 0 ? -1 : cdy_sym_mul(t, term, x);
+        }
+        r = term < 0 ? -1 : cdy_sym_add(t, r, term);
+    }
+    return r;
+}
+
+/* 1 if expressions a and b are equal at every size the graph's guards
+ * admit: the same id, a relation, or the same once every symbol is replaced
+ * by the least one the relations between lone symbols make it equal to. */
+static int sk_same(cdy_sym_shapes *s, int a, int b)
 {
     if (a == b)
         return 1;
-    for (int r = 0; r < s->nrel; r++)
+    if (a < 0 || b < 0)
+        return 0;
+    int rep[CDY_SYM_MAX_SYMS];
+    for (int k = 0; k < s->tab.nsyms; k++)
+        rep[k] = k;
+    for (int r = 0; r < s->nrel; r++) {
         if ((s->rel[r][0] == a && s->rel[r][1] == b) || (s->rel[r][0] == b && s->rel[r][1] == a))
             return 1;
-    return 0;
+        int x = sk_var_of(&s->tab, s->rel[r][0]), y = sk_var_of(&s->tab, s->rel[r][1]);
+        if (x >= 0 && y >= 0) {
+            x = sk_find(rep, x);
+            y = sk_find(rep, y);
+            rep[x > y ? x : y] = x < y ? x : y;
+        }
+    }
+    int ca = sk_canon(&s->tab, rep, a), cb = sk_canon(&s->tab, rep, b);
+    return ca >= 0 && ca == cb;
 }
 
 /* 1 if every dim of value v is a constant. */
@@ -148,7 +200,7 @@ static int sk_live(const cdy_sym_shapes *s, int e)
 /* The group's dim expressions (every output's equal) into gexp; 0 or -1. */
 static int sk_group(cg_ctx *c, const kir_kernel *k, int *gexp)
 {
-    const cdy_sym_shapes *s = c->sym;
+    cdy_sym_shapes *s = c->sym;
     for (int d = 0; d < k->grp.ndim; d++)
         gexp[d] = s->dims[k->grp.outs[0]][d];
     for (int i = 1; i < k->grp.nout; i++)
@@ -284,6 +336,48 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
            sk_fill_nest(c, rn, gexp, st, nops, im->ndim, NULL);
 }
 
+int cg_sym_cat_start(cg_ctx *c, int v, int i)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int stack = val->op == CDY_OP_STACK, d = c->sym_cat_dim;
+    int e = cdy_sym_const(&s->tab, stack ? i : 0);
+    for (int j = 0; !stack && j < i && e >= 0; j++)
+        e = cdy_sym_add(&s->tab, e, s->dims[val->args[j]][d]);
+    return e < 0 ? cg_sym_unsupported(c, "a cat piece's start has no expression") : e;
+}
+
+int cg_sym_piece(cg_ctx *c, kir_kernel *k, int d, int start)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[k->node];
+    const cdy_meta *pm = &c->g->values[k->piece].meta;
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM], mst[CDY_MAX_NDIM];
+    int first = cg_first_out(k->ops, k->nops), zero = cdy_sym_const(&s->tab, 0);
+    if (k->nidx || k->nops != first + 1)
+        return cg_sym_unsupported(c, "a cat piece's kernel reads an index");
+    for (int pd = 0; pd < pm->ndim; pd++)
+        gexp[pd] = s->dims[k->piece][pd];
+    for (int o = 0; o < first; o++)
+        if (sk_op_strides(c, pm->ndim, &k->ops[o], gexp, st[o]))
+            return -1;
+    if (sk_dense_strides(c, k->node, mst))
+        return -1;
+    for (int pd = 0; pd < pm->ndim; pd++) {
+        int od = cg_cat_outdim(val, d, pd);
+        st[first][pd] = pm->sizes[pd] == 1 ? zero : mst[od];
+        if (od != d && !sk_same(s, s->dims[k->node][od], gexp[pd]))
+            return cg_sym_unsupported(c, "a cat piece's size differs from the output's");
+    }
+    int off = cdy_sym_mul(&s->tab, start, mst[d]);
+    if (off < 0 || zero < 0)
+        return cg_sym_unsupported(c, "a cat piece's offset has no expression");
+    k->ops[first].sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
+    if (k->ops[first].sym_off)
+        k->ops[first].offset = 0;
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, pm->ndim, k->ops[first].stride);
+}
+
 const char *cg_sym_expr_text(cg_ctx *c, int e)
 {
     char ex[512];
@@ -371,7 +465,8 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v)
 {
     if (!c->sym)
         return 0;
-    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS)
+    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS ||
+        (kind == CDY_KIR_CAT && c->g->values[v].op != CDY_OP_PAD))
         return 0;                          /* torch takes the sizes (sym/infer.c's extern
                                             * rules); reduce.c's kernels take runtime sizes */
     if (kind != CDY_KIR_VIEW)

@@ -667,6 +667,48 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
     return -1;
 }
 
+cdy_sym_token cdy_sym_tok;
+
+/* 1 if the frame's SYM guard token (runtime.h) is for graph c called on
+ * args: the same symbols (inputs, dims, hints; pinned alike) and, for each
+ * live one, its input the tensor the guard read; else 0. */
+static int sym_token_matches(const cdy_compiled *c, PyObject *const *args)
+{
+    const cdy_sym_shapes *s = c->sym, *t = cdy_sym_tok.owner;
+    if (!t || t->tab.nsyms != s->tab.nsyms || cdy_sym_tok.nsyms != s->tab.nsyms)
+        return 0;
+    for (int k = 0; k < s->tab.nsyms; k++) {
+        const cdy_sym_info *a = &s->info[k], *b = &t->info[k];
+        if (a->input != b->input || a->dim != b->dim || a->pinned != b->pinned ||
+            s->tab.hint[k] != t->tab.hint[k] || a->input >= c->ninputs ||
+            (!a->pinned && args[a->input] != cdy_sym_tok.objs[k]))
+            return 0;
+    }
+    return 1;
+}
+
+/* The symbols' values of a call from the frame whose guards hold (the
+ * token's: they checked sizes >= 2, contiguity, the relations and every
+ * static size) into sv, and *big; 1, or 0 when the token does not match
+ * (sym_values then reads and checks).  The token is used up either way. */
+static int sym_values_guarded(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
+{
+    int ok = sym_token_matches(c, args);
+    cdy_sym_tok.owner = NULL;
+    if (!ok)
+        return 0;
+    memcpy(sv, cdy_sym_tok.vals, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    *big = 0;
+    for (int i = 0; i < c->ninputs && !*big; i++) {
+        int v = c->in_value[i];
+        int64_t n = 1;
+        for (int d = 0; v >= 0 && d < c->in_meta[i].ndim; d++)
+            n *= cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
+        *big = v >= 0 && n >= CDY_RELEASE_GIL_NUMEL;
+    }
+    return 1;
+}
+
 /* Allocate the tensors step s needs made (make_list); 0 or -1 with error. */
 static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const int64_t *sv)
 {
@@ -768,7 +810,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
-    if (c->sym && sym_values(c, args, symvals, &big))
+    if (c->sym && !sym_values_guarded(c, args, symvals, &big) &&
+        sym_values(c, args, symvals, &big))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
     PyObject *stackbufs[16];
     void *stackptrs[16];
