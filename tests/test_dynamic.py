@@ -604,7 +604,7 @@ def test_encoder_layer_batch_sweep():
         for n in (1, 2, 3, 5, 8, 13):
             x = torch.randn(n, 6, 32)
             torch.testing.assert_close(of(x), layer(x), rtol=1e-4, atol=1e-4)
-    assert compiles() - before <= 8
+    assert compiles() - before == 2   # its fast path: one extern of src's sizes
 
 
 def test_arange_and_embedding_of_sizes_stay_symbolic(capfd):

@@ -271,6 +271,20 @@ static int sy_attention(sy_pass *p, int v)
     return 0;
 }
 
+/* An extern whose result has its first argument's sizes (torch's encoder
+ * layer fast path over src); the other tensors' sizes specialize. */
+static int sy_same_as_first(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    if (val->nargs < 1 || p->g->values[val->args[0]].meta.ndim != val->meta.ndim)
+        return -1;
+    for (int d = 0; d < val->meta.ndim; d++)
+        p->s->dims[v][d] = p->s->dims[val->args[0]][d];
+    for (int a = 1; a < val->nargs; a++)
+        sy_pin_value(p, val->args[a], "an argument of an extern following its first");
+    return 0;
+}
+
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
 static int sy_extern(sy_pass *p, int v)
 {
@@ -278,6 +292,8 @@ static int sy_extern(sy_pass *p, int v)
     char k = p->ext ? p->ext[v] : 0;
     if (k == 'a')
         return sy_attention(p, v);
+    if (k == 's')
+        return sy_same_as_first(p, v);
     if (k == 'm' && val->nargs == 2)
         return sy_matmul(p, v, val->args[0], val->args[1], 0);
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {

@@ -151,7 +151,8 @@ typedef struct cdy_sym_shapes_s {
 /* Symbolic sizes of g's values (see above), with h's pins and views (h may
  * be NULL); h->ext names the externs the caller knows, per value: 'm' mm /
  * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
- * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]); other
+ * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]), 's'
+ * a result of its first argument's sizes (the encoder layer's fast path); other
  * externs specialize what they read.  Fills
  * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
  * symbol specialized. */

@@ -27,12 +27,12 @@ static int ts_input_value(const cdy_graph *g, int pos)
 }
 
 /* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
- * operator.matmul), 'l' for F.linear or a PackedLinear, else 0 (sym.h's
- * extern kinds). */
+ * operator.matmul), 'l' for F.linear or a PackedLinear, 's' for the encoder
+ * layer's fast path (its result src's sizes), else 0 (sym.h's extern kinds). */
 static char ts_extern_kind(PyObject *fn)
 {
-    static PyObject *fns[9];
-    static const char kinds[9] = "mmmmmmmlm";
+    static PyObject *fns[10];
+    static const char kinds[10] = "mmmmmmmlms";
     static int tried;
     if (!tried) {
         tried = 1;
@@ -47,12 +47,13 @@ static char ts_extern_kind(PyObject *fn)
         fns[7] = F ? PyObject_GetAttrString(F, "linear") : NULL;
         PyObject *op = PyImport_ImportModule("operator");
         fns[8] = op ? PyObject_GetAttrString(op, "matmul") : NULL;
+        fns[9] = PyObject_GetAttrString(cdy_torch, "_transformer_encoder_layer_fwd");
         Py_XDECREF(op);
         Py_XDECREF(F);
         Py_XDECREF(T);
         PyErr_Clear();
     }
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         if (fns[i] && fn == fns[i])
             return kinds[i];
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;

@@ -46,7 +46,12 @@ void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why)
 void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs)
 {
     static const char *const free_[] = {"dim", "ndimension", "is_floating_point", "is_complex",
-                                        "element_size", "get_device", "is_signed", NULL};
+                                        "element_size", "get_device", "is_signed",
+                                        "_has_torch_function", "has_torch_function",
+                                        "_has_torch_function_unary",
+                                        "has_torch_function_unary",
+                                        "_has_torch_function_variadic",
+                                        "has_torch_function_variadic", NULL};
     const char *dot = strrchr(what, '.');
     const char *name = dot ? dot + 1 : what;
     for (int i = 0; free_[i]; i++)
