@@ -624,3 +624,16 @@ def test_arange_and_embedding_of_sizes_stay_symbolic(capfd):
 
     lines = symbolic_log(capfd, g, torch.randint(0, 50, (3, 5)))
     assert outputs(lines) == ["[3, 5]"], lines
+
+
+def test_size_read_returned_to_a_builtin_specializes():
+    # sorted's key function returns sizes to C code: they are numbers there
+    def f(x, y):
+        a, b = sorted([x, y], key=lambda t: t.shape[0])
+        return a * 2.0 + b.sum()
+
+    cdynamo.reset()
+    of = cdynamo.optimize(f)
+    for n, m in ((2, 5), (3, 6), (7, 4), (2, 9), (8, 3)):
+        x, y = torch.randn(n, 4), torch.randn(m, 4)
+        assert_same(f(x.clone(), y.clone()), of(x, y))

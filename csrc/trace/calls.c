@@ -878,7 +878,9 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
 /* See trace.h. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
-    return inline_call(tr, fn, args, nargs, kwnames, NULL);
+    tvar *r = inline_call(tr, fn, args, nargs, kwnames, NULL);
+    cdy_sx_pin_deep(tr, r, "the code read the size and returned it to the tracer");
+    return r;   /* its caller uses the value in C: no symbolic int follows it */
 }
 
 /* A constant for v when it is a sequence of constants (so pure builtins such
@@ -1616,7 +1618,22 @@ static tvar *call_optimized(tracer *tr, PyObject *fn, tvar **args, int nargs, Py
 }
 
 /* Apply callable to args; see the file comment.  NULL when stopped. */
+static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
+                           PyObject *kwnames);
+
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
+{
+    int direct = tr->sx_op_callable == callable;   /* the CALL op's own: it goes on the stack */
+    tr->sx_op_callable = NULL;
+    tvar *r = call_dispatch(tr, callable, args, nargs, kwnames);
+    if (!direct)   /* a call the tracer makes for a builtin: its value is used in C */
+        cdy_sx_pin_deep(tr, r, "the code read the size and returned it to the tracer");
+    return r;
+}
+
+/* cdy_call's dispatch on the callable's kind. */
+static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
+                           PyObject *kwnames)
 {
     char name[160];
     if (callable->kind == TV_METHOD && callable->pos == 1)

@@ -526,6 +526,7 @@ static int op_call(tracer *tr, int oparg)
     }
     PyObject *kw = tr->kwnames;
     tr->kwnames = NULL;
+    tr->sx_op_callable = callable;   /* its result goes on the stack (trace/symint.c) */
     tvar *r = cdy_call(tr, callable, args, nargs, kw);
     tr->sp -= oparg + 2;
     return push(tr, r);
@@ -557,6 +558,7 @@ static int op_call_ex(tracer *tr, int oparg)
         if (!cdy_tr_keep(tr, names))
             return cdy_tr_stop(tr, OUT_OF_MEMORY);
     }
+    tr->sx_op_callable = fn;   /* its result goes on the stack (trace/symint.c) */
     return push(tr, cdy_call(tr, fn, args, np + nk, names));
 }
 

@@ -108,6 +108,8 @@ typedef struct tracer {
     tvar **sx_pend;                  /* the current CALL's arguments carrying symbolic ints */
     int nsx_pend;                    /* (trace/symint.c): a consumer with a rule or an inlined
                                       * frame takes them; the rest are pinned after the call */
+    tvar *sx_op_callable;            /* the callable CALL is calling (cdy_call's result then
+                                      * goes on the stack; other calls' results are pinned) */
     tvar null_var;
 } tracer;
 
