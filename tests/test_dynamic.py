@@ -605,3 +605,22 @@ def test_encoder_layer_batch_sweep():
             x = torch.randn(n, 6, 32)
             torch.testing.assert_close(of(x), layer(x), rtol=1e-4, atol=1e-4)
     assert compiles() - before <= 8
+
+
+def test_arange_and_embedding_of_sizes_stay_symbolic(capfd):
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(50, 8)
+
+    def f(ids):
+        pos = torch.arange(ids.shape[1])
+        return emb(ids) + pos.float().unsqueeze(-1)
+
+    with torch.no_grad():
+        lines = symbolic_log(capfd, f, torch.randint(0, 50, (3, 5)))
+    assert outputs(lines) == ["[s0, s1, 8]"], lines
+
+    def g(ids):   # arange from a start that is a size: its values read it, so it pins
+        return torch.arange(ids.shape[0], ids.shape[0] + ids.shape[1]) + ids
+
+    lines = symbolic_log(capfd, g, torch.randint(0, 50, (3, 5)))
+    assert outputs(lines) == ["[3, 5]"], lines

@@ -1,6 +1,7 @@
 """The benchmark's dynamic group (issue 32): `python -m cdynamo.bench --dynamic`.
 
-Batch sweeps: each workload is called with batch sizes 1..64 in order (--quick: 1, 2, 3, 4,
+Batch sweeps (pointwise, softmax, layer_norm, mlp, transformer_stack, encoder_layer): each
+workload is called with batch sizes 1..64 in order (--quick: 1, 2, 3, 4,
 6, 8, 12, 16, 24, 32, 48, 64), by eager, torch.compile (its default: automatic dynamic
 shapes) and cdynamo.optimize (its default: automatic dynamic shapes).  Every call is
 checked against eager.  The table gives per system the compiles over the sweep (cdynamo's
