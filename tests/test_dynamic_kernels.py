@@ -418,3 +418,20 @@ def test_batched_guard_of_a_symbolic_entry_still_refuses_what_it_does_not_cover(
                  (torch.randn(7, 9), torch.randn(7, 9))]:
         _same(opt(a, b), f(a, b))
     assert g.calls == 2      # the compiling call and the last one
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("qkv_split_last", lambda x, w: (lambda q, k, v: torch.softmax(q * k, -1) + v)(
+        *F.linear(x, w).split(64, -1)),
+     lambda n, m: (torch.randn(n, 32), torch.randn(192, 32))),
+    ("chunk_last_glu", lambda x: (lambda a, b: a * torch.sigmoid(b))(*x.chunk(2, -1)),
+     lambda n, m: (torch.randn(n, m, 16),)),
+    # the piece's window starts at a symbolic offset: 2 * (inner dims' sizes)
+    ("chunk_middle_symbolic_inner", lambda x: (lambda a, b: a - b.exp())(*x.chunk(2, 1)),
+     lambda n, m: (torch.randn(n, 4, m),)),
+    ("split_then_transpose", lambda x: (lambda a, b: a.transpose(0, 1) + b.transpose(0, 1))(
+        *x.split(3, -1)), lambda n, m: (torch.randn(n, 6),)),
+])
+def test_split_pieces_loaded_at_their_offset(dyn, name, fn, make):
+    g = _sweep(fn, make, [(5, 3), (2, 2), (7, 9), (300, 17), (4099, 2)])
+    assert any(dim == 0 for inp, dim in g.symbols)

@@ -288,12 +288,12 @@ const char *cg_sym_size_text(cg_ctx *c, const cg_nest *nest, int d);
  * ops (cg_operands; outputs' strides over in's dims): the symbolic sizes and
  * strides of its outer and reduced nests (on, rn, built by cg_build_nest) and
  * the expression of its reduced count (*rnumel, -1: a constant); 0 or -1. */
-int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, cg_operand *ops, int nops,
                      cg_nest *on, cg_nest *rn, int *rnumel);
 /* The same for an iteration space split in outer dims and dims mask (a row
  * kernel's rows): red_outs 0, its outputs have the input's sizes. */
 int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
-                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
+                       cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
 /* Expression e as parenthesized C (over s<k>), into the arena. */
 const char *cg_sym_expr_text(cg_ctx *c, int e);
 /* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */

@@ -126,28 +126,62 @@ static int sk_dense_strides(cg_ctx *c, int v, int *mst)
     return e < 0 || zero < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
 }
 
+/* The offset expression of a view at offset off (its base's elements) of
+ * base b (meta bm, dense: stride expressions bst) into *e: the offset's
+ * digits in the base's dims at the hints (mixed radix in the dense order:
+ * unique for in-range starts), each a constant start (sym.h's const_off)
+ * on a dim of constant size, times that dim's stride expression; 0 or -1. */
+static int sk_view_offset(cg_ctx *c, int b, const cdy_meta *bm, const int *bst, int64_t off,
+                          int *e)
+{
+    cdy_sym_shapes *s = c->sym;
+    int order[CDY_MAX_NDIM], n = cdy_meta_dense_order(bm, order);
+    int64_t rem = off, k;
+    *e = cdy_sym_const(&s->tab, 0);
+    for (int i = 0; i < n && *e >= 0; i++) {
+        int j = order[i];
+        int64_t digit = rem / bm->strides[j];
+        rem -= digit * bm->strides[j];
+        if (!digit)
+            continue;
+        if (digit >= bm->sizes[j] || !cdy_sym_is_const(&s->tab, s->dims[b][j], &k))
+            return cg_sym_unsupported(c, "a kernel loads a view starting inside a symbolic dim");
+        *e = cdy_sym_add(&s->tab, *e, cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, digit), bst[j]));
+    }
+    if (n < 0 || rem || *e < 0)
+        return cg_sym_unsupported(c, "a view's offset has no expression");
+    return 0;
+}
+
 /* The strides (in its base's elements) of view v loaded by a kernel into
- * mst: literals when its base's sizes are static (then its offset is one
- * too); else every dim of size >= 2 is one dim of the base's, with its size
- * expression and its stride at the hints (permute, transpose, squeeze,
- * unsqueeze: the base is dense, so its dims >= 2 have distinct strides and
- * the dim is the one with the view's stride), used once, or has stride 0
- * (expand), at offset 0; else -1 with the reason. */
-static int sk_view_strides(cg_ctx *c, int v, int *mst)
+ * mst and its offset's expression into *off: literals when its base's sizes
+ * are static; else every dim of size >= 2 is one dim of the base's, with its
+ * stride at the hints (the base is dense, so its dims >= 2 have distinct
+ * strides and the dim is the one with the view's stride), used once, with
+ * its size expression (all of it) or a constant size within a constant one
+ * (a split's piece), or has stride 0 (expand); its offset is 0, or constant
+ * indices (sym.h's const_off: a split's pieces) on dims of constant size;
+ * else -1 with the reason. */
+static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_value *val = &c->g->values[v];
     int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
     const cdy_meta *bm = sk_mem_meta(c, b);
+    int64_t k1, k2;
+    *off = cdy_sym_const(&s->tab, val->view_offset);
     if (sk_static_value(c, b) && sk_static_value(c, v)) {
         for (int d = 0; d < val->meta.ndim; d++)
             if ((mst[d] = cdy_sym_const(&s->tab, val->view_strides[d])) < 0)
                 return cg_sym_unsupported(c, "out of expression space");
-        return 0;
+        return *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
     }
-    if (val->view_offset || sk_dense_strides(c, b, bst))
-        return val->view_offset ? cg_sym_unsupported(c, "a kernel loads a view at an offset "
-                                                        "of a base with a symbolic size") : -1;
+    if (val->view_offset && !(s->const_off && s->const_off[v]))
+        return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
+                                     "symbolic size");
+    if (sk_dense_strides(c, b, bst) ||
+        (val->view_offset && sk_view_offset(c, b, bm, bst, val->view_offset, off)))
+        return -1;
     for (int d = 0; d < val->meta.ndim; d++) {
         mst[d] = zero;
         if (val->meta.sizes[d] == 1 || val->view_strides[d] == 0)
@@ -155,7 +189,11 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst)
         int j = 0;
         while (j < bm->ndim && (bm->sizes[j] == 1 || bm->strides[j] != val->view_strides[d]))
             j++;
-        if (j == bm->ndim || (used >> j & 1) || !sk_same(s, s->dims[v][d], s->dims[b][j]))
+        int ok = j < bm->ndim && !(used >> j & 1);
+        ok = ok && (sk_same(s, s->dims[v][d], s->dims[b][j]) ||
+                    (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
+                     cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
+        if (!ok)
             return cg_sym_unsupported(c, "a kernel loads a view that is not a permutation of "
                                          "its base's dims");
         used |= 1 << j;
@@ -166,17 +204,22 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst)
 
 /* Operand op's stride expressions per dim of an iteration space of ndim
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
-static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
+static int sk_live(const cdy_sym_shapes *s, int e);
+
+static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, int *st)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = &c->g->values[op->value].meta;
-    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM];
+    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM], off = zero;
     if (op->buffer < 0 || cg_is_gather(c->g, op->value))
         return cg_sym_unsupported(c, "a kernel loads a gather or an index");
-    if (cg_is_view(c->g, op->value) ? sk_view_strides(c, op->value, mst)
+    if (cg_is_view(c->g, op->value) ? sk_view_strides(c, op->value, mst, &off)
                                     : op->offset ? cg_sym_unsupported(c, "an operand's offset")
                                                  : sk_dense_strides(c, op->value, mst))
         return -1;
+    if (off < 0)
+        return cg_sym_unsupported(c, "out of expression space");
+    op->sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
     for (int d = 0; d < ndim; d++) {
         int md = d - shift;
         if (md < 0 || m->sizes[md] == 1) {
@@ -306,14 +349,14 @@ static int sk_red_out_strides(cg_ctx *c, const cg_operand *op, int ndim, int64_t
     return 0;
 }
 
-int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, cg_operand *ops, int nops,
                      cg_nest *on, cg_nest *rn, int *rnumel)
 {
     return cg_sym_split_nests(c, in, mask, keep, 1, ops, nops, on, rn, rnumel);
 }
 
 int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
-                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
+                       cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *im = &c->g->values[in].meta;

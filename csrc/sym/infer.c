@@ -620,6 +620,8 @@ static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn
     return 0;
 }
 
+static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s);
+
 int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
                   cdy_sym_shapes *out)
 {
@@ -636,6 +638,8 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
         sy_run(&p);
     }
     if (!p.oom)
+        sy_const_offsets(g, h, out);
+    if (!p.oom)
         return 0;
     for (int k = 0; k < out->tab.nsyms; k++) {
         out->info[k].pinned = 1;
@@ -649,6 +653,27 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     cdy_symtab_free(&s->tab);
     free(s->dims);
     s->dims = NULL;
+    free(s->const_off);
+    s->const_off = NULL;
+}
+
+/* s->const_off (sym.h) of g's values: a view is constant-offset when it
+ * has a map of a kind that starts every dim at a constant index ('p', 'r',
+ * 'f', 'e': the source's offset; 's': a split piece, a constant start on
+ * its pinned dim) over a constant-offset source; no map or another kind: 0.
+ * Memory failure leaves it NULL (every view offset unknown). */
+static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s)
+{
+    s->const_off = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
+    for (int v = 0; s->const_off && v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
+        for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
+            const cdy_sym_view *w = &h->views[i];
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfes", w->kind))
+                s->const_off[v] = s->const_off[w->src];
+        }
+    }
 }
 
 uint64_t cdy_sym_live(const cdy_sym_shapes *s)

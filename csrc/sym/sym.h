@@ -146,6 +146,11 @@ typedef struct cdy_sym_shapes_s {
     int nrel;
     int rel[64][2];              /* expression pairs the trace relied on being equal */
     int runs;                    /* passes over the graph until no new pin */
+    unsigned char *const_off;    /* per value (malloc'd, may be NULL): 1 when a view's
+                                  * element offset from its base moves by no symbol (its
+                                  * maps, sym_view's kinds, start every dim at a constant
+                                  * index: a split's pieces, permutations, reshapes), 0
+                                  * when unknown; non-views 1 (sym/infer.c) */
 } cdy_sym_shapes;
 
 /* Symbolic sizes of g's values (see above), with h's pins and views (h may
