@@ -174,14 +174,47 @@ def test_layer_norm_batch_and_sequence(dyn):
     assert all(dim != 2 for inp, dim in g.symbols if inp == 0)
 
 
-def test_softmax_over_a_middle_dim_compiles_static(dyn):
-    g = _compile(lambda x: torch.softmax(x, 1), torch.randn(4, 16, 32))
-    assert g.symbols is None
+@pytest.mark.parametrize("name,fn", [
+    ("softmax_middle", lambda x: torch.softmax(x, 1)),
+    ("log_softmax_first", lambda x: torch.log_softmax(x * 2, 0)),
+    ("softmax_first_epilogue", lambda x: torch.softmax(x, 0) * x + 1),
+])
+def test_softmax_over_a_dim_not_innermost(dyn, name, fn):
+    g = _sweep(fn, lambda a, b: (torch.randn(a, 16, b),),
+               [(4, 32), (2, 2), (3, 7), (33, 5), (17, 64), (2, 4099), (300, 40)])
+    assert "jb" in g.source          # column mode: blocks of columns
 
 
-def test_argmax_compiles_static(dyn):
-    g = _compile(lambda x: x.argmax(-1), torch.randn(4, 6))
-    assert g.symbols is None
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_softmax_columns_dtypes(dyn, dtype):
+    _sweep(lambda x: torch.softmax(x, 0), lambda n, m: (torch.randn(n, m).to(dtype),),
+           [(16, 32), (2, 9), (33, 17), (1000, 48), (5, 4099)])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("argmax_rows", lambda x: x.argmax(-1)),
+    ("argmin_cols", lambda x: x.argmin(0)),
+    ("argmax_all", lambda x: x.argmax()),
+    ("amax_argmax_paired", lambda x: (x.amax(-1), x.argmax(-1))),
+    ("argmax_keepdim_prologue", lambda x: (x * 2 - 1).abs().argmax(0, keepdim=True)),
+])
+@pytest.mark.parametrize("ties", [False, True])
+def test_argmax_argmin_every_size(dyn, name, fn, ties):
+    # ties: values in {0, 1, 2}, so the first index of the extreme value decides
+    make = (lambda n, m: (torch.randint(0, 3, (n, m)).float(),)) if ties else \
+        (lambda n, m: (torch.randn(n, m),))
+    _sweep(fn, make, RED_SIZES)
+
+
+def test_argmax_nan_and_int(dyn):
+    def make(n, m):
+        x = torch.randn(n, m)
+        x[n // 2, m // 3] = float("nan")
+        return (x,)
+    _sweep(lambda x: (x.argmax(-1), x.argmin(0)), make, RED_SIZES)
+    cdynamo.reset()
+    _sweep(lambda x: x.argmax(-1), lambda n, m: (torch.randint(-9, 9, (n, m), dtype=torch.int64),),
+           RED_SIZES)
 
 
 def test_relation_between_inputs_holds(dyn):
@@ -193,6 +226,67 @@ def test_relation_between_inputs_holds(dyn):
         g(torch.randn(4, 6), torch.randn(4, 7))
     with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
         g(torch.randn(4, 1), torch.randn(4, 1))    # sizes 1 are never symbols
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("transpose_add", lambda x: x.transpose(0, 1) + 1),             # output keeps the permuted layout
+    ("transpose_plus_contig", lambda x: x.t() * 2 + x.t().exp()),
+    ("unsqueeze_bcast", lambda x: x.unsqueeze(1) * x.unsqueeze(0).sigmoid()),
+    ("squeeze_unsqueeze", lambda x: x.unsqueeze(0).squeeze(0).t() - 1),
+])
+def test_permutation_views_loaded(dyn, name, fn):
+    g = _sweep(fn, lambda n, m: (torch.randn(n, m),),
+               [(5, 6), (2, 2), (3, 17), (64, 9), (300, 257), (2, 4099)])
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 2, 0), (2, 1, 0)])
+def test_permute_3d_with_broadcast_bias(dyn, perm):
+    def f(x, b):
+        return torch.relu(x.permute(*perm) * 2) + b
+    def make(a, c):
+        x = torch.randn(a, 3, c)
+        return x, torch.randn(x.permute(*perm).shape[-1])
+    # the bias's size follows one dim of x: only shapes where it is static vary freely
+    g = _compile(f, *make(4, 5))
+    for s in [(4, 5), (2, 2), (7, 9), (33, 64), (300, 65)]:
+        args = make(*s)
+        try:
+            got = g(*args)
+        except RuntimeError as e:      # a relation the graph relied on (the bias's size)
+            assert "symbolic sizes do not cover" in str(e)
+            continue
+        _same(got, f(*args))
+
+
+def test_permuted_buffer_feeds_reduction_and_softmax(dyn):
+    def f(x):
+        y = x.transpose(0, 1) * 2          # a buffer dense in the transposed order
+        return y.sum(-1), torch.softmax(y, -1), y.amax(0)
+    _sweep(f, lambda n, m: (torch.randn(n, m),), RED_SIZES)
+
+
+def test_realized_transpose_compiles_static_with_reason(dyn, capfd):
+    # a view torch realizes (an extern's argument) with a symbolic size: static (its reason)
+    _C.set_log_topics({"dynamic"})
+    try:
+        g = _compile(lambda a, b: a.t() @ b, torch.randn(4, 3), torch.randn(4, 5))
+    finally:
+        _C.set_log_topics(set())
+    assert g.symbols is None
+    assert "a realized view has a symbolic size" in capfd.readouterr().err
+
+
+def test_static_base_view_with_symbolic_operand(dyn):
+    w = torch.randn(8, 16)
+    def f(x, w):
+        return x * w[1:3, 4:12].sum(0) + 1     # a view of a static base (offset, strides)
+    cdynamo.reset()
+    g = _compile(f, torch.randn(5, 8), w)
+    # w's dims specialize (the slice read them); x's dim 0 stays symbolic
+    assert g.symbols == ((0, 0),)
+    for n in (2, 3, 64, 1000):
+        x = torch.randn(n, 8)
+        _same(g(x, w), f(x, w))
 
 
 def test_non_contiguous_input_specializes(dyn):
@@ -212,15 +306,47 @@ def test_non_contiguous_call_is_refused(dyn):
 
 def test_unsupported_kind_compiles_static_with_reason(dyn, capfd):
     def f(x):
-        return torch.cat([x, x * 2]) + 1
+        return (x + 1).t()               # an output view torch realizes: static, with its reason
     _C.set_log_topics({"dynamic"})
     try:
         g = _compile(f, torch.randn(4, 6))
     finally:
         _C.set_log_topics(set())
     assert g.symbols is None
-    assert "static sizes: symbolic sizes: concat_pieces kernels take static sizes" in \
+    assert "static sizes: symbolic sizes: a realized view has a symbolic size" in \
         capfd.readouterr().err
+
+
+CAT_SIZES = [(4, 6), (2, 2), (3, 5), (17, 33), (300, 257), (2, 4099)]
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("cat0_fused", lambda x, y: torch.cat([x, y * 2], 0) + 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n + 3, m))),
+    ("cat1", lambda x, y: torch.cat([x, y], 1).sigmoid(),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+    ("cat_neg_dim_three", lambda x, y: torch.cat([x, y.exp(), x], -1),
+     lambda n, m: (torch.randn(n, m), torch.randn(n, 2))),
+    ("stack1", lambda x, y: torch.stack([x, y], 1) * 3,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m))),
+    ("stack0_int", lambda x, y: torch.stack([x, y + 1]),
+     lambda n, m: (torch.randint(-9, 9, (n, m)), torch.randint(-9, 9, (n, m)))),
+    ("cat_transposed_pieces", lambda x, y: torch.cat([x.t(), y.t()], 0) - 1,
+     lambda n, m: (torch.randn(n, m), torch.randn(n, m + 1))),
+])
+def test_cat_stack_every_size(dyn, name, fn, make):
+    _sweep(fn, make, CAT_SIZES)
+
+
+def test_kv_cache_append_along_a_symbolic_dim(dyn):
+    # decoding: past [b, h, s, d] + one new token [b, h, 1, d] -> s + 1, then a row softmax
+    def f(past, new, q):
+        k = torch.cat([past, new], dim=-2)
+        return k, torch.softmax((q * k).sum(-1), -1)
+    def make(b, s):
+        return torch.randn(b, 4, s, 8), torch.randn(b, 4, 1, 8), torch.randn(b, 4, 1, 8)
+    g = _sweep(f, make, [(2, 5), (2, 2), (3, 6), (2, 63), (5, 700), (2, 4099)])
+    assert "out_ptr0 += " in g.source          # the new token's window: a runtime offset
 
 
 def test_linear_relu_linear_batch_sweep(dyn):
@@ -252,3 +378,60 @@ def test_layer_norm_streams_its_stores_when_large(dyn, monkeypatch):
         return F.layer_norm(x, (256,), w, b)
     g = _sweep(f, lambda n, m: (torch.randn(n, 256), w, b), [(4, 0), (300, 0), (1000, 0), (3, 0)])
     assert "cdy_stream(" in g.source      # the streamed variant, chosen per call by its bytes
+
+
+def test_frame_hands_its_symbol_values_to_the_graph():
+    # the entry's SYM guard reads the symbols once and the graph it calls takes them (no
+    # second read); a direct call afterwards, on other tensors, still checks everything
+    def f(x, y):
+        return x * y + 1
+    opt = cdynamo.optimize(f, dynamic=True)
+    for n, m in [(4, 5), (2, 2), (7, 33), (300, 257), (4, 5)]:
+        x, y = torch.randn(n, m), torch.randn(n, m)
+        _same(opt(x, y), f(x, y))
+    assert len(cdynamo._support.compiles) == 1
+    g = _graph()
+    assert g.symbols
+    opt(torch.randn(3, 3), torch.randn(3, 3))
+    with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
+        g(torch.randn(4, 6), torch.randn(4, 7))
+    x, y = torch.randn(6, 2), torch.randn(6, 2)
+    _same(g(x, y), f(x, y))
+    # a guard that fails on a relation falls through to a recompile, never a wrong call
+    a, b = torch.randn(5, 3), torch.randn(1, 3)
+    _same(opt(a, b), f(a, b))
+
+
+def test_batched_guard_of_a_symbolic_entry_still_refuses_what_it_does_not_cover():
+    # the TENSOR guards run batched with the symbols' sizes free; the SYM guard checks the
+    # sizes >= 2 and the inputs contiguous: other calls get another entry, never this one
+    def f(x, y):
+        return x * y - 2
+    opt = cdynamo.optimize(f, dynamic=True)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    _same(opt(x, y), f(x, y))
+    g = _graph()
+    assert g.symbols
+    for a, b in [(torch.randn(6, 5).t(), torch.randn(5, 6)),        # not contiguous
+                 (torch.randn(1, 6), torch.randn(1, 6)),            # a size 1
+                 (torch.randn(3, 6).double(), torch.randn(3, 6).double()),   # another dtype
+                 (torch.randn(7, 9), torch.randn(7, 9))]:
+        _same(opt(a, b), f(a, b))
+    assert g.calls == 2      # the compiling call and the last one
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("qkv_split_last", lambda x, w: (lambda q, k, v: torch.softmax(q * k, -1) + v)(
+        *F.linear(x, w).split(64, -1)),
+     lambda n, m: (torch.randn(n, 32), torch.randn(192, 32))),
+    ("chunk_last_glu", lambda x: (lambda a, b: a * torch.sigmoid(b))(*x.chunk(2, -1)),
+     lambda n, m: (torch.randn(n, m, 16),)),
+    # the piece's window starts at a symbolic offset: 2 * (inner dims' sizes)
+    ("chunk_middle_symbolic_inner", lambda x: (lambda a, b: a - b.exp())(*x.chunk(2, 1)),
+     lambda n, m: (torch.randn(n, 4, m),)),
+    ("split_then_transpose", lambda x: (lambda a, b: a.transpose(0, 1) + b.transpose(0, 1))(
+        *x.split(3, -1)), lambda n, m: (torch.randn(n, 6),)),
+])
+def test_split_pieces_loaded_at_their_offset(dyn, name, fn, make):
+    g = _sweep(fn, make, [(5, 3), (2, 2), (7, 9), (300, 17), (4099, 2)])
+    assert any(dim == 0 for inp, dim in g.symbols)

@@ -58,6 +58,32 @@ int cdy_meta_contiguous(const cdy_meta *m)
     return 1;
 }
 
+/* The dims of m of size other than 1, outermost first (decreasing strides,
+ * ties by dim order), into order: their count when m is dense in that order
+ * (the innermost's stride 1, each other's the product of the sizes inside
+ * it: a permutation of a contiguous layout), else -1. */
+int cdy_meta_dense_order(const cdy_meta *m, int *order)
+{
+    int n = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 1)
+            continue;
+        int j = n++;
+        while (j > 0 && m->strides[order[j - 1]] < m->strides[d]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = d;
+    }
+    int64_t st = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (m->strides[order[i]] != st)
+            return -1;
+        st *= m->sizes[order[i]];
+    }
+    return n;
+}
+
 /* The reduction whose pair (first pass) is op (ARGMAX for AMAX), or CDY_OP_NONE. */
 int cdy_op_paired(int op)
 {

@@ -68,6 +68,8 @@ typedef struct {
     const kir_kernel *kern;          /* the kernel being emitted */
     cdy_sym_shapes *sym;             /* symbolic sizes of g's values (issue 32), or NULL:
                                       * every size a literal (symk.c) */
+    int sym_cat_dim, sym_cat_start;  /* symbolic sizes: the cat piece being scheduled's dim
+                                      * and its start's expression (cg_sym_cat_start) */
 } cg_ctx;
 
 /* ---- special node kinds: X(op kind char, check fn, schedule fn) ----------
@@ -286,12 +288,12 @@ const char *cg_sym_size_text(cg_ctx *c, const cg_nest *nest, int d);
  * ops (cg_operands; outputs' strides over in's dims): the symbolic sizes and
  * strides of its outer and reduced nests (on, rn, built by cg_build_nest) and
  * the expression of its reduced count (*rnumel, -1: a constant); 0 or -1. */
-int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, cg_operand *ops, int nops,
                      cg_nest *on, cg_nest *rn, int *rnumel);
 /* The same for an iteration space split in outer dims and dims mask (a row
  * kernel's rows): red_outs 0, its outputs have the input's sizes. */
 int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
-                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
+                       cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
 /* Expression e as parenthesized C (over s<k>), into the arena. */
 const char *cg_sym_expr_text(cg_ctx *c, int e);
 /* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */
@@ -305,6 +307,14 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v);
 /* 0 if every buffer with a symbolic size is contiguous (the runtime allocates
  * them so), else -1 with the reason. */
 int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan);
+/* The expression of piece i's start along cat / stack node v's dim (the
+ * sum of the earlier pieces' sizes there; stack: i), or -1 with a message. */
+int cg_sym_cat_start(cg_ctx *c, int v, int i);
+/* Fill cat piece kernel k's symbolic nest: its inputs' strides, the output's
+ * window (the cat's strides, offset start * stride of dim d); 0 or -1. */
+int cg_sym_piece(cg_ctx *c, kir_kernel *k, int d, int start);
+/* Output dim of cat / stack node val's dim pd of a piece (cat along d). */
+int cg_cat_outdim(const cdy_value *val, int d, int pd);
 /* Emit the symbols' and the nest's size and stride locals of kernel k. */
 void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k);
 

@@ -1260,7 +1260,10 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k)
     if (c->sym)
         cg_sym_emit_locals(c, k);
     for (int o = 0; o < nops; o++)
-        if (ops[o].offset)
+        if (ops[o].sym_off && c->sym)
+            cdy_buf_printf(b, "    %s_ptr%d += %s;\n", o < first ? "in" : "out",
+                           o < first ? o : o - first, cg_sym_expr_text(c, ops[o].sym_off - 1));
+        else if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
                            o < first ? o : o - first, (long long)ops[o].offset);
 }

@@ -52,6 +52,8 @@ typedef struct {
                                       * and a store writes (the emitters' one source for it) */
     int64_t stride[CDY_MAX_NDIM];    /* per iteration dim, broadcast applied */
     int64_t offset;                  /* elements added to the pointer (view loads) */
+    int sym_off;                     /* symbolic sizes: 1 + the expression id of the offset
+                                      * (a cat piece's window), or 0: `offset` holds */
 } cg_operand;
 
 /* The loop nest of a kernel after ordering and coalescing, outer first. */

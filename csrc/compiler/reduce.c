@@ -391,7 +391,14 @@ static char *cg_red_linear(cg_ctx *c, const cg_nest *rn)
 {
     cdy_buf b = {0};
     int64_t st = 1;
-    for (int d = rn->ndim - 1; d >= 0; d--) {
+    if (c->sym && rn->sym) {             /* runtime sizes: Horner over the loops' sizes */
+        char *h = "0";
+        for (int d = 0; d < rn->ndim && h; d++)
+            h = d ? cg_strf(c, "(%s) * %s + r%d", h, cg_sym_size_text(c, rn, d), d)
+                  : cg_strf(c, "r%d", d);
+        return h;
+    }
+    for (int d = rn->ndim - 1; d >= 0 && !(c->sym && rn->sym); d--) {
         if (st == 1)
             cdy_buf_printf(&b, "%sr%d", b.len ? " + " : "", d);
         else
@@ -418,6 +425,8 @@ typedef struct {
     int64_t inumel, onumel;
     int par_out, par_in;
     int block;                   /* outer reduction: the last outer loop runs in blocks */
+    int copy;                    /* which copy of the loops (symbolic: parallel 0, serial 1):
+                                  * argmax's label found<copy> is unique in the kernel */
     int lanes;                   /* the first pass sums float lanes (cg_red_lanes) */
     int prefetch;                /* ... prefetching the row ahead (cg_red_prefetches) */
     int variant;
@@ -724,7 +733,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         cg_red_expand(b, "$n", &r->env, ind);
         cdy_buf_puts(b, ";\n");
         cg_indent(b, ind + 1);
-        cdy_buf_puts(b, "goto found;\n");
+        cdy_buf_printf(b, "goto found%d;\n", r->copy);
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     } else {
@@ -759,7 +768,7 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
     }
     if (find) {
         cg_indent(b, oind);
-        cdy_buf_puts(b, "found:;\n");
+        cdy_buf_printf(b, "found%d:;\n", r->copy);
     }
     return 0;
 }
@@ -904,8 +913,6 @@ static int cg_red_record(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
 static int cg_red_sched_sym(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
 {
     const cg_red_code *rc = &cg_red_codes[r->variant];
-    if (cg_red_find[r->variant] || strstr(rc->update, "$n") || (rc->update2 && strstr(rc->update2, "$n")))
-        return cg_sym_unsupported(c, "argmax / argmin kernels take static sizes");
     r->env.rn_text = r->rnumel_expr >= 0 ? "cdy_rn" : NULL;
     const char *in = cg_strf(c, "%s * %s", cg_sym_numel_text(c, r->on), cg_sym_numel_text(c, r->rn));
     const char *out = cg_sym_numel_text(c, r->on);
@@ -1092,6 +1099,7 @@ static int cg_red_emit_sym(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel 
         cdy_buf_puts(&c->src, "    } else {\n");
     }
     r.par_out = r.par_in = 0;
+    r.copy = 1;
     if (cg_red_emit_lanes(c, kk, &r))
         return -1;
     if (r.par_cond)

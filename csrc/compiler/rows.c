@@ -955,9 +955,9 @@ static int cg_row_outer(cg_rowk *k, int par, int collapse)
     }
     if (k->col) {
         cg_indent(b, ind);
-        cdy_buf_printf(b, "const int64_t jn = %lldLL - jb < %d ? %lldLL - jb : %d;\n",
-                       (long long)k->on->size[n - 1], CG_ROW_COLS,
-                       (long long)k->on->size[n - 1], CG_ROW_COLS);
+        const char *nc = cg_sym_size_text(k->c, k->on, n - 1);
+        cdy_buf_printf(b, "const int64_t jn = %s - jb < %d ? %s - jb : %d;\n", nc, CG_ROW_COLS,
+                       nc, CG_ROW_COLS);
     }
     return ind;
 }
@@ -989,13 +989,12 @@ static int cg_row_record(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int numbe
 
 /* Symbolic sizes (symk.c): row kernel rk with its size-dependent decisions
  * made per call (the rows' parallel loop), a runtime row length's sums in
- * vector lanes with a runtime tail, accumulated in float; no column mode
- * (it compiles static), no streamed stores, no prefetch.  0 or -1. */
+ * vector lanes with a runtime tail, accumulated in float; column mode (a
+ * softmax over a dim not innermost) with a runtime column count; no streamed
+ * stores, no prefetch.  0 or -1. */
 static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int number)
 {
     cg_rowk *k = &rk->k;
-    if (k->col)
-        return cg_sym_unsupported(c, "softmax over a dim not innermost takes static sizes");
     if (k->rn_expr >= 0 && c->g->values[k->v].op != CDY_OP_SOFTMAX &&
         c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX)
         return cg_sym_unsupported(c, "a norm's row length is symbolic");

@@ -28,30 +28,198 @@ int cg_sym_unsupported(cg_ctx *c, const char *what)
     return c->sym ? cg_fail(c, "symbolic sizes: %s", what) : 0;
 }
 
-/* 1 if expressions a and b are equal at every size: the same id, or a
- * relation of the graph's guards. */
-static int sk_same(const cdy_sym_shapes *s, int a, int b)
+/* The symbol expression e is (a lone symbol, coefficient 1), or -1. */
+static int sk_var_of(const cdy_symtab *t, int e)
+{
+    const cdy_sym_poly *p = &t->exprs[e];
+    if (p->nt != 1 || p->t[0].coef != 1 || p->t[0].nf != 1)
+        return -1;
+    const cdy_sym_atom *a = &t->atoms[p->t[0].f[0]];
+    return a->expr < 0 ? a->sym : -1;
+}
+
+/* The representative of symbol k in rep (a union-find forest). */
+static int sk_find(int *rep, int k)
+{
+    while (rep[k] != k)
+        k = rep[k] = rep[rep[k]];
+    return k;
+}
+
+/* e with every symbol replaced by the least symbol the relations make it
+ * equal to (rep: the classes), or -1. */
+static int sk_canon(cdy_symtab *t, int *rep, int e)
+{
+    const cdy_sym_poly p = t->exprs[e];   /* a copy: the table may grow */
+    int r = cdy_sym_const(t, 0);
+    for (int i = 0; i < p.nt && r >= 0; i++) {
+        int term = cdy_sym_const(t, p.t[i].coef);
+        for (int f = 0; f < p.t[i].nf && term >= 0; f++) {
+            const cdy_sym_atom a = t->atoms[p.t[i].f[f]];
+            int in = a.expr < 0 ? -1 : sk_canon(t, rep, a.expr);
+            int x = a.expr < 0 ? cdy_sym_var(t, sk_find(rep, a.sym))
+                               : in < 0 ? -1 : cdy_sym_floordiv(t, in, a.div);
+            term = x < 0 ? -1 : cdy_sym_mul(t, term, x);
+        }
+        r = term < 0 ? -1 : cdy_sym_add(t, r, term);
+    }
+    return r;
+}
+
+/* 1 if expressions a and b are equal at every size the graph's guards
+ * admit: the same id, a relation, or the same once every symbol is replaced
+ * by the least one the relations between lone symbols make it equal to. */
+static int sk_same(cdy_sym_shapes *s, int a, int b)
 {
     if (a == b)
         return 1;
-    for (int r = 0; r < s->nrel; r++)
+    if (a < 0 || b < 0)
+        return 0;
+    int rep[CDY_SYM_MAX_SYMS];
+    for (int k = 0; k < s->tab.nsyms; k++)
+        rep[k] = k;
+    for (int r = 0; r < s->nrel; r++) {
         if ((s->rel[r][0] == a && s->rel[r][1] == b) || (s->rel[r][0] == b && s->rel[r][1] == a))
             return 1;
+        int x = sk_var_of(&s->tab, s->rel[r][0]), y = sk_var_of(&s->tab, s->rel[r][1]);
+        if (x >= 0 && y >= 0) {
+            x = sk_find(rep, x);
+            y = sk_find(rep, y);
+            rep[x > y ? x : y] = x < y ? x : y;
+        }
+    }
+    int ca = sk_canon(&s->tab, rep, a), cb = sk_canon(&s->tab, rep, b);
+    return ca >= 0 && ca == cb;
+}
+
+/* 1 if every dim of value v is a constant. */
+static int sk_static_value(const cg_ctx *c, int v);
+
+/* The meta value v's memory has: its plan buffer's, or (an input) its own. */
+static const cdy_meta *sk_mem_meta(const cg_ctx *c, int v)
+{
+    int b = c->val_buf[v];
+    return c->plan && b >= c->g->ninputs ? &c->plan->buffers[b] : &c->g->values[v].meta;
+}
+
+/* The strides of value v's own memory (a buffer or an input, per its dims)
+ * into mst: literals when its sizes are static, else dense in the order of
+ * its strides at the hints (inputs with a symbol are guarded contiguous, the
+ * runtime allocates a buffer dense in that order: cdy_meta_dense_order), a
+ * stride the product of the size expressions inside it; 0 or -1. */
+static int sk_dense_strides(cg_ctx *c, int v, int *mst)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_meta *m = sk_mem_meta(c, v);
+    int order[CDY_MAX_NDIM], zero = cdy_sym_const(&s->tab, 0), e = cdy_sym_const(&s->tab, 1);
+    int static_ = sk_static_value(c, v), n = static_ ? 0 : cdy_meta_dense_order(m, order);
+    if (n < 0)
+        return cg_sym_unsupported(c, "a kernel operand with a symbolic size is not dense");
+    for (int d = 0; d < m->ndim; d++)
+        mst[d] = static_ ? cdy_sym_const(&s->tab, m->strides[d]) : zero;
+    for (int i = n - 1; i >= 0; i--) {
+        mst[order[i]] = e;
+        e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][order[i]]);
+    }
+    for (int d = 0; d < m->ndim; d++)
+        e = e < 0 || mst[d] < 0 ? -1 : e;
+    return e < 0 || zero < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
+}
+
+/* The offset expression of a view at offset off (its base's elements) of
+ * base b (meta bm, dense: stride expressions bst) into *e: the offset's
+ * digits in the base's dims at the hints (mixed radix in the dense order:
+ * unique for in-range starts), each a constant start (sym.h's const_off)
+ * on a dim of constant size, times that dim's stride expression; 0 or -1. */
+static int sk_view_offset(cg_ctx *c, int b, const cdy_meta *bm, const int *bst, int64_t off,
+                          int *e)
+{
+    cdy_sym_shapes *s = c->sym;
+    int order[CDY_MAX_NDIM], n = cdy_meta_dense_order(bm, order);
+    int64_t rem = off, k;
+    *e = cdy_sym_const(&s->tab, 0);
+    for (int i = 0; i < n && *e >= 0; i++) {
+        int j = order[i];
+        int64_t digit = rem / bm->strides[j];
+        rem -= digit * bm->strides[j];
+        if (!digit)
+            continue;
+        if (digit >= bm->sizes[j] || !cdy_sym_is_const(&s->tab, s->dims[b][j], &k))
+            return cg_sym_unsupported(c, "a kernel loads a view starting inside a symbolic dim");
+        *e = cdy_sym_add(&s->tab, *e, cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, digit), bst[j]));
+    }
+    if (n < 0 || rem || *e < 0)
+        return cg_sym_unsupported(c, "a view's offset has no expression");
     return 0;
+}
+
+/* The strides (in its base's elements) of view v loaded by a kernel into
+ * mst and its offset's expression into *off: literals when its base's sizes
+ * are static; else every dim of size >= 2 is one dim of the base's, with its
+ * stride at the hints (the base is dense, so its dims >= 2 have distinct
+ * strides and the dim is the one with the view's stride), used once, with
+ * its size expression (all of it) or a constant size within a constant one
+ * (a split's piece), or has stride 0 (expand); its offset is 0, or constant
+ * indices (sym.h's const_off: a split's pieces) on dims of constant size;
+ * else -1 with the reason. */
+static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
+    const cdy_meta *bm = sk_mem_meta(c, b);
+    int64_t k1, k2;
+    *off = cdy_sym_const(&s->tab, val->view_offset);
+    if (sk_static_value(c, b) && sk_static_value(c, v)) {
+        for (int d = 0; d < val->meta.ndim; d++)
+            if ((mst[d] = cdy_sym_const(&s->tab, val->view_strides[d])) < 0)
+                return cg_sym_unsupported(c, "out of expression space");
+        return *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
+    }
+    if (val->view_offset && !(s->const_off && s->const_off[v]))
+        return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
+                                     "symbolic size");
+    if (sk_dense_strides(c, b, bst) ||
+        (val->view_offset && sk_view_offset(c, b, bm, bst, val->view_offset, off)))
+        return -1;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        mst[d] = zero;
+        if (val->meta.sizes[d] == 1 || val->view_strides[d] == 0)
+            continue;
+        int j = 0;
+        while (j < bm->ndim && (bm->sizes[j] == 1 || bm->strides[j] != val->view_strides[d]))
+            j++;
+        int ok = j < bm->ndim && !(used >> j & 1);
+        ok = ok && (sk_same(s, s->dims[v][d], s->dims[b][j]) ||
+                    (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
+                     cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
+        if (!ok)
+            return cg_sym_unsupported(c, "a kernel loads a view that is not a permutation of "
+                                         "its base's dims");
+        used |= 1 << j;
+        mst[d] = bst[j];
+    }
+    return zero < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
 }
 
 /* Operand op's stride expressions per dim of an iteration space of ndim
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
-static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
+static int sk_live(const cdy_sym_shapes *s, int e);
+
+static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, int *st)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = &c->g->values[op->value].meta;
-    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0);
-    if (op->buffer < 0 || op->offset || cg_is_view(c->g, op->value) ||
-        cg_is_gather(c->g, op->value))
-        return cg_sym_unsupported(c, "a kernel loads a view, a gather or an index");
-    if (!cdy_meta_contiguous(m))
-        return cg_sym_unsupported(c, "a kernel operand is not contiguous");
+    int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM], off = zero;
+    if (op->buffer < 0 || cg_is_gather(c->g, op->value))
+        return cg_sym_unsupported(c, "a kernel loads a gather or an index");
+    if (cg_is_view(c->g, op->value) ? sk_view_strides(c, op->value, mst, &off)
+                                    : op->offset ? cg_sym_unsupported(c, "an operand's offset")
+                                                 : sk_dense_strides(c, op->value, mst))
+        return -1;
+    if (off < 0)
+        return cg_sym_unsupported(c, "out of expression space");
+    op->sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
     for (int d = 0; d < ndim; d++) {
         int md = d - shift;
         if (md < 0 || m->sizes[md] == 1) {
@@ -60,12 +228,7 @@ static int sk_op_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *g
         }
         if (!sk_same(s, s->dims[op->value][md], gexp[d]))
             return cg_sym_unsupported(c, "an operand's size differs from the kernel's");
-        int e = cdy_sym_const(&s->tab, 1);
-        for (int j = md + 1; j < m->ndim && e >= 0; j++)
-            e = cdy_sym_mul(&s->tab, e, s->dims[op->value][j]);
-        if (e < 0)
-            return cg_sym_unsupported(c, "a stride's expression is too large");
-        st[d] = e;
+        st[d] = mst[md];
     }
     return zero < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
 }
@@ -80,7 +243,7 @@ static int sk_live(const cdy_sym_shapes *s, int e)
 /* The group's dim expressions (every output's equal) into gexp; 0 or -1. */
 static int sk_group(cg_ctx *c, const kir_kernel *k, int *gexp)
 {
-    const cdy_sym_shapes *s = c->sym;
+    cdy_sym_shapes *s = c->sym;
     for (int d = 0; d < k->grp.ndim; d++)
         gexp[d] = s->dims[k->grp.outs[0]][d];
     for (int i = 1; i < k->grp.nout; i++)
@@ -90,24 +253,52 @@ static int sk_group(cg_ctx *c, const kir_kernel *k, int *gexp)
     return 0;
 }
 
+/* Loop d of nest n's group dims into dims (outermost first: by the first
+ * output's strides at the hints ost, descending, ties by dim order; ost
+ * NULL: dim order); their count. */
+static int sk_loop_dims(const cg_nest *n, int d, int ndim, const int64_t *ost, int *dims)
+{
+    int k = 0;
+    for (int g = 0; g < ndim; g++) {
+        if (!(n->gmask[d] >> g & 1))
+            continue;
+        int j = k++;
+        while (ost && j > 0 && ost[dims[j - 1]] < ost[g]) {
+            dims[j] = dims[j - 1];
+            j--;
+        }
+        dims[j] = g;
+    }
+    return k;
+}
+
 /* Fill nest n's symbolic sizes and strides (n->sym) from the iteration
  * space's dim expressions gexp and the nops operands' stride expressions st
- * per dim; 0 or -1. */
+ * per dim.  The dims one loop walks as one (merged at the hints) must merge
+ * at every size: each operand's stride of a dim equal to its stride of the
+ * next inner one times that one's size.  ost NULL (a reduction's nests):
+ * the loops walk the dims in dim order (their index arithmetic relies on
+ * it); else the first output's strides at the hints order a loop's dims.
+ * 0 or -1. */
 static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MAX_NDIM],
-                        int nops, int ndim)
+                        int nops, int ndim, const int64_t *ost)
 {
     cdy_sym_shapes *s = c->sym;
     n->sym = 1;
     int prev = -1;
     for (int d = 0; d < n->ndim; d++) {
-        int e = cdy_sym_const(&s->tab, 1), last = -1;
-        for (int g = 0; g < ndim; g++) {
-            if (!(n->gmask[d] >> g & 1))
-                continue;
-            if (g <= prev)
+        int dims[CDY_MAX_NDIM], nd = sk_loop_dims(n, d, ndim, ost, dims);
+        int e = cdy_sym_const(&s->tab, 1), last = nd ? dims[nd - 1] : -1;
+        for (int i = 0; i < nd; i++) {
+            if (!ost && dims[i] <= prev)
                 return cg_sym_unsupported(c, "a kernel's loops are not in memory order");
-            prev = last = g;
-            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, gexp[g]);
+            prev = dims[i];
+            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, gexp[dims[i]]);
+            for (int o = 0; i + 1 < nd && o < nops; o++)
+                if (!sk_same(s, st[o][dims[i]], cdy_sym_mul(&s->tab, st[o][dims[i + 1]],
+                                                            gexp[dims[i + 1]])))
+                    return cg_sym_unsupported(c, "a kernel's loop merges dims that are not "
+                                                 "adjacent at every size");
         }
         if (e < 0 || (last < 0 && n->size[d] != 0))
             return cg_sym_unsupported(c, "a loop's size has no expression");
@@ -128,7 +319,8 @@ int cg_sym_nest(cg_ctx *c, kir_kernel *k)
     for (int o = 0; o < k->nops; o++)
         if (sk_op_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
             return -1;
-    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim);
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim,
+                        k->ops[cg_first_out(k->ops, k->nops)].stride);
 }
 
 /* Output op's strides over an input space whose dims `mask` are reduced
@@ -157,14 +349,14 @@ static int sk_red_out_strides(cg_ctx *c, const cg_operand *op, int ndim, int64_t
     return 0;
 }
 
-int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, const cg_operand *ops, int nops,
+int cg_sym_red_nests(cg_ctx *c, int in, int64_t mask, int keep, cg_operand *ops, int nops,
                      cg_nest *on, cg_nest *rn, int *rnumel)
 {
     return cg_sym_split_nests(c, in, mask, keep, 1, ops, nops, on, rn, rnumel);
 }
 
 int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
-                       const cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
+                       cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *im = &c->g->values[in].meta;
@@ -183,8 +375,50 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
         return cg_sym_unsupported(c, "a reduction's size has no expression");
     *rnumel = sk_live(s, e);
     rn->pfx = "r";
-    return sk_fill_nest(c, on, gexp, st, nops, im->ndim) ||
-           sk_fill_nest(c, rn, gexp, st, nops, im->ndim);
+    return sk_fill_nest(c, on, gexp, st, nops, im->ndim, NULL) ||
+           sk_fill_nest(c, rn, gexp, st, nops, im->ndim, NULL);
+}
+
+int cg_sym_cat_start(cg_ctx *c, int v, int i)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int stack = val->op == CDY_OP_STACK, d = c->sym_cat_dim;
+    int e = cdy_sym_const(&s->tab, stack ? i : 0);
+    for (int j = 0; !stack && j < i && e >= 0; j++)
+        e = cdy_sym_add(&s->tab, e, s->dims[val->args[j]][d]);
+    return e < 0 ? cg_sym_unsupported(c, "a cat piece's start has no expression") : e;
+}
+
+int cg_sym_piece(cg_ctx *c, kir_kernel *k, int d, int start)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[k->node];
+    const cdy_meta *pm = &c->g->values[k->piece].meta;
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM], mst[CDY_MAX_NDIM];
+    int first = cg_first_out(k->ops, k->nops), zero = cdy_sym_const(&s->tab, 0);
+    if (k->nidx || k->nops != first + 1)
+        return cg_sym_unsupported(c, "a cat piece's kernel reads an index");
+    for (int pd = 0; pd < pm->ndim; pd++)
+        gexp[pd] = s->dims[k->piece][pd];
+    for (int o = 0; o < first; o++)
+        if (sk_op_strides(c, pm->ndim, &k->ops[o], gexp, st[o]))
+            return -1;
+    if (sk_dense_strides(c, k->node, mst))
+        return -1;
+    for (int pd = 0; pd < pm->ndim; pd++) {
+        int od = cg_cat_outdim(val, d, pd);
+        st[first][pd] = pm->sizes[pd] == 1 ? zero : mst[od];
+        if (od != d && !sk_same(s, s->dims[k->node][od], gexp[pd]))
+            return cg_sym_unsupported(c, "a cat piece's size differs from the output's");
+    }
+    int off = cdy_sym_mul(&s->tab, start, mst[d]);
+    if (off < 0 || zero < 0)
+        return cg_sym_unsupported(c, "a cat piece's offset has no expression");
+    k->ops[first].sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
+    if (k->ops[first].sym_off)
+        k->ops[first].offset = 0;
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, pm->ndim, k->ops[first].stride);
 }
 
 const char *cg_sym_expr_text(cg_ctx *c, int e)
@@ -274,7 +508,8 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v)
 {
     if (!c->sym)
         return 0;
-    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS)
+    if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS ||
+        (kind == CDY_KIR_CAT && c->g->values[v].op != CDY_OP_PAD))
         return 0;                          /* torch takes the sizes (sym/infer.c's extern
                                             * rules); reduce.c's kernels take runtime sizes */
     if (kind != CDY_KIR_VIEW)
@@ -301,8 +536,9 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))
             continue;
-        if (!cdy_meta_contiguous(&plan->buffers[b]))
-            return cg_sym_unsupported(c, "a buffer with a symbolic size is not contiguous");
+        int order[CDY_MAX_NDIM];
+        if (cdy_meta_dense_order(&plan->buffers[b], order) < 0)
+            return cg_sym_unsupported(c, "a buffer with a symbolic size is not dense");
     }
     return 0;
 }

@@ -288,7 +288,7 @@ void cg_view_print_copy(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
 static int cg_check_pad(cg_ctx *c, int v);
 
 /* Output dim of piece dim pd for cat / stack node val along dim d. */
-static int cg_cat_outdim(const cdy_value *val, int d, int pd)
+int cg_cat_outdim(const cdy_value *val, int d, int pd)
 {
     return val->op == CDY_OP_STACK && pd >= d ? pd + 1 : pd;
 }
@@ -408,9 +408,11 @@ static int cg_sched_piece(cg_ctx *c, int v, int p, const int64_t *sz, const int6
     *k = (kir_kernel){.kind = CDY_KIR_POINTWISE, .number = number, .node = v, .piece = p,
                       .grp = grp, .nops = nops, .ops = ops, .nest = nest, .numel = numel,
                       .sep_from = -1};
-    if (cg_kir_fuse(c, k))
+    if (cg_kir_fuse(c, k) || (c->sym && cg_sym_piece(c, k, c->sym_cat_dim, c->sym_cat_start)))
         return -1;
     cg_sched_loops(c, k);
+    if (c->sym)
+        cg_sym_sched_loops(c, k);
     return 0;
 }
 
@@ -791,11 +793,15 @@ int cg_sched_cat(cg_ctx *c, int v)
         return cg_sched_pad(c, v);
     int np = val->nargs - 1, d = (int)c->g->values[val->args[np]].i;
     int64_t start = 0;
-    if (cg_cat_plain(c, v))
+    if (!c->sym && cg_cat_plain(c, v))     /* symbolic sizes: a kernel per piece (symk.c) */
         return cg_sched_cat_one(c, v);
     for (int i = 0; i < np; i++) {
         int p = val->args[i];
         const cdy_meta *pm = &c->g->values[p].meta;
+        c->sym_cat_dim = d < 0 ? d + val->meta.ndim : d;
+        c->sym_cat_start = c->sym ? cg_sym_cat_start(c, v, i) : -1;
+        if (c->sym && c->sym_cat_start < 0)
+            return -1;
         if (cdy_meta_numel(pm) > 0 && cg_sched_cat_piece(c, v, p, d, start))
             return -1;
         start += val->op == CDY_OP_STACK ? 1 : pm->sizes[d];

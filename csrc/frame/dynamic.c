@@ -232,8 +232,10 @@ int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p)
                 relaxed = 1;
             }
     }
-    if (!relaxed || !s->nrel)
-        return relaxed;   /* no relation: the TENSOR guards say it all */
+    if (!relaxed)
+        return 0;
+    /* a SYM guard also without relations: it reads the symbols' values once, for the
+     * relations and for the graph (runtime.h's token: the graph checks no size again) */
     cdy_src none = {0};
     none.kind = CDY_SRC_GLOBAL;
     cdy_guard *g = cdy_guards_add(gs, CDY_GUARD_SYM, &none, "symbolic sizes");

@@ -579,6 +579,16 @@ static cdy_entry *find_entry(cdy_extra *x, int backend, PyObject *const *locals,
     return NULL;
 }
 
+/* 1 if the SYM guard token (runtime.h) was set by one of e's guards. */
+static int entry_owns_token(const cdy_entry *e)
+{
+    for (int i = 0; cdy_sym_tok.owner && i < e->guards.n; i++)
+        if (e->guards.items[i].kind == CDY_GUARD_SYM &&
+            cdy_sym_tok.owner == (const void *)&e->guards.items[i].sym->s)
+            return 1;
+    return 0;
+}
+
 /* The dynamic-shapes policy's view of a compile of frame (x's entries so far
  * into prev, which has room for x->nentries). */
 static cdy_dyn_ctx dyn_ctx(cdy_extra *x, cdy_frame *frame, int mode, const cdy_guards **prev)
@@ -646,7 +656,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
         if (relaxed < 0)
             PyErr_Clear();   /* out of memory for the relations' guard: the compiled
                                 graph checks them too (a miss reruns eagerly) */
-        if (!relaxed)
+        if (relaxed >= 0)   /* symbolic dims: batched with their sizes free (the SYM guard
+                             * checks them >= 2 and the tensors contiguous) */
             cdy_guards_batch(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
                              closure);
         entry_compile(e, t, frame, t0, &p);
@@ -855,8 +866,11 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
     char why[CDY_ERRLEN] = "";
     cdy_entry *first;
     long long t0 = cdy_phase_start();
+    cdy_sym_tok.owner = NULL;              /* a SYM guard that holds sets it (runtime.h) */
     cdy_entry *hit = find_entry(x, cdy_tls_state.backend, frame->localsplus, frame->f_globals,
                                 frame->f_builtins, closure, frame_instance(frame), &first);
+    if (!hit || !entry_owns_token(hit))
+        cdy_sym_tok.owner = NULL;
     if (hit) {
         cdy_phase_add(CDY_PHASE_guards, &t0);
         cdy_stats.cache_hits++;

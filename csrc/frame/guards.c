@@ -506,29 +506,55 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
 {
     const cdy_symguard *sg = g->sym;
-    int64_t vals[CDY_SYM_MAX_SYMS];
+    int64_t vals[CDY_SYM_MAX_SYMS], sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    PyObject *objs[CDY_SYM_MAX_SYMS];
     uint64_t live = cdy_sym_live(&sg->s);
+    int nd = -1, at = -1;                  /* the sizes in sz are input at's */
+    PyObject *v = NULL;
     for (int k = 0; k < sg->s.tab.nsyms; k++) {
         vals[k] = sg->s.tab.hint[k];
+        objs[k] = NULL;
         if (!(live >> k & 1))
             continue;
-        PyObject *v = memo_fetch(m, &sg->srcs[sg->s.info[k].input], locals, globals, builtins,
-                                 closure);
-        PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
-        int64_t sz[CDY_MAX_NDIM];
-        int nd = -1;
-        int bad = !shape || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
-                  nd <= sg->s.info[k].dim;
-        Py_XDECREF(shape);
-        Py_XDECREF(v);
-        if (bad) {
+        if (sg->s.info[k].input != at) {   /* each input's shape and strides read once */
+            at = sg->s.info[k].input;
+            Py_XDECREF(v);
+            v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
+            PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
+            PyObject *stride = shape ? cdy_tensor_attr(v, CDY_TA_stride) : NULL;
+            int nd2 = -1;
+            nd = !stride || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
+                 read_int_tuple(stride, st, CDY_MAX_NDIM, &nd2) || nd != nd2 ? -1 : nd;
+            Py_XDECREF(shape);
+            Py_XDECREF(stride);
+            int64_t expect = 1;            /* contiguous: the kernels rely on it */
+            for (int d = nd - 1; d >= 0; d--) {
+                if (sz[d] != 1 && st[d] != expect)
+                    nd = -2;
+                expect *= sz[d];
+            }
+        }
+        if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
+            Py_XDECREF(v);
             PyErr_Clear();
-            snprintf(why, n, "the sizes of symbol s%d's input could not be read", k);
+            snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic entry "
+                                        "relies on it)" :
+                             nd < 0 ? "the sizes of symbol s%d's input could not be read" :
+                                      "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
+                     k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);
             return 0;
         }
         vals[k] = sz[sg->s.info[k].dim];
+        objs[k] = v;                       /* borrowed: the frame's locals hold it */
     }
-    return cdy_symguard_relations(sg, vals, why, n);
+    Py_XDECREF(v);
+    if (!cdy_symguard_relations(sg, vals, why, n))
+        return 0;
+    cdy_sym_tok.owner = &sg->s;            /* for the graph the frame calls (runtime.h) */
+    cdy_sym_tok.nsyms = sg->s.tab.nsyms;
+    memcpy(cdy_sym_tok.vals, vals, sizeof(int64_t) * (size_t)sg->s.tab.nsyms);
+    memcpy(cdy_sym_tok.objs, objs, sizeof(PyObject *) * (size_t)sg->s.tab.nsyms);
+    return 1;
 }
 
 /* Check one guard; 1 holds, 0 fails. */
@@ -714,6 +740,40 @@ static PyObject *call_values(PyObject *f, const batch_vals *b, PyObject *kw)
     return r;
 }
 
+/* TensorGuards' dynamic_dims_sizes (strides: 1: dynamic_dims_strides) for
+ * gs's TENSOR guards: None when no guard has symbolic dims; else per guard
+ * its sizes (strides) with None where a symbol's dim makes them vary (every
+ * stride of such a tensor: the SYM guard checks it contiguous, its sizes
+ * >= 2).  A new reference, or NULL with an error. */
+static PyObject *batch_dyn_dims(const cdy_guards *gs, int strides)
+{
+    int any = 0;
+    for (int i = 0; i < gs->n; i++)
+        any |= gs->items[i].kind == CDY_GUARD_TENSOR && gs->items[i].dyn;
+    if (!any)
+        return Py_NewRef(Py_None);
+    PyObject *all = PyList_New(0);
+    for (int i = 0; all && i < gs->n; i++) {
+        const cdy_guard *g = &gs->items[i];
+        if (g->kind != CDY_GUARD_TENSOR)
+            continue;
+        PyObject *l = PyList_New(g->ndim);
+        for (int d = 0; l && d < g->ndim; d++) {
+            int free_ = strides ? g->dyn != 0 : (int)(g->dyn >> d & 1);
+            PyObject *x = free_ ? Py_NewRef(Py_None)
+                                : PyLong_FromLongLong(strides ? g->strides[d] : g->sizes[d]);
+            if (!x)
+                Py_CLEAR(l);
+            else
+                PyList_SET_ITEM(l, d, x);
+        }
+        if (!l || PyList_Append(all, l))
+            Py_CLEAR(all);
+        Py_XDECREF(l);
+    }
+    return all;
+}
+
 void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                       PyObject *builtins, PyObject *closure)
 {
@@ -725,8 +785,11 @@ void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals
         batch_release(&b);
         return;
     }
-    PyObject *kw = Py_BuildValue("{sOsO}", "dynamic_dims_sizes", Py_None,
-                                 "dynamic_dims_strides", Py_None);
+    PyObject *dsz = batch_dyn_dims(gs, 0), *dst = dsz ? batch_dyn_dims(gs, 1) : NULL;
+    PyObject *kw = dst ? Py_BuildValue("{sOsO}", "dynamic_dims_sizes", dsz,
+                                       "dynamic_dims_strides", dst) : NULL;
+    Py_XDECREF(dsz);
+    Py_XDECREF(dst);
     PyObject *tg = kw ? call_values(tp, &b, kw) : NULL;
     batch_release(&b);
     gs->tensor_check = tg ? PyObject_GetAttrString(tg, "check") : NULL;

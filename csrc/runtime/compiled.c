@@ -297,9 +297,22 @@ static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject
                      "symbolic meta", c->name);
         return -1;
     }
-    if (cdy_meta_contiguous(&got))
+    for (int d = 0; same && d < got.ndim; d++)
+        same = got.sizes[d] == 1 || got.strides[d] == want.strides[d];
+    if (same)
         return 0;
-    PyObject *t = PyObject_CallMethod(*r, "contiguous", NULL);
+    PyObject *t = NULL;
+    if (cdy_meta_contiguous(&want))
+        t = PyObject_CallMethod(*r, "contiguous", NULL);
+    else {                                 /* the permuted layout the kernels read */
+        PyObject *sz = int_tuple(want.sizes, want.ndim), *st = int_tuple(want.strides, want.ndim);
+        PyObject *a[3] = {sz, st, dtype_objs[want.dtype]};
+        PyObject *e = sz && st ? PyObject_Vectorcall(empty_strided, a, 2, kw_dtype) : NULL;
+        t = e ? PyObject_CallMethod(e, "copy_", "O", *r) : NULL;
+        Py_XDECREF(e);
+        Py_XDECREF(sz);
+        Py_XDECREF(st);
+    }
     Py_SETREF(*r, t);
     return t ? 0 : -1;
 }
@@ -515,16 +528,33 @@ static int write_back(cdy_compiled *c, PyObject *const *args, PyObject **vals)
     return 0;
 }
 
-/* Symbolic graphs: buffer b's contiguous meta at the symbols' values sv
- * into *m (its plan meta where its sizes are static). */
+/* Symbolic graphs: buffer b's meta at the symbols' values sv into *m: its
+ * plan meta where its sizes are static, else dense in the order of the plan
+ * meta's strides (cdy_meta_dense_order: contiguous, or the permutation the
+ * kernels were compiled for, symk.c). */
 static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
 {
     *m = c->buf_cmeta[b];
-    int v = c->buf_value[b];
-    for (int d = 0; v >= 0 && d < m->ndim; d++)
+    int v = c->buf_value[b], order[CDY_MAX_NDIM];
+    if (v < 0)
+        return;
+    const cdy_meta hm = *m;                /* the hints' */
+    int n = cdy_meta_contiguous(m) ? -1 : cdy_meta_dense_order(m, order);
+    for (int d = 0; d < m->ndim; d++)
         m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
     int64_t st = 1;
-    for (int d = m->ndim - 1; v >= 0 && d >= 0; d--) {
+    for (int i = n - 1; i >= 0; i--) {
+        m->strides[order[i]] = st;
+        st *= m->sizes[order[i]];
+    }
+    for (int d = 0; d < m->ndim && n >= 0; d++) {  /* a size 1: the sizes inside it, as eager's */
+        for (int i = 0; hm.sizes[d] == 1 && i < n; i++)
+            m->strides[d] = i == 0 ? 1 : m->strides[d];
+        for (int i = 0; hm.sizes[d] == 1 && i < n; i++)
+            if (hm.strides[order[i]] < hm.strides[d])
+                m->strides[d] *= m->sizes[order[i]];
+    }
+    for (int d = m->ndim - 1; d >= 0 && n < 0; d--) {   /* contiguous */
         m->strides[d] = st;
         st *= m->sizes[d] > 1 ? m->sizes[d] : 1;
     }
@@ -637,6 +667,48 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
     return -1;
 }
 
+cdy_sym_token cdy_sym_tok;
+
+/* 1 if the frame's SYM guard token (runtime.h) is for graph c called on
+ * args: the same symbols (inputs, dims, hints; pinned alike) and, for each
+ * live one, its input the tensor the guard read; else 0. */
+static int sym_token_matches(const cdy_compiled *c, PyObject *const *args)
+{
+    const cdy_sym_shapes *s = c->sym, *t = cdy_sym_tok.owner;
+    if (!t || t->tab.nsyms != s->tab.nsyms || cdy_sym_tok.nsyms != s->tab.nsyms)
+        return 0;
+    for (int k = 0; k < s->tab.nsyms; k++) {
+        const cdy_sym_info *a = &s->info[k], *b = &t->info[k];
+        if (a->input != b->input || a->dim != b->dim || a->pinned != b->pinned ||
+            s->tab.hint[k] != t->tab.hint[k] || a->input >= c->ninputs ||
+            (!a->pinned && args[a->input] != cdy_sym_tok.objs[k]))
+            return 0;
+    }
+    return 1;
+}
+
+/* The symbols' values of a call from the frame whose guards hold (the
+ * token's: they checked sizes >= 2, contiguity, the relations and every
+ * static size) into sv, and *big; 1, or 0 when the token does not match
+ * (sym_values then reads and checks).  The token is used up either way. */
+static int sym_values_guarded(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
+{
+    int ok = sym_token_matches(c, args);
+    cdy_sym_tok.owner = NULL;
+    if (!ok)
+        return 0;
+    memcpy(sv, cdy_sym_tok.vals, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    *big = 0;
+    for (int i = 0; i < c->ninputs && !*big; i++) {
+        int v = c->in_value[i];
+        int64_t n = 1;
+        for (int d = 0; v >= 0 && d < c->in_meta[i].ndim; d++)
+            n *= cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
+        *big = v >= 0 && n >= CDY_RELEASE_GIL_NUMEL;
+    }
+    return 1;
+}
+
 /* Allocate the tensors step s needs made (make_list); 0 or -1 with error. */
 static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const int64_t *sv)
 {
@@ -738,7 +810,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
-    if (c->sym && sym_values(c, args, symvals, &big))
+    if (c->sym && !sym_values_guarded(c, args, symvals, &big) &&
+        sym_values(c, args, symvals, &big))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
     PyObject *stackbufs[16];
     void *stackptrs[16];

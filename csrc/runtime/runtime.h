@@ -80,6 +80,7 @@ static inline long long cdy_phase_start(void)
 /* ---- fast tensor attribute reads (runtime/tensor_attrs.c) ----------------
  * X(name): data descriptors (getsets) and no-argument methods of
  * torch.Tensor read on every call of a compiled function.                  */
+#define CDY_SYM_TOKEN_MAX 64              /* CDY_SYM_MAX_SYMS (sym/sym.h) */
 #define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
     X(stride) X(_version)
 
@@ -96,5 +97,20 @@ typedef enum {
  * a C method callable with no arguments.  Methods (data_ptr, stride) are
  * called: the value is v.<attr>(). */
 PyObject *cdy_tensor_attr(PyObject *v, int attr);
+
+/* The symbols' values an entry's SYM guard read (frame/guards.c), handed
+ * to the symbolic graph its frame calls next so that the graph checks no
+ * size again (issue 32): set when the guard holds, kept by the frame hook
+ * only for the entry it runs (cleared before every lookup), taken (cleared)
+ * by the first symbolic graph call whose shapes match it (same symbols:
+ * inputs, dims, hints) and whose arguments are the tensors the guard read.
+ * A graph called otherwise reads and checks its inputs itself. */
+typedef struct {
+    const void *owner;                       /* the SYM guard's shapes; NULL: no token */
+    int nsyms;
+    int64_t vals[CDY_SYM_TOKEN_MAX];
+    PyObject *objs[CDY_SYM_TOKEN_MAX];       /* borrowed identities: symbol k's input */
+} cdy_sym_token;
+extern cdy_sym_token cdy_sym_tok;
 
 #endif /* CDY_RUNTIME_H */

@@ -316,3 +316,36 @@ int cdy_sym_print(const cdy_symtab *tab, int e, char *buf, int len)
     }
     return used < len ? used : len - 1;
 }
+
+/* Term a over single term b into *r (b's factors a sub-multiset of a's, its
+ * coefficient dividing a's); 0, or -1. */
+static int sx_term_div(const cdy_sym_term *a, const cdy_sym_term *b, cdy_sym_term *r)
+{
+    if (b->coef == 0 || a->coef % b->coef)
+        return -1;
+    r->coef = a->coef / b->coef;
+    r->nf = 0;
+    int j = 0;
+    for (int i = 0; i < a->nf; i++) {
+        if (j < b->nf && a->f[i] == b->f[j])
+            j++;
+        else
+            r->f[r->nf++] = a->f[i];
+    }
+    return j == b->nf ? 0 : -1;
+}
+
+int cdy_sym_div_exact(cdy_symtab *tab, int a, int b)
+{
+    if (a < 0 || b < 0)
+        return -1;
+    const cdy_sym_poly *x = &tab->exprs[a], *y = &tab->exprs[b];
+    if (y->nt != 1)
+        return -1;
+    cdy_sym_term t[CDY_SYM_MAX_TERMS];
+    for (int i = 0; i < x->nt; i++)
+        if (sx_term_div(&x->t[i], &y->t[0], &t[i]))
+            return -1;
+    int q = sx_intern_terms(tab, t, x->nt);
+    return q >= 0 && cdy_sym_mul(tab, q, b) == a ? q : -1;
+}

@@ -230,11 +230,70 @@ static int sy_matmul(sy_pass *p, int v, int a, int b, int bt)
     return 0;
 }
 
+/* Attention (q [.., L, E], k [.., S, E], v [.., S, Ev][, mask broadcasting
+ * to [.., L, S]]) into v's dims [.., L, Ev]: q's batch dims, the inner sizes
+ * and the mask's sizes relations. */
+static int sy_attention(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    if (val->nargs != 3 && val->nargs != 4)
+        return -1;
+    int qv = val->args[0], kv = val->args[1], vv = val->args[2];
+    const cdy_meta *qm = &p->g->values[qv].meta, *km = &p->g->values[kv].meta,
+                   *vm = &p->g->values[vv].meta;
+    int nd = qm->ndim;
+    if (nd < 2 || km->ndim != nd || vm->ndim != nd || val->meta.ndim != nd)
+        return -1;
+    int *o = p->s->dims[v], *q = p->s->dims[qv], *k = p->s->dims[kv], *w = p->s->dims[vv];
+    int one = cdy_sym_const(&p->s->tab, 1);
+    for (int d = 0; d < nd - 2; d++) {
+        o[d] = q[d];
+        if (k[d] != one && q[d] != one)
+            sy_equal(p, q[d], k[d], v, d, "attention's batch sizes");
+        if (w[d] != one && q[d] != one)
+            sy_equal(p, q[d], w[d], v, d, "attention's batch sizes");
+    }
+    sy_equal(p, q[nd - 1], k[nd - 1], v, nd - 1, "attention's inner sizes");
+    sy_equal(p, k[nd - 2], w[nd - 2], v, nd - 2, "attention's key and value lengths");
+    o[nd - 2] = q[nd - 2];
+    o[nd - 1] = w[nd - 1];
+    if (val->nargs == 4) {   /* the mask broadcasts against [.., L, S] */
+        int mv = val->args[3], mnd = p->g->values[mv].meta.ndim;
+        if (mnd > nd || p->g->values[mv].kind == CDY_VAL_SCALAR)
+            return -1;
+        for (int d = 0; d < mnd; d++) {
+            int od = d + nd - mnd, e = p->s->dims[mv][d];
+            int want = od == nd - 1 ? k[nd - 2] : od == nd - 2 ? q[nd - 2] : q[od];
+            if (e != one)
+                sy_equal(p, want, e, v, od, "attention's mask sizes");
+        }
+    }
+    return 0;
+}
+
+/* An extern whose result has its first argument's sizes (torch's encoder
+ * layer fast path over src); the other tensors' sizes specialize. */
+static int sy_same_as_first(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    if (val->nargs < 1 || p->g->values[val->args[0]].meta.ndim != val->meta.ndim)
+        return -1;
+    for (int d = 0; d < val->meta.ndim; d++)
+        p->s->dims[v][d] = p->s->dims[val->args[0]][d];
+    for (int a = 1; a < val->nargs; a++)
+        sy_pin_value(p, val->args[a], "an argument of an extern following its first");
+    return 0;
+}
+
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
     char k = p->ext ? p->ext[v] : 0;
+    if (k == 'a')
+        return sy_attention(p, v);
+    if (k == 's')
+        return sy_same_as_first(p, v);
     if (k == 'm' && val->nargs == 2)
         return sy_matmul(p, v, val->args[0], val->args[1], 0);
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
@@ -264,14 +323,156 @@ static int sy_product(sy_pass *p, int src, int a, int b)
     return e;
 }
 
+/* The expression of the trace's symbolic int n (1 + index into p->h->sx),
+ * over the sizes of the values it read; -1 when it has none. */
+static int sy_sx_expr(sy_pass *p, int n, int depth)
+{
+    if (!p->h || n <= 0 || n > p->h->nsx || depth > 64)
+        return -1;
+    const cdy_sym_sx *x = &p->h->sx[n - 1];
+    cdy_symtab *tab = &p->s->tab;
+    switch (x->op) {
+    case 'd':
+        if (x->value < 0 || x->value >= p->g->nvalues || x->dim < 0 ||
+            x->dim >= p->g->values[x->value].meta.ndim)
+            return -1;
+        return p->s->dims[x->value][x->dim];
+    case 'k':
+        return cdy_sym_const(tab, x->c);
+    case '+':
+        return cdy_sym_add(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
+    case '*':
+        return cdy_sym_mul(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
+    case '/':
+        return cdy_sym_floordiv(tab, sy_sx_expr(p, x->a, depth + 1), x->c);
+    case 'q':   /* a // b where b divides a at every size, else no rule */
+        return cdy_sym_div_exact(tab, sy_sx_expr(p, x->a, depth + 1),
+                                 sy_sx_expr(p, x->b, depth + 1));
+    default:
+        return -1;
+    }
+}
+
+/* Specialize every size symbolic int n reads (its rule failed: the sizes it
+ * gave became constants). */
+static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
+{
+    if (!p->h || n <= 0 || n > p->h->nsx || depth > 64)
+        return;
+    const cdy_sym_sx *x = &p->h->sx[n - 1];
+    if (x->op == 'd' && x->value >= 0 && x->value < p->g->nvalues &&
+        x->dim < p->g->values[x->value].meta.ndim)
+        sy_pin(p, p->s->dims[x->value][x->dim], v, x->dim, what);
+    else if (x->op == 'd')
+        sy_pin(p, -1, v, -1, what);
+    if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q')
+        sy_sx_pin(p, x->a, v, what, depth + 1);
+    if (x->op == '+' || x->op == '*' || x->op == 'q')
+        sy_sx_pin(p, x->b, v, what, depth + 1);
+}
+
+/* 1 if view map w names a symbolic int. */
+static int sy_view_has_sx(const cdy_sym_view *w)
+{
+    for (int d = 0; d < CDY_MAX_NDIM; d++)
+        if (w->sx[d])
+            return 1;
+    return 0;
+}
+
+/* Specialize the symbolic ints view v's map names (v has no symbolic sizes). */
+static void sy_view_pin_sx(sy_pass *p, int v)
+{
+    for (int i = 0; p->h && i < p->h->nviews; i++)
+        for (int d = 0; p->h->views[i].value == v && d < CDY_MAX_NDIM; d++)
+            sy_sx_pin(p, p->h->views[i].sx[d], v, "a view's size without a symbolic rule", 0);
+}
+
+/* view / reshape whose sizes name symbolic ints (w->sx): those sizes are
+ * their expressions, a -1 the source's element count over the product of the
+ * others (an exact division), else the element counts equal (a relation). */
+static int sy_view_sizes(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    cdy_symtab *tab = &p->s->tab;
+    int *o = p->s->dims[v];
+    int known = cdy_sym_const(tab, 1);
+    for (int d = 0; d < m->ndim; d++) {
+        if (d == w->a)
+            continue;
+        o[d] = w->sx[d] ? sy_sx_expr(p, w->sx[d], 0) : cdy_sym_const(tab, m->sizes[d]);
+        if (o[d] < 0)
+            return -1;
+        known = cdy_sym_mul(tab, known, o[d]);
+    }
+    int n = sy_product(p, w->src, 0, sm->ndim - 1);
+    if (known < 0 || n < 0)
+        return -1;
+    if (w->a < 0) {
+        sy_equal(p, n, known, v, 0, "a view's element count");
+        return 0;
+    }
+    int64_t kh = cdy_sym_eval(tab, known, NULL), nh = cdy_sym_eval(tab, n, NULL);
+    if (kh <= 0 || nh % kh)
+        return -1;
+    int q = cdy_sym_const(tab, nh / kh);    /* the -1 a constant */
+    if (q >= 0 && cdy_sym_mul(tab, q, known) == n) {
+        o[w->a] = q;
+        return 0;
+    }
+    q = cdy_sym_div_exact(tab, n, known);
+    if (q >= 0) {
+        o[w->a] = q;
+        return 0;
+    }
+    /* known = c * m for a monomial m dividing n: the -1 is floor(n / m / c), and
+     * n == its product with the others a relation (eager's divisibility check) */
+    const cdy_sym_poly *kp = &tab->exprs[known];
+    if (kp->nt != 1 || kp->t[0].coef <= 0)
+        return -1;
+    int64_t c = kp->t[0].coef;
+    int r = cdy_sym_div_exact(tab, n, cdy_sym_div_exact(tab, known, cdy_sym_const(tab, c)));
+    q = cdy_sym_floordiv(tab, r, c);
+    if (q < 0)
+        return -1;
+    sy_equal(p, cdy_sym_mul(tab, q, known), n, v, w->a, "a view's -1 divides");
+    o[w->a] = q;
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
-    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    const cdy_meta *m = &p->g->values[v].meta;
+    const cdy_meta *sm = w->src >= 0 ? &p->g->values[w->src].meta : m;
     int *o = p->s->dims[v];
     if (w->kind == 'p') {
         for (int d = 0; d < m->ndim; d++)
             o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
+        return 0;
+    }
+    if (w->kind == 'z') {   /* sizes given by symbolic ints (a factory's) */
+        for (int d = 0; d < m->ndim; d++)
+            if ((o[d] = w->sx[d] ? sy_sx_expr(p, w->sx[d], 0)
+                                 : cdy_sym_const(&p->s->tab, m->sizes[d])) < 0)
+                return -1;
+        return 0;
+    }
+    if (w->kind == 'e') {   /* dims of the source (map), or constants (-1) */
+        for (int d = 0; d < m->ndim; d++) {
+            if (w->map[d] >= sm->ndim)
+                return -1;
+            o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, m->sizes[d])
+                                 : p->s->dims[w->src][w->map[d]];
+        }
+        return 0;
+    }
+    if (w->kind == 's') {   /* a piece of a split: the cut dim a constant (pinned) */
+        if (w->a < 0 || w->a >= sm->ndim || m->ndim != sm->ndim)
+            return -1;
+        sy_pin(p, p->s->dims[w->src][w->a], v, w->a, "the dim a split cuts");
+        for (int d = 0; d < m->ndim; d++)
+            o[d] = d == w->a ? cdy_sym_const(&p->s->tab, m->sizes[d]) : p->s->dims[w->src][d];
         return 0;
     }
     if (w->kind == 'f') {
@@ -285,6 +486,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     }
     if (w->kind != 'r')
         return -1;
+    if (sy_view_has_sx(w))
+        return sy_view_sizes(p, v, w);
     int64_t known = 1;
     for (int d = 0; d < m->ndim; d++)
         if (d != w->a) {
@@ -353,7 +556,7 @@ static void sy_node(sy_pass *p, int v)
         r = sy_cat(p, v);
     else if (cdy_value_is_extern(val))
         r = sy_extern(p, v);
-    else if (kind == 'V')
+    else if (kind == 'V' || kind == 'G' || kind == 'I')
         r = sy_view(p, v);
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;
@@ -363,6 +566,8 @@ static void sy_node(sy_pass *p, int v)
         return;
     char what[96];
     snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
+    if (kind == 'V' || kind == 'I')
+        sy_view_pin_sx(p, v);
     for (int a = 0; a < val->nargs; a++)
         sy_pin_value(p, val->args[a], what);
     if (kind == 'V' || kind == 'G')
@@ -415,6 +620,8 @@ static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn
     return 0;
 }
 
+static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s);
+
 int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,
                   cdy_sym_shapes *out)
 {
@@ -431,6 +638,8 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
         sy_run(&p);
     }
     if (!p.oom)
+        sy_const_offsets(g, h, out);
+    if (!p.oom)
         return 0;
     for (int k = 0; k < out->tab.nsyms; k++) {
         out->info[k].pinned = 1;
@@ -444,6 +653,27 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     cdy_symtab_free(&s->tab);
     free(s->dims);
     s->dims = NULL;
+    free(s->const_off);
+    s->const_off = NULL;
+}
+
+/* s->const_off (sym.h) of g's values: a view is constant-offset when it
+ * has a map of a kind that starts every dim at a constant index ('p', 'r',
+ * 'f', 'e': the source's offset; 's': a split piece, a constant start on
+ * its pinned dim) over a constant-offset source; no map or another kind: 0.
+ * Memory failure leaves it NULL (every view offset unknown). */
+static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s)
+{
+    s->const_off = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
+    for (int v = 0; s->const_off && v < g->nvalues; v++) {
+        const cdy_value *val = &g->values[v];
+        s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
+        for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
+            const cdy_sym_view *w = &h->views[i];
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfes", w->kind))
+                s->const_off[v] = s->const_off[w->src];
+        }
+    }
 }
 
 uint64_t cdy_sym_live(const cdy_sym_shapes *s)

@@ -58,6 +58,9 @@ int cdy_sym_const(cdy_symtab *tab, int64_t c);
 int cdy_sym_add(cdy_symtab *tab, int a, int b);
 int cdy_sym_mul(cdy_symtab *tab, int a, int b);
 int cdy_sym_floordiv(cdy_symtab *tab, int a, int64_t c);
+/* a / b when b divides a exactly (b a constant, or a single term whose
+ * factors every term of a has): an id; else -1. */
+int cdy_sym_div_exact(cdy_symtab *tab, int a, int b);
 /* 1 and *c set when e is a constant, else 0. */
 int cdy_sym_is_const(const cdy_symtab *tab, int e, int64_t *c);
 /* The value of e with symbol k = vals[k] (vals NULL: the hints). */
@@ -92,13 +95,31 @@ typedef struct cdy_sym_pin_s {
  * dims added or dropped (transpose, permute, unsqueeze, squeeze, ...): out
  * dim d is source dim map[d], or a new size 1 (-1); 'r': view / reshape to
  * the node's constant sizes but dim a (-1: none), which is the source's
- * element count over theirs; 'f': flatten of source dims a..b into out dim a. */
+ * element count over theirs; 'f': flatten of source dims a..b into out dim a; 's': a piece
+ * of a split along dim a (its size a constant, the source's specialized);
+ * 'e': out dim d is source dim map[d], or the node's constant size (-1): an
+ * embedding's rows over its indices (a gather node); 'z' (src -1): dim d is
+ * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node). */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;
     int a, b;
     signed char map[CDY_MAX_NDIM];
+    int sx[CDY_MAX_NDIM];        /* 'r': 1 + the symbolic int (cdy_sym_sx) of out dim d's
+                                  * size argument, or 0: the constant size */
 } cdy_sym_view;
+
+/* A symbolic Python int of the trace (trace/symint.c): a size the code read
+ * (dim `dim` of graph value `value`) or an expression over such: op 'd' that
+ * size, 'k' the constant c, '+' / '*' nodes a and b (indices of earlier
+ * nodes), '/' floor(a / c) for c > 0, 'q' a // b (a rule only where b
+ * divides a as polynomials, so at every size). */
+typedef struct cdy_sym_sx_s {
+    char op;
+    int a, b;
+    int value, dim;
+    int64_t c;
+} cdy_sym_sx;
 
 /* What the trace knows beyond the graph (sym/trace_shapes.c fills it). */
 typedef struct {
@@ -107,6 +128,8 @@ typedef struct {
     const char *ext;             /* per value: an extern's kind (below), or NULL */
     const cdy_sym_view *views;   /* view maps */
     int nviews;
+    const cdy_sym_sx *sx;        /* the symbolic ints the view maps name */
+    int nsx;
 } cdy_sym_hints;
 
 typedef struct {
@@ -123,12 +146,19 @@ typedef struct cdy_sym_shapes_s {
     int nrel;
     int rel[64][2];              /* expression pairs the trace relied on being equal */
     int runs;                    /* passes over the graph until no new pin */
+    unsigned char *const_off;    /* per value (malloc'd, may be NULL): 1 when a view's
+                                  * element offset from its base moves by no symbol (its
+                                  * maps, sym_view's kinds, start every dim at a constant
+                                  * index: a split's pieces, permutations, reshapes), 0
+                                  * when unknown; non-views 1 (sym/infer.c) */
 } cdy_sym_shapes;
 
 /* Symbolic sizes of g's values (see above), with h's pins and views (h may
  * be NULL); h->ext names the externs the caller knows, per value: 'm' mm /
  * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
- * linear(x, weight[, bias]); other externs specialize what they read.  Fills
+ * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]), 's'
+ * a result of its first argument's sizes (the encoder layer's fast path); other
+ * externs specialize what they read.  Fills
  * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
  * symbol specialized. */
 int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *h,

@@ -27,12 +27,12 @@ static int ts_input_value(const cdy_graph *g, int pos)
 }
 
 /* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
- * operator.matmul), 'l' for F.linear or a PackedLinear, else 0 (sym.h's
- * extern kinds). */
+ * operator.matmul), 'l' for F.linear or a PackedLinear, 's' for the encoder
+ * layer's fast path (its result src's sizes), else 0 (sym.h's extern kinds). */
 static char ts_extern_kind(PyObject *fn)
 {
-    static PyObject *fns[9];
-    static const char kinds[9] = "mmmmmmmlm";
+    static PyObject *fns[10];
+    static const char kinds[10] = "mmmmmmmlms";
     static int tried;
     if (!tried) {
         tried = 1;
@@ -47,15 +47,37 @@ static char ts_extern_kind(PyObject *fn)
         fns[7] = F ? PyObject_GetAttrString(F, "linear") : NULL;
         PyObject *op = PyImport_ImportModule("operator");
         fns[8] = op ? PyObject_GetAttrString(op, "matmul") : NULL;
+        fns[9] = PyObject_GetAttrString(cdy_torch, "_transformer_encoder_layer_fwd");
         Py_XDECREF(op);
         Py_XDECREF(F);
         Py_XDECREF(T);
         PyErr_Clear();
     }
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         if (fns[i] && fn == fns[i])
             return kinds[i];
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
+}
+
+/* 'a' if pynode pn is the graph pass's fused attention (cdynamo._attention.
+ * attention(q, k, v[, attn_mask=m], scale=c): sym.h's extern kinds), else 0. */
+static char ts_attention_kind(const cdy_pynode *pn)
+{
+    static PyObject *fn;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *m = PyImport_ImportModule("cdynamo._attention");
+        fn = m ? PyObject_GetAttrString(m, "attention") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    if (!fn || pn->fn != fn || pn->nargs < 4 || pn->nargs > 5)
+        return 0;
+    for (int i = 0; i < pn->nargs - 1; i++)
+        if (pn->ref[i] < 0)
+            return 0;
+    return 'a';
 }
 
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
@@ -90,10 +112,10 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
-            !pn->kwnames && cdy_value_is_extern(&g->values[pn->value]))
-            ext[pn->value] = ts_extern_kind(pn->fn);
+            cdy_value_is_extern(&g->values[pn->value]))
+            ext[pn->value] = pn->kwnames ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
     }
-    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews};
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx};
     return cdy_sym_infer(g, dyn, &h, out);
 }
 

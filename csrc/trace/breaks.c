@@ -383,6 +383,7 @@ static int capture_jump(tracer *tr, const cdy_pv_instr *d, const cdy_pv_instr *j
 int cdy_brk_capture(tracer *tr, const cdy_pv_instr *d)
 {
     cdy_trace *t = tr->t;
+    cdy_sx_pin_all(tr, "the code read the size before a graph break");
     int kw_tos, nargs = call_of(d, &kw_tos);
     cdy_pv_instr j;
     cdy_pv_code c = {tr->co, tr->code, tr->ncode};

@@ -228,13 +228,18 @@ static int scalar_node(tracer *tr, int op, int a, int s, const cdy_meta *m, int 
  * step scalar values, -2 when 0 / 1 (left out).  NULL when stopped or not
  * lowerable. */
 static tvar *affine_result(tracer *tr, const cdy_build_call *call, const cdy_meta *m, int start,
-                           int step)
+                           int step, tvar *end)
 {
     int cdt = cdy_dtype_table[m->dtype].is_float ? CDY_DT_FLOAT64 : CDY_DT_INT64;
     cdy_meta im = {.dtype = CDY_DT_INT64, .ndim = 1, .sizes = {m->sizes[0]}, .strides = {1}};
     int d0 = cdy_scalar_int(tr, 0);
     int cur = d0 < 0 || start == -1 || step == -1
                   ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &im, CDY_DT_INT64);
+    if (cur >= 0 && end && end->sx && start == -2 && step == -2) {
+        int sx[CDY_MAX_NDIM] = {end->sx};   /* arange(n) of a size: n elements */
+        cdy_tr_sym_sizes(tr, cur, sx);
+        cdy_sx_taken(tr, end);
+    }
     im.dtype = cdt;
     cur = cdy_compose_affine(tr, cur, step, start, &im, cdt);
     if (cur >= 0 && tr->t->graph.values[cur].meta.dtype != m->dtype)
@@ -271,7 +276,7 @@ tvar *cdy_build_arange(tracer *tr, const cdy_build_call *call)
                fabs(fs) + fabs(fst) * (double)m.sizes[0] > 9.0e18))
         return NULL;
     int sv = fs == 0 ? -2 : number_value(tr, start), tv = fst == 1 ? -2 : number_value(tr, step);
-    return affine_result(tr, call, &m, sv, tv);
+    return affine_result(tr, call, &m, sv, tv, arg_at(call, npos >= 2 ? 1 : 0, "end"));
 }
 
 /* torch.linspace(start, end, steps): start + step * i, step = (end - start) /
@@ -299,14 +304,15 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
              (ff[0] != fa || ff[1] != fb || ff[2] != st)))
             return NULL;
         return affine_result(tr, call, &m, fa == 0 ? -2 : cdy_scalar_float(tr, fa),
-                             st == 1 ? -2 : cdy_scalar_float(tr, st));
+                             st == 1 ? -2 : cdy_scalar_float(tr, st), NULL);
     }
     if (va->meta.dtype == CDY_DT_FLOAT64 || vb->meta.dtype == CDY_DT_FLOAT64 ||
         !converts_exactly(va, m.dtype) || !converts_exactly(vb, m.dtype) ||
         fabs(fa) > 1e15 || fabs(fb) > 1e15 || (n > 1 && (vb->i - va->i) % (n - 1)))
         return NULL;
     long long st = n > 1 ? (vb->i - va->i) / (n - 1) : 0;
-    return affine_result(tr, call, &m, va->i == 0 ? -2 : sa, st == 1 ? -2 : cdy_scalar_int(tr, st));
+    return affine_result(tr, call, &m, va->i == 0 ? -2 : sa, st == 1 ? -2 : cdy_scalar_int(tr, st),
+                         NULL);
 }
 
 /* tril / triu(input, diagonal=0): where(col - row <= k (tril: call->op LE) /

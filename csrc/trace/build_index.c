@@ -88,14 +88,19 @@ static int li_index_value(tracer *tr, const tvar *t, const cdy_meta *m, int p)
     li_map(tr, t->value, &base, st, &off);
     cdy_meta vm = {.dtype = tm.dtype, .ndim = m->ndim};
     int64_t vst[CDY_MAX_NDIM] = {0};
+    signed char map[CDY_MAX_NDIM] = {0};
     for (int d = 0; d < vm.ndim; d++) {
         int td = d - p, in = td >= 0 && td < tm.ndim;
         vm.sizes[d] = in ? tm.sizes[td] : 1;
         vm.strides[d] = in ? tm.strides[td] : 0;
         vst[d] = in ? st[td] : 0;
+        map[d] = (signed char)(in ? td : -1);
     }
     int argv[1] = {t->value};
-    return cdy_view_value(tr, 1, argv, 1, &vm, base, vst, off);
+    int v = cdy_view_value(tr, 1, argv, 1, &vm, base, vst, off);
+    if (v >= 0)
+        cdy_tr_sym_dims(tr, v, t->value, map);   /* its sizes are t's (sym/infer.c) */
+    return v;
 }
 
 /* A new GATHER node described by gth with meta m; its value, or -1 (stopped). */

@@ -116,6 +116,29 @@ static tvar *view_node(tracer *tr, const cdy_build_call *call, int alias, const 
     return v < 0 ? NULL : cdy_build_result(tr, call, v);
 }
 
+/* reshape(x, sizes) that copies (x's layout allows no view): traced as
+ * x.contiguous().view(sizes), so its sizes stay a view's (symbolic with
+ * sympins.c's maps); NULL (an extern) for keyword arguments. */
+static tvar *reshape_copy(tracer *tr, const cdy_build_call *call)
+{
+    const char *dot = strrchr(call->what, '.');
+    if (strcmp(dot ? dot + 1 : call->what, "reshape") || call->kwnames || call->nargs < 2)
+        return NULL;
+    PyObject *fc = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "contiguous"));
+    PyObject *fv = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "view"));
+    tvar **a = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)call->nargs);
+    if (!fc || !fv || !a) {
+        PyErr_Clear();
+        return NULL;
+    }
+    tvar *c = cdy_call_torch(tr, fc, "Tensor.contiguous", call->args, 1, NULL);
+    if (!c || c->kind != TV_TENSOR)
+        return NULL;
+    memcpy(a, call->args, sizeof(tvar *) * (size_t)call->nargs);
+    a[0] = c;
+    return cdy_call_torch(tr, fv, "Tensor.view", a, call->nargs, NULL);
+}
+
 /* An aliasing view of args[0]: a VIEW node whose strides and offset are
  * torch's (the fakes share the base's storage).  args[0] itself when torch
  * returned it; NULL (an extern) when the result is not a view of args[0]. */
@@ -127,7 +150,7 @@ tvar *cdy_build_view(tracer *tr, const cdy_build_call *call)
     if (call->out == self->obj)
         return self;
     if (!is_alias_of(call->out, self->obj))
-        return NULL;
+        return reshape_copy(tr, call);
     cdy_meta m;
     if (cdy_read_meta(tr, call->out, &m))
         return NULL;

@@ -242,6 +242,12 @@ int cdy_callable_symbolic(PyObject *fn)
     const cc_rec *r = cc_find(fn);
     if (r && r->build[0] == cdy_build_view && !r->build[1])
         return 2;
+    if (r && r->build[0] == cdy_build_clone && !r->build[1])
+        return 3;
+    if (r && r->build[0] == cdy_build_split && !r->build[1])
+        return 4;
+    if (r && r->build[0] == cdy_build_f_embedding && !r->build[1])
+        return 5;
     return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
 }
 

@@ -449,6 +449,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             cdy_tr_stop(tr, NON_CONST_RESULT, what);
             return NULL;
         }
+        tvar *sized = kwnames ? NULL : cdy_sx_query(tr, what, args, nargs, out);
+        if (sized || cdy_tr_stopped(tr))   /* a size read: a symbolic int (trace/symint.c) */
+            return sized;
         cdy_tr_pin_query(tr, what, args, nargs);
         if (fn == is_grad_enabled_fn && cdy_guard_grad_mode(tr, out == Py_True))
             return NULL;
@@ -467,6 +470,12 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         tvar *r = cdy_callable_build(tr, &call);
         if (sym == 2 && tr->t->status == CDY_TRACE_OK)
             cdy_tr_sym_view(tr, &call, r);
+        if (sym == 3 && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_sym_copy(tr, &call, r);
+        if (sym == 4 && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_sym_split(tr, &call, r);
+        if (sym == 5 && tr->t->status == CDY_TRACE_OK)
+            cdy_tr_sym_gather(tr, &call, r);
         if (!cdy_build_declined(tr, r, what))
             return r;
     }
@@ -851,6 +860,7 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
         cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
+    cdy_sx_passed(tr, args, nargs);   /* its frame's uses of them pin them there */
     if (bind_args(tr, &sub, func, args, nargs, kwnames) || cdy_tr_run_frame(&sub))
         return NULL;
     if (!sub.retval)
@@ -868,7 +878,9 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
 /* See trace.h. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
-    return inline_call(tr, fn, args, nargs, kwnames, NULL);
+    tvar *r = inline_call(tr, fn, args, nargs, kwnames, NULL);
+    cdy_sx_pin_deep(tr, r, "the code read the size and returned it to the tracer");
+    return r;   /* its caller uses the value in C: no symbolic int follows it */
 }
 
 /* A constant for v when it is a sequence of constants (so pure builtins such
@@ -1197,12 +1209,15 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
-        if (a->kind == TV_TENSOR)
-            cdy_tr_pin(tr, a->value, 1, "the code read len()");
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;
         }
+        int sx = a->kind == TV_TENSOR ? cdy_sx_dim(tr, a, 0) : 0;
+        if (sx)   /* dim 0: a symbolic int (trace/symint.c) */
+            return cdy_sx_tag(tr, cdy_tv_const(tr, PyLong_FromLong(k)), sx);
+        if (a->kind == TV_TENSOR)
+            cdy_tr_pin(tr, a->value, 1, "the code read len()");
         return cdy_tv_const(tr, PyLong_FromLong(k));
     }
     if (!strcmp(n, "isinstance") && nargs == 2 && (args[1]->obj || args[1]->kind == TV_TUPLE)) {
@@ -1603,7 +1618,22 @@ static tvar *call_optimized(tracer *tr, PyObject *fn, tvar **args, int nargs, Py
 }
 
 /* Apply callable to args; see the file comment.  NULL when stopped. */
+static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
+                           PyObject *kwnames);
+
 tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwnames)
+{
+    int direct = tr->sx_op_callable == callable;   /* the CALL op's own: it goes on the stack */
+    tr->sx_op_callable = NULL;
+    tvar *r = call_dispatch(tr, callable, args, nargs, kwnames);
+    if (!direct)   /* a call the tracer makes for a builtin: its value is used in C */
+        cdy_sx_pin_deep(tr, r, "the code read the size and returned it to the tracer");
+    return r;
+}
+
+/* cdy_call's dispatch on the callable's kind. */
+static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
+                           PyObject *kwnames)
 {
     char name[160];
     if (callable->kind == TV_METHOD && callable->pos == 1)

@@ -150,6 +150,10 @@ typedef struct {
     struct cdy_sym_pin_s *pins; /* specialize where sizes are symbolic (sym/sym.h) */
     int nsymviews, cap_symviews; /* views whose sizes follow their source's by a */
     struct cdy_sym_view_s *symviews; /* known function (trace/sympins.c) */
+    int nsx, cap_sx;         /* symbolic Python ints (trace/symint.c): sizes the code read */
+    struct cdy_sym_sx_s *sx; /* that are pinned only where a use needs their value */
+    unsigned char *sx_pinned; /* per node: pinned already */
+    int sx_pinning;          /* inside cdy_sx_pin_all (a stop while pinning) */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,

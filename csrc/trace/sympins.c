@@ -46,7 +46,12 @@ void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why)
 void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs)
 {
     static const char *const free_[] = {"dim", "ndimension", "is_floating_point", "is_complex",
-                                        "element_size", "get_device", "is_signed", NULL};
+                                        "element_size", "get_device", "is_signed",
+                                        "_has_torch_function", "has_torch_function",
+                                        "_has_torch_function_unary",
+                                        "has_torch_function_unary",
+                                        "_has_torch_function_variadic",
+                                        "has_torch_function_variadic", NULL};
     const char *dot = strrchr(what, '.');
     const char *name = dot ? dot + 1 : what;
     for (int i = 0; free_[i]; i++)
@@ -141,6 +146,34 @@ static int sp_int_arg(const cdy_build_call *call, int pos, const char *kw, long 
     return PyErr_Occurred() ? (PyErr_Clear(), -1) : 0;
 }
 
+/* The symbolic ints of a's int items (as cdy_int_items reads them) into
+ * sx[*n..]; 0, or -1 (more than cap). */
+static int sp_sx_items(const tvar *a, int *sx, int *n, int cap)
+{
+    if (a->kind == TV_CONST && PyLong_Check(a->obj)) {
+        if (*n == cap)
+            return -1;
+        sx[(*n)++] = a->sx;
+        return 0;
+    }
+    if (a->kind == TV_CONST && (PyTuple_Check(a->obj) || PyList_Check(a->obj))) {
+        Py_ssize_t len = PySequence_Size(a->obj);
+        for (Py_ssize_t i = 0; i < len; i++) {
+            if (*n == cap)
+                return -1;
+            sx[(*n)++] = i < a->nsxi ? a->sxi[i] : 0;
+        }
+        return 0;
+    }
+    if (a->kind == TV_TUPLE || a->kind == TV_LIST) {
+        for (int i = 0; i < a->n; i++)
+            if (sp_sx_items(a->items[i], sx, n, cap))
+                return -1;
+        return 0;
+    }
+    return -1;
+}
+
 /* w for view / reshape (sizes as varargs or one sequence, at most one -1)
  * or flatten(start_dim, end_dim); 0, or -1. */
 static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_meta *src,
@@ -158,20 +191,48 @@ static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_
         w->b = (int)b;
         return a >= 0 && b >= a && b < src->ndim ? 0 : -1;
     }
-    int dims[CDY_MAX_NDIM], n = 0;
+    int dims[CDY_MAX_NDIM], n = 0, ns = 0;
     if (call->kwnames)
         return -1;
     for (int i = 1; i < call->nargs; i++)
-        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM))
+        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM) ||
+            sp_sx_items(call->args[i], w->sx, &ns, CDY_MAX_NDIM))
             return -1;
-    if (n != m->ndim)
+    if (n != m->ndim || ns != n)
         return -1;
     w->kind = 'r';
     w->a = -1;
     for (int d = 0; d < n; d++)
         if (dims[d] == -1)
             w->a = d;
+    if (w->a >= 0 && w->sx[w->a])
+        return -1;   /* a -1 computed from sizes: no rule */
     return 0;
+}
+
+/* Record that copy node value has src's sizes, dim for dim. */
+static void sp_copy_map(tracer *tr, int value, int src)
+{
+    const cdy_meta *m = &tr->t->graph.values[value].meta;
+    cdy_sym_view w = {value, src, 'p', -1, -1, {0}, {0}};
+    for (int d = 0; d < m->ndim; d++)
+        w.map[d] = (signed char)d;
+    if (!sp_view_room(tr))
+        tr->t->symviews[tr->t->nsymviews++] = w;
+}
+
+void cdy_tr_sym_copy(tracer *tr, const cdy_build_call *call, tvar *r)
+{
+    if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED || r->kind != TV_TENSOR ||
+        call->args[0]->kind != TV_TENSOR || r == call->args[0])
+        return;
+    const cdy_graph *g = &tr->t->graph;
+    const cdy_meta *m = &g->values[r->value].meta, *src = &g->values[call->args[0]->value].meta;
+    if (g->values[r->value].kind == CDY_VAL_NODE && m->ndim == src->ndim &&
+        !memcmp(m->sizes, src->sizes, sizeof(int64_t) * (size_t)m->ndim))
+        sp_copy_map(tr, r->value, call->args[0]->value);
+    else
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a copy without a symbolic rule");
 }
 
 void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
@@ -183,14 +244,14 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     const char *dot = strrchr(call->what, '.');
     const char *name = dot ? dot + 1 : call->what;
     if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED)
-        return;
+        return;   /* the call's symbolic ints stay pending: pinned after the call */
     if (r == call->args[0] && !sp_in(name, perm))   /* sizes the call gave: numbers */
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view returning its input");
     if (r->kind != TV_TENSOR || call->args[0]->kind != TV_TENSOR || r == call->args[0])
         return;
     const cdy_graph *g = &tr->t->graph;
     const cdy_value *v = &g->values[r->value];
-    cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}};
+    cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}, {0}};
     const cdy_meta *src = &g->values[w.src].meta;
     int ok = v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'V' &&
              (sp_in(name, perm) ? !sp_perm_map(src, &v->meta, &w) :
@@ -199,6 +260,97 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view without a symbolic rule");
         return;
     }
+    if (sp_view_room(tr))
+        return;
+    tr->t->symviews[tr->t->nsymviews++] = w;
+    for (int i = 1; w.kind == 'r' && i < call->nargs; i++)
+        cdy_sx_taken(tr, call->args[i]);   /* their nodes are in the map: not pinned */
+}
+
+void cdy_tr_sym_split(tracer *tr, const cdy_build_call *call, tvar *r)
+{
+    if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED || call->args[0]->kind != TV_TENSOR)
+        return;
+    tvar *slot[3];
+    const cdy_graph *g = &tr->t->graph;
+    int src = call->args[0]->value, nd = g->values[src].meta.ndim;
+    long d = -1;
+    if (!cdy_bind_names("input sizes dim", call->args, call->nargs, call->kwnames, slot)) {
+        d = 0;
+        if (slot[2] && (slot[2]->kind != TV_CONST || !PyLong_CheckExact(slot[2]->obj)))
+            d = -1;
+        else if (slot[2])
+            d = PyLong_AsLong(slot[2]->obj);
+        PyErr_Clear();
+        d += d < 0 && slot[2] ? nd : 0;
+    }
+    int ok = d >= 0 && d < nd && r->kind == TV_TUPLE;
+    for (int i = 0; ok && i < r->n; i++) {
+        const tvar *p = r->items[i];
+        const cdy_value *pv = p->kind == TV_TENSOR ? &g->values[p->value] : NULL;
+        ok = pv && pv->kind == CDY_VAL_NODE && cdy_op_table[pv->op].kind == 'V' &&
+             pv->meta.ndim == nd;
+        for (int e = 0; ok && e < nd; e++)
+            ok = e == d || pv->meta.sizes[e] == g->values[src].meta.sizes[e];
+    }
+    if (!ok) {
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a split without a symbolic rule");
+        return;
+    }
+    cdy_tr_pin(tr, src, 1u << d, "the dim a split cuts");   /* the pieces' count and sizes */
+    for (int i = 0; i < r->n; i++) {
+        cdy_sym_view w = {r->items[i]->value, src, 's', (int)d, -1, {0}, {0}};
+        if (sp_view_room(tr))
+            return;
+        tr->t->symviews[tr->t->nsymviews++] = w;
+    }
+}
+
+void cdy_tr_sym_gather(tracer *tr, const cdy_build_call *call, tvar *r)
+{
+    if (!r || r == CDY_NOT_LOWERED || r->kind != TV_TENSOR)
+        return;
+    tvar *s[8];
+    const char *dot = strrchr(call->what, '.');
+    int f = !strcmp(dot ? dot + 1 : call->what, "embedding") && call->fn != NULL &&
+            !cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq "
+                            "sparse", call->args, call->nargs, call->kwnames, s);
+    if (!f)
+        PyErr_Clear();
+    const cdy_graph *g = &tr->t->graph;
+    const cdy_value *v = &g->values[r->value];
+    tvar *ids = f ? s[0] : NULL;
+    int ok = ids && ids->kind == TV_TENSOR && v->kind == CDY_VAL_NODE &&
+             cdy_op_table[v->op].kind == 'G';
+    cdy_sym_view w = {r->value, ids ? ids->value : -1, 'e', -1, -1, {0}, {0}};
+    const cdy_meta *im = ok ? &g->values[ids->value].meta : NULL;
+    ok = ok && v->meta.ndim == im->ndim + 1;
+    for (int d = 0; ok && d < v->meta.ndim; d++) {
+        w.map[d] = (signed char)(d < im->ndim ? d : -1);
+        ok = d >= im->ndim || v->meta.sizes[d] == im->sizes[d];
+    }
+    if (!ok || sp_view_room(tr)) {
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a gather without a symbolic rule");
+        return;
+    }
+    tr->t->symviews[tr->t->nsymviews++] = w;
+}
+
+void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map)
+{
+    cdy_sym_view w = {value, src, 'e', -1, -1, {0}, {0}};
+    memcpy(w.map, map, sizeof(w.map));
     if (!sp_view_room(tr))
         tr->t->symviews[tr->t->nsymviews++] = w;
+}
+
+void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx)
+{
+    cdy_sym_view w = {value, -1, 'z', -1, -1, {0}, {0}};
+    memcpy(w.sx, sx, sizeof(w.sx));
+    if (!sp_view_room(tr))
+        tr->t->symviews[tr->t->nsymviews++] = w;
+    else   /* no room: the sizes were numbers */
+        for (int d = 0; d < CDY_MAX_NDIM; d++)
+            cdy_sx_pin_node(tr, sx[d], "out of memory");
 }

@@ -89,6 +89,7 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
         append_exception(t->reason, sizeof(t->reason));
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
+    cdy_sx_pin_all(tr, "the code read the size and the trace stopped");
     t->reason_code = (int)code;
     const tracer *top = tr;
     while (top->parent)
@@ -525,6 +526,7 @@ static int op_call(tracer *tr, int oparg)
     }
     PyObject *kw = tr->kwnames;
     tr->kwnames = NULL;
+    tr->sx_op_callable = callable;   /* its result goes on the stack (trace/symint.c) */
     tvar *r = cdy_call(tr, callable, args, nargs, kw);
     tr->sp -= oparg + 2;
     return push(tr, r);
@@ -556,6 +558,7 @@ static int op_call_ex(tracer *tr, int oparg)
         if (!cdy_tr_keep(tr, names))
             return cdy_tr_stop(tr, OUT_OF_MEMORY);
     }
+    tr->sx_op_callable = fn;   /* its result goes on the stack (trace/symint.c) */
     return push(tr, cdy_call(tr, fn, args, np + nk, names));
 }
 
@@ -1561,7 +1564,20 @@ static int step_flow(tracer *tr, const cdy_sinstr *s, int *next)
 /* Execute semantic op s of the raw instruction d; sets *next.  1 = returned,
  * 0 = go on, -1 = stopped.  A semantic op without a handler stops the trace
  * (OPCODE, naming the raw instruction): a graph break, never a crash. */
+static int step_sx(tracer *tr, const cdy_pv_instr *d, const cdy_sinstr *s, int *next);
+
+/* step with the symbolic ints' hook around it (trace/symint.c). */
 static int step(tracer *tr, const cdy_pv_instr *d, const cdy_sinstr *s, int *next)
+{
+    cdy_sx_ctx ctx;
+    cdy_sx_pre(tr, s->sop, s->arg, &ctx);
+    int r = step_sx(tr, d, s, next);
+    cdy_sx_post(tr, &ctx, r);
+    return r;
+}
+
+/* One semantic op s of d (see step). */
+static int step_sx(tracer *tr, const cdy_pv_instr *d, const cdy_sinstr *s, int *next)
 {
     int r = step_data(tr, s);
     if (r == 2)

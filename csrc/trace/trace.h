@@ -67,6 +67,10 @@ typedef struct tvar {
                              * default factory of a defaultdict; FUNC: its attributes (a DICT) */
     int fixed;              /* OBJ without a source whose attributes are fixed with it (a
                              * dataclass Field, an inspect.Signature): read without guards */
+    int sx;                 /* CONST int: 1 + its symbolic int node (trace/symint.c), or 0 */
+    int *sxi;               /* CONST tuple (a torch.Size the code read): per item 1 + its
+                             * symbolic int node, or 0; nsxi items */
+    int nsxi;
     int by_type;            /* OBJ read from the frame and guarded by type only (an
                              * nn.Module or a plain instance): what depends on more
                              * than its type must be read through guarded sources */
@@ -101,6 +105,11 @@ typedef struct tracer {
     tvar *retval;                    /* inlined frame: what it returned */
     tvar **cells;                    /* inlined TV_FUNC: its closure (TV_CELLs) */
     tvar *yielded;                   /* a generator run to the end: what it yielded */
+    tvar **sx_pend;                  /* the current CALL's arguments carrying symbolic ints */
+    int nsx_pend;                    /* (trace/symint.c): a consumer with a rule or an inlined
+                                      * frame takes them; the rest are pinned after the call */
+    tvar *sx_op_callable;            /* the callable CALL is calling (cdy_call's result then
+                                      * goes on the stack; other calls' results are pinned) */
     tvar null_var;
 } tracer;
 
@@ -148,7 +157,52 @@ void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs);
  * source's (transpose, permute, unsqueeze, squeeze, view / reshape with a
  * -1, flatten), else pin the call's tensors. */
 struct cdy_build_call_s;
+/* After clone / contiguous made r for call: r's sizes are its input's, dim
+ * for dim (else the call's tensors are pinned). */
+void cdy_tr_sym_copy(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* After split / chunk / tensor_split made the pieces r for call: each piece's
+ * sizes are its input's but the cut dim (pinned); else the call's tensors are. */
+void cdy_tr_sym_split(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* After F.embedding made r for call: r's sizes are the indices' and the
+ * weight's row (else the call's tensors are pinned). */
+void cdy_tr_sym_gather(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* Node value's dim d is src's dim map[d], or its constant size (map[d] < 0). */
+void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map);
+/* Node value's dim d is symbolic int sx[d] (1 + node), or its constant size (0). */
+void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx);
 void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* ---- symint.c: symbolic Python ints (sizes the code read) ---- */
+/* A new node (cdy_sym_sx) of the trace: 1 + its index, or 0 (no room). */
+int cdy_sx_node(tracer *tr, char op, int a, int b, int value, int dim, long long c);
+/* The symbolic int of dim d of tensor tvar t / of t's element count: 1 + node, or 0. */
+int cdy_sx_dim(tracer *tr, const tvar *t, int d);
+int cdy_sx_numel(tracer *tr, const tvar *t);
+/* c (a constant tvar) as a copy carrying node sx (or, sxi, one per item of its tuple). */
+tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx);
+tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t);
+/* Pin every size symbolic int node n (1 + index) reads / v holds (deep) / the trace made. */
+void cdy_sx_pin_node(tracer *tr, int n, const char *why);
+void cdy_sx_pin_deep(tracer *tr, tvar *v, const char *why);
+void cdy_sx_pin_all(tracer *tr, const char *why);
+/* Around semantic op s: pin what it consumes as a number; carry nodes through int
+ * arithmetic, tuple indexing, unpacking.  pre fills ctx; post gets step's result r. */
+typedef struct {
+    int sop, arg, n;
+    tvar *in[CDY_MAX_NDIM];
+    tvar **pend;
+    int npend;
+} cdy_sx_ctx;
+void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx);
+void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r);
+/* An inlined frame receives args: the pending call arguments among them are passed on. */
+void cdy_sx_passed(tracer *tr, tvar **args, int nargs);
+/* A consumer with a symbolic rule used v's symbolic ints: not pinned after the call. */
+void cdy_sx_taken(tracer *tr, const tvar *v);
+/* A size query's result out (x.size(), x.size(d), len(x), x.numel()) as a constant
+ * carrying its symbolic int(s); NULL when what is no such query (or stopped). */
+tvar *cdy_sx_query(tracer *tr, const char *what, tvar **args, int nargs, PyObject *out);
+/* The symbolic int of an int argument a (1 + node), or 0; sxi-carrying tuples: item i. */
+int cdy_sx_of(const tvar *a);
 /* Run code with locals already bound; 0 when it returned (tr->retval), -1 when stopped. */
 int cdy_tr_run_frame(tracer *tr);
 /* Decode the instruction k instructions after the current one (k = 0: the
@@ -601,7 +655,10 @@ int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`,
 int cdy_callable_meta(PyObject *fn, int *op);
 int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
 int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
-                                                 * 2 the view builder (cdy_tr_sym_view) */
+                                                 * 2 the view builder (cdy_tr_sym_view), 3 clone
+                                                 * / contiguous (cdy_tr_sym_copy), 4 split
+                                                 * (cdy_tr_sym_split), 5 F.embedding
+                                                 * (cdy_tr_sym_gather) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */

@@ -930,8 +930,6 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                                    "is_quantized", "is_nested", "is_mkldnn", "is_complex",
                                    "is_floating_point", "itemsize", NULL};
     static const char *views[] = {"T", "mT", "H", "mH", "real", NULL};
-    if (!strcmp(n, "shape"))
-        cdy_tr_pin(tr, t->value, ~0u, "the code read .shape");
     int not_tr;
     tvar *tv = cdy_transpose_attr(tr, t, n, &not_tr);
     if (!not_tr)
@@ -973,6 +971,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                 cdy_tr_stop_exc(tr, RAISED_TENSOR_ATTR);
                 return NULL;
             }
+            if (!strcmp(n, "shape"))   /* sizes symbolic ints (trace/symint.c) */
+                return cdy_sx_tag_shape(tr, cdy_tv_const(tr, v), t);
             return cdy_tv_const(tr, v);
         }
     tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */

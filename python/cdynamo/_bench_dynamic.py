@@ -1,6 +1,7 @@
 """The benchmark's dynamic group (issue 32): `python -m cdynamo.bench --dynamic`.
 
-Batch sweeps: each workload is called with batch sizes 1..64 in order (--quick: 1, 2, 3, 4,
+Batch sweeps (pointwise, softmax, layer_norm, mlp, transformer_stack, encoder_layer): each
+workload is called with batch sizes 1..64 in order (--quick: 1, 2, 3, 4,
 6, 8, 12, 16, 24, 32, 48, 64), by eager, torch.compile (its default: automatic dynamic
 shapes) and cdynamo.optimize (its default: automatic dynamic shapes).  Every call is
 checked against eager.  The table gives per system the compiles over the sweep (cdynamo's
@@ -41,6 +42,27 @@ def _mlp(x):
     return m(x)
 
 
+def _stack(x):
+    """The main group's transformer_stack (4 pre-norm blocks, d=256, written out by hand:
+    `b, t, c = x.shape`, views to heads) over n x 32 tokens."""
+    m = _MLP.get("stack")
+    if m is None:
+        from .bench import _Stack   # noqa: PLC0415 (the main group's model)
+        torch.manual_seed(0)
+        m = _MLP["stack"] = _Stack().eval()
+    return m(x)
+
+
+def _encoder(x):
+    """torch's nn.TransformerEncoderLayer (d=128, 4 heads, batch_first, eval) over n x 24."""
+    m = _MLP.get("encoder")
+    if m is None:
+        torch.manual_seed(0)
+        m = _MLP["encoder"] = torch.nn.TransformerEncoderLayer(
+            128, 4, dim_feedforward=256, batch_first=True).eval()
+    return m(x)
+
+
 def _inputs(name, n):
     if name == "pointwise":
         return torch.randn(n, 4096), torch.randn(4096)
@@ -48,11 +70,15 @@ def _inputs(name, n):
         return (torch.randn(n, 1024),)
     if name == "layer_norm":
         return torch.randn(n, 768), torch.randn(768), torch.randn(768)
+    if name == "transformer_stack":
+        return (torch.randn(n, 32, 256),)
+    if name == "encoder_layer":
+        return (torch.randn(n, 24, 128),)
     return (torch.randn(n, 256),)
 
 
 SWEEPS = {"pointwise": _pointwise, "softmax": _softmax, "layer_norm": _layernorm_gelu,
-          "mlp": _mlp}
+          "mlp": _mlp, "transformer_stack": _stack, "encoder_layer": _encoder}
 
 
 def _counts(system, cdynamo):
@@ -156,9 +182,9 @@ def decode(system, cdynamo, tokens, rounds):
 
 def _row(name, system, r):
     if "error" in r:
-        return f"{name:12s} {system:9s} {'error: ' + r['error'][:90]}"
+        return f"{name:17s} {system:9s} {'error: ' + r['error'][:90]}"
     ok = "ok" if not r["wrong"] else "WRONG: " + r["wrong"][:60]
-    return (f"{name:12s} {system:9s} {r['compiles']:8d} {r['first_s']:10.2f} "
+    return (f"{name:17s} {system:9s} {r['compiles']:8d} {r['first_s']:10.2f} "
             f"{r['us']:12.1f} {r.get('vs', float('nan')):9.2f}x  {ok}")
 
 
@@ -173,7 +199,7 @@ def main(args, cdynamo) -> int:
     print(f"dynamic shapes: batch sweep {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
           f"threads {torch.get_num_threads()}; per call: mean over the sizes of the median "
           f"of {rounds} rounds (decode: per token, 32 tokens)")
-    print(f"{'workload':12s} {'system':9s} {'compiles':>8s} {'1st sweep s':>10s} "
+    print(f"{'workload':17s} {'system':9s} {'compiles':>8s} {'1st sweep s':>10s} "
           f"{'us/call':>12s} {'vs eager':>10s}  check")
     bad = 0
     for name in names:

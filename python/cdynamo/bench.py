@@ -1516,7 +1516,8 @@ def parse_args(argv=None):
     p.add_argument("--list", action="store_true", help="list workloads and exit")
     p.add_argument("--dynamic", action="store_true",
                    help="the dynamic-shapes group instead (issue 32): batch sweeps 1..64 of "
-                        "pointwise / softmax / layer_norm / mlp and a LLaMA decode per token, "
+                        "pointwise / softmax / layer_norm / mlp / transformer_stack / "
+                        "encoder_layer and a LLaMA decode per token, "
                         "compile counts and per-call times (--filter picks among them)")
     p.add_argument("--isolate", action="store_true",
                    help="run each workload in a child process (survives crashes)")

@@ -55,6 +55,15 @@ static void test_expr(void)
     CHECK(f == cdy_sym_floordiv(&t, s1, 2));
     CHECK(!strcmp(txt(&t, f), "(s1) / 2"));
     CHECK(cdy_sym_eval(&t, f, vals) == 3);
+    /* exact division: by a constant, a monomial; not where a term lacks a factor */
+    int ps = cdy_sym_mul(&t, p, c64);                          /* 64*s0*s1 */
+    CHECK(cdy_sym_div_exact(&t, ps, cdy_sym_mul(&t, s1, cdy_sym_const(&t, 4))) ==
+          cdy_sym_mul(&t, s0, cdy_sym_const(&t, 16)));
+    CHECK(cdy_sym_div_exact(&t, cdy_sym_add(&t, ps, s0), s0) ==
+          cdy_sym_add(&t, cdy_sym_mul(&t, s1, c64), cdy_sym_const(&t, 1)));
+    CHECK(cdy_sym_div_exact(&t, a, s0) < 0);                   /* 3 + 64*s0 */
+    CHECK(cdy_sym_div_exact(&t, ps, cdy_sym_const(&t, 128)) < 0);
+    CHECK(cdy_sym_div_exact(&t, ps, cdy_sym_add(&t, s0, s1)) < 0);
     /* hints substituted */
     int h = cdy_sym_subst_hints(&t, a, 1);
     CHECK(cdy_sym_is_const(&t, h, &c) && c == 515);
@@ -145,7 +154,7 @@ static void test_infer_rules(void)
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
@@ -203,7 +212,7 @@ static void test_infer_matmul(void)
     ext[bm] = 'm';
     unsigned dyn[6] = {3, 3, 0, 0, 7, 7};
     cdy_sym_shapes sh;
-    cdy_sym_hints h = {NULL, 0, ext, NULL, 0};
+    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(!strcmp(txt(&sh.tab, sh.dims[li][0]), "s0") && !strcmp(txt(&sh.tab, sh.dims[li][1]), "8"));
     /* w's dim 1 (16) meets W's static 16: specialized; x's 32 and w's 32 a relation */
@@ -241,7 +250,7 @@ static void test_guards(void)
     int y = tg_input(&t, 2, (int64_t[]){1, 3});   /* static: sizes 1 and a pinned 3 */
     tg_node(&t, CDY_OP_ADD, 2, (int64_t[]){8, 16}, 2, (int[]){x, b});
     cdy_sym_pin pin = {y, 2, "read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0};
     unsigned dyn[3] = {3, 1, 3};
     cdy_sym_shapes sh;
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0 && sh.nrel == 1 && sh.tab.nsyms == 4);

@@ -1,0 +1,608 @@
+/* trace/symint.c - symbolic Python ints: sizes the traced code reads.
+ *
+ * A size read (x.shape, x.size(), x.size(d), len(x), x.numel()) gives a
+ * constant tvar carrying a node (cdy_sym_sx: dim d of graph value v, or +, *,
+ * // by a constant over such), and torch.Size constants carry one per item.
+ * The read records no pin.  The node follows the value where the tracer only
+ * moves it (locals, the stack, tuples and lists, unpacking, indexing a size
+ * tuple, int + - * // by constants, an inlined call's arguments) and goes into
+ * the sizes of the ops with a symbolic rule for it (sympins.c: view / reshape);
+ * every other use pins the sizes it reads (cdy_tr_pin), as a read did before:
+ * each semantic op not known here pins the symbolic ints it consumes (deep,
+ * in containers), a call's arguments are pinned after the call unless an
+ * inlined frame or a rule took them, and a stop or break pins all of them.
+ * So nothing the value decided is left unguarded: a node never pinned only
+ * reached sizes that sym/infer.c computes from its expression. */
+#include "trace/trace.h"
+#include "sym/sym.h"
+
+#include <string.h>
+
+/* The why text of a pin at semantic op s (static). */
+static const char *const sx_why[] = {
+#define X(name, desc) "the code read the size and used it in " #name,
+#include "pyver/sops.def"
+#undef X
+};
+
+int cdy_sx_node(tracer *tr, char op, int a, int b, int value, int dim, long long c)
+{
+    cdy_trace *t = tr->t;
+    if (t->nsx == t->cap_sx) {
+        int cap = t->cap_sx ? 2 * t->cap_sx : 32;
+        if (cap > 4096)
+            return 0;
+        cdy_sym_sx *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+        unsigned char *q = cdy_arena_alloc(&t->arena, (size_t)cap);
+        if (!p || !q)
+            return 0;
+        if (t->nsx) {
+            memcpy(p, t->sx, (size_t)t->nsx * sizeof(*p));
+            memcpy(q, t->sx_pinned, (size_t)t->nsx);
+        }
+        t->sx = p;
+        t->sx_pinned = q;
+        t->cap_sx = cap;
+    }
+    t->sx[t->nsx] = (cdy_sym_sx){op, a, b, value, dim, c};
+    t->sx_pinned[t->nsx] = 0;
+    return ++t->nsx;
+}
+
+int cdy_sx_dim(tracer *tr, const tvar *t, int d)
+{
+    if (t->kind != TV_TENSOR || d < 0 || d >= tr->t->graph.values[t->value].meta.ndim)
+        return 0;
+    return cdy_sx_node(tr, 'd', 0, 0, t->value, d, 0);
+}
+
+int cdy_sx_numel(tracer *tr, const tvar *t)
+{
+    if (t->kind != TV_TENSOR)
+        return 0;
+    int nd = tr->t->graph.values[t->value].meta.ndim;
+    int n = cdy_sx_node(tr, 'k', 0, 0, -1, -1, 1);
+    for (int d = 0; d < nd && n; d++) {
+        int e = cdy_sx_dim(tr, t, d);
+        n = e ? cdy_sx_node(tr, '*', n, e, -1, -1, 0) : 0;
+    }
+    return n;
+}
+
+/* A copy of constant tvar c (the original may be shared). */
+static tvar *sx_copy(tracer *tr, tvar *c)
+{
+    tvar *v = cdy_tv_new(tr, TV_CONST);
+    if (v)
+        *v = *c;
+    return v;
+}
+
+tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx)
+{
+    if (!c || !sx || c->kind != TV_CONST || !PyLong_CheckExact(c->obj))
+        return c;
+    tvar *v = sx_copy(tr, c);
+    if (v) {
+        v->sx = sx;
+        v->sxi = NULL;
+        v->nsxi = 0;
+    }
+    return v;
+}
+
+/* c (a constant tuple of n items) as a copy with items' nodes sxi[0..n). */
+static tvar *sx_tag_items(tracer *tr, tvar *c, const int *sxi, int n)
+{
+    int any = 0;
+    for (int i = 0; i < n; i++)
+        any |= sxi[i] != 0;
+    if (!c || !any || c->kind != TV_CONST || !PyTuple_Check(c->obj) ||
+        PyTuple_GET_SIZE(c->obj) != n)
+        return c;
+    tvar *v = sx_copy(tr, c);
+    int *items = v ? cdy_arena_alloc(&tr->t->arena, sizeof(int) * (size_t)(n + 1)) : NULL;
+    if (!items) {   /* no room: the copy carries none, so they are numbers */
+        for (int i = 0; i < n; i++)
+            cdy_sx_pin_node(tr, sxi[i], "out of memory");
+        return v;
+    }
+    memcpy(items, sxi, sizeof(int) * (size_t)n);
+    v->sx = 0;
+    v->sxi = items;
+    v->nsxi = n;
+    return v;
+}
+
+tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t)
+{
+    if (!c || t->kind != TV_TENSOR)
+        return c;
+    int nd = tr->t->graph.values[t->value].meta.ndim;
+    int sxi[CDY_MAX_NDIM + 1];
+    for (int d = 0; d < nd; d++)
+        if (!(sxi[d] = cdy_sx_dim(tr, t, d))) {
+            cdy_tr_pin(tr, t->value, ~0u, "the code read .shape");
+            return c;
+        }
+    return sx_tag_items(tr, c, sxi, nd);
+}
+
+void cdy_sx_pin_node(tracer *tr, int n, const char *why)
+{
+    cdy_trace *t = tr->t;
+    if (n <= 0 || n > t->nsx || t->sx_pinned[n - 1])
+        return;
+    t->sx_pinned[n - 1] = 1;
+    const cdy_sym_sx *x = &t->sx[n - 1];
+    if (x->op == 'd')
+        cdy_tr_pin(tr, x->value, 1u << x->dim, why);
+    else if (x->op == '+' || x->op == '*' || x->op == 'q') {
+        cdy_sx_pin_node(tr, x->a, why);
+        cdy_sx_pin_node(tr, x->b, why);
+    }
+    else if (x->op == '/')
+        cdy_sx_pin_node(tr, x->a, why);
+}
+
+/* cdy_sx_pin_deep to depth; past a depth bound every node is pinned. */
+static void sx_pin_deep(tracer *tr, tvar *v, const char *why, int depth)
+{
+    if (!v)
+        return;
+    if (depth > 12) {
+        cdy_sx_pin_all(tr, why);
+        return;
+    }
+    if (v->kind == TV_CONST) {
+        cdy_sx_pin_node(tr, v->sx, why);
+        for (int i = 0; i < v->nsxi; i++)
+            cdy_sx_pin_node(tr, v->sxi[i], why);
+        return;
+    }
+    switch (v->kind) {
+    case TV_TUPLE: case TV_LIST: case TV_DICT: case TV_ITER: case TV_FUNC: case TV_PARTIAL:
+    case TV_SET:
+        for (int i = 0; i < v->n; i++)
+            sx_pin_deep(tr, v->items[i], why, depth + 1);
+        break;
+    default:
+        break;
+    }
+    if (v->self && v->kind != TV_CELL)
+        sx_pin_deep(tr, v->self, why, depth + 1);
+    else if (v->kind == TV_CELL)
+        sx_pin_deep(tr, v->self, why, depth + 1);
+    if (v->store)
+        sx_pin_deep(tr, v->store, why, depth + 1);
+}
+
+void cdy_sx_pin_deep(tracer *tr, tvar *v, const char *why)
+{
+    if (tr->t->nsx)
+        sx_pin_deep(tr, v, why, 0);
+}
+
+void cdy_sx_pin_all(tracer *tr, const char *why)
+{
+    cdy_trace *t = tr->t;
+    if (t->sx_pinning)
+        return;
+    t->sx_pinning = 1;
+    for (int n = 1; n <= t->nsx; n++)
+        cdy_sx_pin_node(tr, n, why);
+    t->sx_pinning = 0;
+}
+
+int cdy_sx_of(const tvar *a)
+{
+    return a && a->kind == TV_CONST ? a->sx : 0;
+}
+
+/* 1 if v holds a symbolic int (deep, bounded: past the bound, 1). */
+static int sx_holds(const tvar *v, int depth)
+{
+    if (!v)
+        return 0;
+    if (depth > 12)
+        return 1;
+    if (v->kind == TV_CONST)
+        return v->sx || v->nsxi;
+    switch (v->kind) {
+    case TV_TUPLE: case TV_LIST: case TV_DICT: case TV_ITER: case TV_FUNC: case TV_PARTIAL:
+    case TV_SET:
+        for (int i = 0; i < v->n; i++)
+            if (sx_holds(v->items[i], depth + 1))
+                return 1;
+        break;
+    default:
+        break;
+    }
+    return (v->self && sx_holds(v->self, depth + 1)) || (v->store && sx_holds(v->store, depth + 1));
+}
+
+/* ---- the hook around each semantic op ---------------------------------------- */
+
+/* How many stack items semantic op sop (with arg) consumes for its value, or
+ * -1 for one that only moves values (nothing pinned) or that the post hook
+ * handles; -2: unknown (the whole stack). */
+static int sx_consumes(tracer *tr, int sop, int arg)
+{
+    switch (sop) {
+    case CDY_SOP_NOP: case CDY_SOP_MAKE_CELL: case CDY_SOP_COPY_FREE_VARS:
+    case CDY_SOP_POP_TOP: case CDY_SOP_PUSH_NULL: case CDY_SOP_COPY: case CDY_SOP_SWAP:
+    case CDY_SOP_LOAD_FAST: case CDY_SOP_LOAD_FAST_AND_CLEAR: case CDY_SOP_STORE_FAST:
+    case CDY_SOP_DELETE_FAST: case CDY_SOP_LOAD_CONST: case CDY_SOP_LOAD_GLOBAL:
+    case CDY_SOP_LOAD_DEREF: case CDY_SOP_LOAD_CLOSURE: case CDY_SOP_KW_NAMES:
+    case CDY_SOP_BUILD_TUPLE: case CDY_SOP_BUILD_LIST: case CDY_SOP_LIST_TO_TUPLE:
+    case CDY_SOP_LIST_APPEND: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNPACK_SEQUENCE:
+    case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
+    case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
+        return -1;
+    case CDY_SOP_RETURN_VALUE:
+        return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
+    case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
+    case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
+    case CDY_SOP_UNARY_POSITIVE: case CDY_SOP_GET_ITER: case CDY_SOP_FOR_ITER:
+    case CDY_SOP_POP_JUMP_IF_FALSE: case CDY_SOP_POP_JUMP_IF_TRUE:
+    case CDY_SOP_POP_JUMP_IF_NONE: case CDY_SOP_POP_JUMP_IF_NOT_NONE:
+    case CDY_SOP_JUMP_IF_FALSE_OR_POP: case CDY_SOP_JUMP_IF_TRUE_OR_POP:
+    case CDY_SOP_YIELD_VALUE: case CDY_SOP_STORE_DEREF: case CDY_SOP_KW_NAMES_TOS:
+    case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE: case CDY_SOP_SET_ADD:
+    case CDY_SOP_SET_UPDATE: case CDY_SOP_IMPORT_FROM: case CDY_SOP_CONVERT_VALUE:
+    case CDY_SOP_GET_YIELD_FROM_ITER:
+        return 1;
+    case CDY_SOP_COMPARE_OP: case CDY_SOP_IS_OP: case CDY_SOP_CONTAINS_OP:
+    case CDY_SOP_STORE_ATTR: case CDY_SOP_DELETE_SUBSCR: case CDY_SOP_MAP_ADD:
+        return 2;
+    case CDY_SOP_STORE_SUBSCR:
+        return 3;
+    case CDY_SOP_BUILD_SLICE: case CDY_SOP_BUILD_STRING: case CDY_SOP_BUILD_SET:
+        return arg;
+    case CDY_SOP_BUILD_MAP:
+        return 2 * arg;
+    case CDY_SOP_BUILD_CONST_KEY_MAP:
+        return arg + 1;
+    case CDY_SOP_FORMAT_VALUE:
+        return (arg & 4) ? 2 : 1;
+    default:
+        return -2;
+    }
+}
+
+/* Item k from the top (1 = tos) of tr's stack, or NULL. */
+static tvar *sx_peek(tracer *tr, int k)
+{
+    return k >= 1 && k <= tr->sp ? tr->stack[tr->sp - k] : NULL;
+}
+
+/* Record the call's arguments (top n items, the call pair included) that carry
+ * symbolic ints as pending: pinned after the call unless taken or passed on. */
+static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
+{
+    ctx->pend = tr->sx_pend;
+    ctx->npend = tr->nsx_pend;
+    int cap = n + (spread && spread->kind == TV_TUPLE ? spread->n : 0) + 1;
+    tvar **p = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)cap);
+    int np = 0;
+    for (int k = 1; p && k <= n; k++) {
+        tvar *v = sx_peek(tr, k);
+        if (v == spread && v->kind == TV_TUPLE) {   /* f(*args): its items are the arguments */
+            for (int i = 0; i < v->n; i++)
+                if (sx_holds(v->items[i], 0))
+                    p[np++] = v->items[i];
+        }
+        else if (sx_holds(v, 0))
+            p[np++] = v;
+    }
+    if (!p) {
+        for (int k = 1; k <= n; k++)
+            cdy_sx_pin_deep(tr, sx_peek(tr, k), "the code read the size and passed it to a call");
+        np = 0;
+    }
+    tr->sx_pend = p;
+    tr->nsx_pend = np;
+}
+
+void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->sop = sop;
+    ctx->arg = arg;
+    if (!tr->t->nsx)
+        return;
+    int n = sx_consumes(tr, sop, arg);
+    const char *why = sop >= 0 && sop < CDY_SOP__COUNT ? sx_why[sop]
+                                                         : "the code read the size and used it";
+    if (n == -2)
+        n = tr->sp;
+    for (int k = 1; k <= n; k++)
+        cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
+    if (n >= 0)
+        return;
+    switch (sop) {
+    case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
+        ctx->n = 2;
+        ctx->in[0] = sx_peek(tr, 2);
+        ctx->in[1] = sx_peek(tr, 1);
+        break;
+    case CDY_SOP_BUILD_TUPLE:
+        ctx->n = arg <= CDY_MAX_NDIM ? arg : 0;
+        for (int i = 0; i < ctx->n; i++)
+            ctx->in[i] = sx_peek(tr, arg - i);
+        if (arg > CDY_MAX_NDIM)
+            for (int k = 1; k <= arg; k++)   /* folded to a constant: no room for nodes */
+                cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
+        break;
+    case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND:
+        ctx->n = 1;
+        ctx->in[0] = sx_peek(tr, 1);
+        break;
+    case CDY_SOP_CALL:
+        sx_pend(tr, arg + 2, NULL, ctx);
+        break;
+    case CDY_SOP_CALL_FUNCTION_EX:
+        sx_pend(tr, (arg & 1) ? 4 : 3, sx_peek(tr, (arg & 1) ? 2 : 1), ctx);
+        break;
+    default:
+        break;
+    }
+}
+
+/* 1 if v is an int constant (not a bool). */
+static int sx_int(const tvar *v)
+{
+    return v && v->kind == TV_CONST && PyLong_CheckExact(v->obj);
+}
+
+/* The node of int constant v: its own, or a new constant node. */
+static int sx_operand(tracer *tr, const tvar *v)
+{
+    if (v->sx)
+        return v->sx;
+    long long c = PyLong_AsLongLong(v->obj);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return cdy_sx_node(tr, 'k', 0, 0, -1, -1, c);
+}
+
+/* The node of a <op> b for BINARY_OP code op over int constants, or 0. */
+static int sx_arith(tracer *tr, int op, const tvar *a, const tvar *b)
+{
+    if (op >= CDY_NB_INPLACE_FIRST)
+        op -= CDY_NB_INPLACE_FIRST;
+    int x = sx_operand(tr, a), y = sx_operand(tr, b);
+    if (!x || !y)
+        return 0;
+    switch (op) {
+    case 0:    /* NB_ADD */
+        return cdy_sx_node(tr, '+', x, y, -1, -1, 0);
+    case 5:    /* NB_MULTIPLY */
+        return cdy_sx_node(tr, '*', x, y, -1, -1, 0);
+    case 10: { /* NB_SUBTRACT */
+        int m = cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1);
+        int ny = m ? cdy_sx_node(tr, '*', y, m, -1, -1, 0) : 0;
+        return ny ? cdy_sx_node(tr, '+', x, ny, -1, -1, 0) : 0;
+    }
+    case 2: {  /* NB_FLOOR_DIVIDE by a positive constant, or by a size (exact: 'q') */
+        if (b->sx)
+            return cdy_sx_node(tr, 'q', x, y, -1, -1, 0);
+        long long c = PyLong_AsLongLong(b->obj);
+        PyErr_Clear();
+        return c > 0 ? cdy_sx_node(tr, '/', x, 0, -1, -1, c) : 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* The items' nodes of constant tuple-like v into sxi (n items); 0, or -1. */
+static int sx_items(const tvar *v, int *sxi, int n)
+{
+    if (!v || v->kind != TV_CONST || !PyTuple_Check(v->obj) || PyTuple_GET_SIZE(v->obj) != n)
+        return -1;
+    for (int i = 0; i < n; i++)
+        sxi[i] = i < v->nsxi ? v->sxi[i] : 0;
+    return 0;
+}
+
+/* BINARY_OP's result r over ctx's operands. */
+static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
+{
+    tvar *a = ctx->in[0], *b = ctx->in[1];
+    int ha = sx_holds(a, 0), hb = sx_holds(b, 0);
+    if (!ha && !hb)
+        return;
+    int op = ctx->arg >= CDY_NB_INPLACE_FIRST ? ctx->arg - CDY_NB_INPLACE_FIRST : ctx->arg;
+    if (sx_int(a) && sx_int(b) && sx_int(r)) {
+        int n = sx_arith(tr, ctx->arg, a, b);
+        if (n) {
+            tr->stack[tr->sp - 1] = cdy_sx_tag(tr, r, n);
+            return;
+        }
+    }
+    if (op == 0 && a && b && r && a->kind == TV_CONST && b->kind == TV_CONST &&
+        r->kind == TV_CONST && PyTuple_Check(a->obj) && PyTuple_Check(b->obj) &&
+        PyTuple_Check(r->obj)) {   /* size tuple + tuple */
+        int na = (int)PyTuple_GET_SIZE(a->obj), nb = (int)PyTuple_GET_SIZE(b->obj);
+        if (na + nb <= 2 * CDY_MAX_NDIM && PyTuple_GET_SIZE(r->obj) == na + nb) {
+            int sxi[2 * CDY_MAX_NDIM];
+            if (!sx_items(a, sxi, na) && !sx_items(b, sxi + na, nb)) {
+                tr->stack[tr->sp - 1] = sx_tag_items(tr, r, sxi, na + nb);
+                return;
+            }
+        }
+    }
+    cdy_sx_pin_deep(tr, a, sx_why[CDY_SOP_BINARY_OP]);
+    cdy_sx_pin_deep(tr, b, sx_why[CDY_SOP_BINARY_OP]);
+}
+
+/* BINARY_SUBSCR's result r: an item or a slice of a size tuple. */
+static void sx_post_subscr(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
+{
+    tvar *c = ctx->in[0], *k = ctx->in[1];
+    const char *why = sx_why[CDY_SOP_BINARY_SUBSCR];
+    if (sx_holds(k, 0))
+        cdy_sx_pin_deep(tr, k, why);
+    if (!c || c->kind != TV_CONST || !c->nsxi)
+        return;   /* other containers: the item is moved, not computed */
+    int n = c->nsxi;
+    if (k && k->kind == TV_CONST && PyLong_CheckExact(k->obj) && sx_int(r)) {
+        long i = PyLong_AsLong(k->obj);
+        PyErr_Clear();
+        i += i < 0 ? n : 0;
+        if (i >= 0 && i < n) {
+            tr->stack[tr->sp - 1] = cdy_sx_tag(tr, r, c->sxi[i]);
+            return;
+        }
+    }
+    if (k && k->kind == TV_CONST && PySlice_Check(k->obj) && r && r->kind == TV_CONST &&
+        PyTuple_Check(r->obj)) {
+        Py_ssize_t start, stop, step, len;
+        if (PySlice_GetIndicesEx(k->obj, n, &start, &stop, &step, &len) == 0 &&
+            len == PyTuple_GET_SIZE(r->obj) && len <= CDY_MAX_NDIM) {
+            int sxi[CDY_MAX_NDIM + 1];
+            for (Py_ssize_t i = 0; i < len; i++)
+                sxi[i] = c->sxi[start + i * step];
+            tr->stack[tr->sp - 1] = sx_tag_items(tr, r, sxi, (int)len);
+            return;
+        }
+        PyErr_Clear();
+    }
+    cdy_sx_pin_deep(tr, c, why);
+}
+
+/* UNPACK_SEQUENCE of a size tuple: its items (first on top) carry its nodes. */
+static void sx_post_unpack(tracer *tr, cdy_sx_ctx *ctx)
+{
+    tvar *c = ctx->in[0];
+    if (!c || c->kind != TV_CONST || !c->nsxi)
+        return;
+    if (ctx->arg != c->nsxi || tr->sp < ctx->arg) {
+        cdy_sx_pin_deep(tr, c, sx_why[CDY_SOP_UNPACK_SEQUENCE]);
+        return;
+    }
+    for (int i = 0; i < c->nsxi; i++) {
+        tvar **slot = &tr->stack[tr->sp - 1 - i];
+        *slot = cdy_sx_tag(tr, *slot, c->sxi[i]);
+    }
+}
+
+/* LIST_EXTEND of the list arg items down with a size tuple: its last items. */
+static void sx_post_extend(tracer *tr, cdy_sx_ctx *ctx)
+{
+    tvar *c = ctx->in[0], *l = sx_peek(tr, ctx->arg);
+    if (!c || c->kind != TV_CONST || !c->nsxi)
+        return;
+    if (!l || l->kind != TV_LIST || l->n < c->nsxi) {
+        cdy_sx_pin_deep(tr, c, sx_why[CDY_SOP_LIST_EXTEND]);
+        return;
+    }
+    for (int i = 0; i < c->nsxi; i++) {
+        tvar **slot = &l->items[l->n - c->nsxi + i];
+        *slot = cdy_sx_tag(tr, *slot, c->sxi[i]);
+    }
+}
+
+/* BUILD_TUPLE folded to a constant: its items' nodes go with it. */
+static void sx_post_build(tracer *tr, cdy_sx_ctx *ctx)
+{
+    tvar *r = sx_peek(tr, 1);
+    int sxi[CDY_MAX_NDIM] = {0};
+    if (!r || r->kind != TV_CONST || !ctx->n)
+        return;
+    for (int i = 0; i < ctx->n; i++) {
+        tvar *v = ctx->in[i];
+        if (v && v->kind == TV_CONST && v->nsxi)   /* a size tuple inside a tuple */
+            cdy_sx_pin_deep(tr, v, sx_why[CDY_SOP_BUILD_TUPLE]);
+        sxi[i] = v && v->kind == TV_CONST ? v->sx : 0;
+    }
+    tr->stack[tr->sp - 1] = sx_tag_items(tr, r, sxi, ctx->n);
+}
+
+void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
+{
+    if (ctx->sop == CDY_SOP_CALL || ctx->sop == CDY_SOP_CALL_FUNCTION_EX) {
+        for (int i = 0; i < tr->nsx_pend; i++)
+            cdy_sx_pin_deep(tr, tr->sx_pend[i], "the code read the size and passed it to a call");
+        tr->sx_pend = ctx->pend;
+        tr->nsx_pend = ctx->npend;
+        return;
+    }
+    if (r != 0 || !tr->t->nsx || !ctx->n || cdy_tr_stopped(tr))
+        return;
+    switch (ctx->sop) {
+    case CDY_SOP_BINARY_OP:
+        sx_post_binary(tr, ctx, sx_peek(tr, 1));
+        break;
+    case CDY_SOP_BINARY_SUBSCR:
+        sx_post_subscr(tr, ctx, sx_peek(tr, 1));
+        break;
+    case CDY_SOP_UNPACK_SEQUENCE:
+        sx_post_unpack(tr, ctx);
+        break;
+    case CDY_SOP_LIST_EXTEND:
+        sx_post_extend(tr, ctx);
+        break;
+    case CDY_SOP_BUILD_TUPLE:
+        sx_post_build(tr, ctx);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Drop pending entry i of tr. */
+static void sx_unpend(tracer *tr, int i)
+{
+    tr->sx_pend[i] = tr->sx_pend[--tr->nsx_pend];
+}
+
+void cdy_sx_passed(tracer *tr, tvar **args, int nargs)
+{
+    for (int i = 0; i < tr->nsx_pend; i++)
+        for (int j = 0; j < nargs; j++)
+            if (args[j] == tr->sx_pend[i]) {
+                sx_unpend(tr, i--);
+                break;
+            }
+}
+
+void cdy_sx_taken(tracer *tr, const tvar *v)
+{
+    for (int i = 0; i < tr->nsx_pend; i++)
+        if (tr->sx_pend[i] == v)
+            sx_unpend(tr, i--);
+}
+
+tvar *cdy_sx_query(tracer *tr, const char *what, tvar **args, int nargs, PyObject *out)
+{
+    const char *dot = strrchr(what, '.');
+    const char *name = dot ? dot + 1 : what;
+    if (nargs < 1 || args[0]->kind != TV_TENSOR)
+        return NULL;
+    int nd = tr->t->graph.values[args[0]->value].meta.ndim, sx = 0;
+    if (!strcmp(name, "size") && nargs == 1 && PyTuple_Check(out)) {
+        tvar *c = cdy_tv_const(tr, Py_NewRef(out));
+        return c ? cdy_sx_tag_shape(tr, c, args[0]) : NULL;
+    }
+    if (!PyLong_CheckExact(out))
+        return NULL;
+    if (!strcmp(name, "__len__") && nargs == 1 && nd > 0)
+        sx = cdy_sx_dim(tr, args[0], 0);
+    else if (!strcmp(name, "numel") && nargs == 1)
+        sx = cdy_sx_numel(tr, args[0]);
+    else if (!strcmp(name, "size") && nargs == 2 && args[1]->kind == TV_CONST &&
+             PyLong_CheckExact(args[1]->obj) && !args[1]->sx) {
+        long d = PyLong_AsLong(args[1]->obj);
+        PyErr_Clear();
+        d += d < 0 ? nd : 0;
+        sx = d >= 0 && d < nd ? cdy_sx_dim(tr, args[0], (int)d) : 0;
+    }
+    if (!sx)
+        return NULL;
+    tvar *c = cdy_tv_const(tr, Py_NewRef(out));
+    return c ? cdy_sx_tag(tr, c, sx) : NULL;
+}
