@@ -315,6 +315,8 @@ int cg_sym_cat_start(cg_ctx *c, int v, int i);
 int cg_sym_piece(cg_ctx *c, kir_kernel *k, int d, int start);
 /* Output dim of cat / stack node val's dim pd of a piece (cat along d). */
 int cg_cat_outdim(const cdy_value *val, int d, int pd);
+int cg_cat_is_stack(const cdy_value *val);
+int cg_cat_is_pad(const cdy_value *val);
 /* Emit the symbols' and the nest's size and stride locals of kernel k. */
 void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k);
 

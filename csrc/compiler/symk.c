@@ -383,7 +383,7 @@ int cg_sym_cat_start(cg_ctx *c, int v, int i)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_value *val = &c->g->values[v];
-    int stack = val->op == CDY_OP_STACK, d = c->sym_cat_dim;
+    int stack = cg_cat_is_stack(val), d = c->sym_cat_dim;
     int e = cdy_sym_const(&s->tab, stack ? i : 0);
     for (int j = 0; !stack && j < i && e >= 0; j++)
         e = cdy_sym_add(&s->tab, e, s->dims[val->args[j]][d]);
@@ -509,7 +509,7 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v)
     if (!c->sym)
         return 0;
     if (kind == CDY_KIR_EXTERN || kind == CDY_KIR_REDUCE || kind == CDY_KIR_ROWS ||
-        (kind == CDY_KIR_CAT && c->g->values[v].op != CDY_OP_PAD))
+        (kind == CDY_KIR_CAT && !cg_cat_is_pad(&c->g->values[v])))
         return 0;                          /* torch takes the sizes (sym/infer.c's extern
                                             * rules); reduce.c's kernels take runtime sizes */
     if (kind != CDY_KIR_VIEW)

@@ -287,6 +287,18 @@ void cg_view_print_copy(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
 
 static int cg_check_pad(cg_ctx *c, int v);
 
+/* 1 if a CAT-kind value is a stack (its pieces gain a dim). */
+int cg_cat_is_stack(const cdy_value *val)
+{
+    return val->op == CDY_OP_STACK;
+}
+
+/* 1 if a CAT-kind value is a constant pad (one piece in a filled window). */
+int cg_cat_is_pad(const cdy_value *val)
+{
+    return val->op == CDY_OP_PAD;
+}
+
 /* Output dim of piece dim pd for cat / stack node val along dim d. */
 int cg_cat_outdim(const cdy_value *val, int d, int pd)
 {
