@@ -1708,8 +1708,8 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
         return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
                    : NULL;
     }
-    if (cdy_is_torch_callable(fn) || cdy_callable_op(fn) != CDY_OP_NONE ||
-        cdy_callable_builds(fn)) {
+    if ((cdy_is_torch_callable(fn) && !cdy_optim_inlined(fn)) ||
+        cdy_callable_op(fn) != CDY_OP_NONE || cdy_callable_builds(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;

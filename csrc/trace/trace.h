@@ -584,6 +584,10 @@ tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
 tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                         int *handled);
 
+/* 1 if fn is a Python function of torch.optim: traced inline, never called as a
+ * torch callable (build_optim.c). */
+int cdy_optim_inlined(PyObject *fn);
+
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */
 void cdy_trace_pynode_of(const cdy_trace *t, int *pynode_of);  /* defining call per value, or -1 */
