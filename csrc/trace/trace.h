@@ -587,6 +587,17 @@ tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObje
 /* 1 if fn is a Python function of torch.optim: traced inline, never called as a
  * torch callable (build_optim.c). */
 int cdy_optim_inlined(PyObject *fn);
+/* t.grad (name: "grad") of a tensor read from the frame: its real .grad read through a
+ * guarded source (None: a constant; a tensor: a graph input); NULL when stopped
+ * (TENSOR_ATTR for a tensor the trace made). */
+tvar *cdy_tensor_grad(tracer *tr, tvar *t, PyObject *name);
+/* d[key] for a dict read from the frame (an optimizer's state) keyed by a tensor read
+ * from the frame: the key guarded by identity, the item read through a guarded source;
+ * *handled 0 for other subscripts.  NULL when stopped (OPTIM_STATE_MISSING: no item). */
+tvar *cdy_optim_state_item(tracer *tr, tvar *d, tvar *key, int *handled);
+/* Append to `to` copies of the guards of `from` marked carry (a resumed trace keeps
+ * what decided its break: the state item still missing); 0 or -1 (no memory). */
+int cdy_guards_carry(cdy_guards *to, const cdy_guards *from);
 
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */

@@ -975,6 +975,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
             }
             return cdy_tv_const(tr, v);
         }
+    if (!strcmp(n, "grad"))
+        return cdy_tensor_grad(tr, t, name);
     tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */
     if (bm || PyErr_Occurred())
         return bm;
