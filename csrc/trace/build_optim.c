@@ -121,3 +121,105 @@ int cdy_guards_carry(cdy_guards *to, const cdy_guards *from)
     }
     return 0;
 }
+
+static PyObject *opt_methods, *opt_alpha_methods, *opt_functions;   /* cdynamo._optim's tables */
+static PyObject *opt_file;                                          /* and its __file__ */
+
+/* Read cdynamo._optim's tables once; 0, or -1 (error cleared: nothing is routed). */
+static int opt_init(void)
+{
+    if (opt_functions)
+        return 0;
+    PyObject *m = PyImport_ImportModule("cdynamo._optim");
+    PyObject *a = m ? PyObject_GetAttrString(m, "METHODS") : NULL;
+    PyObject *b = m ? PyObject_GetAttrString(m, "ALPHA_METHODS") : NULL;
+    PyObject *c = m ? PyObject_GetAttrString(m, "FUNCTIONS") : NULL;
+    PyObject *f = m ? PyObject_GetAttrString(m, "__file__") : NULL;
+    Py_XDECREF(m);
+    if (!a || !b || !c || !f || !PyDict_Check(a) || !PyDict_Check(b) || !PyDict_Check(c) ||
+        !PyUnicode_Check(f)) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(f);
+        PyErr_Clear();
+        return -1;
+    }
+    opt_methods = a, opt_alpha_methods = b, opt_functions = c, opt_file = f;
+    return 0;
+}
+
+/* 1 if tr traces cdynamo._optim's own code (its calls are the ops themselves). */
+static int in_optim_file(tracer *tr)
+{
+    return PyUnicode_Compare(tr->co->co_filename, opt_file) == 0;
+}
+
+/* 1 if kwnames holds "alpha". */
+static int has_alpha(PyObject *kwnames)
+{
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "alpha") == 0)
+            return 1;
+    return 0;
+}
+
+/* See trace.h. */
+tvar *cdy_optim_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames,
+                       int *handled)
+{
+    *handled = 0;
+    if (opt_init() || in_optim_file(tr))
+        return NULL;
+    PyObject *f = PyDict_GetItemWithError(opt_methods, name);
+    if (!f && !PyErr_Occurred() && has_alpha(kwnames))
+        f = PyDict_GetItemWithError(opt_alpha_methods, name);
+    if (!f) {
+        PyErr_Clear();
+        return NULL;
+    }
+    *handled = 1;
+    return cdy_inline(tr, f, args, nargs, kwnames);
+}
+
+/* See trace.h. */
+tvar *cdy_optim_function(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled)
+{
+    *handled = 0;
+    if (opt_init() || !PyCFunction_Check(fn) || in_optim_file(tr))
+        return NULL;
+    PyObject *f = PyDict_GetItemWithError(opt_functions, fn);
+    if (!f) {
+        PyErr_Clear();
+        return NULL;
+    }
+    *handled = 1;
+    return cdy_inline(tr, f, args, nargs, kwnames);
+}
+
+/* The object tvar v stands for when it is a class (a value fixed by identity or
+ * convention), else NULL. */
+static PyObject *class_of_tvar(const tvar *v)
+{
+    if ((v->kind == TV_OBJ || v->kind == TV_CONST) && v->obj && PyType_Check(v->obj))
+        return v->obj;
+    return NULL;
+}
+
+/* See trace.h. */
+tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled)
+{
+    PyObject *c = class_of_tvar(cls), *a = class_of_tvar(arg);
+    *handled = c && a && (PyObject *)&PyList_Type == c;
+    if (!*handled)
+        return NULL;
+    PyObject *g = PyObject_GetItem(c, a);   /* list[Tensor]: a types.GenericAlias */
+    if (!g) {
+        cdy_tr_stop_exc(tr, RAISED_SUBSCRIPT);
+        return NULL;
+    }
+    tvar *r = cdy_fixed_value(tr, g);
+    Py_DECREF(g);
+    return r;
+}

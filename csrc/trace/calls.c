@@ -1456,6 +1456,10 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop(tr, NEEDS_DATA, what);
         return NULL;
     }
+    int routed;
+    tvar *dr = cdy_optim_method(tr, m->obj, args, nargs, kwnames, &routed);   /* addcdiv_ */
+    if (routed)
+        return dr;
     if (!strcmp(name, "to") || !strcmp(name, "cpu")) {
         int handled;
         tvar *r = tensor_to(tr, name, args, nargs, kwnames, &handled);
@@ -1683,6 +1687,9 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     if (handled)
         return r;
     r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
+    if (handled)
+        return r;
+    r = cdy_optim_function(tr, fn, args, nargs, kwnames, &handled);   /* torch._foreach_* */
     if (handled)
         return r;
     if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))

@@ -776,6 +776,9 @@ static int op_subscr(tracer *tr)
     tvar *st = cdy_optim_state_item(tr, s, i, &by_tensor);   /* optimizer.state[p] */
     if (by_tensor)
         return push(tr, st);
+    tvar *ga = cdy_generic_alias(tr, s, i, &by_tensor);   /* cast(list[Tensor], x) */
+    if (by_tensor)
+        return push(tr, ga);
     if (s->kind == TV_INST)
         return push(tr, cdy_obj_special(tr, s, "__getitem__", &i, 1));
     if (s->kind == TV_OBJ && s->fixed && (i->kind == TV_CONST || (i->kind == TV_OBJ && i->fixed))) {

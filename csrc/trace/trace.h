@@ -598,6 +598,16 @@ tvar *cdy_optim_state_item(tracer *tr, tvar *d, tvar *key, int *handled);
 /* Append to `to` copies of the guards of `from` marked carry (a resumed trace keeps
  * what decided its break: the state item still missing); 0 or -1 (no memory). */
 int cdy_guards_carry(cdy_guards *to, const cdy_guards *from);
+/* Tensor method `name` (args[0] self) or torch function fn (torch._foreach_*) that
+ * cdynamo._optim decomposes: *handled 1 and its Python traced inline (NULL when
+ * stopped); *handled 0 for the others. */
+tvar *cdy_optim_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames,
+                       int *handled);
+tvar *cdy_optim_function(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled);
+/* list[cls] (a typing annotation in a cast(), as torch.optim writes): *handled 1 and the
+ * GenericAlias, fixed; *handled 0 for other subscripts. */
+tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled);
 
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */

@@ -1,0 +1,247 @@
+"""Optimizer steps inside a trace (issue 34): what torch.optim's step functions call, as
+Python the tracer inlines (trace/build_optim.c routes the calls here), so that the step's
+arithmetic becomes pointwise graph nodes that fuse, instead of externs or breaks.
+
+- torch._foreach_<op>(tensors, ...) is the per-tensor op over the list (eager's meaning:
+  a list of tensors, a list of scalars, one scalar, or one 0-dim tensor for every item).
+- Tensor.addcdiv_ / addcmul_ (value a number or a 0-dim tensor: under a compiler
+  torch.optim keeps the step count a tensor, _get_value), lerp_ with a number weight,
+  add_ / sub_ with alpha: as ATen's CPU kernels compute them, in pointwise ops.
+Anything else falls back to the op itself (an extern, or a recorded break).  Calls made
+by this file's own code are not routed again (its fallbacks are the ops themselves).
+Nothing here runs on the per-call path: the tracer reads it while tracing."""
+import torch
+
+_T = torch.Tensor
+
+
+def _at(o, i):
+    """Item i of a foreach operand: of a list/tuple, else the operand itself."""
+    if isinstance(o, (list, tuple)):
+        return o[i]
+    return o
+
+
+def _scalar_at(o, i):
+    """Item i of a foreach `scalars` operand, which may also be a 1-D tensor."""
+    if isinstance(o, (list, tuple)):
+        return o[i]
+    if isinstance(o, _T) and o.dim() == 1:
+        return o[i]
+    return o
+
+
+def _same_float(*ts):
+    """All tensors of one floating dtype (the decompositions keep eager's dtype then)."""
+    d = ts[0].dtype
+    if not d.is_floating_point:
+        return False
+    for t in ts:
+        if t.dtype != d:
+            return False
+    return True
+
+
+def _number_or_scalar_tensor(v, dtype):
+    """v is a Python number, or a 0-dim tensor of dtype."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return True
+    return isinstance(v, _T) and v.dim() == 0 and v.dtype == dtype
+
+
+# ---- Tensor methods --------------------------------------------------------------
+
+def addcdiv_(self, tensor1, tensor2, value=1):
+    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+            _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
+        return self.add_(value * tensor1 / tensor2)   # ATen: self + value * t1 / t2
+    return self.addcdiv_(tensor1, tensor2, value=value)
+
+
+def addcmul_(self, tensor1, tensor2, value=1):
+    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+            _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
+        return self.add_(value * tensor1 * tensor2)   # ATen: self + value * t1 * t2
+    return self.addcmul_(tensor1, tensor2, value=value)
+
+
+def addcdiv(self, tensor1, tensor2, value=1):
+    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+            _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
+        return self + value * tensor1 / tensor2
+    return self.addcdiv(tensor1, tensor2, value=value)
+
+
+def addcmul(self, tensor1, tensor2, value=1):
+    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+            _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
+        return self + value * tensor1 * tensor2
+    return self.addcmul(tensor1, tensor2, value=value)
+
+
+def lerp_(self, end, weight):
+    if isinstance(end, _T) and _same_float(self, end) and isinstance(weight, float):
+        if abs(weight) < 0.5:   # ATen's lerp: two formulas, split at |weight| = 0.5
+            return self.add_(weight * (end - self))
+        return self.copy_(end - (end - self) * (1 - weight))
+    return self.lerp_(end, weight)
+
+
+def add_(self, other, alpha=1):
+    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
+            isinstance(alpha, (int, float)):
+        return self.add_(alpha * other)
+    return self.add_(other, alpha=alpha)
+
+
+def sub_(self, other, alpha=1):
+    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
+            isinstance(alpha, (int, float)):
+        return self.sub_(alpha * other)
+    return self.sub_(other, alpha=alpha)
+
+
+def add(self, other, alpha=1):
+    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
+            isinstance(alpha, (int, float)):
+        return self + alpha * other
+    return self.add(other, alpha=alpha)
+
+
+def sub(self, other, alpha=1):
+    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
+            isinstance(alpha, (int, float)):
+        return self - alpha * other
+    return self.sub(other, alpha=alpha)
+
+
+# ---- torch._foreach_* ----------------------------------------------------------------
+
+def _foreach_add(self, other, alpha=1):
+    out = []
+    for i in range(len(self)):
+        out.append(add(self[i], _at(other, i), alpha=alpha))
+    return out
+
+
+def _foreach_add_(self, other, alpha=1):
+    for i in range(len(self)):
+        add_(self[i], _at(other, i), alpha=alpha)
+
+
+def _foreach_sub(self, other, alpha=1):
+    out = []
+    for i in range(len(self)):
+        out.append(sub(self[i], _at(other, i), alpha=alpha))
+    return out
+
+
+def _foreach_sub_(self, other, alpha=1):
+    for i in range(len(self)):
+        sub_(self[i], _at(other, i), alpha=alpha)
+
+
+def _foreach_mul(self, other):
+    out = []
+    for i in range(len(self)):
+        out.append(self[i].mul(_at(other, i)))
+    return out
+
+
+def _foreach_mul_(self, other):
+    for i in range(len(self)):
+        self[i].mul_(_at(other, i))
+
+
+def _foreach_div(self, other):
+    out = []
+    for i in range(len(self)):
+        out.append(self[i].div(_at(other, i)))
+    return out
+
+
+def _foreach_div_(self, other):
+    for i in range(len(self)):
+        self[i].div_(_at(other, i))
+
+
+def _foreach_maximum(self, other):
+    out = []
+    for i in range(len(self)):
+        out.append(torch.maximum(self[i], _at(other, i)))
+    return out
+
+
+def _foreach_maximum_(self, other):
+    for i in range(len(self)):
+        self[i].copy_(torch.maximum(self[i], _at(other, i)))
+
+
+def _foreach_pow(self, exponent):
+    out = []
+    for i in range(len(self)):
+        out.append(self[i].pow(_at(exponent, i)))
+    return out
+
+
+def _foreach_addcdiv_(self, tensor1, tensor2, scalars=1):
+    for i in range(len(self)):
+        addcdiv_(self[i], tensor1[i], tensor2[i], _scalar_at(scalars, i))
+
+
+def _foreach_addcmul_(self, tensor1, tensor2, scalars=1):
+    for i in range(len(self)):
+        addcmul_(self[i], tensor1[i], tensor2[i], _scalar_at(scalars, i))
+
+
+def _foreach_lerp_(self, tensors1, weight):
+    for i in range(len(self)):
+        lerp_(self[i], tensors1[i], _at(weight, i))
+
+
+def _foreach_neg(self):
+    out = []
+    for i in range(len(self)):
+        out.append(self[i].neg())
+    return out
+
+
+def _foreach_neg_(self):
+    for i in range(len(self)):
+        self[i].neg_()
+
+
+def _foreach_sqrt(self):
+    out = []
+    for i in range(len(self)):
+        out.append(self[i].sqrt())
+    return out
+
+
+def _foreach_sqrt_(self):
+    for i in range(len(self)):
+        self[i].sqrt_()
+
+
+def _foreach_reciprocal_(self):
+    for i in range(len(self)):
+        self[i].reciprocal_()
+
+
+def _foreach_copy_(self, src, non_blocking=False):
+    for i in range(len(self)):
+        self[i].copy_(src[i])
+
+
+def _foreach_zero_(self):
+    for i in range(len(self)):
+        self[i].zero_()
+
+
+# Tensor method name -> its decomposition; ALPHA_METHODS only for a call with alpha=
+METHODS = {"addcdiv_": addcdiv_, "addcmul_": addcmul_, "addcdiv": addcdiv,
+           "addcmul": addcmul, "lerp_": lerp_}
+ALPHA_METHODS = {"add_": add_, "sub_": sub_, "add": add, "sub": sub}
+# torch._foreach_* function -> its per-tensor loop (names this torch lacks are left out)
+FUNCTIONS = {getattr(torch, n): f for n, f in list(globals().items())
+             if n.startswith("_foreach_") and hasattr(torch, n)}
