@@ -1054,6 +1054,12 @@ static int force_code(PyObject *fn)
     return 0;
 }
 
+/* See frame.h. */
+int cdy_frame_force_code(PyObject *fn)
+{
+    return PyFunction_Check(fn) ? force_code(fn) : -1;
+}
+
 /* 1 when fn's code is no longer marked forced (reset() cleared it). */
 static int force_lost(PyObject *fn)
 {

@@ -40,6 +40,9 @@ extern _Thread_local cdy_tls cdy_tls_state;
 extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
+/* Mark the code of Python function fn as traced wherever it lives, as a function handed
+ * to optimize is (an optimizer's step, run by torch.optim's no_grad wrapper); 0 or -1. */
+int cdy_frame_force_code(PyObject *fn);
 
 /* _C.start_standby(): start a standby compiler for the first build (frame/eval.c). */
 PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused);

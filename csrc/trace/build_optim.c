@@ -6,6 +6,7 @@
  * then happen once, while tracing, and never again). */
 #include <string.h>
 
+#include "frame/frame.h"
 #include "frame/guards.h"
 #include "trace/trace.h"
 
@@ -222,4 +223,118 @@ tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled)
     tvar *r = cdy_fixed_value(tr, g);
     Py_DECREF(g);
     return r;
+}
+
+static PyObject *use_grad_code;   /* torch.optim's _use_grad_for_differentiable wrapper's code */
+
+/* The code of the wrapper torch.optim's _use_grad_for_differentiable makes; borrowed,
+ * NULL (error cleared) when this torch has none. */
+static PyObject *use_grad_code_get(void)
+{
+    if (use_grad_code)
+        return use_grad_code;
+    PyObject *m = PyImport_ImportModule("torch.optim.optimizer");
+    PyObject *deco = m ? PyObject_GetAttrString(m, "_use_grad_for_differentiable") : NULL;
+    PyObject *w = deco ? PyObject_CallOneArg(deco, deco) : NULL;   /* wraps any function */
+    PyObject *co = w && PyFunction_Check(w) ? PyFunction_GET_CODE(w) : NULL;
+    use_grad_code = Py_XNewRef(co);
+    Py_XDECREF(m);
+    Py_XDECREF(deco);
+    Py_XDECREF(w);
+    PyErr_Clear();
+    return use_grad_code;
+}
+
+/* The function fn (a _use_grad wrapper) closes over as `func`; borrowed or NULL. */
+static PyObject *wrapped_func(PyObject *fn)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    PyObject *cl = PyFunction_GET_CLOSURE(fn);
+    if (!cl || !PyTuple_Check(cl))
+        return NULL;
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    for (int i = 0; i < co->co_nfreevars && i < PyTuple_GET_SIZE(cl); i++) {
+        PyObject *nm = PyTuple_GET_ITEM(co->co_localsplusnames, first_free + i);
+        if (PyUnicode_CompareWithASCIIString(nm, "func") == 0) {
+            PyObject *f = PyCell_GET(PyTuple_GET_ITEM(cl, i));
+            return f && PyFunction_Check(f) ? f : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* See trace.h. */
+tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled)
+{
+    PyObject *ug = PyFunction_Check(fn) ? use_grad_code_get() : NULL;
+    *handled = ug && PyFunction_GET_CODE(fn) == ug;
+    if (!*handled)
+        return NULL;
+    PyObject *func = wrapped_func(fn);
+    if (!func) {
+        cdy_tr_stop(tr, CALL_UNSUPPORTED, "torch.optim's _use_grad wrapper");
+        return NULL;
+    }
+    if (!tr->t->grad_enabled && !tr->t->training) {
+        /* grad mode is off already: the wrapper would set it off (differentiable
+         * optimizers aside) and back, a no-op: trace the step itself */
+        PyObject *self = nargs >= 1 && args[0]->kind == TV_OBJ ? args[0]->obj : NULL;
+        PyObject *defaults = self ? PyObject_GetAttrString(self, "defaults") : NULL;
+        PyObject *diff = defaults && PyDict_Check(defaults)
+                             ? PyDict_GetItemString(defaults, "differentiable") : NULL;
+        int plain = diff == Py_False;
+        Py_XDECREF(defaults);
+        PyErr_Clear();
+        if (plain)
+            return cdy_inline(tr, func, args, nargs, kwnames);
+    }
+    /* the wrapper turns grad mode off: the step runs as its own frame, traced under
+     * no_grad when the wrapper calls it (the wrapper runs eagerly) */
+    if (cdy_frame_force_code(func)) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    cdy_tr_stop(tr, OPTIM_STEP, PyUnicode_AsUTF8(((PyFunctionObject *)func)->func_qualname));
+    return NULL;
+}
+
+/* See trace.h. */
+int cdy_is_dict_view_name(PyObject *name)
+{
+    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    PyErr_Clear();
+    return n && (!strcmp(n, "values") || !strcmp(n, "keys") || !strcmp(n, "items"));
+}
+
+/* See trace.h. */
+tvar *cdy_empty_dict_view(tracer *tr, tvar *callable, int nargs, PyObject *kwnames, int *handled)
+{
+    PyObject *fn = callable->obj, *self;
+    const cdy_src *s = callable->src;
+    *handled = 0;
+    if (nargs || kwnames || !s || s->nattrs < 1 || s->item[s->nattrs - 1] ||
+        !PyCFunction_Check(fn) || !(self = PyCFunction_GET_SELF(fn)) || !PyDict_Check(self) ||
+        PyDict_CheckExact(self) || PyDict_GET_SIZE(self) != 0)
+        return NULL;
+    if (!cdy_is_dict_view_name(s->attrs[s->nattrs - 1]))
+        return NULL;
+    *handled = 1;   /* an empty hooks OrderedDict's view: guarded empty, iterated as () */
+    cdy_src *base = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_src));
+    if (!base) {
+        cdy_tr_stop(tr, OUT_OF_MEMORY);
+        return NULL;
+    }
+    *base = *s;
+    base->nattrs--;
+    char desc[CDY_DESC_LEN] = "";
+    cdy_src_name(base, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_LEN, base, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef((PyObject *)Py_TYPE(self));
+    g->ndim = 0;
+    return cdy_tv_const(tr, PyTuple_New(0));
 }

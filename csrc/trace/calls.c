@@ -1692,6 +1692,12 @@ tvar *cdy_call(tracer *tr, tvar *callable, tvar **args, int nargs, PyObject *kwn
     r = cdy_optim_function(tr, fn, args, nargs, kwnames, &handled);   /* torch._foreach_* */
     if (handled)
         return r;
+    r = cdy_optim_use_grad(tr, fn, args, nargs, kwnames, &handled);   /* opt.step() */
+    if (handled)
+        return r;
+    r = cdy_empty_dict_view(tr, callable, nargs, kwnames, &handled);   /* hooks.values() */
+    if (handled)
+        return r;
     if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return NULL;   /* torch.finfo(): the default dtype's */
     if (foldable_fn(fn) && !all_const && nargs >= 1 && iterating_builtin(fn) &&

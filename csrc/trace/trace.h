@@ -608,6 +608,17 @@ tvar *cdy_optim_function(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObj
 /* list[cls] (a typing annotation in a cast(), as torch.optim writes): *handled 1 and the
  * GenericAlias, fixed; *handled 0 for other subscripts. */
 tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled);
+/* A call of torch.optim's _use_grad wrapper (an optimizer's step turning grad mode
+ * off): *handled 1; with grad mode off already the step itself traced inline, else
+ * the step's code is marked traced as its own frame and the trace stops (OPTIM_STEP:
+ * the wrapper runs eagerly and calls it under no_grad).  *handled 0 for other calls. */
+tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled);
+/* d.values() / keys() / items() of an empty dict subclass read from the frame (the
+ * OrderedDicts of hooks torch.optim's step wrapper walks): *handled 1 and (), the dict
+ * guarded empty (LEN); *handled 0 for other calls. */
+tvar *cdy_empty_dict_view(tracer *tr, tvar *callable, int nargs, PyObject *kwnames, int *handled);
+int cdy_is_dict_view_name(PyObject *name);   /* "values", "keys" or "items" */
 
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */

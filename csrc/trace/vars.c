@@ -1181,7 +1181,11 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         }
         src = cdy_src_step(tr, base->src, name, 0);
     }
-    tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
+    /* hooks.values of a dict subclass: a new bound method per read, never the same
+     * object; unguarded (its one use, cdy_empty_dict_view, guards the dict) */
+    int view = PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == o && PyDict_Check(o) &&
+               cdy_is_dict_view_name(name);
+    tvar *r = src ? cdy_wrap(tr, v, src, !view) : NULL;
     if (!src)
         cdy_tr_stop(tr, ATTR_CHAIN_TOO_LONG);
     Py_DECREF(v);
