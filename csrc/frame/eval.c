@@ -848,6 +848,8 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         !cdy_pc_frame_discardable(frame)) {
         if (x->state == CODE_SKIP && cdy_pc_frame_fresh(frame))
             note_skipped(x);
+        if ((PyObject *)co == cdy_optim_wrapper_code_peek())   /* opt.step() from eager code */
+            cdy_optim_force_step(cdy_pc_frame_func(frame));
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     cdy_stats.frames_seen++;

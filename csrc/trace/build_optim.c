@@ -227,9 +227,15 @@ tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled)
 
 static PyObject *use_grad_code;   /* torch.optim's _use_grad_for_differentiable wrapper's code */
 
-/* The code of the wrapper torch.optim's _use_grad_for_differentiable makes; borrowed,
- * NULL (error cleared) when this torch has none. */
-static PyObject *use_grad_code_get(void)
+/* See frame.h. */
+PyObject *cdy_optim_wrapper_code_peek(void)
+{
+    return use_grad_code;
+}
+
+/* See frame.h: the code of the wrapper torch.optim's _use_grad_for_differentiable
+ * makes; borrowed, NULL (error cleared) when this torch has none. */
+PyObject *cdy_optim_wrapper_code(void)
 {
     if (use_grad_code)
         return use_grad_code;
@@ -267,7 +273,7 @@ static PyObject *wrapped_func(PyObject *fn)
 tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                          int *handled)
 {
-    PyObject *ug = PyFunction_Check(fn) ? use_grad_code_get() : NULL;
+    PyObject *ug = PyFunction_Check(fn) ? cdy_optim_wrapper_code() : NULL;
     *handled = ug && PyFunction_GET_CODE(fn) == ug;
     if (!*handled)
         return NULL;
@@ -337,4 +343,12 @@ tvar *cdy_empty_dict_view(tracer *tr, tvar *callable, int nargs, PyObject *kwnam
     g->expect = Py_NewRef((PyObject *)Py_TYPE(self));
     g->ndim = 0;
     return cdy_tv_const(tr, PyTuple_New(0));
+}
+
+/* See frame.h. */
+void cdy_optim_force_step(PyFunctionObject *wrapper)
+{
+    PyObject *func = wrapped_func((PyObject *)wrapper);
+    if (func && cdy_frame_force_code(func))
+        PyErr_Clear();
 }

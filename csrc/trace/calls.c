@@ -44,6 +44,7 @@ int cdy_calls_init(void)
         PyErr_Clear();
     }
     Py_XDECREF(mm);
+    cdy_optim_wrapper_code();   /* read now, while the hook is off (frame/eval.c reads it) */
     return builtins_mod && str_inplace && str_forward ? 0 : -1;
 }
 
