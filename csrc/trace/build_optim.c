@@ -1,7 +1,8 @@
 /* build_optim.c - torch.optim step functions inside a trace (issue 34).
  *
  * A Python function of torch.optim (sgd(), _single_tensor_adam(), the
- * decorators' wrappers) is traced inline as user code is: called as a torch
+ * decorators' wrappers) or torch.utils._foreach_utils (the device queries of
+ * foreach=None's default) is traced inline as user code is: called as a torch
  * callable it would run at trace time on the real optimizer (its side effects
  * then happen once, while tracing, and never again). */
 #include <string.h>
@@ -21,7 +22,8 @@ int cdy_optim_inlined(PyObject *fn)
         PyErr_Clear();
         return 0;
     }
-    return !strcmp(n, "torch.optim") || !strncmp(n, "torch.optim.", 12);
+    return !strcmp(n, "torch.optim") || !strncmp(n, "torch.optim.", 12) ||
+           !strcmp(n, "torch.utils._foreach_utils");   /* the step's device queries */
 }
 
 /* See trace.h. */
@@ -188,7 +190,7 @@ tvar *cdy_optim_function(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObj
                          int *handled)
 {
     *handled = 0;
-    if (opt_init() || !PyCFunction_Check(fn) || in_optim_file(tr))
+    if (opt_init() || in_optim_file(tr))
         return NULL;
     PyObject *f = PyDict_GetItemWithError(opt_functions, fn);
     if (!f) {
@@ -282,21 +284,10 @@ tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObj
         cdy_tr_stop(tr, CALL_UNSUPPORTED, "torch.optim's _use_grad wrapper");
         return NULL;
     }
-    if (!tr->t->grad_enabled && !tr->t->training) {
-        /* grad mode is off already: the wrapper would set it off (differentiable
-         * optimizers aside) and back, a no-op: trace the step itself */
-        PyObject *self = nargs >= 1 && args[0]->kind == TV_OBJ ? args[0]->obj : NULL;
-        PyObject *defaults = self ? PyObject_GetAttrString(self, "defaults") : NULL;
-        PyObject *diff = defaults && PyDict_Check(defaults)
-                             ? PyDict_GetItemString(defaults, "differentiable") : NULL;
-        int plain = diff == Py_False;
-        Py_XDECREF(defaults);
-        PyErr_Clear();
-        if (plain)
-            return cdy_inline(tr, func, args, nargs, kwnames);
-    }
-    /* the wrapper turns grad mode off: the step runs as its own frame, traced under
-     * no_grad when the wrapper calls it (the wrapper runs eagerly) */
+    /* the wrapper sets grad mode (off) and back, which a trace does not model: the
+     * step runs as its own frame, traced under the mode the wrapper set when it calls
+     * it (the wrapper runs eagerly; under no_grad already as well: its globals, the
+     * hook dicts, are read without a source in an inlined call) */
     if (cdy_frame_force_code(func)) {
         cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;
@@ -351,4 +342,11 @@ void cdy_optim_force_step(PyFunctionObject *wrapper)
     PyObject *func = wrapped_func((PyObject *)wrapper);
     if (func && cdy_frame_force_code(func))
         PyErr_Clear();
+}
+
+/* See trace.h. */
+int cdy_torch_global_seq(tracer *tr, const tvar *c)
+{
+    return !tr->guard_globals && c->kind == TV_OBJ && !c->src && !c->by_type && c->obj &&
+           (PyList_CheckExact(c->obj) || PyTuple_CheckExact(c->obj));
 }

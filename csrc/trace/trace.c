@@ -1025,6 +1025,9 @@ static int op_contains(tracer *tr, int invert)
     if ((k->kind == TV_CONST || (k->kind == TV_OBJ && k->fixed)) &&
         (c->kind == TV_CONST || (c->kind == TV_OBJ && c->fixed)))
         r = PySequence_Contains(c->obj, k->obj);
+    else if ((k->kind == TV_CONST || (k->kind == TV_OBJ && !k->by_type)) &&
+             cdy_torch_global_seq(tr, c))   /* type(p) in _foreach_supported_types */
+        r = PySequence_Contains(c->obj, k->obj);
     else if (cdy_key_of(k) && c->kind == TV_DICT) {
         r = cdy_dict_find(tr, c, cdy_key_of(k));
         if (r == -2)

@@ -4,9 +4,12 @@ arithmetic becomes pointwise graph nodes that fuse, instead of externs or breaks
 
 - torch._foreach_<op>(tensors, ...) is the per-tensor op over the list (eager's meaning:
   a list of tensors, a list of scalars, one scalar, or one 0-dim tensor for every item).
-- Tensor.addcdiv_ / addcmul_ (value a number or a 0-dim tensor: under a compiler
-  torch.optim keeps the step count a tensor, _get_value), lerp_ with a number weight,
-  add_ / sub_ with alpha: as ATen's CPU kernels compute them, in pointwise ops.
+- torch.optim's _get_value(step_t) (eager: step_t.item(), a Python float): a float64
+  0-dim tensor, so the bias corrections are eager's double arithmetic, as graph nodes.
+- Tensor.addcdiv_ (value a number or a 0-dim tensor: under a compiler torch.optim
+  keeps the step count a tensor, _get_value) and addcmul_ with a 0-dim tensor value:
+  as ATen's CPU kernels compute them, in pointwise ops (addcdiv bit for bit).
+  lerp_ / add_ with alpha stay torch's kernels (see METHODS).
 Anything else falls back to the op itself (an extern, or a recorded break).  Calls made
 by this file's own code are not routed again (its fallbacks are the ops themselves).
 Nothing here runs on the per-call path: the tracer reads it while tracing."""
@@ -43,10 +46,25 @@ def _same_float(*ts):
 
 
 def _number_or_scalar_tensor(v, dtype):
-    """v is a Python number, or a 0-dim tensor of dtype."""
+    """v is a Python number, or a 0-dim tensor of dtype or float64 (a number kept as a
+    tensor: _get_value's)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return True
-    return isinstance(v, _T) and v.dim() == 0 and v.dtype == dtype
+    return isinstance(v, _T) and v.dim() == 0 and (v.dtype == dtype or v.dtype == torch.float64)
+
+
+def _scalar(v, dtype):
+    """v as eager's kernels use a Python number: cast to the tensor's dtype first."""
+    return v.to(dtype) if isinstance(v, _T) else v
+
+
+def get_value(x):
+    """torch.optim's _get_value: eager reads the step count as a Python float
+    (x.item()); traced, a float64 0-dim tensor, so the bias corrections are computed in
+    double as eager's are, and the graph does not depend on the count's value."""
+    if isinstance(x, _T):
+        return x.to(torch.float64)
+    return x
 
 
 # ---- Tensor methods --------------------------------------------------------------
@@ -54,65 +72,29 @@ def _number_or_scalar_tensor(v, dtype):
 def addcdiv_(self, tensor1, tensor2, value=1):
     if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
             _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
-        return self.add_(value * tensor1 / tensor2)   # ATen: self + value * t1 / t2
+        return self.add_(_scalar(value, self.dtype) * tensor1 / tensor2)   # ATen: self + value * t1 / t2
     return self.addcdiv_(tensor1, tensor2, value=value)
 
 
 def addcmul_(self, tensor1, tensor2, value=1):
-    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+    if isinstance(value, _T) and isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
             _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
-        return self.add_(value * tensor1 * tensor2)   # ATen: self + value * t1 * t2
+        return self.add_(_scalar(value, self.dtype) * tensor1 * tensor2)   # ATen: self + value * t1 * t2
     return self.addcmul_(tensor1, tensor2, value=value)
 
 
 def addcdiv(self, tensor1, tensor2, value=1):
     if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
             _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
-        return self + value * tensor1 / tensor2
+        return self + _scalar(value, self.dtype) * tensor1 / tensor2
     return self.addcdiv(tensor1, tensor2, value=value)
 
 
 def addcmul(self, tensor1, tensor2, value=1):
-    if isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
+    if isinstance(value, _T) and isinstance(tensor1, _T) and isinstance(tensor2, _T) and \
             _same_float(self, tensor1, tensor2) and _number_or_scalar_tensor(value, self.dtype):
-        return self + value * tensor1 * tensor2
+        return self + _scalar(value, self.dtype) * tensor1 * tensor2
     return self.addcmul(tensor1, tensor2, value=value)
-
-
-def lerp_(self, end, weight):
-    if isinstance(end, _T) and _same_float(self, end) and isinstance(weight, float):
-        if abs(weight) < 0.5:   # ATen's lerp: two formulas, split at |weight| = 0.5
-            return self.add_(weight * (end - self))
-        return self.copy_(end - (end - self) * (1 - weight))
-    return self.lerp_(end, weight)
-
-
-def add_(self, other, alpha=1):
-    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
-            isinstance(alpha, (int, float)):
-        return self.add_(alpha * other)
-    return self.add_(other, alpha=alpha)
-
-
-def sub_(self, other, alpha=1):
-    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
-            isinstance(alpha, (int, float)):
-        return self.sub_(alpha * other)
-    return self.sub_(other, alpha=alpha)
-
-
-def add(self, other, alpha=1):
-    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
-            isinstance(alpha, (int, float)):
-        return self + alpha * other
-    return self.add(other, alpha=alpha)
-
-
-def sub(self, other, alpha=1):
-    if alpha != 1 and isinstance(other, _T) and _same_float(self, other) and \
-            isinstance(alpha, (int, float)):
-        return self - alpha * other
-    return self.sub(other, alpha=alpha)
 
 
 # ---- torch._foreach_* ----------------------------------------------------------------
@@ -120,25 +102,25 @@ def sub(self, other, alpha=1):
 def _foreach_add(self, other, alpha=1):
     out = []
     for i in range(len(self)):
-        out.append(add(self[i], _at(other, i), alpha=alpha))
+        out.append(self[i].add(_at(other, i), alpha=alpha))
     return out
 
 
 def _foreach_add_(self, other, alpha=1):
     for i in range(len(self)):
-        add_(self[i], _at(other, i), alpha=alpha)
+        self[i].add_(_at(other, i), alpha=alpha)
 
 
 def _foreach_sub(self, other, alpha=1):
     out = []
     for i in range(len(self)):
-        out.append(sub(self[i], _at(other, i), alpha=alpha))
+        out.append(self[i].sub(_at(other, i), alpha=alpha))
     return out
 
 
 def _foreach_sub_(self, other, alpha=1):
     for i in range(len(self)):
-        sub_(self[i], _at(other, i), alpha=alpha)
+        self[i].sub_(_at(other, i), alpha=alpha)
 
 
 def _foreach_mul(self, other):
@@ -196,7 +178,7 @@ def _foreach_addcmul_(self, tensor1, tensor2, scalars=1):
 
 def _foreach_lerp_(self, tensors1, weight):
     for i in range(len(self)):
-        lerp_(self[i], tensors1[i], _at(weight, i))
+        self[i].lerp_(tensors1[i], _at(weight, i))
 
 
 def _foreach_neg(self):
@@ -239,9 +221,19 @@ def _foreach_zero_(self):
 
 
 # Tensor method name -> its decomposition; ALPHA_METHODS only for a call with alpha=
+# lerp_ and add/sub with alpha are left to torch's kernels (externs) by default: ATen's
+# vectorized lerp and add-with-alpha use fused multiply-adds, which the generated C
+# (-ffp-contract=off) does not, so their decompositions are 1 ulp off eager's; addcmul
+# likewise, except with a tensor value, which torch's kernel cannot take on the fakes.
 METHODS = {"addcdiv_": addcdiv_, "addcmul_": addcmul_, "addcdiv": addcdiv,
-           "addcmul": addcmul, "lerp_": lerp_}
-ALPHA_METHODS = {"add_": add_, "sub_": sub_, "add": add, "sub": sub}
+           "addcmul": addcmul}
+ALPHA_METHODS = {}
 # torch._foreach_* function -> its per-tensor loop (names this torch lacks are left out)
 FUNCTIONS = {getattr(torch, n): f for n, f in list(globals().items())
              if n.startswith("_foreach_") and hasattr(torch, n)}
+# torch.optim's Python helpers -> ours
+try:
+    from torch.optim.optimizer import _get_value as _torch_get_value
+    FUNCTIONS[_torch_get_value] = get_value
+except ImportError:
+    pass
