@@ -69,5 +69,28 @@ def test_every_gelu_form_is_within_bounds_of_float64(tmp_path, adapted, isa):
     err = np.abs(y[fin].astype(np.float64) - ref[fin])
     assert err.max() < 4.5e-7, (err.max(), x[fin][err.argmax()])
     assert np.isnan(y[~fin]).all()
-    # h is exactly 0 from |x| = 5.8: x Phi(x) is x above, a zero below
+    # h is exactly 0 from |x| = 5.5425944 (eager's zeros): x Phi(x) is x above, a zero below
     assert y[x == np.float32(5.8)][0] == np.float32(5.8) and y[x == np.float32(-5.81)][0] == 0
+
+
+def test_gelu_is_zero_where_eagers_is():
+    """Eager's 0.5 x (1 + erf(x / sqrt 2)) is exactly 0 for x <= -5.5425944 (erf rounds
+    to -1); ours (x Phi(x) from erfc) was -8e-8 down to -1e-8 up to -5.8, which
+    0 ** gelu(x) turned into inf where eager gives 1 (found by the fuzzer). Every float
+    in [-40, -5.3] and [5.3, 40]: where ours is zero, one of eager's loops (vectorized or
+    strided) is, with the same sign, in every dtype."""
+    lo = int(np.array(5.3, np.float32).view(np.int32))
+    hi = int(np.array(40.0, np.float32).view(np.int32))
+    b = torch.arange(lo, hi, dtype=torch.int32).view(torch.float32)
+    x = torch.cat([-b, b])
+    f = cdynamo.optimize(lambda t: F.gelu(t))
+    for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        xx = x.to(dt)
+        y, e = f(xx), F.gelu(xx)
+        es = F.gelu(torch.empty(2 * len(xx), dtype=dt)[::2].copy_(xx))
+        zero_differs = ((y == 0) != (e == 0)) & ((y == 0) != (es == 0))
+        assert not zero_differs.any(), (dt, xx[zero_differs][:5])
+        sign = (y == 0) & (e == 0) & (torch.signbit(y) != torch.signbit(e))
+        assert not sign.any(), (dt, xx[sign][:5])
+        if dt != torch.float64:     # float64 is libm erf: no zeros there
+            assert (y[xx.float() <= -5.5425944] == 0).all(), dt

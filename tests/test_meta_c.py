@@ -485,3 +485,26 @@ def test_pow_of_a_number_is_contiguous(base):
             cdynamo.reset()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ac):
                 assert_same(fn(x, y), cdynamo.optimize(fn)(x, y), transcendental=True)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("clamp_min", lambda a, b: a.clamp_min(0.5)),
+    ("clamp_max", lambda a, b: torch.clamp_max(a, float("inf"))),
+    ("addcdiv_value", lambda a, b: torch.addcdiv(a, b, a, value=0.5)),
+    ("addcmul_value", lambda a, b: torch.addcmul(a, b, a, value=2)),
+    ("lerp_number", lambda a, b: torch.lerp(a, b, 0.25)),
+    ("lerp_method", lambda a, b: a.lerp(b, 0.25)),
+    ("xlogy_number", lambda a, b: torch.xlogy(a, 2.0)),
+    ("copysign_number", lambda a, b: torch.copysign(a, -1.0)),
+    ("add_number", lambda a, b: a + 1),
+])
+def test_number_parameters_are_not_operands_of_the_layout(name, fn):
+    """A (1, 1, 6) input of strides (1, 1, 1) is contiguous: an op whose number is a
+    parameter of eager's iterator (clamp_min's bound, addcdiv's value=, lerp's weight)
+    allocates its result contiguous (6, 6, 1); one whose number is a wrapped operand (a + 1,
+    xlogy, copysign) orders the strides and keeps (1, 1, 1). Found by the fuzzer: the
+    two differed, and a later broadcast op took the other layout."""
+    a = torch.randn(6, 1, 1, generator=_g(), dtype=torch.float64).permute(2, 1, 0)
+    b = torch.randn(1, 1, 6, generator=_g(), dtype=torch.float64)
+    cdynamo.reset()
+    assert_same(fn(a, b), cdynamo.optimize(fn)(a, b))

@@ -25,7 +25,7 @@ enum {
                                          * (x.to(dtype) keeps x's); others are made canonical */
     CDY_OPF_TRANSCENDENTAL = 1 << 10,   /* a library call or polynomial per float element, not
                                          * a few arithmetic ops */
-    CDY_OPF_NUMBER_PARAM1 = 1 << 11,    /* a number arg 1 is a parameter (pow's exponent), not
+    CDY_OPF_NUMBER_PARAM1 = 1 << 11,    /* a number arg 1 is a parameter (pow's exponent, a clamp_min bound), not
                                          * an operand of eager's iterator */
     CDY_OPF_ONE_DIM = 1 << 12,          /* reduction: dim is one int (a tuple raises) */
     CDY_OPF_NO_NONE_DIM = 1 << 13,      /* reduction: an explicit dim=None raises */

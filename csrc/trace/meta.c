@@ -363,7 +363,8 @@ static int mt_operands(int op, PyObject *fn, tvar **args, int n, const cdy_value
                        mt_operand *ops)
 {
     char kind = cdy_op_table[op].kind;
-    /* clamp's bounds (rule T) and pow's number exponent (NUMBER_PARAM1) are not
+    /* clamp's bounds (rule T), pow's number exponent and clamp_min / clamp_max's
+     * number bound (NUMBER_PARAM1) are not
      * operands of eager's iterator (it is unary over x converted to the result
      * dtype) */
     int unary = mt_rule(op) == 'A' || kind == 'U' || mt_rule(op) == 'T' ||
@@ -1638,19 +1639,36 @@ static int mt_layout_as(mt_operand *ops, tvar **targs, int n, int common, int co
     return 0;
 }
 
+/* 1 if fn is torch.lerp / Tensor.lerp, whose number weight is a parameter of
+ * eager's iterator (lerp.Scalar), not an operand. */
+static int mt_fn_lerp(PyObject *fn)
+{
+    PyObject *name = PyObject_GetAttrString(fn, "__name__");
+    int r = name && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "lerp") == 0;
+    Py_XDECREF(name);
+    PyErr_Clear();
+    return r;
+}
+
 /* The operands of extern pointwise call fn(*args) (the tensor args but a
- * keyword out=, numbers as 0-dim) into ops / targs; their count, or -1. */
-static int mt_extern_operands(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
-                              mt_operand *ops, tvar **targs)
+ * keyword out=, positional numbers as 0-dim, as the Scalar overloads of
+ * binary ops wrap them) into ops / targs; their count, or -1.  A number by
+ * keyword (addcdiv's value=, alpha=) and lerp's weight are parameters of
+ * eager's iterator, not operands: counted, a 0-dim operand would send an
+ * all-contiguous call down the stride-ordering path (a (1, 1, 6) input of
+ * strides (1, 1, 1) then gives (1, 1, 1) where eager allocates contiguous). */
+static int mt_extern_operands(tracer *tr, PyObject *fn, tvar **args, int nargs,
+                              PyObject *kwnames, mt_operand *ops, tvar **targs)
 {
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    int n = 0;
+    int n = 0, lerp = mt_fn_lerp(fn);
     for (int i = 0; i < nargs; i++) {
         tvar *a = args[i];
-        if (i >= nargs - nkw && PyUnicode_CompareWithASCIIString(
-                                    PyTuple_GET_ITEM(kwnames, i - (nargs - nkw)), "out") == 0)
+        int kw = i >= nargs - nkw;
+        if (kw && PyUnicode_CompareWithASCIIString(
+                      PyTuple_GET_ITEM(kwnames, i - (nargs - nkw)), "out") == 0)
             return -1;
-        if (a->kind != TV_TENSOR && !mt_number(a))
+        if (a->kind != TV_TENSOR && (!mt_number(a) || kw || lerp))
             continue;
         if (n == CDY_MAX_NODE_ARGS)
             return -1;
@@ -1761,7 +1779,7 @@ PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int
         return cdy_fake_from_meta(tr, &m);
     }
     if (extern_op && mt_fn_cpu_pointwise(fn) &&
-        (n = mt_extern_operands(tr, args, nargs, kwnames, ops, targs)) > 0)
+        (n = mt_extern_operands(tr, fn, args, nargs, kwnames, ops, targs)) > 0)
         common = mt_extern_common(args, nargs, m.dtype);
     if (!extern_op && (n = mt_operands(op, fn, args, nargs, vals, ops)) > 0) {
         for (int i = 0; i < n; i++)

@@ -1,6 +1,7 @@
-# cdynamo fuzz finding (tools/fuzz.py), family special, wrong
-# signature: wrong/values/asin+signbit+sub
-# wrong: values: out: 1/27 differ, at [0, 0, 0]: eager True, cdynamo False (torch.bool)
+# cdynamo fuzz finding (tools/fuzz.py), family pointwise, wrong
+# signature: wrong/values/**+gelu+sinh
+# wrong: values: out: 2/21 differ, at [0, 2, 0]: eager 1.175201177597046, cdynamo inf (torch.float32)
+# cause: our exact GELU gave -8e-8..-1e-8 for x in [-5.8, -5.5426] where eager's is exactly 0, and 0 ** gelu(x) made that inf (compiler/mathlib.c cdy_vgelu_exactf now zeroes h from eager's threshold)
 import math
 import torch
 import torch.nn.functional as F
@@ -56,21 +57,19 @@ def _fill(g, dtype, shape, kind="normal", lo=-12, hi=13):
 
 
 def make_inputs():
-    g = torch.Generator().manual_seed(212292122)
-    a0 = _fill(g, torch.float16, (3, 3, 1), 'special')
-    a1 = _fill(g, torch.float32, (14,), 'special')[3:12].view(3, 1, 3)
-    a2 = _fill(g, torch.bfloat16, (3, 3, 7), 'special')[..., 1::2]
-    return [a1, a2]
+    g = torch.Generator().manual_seed(868990272)
+    a0 = _fill(g, torch.float32, (1, 7, 3))
+    return [a0]
 
 
-def f(a1, a2):
-    t0 = torch.asin(a1)
-    t1 = a2.sub(t0)
-    t4 = torch.signbit(t1)
-    return t4
+def f(a0):
+    t3 = F.gelu(a0)
+    t4 = 0 ** t3
+    t5 = t4.sinh()
+    return t5
 
 
-META = {'family': 'special'}
+META = {'family': 'pointwise'}
 
 
 def test_case():
