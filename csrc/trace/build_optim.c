@@ -30,8 +30,8 @@ int cdy_optim_inlined(PyObject *fn)
 tvar *cdy_tensor_grad(tracer *tr, tvar *t, PyObject *name)
 {
     if (!t->src || tr->t->graph.values[t->value].kind != CDY_VAL_INPUT) {
-        cdy_tr_stop(tr, TENSOR_ATTR, "grad");   /* a tensor the trace made: its grad is None
-                                                  * or autograd's, not modelled */
+        cdy_tr_stop(tr, TENSOR_ATTR, PyUnicode_AsUTF8(name));   /* a tensor the trace made: its
+                                                                * grad is autograd's, not modelled */
         return NULL;
     }
     tracer *top = tr;
@@ -48,7 +48,7 @@ tvar *cdy_tensor_grad(tracer *tr, tvar *t, PyObject *name)
     cdy_src *src = cdy_src_step(tr, t->src, name, 0);
     tvar *v = src ? cdy_wrap(tr, g, src, 1) : NULL;   /* None: a CONST guard; a tensor: an input */
     if (!src && tr->t->status == CDY_TRACE_OK)
-        cdy_tr_stop(tr, TENSOR_ATTR, "grad");
+        cdy_tr_stop(tr, TENSOR_ATTR, PyUnicode_AsUTF8(name));
     Py_DECREF(g);
     return v;
 }
@@ -281,7 +281,8 @@ tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObj
         return NULL;
     PyObject *func = wrapped_func(fn);
     if (!func) {
-        cdy_tr_stop(tr, CALL_UNSUPPORTED, "torch.optim's _use_grad wrapper");
+        cdy_tr_stop(tr, CALL_UNSUPPORTED,
+                    PyUnicode_AsUTF8(((PyFunctionObject *)fn)->func_qualname));
         return NULL;
     }
     /* the wrapper sets grad mode (off) and back, which a trace does not model: the
