@@ -370,3 +370,12 @@ def test_record_function_block_is_traced_without_a_profiler():
         torch.testing.assert_close(cdynamo.optimize(f)(x), x * 2 + 1)
     assert "CONTEXT_STATE" in {b["code"] for b in support.breaks}
     assert any(e.name == "mine" for e in prof.events())
+
+
+def test_step_compiles_after_torch_compile_disabled_init_group():
+    """torch.compile (once called in the process) wraps every optimizer class's
+    _init_group in torch._dynamo.disable: the wrapped function is traced instead."""
+    torch.compile(torch.optim.Adam([nn.Parameter(torch.ones(1))]).step)   # patches classes
+    assert "_torchdynamo_orig_callable" in torch.optim.Adam.__dict__["_init_group"].__dict__
+    _run(lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    assert cdynamo.stats()["frames_compiled"] == 1, support.breaks

@@ -351,3 +351,15 @@ int cdy_torch_global_seq(tracer *tr, const tvar *c)
     return !tr->guard_globals && c->kind == TV_OBJ && !c->src && !c->by_type && c->obj &&
            (PyList_CheckExact(c->obj) || PyTuple_CheckExact(c->obj));
 }
+
+/* See trace.h. */
+PyObject *cdy_optim_undisable(PyObject *fobj)
+{
+    if (!PyFunction_Check(fobj))
+        return fobj;
+    PyObject *d = ((PyFunctionObject *)fobj)->func_dict;
+    PyObject *w = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_torchdynamo_orig_callable")
+                                       : NULL;
+    PyObject *dis = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_torchdynamo_disable") : NULL;
+    return w && dis == Py_True && cdy_optim_inlined(w) ? w : fobj;
+}

@@ -863,6 +863,9 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
 static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyObject *kwnames,
                          const cdy_src *func_src)
 {
+    PyObject *orig = cdy_optim_undisable(fobj);   /* torch.compile disabled _init_group */
+    if (orig != fobj)
+        return inline_call_cells(tr, orig, args, nargs, kwnames, NULL, NULL);
     return inline_call_cells(tr, fobj, args, nargs, kwnames, func_src, NULL);
 }
 

@@ -621,6 +621,10 @@ tvar *cdy_empty_dict_view(tracer *tr, tvar *callable, int nargs, PyObject *kwnam
 /* 1 if c is a list or tuple torch's own code read from its (unguarded) globals, as
  * torch.optim's _foreach_supported_types: fixed by convention like its other globals. */
 int cdy_torch_global_seq(tracer *tr, const tvar *c);
+/* The torch.optim function fobj wraps when fobj is torch._dynamo.disable's wrapper of it
+ * (torch.compile wraps every optimizer's _init_group so): traced instead, its meaning
+ * outside TorchDynamo; else fobj.  Borrowed. */
+PyObject *cdy_optim_undisable(PyObject *fobj);
 int cdy_is_dict_view_name(PyObject *name);   /* "values", "keys" or "items" */
 
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
