@@ -9,7 +9,7 @@ arithmetic becomes pointwise graph nodes that fuse, instead of externs or breaks
 - Tensor.addcdiv_ (value a number or a 0-dim tensor: under a compiler torch.optim
   keeps the step count a tensor, _get_value) and addcmul_ with a 0-dim tensor value:
   as ATen's CPU kernels compute them, in pointwise ops (addcdiv bit for bit).
-  lerp_ / add_ with alpha stay torch's kernels (see METHODS).
+  lerp_ / add_ with an alpha other than 1 stay torch's kernels (see METHODS).
 Anything else falls back to the op itself (an extern, or a recorded break).  Calls made
 by this file's own code are not routed again (its fallbacks are the ops themselves).
 Nothing here runs on the per-call path: the tracer reads it while tracing."""
@@ -97,30 +97,54 @@ def addcmul(self, tensor1, tensor2, value=1):
     return self.addcmul(tensor1, tensor2, value=value)
 
 
+def add_(self, other, alpha=1):
+    if alpha == 1 and not isinstance(alpha, bool):   # a + 1 * b is a + b, bit for bit
+        return self.add_(other)
+    return self.add_(other, alpha=alpha)
+
+
+def sub_(self, other, alpha=1):
+    if alpha == 1 and not isinstance(alpha, bool):
+        return self.sub_(other)
+    return self.sub_(other, alpha=alpha)
+
+
+def add(self, other, alpha=1):
+    if alpha == 1 and not isinstance(alpha, bool):
+        return self.add(other)
+    return self.add(other, alpha=alpha)
+
+
+def sub(self, other, alpha=1):
+    if alpha == 1 and not isinstance(alpha, bool):
+        return self.sub(other)
+    return self.sub(other, alpha=alpha)
+
+
 # ---- torch._foreach_* ----------------------------------------------------------------
 
 def _foreach_add(self, other, alpha=1):
     out = []
     for i in range(len(self)):
-        out.append(self[i].add(_at(other, i), alpha=alpha))
+        out.append(add(self[i], _at(other, i), alpha=alpha))
     return out
 
 
 def _foreach_add_(self, other, alpha=1):
     for i in range(len(self)):
-        self[i].add_(_at(other, i), alpha=alpha)
+        add_(self[i], _at(other, i), alpha=alpha)
 
 
 def _foreach_sub(self, other, alpha=1):
     out = []
     for i in range(len(self)):
-        out.append(self[i].sub(_at(other, i), alpha=alpha))
+        out.append(sub(self[i], _at(other, i), alpha=alpha))
     return out
 
 
 def _foreach_sub_(self, other, alpha=1):
     for i in range(len(self)):
-        self[i].sub_(_at(other, i), alpha=alpha)
+        sub_(self[i], _at(other, i), alpha=alpha)
 
 
 def _foreach_mul(self, other):
@@ -221,13 +245,14 @@ def _foreach_zero_(self):
 
 
 # Tensor method name -> its decomposition; ALPHA_METHODS only for a call with alpha=
-# lerp_ and add/sub with alpha are left to torch's kernels (externs) by default: ATen's
-# vectorized lerp and add-with-alpha use fused multiply-adds, which the generated C
+# lerp_ and add/sub with an alpha other than 1 are left to torch's kernels (externs):
+# ATen's vectorized lerp and add-with-alpha use fused multiply-adds, which the generated C
 # (-ffp-contract=off) does not, so their decompositions are 1 ulp off eager's; addcmul
 # likewise, except with a tensor value, which torch's kernel cannot take on the fakes.
+# alpha=1 (SGD's momentum update with no dampening) is the plain op, fused.
 METHODS = {"addcdiv_": addcdiv_, "addcmul_": addcmul_, "addcdiv": addcdiv,
            "addcmul": addcmul}
-ALPHA_METHODS = {}
+ALPHA_METHODS = {"add_": add_, "sub_": sub_, "add": add, "sub": sub}   # alpha=1 only
 # torch._foreach_* function -> its per-tensor loop (names this torch lacks are left out)
 FUNCTIONS = {getattr(torch, n): f for n, f in list(globals().items())
              if n.startswith("_foreach_") and hasattr(torch, n)}
