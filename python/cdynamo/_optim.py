@@ -97,26 +97,31 @@ def addcmul(self, tensor1, tensor2, value=1):
     return self.addcmul(tensor1, tensor2, value=value)
 
 
+def _is_one(alpha):
+    """alpha is the number 1 (a tensor alpha is left to torch, which reads it as a number)."""
+    return isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha == 1
+
+
 def add_(self, other, alpha=1):
-    if alpha == 1 and not isinstance(alpha, bool):   # a + 1 * b is a + b, bit for bit
+    if _is_one(alpha):   # a + 1 * b is a + b, bit for bit
         return self.add_(other)
     return self.add_(other, alpha=alpha)
 
 
 def sub_(self, other, alpha=1):
-    if alpha == 1 and not isinstance(alpha, bool):
+    if _is_one(alpha):
         return self.sub_(other)
     return self.sub_(other, alpha=alpha)
 
 
 def add(self, other, alpha=1):
-    if alpha == 1 and not isinstance(alpha, bool):
+    if _is_one(alpha):
         return self.add(other)
     return self.add(other, alpha=alpha)
 
 
 def sub(self, other, alpha=1):
-    if alpha == 1 and not isinstance(alpha, bool):
+    if _is_one(alpha):
         return self.sub(other)
     return self.sub(other, alpha=alpha)
 
