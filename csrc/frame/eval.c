@@ -859,6 +859,8 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         !cdy_pc_frame_discardable(frame)) {
         if (x->state == CODE_SKIP && cdy_pc_frame_fresh(frame))
             note_skipped(x);
+        if ((PyObject *)co == cdy_optim_wrapper_code_peek())   /* opt.step() from eager code */
+            cdy_optim_force_step(cdy_pc_frame_func(frame));
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
     }
     cdy_stats.frames_seen++;
@@ -1066,6 +1068,12 @@ static int force_code(PyObject *fn)
         x->state = CODE_TRACE;
     x->forced = 1;
     return 0;
+}
+
+/* See frame.h. */
+int cdy_frame_force_code(PyObject *fn)
+{
+    return PyFunction_Check(fn) ? force_code(fn) : -1;
 }
 
 /* 1 when fn's code is no longer marked forced (reset() cleared it). */

@@ -40,6 +40,16 @@ extern _Thread_local cdy_tls cdy_tls_state;
 extern PyTypeObject cdy_optimized_type;
 int cdy_frame_init(PyObject *module);
 PyObject *cdy_frame_reset(void);
+/* Mark the code of Python function fn as traced wherever it lives, as a function handed
+ * to optimize is (an optimizer's step, run by torch.optim's no_grad wrapper); 0 or -1. */
+int cdy_frame_force_code(PyObject *fn);
+/* The code of torch.optim's _use_grad wrapper (trace/build_optim.c): resolved at the
+ * first trace (borrowed; NULL before, or when this torch has none); peek: never resolves. */
+PyObject *cdy_optim_wrapper_code(void);
+PyObject *cdy_optim_wrapper_code_peek(void);
+/* A frame of that wrapper, running eagerly, is about to call func: func's code is traced
+ * as its own frame (grad mode off) from now on; never fails (trace/build_optim.c). */
+void cdy_optim_force_step(PyFunctionObject *wrapper);
 
 /* _C.start_standby(): start a standby compiler for the first build (frame/eval.c). */
 PyObject *cdy_py_start_standby(PyObject *self, PyObject *unused);

@@ -194,7 +194,11 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n)
     }
     PyErr_Clear();
     for (int i = 0; i < s->nattrs && len < n; i++) {
-        PyObject *r = s->item[i] ? PyObject_Repr(s->attrs[i]) : NULL;
+        PyObject *k = s->attrs[i];   /* a key hashed by identity (a tensor): named by address */
+        int by_id = s->item[i] && !PyUnicode_Check(k) && !PyLong_Check(k) && !PyFloat_Check(k) &&
+                    !PyTuple_Check(k) && !PyBytes_Check(k) && k != Py_None;
+        PyObject *r = by_id ? PyUnicode_FromFormat("<%s object at %p>", Py_TYPE(k)->tp_name, k)
+                    : s->item[i] ? PyObject_Repr(k) : NULL;
         if (s->item[i])
             len += (size_t)snprintf(buf + len, n - len, "[%s]", r ? PyUnicode_AsUTF8(r) : "?");
         else

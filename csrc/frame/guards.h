@@ -73,6 +73,8 @@ typedef struct {
                                instead of equal ones */
     struct cdy_symguard *sym;   /* SYM: the symbolic shapes and sources (owned) */
     int ndim;
+    int carry;              /* made inside a call the top frame breaks at: the resumed
+                             * trace keeps it (it decides whether the call breaks) */
     int64_t sizes[CDY_MAX_NDIM];
     int64_t strides[CDY_MAX_NDIM];
     /* a cache of what a global source (G['torch'].maximum) read last time it

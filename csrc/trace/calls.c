@@ -44,6 +44,7 @@ int cdy_calls_init(void)
         PyErr_Clear();
     }
     Py_XDECREF(mm);
+    cdy_optim_wrapper_code();   /* read now, while the hook is off (frame/eval.c reads it) */
     return builtins_mod && str_inplace && str_forward ? 0 : -1;
 }
 
@@ -872,6 +873,9 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
 static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyObject *kwnames,
                          const cdy_src *func_src)
 {
+    PyObject *orig = cdy_optim_undisable(fobj);   /* torch.compile disabled _init_group */
+    if (orig != fobj)
+        return inline_call_cells(tr, orig, args, nargs, kwnames, NULL, NULL);
     return inline_call_cells(tr, fobj, args, nargs, kwnames, func_src, NULL);
 }
 
@@ -1471,6 +1475,10 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
         cdy_tr_stop(tr, NEEDS_DATA, what);
         return NULL;
     }
+    int routed;
+    tvar *dr = cdy_optim_method(tr, m->obj, args, nargs, kwnames, &routed);   /* addcdiv_ */
+    if (routed)
+        return dr;
     if (!strcmp(name, "to") || !strcmp(name, "cpu")) {
         int handled;
         tvar *r = tensor_to(tr, name, args, nargs, kwnames, &handled);
@@ -1715,6 +1723,15 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
     r = call_builtin(tr, fn, args, nargs, kwnames, &handled);
     if (handled)
         return r;
+    r = cdy_optim_function(tr, fn, args, nargs, kwnames, &handled);   /* torch._foreach_* */
+    if (handled)
+        return r;
+    r = cdy_optim_use_grad(tr, fn, args, nargs, kwnames, &handled);   /* opt.step() */
+    if (handled)
+        return r;
+    r = cdy_empty_dict_view(tr, callable, nargs, kwnames, &handled);   /* hooks.values() */
+    if (handled)
+        return r;
     if (cdy_is_info_type(fn) && nargs == 0 && cdy_guard_state(tr, CDY_STATE_DEFAULT_DTYPE))
         return NULL;   /* torch.finfo(): the default dtype's */
     if (foldable_fn(fn) && !all_const && nargs >= 1 && iterating_builtin(fn) &&
@@ -1738,8 +1755,8 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
                    : NULL;
     }
-    if (cdy_is_torch_callable(fn) || cdy_callable_op(fn) != CDY_OP_NONE ||
-        cdy_callable_builds(fn)) {
+    if ((cdy_is_torch_callable(fn) && !cdy_optim_inlined(fn)) ||
+        cdy_callable_op(fn) != CDY_OP_NONE || cdy_callable_builds(fn)) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;

@@ -18,6 +18,9 @@
  *       see the trace's.  Under an autocast that is on when the frame
  *       starts such a block stops the trace (the graph's externs would get
  *       the outer autocast's casts at run time).
+ *   with torch.autograd.profiler.record_function(name): traced as its body while no
+ *       profiler runs (torch.optim's step wrapper opens one); under a profiler it
+ *       stops the trace.
  *   with <a Python context manager> (a class with Python __enter__ and
  *       __exit__, contextlib.nullcontext, ...): __enter__ and __exit__ are
  *       traced as calls.
@@ -28,6 +31,7 @@
 #include <string.h>
 
 static PyObject *noop_exit_fn, *ac_exit_fn, *no_grad_t, *enable_grad_t, *set_grad_t, *inference_t, *autocast_t;
+static PyObject *record_fn_t, *profiler_on_fn;   /* record_function, torch.autograd._profiler_enabled */
 
 /* _cdy_noop_exit(*args): the __exit__ of a context that changes nothing; None. */
 static PyObject *noop_exit_impl(PyObject *self, PyObject *const *args, Py_ssize_t n)
@@ -50,6 +54,17 @@ static int contexts_init(void)
     autocast_t = PyObject_GetAttrString(cdy_torch, "autocast");
     static PyMethodDef ac_def = {"_cdy_autocast_exit", (PyCFunction)(void (*)(void))noop_exit_impl,
                                  METH_FASTCALL, "the __exit__ of an autocast block entered in a trace"};
+    PyObject *prof = PyImport_ImportModule("torch.autograd.profiler");
+    record_fn_t = prof ? PyObject_GetAttrString(prof, "record_function") : NULL;
+    PyObject *ag = prof ? PyImport_ImportModule("torch.autograd") : NULL;
+    profiler_on_fn = ag ? PyObject_GetAttrString(ag, "_profiler_enabled") : NULL;
+    Py_XDECREF(ag);
+    Py_XDECREF(prof);
+    if (!record_fn_t || !profiler_on_fn) {   /* none in this torch: nothing to trace through */
+        Py_CLEAR(record_fn_t);
+        Py_CLEAR(profiler_on_fn);
+        PyErr_Clear();
+    }
     ac_exit_fn = PyCFunction_New(&ac_def, NULL);
     noop_exit_fn = PyCFunction_New(&def, NULL);
     return noop_exit_fn && ac_exit_fn && no_grad_t && enable_grad_t && set_grad_t && inference_t && autocast_t
@@ -105,7 +120,7 @@ tvar *cdy_ctx_construct(tracer *tr, PyObject *cls, tvar **args, int nargs, PyObj
         return NULL;
     }
     if (cls != no_grad_t && cls != enable_grad_t && cls != set_grad_t && cls != inference_t &&
-        cls != autocast_t)
+        cls != autocast_t && (!record_fn_t || cls != record_fn_t))
         return NULL;
     *handled = 1;
     PyObject **pa = cdy_arena_alloc(&tr->t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
@@ -229,6 +244,15 @@ static int noop_torch_context(tracer *tr, PyObject *cm)
     }
     if (PyObject_TypeCheck(cm, (PyTypeObject *)autocast_t))
         return autocast_block(tr, cm);
+    if (record_fn_t && PyObject_TypeCheck(cm, (PyTypeObject *)record_fn_t)) {
+        /* a profiler range (torch.optim's step wrapper): nothing while no profiler runs
+         * (one started later sees no range for the compiled code) */
+        PyObject *on = PyObject_CallNoArgs(profiler_on_fn);
+        int prof = on ? PyObject_IsTrue(on) : -1;
+        Py_XDECREF(on);
+        PyErr_Clear();
+        return prof ? cdy_tr_stop(tr, CONTEXT_STATE, Py_TYPE(cm)->tp_name) : 1;
+    }
     return 0;
 }
 

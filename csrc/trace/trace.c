@@ -775,6 +775,13 @@ static int op_subscr(tracer *tr)
         tvar *args[2] = {s, i};
         return push(tr, cdy_call(tr, m, args, 2, NULL));
     }
+    int by_tensor;
+    tvar *st = cdy_optim_state_item(tr, s, i, &by_tensor);   /* optimizer.state[p] */
+    if (by_tensor)
+        return push(tr, st);
+    tvar *ga = cdy_generic_alias(tr, s, i, &by_tensor);   /* cast(list[Tensor], x) */
+    if (by_tensor)
+        return push(tr, ga);
     if (s->kind == TV_INST)
         return push(tr, cdy_obj_special(tr, s, "__getitem__", &i, 1));
     if (s->kind == TV_OBJ && s->fixed && (i->kind == TV_CONST || (i->kind == TV_OBJ && i->fixed))) {
@@ -1020,6 +1027,9 @@ static int op_contains(tracer *tr, int invert)
     }
     if ((k->kind == TV_CONST || (k->kind == TV_OBJ && k->fixed)) &&
         (c->kind == TV_CONST || (c->kind == TV_OBJ && c->fixed)))
+        r = PySequence_Contains(c->obj, k->obj);
+    else if ((k->kind == TV_CONST || (k->kind == TV_OBJ && !k->by_type)) &&
+             cdy_torch_global_seq(tr, c))   /* type(p) in _foreach_supported_types */
         r = PySequence_Contains(c->obj, k->obj);
     else if (cdy_key_of(k) && c->kind == TV_DICT) {
         r = cdy_dict_find(tr, c, cdy_key_of(k));
@@ -1899,6 +1909,8 @@ void cdy_trace_run(cdy_trace *t, PyCodeObject *code, PyObject *const *locals, Py
     t->break_at_pc = first.stop_top_pc;
     t->break_at_count = first.stop_top_count;
     trace_once(t, code, locals, globals, builtins, closure);
+    if (t->status == CDY_TRACE_OK && t->brk && cdy_guards_carry(&t->guards, &first.guards))
+        PyErr_Clear();   /* no memory: the break's call stays eager for these guards */
     if (t->status == CDY_TRACE_OK && t->brk) {
         t->status = CDY_TRACE_OK;
         snprintf(t->reason, sizeof(t->reason), "%s", first.reason);

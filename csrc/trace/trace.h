@@ -640,6 +640,49 @@ tvar *cdy_seq_field(tracer *tr, tvar *v, PyObject *name);
 tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                         int *handled);
 
+/* 1 if fn is a Python function of torch.optim (or torch.utils._foreach_utils): traced
+ * inline, never called as a torch callable (build_optim.c). */
+int cdy_optim_inlined(PyObject *fn);
+/* t.grad (name: "grad") of a tensor read from the frame: its real .grad read through a
+ * guarded source (None: a constant; a tensor: a graph input); NULL when stopped
+ * (TENSOR_ATTR for a tensor the trace made). */
+tvar *cdy_tensor_grad(tracer *tr, tvar *t, PyObject *name);
+/* d[key] for a dict read from the frame (an optimizer's state) keyed by a tensor read
+ * from the frame: the key guarded by identity, the item read through a guarded source;
+ * *handled 0 for other subscripts.  NULL when stopped (OPTIM_STATE_MISSING: no item). */
+tvar *cdy_optim_state_item(tracer *tr, tvar *d, tvar *key, int *handled);
+/* Append to `to` copies of the guards of `from` marked carry (a resumed trace keeps
+ * what decided its break: the state item still missing); 0 or -1 (no memory). */
+int cdy_guards_carry(cdy_guards *to, const cdy_guards *from);
+/* Tensor method `name` (args[0] self) or function fn (torch._foreach_*, torch.optim's
+ * _get_value) that cdynamo._optim decomposes: *handled 1 and its Python traced inline (NULL when
+ * stopped); *handled 0 for the others. */
+tvar *cdy_optim_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObject *kwnames,
+                       int *handled);
+tvar *cdy_optim_function(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled);
+/* list[cls] (a typing annotation in a cast(), as torch.optim writes): *handled 1 and the
+ * GenericAlias, fixed; *handled 0 for other subscripts. */
+tvar *cdy_generic_alias(tracer *tr, tvar *cls, tvar *arg, int *handled);
+/* A call of torch.optim's _use_grad wrapper (an optimizer's step turning grad mode
+ * off): *handled 1, the step's code is marked traced as its own frame and the trace
+ * stops (OPTIM_STEP: the wrapper runs eagerly and calls it under no_grad).  *handled 0
+ * for other calls. */
+tvar *cdy_optim_use_grad(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
+                         int *handled);
+/* d.values() / keys() / items() of an empty dict subclass read from the frame (the
+ * OrderedDicts of hooks torch.optim's step wrapper walks): *handled 1 and (), the dict
+ * guarded empty (LEN); *handled 0 for other calls. */
+tvar *cdy_empty_dict_view(tracer *tr, tvar *callable, int nargs, PyObject *kwnames, int *handled);
+/* 1 if c is a list or tuple torch's own code read from its (unguarded) globals, as
+ * torch.optim's _foreach_supported_types: fixed by convention like its other globals. */
+int cdy_torch_global_seq(tracer *tr, const tvar *c);
+/* The torch.optim function fobj wraps when fobj is torch._dynamo.disable's wrapper of it
+ * (torch.compile wraps every optimizer's _init_group so): traced instead, its meaning
+ * outside TorchDynamo; else fobj.  Borrowed. */
+PyObject *cdy_optim_undisable(PyObject *fobj);
+int cdy_is_dict_view_name(PyObject *name);   /* "values", "keys" or "items" */
+
 /* ---- rewrite.c: shared by the rewrites of a finished trace ---- */
 void cdy_trace_users(const cdy_trace *t, int *users);          /* readers per value */
 void cdy_trace_pynode_of(const cdy_trace *t, int *pynode_of);  /* defining call per value, or -1 */

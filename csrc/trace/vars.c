@@ -975,6 +975,8 @@ static tvar *tensor_attr(tracer *tr, tvar *t, PyObject *name)
                 return cdy_sx_tag_shape(tr, cdy_tv_const(tr, v), t);
             return cdy_tv_const(tr, v);
         }
+    if (!strcmp(n, "grad"))
+        return cdy_tensor_grad(tr, t, name);
     tvar *bm = tensor_bound_method(tr, t, name);   /* x.reshape read by LOAD_ATTR */
     if (bm || PyErr_Occurred())
         return bm;
@@ -1179,7 +1181,11 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
         }
         src = cdy_src_step(tr, base->src, name, 0);
     }
-    tvar *r = src ? cdy_wrap(tr, v, src, 1) : NULL;
+    /* hooks.values of a dict subclass: a new bound method per read, never the same
+     * object; unguarded (its one use, cdy_empty_dict_view, guards the dict) */
+    int view = PyCFunction_Check(v) && PyCFunction_GET_SELF(v) == o && PyDict_Check(o) &&
+               cdy_is_dict_view_name(name);
+    tvar *r = src ? cdy_wrap(tr, v, src, !view) : NULL;
     if (!src)
         cdy_tr_stop(tr, ATTR_CHAIN_TOO_LONG);
     Py_DECREF(v);
