@@ -94,3 +94,18 @@ def test_gelu_is_zero_where_eagers_is():
         assert not sign.any(), (dt, xx[sign][:5])
         if dt != torch.float64:     # float64 is libm erf: no zeros there
             assert (y[xx.float() <= -5.5425944] == 0).all(), dt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gelu_at_inf_follows_the_kernel_eager_picks(dtype):
+    """Eager's float32 / bfloat16 gelu of a contiguous input of more than one element is
+    oneDNN's (NaN at +inf on this machine kind); one element or a strided input takes
+    ATen's own kernel (inf), and float16 always gives inf (found by the fuzzer: a
+    one-element gelu(inf) gave NaN where eager gives inf). Ours follows per node."""
+    inf = float("inf")
+    for n in (1, 2, 17):
+        for x in (torch.full((n,), inf, dtype=dtype), torch.full((2 * n,), inf, dtype=dtype)[::2]):
+            cdynamo.reset()
+            e = F.gelu(x)
+            c = cdynamo.optimize(lambda t: F.gelu(t) * 1)(x)
+            torch.testing.assert_close(c, e * 1, equal_nan=True, rtol=0, atol=0)

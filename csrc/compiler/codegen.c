@@ -812,9 +812,24 @@ static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
     return t->integer;
 }
 
+/* 1 if node val's GELU is eager's at +inf = inf (the template's $h): float16
+ * (when probed so), and a float32 / bfloat16 input of one element or not
+ * contiguous, which eager's gelu gives ATen's own kernel (x/2 (1 + erf)); a
+ * contiguous one of more elements goes to oneDNN, whose AVX-512 form gives NaN
+ * (use_mkldnn in Activation.cpp). */
+static int cg_gelu_inf(cg_ctx *c, const cdy_value *val, int ldt)
+{
+    if (ldt == CDY_DT_FLOAT16)
+        return cdy_gelu_f16_inf();
+    const cdy_meta *x = &c->g->values[val->args[0]].meta;
+    return (ldt == CDY_DT_FLOAT32 || ldt == CDY_DT_BFLOAT16) &&
+           (cdy_meta_numel(x) <= 1 || !cdy_meta_contiguous(x));
+}
+
 /* Expand template t with args a[] of a node stored in dtype ldt, computed in
- * compute_dtype, into b. */
-static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, int compute_dtype)
+ * compute_dtype, into b; inf: $h names the GELU that keeps +inf. */
+static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, int compute_dtype,
+                      int inf)
 {
     int f32 = compute_dtype == CDY_DT_FLOAT32;
     for (const char *p = t; *p; p++) {
@@ -831,7 +846,7 @@ static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, 
         else if (*p == 'v')
             cdy_buf_puts(b, f32 ? "cdy_v" : "");
         else if (*p == 'h')
-            cdy_buf_puts(b, ldt == CDY_DT_FLOAT16 && cdy_gelu_f16_inf() ? "_h" : "");
+            cdy_buf_puts(b, inf ? "_h" : "");
         else if (*p == 'T')
             cdy_buf_puts(b, cdy_dtype_table[compute_dtype].cctype);
     }
@@ -893,7 +908,7 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
             return cg_fail(c, "out of memory");
     }
     cdy_buf expr = {0};
-    cg_expand(&expr, tmpl, args, ldt, cdt);
+    cg_expand(&expr, tmpl, args, ldt, cdt, val->op == CDY_OP_GELU && cg_gelu_inf(c, val, ldt));
     char *ex = cdy_buf_take(&expr);
     if (!ex)
         return cg_fail(c, "out of memory");

@@ -391,9 +391,10 @@ static const struct {
         "#endif\n"
         "}\n"},
     {"cdy_vgelu_exactf_h",
-        "/* exact GELU of a float16 (computed in float32): eager's float16 kernel\n"
-        " * gives inf at +inf on every path, where its float32 vector kernel (and\n"
-        " * bfloat16's) gives NaN (torch 2.13). */\n"
+        "/* exact GELU, inf at +inf: eager's float16 kernel on every path, and ATen's\n"
+        " * own kernel, which eager's float32 / bfloat16 gelu takes for an input of\n"
+        " * one element or not contiguous (a contiguous one goes to oneDNN: NaN at\n"
+        " * +inf; codegen.c's cg_gelu_inf picks the form per node). */\n"
         "static inline float cdy_vgelu_exactf_h(float x)\n"
         "{\n"
         "    float r = cdy_vgelu_exactf(x);\n"
