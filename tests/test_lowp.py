@@ -708,3 +708,20 @@ def test_float16_gelu_at_inf_follows_installed_torch(n):
     actual = cdynamo.optimize(lambda t: F.gelu(t * 1))(x)
     assert torch.equal(actual.isnan(), expected.isnan()), (actual, expected)
     assert_same(expected, actual, transcendental=True)
+
+
+@pytest.mark.parametrize("e", [0.5, -0.5, 2.0, 3.0, -1.0, -2.0, 1.5, 0.0, -3.0])
+def test_float16_pow_with_a_number_is_eagers_std_pow(e):
+    """Eager's pow(Half tensor, number) is std::pow for every exponent (no sqrt /
+    reciprocal shortcut as for float32 / bfloat16): (-inf) ** 0.5 is inf and (-0.) ** 0.5
+    is +0; GCC's vectorizer made our powf(x, 0.5f) a vsqrtps (NaN, -0). Found by the
+    fuzzer (clamp_max(-inf) ** 0.5)."""
+    inf, nan = float("inf"), float("nan")
+    vals = torch.tensor([-inf, inf, -0.0, 0.0, -1.0, 1.0, 2.5, -2.5, 65504., 6e-8, 1e-4, 0.3,
+                         nan, -3.0, 7.0] * 3, dtype=torch.float16)
+    for x in (vals, vals[:1], vals[::2]):
+        cdynamo.reset()
+        a, b = x ** e, cdynamo.optimize(lambda t: t ** e)(x)
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True)
+        zero = (a == 0) & (b == 0)
+        assert torch.equal(a[zero].signbit(), b[zero].signbit())

@@ -797,13 +797,20 @@ static int cg_lowp_arg_dtype(cg_ctx *c, const cdy_value *val, int a, int ldt)
     return CDY_DT_FLOAT32;
 }
 
-/* Pick the template of node val for compute dtype cdt; NULL if none. */
+/* Pick the template of node val for compute dtype cdt; NULL if none.  A
+ * number arg 1 takes the op's number template (pow's x * x, sqrt, 1 / x ...),
+ * but a float16 result: eager's pow(Half, Scalar) is std::pow for every
+ * exponent (PowKernel.cpp), so pow(-inf, 0.5) is inf there, not sqrt's NaN
+ * (pow is the one op with a number template). */
 static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
 {
     const cg_template *t = &cg_templates[val->op];
     const cdy_dtype_info *di = &cdy_dtype_table[cdt];
-    if (di->is_float && t->number && val->nargs > 1 &&
-        c->g->values[val->args[1]].kind == CDY_VAL_SCALAR)
+    int number = di->is_float && t->number && val->nargs > 1 &&
+                 c->g->values[val->args[1]].kind == CDY_VAL_SCALAR;
+    if (number && val->meta.dtype == CDY_DT_FLOAT16)
+        return "cdy_powf_h($0, $1)";
+    if (number)
         return t->number;
     if (di->is_float)
         return t->flt;

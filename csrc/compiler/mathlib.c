@@ -390,6 +390,14 @@ static const struct {
         "    return CDY_FMAF(cdy_bitsf(nab), h, cdy_bitsf(xi > 0 ? xi : 0));\n"
         "#endif\n"
         "}\n"},
+    {"cdy_powf_h",
+        "/* float16 pow with a number exponent as eager's (std::pow for every exponent):\n"
+        " * GCC's vectorizer makes powf(x, 0.5f) a vsqrtps, which gives NaN at -inf and\n"
+        " * -0 at -0 where pow gives inf and +0; those two are the pow's here. */\n"
+        "static inline float cdy_powf_h(float x, float e)\n"
+        "{\n"
+        "    return e == 0.5f && (x == 0.0f || x == -INFINITY) ? x * x : powf(x, e);\n"
+        "}\n"},
     {"cdy_vgelu_exactf_h",
         "/* exact GELU, inf at +inf: eager's float16 kernel on every path, and ATen's\n"
         " * own kernel, which eager's float32 / bfloat16 gelu takes for an input of\n"
