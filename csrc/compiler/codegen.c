@@ -833,10 +833,9 @@ static int cg_gelu_inf(cg_ctx *c, const cdy_value *val, int ldt)
            (cdy_meta_numel(x) <= 1 || !cdy_meta_contiguous(x));
 }
 
-/* Expand template t with args a[] of a node stored in dtype ldt, computed in
- * compute_dtype, into b; inf: $h names the GELU that keeps +inf. */
-static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int ldt, int compute_dtype,
-                      int inf)
+/* Expand template t with args a[] of a node computed in compute_dtype into b;
+ * inf: $h names the GELU that keeps +inf. */
+static void cg_expand(cdy_buf *b, const char *t, const char *const *a, int compute_dtype, int inf)
 {
     int f32 = compute_dtype == CDY_DT_FLOAT32;
     for (const char *p = t; *p; p++) {
@@ -915,7 +914,7 @@ int cg_emit_node(cg_ctx *c, int v, int ind)
             return cg_fail(c, "out of memory");
     }
     cdy_buf expr = {0};
-    cg_expand(&expr, tmpl, args, ldt, cdt, val->op == CDY_OP_GELU && cg_gelu_inf(c, val, ldt));
+    cg_expand(&expr, tmpl, args, cdt, val->op == CDY_OP_GELU && cg_gelu_inf(c, val, ldt));
     char *ex = cdy_buf_take(&expr);
     if (!ex)
         return cg_fail(c, "out of memory");
