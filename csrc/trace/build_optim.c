@@ -57,13 +57,9 @@ tvar *cdy_tensor_grad(tracer *tr, tvar *t, PyObject *name)
  * first call after the lazy initialization traces again; 0, or -1 when stopped. */
 static int state_absent_guard(tracer *tr, tvar *d, PyObject *key)
 {
-    char desc[CDY_DESC_LEN] = "";
-    cdy_src_name(d->src, tr->t->top_code, desc, sizeof(desc));
-    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_CONTAINS, d->src, desc);
+    cdy_guard *g = cdy_tr_guard_expect(tr, CDY_GUARD_CONTAINS, d, key);
     if (!g)
-        return cdy_tr_stop_exc(tr, PY_ERROR);
-    g->expect = Py_NewRef(key);
-    g->requires_grad = 0;
+        return -1;
     g->carry = 1;
     return 0;
 }

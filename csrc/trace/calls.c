@@ -1026,17 +1026,25 @@ static tvar *type_of(tracer *tr, tvar *v)
     return r;
 }
 
-/* A HASATTR guard: obj (guarded by type) has no attribute name; 0, or -1 when stopped. */
-static int cdy_guard_absent(tracer *tr, tvar *obj, PyObject *name)
+/* See trace.h. */
+cdy_guard *cdy_tr_guard_expect(tracer *tr, int kind, tvar *obj, PyObject *expect)
 {
     char desc[CDY_DESC_LEN] = "";
     cdy_src_name(obj->src, tr->t->top_code, desc, sizeof(desc));
-    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_HASATTR, obj->src, desc);
-    if (!g)
-        return cdy_tr_stop_exc(tr, PY_ERROR);
-    g->expect = Py_NewRef(name);
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, kind, obj->src, desc);
+    if (!g) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    g->expect = Py_NewRef(expect);
     g->requires_grad = 0;
-    return 0;
+    return g;
+}
+
+/* A HASATTR guard: obj (guarded by type) has no attribute name; 0, or -1 when stopped. */
+static int cdy_guard_absent(tracer *tr, tvar *obj, PyObject *name)
+{
+    return cdy_tr_guard_expect(tr, CDY_GUARD_HASATTR, obj, name) ? 0 : -1;
 }
 
 /* See trace.h. */

@@ -309,6 +309,9 @@ int cdy_autocast_args(tracer *tr, const char *what, tvar **args, int nargs, int 
 int cdy_is_plain_instance(PyObject *o);
 /* type(self).name(self), traced (a Python function of self's class); NULL when stopped. */
 tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name);
+/* A guard of kind on obj's source expecting `expect` (a new reference kept),
+ * needing no grad; NULL with the trace stopped (PY_ERROR) on failure. */
+cdy_guard *cdy_tr_guard_expect(tracer *tr, int kind, tvar *obj, PyObject *expect);
 /* fn(*args) of Python function fn traced inline; NULL when stopped. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
 /* first followed by args (arena); NULL when stopped. */
