@@ -274,15 +274,9 @@ def test_oracle_leaves_the_sign_of_a_nan_out_of_sign_reads(monkeypatch):
     assert st == "wrong" and detail.startswith("values"), detail
 
 
-def test_oracle_allows_ill_conditioned_elements_only(monkeypatch):
-    """An element that eager itself moves as far when each op rounds its result one ulp
-    the other way (group_norm over groups of one element: the output is rounding noise
-    times 1 / sqrt(eps)) may differ that much; a well-conditioned program computed on
-    inputs one ulp off passes anyway, one off by 1e-3 is wrong, and a program with a step
-    op (round) gets no allowance."""
-    real = cdynamo.optimize
-
-    def nudged(f):
+def _nudged(real):
+    """optimize whose compiled function runs on inputs moved one ulp up or down at random."""
+    def wrap(f):
         opt = real(f)
 
         def run(*a):
@@ -291,21 +285,39 @@ def test_oracle_allows_ill_conditioned_elements_only(monkeypatch):
                                                         math.inf, -math.inf))
                          for x in a])
         return run
+    return wrap
+
+
+def _prog(body, inputs="torch.randn(5, 5, generator=g, dtype=torch.float64).float()"):
+    """A fuzz program of one input a0 whose f runs body (lines joined by newlines)."""
+    body = body.replace("\n", "\n    ")
+    return fuzz_gen.PRELUDE + (
+        "\n\ndef make_inputs():\n    g = torch.Generator().manual_seed(3)\n"
+        f"    return [{inputs}]\n\n\ndef f(a0):\n    {body}\n")
+
+
+# group_norm over groups of one element: rounding noise times 1 / sqrt(eps)
+_ILL = ("F.group_norm(a0.softmax(0) * 3, 5, torch.full((5,), 50.0), "
+        "torch.full((5,), 0.75))")
+
+
+def test_oracle_allows_ill_conditioned_elements_only(monkeypatch):
+    """An element that eager itself moves as far when each op rounds its result one ulp
+    the other way (group_norm over groups of one element: the output is rounding noise
+    times 1 / sqrt(eps)) may differ that much; a well-conditioned program computed on
+    inputs one ulp off passes anyway, one off by 1e-3 is wrong, and a program with a step
+    op (round) gets no allowance."""
+    real = cdynamo.optimize
 
     def off(f):
         opt = real(f)
         return lambda *a: opt(*a) * 1.001
 
-    def prog(body, inputs="torch.randn(5, 5, generator=g, dtype=torch.float64).float()"):
-        return fuzz_gen.PRELUDE + (
-            "\n\ndef make_inputs():\n    g = torch.Generator().manual_seed(3)\n"
-            f"    return [{inputs}]\n\n\ndef f(a0):\n    {body}\n")
-    ill = prog("return F.group_norm(a0.softmax(0) * 3, 5, torch.full((5,), 50.0), "
-               "torch.full((5,), 0.75))")
+    ill = _prog("return " + _ILL)
     ns = {}
     exec(ill, ns)
     e = ns["f"](*ns["make_inputs"]())
-    monkeypatch.setattr(cdynamo, "optimize", nudged)
+    monkeypatch.setattr(cdynamo, "optimize", _nudged(real))
     c = cdynamo.optimize(ns["f"])(*ns["make_inputs"]())
     assert not torch.allclose(e, c, rtol=1.3e-6, atol=1e-5)   # the nudge shows
     # under autocast there is no float64 reference to excuse it
@@ -314,11 +326,44 @@ def test_oracle_allows_ill_conditioned_elements_only(monkeypatch):
     monkeypatch.setattr(fuzz, "_PERTURB_RUNS", 0)
     assert fuzz.check_program(ill, auto)[0] == "wrong"
     monkeypatch.setattr(fuzz, "_PERTURB_RUNS", 4)
-    assert fuzz.check_program(prog("return a0.exp() * 2"), {"family": "pointwise"})[0] == "ok"
+    assert fuzz.check_program(_prog("return a0.exp() * 2"), {"family": "pointwise"})[0] == "ok"
     monkeypatch.setattr(cdynamo, "optimize", off)
-    st, detail = fuzz.check_program(prog("return a0.exp() * 2"), {"family": "pointwise"})
+    st, detail = fuzz.check_program(_prog("return a0.exp() * 2"), {"family": "pointwise"})
     assert st == "wrong" and detail.startswith("values"), detail
-    monkeypatch.setattr(cdynamo, "optimize", nudged)
-    half = prog("return torch.round(a0)", "torch.tensor([0.5, 2.5, -1.5, 3.5])")
+    monkeypatch.setattr(cdynamo, "optimize", _nudged(real))
+    half = _prog("return torch.round(a0)", "torch.tensor([0.5, 2.5, -1.5, 3.5])")
     st, detail = fuzz.check_program(half, {"family": "pointwise"})
     assert st == "wrong" and detail.startswith("values"), detail
+
+
+def test_oracle_allowance_starts_after_the_last_step_op(monkeypatch):
+    """In a program with step ops only the ops from the last one on are perturbed: an
+    ill-conditioned op after a clamp, a floor division or a comparison keeps its
+    allowance (the device's float64 sinc of ~1e18 after a floor division,
+    tools/fuzz_findings/pointwise_wrong_971046200d.py); the same op followed by a step
+    op gets none, and the steps are found in the calls, not the source's text."""
+    auto = {"family": "state", "states": [{"autocast": "bfloat16"}]}
+    monkeypatch.setattr(cdynamo, "optimize", _nudged(cdynamo.optimize))
+    for before in ("a0 = a0.clamp(-100.0, 100.0)",
+                   "a0 = a0 + torch.div(a0, 1e6, rounding_mode='floor') * 0",
+                   "a0 = torch.where(a0 > 100, a0 * 2, a0)",
+                   "a0 = a0 + (a0 // 1e6) * 0"):
+        st, detail = fuzz.check_program(_prog(before + "\nreturn " + _ILL), auto)
+        assert st == "ok", (before, detail)
+    for after in ("return ({}).clamp(-1e9, 1e9)", "return torch.where(({}) > 1e9, 0.0, {})",
+                  "t = {}\nreturn t + (t // 1e9) * 0"):
+        st, detail = fuzz.check_program(_prog(after.format(_ILL, _ILL)), auto)
+        assert st == "wrong" and detail.startswith("values"), (after, detail)
+    steps = fuzz._StepCalls()
+    with steps:
+        x = torch.ones(3)
+        y = (x.exp() > 0).float() * x.sin()
+        x.round().cos()
+    assert (steps.n, steps.last) == (8, 6)     # ones exp gt float sin mul round cos
+    calls = [(torch.Tensor.__rfloordiv__, ()), (torch.Tensor.__imod__, ()),
+             (torch.Tensor.to, (x, torch.int64)), (torch.div, ()),
+             (torch.Tensor.to, (x, torch.float16)), (torch.sin, ())]
+    assert [fuzz._is_step_call(f, a, {}) for f, a in calls] == \
+        [True, True, True, False, False, False]
+    assert fuzz._is_step_call(torch.div, (x, 2), {"rounding_mode": "trunc"})
+    del y
