@@ -354,6 +354,14 @@ def test_oracle_allowance_starts_after_the_last_step_op(monkeypatch):
                   "t = {}\nreturn t + (t // 1e9) * 0"):
         st, detail = fuzz.check_program(_prog(after.format(_ILL, _ILL)), auto)
         assert st == "wrong" and detail.startswith("values"), (after, detail)
+    # the calls are counted in f alone (make_inputs' own calls would shift the start)
+    src = _prog("a0 = a0.clamp(-100.0, 100.0)\nreturn a0.exp() * 3 + a0.sin() * 2",
+                "torch.randn(5, 5, generator=g).clamp(-2, 2)" + ".add(0)" * 6)
+    ns = {}
+    exec(src, ns)
+    e = ns["f"](*ns["make_inputs"]())
+    perts = fuzz._eager_perturbed(ns["f"], ns["make_inputs"], {})
+    assert len(perts) == 4 and all(not torch.equal(p, e) for p in perts)
     steps = fuzz._StepCalls()
     with steps:
         x = torch.ones(3)

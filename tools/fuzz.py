@@ -631,10 +631,11 @@ def _eager_perturbed(f, make_inputs, state):
     outputs move under other roundings; [] when a run raises."""
     outs = []
     steps = _StepCalls()
+    ins = make_inputs()
     with state_ctx(state):
         try:
             with steps:
-                _, err = _call(f, make_inputs())
+                _, err = _call(f, ins)
         except Exception:    # noqa: BLE001
             return []
     if err is not None or (_STEP_PROG[0] and steps.last < 0):
