@@ -375,3 +375,23 @@ def test_oracle_allowance_starts_after_the_last_step_op(monkeypatch):
         [True, True, True, False, False, False]
     assert fuzz._is_step_call(torch.div, (x, 2), {"rounding_mode": "trunc"})
     del y
+
+
+def test_oracle_takes_eager_scalar_loops_for_intermediates(monkeypatch):
+    """Where eager's vector and scalar loops disagree on an intermediate (Sleef's vector
+    fmod is NaN for 1 % 9e-41 in float32, the scalar loop's is the remainder), either is
+    right: _ScalarLoops runs every op on inner-stride-2 copies; a third value is wrong."""
+    a = torch.ones(64)
+    b = torch.full((64,), 9.18e-41)
+    with fuzz._ScalarLoops():
+        r = (a * 1) % (b * 1)
+    torch.testing.assert_close(r, torch.remainder(a[:1], b[:1]).expand(64))
+    src = _prog("t = (a0 > -100).float() % (a0 * 0 + 9.18e-41)\nreturn 1 / t",
+                "torch.randn(64, generator=g)")
+    assert fuzz.check_program(src, {"family": "special"}) == ("ok", "")
+    real = cdynamo.optimize
+    for wrong in (0.25, 3.0):
+        monkeypatch.setattr(cdynamo, "optimize",
+                            lambda f, w=wrong: lambda *a: torch.full_like(real(f)(*a), w))
+        st, detail = fuzz.check_program(src, {"family": "special"})
+        assert st == "wrong" and detail.startswith("values"), (wrong, detail)
