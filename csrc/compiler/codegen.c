@@ -820,16 +820,16 @@ static const char *cg_template_for(cg_ctx *c, const cdy_value *val, int cdt)
 }
 
 /* 1 if node val's GELU is eager's at +inf = inf (the template's $h): float16
- * (when probed so), and a float32 / bfloat16 input of one element or not
- * contiguous, which eager's gelu gives ATen's own kernel (x/2 (1 + erf)); a
- * contiguous one of more elements goes to oneDNN, whose AVX-512 form gives NaN
- * (use_mkldnn in Activation.cpp). */
+ * where oneDNN has no float16 GELU (probed: cdy_gelu_f16_inf), and an input of
+ * one element or not contiguous, which eager's gelu gives ATen's own kernel
+ * (x/2 (1 + erf)); a contiguous one of more elements goes to oneDNN, whose
+ * AVX-512 form gives NaN (use_mkldnn in Activation.cpp; float16 on AVX512-FP16). */
 static int cg_gelu_inf(cg_ctx *c, const cdy_value *val, int ldt)
 {
-    if (ldt == CDY_DT_FLOAT16)
-        return cdy_gelu_f16_inf();
+    if (ldt == CDY_DT_FLOAT16 && cdy_gelu_f16_inf())
+        return 1;     /* no oneDNN float16 GELU here: ATen's kernel on every path */
     const cdy_meta *x = &c->g->values[val->args[0]].meta;
-    return (ldt == CDY_DT_FLOAT32 || ldt == CDY_DT_BFLOAT16) &&
+    return (ldt == CDY_DT_FLOAT32 || ldt == CDY_DT_BFLOAT16 || ldt == CDY_DT_FLOAT16) &&
            (cdy_meta_numel(x) <= 1 || !cdy_meta_contiguous(x));
 }
 

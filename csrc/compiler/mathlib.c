@@ -399,10 +399,10 @@ static const struct {
         "    return e == 0.5f && (x == 0.0f || x == -INFINITY) ? x * x : powf(x, e);\n"
         "}\n"},
     {"cdy_vgelu_exactf_h",
-        "/* exact GELU, inf at +inf: eager's float16 kernel on every path, and ATen's\n"
-        " * own kernel, which eager's float32 / bfloat16 gelu takes for an input of\n"
-        " * one element or not contiguous (a contiguous one goes to oneDNN: NaN at\n"
-        " * +inf; codegen.c's cg_gelu_inf picks the form per node). */\n"
+        "/* exact GELU, inf at +inf: ATen's own kernel, which eager's gelu takes for\n"
+        " * an input of one element or not contiguous, and for float16 where oneDNN\n"
+        " * has no float16 GELU (a contiguous one goes to oneDNN: NaN at +inf;\n"
+        " * codegen.c's cg_gelu_inf picks the form per node). */\n"
         "static inline float cdy_vgelu_exactf_h(float x)\n"
         "{\n"
         "    float r = cdy_vgelu_exactf(x);\n"

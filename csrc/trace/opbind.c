@@ -376,9 +376,9 @@ static int ob_check_clamp(tracer *tr, tvar **out, tvar **extra)
 static int ob_gelu_f16_inf = -1;   /* ob_probe_gelu_f16_inf's answer, -1 unknown
                                     * (handed to the ops table: cdy_set_gelu_f16_inf) */
 
-/* Ask eager once whether gelu of a float16 +inf is inf (with the GIL held;
- * its vector loop's answer, element 0 of 65); 1 if the probe fails (torch
- * 2.13's answer on x86-64 AVX2 / AVX-512). */
+/* Ask eager once whether gelu of a contiguous float16 +inf is inf (with the GIL
+ * held; element 0 of 65: NaN where oneDNN has a float16 GELU, AVX512-FP16 CPUs);
+ * 1 if the probe fails (ATen's own kernel's answer). */
 static void ob_probe_gelu_f16_inf(void)
 {
     if (ob_gelu_f16_inf >= 0)
@@ -391,7 +391,9 @@ static void ob_probe_gelu_f16_inf(void)
     PyObject *x = full && args && kw ? PyObject_Call(full, args, kw) : NULL;
     PyObject *nn = x ? PyImport_ImportModule("torch.nn.functional") : NULL;
     PyObject *r = nn ? PyObject_CallMethod(nn, "gelu", "O", x) : NULL;
-    PyObject *r0 = r ? PySequence_GetItem(r, 0) : NULL;
+    PyObject *zero = r ? PyLong_FromLong(0) : NULL;
+    PyObject *r0 = zero ? PyObject_GetItem(r, zero) : NULL;   /* a tensor: no sq_item */
+    Py_XDECREF(zero);
     PyObject *item = r0 ? PyObject_CallMethod(r0, "item", NULL) : NULL;
     Py_XDECREF(r0);
     ob_gelu_f16_inf = !(item && PyFloat_Check(item) && isnan(PyFloat_AS_DOUBLE(item)));
