@@ -174,6 +174,24 @@ def test_cheap_values_are_recomputed_not_saved():
     assert recomputed not in header            # not a saved value
 
 
+def test_gelu_gradient_at_edge_values():
+    """gelu's derivative takes Phi(x) as gelu(x) / x (no erf): 0 (and -0), the
+    |x| = 5.5 switch to Phi 0 / 1, tiny, huge, infinite and NaN inputs give eager's
+    gradient (NaN where eager's x * pdf is inf * 0)."""
+    vals = [0.0, -0.0, 1e-30, -1e-30, 0.3, -0.3, 1.0, -1.0, 3.0, -3.0, 5.4999, -5.4999,
+            5.5, -5.5, 6.0, -6.0, 20.0, -20.0, 1e30, -1e30, 3e38, float("inf"),
+            float("-inf"), float("nan")]
+    x = torch.tensor(vals * 2)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    go = torch.linspace(-2.0, 2.0, x.numel())
+    (F.gelu(a) * 3).backward(go)
+    cdynamo.optimize(lambda t: F.gelu(t) * 3)(b).backward(go)
+    torch.testing.assert_close(b.grad, a.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
+    assert b.grad[-3:].isnan().all()
+    st = cdynamo.stats()
+    assert (st["frames_compiled"], st["graph_breaks"]) == (2, 0), st
+
+
 def test_integer_output_is_not_differentiable():
     x = _x(4, 5)
     out, idx = cdynamo.optimize(lambda a: (a * 2, a.argmax(1)))(x)
