@@ -8,17 +8,21 @@ arithmetic, branches on constants.
 """
 
 
-def gelu_backward(grad, x, approximate):
-    """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh."""
+def gelu_backward(grad, x, approximate, y=None):
+    """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh.  y: the
+    forward's result (gelu(x)), which the backward has at hand (the next linear's
+    weight gradient reads it)."""
     if approximate == 0:
-        # Phi(x) as gelu(x) / x: the forward's GELU (a rational function, which the
-        # fc2 weight gradient recomputes anyway) in place of an erf, whose two
-        # polynomials and exp made this the backward's slowest kernel (4 x 262144
-        # floats, one thread: 407 -> see the commit).  Where |x| >= 5.5 GELU's h is
-        # 0 (Phi 0 or 1, as eager's erf rounds); 0 at x = 0.
-        cdf = torch.where(x.abs() < 5.5,
-                          torch.where(x == 0, 0.5,
-                                      torch.nn.functional.gelu(x, approximate="none") / x),
+        # Phi(x) as gelu(x) / x: the forward's GELU (a rational function) in place
+        # of an erf, whose two polynomials and exp made this the backward's slowest
+        # kernel (transformer_stack_train, 262144 floats, one thread: 407 -> 235
+        # us).  y itself where it is float32 / float64 (a bfloat16 y would round
+        # Phi); |x| >= 5.5: Phi 0 or 1 (GELU's tail is 0 there, as eager's erf
+        # rounds); 0.5 at x = 0.  torch.where on x > 0, not a bool .to(): GCC does
+        # not vectorize that uint8 -> float conversion.
+        if not isinstance(y, torch.Tensor) or y.dtype not in (torch.float32, torch.float64):
+            y = torch.nn.functional.gelu(x, approximate="none")
+        cdf = torch.where(x.abs() < 5.5, torch.where(x == 0, 0.5, y / x),
                           torch.where(x > 0, 1.0, 0.0))
         pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
         return grad * (cdf + x * pdf)
