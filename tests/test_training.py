@@ -192,6 +192,25 @@ def test_gelu_gradient_at_edge_values():
     assert (st["frames_compiled"], st["graph_breaks"]) == (2, 0), st
 
 
+def test_attention_head_views_are_copied_by_the_backward_graph():
+    """q / k / v as head views of one projection (batch and head strides that do
+    not merge): the backward copies such a matmul operand with its own kernel
+    (.contiguous(), k's transposed view in its memory order) instead of leaving
+    torch.matmul to copy it; the gradients are eager's."""
+    def attn(x, w):
+        b, t, c = x.shape
+        q, k, v = (x @ w).split(c, dim=2)
+        q, k, v = (u.view(b, t, 2, c // 2).transpose(1, 2) for u in (q, k, v))
+        a = (q @ k.transpose(-2, -1)).softmax(-1)
+        return (a @ v).transpose(1, 2).reshape(b, t, c)
+    w = (torch.randn(8, 24, generator=torch.Generator().manual_seed(4)) * 0.3).requires_grad_()
+    grads_match(attn, _x(2, 5, 8), w)
+    out = cdynamo.optimize(attn)(_x(2, 5, 8), w)
+    src = out.grad_fn.tg.source
+    assert ".contiguous().transpose(-1, -2) @ g" in src, src
+    assert ".transpose(-1, -2).contiguous().transpose(-1, -2)" in src, src
+
+
 def test_integer_output_is_not_differentiable():
     x = _x(4, 5)
     out, idx = cdynamo.optimize(lambda a: (a * 2, a.argmax(1)))(x)

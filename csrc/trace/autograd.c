@@ -782,17 +782,58 @@ static void ag_linear(ag_state *s, int v, const int *r, int n)
         snprintf(e, sizeof(e), "g%d.reshape(-1, %lld).sum(0)", v, o), ag_add(s, v, r[2], e, 0);
 }
 
+/* 1 if torch.matmul would copy stack a (its batch dims, those before the
+ * last two, do not merge into one: attention's q / k / v, views of the qkv
+ * projection with head and batch strides apart), where its matrices are
+ * row- or column-major. */
+static int ag_mm_copies(const ag_state *s, int a)
+{
+    const cdy_meta *m = &s->g->values[a].meta;
+    int n = m->ndim;
+    if (n < 4 || (m->strides[n - 1] != 1 && m->strides[n - 2] != 1))
+        return 0;
+    int64_t inner = -1;      /* stride the next batch dim out must have */
+    for (int d = n - 3; d >= 0; d--) {
+        if (m->sizes[d] == 1)
+            continue;
+        if (inner >= 0 && m->strides[d] != inner)
+            return 1;
+        inner = m->strides[d] * m->sizes[d];
+    }
+    return 0;
+}
+
+/* Stack a as a matmul operand into e: v<a>, or (where torch.matmul would
+ * copy it through ATen's strided copy, about twice as slow) a contiguous
+ * copy in its own memory order, which the backward's graph makes with one
+ * of its own copy kernels (runs of the inner dim). */
+static void ag_mm_operand(ag_state *s, int a, char *e, size_t n)
+{
+    const cdy_meta *m = &s->g->values[a].meta;
+    s->used[a] = 1;
+    if (!ag_mm_copies(s, a))
+        snprintf(e, n, "v%d", a);
+    else if (m->strides[m->ndim - 1] == 1)
+        snprintf(e, n, "v%d.contiguous()", a);
+    else
+        snprintf(e, n, "v%d.transpose(-1, -2).contiguous().transpose(-1, -2)", a);
+}
+
 /* a @ b (mm, bmm, matmul of two matrices or stacks): both gradients,
  * summed over broadcast batch dims. */
 static void ag_matmul(ag_state *s, int v, const int *r)
 {
-    char e[96];
-    if (s->needs[r[0]])
-        snprintf(e, sizeof(e), "g%d @ v%d.transpose(-1, -2)", v, r[1]), ag_add(s, v, r[0], e, 1),
-            s->used[r[1]] = 1;
-    if (s->needs[r[1]])
-        snprintf(e, sizeof(e), "v%d.transpose(-1, -2) @ g%d", r[0], v), ag_add(s, v, r[1], e, 1),
-            s->used[r[0]] = 1;
+    char e[160], o[96];
+    if (s->needs[r[0]]) {
+        ag_mm_operand(s, r[1], o, sizeof(o));
+        snprintf(e, sizeof(e), "g%d @ %s.transpose(-1, -2)", v, o);
+        ag_add(s, v, r[0], e, 1);
+    }
+    if (s->needs[r[1]]) {
+        ag_mm_operand(s, r[0], o, sizeof(o));
+        snprintf(e, sizeof(e), "%s.transpose(-1, -2) @ g%d", o, v);
+        ag_add(s, v, r[1], e, 1);
+    }
 }
 
 /* torch's own ops for the gradients of the externs with a formula here
