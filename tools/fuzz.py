@@ -727,12 +727,7 @@ def _eager_other_layout(f, make_inputs, state, contiguous=False):
     alt = []
     for a in ins:
         if isinstance(a, torch.Tensor):
-            if contiguous:
-                a = a.clone(memory_format=torch.contiguous_format)
-            else:
-                b = torch.empty(tuple(a.shape) + (2,), dtype=a.dtype).select(-1, 0)
-                b.copy_(a)
-                a = b
+            a = a.clone(memory_format=torch.contiguous_format) if contiguous else _stride2(a)
         alt.append(a)
     with state_ctx(state):
         out, err = _call(f, alt)
