@@ -591,6 +591,20 @@ class _StepCalls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def _tensor_args(args, kwargs):
+    """The tensors among a torch call's arguments (and in its list / tuple arguments)."""
+    return [t for a in list(args) + list((kwargs or {}).values())
+            for t in (a if isinstance(a, (tuple, list)) else [a]) if isinstance(t, torch.Tensor)]
+
+
+def _shares_memory(out, tens):
+    """Whether strided tensor out shares its storage with a strided tensor of tens (a
+    view or an in-place result of an argument, not memory of its own)."""
+    mine = out.untyped_storage().data_ptr()
+    return any(t.layout == torch.strided and t.untyped_storage().data_ptr() == mine
+               for t in tens)
+
+
 class _RoundingNoise(torch.overrides.TorchFunctionMode):
     """Moves each float result of a torch call that owns its memory (not a view or an
     in-place result of an argument) by one ulp up or down at random: one run of the
@@ -618,12 +632,8 @@ class _RoundingNoise(torch.overrides.TorchFunctionMode):
         if not (isinstance(out, torch.Tensor) and out.dtype.is_floating_point and
                 out.numel() and out.layout == torch.strided):
             return out
-        mine = out.untyped_storage().data_ptr()
-        for a in list(args) + list((kwargs or {}).values()):
-            for t in (a if isinstance(a, (tuple, list)) else [a]):
-                if isinstance(t, torch.Tensor) and t.layout == torch.strided and \
-                        t.untyped_storage().data_ptr() == mine:
-                    return out
+        if _shares_memory(out, _tensor_args(args, kwargs)):
+            return out
         up = torch.rand(out.shape, generator=self.g) < 0.5
         to = torch.where(up, math.inf, -math.inf).to(out.dtype)
         with torch.no_grad():
@@ -636,27 +646,28 @@ def _eager_perturbed(f, make_inputs, state):
     outputs move under other roundings; [] when a run raises."""
     outs = []
     steps = _StepCalls()
-    ins = make_inputs()
-    with state_ctx(state):
-        try:
-            with steps:
-                _, err = _call(f, ins)
-        except Exception:    # noqa: BLE001
-            return []
-    if err is not None or (_STEP_PROG[0] and steps.last < 0):
-        return []     # the source names a step op that the calls did not show
+    if not _eager_under(steps, f, make_inputs, state)[1] or (_STEP_PROG[0] and steps.last < 0):
+        return []     # raised, or the source names a step op that the calls did not show
     for k in range(_PERTURB_RUNS):
-        ins = make_inputs()
-        with state_ctx(state):
-            try:
-                with _RoundingNoise(1000 + k, max(steps.last, 0)):
-                    out, err = _call(f, ins)
-            except Exception:    # noqa: BLE001
-                return []
-        if err is not None:
+        out, ran = _eager_under(_RoundingNoise(1000 + k, max(steps.last, 0)), f, make_inputs,
+                                state)
+        if not ran:
             return []
         outs.append(out)
     return outs
+
+
+def _eager_under(mode, f, make_inputs, state):
+    """f run eagerly on fresh inputs inside torch function mode `mode`: (its result,
+    True), or (None, False) if f or the mode raised."""
+    ins = make_inputs()
+    with state_ctx(state):
+        try:
+            with mode:
+                out, err = _call(f, ins)
+        except Exception:    # noqa: BLE001
+            return None, False
+    return (out, True) if err is None else (None, False)
 
 
 def _within_sensitivity(exp, perts, act):
@@ -762,12 +773,8 @@ class _ScalarLoops(torch.overrides.TorchFunctionMode):
                 out.numel()) or "out" in kwargs or \
                 _RANDOM_CALLS.fullmatch(getattr(func, "__name__", "") or ""):
             return out
-        mine = out.untyped_storage().data_ptr()
-        flat = list(args) + list(kwargs.values())
-        tens = [t for a in flat for t in (a if isinstance(a, (tuple, list)) else [a])
-                if isinstance(t, torch.Tensor)]
-        if any(t.layout == torch.strided and t.untyped_storage().data_ptr() == mine
-               for t in tens) or not any(t.dim() and t.numel() for t in tens):
+        tens = _tensor_args(args, kwargs)
+        if _shares_memory(out, tens) or not any(t.dim() and t.numel() for t in tens):
             return out
         try:
             again = func(*[_stride2(a) for a in args],
@@ -783,14 +790,7 @@ class _ScalarLoops(torch.overrides.TorchFunctionMode):
 
 def _eager_scalar_loops(f, make_inputs, state):
     """f run eagerly under _ScalarLoops (every op's scalar loop), or None if it raised."""
-    ins = make_inputs()
-    with state_ctx(state):
-        try:
-            with _ScalarLoops():
-                out, err = _call(f, ins)
-        except Exception:    # noqa: BLE001
-            return None
-    return None if err is not None else out
+    return _eager_under(_ScalarLoops(), f, make_inputs, state)[0]
 
 
 def _either(exp, alt, act):
