@@ -94,6 +94,7 @@ static int sk_same(cdy_sym_shapes *s, int a, int b)
 
 /* 1 if every dim of value v is a constant. */
 static int sk_static_value(const cg_ctx *c, int v);
+static int sk_static_tree(const cg_ctx *c, int v, int depth);
 
 /* The meta value v's memory has: its plan buffer's, or (an input) its own. */
 static const cdy_meta *sk_mem_meta(const cg_ctx *c, int v)
@@ -309,9 +310,41 @@ static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MA
     return 0;
 }
 
+/* 1 if value v's sizes are constants and so are, for a view or a gather,
+ * those of every value its memory comes from (base, indices): its strides
+ * and offset are then the hints' at every size. */
+static int sk_static_tree(const cg_ctx *c, int v, int depth)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (!sk_static_value(c, v) || depth > 16)
+        return 0;
+    int view = cg_is_view(c->g, v), gather = cg_is_gather(c->g, v);
+    if ((view || gather) && val->view_base >= 0 && !sk_static_tree(c, val->view_base, depth + 1))
+        return 0;
+    for (int a = 0; gather && a < val->nargs; a++)
+        if (!sk_static_tree(c, val->args[a], depth + 1))
+            return 0;
+    return 1;
+}
+
+/* 1 if kernel k reads and writes only static trees (sk_static_tree): it is
+ * the static kernel at every size of the graph's symbols. */
+static int sk_static_kernel(const cg_ctx *c, const kir_kernel *k)
+{
+    for (int i = 0; i < k->grp.nout; i++)
+        if (!sk_static_value(c, k->grp.outs[i]))
+            return 0;
+    for (int o = 0; o < k->nops; o++)
+        if (!sk_static_tree(c, k->ops[o].value, 0))
+            return 0;
+    return 1;
+}
+
 int cg_sym_nest(cg_ctx *c, kir_kernel *k)
 {
     int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    if (sk_static_kernel(c, k))
+        return 0;                /* its sizes and strides are literals */
     if (k->nidx)
         return cg_sym_unsupported(c, "a kernel reads an index (arange)");
     if (sk_group(c, k, gexp))
@@ -360,7 +393,13 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *im = &c->g->values[in].meta;
-    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM], fixed = sk_static_tree(c, in, 0);
+    for (int o = 0; fixed && o < nops; o++)
+        fixed = sk_static_tree(c, ops[o].value, 0);
+    if (fixed) {                 /* the static kernel at every size */
+        *rnumel = -1;
+        return 0;
+    }
     for (int d = 0; d < im->ndim; d++)
         gexp[d] = s->dims[in][d];
     for (int o = 0; o < nops; o++)
