@@ -684,6 +684,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->dims = NULL;
     free(s->const_off);
     s->const_off = NULL;
+    free(s->vlay);
+    s->vlay = NULL;
 }
 
 /* s->const_off (sym.h) of g's values: a view is constant-offset when it

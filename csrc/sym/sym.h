@@ -180,6 +180,10 @@ typedef struct cdy_sym_shapes_s {
                                   * maps, sym_view's kinds, start every dim at a constant
                                   * index: a split's pieces, permutations, reshapes), 0
                                   * when unknown; non-views 1 (sym/infer.c) */
+    int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
+                                  * view torch realizes, at the symbols' values: [0] 1 + its
+                                  * base value (0: none), [1] its offset's expression, [2 + d]
+                                  * dim d's stride expression (the base's elements) */
 } cdy_sym_shapes;
 
 /* Symbolic sizes of g's values (see above), with h's pins and views (h may
