@@ -587,12 +587,16 @@ def _small_causal_lm(kind):
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(
             vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)).eval()
+    if kind == "opt":   # builds its positions from torch.ones(b, past + s) and cumsum
+        return transformers.OPTForCausalLM(transformers.OPTConfig(
+            vocab_size=256, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=32)).eval()
     return transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=128,
         bos_token_id=0, eos_token_id=0)).eval()
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "opt"])
 def test_causal_lm_generate_compiles_each_graph_at_most_twice(kind, capfd):
     """A transformers causal LM's greedy generate() with its DynamicCache, 64 new tokens: the
     KV cache grows a token per step; the cache length is compared (mask sizes, isinstance of
@@ -626,6 +630,29 @@ def test_causal_lm_generate_compiles_each_graph_at_most_twice(kind, capfd):
     assert any("dimension 2 of 'kwargs['past_key_values'].layers[0].keys' became dynamic: a "
                "new input whose size 6 is that of a dim that just changed" in l
                for l in lines), lines
+
+
+def test_fill_factories_and_cumsum_keep_symbolic_sizes(capfd):
+    """torch.ones / zeros / full / new_zeros with sizes read from a tensor, and cumsum over
+    them (OPT's positions: ones(b, past + s).cumsum(1)): one symbolic compile after the
+    static one; *_like keeps pinning (its input's sizes), still right."""
+    def f(x, c):
+        past = c.shape[1]
+        m = torch.ones(x.shape[0], past + x.shape[1])
+        pos = (torch.cumsum(m, dim=1) * m - 1).long()
+        z = torch.full((x.shape[0], past), 2.0) + c.new_zeros(c.shape[0], past)
+        return pos, torch.zeros(x.shape[0], past) + c * z, m.cumsum(1).sum(1)
+
+    def like(x, c):
+        return torch.ones_like(c) * c + x
+
+    for fn, expected in ((f, 2), (like, 2)):
+        cdynamo.reset()
+        n = sweep(fn, lambda n: (torch.randn(2, 1), torch.randn(2, n)), range(4, 12))
+        assert n == expected, fn.__name__
+    cdynamo.reset()
+    lines = symbolic_log(capfd, f, torch.randn(2, 1), torch.randn(2, 7))
+    assert not any("specialized" in l for l in lines), lines
 
 
 def test_new_input_takes_a_changed_size_symbolic():

@@ -383,3 +383,41 @@ void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx)
         for (int d = 0; d < CDY_MAX_NDIM; d++)
             cdy_sx_pin_node(tr, sx[d], "out of memory");
 }
+
+void cdy_tr_sym_fill(tracer *tr, const cdy_build_call *call, int value)
+{
+    const char *dot = strrchr(call->what, '.');
+    const char *name = dot ? dot + 1 : call->what;
+    size_t len = strlen(name);
+    if (value < 0)
+        return;
+    if (len > 5 && !strcmp(name + len - 5, "_like")) {   /* its input's sizes */
+        const cdy_graph *g = &tr->t->graph;
+        const cdy_meta *m = &g->values[value].meta;
+        const cdy_meta *src = call->nargs >= 1 && call->args[0]->kind == TV_TENSOR
+                                  ? &g->values[call->args[0]->value].meta : NULL;
+        if (src && src->ndim == m->ndim &&
+            !memcmp(src->sizes, m->sizes, sizeof(int64_t) * (size_t)m->ndim))
+            sp_copy_map(tr, value, call->args[0]->value);
+        else
+            cdy_tr_pin_tensors(tr, call->args, call->nargs, "a *_like without a symbolic rule");
+        return;
+    }
+    int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0;
+    int first = !strncmp(name, "new_", 4), end = call->nargs - nkw;
+    if (!strcmp(name, "full") || !strcmp(name, "new_full"))
+        end = first + 1;   /* full(size, fill_value) */
+    int sx[CDY_MAX_NDIM] = {0}, n = 0, any = 0;
+    for (int i = first; i < end && i < call->nargs; i++)
+        if (sp_sx_items(call->args[i], sx, &n, CDY_MAX_NDIM))
+            return;   /* not a size list: its symbolic ints are pinned after the call */
+    if (n != tr->t->graph.values[value].meta.ndim)
+        return;
+    for (int d = 0; d < n; d++)
+        any |= sx[d] != 0;
+    if (!any)
+        return;
+    cdy_tr_sym_sizes(tr, value, sx);
+    for (int i = first; i < end && i < call->nargs; i++)
+        cdy_sx_taken(tr, call->args[i]);
+}
