@@ -457,3 +457,48 @@ def test_batched_guard_of_a_symbolic_entry_still_refuses_what_it_does_not_cover(
 def test_split_pieces_loaded_at_their_offset(dyn, name, fn, make):
     g = _sweep(fn, make, [(5, 3), (2, 2), (7, 9), (300, 17), (4099, 2)])
     assert any(dim == 0 for inp, dim in g.symbols)
+
+
+def _repeat_kv(x):
+    """GQA's repeat_kv: the expand materialized by reshape, the copy loaded as a reshape
+    (transformers writes x[:, :, None]: getitem's symbolic rule is the tracer's)."""
+    b, h, s, d = x.shape
+    return x.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("expand_sizes_read", lambda x: x.unsqueeze(2).expand(
+        x.shape[0], x.shape[1], 3, x.shape[2], x.shape[3]) * 2),
+    ("expand_minus_one", lambda x: x.unsqueeze(2).expand(-1, -1, 3, -1, -1) + 1),
+    ("expand_new_leading_dim", lambda x: x.expand(2, *x.shape) - x),
+    ("repeat_kv", lambda x: _repeat_kv(x) * 0.5),
+    ("repeat_kv_softmax", lambda x: _repeat_kv(x).softmax(-1)),
+])
+def test_expand_loads_take_runtime_sizes(dyn, name, fn):
+    _sweep(fn, lambda n, m: (torch.randn(n, 3, m, 8),),
+           [(2, 5), (3, 2), (7, 9), (2, 33), (64, 100)])
+
+
+def test_expand_to_a_constant_size_of_a_symbolic_dim_specializes(dyn):
+    """expand(4, ...) of a symbolic dim: eager checks the size, so the dim is a constant."""
+    def f(x):
+        return x.expand(4, x.shape[1]) + 1
+    x = torch.randn(4, 6)
+    opt = cdynamo.optimize(f)
+    _same(opt(x), f(x))
+    with pytest.raises(RuntimeError):
+        f(torch.randn(5, 6))
+    with pytest.raises(RuntimeError):
+        opt(torch.randn(5, 6))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("arange_last", lambda x: x + torch.arange(x.shape[-1])),
+    ("arange_float_scale", lambda x: x * torch.arange(x.shape[-1], dtype=torch.float32)),
+    ("arange_rows", lambda x: x - torch.arange(x.shape[0]).unsqueeze(1) * 0.5),
+    ("causal_mask_of_aranges", lambda x: x.masked_fill(
+        torch.arange(x.shape[-1]).unsqueeze(0) > torch.arange(x.shape[-2]).unsqueeze(1), -1e9)),
+])
+def test_arange_index_operands_take_runtime_sizes(dyn, name, fn):
+    g = _sweep(fn, lambda n, m: (torch.randn(n, m),), SIZES_2D)
+    assert "iota" in g.source

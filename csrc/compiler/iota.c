@@ -126,7 +126,8 @@ int cg_index_operands(cg_ctx *c, const cg_group *grp, cg_operand *ops, int nops)
 /* Emit `T t<v> = ...;` for kind 'I' node v: FILL its literal in v's dtype,
  * IOTA its index operand's offset in the current nest, through int32 when
  * it fits (GCC vectorizes int32 -> float conversions, not int64 ones on
- * AVX2, and folds the widening back into them). */
+ * AVX2, and folds the widening back into them; not when the dim's size is
+ * symbolic: it may exceed INT32_MAX at a call). */
 int cg_emit_index(cg_ctx *c, int v, int ind)
 {
     const cdy_value *val = &c->g->values[v];
@@ -143,7 +144,7 @@ int cg_emit_index(cg_ctx *c, int v, int ind)
     }
     if (!c->nest)
         return cg_fail(c, "value %d (index_iota): not in a pointwise kernel", v);
-    int any = 0, narrow = val->meta.sizes[arg->i] <= INT32_MAX;
+    int any = 0, narrow = val->meta.sizes[arg->i] <= INT32_MAX && !cg_sym_dim_live(c, v, arg->i);
     cdy_buf_printf(&c->src, "const int64_t t%d = %s", v, narrow ? "(int32_t)(" : "");
     cg_offset_terms(&c->src, c->nest, c->vparam[v], 'i', &any);
     cdy_buf_printf(&c->src, "%s%s;  /* iota dim %lld */\n", any ? "" : "0", narrow ? ")" : "",

@@ -93,7 +93,6 @@ static int sk_same(cdy_sym_shapes *s, int a, int b)
     return ca >= 0 && ca == cb;
 }
 
-/* 1 if every dim of value v is a constant. */
 static int sk_static_value(const cg_ctx *c, int v);
 static int sk_static_tree(const cg_ctx *c, int v, int depth);
 
@@ -185,7 +184,24 @@ static int sk_sub_dim(cg_ctx *c, int v, int d, int b, const cdy_meta *bm, const 
  * its size expression (all of it) or a constant size within a constant one
  * (a split's piece), or has stride 0 (expand); its offset is 0, or constant
  * indices (sym.h's const_off: a split's pieces) on dims of constant size;
- * else -1 with the reason. */
+ * or it is a reshape of its contiguous base (contiguous strides of its own
+ * sizes); else -1 with the reason. */
+static int sk_view_reshapes(cg_ctx *c, int v, int b);
+
+/* Contiguous stride expressions of value v's dims into mst and 0 into *off;
+ * 0, or -1 with the reason. */
+static int sk_contig_strides(cg_ctx *c, int v, int *mst, int *off)
+{
+    cdy_sym_shapes *s = c->sym;
+    int e = cdy_sym_const(&s->tab, 1);
+    *off = cdy_sym_const(&s->tab, 0);
+    for (int d = c->g->values[v].meta.ndim - 1; d >= 0; d--) {
+        mst[d] = e;
+        e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][d]);
+    }
+    return e < 0 || *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
+}
+
 static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
@@ -200,6 +216,8 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
                 return cg_sym_unsupported(c, "out of expression space");
         return *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
     }
+    if (sk_view_reshapes(c, v, b))          /* a reshape of a contiguous base */
+        return sk_contig_strides(c, v, mst, off);
     if (val->view_offset && !(s->const_off && s->const_off[v]))
         return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
                                      "symbolic size");
@@ -366,19 +384,36 @@ static int sk_static_kernel(const cg_ctx *c, const kir_kernel *k)
     return 1;
 }
 
+/* Index operand op's (an IOTA: iota.c) stride expressions per dim of an
+ * iteration space of ndim dims (gexp) into st: 1 along its dim, whose size
+ * must be the space's, 0 elsewhere; 0, or -1 with a message. */
+static int sk_index_strides(cg_ctx *c, int ndim, const cg_operand *op, const int *gexp, int *st)
+{
+    cdy_sym_shapes *s = c->sym;
+    int shift = ndim - c->g->values[op->value].meta.ndim;
+    int zero = cdy_sym_const(&s->tab, 0), one = cdy_sym_const(&s->tab, 1);
+    for (int d = 0; d < ndim; d++) {
+        st[d] = op->stride[d] ? one : zero;
+        if (op->stride[d] && (d < shift || !sk_same(s, s->dims[op->value][d - shift], gexp[d])))
+            return cg_sym_unsupported(c, "an index's size differs from the kernel's");
+    }
+    return zero < 0 || one < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
+}
+
 int cg_sym_nest(cg_ctx *c, kir_kernel *k)
 {
     int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
     if (sk_static_kernel(c, k))
         return 0;                /* its sizes and strides are literals */
-    if (k->nidx)
-        return cg_sym_unsupported(c, "a kernel reads an index (arange)");
     if (sk_group(c, k, gexp))
         return -1;
     for (int o = 0; o < k->nops; o++)
         if (sk_op_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
             return -1;
-    return sk_fill_nest(c, k->nest, gexp, st, k->nops, k->grp.ndim,
+    for (int o = k->nops; o < k->nops + k->nidx; o++)
+        if (sk_index_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
+            return -1;
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops + k->nidx, k->grp.ndim,
                         k->ops[cg_first_out(k->ops, k->nops)].stride);
 }
 
@@ -541,7 +576,7 @@ void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k)
     for (int s = 0; s < c->sym->tab.nsyms; s++)
         cdy_buf_printf(&c->src, "    const int64_t s%d = cdy_s[%d]; (void)s%d;\n", s, s, s);
     if (k->nest)
-        sk_nest_locals(c, k->nest, k->nops);
+        sk_nest_locals(c, k->nest, k->nops + (k->nidx > 0 ? k->nidx : 0));
     if (k->rnest)
         sk_nest_locals(c, k->rnest, k->nops);
 }
@@ -604,9 +639,8 @@ static int sk_view_reshapes(cg_ctx *c, int v, int b)
 }
 
 /* The layout of alias view v, which torch realizes (an extern's argument, an
- * output), at every size: s->vlay[v] (sym.h) from sk_view_strides, or
- * contiguous strides for a reshape of a contiguous base; 0, or -1 with the
- * reason. */
+ * output), at every size: s->vlay[v] (sym.h) from sk_view_strides (which
+ * takes reshapes of a contiguous base); 0, or -1 with the reason. */
 static int sk_view_layout(cg_ctx *c, int v)
 {
     cdy_sym_shapes *s = c->sym;
@@ -616,23 +650,18 @@ static int sk_view_layout(cg_ctx *c, int v)
         return cg_sym_unsupported(c, "a realized view has a symbolic size and no base");
     if (!s->vlay && !(s->vlay = calloc((size_t)c->g->nvalues, sizeof(*s->vlay))))
         return cg_sym_unsupported(c, "out of memory");
-    if (sk_view_reshapes(c, v, b)) {
-        int e = cdy_sym_const(&s->tab, 1);
-        off = cdy_sym_const(&s->tab, 0);
-        for (int d = val->meta.ndim - 1; d >= 0; d--) {
-            mst[d] = e;
-            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][d]);
-        }
-        if (e < 0 || off < 0)
-            return cg_sym_unsupported(c, "out of expression space");
-    } else if (sk_view_strides(c, v, mst, &off)) {
+    if (sk_view_strides(c, v, mst, &off))
         return -1;
-    }
     s->vlay[v][0] = b + 1;
     s->vlay[v][1] = off;
     for (int d = 0; d < val->meta.ndim; d++)
         s->vlay[v][2 + d] = mst[d];
     return 0;
+}
+
+int cg_sym_dim_live(const cg_ctx *c, int v, int64_t d)
+{
+    return c->sym && sk_live(c->sym, c->sym->dims[v][d]) >= 0;
 }
 
 /* 1 if every dim of value v is a constant. */

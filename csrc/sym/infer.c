@@ -440,6 +440,29 @@ static int sy_view_sizes(sy_pass *p, int v, const cdy_sym_view *w)
     return 0;
 }
 
+/* An expand (kind 'x', sym.h) into v's dims: a source dim keeps its size
+ * (a symbolic int or a constant given for it must equal it: a relation or
+ * a pin; bit d of w->a: a constant), another dim is
+ * its symbolic int's size or the node's constant one; 0 or -1. */
+static int sy_expand_map(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &p->g->values[v].meta, *sm = &p->g->values[w->src].meta;
+    int *o = p->s->dims[v];
+    for (int d = 0; d < m->ndim; d++) {
+        int x = w->sx[d] ? sy_sx_expr(p, w->sx[d], 0) : -1;
+        if (w->map[d] >= sm->ndim || (w->sx[d] && x < 0))
+            return -1;
+        o[d] = w->map[d] >= 0 ? p->s->dims[w->src][w->map[d]]
+                              : x >= 0 ? x : cdy_sym_const(&p->s->tab, m->sizes[d]);
+        if (w->map[d] >= 0 && (x >= 0 || (w->a >> d & 1)))
+            sy_equal(p, o[d], x >= 0 ? x : cdy_sym_const(&p->s->tab, m->sizes[d]), v, d,
+                     "expand's size of a kept dim");
+        if (o[d] < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
@@ -484,6 +507,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
                    p->s->dims[w->src][d + w->b - w->a];
         return 0;
     }
+    if (w->kind == 'x')
+        return sy_expand_map(p, v, w);
     if (w->kind != 'r')
         return -1;
     if (sy_view_has_sx(w))

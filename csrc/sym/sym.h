@@ -105,7 +105,9 @@ typedef struct cdy_sym_pin_s {
  * of a split along dim a (its size a constant, the source's specialized);
  * 'e': out dim d is source dim map[d], or the node's constant size (-1): an
  * embedding's rows over its indices (a gather node); 'z' (src -1): dim d is
- * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node). */
+ * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node);
+ * 'x': expand: out dim d is source dim map[d] (bit d of a: the call gave a
+ * constant for it) or (-1) symbolic int sx[d] / the node's constant size. */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;

@@ -29,6 +29,29 @@ static int ts_input_value(const cdy_graph *g, int pos)
 /* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
  * operator.matmul), 'l' for F.linear or a PackedLinear, 's' for the encoder
  * layer's fast path (its result src's sizes), else 0 (sym.h's extern kinds). */
+/* 's' (its first argument's sizes) for a scan extern: torch.cumsum /
+ * cumprod and their Tensor methods (any keywords: dim, dtype); else 0. */
+static char ts_scan_kind(PyObject *fn)
+{
+    static PyObject *fns[4];
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *T = PyObject_GetAttrString(cdy_torch, "Tensor");
+        const char *n[] = {"cumsum", "cumprod"};
+        for (int i = 0; i < 2; i++) {
+            fns[i] = PyObject_GetAttrString(cdy_torch, n[i]);
+            fns[2 + i] = T ? PyObject_GetAttrString(T, n[i]) : NULL;
+        }
+        Py_XDECREF(T);
+        PyErr_Clear();
+    }
+    for (int i = 0; i < 4; i++)
+        if (fns[i] && fn == fns[i])
+            return 's';
+    return 0;
+}
+
 static char ts_extern_kind(PyObject *fn)
 {
     static PyObject *fns[10];
@@ -146,8 +169,11 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
-            cdy_value_is_extern(&g->values[pn->value]))
+            cdy_value_is_extern(&g->values[pn->value])) {
             ext[pn->value] = pn->kwnames || ts_sdpa(pn) ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
+            if (!ext[pn->value])
+                ext[pn->value] = ts_scan_kind(pn->fn);
+        }
     }
     cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps};
     return cdy_sym_infer(g, dyn, &h, out);

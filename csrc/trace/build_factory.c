@@ -158,6 +158,7 @@ static tvar *build_fill(tracer *tr, const cdy_build_call *call, const tvar *a, i
     if (sv < 0 || !converts_exactly(&tr->t->graph.values[sv], m.dtype))
         return NULL;
     int v = cdy_node_add(tr, CDY_OP_FILL, &sv, 1, &m, m.dtype);
+    cdy_tr_sym_fill(tr, call, v);
     return v < 0 ? NULL : factory_result(tr, call, v, &m);
 }
 

@@ -248,6 +248,9 @@ int cdy_callable_symbolic(PyObject *fn)
         return 4;
     if (r && r->build[0] == cdy_build_f_embedding && !r->build[1])
         return 5;
+    if (r && !r->build[1] && (r->build[0] == cdy_build_zeros || r->build[0] == cdy_build_ones ||
+                              r->build[0] == cdy_build_full || r->build[0] == cdy_build_new_full))
+        return 6;   /* a fill: its sizes from the call's ints (cdy_tr_sym_fill) */
     return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
 }
 

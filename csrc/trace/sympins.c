@@ -210,6 +210,34 @@ static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_
     return 0;
 }
 
+/* w for expand(sizes...) (varargs or one sequence; kind 'x'): out dim d is
+ * source dim map[d] (its size kept; the argument -1, or a symbolic int that
+ * must equal it; bit d of a: a constant that must) or -1, a size-1 or new
+ * dim whose size is the argument (a symbolic int sx[d], or the node's
+ * constant size); 0, or -1. */
+static int sp_expand_map(const cdy_build_call *call, const cdy_meta *src, const cdy_meta *m,
+                         cdy_sym_view *w)
+{
+    int dims[CDY_MAX_NDIM], n = 0, ns = 0;
+    if (call->kwnames || m->ndim < src->ndim)
+        return -1;
+    for (int i = 1; i < call->nargs; i++)
+        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM) ||
+            sp_sx_items(call->args[i], w->sx, &ns, CDY_MAX_NDIM))
+            return -1;
+    if (n != m->ndim || ns != n)
+        return -1;
+    w->kind = 'x';
+    w->a = 0;
+    for (int d = 0; d < n; d++) {
+        int j = d - (m->ndim - src->ndim);
+        w->map[d] = (signed char)(j >= 0 && src->sizes[j] != 1 ? j : -1);
+        if (w->map[d] >= 0 && dims[d] != -1 && !w->sx[d])
+            w->a |= 1 << d;   /* a constant size for a kept dim: it must equal it */
+    }
+    return 0;
+}
+
 /* Record that copy node value has src's sizes, dim for dim. */
 static void sp_copy_map(tracer *tr, int value, int src)
 {
@@ -255,7 +283,8 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     const cdy_meta *src = &g->values[w.src].meta;
     int ok = v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'V' &&
              (sp_in(name, perm) ? !sp_perm_map(src, &v->meta, &w) :
-              sp_in(name, shape) && !sp_shape_map(call, name, src, &v->meta, &w));
+              sp_in(name, shape) ? !sp_shape_map(call, name, src, &v->meta, &w) :
+              !strcmp(name, "expand") && !sp_expand_map(call, src, &v->meta, &w));
     if (!ok) {
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view without a symbolic rule");
         return;
@@ -263,7 +292,7 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     if (sp_view_room(tr))
         return;
     tr->t->symviews[tr->t->nsymviews++] = w;
-    for (int i = 1; w.kind == 'r' && i < call->nargs; i++)
+    for (int i = 1; (w.kind == 'r' || w.kind == 'x') && i < call->nargs; i++)
         cdy_sx_taken(tr, call->args[i]);   /* their nodes are in the map: not pinned */
 }
 
@@ -353,4 +382,42 @@ void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx)
     else   /* no room: the sizes were numbers */
         for (int d = 0; d < CDY_MAX_NDIM; d++)
             cdy_sx_pin_node(tr, sx[d], "out of memory");
+}
+
+void cdy_tr_sym_fill(tracer *tr, const cdy_build_call *call, int value)
+{
+    const char *dot = strrchr(call->what, '.');
+    const char *name = dot ? dot + 1 : call->what;
+    size_t len = strlen(name);
+    if (value < 0)
+        return;
+    if (len > 5 && !strcmp(name + len - 5, "_like")) {   /* its input's sizes */
+        const cdy_graph *g = &tr->t->graph;
+        const cdy_meta *m = &g->values[value].meta;
+        const cdy_meta *src = call->nargs >= 1 && call->args[0]->kind == TV_TENSOR
+                                  ? &g->values[call->args[0]->value].meta : NULL;
+        if (src && src->ndim == m->ndim &&
+            !memcmp(src->sizes, m->sizes, sizeof(int64_t) * (size_t)m->ndim))
+            sp_copy_map(tr, value, call->args[0]->value);
+        else
+            cdy_tr_pin_tensors(tr, call->args, call->nargs, "a *_like without a symbolic rule");
+        return;
+    }
+    int nkw = call->kwnames ? (int)PyTuple_GET_SIZE(call->kwnames) : 0;
+    int first = !strncmp(name, "new_", 4), end = call->nargs - nkw;
+    if (!strcmp(name, "full") || !strcmp(name, "new_full"))
+        end = first + 1;   /* full(size, fill_value) */
+    int sx[CDY_MAX_NDIM] = {0}, n = 0, any = 0;
+    for (int i = first; i < end && i < call->nargs; i++)
+        if (sp_sx_items(call->args[i], sx, &n, CDY_MAX_NDIM))
+            return;   /* not a size list: its symbolic ints are pinned after the call */
+    if (n != tr->t->graph.values[value].meta.ndim)
+        return;
+    for (int d = 0; d < n; d++)
+        any |= sx[d] != 0;
+    if (!any)
+        return;
+    cdy_tr_sym_sizes(tr, value, sx);
+    for (int i = first; i < end && i < call->nargs; i++)
+        cdy_sx_taken(tr, call->args[i]);
 }

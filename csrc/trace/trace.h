@@ -168,6 +168,11 @@ void cdy_tr_sym_split(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 void cdy_tr_sym_gather(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* Node value's dim d is src's dim map[d], or its constant size (map[d] < 0). */
 void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map);
+/* A FILL node value made by zeros / ones / empty / full / new_* from sizes
+ * given as ints or one sequence: the symbolic ints among them are its sizes
+ * (kind 'z'), taken (not pinned); *_like: its input's sizes (else the call's
+ * tensors are pinned); other forms: nothing (the ints pin after the call). */
+void cdy_tr_sym_fill(tracer *tr, const struct cdy_build_call_s *call, int value);
 /* Node value's dim d is symbolic int sx[d] (1 + node), or its constant size (0). */
 void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx);
 void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
@@ -707,7 +712,9 @@ int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes sy
                                                  * 2 the view builder (cdy_tr_sym_view), 3 clone
                                                  * / contiguous (cdy_tr_sym_copy), 4 split
                                                  * (cdy_tr_sym_split), 5 F.embedding
-                                                 * (cdy_tr_sym_gather) */
+                                                 * (cdy_tr_sym_gather), 6 the fills
+                                                 * zeros / ones / full / new_* / *_like
+                                                 * (cdy_tr_sym_fill) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */
