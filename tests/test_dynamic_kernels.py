@@ -500,3 +500,15 @@ def test_expand_to_a_constant_size_of_a_symbolic_dim_specializes(dyn):
 def test_arange_index_operands_take_runtime_sizes(dyn, name, fn):
     g = _sweep(fn, lambda n, m: (torch.randn(n, m),), SIZES_2D)
     assert "iota" in g.source
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("triu_1", lambda x: x.triu(1) + 1),
+    ("tril_minus_1", lambda x: torch.tril(x, -1) * 2),
+    ("tril_then_softmax", lambda x: x.tril().softmax(-1)),
+    ("causal_fill_of_triu_mask", lambda x: x.masked_fill((x > 9).triu(1), float("-inf"))),
+    ("where_scalar", lambda x: torch.where(x > 0, x, 0.0)),
+])
+def test_tri_masks_take_runtime_sizes(dyn, name, fn):
+    """tril / triu lower to two IOTAs over the input's last two dims (and a where)."""
+    _sweep(fn, lambda n, m: (torch.randn(2, n, m),), SIZES_2D)

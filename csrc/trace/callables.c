@@ -234,7 +234,8 @@ int cdy_callable_builds(PyObject *fn)
 static int cc_symbolic_builder(cdy_build_fn b)
 {
     return !b || b == cdy_build_softmax || b == cdy_build_f_softmax ||
-           b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate;
+           b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate ||
+           b == cdy_build_tri;   /* its IOTAs' sizes: the input's (tri_sym_dims) */
 }
 
 int cdy_callable_symbolic(PyObject *fn)
