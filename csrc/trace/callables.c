@@ -249,6 +249,8 @@ int cdy_callable_symbolic(PyObject *fn)
         return 4;
     if (r && r->build[0] == cdy_build_f_embedding && !r->build[1])
         return 5;
+    if (r && r->build[0] == cdy_build_view && r->build[1] == cdy_build_getitem)
+        return 6;
     return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
 }
 
