@@ -583,32 +583,78 @@ def test_isinstance_of_a_size_and_len_of_a_shape_do_not_pin():
     assert sweep(f, lambda n: (torch.randn(n, 6),), range(2, 30)) == 2
 
 
-def test_llama_generate_compiles_each_graph_at_most_twice():
-    """A transformers LLaMA's greedy generate() with its DynamicCache: the KV cache grows a
-    token per step; the cache length is compared (mask sizes, isinstance of the offset) and
-    goes into attention. Prefill, the first decode step and one symbolic decode graph."""
+def _small_causal_lm(kind):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)).eval()
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)).eval()
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+        bos_token_id=0, eos_token_id=0)).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_causal_lm_generate_compiles_each_graph_at_most_twice(kind, capfd):
+    """A transformers causal LM's greedy generate() with its DynamicCache, 64 new tokens: the
+    KV cache grows a token per step; the cache length is compared (mask sizes, isinstance of
+    the offset) and goes into attention. Two compiles: prefill, and the first decode step
+    with the cache length already symbolic (the cache is a new input whose length is the
+    prompt's, which has just changed: 6 -> 1 token)."""
+    model = _small_causal_lm(kind)
     ids = torch.randint(3, 256, (1, 6))
-    kw = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+    kw = dict(max_new_tokens=64, min_new_tokens=64, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         ref = model.generate(ids, **kw)
         cdynamo.reset()
         forward = model.forward
         model.forward = cdynamo.optimize(forward)
         try:
-            out = model.generate(ids, **kw)
+            capfd.readouterr()
+            cdynamo._C.set_log_topics({"recompiles"})
+            try:
+                out = model.generate(ids, **kw)
+            finally:
+                cdynamo._C.set_log_topics(set())
             first = compiles()
+            lines = capfd.readouterr().err.splitlines()
             again = model.generate(ids, **kw)
         finally:
             model.forward = forward
     assert torch.equal(out, ref) and torch.equal(again, ref)
-    assert first <= 3
+    assert first == 2, lines
     assert compiles() == first      # the second generation reuses every graph
     assert cdynamo.stats()["fallbacks"] == 0
+    assert any("dimension 2 of 'kwargs['past_key_values'].layers[0].keys' became dynamic: a "
+               "new input whose size 6 is that of a dim that just changed" in l
+               for l in lines), lines
+
+
+def test_new_input_takes_a_changed_size_symbolic():
+    """The policy's rule in small: a recompile whose new tensor input has a dim of the size
+    another input's dim had before it changed makes that dim symbolic; other dims and
+    unrelated sizes stay static. Every call equals eager."""
+    def f(x, cache=None):
+        if cache is None:
+            return x.sum(-1, keepdim=True) * 2.0
+        return torch.cat([cache, x], 1).softmax(1)
+
+    of = cdynamo.optimize(f)
+    x6 = torch.randn(3, 6)
+    assert_same(f(x6), of(x6))
+    for n in range(6, 12):
+        c, x = torch.randn(3, n), torch.randn(3, 1)
+        assert_same(f(x, c), of(x, c))
+    assert compiles() == 2
+
+    cdynamo.reset()   # a new input with no size in common with the change: static first
+    of = cdynamo.optimize(f)
+    assert_same(f(x6), of(x6))
+    for n in range(9, 12):
+        c, x = torch.randn(3, n), torch.randn(3, 1)
+        assert_same(f(x, c), of(x, c))
+    assert compiles() == 3
 
 
 def test_size_read_escaping_uses_specialize():

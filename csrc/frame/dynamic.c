@@ -58,6 +58,58 @@ static unsigned dy_changed(const cdy_dyn_ctx *c, const cdy_src *s, const cdy_met
     return bits;
 }
 
+/* 1 when no earlier entry guards a tensor at source s (an input this
+ * recompile sees first: a KV cache that prefill created). */
+static int dy_new_source(const cdy_dyn_ctx *c, const cdy_src *s)
+{
+    for (int e = 0; e < c->nprev; e++)
+        if (dy_tensor_guard(c->prev[e], s))
+            return 0;
+    return c->nprev > 0;
+}
+
+/* The earlier sizes (>= 2) of the dims of t's inputs that changed since an
+ * earlier entry (dy_changed's "was"), into was[0..return). */
+static int dy_moved_sizes(const cdy_dyn_ctx *c, const cdy_trace *t, int64_t *was, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < t->graph.ninputs; i++) {
+        int v = dy_input_value(t, i);
+        if (v < 0)
+            continue;
+        const cdy_meta *m = &t->graph.values[v].meta;
+        int64_t w[CDY_MAX_NDIM];
+        unsigned ch = dy_changed(c, &t->input_srcs[i], m, w);
+        for (int d = 0; d < m->ndim && n < cap; d++)
+            if (ch >> d & 1 && w[d] >= 2 && w[d] != m->sizes[d])
+                was[n++] = w[d];
+    }
+    return n;
+}
+
+/* The dims of a new input (dy_new_source; not a Parameter) at source s
+ * whose size is one of was[0..nwas): the size of a dim that has just
+ * changed elsewhere moved into it (prefill's length 6 is the first decode
+ * step's cache length while input_ids went 6 -> 1), so it will change too. */
+static unsigned dy_moved(const cdy_dyn_ctx *c, const cdy_src *s, const cdy_meta *m,
+                         const int64_t *was, int nwas)
+{
+    if (!nwas || !dy_new_source(c, s))
+        return 0;
+    PyObject *v = cdy_src_fetch(s, c->locals, c->globals, c->builtins, c->closure);
+    PyObject *pt = v ? PyObject_GetAttrString((PyObject *)Py_TYPE(v), "__name__") : NULL;
+    int param = pt && PyUnicode_Check(pt) && PyUnicode_CompareWithASCIIString(pt, "Parameter") == 0;
+    Py_XDECREF(pt);
+    Py_XDECREF(v);
+    PyErr_Clear();
+    unsigned bits = 0;
+    for (int d = 0; !param && d < m->ndim; d++)
+        for (int k = 0; k < nwas; k++)
+            if (m->sizes[d] == was[k])
+                bits |= 1u << d;
+    return bits;
+}
+
 /* The dims mark_dynamic (or torch._dynamo.mark_dynamic) marked on the
  * tensor at source s (its _dynamo_dynamic_indices), a bit each. */
 static unsigned dy_marked(const cdy_dyn_ctx *c, const cdy_src *s, int ndim)
@@ -83,8 +135,12 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
 {
     const cdy_dyn_ctx *c = ctx;
     unsigned any = 0;
+    int64_t was[32];
+    int nwas = 0;
     if (c->mode == 1)
         cdy_sym_dyn_all(t, dyn);
+    if (c->mode == -1 && c->automatic && t->input_srcs)
+        nwas = dy_moved_sizes(c, t, was, 32);
     for (int i = 0; i < t->graph.ninputs; i++) {
         int v = dy_input_value(t, i);
         if (c->mode != 1)
@@ -95,7 +151,8 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
         }
         const cdy_meta *m = &t->graph.values[v].meta;
         if (c->mode == -1 && c->automatic)
-            dyn[i] |= dy_changed(c, &t->input_srcs[i], m, NULL);
+            dyn[i] |= dy_changed(c, &t->input_srcs[i], m, NULL) |
+                      dy_moved(c, &t->input_srcs[i], m, was, nwas);
         dyn[i] |= dy_marked(c, &t->input_srcs[i], m->ndim);
         for (int d = 0; d < 32; d++)   /* no such dim, or a size 0 / 1: static */
             if (d >= m->ndim || m->sizes[d] < 2)
@@ -122,6 +179,9 @@ static void dy_log_input(const cdy_dyn_ctx *c, const cdy_trace *t, int i, const 
     unsigned changed = c->mode == -1 && c->automatic
                            ? dy_changed(c, &t->input_srcs[i], m, was) : 0;
     unsigned marked = dy_marked(c, &t->input_srcs[i], m->ndim);
+    int64_t moved[32];
+    int nmoved = c->mode == -1 && c->automatic ? dy_moved_sizes(c, t, moved, 32) : 0;
+    unsigned born = dy_moved(c, &t->input_srcs[i], m, moved, nmoved);
     for (int d = 0; d < m->ndim; d++) {
         if (!(dyn >> d & 1))
             continue;
@@ -131,6 +191,9 @@ static void dy_log_input(const cdy_dyn_ctx *c, const cdy_trace *t, int i, const 
         else if (changed >> d & 1)
             cdy_log(topic, "dimension %d of '%s' became dynamic: %lld -> %lld", d, name,
                     (long long)was[d], (long long)m->sizes[d]);
+        else if (born >> d & 1)
+            cdy_log(topic, "dimension %d of '%s' became dynamic: a new input whose size %lld is "
+                    "that of a dim that just changed", d, name, (long long)m->sizes[d]);
     }
 }
 
