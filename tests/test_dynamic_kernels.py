@@ -460,10 +460,10 @@ def test_split_pieces_loaded_at_their_offset(dyn, name, fn, make):
 
 
 def _repeat_kv(x):
-    """GQA's repeat_kv: the expand materialized by reshape, the copy loaded as a reshape
-    (transformers writes x[:, :, None]: getitem's symbolic rule is the tracer's)."""
+    """GQA's repeat_kv (transformers' text): the expand materialized by reshape, the copy
+    loaded as a reshape."""
     b, h, s, d = x.shape
-    return x.unsqueeze(2).expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+    return x[:, :, None, :, :].expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
 
 
 @pytest.mark.parametrize("name,fn", [
@@ -502,3 +502,39 @@ def test_expand_to_a_constant_size_of_a_symbolic_dim_specializes(dyn):
 def test_arange_index_operands_take_runtime_sizes(dyn, name, fn):
     g = _sweep(fn, lambda n, m: (torch.randn(n, m),), SIZES_2D)
     assert "iota" in g.source
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("triu_1", lambda x: x.triu(1) + 1),
+    ("tril_minus_1", lambda x: torch.tril(x, -1) * 2),
+    ("tril_then_softmax", lambda x: x.tril().softmax(-1)),
+    ("causal_fill_of_triu_mask", lambda x: x.masked_fill((x > 9).triu(1), float("-inf"))),
+    ("where_scalar", lambda x: torch.where(x > 0, x, 0.0)),
+])
+def test_tri_masks_take_runtime_sizes(dyn, name, fn):
+    """tril / triu lower to two IOTAs over the input's last two dims (and a where)."""
+    _sweep(fn, lambda n, m: (torch.randn(2, n, m),), SIZES_2D)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("none_middle", lambda x: x[:, None] * 2),
+    ("ellipsis_none", lambda x: x[..., None] + x[..., None, :]),
+    ("none_first_slices", lambda x: x[None, :, :] - 1),
+    ("whole_slices", lambda x: x[:, :].exp()),
+])
+def test_getitem_keeping_every_dim_takes_runtime_sizes(dyn, name, fn):
+    _sweep(fn, lambda n, m: (torch.randn(n, m),), SIZES_2D)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("int_index", lambda x: x[:, 0] + 1),
+    ("bounded_slice", lambda x: x[:, 1:] * 2),
+    ("list_index", lambda x: x[:, [0, 1]] - 1),
+    ("mask_index", lambda x: x[x > 0]),
+])
+def test_getitem_with_bounds_or_tensors_still_correct(name, fn):
+    """Indexes that read sizes stay exact: every call equals eager's."""
+    opt = cdynamo.optimize(fn)
+    for n, m in [(3, 4), (5, 6), (7, 9), (2, 33)]:
+        x = torch.randn(n, m)
+        _same(opt(x), fn(x))

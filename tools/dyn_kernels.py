@@ -45,6 +45,17 @@ def mlp(x, w1, b1, w2, b2):
     return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
 
+def causal_softmax(x):
+    """tril's IOTA index operands in a kernel, then softmax (issue 32's masks)."""
+    return x.tril().softmax(-1)
+
+
+def repeat_kv(x):
+    """GQA's repeat_kv: an expand load, its copy loaded as a reshape."""
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, 2, s, d).reshape(b, h * 2, s, d) * 0.5
+
+
 # name: (fn, make(size) -> args, sizes)
 WORKLOADS = {
     "pointwise_chain": (pointwise_chain, lambda n: (torch.randn(n, 1024),), [8, 256, 4096]),
@@ -52,6 +63,9 @@ WORKLOADS = {
     "softmax": (softmax, lambda n: (torch.randn(n, 1000),), [8, 256, 4096]),
     "layer_norm": (layer_norm, lambda n: (torch.randn(n, 1024), LN_W, LN_B), [8, 256, 4096]),
     "mlp": (mlp, lambda n: (torch.randn(n, 256), W1, B1, W2, B2), [8, 64, 512]),
+    "causal_softmax": (causal_softmax, lambda n: (torch.randn(4, n, n),), [16, 128, 512]),
+    "square_softmax": (softmax, lambda n: (torch.randn(4, n, n),), [16, 128, 512]),
+    "repeat_kv": (repeat_kv, lambda n: (torch.randn(2, 4, n, 64),), [16, 128, 1024]),
 }
 
 

@@ -316,6 +316,18 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
                          NULL);
 }
 
+/* The symbolic sizes of tri's row IOTA [R, 1] and column IOTA [C] (values
+ * row, col; either -1: none): the last two dims of input x (ndim dims). */
+static void tri_sym_dims(tracer *tr, int row, int col, int x, int ndim)
+{
+    signed char rmap[CDY_MAX_NDIM] = {(signed char)(ndim - 2), -1};
+    signed char cmap[CDY_MAX_NDIM] = {(signed char)(ndim - 1)};
+    if (row >= 0)
+        cdy_tr_sym_dims(tr, row, x, rmap);
+    if (col >= 0)
+        cdy_tr_sym_dims(tr, col, x, cmap);
+}
+
 /* tril / triu(input, diagonal=0): where(col - row <= k (tril: call->op LE) /
  * >= k (triu: GE), input, 0) over the last two dims, torch's result meta. */
 tvar *cdy_build_tri(tracer *tr, const cdy_build_call *call)
@@ -341,6 +353,7 @@ tvar *cdy_build_tri(tracer *tr, const cdy_build_call *call)
         return NULL;
     int row = cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &rm, CDY_DT_INT64);
     int col = row < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &cm, CDY_DT_INT64);
+    tri_sym_dims(tr, row, col, slot[0]->value, m.ndim);
     int rc[2] = {col, row};
     int diff = col < 0 ? -1 : cdy_node_add(tr, CDY_OP_SUB, rc, 2, &dm, CDY_DT_INT64);
     dm.dtype = CDY_DT_BOOL;

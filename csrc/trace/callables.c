@@ -234,7 +234,8 @@ int cdy_callable_builds(PyObject *fn)
 static int cc_symbolic_builder(cdy_build_fn b)
 {
     return !b || b == cdy_build_softmax || b == cdy_build_f_softmax ||
-           b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate;
+           b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate ||
+           b == cdy_build_tri;   /* its IOTAs' sizes: the input's (tri_sym_dims) */
 }
 
 int cdy_callable_symbolic(PyObject *fn)
@@ -251,6 +252,8 @@ int cdy_callable_symbolic(PyObject *fn)
     if (r && !r->build[1] && (r->build[0] == cdy_build_zeros || r->build[0] == cdy_build_ones ||
                               r->build[0] == cdy_build_full || r->build[0] == cdy_build_new_full))
         return 6;   /* a fill: its sizes from the call's ints (cdy_tr_sym_fill) */
+    if (r && r->build[0] == cdy_build_view && r->build[1] == cdy_build_getitem)
+        return 7;   /* a tensor getitem keeping whole dims (cdy_tr_sym_getitem) */
     return r && cc_symbolic_builder(r->build[0]) && cc_symbolic_builder(r->build[1]);
 }
 

@@ -296,6 +296,76 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
         cdy_sx_taken(tr, call->args[i]);   /* their nodes are in the map: not pinned */
 }
 
+/* 1 if index item o keeps its dims whole: None, Ellipsis or slice(None). */
+static int sp_whole_item(PyObject *o)
+{
+    if (o == Py_None || o == Py_Ellipsis)
+        return 1;
+    if (!PySlice_Check(o))
+        return 0;
+    PySliceObject *sl = (PySliceObject *)o;
+    return sl->start == Py_None && sl->stop == Py_None && sl->step == Py_None;
+}
+
+/* w's 'p' map for src[idx] (meta m) when idx (a constant) is None, Ellipsis,
+ * slice(None) or a tuple of them: out dim d is a source dim or a new 1 (-1);
+ * 0, or -1. */
+static int sp_getitem_map(PyObject *idx, const cdy_meta *src, const cdy_meta *m,
+                          cdy_sym_view *w)
+{
+    PyObject *one[1] = {idx};
+    PyObject **items = PyTuple_Check(idx) ? &PyTuple_GET_ITEM(idx, 0) : one;
+    Py_ssize_t n = PyTuple_Check(idx) ? PyTuple_GET_SIZE(idx) : 1;
+    int nslice = 0, nell = 0, sd = 0, od = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!sp_whole_item(items[i]))
+            return -1;
+        nslice += PySlice_Check(items[i]);
+        nell += items[i] == Py_Ellipsis;
+    }
+    if (nell > 1 || nslice > src->ndim)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int k = items[i] == Py_None ? 0 : items[i] == Py_Ellipsis ? src->ndim - nslice : 1;
+        if (od + (k ? k : 1) > m->ndim)
+            return -1;
+        if (!k)
+            w->map[od++] = -1;
+        for (int j = 0; j < k; j++)
+            w->map[od++] = (signed char)sd++;
+    }
+    while (sd < src->ndim && od < m->ndim)
+        w->map[od++] = (signed char)sd++;
+    if (sd != src->ndim || od != m->ndim)
+        return -1;
+    for (int d = 0; d < m->ndim; d++)
+        if (m->sizes[d] != (w->map[d] < 0 ? 1 : src->sizes[w->map[d]]))
+            return -1;
+    w->kind = 'p';
+    return 0;
+}
+
+void cdy_tr_sym_getitem(tracer *tr, const cdy_build_call *call, tvar *r)
+{
+    if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED) {   /* an extern: as before */
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "an index without a symbolic rule");
+        return;
+    }
+    const cdy_graph *g = &tr->t->graph;
+    cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}, {0}};
+    int ok = call->nargs == 2 && !call->kwnames && r->kind == TV_TENSOR &&
+             call->args[0]->kind == TV_TENSOR && r != call->args[0] &&
+             call->args[1]->kind == TV_CONST && g->values[r->value].kind == CDY_VAL_NODE &&
+             cdy_op_table[g->values[r->value].op].kind == 'V' &&
+             !sp_getitem_map(call->args[1]->obj, &g->values[w.src].meta,
+                             &g->values[r->value].meta, &w);
+    if (!ok || sp_view_room(tr)) {
+        cdy_tr_pin_tensors(tr, call->args, call->nargs, "an index without a symbolic rule");
+        return;
+    }
+    tr->t->symviews[tr->t->nsymviews++] = w;
+}
+
 void cdy_tr_sym_split(tracer *tr, const cdy_build_call *call, tvar *r)
 {
     if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED || call->args[0]->kind != TV_TENSOR)

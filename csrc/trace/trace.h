@@ -176,6 +176,9 @@ void cdy_tr_sym_fill(tracer *tr, const struct cdy_build_call_s *call, int value)
 /* Node value's dim d is symbolic int sx[d] (1 + node), or its constant size (0). */
 void cdy_tr_sym_sizes(tracer *tr, int value, const int *sx);
 void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* After tensor getitem's builders: a 'p' map when the index keeps every dim
+ * whole (None, Ellipsis, slice(None)), else its tensors' sizes pinned. */
+void cdy_tr_sym_getitem(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* ---- symint.c: symbolic Python ints (sizes the code read) ---- */
 /* A new node (cdy_sym_sx) of the trace: 1 + its index, or 0 (no room). */
 int cdy_sx_node(tracer *tr, char op, int a, int b, int value, int dim, long long c);
@@ -714,7 +717,8 @@ int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes sy
                                                  * (cdy_tr_sym_split), 5 F.embedding
                                                  * (cdy_tr_sym_gather), 6 the fills
                                                  * zeros / ones / full / new_* / *_like
-                                                 * (cdy_tr_sym_fill) */
+                                                 * (cdy_tr_sym_fill), 7 tensor getitem
+                                                 * (cdy_tr_sym_getitem) */
 int cdy_callable_contiguous(PyObject *fn);    /* 1 if a CONTIGUOUS row names fn */
 /* Run the builders of call->fn (see callables.def); CDY_NOT_LOWERED when it has
  * none or they decline, else as a builder returns. */
