@@ -207,12 +207,14 @@ def test_lr_as_tensor(foreach):
     assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
 
 
-def test_sgd_tensor_lr_for_loop_runs_eagerly():
-    """SGD's for-loop path with a tensor lr (add_(alpha=-lr): torch reads the tensor as a
-    number): the step runs eagerly, results as eager's."""
-    _run(lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), foreach=False), steps=5)
-    assert cdynamo.stats()["frames_compiled"] == 0
-    assert "TORCH_RAISED" in {b["code"] for b in support.breaks}
+def test_sgd_tensor_lr_for_loop_compiles_bit_for_bit():
+    """SGD's for-loop path with a tensor lr (add_(grad, alpha=-lr): torch reads the tensor
+    as a number) compiles; eager's fma(grad, -lr, param), bit for bit (_optim._fma_alpha)."""
+    me, mc, oe, oc = _run(lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), foreach=False),
+                          steps=5)
+    assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
 
 
 def test_state_dict_round_trip():
@@ -379,3 +381,88 @@ def test_step_compiles_after_torch_compile_disabled_init_group():
     assert "_torchdynamo_orig_callable" in torch.optim.Adam.__dict__["_init_group"].__dict__
     _run(lambda ps: torch.optim.Adam(ps, lr=1e-2))
     assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
+
+
+# ---- lr schedulers: a tensor lr, a changing float lr (issue 34) ----------------------------
+
+def _linear():
+    torch.manual_seed(0)
+    return nn.Linear(8, 4)
+
+
+def _run_scheduled(make, sched, steps=30, model=_linear):
+    """steps training steps of two copies of model, each optimizer's lr scheduler stepped
+    after the optimizer, eager and with the step optimized."""
+    me, mc = model(), model()
+    oe, oc = make(me.parameters()), make(mc.parameters())
+    se, sc = sched(oe), sched(oc)
+    step = cdynamo.optimize(oc.step)
+    x = torch.randn(4, 8)
+    for _ in range(steps):
+        for m, o, st, s in ((me, oe, oe.step, se), (mc, oc, step, sc)):
+            m(x).pow(2).mean().backward()
+            st()
+            o.zero_grad()
+            s.step()
+    _assert_models_and_state_match(me, mc, oe, oc)
+    return me, mc, oe, oc
+
+
+def _bitwise(me, mc, oe, oc):
+    """Parameters and optimizer state of the two copies equal bit for bit."""
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
+        for k in oe.state[pe]:
+            assert torch.equal(oc.state[pc][k], oe.state[pe][k]), k
+
+
+STEP_LR = lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.5)
+
+# Adam / AdamW with a tensor lr and foreach=True: eager raises ValueError unless
+# capturable=True, which eager does not run on CPU, so only their for-loop path is tested.
+TENSOR_LR = {
+    "sgd_momentum-for_loop": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
+                                                         foreach=False), True),
+    "sgd_momentum-foreach": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
+                                                        foreach=True), False),
+    "adam-for_loop": (lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01), foreach=False), False),
+    "adamw-for_loop": (lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.01), foreach=False),
+                       False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_LR))
+def test_step_lr_scheduler_with_tensor_lr_compiles_once(name):
+    """lr a 0-dim tensor (torch.compile's way to schedule a compiled step): the scheduler
+    fill_s it in place, the step's graph reads it, one compile for 30 steps.  SGD's for-loop
+    path (add_(alpha=-lr)) is eager's bits; its foreach path under a compiler multiplies
+    then adds (torch.optim's own compiled branch: 1 ulp from eager's fma), Adam's divides
+    by the bias correction as eager does but its sqrt/div fuse (float32 tolerance)."""
+    make, bitwise = TENSOR_LR[name]
+    me, mc, oe, oc = _run_scheduled(make, STEP_LR)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["recompiles"] == 1, (st, support.breaks)
+    assert oc.param_groups[0]["lr"].item() == oe.param_groups[0]["lr"].item() < 0.1 / 2 ** 14
+    if bitwise:
+        _bitwise(me, mc, oe, oc)
+
+
+@pytest.mark.parametrize("op", ["add_", "sub_", "add", "sub"])
+@pytest.mark.parametrize("adtype", [torch.float32, torch.float64])
+def test_add_with_tensor_alpha_is_eager_bits(op, adtype):
+    """x.add_(y, alpha=t) with a 0-dim tensor t: a graph op (no break), eager's float32 bits:
+    t read as a number, cast to float32, one fma."""
+    def f(x, y, a):
+        r = getattr(x, op)(y, alpha=a)
+        return r * 1
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1000), torch.randn(1000)
+    a = torch.tensor(-0.1234567, dtype=adtype)
+    xe, xc = x.clone(), x.clone()
+    with torch.no_grad():
+        oe = f(xe, y, a)
+        oc = cdynamo.optimize(f)(xc, y, a)
+    assert torch.equal(oc, oe) and torch.equal(xc, xe)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, support.breaks
