@@ -466,3 +466,69 @@ def test_add_with_tensor_alpha_is_eager_bits(op, adtype):
     assert torch.equal(oc, oe) and torch.equal(xc, xe)
     st = cdynamo.stats()
     assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, support.breaks
+
+
+SCHEDULERS = {
+    "step": STEP_LR,
+    "cosine": lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10),
+    "onecycle_lr_only": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=40,
+                                                                      cycle_momentum=False),
+}
+FLOAT_LR = {
+    "sgd_momentum-for_loop": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=False),
+    "sgd_momentum-foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
+    "adam-for_loop": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=False),
+    "adamw-default": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+}
+
+
+@pytest.mark.parametrize("sched", sorted(SCHEDULERS))
+@pytest.mark.parametrize("name", sorted(FLOAT_LR))
+def test_scheduler_with_float_lr_compiles_at_most_twice(name, sched, capfd):
+    """A float lr that a scheduler changes: the first change recompiles once with
+    param_groups[i]['lr'] a graph input (a 0-dim float64 tensor read per call, guarded a
+    float), and the recompile log says so; 30 steps, at most two compiles, eager's values
+    (SGD's for-loop path bit for bit: add_(alpha=-lr) is eager's fma)."""
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        me, mc, oe, oc = _run_scheduled(FLOAT_LR[name], SCHEDULERS[sched])
+    finally:
+        cdynamo._C.set_log_topics(set())
+    st = cdynamo.stats()
+    assert 1 <= st["frames_compiled"] <= 2 and st["recompiles"] <= 2, (st, support.breaks)
+    assert type(oc.param_groups[0]["lr"]) is float
+    assert oc.param_groups[0]["lr"] == oe.param_groups[0]["lr"]
+    assert "'self.param_groups[0]['lr']' changed since an earlier compile: read per call as " \
+           "a 0-dim float64 tensor" in capfd.readouterr().err
+    if name == "sgd_momentum-for_loop":
+        _bitwise(me, mc, oe, oc)
+
+
+def test_scheduled_lr_input_is_guarded_a_float():
+    """After lr became a graph input, an lr that is no longer a float (a tensor put in its
+    place) fails the guard and recompiles; values stay eager's."""
+    me, mc = _linear(), _linear()
+    oe = torch.optim.SGD(me.parameters(), lr=0.1, momentum=0.9)
+    oc = torch.optim.SGD(mc.parameters(), lr=0.1, momentum=0.9)
+    step = cdynamo.optimize(oc.step)
+    x = torch.randn(4, 8)
+    for i in range(8):
+        for o in (oe, oc):
+            o.param_groups[0]["lr"] = 0.1 / (i + 1) if i < 6 else torch.tensor(0.01)
+        for m, o, st in ((me, oe, oe.step), (mc, oc, step)):
+            m(x).pow(2).mean().backward()
+            st()
+            o.zero_grad()
+    _assert_models_and_state_match(me, mc, oe, oc)
+    st = cdynamo.stats()
+    # the first call initializes the state (eager), the second already sees lr changed (an
+    # input), the seventh a tensor
+    assert st["frames_compiled"] == 2 and st["recompiles"] == 2, (st, support.breaks)
+
+
+def test_float_lr_of_other_optimizers_stays_a_constant():
+    """Adam with foreach=True (its foreach path rejects a tensor lr): a changed lr
+    recompiles with the new constant, as before."""
+    _run_scheduled(lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True), STEP_LR, steps=6)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 3, (st, support.breaks)

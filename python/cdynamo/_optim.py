@@ -15,6 +15,8 @@ arithmetic becomes pointwise graph nodes that fuse, instead of externs or breaks
 Anything else falls back to the op itself (an extern, or a recorded break).  Calls made
 by this file's own code are not routed again (its fallbacks are the ops themselves).
 Nothing here runs on the per-call path: the tracer reads it while tracing."""
+import functools
+
 import torch
 
 _T = torch.Tensor
@@ -67,6 +69,35 @@ def get_value(x):
     if isinstance(x, _T):
         return x.to(torch.float64)
     return x
+
+
+class _FloatAsTensor:
+    """FLOAT_AS_TENSOR[x]: float x as a 0-dim float64 tensor, the last step of the source
+    of an optimizer's lr that a scheduler changes (trace/build_optim.c: a graph input read
+    per call; the source's step checks that x is a float, frame/guards.c).  A partial of
+    torch's C function, so that no Python frame runs (the frame hook would catch it)."""
+    __slots__ = ()
+    __getitem__ = functools.partial(torch.scalar_tensor, dtype=torch.float64)
+
+    def __repr__(self):
+        return "cdynamo._optim.FLOAT_AS_TENSOR"
+
+
+FLOAT_AS_TENSOR = _FloatAsTensor()
+
+
+def lr_input_ok(opt, group):
+    """Whether the step of optimizer opt for param group `group` takes its lr as a 0-dim
+    tensor with eager's results (read while tracing): SGD (for-loop and foreach paths),
+    Adam / AdamW on the for-loop path (foreach False or None: the CPU's default; their
+    foreach path raises for a tensor lr unless capturable).  Others keep a float lr a
+    guarded constant."""
+    if type(opt) is torch.optim.SGD:
+        return True
+    if type(opt) in (torch.optim.Adam, torch.optim.AdamW):
+        return group.get("foreach") is not True and not group.get("capturable") and \
+            not group.get("fused") and not group.get("differentiable")
+    return False
 
 
 # ---- Tensor methods --------------------------------------------------------------
