@@ -532,3 +532,33 @@ def test_float_lr_of_other_optimizers_stays_a_constant():
     _run_scheduled(lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True), STEP_LR, steps=6)
     st = cdynamo.stats()
     assert st["frames_compiled"] == 3, (st, support.breaks)
+
+
+def test_scheduled_float_lr_in_an_optimized_train_step():
+    """opt.step() inside an optimized train_step (the step's frame runs through its
+    transformed code, which loads the lr input through the converter step): a StepLR
+    schedule compiles the step at most twice, SGD's results are eager's bits."""
+    def make():
+        m = _mlp()
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return m, o, torch.optim.lr_scheduler.StepLR(o, 2, 0.5)
+
+    (me, oe, se), (mc, oc, sc) = make(), make()
+    x = torch.randn(4, 8)
+
+    def train_step(m, o, x):
+        loss = m(x).pow(2).mean()
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss
+
+    step = cdynamo.optimize(train_step)
+    for _ in range(30):
+        torch.testing.assert_close(step(mc, oc, x), train_step(me, oe, x))
+        se.step()
+        sc.step()
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
+    st = cdynamo.stats()
+    assert st["recompiles"] <= 3, (st, support.breaks)
