@@ -197,8 +197,7 @@ def test_param_groups_with_different_lr():
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["for_loop", "foreach"])
 def test_lr_as_tensor(foreach):
-    """lr a tensor: Adam's for-loop path and SGD's foreach path read it in the graph;
-    SGD's for-loop path branches on it (a data-dependent break: eager)."""
+    """lr a tensor: Adam's for-loop path and SGD's foreach path read it in the graph."""
     if foreach:
         make = lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9, foreach=True)
     else:
@@ -424,7 +423,7 @@ TENSOR_LR = {
     "sgd_momentum-for_loop": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
                                                          foreach=False), True),
     "sgd_momentum-foreach": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
-                                                        foreach=True), False),
+                                                        foreach=True), True),
     "adam-for_loop": (lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01), foreach=False), False),
     "adamw-for_loop": (lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.01), foreach=False),
                        False),
@@ -434,10 +433,10 @@ TENSOR_LR = {
 @pytest.mark.parametrize("name", sorted(TENSOR_LR))
 def test_step_lr_scheduler_with_tensor_lr_compiles_once(name):
     """lr a 0-dim tensor (torch.compile's way to schedule a compiled step): the scheduler
-    fill_s it in place, the step's graph reads it, one compile for 30 steps.  SGD's for-loop
-    path (add_(alpha=-lr)) is eager's bits; its foreach path under a compiler multiplies
-    then adds (torch.optim's own compiled branch: 1 ulp from eager's fma), Adam's divides
-    by the bias correction as eager does but its sqrt/div fuse (float32 tolerance)."""
+    fill_s it in place, the step's graph reads it, one compile for 30 steps.  SGD is eager's
+    bits (add_ / _foreach_add_ with alpha=-lr: eager's fma; its foreach path is traced down
+    eager's branch, not the multiply-then-add it takes under a compiler), Adam / AdamW within
+    float32 tolerance (as with a float lr: their sqrt / div fuse)."""
     make, bitwise = TENSOR_LR[name]
     me, mc, oe, oc = _run_scheduled(make, STEP_LR)
     st = cdynamo.stats()
@@ -488,7 +487,7 @@ def test_scheduler_with_float_lr_compiles_at_most_twice(name, sched, capfd):
     """A float lr that a scheduler changes: the first change recompiles once with
     param_groups[i]['lr'] a graph input (a 0-dim float64 tensor read per call, guarded a
     float), and the recompile log says so; 30 steps, at most two compiles, eager's values
-    (SGD's for-loop path bit for bit: add_(alpha=-lr) is eager's fma)."""
+    (SGD's bit for bit: add_ / _foreach_add_ with alpha=-lr is eager's fma)."""
     cdynamo._C.set_log_topics({"recompiles"})
     try:
         me, mc, oe, oc = _run_scheduled(FLOAT_LR[name], SCHEDULERS[sched])
@@ -500,7 +499,7 @@ def test_scheduler_with_float_lr_compiles_at_most_twice(name, sched, capfd):
     assert oc.param_groups[0]["lr"] == oe.param_groups[0]["lr"]
     assert "'self.param_groups[0]['lr']' changed since an earlier compile: read per call as " \
            "a 0-dim float64 tensor" in capfd.readouterr().err
-    if name == "sgd_momentum-for_loop":
+    if name.startswith("sgd"):
         _bitwise(me, mc, oe, oc)
 
 

@@ -473,3 +473,13 @@ tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src)
     }
     return v;
 }
+
+/* See trace.h. */
+int cdy_optim_eager_branch(tracer *tr)
+{
+    if (PyUnicode_CompareWithASCIIString(tr->co->co_name, "_multi_tensor_sgd") != 0 ||
+        !tr->globals || !PyDict_Check(tr->globals))
+        return 0;
+    PyObject *m = PyDict_GetItemString(tr->globals, "__name__");   /* borrowed */
+    return m && PyUnicode_Check(m) && PyUnicode_CompareWithASCIIString(m, "torch.optim.sgd") == 0;
+}

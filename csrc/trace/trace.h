@@ -652,6 +652,11 @@ int cdy_optim_inlined(PyObject *fn);
  * (src plus a converter step: guarded a float by type only); else NULL (also when
  * stopped: tr's status says). */
 tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src);
+/* 1 if tr traces torch.optim's _multi_tensor_sgd, whose is_compiling() only picks
+ * _foreach_mul(grads, -lr) + _foreach_add_ over eager's _foreach_add_(alpha=-lr) for a
+ * tensor lr (an item() under Dynamo): here the tensor alpha is a graph op (eager's fma,
+ * cdynamo._optim.add_), so the trace takes eager's branch (is_compiling() False). */
+int cdy_optim_eager_branch(tracer *tr);
 /* t.grad (name: "grad") of a tensor read from the frame: its real .grad read through a
  * guarded source (None: a constant; a tensor: a graph input); NULL when stopped
  * (TENSOR_ATTR for a tensor the trace made). */
