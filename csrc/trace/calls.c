@@ -1221,6 +1221,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
+        if (a->kind == TV_CONST)
+            cdy_sx_taken(tr, a);   /* a size tuple's length is its ndim at every size */
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;
@@ -1238,6 +1240,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             PyTuple_SET_ITEM(cls, i, Py_NewRef(args[1]->items[i]->obj ? args[1]->items[i]->obj : Py_None));
         int r = cls ? PyObject_IsSubclass(tvar_type(args[0]), cls) : -1;
         Py_XDECREF(cls);
+        cdy_sx_taken(tr, args[0]);   /* the type of a symbolic int is int at every size */
         if (r < 0) {
             cdy_tr_stop_exc(tr, RAISED_ISINSTANCE);
             return NULL;
