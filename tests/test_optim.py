@@ -561,3 +561,21 @@ def test_scheduled_float_lr_in_an_optimized_train_step():
         assert torch.equal(pc, pe)
     st = cdynamo.stats()
     assert st["recompiles"] <= 3, (st, support.breaks)
+
+
+def test_user_code_reading_a_scheduled_lr_gets_a_float():
+    """The lr read by user code (to log it) stays a float, guarded: only torch.optim's own
+    reads become the graph input."""
+    m = _linear()
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def f(x):
+        return x * 2, o.param_groups[0]["lr"]
+
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    for i in range(4):
+        o.param_groups[0]["lr"] = 0.1 / (i + 1)
+        y, lr = g(x)
+        assert type(lr) is float and lr == 0.1 / (i + 1)
+        torch.testing.assert_close(y, x * 2)

@@ -448,10 +448,22 @@ static int group_takes_tensor_lr(tracer *tr, const cdy_src *src)
     return ok;
 }
 
+/* 1 if tr traces a function of torch.optim (the step reading its group's lr; user code
+ * reading it, to log or branch on it, keeps the float). */
+static int in_torch_optim(tracer *tr)
+{
+    PyObject *m = tr->globals && PyDict_Check(tr->globals)
+                      ? PyDict_GetItemString(tr->globals, "__name__") : NULL;   /* borrowed */
+    const char *n = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+    if (!n)
+        PyErr_Clear();
+    return n && (!strcmp(n, "torch.optim") || !strncmp(n, "torch.optim.", 12));
+}
+
 /* See trace.h. */
 tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src)
 {
-    if (!is_group_lr(src) || !lr_changed(src, o))
+    if (!is_group_lr(src) || !in_torch_optim(tr) || !lr_changed(src, o))
         return NULL;
     int ok = float_init() ? -1 : group_takes_tensor_lr(tr, src);
     if (ok <= 0) {

@@ -648,7 +648,8 @@ tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObje
 int cdy_optim_inlined(PyObject *fn);
 /* Float o read from the frame at src (guarded): when src is an optimizer's
  * param_groups[i]['lr'] and an earlier entry of this code guarded it equal to another
- * value (a scheduler changed it), a graph input read per call as a 0-dim float64 tensor
+ * value (a scheduler changed it) and tr traces torch.optim's code (the step), a graph
+ * input read per call as a 0-dim float64 tensor
  * (src plus a converter step: guarded a float by type only); else NULL (also when
  * stopped: tr's status says). */
 tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src);
