@@ -197,8 +197,7 @@ def test_param_groups_with_different_lr():
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["for_loop", "foreach"])
 def test_lr_as_tensor(foreach):
-    """lr a tensor: Adam's for-loop path and SGD's foreach path read it in the graph;
-    SGD's for-loop path branches on it (a data-dependent break: eager)."""
+    """lr a tensor: Adam's for-loop path and SGD's foreach path read it in the graph."""
     if foreach:
         make = lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9, foreach=True)
     else:
@@ -207,12 +206,14 @@ def test_lr_as_tensor(foreach):
     assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
 
 
-def test_sgd_tensor_lr_for_loop_runs_eagerly():
-    """SGD's for-loop path with a tensor lr (add_(alpha=-lr): torch reads the tensor as a
-    number): the step runs eagerly, results as eager's."""
-    _run(lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), foreach=False), steps=5)
-    assert cdynamo.stats()["frames_compiled"] == 0
-    assert "TORCH_RAISED" in {b["code"] for b in support.breaks}
+def test_sgd_tensor_lr_for_loop_compiles_bit_for_bit():
+    """SGD's for-loop path with a tensor lr (add_(grad, alpha=-lr): torch reads the tensor
+    as a number) compiles; eager's fma(grad, -lr, param), bit for bit (_optim._fma_alpha)."""
+    me, mc, oe, oc = _run(lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), foreach=False),
+                          steps=5)
+    assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
 
 
 def test_state_dict_round_trip():
@@ -379,3 +380,202 @@ def test_step_compiles_after_torch_compile_disabled_init_group():
     assert "_torchdynamo_orig_callable" in torch.optim.Adam.__dict__["_init_group"].__dict__
     _run(lambda ps: torch.optim.Adam(ps, lr=1e-2))
     assert cdynamo.stats()["frames_compiled"] == 1, support.breaks
+
+
+# ---- lr schedulers: a tensor lr, a changing float lr (issue 34) ----------------------------
+
+def _linear():
+    torch.manual_seed(0)
+    return nn.Linear(8, 4)
+
+
+def _run_scheduled(make, sched, steps=30, model=_linear):
+    """steps training steps of two copies of model, each optimizer's lr scheduler stepped
+    after the optimizer, eager and with the step optimized."""
+    me, mc = model(), model()
+    oe, oc = make(me.parameters()), make(mc.parameters())
+    se, sc = sched(oe), sched(oc)
+    step = cdynamo.optimize(oc.step)
+    x = torch.randn(4, 8)
+    for _ in range(steps):
+        for m, o, st, s in ((me, oe, oe.step, se), (mc, oc, step, sc)):
+            m(x).pow(2).mean().backward()
+            st()
+            o.zero_grad()
+            s.step()
+    _assert_models_and_state_match(me, mc, oe, oc)
+    return me, mc, oe, oc
+
+
+def _bitwise(me, mc, oe, oc):
+    """Parameters and optimizer state of the two copies equal bit for bit."""
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
+        for k in oe.state[pe]:
+            assert torch.equal(oc.state[pc][k], oe.state[pe][k]), k
+
+
+STEP_LR = lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.5)
+
+# Adam / AdamW with a tensor lr and foreach=True: eager raises ValueError unless
+# capturable=True, which eager does not run on CPU, so only their for-loop path is tested.
+TENSOR_LR = {
+    "sgd_momentum-for_loop": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
+                                                         foreach=False), True),
+    "sgd_momentum-foreach": (lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9,
+                                                        foreach=True), True),
+    "adam-for_loop": (lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01), foreach=False), False),
+    "adamw-for_loop": (lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.01), foreach=False),
+                       False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_LR))
+def test_step_lr_scheduler_with_tensor_lr_compiles_once(name):
+    """lr a 0-dim tensor (torch.compile's way to schedule a compiled step): the scheduler
+    fill_s it in place, the step's graph reads it, one compile for 30 steps.  SGD is eager's
+    bits (add_ / _foreach_add_ with alpha=-lr: eager's fma; its foreach path is traced down
+    eager's branch, not the multiply-then-add it takes under a compiler), Adam / AdamW within
+    float32 tolerance (as with a float lr: their sqrt / div fuse)."""
+    make, bitwise = TENSOR_LR[name]
+    me, mc, oe, oc = _run_scheduled(make, STEP_LR)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["recompiles"] == 1, (st, support.breaks)
+    assert oc.param_groups[0]["lr"].item() == oe.param_groups[0]["lr"].item() < 0.1 / 2 ** 14
+    if bitwise:
+        _bitwise(me, mc, oe, oc)
+
+
+@pytest.mark.parametrize("op", ["add_", "sub_", "add", "sub"])
+@pytest.mark.parametrize("adtype", [torch.float32, torch.float64])
+def test_add_with_tensor_alpha_is_eager_bits(op, adtype):
+    """x.add_(y, alpha=t) with a 0-dim tensor t: a graph op (no break), eager's float32 bits:
+    t read as a number, cast to float32, one fma."""
+    def f(x, y, a):
+        r = getattr(x, op)(y, alpha=a)
+        return r * 1
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1000), torch.randn(1000)
+    a = torch.tensor(-0.1234567, dtype=adtype)
+    xe, xc = x.clone(), x.clone()
+    with torch.no_grad():
+        oe = f(xe, y, a)
+        oc = cdynamo.optimize(f)(xc, y, a)
+    assert torch.equal(oc, oe) and torch.equal(xc, xe)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, support.breaks
+
+
+SCHEDULERS = {
+    "step": STEP_LR,
+    "cosine": lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10),
+    "onecycle_lr_only": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 1.0, total_steps=40,
+                                                                      cycle_momentum=False),
+}
+FLOAT_LR = {
+    "sgd_momentum-for_loop": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=False),
+    "sgd_momentum-foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
+    "adam-for_loop": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=False),
+    "adamw-default": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+}
+
+
+@pytest.mark.parametrize("sched", sorted(SCHEDULERS))
+@pytest.mark.parametrize("name", sorted(FLOAT_LR))
+def test_scheduler_with_float_lr_compiles_at_most_twice(name, sched, capfd):
+    """A float lr that a scheduler changes: the first change recompiles once with
+    param_groups[i]['lr'] a graph input (a 0-dim float64 tensor read per call, guarded a
+    float), and the recompile log says so; 30 steps, at most two compiles, eager's values
+    (SGD's bit for bit: add_ / _foreach_add_ with alpha=-lr is eager's fma)."""
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        me, mc, oe, oc = _run_scheduled(FLOAT_LR[name], SCHEDULERS[sched])
+    finally:
+        cdynamo._C.set_log_topics(set())
+    st = cdynamo.stats()
+    assert 1 <= st["frames_compiled"] <= 2 and st["recompiles"] <= 2, (st, support.breaks)
+    assert type(oc.param_groups[0]["lr"]) is float
+    assert oc.param_groups[0]["lr"] == oe.param_groups[0]["lr"]
+    assert "'self.param_groups[0]['lr']' changed since an earlier compile: read per call as " \
+           "a 0-dim float64 tensor" in capfd.readouterr().err
+    if name.startswith("sgd"):
+        _bitwise(me, mc, oe, oc)
+
+
+def test_scheduled_lr_input_is_guarded_a_float():
+    """After lr became a graph input, an lr that is no longer a float (a tensor put in its
+    place) fails the guard and recompiles; values stay eager's."""
+    me, mc = _linear(), _linear()
+    oe = torch.optim.SGD(me.parameters(), lr=0.1, momentum=0.9)
+    oc = torch.optim.SGD(mc.parameters(), lr=0.1, momentum=0.9)
+    step = cdynamo.optimize(oc.step)
+    x = torch.randn(4, 8)
+    for i in range(8):
+        for o in (oe, oc):
+            o.param_groups[0]["lr"] = 0.1 / (i + 1) if i < 6 else torch.tensor(0.01)
+        for m, o, st in ((me, oe, oe.step), (mc, oc, step)):
+            m(x).pow(2).mean().backward()
+            st()
+            o.zero_grad()
+    _assert_models_and_state_match(me, mc, oe, oc)
+    st = cdynamo.stats()
+    # the first call initializes the state (eager), the second already sees lr changed (an
+    # input), the seventh a tensor
+    assert st["frames_compiled"] == 2 and st["recompiles"] == 2, (st, support.breaks)
+
+
+def test_float_lr_of_other_optimizers_stays_a_constant():
+    """Adam with foreach=True (its foreach path rejects a tensor lr): a changed lr
+    recompiles with the new constant, as before."""
+    _run_scheduled(lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True), STEP_LR, steps=6)
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 3, (st, support.breaks)
+
+
+def test_scheduled_float_lr_in_an_optimized_train_step():
+    """opt.step() inside an optimized train_step (the step's frame runs through its
+    transformed code, which loads the lr input through the converter step): a StepLR
+    schedule compiles the step at most twice, SGD's results are eager's bits."""
+    def make():
+        m = _mlp()
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return m, o, torch.optim.lr_scheduler.StepLR(o, 2, 0.5)
+
+    (me, oe, se), (mc, oc, sc) = make(), make()
+    x = torch.randn(4, 8)
+
+    def train_step(m, o, x):
+        loss = m(x).pow(2).mean()
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss
+
+    step = cdynamo.optimize(train_step)
+    for _ in range(30):
+        torch.testing.assert_close(step(mc, oc, x), train_step(me, oe, x))
+        se.step()
+        sc.step()
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        assert torch.equal(pc, pe)
+    st = cdynamo.stats()
+    assert st["recompiles"] <= 3, (st, support.breaks)
+
+
+def test_user_code_reading_a_scheduled_lr_gets_a_float():
+    """The lr read by user code (to log it) stays a float, guarded: only torch.optim's own
+    reads become the graph input."""
+    m = _linear()
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def f(x):
+        return x * 2, o.param_groups[0]["lr"]
+
+    g = cdynamo.optimize(f)
+    x = torch.randn(3)
+    for i in range(4):
+        o.param_groups[0]["lr"] = 0.1 / (i + 1)
+        y, lr = g(x)
+        assert type(lr) is float and lr == 0.1 / (i + 1)
+        torch.testing.assert_close(y, x * 2)

@@ -82,7 +82,12 @@ static void emit_source(bc_writer *w, const cdy_src *s)
     else
         w->failed = 1;
     for (int i = 0; i < s->nattrs; i++) {
-        if (s->item[i]) {
+        if (s->item[i] == 2) {   /* key[obj]: the converter under the value */
+            emit_const(w, s->attrs[i]);
+            emit(w, CDY_PY_SWAP, 2);
+            emit(w, CDY_PY_BINARY_SUBSCR, 0);
+        }
+        else if (s->item[i]) {
             emit_const(w, s->attrs[i]);
             emit(w, CDY_PY_BINARY_SUBSCR, 0);
         }

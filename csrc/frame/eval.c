@@ -622,7 +622,9 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     cdy_dyn_ctx dyn = dyn_ctx(x, frame, saved.dynamic, prev);
     cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced,
                   .dyn_of = dyn.mode ? cdy_dyn_policy : NULL, .dyn_ctx = &dyn};
+    cdy_optim_set_prev(prev, dyn.nprev);   /* a scheduled lr that changed: an input */
     cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
+    cdy_optim_set_prev(NULL, 0);
     if (t->status == CDY_TRACE_OK)
         cdy_dyn_log(&dyn, t, &p, co);
     cdy_entry *e = NULL;

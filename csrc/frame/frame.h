@@ -46,6 +46,9 @@ int cdy_frame_force_code(PyObject *fn);
 /* The code of torch.optim's _use_grad wrapper (trace/build_optim.c): resolved at the
  * first trace (borrowed; NULL before, or when this torch has none); peek: never resolves. */
 PyObject *cdy_optim_wrapper_code(void);
+/* The guards of the entries compiled so far for the code being traced (n of them), for
+ * cdy_optim_float_input's policy (trace/build_optim.c); set around a compile. */
+void cdy_optim_set_prev(const cdy_guards *const *prev, int n);
 PyObject *cdy_optim_wrapper_code_peek(void);
 /* A frame of that wrapper, running eagerly, is about to call func: func's code is traced
  * as its own frame (grad mode off) from now on; never fails (trace/build_optim.c). */

@@ -65,6 +65,13 @@ static PyObject *src_base(const cdy_src *s, PyObject *const *locals, PyObject *g
 static PyObject *src_step(const cdy_src *s, int i, PyObject *v)
 {
     PyObject *key = s->attrs[i], *next;
+    if (s->item[i] == 2) {   /* key[v]: a converter (cdynamo._optim.FLOAT_AS_TENSOR) */
+        if (!PyFloat_CheckExact(v)) {   /* the guard: a float, by exact type */
+            PyErr_SetString(PyExc_TypeError, "not a float");
+            return NULL;
+        }
+        return PyObject_GetItem(key, v);
+    }
     if (!s->item[i] && Py_IS_TYPE(v, &PyModule_Type) && PyUnicode_READ_CHAR(key, 0) != '_') {
         /* a module's plain attribute is its dict's item (the module type
          * defines only dunder names); a miss goes the generic way, to a
@@ -195,6 +202,10 @@ void cdy_src_name(const cdy_src *s, PyCodeObject *code, char *buf, size_t n)
     PyErr_Clear();
     for (int i = 0; i < s->nattrs && len < n; i++) {
         PyObject *k = s->attrs[i];   /* a key hashed by identity (a tensor): named by address */
+        if (s->item[i] == 2) {
+            len += (size_t)snprintf(buf + len, n - len, " (a float64 tensor)");
+            continue;
+        }
         int by_id = s->item[i] && !PyUnicode_Check(k) && !PyLong_Check(k) && !PyFloat_Check(k) &&
                     !PyTuple_Check(k) && !PyBytes_Check(k) && k != Py_None;
         PyObject *r = by_id ? PyUnicode_FromFormat("<%s object at %p>", Py_TYPE(k)->tp_name, k)

@@ -22,7 +22,9 @@ typedef struct {
     PyObject *dict;                  /* GLOBAL: the globals dict (owned); NULL: the frame's */
     int nattrs;                      /* then one step per attrs[]: */
     PyObject *attrs[CDY_MAX_ATTRS];  /* owned: attribute name, or item key */
-    char item[CDY_MAX_ATTRS];        /* 1: step is obj[key] (a dict item), 0: getattr */
+    char item[CDY_MAX_ATTRS];        /* 1: step is obj[key] (a dict item), 0: getattr,
+                                        2: key[obj] (a converter: a float read as a 0-dim
+                                        float64 tensor, trace/build_optim.c) */
 } cdy_src;
 
 void cdy_src_copy(cdy_src *dst, const cdy_src *src);   /* new references */

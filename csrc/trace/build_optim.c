@@ -359,3 +359,139 @@ PyObject *cdy_optim_undisable(PyObject *fobj)
     PyObject *dis = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_torchdynamo_disable") : NULL;
     return w && dis == Py_True && cdy_optim_inlined(w) ? w : fobj;
 }
+
+/* ---- a scheduled lr: a float of param_groups read per call -------------------------- */
+
+static const cdy_guards *const *optim_prev;   /* the compiling code's entries' guards */
+static int optim_nprev;
+
+/* See trace.h. */
+void cdy_optim_set_prev(const cdy_guards *const *prev, int n)
+{
+    optim_prev = prev;
+    optim_nprev = n;
+}
+
+/* 1 if src ends in ...param_groups[i]['lr'] (an optimizer's parameter group's lr). */
+static int is_group_lr(const cdy_src *src)
+{
+    int n = src->nattrs;
+    return n >= 3 && src->item[n - 1] == 1 && PyUnicode_Check(src->attrs[n - 1]) &&
+           PyUnicode_CompareWithASCIIString(src->attrs[n - 1], "lr") == 0 &&
+           src->item[n - 2] == 1 && PyLong_CheckExact(src->attrs[n - 2]) && !src->item[n - 3] &&
+           PyUnicode_CompareWithASCIIString(src->attrs[n - 3], "param_groups") == 0;
+}
+
+/* 1 if an earlier entry guarded src a float other than o (the value changed), or read it
+ * as a graph input already (a later recompile for another reason keeps it one). */
+static int lr_changed(const cdy_src *src, PyObject *o)
+{
+    for (int e = 0; e < optim_nprev; e++) {
+        const cdy_guards *gs = optim_prev[e];
+        for (int i = 0; i < gs->n; i++) {
+            const cdy_guard *g = &gs->items[i];
+            if (g->kind == CDY_GUARD_CONST && g->expect && PyFloat_CheckExact(g->expect) &&
+                PyFloat_AS_DOUBLE(g->expect) != PyFloat_AS_DOUBLE(o) &&
+                cdy_src_equal(&g->src, src))
+                return 1;
+            if (g->kind == CDY_GUARD_TENSOR && g->src.nattrs == src->nattrs + 1 &&
+                g->src.item[src->nattrs] == 2) {
+                cdy_src base = g->src;
+                base.nattrs--;
+                if (cdy_src_equal(&base, src))
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *float_conv, *lr_ok;   /* cdynamo._optim's FLOAT_AS_TENSOR, lr_input_ok */
+
+/* Read them once; 0, or -1 (error set). */
+static int float_init(void)
+{
+    if (lr_ok)
+        return 0;
+    PyObject *m = PyImport_ImportModule("cdynamo._optim");
+    PyObject *c = m ? PyObject_GetAttrString(m, "FLOAT_AS_TENSOR") : NULL;
+    PyObject *f = c ? PyObject_GetAttrString(m, "lr_input_ok") : NULL;
+    Py_XDECREF(m);
+    if (!f) {
+        Py_XDECREF(c);
+        return -1;
+    }
+    float_conv = c, lr_ok = f;
+    return 0;
+}
+
+/* 1 if the optimizer and the group src (...param_groups[i]['lr']) names take a tensor lr
+ * (cdynamo._optim.lr_input_ok, reading them from the top frame), 0 if not, -1 on an error
+ * (set). */
+static int group_takes_tensor_lr(tracer *tr, const cdy_src *src)
+{
+    tracer *top = tr;
+    while (top->parent)
+        top = top->parent;
+    cdy_src s = *src;
+    s.nattrs -= 1;
+    PyObject *group = cdy_src_fetch(&s, top->frame_locals, top->globals, top->builtins,
+                                    top->closure);
+    s.nattrs -= 2;
+    PyObject *opt = group ? cdy_src_fetch(&s, top->frame_locals, top->globals, top->builtins,
+                                          top->closure) : NULL;
+    PyObject *r = opt ? PyObject_CallFunctionObjArgs(lr_ok, opt, group, NULL) : NULL;
+    int ok = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(group);
+    Py_XDECREF(opt);
+    Py_XDECREF(r);
+    return ok;
+}
+
+/* 1 if tr traces a function of torch.optim (the step reading its group's lr; user code
+ * reading it, to log or branch on it, keeps the float). */
+static int in_torch_optim(tracer *tr)
+{
+    PyObject *m = tr->globals && PyDict_Check(tr->globals)
+                      ? PyDict_GetItemString(tr->globals, "__name__") : NULL;   /* borrowed */
+    const char *n = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+    if (!n)
+        PyErr_Clear();
+    return n && (!strcmp(n, "torch.optim") || !strncmp(n, "torch.optim.", 12));
+}
+
+/* See trace.h. */
+tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src)
+{
+    if (!is_group_lr(src) || !in_torch_optim(tr) || !lr_changed(src, o))
+        return NULL;
+    int ok = float_init() ? -1 : group_takes_tensor_lr(tr, src);
+    if (ok <= 0) {
+        if (ok < 0)
+            PyErr_Clear();   /* not known to take one: a constant, as before */
+        return NULL;
+    }
+    PyObject *t = PyObject_GetItem(float_conv, o);
+    cdy_src *s = t ? cdy_src_step(tr, src, float_conv, 2) : NULL;
+    tvar *v = s ? cdy_wrap(tr, t, s, 1) : NULL;
+    Py_XDECREF(t);
+    if (!v && tr->t->status == CDY_TRACE_OK)
+        cdy_tr_stop_exc(tr, PY_ERROR);
+    if (v && cdy_log_on("recompiles")) {
+        char d[CDY_DESC_LEN];
+        cdy_src_name(src, tr->t->top_code, d, sizeof(d));
+        cdy_log("recompiles", "'%s' changed since an earlier compile: read per call as "
+                "a 0-dim float64 tensor (a graph input), no longer a constant", d);
+    }
+    return v;
+}
+
+/* See trace.h. */
+int cdy_optim_eager_branch(tracer *tr)
+{
+    if (PyUnicode_CompareWithASCIIString(tr->co->co_name, "_multi_tensor_sgd") != 0 ||
+        !tr->globals || !PyDict_Check(tr->globals))
+        return 0;
+    PyObject *m = PyDict_GetItemString(tr->globals, "__name__");   /* borrowed */
+    return m && PyUnicode_Check(m) && PyUnicode_CompareWithASCIIString(m, "torch.optim.sgd") == 0;
+}

@@ -929,8 +929,8 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
         cdy_tr_stop_exc(tr, TRACER_INIT);
         return NULL;
     }
-    if (is_compiling_query(fn) && !nargs)
-        return const_tv(tr, Py_NewRef(Py_True));
+    if (is_compiling_query(fn) && !nargs)   /* but eager's branch where it is a graph too */
+        return const_tv(tr, Py_NewRef(cdy_optim_eager_branch(tr) ? Py_False : Py_True));
     if (fn == (PyObject *)&PyDict_Type || fn == odict_type || fn == ddict_type)
         return make_dict(tr, fn, args, nargs, kwnames);
     if ((fn == (PyObject *)&PySet_Type || fn == (PyObject *)&PyFrozenSet_Type) && nargs <= 1 &&

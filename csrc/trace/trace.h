@@ -657,6 +657,18 @@ tvar *cdy_dropout_train(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObje
 /* 1 if fn is a Python function of torch.optim (or torch.utils._foreach_utils): traced
  * inline, never called as a torch callable (build_optim.c). */
 int cdy_optim_inlined(PyObject *fn);
+/* Float o read from the frame at src (guarded): when src is an optimizer's
+ * param_groups[i]['lr'] and an earlier entry of this code guarded it equal to another
+ * value (a scheduler changed it) and tr traces torch.optim's code (the step), a graph
+ * input read per call as a 0-dim float64 tensor
+ * (src plus a converter step: guarded a float by type only); else NULL (also when
+ * stopped: tr's status says). */
+tvar *cdy_optim_float_input(tracer *tr, PyObject *o, const cdy_src *src);
+/* 1 if tr traces torch.optim's _multi_tensor_sgd, whose is_compiling() only picks
+ * _foreach_mul(grads, -lr) + _foreach_add_ over eager's _foreach_add_(alpha=-lr) for a
+ * tensor lr (an item() under Dynamo): here the tensor alpha is a graph op (eager's fma,
+ * cdynamo._optim.add_), so the trace takes eager's branch (is_compiling() False). */
+int cdy_optim_eager_branch(tracer *tr);
 /* t.grad (name: "grad") of a tensor read from the frame: its real .grad read through a
  * guarded source (None: a constant; a tensor: a graph input); NULL when stopped
  * (TENSOR_ATTR for a tensor the trace made). */

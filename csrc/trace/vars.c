@@ -741,6 +741,10 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
         if (!(v = wrap_method(tr, o, src, desc)))
             return NULL;
     }
+    else if (src && guard && PyFloat_CheckExact(o) && (v = cdy_optim_float_input(tr, o, src)))
+        ;   /* an optimizer's lr that changed: a graph input (a 0-dim float64 tensor) */
+    else if (tr->t->status != CDY_TRACE_OK)
+        return NULL;
     else {
         int konst = cdy_is_const(o);
         /* an nn.Module (self, or a submodule read from one) is guarded by

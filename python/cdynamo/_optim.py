@@ -9,10 +9,14 @@ arithmetic becomes pointwise graph nodes that fuse, instead of externs or breaks
 - Tensor.addcdiv_ (value a number or a 0-dim tensor: under a compiler torch.optim
   keeps the step count a tensor, _get_value) and addcmul_ with a 0-dim tensor value:
   as ATen's CPU kernels compute them, in pointwise ops (addcdiv bit for bit).
-  lerp_ / add_ with an alpha other than 1 stay torch's kernels (see METHODS).
+  lerp_ / add_ with a number alpha other than 1 stay torch's kernels (see METHODS);
+  add / sub (and in place) of float32 with a 0-dim tensor alpha (SGD's add_(grad,
+  alpha=-lr) with a tensor lr) are eager's fma, computed in float64 (_fma_alpha).
 Anything else falls back to the op itself (an extern, or a recorded break).  Calls made
 by this file's own code are not routed again (its fallbacks are the ops themselves).
 Nothing here runs on the per-call path: the tracer reads it while tracing."""
+import functools
+
 import torch
 
 _T = torch.Tensor
@@ -67,6 +71,35 @@ def get_value(x):
     return x
 
 
+class _FloatAsTensor:
+    """FLOAT_AS_TENSOR[x]: float x as a 0-dim float64 tensor, the last step of the source
+    of an optimizer's lr that a scheduler changes (trace/build_optim.c: a graph input read
+    per call; the source's step checks that x is a float, frame/guards.c).  A partial of
+    torch's C function, so that no Python frame runs (the frame hook would catch it)."""
+    __slots__ = ()
+    __getitem__ = functools.partial(torch.scalar_tensor, dtype=torch.float64)
+
+    def __repr__(self):
+        return "cdynamo._optim.FLOAT_AS_TENSOR"
+
+
+FLOAT_AS_TENSOR = _FloatAsTensor()
+
+
+def lr_input_ok(opt, group):
+    """Whether the step of optimizer opt for param group `group` takes its lr as a 0-dim
+    tensor with eager's results (read while tracing): SGD (for-loop and foreach paths),
+    Adam / AdamW on the for-loop path (foreach False or None: the CPU's default; their
+    foreach path raises for a tensor lr unless capturable).  Others keep a float lr a
+    guarded constant."""
+    if type(opt) is torch.optim.SGD:
+        return True
+    if type(opt) in (torch.optim.Adam, torch.optim.AdamW):
+        return group.get("foreach") is not True and not group.get("capturable") and \
+            not group.get("fused") and not group.get("differentiable")
+    return False
+
+
 # ---- Tensor methods --------------------------------------------------------------
 
 def addcdiv_(self, tensor1, tensor2, value=1):
@@ -102,27 +135,54 @@ def _is_one(alpha):
     return isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha == 1
 
 
+def _tensor_alpha(self, other, alpha):
+    """alpha is a 0-dim floating tensor (a tensor lr: SGD's add_(grad, alpha=-lr)) and self,
+    other float32 tensors: the case _fma_alpha computes as eager does."""
+    return isinstance(alpha, _T) and alpha.dim() == 0 and alpha.dtype.is_floating_point and \
+        isinstance(other, _T) and self.dtype == torch.float32 and other.dtype == torch.float32
+
+
+def _fma_alpha(self, other, alpha):
+    """self + alpha * other as ATen's CPU add kernel computes it for float32: alpha read as a
+    number (alpha.item()) cast to float32, then fma(other, alpha, self) per element, one
+    rounding (its vector loop's vec::fmadd; its scalar tail rounds the same: checked against
+    torch for sizes 4..1000).  The generated C has no fma (-ffp-contract=off), so in float64:
+    other * alpha is exact there (24 + 24 significant bits), the sum rounds to float64 and then
+    to float32, which is fma's float32 rounding except where the float64 sum lands exactly
+    on a float32 rounding midpoint (double rounding: about 2^-28 of the elements)."""
+    a = alpha.to(torch.float32).to(torch.float64)
+    return (self.to(torch.float64) + other.to(torch.float64) * a).to(torch.float32)
+
+
 def add_(self, other, alpha=1):
     if _is_one(alpha):   # a + 1 * b is a + b, bit for bit
         return self.add_(other)
+    if _tensor_alpha(self, other, alpha):
+        return self.copy_(_fma_alpha(self, other, alpha))
     return self.add_(other, alpha=alpha)
 
 
 def sub_(self, other, alpha=1):
     if _is_one(alpha):
         return self.sub_(other)
+    if _tensor_alpha(self, other, alpha):   # ATen's sub is add with -alpha
+        return self.copy_(_fma_alpha(self, other, -alpha))
     return self.sub_(other, alpha=alpha)
 
 
 def add(self, other, alpha=1):
     if _is_one(alpha):
         return self.add(other)
+    if _tensor_alpha(self, other, alpha) and other.shape == self.shape:
+        return _fma_alpha(self, other, alpha)
     return self.add(other, alpha=alpha)
 
 
 def sub(self, other, alpha=1):
     if _is_one(alpha):
         return self.sub(other)
+    if _tensor_alpha(self, other, alpha) and other.shape == self.shape:
+        return _fma_alpha(self, other, -alpha)
     return self.sub(other, alpha=alpha)
 
 
@@ -254,7 +314,8 @@ def _foreach_zero_(self):
 # ATen's vectorized lerp and add-with-alpha use fused multiply-adds, which the generated C
 # (-ffp-contract=off) does not, so their decompositions are 1 ulp off eager's; addcmul
 # likewise, except with a tensor value, which torch's kernel cannot take on the fakes.
-# alpha=1 (SGD's momentum update with no dampening) is the plain op, fused.
+# alpha=1 (SGD's momentum update with no dampening) is the plain op, fused; a 0-dim tensor
+# alpha with float32 operands is _fma_alpha's float64 arithmetic.
 METHODS = {"addcdiv_": addcdiv_, "addcmul_": addcmul_, "addcdiv": addcdiv,
            "addcmul": addcmul}
 ALPHA_METHODS = {"add_": add_, "sub_": sub_, "add": add, "sub": sub}   # alpha=1 only
