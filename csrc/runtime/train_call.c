@@ -21,8 +21,8 @@ static struct {
     PyObject *functorch_active;   /* torch._C._are_functorch_transforms_active */
     PyObject *grad_enabled;       /* torch.is_grad_enabled */
     PyObject *s_forward, *s_backward, *s_nuser, *s_saved_inputs, *s_grad_outputs,
-        *s_no_grad_outputs, *s_tg, *s_saved_tensors, *s_save_for_backward,
-        *s_mark_non_differentiable, *s_name;
+        *s_no_grad_outputs, *s_tg, *s_saved_tensors, *s_to_save,
+        *s_non_differentiable, *s_name;
 } tc;
 
 /* The truth of calling f with no arguments; -1 + error. */
@@ -96,18 +96,6 @@ static PyObject *tc_pick(PyObject *const *seq, Py_ssize_t nseq, PyObject *idx,
     return r;
 }
 
-/* ctx.<meth>(*args); 0 or -1. */
-static int tc_call_method(PyObject *ctx, PyObject *meth, PyObject *args)
-{
-    PyObject *f = PyObject_GetAttr(ctx, meth);
-    if (!f)
-        return -1;
-    PyObject *r = PyObject_Call(f, args, NULL);
-    Py_DECREF(f);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
-
 /* The compiled forward's outputs (a tuple: the frame's outputs, then the
  * values the backward saves), or NULL + error. */
 static PyObject *tc_run_forward(PyObject *tg, PyObject *const *in, Py_ssize_t n)
@@ -123,14 +111,16 @@ static PyObject *tc_run_forward(PyObject *tg, PyObject *const *in, Py_ssize_t n)
 }
 
 /* ctx saves tg.saved_inputs' inputs and outs[nuser:], and marks the user
- * outputs tg.no_grad_outputs names non-differentiable; 0 or -1. */
+ * outputs tg.no_grad_outputs names non-differentiable; 0 or -1.  What
+ * FunctionCtx.save_for_backward / mark_non_differentiable do (they are Python:
+ * self.to_save = tensors, self.non_differentiable = args), without their frames. */
 static int tc_save(PyObject *ctx, PyObject *tg, PyObject *const *in, Py_ssize_t n,
                    PyObject *outs, PyObject *user, Py_ssize_t nuser)
 {
     PyObject *idx = PyObject_GetAttr(tg, tc.s_saved_inputs);
     PyObject *save = idx ? tc_pick(in, n, idx, outs, nuser) : NULL;
     Py_XDECREF(idx);
-    int rc = !save || tc_call_method(ctx, tc.s_save_for_backward, save) ? -1 : 0;
+    int rc = !save || PyObject_SetAttr(ctx, tc.s_to_save, save) ? -1 : 0;
     Py_XDECREF(save);
     if (rc)
         return -1;
@@ -143,7 +133,7 @@ static int tc_save(PyObject *ctx, PyObject *tg, PyObject *const *in, Py_ssize_t 
     }
     PyObject *marks = tc_pick(&PyTuple_GET_ITEM(user, 0), PyTuple_GET_SIZE(user), ng, NULL, 0);
     Py_DECREF(ng);
-    rc = !marks || tc_call_method(ctx, tc.s_mark_non_differentiable, marks) ? -1 : 0;
+    rc = !marks || PyObject_SetAttr(ctx, tc.s_non_differentiable, marks) ? -1 : 0;
     Py_XDECREF(marks);
     return rc;
 }
@@ -272,7 +262,7 @@ static int tc_strings(void)
 #define TC_S(f) (tc.s_##f = PyUnicode_InternFromString(#f))
     return TC_S(forward) && TC_S(backward) && TC_S(nuser) && TC_S(saved_inputs) &&
            TC_S(grad_outputs) && TC_S(no_grad_outputs) && TC_S(tg) && TC_S(saved_tensors) &&
-           TC_S(save_for_backward) && TC_S(mark_non_differentiable) && TC_S(name) ? 0 : -1;
+           TC_S(to_save) && TC_S(non_differentiable) && TC_S(name) ? 0 : -1;
 #undef TC_S
 }
 
