@@ -241,7 +241,8 @@ static int init_strings(void)
 {
 #define CDY_S(f) (cdy_str.f = PyUnicode_InternFromString(#f))
     if (!CDY_S(data_ptr) || !CDY_S(dtype) || !CDY_S(shape) || !CDY_S(stride) ||
-        !CDY_S(requires_grad) || !CDY_S(layout) || !CDY_S(is_cpu) || !CDY_S(_version))
+        !CDY_S(requires_grad) || !CDY_S(layout) || !CDY_S(is_cpu) || !CDY_S(_version) ||
+        !CDY_S(storage_offset))
         return -1;
 #undef CDY_S
     return 0;

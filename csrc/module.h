@@ -46,7 +46,8 @@ PyObject *cdy_buf_str(cdy_buf *b);
 
 /* interned strings used on hot paths */
 typedef struct {
-    PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu, *_version;
+    PyObject *data_ptr, *dtype, *shape, *stride, *requires_grad, *layout, *is_cpu, *_version,
+        *storage_offset;
 } cdy_strs_t;
 extern cdy_strs_t cdy_str;
 extern PyObject *cdy_torch;           /* the torch module */

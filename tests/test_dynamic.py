@@ -508,16 +508,104 @@ def test_layernorm_shape_read_batch_sweep_compiles_twice():
     assert sweep(layernorm_gelu, lambda n: (torch.randn(n, 64), w, b), range(1, 40)) == 2
 
 
-def test_size_read_branch_specializes_and_recompiles(capfd):
+def test_size_compare_is_a_guard_and_a_flip_recompiles(capfd):
+    # x.shape[0] > 3 is neither true nor false at every size: the entry keeps it as a guard
+    # (not a pin of the size), so sizes on one side share a graph; the other side recompiles
     def f(x):
         if x.shape[0] > 3:
             return x + 1.0
         return x.view(x.size(0), -1) - 1.0
 
-    lines = recompile_log(capfd, f, [(torch.randn(n, 4),) for n in (2, 3, 4, 5, 6)])
-    assert any(re.match(r"__compiled_fn_\d+: compiled with static sizes: every symbolic size "
-                        r"specialized: the code read the size and used it in COMPARE_OP", l)
+    cdynamo.reset()
+    sizes = (2, 3, 4, 5, 6, 9, 3, 2, 7)
+    lines = recompile_log(capfd, f, [(torch.randn(n, 4),) for n in sizes])
+    assert compiles() == 3, lines     # 2 (static), 3 (s0 > 3 False), 4 (s0 > 3 True)
+    assert "    - size comparison s0 > 3 is False does not hold (its sides are 4 and 3)" in lines
+    assert sum(l.startswith("Recompiling function f") for l in lines) == 2, lines
+
+
+def test_size_compare_decided_by_the_range_needs_no_guard(capfd):
+    # symbols are >= 2: each of these holds at every size, so the sweep compiles twice and
+    # the dynamic log counts them
+    def f(x, y):
+        out = x * 2.0
+        if x.shape[0] > 1 and x.size(0) != 0 and len(x) >= 1 and not x.shape[0] == 0:
+            out = out + 1.0
+        if x.shape[0] + 4 < 3 or y.shape[1] - 1 <= 0:
+            out = out - 100.0
+        if x.numel() >= 2 * x.shape[1]:
+            out = out + y.sum()
+        return out
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(n, 3), torch.randn(2, n)), range(2, 30)) == 2
+    cdynamo.reset()
+    lines = symbolic_log(capfd, f, torch.randn(6, 3), torch.randn(2, 6))
+    assert "  7 comparisons of sizes hold at every size >= 2 (no guard)" in lines, lines
+    assert not any("guard s" in l for l in lines), lines
+
+
+def test_size_compare_between_two_symbols_guards_their_relation(capfd):
+    def f(x, y):
+        if x.shape[0] >= y.shape[0]:
+            return x.sum(0) * y.sum(0)
+        return x.mean(0) - y.mean(0)
+
+    cdynamo.reset()
+    pairs = [(5, 3), (6, 4), (9, 2), (3, 5), (4, 7), (8, 8), (2, 9)]
+    lines = recompile_log(capfd, f, [(torch.randn(a, 4), torch.randn(b, 4)) for a, b in pairs])
+    assert compiles() == 3, lines    # static, then one per side of s0 >= s2
+    assert any(l.startswith("    - size comparison s0 >= s") and "is True does not hold" in l
                for l in lines), lines
+
+
+def test_size_compare_feeding_a_tensor_op_pins(capfd):
+    # a comparison of a tensor with a size is a graph op reading the size as a number
+    def f(x):
+        return torch.where(x > x.shape[0] / 4.0, x, -x)
+
+    cdynamo.reset()
+    n = sweep(f, lambda n: (torch.arange(float(n * 3)).reshape(n, 3),), range(2, 9))
+    assert n == 7
+
+
+def test_isinstance_of_a_size_does_not_pin():
+    def f(x):
+        s = x.shape[0]
+        if isinstance(s, torch.Tensor):
+            s = s.item()
+        return x.reshape(s, -1) + 1.0
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(n, 6),), range(2, 30)) == 2
+
+
+def test_llama_generate_compiles_each_graph_at_most_twice():
+    """A transformers LLaMA's greedy generate() with its DynamicCache: the KV cache grows a
+    token per step; the cache length is compared (mask sizes, isinstance of the offset) and
+    goes into attention. Prefill, the first decode step and one symbolic decode graph."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)).eval()
+    ids = torch.randint(3, 256, (1, 6))
+    kw = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref = model.generate(ids, **kw)
+        cdynamo.reset()
+        forward = model.forward
+        model.forward = cdynamo.optimize(forward)
+        try:
+            out = model.generate(ids, **kw)
+            first = compiles()
+            again = model.generate(ids, **kw)
+        finally:
+            model.forward = forward
+    assert torch.equal(out, ref) and torch.equal(again, ref)
+    assert first <= 3
+    assert compiles() == first      # the second generation reuses every graph
+    assert cdynamo.stats()["fallbacks"] == 0
 
 
 def test_size_read_escaping_uses_specialize():

@@ -19,6 +19,7 @@
  * symbolic compile with its reason; the caller then compiles the static
  * graph (every symbol specialized). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/cg.h"
@@ -94,6 +95,7 @@ static int sk_same(cdy_sym_shapes *s, int a, int b)
 
 /* 1 if every dim of value v is a constant. */
 static int sk_static_value(const cg_ctx *c, int v);
+static int sk_static_tree(const cg_ctx *c, int v, int depth);
 
 /* The meta value v's memory has: its plan buffer's, or (an input) its own. */
 static const cdy_meta *sk_mem_meta(const cg_ctx *c, int v)
@@ -153,6 +155,28 @@ static int sk_view_offset(cg_ctx *c, int b, const cdy_meta *bm, const int *bst, 
     return 0;
 }
 
+/* The stride expression of dim d of view v (constant size) that walks
+ * inside one dim j of its dense base b (constant size K, stride expression
+ * bst[j]): its stride at the hints a multiple m of j's, the whole walk
+ * within K of j's steps (a view of heads in a row: x.view(b, t, h, d)); the
+ * stride is then m * bst[j] at every size.  The expression, or -1. */
+static int sk_sub_dim(cg_ctx *c, int v, int d, int b, const cdy_meta *bm, const int *bst)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int64_t n, k, vs = val->view_strides[d];
+    if (!cdy_sym_is_const(&s->tab, s->dims[v][d], &n) || vs <= 0)
+        return -1;
+    for (int j = 0; j < bm->ndim; j++) {
+        int64_t bs = bm->strides[j];
+        if (bm->sizes[j] < 2 || bs <= 0 || vs % bs || !cdy_sym_is_const(&s->tab, s->dims[b][j], &k))
+            continue;
+        if ((vs / bs) * (n - 1) < k)
+            return cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, vs / bs), bst[j]);
+    }
+    return -1;
+}
+
 /* The strides (in its base's elements) of view v loaded by a kernel into
  * mst and its offset's expression into *off: literals when its base's sizes
  * are static; else every dim of size >= 2 is one dim of the base's, with its
@@ -193,6 +217,8 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
         ok = ok && (sk_same(s, s->dims[v][d], s->dims[b][j]) ||
                     (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
                      cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
+        if (!ok && (mst[d] = sk_sub_dim(c, v, d, b, bm, bst)) >= 0)
+            continue;                       /* a constant part of a constant-size dim */
         if (!ok)
             return cg_sym_unsupported(c, "a kernel loads a view that is not a permutation of "
                                          "its base's dims");
@@ -213,7 +239,8 @@ static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, i
     int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM], off = zero;
     if (op->buffer < 0 || cg_is_gather(c->g, op->value))
         return cg_sym_unsupported(c, "a kernel loads a gather or an index");
-    if (cg_is_view(c->g, op->value) ? sk_view_strides(c, op->value, mst, &off)
+    if (cg_is_view(c->g, op->value) && !op->is_out   /* a store: the value's own buffer */
+            ? sk_view_strides(c, op->value, mst, &off)
                                     : op->offset ? cg_sym_unsupported(c, "an operand's offset")
                                                  : sk_dense_strides(c, op->value, mst))
         return -1;
@@ -309,9 +336,41 @@ static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MA
     return 0;
 }
 
+/* 1 if value v's sizes are constants and so are, for a view or a gather,
+ * those of every value its memory comes from (base, indices): its strides
+ * and offset are then the hints' at every size. */
+static int sk_static_tree(const cg_ctx *c, int v, int depth)
+{
+    const cdy_value *val = &c->g->values[v];
+    if (!sk_static_value(c, v) || depth > 16)
+        return 0;
+    int view = cg_is_view(c->g, v), gather = cg_is_gather(c->g, v);
+    if ((view || gather) && val->view_base >= 0 && !sk_static_tree(c, val->view_base, depth + 1))
+        return 0;
+    for (int a = 0; gather && a < val->nargs; a++)
+        if (!sk_static_tree(c, val->args[a], depth + 1))
+            return 0;
+    return 1;
+}
+
+/* 1 if kernel k reads and writes only static trees (sk_static_tree): it is
+ * the static kernel at every size of the graph's symbols. */
+static int sk_static_kernel(const cg_ctx *c, const kir_kernel *k)
+{
+    for (int i = 0; i < k->grp.nout; i++)
+        if (!sk_static_value(c, k->grp.outs[i]))
+            return 0;
+    for (int o = 0; o < k->nops; o++)
+        if (!sk_static_tree(c, k->ops[o].value, 0))
+            return 0;
+    return 1;
+}
+
 int cg_sym_nest(cg_ctx *c, kir_kernel *k)
 {
     int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    if (sk_static_kernel(c, k))
+        return 0;                /* its sizes and strides are literals */
     if (k->nidx)
         return cg_sym_unsupported(c, "a kernel reads an index (arange)");
     if (sk_group(c, k, gexp))
@@ -360,7 +419,13 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *im = &c->g->values[in].meta;
-    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM];
+    int gexp[CDY_MAX_NDIM], st[CG_MAX_OPS][CDY_MAX_NDIM], fixed = sk_static_tree(c, in, 0);
+    for (int o = 0; fixed && o < nops; o++)
+        fixed = sk_static_tree(c, ops[o].value, 0);
+    if (fixed) {                 /* the static kernel at every size */
+        *rnumel = -1;
+        return 0;
+    }
     for (int d = 0; d < im->ndim; d++)
         gexp[d] = s->dims[in][d];
     for (int o = 0; o < nops; o++)
@@ -515,9 +580,58 @@ int cg_sym_check_step(cg_ctx *c, int kind, int v)
     if (kind != CDY_KIR_VIEW)
         return cg_sym_unsupported(c, cg_strf(c, "%s kernels take static sizes",
                                              cdy_op_table[c->g->values[v].op].name));
-    for (int d = 0; d < c->g->values[v].meta.ndim; d++)
-        if (sk_live(c->sym, c->sym->dims[v][d]) >= 0)
-            return cg_sym_unsupported(c, "a realized view has a symbolic size");
+    return 0;                              /* a view's layout: cg_sym_check_plan */
+}
+
+/* 1 if view v (of base b, dense) is contiguous at every size: contiguous at
+ * the hints, at offset 0, over a base contiguous at the hints, and of the
+ * base's element count (a reshape of it). */
+static int sk_view_reshapes(cg_ctx *c, int v, int b)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    cdy_meta vm = val->meta;
+    for (int d = 0; d < vm.ndim; d++)
+        vm.strides[d] = val->view_strides[d];
+    const cdy_meta *bm = sk_mem_meta(c, b);
+    int nv = cdy_sym_const(&s->tab, 1), nb = nv;
+    for (int d = 0; d < vm.ndim && nv >= 0; d++)
+        nv = cdy_sym_mul(&s->tab, nv, s->dims[v][d]);
+    for (int d = 0; d < bm->ndim && nb >= 0; d++)
+        nb = cdy_sym_mul(&s->tab, nb, s->dims[b][d]);
+    return !val->view_offset && cdy_meta_contiguous(&vm) && cdy_meta_contiguous(bm) && nv >= 0 &&
+           nb >= 0 && sk_same(s, nv, nb);
+}
+
+/* The layout of alias view v, which torch realizes (an extern's argument, an
+ * output), at every size: s->vlay[v] (sym.h) from sk_view_strides, or
+ * contiguous strides for a reshape of a contiguous base; 0, or -1 with the
+ * reason. */
+static int sk_view_layout(cg_ctx *c, int v)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int b = val->view_base, mst[CDY_MAX_NDIM], off = -1;
+    if (b < 0 || b >= v)
+        return cg_sym_unsupported(c, "a realized view has a symbolic size and no base");
+    if (!s->vlay && !(s->vlay = calloc((size_t)c->g->nvalues, sizeof(*s->vlay))))
+        return cg_sym_unsupported(c, "out of memory");
+    if (sk_view_reshapes(c, v, b)) {
+        int e = cdy_sym_const(&s->tab, 1);
+        off = cdy_sym_const(&s->tab, 0);
+        for (int d = val->meta.ndim - 1; d >= 0; d--) {
+            mst[d] = e;
+            e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][d]);
+        }
+        if (e < 0 || off < 0)
+            return cg_sym_unsupported(c, "out of expression space");
+    } else if (sk_view_strides(c, v, mst, &off)) {
+        return -1;
+    }
+    s->vlay[v][0] = b + 1;
+    s->vlay[v][1] = off;
+    for (int d = 0; d < val->meta.ndim; d++)
+        s->vlay[v][2 + d] = mst[d];
     return 0;
 }
 
@@ -532,13 +646,21 @@ static int sk_static_value(const cg_ctx *c, int v)
 
 int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
 {
+    c->plan = (cdy_plan *)plan;            /* the buffers' layouts (sk_mem_meta) */
     for (int v = 0; c->sym && v < c->g->nvalues; v++) {
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))
             continue;
+        if (cg_view_is_alias(c->g, v)) {   /* torch realizes it: as_strided of its base */
+            if (sk_view_layout(c, v))
+                return -1;
+            continue;
+        }
         int order[CDY_MAX_NDIM];
         if (cdy_meta_dense_order(&plan->buffers[b], order) < 0)
-            return cg_sym_unsupported(c, "a buffer with a symbolic size is not dense");
+            return cg_sym_unsupported(c, cg_strf(c, "a buffer with a symbolic size is not "
+                                                 "dense (%s's value %d)",
+                                                 cdy_op_table[c->g->values[v].op].name, v));
     }
     return 0;
 }

@@ -288,6 +288,11 @@ void cdy_symguard_text(const cdy_symguard *sg, cdy_buf *b)
         cdy_sym_print(&s->tab, s->rel[r][1], tb, sizeof(tb));
         cdy_buf_printf(b, "%s%s == %s", r ? ", " : "; relations ", ta, tb);
     }
+    for (int r = 0; r < s->ncmp; r++) {
+        char c[160];
+        cdy_sym_cmp_text(s, r, c, sizeof(c));
+        cdy_buf_printf(b, "%s%s", r ? ", " : "; comparisons ", c);
+    }
     cdy_buf_puts(b, "\n");
 }
 

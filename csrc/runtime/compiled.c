@@ -317,12 +317,55 @@ static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject
     return t ? 0 : -1;
 }
 
+/* The base value of view value v that sym_view makes from its layout, or -1
+ * (v's step calls torch). */
+static int sym_view_base(const cdy_compiled *c, int v)
+{
+    return c->sym && c->sym->vlay && v >= 0 && v < c->sym->nvalues ? c->sym->vlay[v][0] - 1 : -1;
+}
+
+/* Symbolic graphs: view value v (sym.h's vlay: a layout at every size) of
+ * its base's realized buffer at the symbols' values sv, through
+ * Tensor.as_strided; new ref, or NULL with an error. */
+static PyObject *sym_view(cdy_compiled *c, int v, int ndim, PyObject **bufs, const int64_t *sv)
+{
+    const int *lay = c->sym->vlay[v];
+    const cdy_symtab *tab = &c->sym->tab;
+    int b = c->value_buffer[lay[0] - 1];
+    PyObject *base = b >= 0 ? bufs[b] : NULL;
+    if (!base) {
+        PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: a view's base is not realized", c->name);
+        return NULL;
+    }
+    int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    for (int d = 0; d < ndim; d++) {
+        sz[d] = cdy_sym_eval(tab, c->sym->dims[v][d], sv);
+        st[d] = cdy_sym_eval(tab, lay[2 + d], sv);
+    }
+    PyObject *o = cdy_tensor_attr(base, CDY_TA_storage_offset);
+    long long off = o ? PyLong_AsLongLong(o) + cdy_sym_eval(tab, lay[1], sv) : -1;
+    Py_XDECREF(o);
+    PyObject *szt = int_tuple(sz, ndim), *stt = int_tuple(st, ndim);
+    PyObject *r = szt && stt && !PyErr_Occurred()
+                      ? PyObject_CallMethod(base, "as_strided", "OOL", szt, stt, off) : NULL;
+    Py_XDECREF(szt);
+    Py_XDECREF(stt);
+    return r;
+}
+
 /* Run extern step st: call torch, keep the result as its buffer (copied to
  * the traced strides if torch chose others; symbolic graphs: sv, made
  * contiguous).  0, or -1 with error set. */
 static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void **ptrs,
                       PyObject **stash, const int64_t *sv)
 {
+    int v = st->index;
+    if (sv && sym_view_base(c, v) >= 0) {
+        PyObject *w = sym_view(c, v, c->buf_cmeta[st->out_buffer].ndim, bufs, sv);
+        bufs[st->out_buffer] = w;
+        ptrs[st->out_buffer] = w ? tensor_ptr(w) : NULL;
+        return ptrs[st->out_buffer] ? 0 : -1;
+    }
     PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
     if (!r)
         return -1;
@@ -1534,6 +1577,9 @@ static void step_spans(cdy_compiled *c, int *first, int *last)
         }
         touch(&sp, st->out_buffer);
         pynode_arg_buffers(c, c->pynode_of[st->index], touch, &sp);
+        int base = sym_view_base(c, st->index);
+        if (base >= 0 && c->value_buffer[base] >= 0)
+            touch(&sp, c->value_buffer[base]);   /* sym_view reads it */
     }
 }
 

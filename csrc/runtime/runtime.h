@@ -84,7 +84,7 @@ static inline long long cdy_phase_start(void)
  * torch.Tensor read on every call of a compiled function.                  */
 #define CDY_SYM_TOKEN_MAX 64              /* CDY_SYM_MAX_SYMS (sym/sym.h) */
 #define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
-    X(stride) X(_version)
+    X(stride) X(_version) X(storage_offset)
 
 typedef enum {
 #define CDY_X(a) CDY_TA_##a,

@@ -236,6 +236,142 @@ int64_t cdy_sym_eval(const cdy_symtab *tab, int e, const int64_t *vals)
     return r;
 }
 
+/* Bounds of expression e over symbols >= 2: lo / hi, each finite or not
+ * (*lo_inf: -inf, *hi_inf: +inf); doubles, so magnitudes past 2^52 count
+ * as unknown (both infinite). */
+static void sx_bounds(const cdy_symtab *tab, int e, double *lo, int *lo_inf, double *hi,
+                      int *hi_inf, int depth);
+
+/* The least value of atom a over symbols >= 2, or 0 with *inf (unbounded below). */
+static double sx_atom_min(const cdy_symtab *tab, int a, int *inf, int depth)
+{
+    const cdy_sym_atom *at = &tab->atoms[a];
+    *inf = 0;
+    if (at->expr < 0)
+        return 2.0;
+    double lo, hi;
+    int li, hinf;
+    if (depth > 8) {
+        *inf = 1;
+        return 0;
+    }
+    sx_bounds(tab, at->expr, &lo, &li, &hi, &hinf, depth + 1);
+    *inf = li;
+    return li ? 0 : __builtin_floor(lo / (double)at->div);
+}
+
+static void sx_bounds(const cdy_symtab *tab, int e, double *lo, int *lo_inf, double *hi,
+                      int *hi_inf, int depth)
+{
+    const cdy_sym_poly *p = &tab->exprs[e];
+    *lo = *hi = 0;
+    *lo_inf = *hi_inf = 0;
+    for (int i = 0; i < p->nt; i++) {
+        double m = (double)p->t[i].coef;
+        int neg_atom = 0;
+        for (int f = 0; f < p->t[i].nf; f++) {
+            int inf;
+            double a = sx_atom_min(tab, p->t[i].f[f], &inf, depth);
+            neg_atom |= inf || a < 0;
+            m *= a;
+        }
+        if (p->t[i].nf == 0) {            /* the constant */
+            *lo += m;
+            *hi += m;
+        } else if (neg_atom) {            /* a factor that may be negative */
+            *lo_inf = *hi_inf = 1;
+        } else if (p->t[i].coef > 0) {    /* grows without bound, from m */
+            *lo += m;
+            *hi_inf = 1;
+        } else {
+            *hi += m;
+            *lo_inf = 1;
+        }
+    }
+    if (__builtin_fabs(*lo) > 4e15 || __builtin_fabs(*hi) > 4e15)
+        *lo_inf = *hi_inf = 1;
+}
+
+int cdy_sym_cmp_holds(int64_t x, int op)
+{
+    switch (op) {
+    case 0: return x < 0;     /* Py_LT */
+    case 1: return x <= 0;    /* Py_LE */
+    case 2: return x == 0;    /* Py_EQ */
+    case 3: return x != 0;    /* Py_NE */
+    case 4: return x > 0;     /* Py_GT */
+    default: return x >= 0;   /* Py_GE */
+    }
+}
+
+/* e with each symbol s replaced by s + 2 (so its symbols range over >= 0),
+ * or -1 (a floor-division atom, or no room). */
+static int sx_shift2(cdy_symtab *tab, int e)
+{
+    const cdy_sym_poly p = tab->exprs[e];   /* a copy: the table may grow */
+    int r = cdy_sym_const(tab, 0), two = cdy_sym_const(tab, 2);
+    for (int i = 0; i < p.nt && r >= 0; i++) {
+        int term = cdy_sym_const(tab, p.t[i].coef);
+        for (int f = 0; f < p.t[i].nf && term >= 0; f++) {
+            const cdy_sym_atom *a = &tab->atoms[p.t[i].f[f]];
+            if (a->expr >= 0)
+                return -1;
+            term = cdy_sym_mul(tab, term, cdy_sym_add(tab, cdy_sym_var(tab, a->sym), two));
+        }
+        r = term < 0 ? -1 : cdy_sym_add(tab, r, term);
+    }
+    return r;
+}
+
+/* Bounds of e by its shifted form (sx_shift2): a polynomial over symbols
+ * >= 0 whose non-constant coefficients all have one sign is bounded by its
+ * constant on that side; 0, or -1 (undecided). */
+static int sx_shift_bounds(cdy_symtab *tab, int e, double *lo, int *lo_inf, double *hi,
+                           int *hi_inf)
+{
+    int f = sx_shift2(tab, e);
+    if (f < 0)
+        return -1;
+    const cdy_sym_poly *p = &tab->exprs[f];
+    int pos = 0, neg = 0;
+    double k = 0;
+    for (int i = 0; i < p->nt; i++) {
+        if (p->t[i].nf == 0)
+            k = (double)p->t[i].coef;
+        else if (p->t[i].coef > 0)
+            pos = 1;
+        else
+            neg = 1;
+    }
+    if (pos && neg)
+        return -1;
+    *lo = *hi = k;
+    *lo_inf = neg;
+    *hi_inf = pos;
+    return 0;
+}
+
+int cdy_sym_cmp_decided(cdy_symtab *tab, int e, int op)
+{
+    double lo, hi;
+    int li, hinf;
+    int64_t c;
+    if (cdy_sym_is_const(tab, e, &c))
+        return cdy_sym_cmp_holds(c, op);
+    if (sx_shift_bounds(tab, e, &lo, &li, &hi, &hinf))
+        sx_bounds(tab, e, &lo, &li, &hi, &hinf, 0);
+    int pos = !li && lo > 0, nonneg = !li && lo >= 0;     /* e > 0 / e >= 0 everywhere */
+    int negv = !hinf && hi < 0, nonpos = !hinf && hi <= 0;
+    switch (op) {
+    case 0: return negv ? 1 : nonneg ? 0 : -1;
+    case 1: return nonpos ? 1 : pos ? 0 : -1;
+    case 2: return pos || negv ? 0 : -1;
+    case 3: return pos || negv ? 1 : -1;
+    case 4: return pos ? 1 : nonpos ? 0 : -1;
+    default: return nonneg ? 1 : negv ? 0 : -1;
+    }
+}
+
 /* The symbols atom a reads. */
 static uint64_t sx_atom_symbols(const cdy_symtab *tab, int a)
 {

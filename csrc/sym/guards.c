@@ -83,5 +83,29 @@ int cdy_sym_relations_hold(const cdy_sym_shapes *s, const int64_t *vals, char *w
         }
         return 0;
     }
+    for (int r = 0; r < s->ncmp; r++) {
+        const cdy_sym_cmp_rel *c = &s->cmp[r];
+        if (cdy_sym_cmp_holds(cdy_sym_eval(&s->tab, c->expr, vals), c->op) == c->truth)
+            continue;
+        if (n) {
+            char t[160];
+            cdy_sym_cmp_text(s, r, t, sizeof(t));
+            snprintf(why, n, "size comparison %s does not hold (its sides are %lld and %lld)", t,
+                     (long long)cdy_sym_eval(&s->tab, c->a, vals),
+                     (long long)cdy_sym_eval(&s->tab, c->b, vals));
+        }
+        return 0;
+    }
     return 1;
+}
+
+void cdy_sym_cmp_text(const cdy_sym_shapes *s, int r, char *buf, size_t n)
+{
+    static const char *const ops[] = {"<", "<=", "==", "!=", ">", ">="};
+    const cdy_sym_cmp_rel *c = &s->cmp[r];
+    char a[72], b[72];
+    cdy_sym_print(&s->tab, c->a, a, sizeof(a));
+    cdy_sym_print(&s->tab, c->b, b, sizeof(b));
+    snprintf(buf, n, "%s %s %s is %s", a, ops[c->op >= 0 && c->op < 6 ? c->op : 0], b,
+             c->truth ? "True" : "False");
 }

@@ -362,7 +362,7 @@ static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
     const cdy_sym_sx *x = &p->h->sx[n - 1];
     if (x->op == 'd' && x->value >= 0 && x->value < p->g->nvalues &&
         x->dim < p->g->values[x->value].meta.ndim)
-        sy_pin(p, p->s->dims[x->value][x->dim], v, x->dim, what);
+        sy_pin(p, p->s->dims[x->value][x->dim], v < 0 ? x->value : v, x->dim, what);
     else if (x->op == 'd')
         sy_pin(p, -1, v, -1, what);
     if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q')
@@ -575,6 +575,32 @@ static void sy_node(sy_pass *p, int v)
     sy_const_sizes(p, v);
 }
 
+/* Comparison c of the trace, once every value's sizes are known: decided by
+ * the symbols' range (counted), else a guard of the entry; without a rule
+ * for a side, or no room, the sizes it reads specialize. */
+static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
+{
+    cdy_sym_shapes *s = p->s;
+    const char *what = c->where ? c->where : "a comparison of sizes";
+    int a = sy_sx_expr(p, c->a, 0), b = sy_sx_expr(p, c->b, 0);
+    int mb = b >= 0 ? cdy_sym_mul(&s->tab, b, cdy_sym_const(&s->tab, -1)) : -1;
+    int e = a >= 0 && mb >= 0 ? cdy_sym_add(&s->tab, a, mb) : -1;
+    int dec = e >= 0 ? cdy_sym_cmp_decided(&s->tab, e, c->op) : -1;
+    if (e >= 0 && dec == c->truth) {
+        s->ncmp_range += !cdy_sym_is_const(&s->tab, e, &(int64_t){0});
+        return;
+    }
+    for (int r = 0; e >= 0 && dec < 0 && r < s->ncmp; r++)
+        if (s->cmp[r].expr == e && s->cmp[r].op == c->op)
+            return;
+    if (e >= 0 && dec < 0 && s->ncmp < (int)(sizeof(s->cmp) / sizeof(s->cmp[0]))) {
+        s->cmp[s->ncmp++] = (cdy_sym_cmp_rel){e, a, b, c->op, c->truth};
+        return;
+    }
+    sy_sx_pin(p, c->a, -1, what, 0);
+    sy_sx_pin(p, c->b, -1, what, 0);
+}
+
 /* One pass over g with p->pinned specialized: every value's sizes. */
 static void sy_run(sy_pass *p)
 {
@@ -582,6 +608,7 @@ static void sy_run(sy_pass *p)
     int npins = p->h ? p->h->npins : 0;
     cdy_sym_shapes *s = p->s;
     s->nrel = 0;
+    s->ncmp = s->ncmp_range = 0;
     p->changed = 0;
     for (int v = 0; v < p->g->nvalues && !p->oom; v++) {
         const cdy_value *val = &p->g->values[v];
@@ -598,6 +625,8 @@ static void sy_run(sy_pass *p)
                 if (pins[i].dims >> d & 1)
                     sy_pin(p, s->dims[v][d], v, d, pins[i].why);
     }
+    for (int i = 0; p->h && i < p->h->ncmps && !p->oom; i++)
+        sy_cmp(p, &p->h->cmps[i]);
 }
 
 /* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */
@@ -655,6 +684,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->dims = NULL;
     free(s->const_off);
     s->const_off = NULL;
+    free(s->vlay);
+    s->vlay = NULL;
 }
 
 /* s->const_off (sym.h) of g's values: a view is constant-offset when it

@@ -69,6 +69,12 @@ int64_t cdy_sym_eval(const cdy_symtab *tab, int e, const int64_t *vals);
 uint64_t cdy_sym_symbols(const cdy_symtab *tab, int e);
 /* e with the symbols of mask replaced by their hints: an id, or -1. */
 int cdy_sym_subst_hints(cdy_symtab *tab, int e, uint64_t mask);
+/* Whether e <op> 0 (op Py_LT .. Py_GE) holds at every value of the
+ * symbols >= 2: 1 always, 0 never, -1 it depends (or unknown).  May add
+ * expressions to tab. */
+int cdy_sym_cmp_decided(cdy_symtab *tab, int e, int op);
+/* e <op> 0 at the value x of e (op Py_LT .. Py_GE): 1 or 0. */
+int cdy_sym_cmp_holds(int64_t x, int op);
 /* e as C text ("s0*64 + 3", symbols named s<k>) into buf; the length
  * written, truncated to len - 1. */
 int cdy_sym_print(const cdy_symtab *tab, int e, char *buf, int len);
@@ -121,6 +127,24 @@ typedef struct cdy_sym_sx_s {
     int64_t c;
 } cdy_sym_sx;
 
+/* A comparison the trace decided on symbolic ints (trace/symint.c): sx
+ * nodes a <op> b (op Py_LT .. Py_GE) was `truth` at the example's sizes.
+ * The trace went on with that constant; sym/infer.c either finds it true at
+ * every size of the symbols' range (nothing to guard), keeps it as a guard
+ * of the entry (cdy_sym_cmp_rel), or specializes the sizes it reads. */
+typedef struct cdy_sym_cmp_s {
+    int a, b;
+    char op, truth;
+    const char *where;           /* static text: the code that compared (or NULL) */
+} cdy_sym_cmp;
+
+/* A comparison kept as a guard: a <op> b (op Py_LT .. Py_GE) is truth;
+ * expr is a - b (the three are expression ids). */
+typedef struct {
+    int expr, a, b;
+    char op, truth;
+} cdy_sym_cmp_rel;
+
 /* What the trace knows beyond the graph (sym/trace_shapes.c fills it). */
 typedef struct {
     const cdy_sym_pin *pins;     /* sizes read as numbers */
@@ -130,12 +154,14 @@ typedef struct {
     int nviews;
     const cdy_sym_sx *sx;        /* the symbolic ints the view maps name */
     int nsx;
+    const cdy_sym_cmp *cmps;     /* comparisons the trace decided */
+    int ncmps;
 } cdy_sym_hints;
 
 typedef struct {
     int input, dim;              /* the symbol is dim `dim` of graph input `input` */
     int pinned;                  /* specialized: its hint is guarded as a value */
-    char why[112];               /* why it specialized */
+    char why[192];               /* why it specialized */
 } cdy_sym_info;
 
 typedef struct cdy_sym_shapes_s {
@@ -145,12 +171,19 @@ typedef struct cdy_sym_shapes_s {
     int (*dims)[CDY_MAX_NDIM];   /* per value, per dim: its size's expression (malloc'd) */
     int nrel;
     int rel[64][2];              /* expression pairs the trace relied on being equal */
+    int ncmp;                    /* comparisons the range does not decide: guards */
+    cdy_sym_cmp_rel cmp[32];
+    int ncmp_range;              /* comparisons the symbols' range decided (no guard) */
     int runs;                    /* passes over the graph until no new pin */
     unsigned char *const_off;    /* per value (malloc'd, may be NULL): 1 when a view's
                                   * element offset from its base moves by no symbol (its
                                   * maps, sym_view's kinds, start every dim at a constant
                                   * index: a split's pieces, permutations, reshapes), 0
                                   * when unknown; non-views 1 (sym/infer.c) */
+    int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
+                                  * view torch realizes, at the symbols' values: [0] 1 + its
+                                  * base value (0: none), [1] its offset's expression, [2 + d]
+                                  * dim d's stride expression (the base's elements) */
 } cdy_sym_shapes;
 
 /* Symbolic sizes of g's values (see above), with h's pins and views (h may
@@ -176,8 +209,11 @@ uint64_t cdy_sym_live(const cdy_sym_shapes *s);
 int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
                   const char *const *names, int64_t *vals, char *why, size_t n);
 
-/* 1 if every relation of s holds for the symbols' values vals; else 0 and
- * (n > 0) the first that does not in why. */
+/* 1 if every relation and comparison guard of s holds for the symbols'
+ * values vals; else 0 and (n > 0) the first that does not in why. */
 int cdy_sym_relations_hold(const cdy_sym_shapes *s, const int64_t *vals, char *why, size_t n);
+
+/* Comparison guard r of s as text ("s0 + 8 > 9 is True") into buf. */
+void cdy_sym_cmp_text(const cdy_sym_shapes *s, int r, char *buf, size_t n);
 
 #endif /* CDY_SYM_H */

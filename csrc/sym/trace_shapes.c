@@ -59,8 +59,40 @@ static char ts_extern_kind(PyObject *fn)
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
 }
 
+/* 1 if pynode pn is F.scaled_dot_product_attention(q, k, v, ...) whose
+ * tensors are q, k, v and at most the attn_mask (the result has q's sizes
+ * but v's last; torch computes any causal mask from the actual sizes). */
+static int ts_sdpa(const cdy_pynode *pn)
+{
+    static PyObject *fn;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *F = PyImport_ImportModule("torch.nn.functional");
+        fn = F ? PyObject_GetAttrString(F, "scaled_dot_product_attention") : NULL;
+        Py_XDECREF(F);
+        PyErr_Clear();
+    }
+    int npos = pn->nargs - (pn->kwnames ? (int)PyTuple_GET_SIZE(pn->kwnames) : 0);
+    if (!fn || pn->fn != fn || npos < 3)
+        return 0;
+    int tensors = 0;
+    for (int i = 0; i < pn->nargs; i++) {
+        const char *kw = i >= npos ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(pn->kwnames, i - npos))
+                                   : NULL;
+        if (pn->ref[i] == -2 || (i < 3 && pn->ref[i] < 0))
+            return 0;
+        if (pn->ref[i] >= 0 && i >= 3 && !(i == 3 && !kw) && !(kw && !strcmp(kw, "attn_mask")))
+            return 0;
+        tensors += pn->ref[i] >= 0;
+    }
+    PyErr_Clear();
+    return tensors <= 4;
+}
+
 /* 'a' if pynode pn is the graph pass's fused attention (cdynamo._attention.
- * attention(q, k, v[, attn_mask=m], scale=c): sym.h's extern kinds), else 0. */
+ * attention(q, k, v[, attn_mask=m], scale=c)) or torch's
+ * scaled_dot_product_attention (ts_sdpa): sym.h's extern kinds; else 0. */
 static char ts_attention_kind(const cdy_pynode *pn)
 {
     static PyObject *fn;
@@ -72,6 +104,8 @@ static char ts_attention_kind(const cdy_pynode *pn)
         Py_XDECREF(m);
         PyErr_Clear();
     }
+    if (ts_sdpa(pn))
+        return 'a';
     if (!fn || pn->fn != fn || pn->nargs < 4 || pn->nargs > 5)
         return 0;
     for (int i = 0; i < pn->nargs - 1; i++)
@@ -113,9 +147,9 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
             cdy_value_is_extern(&g->values[pn->value]))
-            ext[pn->value] = pn->kwnames ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
+            ext[pn->value] = pn->kwnames || ts_sdpa(pn) ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
     }
-    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx};
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps};
     return cdy_sym_infer(g, dyn, &h, out);
 }
 
@@ -172,6 +206,14 @@ void cdy_sym_trace_log(const cdy_trace *t, const char *name)
         cdy_sym_print(&s.tab, s.rel[r][1], b, sizeof(b));
         cdy_log("dynamic", "%s:   relation %s == %s", name, a, b);
     }
+    for (int r = 0; r < s.ncmp; r++) {
+        char c[160];
+        cdy_sym_cmp_text(&s, r, c, sizeof(c));
+        cdy_log("dynamic", "%s:   guard %s (a comparison of sizes)", name, c);
+    }
+    if (s.ncmp_range)
+        cdy_log("dynamic", "%s:   %d comparisons of sizes hold at every size >= 2 (no guard)",
+                name, s.ncmp_range);
     for (int o = 0; o < g->noutputs; o++) {
         char sz[256];
         ts_sizes(&s, g, g->outputs[o], sz, sizeof(sz));

@@ -1238,6 +1238,7 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             PyTuple_SET_ITEM(cls, i, Py_NewRef(args[1]->items[i]->obj ? args[1]->items[i]->obj : Py_None));
         int r = cls ? PyObject_IsSubclass(tvar_type(args[0]), cls) : -1;
         Py_XDECREF(cls);
+        cdy_sx_taken(tr, args[0]);   /* the type of a symbolic int is int at every size */
         if (r < 0) {
             cdy_tr_stop_exc(tr, RAISED_ISINSTANCE);
             return NULL;

@@ -154,6 +154,8 @@ typedef struct {
     struct cdy_sym_sx_s *sx; /* that are pinned only where a use needs their value */
     unsigned char *sx_pinned; /* per node: pinned already */
     int sx_pinning;          /* inside cdy_sx_pin_all (a stop while pinning) */
+    int ncmps, cap_cmps;     /* comparisons of symbolic ints the trace decided */
+    struct cdy_sym_cmp_s *cmps; /* (trace/symint.c): guards or range facts (sym/infer.c) */
 } cdy_trace;
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,

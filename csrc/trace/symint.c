@@ -16,6 +16,7 @@
 #include "trace/trace.h"
 #include "sym/sym.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The why text of a pin at semantic op s (static). */
@@ -128,6 +129,23 @@ tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t)
     return sx_tag_items(tr, c, sxi, nd);
 }
 
+/* why with where tr is ("why at file.py:12 in f"), in the trace's arena;
+ * why itself when there is no room. */
+static const char *sx_where(tracer *tr, const char *why)
+{
+    const char *file = PyUnicode_AsUTF8(tr->co->co_filename);
+    const char *name = PyUnicode_AsUTF8(tr->co->co_name);
+    PyErr_Clear();
+    if (!file || !name)
+        return why;
+    const char *base = strrchr(file, '/');
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s at %s:%d in %s", why, base ? base + 1 : file,
+             PyCode_Addr2Line(tr->co, tr->pc * 2), name);
+    const char *r = cdy_arena_strdup(&tr->t->arena, buf);
+    return r ? r : why;
+}
+
 void cdy_sx_pin_node(tracer *tr, int n, const char *why)
 {
     cdy_trace *t = tr->t;
@@ -136,7 +154,7 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     t->sx_pinned[n - 1] = 1;
     const cdy_sym_sx *x = &t->sx[n - 1];
     if (x->op == 'd')
-        cdy_tr_pin(tr, x->value, 1u << x->dim, why);
+        cdy_tr_pin(tr, x->value, 1u << x->dim, sx_where(tr, why));
     else if (x->op == '+' || x->op == '*' || x->op == 'q') {
         cdy_sx_pin_node(tr, x->a, why);
         cdy_sx_pin_node(tr, x->b, why);
@@ -238,6 +256,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_LIST_APPEND: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNPACK_SEQUENCE:
     case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
+    case CDY_SOP_COMPARE_OP:
         return -1;
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
@@ -252,8 +271,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_SET_UPDATE: case CDY_SOP_IMPORT_FROM: case CDY_SOP_CONVERT_VALUE:
     case CDY_SOP_GET_YIELD_FROM_ITER:
         return 1;
-    case CDY_SOP_COMPARE_OP: case CDY_SOP_IS_OP: case CDY_SOP_CONTAINS_OP:
-    case CDY_SOP_STORE_ATTR: case CDY_SOP_DELETE_SUBSCR: case CDY_SOP_MAP_ADD:
+    case CDY_SOP_IS_OP: case CDY_SOP_CONTAINS_OP: case CDY_SOP_STORE_ATTR: case CDY_SOP_DELETE_SUBSCR: case CDY_SOP_MAP_ADD:
         return 2;
     case CDY_SOP_STORE_SUBSCR:
         return 3;
@@ -321,7 +339,7 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
     if (n >= 0)
         return;
     switch (sop) {
-    case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
+    case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR: case CDY_SOP_COMPARE_OP:
         ctx->n = 2;
         ctx->in[0] = sx_peek(tr, 2);
         ctx->in[1] = sx_peek(tr, 1);
@@ -439,6 +457,45 @@ static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     cdy_sx_pin_deep(tr, b, sx_why[CDY_SOP_BINARY_OP]);
 }
 
+/* Room for one more comparison in t; 0, or -1. */
+static int sx_cmp_room(cdy_trace *t)
+{
+    if (t->ncmps < t->cap_cmps)
+        return 0;
+    int cap = t->cap_cmps ? 2 * t->cap_cmps : 16;
+    if (cap > 1024)
+        return -1;
+    cdy_sym_cmp *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+    if (!p)
+        return -1;
+    if (t->ncmps)
+        memcpy(p, t->cmps, (size_t)t->ncmps * sizeof(*p));
+    t->cmps = p;
+    t->cap_cmps = cap;
+    return 0;
+}
+
+/* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
+ * is recorded (sym/infer.c decides it by range or guards it); anything else
+ * pins what the operands read. */
+static void sx_post_compare(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
+{
+    tvar *a = ctx->in[0], *b = ctx->in[1];
+    const char *why = sx_why[CDY_SOP_COMPARE_OP];
+    if (!sx_holds(a, 0) && !sx_holds(b, 0))
+        return;
+    int x = sx_int(a) && sx_int(b) ? sx_operand(tr, a) : 0;
+    int y = x ? sx_operand(tr, b) : 0;
+    if (x && y && ctx->arg >= 0 && ctx->arg <= 5 && r && r->kind == TV_CONST &&
+        PyBool_Check(r->obj) && !sx_cmp_room(tr->t)) {
+        tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){x, y, (char)ctx->arg,
+                                                    (char)(r->obj == Py_True), why};
+        return;
+    }
+    cdy_sx_pin_deep(tr, a, why);
+    cdy_sx_pin_deep(tr, b, why);
+}
+
 /* BINARY_SUBSCR's result r: an item or a slice of a size tuple. */
 static void sx_post_subscr(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
 {
@@ -539,6 +596,9 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
         break;
     case CDY_SOP_BINARY_SUBSCR:
         sx_post_subscr(tr, ctx, sx_peek(tr, 1));
+        break;
+    case CDY_SOP_COMPARE_OP:
+        sx_post_compare(tr, ctx, sx_peek(tr, 1));
         break;
     case CDY_SOP_UNPACK_SEQUENCE:
         sx_post_unpack(tr, ctx);

@@ -154,7 +154,7 @@ static void test_infer_rules(void)
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
@@ -212,7 +212,7 @@ static void test_infer_matmul(void)
     ext[bm] = 'm';
     unsigned dyn[6] = {3, 3, 0, 0, 7, 7};
     cdy_sym_shapes sh;
-    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0};
+    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(!strcmp(txt(&sh.tab, sh.dims[li][0]), "s0") && !strcmp(txt(&sh.tab, sh.dims[li][1]), "8"));
     /* w's dim 1 (16) meets W's static 16: specialized; x's 32 and w's 32 a relation */
@@ -250,7 +250,7 @@ static void test_guards(void)
     int y = tg_input(&t, 2, (int64_t[]){1, 3});   /* static: sizes 1 and a pinned 3 */
     tg_node(&t, CDY_OP_ADD, 2, (int64_t[]){8, 16}, 2, (int[]){x, b});
     cdy_sym_pin pin = {y, 2, "read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0};
     unsigned dyn[3] = {3, 1, 3};
     cdy_sym_shapes sh;
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0 && sh.nrel == 1 && sh.tab.nsyms == 4);
@@ -280,11 +280,38 @@ static void test_guards(void)
     cdy_sym_shapes_free(&sh);
 }
 
+/* Comparisons decided by the symbols' range (>= 2): 1 always, 0 never, -1 open. */
+static void test_cmp_decided(void)
+{
+    enum { LT, LE, EQ, NE, GT, GE };
+    cdy_symtab t;
+    cdy_symtab_init(&t);
+    int s0 = cdy_sym_new(&t, 8), s1 = cdy_sym_new(&t, 5);
+    int m1 = cdy_sym_const(&t, -1), m3 = cdy_sym_const(&t, -3);
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_add(&t, s0, m1), GT) == 1);     /* s0 > 1 */
+    CHECK(cdy_sym_cmp_decided(&t, s0, EQ) == 0 && cdy_sym_cmp_decided(&t, s0, NE) == 1);
+    CHECK(cdy_sym_cmp_decided(&t, s0, LE) == 0 && cdy_sym_cmp_decided(&t, s0, LT) == 0);
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_add(&t, s0, m3), GT) == -1);    /* s0 > 3 */
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_add(&t, s0, cdy_sym_mul(&t, s1, m1)), GE) == -1);
+    /* s0*s1 - 2*s1 = s1 * (s0 - 2) >= 0, by the shift s -> s + 2 */
+    int e = cdy_sym_add(&t, cdy_sym_mul(&t, s0, s1), cdy_sym_mul(&t, s1, cdy_sym_const(&t, -2)));
+    CHECK(cdy_sym_cmp_decided(&t, e, GE) == 1 && cdy_sym_cmp_decided(&t, e, GT) == -1);
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_mul(&t, e, m1), GT) == 0);      /* -e > 0 */
+    /* floor(s0 / 2) >= 1 by the interval bound; 7 - s0 both ways */
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_add(&t, cdy_sym_floordiv(&t, s0, 2), m1), GE) == 1);
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_add(&t, cdy_sym_const(&t, 7), cdy_sym_mul(&t, s0, m1)),
+                              LT) == -1);
+    CHECK(cdy_sym_cmp_decided(&t, cdy_sym_const(&t, 0), EQ) == 1);
+    CHECK(cdy_sym_cmp_holds(-1, LT) && !cdy_sym_cmp_holds(0, LT) && cdy_sym_cmp_holds(0, GE));
+    cdy_symtab_free(&t);
+}
+
 int main(void)
 {
     test_guards();
     test_infer_matmul();
     test_expr();
+    test_cmp_decided();
     test_infer_rules();
     test_infer_specializes();
     printf("test_sym: %d checks, %d failures\n", checks, failures);
