@@ -1221,6 +1221,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
+        if (a->kind == TV_CONST)
+            cdy_sx_taken(tr, a);   /* a size tuple's length is its ndim at every size */
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;
