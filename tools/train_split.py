@@ -1,10 +1,15 @@
-"""per-step split on one workload: eager / cdynamo forward and backward, and the compiled
+"""tools/train_split.py WORKLOADS THREADS: per-step split on one workload: eager / cdynamo forward and backward, and the compiled
 graphs alone (tg.forward, tg.backward called directly) -> the per-call Python cost."""
 import sys, time, gc, torch
 import cdynamo
 from cdynamo import bench, _autograd
 names = sys.argv[1].split(",")
 torch.set_num_threads(int(sys.argv[2]))
+seen = set()
+# one thread: CPU time (what the step computes, robust on a loaded host); else wall time
+clock = time.process_time if int(sys.argv[2]) == 1 else time.perf_counter
+
+
 def med(xs):
     xs = sorted(xs); return xs[len(xs) // 2]
 for name in names:
@@ -14,13 +19,15 @@ for name in names:
         fw = bw = 0.0
         for _ in range(n):
             for p in params: p.grad = None
-            t0 = time.perf_counter(); loss = f(*inp); t1 = time.perf_counter()
-            loss.backward(); t2 = time.perf_counter()
+            t0 = clock(); loss = f(*inp); t1 = clock()
+            loss.backward(); t2 = clock()
             fw += t1 - t0; bw += t2 - t1
         return fw / n * 1e6, bw / n * 1e6
     cf = cdynamo.optimize(w.fn)
     for f in (w.fn, cf): run(f, 30)
-    tgs = [o for o in gc.get_objects() if isinstance(o, _autograd.TrainingGraph)]
+    tgs = [o for o in gc.get_objects()
+           if isinstance(o, _autograd.TrainingGraph) and id(o) not in seen]
+    seen.update(id(o) for o in tgs)
     rec = {}
     for tg in tgs:
         fwd, bwd = tg.forward, tg.backward
@@ -29,19 +36,20 @@ for name in names:
         tg.forward, tg.backward = rf, rb
     run(cf, 1)
     for tg in tgs:
-        tg.forward, tg.backward = rec[("f", id(tg))][0], rec[("b", id(tg))][0]
+        if ("f", id(tg)) in rec:
+            tg.forward, tg.backward = rec[("f", id(tg))][0], rec[("b", id(tg))][0]
     def raw(n):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             for k, (g, a) in rec.items():
                 if k[0] == "f":
                     with torch.no_grad(): g(*a)
-        t1 = time.perf_counter()
+        t1 = clock()
         for _ in range(n):
             for k, (g, a) in rec.items():
                 if k[0] == "b":
                     with torch.no_grad(): g(*a)
-        t2 = time.perf_counter()
+        t2 = clock()
         return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
     raw(20)
     res = {"eager": [], "cdynamo": [], "graphs": []}
