@@ -466,8 +466,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
         cdy_build_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
         int sym = cdy_callable_symbolic(fn);
-        if (!sym)
-            cdy_tr_pin_tensors(tr, args, nargs, "a builder without a symbolic rule read them");
+        if (!sym) {
+            char why[160];
+            snprintf(why, sizeof(why), "a builder without a symbolic rule (%s) read them", what);
+            cdy_tr_pin_tensors(tr, args, nargs, cdy_sx_where(tr, why));
+        }
         tvar *r = cdy_callable_build(tr, &call);
         if (sym == 2 && tr->t->status == CDY_TRACE_OK)
             cdy_tr_sym_view(tr, &call, r);
