@@ -215,8 +215,8 @@ def test_attention_head_views_are_copied_by_the_backward_graph():
                                   "float64"])
 def test_layer_norm_gradients_by_one_call(case):
     """layer_norm's gradients (input, weight, bias: those that are needed) come from one
-    call of the prelude's layer_norm_backward (torch's native_layer_norm_backward over
-    the rows' statistics), not three formulas; they are eager's."""
+    call of the prelude's layer_norm_backward (the rows' statistics once), not a
+    formula per argument; they are eager's."""
     dt = torch.float64 if case == "float64" else torch.float32
     x = _x(3, 4, 6).to(dt).detach().requires_grad_(case != "frozen_input")
     w, b = _x(6, seed=3).to(dt).detach(), _x(6, seed=4).to(dt).detach()
@@ -236,8 +236,8 @@ def test_layer_norm_gradients_by_one_call(case):
 
 
 def test_layer_norm_gradients_bfloat16():
-    """bfloat16 (torch keeps its statistics in float32) keeps the formulas; eager's
-    gradients within bfloat16's tolerance."""
+    """bfloat16 layer_norm (torch keeps its statistics in float32): the gradients by
+    layer_norm_backward are eager's within bfloat16's tolerance."""
     x = _x(4, 8).bfloat16().detach().requires_grad_()
     w = _x(8, seed=3).bfloat16().detach().requires_grad_()
     fn = lambda a, w: F.layer_norm(a, (8,), w).sum()   # noqa: E731

@@ -57,8 +57,7 @@ static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name);
 /* Functions of the backward's prelude (python/cdynamo/_grad_formulas.py); any
  * other function a formula calls is torch's. */
 static const char *const ag_helpers[] = {
-    "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
-    "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
+    "gelu_backward", "hardswish_backward", "mish_backward", "cross_entropy_backward",
     "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward",
     "sdpa_backward", "conv_backward", "batch_norm_backward", "max_pool2d_backward",
     "adaptive_max_pool2d_backward", "layer_norm_backward", NULL};
@@ -1437,9 +1436,8 @@ static int ag_multi(ag_state *s, int v, const cdy_pynode *item)
 
 /* layer_norm node v (input, weight, bias, eps, normalized): the gradients of
  * the arguments that need one by one call (layer_norm_backward of the prelude:
- * the row statistics once, then torch's native_layer_norm_backward, one row
- * pass for the input and column sums for weight and bias), not three formulas
- * that each recompute the statistics; 0. */
+ * the rows' statistics once for all three), not three formulas that each
+ * recompute them; 0. */
 static int ag_layer_norm(ag_state *s, int v)
 {
     const cdy_value *x = &s->g->values[v];
@@ -1451,6 +1449,8 @@ static int ag_layer_norm(ag_state *s, int v)
     }
     cdy_buf_puts(&c, ")");
     for (int k = 0; k < 5; k++) {
+        if (k == 2)
+            continue;                      /* the bias: no gradient reads it */
         cdy_buf_puts(&c, ", ");
         ag_value(s, &c, x->args[k]);
     }

@@ -482,7 +482,6 @@ typedef enum {
     MT_CROSS_ENTROPY = 'K', MT_LIKE = 'z', MT_FULL_LIKE = 'f', MT_REPEAT = 'r', MT_GATHER = 'q',
     MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i', MT_ADAPTIVE_AVG_POOL2D_BW = 'b',
     MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
-    MT_LN_BW = 'e',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -1611,38 +1610,6 @@ static PyObject *mt_conv_bw(tracer *tr, tvar **args, int nargs, PyObject *kwname
     return cdy_tr_keep(tr, PyTuple_Pack(3, r[0], r[1], r[2]));
 }
 
-/* A fake for aten.native_layer_norm_backward(grad_out, input,
- * normalized_shape, mean, rstd, weight, bias, output_mask), positional, as
- * layer_norm_backward in the prelude calls it: grad and input of one float
- * dtype and shape, mean and rstd tensors, weight / bias None or tensors:
- * (grad_input, grad_weight, grad_bias), each None where output_mask says so,
- * else the input's / weight's / bias's sizes, contiguous (CPU's kernel). */
-static PyObject *mt_ln_bw(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
-{
-    int mask[3];
-    if (nargs != 8 || kwnames || !mt_bools(args[7], 3, mask))
-        return NULL;
-    const cdy_meta *g = mt_tensor(tr, args[0]), *x = mt_tensor(tr, args[1]);
-    int n = x ? x->ndim : 0;
-    if (n < 1 || !mt_same_float(g, x, n) ||
-        memcmp(g->sizes, x->sizes, sizeof(int64_t) * (size_t)n) ||
-        !mt_tensor(tr, args[3]) || !mt_tensor(tr, args[4]))
-        return NULL;
-    PyObject *r[3] = {Py_None, Py_None, Py_None};
-    for (int k = 0; k < 3; k++) {
-        if (!mask[k])
-            continue;
-        const cdy_meta *t = k == 0 ? x : mt_tensor(tr, args[4 + k]);
-        if (!t || t->dtype != x->dtype)
-            return NULL;
-        cdy_meta m = *t;
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
-        if (!(r[k] = cdy_fake_from_meta(tr, &m)))
-            return NULL;
-    }
-    return cdy_tr_keep(tr, PyTuple_Pack(3, r[0], r[1], r[2]));
-}
-
 /* A fake for torch.as_strided_scatter(input, src, size, stride,
  * storage_offset), or mutate.c's _cdy_scatter (a write through a view of a
  * contiguous root, as view_scatter's copy into a part of zeros):
@@ -1716,7 +1683,6 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case MT_MAX_POOL2D_IDX: return mt_max_pool2d_idx(tr, args, nargs, kwnames);
     case MT_MAX_POOL2D_BW: return mt_max_pool2d_bw(tr, args, nargs, kwnames);
     case MT_CONV_BW: return mt_conv_bw(tr, args, nargs, kwnames);
-    case MT_LN_BW: return mt_ln_bw(tr, args, nargs, kwnames);
     case MT_AS_STRIDED_SCATTER: return mt_as_strided_scatter(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)

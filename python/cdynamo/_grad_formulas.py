@@ -50,43 +50,23 @@ def _ln_xhat(x, eps, n):
     return xc * rstd, rstd, dims
 
 
-def layer_norm_backward(grad, mask, x, w, b, eps, n):
+def layer_norm_backward(grad, mask, x, w, eps, n):
     """layer_norm's gradients (input, weight, bias; None where mask says so) in one
-    call: the rows' mean and rstd once (two row reductions of ours), then torch's
-    native_layer_norm_backward (one row pass for the input's gradient, column sums
-    for weight's and bias's), where eager's autograd calls the same op.  Other dtypes
-    than float32 / float64 (torch keeps their statistics in float32): the formulas."""
-    if x.dtype in (torch.float32, torch.float64):
-        dims = tuple(range(x.dim() - n, x.dim()))
-        mu = x.mean(dims, keepdim=True)
-        xc = x - mu
-        rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
-        wt = w if isinstance(w, torch.Tensor) else None
-        bt = b if isinstance(b, torch.Tensor) else None
-        return torch.ops.aten.native_layer_norm_backward(
-            grad, x, x.shape[x.dim() - n:], mu, rstd, wt, bt,
-            [mask[0], mask[1] and wt is not None, mask[2] and bt is not None])
-    return (layer_norm_backward_input(grad, x, w, eps, n) if mask[0] else None,
-            layer_norm_backward_weight(grad, x, eps, n) if mask[1] else None,
-            layer_norm_backward_bias(grad, n) if mask[2] else None)
-
-
-def layer_norm_backward_input(grad, x, w, eps, n):
-    """layer_norm's gradient for its input (weight w a tensor, or a number: absent)."""
-    xhat, rstd, dims = _ln_xhat(x, eps, n)
-    gh = grad * w if isinstance(w, torch.Tensor) else grad
-    return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
-
-
-def layer_norm_backward_weight(grad, x, eps, n):
+    call (trace/autograd.c ag_layer_norm): the rows' mean and rstd computed once for
+    all three (a formula per argument recomputed them in each: 3 kernels more per
+    layer_norm), the rest fused by the compiler around them."""
     xhat, rstd, dims = _ln_xhat(x, eps, n)
     lead = tuple(range(x.dim() - n))
-    return (grad * xhat).sum(lead) if lead else grad * xhat
-
-
-def layer_norm_backward_bias(grad, n):
-    lead = tuple(range(grad.dim() - n))
-    return grad.sum(lead) if lead else grad
+    gx = gw = gb = None
+    if mask[0]:
+        gh = grad * w if isinstance(w, torch.Tensor) else grad
+        gx = rstd * (gh - gh.mean(dims, keepdim=True) -
+                     xhat * (gh * xhat).mean(dims, keepdim=True))
+    if mask[1]:
+        gw = (grad * xhat).sum(lead) if lead else grad * xhat
+    if mask[2]:
+        gb = grad.sum(lead) if lead else grad
+    return gx, gw, gb
 
 
 def nll_loss_backward(grad, x, target, reduction):
