@@ -211,6 +211,43 @@ def test_attention_head_views_are_copied_by_the_backward_graph():
     assert ".transpose(-1, -2).contiguous().transpose(-1, -2)" in src, src
 
 
+@pytest.mark.parametrize("case", ["affine", "weight_only", "two_dims", "frozen_input",
+                                  "float64"])
+def test_layer_norm_gradients_by_one_call(case):
+    """layer_norm's gradients (input, weight, bias: those that are needed) come from one
+    call of the prelude's layer_norm_backward (the rows' statistics once), not a
+    formula per argument; they are eager's."""
+    dt = torch.float64 if case == "float64" else torch.float32
+    x = _x(3, 4, 6).to(dt).detach().requires_grad_(case != "frozen_input")
+    w, b = _x(6, seed=3).to(dt).detach(), _x(6, seed=4).to(dt).detach()
+    if case == "two_dims":
+        w, b = _x(4, 6, seed=3), _x(4, 6, seed=4)
+        fn = lambda a, w, b: F.layer_norm(a * 2, (4, 6), w, b).sin()   # noqa: E731
+    elif case == "weight_only":
+        fn = lambda a, w, b: F.layer_norm(a * 2, (6,), w, None).sin() + b   # noqa: E731
+    else:
+        fn = lambda a, w, b: F.layer_norm(a * 2, (6,), w, b).sin()   # noqa: E731
+    w.requires_grad_()
+    b.requires_grad_()
+    grads_match(fn, x, w, b)
+    src = cdynamo.optimize(fn)(x, w, b).grad_fn.tg.source
+    assert src.count("layer_norm_backward(") == 1, src
+    assert "layer_norm_backward_input" not in src, src
+
+
+def test_layer_norm_gradients_bfloat16():
+    """bfloat16 layer_norm (torch keeps its statistics in float32): the gradients by
+    layer_norm_backward are eager's within bfloat16's tolerance."""
+    x = _x(4, 8).bfloat16().detach().requires_grad_()
+    w = _x(8, seed=3).bfloat16().detach().requires_grad_()
+    fn = lambda a, w: F.layer_norm(a, (8,), w).sum()   # noqa: E731
+    a2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    fn(x, w).backward()
+    cdynamo.optimize(fn)(a2, w2).backward()
+    torch.testing.assert_close(a2.grad, x.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w2.grad, w.grad, rtol=2e-2, atol=2e-2)
+
+
 def test_integer_output_is_not_differentiable():
     x = _x(4, 5)
     out, idx = cdynamo.optimize(lambda a: (a * 2, a.argmax(1)))(x)

@@ -25,6 +25,8 @@ PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path,
 /* A callable running the record's torch calls (eager backend). */
 PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int single);
 int cdy_runtime_init(PyObject *torch);
+/* Adds runtime/train_call.c's functions (a training graph's per-call path) to m; 0 or -1. */
+int cdy_train_call_init(PyObject *m);
 
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */

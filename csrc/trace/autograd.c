@@ -57,11 +57,10 @@ static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name);
 /* Functions of the backward's prelude (python/cdynamo/_grad_formulas.py); any
  * other function a formula calls is torch's. */
 static const char *const ag_helpers[] = {
-    "gelu_backward", "hardswish_backward", "mish_backward", "layer_norm_backward_input",
-    "layer_norm_backward_weight", "layer_norm_backward_bias", "cross_entropy_backward",
+    "gelu_backward", "hardswish_backward", "mish_backward", "cross_entropy_backward",
     "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward",
     "sdpa_backward", "conv_backward", "batch_norm_backward", "max_pool2d_backward",
-    "adaptive_max_pool2d_backward", NULL};
+    "adaptive_max_pool2d_backward", "layer_norm_backward", NULL};
 
 int cdy_autograd_on(void)
 {
@@ -1435,11 +1434,45 @@ static int ag_multi(ag_state *s, int v, const cdy_pynode *item)
     return 0;
 }
 
+/* layer_norm node v (input, weight, bias, eps, normalized): the gradients of
+ * the arguments that need one by one call (layer_norm_backward of the prelude:
+ * the rows' statistics once for all three), not three formulas that each
+ * recompute them; 0. */
+static int ag_layer_norm(ag_state *s, int v)
+{
+    const cdy_value *x = &s->g->values[v];
+    cdy_buf c = {0};
+    cdy_buf_printf(&c, "    e%d = layer_norm_backward(g%d, (", v, v);
+    for (int k = 0; k < 3; k++) {
+        const cdy_value *a = &s->g->values[x->args[k]];
+        cdy_buf_puts(&c, a->kind != CDY_VAL_SCALAR && s->needs[x->args[k]] ? "True, " : "False, ");
+    }
+    cdy_buf_puts(&c, ")");
+    for (int k = 0; k < 5; k++) {
+        if (k == 2)
+            continue;                      /* the bias: no gradient reads it */
+        cdy_buf_puts(&c, ", ");
+        ag_value(s, &c, x->args[k]);
+    }
+    cdy_buf_puts(&c, ")\n");
+    cdy_buf_puts(&s->body, c.data ? c.data : "");
+    cdy_buf_free(&c);
+    for (int k = 0; k < 3; k++)
+        if (s->g->values[x->args[k]].kind != CDY_VAL_SCALAR && s->needs[x->args[k]]) {
+            char e[32];
+            snprintf(e, sizeof(e), "e%d[%d]", v, k);
+            ag_add(s, v, x->args[k], e, 0);
+        }
+    return 0;
+}
+
 /* Node v's contributions to its arguments' gradients; 0 or -1 (stopped). */
 static int ag_node(ag_state *s, int v)
 {
     const cdy_value *x = &s->g->values[v];
     int kind = cdy_op_table[x->op].kind;
+    if (x->op == CDY_OP_LAYER_NORM)
+        return ag_layer_norm(s, v);
     if (kind == 'V')
         return ag_view(s, v);
     if (kind == 'E')

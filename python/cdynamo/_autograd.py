@@ -3,13 +3,17 @@ as one torch.autograd.Function.
 
 trace/autograd.c writes the backward of a traced graph whose inputs require grad as
 Python source; TrainingGraph compiles it with cdynamo.optimize (the backward graph is
-compiled like any other frame, at the first backward) and is the callable the frame's
-transformed bytecode calls.  Per call: TrainingGraph.__call__, Function.apply and
-_Graph.forward run in Python (a few microseconds); the graphs themselves are C.
+compiled like any other frame, at the first backward) and its callable() is what
+the frame's transformed bytecode calls.  Per call no Python runs but the backward's
+optimized frame: the call, _Graph's forward and backward and the backward node's apply
+are C (runtime/train_call.c).
 """
+import functools
 import os
 
 import torch
+
+from . import _C
 
 _PRELUDE = None
 
@@ -53,34 +57,39 @@ def sdpa_dropout_train(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
 
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
-    backward saves); backward: the compiled backward.  Double backward raises
-    (once_differentiable), where eager would differentiate again."""
+    backward saves); backward: the compiled backward.  Both are C (runtime/train_call.c:
+    _train_forward, _train_backward), as is the backward node's apply, which the engine
+    calls (torch's BackwardCFunction.apply is a Python frame that only finds backward).
+    Double backward raises (once_differentiable), where eager would differentiate again."""
 
-    @staticmethod
-    def forward(ctx, tg, *inputs):
-        outs = tg.forward(*inputs)
-        n = tg.nuser
-        ctx.tg = tg
-        ctx.save_for_backward(*[inputs[i] for i in tg.saved_inputs], *outs[n:])
-        user = outs[:n]
-        ctx.mark_non_differentiable(*[user[i] for i in tg.no_grad_outputs])
-        return user
+    forward = staticmethod(_C._train_forward)
+    backward = staticmethod(_C._train_backward)
 
-    @staticmethod
-    def backward(ctx, *grads):
-        if torch.is_grad_enabled():   # create_graph=True: its gradients would lack history
-            raise RuntimeError(
-                f"cdynamo: {ctx.tg.name} is a compiled training graph, whose backward is "
-                "not differentiable: backward(create_graph=True) / double backward is not "
-                "supported (compile with cdynamo.config.compile_backward = False)")
-        tg = ctx.tg
-        gs = tg.backward(*ctx.saved_tensors, *[grads[i] for i in tg.grad_outputs])
-        return (None, *gs)
+
+_Graph._backward_cls.apply = _C._train_backward_apply
+# the frame's call: _FunctionBase.apply (C) bound to _Graph; torch's Python Function.apply
+# only where functorch transforms are active (it unwraps their dead wrappers)
+_C._train_setup(torch._C._FunctionBase.__dict__["apply"].__get__(None, _Graph), _Graph.apply,
+                torch._C._are_functorch_transforms_active, torch.is_grad_enabled)
+
+
+class _Call(functools.partial):
+    """A compiled training graph's callable, what the frame's transformed bytecode calls:
+    _C._train_apply bound to its TrainingGraph (no Python frame per call)."""
+
+    @property
+    def calls(self):
+        """Calls of the forward graph (explain counts the graphs a call ran by it)."""
+        return self.args[0].calls
+
+    def __repr__(self):
+        return repr(self.args[0])
 
 
 class TrainingGraph:
-    """The callable of a compiled training graph: returns the frame's outputs (a tuple)
-    with their autograd history a _Graph node."""
+    """A compiled training graph: the compiled forward, the backward (its source compiled
+    with cdynamo.optimize) and what the C per-call path (runtime/train_call.c) reads:
+    nuser, saved_inputs, grad_outputs, no_grad_outputs (tuples of indices), name."""
 
     __slots__ = ("forward", "backward", "nuser", "saved_inputs", "grad_outputs",
                  "no_grad_outputs", "name", "source", "__weakref__")
@@ -90,8 +99,8 @@ class TrainingGraph:
         self.forward = forward
         self.name = name
         self.nuser = nuser
-        self.saved_inputs = saved_inputs
-        self.grad_outputs = grad_outputs
+        self.saved_inputs = tuple(saved_inputs)
+        self.grad_outputs = tuple(grad_outputs)
         self.no_grad_outputs = tuple(i for i in range(nuser) if i not in grad_outputs)
         self.source = src
         ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward"}
@@ -105,8 +114,9 @@ class TrainingGraph:
         """Calls of the forward graph (explain counts the graphs a call ran by it)."""
         return getattr(self.forward, "calls", 0)
 
-    def __call__(self, *inputs):
-        return _Graph.apply(self, *inputs)
+    def callable(self):
+        """What the frame calls: (outputs...) with their autograd history a _Graph node."""
+        return _Call(_C._train_apply, self)
 
     def __repr__(self):
         return f"<cdynamo TrainingGraph {self.name}>"

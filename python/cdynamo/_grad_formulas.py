@@ -50,22 +50,23 @@ def _ln_xhat(x, eps, n):
     return xc * rstd, rstd, dims
 
 
-def layer_norm_backward_input(grad, x, w, eps, n):
-    """layer_norm's gradient for its input (weight w a tensor, or a number: absent)."""
-    xhat, rstd, dims = _ln_xhat(x, eps, n)
-    gh = grad * w if isinstance(w, torch.Tensor) else grad
-    return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
-
-
-def layer_norm_backward_weight(grad, x, eps, n):
+def layer_norm_backward(grad, mask, x, w, eps, n):
+    """layer_norm's gradients (input, weight, bias; None where mask says so) in one
+    call (trace/autograd.c ag_layer_norm): the rows' mean and rstd computed once for
+    all three (a formula per argument recomputed them in each: 3 kernels more per
+    layer_norm), the rest fused by the compiler around them."""
     xhat, rstd, dims = _ln_xhat(x, eps, n)
     lead = tuple(range(x.dim() - n))
-    return (grad * xhat).sum(lead) if lead else grad * xhat
-
-
-def layer_norm_backward_bias(grad, n):
-    lead = tuple(range(grad.dim() - n))
-    return grad.sum(lead) if lead else grad
+    gx = gw = gb = None
+    if mask[0]:
+        gh = grad * w if isinstance(w, torch.Tensor) else grad
+        gx = rstd * (gh - gh.mean(dims, keepdim=True) -
+                     xhat * (gh * xhat).mean(dims, keepdim=True))
+    if mask[1]:
+        gw = (grad * xhat).sum(lead) if lead else grad * xhat
+    if mask[2]:
+        gb = grad.sum(lead) if lead else grad
+    return gx, gw, gb
 
 
 def nll_loss_backward(grad, x, target, reduction):

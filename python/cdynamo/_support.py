@@ -201,4 +201,5 @@ def training_graph(forward, src, consts, name, nuser, saved_inputs, grad_outputs
     """The callable of a training graph (trace/autograd.c): its compiled forward and the
     backward's source, made into a torch.autograd.Function (cdynamo._autograd)."""
     from . import _autograd
-    return _autograd.TrainingGraph(forward, src, consts, name, nuser, saved_inputs, grad_outputs)
+    return _autograd.TrainingGraph(forward, src, consts, name, nuser, saved_inputs,
+                                   grad_outputs).callable()
