@@ -46,6 +46,22 @@ def test_fuzz_campaign(tmp_path):
     assert all(c["cases"] >= min(CASES_PER_FAMILY, 15) for c in s["counts"].values()), s["counts"]
 
 
+def test_fuzz_dynamic_compiles_symbolic_graphs():
+    """--dynamic (META dynamic): the program compiles with every argument dim symbolic, so
+    the campaign checks kernels with runtime sizes; a short campaign of every family."""
+    import cdynamo
+    src = fuzz_gen.PRELUDE + (
+        "\n\ndef make_inputs():\n    return [torch.arange(12.0).reshape(3, 4)]\n\n\n"
+        "def f(a0):\n    return (a0 * 2 + 1).sum(0), a0.t()\n")
+    assert fuzz.check_program(src, {"family": "views", "dynamic": True}) == ("ok", "")
+    graph = cdynamo._support.compiles[-1]["compiled"]
+    assert graph.symbols == ((0, 0), (0, 1))
+    s = fuzz.fuzz(SEED, None, plan=campaign_plan(SEED + 1, 3), write=False, do_minimize=False,
+                  log=lambda *a: None, dynamic=True)
+    assert all(not c[k] for c in s["counts"].values() for k in fuzz.BAD), s["failures"]
+    assert sum(c["ok"] for c in s["counts"].values()) >= 20, s["counts"]
+
+
 def test_fuzz_oracle_catches_differences():
     """The oracle itself: a wrong value, a lost alias, a changed input and a different
     exception type are all caught (a broken oracle would pass every campaign)."""

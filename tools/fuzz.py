@@ -404,7 +404,8 @@ def _check_program_once(source, meta):
     _STEP_PROG[0] = bool(_STEP_OPS.search(source.split("\ndef f(", 1)[-1].split("\nMETA = ")[0]))
     _PROG_TOL[0] = _program_tol(source)
     cdynamo.reset()
-    opt = cdynamo.optimize(f)
+    # META dynamic: every dim of the tensor arguments symbolic (kernels with runtime sizes)
+    opt = cdynamo.optimize(f, dynamic=True) if meta.get("dynamic") else cdynamo.optimize(f)
     raised = False
     states = meta.get("states") or [{}]
     # then once more, with inputs of another seed (same shapes, dtypes, strides): the
@@ -1073,12 +1074,14 @@ def case_program(seed, i, family):
 
 def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
          write=True, do_minimize=True, log=print, verbose=False, timeout=120.0,
-         minimize_per_bucket=4, plan=None):
+         minimize_per_bucket=4, plan=None, dynamic=False):
     """Run `cases` programs (round-robin over families) in a child process; returns
     {"counts": {family: {column: n}}, "failures": [...], "seconds": s}.  Only the first
     minimize_per_bucket failures of each family / status / category are minimized (a
     known bug hit a thousand times would otherwise take the campaign's time).  plan: a
-    list of (family, seed, n) cases to run instead (cases and families are then ignored)."""
+    list of (family, seed, n) cases to run instead (cases and families are then ignored).
+    dynamic: every program compiles with dynamic=True (its META says so: a finding replays
+    the same way)."""
     families = families or fuzz_gen.FAMILIES
     if plan is not None:
         families = list(dict.fromkeys(fam for fam, _, _ in plan))
@@ -1106,6 +1109,8 @@ def fuzz(seed, cases, families=None, time_limit=None, findings_dir=FINDINGS_DIR,
             if prog is None:
                 continue
             source, meta = prog
+            if dynamic:
+                meta = dict(meta, dynamic=True)
             status, detail = child.run(i, source, meta)
             if status == "error":   # the program could not even be exec'd: a fuzzer bug
                 log(f"fuzzer error in case {fam}#{n}: {detail}")
@@ -1252,6 +1257,9 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a case is a hang")
     ap.add_argument("--show", action="store_true", help="print the generated programs, run nothing")
     ap.add_argument("--json", default=None, help="write the summary (counts, failures) here")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile every program with dynamic=True: every dim of its tensor "
+                    "arguments symbolic (the kernels with runtime sizes, checked as always)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--report", metavar="DIR", default=None,
                     help="write DIR/FINDINGS.md from the finding files in DIR, run nothing")
@@ -1277,7 +1285,8 @@ def main(argv=None):
                 print(f"# ---- {fam}: {prog[1]}\n" + prog[0].split("def make_inputs():")[1])
         return 0
     s = fuzz(a.seed, a.cases, fams, a.time, a.findings, not a.no_write, not a.no_minimize,
-             verbose=a.verbose, timeout=a.timeout, minimize_per_bucket=a.minimize_per_bucket)
+             verbose=a.verbose, timeout=a.timeout, minimize_per_bucket=a.minimize_per_bucket,
+             dynamic=a.dynamic)
     print(format_counts(s["counts"]))
     print(f"fuzz: seed {a.seed}, {s['seconds']:.1f} s, {len(s['signatures'])} distinct failures")
     for sig, n in sorted(s["signatures"].items()):
@@ -1290,7 +1299,8 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"counts": s["counts"], "failures": s["failures"], "seed": a.seed,
-                       "fallback_codes": s["fallback_codes"]}, fh, indent=1)
+                       "dynamic": a.dynamic, "fallback_codes": s["fallback_codes"]}, fh,
+                      indent=1)
     return 1 if any(c[k] for c in s["counts"].values() for k in BAD) else 0
 
 

@@ -466,8 +466,11 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
     if (op == CDY_OP_NONE && cdy_callable_builds(fn)) {
         cdy_build_call call = {fn, what, args, nargs, kwnames, out, CDY_OP_NONE};
         int sym = cdy_callable_symbolic(fn);
-        if (!sym)
-            cdy_tr_pin_tensors(tr, args, nargs, "a builder without a symbolic rule read them");
+        if (!sym) {
+            char why[160];
+            snprintf(why, sizeof(why), "a builder without a symbolic rule (%s) read them", what);
+            cdy_tr_pin_tensors(tr, args, nargs, cdy_sx_where(tr, why));
+        }
         tvar *r = cdy_callable_build(tr, &call);
         if (sym == 2 && tr->t->status == CDY_TRACE_OK)
             cdy_tr_sym_view(tr, &call, r);
@@ -1221,6 +1224,8 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
             k = a->self->n;
         else if (a->kind == TV_TENSOR || a->kind == TV_CONST || a->kind == TV_OBJ)
             k = PyObject_Length(a->obj);
+        if (a->kind == TV_CONST)
+            cdy_sx_taken(tr, a);   /* a size tuple's length is its ndim at every size */
         if (k < 0) {
             cdy_tr_stop_exc(tr, RAISED_LEN);
             return NULL;

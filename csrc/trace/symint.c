@@ -129,9 +129,7 @@ tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t)
     return sx_tag_items(tr, c, sxi, nd);
 }
 
-/* why with where tr is ("why at file.py:12 in f"), in the trace's arena;
- * why itself when there is no room. */
-static const char *sx_where(tracer *tr, const char *why)
+const char *cdy_sx_where(tracer *tr, const char *why)
 {
     const char *file = PyUnicode_AsUTF8(tr->co->co_filename);
     const char *name = PyUnicode_AsUTF8(tr->co->co_name);
@@ -154,7 +152,7 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     t->sx_pinned[n - 1] = 1;
     const cdy_sym_sx *x = &t->sx[n - 1];
     if (x->op == 'd')
-        cdy_tr_pin(tr, x->value, 1u << x->dim, sx_where(tr, why));
+        cdy_tr_pin(tr, x->value, 1u << x->dim, cdy_sx_where(tr, why));
     else if (x->op == '+' || x->op == '*' || x->op == 'q') {
         cdy_sx_pin_node(tr, x->a, why);
         cdy_sx_pin_node(tr, x->b, why);

@@ -180,6 +180,9 @@ int cdy_sx_numel(tracer *tr, const tvar *t);
 /* c (a constant tvar) as a copy carrying node sx (or, sxi, one per item of its tuple). */
 tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx);
 tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t);
+/* why with where tr is ("why at file.py:12 in f"), in the trace's arena; why
+ * itself when there is no room. */
+const char *cdy_sx_where(tracer *tr, const char *why);
 /* Pin every size symbolic int node n (1 + index) reads / v holds (deep) / the trace made. */
 void cdy_sx_pin_node(tracer *tr, int n, const char *why);
 void cdy_sx_pin_deep(tracer *tr, tvar *v, const char *why);

@@ -149,15 +149,24 @@ def sweep(name, system, sizes, cdynamo, rounds):
             "wrong": wrong}
 
 
-def decode(system, cdynamo, tokens, rounds):
-    """Greedy generate() of `tokens` new tokens by a small LLaMA with DynamicCache: per
-    token ms of the second generation (the first compiles), compiles, and whether its
-    tokens equal eager's."""
-    from transformers import LlamaConfig, LlamaForCausalLM   # noqa: PLC0415
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
+def _decoder(name):
+    """A small causal LM of transformers (random weights, from its config): name is
+    decode_llama or decode_gpt2."""
+    import transformers as T   # noqa: PLC0415 (optional dependency)
+    if name == "decode_gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4,
+                                              n_positions=256)).eval()
+    return T.LlamaForCausalLM(T.LlamaConfig(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).eval()
+
+
+def decode(name, system, cdynamo, tokens, rounds):
+    """Greedy generate() of `tokens` new tokens by a small causal LM (_decoder) with its
+    DynamicCache: per token us of the later generations (the first compiles), compiles,
+    and whether their tokens equal eager's."""
+    torch.manual_seed(0)
+    model = _decoder(name)
     ids = torch.randint(3, 512, (1, 8))
     kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
     with torch.no_grad():
@@ -170,14 +179,19 @@ def decode(system, cdynamo, tokens, rounds):
         out = model.generate(ids, **kw)
         first = time.perf_counter() - t0
         compiles = _counts(system, cdynamo) - before
-        times = []
+        times, same = [], torch.equal(out, ref)
         for _ in range(rounds):
             t0 = time.perf_counter()
             out = model.generate(ids, **kw)
             times.append(time.perf_counter() - t0)
+            same = same and torch.equal(out, ref)
     return {"compiles": compiles, "first_s": first,
             "us": 1e6 * statistics.median(times) / tokens,
-            "wrong": None if torch.equal(out, ref) else "generated tokens differ from eager's"}
+            "wrong": None if same else "generated tokens differ from eager's"}
+
+
+DECODERS = ("decode_llama", "decode_gpt2")
+DECODE_TOKENS = 64
 
 
 def _row(name, system, r):
@@ -194,11 +208,11 @@ def main(args, cdynamo) -> int:
     rounds = 3 if quick else 7
     systems = ["eager"] + ([] if args.no_inductor else ["inductor"]) + \
               ([] if cdynamo is None else ["cdynamo"])
-    names = [n for n in list(SWEEPS) + ["decode"]
-             if not args.filter or n in args.filter or "dynamic" in args.filter]
+    names = [n for n in list(SWEEPS) + list(DECODERS)
+             if not args.filter or "dynamic" in args.filter or any(f in n for f in args.filter)]
     print(f"dynamic shapes: batch sweep {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
           f"threads {torch.get_num_threads()}; per call: mean over the sizes of the median "
-          f"of {rounds} rounds (decode: per token, 32 tokens)")
+          f"of {rounds} rounds (decode: per token, {DECODE_TOKENS} tokens)")
     print(f"{'workload':17s} {'system':9s} {'compiles':>8s} {'1st sweep s':>10s} "
           f"{'us/call':>12s} {'vs eager':>10s}  check")
     bad = 0
@@ -207,7 +221,8 @@ def main(args, cdynamo) -> int:
         for s in systems:
             try:
                 with torch.no_grad():
-                    res[s] = (decode(s, cdynamo, 32, rounds) if name == "decode"
+                    res[s] = (decode(name, s, cdynamo, DECODE_TOKENS, rounds)
+                              if name in DECODERS
                               else sweep(name, s, sizes, cdynamo, rounds))
             except Exception as e:  # noqa: BLE001
                 res[s] = {"error": f"{type(e).__name__}: {e}"}
@@ -217,5 +232,5 @@ def main(args, cdynamo) -> int:
             if base and "us" in r:
                 r["vs"] = base / r["us"]
             bad += bool(r.get("wrong"))
-            print(_row(name if name != "decode" else "decode_llama", s, r), flush=True)
+            print(_row(name, s, r), flush=True)
     return 1 if bad else 0

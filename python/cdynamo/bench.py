@@ -1517,7 +1517,7 @@ def parse_args(argv=None):
     p.add_argument("--dynamic", action="store_true",
                    help="the dynamic-shapes group instead (issue 32): batch sweeps 1..64 of "
                         "pointwise / softmax / layer_norm / mlp / transformer_stack / "
-                        "encoder_layer and a LLaMA decode per token, "
+                        "encoder_layer and LLaMA / GPT-2 decodes per token (64 tokens), "
                         "compile counts and per-call times (--filter picks among them)")
     p.add_argument("--isolate", action="store_true",
                    help="run each workload in a child process (survives crashes)")
