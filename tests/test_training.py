@@ -248,6 +248,34 @@ def test_layer_norm_gradients_bfloat16():
     torch.testing.assert_close(w2.grad, w.grad, rtol=2e-2, atol=2e-2)
 
 
+def test_qkv_gradient_is_one_cat_of_the_heads():
+    """q / k / v head views of one projection: their gradients are concatenated in the
+    projection's memory order (along the heads, each a permuted view of its head
+    gradient: one kernel), not each permuted and reshaped by a copy first; the
+    gradients are eager's."""
+    def attn(x, w):
+        b, t, c = x.shape
+        q, k, v = (x @ w).split(c, dim=2)
+        q, k, v = (u.view(b, t, 2, c // 2).transpose(1, 2) for u in (q, k, v))
+        a = (q @ k.transpose(-2, -1)).softmax(-1)
+        return (a @ v).transpose(1, 2).reshape(b, t, c)
+    w = (torch.randn(8, 24, generator=torch.Generator().manual_seed(4)) * 0.3).requires_grad_()
+    grads_match(attn, _x(2, 5, 8), w)
+    src = cdynamo.optimize(attn)(_x(2, 5, 8), w).grad_fn.tg.source
+    cat = [ln for ln in src.splitlines() if "torch.cat([" in ln]
+    assert len(cat) == 1 and cat[0].endswith("], 2).reshape((2, 5, 24, )))"), src
+
+
+def test_cat_of_a_channels_last_like_piece_is_contiguous():
+    """torch.cat's result is contiguous when a piece suggests contiguous, though another
+    is strided like channels_last (the trace's meta of cat, as torch's)."""
+    a = torch.randn(2, 3, 4, 5)
+    b = torch.randn(2, 4, 5, 3).permute(0, 3, 1, 2)   # channels_last strides
+    for pieces in ((a, b), (b, a)):
+        assert_same(cdynamo.optimize(lambda x, y: torch.cat([x, y], 1) * 2)(*pieces),
+                    torch.cat(list(pieces), 1) * 2)
+
+
 def test_integer_output_is_not_differentiable():
     x = _x(4, 5)
     out, idx = cdynamo.optimize(lambda a: (a * 2, a.argmax(1)))(x)

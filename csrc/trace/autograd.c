@@ -33,6 +33,9 @@ typedef struct {
     int base, d;
     int64_t a, len;
     char *piece, *fallback;
+    int pre, pn;                  /* piece[0..pre): the box's gradient in the base's memory
+                                   * order, sizes psz[0..pn) (dims > 1); pre -1: none */
+    int64_t psz[CDY_MAX_NDIM];
 } ag_piece;
 
 #define AG_MAX_PIECES 64
@@ -492,8 +495,11 @@ static int ag_merge(const int64_t *sizes, const int64_t *strides, const int *ord
 
 /* The gradient of a view that covers exactly its base's elements: permuted
  * to memory order, reshaped to the base's dims in memory order, permuted
- * back.  e is the view's gradient (stride-0 dims already summed). */
-static void ag_view_same(cdy_buf *e, const int64_t *vs, const int *vo, int vn, const cdy_meta *b,
+ * back.  e is the view's gradient (stride-0 dims already summed).  Returns
+ * e's length before the last reshape when e there is the view's gradient
+ * permuted to the memory order and the base's dims are in memory order (a
+ * cat of such pieces can skip the reshapes: ag_cat_in_memory_order), else -1. */
+static int ag_view_same(cdy_buf *e, const int64_t *vs, const int *vo, int vn, const cdy_meta *b,
                          const int *bo, int bn)
 {
     int64_t nt[CDY_MAX_NDIM], perm[CDY_MAX_NDIM], bsz[CDY_MAX_NDIM], inv[CDY_MAX_NDIM];
@@ -526,9 +532,11 @@ static void ag_view_same(cdy_buf *e, const int64_t *vs, const int *vo, int vn, c
         ag_reshape_permute(e, nt, k, perm, vn);
     if (!bident)
         ag_reshape_permute(e, bsz, bn, inv, bn);
+    int pre = !ident && bident ? (int)e->len : -1;
     cdy_buf_puts(e, ".reshape(");
     ag_tuple(e, b->sizes, b->ndim);
     cdy_buf_puts(e, ")");
+    return pre;
 }
 
 /* The extent in elements of (sizes, strides) from offset 0: 1 + the last element. */
@@ -543,9 +551,10 @@ static int64_t ag_extent(const int64_t *sizes, const int64_t *strides, int ndim,
 /* 1 if the view (sizes vs, strides vt, offset off, stride-0 dims summed
  * away; memory order vo[0..vn)) covers exactly its base b narrowed along one
  * dim d to [a, a + len): *e (the view's gradient) then becomes that box's
- * gradient in the base's dims (as ag_view_same), *d, *a, *len set. */
+ * gradient in the base's dims (as ag_view_same), *d, *a, *len, *pre (as
+ * ag_view_same returns) set. */
 static int ag_box(const int64_t *vs, const int64_t *vt, const int *vo, int vn, int64_t off,
-                  const cdy_meta *b, cdy_buf *e, int *d, int64_t *a, int64_t *len)
+                  const cdy_meta *b, cdy_buf *e, int *d, int64_t *a, int64_t *len, int *pre)
 {
     int64_t vm[CDY_MAX_NDIM], vmt[CDY_MAX_NDIM], numel = 1, bnumel = cdy_meta_numel(b);
     int nv = ag_merge(vs, vt, vo, vn, vm, vmt);
@@ -566,7 +575,7 @@ static int ag_box(const int64_t *vs, const int64_t *vt, const int *vo, int vn, i
         if (bn < 0 || ag_merge(box.sizes, box.strides, bo, bn, bm, bmt) != nv ||
             memcmp(vm, bm, sizeof(int64_t) * (size_t)nv) || memcmp(vmt, bmt, sizeof(int64_t) * (size_t)nv))
             continue;
-        ag_view_same(e, vs, vo, vn, &box, bo, bn);
+        *pre = ag_view_same(e, vs, vo, vn, &box, bo, bn);
         *d = k;
         *a = start;
         *len = box.sizes[k];
@@ -578,15 +587,69 @@ static int ag_box(const int64_t *vs, const int64_t *vt, const int *vo, int vn, i
 /* Hold piece (base, d, a, len, piece, fallback) until base's turn; 0, or -1
  * when the list is full (the caller adds the fallback now). */
 static int ag_hold_piece(ag_state *s, int base, int d, int64_t a, int64_t len, const char *piece,
-                         const char *fallback)
+                         const char *fallback, int pre, const int64_t *psz, int pn)
 {
     if (s->npieces == AG_MAX_PIECES)
         return -1;
     char *p = cdy_arena_strdup(&s->t->arena, piece), *f = cdy_arena_strdup(&s->t->arena, fallback);
     if (!p || !f)
         return -1;
-    s->pieces[s->npieces++] = (ag_piece){base, d, a, len, p, f};
+    ag_piece *h = &s->pieces[s->npieces++];
+    *h = (ag_piece){base, d, a, len, p, f, pre, pn, {0}};
+    memcpy(h->psz, psz, sizeof(int64_t) * (size_t)pn);
     return 0;
+}
+
+/* The first of the memory-order dims psz[0..pn) that base dim d of sizes
+ * (dim d's size len) spans, when each base dim > 1 is a run of them (the
+ * runs' products its sizes); -1 otherwise. */
+static int ag_group_of(const int64_t *sizes, int ndim, int d, int64_t len, const int64_t *psz,
+                       int pn)
+{
+    int j = 0, at = -1;
+    for (int k = 0; k < ndim; k++) {
+        int64_t want = k == d ? len : sizes[k], p = 1;
+        if (want == 1)
+            continue;
+        if (k == d)
+            at = j;
+        while (p < want && j < pn)
+            p *= psz[j++];
+        if (p != want)
+            return -1;
+    }
+    return j == pn ? at : -1;
+}
+
+/* The tiling pieces mine[0..n) of base v as one torch.cat of their gradients
+ * in the base's memory order (attention's q / k / v head views of one
+ * projection: the heads' gradients permuted back, concatenated along the
+ * heads, one kernel that reads them as strided views), then reshaped to the
+ * base (a view): into e, 1; 0 (e untouched) when a piece is not so. */
+static int ag_cat_in_memory_order(const ag_state *s, int v, const ag_piece *mine, int n,
+                                  cdy_buf *e)
+{
+    const cdy_meta *b = &s->g->values[v].meta;
+    int at = -1;
+    for (int i = 0; i < n; i++) {
+        const ag_piece *p = &mine[i];
+        if (p->pre < 0 || p->pn != mine[0].pn)
+            return 0;
+        int g = ag_group_of(b->sizes, b->ndim, p->d, p->len, p->psz, p->pn);
+        if (g < 0 || (i && g != at))
+            return 0;
+        at = g;
+        for (int j = 0; j < p->pn; j++)
+            if (j != g && p->psz[j] != mine[0].psz[j])
+                return 0;
+    }
+    cdy_buf_puts(e, "torch.cat([");
+    for (int i = 0; i < n; i++)
+        cdy_buf_printf(e, "%s%.*s", i ? ", " : "", mine[i].pre, mine[i].piece);
+    cdy_buf_printf(e, "], %d).reshape(", at);
+    ag_tuple(e, b->sizes, b->ndim);
+    cdy_buf_puts(e, ")");
+    return 1;
 }
 
 /* Base v's held pieces into g<v>: when they are two or more along one dim
@@ -621,6 +684,11 @@ static void ag_flush_pieces(ag_state *s, int v)
     const cdy_meta *b = &s->g->values[v].meta;
     if (tiles && at == b->sizes[mine[0].d]) {
         cdy_buf e = {0};
+        if (ag_cat_in_memory_order(s, v, mine, n, &e)) {
+            ag_add(s, v, v, e.data ? e.data : "", 0);
+            cdy_buf_free(&e);
+            return;
+        }
         cdy_buf_puts(&e, "torch.cat([");
         for (int i = 0; i < n; i++)
             cdy_buf_printf(&e, "%s%s", i ? ", " : "", mine[i].piece);
@@ -681,12 +749,14 @@ static int ag_view(ag_state *s, int v)
             int64_t vext = ag_extent(vs, vt, x->meta.ndim, x->view_offset);
             cdy_buf_printf(&w, ", %lld, %lld)", (long long)x->view_offset,
                            (long long)(ext > vext ? ext : vext));
-            int d;
-            int64_t a, len;
+            int d, pre;
+            int64_t a, len, psz[CDY_MAX_NDIM];
+            for (int i = 0; i < vn; i++)
+                psz[i] = vs[vo[i]];
             cdy_buf_puts(&box, e.data ? e.data : "");
-            held = ag_box(vs, vt, vo, vn, x->view_offset, b, &box, &d, &a, &len) &&
+            held = ag_box(vs, vt, vo, vn, x->view_offset, b, &box, &d, &a, &len, &pre) &&
                    !ag_hold_piece(s, x->view_base, d, a, len, box.data ? box.data : "",
-                                  w.data ? w.data : "");
+                                  w.data ? w.data : "", pre, psz, vn);
             cdy_buf_free(&box);
             cdy_buf_free(&e);
             e = w;

@@ -646,10 +646,11 @@ static const cdy_meta *mt_tensor(tracer *tr, const tvar *t)
 }
 
 /* A fake for cat (stack: stack) of the pieces bound by sig ("tensors dim"):
- * pieces of one dtype and rank, contiguous (any strides for a result of
- * fewer than 4 dims), none that torch would call
- * channels_last (then the result is, as torch allocates it, contiguous), of
- * equal sizes but along dim (stack: all equal, each unsqueezed at dim). */
+ * pieces of one dtype and rank, of any strides, one at least that torch
+ * would not call channels_last (then the result is, as torch allocates it,
+ * contiguous: cat_compute_output_memory_format returns contiguous at the
+ * first piece that suggests it), of equal sizes but along dim (stack: all
+ * equal, each unsqueezed at dim). */
 static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, const char *sig,
                         int stack)
 {
@@ -664,15 +665,13 @@ static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, c
     if (!p0 || p0->ndim < 1 || nd > CDY_MAX_NDIM || (d < 0 && (d += nd) < 0) || d >= nd)
         return NULL;
     cdy_meta m;
+    int ncl = 0;
     memset(&m, 0, sizeof(m));
     m.ndim = nd;
     m.dtype = p0->dtype;
     for (int i = 0; i < s[0]->n; i++) {
         const cdy_meta *p = mt_tensor(tr, s[0]->items[i]);
-        mt_operand o = {p ? p->ndim : 0, p ? p->sizes : NULL, p ? p->strides : NULL};
-        /* below 4 dims torch suggests no channels_last: the result is contiguous
-         * whatever the pieces' strides (cat_compute_output_memory_format) */
-        if (!p || p->ndim != p0->ndim || p->dtype != p0->dtype || (nd > 3 && !mt_contiguous(&o)))
+        if (!p || p->ndim != p0->ndim || p->dtype != p0->dtype)
             return NULL;
         cdy_meta u = *p;   /* the piece as cat sees it: stack's unsqueezed view */
         if (stack) {
@@ -684,13 +683,14 @@ static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, c
             u.strides[d] = d < p->ndim ? p->sizes[d] * p->strides[d] : 1;
             u.ndim = nd;
         }
-        if (mt_suggests_cl(&u))
-            return NULL;
+        ncl += mt_suggests_cl(&u);
         for (int k = 0; k < nd; k++)
             if (k != d && u.sizes[k] != (i ? m.sizes[k] : (m.sizes[k] = u.sizes[k])))
                 return NULL;
         m.sizes[d] += u.sizes[d];
     }
+    if (ncl == s[0]->n)
+        return NULL;   /* every piece channels_last: so is the result (not covered) */
     mt_contiguous_strides(m.sizes, nd, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
