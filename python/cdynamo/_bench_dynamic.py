@@ -208,8 +208,9 @@ def main(args, cdynamo) -> int:
     rounds = 3 if quick else 7
     systems = ["eager"] + ([] if args.no_inductor else ["inductor"]) + \
               ([] if cdynamo is None else ["cdynamo"])
+    filters = [f for arg in args.filter or [] for f in arg.split(",") if f]
     names = [n for n in list(SWEEPS) + list(DECODERS)
-             if not args.filter or "dynamic" in args.filter or any(f in n for f in args.filter)]
+             if not filters or "dynamic" in filters or any(f in n for f in filters)]
     print(f"dynamic shapes: batch sweep {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
           f"threads {torch.get_num_threads()}; per call: mean over the sizes of the median "
           f"of {rounds} rounds (decode: per token, {DECODE_TOKENS} tokens)")
