@@ -174,6 +174,19 @@ static int sp_sx_items(const tvar *a, int *sx, int *n, int cap)
     return -1;
 }
 
+/* The size arguments of a view-like call (after self: varargs or one
+ * sequence) as ints into dims and their symbolic ints into sx, exactly ndim
+ * of them; 0, or -1. */
+static int sp_size_args(const cdy_build_call *call, int ndim, int *dims, int *sx)
+{
+    int n = 0, ns = 0;
+    for (int i = 1; i < call->nargs; i++)
+        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM) ||
+            sp_sx_items(call->args[i], sx, &ns, CDY_MAX_NDIM))
+            return -1;
+    return n == ndim && ns == n ? 0 : -1;
+}
+
 /* w for view / reshape (sizes as varargs or one sequence, at most one -1)
  * or flatten(start_dim, end_dim); 0, or -1. */
 static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_meta *src,
@@ -191,15 +204,10 @@ static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_
         w->b = (int)b;
         return a >= 0 && b >= a && b < src->ndim ? 0 : -1;
     }
-    int dims[CDY_MAX_NDIM], n = 0, ns = 0;
-    if (call->kwnames)
+    int dims[CDY_MAX_NDIM];
+    if (call->kwnames || sp_size_args(call, m->ndim, dims, w->sx))
         return -1;
-    for (int i = 1; i < call->nargs; i++)
-        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM) ||
-            sp_sx_items(call->args[i], w->sx, &ns, CDY_MAX_NDIM))
-            return -1;
-    if (n != m->ndim || ns != n)
-        return -1;
+    int n = m->ndim;
     w->kind = 'r';
     w->a = -1;
     for (int d = 0; d < n; d++)
@@ -218,15 +226,10 @@ static int sp_shape_map(const cdy_build_call *call, const char *name, const cdy_
 static int sp_expand_map(const cdy_build_call *call, const cdy_meta *src, const cdy_meta *m,
                          cdy_sym_view *w)
 {
-    int dims[CDY_MAX_NDIM], n = 0, ns = 0;
-    if (call->kwnames || m->ndim < src->ndim)
+    int dims[CDY_MAX_NDIM];
+    if (call->kwnames || m->ndim < src->ndim || sp_size_args(call, m->ndim, dims, w->sx))
         return -1;
-    for (int i = 1; i < call->nargs; i++)
-        if (cdy_int_items(call->args[i], dims, &n, CDY_MAX_NDIM) ||
-            sp_sx_items(call->args[i], w->sx, &ns, CDY_MAX_NDIM))
-            return -1;
-    if (n != m->ndim || ns != n)
-        return -1;
+    int n = m->ndim;
     w->kind = 'x';
     w->a = 0;
     for (int d = 0; d < n; d++) {
