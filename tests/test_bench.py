@@ -129,3 +129,21 @@ def test_transformers_group_row(tmp_path):
     assert row["name"] == "hf_resnet" and row["ok"]["cdynamo"] is True, row["error"]
     assert row["capture"]["cdynamo"] == {"graphs": 1, "breaks": 0, "recompiles": 0}, row
     assert "hf_resnet: cdynamo 1 graph(s), 0 break(s), 0 recompile(s)" in proc.stdout
+
+
+@needs_c_core
+def test_bench_dynamic_group_filters_and_counts_compiles(tmp_path):
+    """--dynamic: --filter takes substrings, commas or repeats (as the main group); each
+    row has the compile count and every call was checked against eager ("ok")."""
+    cmd = [sys.executable, "-m", "cdynamo.bench", "--dynamic", "--quick", "--no-inductor",
+           "--filter", "pointwise,layer_n", "--filter", "softmax"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l.split() for l in proc.stdout.splitlines()
+            if l.split()[:1] and l.split()[0] in ("pointwise", "softmax", "layer_norm", "mlp")]
+    assert {(r[0], r[1]) for r in rows} == {(w, s) for w in ("pointwise", "softmax", "layer_norm")
+                                            for s in ("eager", "cdynamo")}, proc.stdout
+    for r in rows:
+        assert r[-1] == "ok", r
+        assert int(r[2]) == (0 if r[1] == "eager" else 2), r   # compiles: static, then symbolic
