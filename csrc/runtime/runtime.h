@@ -96,8 +96,8 @@ typedef enum {
 /* v.<attr> (a new reference, or NULL with an error) through the C function
  * its type implements it with, resolved once per type and version tag;
  * PyObject_GetAttr (and a call, for methods) when it is not a C getset or
- * a C method callable with no arguments.  Methods (data_ptr, stride) are
- * called: the value is v.<attr>(). */
+ * a C method callable with no arguments.  Methods (data_ptr, stride,
+ * storage_offset) are called: the value is v.<attr>(). */
 PyObject *cdy_tensor_attr(PyObject *v, int attr);
 
 /* The symbols' values an entry's SYM guard read (frame/guards.c), handed

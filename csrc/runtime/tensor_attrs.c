@@ -75,7 +75,7 @@ PyObject *cdy_tensor_attr(PyObject *v, int attr)
         return ((PyCFunctionWithKeywords)(void (*)(void))m->ml_meth)(v, cdy_empty_tuple, NULL);
     }
     PyObject *r = PyObject_GetAttr(v, ta_name(attr));
-    if (r && (attr == CDY_TA_data_ptr || attr == CDY_TA_stride))
+    if (r && (attr == CDY_TA_data_ptr || attr == CDY_TA_stride || attr == CDY_TA_storage_offset))
         Py_SETREF(r, PyObject_CallNoArgs(r));
     return r;
 }
