@@ -82,6 +82,17 @@ static char ts_extern_kind(PyObject *fn)
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
 }
 
+/* Attribute name of module mod (a new reference, kept by the caller for
+ * the process), or NULL with the error cleared. */
+static PyObject *ts_module_attr(const char *mod, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(mod);
+    PyObject *a = m ? PyObject_GetAttrString(m, name) : NULL;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return a;
+}
+
 /* 1 if pynode pn is F.scaled_dot_product_attention(q, k, v, ...) whose
  * tensors are q, k, v and at most the attn_mask (the result has q's sizes
  * but v's last; torch computes any causal mask from the actual sizes). */
@@ -89,13 +100,8 @@ static int ts_sdpa(const cdy_pynode *pn)
 {
     static PyObject *fn;
     static int tried;
-    if (!tried) {
-        tried = 1;
-        PyObject *F = PyImport_ImportModule("torch.nn.functional");
-        fn = F ? PyObject_GetAttrString(F, "scaled_dot_product_attention") : NULL;
-        Py_XDECREF(F);
-        PyErr_Clear();
-    }
+    if (!tried++)
+        fn = ts_module_attr("torch.nn.functional", "scaled_dot_product_attention");
     int npos = pn->nargs - (pn->kwnames ? (int)PyTuple_GET_SIZE(pn->kwnames) : 0);
     if (!fn || pn->fn != fn || npos < 3)
         return 0;
@@ -120,13 +126,8 @@ static char ts_attention_kind(const cdy_pynode *pn)
 {
     static PyObject *fn;
     static int tried;
-    if (!tried) {
-        tried = 1;
-        PyObject *m = PyImport_ImportModule("cdynamo._attention");
-        fn = m ? PyObject_GetAttrString(m, "attention") : NULL;
-        Py_XDECREF(m);
-        PyErr_Clear();
-    }
+    if (!tried++)
+        fn = ts_module_attr("cdynamo._attention", "attention");
     if (ts_sdpa(pn))
         return 'a';
     if (!fn || pn->fn != fn || pn->nargs < 4 || pn->nargs > 5)
@@ -170,7 +171,9 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
             cdy_value_is_extern(&g->values[pn->value])) {
-            ext[pn->value] = pn->kwnames || ts_sdpa(pn) ? ts_attention_kind(pn) : ts_extern_kind(pn->fn);
+            ext[pn->value] = pn->kwnames ? ts_attention_kind(pn)
+                             : ts_sdpa(pn)  ? 'a'
+                                            : ts_extern_kind(pn->fn);
             if (!ext[pn->value])
                 ext[pn->value] = ts_scan_kind(pn->fn);
         }
