@@ -202,6 +202,107 @@ static int sk_contig_strides(cg_ctx *c, int v, int *mst, int *off)
     return e < 0 || *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
 }
 
+static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off);
+
+/* 1 if view value u's dims of size >= 2 nest at the hints (by decreasing
+ * stride, each within the one before), order[] their dims in that order,
+ * *n their count. */
+static int sk_nested(const cdy_value *u, int *order, int *n)
+{
+    *n = 0;
+    for (int j = 0; j < u->meta.ndim; j++)
+        if (u->meta.sizes[j] >= 2 && u->view_strides[j] > 0)
+            order[(*n)++] = j;
+    for (int i = 1; i < *n; i++)       /* insertion sort, decreasing stride */
+        for (int k = i; k > 0 && u->view_strides[order[k]] > u->view_strides[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    for (int i = 1; i < *n; i++)
+        if (u->view_strides[order[i]] * u->meta.sizes[order[i]] > u->view_strides[order[i - 1]])
+            return 0;
+    return 1;
+}
+
+/* Dim d of view v (constant size n, stride vs at the hints) walking inside
+ * one dim j of its source view u (constant size K, stride us dividing vs,
+ * (vs / us) * (n - 1) < K): (vs / us) times u's stride expression ust[j];
+ * or -1. */
+static int sk_sub_of(cg_ctx *c, int v, int d, int u, const int *ust)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v], *uv = &c->g->values[u];
+    int64_t n, k, vs = val->view_strides[d];
+    if (!cdy_sym_is_const(&s->tab, s->dims[v][d], &n) || vs <= 0)
+        return -1;
+    for (int j = 0; j < uv->meta.ndim; j++) {
+        int64_t us = uv->view_strides[j];
+        if (uv->meta.sizes[j] < 2 || us <= 0 || vs % us ||
+            !cdy_sym_is_const(&s->tab, s->dims[u][j], &k))
+            continue;
+        if ((vs / us) * (n - 1) < k)
+            return cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, vs / us), ust[j]);
+    }
+    return -1;
+}
+
+/* View v's strides and offset through its source u (the node's first
+ * argument, a view of the same base with stride expressions, as a split's
+ * piece of a reshaped extern result): each dim of v of size >= 2 is one of
+ * u's with its stride at the hints, of its size, cut from it (s->cut) or of
+ * a constant size within a constant one; v's offset from u's is constant
+ * indices on u's constant dims (u's dims nest).  0, or -1 (no message: the
+ * caller's reason stands). */
+static int sk_view_via_src(cg_ctx *c, int v, int *mst, int *off)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int u = val->nargs >= 1 ? val->args[0] : -1, ust[CDY_MAX_NDIM], order[CDY_MAX_NDIM], n;
+    const cdy_value *uv = u >= 0 && u < v ? &c->g->values[u] : NULL;
+    int64_t rem = uv ? val->view_offset - uv->view_offset : -1, k1, k2;
+    char err[256];
+    snprintf(err, sizeof(err), "%s", c->err && c->errlen ? c->err : "");
+    if (!uv || rem < 0 || !cg_is_view(c->g, u) || uv->view_base != val->view_base ||
+        !sk_nested(uv, order, &n) || sk_view_strides(c, u, ust, off))
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        int j = order[i];
+        int64_t digit = rem / uv->view_strides[j];
+        rem -= digit * uv->view_strides[j];
+        if (digit && (digit >= uv->meta.sizes[j] || !cdy_sym_is_const(&s->tab, s->dims[u][j], &k1)))
+            goto fail;
+        if (digit)
+            *off = cdy_sym_add(&s->tab, *off, cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, digit),
+                                                          ust[j]));
+    }
+    if (rem || *off < 0)
+        goto fail;
+    unsigned used = 0;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        mst[d] = cdy_sym_const(&s->tab, 0);
+        if (val->meta.sizes[d] == 1 || val->view_strides[d] == 0)
+            continue;
+        int i = 0;
+        while (i < n && (uv->view_strides[order[i]] != val->view_strides[d] || (used >> order[i] & 1)))
+            i++;
+        int j = i < n ? order[i] : -1;
+        if (j < 0 && (mst[d] = sk_sub_of(c, v, d, u, ust)) >= 0)
+            continue;                       /* heads inside a row: x.view(b, t, h, d) */
+        if (j < 0 || !(sk_same(s, s->dims[v][d], s->dims[u][j]) || (s->cut && (s->cut[v] >> d & 1)) ||
+                       (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
+                        cdy_sym_is_const(&s->tab, s->dims[u][j], &k2) && k1 <= k2)))
+            goto fail;
+        used |= 1u << j;
+        mst[d] = ust[j];
+    }
+    return 0;
+fail:
+    if (c->err && c->errlen)
+        snprintf(c->err, c->errlen, "%s", err);
+    return -1;
+}
+
 static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
@@ -233,13 +334,19 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
             j++;
         int ok = j < bm->ndim && !(used >> j & 1);
         ok = ok && (sk_same(s, s->dims[v][d], s->dims[b][j]) ||
+                    (s->cut && (s->cut[v] >> d & 1)) ||   /* a slice: guarded within */
                     (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
                      cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
         if (!ok && (mst[d] = sk_sub_dim(c, v, d, b, bm, bst)) >= 0)
             continue;                       /* a constant part of a constant-size dim */
-        if (!ok)
-            return cg_sym_unsupported(c, "a kernel loads a view that is not a permutation of "
-                                         "its base's dims");
+        if (!ok && !sk_view_via_src(c, v, mst, off))
+            return 0;
+        if (!ok) {
+            char why[160];
+            snprintf(why, sizeof(why), "a kernel loads a view that is not a permutation of its "
+                     "base's dims (%%%d, line %d)", v, val->source_line);
+            return cg_sym_unsupported(c, why);
+        }
         used |= 1 << j;
         mst[d] = bst[j];
     }

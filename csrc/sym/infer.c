@@ -286,6 +286,51 @@ static int sy_same_as_first(sy_pass *p, int v)
 }
 
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
+/* 1 if value a is a legacy empty piece of a cat (1-D of size 0: skipped). */
+static int sy_cat_empty(const sy_pass *p, int a)
+{
+    const cdy_meta *m = &p->g->values[a].meta;
+    return m->ndim == 1 && m->sizes[0] == 0;
+}
+
+/* torch.cat of v's args into v's dims (legacy empty 1-D pieces skipped, the
+ * others of its rank): the dim whose size is not the first piece's is their
+ * sum, the others the first's (equal in every piece: relations); one piece:
+ * its sizes; -1 when no dim tells. */
+static int sy_cat_extern(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_meta *m = &val->meta;
+    int cd = -1, first = -1, *o = p->s->dims[v];
+    for (int i = 0; i < val->nargs; i++) {
+        if (sy_cat_empty(p, val->args[i]))
+            continue;
+        if (p->g->values[val->args[i]].meta.ndim != m->ndim)
+            return -1;
+        first = first < 0 ? val->args[i] : first;
+    }
+    for (int d = 0; first >= 0 && d < m->ndim; d++)
+        if (m->sizes[d] != p->g->values[first].meta.sizes[d])
+            cd = cd < 0 ? d : CDY_MAX_NDIM;
+    if (first < 0 || cd >= m->ndim)
+        return -1;
+    for (int d = 0; d < m->ndim; d++) {
+        o[d] = d == cd ? cdy_sym_const(&p->s->tab, 0) : p->s->dims[first][d];
+        for (int i = 0; i < val->nargs; i++) {
+            int a = val->args[i];
+            if (sy_cat_empty(p, a))
+                continue;
+            if (d == cd)
+                o[d] = cdy_sym_add(&p->s->tab, o[d], p->s->dims[a][d]);
+            else if (a != first)
+                sy_equal(p, o[d], p->s->dims[a][d], v, d, "cat's other sizes");
+        }
+        if (o[d] < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
@@ -296,6 +341,16 @@ static int sy_extern(sy_pass *p, int v)
         return sy_same_as_first(p, v);
     if (k == 'm' && val->nargs == 2)
         return sy_matmul(p, v, val->args[0], val->args[1], 0);
+    if (k == 'k')
+        return sy_cat_extern(p, v);
+    if (k == 'b' && val->nargs == 3) {       /* addmm(bias, x, w): x @ w + bias */
+        const cdy_meta *bm = &p->g->values[val->args[0]].meta;
+        if (p->g->values[val->args[1]].meta.ndim != 2 || p->g->values[val->args[2]].meta.ndim != 2)
+            return -1;
+        for (int d = 0; d < bm->ndim; d++)
+            sy_pin(p, p->s->dims[val->args[0]][d], v, d, "addmm's bias");
+        return sy_matmul(p, v, val->args[1], val->args[2], 0);
+    }
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
         const cdy_meta *xm = &p->g->values[val->args[0]].meta;
         if (xm->ndim < 1 || p->g->values[val->args[1]].meta.ndim != 2)
@@ -365,9 +420,9 @@ static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
         sy_pin(p, p->s->dims[x->value][x->dim], v < 0 ? x->value : v, x->dim, what);
     else if (x->op == 'd')
         sy_pin(p, -1, v, -1, what);
-    if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q')
+    if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q' || x->op == 'S')
         sy_sx_pin(p, x->a, v, what, depth + 1);
-    if (x->op == '+' || x->op == '*' || x->op == 'q')
+    if (x->op == '+' || x->op == '*' || x->op == 'q' || x->op == 'S')
         sy_sx_pin(p, x->b, v, what, depth + 1);
 }
 
@@ -507,6 +562,19 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
                    p->s->dims[w->src][d + w->b - w->a];
         return 0;
     }
+    if (w->kind == 'c') {   /* a getitem's: dims of the source, cut or whole, or new 1s */
+        for (int d = 0; d < m->ndim; d++) {
+            if (w->map[d] >= sm->ndim)
+                return -1;
+            o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1)
+                   : w->sx[d] ? sy_sx_expr(p, w->sx[d], 0)
+                   : (w->a >> d & 1) ? cdy_sym_const(&p->s->tab, m->sizes[d])
+                   : p->s->dims[w->src][w->map[d]];
+            if (o[d] < 0)
+                return -1;
+        }
+        return 0;
+    }
     if (w->kind == 'x')
         return sy_expand_map(p, v, w);
     if (w->kind != 'r')
@@ -590,7 +658,10 @@ static void sy_node(sy_pass *p, int v)
     if (r == 0)
         return;
     char what[96];
-    snprintf(what, sizeof(what), "%s %s", why, cdy_op_table[val->op].name);
+    const char *ename = p->h && p->h->ext_names && cdy_value_is_extern(val)
+                            ? p->h->ext_names + (size_t)v * CDY_SYM_EXT_NAME : "";
+    snprintf(what, sizeof(what), "%s %s%s%s", why, cdy_op_table[val->op].name,
+             *ename ? " " : "", ename);
     if (kind == 'V' || kind == 'I')
         sy_view_pin_sx(p, v);
     for (int a = 0; a < val->nargs; a++)
@@ -709,6 +780,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->dims = NULL;
     free(s->const_off);
     s->const_off = NULL;
+    free(s->cut);
+    s->cut = NULL;
     free(s->vlay);
     s->vlay = NULL;
 }
@@ -718,6 +791,21 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
  * 'f', 'e': the source's offset; 's': a split piece, a constant start on
  * its pinned dim) over a constant-offset source; no map or another kind: 0.
  * Memory failure leaves it NULL (every view offset unknown). */
+/* cut's bits (sym.h) of view w's value: its 'c' map's cuts, and the cuts of
+ * the source dims its 'p' or 'c' map keeps whole. */
+static void sy_cut_dims(const cdy_graph *g, const cdy_sym_view *w, unsigned char *cut)
+{
+    if (w->value < 0 || w->value >= g->nvalues || w->src < 0 || w->src >= w->value ||
+        (w->kind != 'c' && w->kind != 'p'))
+        return;
+    for (int d = 0; d < g->values[w->value].meta.ndim; d++) {
+        int j = w->map[d];
+        int bit = j >= 0 && (w->kind == 'c' && (w->sx[d] || (w->a >> d & 1)) ? 1
+                             : j < CDY_MAX_NDIM && (cut[w->src] >> j & 1));
+        cut[w->value] |= (unsigned char)(bit << d);
+    }
+}
+
 static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s)
 {
     s->const_off = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
@@ -726,10 +814,13 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
-            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfes", w->kind))
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfesc", w->kind))
                 s->const_off[v] = s->const_off[w->src];
         }
     }
+    s->cut = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
+    for (int i = 0; s->cut && h && i < h->nviews; i++)   /* the trace's order: sources first */
+        sy_cut_dims(g, &h->views[i], s->cut);
 }
 
 uint64_t cdy_sym_live(const cdy_sym_shapes *s)

@@ -107,7 +107,11 @@ typedef struct cdy_sym_pin_s {
  * embedding's rows over its indices (a gather node); 'z' (src -1): dim d is
  * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node);
  * 'x': expand: out dim d is source dim map[d] (bit d of a: the call gave a
- * constant for it) or (-1) symbolic int sx[d] / the node's constant size. */
+ * constant for it) or (-1) symbolic int sx[d] / the node's constant size;
+ * 'c': a getitem of slices / None / Ellipsis: out dim d is a new 1 (-1) or
+ * source dim map[d], whole, or cut from its start to symbolic int sx[d] (the
+ * trace guarded it within the dim) or to the node's constant size (bit d of
+ * a; a constant start inside it pinned the dim). */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;
@@ -121,7 +125,9 @@ typedef struct cdy_sym_view_s {
  * (dim `dim` of graph value `value`) or an expression over such: op 'd' that
  * size, 'k' the constant c, '+' / '*' nodes a and b (indices of earlier
  * nodes), '/' floor(a / c) for c > 0, 'q' a // b (a rule only where b
- * divides a as polynomials, so at every size). */
+ * divides a as polynomials, so at every size); 'S' a slice's bounds (a the
+ * start's node, b the stop's, 0 for a constant or None: a tensor index's
+ * rule reads them, any other use pins both). */
 typedef struct cdy_sym_sx_s {
     char op;
     int a, b;
@@ -158,7 +164,9 @@ typedef struct {
     int nsx;
     const cdy_sym_cmp *cmps;     /* comparisons the trace decided */
     int ncmps;
+    const char *ext_names;       /* per value 32 chars: an extern's function name (logs), or NULL */
 } cdy_sym_hints;
+#define CDY_SYM_EXT_NAME 32
 
 typedef struct {
     int input, dim;              /* the symbol is dim `dim` of graph input `input` */
@@ -182,6 +190,9 @@ typedef struct cdy_sym_shapes_s {
                                   * maps, sym_view's kinds, start every dim at a constant
                                   * index: a split's pieces, permutations, reshapes), 0
                                   * when unknown; non-views 1 (sym/infer.c) */
+    unsigned char *cut;          /* per value (malloc'd, may be NULL): bit d when dim d is
+                                  * a slice of its source's dim (a 'c' map's cut: its size
+                                  * within the dim's, guarded), 0 else */
     int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
                                   * view torch realizes, at the symbols' values: [0] 1 + its
                                   * base value (0: none), [1] its offset's expression, [2 + d]
@@ -192,7 +203,8 @@ typedef struct cdy_sym_shapes_s {
  * be NULL); h->ext names the externs the caller knows, per value: 'm' mm /
  * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
  * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]), 's'
- * a result of its first argument's sizes (the encoder layer's fast path); other
+ * a result of its first argument's sizes (the encoder layer's fast path, cumsum),
+ * 'b' addmm(bias, x, w), 'k' torch.cat of its args (one rank); other
  * externs specialize what they read.  Fills
  * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
  * symbol specialized. */

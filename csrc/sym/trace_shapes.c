@@ -3,6 +3,7 @@
 #include "sym/trace_shapes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 1 if input source s is a frame argument or an item of one (not a module's
@@ -28,7 +29,8 @@ static int ts_input_value(const cdy_graph *g, int pos)
 
 /* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
  * operator.matmul), 'l' for F.linear or a PackedLinear, 's' for the encoder
- * layer's fast path (its result src's sizes), else 0 (sym.h's extern kinds). */
+ * layer's fast path (its result src's sizes), 'b' addmm, 'k' torch.cat /
+ * concat / concatenate, else 0 (sym.h's extern kinds). */
 /* 's' (its first argument's sizes) for a scan extern: torch.cumsum /
  * cumprod and their Tensor methods (any keywords: dim, dtype); else 0. */
 static char ts_scan_kind(PyObject *fn)
@@ -54,8 +56,8 @@ static char ts_scan_kind(PyObject *fn)
 
 static char ts_extern_kind(PyObject *fn)
 {
-    static PyObject *fns[10];
-    static const char kinds[10] = "mmmmmmmlms";
+    static PyObject *fns[15];
+    static const char kinds[15] = "mmmmmmmlmsbbkkk";
     static int tried;
     if (!tried) {
         tried = 1;
@@ -71,12 +73,17 @@ static char ts_extern_kind(PyObject *fn)
         PyObject *op = PyImport_ImportModule("operator");
         fns[8] = op ? PyObject_GetAttrString(op, "matmul") : NULL;
         fns[9] = PyObject_GetAttrString(cdy_torch, "_transformer_encoder_layer_fwd");
+        fns[10] = PyObject_GetAttrString(cdy_torch, "addmm");
+        fns[11] = T ? PyObject_GetAttrString(T, "addmm") : NULL;
+        const char *cn[] = {"cat", "concat", "concatenate"};
+        for (int i = 0; i < 3; i++)
+            fns[12 + i] = PyObject_GetAttrString(cdy_torch, cn[i]);
         Py_XDECREF(op);
         Py_XDECREF(F);
         Py_XDECREF(T);
         PyErr_Clear();
     }
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 15; i++)
         if (fns[i] && fn == fns[i])
             return kinds[i];
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
@@ -138,6 +145,16 @@ static char ts_attention_kind(const cdy_pynode *pn)
     return 'a';
 }
 
+/* fn's __name__ into buf (CDY_SYM_EXT_NAME chars, for the logs), or "" . */
+static void ts_fn_name(PyObject *fn, char *buf)
+{
+    PyObject *n = PyObject_GetAttrString(fn, "__name__");
+    const char *u = n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : NULL;
+    snprintf(buf, CDY_SYM_EXT_NAME, "%s", u ? u : "");
+    Py_XDECREF(n);
+    PyErr_Clear();
+}
+
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
@@ -167,6 +184,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
             pins[m++] = (cdy_sym_pin){v, ~0u, "a pinned value a graph pass removed"};
     char ext[g->nvalues ? g->nvalues : 1];
     memset(ext, 0, sizeof(ext));
+    char *names = calloc(g->nvalues ? (size_t)g->nvalues : 1, CDY_SYM_EXT_NAME);
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
@@ -174,12 +192,20 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
             ext[pn->value] = pn->kwnames ? ts_attention_kind(pn)
                              : ts_sdpa(pn)  ? 'a'
                                             : ts_extern_kind(pn->fn);
+            char kw = pn->kwnames && !ext[pn->value] ? ts_extern_kind(pn->fn) : 0;
+            if (kw == 'b' || kw == 'k')   /* keywords: cat's dim=, addmm's beta= / alpha= */
+                ext[pn->value] = kw;
             if (!ext[pn->value])
                 ext[pn->value] = ts_scan_kind(pn->fn);
+            if (names)
+                ts_fn_name(pn->fn, names + (size_t)pn->value * CDY_SYM_EXT_NAME);
         }
     }
-    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps};
-    return cdy_sym_infer(g, dyn, &h, out);
+    cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps,
+                       names};
+    int r = cdy_sym_infer(g, dyn, &h, out);
+    free(names);
+    return r;
 }
 
 void cdy_sym_dyn_all(const cdy_trace *t, unsigned *dyn)

@@ -81,7 +81,8 @@ static tvar *sx_copy(tracer *tr, tvar *c)
 
 tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx)
 {
-    if (!c || !sx || c->kind != TV_CONST || !PyLong_CheckExact(c->obj))
+    if (!c || !sx || c->kind != TV_CONST ||
+        !(PyLong_CheckExact(c->obj) || (PySlice_Check(c->obj) && tr->t->sx[sx - 1].op == 'S')))
         return c;
     tvar *v = sx_copy(tr, c);
     if (v) {
@@ -153,7 +154,7 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     const cdy_sym_sx *x = &t->sx[n - 1];
     if (x->op == 'd')
         cdy_tr_pin(tr, x->value, 1u << x->dim, cdy_sx_where(tr, why));
-    else if (x->op == '+' || x->op == '*' || x->op == 'q') {
+    else if (x->op == '+' || x->op == '*' || x->op == 'q' || x->op == 'S') {
         cdy_sx_pin_node(tr, x->a, why);
         cdy_sx_pin_node(tr, x->b, why);
     }
@@ -253,6 +254,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_BUILD_TUPLE: case CDY_SOP_BUILD_LIST: case CDY_SOP_LIST_TO_TUPLE:
     case CDY_SOP_LIST_APPEND: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNPACK_SEQUENCE:
     case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
+    case CDY_SOP_BUILD_SLICE:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
     case CDY_SOP_COMPARE_OP:
         return -1;
@@ -273,7 +275,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
         return 2;
     case CDY_SOP_STORE_SUBSCR:
         return 3;
-    case CDY_SOP_BUILD_SLICE: case CDY_SOP_BUILD_STRING: case CDY_SOP_BUILD_SET:
+    case CDY_SOP_BUILD_STRING: case CDY_SOP_BUILD_SET:
         return arg;
     case CDY_SOP_BUILD_MAP:
         return 2 * arg;
@@ -341,6 +343,11 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
         ctx->n = 2;
         ctx->in[0] = sx_peek(tr, 2);
         ctx->in[1] = sx_peek(tr, 1);
+        break;
+    case CDY_SOP_BUILD_SLICE:
+        ctx->n = arg == 2 || arg == 3 ? arg : 0;
+        for (int i = 0; i < ctx->n; i++)
+            ctx->in[i] = sx_peek(tr, arg - i);
         break;
     case CDY_SOP_BUILD_TUPLE:
         ctx->n = arg <= CDY_MAX_NDIM ? arg : 0;
@@ -473,6 +480,15 @@ static int sx_cmp_room(cdy_trace *t)
     return 0;
 }
 
+int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why)
+{
+    if (!a || !b || sx_cmp_room(tr->t))
+        return -1;
+    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){a, b, (char)op, (char)truth,
+                                                cdy_sx_where(tr, why)};
+    return 0;
+}
+
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
  * is recorded (sym/infer.c decides it by range or guards it); anything else
  * pins what the operands read. */
@@ -499,8 +515,9 @@ static void sx_post_subscr(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
 {
     tvar *c = ctx->in[0], *k = ctx->in[1];
     const char *why = sx_why[CDY_SOP_BINARY_SUBSCR];
-    if (sx_holds(k, 0))
+    if (sx_holds(k, 0) && k != tr->sx_index_taken)
         cdy_sx_pin_deep(tr, k, why);
+    tr->sx_index_taken = NULL;
     if (!c || c->kind != TV_CONST || !c->nsxi)
         return;   /* other containers: the item is moved, not computed */
     int n = c->nsxi;
@@ -561,6 +578,34 @@ static void sx_post_extend(tracer *tr, cdy_sx_ctx *ctx)
     }
 }
 
+/* BUILD_SLICE's result r (a constant slice): int bounds carrying symbolic
+ * ints make it carry an 'S' node (a: start's node, b: stop's, 0 for a
+ * constant or None) for a tensor index's rule (cdy_tr_sym_getitem); a
+ * symbolic step, or bounds of another kind, pin what they read. */
+static void sx_post_slice(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
+{
+    const char *why = sx_why[CDY_SOP_BUILD_SLICE];
+    if (!sx_holds(ctx->in[0], 0) && !sx_holds(ctx->in[1], 0) &&
+        (ctx->n < 3 || !sx_holds(ctx->in[2], 0)))
+        return;
+    int ok = r && r->kind == TV_CONST && PySlice_Check(r->obj) &&
+             (ctx->n < 3 || !sx_holds(ctx->in[2], 0));
+    for (int i = 0; ok && i < 2; i++)
+        ok = !sx_holds(ctx->in[i], 0) || (sx_int(ctx->in[i]) && ctx->in[i]->sx);
+    int node = ok ? cdy_sx_node(tr, 'S', cdy_sx_of(ctx->in[0]), cdy_sx_of(ctx->in[1]), -1, -1, 0)
+                  : 0;
+    tvar *v = node ? sx_copy(tr, r) : NULL;
+    if (!v) {
+        for (int i = 0; i < ctx->n; i++)
+            cdy_sx_pin_deep(tr, ctx->in[i], why);
+        return;
+    }
+    v->sx = node;
+    v->sxi = NULL;
+    v->nsxi = 0;
+    tr->stack[tr->sp - 1] = v;
+}
+
 /* BUILD_TUPLE folded to a constant: its items' nodes go with it. */
 static void sx_post_build(tracer *tr, cdy_sx_ctx *ctx)
 {
@@ -606,6 +651,9 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
         break;
     case CDY_SOP_BUILD_TUPLE:
         sx_post_build(tr, ctx);
+        break;
+    case CDY_SOP_BUILD_SLICE:
+        sx_post_slice(tr, ctx, sx_peek(tr, 1));
         break;
     default:
         break;

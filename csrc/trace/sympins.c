@@ -299,52 +299,103 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
         cdy_sx_taken(tr, call->args[i]);   /* their nodes are in the map: not pinned */
 }
 
-/* 1 if index item o keeps its dims whole: None, Ellipsis or slice(None). */
-static int sp_whole_item(PyObject *o)
+/* The node of the constant's symbolic slice (an 'S' node), or 0. */
+static int sp_slice_node(tracer *tr, int sx)
 {
-    if (o == Py_None || o == Py_Ellipsis)
-        return 1;
-    if (!PySlice_Check(o))
-        return 0;
-    PySliceObject *sl = (PySliceObject *)o;
-    return sl->start == Py_None && sl->stop == Py_None && sl->step == Py_None;
+    return sx > 0 && sx <= tr->t->nsx && tr->t->sx[sx - 1].op == 'S' ? sx : 0;
 }
 
-/* w's 'p' map for src[idx] (meta m) when idx (a constant) is None, Ellipsis,
- * slice(None) or a tuple of them: out dim d is a source dim or a new 1 (-1);
- * 0, or -1. */
-static int sp_getitem_map(PyObject *idx, const cdy_meta *src, const cdy_meta *m,
+/* Out dim od of a getitem is src dim sd cut by slice item o (step 1, node
+ * S: its bounds' symbolic ints): w's map; a start of 0 keeps the view's
+ * offset, a symbolic stop is the size (guarded <= the dim and >= 2), a
+ * constant stop a constant size (guarded <= the dim); any other start (a
+ * symbolic one pinned) pins the dim (a constant offset inside it; kernels
+ * take those on constant dims).  0, or -1 (no rule). */
+static int sp_cut(tracer *tr, const tvar *x, int sd, int od, PyObject *o, int S,
+                  const cdy_meta *m, cdy_sym_view *w)
+{
+    const cdy_sym_sx *n = S ? &tr->t->sx[S - 1] : NULL;
+    int start_sx = n ? n->a : 0, stop_sx = n ? n->b : 0;
+    PySliceObject *sl = (PySliceObject *)o;
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(o, &start, &stop, &step) < 0)
+        return PyErr_Clear(), -1;
+    int64_t dim = tr->t->graph.values[x->value].meta.sizes[sd];
+    w->map[od] = (signed char)sd;
+    if (step != 1)
+        return -1;
+    if (start_sx)    /* a start read from sizes: a number (the offset a constant) */
+        cdy_sx_pin_node(tr, start_sx, cdy_sx_where(tr, "a slice's start"));
+    if (start == 0 && sl->stop == Py_None)
+        return 0;                           /* the whole dim */
+    if (start != 0 || (!stop_sx && stop < 0)) {
+        const char *why = cdy_sx_where(tr, "a slice starting inside the dim");
+        cdy_tr_pin(tr, x->value, 1u << sd, why);
+        cdy_sx_pin_node(tr, stop_sx, why);
+        w->a |= 1 << od;
+        return 0;
+    }
+    int d = cdy_sx_dim(tr, x, sd);
+    if (!stop_sx) {                         /* x[:k]: k elements while the dim has them */
+        int k = d ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, stop) : 0;
+        w->a |= 1 << od;
+        return dim >= stop && k && !cdy_sx_cmp(tr, d, k, Py_GE, 1, "a slice's constant stop") ? 0 : -1;
+    }
+    if (stop < 2 || stop > dim || m->sizes[od] != stop)
+        return -1;                          /* clamped, or a size 0 / 1 */
+    int two = cdy_sx_node(tr, 'k', 0, 0, -1, -1, 2);
+    if (!d || !two || cdy_sx_cmp(tr, stop_sx, d, Py_LE, 1, "a slice's stop within the dim") ||
+        cdy_sx_cmp(tr, stop_sx, two, Py_GE, 1, "a slice's size of at least 2"))
+        return -1;
+    w->sx[od] = stop_sx;
+    return 0;
+}
+
+/* w's 'c' map (sym.h) for x[idx] (meta m) when idx (a constant: tr's nodes
+ * sx / sxi) is None, Ellipsis, a slice or a tuple of them: out dim d is a
+ * source dim (whole, or cut: sp_cut) or a new 1 (-1); 0, or -1. */
+static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_meta *m,
                           cdy_sym_view *w)
 {
-    PyObject *one[1] = {idx};
-    PyObject **items = PyTuple_Check(idx) ? &PyTuple_GET_ITEM(idx, 0) : one;
-    Py_ssize_t n = PyTuple_Check(idx) ? PyTuple_GET_SIZE(idx) : 1;
+    const cdy_meta *src = &tr->t->graph.values[x->value].meta;
+    PyObject *idx_obj = idx->obj, *one[1] = {idx_obj};
+    int tuple = PyTuple_Check(idx_obj);
+    PyObject **items = tuple ? &PyTuple_GET_ITEM(idx_obj, 0) : one;
+    Py_ssize_t n = tuple ? PyTuple_GET_SIZE(idx_obj) : 1;
     int nslice = 0, nell = 0, sd = 0, od = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!sp_whole_item(items[i]))
+        if (items[i] != Py_None && items[i] != Py_Ellipsis && !PySlice_Check(items[i]))
             return -1;
         nslice += PySlice_Check(items[i]);
         nell += items[i] == Py_Ellipsis;
     }
     if (nell > 1 || nslice > src->ndim)
         return -1;
+    w->kind = 'c';
+    w->a = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int k = items[i] == Py_None ? 0 : items[i] == Py_Ellipsis ? src->ndim - nslice : 1;
+        int S = sp_slice_node(tr, tuple ? (i < idx->nsxi ? idx->sxi[i] : 0) : idx->sx);
         if (od + (k ? k : 1) > m->ndim)
             return -1;
         if (!k)
             w->map[od++] = -1;
-        for (int j = 0; j < k; j++)
-            w->map[od++] = (signed char)sd++;
+        else if (PySlice_Check(items[i])) {
+            if (sp_cut(tr, x, sd++, od++, items[i], S, m, w))
+                return -1;
+        }
+        else
+            for (int j = 0; j < k; j++)
+                w->map[od++] = (signed char)sd++;
     }
     while (sd < src->ndim && od < m->ndim)
         w->map[od++] = (signed char)sd++;
     if (sd != src->ndim || od != m->ndim)
         return -1;
     for (int d = 0; d < m->ndim; d++)
-        if (m->sizes[d] != (w->map[d] < 0 ? 1 : src->sizes[w->map[d]]))
+        if (w->map[d] < 0 ? m->sizes[d] != 1
+                          : !w->sx[d] && !(w->a >> d & 1) && m->sizes[d] != src->sizes[w->map[d]])
             return -1;
-    w->kind = 'p';
     return 0;
 }
 
@@ -355,18 +406,20 @@ void cdy_tr_sym_getitem(tracer *tr, const cdy_build_call *call, tvar *r)
         return;
     }
     const cdy_graph *g = &tr->t->graph;
-    cdy_sym_view w = {r->value, call->args[0]->value, 'p', -1, -1, {0}, {0}};
+    cdy_sym_view w = {r->value, call->args[0]->value, 'c', -1, -1, {0}, {0}};
     int ok = call->nargs == 2 && !call->kwnames && r->kind == TV_TENSOR &&
              call->args[0]->kind == TV_TENSOR && r != call->args[0] &&
              call->args[1]->kind == TV_CONST && g->values[r->value].kind == CDY_VAL_NODE &&
              cdy_op_table[g->values[r->value].op].kind == 'V' &&
-             !sp_getitem_map(call->args[1]->obj, &g->values[w.src].meta,
-                             &g->values[r->value].meta, &w);
+             !sp_getitem_map(tr, call->args[0], call->args[1], &g->values[r->value].meta, &w);
     if (!ok || sp_view_room(tr)) {
-        cdy_tr_pin_tensors(tr, call->args, call->nargs, "an index without a symbolic rule");
+        cdy_tr_pin_tensors(tr, call->args, call->nargs,
+                           cdy_sx_where(tr, "an index without a symbolic rule"));
         return;
     }
     tr->t->symviews[tr->t->nsymviews++] = w;
+    tr->sx_index_taken = call->args[1];   /* its slices' nodes are in the map */
+    cdy_sx_taken(tr, call->args[1]);
 }
 
 void cdy_tr_sym_split(tracer *tr, const cdy_build_call *call, tvar *r)

@@ -108,6 +108,8 @@ typedef struct tracer {
     tvar **sx_pend;                  /* the current CALL's arguments carrying symbolic ints */
     int nsx_pend;                    /* (trace/symint.c): a consumer with a rule or an inlined
                                       * frame takes them; the rest are pinned after the call */
+    const tvar *sx_index_taken;      /* a tensor index whose slices' symbolic ints a getitem
+                                      * rule took (cdy_tr_sym_getitem): not pinned */
     tvar *sx_op_callable;            /* the callable CALL is calling (cdy_call's result then
                                       * goes on the stack; other calls' results are pinned) */
     tvar null_var;
@@ -209,6 +211,9 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r);
 void cdy_sx_passed(tracer *tr, tvar **args, int nargs);
 /* A consumer with a symbolic rule used v's symbolic ints: not pinned after the call. */
 void cdy_sx_taken(tracer *tr, const tvar *v);
+/* Record that nodes a <op> b (Py_LT .. Py_GE) was truth at the example (sym/infer.c
+ * decides it by range or guards it); 0, or -1 (a node 0, or no room). */
+int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why);
 /* A size query's result out (x.size(), x.size(d), len(x), x.numel()) as a constant
  * carrying its symbolic int(s); NULL when what is no such query (or stopped). */
 tvar *cdy_sx_query(tracer *tr, const char *what, tvar **args, int nargs, PyObject *out);

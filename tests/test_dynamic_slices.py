@@ -1,0 +1,104 @@
+"""Dynamic shapes (issue 32): slices with symbolic or constant bounds, extern cat / addmm and
+views of a split piece keep sizes symbolic, so sequence sweeps of transformers-style code
+compile twice (the first size, then once symbolic) and every call equals eager.
+
+The patterns are those of transformers' models: BERT's `position_ids[:, 0:seq_length]` of a
+buffer, LLaMA's rotate_half (`x[..., : h // 2]`, `x[..., h // 2:]`) and its rotary cat under
+`dim=-1`, a KV cache's cat with an empty legacy piece, GPT-2's Conv1D (addmm) whose output is
+split and viewed to heads."""
+import pytest
+import torch
+
+import cdynamo
+from conftest import assert_same
+
+SEQS = [5, 8, 13, 40, 100]
+
+
+def _sweep(fn, make, seqs=SEQS):
+    """Call cdynamo.optimize(fn) at make(s) for each s: every result equals eager's; returns
+    the number of frames compiled."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    for s in seqs:
+        args = make(s)
+        assert_same(fn(*args), opt(*args))
+    return cdynamo.stats()["frames_compiled"]
+
+
+BUF = torch.arange(512, dtype=torch.float32).unsqueeze(0)
+
+
+def test_buffer_sliced_to_a_sequence_length():
+    def f(x):
+        b, s = x.shape[:2]
+        return x * BUF[:, 0:s].unsqueeze(-1)
+    assert _sweep(f, lambda s: (torch.randn(2, s, 8),)) == 2
+
+
+def test_rotate_half_slices_of_a_static_dim():
+    def f(x):
+        h = x.shape[-1]
+        return torch.cat((-x[..., h // 2:], x[..., : h // 2]), dim=-1) * 2
+    assert _sweep(f, lambda s: (torch.randn(2, 4, s, 16),)) == 2
+
+
+def test_constant_slices():
+    def f(x):
+        return x[:, :3] + x[:, 2:5].exp() + x[..., :4].sum(-1, keepdim=True)[:, :3]
+    assert _sweep(f, lambda s: (torch.randn(s, 8, 6),)) == 2
+
+
+def test_stop_from_another_tensor_guards_within_the_dim():
+    """x[:, :y.shape[1]]: the stop is guarded <= x's dim; a longer y clamps (eager's result) and
+    recompiles."""
+    def f(x, y):
+        return x[:, : y.shape[1]] * 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for n, m in [(20, 5), (30, 8), (40, 13), (17, 16)]:
+        x, y = torch.randn(2, n), torch.randn(2, m)
+        assert_same(f(x, y), opt(x, y))
+    assert cdynamo.stats()["frames_compiled"] == 2
+    x, y = torch.randn(2, 6), torch.randn(2, 9)    # the stop past the dim: clamped
+    assert_same(f(x, y), opt(x, y))
+    assert cdynamo.stats()["frames_compiled"] == 3
+
+
+def test_slice_start_inside_a_symbolic_dim_specializes_that_dim_only():
+    def f(x):
+        return x[:, 1:] * 3
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for b in [2, 3, 5, 9]:
+        x = torch.randn(b, 7)
+        assert_same(f(x), opt(x))
+    assert cdynamo.stats()["frames_compiled"] == 2
+
+
+E = torch.tensor([])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("kv_cache_cat_empty_piece", lambda x, y: torch.cat([E, x * 2], dim=-2) + 1),
+    ("cat_dim_keyword", lambda x, y: torch.cat([x, y], dim=1) * 2),
+])
+def test_extern_cat_keeps_sizes_symbolic(name, fn):
+    assert _sweep(fn, lambda s: (torch.randn(2, s, 4), torch.randn(2, s + 1, 4))) == 2
+
+
+W, B = torch.randn(16, 48), torch.randn(48)
+
+
+def test_addmm_split_heads():
+    """GPT-2's Conv1D and attention's split to heads: addmm, view back, split, view(b, t, h, d),
+    transpose."""
+    def f(x):
+        b, t, c = x.shape
+        h = torch.addmm(B, x.view(-1, c), W).view(b, t, 48)
+        q, k, v = h.split(16, dim=2)
+        q = q.view(b, t, 4, 4).transpose(1, 2)
+        k = k.view(b, t, 4, 4).transpose(1, 2)
+        v = v.view(b, t, 4, 4).transpose(1, 2)
+        return (q * k).sum(-1, keepdim=True) * v
+    assert _sweep(f, lambda s: (torch.randn(2, s, 16),)) == 2
