@@ -896,6 +896,35 @@ def test_pool_backward_ops_layouts_as_eager():
         _same_layout(mp, x)
 
 
+def _pool_inputs():
+    """max_pool2d inputs full of ties (small integers, relu's zeros), NaNs (two in one
+    window) and -inf windows, in four layouts."""
+    out = []
+    for k, x in enumerate(_layouts(2, 3, 8, 6)):
+        x = x.mul(1.5).round().clamp(-2, 2)
+        if k % 2:
+            x = x.relu()
+        x[0, 0, 0, 0] = x[0, 0, 1, 1] = x[1, 2, 3, 3] = float("nan")
+        x[1, 1, :2, :2] = float("-inf")
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("args", [(2,), ((2, 3),), (3, 2), (2, 2, 1)])
+def test_max_pool2d_backward_ties_nan_as_eager(args):
+    """max_pool2d's gradient goes where eager's argmax is (the first of tied maxima, the
+    last NaN of a window): windows that tile the input (the two-kernel formula, its
+    operands of the backward graph) and others (torch's ops), equal to eager's."""
+    fn = lambda t: F.max_pool2d(t, *args) * 2  # noqa: E731
+    for x in _pool_inputs():
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        go = torch.randn(fn(x).shape, generator=torch.Generator().manual_seed(1))
+        fn(a).backward(go)
+        cdynamo.optimize(fn)(b).backward(go)
+        assert torch.equal(b.grad, a.grad), (args, x.stride())
+        cdynamo.reset()
+
+
 @pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, True, False)])
 def test_convolution_backward_layouts_as_eager(mask):
     g = torch.Generator().manual_seed(3)
