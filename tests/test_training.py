@@ -986,3 +986,55 @@ def test_split_pieces_not_tiling_keep_view_scatter():
     grads_match(f, _x(3, 6))
     out = cdynamo.optimize(f)(_x(3, 6))
     assert "view_scatter" in out.grad_fn.tg.source and "torch.cat([" not in out.grad_fn.tg.source
+
+
+def _mlp_step():
+    """A training step of an MLP (64x256 -> 512 -> 512 -> 10, cross_entropy): the step
+    function of the bench (gradients reset, loss, backward), its inputs and parameters."""
+    from cdynamo import bench
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.GELU(),
+                      nn.Linear(512, 10))
+    loss = lambda x, y: F.cross_entropy(m(x), y)  # noqa: E731
+    inputs = (torch.randn(64, 256), torch.randint(0, 10, (64,)))
+    return bench, loss, inputs, list(m.parameters())
+
+
+def test_step_peak_bytes_of_eager_is_its_allocations():
+    """bench.step_peak_bytes of an eager step: old gradients freed first, then the
+    activations and new gradients; the peak is at the last weight gradient: the new
+    gradients (1.52 MiB) less the old ones freed before it plus what is alive then, within
+    a few small tensors of 128 KiB (eager frees the activations as its backward goes)."""
+    bench, loss, inputs, params = _mlp_step()
+    step = bench._train_step(loss, params)
+    step(*inputs)
+    peak = bench.step_peak_bytes(step, inputs)
+    assert peak is not None and 128 << 10 <= peak < 160 << 10, peak
+
+
+def test_step_peak_bytes_of_cdynamo_counts_its_pool():
+    """cdynamo's step peak counts its output pool (free blocks at the start and growth):
+    with the pool on it is at least the pool's free bytes; with it off, torch's alone."""
+    from cdynamo import _C
+    bench, loss, inputs, params = _mlp_step()
+    step = bench._train_step(cdynamo.optimize(loss), params)
+    step(*inputs)
+    step(*inputs)
+    cached = _C.output_pool_stats()["cached_bytes"]
+    with_pool = bench.step_peak_bytes(step, inputs, pool=True)
+    assert with_pool is not None and with_pool >= cached > 0
+    assert bench.step_peak_bytes(step, inputs) < with_pool
+
+
+@pytest.mark.xfail(strict=True, reason="the compiled backward holds every saved tensor until "
+                   "it returns (eager frees each node's as it goes) and the pool keeps the "
+                   "freed blocks: mlp 0.38 vs 0.13 MiB above the step's start")
+def test_mlp_training_step_peak_memory_not_above_eager():
+    bench, loss, inputs, params = _mlp_step()
+    peaks = []
+    for f, pool in ((loss, False), (cdynamo.optimize(loss), True)):
+        step = bench._train_step(f, params)
+        step(*inputs)
+        step(*inputs)
+        peaks.append(bench.step_peak_bytes(step, inputs, pool=pool))
+    assert peaks[1] <= peaks[0], peaks
