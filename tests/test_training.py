@@ -896,11 +896,11 @@ def test_pool_backward_ops_layouts_as_eager():
         _same_layout(mp, x)
 
 
-def _pool_inputs():
-    """max_pool2d inputs full of ties (small integers, relu's zeros), NaNs (two in one
-    window) and -inf windows, in four layouts."""
+def _pool_inputs(h=8, w=6):
+    """max_pool2d inputs (h x w) full of ties (small integers, relu's zeros), NaNs (two in
+    one window) and -inf windows, in four layouts."""
     out = []
-    for k, x in enumerate(_layouts(2, 3, 8, 6)):
+    for k, x in enumerate(_layouts(2, 3, h, w)):
         x = x.mul(1.5).round().clamp(-2, 2)
         if k % 2:
             x = x.relu()
@@ -910,13 +910,16 @@ def _pool_inputs():
     return out
 
 
-@pytest.mark.parametrize("args", [(2,), ((2, 3),), (3, 2), (2, 2, 1)])
-def test_max_pool2d_backward_ties_nan_as_eager(args):
+@pytest.mark.parametrize("args,hw", [((2,), (8, 6)), (((2, 3),), (8, 6)), ((3,), (9, 6)),
+                                     ((4,), (12, 8)), ((5,), (10, 10)), ((3, 2), (8, 6)),
+                                     ((2, 2, 1), (8, 6))])
+def test_max_pool2d_backward_ties_nan_as_eager(args, hw):
     """max_pool2d's gradient goes where eager's argmax is (the first of tied maxima, the
-    last NaN of a window): windows that tile the input (the two-kernel formula, its
-    operands of the backward graph) and others (torch's ops), equal to eager's."""
+    last NaN of a window): windows that tile the input (the two-kernel formula: up to 16
+    elements by the window's strided views, 5x5 by a reduction) and others (torch's
+    ops), equal to eager's."""
     fn = lambda t: F.max_pool2d(t, *args) * 2  # noqa: E731
-    for x in _pool_inputs():
+    for x in _pool_inputs(*hw):
         a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
         go = torch.randn(fn(x).shape, generator=torch.Generator().manual_seed(1))
         fn(a).backward(go)
