@@ -90,7 +90,7 @@ static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
 static mp_block *mp_free[MP_CLASSES];
 static int64_t mp_limit = (int64_t)256 << 20;
 static int64_t mp_cached;                   /* bytes on the free lists */
-static int64_t mp_held, mp_peak;            /* bytes of all blocks (live and cached), its high-water mark */
+static int64_t mp_held, mp_peak;            /* bytes of all blocks (live and free), their maximum */
 static long long mp_hits, mp_misses, mp_live;
 
 /* Size class of n data bytes and its capacity in *cap. */

@@ -992,10 +992,10 @@ def step_peak_bytes(f, inputs, pool: bool = False) -> Optional[int]:
     order, their highest point.  Two calls are profiled and the second measured, so that
     the frees of the first call's tensors (the gradients the step resets) have known
     sizes.  cdynamo's graphs (pool: f is cdynamo's) take their tensors from its own pool
-    (runtime/mempool.c), which torch's allocator does not see: to that peak are added the free blocks the
-    pool holds when the call starts (memory eager would have returned) and the growth of
-    the pool's blocks (live and free) to their high-water mark in the call; the two
-    peaks added, an upper bound.  Copies made once at compile time (cdynamo's packed
+    (runtime/mempool.c), which torch's allocator does not see: to that peak are added
+    the free blocks the pool holds when the call starts (memory eager would have
+    returned) and the growth of the pool's blocks (live and free) to their high-water
+    mark in the call; the two peaks added, an upper bound.  Copies made once at compile time (cdynamo's packed
     linear weights) are not in it.  None if the profiler fails."""
     from torch.profiler import ProfilerActivity, profile, record_function  # noqa: PLC0415
     try:
