@@ -199,7 +199,7 @@ def max_pool2d_backward(grad, x, kernel, stride, padding, dilation, ceil_mode, y
     """max_pool2d's gradient.  Windows that tile x (stride = kernel, no padding or
     dilation, sizes divisible; y the forward's result): per window the position eager's
     argmax picks (the last NaN if the window has one, else the first element equal to
-    the max), found by a min over the window, gets the window's gradient; two fused
+    the max), found by a min of keys over the window, gets the window's gradient; two
     kernels, no index tensor.  Else the argmax indices recomputed, torch's backward op."""
     kh, kw = kernel
     hh, ww = x.shape[-2], x.shape[-1]
@@ -213,9 +213,10 @@ def max_pool2d_backward(grad, x, kernel, stride, padding, dilation, ceil_mode, y
                torch.arange(kw, dtype=torch.int32)).reshape(kh, 1, kw)
         if kh * kw <= 16:
             # the window's minimum key as an elementwise minimum of its kh * kw strided
-            # views: one pointwise kernel over the pooled sizes (a reduction over the
-            # window's two size-kw / size-kh dims runs as scalar loops of 2; cnn_train's
-            # 2x2 pool of 8x32x32x32 floats, one thread: 313 -> 60 us)
+            # views: one pointwise kernel over the pooled sizes, where a reduction over
+            # the window's two dims runs scalar loops of kw (cnn_train's 2x2 pool of
+            # 8x32x32x32 floats, the whole gradient, one thread: 140 -> 112 us; aten's
+            # index recompute and backward: 1470 us)
             sel = None
             for a in range(kh):
                 for b in range(kw):
