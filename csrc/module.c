@@ -223,6 +223,8 @@ static PyMethodDef module_methods[] = {
     {"set_output_pool_bytes", cdy_mempool_py_set_limit, METH_O,
      "cache at most n bytes of freed graph tensors for reuse (0: no pool)"},
     {"output_pool_stats", cdy_mempool_py_stats, METH_NOARGS, "the tensor pool's counters"},
+    {"reset_output_pool_peak", cdy_mempool_py_reset_peak, METH_NOARGS,
+     "the pool's high-water mark of held bytes starts again at the bytes held now"},
     {"clear_output_pool", cdy_mempool_py_clear, METH_NOARGS,
      "free the pool's cached blocks and zero its counters"},
     {"callable_table", cdy_callables_py_table, METH_NOARGS,

@@ -178,3 +178,27 @@ def test_large_blocks_start_on_a_page_and_very_large_ones_on_2_mb():
         again = f(x)
         assert again.data_ptr() in ptrs          # a freed block comes back
         torch.testing.assert_close(again, x * 2 - 1)
+
+
+def test_held_bytes_and_their_high_water_mark():
+    """held_bytes counts every block (live and free), peak_bytes its maximum since
+    reset_output_pool_peak (the bench's training peak memory reads them): two outputs
+    alive at once hold two blocks, freed they stay held as free blocks, cleared they go."""
+    cdynamo.reset()
+    f = cdynamo.optimize(lambda x: x * 2 + 1)
+    x = torch.randn(100_000)
+    f(x)
+    _C.clear_output_pool()
+    s0 = _stats()
+    _C.reset_output_pool_peak()
+    assert _stats()["peak_bytes"] == s0["held_bytes"]
+    a, b = f(x), f(x)
+    s = _stats()
+    assert s["held_bytes"] - s0["held_bytes"] >= 2 * 400_000
+    assert s["peak_bytes"] == s["held_bytes"]
+    del a, b
+    s2 = _stats()
+    assert s2["held_bytes"] == s["held_bytes"] and s2["cached_bytes"] >= 2 * 400_000
+    _C.clear_output_pool()
+    s3 = _stats()
+    assert s3["held_bytes"] == s0["held_bytes"] and s3["peak_bytes"] == s["peak_bytes"]

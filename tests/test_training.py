@@ -896,6 +896,38 @@ def test_pool_backward_ops_layouts_as_eager():
         _same_layout(mp, x)
 
 
+def _pool_inputs(h=8, w=6):
+    """max_pool2d inputs (h x w) full of ties (small integers, relu's zeros), NaNs (two in
+    one window) and -inf windows, in four layouts."""
+    out = []
+    for k, x in enumerate(_layouts(2, 3, h, w)):
+        x = x.mul(1.5).round().clamp(-2, 2)
+        if k % 2:
+            x = x.relu()
+        x[0, 0, 0, 0] = x[0, 0, 1, 1] = x[1, 2, 3, 3] = float("nan")
+        x[1, 1, :2, :2] = float("-inf")
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("args,hw", [((2,), (8, 6)), (((2, 3),), (8, 6)), ((3,), (9, 6)),
+                                     ((4,), (12, 8)), ((5,), (10, 10)), ((3, 2), (8, 6)),
+                                     ((2, 2, 1), (8, 6))])
+def test_max_pool2d_backward_ties_nan_as_eager(args, hw):
+    """max_pool2d's gradient goes where eager's argmax is (the first of tied maxima, the
+    last NaN of a window): windows that tile the input (the two-kernel formula: up to 16
+    elements by the window's strided views, 5x5 by a reduction) and others (torch's
+    ops), equal to eager's."""
+    fn = lambda t: F.max_pool2d(t, *args) * 2  # noqa: E731
+    for x in _pool_inputs(*hw):
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        go = torch.randn(fn(x).shape, generator=torch.Generator().manual_seed(1))
+        fn(a).backward(go)
+        cdynamo.optimize(fn)(b).backward(go)
+        assert torch.equal(b.grad, a.grad), (args, x.stride())
+        cdynamo.reset()
+
+
 @pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, True, False)])
 def test_convolution_backward_layouts_as_eager(mask):
     g = torch.Generator().manual_seed(3)
@@ -957,3 +989,56 @@ def test_split_pieces_not_tiling_keep_view_scatter():
     grads_match(f, _x(3, 6))
     out = cdynamo.optimize(f)(_x(3, 6))
     assert "view_scatter" in out.grad_fn.tg.source and "torch.cat([" not in out.grad_fn.tg.source
+
+
+def _mlp_step():
+    """A training step of an MLP (64x256 -> 512 -> 512 -> 10, cross_entropy): the step
+    function of the bench (gradients reset, loss, backward), its inputs and parameters."""
+    from cdynamo import bench
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.GELU(),
+                      nn.Linear(512, 10))
+    loss = lambda x, y: F.cross_entropy(m(x), y)  # noqa: E731
+    inputs = (torch.randn(64, 256), torch.randint(0, 10, (64,)))
+    return bench, loss, inputs, list(m.parameters())
+
+
+def test_step_peak_bytes_of_eager_is_its_allocations():
+    """bench.step_peak_bytes of an eager step: old gradients freed first, then the
+    activations and new gradients; the peak is at the last weight gradient: the new
+    gradients (1.52 MiB) less the old ones freed before it plus what is alive then: 128
+    KiB and a few small tensors (eager frees the activations as its backward goes), far
+    below the 1.52 MiB a measure that missed the old gradients' frees would give."""
+    bench, loss, inputs, params = _mlp_step()
+    step = bench._train_step(loss, params)
+    step(*inputs)
+    peak = bench.step_peak_bytes(step, inputs)
+    assert peak is not None and 128 << 10 <= peak < 512 << 10, peak
+
+
+def test_step_peak_bytes_of_cdynamo_counts_its_pool():
+    """cdynamo's step peak counts its output pool (free blocks at the start and growth):
+    with the pool on it is at least the pool's free bytes; with it off, torch's alone."""
+    from cdynamo import _C
+    bench, loss, inputs, params = _mlp_step()
+    step = bench._train_step(cdynamo.optimize(loss), params)
+    step(*inputs)
+    step(*inputs)
+    cached = _C.output_pool_stats()["cached_bytes"]
+    with_pool = bench.step_peak_bytes(step, inputs, pool=True)
+    assert with_pool is not None and with_pool >= cached > 0
+    assert bench.step_peak_bytes(step, inputs) < with_pool
+
+
+@pytest.mark.xfail(strict=True, reason="the compiled backward holds every saved tensor until "
+                   "it returns (eager frees each node's as it goes) and the pool keeps the "
+                   "freed blocks: mlp 0.38 vs 0.13 MiB above the step's start")
+def test_mlp_training_step_peak_memory_not_above_eager():
+    bench, loss, inputs, params = _mlp_step()
+    peaks = []
+    for f, pool in ((loss, False), (cdynamo.optimize(loss), True)):
+        step = bench._train_step(f, params)
+        step(*inputs)
+        step(*inputs)
+        peaks.append(bench.step_peak_bytes(step, inputs, pool=pool))
+    assert peaks[1] <= peaks[0], peaks

@@ -90,6 +90,7 @@ static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
 static mp_block *mp_free[MP_CLASSES];
 static int64_t mp_limit = (int64_t)256 << 20;
 static int64_t mp_cached;                   /* bytes on the free lists */
+static int64_t mp_held, mp_peak;            /* bytes of all blocks (live and free), their maximum */
 static long long mp_hits, mp_misses, mp_live;
 
 /* Size class of n data bytes and its capacity in *cap. */
@@ -175,6 +176,8 @@ static void mp_release(dl_managed *mt)
         b->next = mp_free[b->cls];
         mp_free[b->cls] = b;
         mp_cached += (int64_t)b->cap;
+    } else {
+        mp_held -= (int64_t)b->cap;
     }
     pthread_mutex_unlock(&mp_lock);
     if (!keep)
@@ -195,13 +198,17 @@ static mp_block *mp_take(int cls, size_t cap)
     }
     mp_live++;
     pthread_mutex_unlock(&mp_lock);
-    if (!b)
-        b = mp_new(cls, cap);
-    if (!b) {
-        pthread_mutex_lock(&mp_lock);
+    if (b)
+        return b;
+    b = mp_new(cls, cap);
+    pthread_mutex_lock(&mp_lock);
+    if (b) {
+        mp_held += (int64_t)cap;
+        mp_peak = mp_held > mp_peak ? mp_held : mp_peak;
+    } else {
         mp_live--;
-        pthread_mutex_unlock(&mp_lock);
     }
+    pthread_mutex_unlock(&mp_lock);
     return b;
 }
 
@@ -215,6 +222,7 @@ static void mp_trim(int64_t limit)
             mp_block *b = mp_free[c];
             mp_free[c] = b->next;
             mp_cached -= (int64_t)b->cap;
+            mp_held -= (int64_t)b->cap;
             b->next = drop;
             drop = b;
         }
@@ -304,15 +312,28 @@ PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit. */
+/* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit,
+ * held bytes (all blocks, live and cached) and their high-water mark since the last reset. */
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused)
 {
     pthread_mutex_lock(&mp_lock);
     long long h = mp_hits, mi = mp_misses, live = mp_live, cached = mp_cached, lim = mp_limit;
+    long long held = mp_held, peak = mp_peak;
     pthread_mutex_unlock(&mp_lock);
-    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L}", "enabled",
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "enabled",
                          cdy_mempool_on() ? Py_True : Py_False, "hits", h, "misses", mi, "live", live,
-                         "cached_bytes", cached, "limit_bytes", lim);
+                         "cached_bytes", cached, "limit_bytes", lim, "held_bytes", held,
+                         "peak_bytes", peak);
+}
+
+/* _C.reset_output_pool_peak(): the high-water mark of held bytes starts again at the
+ * bytes held now (the bench's peak memory of a step). */
+PyObject *cdy_mempool_py_reset_peak(PyObject *self, PyObject *unused)
+{
+    pthread_mutex_lock(&mp_lock);
+    mp_peak = mp_held;
+    pthread_mutex_unlock(&mp_lock);
+    Py_RETURN_NONE;
 }
 
 /* _C.clear_output_pool(): free the cached blocks and zero the hit counters. */

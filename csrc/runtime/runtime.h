@@ -37,6 +37,7 @@ PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
 PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
+PyObject *cdy_mempool_py_reset_peak(PyObject *self, PyObject *unused);
 
 /* A new runtime/linear.c PackedLinear (linear(x, w, b) with w kept packed;
  * `always`: without timing it against torch's linear first), or NULL (no

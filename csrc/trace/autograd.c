@@ -1200,8 +1200,9 @@ static int ag_pool_ceil(const ag_state *s, const cdy_value *x, int max)
 }
 
 /* Pool node v (kind W): its input's gradient by torch's backward op of the
- * pool (the prelude's max_pool2d_backward / adaptive_max_pool2d_backward
- * recompute the indices); upsample has none. */
+ * pool (the prelude's max_pool2d_backward, given the pool's result, finds the
+ * argmax of windows that tile the input in two kernels; else it and
+ * adaptive_max_pool2d_backward recompute the indices); upsample has none. */
 static int ag_pool(ag_state *s, int v)
 {
     const cdy_value *x = &s->g->values[v];
@@ -1217,7 +1218,10 @@ static int ag_pool(ag_state *s, int v)
             ag_pair(s, x->args[a], &e);
         }
         cdy_buf_puts(&e, ag_pool_ceil(s, x, max) ? ", True" : ", False");
-        if (!max) {
+        if (max) {
+            cdy_buf_puts(&e, ", y=");
+            ag_value(s, &e, v);
+        } else {
             int64_t fl = s->g->values[x->args[4]].i;
             cdy_buf_printf(&e, ", %s, ", fl & 1 ? "True" : "False");
             if (fl >> 1)

@@ -969,8 +969,55 @@ def empty_row(w: Workload) -> dict:
         "speedup": {"inductor": None, "cdynamo": None},
         "gbps": None, "bw_share": None, "copy_gbps": None,
         "bytes": None, "batch": dict(none), "rounds": None, "notes": [],
-        "cdynamo_stats": None, "capture": None,
+        "cdynamo_stats": None, "capture": None, "peak_bytes": None,
     }
+
+
+def _pool_stats(reset: bool = False) -> Optional[dict]:
+    """cdynamo's output pool counters (_C.output_pool_stats), its high-water mark reset
+    first if reset; None without cdynamo."""
+    try:
+        from cdynamo import _C   # noqa: PLC0415
+        if reset:
+            _C.reset_output_pool_peak()
+        return _C.output_pool_stats()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def step_peak_bytes(f, inputs, pool: bool = False) -> Optional[int]:
+    """Peak memory of one call of f (a training step), in bytes above what is alive when
+    it starts, measured the same way for every system: torch's CPU allocations and frees
+    in the call (torch.profiler's memory events, profile_memory=True), summed in time
+    order, their highest point.  Two calls are profiled and the second measured, so that
+    the frees of the first call's tensors (the gradients the step resets) have known
+    sizes.  cdynamo's graphs (pool: f is cdynamo's) take their tensors from its own pool
+    (runtime/mempool.c), which torch's allocator does not see: to that peak are added
+    the free blocks the pool holds when the call starts (memory eager would have
+    returned) and the growth of the pool's blocks (live and free) to their high-water
+    mark in the call; the two peaks added, an upper bound.  Copies made once at compile time (cdynamo's packed
+    linear weights) are not in it.  None if the profiler fails."""
+    from torch.profiler import ProfilerActivity, profile, record_function  # noqa: PLC0415
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            f(*inputs)
+            ps = _pool_stats(reset=True) if pool else None
+            with record_function("bench_measured_step"):
+                f(*inputs)
+            after = _pool_stats() if pool else None
+        ev = prof.profiler.kineto_results.events()
+        mark = next(e for e in ev if e.name() == "bench_measured_step")
+        mem = [e for e in ev if e.name() == "[memory]"
+               and mark.start_ns() <= e.start_ns() <= mark.end_ns()]
+    except Exception:  # noqa: BLE001  (a measurement aid: never fail the row for it)
+        return None
+    run = peak = 0
+    for e in sorted(mem, key=lambda e: e.start_ns()):
+        run += e.nbytes()
+        peak = max(peak, run)
+    if ps is not None and after is not None and "peak_bytes" in after:
+        peak += ps["cached_bytes"] + after["peak_bytes"] - ps["held_bytes"]
+    return peak
 
 
 def _check(w: Workload, out, expected) -> Optional[str]:
@@ -1185,6 +1232,9 @@ def _run_workload(w: Workload, systems: Systems, args, progress: Progress,
             row["speedup"][s] = round(row["us"]["eager"] / row["us"][s], 3)
     if w.name in BREAKDOWN and "cdynamo" in callables:
         row["breakdown_us"] = _breakdown(systems, callables["cdynamo"], inputs, args.quick)
+    if w.kind == "training":
+        row["peak_bytes"] = {s: step_peak_bytes(callables[s], inputs, pool=s == "cdynamo")
+                             if s in callables else None for s in SYSTEMS}
     if memory_bound:
         bw = max(copy_ref, copy_gbps()) if copy_ref else args.copy_gbps
         row["copy_gbps"] = bw
@@ -1324,12 +1374,15 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
     if first_calls_note and (cs or ws):
         print(f"  ({first_calls_note})", file=file)
     head = ["workload", "kind", "eager us", "inductor us", "cdynamo us", "ind x", "cdy x",
-            "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "status"]
+            "ind comp s", "cdy comp s", "GB/s e/i/c", "%copy cdy", "peak MB e/i/c", "status"]
     body = []
     for r in rows:
         g = r.get("gbps") or {}
         share = (r.get("bw_share") or {}).get("cdynamo")
         gb = "/".join(_fmt(g.get(s), ".1f") for s in SYSTEMS) if g else "-"
+        pk = r.get("peak_bytes") or {}
+        mb = "/".join(_fmt(None if pk.get(s) is None else pk[s] / 2**20, ".2f")
+                      for s in SYSTEMS) if pk else "-"
         status = []
         for s in SYSTEMS:
             if r["ok"].get(s) is False:
@@ -1341,7 +1394,7 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
                      _fmt(r["speedup"]["inductor"], ".2f"), _fmt(r["speedup"]["cdynamo"], ".2f"),
                      _fmt(r["compile_s"]["inductor"], ".3f"),
                      _fmt(r["compile_s"]["cdynamo"], ".3f"),
-                     gb, "-" if share is None else f"{share * 100:.0f}%",
+                     gb, "-" if share is None else f"{share * 100:.0f}%", mb,
                      " ".join(status) or "ok"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     fmt_row = lambda cells: "  ".join(  # noqa: E731
@@ -1353,6 +1406,12 @@ def print_table(rows: list[dict], machine: dict, startup: Optional[dict] = None,
         print(fmt_row(b), file=file)
     print("us = median microseconds per call (interleaved rounds); x = eager/compiled; "
           "comp s = first call - steady call (cold caches)", file=file)
+    if any(r.get("peak_bytes") for r in rows):
+        print("peak MB = a training step's peak memory above what is alive at its start (MiB; "
+              "the second of two profiled steps): torch's CPU allocations and frees "
+              "(torch.profiler profile_memory, in time order); for cdynamo plus its output "
+              "pool's free blocks at the start and the pool's growth in the step "
+              "(bench.step_peak_bytes; compile-time copies not counted)", file=file)
     if any(r.get("copy_gbps") for r in rows):
         print("%copy = cdynamo's GB/s over a 64 MB copy's, measured just before and after "
               "the workload's rounds (the larger)", file=file)
