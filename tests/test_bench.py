@@ -147,3 +147,17 @@ def test_bench_dynamic_group_filters_and_counts_compiles(tmp_path):
     for r in rows:
         assert r[-1] == "ok", r
         assert int(r[2]) == (0 if r[1] == "eager" else 2), r   # compiles: static, then symbolic
+
+
+@needs_c_core
+def test_bench_dynamic_sequence_sweep_compiles_twice(tmp_path):
+    """--dynamic's _seq rows sweep the sequence length at batch 2: transformer_stack's compiles
+    twice (static, then symbolic) and every call equals eager's."""
+    cmd = [sys.executable, "-m", "cdynamo.bench", "--dynamic", "--quick", "--no-inductor",
+           "--filter", "transformer_stack_seq"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l.split() for l in proc.stdout.splitlines() if l.startswith("transformer_stack_seq")]
+    assert [(r[1], r[2], r[-1]) for r in rows] == [("eager", "0", "ok"), ("cdynamo", "2", "ok")], \
+        proc.stdout

@@ -8,7 +8,9 @@ checked against eager.  The table gives per system the compiles over the sweep (
 frames_compiled, torch.compile's unique graphs), the wall time of the first sweep (with
 its compiles), and the steady per-call time (the median over rounds of a second sweep,
 averaged over the sizes).  Decode: a LLaMA causal LM from a small config, generate() with
-its default DynamicCache, greedy, per-token time per system (compiled forward)."""
+its default DynamicCache, greedy, per-token time per system (compiled forward).
+Sequence sweeps (the names ending _seq: transformer_stack, encoder_layer, and transformers'
+BERT and GPT-2 built from small configs): batch 2, sequence lengths 1..64 in the same order."""
 from __future__ import annotations
 
 import statistics
@@ -63,7 +65,38 @@ def _encoder(x):
     return m(x)
 
 
+def _hf_encoder(name):
+    """A small transformers model from its config (random weights): BERT or GPT-2."""
+    m = _MLP.get(name)
+    if m is None:
+        import transformers as T   # noqa: PLC0415 (optional dependency)
+        torch.manual_seed(0)
+        if name == "bert":
+            cfg = T.BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=128)
+            m = T.BertModel(cfg)
+        else:
+            m = T.GPT2Model(T.GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4,
+                                         n_positions=256))
+        m = _MLP[name] = m.eval()
+    return m
+
+
+def _bert(ids):
+    return _hf_encoder("bert")(input_ids=ids).last_hidden_state
+
+
+def _gpt2(ids):
+    return _hf_encoder("gpt2")(input_ids=ids, use_cache=False).last_hidden_state
+
+
 def _inputs(name, n):
+    if name in ("bert_seq", "gpt2_seq"):
+        return (torch.randint(3, 512, (2, n)),)
+    if name == "transformer_stack_seq":
+        return (torch.randn(2, n, 256),)
+    if name == "encoder_layer_seq":
+        return (torch.randn(2, n, 128),)
     if name == "pointwise":
         return torch.randn(n, 4096), torch.randn(4096)
     if name == "softmax":
@@ -78,7 +111,9 @@ def _inputs(name, n):
 
 
 SWEEPS = {"pointwise": _pointwise, "softmax": _softmax, "layer_norm": _layernorm_gelu,
-          "mlp": _mlp, "transformer_stack": _stack, "encoder_layer": _encoder}
+          "mlp": _mlp, "transformer_stack": _stack, "encoder_layer": _encoder,
+          "transformer_stack_seq": _stack, "encoder_layer_seq": _encoder,
+          "bert_seq": _bert, "gpt2_seq": _gpt2}
 
 
 def _counts(system, cdynamo):
@@ -136,7 +171,7 @@ def sweep(name, system, sizes, cdynamo, rounds):
         try:
             torch.testing.assert_close(out, expected[n])
         except AssertionError as e:
-            wrong = wrong or f"batch {n}: {str(e).splitlines()[0]}"
+            wrong = wrong or f"size {n}: {str(e).splitlines()[0]}"
     first = time.perf_counter() - t0
     compiles = _counts(system, cdynamo) - before
     per = [_per_call(f, data[n], rounds) for n in sizes]
@@ -144,7 +179,7 @@ def sweep(name, system, sizes, cdynamo, rounds):
         try:
             torch.testing.assert_close(f(*data[n]), expected[n])
         except AssertionError as e:
-            wrong = wrong or f"batch {n} (steady): {str(e).splitlines()[0]}"
+            wrong = wrong or f"size {n} (steady): {str(e).splitlines()[0]}"
     return {"compiles": compiles, "first_s": first, "us": 1e6 * statistics.fmean(per),
             "wrong": wrong}
 
@@ -211,7 +246,8 @@ def main(args, cdynamo) -> int:
     filters = [f for arg in args.filter or [] for f in arg.split(",") if f]
     names = [n for n in list(SWEEPS) + list(DECODERS)
              if not filters or "dynamic" in filters or any(f in n for f in filters)]
-    print(f"dynamic shapes: batch sweep {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
+    print(f"dynamic shapes: batch sweep (_seq: sequence lengths at batch 2) "
+          f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes), "
           f"threads {torch.get_num_threads()}; per call: mean over the sizes of the median "
           f"of {rounds} rounds (decode: per token, {DECODE_TOKENS} tokens)")
     print(f"{'workload':17s} {'system':9s} {'compiles':>8s} {'1st sweep s':>10s} "
