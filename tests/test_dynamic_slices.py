@@ -102,3 +102,21 @@ def test_addmm_split_heads():
         v = v.view(b, t, 4, 4).transpose(1, 2)
         return (q * k).sum(-1, keepdim=True) * v
     assert _sweep(f, lambda s: (torch.randn(2, s, 16),)) == 2
+
+
+def test_int_index_zero_keeps_the_other_dims_symbolic():
+    """BERT's pooler: hidden_states[:, 0] over a sequence sweep."""
+    assert _sweep(lambda x: torch.tanh(x[:, 0] * 2), lambda s: (torch.randn(2, s, 8),)) == 2
+
+
+def test_int_index_inside_a_dim_specializes_that_dim_only():
+    """x[:, -1] (the last token's logits): a batch sweep compiles twice; its indexed dim is a
+    number (a sweep over it would compile per length)."""
+    def f(x):
+        return x[:, -1] + x[:, 1, :2].sum()
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for b in [2, 3, 5, 9]:
+        x = torch.randn(b, 7, 4)
+        assert_same(f(x), opt(x))
+    assert cdynamo.stats()["frames_compiled"] == 2

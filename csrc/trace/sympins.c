@@ -351,9 +351,25 @@ static int sp_cut(tracer *tr, const tvar *x, int sd, int od, PyObject *o, int S,
     return 0;
 }
 
+/* Source dim sd of x indexed by int item o (node sx, or 0): index 0 keeps
+ * the view's offset; another (or one read from sizes: pinned) is a constant
+ * offset inside the dim, which it pins.  0, or -1 (not an int). */
+static int sp_select(tracer *tr, const tvar *x, int sd, PyObject *o, int sx)
+{
+    long k = PyLong_AsLong(o);
+    if (k == -1 && PyErr_Occurred())
+        return PyErr_Clear(), -1;
+    const char *why = cdy_sx_where(tr, "an int index inside the dim");
+    cdy_sx_pin_node(tr, sx, why);
+    if (k != 0 || sx)
+        cdy_tr_pin(tr, x->value, 1u << sd, why);
+    return 0;
+}
+
 /* w's 'c' map (sym.h) for x[idx] (meta m) when idx (a constant: tr's nodes
- * sx / sxi) is None, Ellipsis, a slice or a tuple of them: out dim d is a
- * source dim (whole, or cut: sp_cut) or a new 1 (-1); 0, or -1. */
+ * sx / sxi) is None, Ellipsis, a slice, an int or a tuple of them: out dim d
+ * is a source dim (whole, or cut: sp_cut) or a new 1 (-1); an int drops its
+ * dim (sp_select); 0, or -1. */
 static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_meta *m,
                           cdy_sym_view *w)
 {
@@ -364,9 +380,10 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
     Py_ssize_t n = tuple ? PyTuple_GET_SIZE(idx_obj) : 1;
     int nslice = 0, nell = 0, sd = 0, od = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (items[i] != Py_None && items[i] != Py_Ellipsis && !PySlice_Check(items[i]))
+        int integer = PyLong_CheckExact(items[i]);
+        if (items[i] != Py_None && items[i] != Py_Ellipsis && !PySlice_Check(items[i]) && !integer)
             return -1;
-        nslice += PySlice_Check(items[i]);
+        nslice += PySlice_Check(items[i]) || integer;   /* the source dims they consume */
         nell += items[i] == Py_Ellipsis;
     }
     if (nell > 1 || nslice > src->ndim)
@@ -382,6 +399,11 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
             w->map[od++] = -1;
         else if (PySlice_Check(items[i])) {
             if (sp_cut(tr, x, sd++, od++, items[i], S, m, w))
+                return -1;
+        }
+        else if (PyLong_CheckExact(items[i])) {
+            if (sp_select(tr, x, sd++, items[i], tuple ? (i < idx->nsxi ? idx->sxi[i] : 0)
+                                                       : idx->sx))
                 return -1;
         }
         else
