@@ -127,10 +127,13 @@ int cdy_runtime_init(PyObject *torch)
 /* Data pointer of tensor t, or NULL with error set. */
 static void *tensor_ptr(PyObject *t)
 {
+    void *v;
+    if (cdy_mempool_read(t, NULL, &v))
+        return v;
     PyObject *p = cdy_tensor_attr(t, CDY_TA_data_ptr);
     if (!p)
         return NULL;
-    void *v = PyLong_AsVoidPtr(p);
+    v = PyLong_AsVoidPtr(p);
     Py_DECREF(p);
     if (!v && PyErr_Occurred())
         return NULL;
@@ -624,6 +627,9 @@ static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **pt
 /* Input x's meta (sizes, strides, dtype) into *m; 0, or -1 with an error. */
 static int sym_read_meta(PyObject *x, cdy_meta *m)
 {
+    void *data;
+    if (cdy_mempool_read(x, m, &data))
+        return 0;
     PyObject *sh = cdy_tensor_attr(x, CDY_TA_shape);
     PyObject *st = sh ? cdy_tensor_attr(x, CDY_TA_stride) : NULL;
     PyObject *dt = st ? cdy_tensor_attr(x, CDY_TA_dtype) : NULL;
@@ -853,9 +859,12 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
+    long long t0 = cdy_phase_start();
     if (c->sym && !sym_values_guarded(c, args, symvals, &big) &&
         sym_values(c, args, symvals, &big))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
+    if (c->sym)
+        cdy_phase_add(CDY_PHASE_guards, &t0);   /* the symbolic sizes' checks */
     PyObject *stackbufs[16];
     void *stackptrs[16];
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
@@ -864,7 +873,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void *scratch = NULL;
     int i = 0, wrote = 0;
     rng = rng_save(c);
-    long long t0 = cdy_phase_start();
+    t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
     if (!bufs || !ptrs || (c->multi && !stash) || !rng) {
