@@ -97,6 +97,15 @@ typedef struct {
     int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
     int *in_value;        /* -1 also for an input of static sizes (not read per call) */
     cdy_meta *in_meta;
+    uint64_t sym_live;    /* cdy_sym_live(sym) */
+    /* the sizes cache (sym_cache): at the symbols' values sym_at (valid when
+     * sym_ok), each buffer's meta (of a buffer with a value) and each input's
+     * sizes (of an input with a value) and element count: a call at the sizes
+     * of the call before evaluates no expression */
+    int sym_ok;
+    int64_t sym_at[CDY_SYM_MAX_SYMS];
+    cdy_meta *sym_bmeta, *sym_imeta;
+    int64_t *sym_inumel;
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -276,8 +285,8 @@ static int extern_dtype_differs(PyObject *r, PyObject *dtype)
     return differs;
 }
 
-static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
-static int sym_read_meta(PyObject *x, cdy_meta *m);
+static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
+static int sym_read_meta(PyObject *x, cdy_meta *m, void **data);
 
 /* Symbolic graphs: extern result *r for buffer b checked against the
  * buffer's meta at the symbols' values sv (dtype, sizes: else RuntimeError,
@@ -286,8 +295,8 @@ static int sym_read_meta(PyObject *x, cdy_meta *m);
 static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject **r)
 {
     cdy_meta want, got;
-    sym_meta(c, b, sv, &want);
-    if (sym_read_meta(*r, &got)) {
+    sym_meta_at(c, b, sv, &want);
+    if (sym_read_meta(*r, &got, NULL)) {
         Py_CLEAR(*r);
         return -1;
     }
@@ -606,12 +615,53 @@ static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *
     }
 }
 
+/* 1 when c's sizes cache holds the symbols' values sv. */
+static int sym_cached(const cdy_compiled *c, const int64_t *sv)
+{
+    return c->sym_ok && !memcmp(c->sym_at, sv, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+}
+
+/* Make c's sizes cache hold the symbols' values sv: 0, or -1 with why (n
+ * bytes) when sv breaks one of the graph's relations (the cache then holds
+ * nothing). */
+static int sym_cache(cdy_compiled *c, const int64_t *sv, char *why, size_t n)
+{
+    if (sym_cached(c, sv))
+        return 0;
+    c->sym_ok = 0;
+    if (!cdy_sym_relations_hold(c->sym, sv, why, n))
+        return -1;
+    for (int b = 0; b < c->nbuffers; b++)
+        if (c->buf_value[b] >= 0)
+            sym_meta(c, b, sv, &c->sym_bmeta[b]);
+    for (int i = 0; i < c->ninputs; i++) {
+        cdy_meta *m = &c->sym_imeta[i];
+        int v = c->in_value[i];
+        *m = c->in_meta[i];
+        for (int d = 0; v >= 0 && d < m->ndim; d++)
+            m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
+        c->sym_inumel[i] = v >= 0 ? cdy_meta_numel(m) : 0;
+    }
+    memcpy(c->sym_at, sv, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    c->sym_ok = 1;
+    return 0;
+}
+
+/* sym_meta through the sizes cache when it holds sv. */
+static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
+{
+    if (sym_cached(c, sv) && c->buf_value[b] >= 0)
+        *m = c->sym_bmeta[b];
+    else
+        sym_meta(c, b, sv, m);
+}
+
 /* A new contiguous tensor for buffer b at the symbols' values sv, its data
  * pointer in *ptr; NULL with an error. */
 static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **ptr)
 {
     cdy_meta m;
-    sym_meta(c, b, sv, &m);
+    sym_meta_at(c, b, sv, &m);
     if (cdy_mempool_on())
         return cdy_mempool_tensor(&m, ptr);
     PyObject *sz = int_tuple(m.sizes, m.ndim), *st = int_tuple(m.strides, m.ndim);
@@ -624,12 +674,19 @@ static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **pt
     return t;
 }
 
-/* Input x's meta (sizes, strides, dtype) into *m; 0, or -1 with an error. */
-static int sym_read_meta(PyObject *x, cdy_meta *m)
+/* Input x's meta (sizes, strides, dtype) into *m and, when data is not
+ * NULL, its data pointer into *data (NULL: not read, tensor_ptr's to do);
+ * 0, or -1 with an error. */
+static int sym_read_meta(PyObject *x, cdy_meta *m, void **data)
 {
-    void *data;
-    if (cdy_mempool_read(x, m, &data))
+    void *p;
+    if (cdy_mempool_read(x, m, &p)) {
+        if (data)
+            *data = p;
         return 0;
+    }
+    if (data)
+        *data = NULL;
     PyObject *sh = cdy_tensor_attr(x, CDY_TA_shape);
     PyObject *st = sh ? cdy_tensor_attr(x, CDY_TA_stride) : NULL;
     PyObject *dt = st ? cdy_tensor_attr(x, CDY_TA_dtype) : NULL;
@@ -667,7 +724,7 @@ static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const i
         return 0;
     }
     for (int d = 0; c->in_value[i] >= 0 && d < a->ndim; d++) {
-        int64_t want = cdy_sym_eval(&c->sym->tab, c->sym->dims[c->in_value[i]][d], sv);
+        int64_t want = c->sym_imeta[i].sizes[d];   /* sym_cache's, at sv */
         if (a->sizes[d] != want) {
             snprintf(why, n, "input %d's size %d is %lld, its expression gives %lld", i, d,
                      (long long)a->sizes[d], (long long)want);
@@ -680,19 +737,22 @@ static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const i
 /* The symbols' values of a call on args into sv (each live symbol from its
  * input's dim), checked against the graph's symbolic shapes (sizes >= 2,
  * contiguous inputs, relations, every input size), *big set when an input
- * has CDY_RELEASE_GIL_NUMEL elements or more; 0, or -1 with RuntimeError
- * when the graph does not cover these inputs. */
-static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
+ * has CDY_RELEASE_GIL_NUMEL elements or more, the data pointers read on the
+ * way into inptr (when not NULL; NULL where none was read); 0, or -1 with
+ * RuntimeError when the graph does not cover these inputs. */
+static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big,
+                      void **inptr)
 {
     const cdy_sym_shapes *s = c->sym;
     cdy_meta am[c->ninputs ? c->ninputs : 1];
     char why[256] = "";
-    uint64_t live = cdy_sym_live(s);
+    uint64_t live = c->sym_live;
     *big = 0;
     for (int i = 0; i < c->ninputs; i++) {
-        if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i]))
+        if (inptr)
+            inptr[i] = NULL;
+        if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i], inptr ? &inptr[i] : NULL))
             return -1;
-        *big |= c->in_value[i] >= 0 && cdy_meta_numel(&am[i]) >= CDY_RELEASE_GIL_NUMEL;
     }
     for (int k = 0; k < s->tab.nsyms; k++) {
         sv[k] = s->tab.hint[k];
@@ -705,10 +765,12 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
                      "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
     if (!why[0])
-        cdy_sym_relations_hold(s, sv, why, sizeof(why));
+        sym_cache(c, sv, why, sizeof(why));
     for (int i = 0; !why[0] && i < c->ninputs; i++)
         if (c->in_value[i] >= 0)
             sym_input_ok(c, i, &am[i], sv, why, sizeof(why));
+    for (int i = 0; !why[0] && i < c->ninputs; i++)
+        *big |= c->sym_inumel[i] >= CDY_RELEASE_GIL_NUMEL;
     if (!why[0])
         return 0;
     PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: its symbolic sizes do not cover this call: %s",
@@ -747,14 +809,12 @@ static int sym_values_guarded(cdy_compiled *c, PyObject *const *args, int64_t *s
     if (!ok)
         return 0;
     memcpy(sv, cdy_sym_tok.vals, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    char why[8];
+    if (sym_cache(c, sv, why, 0))
+        return 0;   /* not expected: the guards checked the relations */
     *big = 0;
-    for (int i = 0; i < c->ninputs && !*big; i++) {
-        int v = c->in_value[i];
-        int64_t n = 1;
-        for (int d = 0; v >= 0 && d < c->in_meta[i].ndim; d++)
-            n *= cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
-        *big = v >= 0 && n >= CDY_RELEASE_GIL_NUMEL;
-    }
+    for (int i = 0; i < c->ninputs; i++)
+        *big |= c->sym_inumel[i] >= CDY_RELEASE_GIL_NUMEL;
     return 1;
 }
 
@@ -859,9 +919,12 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
+    void *inptr[16], **inp = c->sym && c->ninputs <= 16 ? inptr : NULL;   /* sym_values' reads */
     long long t0 = cdy_phase_start();
+    for (int j = 0; inp && j < c->ninputs; j++)
+        inp[j] = NULL;
     if (c->sym && !sym_values_guarded(c, args, symvals, &big) &&
-        sym_values(c, args, symvals, &big))
+        sym_values(c, args, symvals, &big, inp))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
     if (c->sym)
         cdy_phase_add(CDY_PHASE_guards, &t0);   /* the symbolic sizes' checks */
@@ -886,7 +949,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     for (; i < c->ninputs; i++) {
         bufs[i] = args[i];
         Py_INCREF(args[i]);
-        if (!(ptrs[i] = tensor_ptr(args[i]))) {
+        if (!(ptrs[i] = inp && inp[i] ? inp[i] : tensor_ptr(args[i]))) {
             i++;
             goto done;
         }
@@ -1058,6 +1121,9 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->buf_value);
     PyMem_Free(c->in_value);
     PyMem_Free(c->in_meta);
+    PyMem_Free(c->sym_bmeta);
+    PyMem_Free(c->sym_imeta);
+    PyMem_Free(c->sym_inumel);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -1837,7 +1903,11 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
     c->buf_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->nbuffers + 1));
     c->in_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->ninputs + 1));
     c->in_meta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
-    if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta) {
+    c->sym_bmeta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(cdy_meta));
+    c->sym_imeta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
+    c->sym_inumel = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(int64_t));
+    if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta || !c->sym_bmeta ||
+        !c->sym_imeta || !c->sym_inumel) {
         PyMem_Free(c->sym);
         c->sym = NULL;
         PyErr_NoMemory();
@@ -1845,6 +1915,7 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
     }
     *c->sym = *sym;
     memset(sym, 0, sizeof(*sym));
+    c->sym_live = cdy_sym_live(c->sym);
     for (int b = 0; b < plan->nbuffers; b++)
         c->buf_value[b] = -1;
     for (int i = 0; i < plan->ninputs; i++)

@@ -92,6 +92,7 @@ static const dl_exchange_api *api;          /* NULL: torch has no exchange API *
  * could define shape or stride in Python); NULL: not available. */
 static int (*mp_dl_read)(void *py_object, dl_tensor *out);
 static PyTypeObject *mp_read_types[2];
+static uint32_t mp_dl_keys[CDY_DT_COUNT];   /* mp_dl_key of each cdynamo dtype's DLPack type */
 static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
 static mp_block *mp_free[MP_CLASSES];
 static int64_t mp_limit = (int64_t)256 << 20;
@@ -234,6 +235,12 @@ static void mp_trim(int64_t limit)
 
 static void mp_read_init(PyObject *torch, PyTypeObject *tensor);
 
+/* DLPack type t as one number (code, bits, lanes). */
+static uint32_t mp_dl_key(dl_dtype t)
+{
+    return (uint32_t)t.code << 24 | (uint32_t)t.bits << 16 | t.lanes;
+}
+
 /* Find torch's exchange API; without one (older torch) the pool stays off.  0. */
 int cdy_mempool_init(PyObject *torch)
 {
@@ -259,6 +266,8 @@ static void mp_read_init(PyObject *torch, PyTypeObject *tensor)
     PyObject *param = nn ? PyObject_GetAttrString(nn, "Parameter") : NULL;
     mp_read_types[0] = tensor;
     mp_read_types[1] = param && PyType_Check(param) ? (PyTypeObject *)param : tensor;
+    for (int d = 0; d < CDY_DT_COUNT; d++)
+        mp_dl_keys[d] = mp_dl_key(mp_dltype(d));
     mp_dl_read = api->dltensor_from_py_object_no_sync;
     Py_XDECREF(param);
     Py_XDECREF(nn);
@@ -268,11 +277,10 @@ static void mp_read_init(PyObject *torch, PyTypeObject *tensor)
 /* cdynamo dtype of DLPack type t, or -1 (none of ours). */
 static int mp_cdy_dtype(dl_dtype t)
 {
-    for (int d = 0; d < CDY_DT_COUNT; d++) {
-        dl_dtype u = mp_dltype(d);
-        if (u.code == t.code && u.bits == t.bits && u.lanes == t.lanes)
+    uint32_t key = mp_dl_key(t);
+    for (int d = 0; d < CDY_DT_COUNT; d++)
+        if (mp_dl_keys[d] == key)
             return d;
-    }
     return -1;
 }
 
