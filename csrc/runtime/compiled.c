@@ -53,9 +53,11 @@ typedef struct {
     cdy_meta *buf_cmeta;  /* per buffer: its meta (for the pool) */
     char *buf_pool;       /* per buffer: may come from the pool (strides >= 0) */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
-    int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor */
-    size_t scratch_bytes; /* size of the scratch block (0: none) */
+    int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor
+                           * (symbolic graphs: 0, its offset per call in sym_soff) */
+    size_t scratch_bytes; /* size of the scratch block (0: none; symbolic: per call) */
     void *scratch;        /* the block, kept between calls; NULL until first used */
+    size_t scratch_cap;   /* its size */
     int scratch_busy;     /* a call is using it (another thread gets its own block) */
     int nsteps;
     cdy_step *steps;
@@ -106,6 +108,8 @@ typedef struct {
     int64_t sym_at[CDY_SYM_MAX_SYMS];
     cdy_meta *sym_bmeta, *sym_imeta;
     int64_t *sym_inumel;
+    int64_t *sym_soff;    /* per scratch buffer: its offset in the scratch block */
+    size_t sym_scratch;   /* the block's size at sym_at (0: no scratch buffer) */
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -515,13 +519,18 @@ static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int big, in
     return kn->status && (int)rc ? index_error(err, failed) : 0;
 }
 
-/* The scratch block for one call: the graph's own (allocated at first use)
- * unless another call holds it, then a fresh one; NULL with MemoryError. */
-static void *scratch_take(cdy_compiled *c)
+/* The scratch block of `need` bytes for one call: the graph's own
+ * (allocated at first use, again when a call needs more) unless another
+ * call holds it, then a fresh one; NULL with MemoryError. */
+static void *scratch_take(cdy_compiled *c, size_t need)
 {
-    void *block = c->scratch_busy ? PyMem_Malloc(c->scratch_bytes)
-                                  : c->scratch ? c->scratch
-                                               : (c->scratch = PyMem_Malloc(c->scratch_bytes));
+    if (!c->scratch_busy && c->scratch && c->scratch_cap < need) {
+        PyMem_Free(c->scratch);
+        c->scratch = NULL;
+    }
+    if (!c->scratch_busy && !c->scratch && (c->scratch = PyMem_Malloc(need)))
+        c->scratch_cap = need;
+    void *block = c->scratch_busy ? PyMem_Malloc(need) : c->scratch;
     if (!block)
         return PyErr_NoMemory();
     if (block == c->scratch)
@@ -642,6 +651,17 @@ static int sym_cache(cdy_compiled *c, const int64_t *sv, char *why, size_t n)
             m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
         c->sym_inumel[i] = v >= 0 ? cdy_meta_numel(m) : 0;
     }
+    c->sym_scratch = 0;
+    for (int b = 0; b < c->nbuffers; b++)
+        if (c->scratch_off[b] >= 0) {
+            const cdy_meta *m = c->buf_value[b] >= 0 ? &c->sym_bmeta[b] : &c->buf_cmeta[b];
+            int64_t extent = 1;
+            for (int d = 0; d < m->ndim; d++)
+                extent += (m->sizes[d] - 1) * m->strides[d];
+            c->sym_soff[b] = (int64_t)c->sym_scratch;
+            c->sym_scratch += ((size_t)extent * (size_t)cdy_dtype_table[m->dtype].size + 63) &
+                              ~(size_t)63;
+        }
     memcpy(c->sym_at, sv, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
     c->sym_ok = 1;
     return 0;
@@ -958,13 +978,14 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     for (int b = i; b < c->nbuffers; b++)
         bufs[b] = NULL;
     i = c->nbuffers;
-    if (c->scratch_bytes && !(scratch = scratch_take(c)))
+    size_t need = c->sym ? c->sym_scratch : c->scratch_bytes;   /* sym_cache's, at sv */
+    if (need && !(scratch = scratch_take(c, need)))
         goto done;
     for (int b = c->ninputs; b < c->nbuffers; b++)
         if (c->buf_alloc[b] == CDY_BUF_UNUSED)
             ptrs[b] = NULL;
         else if (scratch && c->scratch_off[b] >= 0)
-            ptrs[b] = (char *)scratch + c->scratch_off[b];
+            ptrs[b] = (char *)scratch + (c->sym ? c->sym_soff[b] : c->scratch_off[b]);
     if (make_bufs(c, 0, bufs, ptrs, sv))
         goto done;
     cdy_phase_add(CDY_PHASE_alloc, &t0);
@@ -1124,6 +1145,7 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->sym_bmeta);
     PyMem_Free(c->sym_imeta);
     PyMem_Free(c->sym_inumel);
+    PyMem_Free(c->sym_soff);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -1596,14 +1618,21 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     for (int o = 0; o < c->noutputs; o++)
         tensor[c->outputs[o]] = 1;
     for (int s = 0; s < c->nsteps; s++)
-        if (c->steps[s].kind == CDY_STEP_EXTERN)
+        if (c->steps[s].kind == CDY_STEP_EXTERN) {
+            int base = sym_view_base(c, c->steps[s].index);
             pynode_arg_buffers(c, c->pynode_of[c->steps[s].index], mark_buffer, tensor);
+            if (base >= 0 && c->value_buffer[base] >= 0)
+                tensor[c->value_buffer[base]] = 1;   /* sym_view makes a view of it */
+        }
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
-        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0 ||
-            c->sym)                        /* symbolic: every buffer a tensor of its call's size */
+        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0)
             continue;
+        if (c->sym) {                      /* laid out at each call's sizes (sym_cache) */
+            c->scratch_off[b] = 0;
+            continue;
+        }
         int64_t extent = 1;
         for (int d = 0; d < m->ndim; d++)
             extent += (m->sizes[d] - 1) * m->strides[d];
@@ -1906,8 +1935,9 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
     c->sym_bmeta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(cdy_meta));
     c->sym_imeta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
     c->sym_inumel = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(int64_t));
+    c->sym_soff = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(int64_t));
     if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta || !c->sym_bmeta ||
-        !c->sym_imeta || !c->sym_inumel) {
+        !c->sym_imeta || !c->sym_inumel || !c->sym_soff) {
         PyMem_Free(c->sym);
         c->sym = NULL;
         PyErr_NoMemory();
