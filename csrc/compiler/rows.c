@@ -253,13 +253,16 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
 }
 
 /* The lanes of the masked block ending a pass over a runtime-length row
- * (cg_row_pass, cg_row_masked_tail): one AVX-512 vector of floats.  Softmax
+ * (cg_row_pass, cg_row_masked_tail): one AVX-512 vector of floats (with a
+ * one-byte operand cg_row_nlanes, as cg_row_lanes' blocks).  Softmax
  * over 4x17x17 floats, kernel alone: 3.5 us with a simd loop to the row's
  * end in its max and final passes, 1.9 us so; 4x16x16 the same. */
 #define CG_ROW_TAIL 16
 
 static int cg_row_masked_tail(cg_rowk *k, int ind, int nl, const char *clause, int prologue,
                               const char *stmt, const char *wt, const char *nt);
+static int cg_row_nlanes(const cg_rowk *k);
+static int cg_row_bytes_in(const cg_rowk *k);
 
 /* Close the loops opened from indentation d0 up to ind. */
 static void cg_row_close(cdy_buf *b, int d0, int ind)
@@ -279,8 +282,9 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
     int d0 = ind, last = k->rn->ndim - 1;
     /* a runtime row length: whole blocks of CG_ROW_TAIL, then one masked block */
     int tail = clause && !k->col && last >= 0 && k->rn->sym && k->rn->ssize[last] >= 0;
+    int nl = cg_row_bytes_in(k) ? cg_row_nlanes(k) : CG_ROW_TAIL;   /* bytes: as cg_row_lanes */
     const char *nt = last >= 0 ? cg_sym_size_text(k->c, k->rn, last) : "";
-    const char *wt = tail ? cg_strf(k->c, "(%s / %d * %d)", nt, CG_ROW_TAIL, CG_ROW_TAIL) : nt;
+    const char *wt = tail ? cg_strf(k->c, "(%s / %d * %d)", nt, nl, nl) : nt;
     for (int d = 0; d < k->rn->ndim; d++, ind++) {
         if (d == last && clause && !k->col) {
             cg_indent(b, ind);
@@ -296,7 +300,7 @@ static int cg_row_pass(cg_rowk *k, int ind, const char *clause, int prologue, co
         if (cg_row_body(k, ind, prologue, stmt))
             return -1;
         cg_row_close(b, ind - 1, ind);
-        int rc = cg_row_masked_tail(k, ind - 1, CG_ROW_TAIL, clause, prologue, stmt, wt, nt);
+        int rc = cg_row_masked_tail(k, ind - 1, nl, clause, prologue, stmt, wt, nt);
         cg_row_close(b, d0, ind - 1);
         return rc;
     }
