@@ -627,7 +627,12 @@ static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *
 /* 1 when c's sizes cache holds the symbols' values sv. */
 static int sym_cached(const cdy_compiled *c, const int64_t *sv)
 {
-    return c->sym_ok && !memcmp(c->sym_at, sv, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    if (!c->sym_ok)
+        return 0;
+    for (int k = 0; k < c->sym->tab.nsyms; k++)   /* a few symbols: no memcmp call */
+        if (c->sym_at[k] != sv[k])
+            return 0;
+    return 1;
 }
 
 /* Make c's sizes cache hold the symbols' values sv: 0, or -1 with why (n
@@ -774,13 +779,16 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
         if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i], inptr ? &inptr[i] : NULL))
             return -1;
     }
+    int checked = -1;   /* the input last checked contiguous (symbols go input by input) */
     for (int k = 0; k < s->tab.nsyms; k++) {
         sv[k] = s->tab.hint[k];
         if (!(live >> k & 1))
             continue;
         const cdy_meta *a = &am[s->info[k].input];
         sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
-        if (sv[k] < 2 || !cdy_meta_contiguous(a))
+        int contig = checked == s->info[k].input || cdy_meta_contiguous(a);
+        checked = contig ? s->info[k].input : -1;
+        if (sv[k] < 2 || !contig)
             snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
                      "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
