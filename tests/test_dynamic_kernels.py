@@ -556,3 +556,54 @@ def test_getitem_with_bounds_or_tensors_still_correct(name, fn):
     for n, m in [(3, 4), (5, 6), (7, 9), (2, 33)]:
         x = torch.randn(n, m)
         _same(opt(x), fn(x))
+
+
+# Row lengths around the 16-lane blocks of the row kernels: no tail, tails of 1, 7, 1 past 32.
+TAIL_SIZES = [16, 2, 7, 17, 23, 33, 49, 64, 135]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("softmax", lambda x: torch.softmax(x, -1)),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1)),
+    ("softmax_prologue_epilogue", lambda x: torch.softmax(x * 3 - 1, -1) + x),
+    ("sum", lambda x: x.sum(-1)),
+    ("amax", lambda x: x.amax(-1)),
+])
+def test_square_rows_with_every_tail(dyn, name, fn):
+    """A square input (4, n, n): one graph, every row length's tail in one masked block."""
+    g = _sweep(fn, lambda n: (torch.randn(4, n, n),), [(n,) for n in TAIL_SIZES])
+    if "softmax" in name:   # a runtime row length ends in a masked block, not a loop to its end
+        assert "/ 16 * 16) < " in g.source
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_square_softmax_tails_dtypes(dyn, dtype):
+    _sweep(lambda x: torch.softmax(x, -1), lambda n: (torch.randn(4, n, n).to(dtype),),
+           [(n,) for n in TAIL_SIZES])
+
+
+def test_scratch_buffers_follow_each_calls_sizes(dyn):
+    """repeat_kv's copy lives in the graph's scratch block, laid out per call: sizes that
+    grow, shrink and grow again (the block is reallocated, offsets recomputed)."""
+    g = _sweep(_repeat_kv, lambda s: (torch.randn(2, 4, s, 8),),
+               [(16,), (300,), (2,), (17,), (1000,), (3,)])
+    assert g.symbols and g.scratch_bytes == 0   # per call: no fixed block
+
+
+def test_parameter_and_subclass_inputs(dyn):
+    """Inputs read through torch's DLPack exchange API (torch.Tensor, Parameter) or through
+    their attributes (a subclass): the same sizes, the same results."""
+    class Sub(torch.Tensor):
+        pass
+
+    def f(x, w):
+        return torch.softmax(x * w, -1)
+    g = _compile(f, torch.randn(5, 16), torch.randn(16))
+    for n, m in [(3, 17), (7, 33), (2, 2)]:
+        x, w = torch.randn(n, m), torch.nn.Parameter(torch.randn(m), requires_grad=False)
+        _same(g(x, w), f(x, w))
+        xs = x.as_subclass(Sub)
+        _same(g(xs, w), f(x, w))
+    assert len(cdynamo._support.compiles) == 1
+    with pytest.raises(RuntimeError, match="do not cover"):
+        g(torch.randn(3, 17), torch.randn(18))

@@ -53,9 +53,11 @@ typedef struct {
     cdy_meta *buf_cmeta;  /* per buffer: its meta (for the pool) */
     char *buf_pool;       /* per buffer: may come from the pool (strides >= 0) */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
-    int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor */
-    size_t scratch_bytes; /* size of the scratch block (0: none) */
+    int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor
+                           * (symbolic graphs: 0, its offset per call in sym_soff) */
+    size_t scratch_bytes; /* size of the scratch block (0: none; symbolic: per call) */
     void *scratch;        /* the block, kept between calls; NULL until first used */
+    size_t scratch_cap;   /* its size */
     int scratch_busy;     /* a call is using it (another thread gets its own block) */
     int nsteps;
     cdy_step *steps;
@@ -97,6 +99,17 @@ typedef struct {
     int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
     int *in_value;        /* -1 also for an input of static sizes (not read per call) */
     cdy_meta *in_meta;
+    uint64_t sym_live;    /* cdy_sym_live(sym) */
+    /* the sizes cache (sym_cache): at the symbols' values sym_at (valid when
+     * sym_ok), each buffer's meta (of a buffer with a value) and each input's
+     * sizes (of an input with a value) and element count: a call at the sizes
+     * of the call before evaluates no expression */
+    int sym_ok;
+    int64_t sym_at[CDY_SYM_MAX_SYMS];
+    cdy_meta *sym_bmeta, *sym_imeta;
+    int64_t *sym_inumel;
+    int64_t *sym_soff;    /* per scratch buffer: its offset in the scratch block */
+    size_t sym_scratch;   /* the block's size at sym_at (0: no scratch buffer) */
 } cdy_compiled;
 
 static PyObject *empty_strided;   /* torch.empty_strided */
@@ -127,10 +140,13 @@ int cdy_runtime_init(PyObject *torch)
 /* Data pointer of tensor t, or NULL with error set. */
 static void *tensor_ptr(PyObject *t)
 {
+    void *v;
+    if (cdy_mempool_read(t, NULL, &v))
+        return v;
     PyObject *p = cdy_tensor_attr(t, CDY_TA_data_ptr);
     if (!p)
         return NULL;
-    void *v = PyLong_AsVoidPtr(p);
+    v = PyLong_AsVoidPtr(p);
     Py_DECREF(p);
     if (!v && PyErr_Occurred())
         return NULL;
@@ -273,8 +289,8 @@ static int extern_dtype_differs(PyObject *r, PyObject *dtype)
     return differs;
 }
 
-static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
-static int sym_read_meta(PyObject *x, cdy_meta *m);
+static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
+static int sym_read_meta(PyObject *x, cdy_meta *m, void **data);
 
 /* Symbolic graphs: extern result *r for buffer b checked against the
  * buffer's meta at the symbols' values sv (dtype, sizes: else RuntimeError,
@@ -283,8 +299,8 @@ static int sym_read_meta(PyObject *x, cdy_meta *m);
 static int sym_extern_result(cdy_compiled *c, int b, const int64_t *sv, PyObject **r)
 {
     cdy_meta want, got;
-    sym_meta(c, b, sv, &want);
-    if (sym_read_meta(*r, &got)) {
+    sym_meta_at(c, b, sv, &want);
+    if (sym_read_meta(*r, &got, NULL)) {
         Py_CLEAR(*r);
         return -1;
     }
@@ -503,13 +519,18 @@ static int run_kernel(rt_kernel *kn, void **ptrs, const int64_t *sv, int big, in
     return kn->status && (int)rc ? index_error(err, failed) : 0;
 }
 
-/* The scratch block for one call: the graph's own (allocated at first use)
- * unless another call holds it, then a fresh one; NULL with MemoryError. */
-static void *scratch_take(cdy_compiled *c)
+/* The scratch block of `need` bytes for one call: the graph's own
+ * (allocated at first use, again when a call needs more) unless another
+ * call holds it, then a fresh one; NULL with MemoryError. */
+static void *scratch_take(cdy_compiled *c, size_t need)
 {
-    void *block = c->scratch_busy ? PyMem_Malloc(c->scratch_bytes)
-                                  : c->scratch ? c->scratch
-                                               : (c->scratch = PyMem_Malloc(c->scratch_bytes));
+    if (!c->scratch_busy && c->scratch && c->scratch_cap < need) {
+        PyMem_Free(c->scratch);
+        c->scratch = NULL;
+    }
+    if (!c->scratch_busy && !c->scratch && (c->scratch = PyMem_Malloc(need)))
+        c->scratch_cap = need;
+    void *block = c->scratch_busy ? PyMem_Malloc(need) : c->scratch;
     if (!block)
         return PyErr_NoMemory();
     if (block == c->scratch)
@@ -603,12 +624,69 @@ static void sym_meta(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *
     }
 }
 
+/* 1 when c's sizes cache holds the symbols' values sv. */
+static int sym_cached(const cdy_compiled *c, const int64_t *sv)
+{
+    if (!c->sym_ok)
+        return 0;
+    for (int k = 0; k < c->sym->tab.nsyms; k++)   /* a few symbols: no memcmp call */
+        if (c->sym_at[k] != sv[k])
+            return 0;
+    return 1;
+}
+
+/* Make c's sizes cache hold the symbols' values sv: 0, or -1 with why (n
+ * bytes) when sv breaks one of the graph's relations (the cache then holds
+ * nothing). */
+static int sym_cache(cdy_compiled *c, const int64_t *sv, char *why, size_t n)
+{
+    if (sym_cached(c, sv))
+        return 0;
+    c->sym_ok = 0;
+    if (!cdy_sym_relations_hold(c->sym, sv, why, n))
+        return -1;
+    for (int b = 0; b < c->nbuffers; b++)
+        if (c->buf_value[b] >= 0)
+            sym_meta(c, b, sv, &c->sym_bmeta[b]);
+    for (int i = 0; i < c->ninputs; i++) {
+        cdy_meta *m = &c->sym_imeta[i];
+        int v = c->in_value[i];
+        *m = c->in_meta[i];
+        for (int d = 0; v >= 0 && d < m->ndim; d++)
+            m->sizes[d] = cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
+        c->sym_inumel[i] = v >= 0 ? cdy_meta_numel(m) : 0;
+    }
+    c->sym_scratch = 0;
+    for (int b = 0; b < c->nbuffers; b++)
+        if (c->scratch_off[b] >= 0) {
+            const cdy_meta *m = c->buf_value[b] >= 0 ? &c->sym_bmeta[b] : &c->buf_cmeta[b];
+            int64_t extent = 1;
+            for (int d = 0; d < m->ndim; d++)
+                extent += (m->sizes[d] - 1) * m->strides[d];
+            c->sym_soff[b] = (int64_t)c->sym_scratch;
+            c->sym_scratch += ((size_t)extent * (size_t)cdy_dtype_table[m->dtype].size + 63) &
+                              ~(size_t)63;
+        }
+    memcpy(c->sym_at, sv, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    c->sym_ok = 1;
+    return 0;
+}
+
+/* sym_meta through the sizes cache when it holds sv. */
+static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m)
+{
+    if (sym_cached(c, sv) && c->buf_value[b] >= 0)
+        *m = c->sym_bmeta[b];
+    else
+        sym_meta(c, b, sv, m);
+}
+
 /* A new contiguous tensor for buffer b at the symbols' values sv, its data
  * pointer in *ptr; NULL with an error. */
 static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **ptr)
 {
     cdy_meta m;
-    sym_meta(c, b, sv, &m);
+    sym_meta_at(c, b, sv, &m);
     if (cdy_mempool_on())
         return cdy_mempool_tensor(&m, ptr);
     PyObject *sz = int_tuple(m.sizes, m.ndim), *st = int_tuple(m.strides, m.ndim);
@@ -621,9 +699,19 @@ static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **pt
     return t;
 }
 
-/* Input x's meta (sizes, strides, dtype) into *m; 0, or -1 with an error. */
-static int sym_read_meta(PyObject *x, cdy_meta *m)
+/* Input x's meta (sizes, strides, dtype) into *m and, when data is not
+ * NULL, its data pointer into *data (NULL: not read, tensor_ptr's to do);
+ * 0, or -1 with an error. */
+static int sym_read_meta(PyObject *x, cdy_meta *m, void **data)
 {
+    void *p;
+    if (cdy_mempool_read(x, m, &p)) {
+        if (data)
+            *data = p;
+        return 0;
+    }
+    if (data)
+        *data = NULL;
     PyObject *sh = cdy_tensor_attr(x, CDY_TA_shape);
     PyObject *st = sh ? cdy_tensor_attr(x, CDY_TA_stride) : NULL;
     PyObject *dt = st ? cdy_tensor_attr(x, CDY_TA_dtype) : NULL;
@@ -661,7 +749,7 @@ static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const i
         return 0;
     }
     for (int d = 0; c->in_value[i] >= 0 && d < a->ndim; d++) {
-        int64_t want = cdy_sym_eval(&c->sym->tab, c->sym->dims[c->in_value[i]][d], sv);
+        int64_t want = c->sym_imeta[i].sizes[d];   /* sym_cache's, at sv */
         if (a->sizes[d] != want) {
             snprintf(why, n, "input %d's size %d is %lld, its expression gives %lld", i, d,
                      (long long)a->sizes[d], (long long)want);
@@ -674,35 +762,43 @@ static int sym_input_ok(const cdy_compiled *c, int i, const cdy_meta *a, const i
 /* The symbols' values of a call on args into sv (each live symbol from its
  * input's dim), checked against the graph's symbolic shapes (sizes >= 2,
  * contiguous inputs, relations, every input size), *big set when an input
- * has CDY_RELEASE_GIL_NUMEL elements or more; 0, or -1 with RuntimeError
- * when the graph does not cover these inputs. */
-static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big)
+ * has CDY_RELEASE_GIL_NUMEL elements or more, the data pointers read on the
+ * way into inptr (when not NULL; NULL where none was read); 0, or -1 with
+ * RuntimeError when the graph does not cover these inputs. */
+static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *big,
+                      void **inptr)
 {
     const cdy_sym_shapes *s = c->sym;
     cdy_meta am[c->ninputs ? c->ninputs : 1];
     char why[256] = "";
-    uint64_t live = cdy_sym_live(s);
+    uint64_t live = c->sym_live;
     *big = 0;
     for (int i = 0; i < c->ninputs; i++) {
-        if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i]))
+        if (inptr)
+            inptr[i] = NULL;
+        if (c->in_value[i] >= 0 && sym_read_meta(args[i], &am[i], inptr ? &inptr[i] : NULL))
             return -1;
-        *big |= c->in_value[i] >= 0 && cdy_meta_numel(&am[i]) >= CDY_RELEASE_GIL_NUMEL;
     }
+    int checked = -1;   /* the input last checked contiguous (symbols go input by input) */
     for (int k = 0; k < s->tab.nsyms; k++) {
         sv[k] = s->tab.hint[k];
         if (!(live >> k & 1))
             continue;
         const cdy_meta *a = &am[s->info[k].input];
         sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
-        if (sv[k] < 2 || !cdy_meta_contiguous(a))
+        int contig = checked == s->info[k].input || cdy_meta_contiguous(a);
+        checked = contig ? s->info[k].input : -1;
+        if (sv[k] < 2 || !contig)
             snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
                      "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
     if (!why[0])
-        cdy_sym_relations_hold(s, sv, why, sizeof(why));
+        sym_cache(c, sv, why, sizeof(why));
     for (int i = 0; !why[0] && i < c->ninputs; i++)
         if (c->in_value[i] >= 0)
             sym_input_ok(c, i, &am[i], sv, why, sizeof(why));
+    for (int i = 0; !why[0] && i < c->ninputs; i++)
+        *big |= c->sym_inumel[i] >= CDY_RELEASE_GIL_NUMEL;
     if (!why[0])
         return 0;
     PyErr_Format(PyExc_RuntimeError, "cdynamo: %U: its symbolic sizes do not cover this call: %s",
@@ -741,14 +837,12 @@ static int sym_values_guarded(cdy_compiled *c, PyObject *const *args, int64_t *s
     if (!ok)
         return 0;
     memcpy(sv, cdy_sym_tok.vals, sizeof(int64_t) * (size_t)c->sym->tab.nsyms);
+    char why[8];
+    if (sym_cache(c, sv, why, 0))
+        return 0;   /* not expected: the guards checked the relations */
     *big = 0;
-    for (int i = 0; i < c->ninputs && !*big; i++) {
-        int v = c->in_value[i];
-        int64_t n = 1;
-        for (int d = 0; v >= 0 && d < c->in_meta[i].ndim; d++)
-            n *= cdy_sym_eval(&c->sym->tab, c->sym->dims[v][d], sv);
-        *big = v >= 0 && n >= CDY_RELEASE_GIL_NUMEL;
-    }
+    for (int i = 0; i < c->ninputs; i++)
+        *big |= c->sym_inumel[i] >= CDY_RELEASE_GIL_NUMEL;
     return 1;
 }
 
@@ -853,9 +947,15 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
+    void *inptr[16], **inp = c->sym && c->ninputs <= 16 ? inptr : NULL;   /* sym_values' reads */
+    long long t0 = cdy_phase_start();
+    for (int j = 0; inp && j < c->ninputs; j++)
+        inp[j] = NULL;
     if (c->sym && !sym_values_guarded(c, args, symvals, &big) &&
-        sym_values(c, args, symvals, &big))
+        sym_values(c, args, symvals, &big, inp))
         return call_end(c, NULL, 0, Py_NewRef(Py_None));   /* the frame reruns eagerly */
+    if (c->sym)
+        cdy_phase_add(CDY_PHASE_guards, &t0);   /* the symbolic sizes' checks */
     PyObject *stackbufs[16];
     void *stackptrs[16];
     PyObject **bufs = c->nbuffers <= 16 ? stackbufs : PyMem_Calloc((size_t)c->nbuffers, sizeof(PyObject *));
@@ -864,7 +964,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     void *scratch = NULL;
     int i = 0, wrote = 0;
     rng = rng_save(c);
-    long long t0 = cdy_phase_start();
+    t0 = cdy_phase_start();
     if (c->multi)
         stash = PyMem_Calloc((size_t)c->npynodes, sizeof(PyObject *));
     if (!bufs || !ptrs || (c->multi && !stash) || !rng) {
@@ -877,7 +977,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     for (; i < c->ninputs; i++) {
         bufs[i] = args[i];
         Py_INCREF(args[i]);
-        if (!(ptrs[i] = tensor_ptr(args[i]))) {
+        if (!(ptrs[i] = inp && inp[i] ? inp[i] : tensor_ptr(args[i]))) {
             i++;
             goto done;
         }
@@ -886,13 +986,14 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     for (int b = i; b < c->nbuffers; b++)
         bufs[b] = NULL;
     i = c->nbuffers;
-    if (c->scratch_bytes && !(scratch = scratch_take(c)))
+    size_t need = c->sym ? c->sym_scratch : c->scratch_bytes;   /* sym_cache's, at sv */
+    if (need && !(scratch = scratch_take(c, need)))
         goto done;
     for (int b = c->ninputs; b < c->nbuffers; b++)
         if (c->buf_alloc[b] == CDY_BUF_UNUSED)
             ptrs[b] = NULL;
         else if (scratch && c->scratch_off[b] >= 0)
-            ptrs[b] = (char *)scratch + c->scratch_off[b];
+            ptrs[b] = (char *)scratch + (c->sym ? c->sym_soff[b] : c->scratch_off[b]);
     if (make_bufs(c, 0, bufs, ptrs, sv))
         goto done;
     cdy_phase_add(CDY_PHASE_alloc, &t0);
@@ -1049,6 +1150,10 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->buf_value);
     PyMem_Free(c->in_value);
     PyMem_Free(c->in_meta);
+    PyMem_Free(c->sym_bmeta);
+    PyMem_Free(c->sym_imeta);
+    PyMem_Free(c->sym_inumel);
+    PyMem_Free(c->sym_soff);
     if (c->dl)
         dlclose(c->dl);
     Py_TYPE(self)->tp_free(self);
@@ -1521,14 +1626,21 @@ static int plan_scratch(cdy_compiled *c, const cdy_plan *plan)
     for (int o = 0; o < c->noutputs; o++)
         tensor[c->outputs[o]] = 1;
     for (int s = 0; s < c->nsteps; s++)
-        if (c->steps[s].kind == CDY_STEP_EXTERN)
+        if (c->steps[s].kind == CDY_STEP_EXTERN) {
+            int base = sym_view_base(c, c->steps[s].index);
             pynode_arg_buffers(c, c->pynode_of[c->steps[s].index], mark_buffer, tensor);
+            if (base >= 0 && c->value_buffer[base] >= 0)
+                tensor[c->value_buffer[base]] = 1;   /* sym_view makes a view of it */
+        }
     for (int b = 0; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         c->scratch_off[b] = -1;
-        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0 ||
-            c->sym)                        /* symbolic: every buffer a tensor of its call's size */
+        if (b < c->ninputs || c->buf_alloc[b] != 1 || tensor[b] || cdy_meta_numel(m) == 0)
             continue;
+        if (c->sym) {                      /* laid out at each call's sizes (sym_cache) */
+            c->scratch_off[b] = 0;
+            continue;
+        }
         int64_t extent = 1;
         for (int d = 0; d < m->ndim; d++)
             extent += (m->sizes[d] - 1) * m->strides[d];
@@ -1828,7 +1940,12 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
     c->buf_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->nbuffers + 1));
     c->in_value = PyMem_Malloc(sizeof(int) * ((size_t)plan->ninputs + 1));
     c->in_meta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
-    if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta) {
+    c->sym_bmeta = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(cdy_meta));
+    c->sym_imeta = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(cdy_meta));
+    c->sym_inumel = PyMem_Calloc((size_t)plan->ninputs + 1, sizeof(int64_t));
+    c->sym_soff = PyMem_Calloc((size_t)plan->nbuffers + 1, sizeof(int64_t));
+    if (!c->sym || !c->buf_value || !c->in_value || !c->in_meta || !c->sym_bmeta ||
+        !c->sym_imeta || !c->sym_inumel || !c->sym_soff) {
         PyMem_Free(c->sym);
         c->sym = NULL;
         PyErr_NoMemory();
@@ -1836,6 +1953,7 @@ static int sym_take(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record 
     }
     *c->sym = *sym;
     memset(sym, 0, sizeof(*sym));
+    c->sym_live = cdy_sym_live(c->sym);
     for (int b = 0; b < plan->nbuffers; b++)
         c->buf_value[b] = -1;
     for (int i = 0; i < plan->ninputs; i++)

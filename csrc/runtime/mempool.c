@@ -55,7 +55,7 @@ typedef struct {
     void *managed_tensor_allocator;
     void *managed_tensor_from_py_object_no_sync;
     int (*managed_tensor_to_py_object_no_sync)(dl_managed *tensor, void **out_py_object);
-    void *dltensor_from_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *py_object, dl_tensor *out);
     void *current_work_stream;
 } dl_exchange_api;
 
@@ -86,6 +86,13 @@ typedef struct mp_block {
 #define MP_HEADER ((sizeof(mp_block) + MP_ALIGN - 1) & ~(size_t)(MP_ALIGN - 1))
 
 static const dl_exchange_api *api;          /* NULL: torch has no exchange API */
+/* Reading a tensor's data pointer and meta without Python calls
+ * (cdy_mempool_read): torch's dltensor_from_py_object_no_sync, and the exact
+ * types it is used on (torch.Tensor, torch.nn.Parameter: no subclass that
+ * could define shape or stride in Python); NULL: not available. */
+static int (*mp_dl_read)(void *py_object, dl_tensor *out);
+static PyTypeObject *mp_read_types[2];
+static uint32_t mp_dl_keys[CDY_DT_COUNT];   /* mp_dl_key of each cdynamo dtype's DLPack type */
 static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
 static mp_block *mp_free[MP_CLASSES];
 static int64_t mp_limit = (int64_t)256 << 20;
@@ -234,6 +241,14 @@ static void mp_trim(int64_t limit)
     }
 }
 
+static void mp_read_init(PyObject *torch, PyTypeObject *tensor);
+
+/* DLPack type t as one number (code, bits, lanes). */
+static uint32_t mp_dl_key(dl_dtype t)
+{
+    return (uint32_t)t.code << 24 | (uint32_t)t.bits << 16 | t.lanes;
+}
+
 /* Find torch's exchange API; without one (older torch) the pool stays off.  0. */
 int cdy_mempool_init(PyObject *torch)
 {
@@ -243,10 +258,63 @@ int cdy_mempool_init(PyObject *torch)
         cap && PyCapsule_CheckExact(cap) ? PyCapsule_GetPointer(cap, "dlpack_exchange_api") : NULL;
     if (a && a->header.version.major == 1 && a->managed_tensor_to_py_object_no_sync)
         api = a;   /* torch keeps the table alive for the process */
+    if (api && api->dltensor_from_py_object_no_sync && tensor && PyType_Check(tensor))
+        mp_read_init(torch, (PyTypeObject *)tensor);
     Py_XDECREF(cap);
     Py_XDECREF(tensor);
     PyErr_Clear();
     return 0;
+}
+
+/* Turn cdy_mempool_read on for torch.Tensor (tensor) and torch.nn.Parameter
+ * (the types are kept alive: torch holds them for the process). */
+static void mp_read_init(PyObject *torch, PyTypeObject *tensor)
+{
+    PyObject *nn = PyObject_GetAttrString(torch, "nn");
+    PyObject *param = nn ? PyObject_GetAttrString(nn, "Parameter") : NULL;
+    mp_read_types[0] = tensor;
+    mp_read_types[1] = param && PyType_Check(param) ? (PyTypeObject *)param : tensor;
+    for (int d = 0; d < CDY_DT_COUNT; d++)
+        mp_dl_keys[d] = mp_dl_key(mp_dltype(d));
+    mp_dl_read = api->dltensor_from_py_object_no_sync;
+    Py_XDECREF(param);
+    Py_XDECREF(nn);
+    PyErr_Clear();
+}
+
+/* cdynamo dtype of DLPack type t, or -1 (none of ours). */
+static int mp_cdy_dtype(dl_dtype t)
+{
+    uint32_t key = mp_dl_key(t);
+    for (int d = 0; d < CDY_DT_COUNT; d++)
+        if (mp_dl_keys[d] == key)
+            return d;
+    return -1;
+}
+
+/* See runtime.h. */
+int cdy_mempool_read(PyObject *x, cdy_meta *m, void **data)
+{
+    PyTypeObject *tp = Py_TYPE(x);
+    dl_tensor t;
+    if (!mp_dl_read || (tp != mp_read_types[0] && tp != mp_read_types[1]))
+        return 0;
+    if (mp_dl_read(x, &t)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (t.device.device_type != DL_CPU || t.ndim < 0 || t.ndim > CDY_MAX_NDIM)
+        return 0;
+    *data = t.data ? t.data : (void *)(uintptr_t)1;   /* zero-size tensors may have no storage */
+    if (!m)
+        return 1;
+    m->ndim = t.ndim;
+    m->dtype = mp_cdy_dtype(t.dtype);
+    for (int d = 0; d < t.ndim; d++) {
+        m->sizes[d] = t.shape[d];
+        m->strides[d] = t.strides[d];
+    }
+    return 1;
 }
 
 /* Whether cdy_mempool_tensor may be used. */

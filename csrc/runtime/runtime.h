@@ -34,6 +34,11 @@ int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be u
 int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
 /* A new tensor of m (its data in *data), or NULL + error. */
 PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
+/* Tensor x's data pointer into *data (1 for no storage) and, when m is not
+ * NULL, its meta into *m (dtype -1: not a cdynamo dtype), read through torch's
+ * DLPack exchange API without a Python call: 1, or 0 (nothing written, no
+ * error) when that path does not apply (older torch, a subclass, not CPU). */
+int cdy_mempool_read(PyObject *x, cdy_meta *m, void **data);
 PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
