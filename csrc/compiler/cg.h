@@ -70,7 +70,11 @@ typedef struct {
                                       * every size a literal (symk.c) */
     int sym_cat_dim, sym_cat_start;  /* symbolic sizes: the cat piece being scheduled's dim
                                       * and its start's expression (cg_sym_cat_start) */
+    int *gsym;                       /* symbolic sizes: per gather value CG_GSYM ints, its
+                                      * indexed sizes then strides as expressions (-1: the
+                                      * literal; symk.c), or NULL */
 } cg_ctx;
+#define CG_GSYM 8
 
 /* ---- special node kinds: X(op kind char, check fn, schedule fn) ----------
  * check: 0, or -1 with a message (cg_fail).  schedule: the kernels of node v,

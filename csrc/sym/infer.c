@@ -463,6 +463,40 @@ static int sy_expand_map(sy_pass *p, int v, const cdy_sym_view *w)
     return 0;
 }
 
+/* Advanced indexing's gather (kind 'g', sym.h) into v's dims: kept source
+ * dims, the index args' broadcast (sizes 1 broadcast, others equal), or
+ * constants; 0 or -1. */
+static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_meta *sm = &p->g->values[w->src].meta;
+    int one = cdy_sym_const(&p->s->tab, 1), k = val->nargs / 4, nd = val->meta.ndim;
+    if (one < 0 || cdy_op_table[val->op].kind != 'G' || w->src < 0)
+        return -1;
+    for (int d = 0; d < nd; d++) {
+        int *o = &p->s->dims[v][d];
+        if (w->map[d] >= sm->ndim)
+            return -1;
+        if (w->map[d] != -2) {
+            *o = w->map[d] >= 0 ? p->s->dims[w->src][w->map[d]]
+                                : cdy_sym_const(&p->s->tab, val->meta.sizes[d]);
+            continue;
+        }
+        *o = one;
+        for (int a = 0; a < k; a++) {
+            int xd = d - (nd - p->g->values[val->args[a]].meta.ndim);
+            int e = xd >= 0 ? p->s->dims[val->args[a]][xd] : one;
+            if (e == one)
+                continue;
+            if (*o == one)
+                *o = e;
+            else
+                sy_equal(p, *o, e, v, d, "broadcast of advanced indices");
+        }
+    }
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
@@ -509,6 +543,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     }
     if (w->kind == 'x')
         return sy_expand_map(p, v, w);
+    if (w->kind == 'g')
+        return sy_gather_map(p, v, w);
     if (w->kind != 'r')
         return -1;
     if (sy_view_has_sx(w))
@@ -726,7 +762,7 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
-            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfes", w->kind))
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfesg", w->kind))
                 s->const_off[v] = s->const_off[w->src];
         }
     }

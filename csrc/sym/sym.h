@@ -107,7 +107,10 @@ typedef struct cdy_sym_pin_s {
  * embedding's rows over its indices (a gather node); 'z' (src -1): dim d is
  * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node);
  * 'x': expand: out dim d is source dim map[d] (bit d of a: the call gave a
- * constant for it) or (-1) symbolic int sx[d] / the node's constant size. */
+ * constant for it) or (-1) symbolic int sx[d] / the node's constant size;
+ * 'g': advanced indexing's gather node: out dim d is source dim map[d], the
+ * broadcast of its index args' sizes (-2, right-aligned), or its constant
+ * size (-1). */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;
