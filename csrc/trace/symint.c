@@ -254,8 +254,8 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_LIST_APPEND: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNPACK_SEQUENCE:
     case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
-    case CDY_SOP_COMPARE_OP:
-        return -1;
+    case CDY_SOP_COMPARE_OP: case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
+        return -1;   /* a dict merge moves its values (f(**kwargs)): read later, they pin */
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
     case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
@@ -265,7 +265,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_POP_JUMP_IF_NONE: case CDY_SOP_POP_JUMP_IF_NOT_NONE:
     case CDY_SOP_JUMP_IF_FALSE_OR_POP: case CDY_SOP_JUMP_IF_TRUE_OR_POP:
     case CDY_SOP_YIELD_VALUE: case CDY_SOP_STORE_DEREF: case CDY_SOP_KW_NAMES_TOS:
-    case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE: case CDY_SOP_SET_ADD:
+    case CDY_SOP_SET_ADD:
     case CDY_SOP_SET_UPDATE: case CDY_SOP_IMPORT_FROM: case CDY_SOP_CONVERT_VALUE:
     case CDY_SOP_GET_YIELD_FROM_ITER:
         return 1;
@@ -320,6 +320,16 @@ static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
     tr->nsx_pend = np;
 }
 
+/* 1 if sop is `k in d` for a trace-made dict d (or its keys()): it reads
+ * d's keys (a size stored as a key pinned there), never its values. */
+static int sx_dict_lookup(tracer *tr, int sop)
+{
+    const tvar *c = sop == CDY_SOP_CONTAINS_OP ? sx_peek(tr, 1) : NULL;
+    if (c && c->kind == TV_VIEW && c->pos == 0)
+        c = c->self;
+    return c && c->kind == TV_DICT;
+}
+
 void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -332,7 +342,7 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
                                                          : "the code read the size and used it";
     if (n == -2)
         n = tr->sp;
-    for (int k = 1; k <= n; k++)
+    for (int k = sx_dict_lookup(tr, sop) ? 2 : 1; k <= n; k++)
         cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
     if (n >= 0)
         return;
