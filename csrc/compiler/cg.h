@@ -302,6 +302,9 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
                        cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
 /* Expression e as parenthesized C (over s<k>), into the arena. */
 const char *cg_sym_expr_text(cg_ctx *c, int e);
+/* The C text of int scalar value v when it is a live symbolic expression (a
+ * size added to a tensor: sym.h's sval), else NULL (its literal holds). */
+const char *cg_sym_scalar_text(cg_ctx *c, int v);
 /* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */
 const char *cg_sym_numel_text(cg_ctx *c, const cg_nest *n);
 /* Symbolic k: its loops' run-time decisions (k->par_cond; no stream, no

@@ -709,9 +709,32 @@ static int sk_static_value(const cg_ctx *c, int v)
     return 1;
 }
 
+const char *cg_sym_scalar_text(cg_ctx *c, int v)
+{
+    int e = c->sym && c->sym->sval ? c->sym->sval[v] - 1 : -1;
+    return e >= 0 && sk_live(c->sym, e) >= 0 ? cg_sym_expr_text(c, e) : NULL;
+}
+
+/* 1 if node v reads an int scalar whose value is a live expression. */
+static int sk_reads_sym_scalar(const cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    for (int a = 0; c->sym->sval && a < val->nargs; a++) {
+        int e = c->sym->sval[val->args[a]] - 1;
+        if (e >= 0 && sk_live(c->sym, e) >= 0)
+            return 1;
+    }
+    return 0;
+}
+
 int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
 {
     c->plan = (cdy_plan *)plan;            /* the buffers' layouts (sk_mem_meta) */
+    for (int v = 0; c->sym && v < c->g->nvalues; v++)
+        if (c->g->values[v].kind == CDY_VAL_NODE && sk_reads_sym_scalar(c, v) &&
+            (!cdy_op_pointwise(c->g->values[v].op) || cg_is_extern(c->g, v)))
+            return cg_sym_unsupported(c, "a size added to a tensor reaches an op without "
+                                         "runtime numbers");
     for (int v = 0; c->sym && v < c->g->nvalues; v++) {
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))

@@ -662,6 +662,24 @@ static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
     sy_sx_pin(p, c->b, -1, what, 0);
 }
 
+/* Int scalar v's expression into s->sval when the trace made it from sizes
+ * (kind 'k'); without a rule the sizes it reads specialize. */
+static void sy_scalar(sy_pass *p, int v)
+{
+    p->s->sval[v] = 0;
+    for (int i = 0; p->h && i < p->h->nviews; i++) {
+        const cdy_sym_view *w = &p->h->views[i];
+        if (w->value != v || w->kind != 'k')
+            continue;
+        int e = sy_sx_expr(p, w->sx[0], 0);
+        if (e >= 0 && cdy_sym_eval(&p->s->tab, e, NULL) == p->g->values[v].i)
+            p->s->sval[v] = e + 1;
+        else
+            sy_sx_pin(p, w->sx[0], -1, "a number added to a tensor without a rule", 0);
+        return;
+    }
+}
+
 /* One pass over g with p->pinned specialized: every value's sizes. */
 static void sy_run(sy_pass *p)
 {
@@ -677,6 +695,8 @@ static void sy_run(sy_pass *p)
             sy_node(p, v);
         else
             sy_const_sizes(p, v);
+        if (val->kind == CDY_VAL_SCALAR && s->sval)
+            sy_scalar(p, v);
         if (val->kind == CDY_VAL_INPUT)
             for (int k = 0; k < s->tab.nsyms; k++)
                 if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
@@ -720,7 +740,8 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
     sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
-    if (!out->dims || sy_symbols(out, g, dyn)) {
+    out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
+    if (!out->dims || !out->sval || sy_symbols(out, g, dyn)) {
         p.oom = 1;
     }
     while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
@@ -743,6 +764,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     cdy_symtab_free(&s->tab);
     free(s->dims);
     s->dims = NULL;
+    free(s->sval);
+    s->sval = NULL;
     free(s->const_off);
     s->const_off = NULL;
     free(s->vlay);

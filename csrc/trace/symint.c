@@ -294,16 +294,18 @@ static tvar *sx_peek(tracer *tr, int k)
 
 /* Record the call's arguments (top n items, the call pair included) that carry
  * symbolic ints as pending: pinned after the call unless taken or passed on. */
-static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
+static void sx_pend(tracer *tr, int n, tvar *spread, tvar *kw, cdy_sx_ctx *ctx)
 {
     ctx->pend = tr->sx_pend;
     ctx->npend = tr->nsx_pend;
-    int cap = n + (spread && spread->kind == TV_TUPLE ? spread->n : 0) + 1;
+    kw = kw && kw->kind == TV_DICT ? kw : NULL;
+    int cap = n + (spread && spread->kind == TV_TUPLE ? spread->n : 0) + (kw ? kw->n : 0) + 1;
     tvar **p = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)cap);
     int np = 0;
     for (int k = 1; p && k <= n; k++) {
         tvar *v = sx_peek(tr, k);
-        if (v == spread && v->kind == TV_TUPLE) {   /* f(*args): its items are the arguments */
+        if ((v == spread && v->kind == TV_TUPLE) || v == kw) {
+            /* f(*args, **kwargs): their items are the arguments */
             for (int i = 0; i < v->n; i++)
                 if (sx_holds(v->items[i], 0))
                     p[np++] = v->items[i];
@@ -365,10 +367,11 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
         ctx->in[0] = sx_peek(tr, 1);
         break;
     case CDY_SOP_CALL:
-        sx_pend(tr, arg + 2, NULL, ctx);
+        sx_pend(tr, arg + 2, NULL, NULL, ctx);
         break;
     case CDY_SOP_CALL_FUNCTION_EX:
-        sx_pend(tr, (arg & 1) ? 4 : 3, sx_peek(tr, (arg & 1) ? 2 : 1), ctx);
+        sx_pend(tr, (arg & 1) ? 4 : 3, sx_peek(tr, (arg & 1) ? 2 : 1),
+                (arg & 1) ? sx_peek(tr, 1) : NULL, ctx);
         break;
     default:
         break;
@@ -434,6 +437,35 @@ static int sx_items(const tvar *v, int *sxi, int n)
     return 0;
 }
 
+/* `t + n` / `t - n` (op NB_ADD / NB_SUBTRACT) of a tensor t and a symbolic
+ * int n (a size the code read) that made r: when r is a pointwise node with
+ * one int scalar arg, n's value (or minus it), that scalar is n's expression
+ * (a runtime value of the kernels: sympins.c); 1, or 0 (nothing recorded). */
+static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, const tvar *r)
+{
+    if ((op != 0 && op != 10) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
+        r->kind != TV_TENSOR)
+        return 0;
+    const cdy_graph *g = &tr->t->graph;
+    const cdy_value *val = &g->values[r->value];
+    long long k = PyLong_AsLongLong(n->obj);
+    if (PyErr_Occurred() || val->kind != CDY_VAL_NODE || !cdy_op_pointwise(val->op)) {
+        PyErr_Clear();
+        return 0;
+    }
+    int sc = -1, nsc = 0;
+    for (int a = 0; a < val->nargs; a++)
+        if (g->values[val->args[a]].kind == CDY_VAL_SCALAR) {
+            sc = val->args[a];
+            nsc++;
+        }
+    if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
+        return 0;
+    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k
+            ? cdy_sx_node(tr, '*', n->sx, cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1), -1, -1, 0) : 0;
+    return e && !cdy_tr_sym_scalar(tr, sc, e);
+}
+
 /* BINARY_OP's result r over ctx's operands. */
 static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
 {
@@ -442,6 +474,8 @@ static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     if (!ha && !hb)
         return;
     int op = ctx->arg >= CDY_NB_INPLACE_FIRST ? ctx->arg - CDY_NB_INPLACE_FIRST : ctx->arg;
+    if (sx_tensor_offset(tr, op, a, b, r) || (op == 0 && sx_tensor_offset(tr, op, b, a, r)))
+        return;
     if (sx_int(a) && sx_int(b) && sx_int(r)) {
         int n = sx_arith(tr, ctx->arg, a, b);
         if (n) {

@@ -513,3 +513,13 @@ void cdy_tr_sym_fill(tracer *tr, const cdy_build_call *call, int value)
     for (int i = first; i < end && i < call->nargs; i++)
         cdy_sx_taken(tr, call->args[i]);
 }
+
+int cdy_tr_sym_scalar(tracer *tr, int value, int sx)
+{
+    cdy_sym_view w = {value, -1, 'k', -1, -1, {0}, {0}};
+    w.sx[0] = sx;
+    if (sp_view_room(tr))
+        return -1;
+    tr->t->symviews[tr->t->nsymviews++] = w;
+    return 0;
+}

@@ -183,6 +183,9 @@ void cdy_tr_sym_getitem(tracer *tr, const struct cdy_build_call_s *call, tvar *r
  * map[d] (walked whole), the broadcast of its index args' sizes there (-2),
  * or its constant size (-1) (kind 'g', sym/infer.c). */
 void cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map);
+/* Int scalar value is symbolic int sx (1 + node): a size the code added to a
+ * tensor (kind 'k', sym/infer.c); 0, or -1 (no room: the caller pins it). */
+int cdy_tr_sym_scalar(tracer *tr, int value, int sx);
 /* ---- symint.c: symbolic Python ints (sizes the code read) ---- */
 /* A new node (cdy_sym_sx) of the trace: 1 + its index, or 0 (no room). */
 int cdy_sx_node(tracer *tr, char op, int a, int b, int value, int dim, long long c);
