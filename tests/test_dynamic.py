@@ -783,11 +783,11 @@ def test_arange_and_embedding_of_sizes_stay_symbolic(capfd):
         lines = symbolic_log(capfd, f, torch.randint(0, 50, (3, 5)))
     assert outputs(lines) == ["[s0, s1, 8]"], lines
 
-    def g(ids):   # arange from a start that is a size: its values read it, so it pins
+    def g(ids):   # arange from a start that is a size: the start a runtime number
         return torch.arange(ids.shape[0], ids.shape[0] + ids.shape[1]) + ids
 
     lines = symbolic_log(capfd, g, torch.randint(0, 50, (3, 5)))
-    assert outputs(lines) == ["[3, 5]"], lines
+    assert outputs(lines) == ["[s0, s1]"], lines
 
 
 def test_size_read_returned_to_a_builtin_specializes():
@@ -884,3 +884,15 @@ def test_sizes_through_kwargs_and_a_keyword_check_stay_symbolic():
 
     cdynamo.reset()
     assert sweep(f, lambda n: (torch.randn(3, 4), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+
+
+def test_arange_between_sizes_stays_symbolic_and_guards_its_order():
+    def h(x, past):   # positions past .. past + q (a decode step's cache_position)
+        p = past.shape[2]
+        return x * torch.arange(p, p + x.shape[1]), torch.arange(p, 40)
+
+    cdynamo.reset()
+    of = cdynamo.optimize(h)
+    assert sweep(h, lambda n: (torch.randn(2, 3), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+    with pytest.raises(RuntimeError, match="upper bound and lower bound inconsistent"):
+        of(torch.randn(2, 3), torch.randn(1, 2, 45, 4))   # 40 >= p failed: a recompile, as eager

@@ -517,6 +517,20 @@ static int sx_cmp_room(cdy_trace *t)
     return 0;
 }
 
+int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
+{
+    if (!sx_int(start) || !sx_int(end))
+        return 0;
+    int a = sx_operand(tr, start), b = sx_operand(tr, end);
+    int m = a && b ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
+    int na = m ? cdy_sx_node(tr, '*', a, m, -1, -1, 0) : 0;
+    int n = na ? cdy_sx_node(tr, '+', b, na, -1, -1, 0) : 0;
+    if (!n || sx_cmp_room(tr->t))
+        return 0;
+    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){b, a, Py_GE, 1, "arange's end before its start"};
+    return n;
+}
+
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
  * is recorded (sym/infer.c decides it by range or guards it); anything else
  * pins what the operands read. */
