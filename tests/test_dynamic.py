@@ -896,3 +896,13 @@ def test_arange_between_sizes_stays_symbolic_and_guards_its_order():
     assert sweep(h, lambda n: (torch.randn(2, 3), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
     with pytest.raises(RuntimeError, match="upper bound and lower bound inconsistent"):
         of(torch.randn(2, 3), torch.randn(1, 2, 45, 4))   # 40 >= p failed: a recompile, as eager
+
+
+def test_triu_tril_diagonal_from_sizes_stays_symbolic():
+    def f(x, past):   # a decode step's mask: triu(full((q, past + q)), diagonal=past + 1)
+        p = past.shape[2]
+        s = torch.full((x.shape[0], p + x.shape[0]), 1.0)
+        return torch.triu(s, diagonal=p + 1) * 2.0, torch.tril(x, -p + 3), x - (-p)
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(4, 9), torch.randn(1, 2, n, 4)), range(3, 20)) == 2

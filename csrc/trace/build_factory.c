@@ -359,6 +359,9 @@ tvar *cdy_build_tri(tracer *tr, const cdy_build_call *call)
     int zero = m.dtype == CDY_DT_BOOL ? cdy_scalar_bool(tr, 0) : cdy_scalar_int(tr, 0);
     if (d0 < 0 || k < 0 || zero < 0)
         return NULL;
+    if (slot[1] && slot[1]->sx && PyLong_CheckExact(slot[1]->obj) &&
+        !cdy_tr_sym_scalar(tr, k, slot[1]->sx))
+        cdy_sx_taken(tr, slot[1]);   /* a diagonal from sizes: a runtime number */
     int row = cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &rm, CDY_DT_INT64);
     int col = row < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &cm, CDY_DT_INT64);
     tri_sym_dims(tr, row, col, slot[0]->value, m.ndim);

@@ -255,11 +255,12 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
     case CDY_SOP_COMPARE_OP: case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
+    case CDY_SOP_UNARY_NEGATIVE:
         return -1;   /* a dict merge moves its values (f(**kwargs)): read later, they pin */
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
     case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
-    case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
+    case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
     case CDY_SOP_UNARY_POSITIVE: case CDY_SOP_GET_ITER: case CDY_SOP_FOR_ITER:
     case CDY_SOP_POP_JUMP_IF_FALSE: case CDY_SOP_POP_JUMP_IF_TRUE:
     case CDY_SOP_POP_JUMP_IF_NONE: case CDY_SOP_POP_JUMP_IF_NOT_NONE:
@@ -362,7 +363,7 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
             for (int k = 1; k <= arg; k++)   /* folded to a constant: no room for nodes */
                 cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
         break;
-    case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND:
+    case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNARY_NEGATIVE:
         ctx->n = 1;
         ctx->in[0] = sx_peek(tr, 1);
         break;
@@ -552,6 +553,19 @@ static void sx_post_compare(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     cdy_sx_pin_deep(tr, b, why);
 }
 
+/* UNARY_NEGATIVE's result r of a: -a for a symbolic int, else what a reads pins. */
+static void sx_post_negative(tracer *tr, tvar *a, tvar *r)
+{
+    if (!sx_holds(a, 0))
+        return;
+    int m = sx_int(a) && sx_int(r) && a->sx ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
+    int n = m ? cdy_sx_node(tr, '*', a->sx, m, -1, -1, 0) : 0;
+    if (n)
+        tr->stack[tr->sp - 1] = cdy_sx_tag(tr, r, n);
+    else
+        cdy_sx_pin_deep(tr, a, sx_why[CDY_SOP_UNARY_NEGATIVE]);
+}
+
 /* BINARY_SUBSCR's result r: an item or a slice of a size tuple. */
 static void sx_post_subscr(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
 {
@@ -655,6 +669,9 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
         break;
     case CDY_SOP_COMPARE_OP:
         sx_post_compare(tr, ctx, sx_peek(tr, 1));
+        break;
+    case CDY_SOP_UNARY_NEGATIVE:
+        sx_post_negative(tr, ctx->in[0], sx_peek(tr, 1));
         break;
     case CDY_SOP_UNPACK_SEQUENCE:
         sx_post_unpack(tr, ctx);
