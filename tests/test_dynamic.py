@@ -480,8 +480,8 @@ def flat_rows(x):
 
 def test_size_reads_into_views_stay_symbolic(capfd):
     lines = symbolic_log(capfd, heads_view, torch.randn(3, 5, 16))
-    assert "2 of 3 symbols" in lines[0], lines     # c: x.size(-1) is added to a tensor
-    assert outputs(lines) == ["[s0, s1, 16]"], lines
+    assert "3 of 3 symbols" in lines[0], lines     # c: x.size(-1) added to a tensor is a
+    assert outputs(lines) == ["[s0, s1, s2]"], lines   # runtime number of the kernel
     lines = symbolic_log(capfd, flat_rows, torch.randn(3, 5, 16))
     assert "3 of 3 symbols" in lines[0], lines     # numel() // shape[-1]: an exact quotient
     assert outputs(lines) == ["[s0, s1, s2]"], lines
@@ -783,11 +783,11 @@ def test_arange_and_embedding_of_sizes_stay_symbolic(capfd):
         lines = symbolic_log(capfd, f, torch.randint(0, 50, (3, 5)))
     assert outputs(lines) == ["[s0, s1, 8]"], lines
 
-    def g(ids):   # arange from a start that is a size: its values read it, so it pins
+    def g(ids):   # arange from a start that is a size: the start a runtime number
         return torch.arange(ids.shape[0], ids.shape[0] + ids.shape[1]) + ids
 
     lines = symbolic_log(capfd, g, torch.randint(0, 50, (3, 5)))
-    assert outputs(lines) == ["[3, 5]"], lines
+    assert outputs(lines) == ["[s0, s1]"], lines
 
 
 def test_size_read_returned_to_a_builtin_specializes():
@@ -801,3 +801,108 @@ def test_size_read_returned_to_a_builtin_specializes():
     for n, m in ((2, 5), (3, 6), (7, 4), (2, 9), (8, 3)):
         x, y = torch.randn(n, 4), torch.randn(m, 4)
         assert_same(f(x.clone(), y.clone()), of(x, y))
+
+
+# ---- advanced indexing, sizes added to tensors, kwargs of sizes (transformers 5.17's masks) ----
+
+def _inner_mask(mask, past):
+    """transformers 5.17's sdpa_mask with a padding mask (masking_utils.py inner_mask):
+    padding_mask[batch_idx, kv_idx] over aranges broadcast to 4-D, the KV length a size."""
+    b, kv = mask.shape[0], past.shape[2] + 1
+    batch_idx = torch.arange(b)[:, None, None, None]
+    kv_idx = (torch.arange(kv) + 0)[None, None, None, :]
+    m = mask[batch_idx, kv_idx]
+    return m.expand(b, -1, 1, kv) * 2.0
+
+
+def test_advanced_index_with_a_symbolic_length_compiles_twice(capfd):
+    def make(n):
+        return torch.rand(2, n + 1), torch.randn(2, 4, n, 8)
+
+    lines = symbolic_log(capfd, _inner_mask, *make(5))
+    assert outputs(lines) == ["[s0, 1, 1, 1 + s4]"], lines
+    cdynamo.reset()
+    assert sweep(_inner_mask, make, range(3, 20)) == 2
+    lines = symbolic_log(capfd, lambda x, i: x[:, i] + 1.0, torch.randn(3, 7),
+                         torch.tensor([[0, 6], [2, -1]]))
+    assert outputs(lines) == ["[s0, s2, s3]"], lines   # x's rows, the index tensor's dims
+
+
+def test_advanced_index_at_a_symbolic_size_checks_its_range():
+    of = cdynamo.optimize(_inner_mask)
+    for n in (4, 5, 6):
+        mask, past = torch.rand(2, n + 1), torch.randn(2, 4, n, 8)
+        assert_same(_inner_mask(mask, past), of(mask, past))
+    mask, past = torch.rand(2, 9), torch.randn(2, 4, 12, 8)   # kv 13 > the mask's 9
+    with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 1 with size 9"):
+        _inner_mask(mask, past)
+    with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 1 with size 9"):
+        of(mask, past)
+
+
+def test_advanced_index_with_an_int_item_pins_that_dim():
+    def f(x, i):
+        return x[1, i] * 2.0
+
+    n = sweep(f, lambda n: (torch.randn(4, 3, n), torch.tensor([0, 2, 1])), range(2, 12))
+    assert n == 2   # dim 0 pinned (4), the last symbolic
+    n = sweep(lambda x, i: x[i, :, -1] + 1.0,
+              lambda n: (torch.randn(5, 4, n), torch.tensor([4, -5, 0])), range(2, 7))
+    assert n == 5   # x[..., -1]'s offset reads the last dim's size: one compile per size
+
+
+def test_size_added_to_a_tensor_stays_symbolic(capfd):
+    def f(x, past):   # sdpa_mask's q_arange = arange(q_length) + q_offset
+        q, p = x.shape[1], past.shape[2]
+        qa = torch.arange(q) + p
+        ka = torch.arange(p + q) - 0
+        m = ka[None, :] <= qa[:, None]
+        return torch.where(m, x.sum(0)[:, None], 0.0), qa - p, p + torch.arange(q), qa - 2 * p
+
+    def make(n):
+        return torch.randn(2, 3), torch.randn(2, 4, n, 8)
+
+    lines = symbolic_log(capfd, f, *make(5))
+    assert not [l for l in lines if "specialized" in l], lines
+    cdynamo.reset()
+    assert sweep(f, make, range(3, 20)) == 2
+
+
+def test_sizes_through_kwargs_and_a_keyword_check_stay_symbolic():
+    """transformers' deprecate_kwarg wrapper: `old in kwargs` and func(*args, **kwargs) with a
+    size among the kwargs (sdpa_mask's kv_length)."""
+    def inner(x, kv_length=None, kv_offset=0):
+        return x[:, :1] * torch.ones(kv_length) + kv_offset
+
+    def wrapped(*args, **kwargs):
+        if "old_name" in kwargs:
+            kwargs["kv_length"] = kwargs.pop("old_name")
+        return inner(*args, **kwargs)
+
+    def f(x, past):
+        return wrapped(x, kv_length=past.shape[2] + 1, kv_offset=0)
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(3, 4), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+
+
+def test_arange_between_sizes_stays_symbolic_and_guards_its_order():
+    def h(x, past):   # positions past .. past + q (a decode step's cache_position)
+        p = past.shape[2]
+        return x * torch.arange(p, p + x.shape[1]), torch.arange(p, 40)
+
+    cdynamo.reset()
+    of = cdynamo.optimize(h)
+    assert sweep(h, lambda n: (torch.randn(2, 3), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+    with pytest.raises(RuntimeError, match="upper bound and lower bound inconsistent"):
+        of(torch.randn(2, 3), torch.randn(1, 2, 45, 4))   # 40 >= p failed: a recompile, as eager
+
+
+def test_triu_tril_diagonal_from_sizes_stays_symbolic():
+    def f(x, past):   # a decode step's mask: triu(full((q, past + q)), diagonal=past + 1)
+        p = past.shape[2]
+        s = torch.full((x.shape[0], p + x.shape[0]), 1.0)
+        return torch.triu(s, diagonal=p + 1) * 2.0, torch.tril(x, -p + 3), x - (-p)
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(4, 9), torch.randn(1, 2, n, 4)), range(3, 20)) == 2

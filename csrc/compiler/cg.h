@@ -70,7 +70,11 @@ typedef struct {
                                       * every size a literal (symk.c) */
     int sym_cat_dim, sym_cat_start;  /* symbolic sizes: the cat piece being scheduled's dim
                                       * and its start's expression (cg_sym_cat_start) */
+    int *gsym;                       /* symbolic sizes: per gather value CG_GSYM ints, its
+                                      * indexed sizes then strides as expressions (-1: the
+                                      * literal; symk.c), or NULL */
 } cg_ctx;
+#define CG_GSYM 8
 
 /* ---- special node kinds: X(op kind char, check fn, schedule fn) ----------
  * check: 0, or -1 with a message (cg_fail).  schedule: the kernels of node v,
@@ -298,6 +302,9 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
                        cg_operand *ops, int nops, cg_nest *on, cg_nest *rn, int *rnumel);
 /* Expression e as parenthesized C (over s<k>), into the arena. */
 const char *cg_sym_expr_text(cg_ctx *c, int e);
+/* The C text of int scalar value v when it is a live symbolic expression (a
+ * size added to a tensor: sym.h's sval), else NULL (its literal holds). */
+const char *cg_sym_scalar_text(cg_ctx *c, int v);
 /* The product of nest n's loop sizes as parenthesized C (n<d> / literals). */
 const char *cg_sym_numel_text(cg_ctx *c, const cg_nest *n);
 /* Symbolic k: its loops' run-time decisions (k->par_cond; no stream, no

@@ -765,6 +765,9 @@ char *cg_cast(cg_ctx *c, const char *e, int from, int to)
 char *cg_value_expr(cg_ctx *c, int v)
 {
     const cdy_value *val = &c->g->values[v];
+    const char *se = val->kind == CDY_VAL_SCALAR ? cg_sym_scalar_text(c, v) : NULL;
+    if (se)
+        return cg_strf(c, "%s", se);
     if (val->kind == CDY_VAL_SCALAR)
         return cg_scalar_literal(c, val);
     if (cg_is_leaf(c, v))

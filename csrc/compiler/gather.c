@@ -178,6 +178,18 @@ void cg_gather_emit_base(cg_ctx *c, const cg_nest *nest, int o, int ind)
     cdy_buf_puts(&c->src, any ? ";\n" : "0;\n");
 }
 
+/* The C text of gather v's indexed size (which 0) or stride (which 1) of
+ * index arg i: its expression under symbolic sizes (symk.c), else the literal. */
+static const char *cg_gather_num(cg_ctx *c, int v, int i, int which)
+{
+    const cdy_value *val = &c->g->values[v];
+    int k = cg_gather_nidx(val);
+    int e = c->sym && c->gsym ? c->gsym[v * CG_GSYM + which * (CG_GSYM / 2) + i] : -1;
+    if (e >= 0)
+        return cg_sym_expr_text(c, e);
+    return cg_strf(c, "%lldLL", (long long)c->g->values[val->args[(which ? 1 : 2) * k + i]].i);
+}
+
 /* Emit the index j<v>_<i> of index arg i of gather v: loaded or computed
  * value r, wrapped when negative (code bit 16), then clamped to 0 when out
  * of range, branch-free (the loop still vectorizes), with the failure noted
@@ -186,23 +198,22 @@ static int cg_gather_emit_index(cg_ctx *c, int v, int i, int ind)
 {
     const cdy_value *val = &c->g->values[v];
     int k = cg_gather_nidx(val);
-    long long n = (long long)c->g->values[val->args[2 * k + i]].i;
+    const char *n = cg_gather_num(c, v, i, 0);
     int wrap = (c->g->values[val->args[3 * k + i]].i & 16) != 0;
     char *e = cg_value_expr(c, val->args[i]);
-    if (!e)
+    if (!e || !n)
         return cg_fail(c, "out of memory");
     cdy_buf *b = &c->src;
     cg_indent(b, ind);
     cdy_buf_printf(b, "const int64_t r%d_%d = (int64_t)%s;\n", v, i, e);
     cg_indent(b, ind);
     if (wrap)
-        cdy_buf_printf(b, "const int64_t w%d_%d = r%d_%d < 0 ? r%d_%d + %lldLL : r%d_%d;\n",
+        cdy_buf_printf(b, "const int64_t w%d_%d = r%d_%d < 0 ? r%d_%d + %s : r%d_%d;\n",
                        v, i, v, i, v, i, n, v, i);
     else
         cdy_buf_printf(b, "const int64_t w%d_%d = r%d_%d;\n", v, i, v, i);
     cg_indent(b, ind);
-    cdy_buf_printf(b, "const int ok%d_%d = (uint64_t)w%d_%d < %lluULL;\n", v, i, v, i,
-                   (unsigned long long)n);
+    cdy_buf_printf(b, "const int ok%d_%d = (uint64_t)w%d_%d < (uint64_t)%s;\n", v, i, v, i, n);
     cg_indent(b, ind);
     cdy_buf_printf(b, "cdy_bad%d_%d |= !ok%d_%d;\n", v, i, v, i);
     cg_indent(b, ind);
@@ -242,8 +253,8 @@ void cg_gather_emit_report(cg_ctx *c, int ind)
             cg_indent(&c->src, ind);
             cdy_buf_printf(&c->src, "if (__builtin_expect(cdy_bad%d_%d != 0, 0))\n", v, i);
             cg_indent(&c->src, ind + 1);
-            cdy_buf_printf(&c->src, "cdy_gather_bad(cdy_err, cdy_badv%d_%d, %lldLL, %lldLL);\n",
-                           v, i, (long long)c->g->values[val->args[2 * k + i]].i,
+            cdy_buf_printf(&c->src, "cdy_gather_bad(cdy_err, cdy_badv%d_%d, %s, %lldLL);\n",
+                           v, i, cg_gather_num(c, v, i, 0),
                            (long long)(c->g->values[val->args[3 * k + i]].i |
                                        (int64_t)v << CDY_ERR_VALUE_SHIFT));
         }
@@ -286,7 +297,7 @@ int cg_emit_gather(cg_ctx *c, int v, int ind)
     }
     cdy_buf_printf(b, "%s(in_ptr%d[x%d", cg_ld(val->meta.dtype), p, p);
     for (int i = 0; i < k; i++)
-        cdy_buf_printf(b, " + j%d_%d * %lldLL", v, i, (long long)c->g->values[val->args[k + i]].i);
+        cdy_buf_printf(b, " + j%d_%d * %s", v, i, cg_gather_num(c, v, i, 1));
     cdy_buf_puts(b, "]);  /* gather */\n");
     return 0;
 }

@@ -317,7 +317,7 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
                 return cg_sym_unsupported(c, "out of expression space");
         return *off < 0 ? cg_sym_unsupported(c, "out of expression space") : 0;
     }
-    if (sk_view_reshapes(c, v, b))          /* a reshape of a contiguous base */
+    if (!cg_is_gather(c->g, v) && sk_view_reshapes(c, v, b))   /* a reshape of a contiguous base */
         return sk_contig_strides(c, v, mst, off);
     if (val->view_offset && !(s->const_off && s->const_off[v]))
         return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
@@ -357,14 +357,50 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
 static int sk_live(const cdy_sym_shapes *s, int e);
 
+/* Gather node v's indexed sizes and strides (gather.c: the range each index
+ * is checked against, the stride it steps) as expressions into c->gsym:
+ * each is the size and dense stride of the one dim of its base (dense: its
+ * dims >= 2 have distinct strides) with that size and stride at the hints;
+ * a literal where constant.  0, or -1 with the reason. */
+static int sk_gather_dims(cg_ctx *c, int v)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    int k = val->nargs / 4, b = val->view_base, bst[CDY_MAX_NDIM];
+    const cdy_meta *bm = sk_mem_meta(c, b);
+    if (!c->gsym && (c->gsym = cdy_arena_alloc(&c->arena, sizeof(int) * CG_GSYM *
+                                                (size_t)c->g->nvalues)))
+        memset(c->gsym, 0xff, sizeof(int) * CG_GSYM * (size_t)c->g->nvalues);
+    if (!c->gsym || k > CG_GSYM / 2)
+        return cg_sym_unsupported(c, "out of memory");
+    if (sk_static_value(c, b))
+        return 0;                            /* the literals hold */
+    if (sk_dense_strides(c, b, bst))
+        return -1;
+    for (int i = 0; i < k; i++) {
+        int64_t n = c->g->values[val->args[2 * k + i]].i, st = c->g->values[val->args[k + i]].i;
+        int j = 0;
+        while (j < bm->ndim && (bm->sizes[j] < 2 || bm->sizes[j] != n || bm->strides[j] != st))
+            j++;
+        if (j == bm->ndim && n >= 2)
+            return cg_sym_unsupported(c, "a gather indexes a dim that is not one of its base's");
+        c->gsym[v * CG_GSYM + i] = j < bm->ndim ? sk_live(s, s->dims[b][j]) : -1;
+        c->gsym[v * CG_GSYM + CG_GSYM / 2 + i] = j < bm->ndim ? sk_live(s, bst[j]) : -1;
+    }
+    return 0;
+}
+
 static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, int *st)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = &c->g->values[op->value].meta;
     int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM], off = zero;
-    if (op->buffer < 0 || cg_is_gather(c->g, op->value))
-        return cg_sym_unsupported(c, "a kernel loads a gather or an index");
-    if (cg_is_view(c->g, op->value) && !op->is_out   /* a store: the value's own buffer */
+    int gather = cg_is_gather(c->g, op->value);
+    if (op->buffer < 0)
+        return cg_sym_unsupported(c, "a kernel loads an index");
+    if (gather && !op->is_out && sk_gather_dims(c, op->value))
+        return -1;
+    if ((gather || cg_is_view(c->g, op->value)) && !op->is_out   /* a store: its own buffer */
             ? sk_view_strides(c, op->value, mst, &off)
                                     : op->offset ? cg_sym_unsupported(c, "an operand's offset")
                                                  : sk_dense_strides(c, op->value, mst))
@@ -780,9 +816,32 @@ static int sk_static_value(const cg_ctx *c, int v)
     return 1;
 }
 
+const char *cg_sym_scalar_text(cg_ctx *c, int v)
+{
+    int e = c->sym && c->sym->sval ? c->sym->sval[v] - 1 : -1;
+    return e >= 0 && sk_live(c->sym, e) >= 0 ? cg_sym_expr_text(c, e) : NULL;
+}
+
+/* 1 if node v reads an int scalar whose value is a live expression. */
+static int sk_reads_sym_scalar(const cg_ctx *c, int v)
+{
+    const cdy_value *val = &c->g->values[v];
+    for (int a = 0; c->sym->sval && a < val->nargs; a++) {
+        int e = c->sym->sval[val->args[a]] - 1;
+        if (e >= 0 && sk_live(c->sym, e) >= 0)
+            return 1;
+    }
+    return 0;
+}
+
 int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
 {
     c->plan = (cdy_plan *)plan;            /* the buffers' layouts (sk_mem_meta) */
+    for (int v = 0; c->sym && v < c->g->nvalues; v++)
+        if (c->g->values[v].kind == CDY_VAL_NODE && sk_reads_sym_scalar(c, v) &&
+            (!cdy_op_pointwise(c->g->values[v].op) || cg_is_extern(c->g, v)))
+            return cg_sym_unsupported(c, "a size added to a tensor reaches an op without "
+                                         "runtime numbers");
     for (int v = 0; c->sym && v < c->g->nvalues; v++) {
         int b = c->val_buf[v];
         if (b < 0 || sk_static_value(c, v))

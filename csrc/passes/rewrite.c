@@ -110,6 +110,9 @@ static void rw_renumber(cdy_trace *t, int at, int n)
         t->symviews[i].value = rw_shift(t->symviews[i].value, at, n);
         t->symviews[i].src = rw_shift(t->symviews[i].src, at, n);
     }
+    for (int i = 0; i < t->nsx; i++)      /* sizes the code read: of these values */
+        if (t->sx[i].op == 'd')
+            t->sx[i].value = rw_shift(t->sx[i].value, at, n);
     for (int i = 0; i < t->npynodes; i++) {
         cdy_pynode *p = &t->pynodes[i];
         p->value = rw_shift(p->value, at, n);

@@ -518,6 +518,40 @@ static int sy_expand_map(sy_pass *p, int v, const cdy_sym_view *w)
     return 0;
 }
 
+/* Advanced indexing's gather (kind 'g', sym.h) into v's dims: kept source
+ * dims, the index args' broadcast (sizes 1 broadcast, others equal), or
+ * constants; 0 or -1. */
+static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
+{
+    const cdy_value *val = &p->g->values[v];
+    const cdy_meta *sm = &p->g->values[w->src].meta;
+    int one = cdy_sym_const(&p->s->tab, 1), k = val->nargs / 4, nd = val->meta.ndim;
+    if (one < 0 || cdy_op_table[val->op].kind != 'G' || w->src < 0)
+        return -1;
+    for (int d = 0; d < nd; d++) {
+        int *o = &p->s->dims[v][d];
+        if (w->map[d] >= sm->ndim)
+            return -1;
+        if (w->map[d] != -2) {
+            *o = w->map[d] >= 0 ? p->s->dims[w->src][w->map[d]]
+                                : cdy_sym_const(&p->s->tab, val->meta.sizes[d]);
+            continue;
+        }
+        *o = one;
+        for (int a = 0; a < k; a++) {
+            int xd = d - (nd - p->g->values[val->args[a]].meta.ndim);
+            int e = xd >= 0 ? p->s->dims[val->args[a]][xd] : one;
+            if (e == one)
+                continue;
+            if (*o == one)
+                *o = e;
+            else
+                sy_equal(p, *o, e, v, d, "broadcast of advanced indices");
+        }
+    }
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
@@ -577,6 +611,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     }
     if (w->kind == 'x')
         return sy_expand_map(p, v, w);
+    if (w->kind == 'g')
+        return sy_gather_map(p, v, w);
     if (w->kind != 'r')
         return -1;
     if (sy_view_has_sx(w))
@@ -697,6 +733,24 @@ static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
     sy_sx_pin(p, c->b, -1, what, 0);
 }
 
+/* Int scalar v's expression into s->sval when the trace made it from sizes
+ * (kind 'k'); without a rule the sizes it reads specialize. */
+static void sy_scalar(sy_pass *p, int v)
+{
+    p->s->sval[v] = 0;
+    for (int i = 0; p->h && i < p->h->nviews; i++) {
+        const cdy_sym_view *w = &p->h->views[i];
+        if (w->value != v || w->kind != 'k')
+            continue;
+        int e = sy_sx_expr(p, w->sx[0], 0);
+        if (e >= 0 && cdy_sym_eval(&p->s->tab, e, NULL) == p->g->values[v].i)
+            p->s->sval[v] = e + 1;
+        else
+            sy_sx_pin(p, w->sx[0], -1, "a number added to a tensor without a rule", 0);
+        return;
+    }
+}
+
 /* One pass over g with p->pinned specialized: every value's sizes. */
 static void sy_run(sy_pass *p)
 {
@@ -712,6 +766,8 @@ static void sy_run(sy_pass *p)
             sy_node(p, v);
         else
             sy_const_sizes(p, v);
+        if (val->kind == CDY_VAL_SCALAR && s->sval)
+            sy_scalar(p, v);
         if (val->kind == CDY_VAL_INPUT)
             for (int k = 0; k < s->tab.nsyms; k++)
                 if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
@@ -755,7 +811,8 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
     sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
-    if (!out->dims || sy_symbols(out, g, dyn)) {
+    out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
+    if (!out->dims || !out->sval || sy_symbols(out, g, dyn)) {
         p.oom = 1;
     }
     while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
@@ -778,6 +835,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     cdy_symtab_free(&s->tab);
     free(s->dims);
     s->dims = NULL;
+    free(s->sval);
+    s->sval = NULL;
     free(s->const_off);
     s->const_off = NULL;
     free(s->cut);
@@ -814,7 +873,7 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
-            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfesc", w->kind))
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescg", w->kind))
                 s->const_off[v] = s->const_off[w->src];
         }
     }

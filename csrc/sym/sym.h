@@ -111,7 +111,11 @@ typedef struct cdy_sym_pin_s {
  * 'c': a getitem of slices / None / Ellipsis: out dim d is a new 1 (-1) or
  * source dim map[d], whole, or cut from its start to symbolic int sx[d] (the
  * trace guarded it within the dim) or to the node's constant size (bit d of
- * a; a constant start inside it pinned the dim). */
+ * a; a constant start inside it pinned the dim);
+ * 'g': advanced indexing's gather node: out dim d is source dim map[d], the
+ * broadcast of its index args' sizes (-2, right-aligned), or its constant
+ * size (-1); 'k' (src -1): an int scalar value (a node's operand) that is
+ * symbolic int sx[0]. */
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;
@@ -185,6 +189,9 @@ typedef struct cdy_sym_shapes_s {
     cdy_sym_cmp_rel cmp[32];
     int ncmp_range;              /* comparisons the symbols' range decided (no guard) */
     int runs;                    /* passes over the graph until no new pin */
+    int *sval;                   /* per value (malloc'd, may be NULL): 1 + the expression
+                                  * of an int scalar the trace made from sizes (kind 'k'),
+                                  * 0: its literal */
     unsigned char *const_off;    /* per value (malloc'd, may be NULL): 1 when a view's
                                   * element offset from its base moves by no symbol (its
                                   * maps, sym_view's kinds, start every dim at a constant

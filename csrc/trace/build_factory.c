@@ -229,7 +229,7 @@ static int scalar_node(tracer *tr, int op, int a, int s, const cdy_meta *m, int 
  * step scalar values, -2 when 0 / 1 (left out).  NULL when stopped or not
  * lowerable. */
 static tvar *affine_result(tracer *tr, const cdy_build_call *call, const cdy_meta *m, int start,
-                           int step, tvar *end)
+                           int step, tvar *end, tvar *start_tv)
 {
     int cdt = cdy_dtype_table[m->dtype].is_float ? CDY_DT_FLOAT64 : CDY_DT_INT64;
     cdy_meta im = {.dtype = CDY_DT_INT64, .ndim = 1, .sizes = {m->sizes[0]}, .strides = {1}};
@@ -240,6 +240,14 @@ static tvar *affine_result(tracer *tr, const cdy_build_call *call, const cdy_met
         int sx[CDY_MAX_NDIM] = {end->sx};   /* arange(n) of a size: n elements */
         cdy_tr_sym_sizes(tr, cur, sx);
         cdy_sx_taken(tr, end);
+    } else if (cur >= 0 && end && start_tv && start >= 0 && step == -2 && cdt == CDY_DT_INT64 &&
+               (end->sx || start_tv->sx)) {   /* arange(a, b) of sizes: b - a elements from a */
+        int sx[CDY_MAX_NDIM] = {cdy_sx_arange_len(tr, start_tv, end)};
+        if (sx[0] && (!start_tv->sx || !cdy_tr_sym_scalar(tr, start, start_tv->sx))) {
+            cdy_tr_sym_sizes(tr, cur, sx);
+            cdy_sx_taken(tr, end);
+            cdy_sx_taken(tr, start_tv);
+        }
     }
     im.dtype = cdt;
     cur = cdy_compose_affine(tr, cur, step, start, &im, cdt);
@@ -277,7 +285,7 @@ tvar *cdy_build_arange(tracer *tr, const cdy_build_call *call)
                fabs(fs) + fabs(fst) * (double)m.sizes[0] > 9.0e18))
         return NULL;
     int sv = fs == 0 ? -2 : number_value(tr, start), tv = fst == 1 ? -2 : number_value(tr, step);
-    return affine_result(tr, call, &m, sv, tv, arg_at(call, npos >= 2 ? 1 : 0, "end"));
+    return affine_result(tr, call, &m, sv, tv, arg_at(call, npos >= 2 ? 1 : 0, "end"), start);
 }
 
 /* torch.linspace(start, end, steps): start + step * i, step = (end - start) /
@@ -305,7 +313,7 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
              (ff[0] != fa || ff[1] != fb || ff[2] != st)))
             return NULL;
         return affine_result(tr, call, &m, fa == 0 ? -2 : cdy_scalar_float(tr, fa),
-                             st == 1 ? -2 : cdy_scalar_float(tr, st), NULL);
+                             st == 1 ? -2 : cdy_scalar_float(tr, st), NULL, NULL);
     }
     if (va->meta.dtype == CDY_DT_FLOAT64 || vb->meta.dtype == CDY_DT_FLOAT64 ||
         !converts_exactly(va, m.dtype) || !converts_exactly(vb, m.dtype) ||
@@ -313,7 +321,7 @@ tvar *cdy_build_linspace(tracer *tr, const cdy_build_call *call)
         return NULL;
     long long st = n > 1 ? (vb->i - va->i) / (n - 1) : 0;
     return affine_result(tr, call, &m, va->i == 0 ? -2 : sa, st == 1 ? -2 : cdy_scalar_int(tr, st),
-                         NULL);
+                         NULL, NULL);
 }
 
 /* The symbolic sizes of tri's row IOTA [R, 1] and column IOTA [C] (values
@@ -351,6 +359,9 @@ tvar *cdy_build_tri(tracer *tr, const cdy_build_call *call)
     int zero = m.dtype == CDY_DT_BOOL ? cdy_scalar_bool(tr, 0) : cdy_scalar_int(tr, 0);
     if (d0 < 0 || k < 0 || zero < 0)
         return NULL;
+    if (slot[1] && slot[1]->sx && PyLong_CheckExact(slot[1]->obj) &&
+        !cdy_tr_sym_scalar(tr, k, slot[1]->sx))
+        cdy_sx_taken(tr, slot[1]);   /* a diagonal from sizes: a runtime number */
     int row = cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &rm, CDY_DT_INT64);
     int col = row < 0 ? -1 : cdy_node_add(tr, CDY_OP_IOTA, &d0, 1, &cm, CDY_DT_INT64);
     tri_sym_dims(tr, row, col, slot[0]->value, m.ndim);

@@ -326,6 +326,7 @@ tvar *cdy_build_gather(tracer *tr, const cdy_build_call *call)
 typedef struct {
     int adv;                 /* index tensor number, or -1 */
     int64_t size, stride;
+    int xd;                  /* x's dim it walks whole (all of it, in order), or -1 */
 } li_dim;
 
 typedef struct {
@@ -335,6 +336,7 @@ typedef struct {
     int nadv;
     const tvar *adv[LI_MAX_IDX];
     int advpos[LI_MAX_IDX];  /* their position in dims[] */
+    unsigned pin;            /* x's dims an int or a partial slice reads the size of */
 } li_basic;
 
 /* Apply constant slice sl (Python semantics, step > 0) to a dim of size n
@@ -348,7 +350,12 @@ static int li_slice(PyObject *sl, int64_t n, int64_t st, li_dim *d, int64_t *off
     }
     if (step <= 0)
         return -1;
+    PySliceObject *o = (PySliceObject *)sl;
+    int whole = (o->start == Py_None || (PyLong_Check(o->start) && !PyLong_AsLong(o->start))) &&
+                o->stop == Py_None && step == 1;
     Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)n, &start, &stop, step);
+    PyErr_Clear();
+    d->xd = whole ? 0 : -1;   /* the caller sets the dim */
     d->adv = -1;
     d->size = len;
     d->stride = st * step;
@@ -396,24 +403,27 @@ static int li_basic_walk(tracer *tr, tvar **it, int n, const cdy_meta *xm, const
             for (int e = 0; e < xm->ndim - used; e++, xd++) {
                 if (b->n >= CDY_MAX_NDIM)
                     return -1;
-                b->dims[b->n++] = (li_dim){-1, xm->sizes[xd], xs[xd]};
+                b->dims[b->n++] = (li_dim){-1, xm->sizes[xd], xs[xd], xd};
             }
         } else if (t->kind == TV_CONST && t->obj == Py_None) {
-            *d = (li_dim){-1, 1, 0};
+            *d = (li_dim){-1, 1, 0, -1};
             b->n++;
         } else if (cdy_const_int(t, &k)) {
             if (k < 0)
                 k += xm->sizes[xd];
             if (k < 0 || k >= xm->sizes[xd])
                 return -1;
+            b->pin |= 1u << xd;   /* the index's range and offset read the size */
             b->off += k * xs[xd++];
         } else if (t->kind == TV_CONST && PySlice_Check(t->obj)) {
             if (li_slice(t->obj, xm->sizes[xd], xs[xd], d, &b->off))
                 return -1;
+            d->xd = d->xd < 0 ? -1 : xd;
+            b->pin |= d->xd < 0 ? 1u << xd : 0;   /* a part of the dim: its bounds read it */
             xd++;
             b->n++;
         } else if (li_index_tensor(tr, t) && b->nadv < LI_MAX_IDX) {
-            *d = (li_dim){b->nadv, xm->sizes[xd], xs[xd]};
+            *d = (li_dim){b->nadv, xm->sizes[xd], xs[xd], xd};
             xd++;
             b->advpos[b->nadv] = b->n;
             b->adv[b->nadv++] = t;
@@ -424,7 +434,7 @@ static int li_basic_walk(tracer *tr, tvar **it, int n, const cdy_meta *xm, const
     for (; xd < xm->ndim; xd++) {
         if (b->n >= CDY_MAX_NDIM)
             return -1;
-        b->dims[b->n++] = (li_dim){-1, xm->sizes[xd], xs[xd]};
+        b->dims[b->n++] = (li_dim){-1, xm->sizes[xd], xs[xd], xd};
     }
     return 0;
 }
@@ -549,15 +559,18 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
     if (b.n - b.nadv + bn != m.ndim)
         return NULL;
     int64_t sizes[CDY_MAX_NDIM];
+    signed char map[CDY_MAX_NDIM];
     for (int d = 0; d <= b.n; d++) {
         if (d == p)
             for (int e = 0; e < bn; e++, od++) {
                 sizes[od] = bs[e];
                 gth.st[od] = 0;
+                map[od] = -2;
             }
         if (d == b.n || b.dims[d].adv >= 0)
             continue;
         sizes[od] = b.dims[d].size;
+        map[od] = (signed char)b.dims[d].xd;
         gth.st[od++] = b.dims[d].stride;
     }
     for (int d = 0; d < m.ndim; d++)
@@ -577,5 +590,10 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
         if ((gth.idx[i] = li_index_value(tr, b.adv[i], &m, p + bn - in)) < 0)
             return NULL;
     }
-    return li_node(tr, &cpu, &m, &gth);
+    tvar *r = li_node(tr, &cpu, &m, &gth);
+    if (r && r->kind == TV_TENSOR) {   /* its sizes: x's kept dims, the indices' broadcast */
+        cdy_tr_pin(tr, x->value, b.pin, "an int or a partial slice of an indexed dim");
+        cdy_tr_sym_gathered(tr, r->value, x->value, map);
+    }
+    return r;
 }

@@ -256,18 +256,19 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_JUMP: case CDY_SOP_BINARY_OP: case CDY_SOP_BINARY_SUBSCR:
     case CDY_SOP_BUILD_SLICE:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
-    case CDY_SOP_COMPARE_OP:
-        return -1;
+    case CDY_SOP_COMPARE_OP: case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
+    case CDY_SOP_UNARY_NEGATIVE:
+        return -1;   /* a dict merge moves its values (f(**kwargs)): read later, they pin */
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
     case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
-    case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
+    case CDY_SOP_UNARY_NOT: case CDY_SOP_UNARY_INVERT:
     case CDY_SOP_UNARY_POSITIVE: case CDY_SOP_GET_ITER: case CDY_SOP_FOR_ITER:
     case CDY_SOP_POP_JUMP_IF_FALSE: case CDY_SOP_POP_JUMP_IF_TRUE:
     case CDY_SOP_POP_JUMP_IF_NONE: case CDY_SOP_POP_JUMP_IF_NOT_NONE:
     case CDY_SOP_JUMP_IF_FALSE_OR_POP: case CDY_SOP_JUMP_IF_TRUE_OR_POP:
     case CDY_SOP_YIELD_VALUE: case CDY_SOP_STORE_DEREF: case CDY_SOP_KW_NAMES_TOS:
-    case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE: case CDY_SOP_SET_ADD:
+    case CDY_SOP_SET_ADD:
     case CDY_SOP_SET_UPDATE: case CDY_SOP_IMPORT_FROM: case CDY_SOP_CONVERT_VALUE:
     case CDY_SOP_GET_YIELD_FROM_ITER:
         return 1;
@@ -296,16 +297,18 @@ static tvar *sx_peek(tracer *tr, int k)
 
 /* Record the call's arguments (top n items, the call pair included) that carry
  * symbolic ints as pending: pinned after the call unless taken or passed on. */
-static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
+static void sx_pend(tracer *tr, int n, tvar *spread, tvar *kw, cdy_sx_ctx *ctx)
 {
     ctx->pend = tr->sx_pend;
     ctx->npend = tr->nsx_pend;
-    int cap = n + (spread && spread->kind == TV_TUPLE ? spread->n : 0) + 1;
+    kw = kw && kw->kind == TV_DICT ? kw : NULL;
+    int cap = n + (spread && spread->kind == TV_TUPLE ? spread->n : 0) + (kw ? kw->n : 0) + 1;
     tvar **p = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)cap);
     int np = 0;
     for (int k = 1; p && k <= n; k++) {
         tvar *v = sx_peek(tr, k);
-        if (v == spread && v->kind == TV_TUPLE) {   /* f(*args): its items are the arguments */
+        if ((v == spread && v->kind == TV_TUPLE) || v == kw) {
+            /* f(*args, **kwargs): their items are the arguments */
             for (int i = 0; i < v->n; i++)
                 if (sx_holds(v->items[i], 0))
                     p[np++] = v->items[i];
@@ -322,6 +325,16 @@ static void sx_pend(tracer *tr, int n, tvar *spread, cdy_sx_ctx *ctx)
     tr->nsx_pend = np;
 }
 
+/* 1 if sop is `k in d` for a trace-made dict d (or its keys()): it reads
+ * d's keys (a size stored as a key pinned there), never its values. */
+static int sx_dict_lookup(tracer *tr, int sop)
+{
+    const tvar *c = sop == CDY_SOP_CONTAINS_OP ? sx_peek(tr, 1) : NULL;
+    if (c && c->kind == TV_VIEW && c->pos == 0)
+        c = c->self;
+    return c && c->kind == TV_DICT;
+}
+
 void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -334,7 +347,7 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
                                                          : "the code read the size and used it";
     if (n == -2)
         n = tr->sp;
-    for (int k = 1; k <= n; k++)
+    for (int k = sx_dict_lookup(tr, sop) ? 2 : 1; k <= n; k++)
         cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
     if (n >= 0)
         return;
@@ -357,15 +370,16 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
             for (int k = 1; k <= arg; k++)   /* folded to a constant: no room for nodes */
                 cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
         break;
-    case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND:
+    case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNARY_NEGATIVE:
         ctx->n = 1;
         ctx->in[0] = sx_peek(tr, 1);
         break;
     case CDY_SOP_CALL:
-        sx_pend(tr, arg + 2, NULL, ctx);
+        sx_pend(tr, arg + 2, NULL, NULL, ctx);
         break;
     case CDY_SOP_CALL_FUNCTION_EX:
-        sx_pend(tr, (arg & 1) ? 4 : 3, sx_peek(tr, (arg & 1) ? 2 : 1), ctx);
+        sx_pend(tr, (arg & 1) ? 4 : 3, sx_peek(tr, (arg & 1) ? 2 : 1),
+                (arg & 1) ? sx_peek(tr, 1) : NULL, ctx);
         break;
     default:
         break;
@@ -431,6 +445,35 @@ static int sx_items(const tvar *v, int *sxi, int n)
     return 0;
 }
 
+/* `t + n` / `t - n` (op NB_ADD / NB_SUBTRACT) of a tensor t and a symbolic
+ * int n (a size the code read) that made r: when r is a pointwise node with
+ * one int scalar arg, n's value (or minus it), that scalar is n's expression
+ * (a runtime value of the kernels: sympins.c); 1, or 0 (nothing recorded). */
+static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, const tvar *r)
+{
+    if ((op != 0 && op != 10) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
+        r->kind != TV_TENSOR)
+        return 0;
+    const cdy_graph *g = &tr->t->graph;
+    const cdy_value *val = &g->values[r->value];
+    long long k = PyLong_AsLongLong(n->obj);
+    if (PyErr_Occurred() || val->kind != CDY_VAL_NODE || !cdy_op_pointwise(val->op)) {
+        PyErr_Clear();
+        return 0;
+    }
+    int sc = -1, nsc = 0;
+    for (int a = 0; a < val->nargs; a++)
+        if (g->values[val->args[a]].kind == CDY_VAL_SCALAR) {
+            sc = val->args[a];
+            nsc++;
+        }
+    if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
+        return 0;
+    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k
+            ? cdy_sx_node(tr, '*', n->sx, cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1), -1, -1, 0) : 0;
+    return e && !cdy_tr_sym_scalar(tr, sc, e);
+}
+
 /* BINARY_OP's result r over ctx's operands. */
 static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
 {
@@ -439,6 +482,8 @@ static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     if (!ha && !hb)
         return;
     int op = ctx->arg >= CDY_NB_INPLACE_FIRST ? ctx->arg - CDY_NB_INPLACE_FIRST : ctx->arg;
+    if (sx_tensor_offset(tr, op, a, b, r) || (op == 0 && sx_tensor_offset(tr, op, b, a, r)))
+        return;
     if (sx_int(a) && sx_int(b) && sx_int(r)) {
         int n = sx_arith(tr, ctx->arg, a, b);
         if (n) {
@@ -489,6 +534,20 @@ int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why)
     return 0;
 }
 
+int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
+{
+    if (!sx_int(start) || !sx_int(end))
+        return 0;
+    int a = sx_operand(tr, start), b = sx_operand(tr, end);
+    int m = a && b ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
+    int na = m ? cdy_sx_node(tr, '*', a, m, -1, -1, 0) : 0;
+    int n = na ? cdy_sx_node(tr, '+', b, na, -1, -1, 0) : 0;
+    if (!n || sx_cmp_room(tr->t))
+        return 0;
+    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){b, a, Py_GE, 1, "arange's end before its start"};
+    return n;
+}
+
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
  * is recorded (sym/infer.c decides it by range or guards it); anything else
  * pins what the operands read. */
@@ -508,6 +567,19 @@ static void sx_post_compare(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     }
     cdy_sx_pin_deep(tr, a, why);
     cdy_sx_pin_deep(tr, b, why);
+}
+
+/* UNARY_NEGATIVE's result r of a: -a for a symbolic int, else what a reads pins. */
+static void sx_post_negative(tracer *tr, tvar *a, tvar *r)
+{
+    if (!sx_holds(a, 0))
+        return;
+    int m = sx_int(a) && sx_int(r) && a->sx ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
+    int n = m ? cdy_sx_node(tr, '*', a->sx, m, -1, -1, 0) : 0;
+    if (n)
+        tr->stack[tr->sp - 1] = cdy_sx_tag(tr, r, n);
+    else
+        cdy_sx_pin_deep(tr, a, sx_why[CDY_SOP_UNARY_NEGATIVE]);
 }
 
 /* BINARY_SUBSCR's result r: an item or a slice of a size tuple. */
@@ -642,6 +714,9 @@ void cdy_sx_post(tracer *tr, cdy_sx_ctx *ctx, int r)
         break;
     case CDY_SOP_COMPARE_OP:
         sx_post_compare(tr, ctx, sx_peek(tr, 1));
+        break;
+    case CDY_SOP_UNARY_NEGATIVE:
+        sx_post_negative(tr, ctx->in[0], sx_peek(tr, 1));
         break;
     case CDY_SOP_UNPACK_SEQUENCE:
         sx_post_unpack(tr, ctx);

@@ -421,8 +421,27 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
     return 0;
 }
 
+void cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map)
+{
+    cdy_sym_view w = {value, src, 'g', -1, -1, {0}, {0}};
+    memcpy(w.map, map, sizeof(w.map));
+    if (!sp_view_room(tr))
+        tr->t->symviews[tr->t->nsymviews++] = w;
+}
+
+/* 1 if value has a gather map (cdy_tr_sym_gathered). */
+static int sp_has_gather_map(const cdy_trace *t, int value)
+{
+    for (int i = t->nsymviews - 1; i >= 0; i--)
+        if (t->symviews[i].value == value && t->symviews[i].kind == 'g')
+            return 1;
+    return 0;
+}
+
 void cdy_tr_sym_getitem(tracer *tr, const cdy_build_call *call, tvar *r)
 {
+    if (r && r != CDY_NOT_LOWERED && r->kind == TV_TENSOR && sp_has_gather_map(tr->t, r->value))
+        return;   /* advanced indexing: its map is recorded (build_index.c) */
     if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED) {   /* an extern: as before */
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "an index without a symbolic rule");
         return;
@@ -568,4 +587,14 @@ void cdy_tr_sym_fill(tracer *tr, const cdy_build_call *call, int value)
     cdy_tr_sym_sizes(tr, value, sx);
     for (int i = first; i < end && i < call->nargs; i++)
         cdy_sx_taken(tr, call->args[i]);
+}
+
+int cdy_tr_sym_scalar(tracer *tr, int value, int sx)
+{
+    cdy_sym_view w = {value, -1, 'k', -1, -1, {0}, {0}};
+    w.sx[0] = sx;
+    if (sp_view_room(tr))
+        return -1;
+    tr->t->symviews[tr->t->nsymviews++] = w;
+    return 0;
 }

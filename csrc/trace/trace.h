@@ -181,6 +181,17 @@ void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* After tensor getitem's builders: a 'p' map when the index keeps every dim
  * whole (None, Ellipsis, slice(None)), else its tensors' sizes pinned. */
 void cdy_tr_sym_getitem(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
+/* GATHER node value of advanced indexing src[...]: its dim d is src's dim
+ * map[d] (walked whole), the broadcast of its index args' sizes there (-2),
+ * or its constant size (-1) (kind 'g', sym/infer.c). */
+void cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map);
+/* Int scalar value is symbolic int sx (1 + node): a size the code added to a
+ * tensor (kind 'k', sym/infer.c); 0, or -1 (no room: the caller pins it). */
+int cdy_tr_sym_scalar(tracer *tr, int value, int sx);
+/* arange(start, end)'s length end - start (ints, one or both symbolic) as a
+ * symbolic int (1 + node), with end >= start recorded as a comparison (a
+ * guard unless the symbols' range decides it); 0 when no room / not ints. */
+int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end);
 /* ---- symint.c: symbolic Python ints (sizes the code read) ---- */
 /* A new node (cdy_sym_sx) of the trace: 1 + its index, or 0 (no room). */
 int cdy_sx_node(tracer *tr, char op, int a, int b, int value, int dim, long long c);
