@@ -120,3 +120,20 @@ def test_int_index_inside_a_dim_specializes_that_dim_only():
         x = torch.randn(b, 7, 4)
         assert_same(f(x), opt(x))
     assert cdynamo.stats()["frames_compiled"] == 2
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("int_index_last", lambda x: x[-1]),
+    ("slice_from_1", lambda x: x[1:]),
+    ("split_piece_dim0", lambda x: x.split(2, dim=0)[1]),
+])
+def test_returned_view_at_a_symbolic_offset_read_by_a_kernel(name, fn):
+    """A view returned (torch realizes it at its offset) and read by a kernel: the kernel reads
+    from the realized view's pointer, not its offset again (a fuzz finding: garbage values)."""
+    def f(x):
+        v = fn(x)
+        return v.sin(), v
+    x = torch.arange(20.).view(5, 4)
+    cdynamo.reset()
+    out = cdynamo.optimize(f, dynamic=True)(x)
+    assert_same(f(x), out)

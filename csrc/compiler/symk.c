@@ -407,6 +407,9 @@ static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, i
         return -1;
     if (off < 0)
         return cg_sym_unsupported(c, "out of expression space");
+    if (cg_is_view(c->g, op->value) && !op->is_out &&
+        op->buffer != c->val_buf[c->g->values[op->value].view_base])
+        off = zero;   /* a view torch realized (its own buffer): its pointer is at its offset */
     op->sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
     for (int d = 0; d < ndim; d++) {
         int md = d - shift;
