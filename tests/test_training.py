@@ -162,16 +162,35 @@ def test_backward_source_uses_the_registry_formulas():
 
 
 def test_cheap_values_are_recomputed_not_saved():
-    """gelu's derivative saves its input h; gelu(h), which the next linear's weight
-    gradient reads, is recomputed from it in the backward instead of saved."""
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
-    out = cdynamo.optimize(lambda x: m(x).sum())(torch.randn(2, 8))
+    """gelu's derivative saves its input x; gelu(x), which y's gradient reads, is
+    recomputed from it in the backward instead of saved (no extern of the forward
+    reads it: the forward fuses it into the product)."""
+    x, y = _x(3, 4), _x(3, 4)
+    out = cdynamo.optimize(lambda a, b: (F.gelu(a) * b).sum())(x, y)
     tg = out.grad_fn.tg
     header, first = tg.source.splitlines()[:2]
     assert "torch.nn.functional.gelu(" in first, tg.source
     recomputed = first.split("=")[0].strip()
     assert recomputed not in header            # not a saved value
+
+
+def test_realized_gelu_is_saved_not_recomputed():
+    """gelu(h) that the next linear reads is realized by the forward anyway: the
+    backward takes it saved (its weight gradient and gelu's derivative read it), no
+    gelu kernel of its own; gradients as eager's."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    x = torch.randn(2, 8)
+    m(x).sum().backward()
+    want = [p.grad for p in m.parameters()]
+    m.zero_grad(set_to_none=True)
+    out = cdynamo.optimize(lambda a: m(a).sum())(x)
+    src = out.grad_fn.tg.source
+    assert "torch.nn.functional.gelu(" not in src, src
+    assert "gelu_backward(" in src, src
+    out.backward()
+    for p, g in zip(m.parameters(), want):
+        torch.testing.assert_close(p.grad, g, rtol=RTOL, atol=ATOL)
 
 
 def test_gelu_gradient_at_edge_values():
@@ -196,7 +215,9 @@ def test_attention_head_views_are_copied_by_the_backward_graph():
     """q / k / v as head views of one projection (batch and head strides that do
     not merge): the backward copies such a matmul operand with its own kernel
     (.contiguous(), k's transposed view in its memory order) instead of leaving
-    torch.matmul to copy it; the gradients are eager's."""
+    torch.matmul to copy it; k's gradient (k.transpose is column-major) is the
+    transpose of a row-major product, laid out as k's memory; the gradients are
+    eager's."""
     def attn(x, w):
         b, t, c = x.shape
         q, k, v = (x @ w).split(c, dim=2)
@@ -207,8 +228,22 @@ def test_attention_head_views_are_copied_by_the_backward_graph():
     grads_match(attn, _x(2, 5, 8), w)
     out = cdynamo.optimize(attn)(_x(2, 5, 8), w)
     src = out.grad_fn.tg.source
-    assert ".contiguous().transpose(-1, -2) @ g" in src, src
+    assert ".transpose(-1, -2) @ v" in src and ".contiguous()).transpose(-1, -2)" in src, src
     assert ".transpose(-1, -2).contiguous().transpose(-1, -2)" in src, src
+
+
+def test_column_major_operand_gradient_keeps_its_layout():
+    """x @ w.t(): w.t() is column-major, so its gradient is computed as the
+    transpose of (g^T @ x): w's gradient comes out row-major as w (as eager's),
+    not a transposed tensor; the gradients are eager's."""
+    w = _x(6, 4, seed=5)
+    fn = lambda a, w: (a @ w.t()).sin()   # noqa: E731
+    grads_match(fn, _x(3, 4), w)
+    w.grad = None
+    out = cdynamo.optimize(fn)(_x(3, 4), w)
+    assert ").transpose(-1, -2))" in out.grad_fn.tg.source, out.grad_fn.tg.source
+    out.sum().backward()
+    assert w.grad.is_contiguous()
 
 
 @pytest.mark.parametrize("case", ["affine", "weight_only", "two_dims", "frozen_input",

@@ -888,19 +888,39 @@ static void ag_mm_operand(ag_state *s, int a, char *e, size_t n)
         snprintf(e, n, "v%d.transpose(-1, -2).contiguous().transpose(-1, -2)", a);
 }
 
+/* 1 if operand a's matrices are column-major (its last dim strided, the one
+ * before it unit: k.transpose(-2, -1) of attention, w.t()). */
+static int ag_col_major(const ag_state *s, int a)
+{
+    const cdy_meta *m = &s->g->values[a].meta;
+    int n = m->ndim;
+    return n >= 2 && m->sizes[n - 1] > 1 && m->sizes[n - 2] > 1 && m->strides[n - 1] != 1 &&
+           m->strides[n - 2] == 1;
+}
+
 /* a @ b (mm, bmm, matmul of two matrices or stacks): both gradients,
- * summed over broadcast batch dims. */
+ * summed over broadcast batch dims.  An operand whose matrices are
+ * column-major gets its gradient as the transpose of a row-major product
+ * ((g^T @ a)^T for b, (b @ g^T)^T for a): the gradient is then laid out as
+ * the operand's memory (k's gradient in attention reaches the cat of the qkv
+ * gradients in rows, not transposed; w.t()'s reaches w's as w's layout). */
 static void ag_matmul(ag_state *s, int v, const int *r)
 {
-    char e[160], o[96];
+    char e[192], o[96];
     if (s->needs[r[0]]) {
         ag_mm_operand(s, r[1], o, sizeof(o));
-        snprintf(e, sizeof(e), "g%d @ %s.transpose(-1, -2)", v, o);
+        if (ag_col_major(s, r[0]))
+            snprintf(e, sizeof(e), "(%s @ g%d.transpose(-1, -2)).transpose(-1, -2)", o, v);
+        else
+            snprintf(e, sizeof(e), "g%d @ %s.transpose(-1, -2)", v, o);
         ag_add(s, v, r[0], e, 1);
     }
     if (s->needs[r[1]]) {
         ag_mm_operand(s, r[0], o, sizeof(o));
-        snprintf(e, sizeof(e), "%s.transpose(-1, -2) @ g%d", o, v);
+        if (ag_col_major(s, r[1]))
+            snprintf(e, sizeof(e), "(g%d.transpose(-1, -2) @ %s).transpose(-1, -2)", v, o);
+        else
+            snprintf(e, sizeof(e), "%s.transpose(-1, -2) @ g%d", o, v);
         ag_add(s, v, r[1], e, 1);
     }
 }
@@ -1645,10 +1665,32 @@ static void ag_recompute_view(ag_state *s, int v, cdy_buf *pre)
                    (long long)x->view_offset);
 }
 
+/* 1 if node v computes per element more than a few arithmetic ops (gelu,
+ * sigmoid, tanh) and an extern of the forward reads it: the forward realizes
+ * it anyway, so saving it costs no store, and recomputing it would cost the
+ * backward a kernel (transformer_stack_train: four gelus of 262144 floats). */
+static int ag_realized_costly(const ag_state *s, int v)
+{
+    const cdy_graph *g = s->g;
+    int op = g->values[v].op;
+    if (!cdy_op_has(op, CDY_OPF_TRANSCENDENTAL))
+        return 0;
+    for (int u = v + 1; u < g->nvalues; u++) {
+        const cdy_value *y = &g->values[u];
+        if (y->kind != CDY_VAL_NODE || cdy_op_table[y->op].kind != 'E')
+            continue;
+        for (int a = 0; a < y->nargs; a++)
+            if (y->args[a] == v)
+                return 1;
+    }
+    return 0;
+}
+
 /* Recompute instead of save (a simple rule, not a min-cut): a used view
  * from its base; a used cheap pointwise node whose arguments are at hand
- * (inputs, values saved anyway: gelu(h) when h is saved for gelu's own
- * derivative), of its dtype.  The definitions go first, in graph order. */
+ * (inputs, values saved anyway: relu(h) when h is saved for another
+ * derivative), of its dtype, unless ag_realized_costly.  The definitions go
+ * first, in graph order. */
 static void ag_recompute(ag_state *s, cdy_buf *pre)
 {
     const cdy_graph *g = s->g;
@@ -1660,7 +1702,7 @@ static void ag_recompute(ag_state *s, cdy_buf *pre)
             ag_recompute_view(s, v, pre);
             continue;
         }
-        int ok = cdy_op_has(x->op, CDY_OPF_RECOMPUTE);
+        int ok = cdy_op_has(x->op, CDY_OPF_RECOMPUTE) && !ag_realized_costly(s, v);
         for (int a = 0; ok && a < x->nargs; a++)
             ok = ag_at_hand(s, x->args[a], x->meta.dtype) && x->args[a] != v;
         if (!ok)
