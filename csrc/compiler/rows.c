@@ -1076,7 +1076,8 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
         k->lanes = cg_row_nlanes(k) / (cg_row_bytes_in(k) ? 1 : 4);
     if (cg_row_record(c, kk, rk, number))
         return -1;
-    kk->collapse = 0;
+    kk->collapse = k->on->ndim >= 2 && !k->col;   /* the outer count unknown: its two loops'
+                                                * rows shared (4 heads of 16 threads: 4 ran) */
     kk->parallel = c->nthreads > 1 && k->on->ndim > 0;
     if (kk->parallel) {
         const char *rows = cg_sym_numel_text(c, k->on);
@@ -1130,7 +1131,8 @@ int cg_sched_rows(cg_ctx *c, int v)
 
 static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                              int collapse);
-static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par);
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
+                                int collapse);
 
 /* Emit row kernel kk (cg_sched_rows). */
 int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
@@ -1150,15 +1152,15 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     cg_emit_header(c, kk);
     if (rk->rs.numel > 0 && k.par_cond) {    /* symbolic sizes: parallel when large enough */
         cdy_buf_printf(&c->src, "    if (%s) {\n", k.par_cond);
-        if (cg_row_emit_streamed(c, &k, rk, 1))
+        if (cg_row_emit_streamed(c, &k, rk, 1, kk->collapse))
             return -1;
         cdy_buf_puts(&c->src, "    } else {\n");
-        if (cg_row_emit_streamed(c, &k, rk, 0))
+        if (cg_row_emit_streamed(c, &k, rk, 0, 0))
             return -1;
         cdy_buf_puts(&c->src, "    }\n");
     }
     else if (rk->rs.numel > 0 && k.stream_cond) {
-        if (cg_row_emit_streamed(c, &k, rk, 0))
+        if (cg_row_emit_streamed(c, &k, rk, 0, 0))
             return -1;
     }
     else if (rk->rs.numel > 0 && cg_row_emit_loops(c, &k, rk, kk->parallel, kk->collapse))
@@ -1167,20 +1169,22 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     return 0;
 }
 
-/* Symbolic sizes: k's loops (parallel when par) streaming their stores when
- * k->stream_cond holds at run time, else plain; 0 or -1. */
-static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par)
+/* Symbolic sizes: k's loops (parallel when par, the two outer collapsed when
+ * collapse) streaming their stores when k->stream_cond holds at run time,
+ * else plain; 0 or -1. */
+static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
+                                int collapse)
 {
     if (!k->stream_cond)
-        return cg_row_emit_loops(c, k, rk, par, 0);
+        return cg_row_emit_loops(c, k, rk, par, collapse);
     cdy_buf_printf(&c->src, "    if (%s) {\n", k->stream_cond);
     k->stream = 1;
-    int rc = cg_row_emit_loops(c, k, rk, par, 0);
+    int rc = cg_row_emit_loops(c, k, rk, par, collapse);
     k->stream = 0;
     if (rc)
         return -1;
     cdy_buf_puts(&c->src, "    } else {\n");
-    if (cg_row_emit_loops(c, k, rk, par, 0))
+    if (cg_row_emit_loops(c, k, rk, par, collapse))
         return -1;
     cdy_buf_puts(&c->src, "    }\n");
     return 0;

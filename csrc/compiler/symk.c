@@ -745,7 +745,7 @@ void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k)
                       ? cg_strf(c, "%s >= %dLL && %s * %lldLL >= %dLL", numel, CG_PARALLEL_NUMEL,
                                 numel, (long long)per, CG_PARALLEL_BYTES)
                       : cg_strf(c, "%s >= %dLL", numel, CG_PARALLEL_NUMEL);
-    k->collapse = 0;
+    k->collapse = n->ndim >= 3;           /* the outer loop's length unknown: two shared */
     k->parallel = 1;
     k->serial = NULL;
 }
