@@ -250,9 +250,11 @@ int cdy_mempool_init(PyObject *torch)
 }
 
 /* Whether cdy_mempool_tensor may be used. */
+_Thread_local int cdy_mempool_bypass;
+
 int cdy_mempool_on(void)
 {
-    return api && mp_limit > 0;
+    return api && mp_limit > 0 && !cdy_mempool_bypass;
 }
 
 /* Elements that meta m's strides span (0 for no elements); strides must be >= 0. */

@@ -12,7 +12,9 @@
  * any other a vector-Jacobian product through torch's autograd at run time.
  *
  * The result is the text of a Python function
- *     def backward(<saved values>, <gradients of the outputs>): ... return (<per input>)
+ *     def backward(<saved values>, <gradients of the outputs>): ...
+ *         return (<gradients of the inputs that get one>)
+ *     GRAD_INPUTS = (<the inputs that get one>); NINPUTS = <inputs>
  * that python/cdynamo/_autograd.py compiles with cdynamo like any other
  * function (the backward graph is just another graph), and the forward graph
  * gains the node values the backward reads as outputs after the frame's
@@ -1594,18 +1596,35 @@ static int ag_input_value(const cdy_graph *g, int i)
     return -1;
 }
 
-/* The return statement: per graph input its gradient or None. */
+/* 1 if graph input i gets a gradient from the backward. */
+static int ag_input_has_grad(const ag_state *s, int i)
+{
+    int v = ag_input_value(s->g, i);
+    return v >= 0 && s->needs[v] && s->has_g[v];
+}
+
+/* The return statement: the gradients of the inputs that get one, in input
+ * order (the backward's graph outputs as they come: the call can skip the
+ * frame, frame/eval.c; runtime/train_call.c puts None for the others). */
 static void ag_return(ag_state *s)
 {
     cdy_buf_puts(&s->body, "    return (");
-    for (int i = 0; i < s->g->ninputs; i++) {
-        int v = ag_input_value(s->g, i);
-        if (v >= 0 && s->needs[v] && s->has_g[v])
-            cdy_buf_printf(&s->body, "g%d, ", v);
-        else
-            cdy_buf_puts(&s->body, "None, ");
-    }
+    for (int i = 0; i < s->g->ninputs; i++)
+        if (ag_input_has_grad(s, i))
+            cdy_buf_printf(&s->body, "g%d, ", ag_input_value(s->g, i));
     cdy_buf_puts(&s->body, ")\n");
+}
+
+/* After the function: GRAD_INPUTS, the graph inputs whose gradients it
+ * returns, and NINPUTS, the graph's inputs (python/cdynamo/_autograd.py
+ * reads them). */
+static void ag_grad_inputs(const ag_state *s, cdy_buf *b)
+{
+    cdy_buf_puts(b, "\n\nGRAD_INPUTS = (");
+    for (int i = 0; i < s->g->ninputs; i++)
+        if (ag_input_has_grad(s, i))
+            cdy_buf_printf(b, "%d, ", i);
+    cdy_buf_printf(b, ")\nNINPUTS = %d\n", s->g->ninputs);
 }
 
 /* The op's forward as a torch function of its canonical arguments, for
@@ -1721,6 +1740,7 @@ static int ag_finish(ag_state *s, cdy_backward *bw, PyObject *seeds)
     cdy_buf_puts(&head, "):\n");
     cdy_buf_puts(&head, pre.data ? pre.data : "");
     cdy_buf_puts(&head, s->body.data ? s->body.data : "");
+    ag_grad_inputs(s, &head);
     cdy_buf_free(&pre);
     bw->nuser = g->noutputs;
     g->outputs = outs;
