@@ -612,7 +612,7 @@ static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **pt
 {
     cdy_meta m;
     sym_meta(c, b, sv, &m);
-    if (cdy_mempool_on())
+    if (cdy_mempool_takes(&m))
         return cdy_mempool_tensor(&m, ptr);
     PyObject *sz = int_tuple(m.sizes, m.ndim), *st = int_tuple(m.strides, m.ndim);
     PyObject *a[3] = {sz, st, dtype_objs[m.dtype]};
@@ -765,7 +765,7 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const
                 return -1;
             continue;
         }
-        if (c->buf_pool[b] && cdy_mempool_on()) {
+        if (c->buf_pool[b] && cdy_mempool_takes(&c->buf_cmeta[b])) {
             if (!(bufs[b] = cdy_mempool_tensor(&c->buf_cmeta[b], &ptrs[b])))
                 return -1;
             continue;

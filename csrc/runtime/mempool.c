@@ -250,11 +250,18 @@ int cdy_mempool_init(PyObject *torch)
 }
 
 /* Whether cdy_mempool_tensor may be used. */
-_Thread_local int cdy_mempool_bypass;
+_Thread_local int64_t cdy_mempool_bypass;
 
 int cdy_mempool_on(void)
 {
-    return api && mp_limit > 0 && !cdy_mempool_bypass;
+    return api && mp_limit > 0;
+}
+
+int cdy_mempool_takes(const cdy_meta *m)
+{
+    return cdy_mempool_on() &&
+           (!cdy_mempool_bypass ||
+            cdy_mempool_extent(m) * cdy_dtype_table[m->dtype].size < cdy_mempool_bypass);
 }
 
 /* Elements that meta m's strides span (0 for no elements); strides must be >= 0. */

@@ -31,10 +31,13 @@ int cdy_train_call_init(PyObject *m);
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
 int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be used */
-/* Nonzero: this thread's graphs allocate with torch, not from the pool (a
- * training graph's call, runtime/train_call.c: its tensors then go back to
- * torch's allocator when freed, as eager's do, not to the pool's free lists). */
-extern _Thread_local int cdy_mempool_bypass;
+/* Nonzero: this thread's graphs allocate their tensors of at least this many
+ * bytes with torch, not from the pool (a training graph's call,
+ * runtime/train_call.c: such tensors then go back to torch's allocator when
+ * freed, as eager's do, not to the pool's free lists). */
+extern _Thread_local int64_t cdy_mempool_bypass;
+/* May a tensor of meta m (strides >= 0) come from the pool (on, and not bypassed). */
+int cdy_mempool_takes(const cdy_meta *m);
 int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
 /* A new tensor of m (its data in *data), or NULL + error. */
 PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);

@@ -15,8 +15,14 @@
  * torch callables once, at _autograd's import; _train_set_pool(on) says
  * whether the graphs' tensors come from the output pool (runtime/mempool.c;
  * cdynamo.config.training_output_pool, default off: the pool would keep the
- * step's activations between steps, which eager returns to torch's allocator). */
+ * step's activations between steps, which eager returns to torch's allocator;
+ * off, tensors under TC_POOL_SMALL bytes still come from it). */
 #include "runtime/runtime.h"
+
+/* Training graphs' tensors under this many bytes come from the output pool even
+ * with cdynamo.config.training_output_pool off: their bytes are few (bench:
+ * at most a few KiB of blocks), their allocation through torch ~1 us each. */
+#define TC_POOL_SMALL ((int64_t)1 << 10)
 
 static struct {
     PyObject *apply;              /* _FunctionBase.apply bound to _Graph (C) */
@@ -69,8 +75,8 @@ static PyObject *tc_set_pool(PyObject *self, PyObject *arg)
 /* f(*args) with the output pool bypassed unless tc.pool. */
 static PyObject *tc_call(PyObject *f, PyObject *const *args, Py_ssize_t n)
 {
-    int old = cdy_mempool_bypass;
-    cdy_mempool_bypass = !tc.pool;
+    int64_t old = cdy_mempool_bypass;
+    cdy_mempool_bypass = tc.pool ? 0 : TC_POOL_SMALL;
     PyObject *r = PyObject_Vectorcall(f, args, (size_t)n, NULL);
     cdy_mempool_bypass = old;
     return r;
@@ -232,6 +238,10 @@ static PyObject *tc_run_backward(PyObject *ctx, PyObject *tg, PyObject *const *g
     Py_CLEAR(saved);
     Py_CLEAR(picked);
     PyObject *cl = all ? PyObject_CallMethodNoArgs(ctx, tc.s_maybe_clear_saved_tensors) : NULL;
+    if (!cl && all && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();   /* a torch without it: ctx keeps them until the engine releases them */
+        cl = Py_NewRef(Py_None);
+    }
     if (cl) {
         cdy_donated_args = all;
         gs = tc_call(bwd, all, n);

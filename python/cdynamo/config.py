@@ -191,10 +191,11 @@ class _Config(types.ModuleType):
     @property
     def training_output_pool(self):
         """Whether compiled training graphs (forward and backward, issue 34) take their tensors
-        from the output pool (output_pool_mb). Default False: they allocate with torch, so the
-        step's activations, freed in the backward as their last use passes, go back to torch's
-        allocator as eager's do; the pool would keep them between steps (a training step's
-        peak memory above eager's, for 0-3% of its time)."""
+        from the output pool (output_pool_mb). Default False: they allocate their tensors of
+        1 KiB or more with torch, so the step's activations, freed in the backward as their
+        last use passes, go back to torch's allocator as eager's do (the pool would keep them
+        between steps: a step's peak memory above eager's); smaller ones still come from the
+        pool (few bytes; through torch each would cost ~1 us)."""
         return self.__dict__.get("_training_output_pool", False)
 
     @training_output_pool.setter
