@@ -945,6 +945,21 @@ typedef struct {
     int dynamic;             /* -1 None (automatic), 0 False, 1 True */
 } cdy_optimized;
 
+/* 1 if e's inputs are distinct arguments, each read as it is: a call with
+ * donated arguments (cdy_donated_args) may then hand them to the graph. */
+static int donatable(const cdy_entry *e)
+{
+    for (int i = 0; i < e->ninputs; i++) {
+        const cdy_src *s = &e->inputs[i];
+        if (s->kind != CDY_SRC_LOCAL || s->nattrs)
+            return 0;
+        for (int j = 0; j < i; j++)
+            if (e->inputs[j].slot == s->slot)
+                return 0;
+    }
+    return 1;
+}
+
 /* Call entry e's compiled graph with its inputs read from args (the
  * function's arguments) and fn; its result, or NULL with an error. */
 static PyObject *run_direct(const cdy_entry *e, PyObject *const *args, PyFunctionObject *fn)
@@ -952,20 +967,28 @@ static PyObject *run_direct(const cdy_entry *e, PyObject *const *args, PyFunctio
     PyObject *stack[16], **in = stack;
     if (e->ninputs > 16 && !(in = PyMem_Malloc(sizeof(PyObject *) * (size_t)e->ninputs)))
         return PyErr_NoMemory();
-    int n = 0;
+    int n = 0, donate = args == cdy_donated_args && donatable(e);
+    cdy_donated_args = NULL;
     PyObject *r = NULL;
     for (; n < e->ninputs; n++) {
         const cdy_src *s = &e->inputs[n];
         in[n] = s->kind == CDY_SRC_LOCAL && !s->nattrs
-                    ? Py_NewRef(args[s->slot])
+                    ? donate ? args[s->slot] : Py_NewRef(args[s->slot])
                     : cdy_src_fetch(s, args, fn->func_globals, fn->func_builtins, fn->func_closure);
+        if (donate)
+            ((PyObject **)args)[s->slot] = NULL;
         if (!in[n])
             goto done;
     }
+    cdy_donated_args = donate ? in : NULL;
     r = PyObject_Vectorcall(e->direct, in, (size_t)n, NULL);
+    cdy_donated_args = NULL;
 done:
     while (n-- > 0)
-        Py_DECREF(in[n]);
+        if (donate && !r)   /* the graph put them back (or dropped them): back to the caller */
+            ((PyObject **)args)[e->inputs[n].slot] = in[n];
+        else
+            Py_XDECREF(in[n]);
     if (in != stack)
         PyMem_Free(in);
     return r;

@@ -65,6 +65,9 @@ typedef struct {
      * make_list[make_at[s] .. make_at[s+1]) (s = 0 also those no step touches),
      * the ones no later step reads drop_list[drop_at[s] .. drop_at[s+1]) */
     int *make_at, *make_list, *drop_at, *drop_list;
+    /* donated inputs (cdy_donated_args) no later step reads, not returned:
+     * in_drop_list[in_drop_at[s] .. in_drop_at[s+1]) */
+    int *in_drop_at, *in_drop_list;
     int64_t peak_bytes;   /* most bytes of per-call tensors alive at once (outputs included) */
     int *value_buffer;    /* graph value -> buffer (C backend) */
     int *pynode_of;       /* graph value -> index in pynodes, or -1 */
@@ -687,7 +690,7 @@ static PyObject *sym_buffer(cdy_compiled *c, int b, const int64_t *sv, void **pt
 {
     cdy_meta m;
     sym_meta_at(c, b, sv, &m);
-    if (cdy_mempool_on())
+    if (cdy_mempool_takes(&m))
         return cdy_mempool_tensor(&m, ptr);
     PyObject *sz = int_tuple(m.sizes, m.ndim), *st = int_tuple(m.strides, m.ndim);
     PyObject *a[3] = {sz, st, dtype_objs[m.dtype]};
@@ -856,7 +859,7 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const
                 return -1;
             continue;
         }
-        if (c->buf_pool[b] && cdy_mempool_on()) {
+        if (c->buf_pool[b] && cdy_mempool_takes(&c->buf_cmeta[b])) {
             if (!(bufs[b] = cdy_mempool_tensor(&c->buf_cmeta[b], &ptrs[b])))
                 return -1;
             continue;
@@ -935,6 +938,38 @@ static PyObject *call_end(cdy_compiled *c, PyObject *res, int wrote, PyObject *r
     return res;
 }
 
+_Thread_local PyObject *const *cdy_donated_args;
+
+/* 1 when this call of c takes its inputs' references from args (donated:
+ * cdy_donated_args, which it clears) and may drop them mid-call. */
+static int take_donation(const cdy_compiled *c, PyObject *const *args)
+{
+    int d = args == cdy_donated_args && c->in_drop_at && !c->nwb && !c->nrv;
+    cdy_donated_args = NULL;
+    return d;
+}
+
+/* Drop the donated inputs no step after s reads; 1 if one was dropped. */
+static int drop_donated(const cdy_compiled *c, int s, PyObject **bufs)
+{
+    for (int j = c->in_drop_at[s]; j < c->in_drop_at[s + 1]; j++)
+        Py_CLEAR(bufs[c->in_drop_list[j]]);
+    return c->in_drop_at[s] < c->in_drop_at[s + 1];
+}
+
+/* End of a call's references to bufs[0..n): released, or, for donated inputs
+ * (donated: args is the caller's array) of a call that failed before
+ * dropping any (ok == 0, wrote == 0), put back into args. */
+static void release_bufs(const cdy_compiled *c, PyObject **bufs, int n, PyObject *const *args,
+                         int donated, int restore)
+{
+    for (int j = 0; bufs && j < n; j++)
+        if (donated && restore && j < c->ninputs)
+            ((PyObject **)args)[j] = bufs[j];
+        else
+            Py_XDECREF(bufs[j]);
+}
+
 /* Run the steps on args; the C backend's vectorcall. */
 static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
@@ -944,6 +979,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         PyErr_Format(PyExc_TypeError, "%U expects %d tensors, got %zd", c->name, c->ninputs, nargs);
         return NULL;
     }
+    int donated = take_donation(c, args);
     int64_t symvals[CDY_SYM_MAX_SYMS];
     const int64_t *sv = c->sym ? symvals : NULL;
     int big = 0;                           /* symbolic: the GIL is released around kernels */
@@ -976,8 +1012,11 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         goto done;
     for (; i < c->ninputs; i++) {
         bufs[i] = args[i];
-        Py_INCREF(args[i]);
-        if (!(ptrs[i] = inp && inp[i] ? inp[i] : tensor_ptr(args[i]))) {
+        if (donated)
+            ((PyObject **)args)[i] = NULL;
+        else
+            Py_INCREF(args[i]);
+        if (!(ptrs[i] = inp && inp[i] ? inp[i] : tensor_ptr(bufs[i]))) {
             i++;
             goto done;
         }
@@ -1007,6 +1046,8 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
         }
         for (int j = c->drop_at[s]; j < c->drop_at[s + 1]; j++)
             Py_CLEAR(bufs[c->drop_list[j]]);
+        if (donated && drop_donated(c, s, bufs))
+            wrote = 1;   /* an input is gone: no rerun from the arguments */
         if (c->make_at[s + 1] < c->make_at[s + 2]) {
             cdy_phase_add(CDY_PHASE_kernels, &t0);
             if (make_bufs(c, s + 1, bufs, ptrs, sv))
@@ -1023,8 +1064,7 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
     if (c->nrv)
         res = apply_reviews(c, args, res);
 done:
-    for (int j = 0; bufs && j < i; j++)
-        Py_XDECREF(bufs[j]);
+    release_bufs(c, bufs, i, args, donated, !res && !wrote);
     for (int n = 0; stash && n < c->npynodes; n++)
         Py_XDECREF(stash[n]);
     PyMem_Free(stash);
@@ -1114,6 +1154,8 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->make_list);
     PyMem_Free(c->drop_at);
     PyMem_Free(c->drop_list);
+    PyMem_Free(c->in_drop_at);
+    PyMem_Free(c->in_drop_list);
     PyMem_Free(c->value_buffer);
     PyMem_Free(c->pynode_of);
     for (int n = 0; c->pynodes && n < c->npynodes; n++) {
@@ -1781,12 +1823,20 @@ static int plan_lifetimes(cdy_compiled *c, const cdy_plan *plan, const cdy_run_r
         born[b] = tensor ? (first[b] < ns ? first[b] : 0) : -1;   /* touched by no step: at 0 */
         drop[b] = tensor && last[b] >= 0 ? last[b] : -1;
     }
+    for (int b = 0; b < c->ninputs; b++)   /* donated inputs: after their last step */
+        drop[b] = last[b] >= 0 ? last[b] : 0;
     for (int o = 0; o < c->noutputs; o++)
         drop[c->outputs[o]] = -1;
     for (int b = 0; b < nb; b++)   /* made by us: before its first step (extern results: by it) */
         make[b] = c->buf_alloc[b] ? born[b] : -1;
     if (bucket(make, nb, ns + 1, &c->make_at, &c->make_list) ||
-        bucket(drop, nb, ns, &c->drop_at, &c->drop_list)) {
+        bucket(drop, c->ninputs, ns, &c->in_drop_at, &c->in_drop_list)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int b = 0; b < c->ninputs; b++)
+        drop[b] = -1;
+    if (bucket(drop, nb, ns, &c->drop_at, &c->drop_list)) {
         PyErr_NoMemory();
         goto done;
     }

@@ -318,9 +318,18 @@ int cdy_mempool_read(PyObject *x, cdy_meta *m, void **data)
 }
 
 /* Whether cdy_mempool_tensor may be used. */
+_Thread_local int64_t cdy_mempool_bypass;
+
 int cdy_mempool_on(void)
 {
     return api && mp_limit > 0;
+}
+
+int cdy_mempool_takes(const cdy_meta *m)
+{
+    return cdy_mempool_on() &&
+           (!cdy_mempool_bypass ||
+            cdy_mempool_extent(m) * cdy_dtype_table[m->dtype].size < cdy_mempool_bypass);
 }
 
 /* Elements that meta m's strides span (0 for no elements); strides must be >= 0. */

@@ -31,6 +31,13 @@ int cdy_train_call_init(PyObject *m);
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
 int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be used */
+/* Nonzero: this thread's graphs allocate their tensors of at least this many
+ * bytes with torch, not from the pool (a training graph's call,
+ * runtime/train_call.c: such tensors then go back to torch's allocator when
+ * freed, as eager's do, not to the pool's free lists). */
+extern _Thread_local int64_t cdy_mempool_bypass;
+/* May a tensor of meta m (strides >= 0) come from the pool (on, and not bypassed). */
+int cdy_mempool_takes(const cdy_meta *m);
 int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
 /* A new tensor of m (its data in *data), or NULL + error. */
 PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
@@ -57,6 +64,18 @@ int cdy_packed_linear_set_relu(PyObject *pl);
  * the frame eagerly, so inputs and the exception are eager's (set by
  * runtime/compiled.c, consumed by frame/eval.c). */
 extern _Thread_local const void *cdy_graph_failed;
+
+/* Donated arguments: a caller that owns the references in an array args sets
+ * cdy_donated_args = args just before calling a compiled graph (or an
+ * optimized function whose direct path forwards them, frame/eval.c) with it.
+ * The graph's call (runtime/compiled.c, C backend) then takes the references
+ * out of the array (setting its slots NULL) and drops each input after the
+ * last step that reads it, so that a tensor no one else holds is freed
+ * mid-call (a compiled backward's saved tensors, as eager frees each node's
+ * as its backward goes).  On an error before any input was dropped the
+ * references are put back.  Cleared by the callee at entry and by the
+ * caller after the call. */
+extern _Thread_local PyObject *const *cdy_donated_args;
 
 /* ---- per-call phase timing (cdynamo.overhead_breakdown) -------------------- */
 #define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(result)

@@ -12,17 +12,28 @@
  *                                 an instance method: the engine calls it)
  *
  * _train_setup(apply, slow_apply, functorch_active, is_grad_enabled) gives the
- * torch callables once, at _autograd's import. */
+ * torch callables once, at _autograd's import; _train_set_pool(on) says
+ * whether the graphs' tensors come from the output pool (runtime/mempool.c;
+ * cdynamo.config.training_output_pool, default off: the pool would keep the
+ * step's activations between steps, which eager returns to torch's allocator;
+ * off, tensors under TC_POOL_SMALL bytes still come from it). */
 #include "runtime/runtime.h"
+
+/* Training graphs' tensors under this many bytes come from the output pool even
+ * with cdynamo.config.training_output_pool off: their bytes are few (bench:
+ * at most a few KiB of blocks), their allocation through torch ~1 us each. */
+#define TC_POOL_SMALL ((int64_t)1 << 10)
 
 static struct {
     PyObject *apply;              /* _FunctionBase.apply bound to _Graph (C) */
     PyObject *slow_apply;         /* _Graph.apply (torch's Python wrapper) */
     PyObject *functorch_active;   /* torch._C._are_functorch_transforms_active */
     PyObject *grad_enabled;       /* torch.is_grad_enabled */
+    int pool;                     /* the graphs' tensors from the output pool */
     PyObject *s_forward, *s_backward, *s_nuser, *s_saved_inputs, *s_grad_outputs,
         *s_no_grad_outputs, *s_tg, *s_saved_tensors, *s_to_save,
-        *s_non_differentiable, *s_name;
+        *s_non_differentiable, *s_name, *s_maybe_clear_saved_tensors, *s_grad_inputs,
+        *s_ninputs;
 } tc;
 
 /* The truth of calling f with no arguments; -1 + error. */
@@ -49,6 +60,26 @@ static PyObject *tc_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_XSETREF(*slots[i], args[i]);
     }
     Py_RETURN_NONE;
+}
+
+/* _train_set_pool(on): None. */
+static PyObject *tc_set_pool(PyObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    tc.pool = on;
+    Py_RETURN_NONE;
+}
+
+/* f(*args) with the output pool bypassed unless tc.pool. */
+static PyObject *tc_call(PyObject *f, PyObject *const *args, Py_ssize_t n)
+{
+    int64_t old = cdy_mempool_bypass;
+    cdy_mempool_bypass = tc.pool ? 0 : TC_POOL_SMALL;
+    PyObject *r = PyObject_Vectorcall(f, args, (size_t)n, NULL);
+    cdy_mempool_bypass = old;
+    return r;
 }
 
 /* _train_apply(tg, *inputs): the outputs of _Graph.apply(tg, *inputs). */
@@ -103,7 +134,7 @@ static PyObject *tc_run_forward(PyObject *tg, PyObject *const *in, Py_ssize_t n)
     PyObject *fwd = PyObject_GetAttr(tg, tc.s_forward);
     if (!fwd)
         return NULL;
-    PyObject *outs = PyObject_Vectorcall(fwd, in, n, NULL);
+    PyObject *outs = tc_call(fwd, in, n);
     Py_DECREF(fwd);
     if (outs && !PyTuple_Check(outs))
         Py_SETREF(outs, PySequence_Tuple(outs));
@@ -182,7 +213,11 @@ static PyObject *tc_double_backward_error(PyObject *tg)
     return NULL;
 }
 
-/* tg.backward(*ctx.saved_tensors, *[grads[i] for i in tg.grad_outputs]). */
+/* tg.backward(*ctx.saved_tensors, *[grads[i] for i in tg.grad_outputs]) with
+ * its arguments donated (cdy_donated_args): ctx's saved tensors are released
+ * first (ctx.maybe_clear_saved_tensors: unless the graph is retained,
+ * backward(retain_graph=True)), so the compiled backward frees each saved
+ * tensor after its last use, as eager's nodes do. */
 static PyObject *tc_run_backward(PyObject *ctx, PyObject *tg, PyObject *const *grads,
                                  Py_ssize_t ng)
 {
@@ -191,25 +226,65 @@ static PyObject *tc_run_backward(PyObject *ctx, PyObject *tg, PyObject *const *g
     PyObject *picked = go ? tc_pick(grads, ng, go, NULL, 0) : NULL;
     PyObject *bwd = picked ? PyObject_GetAttr(tg, tc.s_backward) : NULL;
     PyObject *gs = NULL;
-    if (bwd && PyTuple_Check(saved)) {
-        Py_ssize_t ns = PyTuple_GET_SIZE(saved), np = PyTuple_GET_SIZE(picked);
-        PyObject *all = PyTuple_New(ns + np);
-        if (all) {
-            for (Py_ssize_t i = 0; i < ns + np; i++) {
-                PyObject *o = i < ns ? PyTuple_GET_ITEM(saved, i) : PyTuple_GET_ITEM(picked, i - ns);
-                Py_INCREF(o);
-                PyTuple_SET_ITEM(all, i, o);
-            }
-            gs = PyObject_Vectorcall(bwd, &PyTuple_GET_ITEM(all, 0), ns + np, NULL);
-            Py_DECREF(all);
-        }
-    } else if (bwd)
+    if (bwd && !PyTuple_Check(saved))
         PyErr_SetString(PyExc_TypeError, "cdynamo: saved_tensors is not a tuple");
+    Py_ssize_t ns = bwd && PyTuple_Check(saved) ? PyTuple_GET_SIZE(saved) : -1;
+    Py_ssize_t n = ns < 0 ? 0 : ns + PyTuple_GET_SIZE(picked);
+    PyObject **all = ns < 0 ? NULL : PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    if (ns >= 0 && !all)
+        PyErr_NoMemory();
+    for (Py_ssize_t i = 0; all && i < n; i++)
+        all[i] = Py_NewRef(i < ns ? PyTuple_GET_ITEM(saved, i) : PyTuple_GET_ITEM(picked, i - ns));
+    Py_CLEAR(saved);
+    Py_CLEAR(picked);
+    PyObject *cl = all ? PyObject_CallMethodNoArgs(ctx, tc.s_maybe_clear_saved_tensors) : NULL;
+    if (!cl && all && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();   /* a torch without it: ctx keeps them until the engine releases them */
+        cl = Py_NewRef(Py_None);
+    }
+    if (cl) {
+        cdy_donated_args = all;
+        gs = tc_call(bwd, all, n);
+        cdy_donated_args = NULL;
+    }
+    Py_XDECREF(cl);
+    for (Py_ssize_t i = 0; all && i < n; i++)
+        Py_XDECREF(all[i]);
+    PyMem_Free(all);
     Py_XDECREF(saved);
     Py_XDECREF(go);
     Py_XDECREF(picked);
     Py_XDECREF(bwd);
     return gs;
+}
+
+/* (None, then per graph input its gradient from gs, or None): gs holds the
+ * gradients of tg.grad_inputs' inputs, of tg.ninputs; NULL + error. */
+static PyObject *tc_spread(PyObject *tg, PyObject *gs)
+{
+    PyObject *gi = PyObject_GetAttr(tg, tc.s_grad_inputs);
+    PyObject *ni = gi ? PyObject_GetAttr(tg, tc.s_ninputs) : NULL;
+    Py_ssize_t n = ni ? PyLong_AsSsize_t(ni) : -1;
+    PyObject *r = NULL;
+    if (n >= 0 && PyTuple_Check(gi) && PyTuple_GET_SIZE(gi) == PyTuple_GET_SIZE(gs))
+        r = PyTuple_New(n + 1);
+    else if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "cdynamo: backward returned the wrong gradients");
+    for (Py_ssize_t i = 0; r && i <= n; i++)
+        PyTuple_SET_ITEM(r, i, Py_NewRef(Py_None));
+    for (Py_ssize_t k = 0; r && k < PyTuple_GET_SIZE(gi); k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(gi, k));
+        if (i < 0 || i >= n) {
+            Py_CLEAR(r);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "cdynamo: gradient index out of range");
+            break;
+        }
+        Py_SETREF(PyTuple_GET_ITEM(r, i + 1), Py_NewRef(PyTuple_GET_ITEM(gs, k)));
+    }
+    Py_XDECREF(gi);
+    Py_XDECREF(ni);
+    return r;
 }
 
 /* _train_backward(ctx, *grads): (None, *gradients of the inputs). */
@@ -225,26 +300,17 @@ static PyObject *tc_backward(PyObject *self, PyObject *const *args, Py_ssize_t n
     int ge = tc.grad_enabled ? tc_call_truth(tc.grad_enabled) : 0;
     PyObject *gs = ge < 0 ? NULL : ge ? tc_double_backward_error(tg)
                                       : tc_run_backward(args[0], tg, args + 1, nargs - 1);
-    Py_DECREF(tg);
     if (gs && !PyTuple_Check(gs))
         Py_SETREF(gs, PySequence_Tuple(gs));
-    if (!gs)
-        return NULL;
-    PyObject *r = PyTuple_New(PyTuple_GET_SIZE(gs) + 1);
-    if (r) {
-        Py_INCREF(Py_None);
-        PyTuple_SET_ITEM(r, 0, Py_None);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(gs); i++) {
-            PyObject *o = PyTuple_GET_ITEM(gs, i);
-            Py_INCREF(o);
-            PyTuple_SET_ITEM(r, i + 1, o);
-        }
-    }
-    Py_DECREF(gs);
+    PyObject *r = gs ? tc_spread(tg, gs) : NULL;
+    Py_XDECREF(gs);
+    Py_DECREF(tg);
     return r;
 }
 
 static PyMethodDef tc_methods[] = {
+    {"_train_set_pool", tc_set_pool, METH_O,
+     "_train_set_pool(on): training graphs' tensors from the output pool"},
     {"_train_setup", (PyCFunction)(void (*)(void))tc_setup, METH_FASTCALL,
      "_train_setup(apply, slow_apply, functorch_active, is_grad_enabled)"},
     {"_train_apply", (PyCFunction)(void (*)(void))tc_apply, METH_FASTCALL,
@@ -262,7 +328,8 @@ static int tc_strings(void)
 #define TC_S(f) (tc.s_##f = PyUnicode_InternFromString(#f))
     return TC_S(forward) && TC_S(backward) && TC_S(nuser) && TC_S(saved_inputs) &&
            TC_S(grad_outputs) && TC_S(no_grad_outputs) && TC_S(tg) && TC_S(saved_tensors) &&
-           TC_S(to_save) && TC_S(non_differentiable) && TC_S(name) ? 0 : -1;
+           TC_S(to_save) && TC_S(non_differentiable) && TC_S(name) &&
+           TC_S(maybe_clear_saved_tensors) && TC_S(grad_inputs) && TC_S(ninputs) ? 0 : -1;
 #undef TC_S
 }
 

@@ -12,7 +12,9 @@
  * any other a vector-Jacobian product through torch's autograd at run time.
  *
  * The result is the text of a Python function
- *     def backward(<saved values>, <gradients of the outputs>): ... return (<per input>)
+ *     def backward(<saved values>, <gradients of the outputs>): ...
+ *         return (<gradients of the inputs that get one>)
+ *     GRAD_INPUTS = (<the inputs that get one>); NINPUTS = <inputs>
  * that python/cdynamo/_autograd.py compiles with cdynamo like any other
  * function (the backward graph is just another graph), and the forward graph
  * gains the node values the backward reads as outputs after the frame's
@@ -1614,18 +1616,35 @@ static int ag_input_value(const cdy_graph *g, int i)
     return -1;
 }
 
-/* The return statement: per graph input its gradient or None. */
+/* 1 if graph input i gets a gradient from the backward. */
+static int ag_input_has_grad(const ag_state *s, int i)
+{
+    int v = ag_input_value(s->g, i);
+    return v >= 0 && s->needs[v] && s->has_g[v];
+}
+
+/* The return statement: the gradients of the inputs that get one, in input
+ * order (the backward's graph outputs as they come: the call can skip the
+ * frame, frame/eval.c; runtime/train_call.c puts None for the others). */
 static void ag_return(ag_state *s)
 {
     cdy_buf_puts(&s->body, "    return (");
-    for (int i = 0; i < s->g->ninputs; i++) {
-        int v = ag_input_value(s->g, i);
-        if (v >= 0 && s->needs[v] && s->has_g[v])
-            cdy_buf_printf(&s->body, "g%d, ", v);
-        else
-            cdy_buf_puts(&s->body, "None, ");
-    }
+    for (int i = 0; i < s->g->ninputs; i++)
+        if (ag_input_has_grad(s, i))
+            cdy_buf_printf(&s->body, "g%d, ", ag_input_value(s->g, i));
     cdy_buf_puts(&s->body, ")\n");
+}
+
+/* After the function: GRAD_INPUTS, the graph inputs whose gradients it
+ * returns, and NINPUTS, the graph's inputs (python/cdynamo/_autograd.py
+ * reads them). */
+static void ag_grad_inputs(const ag_state *s, cdy_buf *b)
+{
+    cdy_buf_puts(b, "\n\nGRAD_INPUTS = (");
+    for (int i = 0; i < s->g->ninputs; i++)
+        if (ag_input_has_grad(s, i))
+            cdy_buf_printf(b, "%d, ", i);
+    cdy_buf_printf(b, ")\nNINPUTS = %d\n", s->g->ninputs);
 }
 
 /* The op's forward as a torch function of its canonical arguments, for
@@ -1724,6 +1743,81 @@ static void ag_recompute(ag_state *s, cdy_buf *pre)
     }
 }
 
+/* A line of generated source: its text, '\n' included (not NUL-terminated). */
+typedef struct {
+    const char *p;
+    int n;
+} ag_line;
+
+/* text split into lines, in *out (PyMem); their count, or -1 (no memory). */
+static int ag_lines(const char *text, ag_line **out)
+{
+    int n = 0;
+    for (const char *c = text; c && *c; c++)
+        n += *c == '\n';
+    if (!(*out = PyMem_Calloc((size_t)n + 1, sizeof(ag_line))))
+        return -1;
+    const char *c = text;
+    for (int k = 0; k < n; k++) {
+        const char *e = strchr(c, '\n');
+        (*out)[k].p = c;
+        (*out)[k].n = (int)(e - c + 1);
+        c = e + 1;
+    }
+    return n;
+}
+
+/* 1 if c is part of a name. */
+static int ag_namech(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+/* 1 if line l names value v (the name vN, whole). */
+static int ag_line_uses(const ag_line *l, int v)
+{
+    char tok[24];
+    int tn = snprintf(tok, sizeof tok, "v%d", v);
+    for (int i = 0; i + tn <= l->n; i++)
+        if (!memcmp(l->p + i, tok, (size_t)tn) && (i == 0 || !ag_namech(l->p[i - 1])) &&
+            (i + tn == l->n || !ag_namech(l->p[i + tn])))
+            return 1;
+    return 0;
+}
+
+/* The recomputations (pre: one "    vN = ..." line each) and the body into out,
+ * each recomputation just before the first line that reads it (the last
+ * first, so that one it reads goes before it), not all at the top: the
+ * backward graph then makes each recomputed tensor when its gradient
+ * formula comes, rather than holding them all from its start. */
+static void ag_place_recomputes(const char *pre, const char *body, cdy_buf *out)
+{
+    ag_line *pl = NULL, *bl = NULL, *order = NULL;
+    int np = ag_lines(pre, &pl), nb = np < 0 ? -1 : ag_lines(body, &bl), n = nb;
+    if (nb >= 0 && (order = PyMem_Calloc((size_t)(np + nb) + 1, sizeof(ag_line))))
+        memcpy(order, bl, sizeof(ag_line) * (size_t)nb);
+    for (int i = np - 1; order && i >= 0; i--) {
+        int v, k = 0;
+        if (sscanf(pl[i].p, " v%d =", &v) == 1)
+            while (k < n && !ag_line_uses(&order[k], v))
+                k++;
+        k = k < n ? k : 0;   /* read by no line: first */
+        memmove(order + k + 1, order + k, sizeof(ag_line) * (size_t)(n - k));
+        order[k] = pl[i];
+        n++;
+    }
+    if (order)
+        for (int k = 0; k < n; k++)
+            cdy_buf_printf(out, "%.*s", order[k].n, order[k].p);
+    else {   /* no memory for the lines: all at the top */
+        cdy_buf_puts(out, pre ? pre : "");
+        cdy_buf_puts(out, body ? body : "");
+    }
+    PyMem_Free(pl);
+    PyMem_Free(bl);
+    PyMem_Free(order);
+}
+
 /* The forward graph's outputs gain the saved nodes; the function header
  * (saved inputs, saved nodes, output gradients) and body into src.  0 or -1. */
 static int ag_finish(ag_state *s, cdy_backward *bw, PyObject *seeds)
@@ -1761,8 +1855,8 @@ static int ag_finish(ag_state *s, cdy_backward *bw, PyObject *seeds)
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(seeds); k++)
         cdy_buf_printf(&head, "go%ld, ", PyLong_AsLong(PyList_GET_ITEM(seeds, k)));
     cdy_buf_puts(&head, "):\n");
-    cdy_buf_puts(&head, pre.data ? pre.data : "");
-    cdy_buf_puts(&head, s->body.data ? s->body.data : "");
+    ag_place_recomputes(pre.data, s->body.data, &head);
+    ag_grad_inputs(s, &head);
     cdy_buf_free(&pre);
     bw->nuser = g->noutputs;
     g->outputs = outs;

@@ -89,10 +89,12 @@ class _Call(functools.partial):
 class TrainingGraph:
     """A compiled training graph: the compiled forward, the backward (its source compiled
     with cdynamo.optimize) and what the C per-call path (runtime/train_call.c) reads:
-    nuser, saved_inputs, grad_outputs, no_grad_outputs (tuples of indices), name."""
+    nuser, saved_inputs, grad_outputs, no_grad_outputs, grad_inputs (tuples of indices:
+    the backward returns the gradients of the grad_inputs of the graph's ninputs inputs),
+    ninputs, name."""
 
     __slots__ = ("forward", "backward", "nuser", "saved_inputs", "grad_outputs",
-                 "no_grad_outputs", "name", "source", "__weakref__")
+                 "no_grad_outputs", "grad_inputs", "ninputs", "name", "source", "__weakref__")
 
     def __init__(self, forward, src, consts, name, nuser, saved_inputs, grad_outputs):
         from . import optimize
@@ -107,6 +109,7 @@ class TrainingGraph:
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"
+        self.grad_inputs, self.ninputs = tuple(ns["GRAD_INPUTS"]), ns["NINPUTS"]
         self.backward = optimize(ns["backward"])
 
     @property

@@ -189,6 +189,22 @@ class _Config(types.ModuleType):
         self.__dict__["_output_pool_mb"] = mb
 
     @property
+    def training_output_pool(self):
+        """Whether compiled training graphs (forward and backward, issue 34) take their tensors
+        from the output pool (output_pool_mb). Default False: they allocate their tensors of
+        1 KiB or more with torch, so the step's activations, freed in the backward as their
+        last use passes, go back to torch's allocator as eager's do (the pool would keep them
+        between steps: a step's peak memory above eager's); smaller ones still come from the
+        pool (few bytes; through torch each would cost ~1 us)."""
+        return self.__dict__.get("_training_output_pool", False)
+
+    @training_output_pool.setter
+    def training_output_pool(self, on):
+        from . import _C
+        _C._train_set_pool(bool(on))
+        self.__dict__["_training_output_pool"] = bool(on)
+
+    @property
     def stream_store_bytes(self):
         """Kernels that move more than this many bytes (loads plus stores) write their outputs
         with non-temporal stores, past the caches: such an output could not stay cached for its
