@@ -155,23 +155,25 @@ static int sk_view_offset(cg_ctx *c, int b, const cdy_meta *bm, const int *bst, 
 }
 
 /* The stride expression of dim d of view v (constant size) that walks
- * inside one dim j of its dense base b (constant size K, stride expression
- * bst[j]): its stride at the hints a multiple m of j's, the whole walk
- * within K of j's steps (a view of heads in a row: x.view(b, t, h, d)); the
- * stride is then m * bst[j] at every size.  The expression, or -1. */
-static int sk_sub_dim(cg_ctx *c, int v, int d, int b, const cdy_meta *bm, const int *bst)
+ * inside one dim j of a dense layout w (sizes, strides at the hints, size
+ * expressions wdims, stride expressions wst: its base, or its source view)
+ * of constant size K: v's stride at the hints a multiple m of j's, the whole
+ * walk within K of j's steps (a view of heads in a row: x.view(b, t, h, d));
+ * the stride is then m * wst[j] at every size.  The expression, or -1. */
+static int sk_sub_dim(cg_ctx *c, int v, int d, const cdy_meta *w, const int64_t *wstrides,
+                      const int *wdims, const int *wst)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_value *val = &c->g->values[v];
     int64_t n, k, vs = val->view_strides[d];
     if (!cdy_sym_is_const(&s->tab, s->dims[v][d], &n) || vs <= 0)
         return -1;
-    for (int j = 0; j < bm->ndim; j++) {
-        int64_t bs = bm->strides[j];
-        if (bm->sizes[j] < 2 || bs <= 0 || vs % bs || !cdy_sym_is_const(&s->tab, s->dims[b][j], &k))
+    for (int j = 0; j < w->ndim; j++) {
+        int64_t ws = wstrides[j];
+        if (w->sizes[j] < 2 || ws <= 0 || vs % ws || !cdy_sym_is_const(&s->tab, wdims[j], &k))
             continue;
-        if ((vs / bs) * (n - 1) < k)
-            return cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, vs / bs), bst[j]);
+        if ((vs / ws) * (n - 1) < k)
+            return cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, vs / ws), wst[j]);
     }
     return -1;
 }
@@ -225,28 +227,6 @@ static int sk_nested(const cdy_value *u, int *order, int *n)
     return 1;
 }
 
-/* Dim d of view v (constant size n, stride vs at the hints) walking inside
- * one dim j of its source view u (constant size K, stride us dividing vs,
- * (vs / us) * (n - 1) < K): (vs / us) times u's stride expression ust[j];
- * or -1. */
-static int sk_sub_of(cg_ctx *c, int v, int d, int u, const int *ust)
-{
-    cdy_sym_shapes *s = c->sym;
-    const cdy_value *val = &c->g->values[v], *uv = &c->g->values[u];
-    int64_t n, k, vs = val->view_strides[d];
-    if (!cdy_sym_is_const(&s->tab, s->dims[v][d], &n) || vs <= 0)
-        return -1;
-    for (int j = 0; j < uv->meta.ndim; j++) {
-        int64_t us = uv->view_strides[j];
-        if (uv->meta.sizes[j] < 2 || us <= 0 || vs % us ||
-            !cdy_sym_is_const(&s->tab, s->dims[u][j], &k))
-            continue;
-        if ((vs / us) * (n - 1) < k)
-            return cdy_sym_mul(&s->tab, cdy_sym_const(&s->tab, vs / us), ust[j]);
-    }
-    return -1;
-}
-
 /* View v's strides and offset through its source u (the node's first
  * argument, a view of the same base with stride expressions, as a split's
  * piece of a reshaped extern result): each dim of v of size >= 2 is one of
@@ -287,7 +267,8 @@ static int sk_view_via_src(cg_ctx *c, int v, int *mst, int *off)
         while (i < n && (uv->view_strides[order[i]] != val->view_strides[d] || (used >> order[i] & 1)))
             i++;
         int j = i < n ? order[i] : -1;
-        if (j < 0 && (mst[d] = sk_sub_of(c, v, d, u, ust)) >= 0)
+        if (j < 0 &&
+            (mst[d] = sk_sub_dim(c, v, d, &uv->meta, uv->view_strides, s->dims[u], ust)) >= 0)
             continue;                       /* heads inside a row: x.view(b, t, h, d) */
         if (j < 0 || !(sk_same(s, s->dims[v][d], s->dims[u][j]) || (s->cut && (s->cut[v] >> d & 1)) ||
                        (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
@@ -337,7 +318,7 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
                     (s->cut && (s->cut[v] >> d & 1)) ||   /* a slice: guarded within */
                     (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
                      cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
-        if (!ok && (mst[d] = sk_sub_dim(c, v, d, b, bm, bst)) >= 0)
+        if (!ok && (mst[d] = sk_sub_dim(c, v, d, bm, bm->strides, s->dims[b], bst)) >= 0)
             continue;                       /* a constant part of a constant-size dim */
         if (!ok && !sk_view_via_src(c, v, mst, off))
             return 0;
