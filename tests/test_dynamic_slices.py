@@ -101,7 +101,13 @@ def test_addmm_split_heads():
         k = k.view(b, t, 4, 4).transpose(1, 2)
         v = v.view(b, t, 4, 4).transpose(1, 2)
         return (q * k).sum(-1, keepdim=True) * v
-    assert _sweep(f, lambda s: (torch.randn(2, s, 16),)) == 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for s in SEQS:
+        x = torch.randn(2, s, 16)
+        # the matmul's sums may add in another order (values ~10: float32's 1e-6 relative)
+        torch.testing.assert_close(opt(x), f(x), rtol=1e-5, atol=1e-4)
+    assert cdynamo.stats()["frames_compiled"] == 2
 
 
 def test_int_index_zero_keeps_the_other_dims_symbolic():
