@@ -206,6 +206,17 @@ static int sk_contig_strides(cg_ctx *c, int v, int *mst, int *off)
 
 static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off);
 
+/* 1 if dim d of view v walks within a dim of size expression e of what it
+ * views (with the same stride): of that size, a slice's cut (s->cut: guarded
+ * within), or a constant size within a constant one. */
+static int sk_dim_within(cdy_sym_shapes *s, int v, int d, int e)
+{
+    int64_t k1, k2;
+    return sk_same(s, s->dims[v][d], e) || (s->cut && (s->cut[v] >> d & 1)) ||
+           (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) && cdy_sym_is_const(&s->tab, e, &k2) &&
+            k1 <= k2);
+}
+
 /* 1 if view value u's dims of size >= 2 nest at the hints (by decreasing
  * stride, each within the one before), order[] their dims in that order,
  * *n their count. */
@@ -240,7 +251,7 @@ static int sk_view_via_src(cg_ctx *c, int v, int *mst, int *off)
     const cdy_value *val = &c->g->values[v];
     int u = val->nargs >= 1 ? val->args[0] : -1, ust[CDY_MAX_NDIM], order[CDY_MAX_NDIM], n;
     const cdy_value *uv = u >= 0 && u < v ? &c->g->values[u] : NULL;
-    int64_t rem = uv ? val->view_offset - uv->view_offset : -1, k1, k2;
+    int64_t rem = uv ? val->view_offset - uv->view_offset : -1, k1;
     char err[256];
     snprintf(err, sizeof(err), "%s", c->err && c->errlen ? c->err : "");
     if (!uv || rem < 0 || !cg_is_view(c->g, u) || uv->view_base != val->view_base ||
@@ -270,9 +281,7 @@ static int sk_view_via_src(cg_ctx *c, int v, int *mst, int *off)
         if (j < 0 &&
             (mst[d] = sk_sub_dim(c, v, d, &uv->meta, uv->view_strides, s->dims[u], ust)) >= 0)
             continue;                       /* heads inside a row: x.view(b, t, h, d) */
-        if (j < 0 || !(sk_same(s, s->dims[v][d], s->dims[u][j]) || (s->cut && (s->cut[v] >> d & 1)) ||
-                       (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
-                        cdy_sym_is_const(&s->tab, s->dims[u][j], &k2) && k1 <= k2)))
+        if (j < 0 || !sk_dim_within(s, v, d, s->dims[u][j]))
             goto fail;
         used |= 1u << j;
         mst[d] = ust[j];
@@ -290,7 +299,6 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
     const cdy_value *val = &c->g->values[v];
     int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
     const cdy_meta *bm = sk_mem_meta(c, b);
-    int64_t k1, k2;
     *off = cdy_sym_const(&s->tab, val->view_offset);
     if (sk_static_value(c, b) && sk_static_value(c, v)) {
         for (int d = 0; d < val->meta.ndim; d++)
@@ -314,10 +322,7 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
         while (j < bm->ndim && (bm->sizes[j] == 1 || bm->strides[j] != val->view_strides[d]))
             j++;
         int ok = j < bm->ndim && !(used >> j & 1);
-        ok = ok && (sk_same(s, s->dims[v][d], s->dims[b][j]) ||
-                    (s->cut && (s->cut[v] >> d & 1)) ||   /* a slice: guarded within */
-                    (cdy_sym_is_const(&s->tab, s->dims[v][d], &k1) &&
-                     cdy_sym_is_const(&s->tab, s->dims[b][j], &k2) && k1 <= k2));
+        ok = ok && sk_dim_within(s, v, d, s->dims[b][j]);
         if (!ok && (mst[d] = sk_sub_dim(c, v, d, bm, bm->strides, s->dims[b], bst)) >= 0)
             continue;                       /* a constant part of a constant-size dim */
         if (!ok && !sk_view_via_src(c, v, mst, off))

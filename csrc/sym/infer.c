@@ -285,7 +285,6 @@ static int sy_same_as_first(sy_pass *p, int v)
     return 0;
 }
 
-/* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear. */
 /* 1 if value a is a legacy empty piece of a cat (1-D of size 0: skipped). */
 static int sy_cat_empty(const sy_pass *p, int a)
 {
@@ -331,6 +330,8 @@ static int sy_cat_extern(sy_pass *p, int v)
     return 0;
 }
 
+/* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear, addmm,
+ * torch.cat. */
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
@@ -845,11 +846,6 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->vlay = NULL;
 }
 
-/* s->const_off (sym.h) of g's values: a view is constant-offset when it
- * has a map of a kind that starts every dim at a constant index ('p', 'r',
- * 'f', 'e': the source's offset; 's': a split piece, a constant start on
- * its pinned dim) over a constant-offset source; no map or another kind: 0.
- * Memory failure leaves it NULL (every view offset unknown). */
 /* cut's bits (sym.h) of view w's value: its 'c' map's cuts, and the cuts of
  * the source dims its 'p' or 'c' map keeps whole. */
 static void sy_cut_dims(const cdy_graph *g, const cdy_sym_view *w, unsigned char *cut)
@@ -865,6 +861,13 @@ static void sy_cut_dims(const cdy_graph *g, const cdy_sym_view *w, unsigned char
     }
 }
 
+/* s->const_off (sym.h) of g's values: a view is constant-offset when it
+ * has a map of a kind that starts every dim at a constant index ('p', 'r',
+ * 'f', 'e', 'g': the source's offset; 's': a split piece, a constant start
+ * on its pinned dim; 'c': a getitem, starts of 0 or on pinned dims) over a
+ * constant-offset source; no map or another kind: 0.  Also s->cut
+ * (sy_cut_dims).  Memory failure leaves them NULL (every view offset
+ * unknown, no dim cut). */
 static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s)
 {
     s->const_off = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);

@@ -56,8 +56,8 @@ static char ts_scan_kind(PyObject *fn)
 
 static char ts_extern_kind(PyObject *fn)
 {
-    static PyObject *fns[15];
-    static const char kinds[15] = "mmmmmmmlmsbbkkk";
+    static const char kinds[15] = "mmmmmmmlmsbbkkk";   /* per fns[i] */
+    static PyObject *fns[sizeof(kinds)];
     static int tried;
     if (!tried) {
         tried = 1;
@@ -83,7 +83,7 @@ static char ts_extern_kind(PyObject *fn)
         Py_XDECREF(T);
         PyErr_Clear();
     }
-    for (int i = 0; i < 15; i++)
+    for (int i = 0; i < (int)sizeof(kinds); i++)
         if (fns[i] && fn == fns[i])
             return kinds[i];
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;

@@ -405,6 +405,13 @@ static int sx_operand(tracer *tr, const tvar *v)
     return cdy_sx_node(tr, 'k', 0, 0, -1, -1, c);
 }
 
+/* The node of -n (n a node), or 0. */
+static int sx_neg(tracer *tr, int n)
+{
+    int m = n ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
+    return m ? cdy_sx_node(tr, '*', n, m, -1, -1, 0) : 0;
+}
+
 /* The node of a <op> b for BINARY_OP code op over int constants, or 0. */
 static int sx_arith(tracer *tr, int op, const tvar *a, const tvar *b)
 {
@@ -419,8 +426,7 @@ static int sx_arith(tracer *tr, int op, const tvar *a, const tvar *b)
     case 5:    /* NB_MULTIPLY */
         return cdy_sx_node(tr, '*', x, y, -1, -1, 0);
     case 10: { /* NB_SUBTRACT */
-        int m = cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1);
-        int ny = m ? cdy_sx_node(tr, '*', y, m, -1, -1, 0) : 0;
+        int ny = sx_neg(tr, y);
         return ny ? cdy_sx_node(tr, '+', x, ny, -1, -1, 0) : 0;
     }
     case 2: {  /* NB_FLOOR_DIVIDE by a positive constant, or by a size (exact: 'q') */
@@ -469,8 +475,7 @@ static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, co
         }
     if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
         return 0;
-    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k
-            ? cdy_sx_node(tr, '*', n->sx, cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1), -1, -1, 0) : 0;
+    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k ? sx_neg(tr, n->sx) : 0;
     return e && !cdy_tr_sym_scalar(tr, sc, e);
 }
 
@@ -525,13 +530,19 @@ static int sx_cmp_room(cdy_trace *t)
     return 0;
 }
 
-int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why)
+/* Record comparison a <op> b, truth at the example, with why (static text,
+ * or the trace's arena); 0, or -1 (a node 0, or no room). */
+static int sx_cmp_push(tracer *tr, int a, int b, int op, int truth, const char *why)
 {
     if (!a || !b || sx_cmp_room(tr->t))
         return -1;
-    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){a, b, (char)op, (char)truth,
-                                                cdy_sx_where(tr, why)};
+    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){a, b, (char)op, (char)truth, why};
     return 0;
+}
+
+int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why)
+{
+    return sx_cmp_push(tr, a, b, op, truth, cdy_sx_where(tr, why));
 }
 
 int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
@@ -539,13 +550,9 @@ int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
     if (!sx_int(start) || !sx_int(end))
         return 0;
     int a = sx_operand(tr, start), b = sx_operand(tr, end);
-    int m = a && b ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
-    int na = m ? cdy_sx_node(tr, '*', a, m, -1, -1, 0) : 0;
+    int na = a && b ? sx_neg(tr, a) : 0;
     int n = na ? cdy_sx_node(tr, '+', b, na, -1, -1, 0) : 0;
-    if (!n || sx_cmp_room(tr->t))
-        return 0;
-    tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){b, a, Py_GE, 1, "arange's end before its start"};
-    return n;
+    return n && !sx_cmp_push(tr, b, a, Py_GE, 1, "arange's end before its start") ? n : 0;
 }
 
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
@@ -560,11 +567,8 @@ static void sx_post_compare(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     int x = sx_int(a) && sx_int(b) ? sx_operand(tr, a) : 0;
     int y = x ? sx_operand(tr, b) : 0;
     if (x && y && ctx->arg >= 0 && ctx->arg <= 5 && r && r->kind == TV_CONST &&
-        PyBool_Check(r->obj) && !sx_cmp_room(tr->t)) {
-        tr->t->cmps[tr->t->ncmps++] = (cdy_sym_cmp){x, y, (char)ctx->arg,
-                                                    (char)(r->obj == Py_True), why};
+        PyBool_Check(r->obj) && !sx_cmp_push(tr, x, y, ctx->arg, r->obj == Py_True, why))
         return;
-    }
     cdy_sx_pin_deep(tr, a, why);
     cdy_sx_pin_deep(tr, b, why);
 }
@@ -574,8 +578,7 @@ static void sx_post_negative(tracer *tr, tvar *a, tvar *r)
 {
     if (!sx_holds(a, 0))
         return;
-    int m = sx_int(a) && sx_int(r) && a->sx ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, -1) : 0;
-    int n = m ? cdy_sx_node(tr, '*', a->sx, m, -1, -1, 0) : 0;
+    int n = sx_int(a) && sx_int(r) ? sx_neg(tr, a->sx) : 0;
     if (n)
         tr->stack[tr->sp - 1] = cdy_sx_tag(tr, r, n);
     else
