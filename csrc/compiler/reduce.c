@@ -115,7 +115,15 @@
       "s += exp((double)$e - m);", "reduction(+:s)", "log(s) + m")                         \
     X(LOGSUMEXP_F32, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",      \
       "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
-      "s += (double)cdy_vexpf($e - (float)m);", "reduction(+:s)", "log(s) + m")
+      "s += (double)cdy_vexpf($e - (float)m);", "reduction(+:s)", "log(s) + m")      \
+    X(LOGSUMEXP_BF16, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",     \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += (double)cdy_rbf(cdy_vexpf(cdy_rbf($e - (float)m)));", "reduction(+:s)",        \
+      "(double)cdy_rbf(logf(cdy_rbf((float)s))) + m")                                      \
+    X(LOGSUMEXP_F16, 'd', "(-INFINITY)", "acc = (double)$e > acc ? (double)$e : acc;",      \
+      "reduction(max:acc)", "const double m = fabs(acc) == INFINITY ? 0.0 : acc;\ndouble s = 0;", \
+      "s += (double)cdy_rh(cdy_vexpf(cdy_rh($e - (float)m)));", "reduction(+:s)",          \
+      "(double)cdy_rh(logf(cdy_rh((float)s))) + m")
 
 /* Outputs per block of an outer reduction (see cg_red_block_body). */
 #define CG_RED_BLOCK 64
@@ -150,6 +158,7 @@ static const char *const cg_red_state[CG_RED_COUNT] = {
     [CG_RED_STD] = "double mean,double m2,double se,double dlo,double dhi",
     [CG_RED_VAR_WF] = "double wm,double m2,double wn", [CG_RED_STD_WF] = "double wm,double m2,double wn",
     [CG_RED_LOGSUMEXP] = "double m,double s", [CG_RED_LOGSUMEXP_F32] = "double m,double s",
+    [CG_RED_LOGSUMEXP_BF16] = "double m,double s", [CG_RED_LOGSUMEXP_F16] = "double m,double s",
 };
 
 /* The second pass of argmax/argmin outside block mode: the test of the
@@ -211,7 +220,9 @@ static int cg_red_in_order(const cdy_graph *g, const cdy_value *val)
 }
 
 /* The variant computing reduction node v: its op's, NORMP by the order p,
- * LOGSUMEXP's float32 twin for float32 (bfloat16, float16) input, PROD's
+ * LOGSUMEXP's float32 twin for float32 input and rounding twins for bfloat16
+ * / float16 (eager's composite rounds x - max, exp, the sum and log to the
+ * input's dtype, each step: matched exactly, not once at the end), PROD's
  * rounding twins for bfloat16 / float16 where eager multiplies in order
  * (else double: eager's lane order is not reproduced, and rounding in order
  * would be further off than it). */
@@ -224,8 +235,9 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
         return cg_red_norm_variant(cg_red_param(g, val));
     if (r == CG_RED_PROD && cdy_dtype_lowp(idt) && cg_red_in_order(g, val))
         return idt == CDY_DT_BFLOAT16 ? CG_RED_PROD_BF16 : CG_RED_PROD_F16;
-    return r == CG_RED_LOGSUMEXP && (idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(idt))
-               ? CG_RED_LOGSUMEXP_F32 : r;
+    if (r == CG_RED_LOGSUMEXP && cdy_dtype_lowp(idt))
+        return idt == CDY_DT_BFLOAT16 ? CG_RED_LOGSUMEXP_BF16 : CG_RED_LOGSUMEXP_F16;
+    return r == CG_RED_LOGSUMEXP && idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : r;
 }
 
 /* Check node v's args: a tensor input, an int dims mask within its rank, a

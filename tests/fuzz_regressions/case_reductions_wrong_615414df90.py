@@ -1,12 +1,10 @@
 # cdynamo fuzz finding (tools/fuzz.py), family reductions, wrong
 # signature: wrong/values/argmin+cummax+logsumexp+true_divide
 # wrong: values: out: 5/25 differ, at [1, 0]: eager 0, cdynamo 1 (torch.int64)
-# note: stop 44, device campaign seed 44101 (static). Not a wrong value of ours in the usual
-# sense: logsumexp over 1000 bfloat16 values is 6.9079 in float64; cdynamo computes it in float
-# and rounds once (6.90625, the nearest bfloat16), eager's composite rounds each step to
-# bfloat16 (exp_, sum, log_, add_) and gets 6.9375. cummax's indices then break ties
-# differently. Matching eager means rounding logsumexp's intermediates to the low-precision
-# dtype as ATen's composite does; open.
+# note: stop 44, device campaign seed 44101 (static). logsumexp over 1000 bfloat16 values:
+# cdynamo computed it in float and rounded once (6.90625), eager's composite rounds each
+# step to bfloat16 (x - max, exp_, sum, log_, add_) and gets 6.9375; cummax's indices then
+# break ties differently. Fixed at stop 45: reduce.c rounds the same steps.
 import math
 import torch
 import torch.nn.functional as F
