@@ -36,6 +36,7 @@ def test_a_freed_output_is_reused_by_the_next_call():
     f = cdynamo.optimize(lambda x: x * 2 + 1)
     x = torch.randn(1000)
     torch.testing.assert_close(f(x), x * 2 + 1)
+    gc.collect()
     del_before = _stats()
     for _ in range(5):
         torch.testing.assert_close(f(x), x * 2 + 1)
@@ -43,7 +44,9 @@ def test_a_freed_output_is_reused_by_the_next_call():
     assert s["enabled"]
     assert s["hits"] - del_before["hits"] == 5
     assert s["misses"] == del_before["misses"]
-    assert s["live"] == 0
+    # this test's outputs are all back; blocks of earlier tests (a tensor a failed or
+    # skipped test's traceback still holds) may be live: counted, not ours
+    assert s["live"] == del_before["live"]
     assert s["cached_bytes"] >= 4000
 
 
@@ -59,12 +62,14 @@ def test_outputs_alive_at_once_never_share_memory():
 def test_a_view_keeps_its_block_from_being_reused():
     f = cdynamo.optimize(lambda x: x * 3)
     x = torch.arange(64, dtype=torch.float32)
+    gc.collect()
+    base = _stats()["live"]
     row = f(x)[10:20]   # the output itself is dropped; its storage lives in the view
     gc.collect()
     for _ in range(4):
         f(torch.zeros(64))
     torch.testing.assert_close(row, torch.arange(10, 20, dtype=torch.float32) * 3)
-    assert _stats()["live"] == 1
+    assert _stats()["live"] == base + 1
 
 
 def test_pooled_outputs_have_eagers_dtype_strides_and_values():
@@ -96,12 +101,15 @@ def test_zero_size_and_scalar_outputs():
 def test_a_tensor_freed_on_another_thread_returns_to_the_pool():
     f = cdynamo.optimize(lambda x: x - 1)
     x = torch.randn(4096)
+    gc.collect()
+    base = _stats()["live"]
     box = [f(x)]
+    assert _stats()["live"] == base + 1
     t = threading.Thread(target=box.clear)
     t.start()
     t.join()
     before = _stats()
-    assert before["live"] == 0
+    assert before["live"] == base
     torch.testing.assert_close(f(x), x - 1)
     assert _stats()["hits"] == before["hits"] + 1
 
