@@ -381,7 +381,8 @@ static int sk_op_strides(cg_ctx *c, int ndim, cg_operand *op, const int *gexp, i
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = &c->g->values[op->value].meta;
     int shift = ndim - m->ndim, zero = cdy_sym_const(&s->tab, 0), mst[CDY_MAX_NDIM], off = zero;
-    int gather = cg_is_gather(c->g, op->value);
+    int gather = cg_is_gather(c->g, op->value) &&   /* a realized one: its own dense buffer */
+                 op->buffer != c->val_buf[op->value];
     if (op->buffer < 0)
         return cg_sym_unsupported(c, "a kernel loads an index");
     if (gather && !op->is_out && sk_gather_dims(c, op->value))

@@ -519,9 +519,21 @@ static int sy_expand_map(sy_pass *p, int v, const cdy_sym_view *w)
     return 0;
 }
 
-/* Advanced indexing's gather (kind 'g', sym.h) into v's dims: kept source
- * dims, the index args' broadcast (sizes 1 broadcast, others equal), or
- * constants; 0 or -1. */
+/* a == b for gather node v's dim d: a relation when equal at the hints,
+ * else both specialize (torch.gather's index smaller than its input). */
+static void sy_gather_equal(sy_pass *p, int a, int b, int v, int d)
+{
+    if (cdy_sym_eval(&p->s->tab, a, NULL) == cdy_sym_eval(&p->s->tab, b, NULL)) {
+        sy_equal(p, a, b, v, d, "an index's size and its gather's");
+        return;
+    }
+    sy_pin(p, a, v, d, "an index smaller than its gather's source");
+    sy_pin(p, b, v, d, "an index smaller than its gather's source");
+}
+
+/* A gather node's (kind 'g', sym.h) into v's dims: kept source dims, the
+ * index args' broadcast (sizes 1 broadcast, others equal), or constants;
+ * an index's size in a kept dim (torch.gather's) is 1 or equals it; 0 or -1. */
 static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
     const cdy_value *val = &p->g->values[v];
@@ -530,21 +542,19 @@ static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
     if (one < 0 || cdy_op_table[val->op].kind != 'G' || w->src < 0)
         return -1;
     for (int d = 0; d < nd; d++) {
-        int *o = &p->s->dims[v][d];
+        int *o = &p->s->dims[v][d], kept = w->map[d] != -2;
         if (w->map[d] >= sm->ndim)
             return -1;
-        if (w->map[d] != -2) {
-            *o = w->map[d] >= 0 ? p->s->dims[w->src][w->map[d]]
-                                : cdy_sym_const(&p->s->tab, val->meta.sizes[d]);
-            continue;
-        }
-        *o = one;
+        *o = w->map[d] >= 0 ? p->s->dims[w->src][w->map[d]]
+             : kept         ? cdy_sym_const(&p->s->tab, val->meta.sizes[d]) : one;
         for (int a = 0; a < k; a++) {
             int xd = d - (nd - p->g->values[val->args[a]].meta.ndim);
             int e = xd >= 0 ? p->s->dims[val->args[a]][xd] : one;
             if (e == one)
                 continue;
-            if (*o == one)
+            if (kept)
+                sy_gather_equal(p, *o, e, v, d);
+            else if (*o == one)
                 *o = e;
             else
                 sy_equal(p, *o, e, v, d, "broadcast of advanced indices");

@@ -152,6 +152,8 @@ typedef struct {
     int pndim, sd, od, nd, idx;
     int64_t code;
     int pushed;              /* pointwise nodes rebuilt so far (LI_PUSH_MAX at most) */
+    int src;                 /* the source's value (its sizes: psz) */
+    signed char map[CDY_MAX_NDIM];   /* each GATHER's sizes (kind 'g', sym.h) */
 } li_plan;
 
 /* The gather of plan p reading value v (of the source's sizes, or
@@ -212,7 +214,10 @@ static int li_push(tracer *tr, int v, li_plan *p)
     if (!li_pushable(tr, v, p)) {
         li_gather g;
         li_leaf(tr, v, p, &g);
-        return li_gather_node(tr, &nm, &g);
+        int gv = li_gather_node(tr, &nm, &g);
+        if (gv >= 0)   /* its sizes: the source's kept dims, the index's (sym/infer.c) */
+            cdy_tr_sym_gathered(tr, gv, p->src, p->map);
+        return gv;
     }
     p->pushed++;
     const cdy_value val = tr->t->graph.values[v];   /* a copy: adding nodes may move it */
@@ -237,7 +242,15 @@ static tvar *li_one(tracer *tr, const cdy_build_call *call, const tvar *x, int s
         return NULL;
     if (cdy_meta_numel(m) == 0 && cdy_meta_numel(&li_val(tr, t)->meta) > 0)
         return NULL;   /* indices to check, no element to walk: see li_node */
-    li_plan p = {m, xm.sizes, xm.ndim, sd, od, nd, -1, code, 0};
+    li_plan p = {m, xm.sizes, xm.ndim, sd, od, nd, -1, code, 0, x->value, {0}};
+    for (int d = 0, xd = 0; d < m->ndim; d++) {   /* as li_leaf walks the dims */
+        if (od < 0) {
+            p.map[d] = (signed char)(d == sd ? -2 : d);
+            continue;
+        }
+        xd += xd == sd;
+        p.map[d] = (signed char)(d >= od && d < od + nd ? -2 : xd++);
+    }
     if ((p.idx = od < 0 ? t->value : li_index_value(tr, t, m, od)) < 0)
         return NULL;
     int v = li_push(tr, x->value, &p);

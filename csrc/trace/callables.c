@@ -247,8 +247,11 @@ int cdy_callable_symbolic(PyObject *fn)
         return 3;
     if (r && r->build[0] == cdy_build_split && !r->build[1])
         return 4;
-    if (r && r->build[0] == cdy_build_f_embedding && !r->build[1])
-        return 5;
+    if (r && !r->build[1] && (r->build[0] == cdy_build_f_embedding ||
+                              r->build[0] == cdy_build_embedding ||
+                              r->build[0] == cdy_build_index_select ||
+                              r->build[0] == cdy_build_gather))
+        return 5;   /* their GATHER nodes' maps (build_index.c li_push) */
     if (r && !r->build[1] && (r->build[0] == cdy_build_zeros || r->build[0] == cdy_build_ones ||
                               r->build[0] == cdy_build_full || r->build[0] == cdy_build_new_full))
         return 6;   /* a fill: its sizes from the call's ints (cdy_tr_sym_fill) */

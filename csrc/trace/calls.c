@@ -478,8 +478,6 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             cdy_tr_sym_copy(tr, &call, r);
         if (sym == 4 && tr->t->status == CDY_TRACE_OK)
             cdy_tr_sym_split(tr, &call, r);
-        if (sym == 5 && tr->t->status == CDY_TRACE_OK)
-            cdy_tr_sym_gather(tr, &call, r);
         if (sym == 7 && tr->t->status == CDY_TRACE_OK)
             cdy_tr_sym_getitem(tr, &call, r);
         if (!cdy_build_declined(tr, r, what))

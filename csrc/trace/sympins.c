@@ -502,36 +502,6 @@ void cdy_tr_sym_split(tracer *tr, const cdy_build_call *call, tvar *r)
     }
 }
 
-void cdy_tr_sym_gather(tracer *tr, const cdy_build_call *call, tvar *r)
-{
-    if (!r || r == CDY_NOT_LOWERED || r->kind != TV_TENSOR)
-        return;
-    tvar *s[8];
-    const char *dot = strrchr(call->what, '.');
-    int f = !strcmp(dot ? dot + 1 : call->what, "embedding") && call->fn != NULL &&
-            !cdy_bind_names("input weight padding_idx max_norm norm_type scale_grad_by_freq "
-                            "sparse", call->args, call->nargs, call->kwnames, s);
-    if (!f)
-        PyErr_Clear();
-    const cdy_graph *g = &tr->t->graph;
-    const cdy_value *v = &g->values[r->value];
-    tvar *ids = f ? s[0] : NULL;
-    int ok = ids && ids->kind == TV_TENSOR && v->kind == CDY_VAL_NODE &&
-             cdy_op_table[v->op].kind == 'G';
-    cdy_sym_view w = {r->value, ids ? ids->value : -1, 'e', -1, -1, {0}, {0}};
-    const cdy_meta *im = ok ? &g->values[ids->value].meta : NULL;
-    ok = ok && v->meta.ndim == im->ndim + 1;
-    for (int d = 0; ok && d < v->meta.ndim; d++) {
-        w.map[d] = (signed char)(d < im->ndim ? d : -1);
-        ok = d >= im->ndim || v->meta.sizes[d] == im->sizes[d];
-    }
-    if (!ok || sp_view_room(tr)) {
-        cdy_tr_pin_tensors(tr, call->args, call->nargs, "a gather without a symbolic rule");
-        return;
-    }
-    tr->t->symviews[tr->t->nsymviews++] = w;
-}
-
 void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map)
 {
     cdy_sym_view w = {value, src, 'e', -1, -1, {0}, {0}};

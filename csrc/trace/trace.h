@@ -165,9 +165,6 @@ void cdy_tr_sym_copy(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* After split / chunk / tensor_split made the pieces r for call: each piece's
  * sizes are its input's but the cut dim (pinned); else the call's tensors are. */
 void cdy_tr_sym_split(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
-/* After F.embedding made r for call: r's sizes are the indices' and the
- * weight's row (else the call's tensors are pinned). */
-void cdy_tr_sym_gather(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* Node value's dim d is src's dim map[d], or its constant size (map[d] < 0). */
 void cdy_tr_sym_dims(tracer *tr, int value, int src, const signed char *map);
 /* A FILL node value made by zeros / ones / empty / full / new_* from sizes
@@ -742,8 +739,10 @@ int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
 int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
                                                  * 2 the view builder (cdy_tr_sym_view), 3 clone
                                                  * / contiguous (cdy_tr_sym_copy), 4 split
-                                                 * (cdy_tr_sym_split), 5 F.embedding
-                                                 * (cdy_tr_sym_gather), 6 the fills
+                                                 * (cdy_tr_sym_split), 5 the gathers:
+                                                 * embedding, index_select, gather
+                                                 * (their builders record each GATHER
+                                                 * node's map: build_index.c), 6 the fills
                                                  * zeros / ones / full / new_* / *_like
                                                  * (cdy_tr_sym_fill), 7 tensor getitem
                                                  * (cdy_tr_sym_getitem) */
