@@ -368,7 +368,7 @@ static int sk_gather_dims(cg_ctx *c, int v)
         int j = 0;
         while (j < bm->ndim && (bm->sizes[j] < 2 || bm->sizes[j] != n || bm->strides[j] != st))
             j++;
-        if (j == bm->ndim && n >= 2)
+        if (j == bm->ndim && n >= 2 && st != 0)   /* st 0: an expanded dim the trace pinned */
             return cg_sym_unsupported(c, "a gather indexes a dim that is not one of its base's");
         c->gsym[v * CG_GSYM + i] = j < bm->ndim ? sk_live(s, s->dims[b][j]) : -1;
         c->gsym[v * CG_GSYM + CG_GSYM / 2 + i] = j < bm->ndim ? sk_live(s, bst[j]) : -1;

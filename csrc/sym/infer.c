@@ -330,6 +330,34 @@ static int sy_cat_extern(sy_pass *p, int v)
     return 0;
 }
 
+/* torch.diff along dim dim of v's args (input, then prepend / append, one
+ * rank): the other dims are the input's (the others' equal), dim's size their
+ * sum less n (the hints' difference); 0 or -1. */
+static int sy_diff(sy_pass *p, int v, int dim)
+{
+    const cdy_value *val = &p->g->values[v];
+    int nd = val->meta.ndim, e = cdy_sym_const(&p->s->tab, 0);
+    int64_t hint = 0;
+    for (int a = 0; a < val->nargs; a++)
+        if (p->g->values[val->args[a]].meta.ndim != nd)
+            return -1;
+    if (dim >= nd)
+        return -1;
+    for (int d = 0; d < nd; d++) {
+        p->s->dims[v][d] = p->s->dims[val->args[0]][d];
+        for (int a = 1; a < val->nargs && d != dim; a++)
+            sy_equal(p, p->s->dims[v][d], p->s->dims[val->args[a]][d], v, d,
+                     "diff's prepend / append");
+    }
+    for (int a = 0; a < val->nargs && e >= 0; a++) {
+        e = cdy_sym_add(&p->s->tab, e, p->s->dims[val->args[a]][dim]);
+        hint += p->g->values[val->args[a]].meta.sizes[dim];
+    }
+    int n = e >= 0 ? cdy_sym_const(&p->s->tab, val->meta.sizes[dim] - hint) : -1;
+    p->s->dims[v][dim] = n >= 0 ? cdy_sym_add(&p->s->tab, e, n) : -1;
+    return p->s->dims[v][dim] >= 0 ? 0 : -1;
+}
+
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear, addmm,
  * torch.cat. */
 static int sy_extern(sy_pass *p, int v)
@@ -344,6 +372,8 @@ static int sy_extern(sy_pass *p, int v)
         return sy_matmul(p, v, val->args[0], val->args[1], 0);
     if (k == 'k')
         return sy_cat_extern(p, v);
+    if (k >= '0' && k <= '7')
+        return sy_diff(p, v, k - '0');
     if (k == 'b' && val->nargs == 3) {       /* addmm(bias, x, w): x @ w + bias */
         const cdy_meta *bm = &p->g->values[val->args[0]].meta;
         if (p->g->values[val->args[1]].meta.ndim != 2 || p->g->values[val->args[2]].meta.ndim != 2)

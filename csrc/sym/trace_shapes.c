@@ -89,6 +89,45 @@ static char ts_extern_kind(PyObject *fn)
     return !strcmp(Py_TYPE(fn)->tp_name, "cdynamo._C.PackedLinear") ? 'l' : 0;
 }
 
+/* torch.diff / Tensor.diff pynode pn (input, n=1, dim=-1, prepend=None,
+ * append=None) with n and dim constants, the rest tensors or None: '0' + its
+ * dim (normalized, by the input's rank nd), sym.h's extern kinds; else 0. */
+static char ts_diff_kind(const cdy_pynode *pn, const cdy_graph *g)
+{
+    static PyObject *fns[2];
+    static int tried;
+    if (!tried++) {
+        PyObject *T = PyObject_GetAttrString(cdy_torch, "Tensor");
+        fns[0] = PyObject_GetAttrString(cdy_torch, "diff");
+        fns[1] = T ? PyObject_GetAttrString(T, "diff") : NULL;
+        Py_XDECREF(T);
+        PyErr_Clear();
+    }
+    if (!pn->fn || (pn->fn != fns[0] && pn->fn != fns[1]) || pn->nargs < 1 || pn->ref[0] < 0)
+        return 0;
+    static const char *names[] = {"input", "n", "dim", "prepend", "append"};
+    int npos = pn->nargs - (pn->kwnames ? (int)PyTuple_GET_SIZE(pn->kwnames) : 0);
+    long dim = -1;
+    for (int i = 1; i < pn->nargs; i++) {
+        int slot = i;
+        if (i >= npos) {
+            const char *kw = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pn->kwnames, i - npos));
+            for (slot = 0; kw && slot < 5 && strcmp(kw, names[slot]); slot++)
+                ;
+        }
+        int cst = pn->ref[i] == -1, tensor = pn->ref[i] >= 0;
+        if (slot >= 5 || (slot < 3 && !(cst && PyLong_CheckExact(pn->cst[i]))) ||
+            (slot >= 3 && !tensor && !(cst && pn->cst[i] == Py_None)))
+            return (char)(PyErr_Clear(), 0);
+        if (slot == 2)
+            dim = PyLong_AsLong(pn->cst[i]);
+    }
+    int nd = g->values[pn->ref[0]].meta.ndim;
+    dim += dim < 0 ? nd : 0;
+    PyErr_Clear();
+    return dim >= 0 && dim < nd && dim < 8 ? (char)('0' + dim) : 0;
+}
+
 /* Attribute name of module mod (a new reference, kept by the caller for
  * the process), or NULL with the error cleared. */
 static PyObject *ts_module_attr(const char *mod, const char *name)
@@ -197,6 +236,8 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
                 ext[pn->value] = kw;
             if (!ext[pn->value])
                 ext[pn->value] = ts_scan_kind(pn->fn);
+            if (!ext[pn->value])
+                ext[pn->value] = ts_diff_kind(pn, g);
             if (names)
                 ts_fn_name(pn->fn, names + (size_t)pn->value * CDY_SYM_EXT_NAME);
         }

@@ -179,6 +179,8 @@ static void li_leaf(tracer *tr, int v, const li_plan *p, li_gather *g)
         g->st[d] = d >= p->od && d < p->od + p->nd ? 0 : ls[xd++];
     }
     g->k = 1;
+    if (ls[p->sd] == 0 && p->psz[p->sd] >= 2)   /* an expanded dim: its range, a literal */
+        cdy_tr_pin(tr, p->src, 1u << p->sd, "an index into an expanded dim");
     g->gst[0] = ls[p->sd];
     g->gsz[0] = p->psz[p->sd];
     g->code[0] = p->code;
@@ -600,6 +602,8 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
         gth.gst[i] = d->stride;
         gth.gsz[i] = d->size;
         gth.code[i] = LI_ERR_INDEX | LI_WRAP | (int64_t)i << 8;   /* eager: its number */
+        if (d->stride == 0 && d->size >= 2)   /* an expanded dim: its range, a literal */
+            cdy_tr_pin(tr, x->value, d->xd >= 0 ? 1u << d->xd : ~0u, "an index into an expanded dim");
         if ((gth.idx[i] = li_index_value(tr, b.adv[i], &m, p + bn - in)) < 0)
             return NULL;
     }
