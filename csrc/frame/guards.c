@@ -570,11 +570,12 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
             Py_XDECREF(v);
             PyErr_Clear();
-            snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic entry "
-                                        "relies on it)" :
-                             nd < 0 ? "the sizes of symbol s%d's input could not be read" :
-                                      "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
-                     k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);
+            if (n)   /* a miss with no message wanted (cdy_guards_check): no formatting */
+                snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic "
+                                            "entry relies on it)" :
+                                 nd < 0 ? "the sizes of symbol s%d's input could not be read" :
+                                          "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
+                         k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);
             return 0;
         }
         vals[k] = sz[sg->s.info[k].dim];
