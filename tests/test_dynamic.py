@@ -392,6 +392,29 @@ def test_non_contiguous_input_misses_symbolic_entry():
     assert compiles() == 4
 
 
+def test_symbolic_guard_reads_views_and_parameters():
+    """The symbolic entry's guard reads sizes and strides through torch's DLPack read
+    (torch.Tensor, nn.Parameter; else the attributes): views with a storage offset stay on
+    it, rows not contiguous specialize, parameters get a symbolic entry of their own."""
+    of = cdynamo.optimize(pointwise)
+    b = torch.randn(16)
+    for n in (4, 5):
+        x = torch.randn(n, 16)
+        assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 2
+    base = torch.randn(40, 16)
+    for x in (base[3:10], base[1:], base[30:32]):
+        assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 2                 # all on the symbolic entry
+    x = base.reshape(-1)[:5 * 17].as_strided((5, 16), (17, 1))   # rows 17 apart
+    assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 3
+    for n in (4, 5, 6):                    # nn.Parameter: a type of its own, one symbolic entry
+        x = torch.nn.Parameter(torch.randn(n, 16), requires_grad=False)
+        assert_same(pointwise(x, b), of(x, b))
+    assert compiles() == 4
+
+
 def recompile_log(capfd, fn, calls, **opts):
     capfd.readouterr()
     cdynamo._C.set_log_topics({"recompiles"})

@@ -529,8 +529,30 @@ def test_masked_softmax_rows_sum_in_64_lane_blocks(symbolic):
         _C._dyn_test(False)
     assert bool(g.symbols) == symbolic
     assert "rl < 64; rl++" in g.source and "rl < 16; rl++) {" not in g.source
-    for b, n in ([(3, 2), (3, 16), (2, 63), (2, 64), (3, 65), (2, 130)] if symbolic else [(4, 128)]):
+    # symbolic: a copy of the loops without tails for rows of whole 64-lane blocks
+    assert ("nr0 % 64LL == 0" in g.source) == symbolic
+    for b, n in ([(3, 2), (3, 16), (2, 63), (2, 64), (3, 65), (2, 128), (2, 130), (2, 192)]
+                 if symbolic else [(4, 128)]):
         x = torch.randn(b, n, n)
+        _same(g(x), f(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_log_softmax_rows_of_whole_and_partial_blocks(dtype):
+    """The symbolic row kernel's two copies (rows of whole lane blocks: 64 floats / 32
+    doubles, no tails; others) both equal eager, log_softmax too, parallel or not."""
+    def f(x):
+        return torch.log_softmax(x.masked_fill(torch.ones_like(x, dtype=torch.bool).triu(1),
+                                               float("-inf")), -1)
+    _C._dyn_test(True)
+    try:
+        g = _compile(f, torch.randn(4, 40, 40, dtype=dtype))
+    finally:
+        _C._dyn_test(False)
+    lanes = 64 if dtype == torch.float32 else 32
+    assert g.symbols and f"% {lanes}LL == 0" in g.source
+    for b, n in [(2, 31), (2, 32), (3, 64), (2, 65), (9, 96), (2, 128), (40, 64)]:
+        x = torch.randn(b, n, n, dtype=dtype)
         _same(g(x), f(x))
 
 

@@ -515,6 +515,30 @@ static int check_call(const cdy_guard *g, char *why, size_t n)
     return ok;
 }
 
+/* Tensor v's sizes and strides into sz and st: its number of dims, or -1
+ * (an error left set).  Through torch's DLPack read when it takes v
+ * (cdy_mempool_read: no torch.Size or tuple made; softmax over n x 1024 at
+ * n = 2..16, one thread: the symbolic entry's call 0.33 -> 0.15 us over the
+ * static entry's), else the shape and stride attributes. */
+static int sym_read_dims(PyObject *v, int64_t *sz, int64_t *st)
+{
+    cdy_meta am;
+    void *data;
+    if (cdy_mempool_read(v, &am, &data)) {
+        memcpy(sz, am.sizes, sizeof(int64_t) * (size_t)am.ndim);
+        memcpy(st, am.strides, sizeof(int64_t) * (size_t)am.ndim);
+        return am.ndim;
+    }
+    PyObject *shape = cdy_tensor_attr(v, CDY_TA_shape);
+    PyObject *stride = shape ? cdy_tensor_attr(v, CDY_TA_stride) : NULL;
+    int nd = -1, nd2 = -1;
+    nd = !stride || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
+         read_int_tuple(stride, st, CDY_MAX_NDIM, &nd2) || nd != nd2 ? -1 : nd;
+    Py_XDECREF(shape);
+    Py_XDECREF(stride);
+    return nd;
+}
+
 /* Check a SYM guard: the symbols' values read from the inputs' sizes (through
  * m), then its relations; 1 holds, 0 fails. */
 static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
@@ -535,13 +559,7 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
             at = sg->s.info[k].input;
             Py_XDECREF(v);
             v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
-            PyObject *shape = v ? cdy_tensor_attr(v, CDY_TA_shape) : NULL;
-            PyObject *stride = shape ? cdy_tensor_attr(v, CDY_TA_stride) : NULL;
-            int nd2 = -1;
-            nd = !stride || read_int_tuple(shape, sz, CDY_MAX_NDIM, &nd) ||
-                 read_int_tuple(stride, st, CDY_MAX_NDIM, &nd2) || nd != nd2 ? -1 : nd;
-            Py_XDECREF(shape);
-            Py_XDECREF(stride);
+            nd = v ? sym_read_dims(v, sz, st) : -1;
             int64_t expect = 1;            /* contiguous: the kernels rely on it */
             for (int d = nd - 1; d >= 0; d--) {
                 if (sz[d] != 1 && st[d] != expect)
@@ -552,11 +570,12 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
             Py_XDECREF(v);
             PyErr_Clear();
-            snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic entry "
-                                        "relies on it)" :
-                             nd < 0 ? "the sizes of symbol s%d's input could not be read" :
-                                      "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
-                     k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);
+            if (n)   /* a miss with no message wanted (cdy_guards_check): no formatting */
+                snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic "
+                                            "entry relies on it)" :
+                                 nd < 0 ? "the sizes of symbol s%d's input could not be read" :
+                                          "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
+                         k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);
             return 0;
         }
         vals[k] = sz[sg->s.info[k].dim];
