@@ -140,3 +140,16 @@ def _hf(name):
 def test_transformers_model_sequence_sweep_compiles_twice(name):
     fn = _hf(name)
     assert _sweep(fn, lambda s: (torch.randint(3, 512, (2, s)),), [5, 8, 13, 31, 64]) == 2
+
+
+def test_outputs_equal_only_at_the_hint_are_separate_kernels():
+    """A sequence length hinted 2 equals the batch 2: [2, s] and [s, 2] outputs are grouped
+    by their size expressions, not the hints' sizes (GPT-2's sweep 1, 2, 3, ...)."""
+    def f(x, y):
+        return x + 1.0, y * 2.0
+    assert _sweep(f, lambda s: (torch.randn(2, s), torch.randn(s, 2)), [1, 2, 3, 5, 8]) == 2
+
+
+def test_gpt2_sweep_from_length_one():
+    fn = _hf("gpt2")
+    assert _sweep(fn, lambda s: (torch.randint(3, 512, (2, s)),), [1, 2, 3, 4, 6]) == 2
