@@ -286,6 +286,10 @@ void cg_stream_ir(cg_ctx *c, cdy_buf *b, int64_t bytes);
 int cg_sym_nest(cg_ctx *c, kir_kernel *k);
 /* Fail (-1, "symbolic sizes: <what>") when c->sym is set, else 0. */
 int cg_sym_unsupported(cg_ctx *c, const char *what);
+/* 1 if values v and w have the same size expressions (always without
+ * symbolic sizes): kernels group outputs equal at every size, not only at
+ * the hints (a batch of 2 and a sequence length hinted 2). */
+int cg_sym_same_dims(cg_ctx *c, int v, int w);
 /* 1 if dim d of value v has a symbolic (non-constant) size in a symbolic compile. */
 int cg_sym_dim_live(const cg_ctx *c, int v, int64_t d);
 /* The text of loop d's size: n<d> or a literal (into the arena). */

@@ -491,7 +491,8 @@ static int cg_group_outputs(cg_ctx *c, int lo, int hi, cg_group **groups)
             continue;
         int k = cg_dep_group(c, v, gid, stack, stamp);
         k = k < 0 ? 0 : k;
-        while (k < ng && !cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes))
+        while (k < ng && !(cg_same_sizes(&val->meta, gr[k].ndim, gr[k].sizes) &&
+                           cg_sym_same_dims(c, v, gr[k].outs[0])))
             k++;
         if (k == ng) {
             gr[k].ndim = val->meta.ndim;

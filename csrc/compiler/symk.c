@@ -343,6 +343,17 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
  * dims (gexp: their expressions) into st; 0, or -1 with a message. */
 static int sk_live(const cdy_sym_shapes *s, int e);
 
+int cg_sym_same_dims(cg_ctx *c, int v, int w)
+{
+    const cdy_meta *m = &c->g->values[v].meta;
+    if (!c->sym || c->g->values[w].meta.ndim != m->ndim)
+        return !c->sym;
+    for (int d = 0; d < m->ndim; d++)
+        if (!sk_same(c->sym, c->sym->dims[v][d], c->sym->dims[w][d]))
+            return 0;
+    return 1;
+}
+
 /* Gather node v's indexed sizes and strides (gather.c: the range each index
  * is checked against, the stride it steps) as expressions into c->gsym:
  * each is the size and dense stride of the one dim of its base (dense: its

@@ -1,6 +1,6 @@
 /* build_index.c - builders of indexing (BUILD rows of ops/callables.def).
- * embedding, index_select, gather and tensor indexing (x[idx], x[:, idx], x[i0, i1] with slices / None / Ellipsis /
- * ints) become one GATHER node (kind 'G', see cdynamo.h and
+ * embedding, index_select, gather, take_along_dim and tensor indexing (x[idx],
+ * x[:, idx], x[i0, i1] with slices / None / Ellipsis / ints) become one GATHER node (kind 'G', see cdynamo.h and
  * csrc/compiler/gather.c) whose meta is torch's result on the fakes
  * (call->out).  An index tensor whose dims do not end the result's is read
  * through a VIEW placing its dims where the result has them.  Anything not
@@ -331,6 +331,29 @@ tvar *cdy_build_gather(tracer *tr, const cdy_build_call *call)
     if (xm.ndim < 1 || dim < 0 || dim >= xm.ndim || im.ndim != xm.ndim || m.ndim != xm.ndim)
         return NULL;
     return li_one(tr, call, s[0], (int)dim, s[2], &m, -1, 0, LI_ERR_GATHER | dim << 8);
+}
+
+/* torch.take_along_dim / Tensor.take_along_dim (input, indices, dim): with a
+ * dim and no broadcast (indices of input's sizes but along dim) it is
+ * torch.gather (eager gathers after broadcasting); else the extern. */
+tvar *cdy_build_take_along_dim(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[8];
+    cdy_meta m;
+    long long dim;
+    if (cdy_bind_names("input indices dim", call->args, call->nargs, call->kwnames, s) ||
+        !s[0] || s[0]->kind != TV_TENSOR || !cdy_const_int(s[2], &dim) ||
+        !li_index_tensor(tr, s[1]) || li_out_meta(tr, call, s[0], &m))
+        return NULL;
+    const cdy_meta xm = li_val(tr, s[0])->meta, im = li_val(tr, s[1])->meta;
+    if (dim < 0)
+        dim += xm.ndim;
+    if (xm.ndim < 1 || dim < 0 || dim >= xm.ndim || im.ndim != xm.ndim || m.ndim != xm.ndim)
+        return NULL;
+    for (int d = 0; d < xm.ndim; d++)
+        if ((d != dim && im.sizes[d] != xm.sizes[d]) || m.sizes[d] != im.sizes[d])
+            return NULL;
+    return li_one(tr, call, s[0], (int)dim, s[1], &m, -1, 0, LI_ERR_GATHER | dim << 8);
 }
 
 /* ---- x[index]: tensor indexing ------------------------------------------ */

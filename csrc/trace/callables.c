@@ -250,7 +250,8 @@ int cdy_callable_symbolic(PyObject *fn)
     if (r && !r->build[1] && (r->build[0] == cdy_build_f_embedding ||
                               r->build[0] == cdy_build_embedding ||
                               r->build[0] == cdy_build_index_select ||
-                              r->build[0] == cdy_build_gather))
+                              r->build[0] == cdy_build_gather ||
+                              r->build[0] == cdy_build_take_along_dim))
         return 5;   /* their GATHER nodes' maps (build_index.c li_push) */
     if (r && !r->build[1] && (r->build[0] == cdy_build_zeros || r->build[0] == cdy_build_ones ||
                               r->build[0] == cdy_build_full || r->build[0] == cdy_build_new_full))
