@@ -508,3 +508,28 @@ def test_number_parameters_are_not_operands_of_the_layout(name, fn):
     b = torch.randn(1, 1, 6, generator=_g(), dtype=torch.float64)
     cdynamo.reset()
     assert_same(fn(a, b), cdynamo.optimize(fn)(a, b))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_fast_path_layouts_and_dtypes(norm_first):
+    """nn.TransformerEncoderLayer's eval fast path (torch._transformer_encoder_layer_fwd,
+    taken under no_grad): CPU's kernel allocates its result contiguous whatever src's layout
+    (torch 2.13's meta keeps src's layout: a stride read of it was wrong); torch 2.11 has no
+    meta for it (its trace stopped there, and a batch sweep compiled once per size)."""
+    g = _g()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.float64):
+            layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True,
+                                                     norm_first=norm_first,
+                                                     activation="gelu").eval().to(dtype)
+            xs = (torch.randn(2, 5, 16, generator=g, dtype=dtype),
+                  torch.randn(5, 2, 16, generator=g, dtype=dtype).transpose(0, 1),
+                  torch.randn(2, 16, 5, generator=g, dtype=dtype).transpose(1, 2),
+                  torch.randn(2, 5, 32, generator=g, dtype=dtype)[..., ::2])
+            for x in xs:
+                _compiled_equals_eager(lambda x: (layer(x) * 2, layer(x).stride()), x)
+                _compiled_equals_eager(lambda x: layer(x).view(-1, 16) + 1, x)
+            mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+            _compiled_equals_eager(lambda x, m: layer(x, src_key_padding_mask=m) * 2, xs[1],
+                                   mask)

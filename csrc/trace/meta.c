@@ -482,6 +482,7 @@ typedef enum {
     MT_CROSS_ENTROPY = 'K', MT_LIKE = 'z', MT_FULL_LIKE = 'f', MT_REPEAT = 'r', MT_GATHER = 'q',
     MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i', MT_ADAPTIVE_AVG_POOL2D_BW = 'b',
     MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
+    MT_ENCODER_LAYER = 'e',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -1631,6 +1632,32 @@ static PyObject *mt_as_strided_scatter(tracer *tr, tvar **args, int nargs, PyObj
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for torch._transformer_encoder_layer_fwd(src, embed_dim, num_heads,
+ * 4 projection tensors, use_gelu, norm_first, eps, 8 norm / ffn tensors[,
+ * mask[, mask_type]]), positional, as nn.TransformerEncoderLayer's fast path
+ * calls it: a non-empty 3-d float src whose last dim is embed_dim and the 12
+ * weights of its dtype: src's sizes, contiguous (CPU's kernel allocates it so
+ * whatever src's layout; torch 2.13's meta keeps src's layout, torch 2.11 has
+ * none: without this rule its trace stopped there, at each new size). */
+static PyObject *mt_encoder_layer(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    static const int weights[12] = {3, 4, 5, 6, 10, 11, 12, 13, 14, 15, 16, 17};
+    long long e;
+    if (kwnames || nargs < 18 || nargs > 20 || !cdy_const_int(args[1], &e))
+        return NULL;
+    const cdy_meta *x = mt_tensor(tr, args[0]);
+    if (!x || x->ndim != 3 || x->sizes[2] != e || !cdy_dtype_table[x->dtype].is_float)
+        return NULL;
+    for (int k = 0; k < 12; k++) {
+        const cdy_meta *w = mt_tensor(tr, args[weights[k]]);
+        if (!w || w->dtype != x->dtype)
+            return NULL;
+    }
+    cdy_meta m = *x;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for an extern call of a callable of a META row: layer_norm as
  * mt_layer_norm; matmul, mm, bmm (two tensors) or F.linear (input,
  * weight[, bias]) given positionally, when every tensor is a non-empty
@@ -1684,6 +1711,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case MT_MAX_POOL2D_BW: return mt_max_pool2d_bw(tr, args, nargs, kwnames);
     case MT_CONV_BW: return mt_conv_bw(tr, args, nargs, kwnames);
     case MT_AS_STRIDED_SCATTER: return mt_as_strided_scatter(tr, args, nargs, kwnames);
+    case MT_ENCODER_LAYER: return mt_encoder_layer(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;
