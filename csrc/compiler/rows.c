@@ -1,5 +1,5 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
- * group_norm, layer_norm's input gradient): one kernel each.  The input's dims
+ * group_norm, softmax's and layer_norm's input gradients): one kernel each.  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -89,8 +89,12 @@ static int cg_check_row_params(cg_ctx *c, int v)
     const cdy_value *p = &c->g->values[val->args[last]];
     if (p->kind != CDY_VAL_SCALAR || cdy_dtype_table[p->meta.dtype].is_float)
         return cg_fail(c, "value %d (%s): last arg must be an int", v, name);
-    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
-        return p->i < 0 || p->i >= im->ndim ? cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i, im->ndim) : 0;
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX || val->op == CDY_OP_SOFTMAX_BW) {
+        if (p->i < 0 || p->i >= im->ndim)
+            return cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i,
+                           im->ndim);
+        return val->op == CDY_OP_SOFTMAX_BW ? cg_check_grad(c, v, val->args[1]) : 0;
+    }
     const cdy_value *eps = &c->g->values[val->args[3]];
     if (eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64)
         return cg_fail(c, "value %d (%s): eps must be a float", v, name);
@@ -138,7 +142,7 @@ static void cg_row_shape(const cdy_graph *g, int v, cg_rowshape *rs)
     memset(rs, 0, sizeof(*rs));
     rs->ndim = im->ndim;
     memcpy(rs->size, im->sizes, sizeof(int64_t) * (size_t)im->ndim);
-    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX || val->op == CDY_OP_SOFTMAX_BW)
         rs->row[p] = 1;
     else if (cg_row_ln(g, v))
         for (int d = im->ndim - (int)p; d < im->ndim; d++)
@@ -823,6 +827,23 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
     return cg_row_moments(k, ind, n) || cg_row_final(k, ind, 1, cg_row_affine(k), 1);
 }
 
+/* softmax's input gradient over one row (y the result, g the gradient):
+ * sum = sum(g * y), then y * (g - sum) and the epilogue (the scores' scale,
+ * typically), as ATen's softmax_backward_data. */
+static int cg_row_softmax_bw(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A, *T = k->T;
+    const char *ge = cg_value_expr(c, c->g->values[k->v].args[1]);
+    if (!ge)
+        return cg_fail(c, "out of memory");
+    return cg_row_line(k, ind, cg_strf(c, "%s sum = 0;", A)) ||
+           cg_row_sum(k, ind, "sum", "", cg_strf(c, " += (%s)%s * (%s)%s;", A, ge, A, k->e),
+                      NULL, 0) ||
+           cg_row_final(k, ind, 1, cg_strf(c, "(%s)((%s)%s * ((%s)%s - sum))", T, A, k->e, A,
+                                           ge), 0);
+}
+
 /* The two sums of layer_norm_backward's row: sg += gh, sx += gh * xh for
  * each element, after pre (which defines gh and xh); in lanes as cg_row_sum
  * (cg_row_lanes), else one simd reduction.  0 or -1. */
@@ -1149,7 +1170,7 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
 {
     cg_rowk *k = &rk->k;
     if (k->rn_expr >= 0 && c->g->values[k->v].op != CDY_OP_SOFTMAX &&
-        c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX)
+        c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX && c->g->values[k->v].op != CDY_OP_SOFTMAX_BW)
         return cg_sym_unsupported(c, "a norm's row length is symbolic");
     int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
@@ -1280,6 +1301,7 @@ static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int
     int ind = cg_row_outer(k, par, collapse);
     int op = c->g->values[k->v].op;
     int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
+             : op == CDY_OP_SOFTMAX_BW ? cg_row_softmax_bw(k, ind)
              : op == CDY_OP_LAYER_NORM_BW ? cg_row_norm_bw(k, ind, rk->rs.nrow)
                                           : cg_row_norm(k, ind, rk->rs.nrow);
     if (rc)

@@ -194,6 +194,27 @@ tvar *cdy_build_layer_norm(tracer *tr, const cdy_build_call *call)
     return lr_norm(tr, call, call->op, s, k);
 }
 
+/* cdynamo._autograd.softmax_input_grad(grad, result, dim), the backward's
+ * softmax input gradient: one row node (result, grad, dim) over float32 /
+ * float64 tensors of one dtype and sizes. */
+tvar *cdy_build_softmax_input_grad(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[3];
+    long long dim;
+    if (cdy_bind_names("grad result dim", call->args, call->nargs, call->kwnames, s) ||
+        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !cdy_const_int(s[2], &dim))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *ym = &lr_val(tr, s[1])->meta;
+    int nd = ym->ndim;
+    if (gm->dtype != ym->dtype || gm->ndim != nd || nd == 0 || dim < -nd || dim >= nd ||
+        memcmp(gm->sizes, ym->sizes, sizeof(int64_t) * (size_t)nd))
+        return NULL;
+    int args[3] = {s[1]->value, s[0]->value, cdy_scalar_int(tr, dim < 0 ? dim + nd : dim)};
+    if (args[2] < 0)
+        return NULL;
+    return lr_row_node(tr, call, call->op, args, 3);
+}
+
 /* cdynamo._autograd.layer_norm_input_grad(grad, input, weight, eps, normalized),
  * the backward's layer_norm input gradient: one row node (input, weight,
  * grad, eps, normalized) over float32 / float64 tensors of one dtype, grad of

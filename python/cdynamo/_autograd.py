@@ -69,6 +69,13 @@ def layer_norm_input_grad(grad, x, w, eps, n):
     return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
 
 
+def softmax_input_grad(grad, y, dim):
+    """softmax's gradient for its input given its result y: what the backward's prelude
+    calls, one row kernel (trace/build_rows.c, compiler/rows.c); this eager form runs
+    where the builder declines."""
+    return y * (grad - (grad * y).sum(dim, keepdim=True))
+
+
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
     backward saves); backward: the compiled backward.  Both are C (runtime/train_call.c:
@@ -120,7 +127,7 @@ class TrainingGraph:
         self.no_grad_outputs = tuple(i for i in range(nuser) if i not in grad_outputs)
         self.source = src
         ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward",
-              "_ln_input_grad": layer_norm_input_grad}
+              "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad}
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"

@@ -42,6 +42,15 @@ def mish_backward(grad, x):
     return grad * (t + x * torch.sigmoid(x) * (1.0 - t * t))
 
 
+def softmax_backward(grad, y, dim):
+    """softmax's gradient for its input from its result y: float32 / float64 one row
+    kernel (_softmax_input_grad, cdynamo._autograd.softmax_input_grad: the row's sum of
+    grad * y and the gradient in one kernel, where the formula made two)."""
+    if y.dtype in (torch.float32, torch.float64) and grad.dtype == y.dtype:
+        return _softmax_input_grad(grad, y, dim)
+    return y * (grad - (grad * y).sum(dim, keepdim=True))
+
+
 def _ln_xhat(x, eps, n):
     dims = tuple(range(x.dim() - n, x.dim()))
     mu = x.mean(dims, keepdim=True)
