@@ -1131,16 +1131,18 @@ def _fused_ops(src):
 
 
 @pytest.mark.parametrize("case", ["affine", "no_affine", "weight_only", "bias_only", "eps",
-                                  "residual_3d", "two_dims", "frozen_params", "float64"])
+                                  "residual_3d", "two_dims", "frozen_params", "frozen_input",
+                                  "float64"])
 def test_layer_norm_input_gradient_is_one_row_kernel(case):
     """float32 / float64 layer_norm: the input's gradient is one row kernel
     (row_layer_norm_backward: the rows' moments, the sums of grad * w and grad * w * xhat,
-    the gradient, a residual's add in its epilogue), the weight's a layer_norm row kernel
-    (xhat) and a column sum, the bias's a column sum: 4 kernels, 1 with frozen parameters
+    the gradient, a residual's add in its epilogue) that also writes grad * xhat
+    (row_layer_norm_grad_xhat, a kernel of its own when the input needs no gradient), the
+    weight's and bias's gradients a column sum each: 3 kernels, 1 with frozen parameters
     (the formula made 8); gradients as eager's."""
     dt = torch.float64 if case == "float64" else torch.float32
     d, eps = 16, (1e-2 if case == "eps" else 1e-5)
-    x = _x(3, 5, d).to(dt).detach().requires_grad_()
+    x = _x(3, 5, d).to(dt).detach().requires_grad_(case != "frozen_input")
     r = _x(3, 5, d, seed=7).to(dt).detach().requires_grad_()
     w, b = _x(d, seed=3).to(dt).detach(), _x(d, seed=4).to(dt).detach()
     shape = (d,)
@@ -1154,24 +1156,27 @@ def test_layer_norm_input_gradient_is_one_row_kernel(case):
     elif case == "bias_only":
         fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, None, b, eps).sin() * res * w   # noqa: E731
     elif case == "residual_3d":   # the pre-norm block's residual: its gradient added in the epilogue
-        fn = lambda a, res, w, b: (F.layer_norm(a, shape, w, b, eps) @ res.transpose(1, 2)).sin() + a  # noqa: E731
+        fn = lambda a, res, w, b: (F.layer_norm(a, shape, w, b, eps) * res).sin() + a  # noqa: E731
     else:
         fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, w, b, eps).sin() * res   # noqa: E731
     w.requires_grad_(case != "frozen_params")
     b.requires_grad_(case != "frozen_params")
     grads_match(fn, x, r, w, b)
     fused = _fused_ops(_backward_source())
-    assert sum("row_layer_norm_backward" in k for k in fused) == 1, fused
-    want_xhat = case not in ("frozen_params", "bias_only", "no_affine")
-    assert sum("row_layer_norm" in k for k in fused) == want_xhat, fused
-    assert len(fused) <= 4, fused
+    dx = [k for k in fused if "row_layer_norm_backward" in k]
+    gx = [k for k in fused if "row_layer_norm_grad_xhat" in k]
+    assert len(dx) == (case != "frozen_input"), fused
+    assert len(gx) == (case not in ("frozen_params", "bias_only", "no_affine")), fused
+    assert not dx or not gx or gx[0] is dx[0], fused   # one kernel computes both
+    assert not any("row_layer_norm" in k for k in fused), fused
+    assert len(fused) <= 4, fused   # and the gradient of sin() * res, read by three
 
 
 def test_layer_norm_backward_kernels_in_a_block():
     """layer_norm then a linear (the pre-norm block's shape): the backward's kernels
     other than the linear's externs are the input gradient's row kernel (with the
-    residual's add), xhat's row kernel and the two parameter sums, and the linear's bias
-    sum; 8 in the formula's form."""
+    residual's add and grad * xhat), the two parameter sums and the linear's bias sum: 4
+    kernels, 8 in the formula's form."""
     torch.manual_seed(0)
     ln, lin = nn.LayerNorm(32), nn.Linear(32, 32)
     x = torch.randn(4, 8, 32, requires_grad=True)
@@ -1187,8 +1192,8 @@ def test_layer_norm_backward_kernels_in_a_block():
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=1e-4)
     src = _backward_source()
-    assert "row_layer_norm_backward, add" in src, src
-    assert _kernels(src) <= 6, src
+    assert "row_layer_norm_backward, row_layer_norm_grad_xhat, add" in src, src
+    assert _kernels(src) == 4, src
 
 
 def test_softmax_input_gradient_is_one_row_kernel():
@@ -1197,6 +1202,7 @@ def test_softmax_input_gradient_is_one_row_kernel():
     attention scale's product fused in its epilogue (the formula made two kernels);
     gradients as eager's along the last dim, a middle dim, float64."""
     for dim, dt in ((-1, torch.float32), (1, torch.float32), (-1, torch.float64)):
+        cdynamo.reset()
         x = _x(2, 3, 6, 7).to(dt).detach().requires_grad_()
         grads_match(lambda a: (a * 0.125).softmax(dim) * 3.0, x)
         src = _backward_source()

@@ -1,5 +1,7 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
- * group_norm, softmax's and layer_norm's input gradients): one kernel each.  The input's dims
+ * group_norm, softmax's and layer_norm's input gradients, layer_norm's
+ * grad * xhat): one kernel each, but grad * xhat joins the kernel of its
+ * layer_norm input gradient (cg_row_sibling).  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -43,7 +45,19 @@ static int cg_row_tensor(const cdy_graph *g, int a)
  * weight, bias and grad index as the input does, broadcast). */
 static int cg_row_ln(const cdy_graph *g, int v)
 {
-    return g->values[v].op == CDY_OP_LAYER_NORM || g->values[v].op == CDY_OP_LAYER_NORM_BW;
+    int op = g->values[v].op;
+    return op == CDY_OP_LAYER_NORM || op == CDY_OP_LAYER_NORM_BW || op == CDY_OP_LAYER_NORM_GX;
+}
+
+/* 1 if node u is the grad * xhat (LAYER_NORM_GX) of layer_norm input
+ * gradient node v's input, grad, eps and rows: v's kernel computes it. */
+static int cg_row_sibling(const cdy_graph *g, int v, int u)
+{
+    const cdy_value *a = &g->values[v], *b = &g->values[u];
+    return a->op == CDY_OP_LAYER_NORM_BW && b->kind == CDY_VAL_NODE &&
+           b->op == CDY_OP_LAYER_NORM_GX && a->args[0] == b->args[0] && a->args[2] == b->args[2] &&
+           g->values[a->args[3]].f == g->values[b->args[3]].f &&
+           g->values[a->args[4]].i == g->values[b->args[4]].i;
 }
 
 /* Check an optional weight/bias arg a of norm node v over trailing sizes
@@ -102,7 +116,7 @@ static int cg_check_row_params(cg_ctx *c, int v)
         if (p->i < 0 || p->i > im->ndim)
             return cg_fail(c, "value %d (%s): bad normalized rank", v, name);
         const int64_t *tail = im->sizes + (im->ndim - p->i);
-        if (val->op == CDY_OP_LAYER_NORM_BW)
+        if (val->op == CDY_OP_LAYER_NORM_BW || val->op == CDY_OP_LAYER_NORM_GX)
             return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
                    cg_check_grad(c, v, val->args[2]);
         return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
@@ -215,6 +229,7 @@ typedef struct {
     int heavy;                   /* the epilogue has a transcendental op (CDY_OPF_TRANSCENDENTAL) */
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
+    int sib;                     /* the grad * xhat node its final pass computes (cg_row_sibling), or -1 */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
     int lanes;                   /* lanes of its sums (cg_row_lanes) */
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
@@ -231,6 +246,19 @@ static int cg_row_line(cg_rowk *k, int ind, const char *s)
     cg_indent(&k->c->src, ind);
     cdy_buf_printf(&k->c->src, "%s\n", s);
     return 0;
+}
+
+/* The statement defining t<u>, grad * xhat of layer_norm node u (GX), in a
+ * pass after the moments (mu, rs); NULL on out of memory. */
+static char *cg_row_gx(cg_rowk *k, int u)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A;
+    const char *ge = cg_value_expr(c, c->g->values[u].args[2]);
+    const char *xe = cg_value_expr(c, c->g->values[u].args[0]);
+    return ge && xe ? cg_strf(c, "const %s t%d = (%s)((%s)%s * (((%s)%s - (%s)mu) * (%s)rs));",
+                              k->T, u, k->T, A, ge, A, xe, A, A)
+                    : NULL;
 }
 
 /* Emit the body block of a row pass at indentation ind: loads and prologue
@@ -259,7 +287,7 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
             if (u > k->v && *stmt && cg_row_line(k, ind, stmt))   /* t<v> before its epilogue */
                 return -1;
             stmt = u > k->v ? "" : stmt;
-            if (cg_emit_node(c, u, ind))
+            if (u == k->sib ? cg_row_line(k, ind, cg_row_gx(k, u)) : cg_emit_node(c, u, ind))
                 return -1;
         }
     if (*stmt)
@@ -844,6 +872,20 @@ static int cg_row_softmax_bw(cg_rowk *k, int ind)
                                            ge), 0);
 }
 
+/* grad * xhat of a layer_norm's row alone (no input gradient kernel computes
+ * it): the moments, then the product. */
+static int cg_row_norm_gx(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A;
+    const char *ge = cg_value_expr(c, c->g->values[k->v].args[2]);
+    if (!ge)
+        return cg_fail(c, "out of memory");
+    return cg_row_moments(k, ind, n) ||
+           cg_row_final(k, ind, 1, cg_strf(c, "(%s)((%s)%s * (((%s)%s - (%s)mu) * (%s)rs))", k->T,
+                                           A, ge, A, k->e, A, A), 1);
+}
+
 /* The two sums of layer_norm_backward's row: sg += gh, sx += gh * xh for
  * each element, after pre (which defines gh and xh); in lanes as cg_row_sum
  * (cg_row_lanes), else one simd reduction.  0 or -1. */
@@ -920,7 +962,8 @@ static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
 static int cg_row_streams(const cg_rowk *k, int64_t numel)
 {
     int op = k->c->g->values[k->v].op;
-    if ((op != CDY_OP_LAYER_NORM && op != CDY_OP_GROUP_NORM && op != CDY_OP_LAYER_NORM_BW) ||
+    if ((op != CDY_OP_LAYER_NORM && op != CDY_OP_GROUP_NORM && op != CDY_OP_LAYER_NORM_BW &&
+         op != CDY_OP_LAYER_NORM_GX) ||
         k->col || k->rn->ndim != 1 ||
         k->on->ndim == 0)
         return 0;
@@ -1044,6 +1087,12 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
     k->nout = 1;
     epi[k->v] = 1;
     for (int u = k->v + 1; u < g->nvalues && k->nout <= CG_ROW_EPI; u++) {
+        if (k->sib < 0 && !c->done[u] && c->val_buf[u] >= 0 && cg_row_sibling(g, k->v, u)) {
+            k->sib = u;
+            k->outs[k->nout++] = u;
+            c->done[u] = epi[u] = 1;
+            continue;
+        }
         if (c->done[u] || !cg_row_epi_ok(c, k->v, u, epi))
             continue;   /* done: an earlier row kernel's epilogue computes it */
         epi[u] = 1;
@@ -1212,7 +1261,7 @@ int cg_sched_rows(cg_ctx *c, int v)
     cg_rowshape *rs = &rk->rs;
     cg_rowk *k = &rk->k;
     cg_row_shape(g, v, rs);
-    *k = (cg_rowk){.c = c, .v = v, .in = g->values[v].args[0], .rs = rs};
+    *k = (cg_rowk){.c = c, .v = v, .in = g->values[v].args[0], .rs = rs, .sib = -1};
     if (cg_row_setup(c, k, rs))
         return -1;
     if (!k->store)   /* the kernel's out_ptr0: never touched, no memory */
@@ -1303,6 +1352,7 @@ static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int
     int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
              : op == CDY_OP_SOFTMAX_BW ? cg_row_softmax_bw(k, ind)
              : op == CDY_OP_LAYER_NORM_BW ? cg_row_norm_bw(k, ind, rk->rs.nrow)
+             : op == CDY_OP_LAYER_NORM_GX ? cg_row_norm_gx(k, ind, rk->rs.nrow)
                                           : cg_row_norm(k, ind, rk->rs.nrow);
     if (rc)
         return -1;

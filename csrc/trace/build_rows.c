@@ -215,6 +215,30 @@ tvar *cdy_build_softmax_input_grad(tracer *tr, const cdy_build_call *call)
     return lr_row_node(tr, call, call->op, args, 3);
 }
 
+/* cdynamo._autograd.layer_norm_grad_xhat(grad, input, eps, normalized): grad
+ * times layer_norm(input)'s xhat, the weight gradient's terms: one row node
+ * (input, SCALAR, grad, eps, normalized) over float32 / float64 tensors of one
+ * dtype and sizes. */
+tvar *cdy_build_ln_grad_xhat(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[4];
+    double eps;
+    long long k;
+    if (cdy_bind_names("grad input eps normalized", call->args, call->nargs, call->kwnames, s) ||
+        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !s[2] || !lr_num(s[2], &eps) ||
+        !cdy_const_int(s[3], &k))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *im = &lr_val(tr, s[1])->meta;
+    if (gm->dtype != im->dtype || gm->ndim != im->ndim || k < 1 || k > im->ndim ||
+        memcmp(gm->sizes, im->sizes, sizeof(int64_t) * (size_t)im->ndim))
+        return NULL;
+    int args[5] = {s[1]->value, cdy_scalar_float(tr, 0.0), s[0]->value, cdy_scalar_float(tr, eps),
+                   cdy_scalar_int(tr, k)};
+    if (args[1] < 0 || args[3] < 0 || args[4] < 0)
+        return NULL;
+    return lr_row_node(tr, call, call->op, args, 5);
+}
+
 /* cdynamo._autograd.layer_norm_input_grad(grad, input, weight, eps, normalized),
  * the backward's layer_norm input gradient: one row node (input, weight,
  * grad, eps, normalized) over float32 / float64 tensors of one dtype, grad of

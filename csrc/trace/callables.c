@@ -237,7 +237,8 @@ static int cc_symbolic_builder(cdy_build_fn b)
     return !b || b == cdy_build_softmax || b == cdy_build_f_softmax ||
            b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate ||
            b == cdy_build_tri ||   /* its IOTAs' sizes: the input's (tri_sym_dims) */
-           b == cdy_build_ln_input_grad || b == cdy_build_softmax_input_grad;
+           b == cdy_build_ln_input_grad || b == cdy_build_softmax_input_grad ||
+           b == cdy_build_ln_grad_xhat;
 }
 
 int cdy_callable_symbolic(PyObject *fn)

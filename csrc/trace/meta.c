@@ -482,7 +482,7 @@ typedef enum {
     MT_CROSS_ENTROPY = 'K', MT_LIKE = 'z', MT_FULL_LIKE = 'f', MT_REPEAT = 'r', MT_GATHER = 'q',
     MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i', MT_ADAPTIVE_AVG_POOL2D_BW = 'b',
     MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
-    MT_LN_INPUT_GRAD = 'l', MT_SOFTMAX_INPUT_GRAD = 'm',
+    MT_LN_INPUT_GRAD = 'l', MT_SOFTMAX_INPUT_GRAD = 'm', MT_LN_GRAD_XHAT = 'h',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -1432,8 +1432,8 @@ static PyObject *mt_like(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
 }
 
 /* A fake for cdynamo._autograd.layer_norm_input_grad(grad, input, weight, eps,
- * normalized) / softmax_input_grad(grad, result, dim) (their parameters'
- * names): grad and input float32 / float64 tensors of one dtype and sizes;
+ * normalized) / softmax_input_grad(grad, result, dim) / layer_norm_grad_xhat(grad,
+ * input, eps, normalized) (their parameters' names): grad and input float32 / float64 tensors of one dtype and sizes;
  * the input's sizes, contiguous.  NULL with no error otherwise. */
 static PyObject *mt_input_grad(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
                                const char *names)
@@ -1708,6 +1708,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case MT_LN_INPUT_GRAD:
         return mt_input_grad(tr, args, nargs, kwnames, "grad input weight eps normalized");
     case MT_SOFTMAX_INPUT_GRAD: return mt_input_grad(tr, args, nargs, kwnames, "grad result dim");
+    case MT_LN_GRAD_XHAT: return mt_input_grad(tr, args, nargs, kwnames, "grad input eps normalized");
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

@@ -69,6 +69,14 @@ def layer_norm_input_grad(grad, x, w, eps, n):
     return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
 
 
+def layer_norm_grad_xhat(grad, x, eps, n):
+    """grad times layer_norm(x, x.shape[-n:], eps=eps) (xhat): the terms of the weight's
+    gradient, which the backward's prelude sums; computed by the input gradient's row
+    kernel where there is one (compiler/rows.c); this eager form runs where the builder
+    declines."""
+    return grad * torch.nn.functional.layer_norm(x, x.shape[x.dim() - n:], None, None, eps)
+
+
 def softmax_input_grad(grad, y, dim):
     """softmax's gradient for its input given its result y: what the backward's prelude
     calls, one row kernel (trace/build_rows.c, compiler/rows.c); this eager form runs
@@ -127,7 +135,8 @@ class TrainingGraph:
         self.no_grad_outputs = tuple(i for i in range(nuser) if i not in grad_outputs)
         self.source = src
         ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward",
-              "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad}
+              "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad,
+              "_ln_grad_xhat": layer_norm_grad_xhat}
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"

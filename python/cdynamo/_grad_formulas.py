@@ -62,10 +62,9 @@ def _ln_xhat(x, eps, n):
 def layer_norm_backward(grad, mask, x, w, eps, n):
     """layer_norm's gradients (input, weight, bias; None where mask says so) in one
     call (trace/autograd.c ag_layer_norm).  float32 / float64: the input's gradient is
-    one row kernel (_ln_input_grad, cdynamo._autograd.layer_norm_input_grad), xhat
-    for the weight's another (layer_norm without weight and bias), the two column sums
-    one each: 4 kernels per layer_norm where the formula below made 8 (transformer_stack
-    training).  Else the rows' mean and rstd computed once for all three, the rest fused
+    one row kernel (_ln_input_grad, cdynamo._autograd.layer_norm_input_grad), which also
+    writes grad * xhat for the weight's (_ln_grad_xhat), then the two column sums: 3
+    kernels per layer_norm where the formula below made 8 (transformer_stack training).  Else the rows' mean and rstd computed once for all three, the rest fused
     by the compiler around them."""
     lead = tuple(range(x.dim() - n))
     if x.dtype in (torch.float32, torch.float64) and grad.dtype == x.dtype and n >= 1:
@@ -74,8 +73,8 @@ def layer_norm_backward(grad, mask, x, w, eps, n):
         if mask[0]:
             gx = _ln_input_grad(grad, x, wt, eps, n)
         if mask[1]:
-            xhat = torch.nn.functional.layer_norm(x, x.shape[x.dim() - n:], None, None, eps)
-            gw = (grad * xhat).sum(lead) if lead else grad * xhat
+            gx_hat = _ln_grad_xhat(grad, x, eps, n)
+            gw = gx_hat.sum(lead) if lead else gx_hat
         if mask[2]:
             gb = grad.sum(lead) if lead else grad
         return gx, gw, gb
