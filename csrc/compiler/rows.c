@@ -41,8 +41,8 @@ static int cg_row_tensor(const cdy_graph *g, int a)
     return g->values[a].kind != CDY_VAL_SCALAR;
 }
 
-/* 1 if row node v is a layer_norm or layer_norm's input gradient (its
- * weight, bias and grad index as the input does, broadcast). */
+/* 1 if row node v is a layer_norm, its input gradient or its grad * xhat
+ * (their weight, bias and grad index as the input does, broadcast). */
 static int cg_row_ln(const cdy_graph *g, int v)
 {
     int op = g->values[v].op;
@@ -80,8 +80,8 @@ static int cg_check_affine(cg_ctx *c, int v, int a, const int64_t *sz, int n)
     return 0;
 }
 
-/* Check layer_norm_backward node v's gradient arg a: a tensor of the input's
- * sizes and dtype; 0 or -1. */
+/* Check gradient node v's (softmax's or layer_norm's) grad arg a: a tensor
+ * of the input's sizes and dtype; 0 or -1. */
 static int cg_check_grad(cg_ctx *c, int v, int a)
 {
     const cdy_value *gv = &c->g->values[a], *in = &c->g->values[c->g->values[v].args[0]];
