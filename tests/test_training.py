@@ -1113,3 +1113,97 @@ def test_training_output_pool_on_still_matches_eager():
         cdynamo.config.training_output_pool = False
     for a, b in zip(out, ref):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+def _backward_source():
+    """The generated C of the last compiled backward graph."""
+    return [r for r in cdynamo._support.compiles if r["function"] == "backward"][-1]["source"]
+
+
+def _kernels(src):
+    return src.count("CDY_EXPORT void kernel_")
+
+
+def _fused_ops(src):
+    """Per kernel of generated C src, the ops it fuses (its "fused:" comment)."""
+    return [ln.split("fused:")[1].split("(")[0].strip().split(", ")
+            for ln in src.splitlines() if ln.startswith("/* fused:")]
+
+
+@pytest.mark.parametrize("case", ["affine", "no_affine", "weight_only", "bias_only", "eps",
+                                  "residual_3d", "two_dims", "frozen_params", "frozen_input",
+                                  "float64"])
+def test_layer_norm_input_gradient_is_one_row_kernel(case):
+    """float32 / float64 layer_norm: the input's gradient is one row kernel
+    (row_layer_norm_backward: the rows' moments, the sums of grad * w and grad * w * xhat,
+    the gradient, a residual's add in its epilogue) that also writes grad * xhat
+    (row_layer_norm_grad_xhat, a kernel of its own when the input needs no gradient), the
+    weight's and bias's gradients a column sum each: 3 kernels, 1 with frozen parameters
+    (the formula made 8); gradients as eager's."""
+    dt = torch.float64 if case == "float64" else torch.float32
+    d, eps = 16, (1e-2 if case == "eps" else 1e-5)
+    x = _x(3, 5, d).to(dt).detach().requires_grad_(case != "frozen_input")
+    r = _x(3, 5, d, seed=7).to(dt).detach().requires_grad_()
+    w, b = _x(d, seed=3).to(dt).detach(), _x(d, seed=4).to(dt).detach()
+    shape = (d,)
+    if case == "two_dims":
+        x, r = (t.detach().reshape(3, 5, 4, 4).requires_grad_() for t in (x, r))
+        w, b, shape = w.reshape(4, 4), b.reshape(4, 4), (4, 4)
+    if case == "no_affine":
+        fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, None, None, eps).sin() * res   # noqa: E731
+    elif case == "weight_only":
+        fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, w, None, eps).sin() * res + b   # noqa: E731
+    elif case == "bias_only":
+        fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, None, b, eps).sin() * res * w   # noqa: E731
+    elif case == "residual_3d":   # the pre-norm block's residual: its gradient added in the epilogue
+        fn = lambda a, res, w, b: (F.layer_norm(a, shape, w, b, eps) * res).sin() + a  # noqa: E731
+    else:
+        fn = lambda a, res, w, b: F.layer_norm(a * 2, shape, w, b, eps).sin() * res   # noqa: E731
+    w.requires_grad_(case != "frozen_params")
+    b.requires_grad_(case != "frozen_params")
+    grads_match(fn, x, r, w, b)
+    fused = _fused_ops(_backward_source())
+    dx = [k for k in fused if "row_layer_norm_backward" in k]
+    gx = [k for k in fused if "row_layer_norm_grad_xhat" in k]
+    assert len(dx) == (case != "frozen_input"), fused
+    assert len(gx) == (case not in ("frozen_params", "bias_only", "no_affine")), fused
+    assert not dx or not gx or gx[0] is dx[0], fused   # one kernel computes both
+    assert not any("row_layer_norm" in k for k in fused), fused
+    assert len(fused) <= 4, fused   # and the gradient of sin() * res, read by three
+
+
+def test_layer_norm_backward_kernels_in_a_block():
+    """layer_norm then a linear (the pre-norm block's shape): the backward's kernels
+    other than the linear's externs are the input gradient's row kernel (with the
+    residual's add and grad * xhat), the two parameter sums and the linear's bias sum: 4
+    kernels, 8 in the formula's form."""
+    torch.manual_seed(0)
+    ln, lin = nn.LayerNorm(32), nn.Linear(32, 32)
+    x = torch.randn(4, 8, 32, requires_grad=True)
+    fn = lambda a: lin(ln(a)) + a   # noqa: E731
+    out_e = fn(x)
+    out_e.pow(2).sum().backward()
+    want = [x.grad] + [p.grad for p in (*ln.parameters(), *lin.parameters())]
+    x.grad = None
+    for p in (*ln.parameters(), *lin.parameters()):
+        p.grad = None
+    cdynamo.optimize(fn)(x).pow(2).sum().backward()
+    got = [x.grad] + [p.grad for p in (*ln.parameters(), *lin.parameters())]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=1e-4)
+    src = _backward_source()
+    assert "row_layer_norm_backward, row_layer_norm_grad_xhat, add" in src, src
+    assert _kernels(src) == 4, src
+
+
+def test_softmax_input_gradient_is_one_row_kernel():
+    """float32 / float64 softmax: the input's gradient is one row kernel
+    (row_softmax_backward: the row's sum of grad * y, then y * (grad - sum)), the
+    attention scale's product fused in its epilogue (the formula made two kernels);
+    gradients as eager's along the last dim, a middle dim, float64."""
+    for dim, dt in ((-1, torch.float32), (1, torch.float32), (-1, torch.float64)):
+        cdynamo.reset()
+        x = _x(2, 3, 6, 7).to(dt).detach().requires_grad_()
+        grads_match(lambda a: (a * 0.125).softmax(dim) * 3.0, x)
+        src = _backward_source()
+        assert _kernels(src) == 1 and "row_softmax_backward" in src, src

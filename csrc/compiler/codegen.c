@@ -1799,7 +1799,8 @@ static int cg_schedule(cg_ctx *c)
             continue;
         }
         if (cg_is_special(g, v)) {     /* a boundary: what it reads is realized first */
-            if (cg_sched_segment(c, lo, v) || cg_sched_special(c, v))
+            /* done: an earlier row kernel computes it (rows.c cg_row_sibling) */
+            if (cg_sched_segment(c, lo, v) || (!c->done[v] && cg_sched_special(c, v)))
                 return -1;
             lo = v + 1;
             continue;

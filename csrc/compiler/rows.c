@@ -1,5 +1,7 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
- * group_norm): one kernel each.  The input's dims
+ * group_norm, softmax's and layer_norm's input gradients, layer_norm's
+ * grad * xhat): one kernel each, but grad * xhat joins the kernel of its
+ * layer_norm input gradient (cg_row_sibling).  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -39,6 +41,25 @@ static int cg_row_tensor(const cdy_graph *g, int a)
     return g->values[a].kind != CDY_VAL_SCALAR;
 }
 
+/* 1 if row node v is a layer_norm, its input gradient or its grad * xhat
+ * (their weight, bias and grad index as the input does, broadcast). */
+static int cg_row_ln(const cdy_graph *g, int v)
+{
+    int op = g->values[v].op;
+    return op == CDY_OP_LAYER_NORM || op == CDY_OP_LAYER_NORM_BW || op == CDY_OP_LAYER_NORM_GX;
+}
+
+/* 1 if node u is the grad * xhat (LAYER_NORM_GX) of layer_norm input
+ * gradient node v's input, grad, eps and rows: v's kernel computes it. */
+static int cg_row_sibling(const cdy_graph *g, int v, int u)
+{
+    const cdy_value *a = &g->values[v], *b = &g->values[u];
+    return a->op == CDY_OP_LAYER_NORM_BW && b->kind == CDY_VAL_NODE &&
+           b->op == CDY_OP_LAYER_NORM_GX && a->args[0] == b->args[0] && a->args[2] == b->args[2] &&
+           g->values[a->args[3]].f == g->values[b->args[3]].f &&
+           g->values[a->args[4]].i == g->values[b->args[4]].i;
+}
+
 /* Check an optional weight/bias arg a of norm node v over trailing sizes
  * sz[0..n) (the channel count for group_norm): a SCALAR or a tensor of those
  * sizes and the input's dtype; 0 or -1. */
@@ -53,9 +74,22 @@ static int cg_check_affine(cg_ctx *c, int v, int a, const int64_t *sz, int n)
     for (int d = 0; d < n; d++)
         if (w->meta.sizes[d] != sz[d])
             return cg_fail(c, "value %d (%s): weight/bias sizes mismatch", v, name);
-    if (c->g->values[v].op != CDY_OP_LAYER_NORM && w->kind == CDY_VAL_NODE &&
+    if (!cg_row_ln(c->g, v) && w->kind == CDY_VAL_NODE &&
         !cg_is_extern(c->g, a) && !cg_is_special(c->g, a))
         return cg_fail(c, "value %d (%s): weight/bias must be realized", v, name);
+    return 0;
+}
+
+/* Check gradient node v's (softmax's or layer_norm's) grad arg a: a tensor
+ * of the input's sizes and dtype; 0 or -1. */
+static int cg_check_grad(cg_ctx *c, int v, int a)
+{
+    const cdy_value *gv = &c->g->values[a], *in = &c->g->values[c->g->values[v].args[0]];
+    if (gv->kind == CDY_VAL_SCALAR || gv->meta.dtype != in->meta.dtype ||
+        gv->meta.ndim != in->meta.ndim ||
+        memcmp(gv->meta.sizes, in->meta.sizes, sizeof(int64_t) * (size_t)in->meta.ndim))
+        return cg_fail(c, "value %d (%s): grad is not a tensor of the input's sizes and dtype",
+                       v, cdy_op_table[c->g->values[v].op].name);
     return 0;
 }
 
@@ -69,15 +103,22 @@ static int cg_check_row_params(cg_ctx *c, int v)
     const cdy_value *p = &c->g->values[val->args[last]];
     if (p->kind != CDY_VAL_SCALAR || cdy_dtype_table[p->meta.dtype].is_float)
         return cg_fail(c, "value %d (%s): last arg must be an int", v, name);
-    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
-        return p->i < 0 || p->i >= im->ndim ? cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i, im->ndim) : 0;
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX || val->op == CDY_OP_SOFTMAX_BW) {
+        if (p->i < 0 || p->i >= im->ndim)
+            return cg_fail(c, "value %d (%s): bad dim %lld of %d dims", v, name, (long long)p->i,
+                           im->ndim);
+        return val->op == CDY_OP_SOFTMAX_BW ? cg_check_grad(c, v, val->args[1]) : 0;
+    }
     const cdy_value *eps = &c->g->values[val->args[3]];
     if (eps->kind != CDY_VAL_SCALAR || eps->meta.dtype != CDY_DT_FLOAT64)
         return cg_fail(c, "value %d (%s): eps must be a float", v, name);
-    if (val->op == CDY_OP_LAYER_NORM) {
+    if (cg_row_ln(c->g, v)) {
         if (p->i < 0 || p->i > im->ndim)
             return cg_fail(c, "value %d (%s): bad normalized rank", v, name);
         const int64_t *tail = im->sizes + (im->ndim - p->i);
+        if (val->op == CDY_OP_LAYER_NORM_BW || val->op == CDY_OP_LAYER_NORM_GX)
+            return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
+                   cg_check_grad(c, v, val->args[2]);
         return cg_check_affine(c, v, val->args[1], tail, (int)p->i) ||
                cg_check_affine(c, v, val->args[2], tail, (int)p->i);
     }
@@ -115,9 +156,9 @@ static void cg_row_shape(const cdy_graph *g, int v, cg_rowshape *rs)
     memset(rs, 0, sizeof(*rs));
     rs->ndim = im->ndim;
     memcpy(rs->size, im->sizes, sizeof(int64_t) * (size_t)im->ndim);
-    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX)
+    if (val->op == CDY_OP_SOFTMAX || val->op == CDY_OP_LOG_SOFTMAX || val->op == CDY_OP_SOFTMAX_BW)
         rs->row[p] = 1;
-    else if (val->op == CDY_OP_LAYER_NORM)
+    else if (cg_row_ln(g, v))
         for (int d = im->ndim - (int)p; d < im->ndim; d++)
             rs->row[d] = 1;
     else {
@@ -188,6 +229,7 @@ typedef struct {
     int heavy;                   /* the epilogue has a transcendental op (CDY_OPF_TRANSCENDENTAL) */
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
+    int sib;                     /* the grad * xhat node its final pass computes (cg_row_sibling), or -1 */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
     int lanes;                   /* lanes of its sums (cg_row_lanes) */
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
@@ -206,6 +248,19 @@ static int cg_row_line(cg_rowk *k, int ind, const char *s)
     cg_indent(&k->c->src, ind);
     cdy_buf_printf(&k->c->src, "%s\n", s);
     return 0;
+}
+
+/* The statement defining t<u>, grad * xhat of layer_norm node u (GX), in a
+ * pass after the moments (mu, rs); NULL on out of memory. */
+static char *cg_row_gx(cg_rowk *k, int u)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A;
+    const char *ge = cg_value_expr(c, c->g->values[u].args[2]);
+    const char *xe = cg_value_expr(c, c->g->values[u].args[0]);
+    return ge && xe ? cg_strf(c, "const %s t%d = (%s)((%s)%s * (((%s)%s - (%s)mu) * (%s)rs));",
+                              k->T, u, k->T, A, ge, A, xe, A, A)
+                    : NULL;
 }
 
 /* Emit the body block of a row pass at indentation ind: loads and prologue
@@ -234,7 +289,7 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
             if (u > k->v && *stmt && cg_row_line(k, ind, stmt))   /* t<v> before its epilogue */
                 return -1;
             stmt = u > k->v ? "" : stmt;
-            if (cg_emit_node(c, u, ind))
+            if (u == k->sib ? cg_row_line(k, ind, cg_row_gx(k, u)) : cg_emit_node(c, u, ind))
                 return -1;
         }
     if (*stmt)
@@ -761,7 +816,7 @@ static int cg_row_moments_exact(cg_rowk *k, int ind, int64_t n)
            cg_row_line(k, ind, "}");
 }
 
-/* layer_norm / group_norm of one row: a first mean m0 = sum / n, then in
+/* The moments of a norm's row (declaring mu and rs): a first mean m0 = sum / n, then in
  * one pass the squares and the sum of the deviations d = x - m0; the mean
  * is m0 + sum(d) / n, the variance sum(d^2) / n - (sum(d) / n)^2 (0 where
  * rounding makes it negative), so a constant row has its own value as mean
@@ -769,8 +824,8 @@ static int cg_row_moments_exact(cg_rowk *k, int ind, int64_t n)
  * the sum's rounding).  A row whose moments may overflow takes eager's
  * (cg_row_moments_exact).  rstd = 1 / sqrt(var + eps) as eager rounds it:
  * layer_norm's in the compute type with eps rounded to it, group_norm's in
- * double (its eps is a double); then the affine map (cg_row_affine). */
-static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
+ * double (its eps is a double). */
+static int cg_row_moments(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
     double eps = c->g->values[c->g->values[k->v].args[3]].f;
@@ -793,7 +848,97 @@ static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
                                : cg_strf(c, "const %s rs = (%s)1 / %s((%s)var + (%s)%.17g);", T, T,
                                          sq, T, T, eps)))
         return -1;
-    return cg_row_final(k, ind, 1, cg_row_affine(k), 1);
+    return 0;
+}
+
+/* layer_norm / group_norm of one row: its moments (cg_row_moments), then the
+ * final pass, the affine map (cg_row_affine) and the epilogue. */
+static int cg_row_norm(cg_rowk *k, int ind, int64_t n)
+{
+    return cg_row_moments(k, ind, n) || cg_row_final(k, ind, 1, cg_row_affine(k), 1);
+}
+
+/* softmax's input gradient over one row (y the result, g the gradient):
+ * sum = sum(g * y), then y * (g - sum) and the epilogue (the scores' scale,
+ * typically), as ATen's softmax_backward_data. */
+static int cg_row_softmax_bw(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A, *T = k->T;
+    const char *ge = cg_value_expr(c, c->g->values[k->v].args[1]);
+    if (!ge)
+        return cg_fail(c, "out of memory");
+    return cg_row_line(k, ind, cg_strf(c, "%s sum = 0;", A)) ||
+           cg_row_sum(k, ind, "sum", "", cg_strf(c, " += (%s)%s * (%s)%s;", A, ge, A, k->e),
+                      NULL, 0) ||
+           cg_row_final(k, ind, 1, cg_strf(c, "(%s)((%s)%s * ((%s)%s - sum))", T, A, k->e, A,
+                                           ge), 0);
+}
+
+/* grad * xhat of a layer_norm's row alone (no input gradient kernel computes
+ * it): the moments, then the product. */
+static int cg_row_norm_gx(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    const char *A = k->A;
+    const char *ge = cg_value_expr(c, c->g->values[k->v].args[2]);
+    if (!ge)
+        return cg_fail(c, "out of memory");
+    return cg_row_moments(k, ind, n) ||
+           cg_row_final(k, ind, 1, cg_strf(c, "(%s)((%s)%s * (((%s)%s - (%s)mu) * (%s)rs))", k->T,
+                                           A, ge, A, k->e, A, A), 1);
+}
+
+/* The two sums of layer_norm_backward's row: sg += gh, sx += gh * xh for
+ * each element, after pre (which defines gh and xh); in lanes as cg_row_sum
+ * (cg_row_lanes), else one simd reduction.  0 or -1. */
+static int cg_row_sum2(cg_rowk *k, int ind, const char *pre)
+{
+    cg_ctx *c = k->c;
+    int nl = k->lanes;
+    if (!pre)
+        return cg_fail(c, "out of memory");
+    const char *one = cg_strf(c, "%ssg += gh; sx += gh * xh;", pre);
+    if (!nl)
+        return cg_row_pass(k, ind, "reduction(+:sg, sx)", 1, one);
+    for (int a = 0; a < 2; a++) {
+        cg_indent(&c->src, ind);
+        cdy_buf_printf(&c->src, "%s %s_l[%d] __attribute__((aligned(64))) = {0};\n", k->A,
+                       a ? "sx" : "sg", nl);
+    }
+    if (cg_row_blocks(k, ind, nl, 0, 0, 1,
+                      cg_strf(c, "%ssg_l[rl] += gh; sx_l[rl] += gh * xh;", pre),
+                      "reduction(+:sg, sx)", one))
+        return -1;
+    return cg_row_fold(k, ind, "sg", nl) || cg_row_fold(k, ind, "sx", nl);
+}
+
+/* layer_norm's input gradient over one row (x the input, g the gradient, w
+ * the weight or 1): the moments of x as layer_norm's (cg_row_moments), xh =
+ * (x - mu) * rs, gh = g * w; the sums of gh and gh * xh; then rs * (gh -
+ * sum(gh) / n - xh * sum(gh * xh) / n) and the epilogue (the residual's
+ * gradient added, typically).  ATen's backward computes the same terms from
+ * the forward's saved mean and rstd. */
+static int cg_row_norm_bw(cg_rowk *k, int ind, int64_t n)
+{
+    cg_ctx *c = k->c;
+    const cdy_value *val = &c->g->values[k->v];
+    const char *A = k->A, *T = k->T;
+    const char *ge = cg_value_expr(c, val->args[2]);
+    const char *we = cg_row_tensor(c->g, val->args[1]) ? cg_value_expr(c, val->args[1]) : "1";
+    if (!ge || !we)
+        return cg_fail(c, "out of memory");
+    const char *pre = cg_strf(c, "const %s gh = (%s)%s * (%s)%s; const %s xh = ((%s)%s - (%s)mu) "
+                                 "* (%s)rs; ", A, A, ge, A, we, A, A, k->e, A, A);
+    const char *fin = cg_strf(c, "(%s)((%s)rs * (((%s)%s * (%s)%s - mg) - ((%s)%s - (%s)mu) * "
+                                 "(%s)rs * mx))", T, A, A, ge, A, we, A, k->e, A, A);
+    long long nn = (long long)n;
+    return cg_row_moments(k, ind, n) ||
+           cg_row_line(k, ind, cg_strf(c, "%s sg = 0, sx = 0;", A)) ||
+           cg_row_sum2(k, ind, pre) ||
+           cg_row_line(k, ind, cg_strf(c, "const %s mg = sg / (%s)%lld.0, mx = sx / (%s)%lld.0;",
+                                       A, A, nn, A, nn)) ||
+           cg_row_final(k, ind, 1, fin, 1);
 }
 
 /* Bytes k moves over numel elements: each operand that steps through the
@@ -820,7 +965,9 @@ static int64_t cg_row_moved(const cg_rowk *k, int64_t numel)
 static int cg_row_streams(const cg_rowk *k, int64_t numel)
 {
     int op = k->c->g->values[k->v].op;
-    if ((op != CDY_OP_LAYER_NORM && op != CDY_OP_GROUP_NORM) || k->col || k->rn->ndim != 1 ||
+    if ((op != CDY_OP_LAYER_NORM && op != CDY_OP_GROUP_NORM && op != CDY_OP_LAYER_NORM_BW &&
+         op != CDY_OP_LAYER_NORM_GX) ||
+        k->col || k->rn->ndim != 1 ||
         k->on->ndim == 0)
         return 0;
     for (int o = k->first + !k->store; o < k->nops; o++)
@@ -900,7 +1047,7 @@ static int cg_row_epi_ok(cg_ctx *c, int v, int u, const char *epi)
             continue;
         if (g->values[w].kind != CDY_VAL_INPUT && (w > v || c->val_buf[w] < 0))
             return 0;
-        for (int b = 1; rv->op != CDY_OP_LAYER_NORM && b < rv->nargs; b++)
+        for (int b = 1; !cg_row_ln(g, v) && b < rv->nargs; b++)
             if (rv->args[b] == w)
                 return 0;
     }
@@ -943,6 +1090,12 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
     k->nout = 1;
     epi[k->v] = 1;
     for (int u = k->v + 1; u < g->nvalues && k->nout <= CG_ROW_EPI; u++) {
+        if (k->sib < 0 && !c->done[u] && c->val_buf[u] >= 0 && cg_row_sibling(g, k->v, u)) {
+            k->sib = u;
+            k->outs[k->nout++] = u;
+            c->done[u] = epi[u] = 1;
+            continue;
+        }
         if (c->done[u] || !cg_row_epi_ok(c, k->v, u, epi))
             continue;   /* done: an earlier row kernel's epilogue computes it */
         epi[u] = 1;
@@ -1069,7 +1222,7 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
 {
     cg_rowk *k = &rk->k;
     if (k->rn_expr >= 0 && c->g->values[k->v].op != CDY_OP_SOFTMAX &&
-        c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX)
+        c->g->values[k->v].op != CDY_OP_LOG_SOFTMAX && c->g->values[k->v].op != CDY_OP_SOFTMAX_BW)
         return cg_sym_unsupported(c, "a norm's row length is symbolic");
     int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
@@ -1111,7 +1264,7 @@ int cg_sched_rows(cg_ctx *c, int v)
     cg_rowshape *rs = &rk->rs;
     cg_rowk *k = &rk->k;
     cg_row_shape(g, v, rs);
-    *k = (cg_rowk){.c = c, .v = v, .in = g->values[v].args[0], .rs = rs};
+    *k = (cg_rowk){.c = c, .v = v, .in = g->values[v].args[0], .rs = rs, .sib = -1};
     if (cg_row_setup(c, k, rs))
         return -1;
     if (!k->store)   /* the kernel's out_ptr0: never touched, no memory */
@@ -1240,7 +1393,10 @@ static int cg_row_emit_nest(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int 
     int ind = cg_row_outer(k, par, collapse);
     int op = c->g->values[k->v].op;
     int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
-                                                           : cg_row_norm(k, ind, rk->rs.nrow);
+             : op == CDY_OP_SOFTMAX_BW ? cg_row_softmax_bw(k, ind)
+             : op == CDY_OP_LAYER_NORM_BW ? cg_row_norm_bw(k, ind, rk->rs.nrow)
+             : op == CDY_OP_LAYER_NORM_GX ? cg_row_norm_gx(k, ind, rk->rs.nrow)
+                                          : cg_row_norm(k, ind, rk->rs.nrow);
     if (rc)
         return -1;
     while (--ind > 0) {

@@ -194,6 +194,83 @@ tvar *cdy_build_layer_norm(tracer *tr, const cdy_build_call *call)
     return lr_norm(tr, call, call->op, s, k);
 }
 
+/* cdynamo._autograd.softmax_input_grad(grad, result, dim), the backward's
+ * softmax input gradient: one row node (result, grad, dim) over float32 /
+ * float64 tensors of one dtype and sizes. */
+tvar *cdy_build_softmax_input_grad(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[3];
+    long long dim;
+    if (cdy_bind_names("grad result dim", call->args, call->nargs, call->kwnames, s) ||
+        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !cdy_const_int(s[2], &dim))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *ym = &lr_val(tr, s[1])->meta;
+    int nd = ym->ndim;
+    if (gm->dtype != ym->dtype || gm->ndim != nd || nd == 0 || dim < -nd || dim >= nd ||
+        memcmp(gm->sizes, ym->sizes, sizeof(int64_t) * (size_t)nd))
+        return NULL;
+    int args[3] = {s[1]->value, s[0]->value, cdy_scalar_int(tr, dim < 0 ? dim + nd : dim)};
+    if (args[2] < 0)
+        return NULL;
+    return lr_row_node(tr, call, call->op, args, 3);
+}
+
+/* cdynamo._autograd.layer_norm_grad_xhat(grad, input, eps, normalized): grad
+ * times layer_norm(input)'s xhat, the weight gradient's terms: one row node
+ * (input, SCALAR, grad, eps, normalized) over float32 / float64 tensors of one
+ * dtype and sizes. */
+tvar *cdy_build_ln_grad_xhat(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[4];
+    double eps;
+    long long k;
+    if (cdy_bind_names("grad input eps normalized", call->args, call->nargs, call->kwnames, s) ||
+        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !s[2] || !lr_num(s[2], &eps) ||
+        !cdy_const_int(s[3], &k))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *im = &lr_val(tr, s[1])->meta;
+    if (gm->dtype != im->dtype || gm->ndim != im->ndim || k < 1 || k > im->ndim ||
+        memcmp(gm->sizes, im->sizes, sizeof(int64_t) * (size_t)im->ndim))
+        return NULL;
+    int args[5] = {s[1]->value, cdy_scalar_float(tr, 0.0), s[0]->value, cdy_scalar_float(tr, eps),
+                   cdy_scalar_int(tr, k)};
+    if (args[1] < 0 || args[3] < 0 || args[4] < 0)
+        return NULL;
+    return lr_row_node(tr, call, call->op, args, 5);
+}
+
+/* cdynamo._autograd.layer_norm_input_grad(grad, input, weight, eps, normalized),
+ * the backward's layer_norm input gradient: one row node (input, weight,
+ * grad, eps, normalized) over float32 / float64 tensors of one dtype, grad of
+ * the input's sizes, weight absent or of the normalized sizes. */
+tvar *cdy_build_ln_input_grad(tracer *tr, const cdy_build_call *call)
+{
+    tvar *s[5];
+    double eps;
+    long long k;
+    if (cdy_bind_names("grad input weight eps normalized", call->args, call->nargs,
+                       call->kwnames, s) || !lr_float_tensor(tr, s[0]) ||
+        !lr_float_tensor(tr, s[1]) || !s[3] || !lr_num(s[3], &eps) ||
+        !cdy_const_int(s[4], &k))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *im = &lr_val(tr, s[1])->meta;
+    if (gm->dtype != im->dtype || gm->ndim != im->ndim || k < 1 || k > im->ndim ||
+        memcmp(gm->sizes, im->sizes, sizeof(int64_t) * (size_t)im->ndim))
+        return NULL;
+    int w = lr_affine(tr, s[2], s[1], 0);
+    if (w < 0)
+        return NULL;
+    const cdy_value *wv = &tr->t->graph.values[w];
+    if (wv->kind != CDY_VAL_SCALAR &&
+        (wv->meta.ndim != k || memcmp(wv->meta.sizes, im->sizes + (im->ndim - k),
+                                      sizeof(int64_t) * (size_t)k)))
+        return NULL;
+    int args[5] = {s[1]->value, w, s[0]->value, cdy_scalar_float(tr, eps), cdy_scalar_int(tr, k)};
+    if (args[3] < 0 || args[4] < 0)
+        return NULL;
+    return lr_row_node(tr, call, call->op, args, 5);
+}
+
 /* F.group_norm / torch.group_norm(input, num_groups, weight, bias, eps). */
 tvar *cdy_build_group_norm(tracer *tr, const cdy_build_call *call)
 {

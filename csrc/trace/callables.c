@@ -58,6 +58,7 @@ static PyObject *cc_home(PyObject *torch, char w)
     static const struct { char w; const char *module; } homes[] = {
         {'t', "torch"}, {'f', "torch.nn.functional"}, {'n', "torch._C._nn"},
         {'s', "torch.special"}, {'l', "torch.linalg"}, {'o', "operator"}, {'b', "builtins"},
+        {'c', "cdynamo._autograd"},
     };
     if (w == 'm')
         return PyObject_GetAttrString(torch, "Tensor");
@@ -235,7 +236,9 @@ static int cc_symbolic_builder(cdy_build_fn b)
 {
     return !b || b == cdy_build_softmax || b == cdy_build_f_softmax ||
            b == cdy_build_layer_norm || b == cdy_build_cat || b == cdy_build_concatenate ||
-           b == cdy_build_tri;   /* its IOTAs' sizes: the input's (tri_sym_dims) */
+           b == cdy_build_tri ||   /* its IOTAs' sizes: the input's (tri_sym_dims) */
+           b == cdy_build_ln_input_grad || b == cdy_build_softmax_input_grad ||
+           b == cdy_build_ln_grad_xhat;
 }
 
 int cdy_callable_symbolic(PyObject *fn)

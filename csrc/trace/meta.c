@@ -483,6 +483,7 @@ typedef enum {
     MT_AVG_POOL2D = 'W', MT_INDEX_FILL = 'i', MT_ADAPTIVE_AVG_POOL2D_BW = 'b',
     MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
     MT_ENCODER_LAYER = 'e',
+    MT_LN_INPUT_GRAD = 'l', MT_SOFTMAX_INPUT_GRAD = 'm', MT_LN_GRAD_XHAT = 'h',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -1431,6 +1432,26 @@ static PyObject *mt_like(tracer *tr, tvar **args, int nargs, PyObject *kwnames, 
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* A fake for cdynamo._autograd.layer_norm_input_grad(grad, input, weight, eps,
+ * normalized) / softmax_input_grad(grad, result, dim) / layer_norm_grad_xhat(grad,
+ * input, eps, normalized) (their parameters' names): grad and input float32 / float64 tensors of one dtype and sizes;
+ * the input's sizes, contiguous.  NULL with no error otherwise. */
+static PyObject *mt_input_grad(tracer *tr, tvar **args, int nargs, PyObject *kwnames,
+                               const char *names)
+{
+    tvar *s[5];
+    if (cdy_bind_names(names, args, nargs, kwnames, s) || !s[0] || !s[1])
+        return NULL;
+    const cdy_meta *g = mt_tensor(tr, s[0]), *x = mt_tensor(tr, s[1]);
+    if (!g || !x || g->dtype != x->dtype || g->ndim != x->ndim ||
+        (x->dtype != CDY_DT_FLOAT32 && x->dtype != CDY_DT_FLOAT64) ||
+        memcmp(g->sizes, x->sizes, sizeof(int64_t) * (size_t)x->ndim))
+        return NULL;
+    cdy_meta m = *x;
+    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    return cdy_fake_from_meta(tr, &m);
+}
+
 /* A fake for Tensor.repeat(*sizes) (or a sequence of sizes): at least as
  * many positive ints as the tensor has dims: the sizes times the tensor's
  * (its dims aligned to the right), contiguous, its dtype. */
@@ -1712,6 +1733,10 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     case MT_CONV_BW: return mt_conv_bw(tr, args, nargs, kwnames);
     case MT_AS_STRIDED_SCATTER: return mt_as_strided_scatter(tr, args, nargs, kwnames);
     case MT_ENCODER_LAYER: return mt_encoder_layer(tr, args, nargs, kwnames);
+    case MT_LN_INPUT_GRAD:
+        return mt_input_grad(tr, args, nargs, kwnames, "grad input weight eps normalized");
+    case MT_SOFTMAX_INPUT_GRAD: return mt_input_grad(tr, args, nargs, kwnames, "grad result dim");
+    case MT_LN_GRAD_XHAT: return mt_input_grad(tr, args, nargs, kwnames, "grad input eps normalized");
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

@@ -55,6 +55,35 @@ def sdpa_dropout_train(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     return dropout_train(w, dropout_p) @ value
 
 
+def layer_norm_input_grad(grad, x, w, eps, n):
+    """layer_norm(x, x.shape[-n:], w, b, eps)'s gradient for x (w None: no weight): what
+    the backward's prelude calls, one row kernel (trace/build_rows.c, compiler/rows.c: the
+    rows' moments, the sums of grad * w and of it times xhat, then the gradient, in one
+    pass per row over memory); this eager form runs where the builder declines."""
+    dims = tuple(range(x.dim() - n, x.dim()))
+    mu = x.mean(dims, keepdim=True)
+    xc = x - mu
+    rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
+    xhat = xc * rstd
+    gh = grad * w if w is not None else grad
+    return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
+
+
+def layer_norm_grad_xhat(grad, x, eps, n):
+    """grad times layer_norm(x, x.shape[-n:], eps=eps) (xhat): the terms of the weight's
+    gradient, which the backward's prelude sums; computed by the input gradient's row
+    kernel where there is one (compiler/rows.c); this eager form runs where the builder
+    declines."""
+    return grad * torch.nn.functional.layer_norm(x, x.shape[x.dim() - n:], None, None, eps)
+
+
+def softmax_input_grad(grad, y, dim):
+    """softmax's gradient for its input given its result y: what the backward's prelude
+    calls, one row kernel (trace/build_rows.c, compiler/rows.c); this eager form runs
+    where the builder declines."""
+    return y * (grad - (grad * y).sum(dim, keepdim=True))
+
+
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
     backward saves); backward: the compiled backward.  Both are C (runtime/train_call.c:
@@ -105,7 +134,9 @@ class TrainingGraph:
         self.grad_outputs = tuple(grad_outputs)
         self.no_grad_outputs = tuple(i for i in range(nuser) if i not in grad_outputs)
         self.source = src
-        ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward"}
+        ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward",
+              "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad,
+              "_ln_grad_xhat": layer_norm_grad_xhat}
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"

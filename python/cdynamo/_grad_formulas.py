@@ -42,6 +42,15 @@ def mish_backward(grad, x):
     return grad * (t + x * torch.sigmoid(x) * (1.0 - t * t))
 
 
+def softmax_backward(grad, y, dim):
+    """softmax's gradient for its input from its result y: float32 / float64 one row
+    kernel (_softmax_input_grad, cdynamo._autograd.softmax_input_grad: the row's sum of
+    grad * y and the gradient in one kernel, where the formula made two)."""
+    if y.dtype in (torch.float32, torch.float64) and grad.dtype == y.dtype:
+        return _softmax_input_grad(grad, y, dim)
+    return y * (grad - (grad * y).sum(dim, keepdim=True))
+
+
 def _ln_xhat(x, eps, n):
     dims = tuple(range(x.dim() - n, x.dim()))
     mu = x.mean(dims, keepdim=True)
@@ -52,11 +61,24 @@ def _ln_xhat(x, eps, n):
 
 def layer_norm_backward(grad, mask, x, w, eps, n):
     """layer_norm's gradients (input, weight, bias; None where mask says so) in one
-    call (trace/autograd.c ag_layer_norm): the rows' mean and rstd computed once for
-    all three (a formula per argument recomputed them in each: 3 kernels more per
-    layer_norm), the rest fused by the compiler around them."""
-    xhat, rstd, dims = _ln_xhat(x, eps, n)
+    call (trace/autograd.c ag_layer_norm).  float32 / float64: the input's gradient is
+    one row kernel (_ln_input_grad, cdynamo._autograd.layer_norm_input_grad), which also
+    writes grad * xhat for the weight's (_ln_grad_xhat), then the two column sums: 3
+    kernels per layer_norm where the formula below made 8 (transformer_stack training).  Else the rows' mean and rstd computed once for all three, the rest fused
+    by the compiler around them."""
     lead = tuple(range(x.dim() - n))
+    if x.dtype in (torch.float32, torch.float64) and grad.dtype == x.dtype and n >= 1:
+        gx = gw = gb = None
+        wt = w if isinstance(w, torch.Tensor) else None
+        if mask[0]:
+            gx = _ln_input_grad(grad, x, wt, eps, n)
+        if mask[1]:
+            gx_hat = _ln_grad_xhat(grad, x, eps, n)
+            gw = gx_hat.sum(lead) if lead else gx_hat
+        if mask[2]:
+            gb = grad.sum(lead) if lead else grad
+        return gx, gw, gb
+    xhat, rstd, dims = _ln_xhat(x, eps, n)
     gx = gw = gb = None
     if mask[0]:
         gh = grad * w if isinstance(w, torch.Tensor) else grad
