@@ -490,8 +490,8 @@ static int uses_module_getattr(PyTypeObject *tp)
         }
         obj_getattribute = _PyType_Lookup(&PyBaseObject_Type, s_getattribute);
     }
-    if (!mod_getattr && cdy_module_type)   /* borrowed: nn.Module keeps it */
-        mod_getattr = _PyType_Lookup((PyTypeObject *)cdy_module_type, s_getattr);
+    if (!mod_getattr && cdy_module_type)   /* held: a patched nn.Module.__getattr__ then differs */
+        mod_getattr = Py_XNewRef(_PyType_Lookup((PyTypeObject *)cdy_module_type, s_getattr));
     return mod_getattr && obj_getattribute && PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE) &&
            _PyType_Lookup(tp, s_getattr) == mod_getattr &&
            _PyType_Lookup(tp, s_getattribute) == obj_getattribute;
