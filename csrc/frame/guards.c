@@ -473,10 +473,65 @@ static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
     return r == g->requires_grad;
 }
 
+extern PyObject *cdy_module_type;    /* torch.nn.Module (trace/vars.c) */
+
+/* 1 if tp reads attributes as nn.Module does: object's __getattribute__,
+ * then nn.Module's own __getattr__ (not an override) on a miss. */
+static int uses_module_getattr(PyTypeObject *tp)
+{
+    static PyObject *mod_getattr, *obj_getattribute, *s_getattr, *s_getattribute;
+    if (!s_getattr) {
+        s_getattr = PyUnicode_InternFromString("__getattr__");
+        s_getattribute = PyUnicode_InternFromString("__getattribute__");
+        if (!s_getattr || !s_getattribute) {
+            PyErr_Clear();
+            Py_CLEAR(s_getattr);
+            return 0;
+        }
+        obj_getattribute = _PyType_Lookup(&PyBaseObject_Type, s_getattribute);
+    }
+    if (!mod_getattr && cdy_module_type)   /* held: a patched nn.Module.__getattr__ then differs */
+        mod_getattr = Py_XNewRef(_PyType_Lookup((PyTypeObject *)cdy_module_type, s_getattr));
+    return mod_getattr && obj_getattribute && PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE) &&
+           _PyType_Lookup(tp, s_getattr) == mod_getattr &&
+           _PyType_Lookup(tp, s_getattribute) == obj_getattribute;
+}
+
+/* hasattr(v, name) for an nn.Module v without running nn.Module.__getattr__
+ * (a Python call raising a formatted AttributeError on a miss): the generic
+ * lookup, then name in v.__dict__'s _parameters, _buffers, _modules, as
+ * that __getattr__ reads them.  1 / 0, or -1 when v's type reads attributes
+ * another way (the caller asks Python). */
+static int module_has_attr(PyObject *v, PyObject *name)
+{
+    static const char *const dicts[] = {"_parameters", "_buffers", "_modules"};
+    if (!PyUnicode_CheckExact(name) || !uses_module_getattr(Py_TYPE(v)))
+        return -1;
+    PyObject *r = _PyObject_GenericGetAttrWithDict(v, name, NULL, 1);
+    if (r || PyErr_Occurred()) {   /* found; or an error other than AttributeError */
+        Py_XDECREF(r);
+        PyErr_Clear();
+        return r != NULL;
+    }
+    PyObject *d = PyObject_GenericGetDict(v, NULL);
+    int has = 0;
+    for (int i = 0; d && PyDict_Check(d) && !has && i < 3; i++) {
+        PyObject *sub = PyDict_GetItemString(d, dicts[i]);   /* borrowed */
+        has = sub ? PySequence_Contains(sub, name) : 0;
+        if (has < 0)
+            has = 0;   /* hasattr's answer to an error from __getattr__: False */
+    }
+    Py_XDECREF(d);
+    PyErr_Clear();
+    return has;
+}
+
 /* Check a HASATTR guard on v: hasattr(v, name) == the traced answer (requires_grad). */
 static int check_hasattr(const cdy_guard *g, PyObject *v, char *why, size_t n)
 {
-    int r = cdy_pc_has_attr(v, g->expect);
+    int r = module_has_attr(v, g->expect);
+    if (r < 0)
+        r = cdy_pc_has_attr(v, g->expect);
     if (r != g->requires_grad)
         snprintf(why, n, "hasattr(%s, '%s') is no longer %s", g->desc, PyUnicode_AsUTF8(g->expect),
                  g->requires_grad ? "True" : "False");
@@ -591,6 +646,32 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     return 1;
 }
 
+/* 1 if v is an exact dict whose keys are the items of tuple kt, in order
+ * (each key `is` or == its item, as tuple equality compares); no list or
+ * tuple made per call. */
+static int keys_match(PyObject *v, PyObject *kt)
+{
+    if (!PyDict_CheckExact(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(kt))
+        return 0;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *val;
+    while (PyDict_Next(v, &pos, &k, &val)) {
+        if (i >= PyTuple_GET_SIZE(kt))
+            return 0;
+        PyObject *e = PyTuple_GET_ITEM(kt, i++);
+        if (k == e)
+            continue;
+        Py_INCREF(k);   /* == may run Python code that changes the dict */
+        int eq = PyObject_RichCompareBool(k, e, Py_EQ);
+        Py_DECREF(k);
+        if (eq != 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return i == PyTuple_GET_SIZE(kt);
+}
+
 /* Check one guard; 1 holds, 0 fails. */
 static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t n, fetch_memo *m)
@@ -642,17 +723,11 @@ static int check_one(const cdy_guard *g, PyObject *const *locals, PyObject *glob
                      ((PyTypeObject *)g->expect)->tp_name, g->ndim);
         PyErr_Clear();
         break;
-    case CDY_GUARD_KEYS: {
-        PyObject *keys = PyDict_CheckExact(v) ? PyDict_Keys(v) : NULL;
-        PyObject *kt = keys ? PyList_AsTuple(keys) : NULL;
-        ok = kt && PyObject_RichCompareBool(kt, g->expect, Py_EQ) == 1;
-        Py_XDECREF(keys);
-        Py_XDECREF(kt);
-        PyErr_Clear();
+    case CDY_GUARD_KEYS:
+        ok = keys_match(v, g->expect);
         if (!ok)
             snprintf(why, n, "'%s' is not a dict with the same keys", g->desc);
         break;
-    }
     case CDY_GUARD_CONTAINS:
         ok = check_contains(g, v, why, n);
         break;
