@@ -461,19 +461,77 @@ static int sk_loop_dims(const cg_nest *n, int d, int ndim, const int64_t *ost, i
     return k;
 }
 
+/* 1 if group dims a (outer) and b (inner) walk as one at every size for
+ * each of the nops operands (stride expressions st): a's stride is b's
+ * times b's size. */
+static int sk_adjacent(cdy_sym_shapes *s, const int *gexp, int (*st)[CDY_MAX_NDIM], int nops,
+                       int a, int b)
+{
+    for (int o = 0; o < nops; o++)
+        if (!sk_same(s, st[o][a], cdy_sym_mul(&s->tab, st[o][b], gexp[b])))
+            return 0;
+    return 1;
+}
+
+/* Split nest n's loops (built at the hints, ost: the first output's strides
+ * there) between the group dims they merge that are adjacent only at the
+ * hints (sk_adjacent): the outer part a loop of its own with the stride of
+ * its innermost dim (ops: the operands' strides per group dim).  0, or -1
+ * (no loop left to split into). */
+static int sk_split_loops(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MAX_NDIM],
+                          int nops, int ndim, const int64_t *ost, const cg_operand *ops)
+{
+    cdy_sym_shapes *s = c->sym;
+    for (int d = 0; d < n->ndim; d++) {
+        int dims[CDY_MAX_NDIM], nd = sk_loop_dims(n, d, ndim, ost, dims), i = 0;
+        while (i + 1 < nd && sk_adjacent(s, gexp, st, nops, dims[i], dims[i + 1]))
+            i++;
+        if (i + 1 >= nd)
+            continue;
+        if (n->ndim >= CDY_MAX_NDIM)
+            return -1;
+        for (int e = n->ndim; e > d + 1; e--) {   /* loops after d move one inward */
+            n->size[e] = n->size[e - 1];
+            n->gmask[e] = n->gmask[e - 1];
+            for (int o = 0; o < nops; o++)
+                n->stride[o][e] = n->stride[o][e - 1];
+        }
+        n->ndim++;
+        unsigned outer = 0;
+        int64_t osz = 1;
+        for (int j = 0; j <= i; j++) {
+            outer |= 1u << dims[j];
+            osz *= cdy_sym_eval(&s->tab, gexp[dims[j]], NULL);
+        }
+        n->gmask[d + 1] = n->gmask[d] & ~outer;
+        n->gmask[d] = outer;
+        n->size[d + 1] = osz ? n->size[d] / osz : 0;
+        n->size[d] = osz;
+        for (int o = 0; o < nops; o++) {
+            n->stride[o][d + 1] = n->stride[o][d];
+            n->stride[o][d] = ops[o].stride[dims[i]];
+        }
+    }
+    return 0;
+}
+
 /* Fill nest n's symbolic sizes and strides (n->sym) from the iteration
  * space's dim expressions gexp and the nops operands' stride expressions st
  * per dim.  The dims one loop walks as one (merged at the hints) must merge
  * at every size: each operand's stride of a dim equal to its stride of the
- * next inner one times that one's size.  ost NULL (a reduction's nests):
- * the loops walk the dims in dim order (their index arithmetic relies on
- * it); else the first output's strides at the hints order a loop's dims.
- * 0 or -1. */
+ * next inner one times that one's size; a pointwise nest (ops given) splits
+ * its loops where they do not (sk_split_loops), a reduction's fails.  ost
+ * NULL (a reduction's nests): the loops walk the dims in dim order (their
+ * index arithmetic relies on it); else the first output's strides at the
+ * hints order a loop's dims.  0 or -1. */
 static int sk_fill_nest(cg_ctx *c, cg_nest *n, const int *gexp, int (*st)[CDY_MAX_NDIM],
-                        int nops, int ndim, const int64_t *ost)
+                        int nops, int ndim, const int64_t *ost, const cg_operand *ops)
 {
     cdy_sym_shapes *s = c->sym;
     n->sym = 1;
+    if (ops && ost && sk_split_loops(c, n, gexp, st, nops, ndim, ost, ops))
+        return cg_sym_unsupported(c, "a kernel's loop merges dims that are not adjacent at "
+                                     "every size, and no loop is left to split it");
     int prev = -1;
     for (int d = 0; d < n->ndim; d++) {
         int dims[CDY_MAX_NDIM], nd = sk_loop_dims(n, d, ndim, ost, dims);
@@ -558,7 +616,7 @@ int cg_sym_nest(cg_ctx *c, kir_kernel *k)
         if (sk_index_strides(c, k->grp.ndim, &k->ops[o], gexp, st[o]))
             return -1;
     return sk_fill_nest(c, k->nest, gexp, st, k->nops + k->nidx, k->grp.ndim,
-                        k->ops[cg_first_out(k->ops, k->nops)].stride);
+                        k->ops[cg_first_out(k->ops, k->nops)].stride, k->ops);
 }
 
 /* Output op's strides over an input space whose dims `mask` are reduced
@@ -619,8 +677,8 @@ int cg_sym_split_nests(cg_ctx *c, int in, int64_t mask, int keep, int red_outs,
         return cg_sym_unsupported(c, "a reduction's size has no expression");
     *rnumel = sk_live(s, e);
     rn->pfx = "r";
-    return sk_fill_nest(c, on, gexp, st, nops, im->ndim, NULL) ||
-           sk_fill_nest(c, rn, gexp, st, nops, im->ndim, NULL);
+    return sk_fill_nest(c, on, gexp, st, nops, im->ndim, NULL, NULL) ||
+           sk_fill_nest(c, rn, gexp, st, nops, im->ndim, NULL, NULL);
 }
 
 int cg_sym_cat_start(cg_ctx *c, int v, int i)
@@ -662,7 +720,7 @@ int cg_sym_piece(cg_ctx *c, kir_kernel *k, int d, int start)
     k->ops[first].sym_off = sk_live(s, off) >= 0 ? off + 1 : 0;
     if (k->ops[first].sym_off)
         k->ops[first].offset = 0;
-    return sk_fill_nest(c, k->nest, gexp, st, k->nops, pm->ndim, k->ops[first].stride);
+    return sk_fill_nest(c, k->nest, gexp, st, k->nops, pm->ndim, k->ops[first].stride, k->ops);
 }
 
 const char *cg_sym_expr_text(cg_ctx *c, int e)

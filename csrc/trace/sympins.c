@@ -393,8 +393,8 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
     for (Py_ssize_t i = 0; i < n; i++) {
         int k = items[i] == Py_None ? 0 : items[i] == Py_Ellipsis ? src->ndim - nslice : 1;
         int S = sp_slice_node(tr, tuple ? (i < idx->nsxi ? idx->sxi[i] : 0) : idx->sx);
-        if (od + (k ? k : 1) > m->ndim)
-            return -1;
+        if (od + (PyLong_CheckExact(items[i]) ? 0 : k ? k : 1) > m->ndim)
+            return -1;   /* an int takes no result dim */
         if (!k)
             w->map[od++] = -1;
         else if (PySlice_Check(items[i])) {
