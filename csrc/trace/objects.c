@@ -202,6 +202,8 @@ static tvar *generic_getattr(tracer *tr, tvar *inst, PyObject *name, int *missin
             *missing = 1;
             return NULL;
         }
+        if (cdy_tr_guard_class_attr(tr, inst, name, d))
+            return NULL;
         return call_with_self(tr, g, inst, NULL, 0, NULL);
     }
     int slot = d && Py_IS_TYPE(d, &PyMemberDescr_Type);

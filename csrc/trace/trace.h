@@ -274,6 +274,10 @@ int cdy_contains_guarded(tracer *tr, tvar *c, tvar *k);
 int cdy_is_torch_callable(PyObject *fn);
 cdy_src *cdy_src_new(tracer *tr, int kind);
 cdy_src *cdy_src_step(tracer *tr, const cdy_src *base, PyObject *key, int item);
+/* Guard that type(inst).<name> is still expect (a property the trace inlined: deleting or
+ * replacing it on the class recompiles); 0, or -1 when stopped. No guard when inst has no
+ * source. */
+int cdy_tr_guard_class_attr(tracer *tr, tvar *inst, PyObject *name, PyObject *expect);
 /* A tvar for o read at src, guarded (guard=0: not guarded). */
 tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard);
 /* A new graph value; NULL when stopped. */

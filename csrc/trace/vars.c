@@ -641,6 +641,38 @@ static int guard_step(tracer *tr, const cdy_src *src, const char *name, int kind
     return 0;
 }
 
+/* 1 if guards already hold an ID guard on src expecting o. */
+static int has_id_guard(tracer *tr, const cdy_src *src, PyObject *o)
+{
+    const cdy_guards *gs = &tr->t->guards;
+    for (int i = 0; i < gs->n; i++)
+        if (gs->items[i].kind == CDY_GUARD_ID && gs->items[i].expect == o &&
+            cdy_src_equal(&gs->items[i].src, src))
+            return 1;
+    return 0;
+}
+
+/* See trace.h: an ID guard on type(inst).<name> (steps __class__, name), once. */
+int cdy_tr_guard_class_attr(tracer *tr, tvar *inst, PyObject *name, PyObject *expect)
+{
+    if (!inst->src || inst->src->nattrs + 2 > CDY_MAX_ATTRS)
+        return 0;   /* made by the trace (its class is fixed), or a path too deep to guard */
+    PyObject *cls = cdy_tr_keep(tr, PyUnicode_InternFromString("__class__"));
+    const cdy_src *c = cls ? cdy_src_step(tr, inst->src, cls, 0) : NULL;
+    const cdy_src *s = c ? cdy_src_step(tr, c, name, 0) : NULL;
+    if (!s)
+        return cdy_tr_stop(tr, SOURCE_TOO_DEEP, "__class__");
+    if (has_id_guard(tr, s, expect))
+        return 0;
+    char desc[CDY_DESC_LEN] = "";
+    cdy_src_name(s, tr->t->top_code, desc, sizeof(desc));
+    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, s, desc);
+    if (!g)
+        return cdy_tr_stop_exc(tr, ATTR_READ);
+    g->expect = Py_NewRef(expect);
+    return 0;
+}
+
 /* A Python function read from the frame at src (not a global: one made
  * anew on each call, a closure or a lambda passed in): guarded by what a
  * call of it depends on, not by identity: its type and code, its globals,
@@ -1152,7 +1184,7 @@ static tvar *object_attr(tracer *tr, tvar *base, PyObject *name)
     if (cls_attr && PyObject_TypeCheck(cls_attr, &PyProperty_Type)) {
         PyObject *fget = PyObject_GetAttrString(cls_attr, "fget");
         tvar *fn = fget && cdy_tr_keep(tr, fget) ? cdy_tv_new(tr, TV_OBJ) : NULL;
-        if (!fn)
+        if (!fn || cdy_tr_guard_class_attr(tr, base, name, cls_attr))
             return NULL;
         fn->obj = fget;
         return cdy_call(tr, fn, &base, 1, NULL);
