@@ -39,6 +39,19 @@ static int lr_float_tensor(tracer *tr, const tvar *t)
     return dt == CDY_DT_FLOAT32 || dt == CDY_DT_FLOAT64;
 }
 
+/* The meta of x when g and x are float32 / float64 tensors of one dtype and
+ * the same sizes (a row gradient's grad and its forward tensor), else NULL. */
+static const cdy_meta *lr_grad_pair(tracer *tr, const tvar *g, const tvar *x)
+{
+    if (!lr_float_tensor(tr, g) || !lr_float_tensor(tr, x))
+        return NULL;
+    const cdy_meta *gm = &lr_val(tr, g)->meta, *xm = &lr_val(tr, x)->meta;
+    if (gm->dtype != xm->dtype || gm->ndim != xm->ndim ||
+        memcmp(gm->sizes, xm->sizes, sizeof(int64_t) * (size_t)xm->ndim))
+        return NULL;
+    return xm;
+}
+
 /* 1 if t is a tensor a row kernel computes in float32 / float64: a float32,
  * float64, bfloat16 or float16 one (the last two load widened and store
  * rounded once, as eager's softmax / norm kernels compute in float32). */
@@ -202,12 +215,11 @@ tvar *cdy_build_softmax_input_grad(tracer *tr, const cdy_build_call *call)
     tvar *s[3];
     long long dim;
     if (cdy_bind_names("grad result dim", call->args, call->nargs, call->kwnames, s) ||
-        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !cdy_const_int(s[2], &dim))
+        !cdy_const_int(s[2], &dim))
         return NULL;
-    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *ym = &lr_val(tr, s[1])->meta;
-    int nd = ym->ndim;
-    if (gm->dtype != ym->dtype || gm->ndim != nd || nd == 0 || dim < -nd || dim >= nd ||
-        memcmp(gm->sizes, ym->sizes, sizeof(int64_t) * (size_t)nd))
+    const cdy_meta *ym = lr_grad_pair(tr, s[0], s[1]);
+    int nd = ym ? ym->ndim : 0;
+    if (nd == 0 || dim < -nd || dim >= nd)
         return NULL;
     int args[3] = {s[1]->value, s[0]->value, cdy_scalar_int(tr, dim < 0 ? dim + nd : dim)};
     if (args[2] < 0)
@@ -225,12 +237,10 @@ tvar *cdy_build_ln_grad_xhat(tracer *tr, const cdy_build_call *call)
     double eps;
     long long k;
     if (cdy_bind_names("grad input eps normalized", call->args, call->nargs, call->kwnames, s) ||
-        !lr_float_tensor(tr, s[0]) || !lr_float_tensor(tr, s[1]) || !s[2] || !lr_num(s[2], &eps) ||
-        !cdy_const_int(s[3], &k))
+        !s[2] || !lr_num(s[2], &eps) || !cdy_const_int(s[3], &k))
         return NULL;
-    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *im = &lr_val(tr, s[1])->meta;
-    if (gm->dtype != im->dtype || gm->ndim != im->ndim || k < 1 || k > im->ndim ||
-        memcmp(gm->sizes, im->sizes, sizeof(int64_t) * (size_t)im->ndim))
+    const cdy_meta *im = lr_grad_pair(tr, s[0], s[1]);
+    if (!im || k < 1 || k > im->ndim)
         return NULL;
     int args[5] = {s[1]->value, cdy_scalar_float(tr, 0.0), s[0]->value, cdy_scalar_float(tr, eps),
                    cdy_scalar_int(tr, k)};
@@ -249,13 +259,11 @@ tvar *cdy_build_ln_input_grad(tracer *tr, const cdy_build_call *call)
     double eps;
     long long k;
     if (cdy_bind_names("grad input weight eps normalized", call->args, call->nargs,
-                       call->kwnames, s) || !lr_float_tensor(tr, s[0]) ||
-        !lr_float_tensor(tr, s[1]) || !s[3] || !lr_num(s[3], &eps) ||
+                       call->kwnames, s) || !s[3] || !lr_num(s[3], &eps) ||
         !cdy_const_int(s[4], &k))
         return NULL;
-    const cdy_meta *gm = &lr_val(tr, s[0])->meta, *im = &lr_val(tr, s[1])->meta;
-    if (gm->dtype != im->dtype || gm->ndim != im->ndim || k < 1 || k > im->ndim ||
-        memcmp(gm->sizes, im->sizes, sizeof(int64_t) * (size_t)im->ndim))
+    const cdy_meta *im = lr_grad_pair(tr, s[0], s[1]);
+    if (!im || k < 1 || k > im->ndim)
         return NULL;
     int w = lr_affine(tr, s[2], s[1], 0);
     if (w < 0)
