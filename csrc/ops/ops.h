@@ -45,6 +45,8 @@ enum {
     CDY_OPF_RECOMPUTE = 1 << 21,        /* cheap: a training graph's backward recomputes it
                                          * (torch.<name> of its arguments; gelu's approximate
                                          * by name) rather than save it (trace/autograd.c) */
+    CDY_OPF_SYM_GRAD2 = 1 << 22,        /* SYM_NORMED row op whose arg 2 is a gradient of arg
+                                         * 0's sizes, not a bias of the normalized sizes */
 };
 
 typedef enum {

@@ -154,7 +154,7 @@ static int sy_rows(sy_pass *p, int v)
             return -1;
         for (int d = x->meta.ndim - (int)nn->i; d < x->meta.ndim; d++)
             sy_pin(p, p->s->dims[v][d], v, d, "layer_norm's normalized_shape");
-        int last = val->op == CDY_OP_LAYER_NORM ? 2 : 1;   /* the gradients' arg 2: the grad */
+        int last = cdy_op_has(val->op, CDY_OPF_SYM_GRAD2) ? 1 : 2;   /* arg 2: a grad or the bias */
         for (int a = 1; a <= last; a++) {    /* weight and bias: normalized_shape's sizes */
             const cdy_value *wv = &p->g->values[val->args[a]];
             if (wv->kind == CDY_VAL_SCALAR)

@@ -661,7 +661,7 @@ int cdy_tr_guard_class_attr(tracer *tr, tvar *inst, PyObject *name, PyObject *ex
     const cdy_src *c = cls ? cdy_src_step(tr, inst->src, cls, 0) : NULL;
     const cdy_src *s = c ? cdy_src_step(tr, c, name, 0) : NULL;
     if (!s)
-        return cdy_tr_stop(tr, SOURCE_TOO_DEEP, "__class__");
+        return cdy_tr_stop(tr, SOURCE_TOO_DEEP, PyUnicode_AsUTF8(name));
     if (has_id_guard(tr, s, expect))
         return 0;
     char desc[CDY_DESC_LEN] = "";
