@@ -106,6 +106,18 @@ def check(fn, *args, backend="c", transcendental=False, calls=2, compiled=True, 
     return st
 
 
+def sweep_compiles(fn, make, sizes):
+    """From a fresh cdynamo, call optimize(fn) at make(s) for each s under no_grad: every
+    result equals eager's; returns the number of frames compiled."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad():
+        for s in sizes:
+            args = make(s)
+            assert_same(fn(*args), opt(*args))
+    return cdynamo.stats()["frames_compiled"]
+
+
 def run_one_graph(fn, *args):
     """fn compiled equals fn eager (values, dtype, shape, strides) on two calls, with no
     graph break and no fallback; the optimized function."""

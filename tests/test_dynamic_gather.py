@@ -7,21 +7,13 @@ import pytest
 import torch
 
 import cdynamo
-from conftest import assert_same
+from conftest import assert_same, sweep_compiles
 
 SEQS = [5, 8, 13, 40, 100]
 
 
 def _sweep(fn, make, seqs=SEQS):
-    """Call cdynamo.optimize(fn) at make(s) for each s: every result equals eager's; returns
-    the number of frames compiled."""
-    cdynamo.reset()
-    opt = cdynamo.optimize(fn)
-    with torch.no_grad():
-        for s in seqs:
-            args = make(s)
-            assert_same(fn(*args), opt(*args))
-    return cdynamo.stats()["frames_compiled"]
+    return sweep_compiles(fn, make, seqs)
 
 
 POS = torch.arange(512).unsqueeze(0)
