@@ -626,11 +626,25 @@ static int is_namedtuple_instance(PyObject *o)
     return f && PyTuple_Check(f);
 }
 
-/* Add a guard of kind on src.name (expect: the value to match); 0 or -1 (stopped). */
+/* 1 if guards already hold a guard of kind on src expecting o. */
+static int has_guard(tracer *tr, int kind, const cdy_src *src, PyObject *o)
+{
+    const cdy_guards *gs = &tr->t->guards;
+    for (int i = 0; i < gs->n; i++)
+        if (gs->items[i].kind == kind && gs->items[i].expect == o &&
+            cdy_src_equal(&gs->items[i].src, src))
+            return 1;
+    return 0;
+}
+
+/* Add a guard of kind on src.name (expect: the value to match), unless an equal one is
+ * there; 0 or -1 (stopped). */
 static int guard_step(tracer *tr, const cdy_src *src, const char *name, int kind, PyObject *expect)
 {
     PyObject *key = cdy_tr_keep(tr, PyUnicode_InternFromString(name));
     const cdy_src *s = key ? cdy_src_step(tr, src, key, 0) : NULL;
+    if (s && has_guard(tr, kind, s, expect))
+        return 0;
     char desc[CDY_DESC_LEN] = "";
     if (s)
         cdy_src_name(s, tr->t->top_code, desc, sizeof(desc));
@@ -641,17 +655,6 @@ static int guard_step(tracer *tr, const cdy_src *src, const char *name, int kind
     return 0;
 }
 
-/* 1 if guards already hold an ID guard on src expecting o. */
-static int has_id_guard(tracer *tr, const cdy_src *src, PyObject *o)
-{
-    const cdy_guards *gs = &tr->t->guards;
-    for (int i = 0; i < gs->n; i++)
-        if (gs->items[i].kind == CDY_GUARD_ID && gs->items[i].expect == o &&
-            cdy_src_equal(&gs->items[i].src, src))
-            return 1;
-    return 0;
-}
-
 /* See trace.h: an ID guard on type(inst).<name> (steps __class__, name), once. */
 int cdy_tr_guard_class_attr(tracer *tr, tvar *inst, PyObject *name, PyObject *expect)
 {
@@ -659,18 +662,9 @@ int cdy_tr_guard_class_attr(tracer *tr, tvar *inst, PyObject *name, PyObject *ex
         return 0;   /* made by the trace (its class is fixed), or a path too deep to guard */
     PyObject *cls = cdy_tr_keep(tr, PyUnicode_InternFromString("__class__"));
     const cdy_src *c = cls ? cdy_src_step(tr, inst->src, cls, 0) : NULL;
-    const cdy_src *s = c ? cdy_src_step(tr, c, name, 0) : NULL;
-    if (!s)
+    if (!c)
         return cdy_tr_stop(tr, SOURCE_TOO_DEEP, PyUnicode_AsUTF8(name));
-    if (has_id_guard(tr, s, expect))
-        return 0;
-    char desc[CDY_DESC_LEN] = "";
-    cdy_src_name(s, tr->t->top_code, desc, sizeof(desc));
-    cdy_guard *g = cdy_guards_add(&tr->t->guards, CDY_GUARD_ID, s, desc);
-    if (!g)
-        return cdy_tr_stop_exc(tr, ATTR_READ);
-    g->expect = Py_NewRef(expect);
-    return 0;
+    return guard_step(tr, c, PyUnicode_AsUTF8(name), CDY_GUARD_ID, expect);
 }
 
 /* A Python function read from the frame at src (not a global: one made
