@@ -74,6 +74,9 @@ typedef struct {
 
 int64_t cdy_meta_numel(const cdy_meta *m);
 int cdy_meta_contiguous(const cdy_meta *m);   /* row-major (size-1 dims any stride) */
+/* 1 if m's strides are torch.empty's for its sizes (size-1 dims' too: an op
+ * that keeps its input's layout, clone, copies them into its result). */
+int cdy_meta_canonical(const cdy_meta *m);
 /* m's dims of size other than 1, outermost first, into order: their count if m
  * is dense in that order (a permutation of a contiguous layout), else -1. */
 int cdy_meta_dense_order(const cdy_meta *m, int *order);

@@ -48,7 +48,7 @@ def test_pointwise_reduction_softmax_cat_stay_symbolic(capfd):
     assert "  s1 = dim 1 of 'x' (hint 16)" in lines
     assert "  s2 = dim 0 of 'b' (hint 16)" in lines
     assert "  relation s1 == s2" in lines          # broadcasting relied on x's dim 1 == b's
-    assert "  guards: s0 >= 2, s1 >= 2, s2 >= 2, inputs with symbols contiguous, relations" in lines
+    assert "  guards: s0 >= 2, s1 >= 2, s2 >= 2, inputs with symbols at torch.empty strides, relations" in lines
     assert outputs(lines) == ["[s0]", "[s0, s1]", "[2*s0, s1]", "[1, s1]"]
 
 
@@ -390,6 +390,31 @@ def test_non_contiguous_input_misses_symbolic_entry():
     x = torch.randn(10, 16)      # contiguous: the symbolic entry
     assert_same(pointwise(x, b), of(x, b))
     assert compiles() == 4
+
+
+def test_size_one_dim_strides_follow_eager_on_a_symbolic_entry():
+    """clone() keeps its input's strides, a size-1 dim's too: a symbolic entry serves only
+    inputs with torch.empty's strides (fuzz finding aliasing_wrong_1048b8cdda: a (2, 1)
+    permuted input gave the clone (1, 1) for eager's (1, 2), and its t[0] came back a
+    copy); another layout of the same sizes compiles static and matches eager."""
+    def f(a):
+        t = a.clone()
+        return t, t[0]
+
+    def check(a):
+        e, c = f(a), of(a)
+        assert_same(e, c)
+        assert c[0].stride() == e[0].stride()
+        assert c[1].data_ptr() == c[0].data_ptr()
+    of = cdynamo.optimize(f, dynamic=True)
+    check(torch.arange(2, dtype=torch.int32).view(1, 2).permute(1, 0))   # (2, 1), strides (1, 2)
+    for n in (3, 5):
+        check(torch.arange(n, dtype=torch.int32).view(n, 1))            # strides (1, 1)
+    n_sym = compiles()
+    check(torch.arange(5, dtype=torch.int32).view(1, 5).permute(1, 0))   # (5, 1), strides (1, 5)
+    assert compiles() == n_sym + 1
+    check(torch.arange(7, dtype=torch.int32).view(7, 1))
+    assert compiles() == n_sym + 1
 
 
 def test_symbolic_guard_reads_views_and_parameters():

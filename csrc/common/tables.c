@@ -58,6 +58,19 @@ int cdy_meta_contiguous(const cdy_meta *m)
     return 1;
 }
 
+/* 1 if m has the strides torch.empty gives its sizes (contiguous, and each
+ * size-1 dim's stride the product of the sizes inside it, 0 counted as 1). */
+int cdy_meta_canonical(const cdy_meta *m)
+{
+    int64_t st = 1;
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        if (m->strides[d] != st)
+            return 0;
+        st *= m->sizes[d] > 1 ? m->sizes[d] : 1;
+    }
+    return 1;
+}
+
 /* The dims of m of size other than 1, outermost first (decreasing strides,
  * ties by dim order), into order: their count when m is dense in that order
  * (the innermost's stride 1, each other's the product of the sizes inside

@@ -615,19 +615,19 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
             Py_XDECREF(v);
             v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
             nd = v ? sym_read_dims(v, sz, st) : -1;
-            int64_t expect = 1;            /* contiguous: the kernels rely on it */
+            int64_t expect = 1;            /* torch.empty's strides: the graph relies on them */
             for (int d = nd - 1; d >= 0; d--) {
-                if (sz[d] != 1 && st[d] != expect)
+                if (st[d] != expect)
                     nd = -2;
-                expect *= sz[d];
+                expect *= sz[d] > 1 ? sz[d] : 1;
             }
         }
         if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
             Py_XDECREF(v);
             PyErr_Clear();
             if (n)   /* a miss with no message wanted (cdy_guards_check): no formatting */
-                snprintf(why, n, nd == -2 ? "symbol s%d's input is not contiguous (its symbolic "
-                                            "entry relies on it)" :
+                snprintf(why, n, nd == -2 ? "symbol s%d's input does not have torch.empty's "
+                                            "strides (its symbolic entry relies on them)" :
                                  nd < 0 ? "the sizes of symbol s%d's input could not be read" :
                                           "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
                          k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);

@@ -789,11 +789,11 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
             continue;
         const cdy_meta *a = &am[s->info[k].input];
         sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
-        int contig = checked == s->info[k].input || cdy_meta_contiguous(a);
+        int contig = checked == s->info[k].input || cdy_meta_canonical(a);
         checked = contig ? s->info[k].input : -1;
         if (sv[k] < 2 || !contig)
             snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
-                     "contiguous", s->info[k].input, (long long)sv[k], s->info[k].dim);
+                     "torch.empty's strides", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
     if (!why[0])
         sym_cache(c, sv, why, sizeof(why));

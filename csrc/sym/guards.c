@@ -4,8 +4,9 @@
  * Per input: its static dims (and its specialized symbols) equal the
  * example's; per live symbol: the size of its input dim is >= 2 (0 and 1
  * change broadcasting and are never symbols); per relation: both sides equal
- * at the symbols' values; per input with a symbol: contiguous strides (what
- * the trace's layouts relied on; a non-contiguous input's dims specialize,
+ * at the symbols' values; per input with a symbol: torch.empty's strides
+ * for its sizes, size-1 dims' too (what the trace's layouts relied on: an
+ * op keeping its input's layout copies them); another input's dims specialize,
  * sym/trace_shapes.c).  Values themselves are not guarded. */
 #include "sym/sym.h"
 
@@ -57,8 +58,8 @@ int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *a
                      s->info[k].dim, names ? names[s->info[k].input] : "?", (long long)vals[k]);
             return 1;
         }
-        if (!cdy_meta_contiguous(a)) {
-            snprintf(why, n, "tensor '%s' is not contiguous (the trace relied on it)",
+        if (!cdy_meta_canonical(a)) {
+            snprintf(why, n, "tensor '%s' does not have torch.empty's strides (the trace relied on it)",
                      names ? names[s->info[k].input] : "?");
             return 1;
         }

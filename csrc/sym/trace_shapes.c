@@ -209,8 +209,10 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
                                   "an output viewing a mutated input"};
     for (int v = 0; v < g->nvalues; v++)
-        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_contiguous(&g->values[v].meta))
-            pins[n++] = (cdy_sym_pin){v, ~0u, "a non-contiguous input"};
+        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_canonical(&g->values[v].meta))
+            pins[n++] = (cdy_sym_pin){v, ~0u, cdy_meta_contiguous(&g->values[v].meta) ?
+                                      "an input whose size-1 dims have other strides than "
+                                      "torch.empty's" : "a non-contiguous input"};
     int m = 0, removed = 0;
     for (int i = 0; i < n; i++) {
         if (pins[i].value < 0)
@@ -294,7 +296,7 @@ void cdy_sym_trace_log(const cdy_trace *t, const char *name)
             used += (size_t)snprintf(gl + used, sizeof(gl) - used, "%ss%d >= 2", used ? ", " : "",
                                      k);
     if (used)
-        cdy_log("dynamic", "%s:   guards: %s, inputs with symbols contiguous, relations", name,
+        cdy_log("dynamic", "%s:   guards: %s, inputs with symbols at torch.empty strides, relations", name,
                 gl);
     for (int r = 0; r < s.nrel; r++) {
         char a[96], b[96];

@@ -1,7 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family aliasing, wrong
 # signature: wrong/alias/clone+to
 # wrong: alias: eager ["out[1] shares out[0]'s storage at +0"], cdynamo []
-# note: stop 45, host campaign seed 4512 (--dynamic). Open: under dynamic=True a (1, 2) input
+# note: stop 45, host campaign seed 4512 (--dynamic). Fixed at stop 46 (symbolic entries need torch.empty strides): under dynamic=True a (1, 2) input
 # permuted to (2, 1) (strides (1, 2)) gives clone()'s output strides (1, 1) (eager keeps (1, 2):
 # the size-1 dim's stride), and the returned t1[0] is then a copy, not a view of t1. Static
 # compiles alias as eager; other shapes alias under dynamic=True too.
