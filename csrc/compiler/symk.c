@@ -122,6 +122,14 @@ static int sk_dense_strides(cg_ctx *c, int v, int *mst)
         mst[order[i]] = e;
         e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][order[i]]);
     }
+    for (int d = 0; d < m->ndim && !static_; d++) {   /* a size 1: the sizes inside it, as
+                                                         * the runtime's buffers (and eager) */
+        for (int i = 0; m->sizes[d] == 1 && i < n; i++)
+            mst[d] = i == 0 ? cdy_sym_const(&s->tab, 1) : mst[d];
+        for (int i = 0; m->sizes[d] == 1 && i < n && mst[d] >= 0; i++)
+            if (m->strides[order[i]] < m->strides[d])
+                mst[d] = cdy_sym_mul(&s->tab, mst[d], s->dims[v][order[i]]);
+    }
     for (int d = 0; d < m->ndim; d++)
         e = e < 0 || mst[d] < 0 ? -1 : e;
     return e < 0 || zero < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
