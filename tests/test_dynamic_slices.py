@@ -20,6 +20,7 @@ def _sweep(fn, make, seqs=SEQS):
 
 
 BUF = torch.arange(512, dtype=torch.float32).unsqueeze(0)
+WQKV = torch.randn(8, 24)
 
 
 def test_buffer_sliced_to_a_sequence_length():
@@ -97,6 +98,9 @@ def test_slice_start_inside_a_dim_keeps_both_dims_symbolic():
      lambda s: (torch.randn(2, s, 3),)),
     ("start_slice_then_reshape", lambda x: x[:, 2:].reshape(-1) * 2,
      lambda s: (torch.randn(2, s),)),
+    # Phi-3's fused qkv: an extern's result sliced at offsets of its static last dim
+    ("fused_qkv_slices", lambda x: (x @ WQKV)[..., 8:16] * (x @ WQKV)[..., 16:].exp(),
+     lambda s: (torch.randn(2, s, 8),)),
 ])
 def test_slices_at_symbolic_positions_compile_twice(name, fn, make):
     assert _sweep(fn, make) == 2
@@ -132,6 +136,29 @@ def test_empty_or_clamped_slices_equal_eager(name, fn, pairs):
             x, y = torch.randn(3, n), torch.randn(2, m)
             assert_same(fn(x, y), opt(x, y))
     assert cdynamo.stats()["frames_compiled"] <= 4
+
+
+EMB = torch.randn(40, 4)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("advanced_index", lambda x, y: x[:, y.shape[1]:][:, [0, 2]] * 2),
+    ("gather", lambda x, y: torch.gather(x[:, y.shape[1]:], 1, torch.tensor([[1, 0], [2, 2]])) + 1),
+    ("embedding_of_a_static_slice", lambda x, y: torch.nn.functional.embedding(
+        torch.tensor([[0, 3]]), EMB[y.shape[1] // 4:]) + 1),
+    ("index_select", lambda x, y: x[:, y.shape[1]:].index_select(1, torch.tensor([2, 0])) * 2),
+    ("unfold", lambda x, y: x[:, y.shape[1]:].unfold(1, 2, 1) * 2),
+    ("expand", lambda x, y: x[:, -1:].expand(2, 5) * 2),
+])
+def test_views_of_views_at_a_symbolic_offset_equal_eager(name, fn):
+    """Gathers, advanced indexing and views without a symbolic rule over a view at an offset
+    from sizes: each call equals eager (they read the offset per call or specialize)."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad():
+        for s in SEQS:
+            x, y = torch.randn(2, s + 6), torch.randn(2, s)
+            assert_same(fn(x, y), opt(x, y))
 
 
 CAUSAL = torch.full((64, 64), float("-inf")).triu(1)

@@ -307,21 +307,11 @@ static int sk_const_off(const cdy_sym_shapes *s, int v)
     return s->const_off && s->const_off[v];
 }
 
-/* 1 if view (or gather) v, or a view it is made from (first arguments),
- * starts a dim at a position that moves with the symbols (s->vsrc): its
- * offset is then not the example's at every size, even over a static base. */
-static int sk_moves(const cg_ctx *c, int v, int depth)
+/* 1 if view (or gather) v's offset moves with the symbols (sym.h's moves;
+ * unknown: 1). */
+static int sk_moves(const cg_ctx *c, int v)
 {
-    const cdy_sym_shapes *s = c->sym;
-    const cdy_value *val = &c->g->values[v];
-    int64_t k;
-    if (depth > 32 || (!cg_is_view(c->g, v) && !cg_is_gather(c->g, v)))
-        return 0;
-    for (int j = 0; s->vsrc && s->vsrc[v].src >= 0 && j < CDY_MAX_NDIM; j++)
-        if (s->vsrc[v].start[j] >= 0 && !cdy_sym_is_const(&s->tab, s->vsrc[v].start[j], &k))
-            return 1;
-    return val->nargs >= 1 && val->args[0] >= 0 && val->args[0] < v &&
-           sk_moves(c, val->args[0], depth + 1);
+    return !c->sym->moves || c->sym->moves[v];
 }
 
 /* View v's strides and offset through its source (s->vsrc: a 'p' or 'c'
@@ -369,7 +359,11 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
             return 0;
         return cg_sym_unsupported(c, "a view's offset from sizes has no expression");
     }
-    if (sk_static_value(c, b) && sk_static_value(c, v) && !sk_moves(c, v, 0)) {
+    if (sk_moves(c, v) && (!s->moves || sk_view_via_src(c, v, mst, off)))
+        return cg_sym_unsupported(c, "a view of a view at an offset from sizes");
+    if (sk_moves(c, v))
+        return 0;   /* at constant indices of its source (sk_view_via_src) */
+    if (sk_static_value(c, b) && sk_static_value(c, v) && !sk_moves(c, v)) {
         for (int d = 0; d < val->meta.ndim; d++)
             if ((mst[d] = cdy_sym_const(&s->tab, val->view_strides[d])) < 0)
                 return cg_sym_unsupported(c, "out of expression space");
@@ -638,7 +632,7 @@ static int sk_static_tree(const cg_ctx *c, int v, int depth)
     int view = cg_is_view(c->g, v), gather = cg_is_gather(c->g, v);
     if ((view || gather) && val->view_base >= 0 && !sk_static_tree(c, val->view_base, depth + 1))
         return 0;
-    if ((view || gather) && sk_moves(c, v, 0))
+    if ((view || gather) && sk_moves(c, v))
         return 0;   /* its offset moves with the symbols */
     for (int a = 0; gather && a < val->nargs; a++)
         if (!sk_static_tree(c, val->args[a], depth + 1))
@@ -976,7 +970,7 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
                                          "runtime numbers");
     for (int v = 0; c->sym && v < c->g->nvalues; v++) {
         int b = c->val_buf[v];
-        if (b < 0 || (sk_static_value(c, v) && (!cg_view_is_alias(c->g, v) || !sk_moves(c, v, 0))))
+        if (b < 0 || (sk_static_value(c, v) && (!cg_view_is_alias(c->g, v) || !sk_moves(c, v))))
             continue;
         if (cg_view_is_alias(c->g, v)) {   /* torch realizes it: as_strided of its base */
             if (sk_view_layout(c, v))

@@ -912,6 +912,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->cut = NULL;
     free(s->vsrc);
     s->vsrc = NULL;
+    free(s->moves);
+    s->moves = NULL;
     free(s->vlay);
     s->vlay = NULL;
 }
@@ -944,6 +946,35 @@ static int sy_const_starts(cdy_sym_shapes *s, int v)
     return 1;
 }
 
+/* s->moves (sym.h) of value v, those of earlier values known: a view or
+ * gather starting a dim at a non-constant position, or over a source (its
+ * maps') that moves; one without a map moves when any earlier view of its
+ * base does (it may be made from it). */
+static int sy_moves(const cdy_graph *g, const cdy_sym_hints *h, const cdy_sym_shapes *s, int v)
+{
+    const cdy_value *val = &g->values[v];
+    char k = val->kind == CDY_VAL_NODE ? cdy_op_table[val->op].kind : 0;
+    int64_t c;
+    if (k != 'V' && k != 'G')
+        return 0;
+    for (int j = 0; s->vsrc && s->vsrc[v].src >= 0 && j < CDY_MAX_NDIM; j++)
+        if (s->vsrc[v].start[j] >= 0 && !cdy_sym_is_const(&s->tab, s->vsrc[v].start[j], &c))
+            return 1;
+    int mapped = 0;
+    for (int i = 0; h && i < h->nviews; i++) {
+        const cdy_sym_view *w = &h->views[i];
+        if (w->value != v || w->src < 0 || w->src >= v)
+            continue;
+        mapped = 1;
+        if (s->moves[w->src])
+            return 1;
+    }
+    for (int u = 0; !mapped && u < v; u++)
+        if (s->moves[u] && g->values[u].view_base == val->view_base)
+            return 1;
+    return 0;
+}
+
 /* s->const_off (sym.h) of g's values: a view is constant-offset when it
  * has a map of a kind that starts every dim at a constant index ('p', 'r',
  * 'f', 'e', 'g': the source's offset; 's': a split piece, a constant start
@@ -966,6 +997,9 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
     s->cut = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
     for (int i = 0; s->cut && h && i < h->nviews; i++)   /* the trace's order: sources first */
         sy_cut_dims(g, &h->views[i], s->cut);
+    s->moves = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
+    for (int v = 0; s->moves && v < g->nvalues; v++)
+        s->moves[v] = (unsigned char)sy_moves(g, h, s, v);
 }
 
 uint64_t cdy_sym_live(const cdy_sym_shapes *s)

@@ -214,6 +214,10 @@ typedef struct cdy_sym_shapes_s {
                                   * within the dim's, guarded), 0 else */
     cdy_sym_vsrc *vsrc;          /* per value (malloc'd, may be NULL): a 'p' or 'c' view's
                                   * source, map and starts (src -1: none) */
+    unsigned char *moves;        /* per value (malloc'd, may be NULL: unknown): 1 when a
+                                  * view or gather, or a view it is made from, starts a dim
+                                  * at a position that moves with the symbols (its offset
+                                  * is then no constant, even over a static base) */
     int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
                                   * view torch realizes, at the symbols' values: [0] 1 + its
                                   * base value (0: none), [1] its offset's expression, [2 + d]
