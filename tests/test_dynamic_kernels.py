@@ -301,11 +301,14 @@ def test_static_base_view_with_symbolic_operand(dyn):
         return x * w[1:3, 4:12].sum(0) + 1     # a view of a static base (offset, strides)
     cdynamo.reset()
     g = _compile(f, torch.randn(5, 8), w)
-    # w's dims specialize (the slice read them); x's dim 0 stays symbolic
-    assert g.symbols == ((0, 0),)
+    # the slice's constant starts and stops are guarded within w's dims, which stay symbolic
+    # (the view's offset and strides expressions of them), as does x's dim 0
+    assert g.symbols == ((0, 0), (1, 0), (1, 1))
     for n in (2, 3, 64, 1000):
         x = torch.randn(n, 8)
         _same(g(x, w), f(x, w))
+    for w2 in (torch.randn(3, 12), torch.randn(9, 20)):
+        _same(g(x, w2), f(x, w2))
 
 
 def test_non_contiguous_input_specializes(dyn):

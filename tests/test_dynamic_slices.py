@@ -20,6 +20,7 @@ def _sweep(fn, make, seqs=SEQS):
 
 
 BUF = torch.arange(512, dtype=torch.float32).unsqueeze(0)
+WQKV = torch.randn(8, 24)
 
 
 def test_buffer_sliced_to_a_sequence_length():
@@ -58,14 +59,135 @@ def test_stop_from_another_tensor_guards_within_the_dim():
     assert cdynamo.stats()["frames_compiled"] == 3
 
 
-def test_slice_start_inside_a_symbolic_dim_specializes_that_dim_only():
+def test_slice_start_inside_a_dim_keeps_both_dims_symbolic():
     def f(x):
         return x[:, 1:] * 3
     cdynamo.reset()
     opt = cdynamo.optimize(f)
-    for b in [2, 3, 5, 9]:
-        x = torch.randn(b, 7)
+    for b, n in [(2, 7), (3, 8), (5, 9), (9, 30)]:
+        x = torch.randn(b, n)
         assert_same(f(x), opt(x))
+    assert cdynamo.stats()["frames_compiled"] == 2
+
+
+# issue 32: slices starting at a size, from the end, between sizes; narrow; int indices
+# counted from the end.  Each keeps the dims symbolic: the view's size is an expression
+# (stop - start, guarded as the example had it: within the dim, >= 2 or == 1) and its offset
+# too (kernels and realized views take it per call).
+@pytest.mark.parametrize("name,fn,make", [
+    ("start_at_a_size", lambda x, y: x[:, y.shape[1]:] * 2,
+     lambda s: (torch.randn(2, s + 6), torch.randn(2, s))),
+    ("constant_start", lambda x: x[:, 3:] * 2, lambda s: (torch.randn(2, s, 3),)),
+    ("negative_start", lambda x: x[:, -3:] * 2, lambda s: (torch.randn(2, s),)),
+    ("stop_from_the_end", lambda x: x[:, :-1] * 2, lambda s: (torch.randn(3, s, 2),)),
+    ("between_sizes", lambda x, y: x[:, y.shape[1]: 2 * y.shape[1]] + 1,
+     lambda s: (torch.randn(3, 3 * s), torch.randn(2, s))),
+    ("size_from_the_end", lambda x, y: x[:, -y.shape[1]:] * 2,
+     lambda s: (torch.randn(2, s + 4), torch.randn(2, s))),
+    ("rows_and_cols", lambda x: x[2:, 1:-1].exp() + x[:-2, 2:].sum(0),
+     lambda s: (torch.randn(s, s),)),
+    ("narrow_start_at_a_size", lambda x, y: x.narrow(1, y.shape[1], 4) * 2,
+     lambda s: (torch.randn(2, s + 6), torch.randn(2, s))),
+    ("narrow_length_a_size", lambda x, y: torch.narrow(x, -1, 2, y.shape[1]) * 2,
+     lambda s: (torch.randn(2, s + 6), torch.randn(2, s))),
+    ("narrow_from_the_end", lambda x: x.narrow(1, -3, 2) * 2, lambda s: (torch.randn(2, s),)),
+    ("int_index_last", lambda x: x[:, -1] * 2 + x[:, -2:].sum(1), lambda s: (torch.randn(2, s, 3),)),
+    ("int_index_at_a_size", lambda x, y: x[:, y.shape[1]] * 2,
+     lambda s: (torch.randn(2, s + 3, 4), torch.randn(2, s))),
+    ("last_token_then_transpose", lambda x: x[:, -1:, :].transpose(1, 2) + 1,
+     lambda s: (torch.randn(2, s, 3),)),
+    ("start_slice_then_reshape", lambda x: x[:, 2:].reshape(-1) * 2,
+     lambda s: (torch.randn(2, s),)),
+    # Phi-3's fused qkv: an extern's result sliced at offsets of its static last dim
+    ("fused_qkv_slices", lambda x: (x @ WQKV)[..., 8:16] * (x @ WQKV)[..., 16:].exp(),
+     lambda s: (torch.randn(2, s, 8),)),
+])
+def test_slices_at_symbolic_positions_compile_twice(name, fn, make):
+    assert _sweep(fn, make) == 2
+
+
+@pytest.mark.parametrize("name,fn,make", [
+    ("view_returned", lambda x, y: x[:, y.shape[1]:], lambda s: (torch.randn(2, s + 6), torch.randn(2, s))),
+    ("extern_argument", lambda x, y: x[:, y.shape[1]:, :] @ y.t()[:3],
+     lambda s: (torch.randn(2, s + 6, 3), torch.randn(4, s))),
+    ("static_buffer_at_a_size", lambda x, y: x * BUF[:, y.shape[1]: y.shape[1] + 4],
+     lambda s: (torch.randn(2, 4), torch.randn(2, s))),
+])
+def test_views_at_a_symbolic_offset_realized_or_of_a_static_base(name, fn, make):
+    """A view at an offset from sizes returned (torch realizes it), passed to an extern, or of a
+    static buffer whose sizes stay constants: its offset is the expression per call."""
+    assert _sweep(fn, make) == 2
+
+
+@pytest.mark.parametrize("name,fn,pairs", [
+    # the start past the dim: an empty result (eager's), a guard that recompiles
+    ("start_past_the_dim", lambda x, y: x[:, y.shape[1]:] * 2, [(9, 3), (12, 5), (20, 8), (4, 6), (3, 9)]),
+    # -3 on a dim of 2: clamped to the start
+    ("negative_start_clamped", lambda x, y: x[:, -3:] * 2, [(2, 2), (5, 2), (9, 2), (2, 2)]),
+    ("negative_size_start_clamped", lambda x, y: x[:, -y.shape[1]:] + 1,
+     [(9, 3), (12, 5), (20, 8), (4, 6), (3, 9), (5, 7)]),
+    ("narrow_at_the_end", lambda x, y: x.narrow(1, y.shape[1], 2) + 1, [(9, 3), (12, 5), (7, 5)]),
+])
+def test_empty_or_clamped_slices_equal_eager(name, fn, pairs):
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad():
+        for n, m in pairs:
+            x, y = torch.randn(3, n), torch.randn(2, m)
+            assert_same(fn(x, y), opt(x, y))
+    assert cdynamo.stats()["frames_compiled"] <= 4
+
+
+EMB = torch.randn(40, 4)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("advanced_index", lambda x, y: x[:, y.shape[1]:][:, [0, 2]] * 2),
+    ("gather", lambda x, y: torch.gather(x[:, y.shape[1]:], 1, torch.tensor([[1, 0], [2, 2]])) + 1),
+    ("embedding_of_a_static_slice", lambda x, y: torch.nn.functional.embedding(
+        torch.tensor([[0, 3]]), EMB[y.shape[1] // 4:]) + 1),
+    ("index_select", lambda x, y: x[:, y.shape[1]:].index_select(1, torch.tensor([2, 0])) * 2),
+    ("unfold", lambda x, y: x[:, y.shape[1]:].unfold(1, 2, 1) * 2),
+    ("expand", lambda x, y: x[:, -1:].expand(2, 5) * 2),
+])
+def test_views_of_views_at_a_symbolic_offset_equal_eager(name, fn):
+    """Gathers, advanced indexing and views without a symbolic rule over a view at an offset
+    from sizes: each call equals eager (they read the offset per call or specialize)."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    with torch.no_grad():
+        for s in SEQS:
+            x, y = torch.randn(2, s + 6), torch.randn(2, s)
+            assert_same(fn(x, y), opt(x, y))
+
+
+CAUSAL = torch.full((64, 64), float("-inf")).triu(1)
+
+
+def test_decode_steps_with_positions_and_mask_from_the_cache_length_compile_twice():
+    """A decode loop: the cache grows a token per step; positions arange(past, past + q), the
+    mask rows of a static causal buffer from past, the keys' last w as a window, the last
+    token's row: 2 compiles over 20 steps (the prompt, then every step symbolic)."""
+    w = torch.randn(8, 8)
+
+    def step(x, cache):
+        past, q = cache.shape[1], x.shape[1]
+        k = torch.cat([cache, x @ w], dim=1)
+        pos = torch.arange(past, past + q)
+        m = CAUSAL[past: past + q, : past + q]
+        att = (x @ k.transpose(1, 2) + m).softmax(-1)
+        h = att @ k + pos.unsqueeze(-1)
+        return h[:, -1:], k, k[:, -4:]
+
+    cdynamo.reset()
+    opt = cdynamo.optimize(step)
+    cache = ce = torch.zeros(1, 0, 8)
+    with torch.no_grad():
+        for i in range(20):
+            x = torch.randn(1, 6 if i == 0 else 1, 8)   # the prompt, then a token per step
+            h, cache, win = opt(x, cache)
+            he, ce, wine = step(x, ce)
+            assert_same((he, ce, wine), (h, cache, win))
     assert cdynamo.stats()["frames_compiled"] == 2
 
 
@@ -108,9 +230,9 @@ def test_int_index_zero_keeps_the_other_dims_symbolic():
     assert _sweep(lambda x: torch.tanh(x[:, 0] * 2), lambda s: (torch.randn(2, s, 8),)) == 2
 
 
-def test_int_index_inside_a_dim_specializes_that_dim_only():
-    """x[:, -1] (the last token's logits): a batch sweep compiles twice; its indexed dim is a
-    number (a sweep over it would compile per length)."""
+def test_int_index_inside_a_dim_keeps_the_batch_symbolic():
+    """x[:, -1] (the last token's logits): a batch sweep compiles twice (a sweep over the
+    indexed dim too: test_slices_at_symbolic_positions_compile_twice)."""
     def f(x):
         return x[:, -1] + x[:, 1, :2].sum()
     cdynamo.reset()

@@ -122,6 +122,14 @@ static int sk_dense_strides(cg_ctx *c, int v, int *mst)
         mst[order[i]] = e;
         e = e < 0 ? -1 : cdy_sym_mul(&s->tab, e, s->dims[v][order[i]]);
     }
+    for (int d = 0; d < m->ndim && !static_; d++) {   /* a size 1: the sizes inside it, as
+                                                         * the runtime's buffers (and eager) */
+        for (int i = 0; m->sizes[d] == 1 && i < n; i++)
+            mst[d] = i == 0 ? cdy_sym_const(&s->tab, 1) : mst[d];
+        for (int i = 0; m->sizes[d] == 1 && i < n && mst[d] >= 0; i++)
+            if (m->strides[order[i]] < m->strides[d])
+                mst[d] = cdy_sym_mul(&s->tab, mst[d], s->dims[v][order[i]]);
+    }
     for (int d = 0; d < m->ndim; d++)
         e = e < 0 || mst[d] < 0 ? -1 : e;
     return e < 0 || zero < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
@@ -293,6 +301,52 @@ fail:
     return -1;
 }
 
+/* 1 if view v starts each dim at a constant index (sym.h's const_off). */
+static int sk_const_off(const cdy_sym_shapes *s, int v)
+{
+    return s->const_off && s->const_off[v];
+}
+
+/* 1 if view (or gather) v's offset moves with the symbols (sym.h's moves;
+ * unknown: 1). */
+static int sk_moves(const cg_ctx *c, int v)
+{
+    return !c->sym->moves || c->sym->moves[v];
+}
+
+/* View v's strides and offset through its source (s->vsrc: a 'p' or 'c'
+ * map with start expressions): the source's (a view of the same base:
+ * sk_view_strides; the base: its dense strides, offset 0) per mapped dim,
+ * the offset the source's plus each source dim's start times its stride;
+ * checked against v's strides and offset at the hints.  0, or -1 (no
+ * message unless the source's layout failed). */
+static int sk_view_via_map(cg_ctx *c, int v, int *mst, int *off)
+{
+    cdy_sym_shapes *s = c->sym;
+    const cdy_value *val = &c->g->values[v];
+    const cdy_sym_vsrc *r = s->vsrc ? &s->vsrc[v] : NULL;
+    int u = r ? r->src : -1, ust[CDY_MAX_NDIM], zero = cdy_sym_const(&s->tab, 0);
+    if (u < 0 || u >= v || zero < 0)
+        return -1;
+    const cdy_value *uv = &c->g->values[u];
+    *off = zero;
+    if (u == val->view_base ? sk_dense_strides(c, u, ust)
+                            : !cg_is_view(c->g, u) || uv->view_base != val->view_base ||
+                                  sk_view_strides(c, u, ust, off))
+        return -1;
+    for (int j = 0; j < uv->meta.ndim && *off >= 0; j++)
+        if (r->start[j] >= 0)
+            *off = cdy_sym_add(&s->tab, *off, cdy_sym_mul(&s->tab, r->start[j], ust[j]));
+    if (*off < 0 || cdy_sym_eval(&s->tab, *off, NULL) != val->view_offset)
+        return -1;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        mst[d] = r->map[d] < 0 || r->map[d] >= uv->meta.ndim ? zero : ust[r->map[d]];
+        if (val->meta.sizes[d] >= 2 && cdy_sym_eval(&s->tab, mst[d], NULL) != val->view_strides[d])
+            return -1;
+    }
+    return 0;
+}
+
 static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
@@ -300,7 +354,16 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
     int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
     const cdy_meta *bm = sk_mem_meta(c, b);
     *off = cdy_sym_const(&s->tab, val->view_offset);
-    if (sk_static_value(c, b) && sk_static_value(c, v)) {
+    if (!sk_const_off(s, v) && s->vsrc && s->vsrc[v].src >= 0) {   /* a start from sizes */
+        if (!sk_view_via_map(c, v, mst, off))
+            return 0;
+        return cg_sym_unsupported(c, "a view's offset from sizes has no expression");
+    }
+    if (sk_moves(c, v) && (!s->moves || sk_view_via_src(c, v, mst, off)))
+        return cg_sym_unsupported(c, "a view of a view at an offset from sizes");
+    if (sk_moves(c, v))
+        return 0;   /* at constant indices of its source (sk_view_via_src) */
+    if (sk_static_value(c, b) && sk_static_value(c, v) && !sk_moves(c, v)) {
         for (int d = 0; d < val->meta.ndim; d++)
             if ((mst[d] = cdy_sym_const(&s->tab, val->view_strides[d])) < 0)
                 return cg_sym_unsupported(c, "out of expression space");
@@ -308,7 +371,9 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
     }
     if (!cg_is_gather(c->g, v) && sk_view_reshapes(c, v, b))   /* a reshape of a contiguous base */
         return sk_contig_strides(c, v, mst, off);
-    if (val->view_offset && !(s->const_off && s->const_off[v]))
+    if (val->view_offset && !sk_const_off(s, v) && !sk_view_via_src(c, v, mst, off))
+        return 0;   /* a view at a constant index of a source at an offset from sizes */
+    if (val->view_offset && !sk_const_off(s, v))
         return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
                                      "symbolic size");
     if (sk_dense_strides(c, b, bst) ||
@@ -567,6 +632,8 @@ static int sk_static_tree(const cg_ctx *c, int v, int depth)
     int view = cg_is_view(c->g, v), gather = cg_is_gather(c->g, v);
     if ((view || gather) && val->view_base >= 0 && !sk_static_tree(c, val->view_base, depth + 1))
         return 0;
+    if ((view || gather) && sk_moves(c, v))
+        return 0;   /* its offset moves with the symbols */
     for (int a = 0; gather && a < val->nargs; a++)
         if (!sk_static_tree(c, val->args[a], depth + 1))
             return 0;
@@ -903,7 +970,7 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
                                          "runtime numbers");
     for (int v = 0; c->sym && v < c->g->nvalues; v++) {
         int b = c->val_buf[v];
-        if (b < 0 || sk_static_value(c, v))
+        if (b < 0 || (sk_static_value(c, v) && (!cg_view_is_alias(c->g, v) || !sk_moves(c, v))))
             continue;
         if (cg_view_is_alias(c->g, v)) {   /* torch realizes it: as_strided of its base */
             if (sk_view_layout(c, v))

@@ -37,11 +37,14 @@ static cdy_guard *dy_tensor_guard(const cdy_guards *gs, const cdy_src *s)
 
 /* The dims of input source s (meta m) whose size differs from an earlier
  * entry's guard on s of the same rank, or that were symbolic there; *was
- * (may be NULL) gets the earlier sizes of the first entry that differs. */
+ * (may be NULL) gets the earlier sizes of the first entry that differs (-1:
+ * symbolic there, or unchanged). */
 static unsigned dy_changed(const cdy_dyn_ctx *c, const cdy_src *s, const cdy_meta *m,
                            int64_t *was)
 {
     unsigned bits = 0;
+    for (int d = 0; was && d < m->ndim; d++)
+        was[d] = -1;
     for (int e = 0; e < c->nprev; e++) {
         const cdy_guard *g = dy_tensor_guard(c->prev[e], s);
         if (!g || g->ndim != m->ndim)
@@ -188,6 +191,9 @@ static void dy_log_input(const cdy_dyn_ctx *c, const cdy_trace *t, int i, const 
         if (marked >> d & 1)
             cdy_log(topic, "dimension %d of '%s' is dynamic: marked by mark_dynamic (size %lld)",
                     d, name, (long long)m->sizes[d]);
+        else if ((changed >> d & 1) && was[d] < 0)
+            cdy_log(topic, "dimension %d of '%s' stays dynamic: symbolic in an earlier entry "
+                    "(size %lld)", d, name, (long long)m->sizes[d]);
         else if (changed >> d & 1)
             cdy_log(topic, "dimension %d of '%s' became dynamic: %lld -> %lld", d, name,
                     (long long)was[d], (long long)m->sizes[d]);

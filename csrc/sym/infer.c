@@ -471,8 +471,10 @@ static int sy_view_has_sx(const cdy_sym_view *w)
 static void sy_view_pin_sx(sy_pass *p, int v)
 {
     for (int i = 0; p->h && i < p->h->nviews; i++)
-        for (int d = 0; p->h->views[i].value == v && d < CDY_MAX_NDIM; d++)
+        for (int d = 0; p->h->views[i].value == v && d < CDY_MAX_NDIM; d++) {
             sy_sx_pin(p, p->h->views[i].sx[d], v, "a view's size without a symbolic rule", 0);
+            sy_sx_pin(p, p->h->views[i].st[d], v, "a view's start without a symbolic rule", 0);
+        }
 }
 
 /* view / reshape whose sizes name symbolic ints (w->sx): those sizes are
@@ -594,6 +596,22 @@ static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
     return 0;
 }
 
+/* Record view v's source, map (w's) and source dims' start expressions in
+ * s->vsrc (allocated on first use); 0, or -1 (memory). */
+static int sy_vsrc(sy_pass *p, int v, const cdy_sym_view *w, const int *start)
+{
+    cdy_sym_shapes *s = p->s;
+    if (!s->vsrc && (s->vsrc = calloc((size_t)s->nvalues, sizeof(*s->vsrc))))
+        for (int i = 0; i < s->nvalues; i++)
+            s->vsrc[i].src = -1;
+    if (!s->vsrc)
+        return -1;
+    s->vsrc[v].src = w->src;
+    memcpy(s->vsrc[v].map, w->map, sizeof(w->map));
+    memcpy(s->vsrc[v].start, start, sizeof(s->vsrc[v].start));
+    return 0;
+}
+
 /* A view with a map (sym.h's cdy_sym_view) into v's dims. */
 static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
@@ -601,9 +619,12 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     const cdy_meta *sm = w->src >= 0 ? &p->g->values[w->src].meta : m;
     int *o = p->s->dims[v];
     if (w->kind == 'p') {
+        int start[CDY_MAX_NDIM];
         for (int d = 0; d < m->ndim; d++)
             o[d] = w->map[d] < 0 ? cdy_sym_const(&p->s->tab, 1) : p->s->dims[w->src][w->map[d]];
-        return 0;
+        for (int j = 0; j < CDY_MAX_NDIM; j++)
+            start[j] = -1;
+        return sy_vsrc(p, v, w, start);
     }
     if (w->kind == 'z') {   /* sizes given by symbolic ints (a factory's) */
         for (int d = 0; d < m->ndim; d++)
@@ -639,6 +660,7 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
         return 0;
     }
     if (w->kind == 'c') {   /* a getitem's: dims of the source, cut or whole, or new 1s */
+        int start[CDY_MAX_NDIM];
         for (int d = 0; d < m->ndim; d++) {
             if (w->map[d] >= sm->ndim)
                 return -1;
@@ -649,7 +671,10 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
             if (o[d] < 0)
                 return -1;
         }
-        return 0;
+        for (int j = 0; j < CDY_MAX_NDIM; j++)
+            if ((start[j] = w->st[j] ? sy_sx_expr(p, w->st[j], 0) : -1) < 0 && w->st[j])
+                return -1;
+        return sy_vsrc(p, v, w, start);
     }
     if (w->kind == 'x')
         return sy_expand_map(p, v, w);
@@ -693,6 +718,8 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
 /* A view node: by its map when the trace recorded one. */
 static int sy_view(sy_pass *p, int v)
 {
+    if (p->s->vsrc)
+        p->s->vsrc[v].src = -1;   /* an earlier pass's */
     for (int i = 0; p->h && i < p->h->nviews; i++)
         if (p->h->views[i].value == v)
             return sy_view_map(p, v, &p->h->views[i]);
@@ -883,6 +910,10 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->const_off = NULL;
     free(s->cut);
     s->cut = NULL;
+    free(s->vsrc);
+    s->vsrc = NULL;
+    free(s->moves);
+    s->moves = NULL;
     free(s->vlay);
     s->vlay = NULL;
 }
@@ -902,6 +933,48 @@ static void sy_cut_dims(const cdy_graph *g, const cdy_sym_view *w, unsigned char
     }
 }
 
+/* 1 unless view v (s->vsrc) starts a source dim at a position that moves
+ * with the symbols, or inside a dim of symbolic size. */
+static int sy_const_starts(cdy_sym_shapes *s, int v)
+{
+    const cdy_sym_vsrc *r = s->vsrc && s->vsrc[v].src >= 0 ? &s->vsrc[v] : NULL;
+    int64_t k;
+    for (int j = 0; r && j < CDY_MAX_NDIM; j++)
+        if (r->start[j] >= 0 && (!cdy_sym_is_const(&s->tab, r->start[j], &k) ||
+                                 (k && !cdy_sym_is_const(&s->tab, s->dims[r->src][j], &k))))
+            return 0;
+    return 1;
+}
+
+/* s->moves (sym.h) of value v, those of earlier values known: a view or
+ * gather starting a dim at a non-constant position, or over a source (its
+ * maps') that moves; one without a map moves when any earlier view of its
+ * base does (it may be made from it). */
+static int sy_moves(const cdy_graph *g, const cdy_sym_hints *h, const cdy_sym_shapes *s, int v)
+{
+    const cdy_value *val = &g->values[v];
+    char k = val->kind == CDY_VAL_NODE ? cdy_op_table[val->op].kind : 0;
+    int64_t c;
+    if (k != 'V' && k != 'G')
+        return 0;
+    for (int j = 0; s->vsrc && s->vsrc[v].src >= 0 && j < CDY_MAX_NDIM; j++)
+        if (s->vsrc[v].start[j] >= 0 && !cdy_sym_is_const(&s->tab, s->vsrc[v].start[j], &c))
+            return 1;
+    int mapped = 0;
+    for (int i = 0; h && i < h->nviews; i++) {
+        const cdy_sym_view *w = &h->views[i];
+        if (w->value != v || w->src < 0 || w->src >= v)
+            continue;
+        mapped = 1;
+        if (s->moves[w->src])
+            return 1;
+    }
+    for (int u = 0; !mapped && u < v; u++)
+        if (s->moves[u] && g->values[u].view_base == val->view_base)
+            return 1;
+    return 0;
+}
+
 /* s->const_off (sym.h) of g's values: a view is constant-offset when it
  * has a map of a kind that starts every dim at a constant index ('p', 'r',
  * 'f', 'e', 'g': the source's offset; 's': a split piece, a constant start
@@ -918,12 +991,15 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
             if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescg", w->kind))
-                s->const_off[v] = s->const_off[w->src];
+                s->const_off[v] = s->const_off[w->src] && sy_const_starts(s, v);
         }
     }
     s->cut = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
     for (int i = 0; s->cut && h && i < h->nviews; i++)   /* the trace's order: sources first */
         sy_cut_dims(g, &h->views[i], s->cut);
+    s->moves = calloc(g->nvalues ? (size_t)g->nvalues : 1, 1);
+    for (int v = 0; s->moves && v < g->nvalues; v++)
+        s->moves[v] = (unsigned char)sy_moves(g, h, s, v);
 }
 
 uint64_t cdy_sym_live(const cdy_sym_shapes *s)

@@ -108,10 +108,11 @@ typedef struct cdy_sym_pin_s {
  * symbolic int sx[d], or the node's constant size (arange(n)'s IOTA node);
  * 'x': expand: out dim d is source dim map[d] (bit d of a: the call gave a
  * constant for it) or (-1) symbolic int sx[d] / the node's constant size;
- * 'c': a getitem of slices / None / Ellipsis: out dim d is a new 1 (-1) or
- * source dim map[d], whole, or cut from its start to symbolic int sx[d] (the
- * trace guarded it within the dim) or to the node's constant size (bit d of
- * a; a constant start inside it pinned the dim);
+ * 'c': a getitem of slices / None / Ellipsis / ints, or narrow: out dim d is
+ * a new 1 (-1) or source dim map[d], whole, or cut to symbolic int sx[d]
+ * elements (the trace guarded the cut within the dim) or to the node's
+ * constant size (bit d of a); source dim j starts at symbolic int st[j]
+ * (0: at 0; an int index's dim, dropped, too);
  * 'g': advanced indexing's gather node: out dim d is source dim map[d], the
  * broadcast of its index args' sizes (-2, right-aligned), or its constant
  * size (-1); 'k' (src -1): an int scalar value (a node's operand) that is
@@ -123,6 +124,7 @@ typedef struct cdy_sym_view_s {
     signed char map[CDY_MAX_NDIM];
     int sx[CDY_MAX_NDIM];        /* 'r': 1 + the symbolic int (cdy_sym_sx) of out dim d's
                                   * size argument, or 0: the constant size */
+    int st[CDY_MAX_NDIM];        /* 'c': per source dim, the symbolic int of its start */
 } cdy_sym_view;
 
 /* A symbolic Python int of the trace (trace/symint.c): a size the code read
@@ -178,6 +180,16 @@ typedef struct {
     char why[192];               /* why it specialized */
 } cdy_sym_info;
 
+/* A view whose offset from its source is an expression: out dim d is source
+ * dim map[d] (-1: a new 1) and source dim j starts at expression start[j]
+ * (-1: at 0), so its offset is the source's plus each start times that
+ * dim's stride (compiler/symk.c). */
+typedef struct {
+    int src;
+    signed char map[CDY_MAX_NDIM];
+    int start[CDY_MAX_NDIM];
+} cdy_sym_vsrc;
+
 typedef struct cdy_sym_shapes_s {
     cdy_symtab tab;
     cdy_sym_info info[CDY_SYM_MAX_SYMS];
@@ -200,6 +212,12 @@ typedef struct cdy_sym_shapes_s {
     unsigned char *cut;          /* per value (malloc'd, may be NULL): bit d when dim d is
                                   * a slice of its source's dim (a 'c' map's cut: its size
                                   * within the dim's, guarded), 0 else */
+    cdy_sym_vsrc *vsrc;          /* per value (malloc'd, may be NULL): a 'p' or 'c' view's
+                                  * source, map and starts (src -1: none) */
+    unsigned char *moves;        /* per value (malloc'd, may be NULL: unknown): 1 when a
+                                  * view or gather, or a view it is made from, starts a dim
+                                  * at a position that moves with the symbols (its offset
+                                  * is then no constant, even over a static base) */
     int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
                                   * view torch realizes, at the symbols' values: [0] 1 + its
                                   * base value (0: none), [1] its offset's expression, [2 + d]

@@ -266,6 +266,9 @@ void cdy_tr_sym_copy(tracer *tr, const cdy_build_call *call, tvar *r)
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a copy without a symbolic rule");
 }
 
+static int sp_narrow_map(tracer *tr, const cdy_build_call *call, const tvar *x, const cdy_meta *m,
+                         cdy_sym_view *w);
+
 void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
 {
     static const char *const perm[] = {"permute", "transpose", "swapaxes", "swapdims",
@@ -287,6 +290,7 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     int ok = v->kind == CDY_VAL_NODE && cdy_op_table[v->op].kind == 'V' &&
              (sp_in(name, perm) ? !sp_perm_map(src, &v->meta, &w) :
               sp_in(name, shape) ? !sp_shape_map(call, name, src, &v->meta, &w) :
+              !strcmp(name, "narrow") ? !sp_narrow_map(tr, call, call->args[0], &v->meta, &w) :
               !strcmp(name, "expand") && !sp_expand_map(call, src, &v->meta, &w));
     if (!ok) {
         cdy_tr_pin_tensors(tr, call->args, call->nargs, "a view without a symbolic rule");
@@ -295,7 +299,7 @@ void cdy_tr_sym_view(tracer *tr, const cdy_build_call *call, tvar *r)
     if (sp_view_room(tr))
         return;
     tr->t->symviews[tr->t->nsymviews++] = w;
-    for (int i = 1; (w.kind == 'r' || w.kind == 'x') && i < call->nargs; i++)
+    for (int i = 1; (w.kind == 'r' || w.kind == 'x' || w.kind == 'c') && i < call->nargs; i++)
         cdy_sx_taken(tr, call->args[i]);   /* their nodes are in the map: not pinned */
 }
 
@@ -305,12 +309,79 @@ static int sp_slice_node(tracer *tr, int sx)
     return sx > 0 && sx <= tr->t->nsx && tr->t->sx[sx - 1].op == 'S' ? sx : 0;
 }
 
+/* The node of constant k, of a + b, of a - b (0 when an operand is 0). */
+static int sp_k(tracer *tr, long long k)
+{
+    return cdy_sx_node(tr, 'k', 0, 0, -1, -1, k);
+}
+
+static int sp_add(tracer *tr, int a, int b)
+{
+    return a && b ? cdy_sx_node(tr, '+', a, b, -1, -1, 0) : 0;
+}
+
+static int sp_sub(tracer *tr, int a, int b)
+{
+    int m = b ? sp_k(tr, -1) : 0;
+    return sp_add(tr, a, m ? cdy_sx_node(tr, '*', b, m, -1, -1, 0) : 0);
+}
+
+/* A position in dim node d (size n at the example) given as int k (node sx,
+ * 0: the constant k; negative counts from the end, as Python's and torch's):
+ * into *node its index from the dim's start, guarded as the example has it:
+ * the sign the trace took, then within the dim (0 <= index <= the dim, <
+ * when strict: an int index), or clamped as Python's slices clamp (an index
+ * <= 0 is the start, one >= the dim its end); 0, or -1 (an int index
+ * outside the dim: no rule). */
+static int sp_position(tracer *tr, int d, int64_t n, long long k, int sx, int strict,
+                       const char *why, int *node)
+{
+    int r = sx ? sx : sp_k(tr, k), zero = sp_k(tr, 0);
+    if (sx && cdy_sx_cmp(tr, r, zero, k < 0 ? Py_LT : Py_GE, 1, why))
+        return -1;
+    if (k < 0) {
+        r = sp_add(tr, d, r);
+        k += n;
+    }
+    if (strict && (k < 0 || k >= n))
+        return -1;
+    if (k < 0 || k > n) {   /* clamped to the dim's start or end */
+        *node = k < 0 ? zero : d;
+        return cdy_sx_cmp(tr, r, *node, k < 0 ? Py_LE : Py_GE, 1, why);
+    }
+    *node = r;
+    return cdy_sx_cmp(tr, r, zero, Py_GE, 1, why) ||
+           cdy_sx_cmp(tr, r, d, strict ? Py_LT : Py_LE, 1, why);
+}
+
+/* Out dim od of view w (meta m) is source dim sd of x from node a to node b
+ * (positions, sp_position): its size node b - a, guarded >= 2 (the symbolic
+ * int sx[od]) or == 1 (a constant, bit od of a) as at the example, and its
+ * start st[sd] = a; 0, or -1 (an empty cut: no rule). */
+static int sp_span(tracer *tr, int sd, int od, int a, int b, const cdy_meta *m, cdy_sym_view *w,
+                   const char *why)
+{
+    int64_t len = m->sizes[od];
+    int n = sp_sub(tr, b, a), k = len >= 1 ? sp_k(tr, len >= 2 ? 2 : 1) : 0;
+    if (!n || !k || cdy_sx_cmp(tr, n, k, len >= 2 ? Py_GE : Py_EQ, 1, why))
+        return -1;
+    if (len >= 2)
+        w->sx[od] = n;
+    else
+        w->a |= 1 << od;
+    w->st[sd] = a;
+    return 0;
+}
+
 /* Out dim od of a getitem is src dim sd cut by slice item o (step 1, node
  * S: its bounds' symbolic ints): w's map; a start of 0 keeps the view's
  * offset, a symbolic stop is the size (guarded <= the dim and >= 2), a
- * constant stop a constant size (guarded <= the dim); any other start (a
- * symbolic one pinned) pins the dim (a constant offset inside it; kernels
- * take those on constant dims).  0, or -1 (no rule). */
+ * constant stop a constant size (guarded <= the dim); any other bounds
+ * (a start inside the dim, from its end, from sizes; a stop from the end)
+ * are positions (sp_position) and the size their difference (sp_span).
+ * Bounds clamped at the example, or an empty cut, pin the dim (a constant
+ * offset inside it; kernels take those on constant dims).  0, or -1 (no
+ * rule). */
 static int sp_cut(tracer *tr, const tvar *x, int sd, int od, PyObject *o, int S,
                   const cdy_meta *m, cdy_sym_view *w)
 {
@@ -324,18 +395,27 @@ static int sp_cut(tracer *tr, const tvar *x, int sd, int od, PyObject *o, int S,
     w->map[od] = (signed char)sd;
     if (step != 1)
         return -1;
-    if (start_sx)    /* a start read from sizes: a number (the offset a constant) */
-        cdy_sx_pin_node(tr, start_sx, cdy_sx_where(tr, "a slice's start"));
-    if (start == 0 && sl->stop == Py_None)
+    if (start == 0 && !start_sx && sl->stop == Py_None)
         return 0;                           /* the whole dim */
-    if (start != 0 || (!stop_sx && stop < 0)) {
-        const char *why = cdy_sx_where(tr, "a slice starting inside the dim");
+    int d = cdy_sx_dim(tr, x, sd);
+    if (start != 0 || start_sx || stop < 0 || (sl->stop != Py_None && stop > dim) ||
+        (stop_sx && stop < 2)) {
+        const char *why = cdy_sx_where(tr, "a slice's bounds within the dim");
+        int a = 0, b = sl->stop == Py_None ? d : 0;
+        if (d && !sp_position(tr, d, dim, start, start_sx, 0, why, &a) &&
+            (b || !sp_position(tr, d, dim, stop, stop_sx, 0, why, &b)) &&
+            !sp_span(tr, sd, od, a, b, m, w, why))
+            return 0;
+        why = cdy_sx_where(tr, "a slice starting inside the dim");
         cdy_tr_pin(tr, x->value, 1u << sd, why);
+        cdy_sx_pin_node(tr, start_sx, why);
         cdy_sx_pin_node(tr, stop_sx, why);
+        Py_ssize_t first = start, last = stop;
+        PySlice_AdjustIndices(dim, &first, &last, 1);
         w->a |= 1 << od;
+        w->st[sd] = first ? sp_k(tr, first) : 0;
         return 0;
     }
-    int d = cdy_sx_dim(tr, x, sd);
     if (!stop_sx) {                         /* x[:k]: k elements while the dim has them */
         int k = d ? cdy_sx_node(tr, 'k', 0, 0, -1, -1, stop) : 0;
         w->a |= 1 << od;
@@ -352,18 +432,69 @@ static int sp_cut(tracer *tr, const tvar *x, int sd, int od, PyObject *o, int S,
 }
 
 /* Source dim sd of x indexed by int item o (node sx, or 0): index 0 keeps
- * the view's offset; another (or one read from sizes: pinned) is a constant
- * offset inside the dim, which it pins.  0, or -1 (not an int). */
-static int sp_select(tracer *tr, const tvar *x, int sd, PyObject *o, int sx)
+ * the view's offset; another is a position (sp_position, strict), the start
+ * st[sd] of the dropped dim; one outside the dim at the example, or a
+ * position without a node, pins the dim (a constant offset inside it).
+ * 0, or -1 (not an int). */
+static int sp_select(tracer *tr, const tvar *x, int sd, PyObject *o, int sx, cdy_sym_view *w)
 {
     long k = PyLong_AsLong(o);
     if (k == -1 && PyErr_Occurred())
         return PyErr_Clear(), -1;
-    const char *why = cdy_sx_where(tr, "an int index inside the dim");
+    if (k == 0 && !sx)
+        return 0;
+    int64_t dim = tr->t->graph.values[x->value].meta.sizes[sd];
+    const char *why = cdy_sx_where(tr, "an int index within the dim");
+    int d = cdy_sx_dim(tr, x, sd), a = 0;
+    if (d && !sp_position(tr, d, dim, k, sx, 1, why, &a)) {
+        w->st[sd] = a;
+        return 0;
+    }
+    why = cdy_sx_where(tr, "an int index inside the dim");
     cdy_sx_pin_node(tr, sx, why);
-    if (k != 0 || sx)
-        cdy_tr_pin(tr, x->value, 1u << sd, why);
+    cdy_tr_pin(tr, x->value, 1u << sd, why);
+    k += k < 0 ? dim : 0;
+    w->st[sd] = k > 0 && k < dim ? sp_k(tr, k) : 0;
     return 0;
+}
+
+/* Int argument a: its value into *k; 0, or -1 (not a constant int). */
+static int sp_int_of(const tvar *a, long long *k)
+{
+    if (!a || a->kind != TV_CONST || !PyLong_CheckExact(a->obj))
+        return -1;
+    *k = PyLong_AsLongLong(a->obj);
+    return PyErr_Occurred() ? (PyErr_Clear(), -1) : 0;
+}
+
+/* w ('c', sym.h) for narrow(dim, start, length) of x into result meta m: the
+ * dim cut from position start (sp_position) for length elements, guarded
+ * within the dim (sp_span); 0, or -1 (no rule). */
+static int sp_narrow_map(tracer *tr, const cdy_build_call *call, const tvar *x, const cdy_meta *m,
+                         cdy_sym_view *w)
+{
+    tvar *slot[4];
+    const cdy_meta *src = &tr->t->graph.values[x->value].meta;
+    long long dim, start, len;
+    if (cdy_bind_names("input dim start length", call->args, call->nargs, call->kwnames, slot) ||
+        sp_int_of(slot[1], &dim) || sp_int_of(slot[2], &start) || sp_int_of(slot[3], &len) ||
+        slot[1]->sx || m->ndim != src->ndim)
+        return -1;
+    dim += dim < 0 ? src->ndim : 0;
+    if (dim < 0 || dim >= src->ndim)
+        return -1;
+    w->kind = 'c';
+    w->a = 0;
+    for (int d = 0; d < m->ndim; d++)
+        w->map[d] = (signed char)d;
+    const char *why = cdy_sx_where(tr, "narrow's start and length within the dim");
+    int d = cdy_sx_dim(tr, x, (int)dim), a = 0, ln = slot[3]->sx ? slot[3]->sx : sp_k(tr, len);
+    if (!d || !ln || sp_position(tr, d, src->sizes[dim], start, slot[2]->sx, 0, why, &a))
+        return -1;
+    int b = sp_add(tr, a, ln);
+    if (!b || cdy_sx_cmp(tr, b, d, Py_LE, 1, why))
+        return -1;
+    return sp_span(tr, (int)dim, (int)dim, a, b, m, w, why);
 }
 
 /* w's 'c' map (sym.h) for x[idx] (meta m) when idx (a constant: tr's nodes
@@ -403,7 +534,7 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
         }
         else if (PyLong_CheckExact(items[i])) {
             if (sp_select(tr, x, sd++, items[i], tuple ? (i < idx->nsxi ? idx->sxi[i] : 0)
-                                                       : idx->sx))
+                                                       : idx->sx, w))
                 return -1;
         }
         else
