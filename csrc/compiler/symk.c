@@ -308,9 +308,12 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
     }
     if (!cg_is_gather(c->g, v) && sk_view_reshapes(c, v, b))   /* a reshape of a contiguous base */
         return sk_contig_strides(c, v, mst, off);
-    if (val->view_offset && !(s->const_off && s->const_off[v]))
-        return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
-                                     "symbolic size");
+    if (val->view_offset && !(s->const_off && s->const_off[v])) {
+        char why[160];
+        snprintf(why, sizeof(why), "a kernel loads a view at an offset of a base with a "
+                 "symbolic size (%%%d, line %d)", v, val->source_line);
+        return cg_sym_unsupported(c, why);
+    }
     if (sk_dense_strides(c, b, bst) ||
         (val->view_offset && sk_view_offset(c, b, bm, bst, val->view_offset, off)))
         return -1;

@@ -917,7 +917,7 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
-            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescg", w->kind))
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescgx", w->kind))
                 s->const_off[v] = s->const_off[w->src];
         }
     }
