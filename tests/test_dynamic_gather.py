@@ -1,7 +1,8 @@
 """Dynamic shapes (issue 32): torch.gather, index_select and embedding keep sizes symbolic
 (each GATHER node's sizes: its source's kept dims, its index's), torch.diff's result follows
-its input, and an index into an expanded dim reads its range as a literal (that dim pinned),
-so sequence sweeps of BERT and GPT-2 from configs compile twice and every call equals eager.
+its input, and an index into an expanded dim ranges over that dim's symbolic size, so
+sequence sweeps of BERT and GPT-2 from configs, and batch sweeps of transformers' masks
+without a cache, compile twice and every call equals eager.
 Out-of-range indices raise eager's error type at a size the graph was not compiled at."""
 import pytest
 import torch
