@@ -1,7 +1,8 @@
 """Dynamic shapes (issue 32): torch.gather, index_select and embedding keep sizes symbolic
 (each GATHER node's sizes: its source's kept dims, its index's), torch.diff's result follows
-its input, and an index into an expanded dim reads its range as a literal (that dim pinned),
-so sequence sweeps of BERT and GPT-2 from configs compile twice and every call equals eager.
+its input, and an index into an expanded dim ranges over that dim's symbolic size, so
+sequence sweeps of BERT and GPT-2 from configs, and batch sweeps of transformers' masks
+without a cache, compile twice and every call equals eager.
 Out-of-range indices raise eager's error type at a size the graph was not compiled at."""
 import pytest
 import torch
@@ -145,3 +146,56 @@ def test_outputs_equal_only_at_the_hint_are_separate_kernels():
 def test_gpt2_sweep_from_length_one():
     fn = _hf("gpt2")
     assert _sweep(fn, lambda s: (torch.randint(3, 512, (2, s)),), [1, 2, 3, 4, 6]) == 2
+
+
+ROW = torch.randn(1, 8)
+
+
+@pytest.mark.parametrize("name", ["advanced", "index_select", "two_indices"])
+def test_index_into_an_expanded_dim_ranges_over_its_symbolic_size(name):
+    """masking_utils' packed-sequence mask (no cache): position_ids.expand(batch, -1) indexed
+    by arange(batch): the index's range is the expanded dim's size at every batch (the batch
+    stays symbolic, it was pinned: one compile per batch), checked against eager's error at
+    a size the graph was not compiled at, for an index of b and of -b - 1."""
+    def f(x, i):
+        p = ROW.expand(x.shape[0], -1)
+        if name == "advanced":
+            g = p[i]
+        elif name == "index_select":
+            g = torch.index_select(p, 0, i)
+        else:
+            g = p[i, i.remainder(8)]
+        return g * x[:, :1]
+    def make(b, bad=None):
+        i = torch.arange(b).flip(0)
+        if bad is not None:
+            i[1] = bad
+        return torch.randn(b, 8), i
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for b in (2, 3, 5, 9):
+        args = make(b)
+        assert_same(f(*args), opt(*args))
+    assert cdynamo.stats()["frames_compiled"] == 2
+    for bad in (11, -12) if name != "index_select" else (11,):
+        args = make(11, bad)
+        with pytest.raises(Exception) as want:
+            f(*args)
+        with pytest.raises(want.type):
+            opt(*args)
+    args = make(11, -11 if name != "index_select" else 10)   # in range: wraps (advanced)
+    assert_same(f(*args), opt(*args))
+    assert cdynamo.stats()["frames_compiled"] == 2
+
+
+def test_packed_sequence_mask_keeps_the_batch_symbolic():
+    """A LLaMA-style causal mask of transformers without a cache: a batch sweep and a
+    sequence sweep each compile twice."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m = transformers.LlamaModel(transformers.LlamaConfig(
+        hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, vocab_size=100)).eval()
+    fn = lambda ids: m(input_ids=ids, use_cache=False).last_hidden_state   # noqa: E731
+    assert _sweep(fn, lambda b: (torch.randint(1, 100, (b, 9)),), [2, 3, 4, 7]) == 2
+    assert _sweep(fn, lambda s: (torch.randint(1, 100, (3, s)),), [5, 8, 13]) == 2

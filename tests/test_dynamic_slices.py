@@ -1,6 +1,7 @@
 """Dynamic shapes (issue 32): slices with symbolic or constant bounds, extern cat / addmm and
 views of a split piece keep sizes symbolic, so sequence sweeps of transformers-style code
 compile twice (the first size, then once symbolic) and every call equals eager.
+Phi-3's fused qkv projection sliced at constant offsets, its pieces expanded by repeat_kv, too.
 
 The patterns are those of transformers' models: BERT's `position_ids[:, 0:seq_length]` of a
 buffer, LLaMA's rotate_half (`x[..., : h // 2]`, `x[..., h // 2:]`) and its rotary cat under
@@ -258,3 +259,53 @@ def test_returned_view_at_a_symbolic_offset_read_by_a_kernel(name, fn):
     cdynamo.reset()
     out = cdynamo.optimize(f, dynamic=True)(x)
     assert_same(f(x), out)
+
+
+QKV = torch.randn(128, 32) * 0.1
+
+
+def fused_qkv_attention(h):
+    """Phi-3's attention: one qkv projection sliced at constant offsets of its static last dim,
+    each piece viewed to heads; k and v go through repeat_kv (a None index, an expand, a
+    reshape: a copy of a view at the piece's offset) into two matmuls."""
+    b, t, _ = h.shape
+    x = torch.nn.functional.linear(h, QKV)
+    q = x[..., :64].view(b, t, -1, 16).transpose(1, 2)
+    k = x[..., 64:96].view(b, t, -1, 16).transpose(1, 2)
+    v = x[..., 96:].view(b, t, -1, 16).transpose(1, 2)
+    k = k[:, :, None, :, :].expand(b, 2, 2, t, 16).reshape(b, 4, t, 16)
+    v = v[:, :, None, :, :].expand(b, 2, 2, t, 16).reshape(b, 4, t, 16)
+    a = torch.matmul(q, k.transpose(2, 3)).softmax(-1)
+    return torch.matmul(a, v).transpose(1, 2).reshape(b, t, 64)
+
+
+def test_fused_qkv_slices_at_an_offset_sequence_sweep(capfd):
+    """The expand of a view at a constant offset keeps that offset constant: the copy's kernel
+    loads it at every size (it compiled static per length: 'a kernel loads a view at an offset
+    of a base with a symbolic size')."""
+    cdynamo.reset()
+    capfd.readouterr()
+    cdynamo._C.set_log_topics({"dynamic"})
+    try:
+        assert _sweep(fused_qkv_attention, lambda s: (torch.randn(2, s, 32),)) == 2
+    finally:
+        cdynamo._C.set_log_topics(set())
+    assert "static sizes" not in capfd.readouterr().err
+
+
+def test_fused_qkv_slices_at_an_offset_batch_sweep():
+    assert _sweep(fused_qkv_attention, lambda n: (torch.randn(n, 7, 32),), [2, 3, 5, 8, 13]) == 2
+
+
+def test_phi3_sequence_sweep_compiles_twice():
+    """transformers' Phi-3 from a config (fused qkv and gate_up projections), with and without
+    a cache: a sequence sweep compiles twice and every call equals eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m = transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=100, max_position_embeddings=128,
+        pad_token_id=0)).eval()
+    for cache in (False, True):
+        fn = lambda ids: m(input_ids=ids, use_cache=cache).logits   # noqa: E731
+        assert _sweep(fn, lambda s: (torch.randint(1, 100, (2, s)),), [5, 8, 13, 21, 40]) == 2

@@ -373,9 +373,12 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
         return sk_contig_strides(c, v, mst, off);
     if (val->view_offset && !sk_const_off(s, v) && !sk_view_via_src(c, v, mst, off))
         return 0;   /* a view at a constant index of a source at an offset from sizes */
-    if (val->view_offset && !sk_const_off(s, v))
-        return cg_sym_unsupported(c, "a kernel loads a view at an offset of a base with a "
-                                     "symbolic size");
+    if (val->view_offset && !sk_const_off(s, v)) {
+        char why[160];
+        snprintf(why, sizeof(why), "a kernel loads a view at an offset of a base with a "
+                 "symbolic size (%%%d, line %d)", v, val->source_line);
+        return cg_sym_unsupported(c, why);
+    }
     if (sk_dense_strides(c, b, bst) ||
         (val->view_offset && sk_view_offset(c, b, bm, bst, val->view_offset, off)))
         return -1;
@@ -419,11 +422,21 @@ int cg_sym_same_dims(cg_ctx *c, int v, int w)
     return 1;
 }
 
+/* The expression of gather v's index i's range (sym.h's grange: the size
+ * of the source dim it walks), or -1 (unknown or constant: the literal). */
+static int sk_grange(const cdy_sym_shapes *s, int v, int i)
+{
+    return s->grange && i < CDY_SYM_MAX_GIDX && s->grange[v][i] > 0
+               ? sk_live(s, s->grange[v][i] - 1) : -1;
+}
+
 /* Gather node v's indexed sizes and strides (gather.c: the range each index
  * is checked against, the stride it steps) as expressions into c->gsym:
- * each is the size and dense stride of the one dim of its base (dense: its
- * dims >= 2 have distinct strides) with that size and stride at the hints;
- * a literal where constant.  0, or -1 with the reason. */
+ * the range is the size of the source dim the index walks (sym.h's grange:
+ * an expanded one's too), else of the one dim of its base (dense: its dims
+ * >= 2 have distinct strides) with that size and stride at the hints; the
+ * stride is that base dim's dense stride; a literal where constant (a
+ * static base's strides, a stride 0).  0, or -1 with the reason. */
 static int sk_gather_dims(cg_ctx *c, int v)
 {
     cdy_sym_shapes *s = c->sym;
@@ -435,19 +448,20 @@ static int sk_gather_dims(cg_ctx *c, int v)
         memset(c->gsym, 0xff, sizeof(int) * CG_GSYM * (size_t)c->g->nvalues);
     if (!c->gsym || k > CG_GSYM / 2)
         return cg_sym_unsupported(c, "out of memory");
-    if (sk_static_value(c, b))
-        return 0;                            /* the literals hold */
-    if (sk_dense_strides(c, b, bst))
+    int fixed = sk_static_value(c, b);   /* the base's literal strides hold */
+    if (!fixed && sk_dense_strides(c, b, bst))
         return -1;
     for (int i = 0; i < k; i++) {
         int64_t n = c->g->values[val->args[2 * k + i]].i, st = c->g->values[val->args[k + i]].i;
-        int j = 0;
-        while (j < bm->ndim && (bm->sizes[j] < 2 || bm->sizes[j] != n || bm->strides[j] != st))
+        int rg = sk_grange(s, v, i), j = 0;
+        while (!fixed && j < bm->ndim &&
+               (bm->sizes[j] < 2 || bm->sizes[j] != n || bm->strides[j] != st))
             j++;
-        if (j == bm->ndim && n >= 2 && st != 0)   /* st 0: an expanded dim the trace pinned */
+        if (!fixed && j == bm->ndim && n >= 2 && st != 0)   /* st 0: an expanded dim */
             return cg_sym_unsupported(c, "a gather indexes a dim that is not one of its base's");
-        c->gsym[v * CG_GSYM + i] = j < bm->ndim ? sk_live(s, s->dims[b][j]) : -1;
-        c->gsym[v * CG_GSYM + CG_GSYM / 2 + i] = j < bm->ndim ? sk_live(s, bst[j]) : -1;
+        c->gsym[v * CG_GSYM + i] = rg >= 0 ? rg : !fixed && j < bm->ndim ? sk_live(s, s->dims[b][j])
+                                                                          : -1;
+        c->gsym[v * CG_GSYM + CG_GSYM / 2 + i] = !fixed && j < bm->ndim ? sk_live(s, bst[j]) : -1;
     }
     return 0;
 }
@@ -630,6 +644,9 @@ static int sk_static_tree(const cg_ctx *c, int v, int depth)
     if (!sk_static_value(c, v) || depth > 16)
         return 0;
     int view = cg_is_view(c->g, v), gather = cg_is_gather(c->g, v);
+    for (int i = 0; gather && i < val->nargs / 4; i++)
+        if (sk_grange(c->sym, v, i) >= 0)
+            return 0;                        /* its range checks read a symbol */
     if ((view || gather) && val->view_base >= 0 && !sk_static_tree(c, val->view_base, depth + 1))
         return 0;
     if ((view || gather) && sk_moves(c, v))

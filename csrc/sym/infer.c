@@ -566,7 +566,8 @@ static void sy_gather_equal(sy_pass *p, int a, int b, int v, int d)
 
 /* A gather node's (kind 'g', sym.h) into v's dims: kept source dims, the
  * index args' broadcast (sizes 1 broadcast, others equal), or constants;
- * an index's size in a kept dim (torch.gather's) is 1 or equals it; 0 or -1. */
+ * an index's size in a kept dim (torch.gather's) is 1 or equals it; each
+ * index's range (s->grange) the size of the source dim it walks; 0 or -1. */
 static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
 {
     const cdy_value *val = &p->g->values[v];
@@ -593,6 +594,9 @@ static int sy_gather_map(sy_pass *p, int v, const cdy_sym_view *w)
                 sy_equal(p, *o, e, v, d, "broadcast of advanced indices");
         }
     }
+    for (int i = 0; p->s->grange && i < k && i < CDY_SYM_MAX_GIDX; i++)
+        p->s->grange[v][i] = w->idim[i] > 0 && w->idim[i] <= sm->ndim
+                                 ? p->s->dims[w->src][w->idim[i] - 1] + 1 : 0;
     return 0;
 }
 
@@ -736,6 +740,18 @@ static int sy_agrees(sy_pass *p, int v)
     return 1;
 }
 
+/* Gather node v without a rule: its map's source specializes (its index
+ * ranges, s->grange, may read that source's expanded dims) and its ranges
+ * are unknown (the literals). */
+static void sy_gather_failed(sy_pass *p, int v, const char *what)
+{
+    for (int i = 0; p->h && i < p->h->nviews; i++)
+        if (p->h->views[i].value == v && p->h->views[i].kind == 'g' && p->h->views[i].src >= 0)
+            sy_pin_value(p, p->h->views[i].src, what);
+    if (p->s->grange)
+        memset(p->s->grange[v], 0, sizeof(p->s->grange[v]));
+}
+
 /* The sizes of node v by its op's rule, or specialized (its inputs' and its
  * own sizes) when it has none or the rule disagrees with the meta. */
 static void sy_node(sy_pass *p, int v)
@@ -773,6 +789,8 @@ static void sy_node(sy_pass *p, int v)
         sy_pin_value(p, val->args[a], what);
     if (kind == 'V' || kind == 'G')
         sy_pin_value(p, val->view_base, what);
+    if (kind == 'G')
+        sy_gather_failed(p, v, what);
     sy_const_sizes(p, v);
 }
 
@@ -881,7 +899,8 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
     sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
     out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
-    if (!out->dims || !out->sval || sy_symbols(out, g, dyn)) {
+    out->grange = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->grange));
+    if (!out->dims || !out->sval || !out->grange || sy_symbols(out, g, dyn)) {
         p.oom = 1;
     }
     while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {
@@ -914,6 +933,8 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->vsrc = NULL;
     free(s->moves);
     s->moves = NULL;
+    free(s->grange);
+    s->grange = NULL;
     free(s->vlay);
     s->vlay = NULL;
 }
@@ -977,9 +998,10 @@ static int sy_moves(const cdy_graph *g, const cdy_sym_hints *h, const cdy_sym_sh
 
 /* s->const_off (sym.h) of g's values: a view is constant-offset when it
  * has a map of a kind that starts every dim at a constant index ('p', 'r',
- * 'f', 'e', 'g': the source's offset; 's': a split piece, a constant start
- * on its pinned dim; 'c': a getitem, starts of 0 or on pinned dims) over a
- * constant-offset source; no map or another kind: 0.  Also s->cut
+ * 'f', 'e', 'g', 'x' (an expand): the source's offset; 's': a split piece,
+ * a constant start on its pinned dim; 'c': a getitem, starts of 0 or on
+ * pinned dims) over a constant-offset source; no map or another kind: 0.
+ * Also s->cut
  * (sy_cut_dims).  Memory failure leaves them NULL (every view offset
  * unknown, no dim cut). */
 static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym_shapes *s)
@@ -990,7 +1012,7 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->const_off[v] = !(val->kind == CDY_VAL_NODE && cdy_op_table[val->op].kind == 'V');
         for (int i = 0; !s->const_off[v] && h && i < h->nviews; i++) {
             const cdy_sym_view *w = &h->views[i];
-            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescg", w->kind))
+            if (w->value == v && w->src >= 0 && w->src < v && w->kind && strchr("prfescgx", w->kind))
                 s->const_off[v] = s->const_off[w->src] && sy_const_starts(s, v);
         }
     }

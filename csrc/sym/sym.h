@@ -115,8 +115,10 @@ typedef struct cdy_sym_pin_s {
  * (0: at 0; an int index's dim, dropped, too);
  * 'g': advanced indexing's gather node: out dim d is source dim map[d], the
  * broadcast of its index args' sizes (-2, right-aligned), or its constant
- * size (-1); 'k' (src -1): an int scalar value (a node's operand) that is
- * symbolic int sx[0]. */
+ * size (-1); index arg i ranges over source dim idim[i] - 1 (0: unknown,
+ * the trace pinned what the range reads); 'k' (src -1): an int scalar
+ * value (a node's operand) that is symbolic int sx[0]. */
+#define CDY_SYM_MAX_GIDX 2
 typedef struct cdy_sym_view_s {
     int value, src;
     char kind;
@@ -125,6 +127,7 @@ typedef struct cdy_sym_view_s {
     int sx[CDY_MAX_NDIM];        /* 'r': 1 + the symbolic int (cdy_sym_sx) of out dim d's
                                   * size argument, or 0: the constant size */
     int st[CDY_MAX_NDIM];        /* 'c': per source dim, the symbolic int of its start */
+    signed char idim[CDY_SYM_MAX_GIDX];   /* 'g' (above) */
 } cdy_sym_view;
 
 /* A symbolic Python int of the trace (trace/symint.c): a size the code read
@@ -218,6 +221,10 @@ typedef struct cdy_sym_shapes_s {
                                   * view or gather, or a view it is made from, starts a dim
                                   * at a position that moves with the symbols (its offset
                                   * is then no constant, even over a static base) */
+    int (*grange)[CDY_SYM_MAX_GIDX]; /* per value (malloc'd, may be NULL): 1 + the expression
+                                  * of the size gather index i is checked against (its
+                                  * 'g' map's source dim idim[i] - 1: an expanded dim's
+                                  * too, whose stride tells no base dim), 0: unknown */
     int (*vlay)[CDY_MAX_NDIM + 2]; /* per value (malloc'd by the compiler, may be NULL): a
                                   * view torch realizes, at the symbols' values: [0] 1 + its
                                   * base value (0: none), [1] its offset's expression, [2 + d]

@@ -10,11 +10,13 @@
 #include <string.h>
 
 #include "trace/trace.h"
+#include "sym/sym.h"
 
 /* Error kinds of a gather code (code & 15; the runtime's messages). */
 enum { LI_ERR_SELF = 1, LI_ERR_GATHER = 2, LI_ERR_INDEX = 3, LI_ERR_DIM1 = 4 };
 #define LI_WRAP 16
 #define LI_MAX_IDX 2
+_Static_assert(LI_MAX_IDX <= CDY_SYM_MAX_GIDX, "a gather map's idim holds every index");
 
 /* What a GATHER node reads: out dim d of the result is element off + sum
  * o_d * st[d] + sum_i j_i * gst[i] of value base; index i (a value of the
@@ -178,9 +180,7 @@ static void li_leaf(tracer *tr, int v, const li_plan *p, li_gather *g)
             xd++;
         g->st[d] = d >= p->od && d < p->od + p->nd ? 0 : ls[xd++];
     }
-    g->k = 1;
-    if (ls[p->sd] == 0 && p->psz[p->sd] >= 2)   /* an expanded dim: its range, a literal */
-        cdy_tr_pin(tr, p->src, 1u << p->sd, "an index into an expanded dim");
+    g->k = 1;   /* the range: the source's dim sd (li_push's map), expanded or not */
     g->gst[0] = ls[p->sd];
     g->gsz[0] = p->psz[p->sd];
     g->code[0] = p->code;
@@ -217,8 +217,9 @@ static int li_push(tracer *tr, int v, li_plan *p)
         li_gather g;
         li_leaf(tr, v, p, &g);
         int gv = li_gather_node(tr, &nm, &g);
-        if (gv >= 0)   /* its sizes: the source's kept dims, the index's (sym/infer.c) */
-            cdy_tr_sym_gathered(tr, gv, p->src, p->map);
+        signed char idim[CDY_SYM_MAX_GIDX] = {(signed char)(p->sd + 1)};
+        if (gv >= 0 && cdy_tr_sym_gathered(tr, gv, p->src, p->map, idim))
+            return -1;   /* its sizes: the source's kept dims, the index's (sym/infer.c) */
         return gv;
     }
     p->pushed++;
@@ -619,13 +620,16 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
         return NULL;
     gth.off += b.off;
     gth.k = b.nadv;
+    signed char idim[CDY_SYM_MAX_GIDX] = {0};
     for (int i = 0; i < b.nadv; i++) {
         const li_dim *d = &b.dims[b.advpos[i]];
         int in = li_val(tr, b.adv[i])->meta.ndim;
         gth.gst[i] = d->stride;
         gth.gsz[i] = d->size;
         gth.code[i] = LI_ERR_INDEX | LI_WRAP | (int64_t)i << 8;   /* eager: its number */
-        if (d->stride == 0 && d->size >= 2)   /* an expanded dim: its range, a literal */
+        int whole = d->xd >= 0 && d->xd < xm.ndim && xm.sizes[d->xd] == d->size;
+        idim[i] = (signed char)(whole ? d->xd + 1 : 0);   /* its range: x's dim (expanded too) */
+        if (!whole && d->stride == 0 && d->size >= 2)   /* an expanded dim: a literal range */
             cdy_tr_pin(tr, x->value, d->xd >= 0 ? 1u << d->xd : ~0u, "an index into an expanded dim");
         if ((gth.idx[i] = li_index_value(tr, b.adv[i], &m, p + bn - in)) < 0)
             return NULL;
@@ -633,7 +637,7 @@ tvar *cdy_build_getitem(tracer *tr, const cdy_build_call *call)
     tvar *r = li_node(tr, &cpu, &m, &gth);
     if (r && r->kind == TV_TENSOR) {   /* its sizes: x's kept dims, the indices' broadcast */
         cdy_tr_pin(tr, x->value, b.pin, "an int or a partial slice of an indexed dim");
-        cdy_tr_sym_gathered(tr, r->value, x->value, map);
+        cdy_tr_sym_gathered(tr, r->value, x->value, map, idim);
     }
     return r;
 }

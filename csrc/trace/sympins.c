@@ -552,12 +552,16 @@ static int sp_getitem_map(tracer *tr, const tvar *x, const tvar *idx, const cdy_
     return 0;
 }
 
-void cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map)
+int cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map,
+                        const signed char *idim)
 {
-    cdy_sym_view w = {value, src, 'g', -1, -1, {0}, {0}};
+    cdy_sym_view w = {value, src, 'g', -1, -1, {0}, {0}, {0}, {0}};
     memcpy(w.map, map, sizeof(w.map));
-    if (!sp_view_room(tr))
-        tr->t->symviews[tr->t->nsymviews++] = w;
+    memcpy(w.idim, idim, sizeof(w.idim));
+    if (sp_view_room(tr))
+        return -1;
+    tr->t->symviews[tr->t->nsymviews++] = w;
+    return 0;
 }
 
 /* 1 if value has a gather map (cdy_tr_sym_gathered). */

@@ -180,8 +180,10 @@ void cdy_tr_sym_view(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 void cdy_tr_sym_getitem(tracer *tr, const struct cdy_build_call_s *call, tvar *r);
 /* GATHER node value of advanced indexing src[...]: its dim d is src's dim
  * map[d] (walked whole), the broadcast of its index args' sizes there (-2),
- * or its constant size (-1) (kind 'g', sym/infer.c). */
-void cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map);
+ * or its constant size (-1); index arg i ranges over src's dim idim[i] - 1
+ * (0: unknown) (kind 'g', sym/infer.c).  0, or -1 (stopped: no room). */
+int cdy_tr_sym_gathered(tracer *tr, int value, int src, const signed char *map,
+                        const signed char *idim);
 /* Int scalar value is symbolic int sx (1 + node): a size the code added to a
  * tensor (kind 'k', sym/infer.c); 0, or -1 (no room: the caller pins it). */
 int cdy_tr_sym_scalar(tracer *tr, int value, int sx);
