@@ -187,3 +187,16 @@ def test_phi3_sequence_sweep_compiles_twice():
     for cache in (False, True):
         fn = lambda ids: m(input_ids=ids, use_cache=cache).logits   # noqa: E731
         assert _sweep(fn, lambda s: (torch.randint(1, 100, (2, s)),), [5, 8, 13, 21, 40]) == 2
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("reshape_loaded", lambda h: torch.nn.functional.linear(h, QKV)[..., 96:].reshape(-1, 32) * 2),
+    ("reshape_returned", lambda h: torch.nn.functional.linear(h, QKV)[..., 96:].reshape(-1, 32)),
+    ("flatten_summed", lambda h: torch.nn.functional.linear(h, QKV)[..., 64:96].flatten(0, 1).sum(-1)),
+])
+def test_flatten_of_a_piece_at_an_offset(name, fn):
+    """A view whose dim walks several dims of its dense base as one (the batch and sequence
+    of a piece of the fused projection, flattened) at a constant offset: its stride is the
+    inner dim's at every size, its size their product."""
+    assert _sweep(fn, lambda s: (torch.randn(2, s, 32),), [5, 8, 13, 40]) == 2
+    assert _sweep(fn, lambda n: (torch.randn(n, 3, 32),), [2, 5, 9]) == 2

@@ -293,6 +293,28 @@ fail:
     return -1;
 }
 
+/* The stride expression of dim d of view v that walks base dim j (its
+ * stride at the hints) and the base dims outside it in the base's dense
+ * order as one (a flatten of a view: x[..., 96:].reshape(-1, 32)), its size
+ * the product of theirs at every size; those dims added to *used (none of
+ * them in it before).  bst: the base's stride expressions.  -1 if not so. */
+static int sk_merged_dims(cg_ctx *c, int v, int d, int b, int j, const int *bst, int *used)
+{
+    cdy_sym_shapes *s = c->sym;
+    int order[CDY_MAX_NDIM], n = cdy_meta_dense_order(sk_mem_meta(c, b), order), i = n - 1;
+    while (i >= 0 && order[i] != j)
+        i--;
+    int e = i >= 0 ? s->dims[b][j] : -1, mask = 1 << j;
+    while (e >= 0 && i-- > 0 && !(*used & mask) && !sk_same(s, e, s->dims[v][d])) {
+        mask |= 1 << order[i];
+        e = cdy_sym_mul(&s->tab, e, s->dims[b][order[i]]);
+    }
+    if (e < 0 || (*used & mask) || !sk_same(s, e, s->dims[v][d]))
+        return -1;
+    *used |= mask;
+    return bst[j];
+}
+
 static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
@@ -328,6 +350,8 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
         ok = ok && sk_dim_within(s, v, d, s->dims[b][j]);
         if (!ok && (mst[d] = sk_sub_dim(c, v, d, bm, bm->strides, s->dims[b], bst)) >= 0)
             continue;                       /* a constant part of a constant-size dim */
+        if (!ok && j < bm->ndim && (mst[d] = sk_merged_dims(c, v, d, b, j, bst, &used)) >= 0)
+            continue;                       /* base dims flattened into one */
         if (!ok && !sk_view_via_src(c, v, mst, off))
             return 0;
         if (!ok) {
