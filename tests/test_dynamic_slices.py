@@ -309,3 +309,30 @@ def test_phi3_sequence_sweep_compiles_twice():
     for cache in (False, True):
         fn = lambda ids: m(input_ids=ids, use_cache=cache).logits   # noqa: E731
         assert _sweep(fn, lambda s: (torch.randint(1, 100, (2, s)),), [5, 8, 13, 21, 40]) == 2
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("reshape_loaded", lambda h: torch.nn.functional.linear(h, QKV)[..., 96:].reshape(-1, 32) * 2),
+    ("reshape_returned", lambda h: torch.nn.functional.linear(h, QKV)[..., 96:].reshape(-1, 32)),
+    ("flatten_summed", lambda h: torch.nn.functional.linear(h, QKV)[..., 64:96].flatten(0, 1).sum(-1)),
+    ("heads_flattened", lambda h: torch.nn.functional.linear(h, QKV).view(
+        h.shape[0], h.shape[1], 4, 32)[..., 8:24].reshape(-1, 16) + 1),   # through the source view
+])
+def test_flatten_of_a_piece_at_an_offset(name, fn):
+    """A view whose dim walks several dims of its dense base as one (the batch and sequence
+    of a piece of the fused projection, flattened) at a constant offset: its stride is the
+    inner dim's at every size, its size their product."""
+    assert _sweep(fn, lambda s: (torch.randn(2, s, 32),), [5, 8, 13, 40]) == 2
+    assert _sweep(fn, lambda n: (torch.randn(n, 3, 32),), [2, 5, 9]) == 2
+
+
+def test_flatten_adjacent_only_at_the_example_is_not_merged():
+    """x[:, :y.shape[1]].reshape(-1, 8) is a view only where the cut is the whole dim (at the
+    first sizes): the kernel does not walk its batch and sequence as one at other sizes."""
+    def f(x, y):
+        return x[:, : y.shape[1]].reshape(-1, 8) * 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    for n, m in [(5, 5), (8, 8), (13, 13), (20, 7), (9, 3), (6, 6)]:
+        x, y = torch.randn(2, n, 8), torch.randn(2, m)
+        assert_same(f(x, y), opt(x, y))

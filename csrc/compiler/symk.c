@@ -246,6 +246,34 @@ static int sk_nested(const cdy_value *u, int *order, int *n)
     return 1;
 }
 
+/* The stride expression of a view dim of size expression ev that walks dim
+ * j of a layout w (size expressions wdims, stride expressions wst; order:
+ * its dims >= 2 outermost first, n of them) and the dims outside j in that
+ * order as one (a flatten: x[..., 96:].reshape(-1, 32)): each such dim's
+ * stride the one inside it times that one's size, and ev their sizes'
+ * product, at every size; those dims added to *used (none in it before).
+ * wst[j], or -1 if not so. */
+static int sk_merged_dims(cg_ctx *c, int ev, const int *wdims, const int *wst,
+                          const int *order, int n, int j, unsigned *used)
+{
+    cdy_sym_shapes *s = c->sym;
+    int i = n - 1, e = wdims[j];
+    unsigned mask = 1u << j;
+    while (i >= 0 && order[i] != j)
+        i--;
+    while (i > 0 && e >= 0 && !sk_same(s, e, ev)) {
+        int in = order[i], out = order[--i];
+        if (!sk_same(s, wst[out], cdy_sym_mul(&s->tab, wst[in], wdims[in])))
+            return -1;
+        mask |= 1u << out;
+        e = cdy_sym_mul(&s->tab, e, wdims[out]);
+    }
+    if (i < 0 || e < 0 || (*used & mask) || !sk_same(s, e, ev))
+        return -1;
+    *used |= mask;
+    return wst[j];
+}
+
 /* View v's strides and offset through its source u (the node's first
  * argument, a view of the same base with stride expressions, as a split's
  * piece of a reshaped extern result): each dim of v of size >= 2 is one of
@@ -289,6 +317,9 @@ static int sk_view_via_src(cg_ctx *c, int v, int *mst, int *off)
         if (j < 0 &&
             (mst[d] = sk_sub_dim(c, v, d, &uv->meta, uv->view_strides, s->dims[u], ust)) >= 0)
             continue;                       /* heads inside a row: x.view(b, t, h, d) */
+        if (j >= 0 && !sk_dim_within(s, v, d, s->dims[u][j]) &&
+            (mst[d] = sk_merged_dims(c, s->dims[v][d], s->dims[u], ust, order, n, j, &used)) >= 0)
+            continue;                       /* u's dims flattened into one */
         if (j < 0 || !sk_dim_within(s, v, d, s->dims[u][j]))
             goto fail;
         used |= 1u << j;
@@ -351,8 +382,11 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_value *val = &c->g->values[v];
-    int b = val->view_base, bst[CDY_MAX_NDIM], used = 0, zero = cdy_sym_const(&s->tab, 0);
+    int b = val->view_base, bst[CDY_MAX_NDIM], zero = cdy_sym_const(&s->tab, 0);
+    int border[CDY_MAX_NDIM];
+    unsigned used = 0;
     const cdy_meta *bm = sk_mem_meta(c, b);
+    int nb = cdy_meta_dense_order(bm, border);
     *off = cdy_sym_const(&s->tab, val->view_offset);
     if (!sk_const_off(s, v) && s->vsrc && s->vsrc[v].src >= 0) {   /* a start from sizes */
         if (!sk_view_via_map(c, v, mst, off))
@@ -393,6 +427,9 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
         ok = ok && sk_dim_within(s, v, d, s->dims[b][j]);
         if (!ok && (mst[d] = sk_sub_dim(c, v, d, bm, bm->strides, s->dims[b], bst)) >= 0)
             continue;                       /* a constant part of a constant-size dim */
+        if (!ok && j < bm->ndim && !(used >> j & 1) && (mst[d] = sk_merged_dims(
+                c, s->dims[v][d], s->dims[b], bst, border, nb, j, &used)) >= 0)
+            continue;                       /* base dims flattened into one */
         if (!ok && !sk_view_via_src(c, v, mst, off))
             return 0;
         if (!ok) {
