@@ -672,3 +672,15 @@ def test_exact_length_copy_sums_as_the_static_kernel():
         static = _compile(f, x)
         assert not static.symbols
         assert torch.equal(g(x), static(x))
+
+
+def test_exact_length_helpers_choose_parallel_rows_per_call(dyn):
+    """Each exact-length helper keeps its kernel's runtime choice: parallel rows when the
+    call has enough of them (CG_PARALLEL_NUMEL), serial ones else."""
+    g = _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m),),
+               [(4, 20), (1000, 128), (3, 128), (3000, 16), (5, 16), (700, 64), (1000, 100),
+                (5, 5)])
+    helper = g.source[g.source.index("_len16("):g.source.index("_len32(")]
+    assert "_len128(" in g.source
+    if torch.get_num_threads() > 1:
+        assert "omp parallel for" in helper and ">= 32768LL" in helper
