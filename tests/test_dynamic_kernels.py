@@ -684,15 +684,3 @@ def test_exact_length_helpers_choose_parallel_rows_per_call(dyn):
     assert "_len128(" in g.source
     if torch.get_num_threads() > 1:
         assert "omp parallel for" in helper and ">= 32768LL" in helper
-
-
-def test_masked_softmax_tail_computes_its_exps_again(dyn):
-    """A masked (bool operand) softmax over a runtime row length that is not whole 64-lane
-    blocks: its tail's exps are not stored by the sum pass but computed again by the final
-    pass (no masked store then masked load of the same elements); every tail equals eager,
-    parallel rows too."""
-    def f(x):
-        return x.tril().softmax(-1)
-    g = _sweep(f, lambda b, n: (torch.randn(b, n, n),),
-               [(2, 20), (2, 65), (3, 72), (2, 127), (4, 136), (2, 200), (9, 100), (2, 1000)])
-    assert "cdy_vexp_negf(t8 - mx) * inv" in g.source

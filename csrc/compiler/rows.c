@@ -238,9 +238,6 @@ typedef struct {
     const char *stream_cond;     /* ... and stream their stores when this holds too */
     int whole;                   /* symbolic sizes: this copy of the loops runs when the row
                                   * length is whole lane blocks: no tails (cg_row_whole_split) */
-    const char *tail_stmt;       /* symbolic sizes: the statement of a pass's masked tail in
-                                  * place of its blocks' (NULL: the same; cg_row_masked_tail) */
-    int tail_prologue;           /* ... and its prologue (as cg_row_body's) */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -517,10 +514,6 @@ static int cg_row_masked_tail(cg_rowk *k, int ind, int nl, const char *clause, i
 {
     cdy_buf *b = &k->c->src;
     int last = k->rn->ndim - 1;
-    if (k->tail_stmt) {
-        stmt = k->tail_stmt;
-        prologue = k->tail_prologue;
-    }
     cg_indent(b, ind);
     cdy_buf_printf(b, "if (%s < %s) {\n", wt, nt);
     cg_indent(b, ind + 1);
@@ -671,57 +664,18 @@ static int cg_row_let(cg_rowk *k, int ind, const char *t, const char *name, cons
  * cg_row_prefetches.  Not one lane block: GCC unrolls a simd loop of 8
  * vectors completely, 8 copies of the epilogue (gelu(layer_norm(x)): gcc
  * 0.23 -> 0.13 s, the same speed). */
-static int cg_row_final_tail(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch,
-                             const char *tail_expr);
-static int cg_row_final_body(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch);
-
 static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch)
-{
-    return cg_row_final_tail(k, ind, prologue, expr, prefetch, NULL);
-}
-
-/* The statement of the final pass: t<v> = expr, stored to the output unless
- * unread; NULL on out of memory. */
-static char *cg_row_final_stmt(cg_rowk *k, const char *expr)
-{
-    cg_ctx *c = k->c;
-    int odt = c->g->values[k->v].meta.dtype;
-    if (cdy_dtype_lowp(odt))   /* t<v> holds the rounded value its epilogue reads */
-        expr = cg_strf(c, "%s(%s)", odt == CDY_DT_BFLOAT16 ? "cdy_rbf" : "cdy_rh", expr);
-    return k->store ? cg_strf(c, "const %s t%d = %s; %s = %s(t%d);", k->T, k->v, expr, k->out,
-                              cg_st(odt), k->v)
-                    : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
-}
-
-/* cg_row_final, with tail_expr (not NULL) the expression of a runtime row
- * length's masked tail (cg_row_masked_tail), which reads the input; 0 or -1. */
-static int cg_row_final_tail(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch,
-                             const char *tail_expr)
 {
     cg_ctx *c = k->c;
     if (!expr)
         return cg_fail(c, "out of memory");
-    int epi0 = k->nout > 1;
-    if (tail_expr) {
-        k->tail_stmt = cg_row_final_stmt(k, tail_expr);
-        k->tail_prologue = !k->store || epi0 ? 2 : 1;
-        if (!k->tail_stmt)
-            return cg_fail(c, "out of memory");
-    }
-    int rc = cg_row_final_body(k, ind, prologue, expr, prefetch);
-    k->tail_stmt = NULL;
-    return rc;
-}
-
-/* cg_row_final's passes; 0 or -1. */
-static int cg_row_final_body(cg_rowk *k, int ind, int prologue, const char *expr, int prefetch)
-{
-    cg_ctx *c = k->c;
     int epi = k->nout > 1, odt = c->g->values[k->v].meta.dtype;
     const char *st = cg_st(odt);
-    const char *stmt = cg_row_final_stmt(k, expr);
     if (cdy_dtype_lowp(odt))   /* t<v> holds the rounded value its epilogue reads */
         expr = cg_strf(c, "%s(%s)", odt == CDY_DT_BFLOAT16 ? "cdy_rbf" : "cdy_rh", expr);
+    const char *stmt = k->store ? cg_strf(c, "const %s t%d = %s; %s = %s(t%d);", k->T, k->v, expr,
+                                          k->out, st, k->v)
+                                : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
     if (k->stream)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && k->prefetch, 1,
@@ -739,8 +693,6 @@ static int cg_row_final_body(cg_rowk *k, int ind, int prologue, const char *expr
  * exps in the final pass (eager's float buffer: one rounding) and log_softmax
  * rounds the sum and its log to the dtype; over another dim softmax keeps the
  * exps in the output, rounded, and log_softmax rounds once. */
-static int cg_row_recompute_tail(const cg_rowk *k, int logsm, int keep, int lowp);
-
 static int cg_row_softmax(cg_rowk *k, int ind)
 {
     cg_ctx *c = k->c;
@@ -762,19 +714,8 @@ static int cg_row_softmax(cg_rowk *k, int ind)
                                            k->vexp, k->e, j, kept);
     const char *post = logsm ? cg_strf(c, " += (%s)%s(%s - mx%s);", k->A, k->vexp, k->e, j)
                              : cg_strf(c, " += (%s)ex;", k->A);
-    int retail = cg_row_recompute_tail(k, logsm, keep, lowp);
-    if (retail) {   /* the tail's exps not stored: its final pass computes them again */
-        const char *pre0 = cg_strf(c, "const %s ex = %s(%s - mx); ", k->T, k->vexp, k->e);
-        k->tail_stmt = cg_row_upd(c, pre0, k->lanes ? "sum_l[rl]" : "sum", post, NULL, NULL);
-        k->tail_prologue = 1;
-        if (!k->tail_stmt)
-            return cg_fail(c, "out of memory");
-    }
-    int rc = k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1,
-                                  cg_strf(c, "%ssum[j]%s", pre, post))
-                    : cg_row_sum(k, ind, "sum", pre, post, NULL, 1);
-    k->tail_stmt = NULL;
-    if (rc)
+    if (k->col ? cg_row_pass(k, ind, "reduction(+:sum)", 1, cg_strf(c, "%ssum[j]%s", pre, post))
+               : cg_row_sum(k, ind, "sum", pre, post, NULL, 1))
         return -1;
     if (logsm && lowp && last)   /* eager's last-dim kernel rounds the sum and its log */
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "%s((float)log(%s((float)sum%s)))",
@@ -783,27 +724,10 @@ static int cg_row_softmax(cg_rowk *k, int ind)
     if (logsm)
         return cg_row_let(k, ind, k->T, "lse", cg_strf(c, "(%s)log(sum%s)", k->T, j)) ||
                cg_row_final(k, ind, 1, cg_strf(c, "(%s - mx%s) - lse%s", k->e, j, j), 0);
-    const char *again = cg_strf(c, "%s(%s - mx%s) * inv%s", k->vexp, k->e, j, j);
     return cg_row_let(k, ind, k->T, "inv", cg_strf(c, "(%s)(1.0 / sum%s)", k->T, j)) ||
-           cg_row_final_tail(k, ind, !keep, keep ? cg_strf(c, "%s * inv%s", out, j) : again, 0,
-                             retail ? again : NULL);
-}
-
-/* 1 when softmax row kernel k's masked tail (a runtime row length's, not
- * whole blocks) stores no exps in its sum pass and computes them again in
- * its final pass: a softmax (not log) keeping its exps in a float / double
- * output, not column mode, with a one-byte operand (its tail one block of
- * cg_row_nlanes).  The tail's masked store and the final pass's masked load
- * of the same elements stalled: causal softmax 4 x n x n floats, thread CPU
- * time in the process, ratio to static, n = 72 / 136 / 200: 1.38-1.51 /
- * 1.38 / 1.38 -> 1.22-1.27 / 1.04-1.24 / 1.18-1.32.  Not for plain floats
- * (16-lane tails): no stall seen there, and on the loaded host identical
- * kernels' runs differed by 25% (4x200x200: 0.88 and 1.02 of static). */
-static int cg_row_recompute_tail(const cg_rowk *k, int logsm, int keep, int lowp)
-{
-    int last = k->rn->ndim - 1;
-    return !logsm && keep && !lowp && !k->col && !k->whole && last >= 0 && k->rn->sym &&
-           k->rn->ssize[last] >= 0 && cg_row_bytes_in(k);
+           cg_row_final(k, ind, !keep, keep ? cg_strf(c, "%s * inv%s", out, j)
+                                            : cg_strf(c, "%s(%s - mx%s) * inv%s", k->vexp,
+                                                      k->e, j, j), 0);
 }
 
 /* A norm's output as eager's kernels round it (mu, rs: the row's mean and
