@@ -632,3 +632,58 @@ def test_parameter_and_subclass_inputs(dyn):
     assert len(cdynamo._support.compiles) == 1
     with pytest.raises(RuntimeError, match="do not cover"):
         g(torch.randn(3, 17), torch.randn(18))
+
+
+@pytest.mark.parametrize("name,fn,make,lens", [
+    ("softmax", lambda x: torch.softmax(x, -1), lambda n: (torch.randn(4, n, n),),
+     [16, 32, 64, 128]),
+    ("log_softmax_prologue", lambda x: torch.log_softmax(x * 2 + 1, -1),
+     lambda n: (torch.randn(3, n, n),), [16, 32, 64, 128]),
+    ("softmax_f64", lambda x: torch.softmax(x, -1),
+     lambda n: (torch.randn(4, n, n, dtype=torch.float64),), [8, 16, 32, 64]),
+    ("softmax_bf16", lambda x: torch.softmax(x, -1),
+     lambda n: (torch.randn(4, n, n).to(torch.bfloat16),), [16, 32, 64, 128]),
+    ("tril_softmax", lambda x: x.tril().softmax(-1), lambda n: (torch.randn(4, n, n),),
+     [64, 128]),
+    ("many_rows", lambda x: torch.softmax(x, -1), lambda n: (torch.randn(2100, n),),
+     [16, 32, 64, 128]),   # 2100 rows: parallel from 16 floats a row (CG_PARALLEL_NUMEL)
+])
+def test_short_rows_get_a_copy_per_exact_length(dyn, name, fn, make, lens):
+    """A runtime row length of up to 512 bytes that is whole lane blocks (powers of two
+    from one block) runs a copy of the loops at that constant length (the row in
+    registers, as the static kernel); the other lengths the runtime loops.  Every length
+    equals eager, around each copy's length too."""
+    sizes = sorted({2, 3, 1000} | {m + d for m in lens for d in (-1, 0, 1)})
+    g = _sweep(fn, make, [(5,)] + [(n,) for n in sizes])
+    for m in lens:
+        assert f"nr0 == {m}LL" in g.source
+    assert f"nr0 == {lens[-1] * 2}LL" not in g.source and f"nr0 == {lens[0] // 2}LL" not in g.source
+
+
+def test_exact_length_copy_sums_as_the_static_kernel():
+    """The exact-length copy is the static kernel's loops: the same sum order, the same bits."""
+    def f(x):
+        return torch.softmax(x, -1)
+    _C._dyn_test(True)
+    try:
+        g = _compile(f, torch.randn(4, 20, 20))
+    finally:
+        _C._dyn_test(False)
+    for n in (16, 64, 128):
+        x = torch.randn(4, n, n)
+        cdynamo.reset()
+        static = _compile(f, x)
+        assert not static.symbols
+        assert torch.equal(g(x), static(x))
+
+
+def test_exact_length_helpers_choose_parallel_rows_per_call(dyn):
+    """Each exact-length helper keeps its kernel's runtime choice: parallel rows when the
+    call has enough of them (CG_PARALLEL_NUMEL), serial ones else."""
+    g = _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m),),
+               [(4, 20), (1000, 128), (3, 128), (3000, 16), (5, 16), (700, 64), (1000, 100),
+                (5, 5)])
+    helper = g.source[g.source.index("_len16("):g.source.index("_len32(")]
+    assert "_len128(" in g.source
+    if torch.get_num_threads() > 1:
+        assert "omp parallel for" in helper and ">= 32768LL" in helper

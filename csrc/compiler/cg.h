@@ -256,6 +256,10 @@ int64_t cg_moved(const cg_operand *ops, int nops, const cg_nest *nest, int64_t n
 void cg_ir_stream(cg_ctx *c, cdy_buf *b, const kir_kernel *k);
 /* Emit the kernel mark, the comment naming kernel k's fused ops, its signature. */
 void cg_emit_header(cg_ctx *c, const kir_kernel *k);
+/* cg_emit_header's two halves: the mark and comment; the signature (part set:
+ * of a static helper kernel_<number>_<part> taking the offset pointers). */
+void cg_emit_mark(cg_ctx *c, const kir_kernel *k);
+void cg_emit_signature(cg_ctx *c, const kir_kernel *k, const char *part);
 void cg_ir_dims(cdy_buf *b, const int64_t *a, int n);
 void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o);
 /* List in b the nodes kernel k computes, and count them (the fusion decisions). */

@@ -1247,13 +1247,11 @@ int cg_emit_loops(cg_ctx *c, const kir_kernel *k)
 }
 
 /* Emit the kernel mark (CDY_CC_KERNEL_MARK), the gather helper when kernel k
- * gathers, the comment naming the fused ops and outputs, and the signature. */
-void cg_emit_header(cg_ctx *c, const kir_kernel *k)
+ * gathers, the comment naming the fused ops and outputs. */
+void cg_emit_mark(cg_ctx *c, const kir_kernel *k)
 {
     cdy_buf *b = &c->src;
-    const cg_operand *ops = k->ops;
     const cg_nest *nest = k->nest;
-    int nops = k->nops;
     cdy_buf_puts(b, "\n" CDY_CC_KERNEL_MARK);
     if (k->status)
         cdy_buf_puts(b, cg_gather_helper);
@@ -1269,7 +1267,23 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k)
     if (nest->ndim == 0)
         cdy_buf_puts(b, " none (one element)");
     cdy_buf_puts(b, " */\n");
-    cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", k->status ? "int" : "void", k->number);
+}
+
+/* Emit kernel k's signature and opening lines: the symbolic sizes' locals,
+ * then the operands' offsets added to their pointers.  With part set, a
+ * static helper kernel_<number>_<part> of the same parameters instead, which
+ * the kernel calls with its pointers already offset (no offsets added). */
+void cg_emit_signature(cg_ctx *c, const kir_kernel *k, const char *part)
+{
+    cdy_buf *b = &c->src;
+    const cg_operand *ops = k->ops;
+    int nops = k->nops;
+    const char *ret = k->status ? "int" : "void";
+    if (part)
+        cdy_buf_printf(b, "static __attribute__((noinline)) %s kernel_%d_%s(", ret, k->number,
+                       part);
+    else
+        cdy_buf_printf(b, "CDY_EXPORT %s kernel_%d(", ret, k->number);
     int first = cg_first_out(ops, nops);
     for (int o = 0; o < nops; o++) {
         const char *ct = cdy_dtype_table[ops[o].dtype].ctype;
@@ -1284,13 +1298,20 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k)
     cdy_buf_puts(b, c->sym ? ", const int64_t *restrict cdy_s)\n{\n" : ")\n{\n");
     if (c->sym)
         cg_sym_emit_locals(c, k);
-    for (int o = 0; o < nops; o++)
+    for (int o = 0; o < nops && !part; o++)
         if (ops[o].sym_off && c->sym)
             cdy_buf_printf(b, "    %s_ptr%d += %s;\n", o < first ? "in" : "out",
                            o < first ? o : o - first, cg_sym_expr_text(c, ops[o].sym_off - 1));
         else if (ops[o].offset)
             cdy_buf_printf(b, "    %s_ptr%d += %lldLL;\n", o < first ? "in" : "out",
                            o < first ? o : o - first, (long long)ops[o].offset);
+}
+
+/* Emit the kernel mark, the comment and the signature of kernel k. */
+void cg_emit_header(cg_ctx *c, const kir_kernel *k)
+{
+    cg_emit_mark(c, k);
+    cg_emit_signature(c, k, NULL);
 }
 
 /* ---- IR dumps: text for the debug directory and the fusion log ---------- */

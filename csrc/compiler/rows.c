@@ -1290,6 +1290,13 @@ static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int
 static int cg_row_emit_streamed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                                 int collapse);
 
+#define CG_ROW_EXACT_MAX 8
+static int cg_row_exact_lens(const cg_rowk *k, int64_t *lens);
+static int cg_row_call_exact(cg_ctx *c, const cg_rowk *k, const kir_kernel *kk,
+                             const int64_t *lens, int ne);
+static int cg_row_emit_body(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
+                            const kir_kernel *kk);
+
 /* Emit row kernel kk (cg_sched_rows). */
 int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
 {
@@ -1305,24 +1312,73 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     free(os);
     if (!k.e || !k.out)
         return cg_fail(c, "out of memory");
-    cg_emit_header(c, kk);
-    if (rk->rs.numel > 0 && k.par_cond) {    /* symbolic sizes: parallel when large enough */
-        cdy_buf_printf(&c->src, "    if (%s) {\n", k.par_cond);
-        if (cg_row_emit_streamed(c, &k, rk, 1, kk->collapse))
+    int64_t lens[CG_ROW_EXACT_MAX];
+    int ne = rk->rs.numel > 0 && !kk->status ? cg_row_exact_lens(&k, lens) : 0;
+    cg_emit_mark(c, kk);
+    cg_nest *rn = k.rn, fixed = *rn;
+    fixed.ssize[0] = -1;
+    for (int i = 0; i < ne; i++) {   /* the exact lengths' helpers, rows in registers */
+        fixed.size[0] = lens[i];
+        k.rn = &fixed;
+        cg_emit_signature(c, kk, cg_strf(c, "len%lld", (long long)lens[i]));
+        int rc = cg_row_emit_body(c, &k, rk, kk);
+        k.rn = rn;
+        if (rc)
             return -1;
-        cdy_buf_puts(&c->src, "    } else {\n");
-        if (cg_row_emit_streamed(c, &k, rk, 0, 0))
-            return -1;
-        cdy_buf_puts(&c->src, "    }\n");
+        cdy_buf_puts(&c->src, "}\n");
     }
-    else if (rk->rs.numel > 0 && k.stream_cond) {
-        if (cg_row_emit_streamed(c, &k, rk, 0, 0))
-            return -1;
-    }
-    else if (rk->rs.numel > 0 && cg_row_emit_loops(c, &k, rk, kk->parallel, kk->collapse))
+    cg_emit_signature(c, kk, NULL);
+    if (ne && cg_row_call_exact(c, &k, kk, lens, ne))
+        return -1;
+    if (rk->rs.numel > 0 && cg_row_emit_body(c, &k, rk, kk))
         return -1;
     cdy_buf_puts(&c->src, "}\n");
     return 0;
+}
+
+/* Emit the calls of row kernel kk's exact-length helpers (lens[0..ne),
+ * cg_emit_rows), each returning when the row length is its length; 0 or -1. */
+static int cg_row_call_exact(cg_ctx *c, const cg_rowk *k, const kir_kernel *kk,
+                             const int64_t *lens, int ne)
+{
+    cdy_buf args = {0};
+    for (int o = 0; o < k->nops; o++)
+        cdy_buf_printf(&args, "%s%s_ptr%d", o ? ", " : "", k->ops[o].is_out ? "out" : "in",
+                       k->ops[o].is_out ? o - k->first : o);   /* as cg_emit_signature */
+    cdy_buf_puts(&args, ", cdy_s");
+    char *a = cdy_buf_take(&args);
+    const char *nt = cg_sym_size_text(c, k->rn, 0);
+    if (!a || !nt) {
+        free(a);
+        return cg_fail(c, "out of memory");
+    }
+    for (int i = 0; i < ne; i++)
+        cdy_buf_printf(&c->src, "    if (%s == %lldLL) {\n        kernel_%d_len%lld(%s);\n"
+                       "        return;\n    }\n", nt, (long long)lens[i], kk->number,
+                       (long long)lens[i], a);
+    free(a);
+    return 0;
+}
+
+/* Emit row kernel k's loops (its row nest k->rn): parallel or not as
+ * k->par_cond holds at run time, streamed or not as k->stream_cond, else as
+ * scheduled (kk); 0 or -1. */
+static int cg_row_emit_body(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
+                            const kir_kernel *kk)
+{
+    if (k->par_cond) {    /* symbolic sizes: parallel when large enough */
+        cdy_buf_printf(&c->src, "    if (%s) {\n", k->par_cond);
+        if (cg_row_emit_streamed(c, k, rk, 1, kk->collapse))
+            return -1;
+        cdy_buf_puts(&c->src, "    } else {\n");
+        if (cg_row_emit_streamed(c, k, rk, 0, 0))
+            return -1;
+        cdy_buf_puts(&c->src, "    }\n");
+        return 0;
+    }
+    if (k->stream_cond)
+        return cg_row_emit_streamed(c, k, rk, 0, 0);
+    return cg_row_emit_loops(c, k, rk, kk->parallel, kk->collapse);
 }
 
 /* Symbolic sizes: k's loops (parallel when par, the two outer collapsed when
@@ -1358,6 +1414,36 @@ static int cg_row_whole_split(const cg_rowk *k)
     int last = k->rn->ndim - 1, nl = cg_row_nlanes(k);
     return !k->col && !k->stream && last >= 0 && k->rn->sym && k->rn->ssize[last] >= 0 &&
            cg_row_bytes_in(k) && k->lanes == nl ? nl : 0;
+}
+
+/* A symbolic row kernel's rows of at most this many bytes of its compute
+ * type (8 AVX-512 registers) get a helper function of the loops at their
+ * exact length (cg_row_exact_lens). */
+#define CG_ROW_EXACT_BYTES 512
+
+/* The row lengths, each a constant, that symbolic row kernel k gets a copy
+ * of its loops for (into lens, at most CG_ROW_EXACT_MAX); their count.  A runtime
+ * length of one row dim, not column mode, no streamed stores: the whole lane
+ * blocks' powers of two (k->lanes times 1, 2, 4...) up to CG_ROW_EXACT_BYTES.
+ * At a constant length gcc unrolls the passes completely and keeps the row
+ * in registers, as the static kernel: the runtime-length loops keep the
+ * sums' lanes in memory and reload the stored exps.  Softmax, C harness on a
+ * Zen 4, static / runtime length / this copy: 4x128x128 floats with a bool
+ * mask (where) 27.5 / 33.2 / 28.0 us; 4x128x128 plain 25.4 / 27.1 / 25.5;
+ * 4x16x16 0.78 / 0.88 / 0.78 (a copy whose length is not whole blocks, the
+ * tails masked, ran 1.3-1.7 times as long as the runtime loops).  Each copy
+ * is a function of its own (cg_emit_rows): inlined in the kernel, the extra
+ * loops cost the runtime-length ones registers (4x512x512: 472 -> 491 us). */
+static int cg_row_exact_lens(const cg_rowk *k, int64_t *lens)
+{
+    int last = k->rn->ndim - 1, n = 0;
+    if (k->col || k->stream || last != 0 || !k->rn->sym || k->rn->ssize[last] < 0 ||
+        k->lanes <= 0)
+        return 0;
+    int64_t tsize = strcmp(k->T, "float") ? 8 : 4;
+    for (int64_t l = k->lanes; l * tsize <= CG_ROW_EXACT_BYTES && n < CG_ROW_EXACT_MAX; l *= 2)
+        lens[n++] = l;
+    return n;
 }
 
 static int cg_row_emit_nest(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
