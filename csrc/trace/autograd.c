@@ -142,8 +142,28 @@ static int ag_is_float(int dt)
     return dt >= 0 && dt < CDY_DT_COUNT && cdy_dtype_table[dt].is_float;
 }
 
+static const cdy_pynode *ag_pynode(const ag_state *s, int v);
+static void ag_fn_name(PyObject *fn, char *out, size_t n);
+
+/* 1 if node v is an extern whose result carries no gradient (dropout's noise
+ * bernoulli.p, detach: ag_extern gives their arguments none): a product with
+ * it then saves no operand for its gradient (bert_train: the 64 KiB input of
+ * each dropout after a linear, which eager does not keep either). */
+static int ag_no_grad_extern(const ag_state *s, int v)
+{
+    if (cdy_op_table[s->g->values[v].op].kind != 'E')
+        return 0;
+    const cdy_pynode *p = ag_pynode(s, v);
+    char fn[64];
+    if (!p)
+        return 0;
+    ag_fn_name(p->fn, fn, sizeof(fn));
+    return !strcmp(fn, "bernoulli.p") || !strcmp(fn, "detach");
+}
+
 /* Which values carry a gradient: inputs that require grad, and float nodes
- * over one that does (a view also through its base). */
+ * over one that does (a view also through its base), but for
+ * ag_no_grad_extern's. */
 static void ag_mark_needs(ag_state *s)
 {
     const cdy_graph *g = s->g;
@@ -152,7 +172,7 @@ static void ag_mark_needs(ag_state *s)
         if (x->kind == CDY_VAL_INPUT)
             s->needs[v] = x->input_index < s->t->ninput_rg && s->t->input_rg[x->input_index] &&
                           ag_is_float(x->meta.dtype);
-        if (x->kind != CDY_VAL_NODE || !ag_is_float(x->meta.dtype))
+        if (x->kind != CDY_VAL_NODE || !ag_is_float(x->meta.dtype) || ag_no_grad_extern(s, v))
             continue;
         for (int a = 0; a < x->nargs; a++)
             s->needs[v] |= s->needs[x->args[a]];
