@@ -8,20 +8,22 @@ arithmetic, branches on constants.
 """
 
 
-def gelu_backward(grad, x, approximate, y=None):
-    """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh.  y: the
-    forward's result (gelu(x)), which the backward has at hand (the next linear's
-    weight gradient reads it)."""
+def gelu_backward(grad, x, approximate):
+    """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh.  Reads x
+    only, as eager's GeluBackward0 does: the forward's result y is not read, so the
+    backward frees it after the next linear's weight gradient (its last reader)
+    instead of holding it through this kernel (transformer_stack_train: the last
+    block's 1 MiB y alive next to this kernel's output made the step's peak 7.95
+    MiB against eager's 6.97)."""
     if approximate == 0:
-        # Phi(x) as gelu(x) / x: the forward's GELU (a rational function) in place
-        # of an erf, whose two polynomials and exp made this the backward's slowest
-        # kernel (transformer_stack_train, 262144 floats, one thread: 407 -> 235
-        # us).  y itself where it is float32 / float64 (a bfloat16 y would round
-        # Phi); |x| >= 5.5: Phi 0 or 1 (GELU's tail is 0 there, as eager's erf
-        # rounds); 0.5 at x = 0.  torch.where on x > 0, not a bool .to(): GCC does
-        # not vectorize that uint8 -> float conversion.
-        if not isinstance(y, torch.Tensor) or y.dtype not in (torch.float32, torch.float64):
-            y = torch.nn.functional.gelu(x, approximate="none")
+        # Phi(x) as gelu(x) / x: the forward's GELU (a rational function, computed
+        # here in the kernel) in place of an erf, whose two polynomials and exp
+        # made this the backward's slowest kernel (transformer_stack_train, 262144
+        # floats, one thread: 407 -> 235 us; 135 us when it read the saved y, which
+        # cost the peak above).  |x| >= 5.5: Phi 0 or 1 (GELU's tail is 0 there, as
+        # eager's erf rounds); 0.5 at x = 0.  torch.where on x > 0, not a bool
+        # .to(): GCC does not vectorize that uint8 -> float conversion.
+        y = torch.nn.functional.gelu(x, approximate="none")
         cdf = torch.where(x.abs() < 5.5, torch.where(x == 0, 0.5, y / x),
                           torch.where(x > 0, 1.0, 0.0))
         pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
