@@ -1019,15 +1019,20 @@ def test_split_pieces_gradient_is_one_cat(name):
     assert "torch.cat([" in src and "view_scatter" not in src, src
 
 
-def test_split_pieces_not_tiling_keep_view_scatter():
-    """Two of three pieces carry a gradient: zeros where the third was, as eager."""
+def test_split_pieces_not_tiling_are_padded():
+    """Two of three pieces carry a gradient: zeros where the third was, as eager; each
+    piece's gradient is the piece zero-padded to the base (F.pad: one kernel, where a
+    view_scatter's zeros and its functionalized in-place copy held two base-sized
+    tensors)."""
     def f(x):
         a, b, c = x.split(2, dim=-1)
         return (a * b.exp()).sum()
     cdynamo.reset()
     grads_match(f, _x(3, 6))
     out = cdynamo.optimize(f)(_x(3, 6))
-    assert "view_scatter" in out.grad_fn.tg.source and "torch.cat([" not in out.grad_fn.tg.source
+    src = out.grad_fn.tg.source
+    assert "torch.nn.functional.pad(" in src and "view_scatter" not in src, src
+    assert "torch.cat([" not in src, src
 
 
 def _mlp_step():
@@ -1176,6 +1181,27 @@ def test_dropout_after_linear_saves_no_input():
         out.backward()
         saved.append(sum(seen.values()))
     assert saved[1] <= saved[0], saved
+    eager, comp = _step_peaks(loss, (x,), params)
+    assert comp <= eager, (comp, eager)
+
+
+def test_select_gradient_is_padded_and_step_peak_not_above_eager():
+    """A pooler's x[:, 0] (BERT): its gradient onto x is F.pad of the row's gradient,
+    one kernel writing x's elements once, where new_zeros and the functionalized copy
+    into them (a clone) held two; with the dropout noise saved in place of noise / (1 -
+    p) the step's peak is eager's or below; grads equal (seeded masks)."""
+    torch.manual_seed(0)
+    lin, pool = nn.Linear(64, 64), nn.Linear(64, 8)
+    params = list(lin.parameters()) + list(pool.parameters())
+
+    def loss(x):
+        h = x + F.dropout(lin(x), 0.1, training=True)
+        return torch.tanh(pool(h[:, 0])).pow(2).sum()
+
+    x = torch.randn(4, 64, 64)
+    out = cdynamo.optimize(loss)(x)
+    src = out.grad_fn.tg.source
+    assert "torch.nn.functional.pad(" in src and "view_scatter" not in src, src
     eager, comp = _step_peaks(loss, (x,), params)
     assert comp <= eager, (comp, eager)
 

@@ -145,20 +145,35 @@ static int ag_is_float(int dt)
 static const cdy_pynode *ag_pynode(const ag_state *s, int v);
 static void ag_fn_name(PyObject *fn, char *out, size_t n);
 
+/* The callable's name of extern node v into fn (n bytes), 1; 0 if v is no
+ * extern call. */
+static int ag_extern_name(const ag_state *s, int v, char *fn, size_t n)
+{
+    if (cdy_op_table[s->g->values[v].op].kind != 'E')
+        return 0;
+    const cdy_pynode *p = ag_pynode(s, v);
+    if (!p)
+        return 0;
+    ag_fn_name(p->fn, fn, n);
+    return 1;
+}
+
+/* 1 if node v is dropout's noise (bernoulli.p, trace/build_dropout.c). */
+static int ag_is_noise(const ag_state *s, int v)
+{
+    char fn[64];
+    return ag_extern_name(s, v, fn, sizeof(fn)) && !strcmp(fn, "bernoulli.p");
+}
+
 /* 1 if node v is an extern whose result carries no gradient (dropout's noise
  * bernoulli.p, detach: ag_extern gives their arguments none): a product with
  * it then saves no operand for its gradient (bert_train: the 64 KiB input of
  * each dropout after a linear, which eager does not keep either). */
 static int ag_no_grad_extern(const ag_state *s, int v)
 {
-    if (cdy_op_table[s->g->values[v].op].kind != 'E')
-        return 0;
-    const cdy_pynode *p = ag_pynode(s, v);
     char fn[64];
-    if (!p)
-        return 0;
-    ag_fn_name(p->fn, fn, sizeof(fn));
-    return !strcmp(fn, "bernoulli.p") || !strcmp(fn, "detach");
+    return ag_extern_name(s, v, fn, sizeof(fn)) &&
+           (!strcmp(fn, "bernoulli.p") || !strcmp(fn, "detach"));
 }
 
 /* Which values carry a gradient: inputs that require grad, and float nodes
@@ -674,6 +689,24 @@ static int ag_cat_in_memory_order(const ag_state *s, int v, const ag_piece *mine
     return 1;
 }
 
+/* Piece p of base v's gradient added to g<v> as the piece zero-padded to the
+ * base's sizes along its dim (F.pad: one kernel writing the base's elements
+ * once), where its view_scatter filled zeros and then wrote them again
+ * through an in-place copy the graph functionalizes into a clone: two
+ * base-sized tensors alive at once (bert_train: the pooler's x[:, 0]). */
+static void ag_add_padded(ag_state *s, int v, const ag_piece *p)
+{
+    const cdy_meta *b = &s->g->values[v].meta;
+    cdy_buf e = {0};
+    cdy_buf_printf(&e, "torch.nn.functional.pad(%s, (", p->piece);
+    for (int k = b->ndim - 1; k > p->d; k--)
+        cdy_buf_puts(&e, "0, 0, ");
+    cdy_buf_printf(&e, "%lld, %lld))", (long long)p->a,
+                   (long long)(b->sizes[p->d] - p->a - p->len));
+    ag_add(s, v, v, e.data ? e.data : p->fallback, 0);
+    cdy_buf_free(&e);
+}
+
 /* Base v's held pieces into g<v>: when they are two or more along one dim
  * that tile it ([0, size) without gaps or overlaps; a split's or chunk's
  * pieces), one torch.cat of them (no zeros, no scatters, no adds); else each
@@ -720,7 +753,7 @@ static void ag_flush_pieces(ag_state *s, int v)
         return;
     }
     for (int i = 0; i < n; i++)
-        ag_add(s, v, v, mine[i].fallback, 0);
+        ag_add_padded(s, v, &mine[i]);
 }
 
 /* View node v (VIEW, VIEW_COPY): its gradient onto its base. */
@@ -1679,13 +1712,17 @@ static int ag_recompute_fn(int op, cdy_buf *b)
 }
 
 /* 1 if value a is at hand in the backward without saving more: a scalar, a
- * graph input of dtype dt, a node saved anyway or recomputed before. */
+ * graph input of dtype dt, a node saved anyway or recomputed before, or
+ * dropout's noise (the forward realizes it anyway: saving it in place of
+ * noise / (1 - p) spares the forward that tensor, as eager's dropout scales
+ * its noise in place; bert_train's forward peak -64 KiB). */
 static int ag_at_hand(const ag_state *s, int a, int dt)
 {
     const cdy_value *y = &s->g->values[a];
     if (y->kind == CDY_VAL_SCALAR)
         return 1;
-    return y->meta.dtype == dt && (y->kind == CDY_VAL_INPUT || s->used[a] || s->recompute[a]);
+    return y->meta.dtype == dt && (y->kind == CDY_VAL_INPUT || s->used[a] || s->recompute[a] ||
+                                   ag_is_noise(s, a));
 }
 
 /* Used view v made again from its base (an alias; a builder's view has no
