@@ -1206,6 +1206,26 @@ def test_select_gradient_is_padded_and_step_peak_not_above_eager():
     assert comp <= eager, (comp, eager)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_gelu_step_matches_eager(dtype):
+    """A bfloat16 / float16 Linear, GELU, Linear step: gelu's derivative computes in
+    float32 and rounds once to the gradient's dtype, as eager's kernel (it was float32,
+    the where of two Python floats, and the next matmul raised on the mixed dtypes)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)).to(dtype)
+    x = torch.randn(8, 16, 32, dtype=dtype) * 2
+    loss = lambda a: m(a).float().pow(2).mean()  # noqa: E731
+    grads = []
+    for f in (loss, cdynamo.optimize(loss)):
+        for p in m.parameters():
+            p.grad = None
+        f(x).backward()
+        grads.append([p.grad.clone() for p in m.parameters()])
+    for e, c in zip(*grads):
+        assert c.dtype == dtype
+        torch.testing.assert_close(c, e, rtol=1.6e-2, atol=1e-2)
+
+
 def _backward_source():
     """The generated C of the last compiled backward graph."""
     return [r for r in cdynamo._support.compiles if r["function"] == "backward"][-1]["source"]

@@ -22,11 +22,17 @@ def gelu_backward(grad, x, approximate):
         # floats, one thread: 407 -> 235 us; 135 us when it read the saved y, which
         # cost the peak above).  |x| >= 5.5: Phi 0 or 1 (GELU's tail is 0 there, as
         # eager's erf rounds); 0.5 at x = 0.  torch.where on x > 0, not a bool
-        # .to(): GCC does not vectorize that uint8 -> float conversion.
-        y = torch.nn.functional.gelu(x, approximate="none")
-        cdf = torch.where(x.abs() < 5.5, torch.where(x == 0, 0.5, y / x),
-                          torch.where(x > 0, 1.0, 0.0))
-        pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
+        # .to(): GCC does not vectorize that uint8 -> float conversion.  bfloat16 /
+        # float16 in float32, rounded once at the end, as eager's kernel (and of
+        # grad's dtype: the where of two Python floats is float32).
+        low = x.dtype not in (torch.float32, torch.float64)
+        xf = x.float() if low else x
+        y = torch.nn.functional.gelu(xf, approximate="none")
+        cdf = torch.where(xf.abs() < 5.5, torch.where(xf == 0, 0.5, y / xf),
+                          torch.where(xf > 0, 1.0, 0.0))
+        pdf = torch.exp(-0.5 * xf * xf) * 0.3989422804014327
+        if low:
+            return (grad.float() * (cdf + xf * pdf)).to(grad.dtype)
         return grad * (cdf + x * pdf)
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
     t = torch.tanh(inner)
