@@ -326,6 +326,25 @@ static int ag_is_helper(const char *w)
     return 0;
 }
 
+static int ag_realized_costly(const ag_state *s, int v);
+
+/* 1 if node v's result is at hand for its derivative at no cost to the
+ * backward's peak: saved anyway (ag_realized_costly: an extern reads it), and
+ * v is not the last node of its op in the graph, whose derivative comes first
+ * in the backward, where the most saved tensors are alive (there reading the
+ * result would hold it past its other readers: transformer_stack_train's last
+ * GELU, +1 MiB over eager's peak). */
+static int ag_result_free(const ag_state *s, int v)
+{
+    const cdy_graph *g = s->g;
+    if (!ag_realized_costly(s, v))
+        return 0;
+    for (int u = v + 1; u < g->nvalues; u++)
+        if (g->values[u].kind == CDY_VAL_NODE && g->values[u].op == g->values[v].op)
+            return 1;
+    return 0;
+}
+
 /* The substitution of word w (not a call, attribute or keyword) of node v's
  * formula into b; 0, or -1 for a word the formula cannot mean. */
 static int ag_word(ag_state *s, int v, const char *w, char names[8][32], int nn, cdy_buf *b)
@@ -338,6 +357,12 @@ static int ag_word(ag_state *s, int v, const char *w, char names[8][32], int nn,
         cdy_buf_printf(b, "g%d", v);
     else if (!strcmp(w, "result"))
         ag_value(s, b, v);
+    else if (!strcmp(w, "result_if_free")) {   /* the result where ag_result_free, else None */
+        if (ag_result_free(s, v))
+            ag_value(s, b, v);
+        else
+            cdy_buf_puts(b, "None");
+    }
     else if (red && !strcmp(w, "grad_kept")) {
         cdy_buf_printf(b, "g%d.reshape(", v);
         ag_reduce_word(s, x, "kept", b);
