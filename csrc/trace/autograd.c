@@ -142,8 +142,43 @@ static int ag_is_float(int dt)
     return dt >= 0 && dt < CDY_DT_COUNT && cdy_dtype_table[dt].is_float;
 }
 
+static const cdy_pynode *ag_pynode(const ag_state *s, int v);
+static void ag_fn_name(PyObject *fn, char *out, size_t n);
+
+/* The callable's name of extern node v into fn (n bytes), 1; 0 if v is no
+ * extern call. */
+static int ag_extern_name(const ag_state *s, int v, char *fn, size_t n)
+{
+    if (cdy_op_table[s->g->values[v].op].kind != 'E')
+        return 0;
+    const cdy_pynode *p = ag_pynode(s, v);
+    if (!p)
+        return 0;
+    ag_fn_name(p->fn, fn, n);
+    return 1;
+}
+
+/* 1 if node v is dropout's noise (bernoulli.p, trace/build_dropout.c). */
+static int ag_is_noise(const ag_state *s, int v)
+{
+    char fn[64];
+    return ag_extern_name(s, v, fn, sizeof(fn)) && !strcmp(fn, "bernoulli.p");
+}
+
+/* 1 if node v is an extern whose result carries no gradient (dropout's noise
+ * bernoulli.p, detach: ag_extern gives their arguments none): a product with
+ * it then saves no operand for its gradient (bert_train: the 64 KiB input of
+ * each dropout after a linear, which eager does not keep either). */
+static int ag_no_grad_extern(const ag_state *s, int v)
+{
+    char fn[64];
+    return ag_extern_name(s, v, fn, sizeof(fn)) &&
+           (!strcmp(fn, "bernoulli.p") || !strcmp(fn, "detach"));
+}
+
 /* Which values carry a gradient: inputs that require grad, and float nodes
- * over one that does (a view also through its base). */
+ * over one that does (a view also through its base), but for
+ * ag_no_grad_extern's. */
 static void ag_mark_needs(ag_state *s)
 {
     const cdy_graph *g = s->g;
@@ -152,7 +187,7 @@ static void ag_mark_needs(ag_state *s)
         if (x->kind == CDY_VAL_INPUT)
             s->needs[v] = x->input_index < s->t->ninput_rg && s->t->input_rg[x->input_index] &&
                           ag_is_float(x->meta.dtype);
-        if (x->kind != CDY_VAL_NODE || !ag_is_float(x->meta.dtype))
+        if (x->kind != CDY_VAL_NODE || !ag_is_float(x->meta.dtype) || ag_no_grad_extern(s, v))
             continue;
         for (int a = 0; a < x->nargs; a++)
             s->needs[v] |= s->needs[x->args[a]];
@@ -291,6 +326,25 @@ static int ag_is_helper(const char *w)
     return 0;
 }
 
+static int ag_realized_costly(const ag_state *s, int v);
+
+/* 1 if node v's result is at hand for its derivative at no cost to the
+ * backward's peak: saved anyway (ag_realized_costly: an extern reads it), and
+ * v is not the last node of its op in the graph, whose derivative comes first
+ * in the backward, where the most saved tensors are alive (there reading the
+ * result would hold it past its other readers: transformer_stack_train's last
+ * GELU, +1 MiB over eager's peak). */
+static int ag_result_free(const ag_state *s, int v)
+{
+    const cdy_graph *g = s->g;
+    if (!ag_realized_costly(s, v))
+        return 0;
+    for (int u = v + 1; u < g->nvalues; u++)
+        if (g->values[u].kind == CDY_VAL_NODE && g->values[u].op == g->values[v].op)
+            return 1;
+    return 0;
+}
+
 /* The substitution of word w (not a call, attribute or keyword) of node v's
  * formula into b; 0, or -1 for a word the formula cannot mean. */
 static int ag_word(ag_state *s, int v, const char *w, char names[8][32], int nn, cdy_buf *b)
@@ -303,6 +357,12 @@ static int ag_word(ag_state *s, int v, const char *w, char names[8][32], int nn,
         cdy_buf_printf(b, "g%d", v);
     else if (!strcmp(w, "result"))
         ag_value(s, b, v);
+    else if (!strcmp(w, "result_if_free")) {   /* the result where ag_result_free, else None */
+        if (ag_result_free(s, v))
+            ag_value(s, b, v);
+        else
+            cdy_buf_puts(b, "None");
+    }
     else if (red && !strcmp(w, "grad_kept")) {
         cdy_buf_printf(b, "g%d.reshape(", v);
         ag_reduce_word(s, x, "kept", b);
@@ -654,6 +714,24 @@ static int ag_cat_in_memory_order(const ag_state *s, int v, const ag_piece *mine
     return 1;
 }
 
+/* Piece p of base v's gradient added to g<v> as the piece zero-padded to the
+ * base's sizes along its dim (F.pad: one kernel writing the base's elements
+ * once), where its view_scatter filled zeros and then wrote them again
+ * through an in-place copy the graph functionalizes into a clone: two
+ * base-sized tensors alive at once (bert_train: the pooler's x[:, 0]). */
+static void ag_add_padded(ag_state *s, int v, const ag_piece *p)
+{
+    const cdy_meta *b = &s->g->values[v].meta;
+    cdy_buf e = {0};
+    cdy_buf_printf(&e, "torch.nn.functional.pad(%s, (", p->piece);
+    for (int k = b->ndim - 1; k > p->d; k--)
+        cdy_buf_puts(&e, "0, 0, ");
+    cdy_buf_printf(&e, "%lld, %lld))", (long long)p->a,
+                   (long long)(b->sizes[p->d] - p->a - p->len));
+    ag_add(s, v, v, e.data ? e.data : p->fallback, 0);
+    cdy_buf_free(&e);
+}
+
 /* Base v's held pieces into g<v>: when they are two or more along one dim
  * that tile it ([0, size) without gaps or overlaps; a split's or chunk's
  * pieces), one torch.cat of them (no zeros, no scatters, no adds); else each
@@ -700,7 +778,7 @@ static void ag_flush_pieces(ag_state *s, int v)
         return;
     }
     for (int i = 0; i < n; i++)
-        ag_add(s, v, v, mine[i].fallback, 0);
+        ag_add_padded(s, v, &mine[i]);
 }
 
 /* View node v (VIEW, VIEW_COPY): its gradient onto its base. */
@@ -1659,13 +1737,17 @@ static int ag_recompute_fn(int op, cdy_buf *b)
 }
 
 /* 1 if value a is at hand in the backward without saving more: a scalar, a
- * graph input of dtype dt, a node saved anyway or recomputed before. */
+ * graph input of dtype dt, a node saved anyway or recomputed before, or
+ * dropout's noise (the forward realizes it anyway: saving it in place of
+ * noise / (1 - p) spares the forward that tensor, as eager's dropout scales
+ * its noise in place; bert_train's forward peak -64 KiB). */
 static int ag_at_hand(const ag_state *s, int a, int dt)
 {
     const cdy_value *y = &s->g->values[a];
     if (y->kind == CDY_VAL_SCALAR)
         return 1;
-    return y->meta.dtype == dt && (y->kind == CDY_VAL_INPUT || s->used[a] || s->recompute[a]);
+    return y->meta.dtype == dt && (y->kind == CDY_VAL_INPUT || s->used[a] || s->recompute[a] ||
+                                   ag_is_noise(s, a));
 }
 
 /* Used view v made again from its base (an alias; a builder's view has no
