@@ -441,3 +441,34 @@ def test_deep_guard_failure_names_its_source(capfd):
     err = capfd.readouterr().err
     assert "self._modules['b']._modules['1'].layer_idx'. expected 4, actual 7" in err, err
     assert cdynamo.stats()["recompiles"] == 1
+
+
+def test_forward_replaced_on_the_class_after_optimize():
+    """An optimized module calls its class's forward as it is at the call: a forward
+    replaced on the class after optimize (a function: compiled; a staticmethod or other
+    descriptor: bound and called) gives eager's result, as torch.compile's module does."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x) + 1
+
+    m = Block()
+    om = cdynamo.optimize(m)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(om(x), m(x))
+    Block.forward = lambda self, x: self.lin(x) * 2
+    before = cdynamo.stats()["frames_compiled"]
+    for _ in range(3):
+        torch.testing.assert_close(om(x), m(x))
+    assert cdynamo.stats()["frames_compiled"] == before + 1
+    Block.forward = staticmethod(lambda x: x - 5)
+    torch.testing.assert_close(om(x), x - 5)
+    del Block.forward                     # nn.Module's own forward: eager's error
+    with pytest.raises(NotImplementedError):
+        m(x)
+    with pytest.raises(NotImplementedError):
+        om(x)

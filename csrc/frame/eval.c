@@ -943,6 +943,7 @@ typedef struct {
     int backend;
     int fullgraph;
     int dynamic;             /* -1 None (automatic), 0 False, 1 True */
+    PyObject *owner;         /* an optimized module's class, or NULL: fn is its forward */
 } cdy_optimized;
 
 /* 1 if e's inputs are distinct arguments, each read as it is: a call with
@@ -1112,11 +1113,46 @@ static int force_lost(PyObject *fn)
     return !p || !((cdy_extra *)p)->forced;
 }
 
+/* An optimized module's forward as its class has it now (borrowed), when
+ * that is no longer o->fn: the class's forward was replaced after optimize. */
+static PyObject *owner_forward_changed(cdy_optimized *o)
+{
+    static PyObject *name;
+    if (!name && !(name = PyUnicode_InternFromString("forward")))
+        return NULL;
+    PyObject *cur = _PyType_Lookup((PyTypeObject *)o->owner, name);
+    return cur && cur != o->fn ? cur : NULL;
+}
+
+/* Call the replaced forward cur as eager would: a function is compiled from
+ * now on (o->fn becomes it); another descriptor is bound to the module
+ * (args[0]) and called as it is. */
+static PyObject *call_new_forward(cdy_optimized *o, PyObject *cur, PyObject *const *args,
+                                  size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (PyFunction_Check(cur) || nargs < 1) {
+        Py_SETREF(o->fn, Py_NewRef(cur));
+        return NULL;
+    }
+    descrgetfunc get = Py_TYPE(cur)->tp_descr_get;
+    PyObject *bound = get ? get(cur, args[0], o->owner) : Py_NewRef(cur);
+    if (!bound)
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(bound, args + 1, (size_t)(nargs - 1), kwnames);
+    Py_DECREF(bound);
+    return r;
+}
+
 static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t nargsf,
                                 PyObject *kwnames)
 {
     cdy_optimized *o = (cdy_optimized *)self;
-    PyObject *r = NULL;
+    PyObject *r = NULL, *cur = o->owner ? owner_forward_changed(o) : NULL;
+    if (cur && (r = call_new_forward(o, cur, args, nargsf, kwnames)) != NULL)
+        return r;
+    if (cur && o->fn != cur)
+        return NULL;   /* the descriptor's call raised */
     /* a direct hit runs no Python frame: the hook is not needed */
     if (o->enable && direct_call(o, args, nargsf, kwnames, &r))
         return r;
@@ -1139,12 +1175,12 @@ static PyObject *optimized_call(PyObject *self, PyObject *const *args, size_t na
 
 static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"fn", "backend", "fullgraph", "enable", "dynamic", NULL};
-    PyObject *fn, *dynamic = Py_None;
+    static char *kwlist[] = {"fn", "backend", "fullgraph", "enable", "dynamic", "owner", NULL};
+    PyObject *fn, *dynamic = Py_None, *owner = NULL;
     const char *backend = "c";
     int fullgraph = 0, enable = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sppO", kwlist, &fn, &backend, &fullgraph,
-                                     &enable, &dynamic))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sppOO!", kwlist, &fn, &backend, &fullgraph,
+                                     &enable, &dynamic, &PyType_Type, &owner))
         return NULL;
     if (dynamic != Py_None && !PyBool_Check(dynamic))
         return PyErr_Format(PyExc_TypeError, "dynamic must be None, True or False, got %R",
@@ -1173,6 +1209,7 @@ static PyObject *optimized_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o->dynamic = dynamic == Py_None ? -1 : dynamic == Py_True;
     o->enable = enable;
     o->vectorcall = optimized_call;
+    o->owner = Py_XNewRef(owner);
     return (PyObject *)o;
 }
 
@@ -1181,6 +1218,7 @@ static int optimized_traverse(PyObject *self, visitproc visit, void *arg)
     cdy_optimized *o = (cdy_optimized *)self;
     Py_VISIT(o->fn);
     Py_VISIT(o->dict);
+    Py_VISIT(o->owner);
     return 0;
 }
 
@@ -1189,6 +1227,7 @@ static int optimized_clear(PyObject *self)
     cdy_optimized *o = (cdy_optimized *)self;
     Py_CLEAR(o->fn);
     Py_CLEAR(o->dict);
+    Py_CLEAR(o->owner);
     return 0;
 }
 

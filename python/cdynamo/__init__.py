@@ -87,8 +87,9 @@ def _optimized_class(cls, backend, fullgraph, dynamic=None):
     key = (cls, backend, fullgraph, dynamic)
     sub = _module_classes.get(key)
     if sub is None:
-        forward = _wraps(_C.OptimizedFunction(cls.forward, backend, fullgraph, dynamic=dynamic),
-                         cls.forward)
+        # owner: a forward replaced on cls later is called (and compiled) instead
+        forward = _wraps(_C.OptimizedFunction(cls.forward, backend, fullgraph, dynamic=dynamic,
+                                              owner=cls), cls.forward)
         sub = type(cls.__name__, (cls,), {
             "forward": forward,
             "__module__": cls.__module__,
