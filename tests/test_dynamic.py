@@ -87,8 +87,8 @@ def test_size_read_into_view_stays_symbolic(capfd):
         return h.reshape(b, 2, t * (c // 2)) * 2.0
 
     lines = symbolic_log(capfd, g, torch.randn(3, 5, 8))
-    assert outputs(lines) == ["[s0, 2, s1*(s2) / 2]"], lines
-    assert "  relation s0*s1*s2 == 2*s0*s1*(s2) / 2" in lines, lines   # c % 2 == 0
+    assert outputs(lines) == ["[s0, 2, s1*((s2) / 2)]"], lines
+    assert "  relation s0*s1*s2 == 2*s0*s1*((s2) / 2)" in lines, lines   # c % 2 == 0
 
 
 def test_layer_norm_normalized_dims_specialize(capfd):

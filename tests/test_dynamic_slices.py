@@ -336,3 +336,42 @@ def test_flatten_adjacent_only_at_the_example_is_not_merged():
     for n, m in [(5, 5), (8, 8), (13, 13), (20, 7), (9, 3), (6, 6)]:
         x, y = torch.randn(2, n, 8), torch.randn(2, m)
         assert_same(f(x, y), opt(x, y))
+
+
+# fuzzer findings (fzdyn): a floor division of sizes printed into C as one factor of a
+# product (`s2*((s1) / 2)`, it was `s2*(s1) / 2` = (s2*s1) / 2), rounding down when negative
+@pytest.mark.parametrize("name,fn,shapes", [
+    ("index_at_half_of_a_cut", lambda x: x[2:-1][x[2:-1].size(0) // 2] * 1,
+     [(6, 3, 4), (9, 5, 3), (7, 2, 5)]),
+    ("narrow_of_a_row_by_half", lambda x: x[3].narrow(0, 1, x[3].shape[0] - x[3].shape[0] // 2) * 1,
+     [(6, 3, 4), (5, 5, 3), (7, 4, 5)]),
+    ("narrow_start_at_half", lambda x: x[3].narrow(0, x[3].shape[0] // 2, 2) * 1,
+     [(6, 3, 4), (5, 5, 3), (7, 4, 5)]),
+    ("index_and_slice_by_floor_divisions", lambda x: x[x.shape[0] // 2, :, x.shape[2] // 3:] * 1,
+     [(5, 3, 7), (4, 3, 5), (7, 5, 8)]),
+    ("negative_floor_division_in_a_length",
+     lambda x: x.narrow(1, 0, x.shape[1] + (x.shape[1] - 7) // 2) * 1, [(2, 3), (3, 5), (2, 4)]),
+    ("negative_floor_division_at_the_start",
+     lambda x: x[:, x.shape[1] + (x.shape[1] - 7) // 3:] * 1, [(2, 3), (3, 5), (2, 4), (2, 9)]),
+])
+def test_floor_divisions_of_sizes_in_kernels_equal_eager(name, fn, shapes):
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn, dynamic=True)
+    for sh in shapes:
+        x = torch.arange(float(torch.Size(sh).numel())).view(sh)
+        assert_same(fn(x), opt(x))
+
+
+def test_input_transposed_in_place_under_dynamic_restrides_at_each_size():
+    """a0.t_() on an argument: the restride after the graph has the traced sizes, so the
+    argument's sizes are pinned (one compile a size), not replayed at other sizes."""
+    def f(a0):
+        a0.t_()
+        return a0 * 1
+    cdynamo.reset()
+    opt = cdynamo.optimize(f, dynamic=True)
+    for sh in [(7, 3), (9, 4), (5, 6)]:
+        x = torch.randn(sh)
+        y = x.clone()
+        assert_same(f(y), opt(x))
+        assert x.shape == y.shape and x.stride() == y.stride()

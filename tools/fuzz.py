@@ -319,6 +319,56 @@ def _inputs_of_another_seed(source):
     return ns["make_inputs"]
 
 
+def _grown(n):
+    """A size n >= 2 moved up by 1..3, the same way for every tensor (so sizes that were
+    equal stay equal and broadcasting still lines up); 0 and 1 kept (they specialize)."""
+    return n if n < 2 else n + 1 + (n * 7) % 3
+
+
+def _regrow(t, gen):
+    """A tensor like t (dtype, dim order, expanded dims, storage offset, a step in its
+    innermost dim) with every size >= 2 _grown, its values drawn from t's own values."""
+    shape = [_grown(n) for n in t.shape]
+    flat = t.detach().reshape(-1)
+    keep = [i for i in range(t.dim()) if t.stride(i) != 0 or t.shape[i] <= 1]
+    base_shape = [shape[i] if i in keep else 1 for i in range(t.dim())]
+    order = sorted(range(t.dim()), key=lambda i: (-(t.stride(i) or math.inf), i))
+    alloc = [base_shape[i] for i in order]
+    step = 2 if t.dim() and t.stride(order[-1]) > 1 and alloc[-1] > 1 else 1
+    if alloc:
+        alloc[-1] *= step
+    n = math.prod(alloc)
+    off = t.storage_offset()
+    if flat.numel():
+        vals = flat[torch.randint(flat.numel(), (n + off,), generator=gen)]
+    else:
+        vals = torch.zeros(n + off, dtype=t.dtype)
+    u = vals[off:].view(alloc) if alloc else vals[off:].view(())
+    if step > 1:
+        u = u[..., ::step]
+    inv = [order.index(i) for i in range(t.dim())]
+    u = u.permute(inv) if t.dim() else u
+    return u.expand(shape)
+
+
+def _inputs_at_other_sizes(make_inputs):
+    """make_inputs with every input dim of size >= 2 grown (see _grown), other values, the
+    same layouts; None if two inputs share storage (a layout this cannot rebuild) or
+    nothing would change.  Deterministic: a finding replays."""
+    ins = make_inputs()
+    tens = [t for t in ins if isinstance(t, torch.Tensor)]
+    owned = [_storage(t) for t in tens if _storage(t) is not None]
+    if len(set(owned)) < len(owned):
+        return None
+    if not any(n >= 2 for t in tens for n in t.shape):
+        return None
+
+    def other():
+        gen = torch.Generator().manual_seed(12345)
+        return [_regrow(t, gen) if isinstance(t, torch.Tensor) else t for t in make_inputs()]
+    return other
+
+
 def _snapshot(out):
     """The tensors of a result, each as (tensor, a copy, its shape, its strides)."""
     if isinstance(out, (tuple, list)):
@@ -415,6 +465,10 @@ def _check_program_once(source, meta):
     other = _inputs_of_another_seed(source)
     if other is not None:
         calls.append((other, states[-1], "after a second call (inputs of another seed)"))
+    # dynamic: a call at other sizes (every dim >= 2 grown): the symbolic kernels' own path
+    resized = _inputs_at_other_sizes(make_inputs) if meta.get("dynamic") else None
+    if resized is not None:
+        calls.append((resized, states[-1], "after a call at other sizes (every dim >= 2 grown)"))
     first = None
     with warnings.catch_warnings(record=True) as warns:
         warnings.simplefilter("always")
@@ -469,7 +523,7 @@ def _check_program_once(source, meta):
                 if first is None:
                     first = _snapshot(act)
             except Mismatch as m:
-                return "wrong", str(m) + (f" ({when})" if make_inputs is other else "")
+                return "wrong", str(m) + (f" ({when})" if make_inputs in (other, resized) else "")
         if first is not None and not _same_snapshot(first):
             return "wrong", ("reuse: the first call's result changed in a later call "
                              "(an output buffer reused?)")

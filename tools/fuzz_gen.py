@@ -618,15 +618,108 @@ def gen_views(b):
     for _ in range(b.rng.randint(1, 6)):
         x = b.pick()
         k = b.rng.random()
-        if k < 0.5:
+        if k < 0.3:
             b.emit(op_view(b, x))
-        elif k < 0.65:
+        elif k < 0.55:
+            gen_symslice(b, 1)
+        elif k < 0.67:
             b.emit(op_same_view(b, x))
         elif k < 0.75:
             b.emit(op_row(b, x) if b.val(x).is_floating_point() else op_reduction(b, x))
         else:
             gen_pointwise_op(b)
     b.finish()
+
+
+# ------------------------------------------------------------ size-derived slices (issue 32)
+
+def _sz(b, x, d):
+    """The size of x's dim d as the program reads it (x.shape[d] or x.size(d))."""
+    return f"{x}.shape[{d}]" if b.rng.random() < 0.5 else f"{x}.size({d})"
+
+
+def op_symslice(b, x):
+    """A view of x whose bounds are negative or read from sizes: slices, narrow, int
+    indices (symbolic positions under dynamic=True; clamped / empty at small sizes)."""
+    r = b.rng
+    v = b.val(x)
+    if v.dim() == 0:
+        return f"{x}.view(1)[{r.choice(['-1:', ':-1', f'{x}.dim():'])}]"
+    d = r.randrange(v.dim())
+    pre = "..., " if d == v.dim() - 1 and d > 0 and r.random() < 0.3 else ":, " * d
+    n = _sz(b, x, d)
+    k, j = r.randint(0, 4), r.randint(1, 3)
+    lo = r.choice([f"{n} - {k}", f"{n} // 2", f"-{k + 1}", f"{k}", f"{n} // 3", f"{n} - {j} * 2"])
+    hi = r.choice([f"{n} - 1", f"-{j}", f"{n} // 2 + {k}", f"{n}", f"{n} + {k}", f"{j}"])
+    step = r.choice(["", "", "", ":2", ":3"])
+    ch = [f"{x}[{pre}{lo}:{step}]", f"{x}[{pre}:{hi}{step}]", f"{x}[{pre}{lo}:{hi}{step}]",
+          f"{x}[{pre}-{k + 1}:]", f"{x}[{pre}:-{j}]", f"{x}[{pre}{j}:-{j}]",
+          f"{x}[-{j}:]", f"{x}[{j}:-1]", f"{x}[:{n} // 2]",
+          f"{x}.narrow({d}, {n} // 2, {n} - {n} // 2)", f"{x}.narrow({d}, {n} // 3, {n} // 3)",
+          f"{x}.narrow({d}, -{j}, 1)" if v.shape[d] >= j else f"{x}.narrow({d}, 0, {n})",
+          f"{x}.narrow({d}, 1, {n} - 2)" if v.shape[d] >= 2 else f"{x}.narrow({d}, 0, 0)",
+          f"{x}[{pre}-1]", f"{x}[{pre}{n} - 1]", f"{x}[{pre}{n} // 2]", f"{x}[{pre}-{j}]",
+          f"{x}.select({d}, {n} - {j})", f"{x}.select({d}, -{n})"]
+    if v.dim() >= 2:
+        e = (d + 1) % v.dim()
+        m = _sz(b, x, e)
+        ch += [f"{x}[{lo}:, :{m} - 1]" if d == 0 else f"{x}[:{n} // 2, -{j}:]",
+               f"{x}[-1, {m} // 2:]", f"{x}[1:-1, 1:-1]", f"{x}[:, {m} // 2:].narrow(0, 0, {x}.shape[0] // 2)",
+               f"{x}.expand(2, *{x}.shape)[:, -1]" if r.random() < 0.5 else f"{x}.unsqueeze(0).expand(3, *{x}.shape)[-1, {pre}{lo}:]"]
+    others = [o for o in b.names(lambda t: t.dim() > 0) if o != x]
+    if others:
+        o = r.choice(others)
+        ch.append(f"{x}[{pre}:{o}.shape[0]]")
+    return r.choice(ch)
+
+
+def op_symslice_chain(b, x):
+    """One to three size-derived views of x in a row, each its own statement; the last name."""
+    for _ in range(b.rng.randint(1, 3)):
+        y = b.emit(op_symslice(b, x))
+        if y is None:
+            break
+        x = y
+    return x
+
+
+def op_symslice_use(b, x):
+    """A kernel fed by a size-derived view of x (the view is not kept as a value)."""
+    r = b.rng
+    e = op_symslice(b, x)
+    ops = [f"({e}) * 2 + 1", f"({e}).sum()", f"({e}).contiguous()", f"({e}).clone()",
+           f"torch.cat([{e}, {e}])", f"({e}).abs()", f"({e}).flip(0)" if b.val(x).dim() else f"({e}).neg()",
+           f"({e}) + {x}[..., :1]" if b.val(x).dim() else f"({e}) + 1",
+           f"({e}).float().mean()", f"({e}).cumsum(0)" if b.val(x).dim() > 1 else f"({e}).exp()"]
+    return r.choice(ops)
+
+
+def op_symslice_write(b, x):
+    """An in-place write through a size-derived view of x."""
+    r = b.rng
+    e = op_symslice(b, x)
+    s = r.choice(["2", "-1", "0.5", "3", "True"])
+    y = b.pick(lambda t: t.dim() <= 1) or s
+    return r.choice([f"{e}.fill_({s})", f"{e}.add_({s})", f"{e}.mul_({y})", f"{e}.zero_()",
+                     f"{e}.copy_({y})", f"{e}.neg_()", f"{e}.clamp_(-1, 1)"] +
+                    ([f"{e} = {s}", f"{e} = {y}"] if e.endswith("]") and "(" not in e.split("[", 1)[0] else []))
+
+
+def gen_symslice(b, n_ops=None):
+    """Steps of size-derived views: kept views, kernels on them, writes through them."""
+    for _ in range(n_ops or b.rng.randint(1, 4)):
+        x = b.pick()
+        if x is None:
+            return
+        k = b.rng.random()
+        if k < 0.45:
+            op_symslice_chain(b, x)
+        elif k < 0.75:
+            b.emit(op_symslice_use(b, x))
+        elif k < 0.9:
+            b.emit_stmt(op_symslice_write(b, x))
+        else:
+            gen_pointwise_op(b)
 
 
 # ------------------------------------------------------------ indexing
@@ -698,8 +791,10 @@ def gen_indexing(b):
     b.add_input(dtype_pool(b.rng), b.shape(b.rng.choice([1, 2, 2, 3]), big=0.1))
     for _ in range(b.rng.randint(1, 4)):
         x = b.pick()
-        if b.rng.random() < 0.6:
+        if b.rng.random() < 0.5:
             b.emit(op_index(b, x), keep_raising=b.rng.random() < 0.5)
+        elif b.rng.random() < 0.4:
+            gen_symslice(b, 1)
         elif b.rng.random() < 0.5:
             b.emit(op_view(b, x))
         else:
@@ -747,8 +842,10 @@ def gen_inplace(b):
     for _ in range(b.rng.randint(1, 6)):
         k = b.rng.random()
         x = b.pick()
-        if k < 0.45:
+        if k < 0.35:
             b.emit_stmt(op_inplace(b, x))
+        elif k < 0.45:
+            b.emit_stmt(op_symslice_write(b, x))
         elif k < 0.7:
             b.emit(op_view(b, x))
         elif k < 0.8:

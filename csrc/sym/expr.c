@@ -413,17 +413,25 @@ int cdy_sym_subst_hints(cdy_symtab *tab, int e, uint64_t mask)
     return r;
 }
 
-/* Atom a as C text at the end of buf (used, len). */
+/* Atom a as C text at the end of buf (used, len): a parenthesized floor
+ * division, so that it binds as one factor in a product (`s2*((s1) / 2)`,
+ * not `(s2*s1) / 2`); a numerator not provably >= 0 is moved down by
+ * div - 1 where negative, as C's `/` truncates toward zero. */
 static int sx_atom_print(const cdy_symtab *tab, int a, char *buf, int used, int len)
 {
     const cdy_sym_atom *at = &tab->atoms[a];
     if (at->expr < 0)
         return used + snprintf(buf + used, (size_t)(len - used), "s%d", at->sym);
-    used += snprintf(buf + used, (size_t)(len - used), "(");
-    used = used < len ? used + cdy_sym_print(tab, at->expr, buf + used, len - used) : used;
-    return used < len ? used + snprintf(buf + used, (size_t)(len - used), ") / %lld",
-                                        (long long)at->div)
-                      : used;
+    double lo, hi;
+    int li, hinf;
+    sx_bounds(tab, at->expr, &lo, &li, &hi, &hinf, 0);
+    char ex[448];
+    cdy_sym_print(tab, at->expr, ex, sizeof(ex));
+    long long dv = (long long)at->div;
+    if (!li && lo >= 0)
+        return used + snprintf(buf + used, (size_t)(len - used), "((%s) / %lld)", ex, dv);
+    return used + snprintf(buf + used, (size_t)(len - used),
+                           "(((%s) >= 0 ? (%s) : (%s) - %lld) / %lld)", ex, ex, ex, dv - 1, dv);
 }
 
 int cdy_sym_print(const cdy_symtab *tab, int e, char *buf, int len)

@@ -1290,7 +1290,8 @@ static cdy_ret *restride_call(tracer *tr, tvar *t)
 }
 
 /* t->after: a restride call for each caller's tensor whose metadata
- * changed (its final geometry is not its input's); 0 or -1. */
+ * changed (its final geometry is not its input's), its input's sizes
+ * pinned (the call's sizes and strides are the trace's numbers); 0 or -1. */
 static int finish_restrides(tracer *tr, mut_state *s)
 {
     cdy_trace *t = tr->t;
@@ -1302,6 +1303,9 @@ static int finish_restrides(tracer *tr, mut_state *s)
             return cdy_tr_stop(tr, RESTRIDE_NOT_TENSOR);
         if (same_geometry(tr, v, &t->graph.values[s->re[i].orig_value].meta))
             continue;
+        cdy_tr_pin(tr, s->re[i].orig_value, ~0u,
+                   "an input's metadata changed in place (t_, squeeze_...): restrided to the "
+                   "traced sizes after the graph (csrc/trace/mutate.c)");
         if (!(t->after[t->nafter++] = restride_call(tr, v)))
             return -1;
     }

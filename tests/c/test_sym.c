@@ -53,7 +53,12 @@ static void test_expr(void)
     int f = cdy_sym_floordiv(&t, s1, 2);
     CHECK(f >= 0 && f != s1 && cdy_sym_eval(&t, f, NULL) == 2);
     CHECK(f == cdy_sym_floordiv(&t, s1, 2));
-    CHECK(!strcmp(txt(&t, f), "(s1) / 2"));
+    CHECK(!strcmp(txt(&t, f), "((s1) / 2)"));
+    /* a floor division is one factor of a product in C: s0*((s1) / 2), not (s0*s1) / 2;
+     * a numerator that may be negative rounds down, not toward zero */
+    CHECK(!strcmp(txt(&t, cdy_sym_mul(&t, s0, f)), "s0*((s1) / 2)"));
+    int fn = cdy_sym_floordiv(&t, cdy_sym_add(&t, s1, cdy_sym_const(&t, -5)), 2);
+    CHECK(!strcmp(txt(&t, fn), "(((-5 + s1) >= 0 ? (-5 + s1) : (-5 + s1) - 1) / 2)"));
     CHECK(cdy_sym_eval(&t, f, vals) == 3);
     /* exact division: by a constant, a monomial; not where a term lacks a factor */
     int ps = cdy_sym_mul(&t, p, c64);                          /* 64*s0*s1 */
