@@ -20,7 +20,7 @@
 #include <string.h>
 
 enum { GF_LOCAL, GF_DEREF, GF_GLOBALS, GF_BUILTINS, GF_DICT, GF_STEP };
-enum { GF_NONE, GF_ITEMS, GF_ATTRS };
+enum { GF_NONE, GF_ITEMS, GF_ATTRS, GF_CLASS };
 
 typedef struct {
     int parent;           /* node index, -1 for a root */
@@ -29,7 +29,8 @@ typedef struct {
     int item;             /* STEP: 1 parent[key], 0 parent.key */
     PyObject *key;        /* STEP: the key (borrowed from a guard's source); DICT: the dict */
     PyObject *obj;        /* the value (borrowed: held by the frame or the unchanged parent) */
-    int cmode;            /* how the children read obj: GF_ITEMS, GF_ATTRS, GF_NONE */
+    int cmode;            /* how the children read obj: GF_ITEMS, GF_ATTRS, GF_NONE;
+                             GF_CLASS: obj is a class, read through its MRO */
     PyObject *dict;       /* ATTRS: obj's instance dict (compared only) */
     Py_ssize_t dictoff;   /* ATTRS: byte offset of obj's dict pointer in obj */
     PyTypeObject *tp;     /* ATTRS: obj's type */
@@ -129,6 +130,15 @@ static int gf_set_mode(gf_node *nd, int mode)
         nd->cmode = GF_ITEMS;
         return 1;
     }
+    if (mode == GF_CLASS) {   /* a class whose metaclass is type: its attributes are its MRO's */
+        if (!Py_IS_TYPE(o, &PyType_Type) ||
+            !PyType_HasFeature((PyTypeObject *)o, Py_TPFLAGS_VALID_VERSION_TAG))
+            return 0;
+        nd->tp = (PyTypeObject *)o;
+        nd->tag = nd->tp->tp_version_tag;
+        nd->cmode = GF_CLASS;
+        return 1;
+    }
     PyTypeObject *tp = Py_TYPE(o);
     if (PyType_Check(o) || !(tp->tp_getattro == PyObject_GenericGetAttr || tp == &PyModule_Type ||
                              cdy_guard_module_getattr(tp)))
@@ -149,13 +159,43 @@ static int gf_set_mode(gf_node *nd, int mode)
     return 1;
 }
 
+/* obj.__class__ when obj's node fixes its type and the type's __class__ is
+ * object's (borrowed), else NULL. */
+static PyObject *gf_class_of(gf_node *nd, PyObject *key)
+{
+    static PyObject *obj_class;
+    if (!obj_class)
+        obj_class = _PyType_Lookup(&PyBaseObject_Type, key);   /* immortal with object */
+    if (PyType_Check(nd->obj) || !gf_set_mode(nd, GF_ATTRS) || _PyType_Lookup(nd->tp, key) != obj_class)
+        return NULL;
+    return (PyObject *)nd->tp;
+}
+
+/* cls.key for a class node (its metaclass type, which has no attribute key):
+ * the MRO's value when reading it gives that very object (a plain value, a
+ * function, a property); borrowed, or NULL. */
+static PyObject *gf_class_attr(gf_node *nd, PyObject *key)
+{
+    if (!Py_IS_TYPE(nd->obj, &PyType_Type) || _PyType_Lookup(&PyType_Type, key))
+        return NULL;
+    PyObject *v = _PyType_Lookup((PyTypeObject *)nd->obj, key);   /* assigns a version tag */
+    if (!v || !gf_set_mode(nd, GF_CLASS))
+        return NULL;
+    return !Py_TYPE(v)->tp_descr_get || Py_IS_TYPE(v, &PyFunction_Type) ||
+           Py_IS_TYPE(v, &PyProperty_Type) ? v : NULL;
+}
+
 /* The value of step (item, key) from node nd's object when the snapshot can
  * fix it (borrowed), else NULL (no error left). */
 static PyObject *gf_read(gf_node *nd, int item, PyObject *key)
 {
     if ((item != 0 && item != 1) || !(PyUnicode_CheckExact(key) || (item && PyLong_CheckExact(key))))
         return NULL;
-    if (!item && (PyType_Check(nd->obj) || _PyType_Lookup(Py_TYPE(nd->obj), key)))
+    if (!item && PyUnicode_CompareWithASCIIString(key, "__class__") == 0)
+        return gf_class_of(nd, key);
+    if (!item && PyType_Check(nd->obj))
+        return gf_class_attr(nd, key);
+    if (!item && _PyType_Lookup(Py_TYPE(nd->obj), key))
         return NULL;   /* a class attribute could win over the instance's: walked */
     if (!gf_set_mode(nd, item ? GF_ITEMS : GF_ATTRS))
         return NULL;
@@ -295,6 +335,9 @@ static int gf_container_ok(const gf_node *nd)
                *(PyObject **)((char *)o + nd->dictoff) == nd->dict &&
                cdy_pc_dict_version(nd->dict) == nd->ver;
     }
+    if (nd->cmode == GF_CLASS)
+        return Py_IS_TYPE(o, &PyType_Type) && nd->tp->tp_version_tag == nd->tag &&
+               PyType_HasFeature(nd->tp, Py_TPFLAGS_VALID_VERSION_TAG);
     return 1;
 }
 
