@@ -368,3 +368,17 @@ def test_class_level_change_after_warm_calls(change):
             del Block.extra
         if "extra" not in PropBlock.__dict__:
             PropBlock.extra = property(lambda self: 0.25)
+
+
+def test_argument_value_changes_after_warm_calls():
+    """A guard on an argument itself (n == 1000) is checked at every call, and a module
+    passed as an argument is compared by identity before its dicts are trusted."""
+    def f(x, n, mod):
+        return mod(x) * n
+
+    opt = cdynamo.optimize(f)
+    torch.manual_seed(0)
+    a, b, x = Block(), Block(), torch.randn(4, 8)
+    for n, mod in ((1000, a), (1000, a), (1000, a), (int("2000"), a), (int("1000"), b),
+                   (int("1000"), b)):
+        torch.testing.assert_close(opt(x, n, mod), f(x, n, mod))

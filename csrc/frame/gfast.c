@@ -28,7 +28,8 @@ typedef struct {
     int slot;             /* LOCAL / DEREF roots */
     int item;             /* STEP: 1 parent[key], 0 parent.key */
     PyObject *key;        /* STEP: the key (borrowed from a guard's source); DICT: the dict */
-    PyObject *obj;        /* the value (borrowed: held by the frame or the unchanged parent) */
+    PyObject *obj;        /* the value: held by the unchanged parent; a LOCAL or DEREF
+                             root holds it (its address is not reused while compared) */
     int cmode;            /* how the children read obj: GF_ITEMS, GF_ATTRS, GF_NONE;
                              GF_CLASS: obj is a class, read through its MRO */
     PyObject *dict;       /* ATTRS: obj's instance dict (compared only) */
@@ -56,6 +57,9 @@ void cdy_gfast_free(cdy_gfast *f)
 {
     if (!f)
         return;
+    for (int i = 0; i < f->n; i++)
+        if (f->nodes[i].kind == GF_LOCAL || f->nodes[i].kind == GF_DEREF)
+            Py_DECREF(f->nodes[i].obj);
     PyMem_Free(f->nodes);
     PyMem_Free(f->gnode);
     PyMem_Free(f->settled);
@@ -112,6 +116,8 @@ static int gf_node_get(cdy_gfast *f, int parent, int kind, int slot, int item, P
     nd->key = key;
     nd->obj = obj;
     nd->ok = 1;
+    if (kind == GF_LOCAL || kind == GF_DEREF)
+        Py_INCREF(obj);
     f->table[h] = f->n;
     return f->n++;
 }
@@ -204,10 +210,13 @@ static PyObject *gf_read(gf_node *nd, int item, PyObject *key)
     return v;
 }
 
-/* The root node of s (made when new), or -1 when s's base is not taken in. */
+/* The root node of s (made when new), or -1 when s's base is not taken in
+ * (a bare local or free variable: read directly). */
 static int gf_root(cdy_gfast *f, const cdy_src *s, PyObject *const *locals, PyObject *globals,
                    PyObject *builtins, PyObject *closure)
 {
+    if ((s->kind == CDY_SRC_LOCAL || s->kind == CDY_SRC_DEREF) && !s->nattrs)
+        return -1;
     if (s->kind == CDY_SRC_LOCAL)
         return locals[s->slot] ? gf_node_get(f, -1, GF_LOCAL, s->slot, 0, NULL, locals[s->slot]) : -1;
     if (s->kind == CDY_SRC_DEREF) {
@@ -300,19 +309,16 @@ cdy_gfast *cdy_gfast_build(const cdy_guards *gs, cdy_gfast *prev, PyObject *cons
     return f;
 }
 
-/* 1 if root node nd is still the frame's object there (DICT roots are held by the source);
- * a LOCAL or DEREF root takes the frame's current object. */
-static int gf_root_ok(gf_node *nd, PyObject *const *locals, PyObject *globals,
+/* 1 if root node nd is still the frame's object there (DICT roots are held by the source). */
+static int gf_root_ok(const gf_node *nd, PyObject *const *locals, PyObject *globals,
                       PyObject *builtins, PyObject *closure)
 {
     switch (nd->kind) {
     case GF_LOCAL:
-        nd->obj = locals[nd->slot];
-        return nd->obj != NULL;
+        return locals[nd->slot] == nd->obj;
     case GF_DEREF:
-        nd->obj = closure && nd->slot < PyTuple_GET_SIZE(closure)
-                      ? PyCell_GET(PyTuple_GET_ITEM(closure, nd->slot)) : NULL;
-        return nd->obj != NULL;
+        return closure && nd->slot < PyTuple_GET_SIZE(closure) &&
+               PyCell_GET(PyTuple_GET_ITEM(closure, nd->slot)) == nd->obj;
     case GF_GLOBALS:
         return nd->obj == globals;
     case GF_BUILTINS:
