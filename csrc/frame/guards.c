@@ -110,6 +110,8 @@ typedef struct {
     const cdy_src *src;     /* NULL: nothing held */
     int n;                  /* objs[0..n] are held */
     PyObject *objs[CDY_MAX_ATTRS + 1];
+    const cdy_src *pre_src; /* the source whose value is pre (from the snapshot, gfast.c) */
+    PyObject *pre;          /* borrowed, or NULL */
 } fetch_memo;
 
 /* Drop what m holds past objs[keep] (keep -1: everything). */
@@ -162,6 +164,8 @@ static PyObject *memo_fetch(fetch_memo *m, const cdy_src *s, PyObject *const *lo
 {
     if (!m)
         return cdy_src_fetch(s, locals, globals, builtins, closure);
+    if (m->pre && s == m->pre_src)
+        return Py_NewRef(m->pre);
     int k = m->src ? common_steps(m->src, s) : -1;
     if (k > m->n)
         k = m->n;
@@ -243,6 +247,8 @@ void cdy_guards_free(cdy_guards *gs)
     gs->items = NULL;
     gs->n = gs->cap = 0;
     Py_CLEAR(gs->tensor_check);
+    cdy_gfast_free(gs->fast);
+    gs->fast = NULL;
 }
 
 /* Append a zeroed guard of kind on src; NULL with MemoryError on failure. */
@@ -477,7 +483,7 @@ extern PyObject *cdy_module_type;    /* torch.nn.Module (trace/vars.c) */
 
 /* 1 if tp reads attributes as nn.Module does: object's __getattribute__,
  * then nn.Module's own __getattr__ (not an override) on a miss. */
-static int uses_module_getattr(PyTypeObject *tp)
+int cdy_guard_module_getattr(PyTypeObject *tp)
 {
     static PyObject *mod_getattr, *obj_getattribute, *s_getattr, *s_getattribute;
     if (!s_getattr) {
@@ -505,7 +511,7 @@ static int uses_module_getattr(PyTypeObject *tp)
 static int module_has_attr(PyObject *v, PyObject *name)
 {
     static const char *const dicts[] = {"_parameters", "_buffers", "_modules"};
-    if (!PyUnicode_CheckExact(name) || !uses_module_getattr(Py_TYPE(v)))
+    if (!PyUnicode_CheckExact(name) || !cdy_guard_module_getattr(Py_TYPE(v)))
         return -1;
     PyObject *r = _PyObject_GenericGetAttrWithDict(v, name, NULL, 1);
     if (r || PyErr_Occurred()) {   /* found; or an error other than AttributeError */
@@ -782,7 +788,8 @@ static void batch_release(batch_vals *b)
 /* Read the values of the TENSOR guards of gs into b (through m, may be NULL):
  * their count, or -1 with none held and no error set when one cannot be read. */
 static int batch_values(const cdy_guards *gs, batch_vals *b, PyObject *const *locals,
-                        PyObject *globals, PyObject *builtins, PyObject *closure, fetch_memo *m)
+                        PyObject *globals, PyObject *builtins, PyObject *closure, fetch_memo *m,
+                        const cdy_gfast *f)
 {
     int cap = 0;
     for (int i = 0; i < gs->n; i++)
@@ -795,7 +802,9 @@ static int batch_values(const cdy_guards *gs, batch_vals *b, PyObject *const *lo
         const cdy_guard *g = &gs->items[i];
         if (g->kind != CDY_GUARD_TENSOR)
             continue;
-        PyObject *v = memo_fetch(m, &g->src, locals, globals, builtins, closure);
+        int settled;
+        PyObject *v = f ? cdy_gfast_value(f, i, &settled) : NULL;
+        v = v ? Py_NewRef(v) : memo_fetch(m, &g->src, locals, globals, builtins, closure);
         if (!v) {
             PyErr_Clear();
             batch_release(b);
@@ -809,10 +818,10 @@ static int batch_values(const cdy_guards *gs, batch_vals *b, PyObject *const *lo
 /* The TENSOR guards of gs through their TensorGuards check: 1 all hold, 0
  * not, -1 the check itself failed (no error left set). */
 static int batch_check(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
-                       PyObject *builtins, PyObject *closure, fetch_memo *m)
+                       PyObject *builtins, PyObject *closure, fetch_memo *m, const cdy_gfast *f)
 {
     batch_vals b;
-    if (batch_values(gs, &b, locals, globals, builtins, closure, m) < 0)
+    if (batch_values(gs, &b, locals, globals, builtins, closure, m, f) < 0)
         return 0;
     PyObject *r = PyObject_Vectorcall(gs->tensor_check, b.v, (size_t)b.n, NULL);
     batch_release(&b);
@@ -890,7 +899,7 @@ void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals
     batch_vals b;
     if (!tp || gs->tensor_check)
         return;
-    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL) <= 0) {
+    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL, NULL) <= 0) {
         batch_release(&b);
         return;
     }
@@ -906,7 +915,7 @@ void cdy_guards_batch(cdy_guards *gs, PyObject *const *locals, PyObject *globals
     Py_XDECREF(kw);
     PyErr_Clear();
     /* it must accept what the guards accept now, or it is not used */
-    if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure, NULL) != 1)
+    if (gs->tensor_check && batch_check(gs, locals, globals, builtins, closure, NULL, NULL) != 1)
         Py_CLEAR(gs->tensor_check);
 }
 
@@ -918,7 +927,7 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
 {
     snprintf(why, n, "a tensor's dispatch keys changed (inference mode, a view kind, ...)");
     batch_vals b;
-    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL) < 0)
+    if (batch_values(gs, &b, locals, globals, builtins, closure, NULL, NULL) < 0)
         return;
     PyObject *names = PyList_New(0), *m = PyObject_GetAttrString(gs->tensor_check, "__self__");
     for (int i = 0; names && i < gs->n; i++)
@@ -946,16 +955,24 @@ static void batch_why(const cdy_guards *gs, PyObject *const *locals, PyObject *g
  * see cdy_guards_check. */
 static int check_all(const cdy_guards *gs, PyObject *const *locals, PyObject *globals,
                      PyObject *builtins, PyObject *closure, char *why, size_t whylen,
-                     fetch_memo *m)
+                     fetch_memo *m, const cdy_gfast *f)
 {
     int batched = gs->tensor_check != NULL;
-    for (int i = 0; i < gs->n; i++)
-        if (!(batched && gs->items[i].kind == CDY_GUARD_TENSOR) &&
-            !check_one(&gs->items[i], locals, globals, builtins, closure, why, whylen, m))
+    for (int i = 0; i < gs->n; i++) {
+        if (batched && gs->items[i].kind == CDY_GUARD_TENSOR)
+            continue;
+        int settled = 0;
+        m->pre = f ? cdy_gfast_value(f, i, &settled) : NULL;
+        m->pre_src = &gs->items[i].src;
+        int ok = settled || check_one(&gs->items[i], locals, globals, builtins, closure, why,
+                                      whylen, m);
+        m->pre = NULL;
+        if (!ok)
             return 0;
+    }
     if (!batched)
         return 1;
-    int ok = batch_check(gs, locals, globals, builtins, closure, m);
+    int ok = batch_check(gs, locals, globals, builtins, closure, m, f);
     if (ok == 1)
         return 1;
     for (int i = 0; i < gs->n; i++)   /* the message, or the answer when the call failed */
@@ -981,8 +998,23 @@ int cdy_guards_check(const cdy_guards *gs, PyObject *const *locals, PyObject *gl
     fetch_memo m;
     m.src = NULL;
     m.n = -1;
-    int ok = check_all(gs, locals, globals, builtins, closure, why, whylen, &m);
+    m.pre = NULL;
+    /* the snapshot is a cache, not guard state; detached while in use (a guard's
+     * Python code could check this list again) */
+    cdy_guards *mg = (cdy_guards *)gs;
+    cdy_gfast *f = mg->fast;
+    mg->fast = NULL;
+    if (f)
+        cdy_gfast_verify(f, locals, globals, builtins, closure);
+    int ok = check_all(gs, locals, globals, builtins, closure, why, whylen, &m, f);
     memo_drop(&m, -1);
+    if (f)
+        cdy_gfast_release(f);
+    if (ok == 1 && (!f || cdy_gfast_stale(f)))
+        f = cdy_gfast_build(gs, f, locals, globals, builtins, closure);
+    if (mg->fast)   /* made by a nested check */
+        cdy_gfast_free(mg->fast);
+    mg->fast = f;
     return ok;
 }
 

@@ -107,12 +107,35 @@ void cdy_state_set_cpu_autocast(int v);
 /* Readable text of value v of state `which` into buf. */
 void cdy_state_text(int which, int v, char *buf, size_t n);
 
+typedef struct cdy_gfast cdy_gfast;
 typedef struct {
     int n, cap;
     cdy_guard *items;
     PyObject *tensor_check;  /* torch's C++ TensorGuards(...).check for the TENSOR
                                 guards, all at once (cdy_guards_batch), or NULL */
+    cdy_gfast *fast;         /* the containers the sources read through at the last
+                                check that held (frame/gfast.c), or NULL */
 } cdy_guards;
+
+/* ---- the snapshot of a guard list's containers (frame/gfast.c) ----------- */
+/* A snapshot of the dicts and types gs's sources read through now (after a
+ * check that held); prev (may be NULL) is freed.  NULL when out of memory. */
+cdy_gfast *cdy_gfast_build(const cdy_guards *gs, cdy_gfast *prev, PyObject *const *locals,
+                           PyObject *globals, PyObject *builtins, PyObject *closure);
+void cdy_gfast_free(cdy_gfast *f);
+/* Compare the snapshot with the frame's objects; the number of changed
+ * nodes.  Holds each guard's value until cdy_gfast_release.  Never fails. */
+int cdy_gfast_verify(cdy_gfast *f, PyObject *const *locals, PyObject *globals,
+                     PyObject *builtins, PyObject *closure);
+/* Guard i's value as verified (borrowed; NULL: walk its source), and in
+ * *settled whether the guard holds without a check. */
+PyObject *cdy_gfast_value(const cdy_gfast *f, int guard, int *settled);
+void cdy_gfast_release(cdy_gfast *f);
+/* 1 if the last verify found a change and the snapshot should be taken again. */
+int cdy_gfast_stale(const cdy_gfast *f);
+/* 1 if tp reads attributes as nn.Module does (object's __getattribute__,
+ * nn.Module's own __getattr__ on a miss). */
+int cdy_guard_module_getattr(PyTypeObject *tp);
 
 void cdy_guards_free(cdy_guards *gs);
 /* Append a guard on s; returns it (zeroed apart from kind/src) or NULL (MemoryError). */
