@@ -297,12 +297,70 @@ static int copy_checks_pass(tracer *tr, const char *base, tvar **args, int nargs
 
 /* Run in-place fn(*args) on the fakes with args[0] replaced by a copy of its
  * fake: eager's checks.  0, or -1 with the trace stopped (ERROR: eager raises). */
+/* The bytes [*lo, *hi) fake tensor x's elements span in its storage; 0, or
+ * -1 with an error. */
+static int byte_span(PyObject *x, int64_t *lo, int64_t *hi)
+{
+    PyObject *off = PyObject_CallMethod(x, "storage_offset", NULL);
+    PyObject *isz = PyObject_CallMethod(x, "element_size", NULL);
+    PyObject *sz = PyObject_CallMethod(x, "size", NULL);
+    PyObject *st = PyObject_CallMethod(x, "stride", NULL);
+    int bad = !off || !isz || !sz || !st || PyTuple_GET_SIZE(sz) != PyTuple_GET_SIZE(st);
+    int64_t e = bad ? 0 : PyLong_AsLongLong(isz), last = 0, empty = 0;
+    for (Py_ssize_t d = 0; !bad && d < PyTuple_GET_SIZE(sz); d++) {
+        int64_t n = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+        last += (n - 1) * PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        empty |= n == 0;
+    }
+    *lo = bad ? 0 : PyLong_AsLongLong(off) * e;
+    *hi = empty ? *lo : *lo + (last + 1) * e;
+    Py_XDECREF(off);
+    Py_XDECREF(isz);
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    return bad || PyErr_Occurred() ? -1 : 0;
+}
+
+/* 1 if tensor operand b (a fake) shares bytes with the written tensor a in
+ * a way other than being the same view: eager then reads elements the op
+ * has already written (or raises); 0 if not; -1 with an error. */
+static int partial_overlap(PyObject *a, PyObject *b)
+{
+    long long sa = storage_id(a), sb = sa == -1 ? -1 : storage_id(b);
+    if (sa == -1 || sb == -1)
+        return -1;
+    int64_t alo, ahi, blo, bhi;
+    if (sa != sb || byte_span(a, &alo, &ahi) || byte_span(b, &blo, &bhi))
+        return PyErr_Occurred() ? -1 : 0;
+    if (ahi <= blo || bhi <= alo)
+        return 0;   /* disjoint ranges */
+    static const char *const attrs[3] = {"size", "stride", "dtype"};
+    int same = alo == blo;
+    for (int k = 0; same == 1 && k < 3; k++) {
+        PyObject *x = k < 2 ? PyObject_CallMethod(a, attrs[k], NULL) : PyObject_GetAttrString(a, attrs[k]);
+        PyObject *y = !x ? NULL : k < 2 ? PyObject_CallMethod(b, attrs[k], NULL)
+                                        : PyObject_GetAttrString(b, attrs[k]);
+        same = x && y ? PyObject_RichCompareBool(x, y, Py_EQ) : -1;
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+    }
+    return same < 0 ? -1 : !same;
+}
+
 static int check_on_fakes(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           const char *what)
 {
     PyObject *pa[CDY_MAX_CALL_ARGS] = {NULL};
     if (nargs > CDY_MAX_CALL_ARGS)
         return cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
+    for (int i = 1; i < nargs && args[0]->kind == TV_TENSOR; i++) {
+        int o = args[i]->kind == TV_TENSOR && args[i]->obj != args[0]->obj
+                    ? partial_overlap(args[0]->obj, args[i]->obj) : 0;
+        if (o < 0)
+            return cdy_tr_stop_exc(tr, INTERNAL_IN, what);
+        if (o)   /* eager reads what it already wrote (element order) or raises */
+            return cdy_tr_stop(tr, MUT_OVERLAP, what);
+    }
     int made = 0, ok = 1;
     for (; ok && made < nargs; made++)
         ok = (pa[made] = made ? fake_of(args[made]) : PyObject_CallMethodNoArgs(args[0]->obj, str_clone)) != NULL;
