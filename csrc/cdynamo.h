@@ -77,6 +77,8 @@ int cdy_meta_contiguous(const cdy_meta *m);   /* row-major (size-1 dims any stri
 /* 1 if m's strides are torch.empty's for its sizes (size-1 dims' too: an op
  * that keeps its input's layout, clone, copies them into its result). */
 int cdy_meta_canonical(const cdy_meta *m);
+/* The same for nd sizes sz and strides st (a guard reading them as arrays). */
+int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st);
 /* m's dims of size other than 1, outermost first, into order: their count if m
  * is dense in that order (a permutation of a contiguous layout), else -1. */
 int cdy_meta_dense_order(const cdy_meta *m, int *order);

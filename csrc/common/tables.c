@@ -62,11 +62,17 @@ int cdy_meta_contiguous(const cdy_meta *m)
  * size-1 dim's stride the product of the sizes inside it, 0 counted as 1). */
 int cdy_meta_canonical(const cdy_meta *m)
 {
-    int64_t st = 1;
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        if (m->strides[d] != st)
+    return cdy_strides_canonical(m->ndim, m->sizes, m->strides);
+}
+
+/* 1 if strides st are torch.empty's for the nd sizes sz (see cdy_meta_canonical). */
+int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (st[d] != expect)
             return 0;
-        st *= m->sizes[d] > 1 ? m->sizes[d] : 1;
+        expect *= sz[d] > 1 ? sz[d] : 1;
     }
     return 1;
 }

@@ -621,12 +621,8 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
             Py_XDECREF(v);
             v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
             nd = v ? sym_read_dims(v, sz, st) : -1;
-            int64_t expect = 1;            /* torch.empty's strides: the graph relies on them */
-            for (int d = nd - 1; d >= 0; d--) {
-                if (st[d] != expect)
-                    nd = -2;
-                expect *= sz[d] > 1 ? sz[d] : 1;
-            }
+            if (nd >= 0 && !cdy_strides_canonical(nd, sz, st))
+                nd = -2;                   /* torch.empty's strides: the graph relies on them */
         }
         if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
             Py_XDECREF(v);
