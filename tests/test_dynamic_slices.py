@@ -375,3 +375,25 @@ def test_input_transposed_in_place_under_dynamic_restrides_at_each_size():
         y = x.clone()
         assert_same(f(y), opt(x))
         assert x.shape == y.shape and x.stride() == y.stride()
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("index_view_detach", lambda a: a[-1].view(1).detach()),
+    ("slice_index_view_slice_detach", lambda a: a[:][-1].view(1)[a[-1].dim():].detach()),
+    ("index_unsqueeze_detach", lambda a: a[-2].unsqueeze(0).detach()),
+])
+def test_detached_view_at_an_offset_from_sizes_aliases_the_input(name, fn):
+    """fuzz views_wrong_e833784530: a view at an offset from sizes (a[-1]) with a size-1 dim
+    is realized by as_strided with stride 0 there; an extern (detach) of it kept torch's
+    strides, but the result was copied to the traced strides for the size-1 dim's stride
+    alone, so it no longer aliased the input.  Now it is a view of the input as in eager."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn, dynamic=True)
+    for n in (8, 8, 5, 11):
+        a = torch.arange(n, dtype=torch.int16)
+        e, r = fn(a), opt(a)
+        assert_same(e, r)
+        assert r.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+        assert r.storage_offset() == e.storage_offset()
+        a[-1 if name != "index_unsqueeze_detach" else -2] = 99
+        assert r.tolist() == e.tolist() == [99]

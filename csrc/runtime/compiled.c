@@ -372,6 +372,28 @@ static PyObject *sym_view(cdy_compiled *c, int v, int ndim, PyObject **bufs, con
     return r;
 }
 
+/* 1 if stride tuple got equals meta's (sizes, strides, dtype) strides in
+ * every dim of size other than 1 (a size-1 dim's stride is never read: a
+ * copy for it would only break the result's aliasing), 0 if not, -1 with an
+ * error. */
+static int strides_agree(PyObject *got, PyObject *meta)
+{
+    PyObject *sz = PyTuple_GET_ITEM(meta, 0), *want = PyTuple_GET_ITEM(meta, 1);
+    Py_ssize_t n = PyTuple_Check(got) ? PyTuple_GET_SIZE(got) : -1;
+    if (n != PyTuple_GET_SIZE(want) || n != PyTuple_GET_SIZE(sz))
+        return PyObject_RichCompareBool(got, want, Py_EQ);
+    for (Py_ssize_t d = 0; d < n; d++) {
+        long long k = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+        if (k == -1 && PyErr_Occurred())
+            return -1;
+        int eq = k == 1 ? 1 : PyObject_RichCompareBool(PyTuple_GET_ITEM(got, d),
+                                                          PyTuple_GET_ITEM(want, d), Py_EQ);
+        if (eq != 1)
+            return eq;
+    }
+    return 1;
+}
+
 /* Run extern step st: call torch, keep the result as its buffer (copied to
  * the traced strides if torch chose others; symbolic graphs: sv, made
  * contiguous).  0, or -1 with error set. */
@@ -402,7 +424,7 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
         return -1;
     }
     PyObject *got = cdy_tensor_attr(r, CDY_TA_stride);
-    int same = got ? PyObject_RichCompareBool(got, PyTuple_GET_ITEM(meta, 1), Py_EQ) : -1;
+    int same = got ? strides_agree(got, meta) : -1;
     Py_XDECREF(got);
     if (same == 0) {   /* torch picked other strides than the meta run: copy */
         PyObject *t = PyObject_Vectorcall(empty_strided, PySequence_Fast_ITEMS(meta), 2, kw_dtype);

@@ -1,7 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family views, wrong
 # signature: wrong/alias/detach+dim+view
 # wrong: alias: eager ["out shares input 0's storage at +14"], cdynamo []
-# note: stop 46, device campaign seed 46109 (--dynamic). Open: a[-1].view(1).detach() under dynamic=True returns a copy, not a view of the input (values equal; a[-1].view(1) without detach, and static compiles, alias as eager).
+# note: stop 46, device campaign seed 46109 (--dynamic). Fixed (fz47): a[-1].view(1).detach() under dynamic=True returned a copy: the view realized by as_strided has stride 0 in its size-1 dim, and the extern detach's result was copied to the traced strides for that dim alone; run_extern now ignores size-1 dims' strides.
 import math
 import torch
 import torch.nn.functional as F
