@@ -274,9 +274,10 @@ static PyObject *fake_of(tvar *a)
 }
 
 /* 1 if in-place method `base`_ (args, kwnames) is x.copy_(src) of two tensors of
- * one dtype, src's sizes broadcasting to x's: eager's checks pass, and
- * check_on_fakes need not run them (its clone of a strided view's fake runs
- * torch's Python empty_like ref, whose first call imports torch.fx and sympy). */
+ * one dtype, src's sizes broadcasting to x's: eager's checks pass but the
+ * overlap one (stop_on_overlap), and check_on_fakes need not run them (its
+ * clone of a strided view's fake runs torch's Python empty_like ref, whose
+ * first call imports torch.fx and sympy). */
 static int copy_checks_pass(tracer *tr, const char *base, tvar **args, int nargs,
                             PyObject *kwnames)
 {
@@ -295,8 +296,6 @@ static int copy_checks_pass(tracer *tr, const char *base, tvar **args, int nargs
     return 1;
 }
 
-/* Run in-place fn(*args) on the fakes with args[0] replaced by a copy of its
- * fake: eager's checks.  0, or -1 with the trace stopped (ERROR: eager raises). */
 /* The bytes [*lo, *hi) fake tensor x's elements span in its storage; 0, or
  * -1 with an error. */
 static int byte_span(PyObject *x, int64_t *lo, int64_t *hi)
@@ -321,9 +320,37 @@ static int byte_span(PyObject *x, int64_t *lo, int64_t *hi)
     return bad || PyErr_Occurred() ? -1 : 0;
 }
 
+/* The gcd of g and the byte strides of fake x's dims of size > 1 (g: 0
+ * before any), *esize its element size; or -1 with an error. */
+static int64_t stride_gcd(PyObject *x, int64_t g, int64_t *esize)
+{
+    PyObject *isz = PyObject_CallMethod(x, "element_size", NULL);
+    PyObject *sz = isz ? PyObject_CallMethod(x, "size", NULL) : NULL;
+    PyObject *st = sz ? PyObject_CallMethod(x, "stride", NULL) : NULL;
+    int bad = !st || PyTuple_GET_SIZE(sz) != PyTuple_GET_SIZE(st);
+    int64_t e = bad ? 0 : PyLong_AsLongLong(isz);
+    *esize = e;
+    for (Py_ssize_t d = 0; !bad && d < PyTuple_GET_SIZE(sz); d++) {
+        int64_t k = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d)) * e;
+        if (PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d)) < 2)
+            continue;
+        for (k = k < 0 ? -k : k; k;) {   /* Euclid: g = gcd(g, k) */
+            int64_t r = g % k;
+            g = k;
+            k = r;
+        }
+    }
+    Py_XDECREF(isz);
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    return bad || PyErr_Occurred() ? -1 : g;
+}
+
 /* 1 if tensor operand b (a fake) shares bytes with the written tensor a in
  * a way other than being the same view: eager then reads elements the op
- * has already written (or raises); 0 if not; -1 with an error. */
+ * has already written (or raises); 0 if not (disjoint byte ranges, or
+ * element offsets that differ modulo every stride: a[:, 0] and a[:, 1]);
+ * -1 with an error. */
 static int partial_overlap(PyObject *a, PyObject *b)
 {
     long long sa = storage_id(a), sb = sa == -1 ? -1 : storage_id(b);
@@ -334,6 +361,13 @@ static int partial_overlap(PyObject *a, PyObject *b)
         return PyErr_Occurred() ? -1 : 0;
     if (ahi <= blo || bhi <= alo)
         return 0;   /* disjoint ranges */
+    int64_t ea, eb, g = stride_gcd(a, 0, &ea);
+    g = g < 0 ? -1 : stride_gcd(b, g, &eb);
+    if (g < 0)
+        return -1;
+    if (ea == eb && g > 0 && (blo - alo) % g)
+        return 0;   /* each element's address differs from each of a's by a nonzero
+                       multiple of the element size modulo g: no byte in common */
     static const char *const attrs[3] = {"size", "stride", "dtype"};
     int same = alo == blo;
     for (int k = 0; same == 1 && k < 3; k++) {
@@ -347,20 +381,35 @@ static int partial_overlap(PyObject *a, PyObject *b)
     return same < 0 ? -1 : !same;
 }
 
+/* Stop the trace (MUT_OVERLAP) if a tensor operand among args[0..nargs)
+ * other than args[skip] shares bytes with written fake w other than as the
+ * same view: eager reads what it already wrote (element order) or raises
+ * (TensorIterator's partial-overlap check).  0, or -1 stopped. */
+static int stop_on_overlap(tracer *tr, PyObject *w, tvar **args, int nargs, int skip,
+                           const char *what)
+{
+    for (int i = 0; i < nargs; i++) {
+        int o = i != skip && args[i]->kind == TV_TENSOR && args[i]->obj != w
+                    ? partial_overlap(w, args[i]->obj) : 0;
+        if (o < 0)
+            return cdy_tr_stop_exc(tr, INTERNAL_IN, what);
+        if (o)
+            return cdy_tr_stop(tr, MUT_OVERLAP, what);
+    }
+    return 0;
+}
+
+/* Run in-place fn(*args) on the fakes with args[0] replaced by a copy of its
+ * fake: eager's checks (the overlap one first).  0, or -1 with the trace
+ * stopped (ERROR: eager raises). */
 static int check_on_fakes(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           const char *what)
 {
     PyObject *pa[CDY_MAX_CALL_ARGS] = {NULL};
     if (nargs > CDY_MAX_CALL_ARGS)
         return cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
-    for (int i = 1; i < nargs && args[0]->kind == TV_TENSOR; i++) {
-        int o = args[i]->kind == TV_TENSOR && args[i]->obj != args[0]->obj
-                    ? partial_overlap(args[0]->obj, args[i]->obj) : 0;
-        if (o < 0)
-            return cdy_tr_stop_exc(tr, INTERNAL_IN, what);
-        if (o)   /* eager reads what it already wrote (element order) or raises */
-            return cdy_tr_stop(tr, MUT_OVERLAP, what);
-    }
+    if (args[0]->kind == TV_TENSOR && stop_on_overlap(tr, args[0]->obj, args, nargs, 0, what))
+        return -1;
     int made = 0, ok = 1;
     for (; ok && made < nargs; made++)
         ok = (pa[made] = made ? fake_of(args[made]) : PyObject_CallMethodNoArgs(args[0]->obj, str_clone)) != NULL;
@@ -908,8 +957,9 @@ tvar *cdy_mut_method(tracer *tr, PyObject *name, tvar **args, int nargs, PyObjec
     PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttr(cdy_tensor_type, name));
     if (!fn)
         return cdy_tr_stop_exc(tr, INTERNAL_IN, what), NULL;
-    if (!copy_checks_pass(tr, base, args, nargs, kwnames) &&
-        check_on_fakes(tr, fn, args, nargs, kwnames, what))
+    if (copy_checks_pass(tr, base, args, nargs, kwnames)
+            ? stop_on_overlap(tr, args[0]->obj, args, nargs, 0, what)
+            : check_on_fakes(tr, fn, args, nargs, kwnames, what))
         return NULL;
     int before = tr->t->graph.nvalues;
     tvar *r;
@@ -1000,7 +1050,7 @@ static tvar *out_call(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
         cdy_tr_stop(tr, OP_TOO_MANY_ARGS, what);
         return NULL;
     }
-    if (may_mutate(tr, o, what, &vb))
+    if (may_mutate(tr, o, what, &vb) || stop_on_overlap(tr, o->obj, args, nargs, pos, what))
         return NULL;
     /* eager's checks: the call into a copy of o's fake */
     PyObject *pa[CDY_MAX_CALL_ARGS], *r = NULL;
@@ -1154,12 +1204,48 @@ tvar *cdy_mut_binary(tracer *tr, const char *name, PyObject *fn, const char *sym
     return commit(tr, args[0], r, before, what, &vb);
 }
 
+/* 1 if index k holds a tensor (x[k] = v is then eager's index_put_). */
+static int index_has_tensor(const tvar *k, int depth)
+{
+    if (k->kind == TV_TENSOR)
+        return 1;
+    if ((k->kind != TV_TUPLE && k->kind != TV_LIST) || depth > 8)
+        return 0;
+    for (int i = 0; i < k->n; i++)
+        if (index_has_tensor(k->items[i], depth + 1))
+            return 1;
+    return 0;
+}
+
+/* Stop the trace (MUT_OVERLAP) if tensor v of x[k] = v shares bytes with
+ * what eager writes, x[k] (basic indexing: a view that eager copy_'s v
+ * into) or x (a tensor index: index_put_), other than as the same view:
+ * eager raises or reads what it wrote.  0, or -1 stopped. */
+static int setitem_overlap(tracer *tr, tvar *x, tvar *k, tvar *v, const char *what)
+{
+    if (v->kind != TV_TENSOR || x->kind != TV_TENSOR)
+        return 0;
+    long long sx = storage_id(x->obj), sv = sx == -1 ? -1 : storage_id(v->obj);
+    if (sx == -1 || sv == -1)
+        return cdy_tr_stop_exc(tr, INTERNAL_IN, what);
+    if (sx != sv)
+        return 0;
+    PyObject *fk = index_has_tensor(k, 0) ? NULL : fake_of(k);
+    PyObject *w = fk ? PyObject_GetItem(x->obj, fk) : NULL;
+    Py_XDECREF(fk);
+    PyErr_Clear();                         /* no view of x[k]: all of x, the wider check */
+    tvar *a[1] = {v};
+    int rc = stop_on_overlap(tr, w ? w : x->obj, a, 1, -1, what);
+    Py_XDECREF(w);
+    return rc;
+}
+
 /* x[k] = v on tensor x (see trace.h); 0 or -1. */
 int cdy_mut_setitem(tracer *tr, tvar *x, tvar *k, tvar *v)
 {
     const char *what = "tensor item assignment";
     mut_plan vb;
-    if (may_mutate(tr, x, what, &vb))
+    if (may_mutate(tr, x, what, &vb) || setitem_overlap(tr, x, k, v, what))
         return -1;
     vb.cast_ok = 1;
     int before = tr->t->graph.nvalues;
