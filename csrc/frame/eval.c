@@ -623,8 +623,10 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced,
                   .dyn_of = dyn.mode ? cdy_dyn_policy : NULL, .dyn_ctx = &dyn};
     cdy_optim_set_prev(prev, dyn.nprev);   /* a scheduled lr that changed: an input */
+    cdy_sx_int_policy(prev, dyn.nprev, dyn.mode, dyn.automatic);   /* ints that changed */
     cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_optim_set_prev(NULL, 0);
+    cdy_sx_int_policy(NULL, 0, 0, 0);
     if (t->status == CDY_TRACE_OK)
         cdy_dyn_log(&dyn, t, &p, co);
     cdy_entry *e = NULL;

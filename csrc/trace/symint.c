@@ -14,6 +14,7 @@
  * So nothing the value decided is left unguarded: a node never pinned only
  * reached sizes that sym/infer.c computes from its expression. */
 #include "trace/trace.h"
+#include "frame/frame.h"
 #include "sym/sym.h"
 
 #include <stdio.h>
@@ -68,6 +69,99 @@ int cdy_sx_numel(tracer *tr, const tvar *t)
         n = e ? cdy_sx_node(tr, '*', n, e, -1, -1, 0) : 0;
     }
     return n;
+}
+
+/* ---- Python ints as symbols (automatic dynamic ints) -------------------------- */
+
+static const cdy_guards *const *si_prev;   /* the compiling code's entries' guards */
+static int si_nprev, si_mode, si_automatic;
+
+void cdy_sx_int_policy(const cdy_guards *const *prev, int n, int mode, int automatic)
+{
+    si_prev = prev;
+    si_nprev = n;
+    si_mode = mode;
+    si_automatic = automatic;
+}
+
+/* 1 when an earlier entry guarded src as an int other than value (its
+ * value changed), or as a symbol (a TYPE guard for int: it stays one). */
+static int si_changed(const cdy_src *src, long long value)
+{
+    for (int e = 0; e < si_nprev; e++) {
+        const cdy_guards *gs = si_prev[e];
+        for (int i = 0; i < gs->n; i++) {
+            const cdy_guard *g = &gs->items[i];
+            if (!g->expect || !cdy_src_equal(&g->src, src))
+                continue;
+            if (g->kind == CDY_GUARD_TYPE && g->expect == (PyObject *)&PyLong_Type)
+                return 1;
+            if (g->kind == CDY_GUARD_CONST && PyLong_CheckExact(g->expect)) {
+                int of = 0;
+                long long w = PyLong_AsLongLongAndOverflow(g->expect, &of);
+                PyErr_Clear();
+                if (!of && w != value)
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* 1 when the policy makes the int at src (value) a symbol: dynamic=True an
+ * argument's, automatic dynamic one whose value changed (si_changed); never
+ * 0 or 1 (specialized as sizes are), nor a negative one. */
+static int si_wanted(const cdy_src *src, long long value)
+{
+    if (value < 2 || value > ((long long)1 << 53))
+        return 0;
+    if (si_mode == 1 && src->kind == CDY_SRC_LOCAL && src->nattrs == 0)
+        return 1;
+    return si_mode == -1 && si_automatic && si_changed(src, value);
+}
+
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int guard)
+{
+    cdy_trace *t = tr->t;
+    int of = 0;
+    long long value = PyLong_AsLongLongAndOverflow(o, &of);
+    PyErr_Clear();
+    if (!v || of || !si_wanted(src, value) || t->nints >= CDY_SYM_MAX_SYMS)
+        return v;
+    if (t->nints == t->cap_ints) {
+        int cap = t->cap_ints ? 2 * t->cap_ints : 8;
+        cdy_sym_int *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+        int *q = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(int));
+        if (!p || !q)
+            return v;
+        if (t->nints) {
+            memcpy(p, t->ints, (size_t)t->nints * sizeof(*p));
+            memcpy(q, t->int_guards, (size_t)t->nints * sizeof(int));
+        }
+        t->ints = p;
+        t->int_guards = q;
+        t->cap_ints = cap;
+    }
+    int n = cdy_sx_node(tr, 'i', 0, 0, -1, t->nints, value);
+    if (!n)
+        return v;
+    t->ints[t->nints] = (cdy_sym_int){value, 0};
+    t->int_guards[t->nints++] = guard;
+    return cdy_sx_tag(tr, v, n);
+}
+
+int cdy_sx_int_srcs(cdy_trace *t)
+{
+    if (!t->nints)
+        return 0;
+    t->int_srcs = cdy_arena_alloc(&t->arena, sizeof(cdy_src) * (size_t)t->nints);
+    for (int i = 0; !t->int_srcs && i < t->nints; i++)
+        t->ints[i].pinned = 1;   /* no room for their sources: constants */
+    if (!t->int_srcs)
+        return -1;
+    for (int i = 0; i < t->nints; i++)
+        t->int_srcs[i] = t->guards.items[t->int_guards[i]].src;
+    return 0;
 }
 
 /* A copy of constant tvar c (the original may be shared). */
@@ -160,6 +254,8 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     }
     else if (x->op == '/')
         cdy_sx_pin_node(tr, x->a, why);
+    else if (x->op == 'i' && x->dim >= 0 && x->dim < t->nints)
+        t->ints[x->dim].pinned = 1;   /* its CONST guard stays */
 }
 
 /* cdy_sx_pin_deep to depth; past a depth bound every node is pinned. */
@@ -451,13 +547,14 @@ static int sx_items(const tvar *v, int *sxi, int n)
     return 0;
 }
 
-/* `t + n` / `t - n` (op NB_ADD / NB_SUBTRACT) of a tensor t and a symbolic
- * int n (a size the code read) that made r: when r is a pointwise node with
- * one int scalar arg, n's value (or minus it), that scalar is n's expression
+/* `t + n` / `t - n` / `t * n` (op NB_ADD / NB_SUBTRACT / NB_MULTIPLY) of a
+ * tensor t and a symbolic int n (a size the code read) that made r: when r is
+ * a pointwise node with one int scalar arg, n's value (or minus it, + and -
+ * only), that scalar is n's expression
  * (a runtime value of the kernels: sympins.c); 1, or 0 (nothing recorded). */
 static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, const tvar *r)
 {
-    if ((op != 0 && op != 10) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
+    if ((op != 0 && op != 10 && op != 5) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
         r->kind != TV_TENSOR)
         return 0;
     const cdy_graph *g = &tr->t->graph;
@@ -475,7 +572,7 @@ static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, co
         }
     if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
         return 0;
-    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k ? sx_neg(tr, n->sx) : 0;
+    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k && op != 5 ? sx_neg(tr, n->sx) : 0;
     return e && !cdy_tr_sym_scalar(tr, sc, e);
 }
 
@@ -487,7 +584,7 @@ static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     if (!ha && !hb)
         return;
     int op = ctx->arg >= CDY_NB_INPLACE_FIRST ? ctx->arg - CDY_NB_INPLACE_FIRST : ctx->arg;
-    if (sx_tensor_offset(tr, op, a, b, r) || (op == 0 && sx_tensor_offset(tr, op, b, a, r)))
+    if (sx_tensor_offset(tr, op, a, b, r) || ((op == 0 || op == 5) && sx_tensor_offset(tr, op, b, a, r)))
         return;
     if (sx_int(a) && sx_int(b) && sx_int(r)) {
         int n = sx_arith(tr, ctx->arg, a, b);

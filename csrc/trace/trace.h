@@ -200,6 +200,13 @@ int cdy_sx_numel(tracer *tr, const tvar *t);
 /* c (a constant tvar) as a copy carrying node sx (or, sxi, one per item of its tuple). */
 tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx);
 tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t);
+/* Int constant v (exact int o) read from source src whose CONST guard is
+ * guards.items[guard]: a copy carrying a new int symbol's node when the
+ * policy (cdy_sx_int_policy) makes src symbolic, else v. */
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int guard);
+/* Each int symbol's source into t->int_srcs (at the trace's end); 0, or -1
+ * (no room: every one pinned). */
+int cdy_sx_int_srcs(cdy_trace *t);
 /* why with where tr is ("why at file.py:12 in f"), in the trace's arena; why
  * itself when there is no room. */
 const char *cdy_sx_where(tracer *tr, const char *why);
