@@ -263,9 +263,13 @@ void cdy_dyn_log(const cdy_dyn_ctx *c, const cdy_trace *t, const cdy_pipe *p, Py
     for (int i = 0; t->int_srcs && i < t->nints; i++) {
         char name[128];
         cdy_src_name(&t->int_srcs[i], co, name, sizeof(name));
-        cdy_log(topic, "int '%s' became dynamic: %s (value %lld)", name,
-                c->mode == 1 ? "dynamic=True" : "its value changed since an earlier entry",
-                (long long)t->ints[i].value);
+        if (t->ints[i].pinned)
+            cdy_log(topic, "int '%s' stays static (value %lld): %s", name,
+                    (long long)t->ints[i].value, t->ints[i].why ? t->ints[i].why : "pinned");
+        else
+            cdy_log(topic, "int '%s' became dynamic: %s (value %lld)", name,
+                    c->mode == 1 ? "dynamic=True" : "its value changed since an earlier entry",
+                    (long long)t->ints[i].value);
     }
     dy_log_result(p, t, co, topic);
 }

@@ -154,6 +154,7 @@ typedef struct cdy_sym_sx_s {
 typedef struct cdy_sym_int_s {
     int64_t value;
     int pinned;
+    const char *why;             /* what pinned it (the trace's text), or NULL */
 } cdy_sym_int;
 
 /* A comparison the trace decided on symbolic ints (trace/symint.c): sx

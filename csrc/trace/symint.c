@@ -145,7 +145,7 @@ tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int
     int n = cdy_sx_node(tr, 'i', 0, 0, -1, t->nints, value);
     if (!n)
         return v;
-    t->ints[t->nints] = (cdy_sym_int){value, 0};
+    t->ints[t->nints] = (cdy_sym_int){value, 0, NULL};
     t->int_guards[t->nints++] = guard;
     return cdy_sx_tag(tr, v, n);
 }
@@ -254,8 +254,10 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     }
     else if (x->op == '/')
         cdy_sx_pin_node(tr, x->a, why);
-    else if (x->op == 'i' && x->dim >= 0 && x->dim < t->nints)
+    else if (x->op == 'i' && x->dim >= 0 && x->dim < t->nints) {
         t->ints[x->dim].pinned = 1;   /* its CONST guard stays */
+        t->ints[x->dim].why = cdy_sx_where(tr, why);
+    }
 }
 
 /* cdy_sx_pin_deep to depth; past a depth bound every node is pinned. */
