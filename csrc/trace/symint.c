@@ -120,7 +120,7 @@ static int si_wanted(const cdy_src *src, long long value)
     return si_mode == -1 && si_automatic && si_changed(src, value);
 }
 
-tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int guard)
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src)
 {
     cdy_trace *t = tr->t;
     int of = 0;
@@ -131,22 +131,24 @@ tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int
     if (t->nints == t->cap_ints) {
         int cap = t->cap_ints ? 2 * t->cap_ints : 8;
         cdy_sym_int *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
-        int *q = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(int));
+        const cdy_src **q = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*q));
         if (!p || !q)
             return v;
         if (t->nints) {
             memcpy(p, t->ints, (size_t)t->nints * sizeof(*p));
-            memcpy(q, t->int_guards, (size_t)t->nints * sizeof(int));
+            memcpy(q, t->int_srcp, (size_t)t->nints * sizeof(*q));
         }
         t->ints = p;
-        t->int_guards = q;
+        t->int_srcp = q;
         t->cap_ints = cap;
     }
-    int n = cdy_sx_node(tr, 'i', 0, 0, -1, t->nints, value);
+    cdy_src *copy = cdy_arena_alloc(&t->arena, sizeof(cdy_src));
+    int n = copy ? cdy_sx_node(tr, 'i', 0, 0, -1, t->nints, value) : 0;
     if (!n)
         return v;
+    *copy = *src;
     t->ints[t->nints] = (cdy_sym_int){value, 0, NULL};
-    t->int_guards[t->nints++] = guard;
+    t->int_srcp[t->nints++] = copy;
     return cdy_sx_tag(tr, v, n);
 }
 
@@ -160,8 +162,141 @@ int cdy_sx_int_srcs(cdy_trace *t)
     if (!t->int_srcs)
         return -1;
     for (int i = 0; i < t->nints; i++)
-        t->int_srcs[i] = t->guards.items[t->int_guards[i]].src;
+        t->int_srcs[i] = *t->int_srcp[i];
     return 0;
+}
+
+/* operator's function `name` (borrowed, cached per slot), or NULL. */
+static PyObject *si_operator(int slot, const char *name)
+{
+    static PyObject *fns[3];
+    if (!fns[slot]) {
+        PyObject *m = PyImport_ImportModule("operator");
+        fns[slot] = m ? PyObject_GetAttrString(m, name) : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return fns[slot];
+}
+
+/* A ret of kind k (zeroed), or NULL. */
+static cdy_ret *si_ret(tracer *tr, int k)
+{
+    cdy_ret *r = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_ret));
+    if (r)
+        r->kind = k;
+    return r;
+}
+
+/* A CONST ret of int c, or NULL. */
+static cdy_ret *si_const_ret(tracer *tr, long long c)
+{
+    cdy_ret *r = si_ret(tr, CDY_RET_CONST);
+    if (r && !(r->obj = cdy_tr_keep(tr, PyLong_FromLongLong(c))))
+        r = NULL;
+    PyErr_Clear();
+    return r;
+}
+
+/* The value of node n at the trace (its sizes' and ints' example values); 0
+ * and *ok cleared for a node without one. */
+static long long si_value(tracer *tr, int n, int *ok, int depth)
+{
+    const cdy_trace *t = tr->t;
+    if (n <= 0 || n > t->nsx || depth > 64) {
+        *ok = 0;
+        return 0;
+    }
+    const cdy_sym_sx *x = &t->sx[n - 1];
+    switch (x->op) {
+    case 'k': case 'i':
+        return x->c;
+    case 'd':
+        return t->graph.values[x->value].meta.sizes[x->dim];
+    case '+':
+        return si_value(tr, x->a, ok, depth + 1) + si_value(tr, x->b, ok, depth + 1);
+    case '*':
+        return si_value(tr, x->a, ok, depth + 1) * si_value(tr, x->b, ok, depth + 1);
+    case '/': {
+        long long a = si_value(tr, x->a, ok, depth + 1);
+        return x->c > 0 ? (a >= 0 ? a / x->c : -((-a + x->c - 1) / x->c)) : (*ok = 0);
+    }
+    default:
+        *ok = 0;
+        return 0;
+    }
+}
+
+/* The ret computing node n at replay (see cdy_sx_store_ret); *reads set when
+ * it reads an int source; NULL: no rule. */
+static cdy_ret *si_node_ret(tracer *tr, int n, int *reads, int depth)
+{
+    cdy_trace *t = tr->t;
+    if (n <= 0 || n > t->nsx || depth > 32)
+        return NULL;
+    const cdy_sym_sx *x = &t->sx[n - 1];
+    if (x->op == 'k')
+        return si_const_ret(tr, x->c);
+    if (x->op == 'i') {
+        cdy_ret *r = x->dim < t->nints ? si_ret(tr, CDY_RET_SOURCE) : NULL;
+        if (r)
+            r->src = t->int_srcp[x->dim];
+        *reads = 1;
+        return r;
+    }
+    if (x->op == 'd') {   /* a size: static from here on, its value */
+        cdy_sx_pin_node(tr, n, "the code stored a value computed from the size");
+        int ok = 1;
+        long long c = si_value(tr, n, &ok, 0);
+        return ok ? si_const_ret(tr, c) : NULL;
+    }
+    if (x->op != '+' && x->op != '*' && x->op != '/')
+        return NULL;
+    PyObject *fn = x->op == '+' ? si_operator(0, "add") : x->op == '*' ? si_operator(1, "mul")
+                                                                      : si_operator(2, "floordiv");
+    cdy_ret *r = fn ? si_ret(tr, CDY_RET_CALL) : NULL;
+    cdy_ret **items = r ? cdy_arena_alloc(&t->arena, 2 * sizeof(cdy_ret *)) : NULL;
+    if (!items)
+        return NULL;
+    items[0] = si_node_ret(tr, x->a, reads, depth + 1);
+    items[1] = x->op == '/' ? si_const_ret(tr, x->c) : si_node_ret(tr, x->b, reads, depth + 1);
+    if (!items[0] || !items[1])
+        return NULL;
+    r->obj = fn;
+    r->n = r->index = 2;
+    r->items = items;
+    return r;
+}
+
+cdy_ret *cdy_sx_store_ret(tracer *tr, tvar *v)
+{
+    cdy_trace *t = tr->t;
+    int reads = 0, ok = 1;
+    if (!v || v->kind != TV_CONST || !v->sx || !PyLong_CheckExact(v->obj) || !t->nints)
+        return NULL;
+    long long c = PyLong_AsLongLong(v->obj);
+    PyErr_Clear();
+    if (si_value(tr, v->sx, &ok, 0) != c || !ok)
+        return NULL;   /* the node does not give the value: no ret from it */
+    cdy_ret *r = si_node_ret(tr, v->sx, &reads, 0);
+    if (!r || !reads)
+        return NULL;
+    if (t->nobjects == t->cap_objects) {   /* made before any store (frame/bytecode.c) */
+        int cap = t->cap_objects ? 2 * t->cap_objects : 8;
+        cdy_ret **o = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)cap);
+        if (!o)
+            return NULL;
+        if (t->nobjects)
+            memcpy(o, t->objects, sizeof(cdy_ret *) * (size_t)t->nobjects);
+        t->objects = o;
+        t->cap_objects = cap;
+    }
+    cdy_ret *ref = si_ret(tr, CDY_RET_OBJECT);
+    if (!ref)
+        return NULL;
+    ref->index = t->nobjects;
+    t->objects[t->nobjects++] = r;
+    return ref;
 }
 
 /* A copy of constant tvar c (the original may be shared). */
@@ -433,6 +568,16 @@ static int sx_dict_lookup(tracer *tr, int sop)
     return c && c->kind == TV_DICT;
 }
 
+/* 1 if sop is `obj.name = n` for an int n with a node and an object of the
+ * caller (a source): the store is replayed, and its replay computes n from
+ * the int symbols it reads or pins it then (mutate.c, cdy_sx_store_ret). */
+static int sx_int(const tvar *v);
+static int sx_store_kept(tracer *tr, int sop)
+{
+    const tvar *o = sop == CDY_SOP_STORE_ATTR ? sx_peek(tr, 1) : NULL, *n = sx_peek(tr, 2);
+    return o && o->kind == TV_OBJ && o->src && sx_int(n) && n->sx && !n->nsxi;
+}
+
 void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -446,7 +591,8 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
     if (n == -2)
         n = tr->sp;
     for (int k = sx_dict_lookup(tr, sop) ? 2 : 1; k <= n; k++)
-        cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
+        if (k != 2 || !sx_store_kept(tr, sop))
+            cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
     if (n >= 0)
         return;
     switch (sop) {

@@ -200,10 +200,16 @@ int cdy_sx_numel(tracer *tr, const tvar *t);
 /* c (a constant tvar) as a copy carrying node sx (or, sxi, one per item of its tuple). */
 tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx);
 tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t);
-/* Int constant v (exact int o) read from source src whose CONST guard is
- * guards.items[guard]: a copy carrying a new int symbol's node when the
- * policy (cdy_sx_int_policy) makes src symbolic, else v. */
-tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src, int guard);
+/* Int constant v (exact int o) read from source src (CONST-guarded): a copy
+ * carrying a new int symbol's node when the policy (cdy_sx_int_policy) makes
+ * src symbolic, else v. */
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src);
+/* The value of v (an int carrying a symbolic node that reads a Python int
+ * symbol) as a ret computing it from the frame's int sources before any
+ * store (an object of the trace: operator.add / mul / floordiv of sources and
+ * constants; sizes it reads pinned); NULL when v has no such node or a node
+ * no ret computes (the caller pins v). */
+cdy_ret *cdy_sx_store_ret(tracer *tr, tvar *v);
 /* Each int symbol's source into t->int_srcs (at the trace's end); 0, or -1
  * (no room: every one pinned). */
 int cdy_sx_int_srcs(cdy_trace *t);
