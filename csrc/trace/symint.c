@@ -800,6 +800,22 @@ int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
     return n && !sx_cmp_push(tr, b, a, Py_GE, 1, "arange's end before its start") ? n : 0;
 }
 
+tvar *cdy_sx_minmax(tracer *tr, int is_max, tvar *a, tvar *b)
+{
+    if (!sx_int(a) || !sx_int(b) || (!a->sx && !b->sx))
+        return NULL;
+    int x = sx_operand(tr, a), y = x ? sx_operand(tr, b) : 0;
+    int op = is_max ? Py_GT : Py_LT;   /* Python keeps a unless b is strictly better */
+    int better = PyObject_RichCompareBool(b->obj, a->obj, op);
+    PyErr_Clear();
+    if (!y || better < 0 || sx_cmp_push(tr, y, x, op, better, cdy_sx_where(tr, is_max ?
+                                        "max() of ints" : "min() of ints")))
+        return NULL;
+    cdy_sx_taken(tr, a);
+    cdy_sx_taken(tr, b);
+    return better ? b : a;
+}
+
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool
  * is recorded (sym/infer.c decides it by range or guards it); anything else
  * pins what the operands read. */

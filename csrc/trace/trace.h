@@ -237,6 +237,10 @@ void cdy_sx_taken(tracer *tr, const tvar *v);
 /* Record that nodes a <op> b (Py_LT .. Py_GE) was truth at the example (sym/infer.c
  * decides it by range or guards it); 0, or -1 (a node 0, or no room). */
 int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why);
+/* min(a, b) / max(a, b) (is_max) of two ints, one or both symbolic: the one
+ * Python picks (its node goes on), the comparison recorded as a guard; NULL
+ * when not such ints (or no room). */
+tvar *cdy_sx_minmax(tracer *tr, int is_max, tvar *a, tvar *b);
 /* A size query's result out (x.size(), x.size(d), len(x), x.numel()) as a constant
  * carrying its symbolic int(s); NULL when what is no such query (or stopped). */
 tvar *cdy_sx_query(tracer *tr, const char *what, tvar **args, int nargs, PyObject *out);
