@@ -3,6 +3,7 @@ attribute read through a guarded source) whose value changed since an earlier en
 an int symbol at the recompile instead of a value guard; its uses follow the symbolic-int
 rules (arithmetic, comparisons as guards, slices, a tensor's scalar operand); 0, 1 and
 negative ints specialize; a use without a rule keeps the value guard."""
+import pytest
 import torch
 
 import cdynamo
@@ -116,3 +117,86 @@ def test_dynamic_true_makes_int_arguments_symbolic():
         for n in [3, 5, 7, 20]:
             torch.testing.assert_close(opt(X, n), f(X, n))
     assert cdynamo.stats()["frames_compiled"] == 1
+
+
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+
+def test_attribute_store_of_an_int_symbol_replays_its_value():
+    # c.n += k: the replayed store computes c.n + k from the call's c.n, not the first
+    # call's constant; the slice by c.n stays symbolic
+    def f(x, c):
+        c.n += x.shape[0]
+        return x[:, :c.n] * 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    x = torch.randn(2, 50)
+    c, ce = _Counter(), _Counter()
+    with torch.no_grad():
+        for _ in range(12):
+            torch.testing.assert_close(opt(x, c), f(x, ce))
+            assert c.n == ce.n
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 2 and st["eager_reruns"] == 0, st
+
+
+def test_attribute_store_of_an_int_times_a_constant():
+    def f(x, c):
+        c.n = c.n * 2 + 1
+        return x + c.n
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    c, ce = _Counter(), _Counter()
+    c.n = ce.n = 2
+    with torch.no_grad():
+        for _ in range(6):
+            torch.testing.assert_close(opt(X, c), f(X, ce))
+            assert c.n == ce.n
+    assert cdynamo.stats()["frames_compiled"] == 2
+
+
+def test_min_max_of_int_symbols_are_guarded_choices():
+    def f(x, n):
+        return x[:, max(n - 5, 0):] * min(n, 9)
+    # 6: static; 7: symbolic (n - 5 > 0, n < 9); 10: min's comparison flips
+    assert sweep_compiles(f, lambda n: (X, n), [6, 7, 8, 10, 12, 20, 3]) == 4
+
+    def g(x, n):
+        return x + min(n, 9) - max(n, 3)
+    assert sweep_compiles(g, lambda n: (X, n), [4, 5, 6, 7, 8]) == 2
+
+
+def test_first_call_of_an_int_symbol_entry_runs_compiled():
+    def f(x, n):
+        return x * n
+    cdynamo.reset()
+    opt = cdynamo.optimize(f)
+    with torch.no_grad():
+        for n in [3, 4]:
+            torch.testing.assert_close(opt(X, n), f(X, n))
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 2 and st["eager_reruns"] == 0, st
+
+
+def test_mistral_sliding_window_generate():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        sliding_window=8)
+    model = transformers.MistralForCausalLM(cfg).eval()
+    ids = torch.randint(3, 256, (1, 6))
+    kw = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref = model.generate(ids, **kw)
+        cdynamo.reset()
+        model.forward = cdynamo.optimize(model.forward)
+        out = model.generate(ids, **kw)
+    assert torch.equal(out, ref)
+    st = cdynamo.stats()
+    # prefill (static), the cache not yet full, the kv offset at 0, the cache full: then
+    # every later token runs an existing entry (was: a recompile per token)
+    assert st["frames_compiled"] <= 4 and st["eager_reruns"] == 0, st
