@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same
+from conftest import assert_same, sweep_compiles
 
 
 def symbolic_log(capfd, fn, *args):
@@ -60,9 +60,9 @@ def test_sizes_zero_and_one_stay_static(capfd):
 
 def test_shape_read_specializes(capfd):
     def f(x):
-        return x * x.shape[0]
+        return x / x.shape[0]
 
-    # x.shape[0] multiplies a tensor: a number, so dim 0 specializes; dim 1 was only read
+    # x.shape[0] divides a tensor: a number, so dim 0 specializes; dim 1 was only read
     # as part of x.shape and stays symbolic
     lines = symbolic_log(capfd, f, torch.randn(6, 4))
     assert lines[0].startswith("with the arguments' dims symbolic, 1 of 2 symbols")
@@ -71,12 +71,21 @@ def test_shape_read_specializes(capfd):
     assert outputs(lines) == ["[6, s1]"]
 
 
+def test_size_times_a_tensor_stays_symbolic(capfd):
+    # t * n for a size n: the kernel's scalar is n's expression (trace/symint.c)
+    lines = symbolic_log(capfd, lambda x: x * x.shape[0] + len(x), torch.randn(6, 4))
+    assert outputs(lines) == ["[s0, s1]"]
+    assert "2 of 2 symbols" in lines[0]
+    assert sweep_compiles(lambda x: x * x.shape[0] + 2 * x.size(1),
+                          lambda n: (torch.randn(n, n + 1),), [3, 5, 8, 13]) == 2
+
+
 def test_size_read_into_view_stays_symbolic(capfd):
     # x.size(0) only gives view a size: its expression is the view's (trace/symint.c)
     lines = symbolic_log(capfd, lambda x: x.view(x.size(0), -1) + 1, torch.randn(3, 4, 5))
     assert outputs(lines) == ["[s0, s1*s2]"]
     assert "3 of 3 symbols" in lines[0]
-    lines = symbolic_log(capfd, lambda x: x * len(x) + x.dim(), torch.randn(3, 4))
+    lines = symbolic_log(capfd, lambda x: x / len(x) + x.dim(), torch.randn(3, 4))
     assert outputs(lines) == ["[3, s1]"]
     assert any(l.startswith("  s0 = dim 0 of 'x' (hint 3): specialized: the code read the size")
                for l in lines), lines
@@ -468,7 +477,7 @@ def test_log_names_what_specialized(capfd):
     assert "dimension 2 of 'x' became dynamic: 5 -> 6" in lines, lines
 
     def g(x):
-        return x * x.size(0) + 1.0
+        return x / x.size(0) + 1.0
     lines = recompile_log(capfd, g, [(torch.randn(3, 4),), (torch.randn(3, 7),)], dynamic=True)
     assert any(re.match(r"__compiled_fn_\d+: s0 = dim 0 of 'x' specialized to 3: the code read "
                         r"the size", l) for l in lines), lines

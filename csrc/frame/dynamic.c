@@ -162,6 +162,8 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
                 dyn[i] &= ~(1u << d);
         any |= dyn[i];
     }
+    for (int i = 0; c->mode != 0 && i < t->nints; i++)   /* Python ints as symbols */
+        any |= !t->ints[i].pinned;
     return any != 0;
 }
 
@@ -203,6 +205,21 @@ static void dy_log_input(const cdy_dyn_ctx *c, const cdy_trace *t, int i, const 
     }
 }
 
+/* Log int symbol k of compile p (a Python int of t, sym.h). */
+static void dy_log_int(const cdy_pipe *p, const cdy_trace *t, int k, PyCodeObject *co,
+                       const char *topic)
+{
+    const cdy_sym_shapes *s = p->sym;
+    char name[128] = "?";
+    if (t->int_srcs && s->info[k].dim < t->nints)
+        cdy_src_name(&t->int_srcs[s->info[k].dim], co, name, sizeof(name));
+    if (s->info[k].pinned)
+        cdy_log(topic, "%s: s%d = int '%s' specialized to %lld: %s", p->name, k, name,
+                (long long)s->tab.hint[k], s->info[k].why);
+    else
+        cdy_log(topic, "%s: s%d = int '%s' is symbolic", p->name, k, name);
+}
+
 /* Log what compile p did with the symbols it was asked for. */
 static void dy_log_result(const cdy_pipe *p, const cdy_trace *t, PyCodeObject *co,
                           const char *topic)
@@ -215,6 +232,10 @@ static void dy_log_result(const cdy_pipe *p, const cdy_trace *t, PyCodeObject *c
     const cdy_sym_shapes *s = p->sym;
     for (int k = 0; k < s->tab.nsyms; k++) {
         char name[128] = "?";
+        if (s->info[k].input < 0) {
+            dy_log_int(p, t, k, co, topic);
+            continue;
+        }
         if (t->input_srcs && s->info[k].input < t->graph.ninputs)
             cdy_src_name(&t->input_srcs[s->info[k].input], co, name, sizeof(name));
         if (s->info[k].pinned)
@@ -239,6 +260,17 @@ void cdy_dyn_log(const cdy_dyn_ctx *c, const cdy_trace *t, const cdy_pipe *p, Py
         if (v >= 0 && dbuf[i])
             dy_log_input(c, t, i, &t->graph.values[v].meta, dbuf[i], co, topic);
     }
+    for (int i = 0; t->int_srcs && i < t->nints; i++) {
+        char name[128];
+        cdy_src_name(&t->int_srcs[i], co, name, sizeof(name));
+        if (t->ints[i].pinned)
+            cdy_log(topic, "int '%s' stays static (value %lld): %s", name,
+                    (long long)t->ints[i].value, t->ints[i].why ? t->ints[i].why : "pinned");
+        else
+            cdy_log(topic, "int '%s' became dynamic: %s (value %lld)", name,
+                    c->mode == 1 ? "dynamic=True" : "its value changed since an earlier entry",
+                    (long long)t->ints[i].value);
+    }
     dy_log_result(p, t, co, topic);
 }
 
@@ -250,6 +282,9 @@ void cdy_symguard_free(cdy_symguard *sg)
     for (int i = 0; i < sg->nin; i++)
         cdy_src_clear(&sg->srcs[i]);
     PyMem_Free(sg->srcs);
+    for (int i = 0; i < sg->nints; i++)
+        cdy_src_clear(&sg->int_srcs[i]);
+    PyMem_Free(sg->int_srcs);
     PyMem_Free(sg);
 }
 
@@ -269,6 +304,17 @@ static cdy_symguard *dy_symguard_new(const cdy_trace *t, cdy_sym_shapes *s)
         cdy_src_copy(&srcs[i], &t->input_srcs[i]);
     sg->srcs = srcs;
     sg->nin = n;
+    if (t->nints && t->int_srcs) {
+        sg->int_srcs = PyMem_Calloc((size_t)t->nints, sizeof(cdy_src));
+        if (!sg->int_srcs) {
+            cdy_symguard_free(sg);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (int i = 0; i < t->nints; i++)
+            cdy_src_copy(&sg->int_srcs[i], &t->int_srcs[i]);
+        sg->nints = t->nints;
+    }
     sg->s = *s;
     memset(s, 0, sizeof(*s));
     return sg;
@@ -280,8 +326,30 @@ static void dy_live_dims(const cdy_sym_shapes *s, int ninputs, unsigned *mask)
     uint64_t live = cdy_sym_live(s);
     memset(mask, 0, sizeof(unsigned) * (size_t)ninputs);
     for (int k = 0; k < s->tab.nsyms; k++)
-        if (live >> k & 1 && s->info[k].input < ninputs)
+        if (live >> k & 1 && s->info[k].input >= 0 && s->info[k].input < ninputs)
             mask[s->info[k].input] |= 1u << s->info[k].dim;
+}
+
+/* The CONST guard of each live int symbol of s (a Python int of t) becomes a
+ * TYPE guard for int (the SYM guard reads its value); 1 when one did. */
+static int dy_int_guards(cdy_guards *gs, const cdy_trace *t, const cdy_sym_shapes *s)
+{
+    uint64_t live = cdy_sym_live(s);
+    int any = 0;
+    for (int k = 0; t->int_srcs && k < s->tab.nsyms; k++) {
+        if (!(live >> k & 1) || s->info[k].input >= 0 || s->info[k].dim >= t->nints)
+            continue;
+        for (int j = 0; j < gs->n; j++) {
+            cdy_guard *g = &gs->items[j];
+            if (g->kind != CDY_GUARD_CONST || !g->expect || !PyLong_CheckExact(g->expect) ||
+                !cdy_src_equal(&g->src, &t->int_srcs[s->info[k].dim]))
+                continue;
+            Py_SETREF(g->expect, Py_NewRef((PyObject *)&PyLong_Type));
+            g->kind = CDY_GUARD_TYPE;
+        }
+        any = 1;   /* the SYM guard reads its value per call */
+    }
+    return any;
 }
 
 int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p)
@@ -301,6 +369,7 @@ int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p)
                 relaxed = 1;
             }
     }
+    relaxed |= dy_int_guards(gs, t, s);
     if (!relaxed)
         return 0;
     /* a SYM guard also without relations: it reads the symbols' values once, for the

@@ -40,6 +40,9 @@ typedef struct cdy_symguard {
     cdy_sym_shapes s;
     int nin;
     cdy_src *srcs;          /* per graph input (owned copies) */
+    int nints;
+    cdy_src *int_srcs;      /* per Python int of the trace (owned copies): an int
+                             * symbol k (input -1) is int_srcs[info[k].dim] */
 } cdy_symguard;
 
 /* Relax gs (the entry's guards, from trace t) for the symbolic shapes *p->sym

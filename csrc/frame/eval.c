@@ -623,8 +623,10 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
     cdy_pipe p = {.code = co, .backend = saved.backend, .forced = x->forced,
                   .dyn_of = dyn.mode ? cdy_dyn_policy : NULL, .dyn_ctx = &dyn};
     cdy_optim_set_prev(prev, dyn.nprev);   /* a scheduled lr that changed: an input */
+    cdy_sx_int_policy(prev, dyn.nprev, dyn.mode, dyn.automatic);   /* ints that changed */
     cdy_pipeline(&p, t, frame->localsplus, frame->f_globals, frame->f_builtins, closure);
     cdy_optim_set_prev(NULL, 0);
+    cdy_sx_int_policy(NULL, 0, 0, 0);
     if (t->status == CDY_TRACE_OK)
         cdy_dyn_log(&dyn, t, &p, co);
     cdy_entry *e = NULL;
@@ -846,6 +848,19 @@ int cdy_frame_mark_resume(PyCodeObject *co, int slot)
     return 0;
 }
 
+/* 1 if a SYM guard of e has a Python int symbol (its graph reads the value
+ * from the guard's check only, frame/guards.c). */
+static int entry_int_syms(const cdy_entry *e)
+{
+    for (int i = 0; i < e->guards.n; i++) {
+        const cdy_guard *g = &e->guards.items[i];
+        for (int k = 0; g->kind == CDY_GUARD_SYM && k < g->sym->s.tab.nsyms; k++)
+            if (g->sym->s.info[k].input < 0)
+                return 1;
+    }
+    return 0;
+}
+
 /* The eval-frame function installed while optimized calls run. */
 static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
 {
@@ -912,6 +927,12 @@ static PyObject *cdy_eval(PyThreadState *ts, cdy_frame *frame, int throwflag)
         return not_evaluated(ts, frame, NULL);
     if (!e)
         return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+    if (entry_int_syms(e)) {   /* the SYM guard gives the graph the Python ints' values */
+        char why[8];
+        cdy_guards_check(&e->guards, frame->localsplus, frame->f_globals, frame->f_builtins,
+                         cdy_pc_frame_func(frame)->func_closure, why, sizeof(why));
+        PyErr_Clear();
+    }
     return run_entry(ts, frame, x, e, throwflag);
 }
 

@@ -50,6 +50,10 @@ PyObject *cdy_optim_wrapper_code(void);
  * cdy_optim_float_input's policy (trace/build_optim.c); set around a compile. */
 void cdy_optim_set_prev(const cdy_guards *const *prev, int n);
 PyObject *cdy_optim_wrapper_code_peek(void);
+/* The policy of Python ints as symbols for the compile about to trace (trace/symint.c):
+ * the guards of the code's entries so far (n), optimize's dynamic= mode (-1 None, 0
+ * False, 1 True) and config.automatic_dynamic_shapes; set around a compile. */
+void cdy_sx_int_policy(const cdy_guards *const *prev, int n, int mode, int automatic);
 /* A frame of that wrapper, running eagerly, is about to call func: func's code is traced
  * as its own frame (grad mode off) from now on; never fails (trace/build_optim.c). */
 void cdy_optim_force_step(PyFunctionObject *wrapper);

@@ -600,6 +600,28 @@ static int sym_read_dims(PyObject *v, int64_t *sz, int64_t *st)
     return nd;
 }
 
+/* The value of int symbol k of sg (a Python int: input -1) into *val: 0, or
+ * -1 (why) when it is no exact int >= 2. */
+static int sym_read_int(const cdy_symguard *sg, int k, PyObject *const *locals, PyObject *globals,
+                        PyObject *builtins, PyObject *closure, int64_t *val, char *why, size_t n,
+                        fetch_memo *m)
+{
+    int i = sg->s.info[k].dim, of = 0;
+    PyObject *v = i < sg->nints ? memo_fetch(m, &sg->int_srcs[i], locals, globals, builtins,
+                                             closure) : NULL;
+    long long x = v && PyLong_CheckExact(v) ? PyLong_AsLongLongAndOverflow(v, &of) : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    if (!of && x >= 2 && x <= ((long long)1 << 53)) {
+        *val = x;
+        return 0;
+    }
+    if (n)
+        snprintf(why, n, "symbol s%d is the int %lld: 0, 1 and negative ints are not symbolic",
+                 k, x);
+    return -1;
+}
+
 /* Check a SYM guard: the symbols' values read from the inputs' sizes (through
  * m), then its relations; 1 holds, 0 fails. */
 static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *globals,
@@ -616,6 +638,13 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
         objs[k] = NULL;
         if (!(live >> k & 1))
             continue;
+        if (sg->s.info[k].input < 0) {     /* a Python int */
+            if (sym_read_int(sg, k, locals, globals, builtins, closure, &vals[k], why, n, m)) {
+                Py_XDECREF(v);
+                return 0;
+            }
+            continue;
+        }
         if (sg->s.info[k].input != at) {   /* each input's shape and strides read once */
             at = sg->s.info[k].input;
             Py_XDECREF(v);

@@ -809,6 +809,11 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
         sv[k] = s->tab.hint[k];
         if (!(live >> k & 1))
             continue;
+        if (s->info[k].input < 0) {   /* a Python int: only the frame's SYM guard reads it */
+            snprintf(why, sizeof(why), "symbol s%d is a Python int of the frame, read by its "
+                     "guards only", k);
+            break;
+        }
         const cdy_meta *a = &am[s->info[k].input];
         sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
         int contig = checked == s->info[k].input || cdy_meta_canonical(a);
@@ -845,7 +850,7 @@ static int sym_token_matches(const cdy_compiled *c, PyObject *const *args)
         const cdy_sym_info *a = &s->info[k], *b = &t->info[k];
         if (a->input != b->input || a->dim != b->dim || a->pinned != b->pinned ||
             s->tab.hint[k] != t->tab.hint[k] || a->input >= c->ninputs ||
-            (!a->pinned && args[a->input] != cdy_sym_tok.objs[k]))
+            (!a->pinned && a->input >= 0 && args[a->input] != cdy_sym_tok.objs[k]))
             return 0;
     }
     return 1;

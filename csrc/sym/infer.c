@@ -410,6 +410,25 @@ static int sy_product(sy_pass *p, int src, int a, int b)
     return e;
 }
 
+/* The symbol of the trace's Python int i (input -1, sym.h), or -1. */
+static int sy_int_symbol(const cdy_sym_shapes *s, int i)
+{
+    for (int k = 0; k < s->tab.nsyms; k++)
+        if (s->info[k].input == -1 && s->info[k].dim == i)
+            return k;
+    return -1;
+}
+
+/* The expression of sx node x (op 'i', a Python int): its symbol, or its
+ * value when it has none or that specialized. */
+static int sy_int_expr(sy_pass *p, const cdy_sym_sx *x)
+{
+    int k = sy_int_symbol(p->s, x->dim);
+    if (k < 0 || p->pinned >> k & 1)
+        return cdy_sym_const(&p->s->tab, x->c);
+    return cdy_sym_var(&p->s->tab, k);
+}
+
 /* The expression of the trace's symbolic int n (1 + index into p->h->sx),
  * over the sizes of the values it read; -1 when it has none. */
 static int sy_sx_expr(sy_pass *p, int n, int depth)
@@ -426,6 +445,8 @@ static int sy_sx_expr(sy_pass *p, int n, int depth)
         return p->s->dims[x->value][x->dim];
     case 'k':
         return cdy_sym_const(tab, x->c);
+    case 'i':
+        return sy_int_expr(p, x);
     case '+':
         return cdy_sym_add(tab, sy_sx_expr(p, x->a, depth + 1), sy_sx_expr(p, x->b, depth + 1));
     case '*':
@@ -452,6 +473,8 @@ static void sy_sx_pin(sy_pass *p, int n, int v, const char *what, int depth)
         sy_pin(p, p->s->dims[x->value][x->dim], v < 0 ? x->value : v, x->dim, what);
     else if (x->op == 'd')
         sy_pin(p, -1, v, -1, what);
+    if (x->op == 'i' && sy_int_symbol(p->s, x->dim) >= 0)
+        sy_pin(p, cdy_sym_var(&p->s->tab, sy_int_symbol(p->s, x->dim)), v, -1, what);
     if (x->op == '+' || x->op == '*' || x->op == '/' || x->op == 'q' || x->op == 'S')
         sy_sx_pin(p, x->a, v, what, depth + 1);
     if (x->op == '+' || x->op == '*' || x->op == 'q' || x->op == 'S')
@@ -868,8 +891,10 @@ static void sy_run(sy_pass *p)
         sy_cmp(p, &p->h->cmps[i]);
 }
 
-/* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2. */
-static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn)
+/* The symbols: per input with dyn bits, a symbol per marked dim of size >= 2;
+ * then one per Python int of h the trace did not pin. */
+static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn,
+                      const cdy_sym_hints *h)
 {
     for (int v = 0; v < g->nvalues; v++) {
         const cdy_value *val = &g->values[v];
@@ -884,6 +909,15 @@ static int sy_symbols(cdy_sym_shapes *s, const cdy_graph *g, const unsigned *dyn
             s->info[k].input = val->input_index;
             s->info[k].dim = d;
         }
+    }
+    for (int i = 0; h && i < h->nints; i++) {   /* the Python ints no use pinned */
+        int k = s->tab.nsyms;
+        if (h->ints[i].pinned || h->ints[i].value < 2)
+            continue;
+        if (cdy_sym_new(&s->tab, h->ints[i].value) < 0)
+            return -1;
+        s->info[k].input = -1;
+        s->info[k].dim = i;
     }
     return 0;
 }
@@ -900,7 +934,7 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
     out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
     out->grange = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->grange));
-    if (!out->dims || !out->sval || !out->grange || sy_symbols(out, g, dyn)) {
+    if (!out->dims || !out->sval || !out->grange || sy_symbols(out, g, dyn, h)) {
         p.oom = 1;
     }
     while (p.changed && !p.oom && out->runs <= CDY_SYM_MAX_SYMS + 1) {

@@ -133,7 +133,8 @@ typedef struct cdy_sym_view_s {
 /* A symbolic Python int of the trace (trace/symint.c): a size the code read
  * (dim `dim` of graph value `value`) or an expression over such: op 'd' that
  * size, 'k' the constant c, '+' / '*' nodes a and b (indices of earlier
- * nodes), '/' floor(a / c) for c > 0, 'q' a // b (a rule only where b
+ * nodes), '/' floor(a / c) for c > 0, 'i' the trace's Python int `dim` (cdy_sym_int;
+ * c its value), 'q' a // b (a rule only where b
  * divides a as polynomials, so at every size); 'S' a slice's bounds (a the
  * start's node, b the stop's, 0 for a constant or None: a tensor index's
  * rule reads them, any other use pins both). */
@@ -143,6 +144,18 @@ typedef struct cdy_sym_sx_s {
     int value, dim;
     int64_t c;
 } cdy_sym_sx;
+
+/* A Python int the trace read from a guarded source (an argument, an
+ * attribute) as a symbol (issue 32's automatic dynamic ints): its value at
+ * the trace (>= 2), and whether a use the trace has no rule for pinned it
+ * (its CONST guard then stays).  sx op 'i' (dim: the index of the int) reads
+ * it; unpinned, it is a symbol whose cdy_sym_info has input -1, dim the
+ * index. */
+typedef struct cdy_sym_int_s {
+    int64_t value;
+    int pinned;
+    const char *why;             /* what pinned it (the trace's text), or NULL */
+} cdy_sym_int;
 
 /* A comparison the trace decided on symbolic ints (trace/symint.c): sx
  * nodes a <op> b (op Py_LT .. Py_GE) was `truth` at the example's sizes.
@@ -174,11 +187,14 @@ typedef struct {
     const cdy_sym_cmp *cmps;     /* comparisons the trace decided */
     int ncmps;
     const char *ext_names;       /* per value 32 chars: an extern's function name (logs), or NULL */
+    const struct cdy_sym_int_s *ints;  /* Python ints the trace read as symbols (below) */
+    int nints;
 } cdy_sym_hints;
 #define CDY_SYM_EXT_NAME 32
 
 typedef struct {
-    int input, dim;              /* the symbol is dim `dim` of graph input `input` */
+    int input, dim;              /* the symbol is dim `dim` of graph input `input`; input
+                                  * -1: the trace's Python int `dim` (cdy_sym_int) */
     int pinned;                  /* specialized: its hint is guarded as a value */
     char why[192];               /* why it specialized */
 } cdy_sym_info;

@@ -245,7 +245,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         }
     }
     cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps,
-                       names};
+                       names, t->ints, t->nints};
     int r = cdy_sym_infer(g, dyn, &h, out);
     free(names);
     return r;
@@ -282,10 +282,13 @@ void cdy_sym_trace_log(const cdy_trace *t, const char *name)
             "(%d passes)", name, live, s.tab.nsyms, s.runs);
     for (int k = 0; k < s.tab.nsyms; k++) {
         char src[128] = "?";
-        if (t->input_srcs)
+        int ik = s.info[k].input < 0;
+        if (ik && t->int_srcs)
+            cdy_src_name(&t->int_srcs[s.info[k].dim], t->top_code, src, sizeof(src));
+        else if (t->input_srcs)
             cdy_src_name(&t->input_srcs[s.info[k].input], t->top_code, src, sizeof(src));
-        cdy_log("dynamic", "%s:   s%d = dim %d of '%s' (hint %lld)%s%s", name, k, s.info[k].dim,
-                src, (long long)s.tab.hint[k], s.info[k].pinned ? ": specialized: " : "",
+        cdy_log("dynamic", "%s:   s%d = %s %d of '%s' (hint %lld)%s%s", name, k,
+                ik ? "int" : "dim", ik ? 0 : s.info[k].dim, src, (long long)s.tab.hint[k], s.info[k].pinned ? ": specialized: " : "",
                 s.info[k].pinned ? s.info[k].why : "");
     }
     char gl[512];

@@ -998,6 +998,8 @@ tvar *cdy_call_known(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject 
         if (*handled)
             return r;
         *handled = 1;
+        if (nargs == 2 && !kwnames && (r = cdy_sx_minmax(tr, b[1] == 'a', args[0], args[1])))
+            return r;   /* of symbolic ints: a guarded choice */
     }
     if ((!strcmp(b, "any") || !strcmp(b, "all")) && nargs == 1 && !kwnames &&
         args[0]->kind != TV_CONST)

@@ -1595,7 +1595,11 @@ int cdy_mut_finish(tracer *tr, cdy_ret *(*make_ret)(tracer *, tvar *))
         st->obj = s->st[i].src;
         st->name = s->st[i].name;
         st->item = s->st[i].item;
-        if (!(st->value = make_ret(tr, s->st[i].value)))
+        /* an int from int symbols: computed at replay from their sources (symint.c) */
+        st->value = st->item ? NULL : cdy_sx_store_ret(tr, s->st[i].value);
+        if (!st->value)
+            cdy_sx_pin_deep(tr, s->st[i].value, "the code stored the size");
+        if (!st->value && !(st->value = make_ret(tr, s->st[i].value)))
             return -1;
     }
     for (int i = 0; i < s->nin; i++) {

@@ -154,6 +154,10 @@ typedef struct {
     struct cdy_sym_sx_s *sx; /* that are pinned only where a use needs their value */
     unsigned char *sx_pinned; /* per node: pinned already */
     int sx_pinning;          /* inside cdy_sx_pin_all (a stop while pinning) */
+    int nints, cap_ints;     /* Python ints read as symbols (sx op 'i', sym.h): */
+    struct cdy_sym_int_s *ints; /* their values, pinned flags, */
+    const cdy_src **int_srcp; /* each one's source (arena, shallow: its guard owns it) */
+    cdy_src *int_srcs;       /* and at the end an array of them (shallow copies) */
     int ncmps, cap_cmps;     /* comparisons of symbolic ints the trace decided */
     struct cdy_sym_cmp_s *cmps; /* (trace/symint.c): guards or range facts (sym/infer.c) */
 } cdy_trace;

@@ -14,6 +14,7 @@
  * So nothing the value decided is left unguarded: a node never pinned only
  * reached sizes that sym/infer.c computes from its expression. */
 #include "trace/trace.h"
+#include "frame/frame.h"
 #include "sym/sym.h"
 
 #include <stdio.h>
@@ -68,6 +69,234 @@ int cdy_sx_numel(tracer *tr, const tvar *t)
         n = e ? cdy_sx_node(tr, '*', n, e, -1, -1, 0) : 0;
     }
     return n;
+}
+
+/* ---- Python ints as symbols (automatic dynamic ints) -------------------------- */
+
+static const cdy_guards *const *si_prev;   /* the compiling code's entries' guards */
+static int si_nprev, si_mode, si_automatic;
+
+void cdy_sx_int_policy(const cdy_guards *const *prev, int n, int mode, int automatic)
+{
+    si_prev = prev;
+    si_nprev = n;
+    si_mode = mode;
+    si_automatic = automatic;
+}
+
+/* 1 when an earlier entry guarded src as an int other than value (its
+ * value changed), or as a symbol (a TYPE guard for int: it stays one). */
+static int si_changed(const cdy_src *src, long long value)
+{
+    for (int e = 0; e < si_nprev; e++) {
+        const cdy_guards *gs = si_prev[e];
+        for (int i = 0; i < gs->n; i++) {
+            const cdy_guard *g = &gs->items[i];
+            if (!g->expect || !cdy_src_equal(&g->src, src))
+                continue;
+            if (g->kind == CDY_GUARD_TYPE && g->expect == (PyObject *)&PyLong_Type)
+                return 1;
+            if (g->kind == CDY_GUARD_CONST && PyLong_CheckExact(g->expect)) {
+                int of = 0;
+                long long w = PyLong_AsLongLongAndOverflow(g->expect, &of);
+                PyErr_Clear();
+                if (!of && w != value)
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* 1 when the policy makes the int at src (value) a symbol: dynamic=True an
+ * argument's, automatic dynamic one whose value changed (si_changed); never
+ * 0 or 1 (specialized as sizes are), nor a negative one. */
+static int si_wanted(const cdy_src *src, long long value)
+{
+    if (value < 2 || value > ((long long)1 << 53))
+        return 0;
+    if (si_mode == 1 && src->kind == CDY_SRC_LOCAL && src->nattrs == 0)
+        return 1;
+    return si_mode == -1 && si_automatic && si_changed(src, value);
+}
+
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src)
+{
+    cdy_trace *t = tr->t;
+    int of = 0;
+    long long value = PyLong_AsLongLongAndOverflow(o, &of);
+    PyErr_Clear();
+    if (!v || of || !si_wanted(src, value) || t->nints >= CDY_SYM_MAX_SYMS)
+        return v;
+    if (t->nints == t->cap_ints) {
+        int cap = t->cap_ints ? 2 * t->cap_ints : 8;
+        cdy_sym_int *p = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*p));
+        const cdy_src **q = cdy_arena_alloc(&t->arena, (size_t)cap * sizeof(*q));
+        if (!p || !q)
+            return v;
+        if (t->nints) {
+            memcpy(p, t->ints, (size_t)t->nints * sizeof(*p));
+            memcpy(q, t->int_srcp, (size_t)t->nints * sizeof(*q));
+        }
+        t->ints = p;
+        t->int_srcp = q;
+        t->cap_ints = cap;
+    }
+    cdy_src *copy = cdy_arena_alloc(&t->arena, sizeof(cdy_src));
+    int n = copy ? cdy_sx_node(tr, 'i', 0, 0, -1, t->nints, value) : 0;
+    if (!n)
+        return v;
+    *copy = *src;
+    t->ints[t->nints] = (cdy_sym_int){value, 0, NULL};
+    t->int_srcp[t->nints++] = copy;
+    return cdy_sx_tag(tr, v, n);
+}
+
+int cdy_sx_int_srcs(cdy_trace *t)
+{
+    if (!t->nints)
+        return 0;
+    t->int_srcs = cdy_arena_alloc(&t->arena, sizeof(cdy_src) * (size_t)t->nints);
+    for (int i = 0; !t->int_srcs && i < t->nints; i++)
+        t->ints[i].pinned = 1;   /* no room for their sources: constants */
+    if (!t->int_srcs)
+        return -1;
+    for (int i = 0; i < t->nints; i++)
+        t->int_srcs[i] = *t->int_srcp[i];
+    return 0;
+}
+
+/* operator's function `name` (borrowed, cached per slot), or NULL. */
+static PyObject *si_operator(int slot, const char *name)
+{
+    static PyObject *fns[3];
+    if (!fns[slot]) {
+        PyObject *m = PyImport_ImportModule("operator");
+        fns[slot] = m ? PyObject_GetAttrString(m, name) : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return fns[slot];
+}
+
+/* A ret of kind k (zeroed), or NULL. */
+static cdy_ret *si_ret(tracer *tr, int k)
+{
+    cdy_ret *r = cdy_arena_alloc(&tr->t->arena, sizeof(cdy_ret));
+    if (r)
+        r->kind = k;
+    return r;
+}
+
+/* A CONST ret of int c, or NULL. */
+static cdy_ret *si_const_ret(tracer *tr, long long c)
+{
+    cdy_ret *r = si_ret(tr, CDY_RET_CONST);
+    if (r && !(r->obj = cdy_tr_keep(tr, PyLong_FromLongLong(c))))
+        r = NULL;
+    PyErr_Clear();
+    return r;
+}
+
+/* The value of node n at the trace (its sizes' and ints' example values); 0
+ * and *ok cleared for a node without one. */
+static long long si_value(tracer *tr, int n, int *ok, int depth)
+{
+    const cdy_trace *t = tr->t;
+    if (n <= 0 || n > t->nsx || depth > 64) {
+        *ok = 0;
+        return 0;
+    }
+    const cdy_sym_sx *x = &t->sx[n - 1];
+    switch (x->op) {
+    case 'k': case 'i':
+        return x->c;
+    case 'd':
+        return t->graph.values[x->value].meta.sizes[x->dim];
+    case '+':
+        return si_value(tr, x->a, ok, depth + 1) + si_value(tr, x->b, ok, depth + 1);
+    case '*':
+        return si_value(tr, x->a, ok, depth + 1) * si_value(tr, x->b, ok, depth + 1);
+    case '/': {
+        long long a = si_value(tr, x->a, ok, depth + 1);
+        return x->c > 0 ? (a >= 0 ? a / x->c : -((-a + x->c - 1) / x->c)) : (*ok = 0);
+    }
+    default:
+        *ok = 0;
+        return 0;
+    }
+}
+
+/* The ret computing node n at replay (see cdy_sx_store_ret); *reads set when
+ * it reads an int source; NULL: no rule. */
+static cdy_ret *si_node_ret(tracer *tr, int n, int *reads, int depth)
+{
+    cdy_trace *t = tr->t;
+    if (n <= 0 || n > t->nsx || depth > 32)
+        return NULL;
+    const cdy_sym_sx *x = &t->sx[n - 1];
+    if (x->op == 'k')
+        return si_const_ret(tr, x->c);
+    if (x->op == 'i') {
+        cdy_ret *r = x->dim < t->nints ? si_ret(tr, CDY_RET_SOURCE) : NULL;
+        if (r)
+            r->src = t->int_srcp[x->dim];
+        *reads = 1;
+        return r;
+    }
+    if (x->op == 'd') {   /* a size: static from here on, its value */
+        cdy_sx_pin_node(tr, n, "the code stored a value computed from the size");
+        int ok = 1;
+        long long c = si_value(tr, n, &ok, 0);
+        return ok ? si_const_ret(tr, c) : NULL;
+    }
+    if (x->op != '+' && x->op != '*' && x->op != '/')
+        return NULL;
+    PyObject *fn = x->op == '+' ? si_operator(0, "add") : x->op == '*' ? si_operator(1, "mul")
+                                                                      : si_operator(2, "floordiv");
+    cdy_ret *r = fn ? si_ret(tr, CDY_RET_CALL) : NULL;
+    cdy_ret **items = r ? cdy_arena_alloc(&t->arena, 2 * sizeof(cdy_ret *)) : NULL;
+    if (!items)
+        return NULL;
+    items[0] = si_node_ret(tr, x->a, reads, depth + 1);
+    items[1] = x->op == '/' ? si_const_ret(tr, x->c) : si_node_ret(tr, x->b, reads, depth + 1);
+    if (!items[0] || !items[1])
+        return NULL;
+    r->obj = fn;
+    r->n = r->index = 2;
+    r->items = items;
+    return r;
+}
+
+cdy_ret *cdy_sx_store_ret(tracer *tr, tvar *v)
+{
+    cdy_trace *t = tr->t;
+    int reads = 0, ok = 1;
+    if (!v || v->kind != TV_CONST || !v->sx || !PyLong_CheckExact(v->obj) || !t->nints)
+        return NULL;
+    long long c = PyLong_AsLongLong(v->obj);
+    PyErr_Clear();
+    if (si_value(tr, v->sx, &ok, 0) != c || !ok)
+        return NULL;   /* the node does not give the value: no ret from it */
+    cdy_ret *r = si_node_ret(tr, v->sx, &reads, 0);
+    if (!r || !reads)
+        return NULL;
+    if (t->nobjects == t->cap_objects) {   /* made before any store (frame/bytecode.c) */
+        int cap = t->cap_objects ? 2 * t->cap_objects : 8;
+        cdy_ret **o = cdy_arena_alloc(&t->arena, sizeof(cdy_ret *) * (size_t)cap);
+        if (!o)
+            return NULL;
+        if (t->nobjects)
+            memcpy(o, t->objects, sizeof(cdy_ret *) * (size_t)t->nobjects);
+        t->objects = o;
+        t->cap_objects = cap;
+    }
+    cdy_ret *ref = si_ret(tr, CDY_RET_OBJECT);
+    if (!ref)
+        return NULL;
+    ref->index = t->nobjects;
+    t->objects[t->nobjects++] = r;
+    return ref;
 }
 
 /* A copy of constant tvar c (the original may be shared). */
@@ -160,6 +389,10 @@ void cdy_sx_pin_node(tracer *tr, int n, const char *why)
     }
     else if (x->op == '/')
         cdy_sx_pin_node(tr, x->a, why);
+    else if (x->op == 'i' && x->dim >= 0 && x->dim < t->nints) {
+        t->ints[x->dim].pinned = 1;   /* its CONST guard stays */
+        t->ints[x->dim].why = cdy_sx_where(tr, why);
+    }
 }
 
 /* cdy_sx_pin_deep to depth; past a depth bound every node is pinned. */
@@ -335,6 +568,16 @@ static int sx_dict_lookup(tracer *tr, int sop)
     return c && c->kind == TV_DICT;
 }
 
+/* 1 if sop is `obj.name = n` for an int n with a node and an object of the
+ * caller (a source): the store is replayed, and its replay computes n from
+ * the int symbols it reads or pins it then (mutate.c, cdy_sx_store_ret). */
+static int sx_int(const tvar *v);
+static int sx_store_kept(tracer *tr, int sop)
+{
+    const tvar *o = sop == CDY_SOP_STORE_ATTR ? sx_peek(tr, 1) : NULL, *n = sx_peek(tr, 2);
+    return o && o->kind == TV_OBJ && o->src && sx_int(n) && n->sx && !n->nsxi;
+}
+
 void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -348,7 +591,8 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
     if (n == -2)
         n = tr->sp;
     for (int k = sx_dict_lookup(tr, sop) ? 2 : 1; k <= n; k++)
-        cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
+        if (k != 2 || !sx_store_kept(tr, sop))
+            cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
     if (n >= 0)
         return;
     switch (sop) {
@@ -451,13 +695,14 @@ static int sx_items(const tvar *v, int *sxi, int n)
     return 0;
 }
 
-/* `t + n` / `t - n` (op NB_ADD / NB_SUBTRACT) of a tensor t and a symbolic
- * int n (a size the code read) that made r: when r is a pointwise node with
- * one int scalar arg, n's value (or minus it), that scalar is n's expression
+/* `t + n` / `t - n` / `t * n` (op NB_ADD / NB_SUBTRACT / NB_MULTIPLY) of a
+ * tensor t and a symbolic int n (a size the code read) that made r: when r is
+ * a pointwise node with one int scalar arg, n's value (or minus it, + and -
+ * only), that scalar is n's expression
  * (a runtime value of the kernels: sympins.c); 1, or 0 (nothing recorded). */
 static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, const tvar *r)
 {
-    if ((op != 0 && op != 10) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
+    if ((op != 0 && op != 10 && op != 5) || !t || t->kind != TV_TENSOR || !sx_int(n) || !n->sx || !r ||
         r->kind != TV_TENSOR)
         return 0;
     const cdy_graph *g = &tr->t->graph;
@@ -475,7 +720,7 @@ static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, co
         }
     if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
         return 0;
-    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k ? sx_neg(tr, n->sx) : 0;
+    int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k && op != 5 ? sx_neg(tr, n->sx) : 0;
     return e && !cdy_tr_sym_scalar(tr, sc, e);
 }
 
@@ -487,7 +732,7 @@ static void sx_post_binary(tracer *tr, cdy_sx_ctx *ctx, tvar *r)
     if (!ha && !hb)
         return;
     int op = ctx->arg >= CDY_NB_INPLACE_FIRST ? ctx->arg - CDY_NB_INPLACE_FIRST : ctx->arg;
-    if (sx_tensor_offset(tr, op, a, b, r) || (op == 0 && sx_tensor_offset(tr, op, b, a, r)))
+    if (sx_tensor_offset(tr, op, a, b, r) || ((op == 0 || op == 5) && sx_tensor_offset(tr, op, b, a, r)))
         return;
     if (sx_int(a) && sx_int(b) && sx_int(r)) {
         int n = sx_arith(tr, ctx->arg, a, b);
@@ -553,6 +798,22 @@ int cdy_sx_arange_len(tracer *tr, const tvar *start, const tvar *end)
     int na = a && b ? sx_neg(tr, a) : 0;
     int n = na ? cdy_sx_node(tr, '+', b, na, -1, -1, 0) : 0;
     return n && !sx_cmp_push(tr, b, a, Py_GE, 1, "arange's end before its start") ? n : 0;
+}
+
+tvar *cdy_sx_minmax(tracer *tr, int is_max, tvar *a, tvar *b)
+{
+    if (!sx_int(a) || !sx_int(b) || (!a->sx && !b->sx))
+        return NULL;
+    int x = sx_operand(tr, a), y = x ? sx_operand(tr, b) : 0;
+    int op = is_max ? Py_GT : Py_LT;   /* Python keeps a unless b is strictly better */
+    int better = PyObject_RichCompareBool(b->obj, a->obj, op);
+    PyErr_Clear();
+    if (!y || better < 0 || sx_cmp_push(tr, y, x, op, better, cdy_sx_where(tr, is_max ?
+                                        "max() of ints" : "min() of ints")))
+        return NULL;
+    cdy_sx_taken(tr, a);
+    cdy_sx_taken(tr, b);
+    return better ? b : a;
 }
 
 /* COMPARE_OP's result r: two ints (one or both symbolic) compared to a bool

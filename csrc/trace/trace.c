@@ -1876,6 +1876,7 @@ static void trace_once(cdy_trace *t, PyCodeObject *code, PyObject *const *locals
         guard_global_state(&tr);
     check_graph(&tr);
     collect_input_srcs(t);
+    cdy_sx_int_srcs(t);
     if (!t->input_srcs && t->status == CDY_TRACE_OK)
         cdy_tr_stop(&tr, OUT_OF_MEMORY);
     PyErr_Clear();

@@ -200,6 +200,19 @@ int cdy_sx_numel(tracer *tr, const tvar *t);
 /* c (a constant tvar) as a copy carrying node sx (or, sxi, one per item of its tuple). */
 tvar *cdy_sx_tag(tracer *tr, tvar *c, int sx);
 tvar *cdy_sx_tag_shape(tracer *tr, tvar *c, const tvar *t);
+/* Int constant v (exact int o) read from source src (CONST-guarded): a copy
+ * carrying a new int symbol's node when the policy (cdy_sx_int_policy) makes
+ * src symbolic, else v. */
+tvar *cdy_sx_int_input(tracer *tr, tvar *v, PyObject *o, const cdy_src *src);
+/* The value of v (an int carrying a symbolic node that reads a Python int
+ * symbol) as a ret computing it from the frame's int sources before any
+ * store (an object of the trace: operator.add / mul / floordiv of sources and
+ * constants; sizes it reads pinned); NULL when v has no such node or a node
+ * no ret computes (the caller pins v). */
+cdy_ret *cdy_sx_store_ret(tracer *tr, tvar *v);
+/* Each int symbol's source into t->int_srcs (at the trace's end); 0, or -1
+ * (no room: every one pinned). */
+int cdy_sx_int_srcs(cdy_trace *t);
 /* why with where tr is ("why at file.py:12 in f"), in the trace's arena; why
  * itself when there is no room. */
 const char *cdy_sx_where(tracer *tr, const char *why);
@@ -224,6 +237,10 @@ void cdy_sx_taken(tracer *tr, const tvar *v);
 /* Record that nodes a <op> b (Py_LT .. Py_GE) was truth at the example (sym/infer.c
  * decides it by range or guards it); 0, or -1 (a node 0, or no room). */
 int cdy_sx_cmp(tracer *tr, int a, int b, int op, int truth, const char *why);
+/* min(a, b) / max(a, b) (is_max) of two ints, one or both symbolic: the one
+ * Python picks (its node goes on), the comparison recorded as a guard; NULL
+ * when not such ints (or no room). */
+tvar *cdy_sx_minmax(tracer *tr, int is_max, tvar *a, tvar *b);
 /* A size query's result out (x.size(), x.size(d), len(x), x.numel()) as a constant
  * carrying its symbolic int(s); NULL when what is no such query (or stopped). */
 tvar *cdy_sx_query(tracer *tr, const char *what, tvar **args, int nargs, PyObject *out);

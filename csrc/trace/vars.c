@@ -793,6 +793,8 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
             g->expect = Py_NewRef(by_type ? (PyObject *)tp : o);
         }
         v = konst ? cdy_tv_const(tr, Py_NewRef(o)) : NULL;
+        if (v && guard && src && PyLong_CheckExact(o))   /* an int whose value changed */
+            v = cdy_sx_int_input(tr, v, o, src);
         if (!konst && cdy_tr_keep(tr, Py_NewRef(o)) && (v = cdy_tv_new(tr, TV_OBJ))) {
             v->obj = o;
             v->by_type = by_type && guard;
