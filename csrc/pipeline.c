@@ -190,8 +190,10 @@ static int pp_codegen_sym(cdy_pipe *p, cdy_trace *t, int nth, cdy_plan *plan, cd
     if (!dyn || !pp_sym_shapes(p, t, dyn, s))
         return 0;
     char err[CDY_ERRLEN];
-    if (cdy_codegen_sym(&t->graph, nth, pp_stream_bytes(), s, plan, err, sizeof(err)) == 0)
+    if (cdy_codegen_sym(&t->graph, nth, pp_stream_bytes(), s, plan, err, sizeof(err)) == 0) {
+        cdy_pass_pack_linear_per_rows(t);
         return 1;
+    }
     snprintf(p->sym_why, sizeof(p->sym_why), "%s", err);
     cdy_sym_shapes_free(s);
     return 0;

@@ -687,3 +687,18 @@ def test_exact_length_helpers_choose_parallel_rows_per_call(dyn):
     assert "_len128(" in g.source
     if torch.get_num_threads() > 1:
         assert "omp parallel for" in helper and ">= 32768LL" in helper
+
+
+def test_softmax_rows_prefetch_as_the_static_kernel_at_run_time(dyn):
+    """A runtime row length: the exp pass prefetches the next row when the rows are 512
+    floats or longer and the input 4 MiB or more (the static kernel's test, cg_row_prefetches,
+    made per call: cdy_pfn); not the exact-length helpers, not the final pass.  Every size
+    around both thresholds equals eager."""
+    g = _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m),),
+               [(4, 20), (2048, 511), (2048, 512), (2048, 513), (2047, 512), (2049, 512),
+                (1024, 1025), (1023, 1024), (3, 4099), (2, 5000), (300, 257)])
+    main = g.source[g.source.index("CDY_EXPORT void kernel_0("):]
+    assert "cdy_pfn = nr0 >= 512LL && (n0) * nr0 * 4LL >= 4194304LL ? n0 : 0;" in main
+    assert main.count("if (i0 + 1 < cdy_pfn) {") == (2 if torch.get_num_threads() > 1 else 1)
+    assert "__builtin_prefetch(pf + 0, 0, 2);" in main
+    assert "__builtin_prefetch" not in g.source[:g.source.index("CDY_EXPORT void kernel_0(")]

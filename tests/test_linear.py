@@ -241,3 +241,40 @@ def test_matmul_trace_needs_no_torch_meta():
         compiled, eager = lambda: cdynamo.optimize(f)(x, y, z), lambda: f(x, y, z)
         TOL = dict(rtol=1e-5, atol=1e-5)
         """)
+
+
+def test_symbolic_graph_chooses_per_rows_as_static_graphs_do():
+    """A graph of runtime sizes (issue 32) chooses torch's linear or the pack for each
+    call's rows, as a static graph compiled at those rows does (the process's timing of
+    that shape), not once at the compiling call's rows; a static graph's choice stays."""
+    from cdynamo import _C
+    w, b = torch.randn(256, 128), torch.randn(256)
+
+    def f(x, w, b):
+        return torch.nn.functional.linear(x, w, b).relu()
+
+    def plins(g):
+        return list({id(s[1]): s[1] for s in g.program
+                     if type(s[1]).__name__ == "PackedLinear"}.values())
+    _C._dyn_test(True)
+    try:
+        with torch.no_grad():
+            cdynamo.optimize(f)(torch.randn(8, 128), w, b)
+    finally:
+        _C._dyn_test(False)
+    sym = cdynamo._support.compiles[-1]["compiled"]
+    assert sym.symbols
+    (pl,) = plins(sym)
+    assert pl.per_rows and pl.decided_rows == 8
+    with torch.no_grad():
+        for rows in (64, 8, 3, 64):
+            x = torch.randn(rows, 128)
+            _close(sym(x, w, b), f(x, w, b))
+            assert pl.decided_rows == rows
+        cdynamo.reset()
+        cdynamo.optimize(f)(torch.randn(64, 128), w, b)
+        static = cdynamo._support.compiles[-1]["compiled"]
+        assert not static.symbols
+        (spl,) = plins(static)
+        assert not spl.per_rows and spl.decided_rows == 64
+        assert spl.uses_packed_weight == pl.uses_packed_weight   # the same (rows, ...) key

@@ -236,6 +236,8 @@ typedef struct {
     int rn_expr;                 /* symbolic sizes: the row length's expression (-1: constant) */
     const char *par_cond;        /* symbolic sizes: the rows run parallel when it holds */
     const char *stream_cond;     /* ... and stream their stores when this holds too */
+    const char *pf_cond;         /* symbolic sizes: its sum passes prefetch the next row when
+                                  * this holds (cg_row_prefetch_cond); its final pass never */
     int whole;                   /* symbolic sizes: this copy of the loops runs when the row
                                   * length is whole lane blocks: no tails (cg_row_whole_split) */
 } cg_rowk;
@@ -451,6 +453,25 @@ static int cg_row_prefetches(const cg_rowk *k)
            cdy_meta_numel(im) * cdy_dtype_table[im->dtype].size >= CG_ROW_PREFETCH_BYTES;
 }
 
+/* Symbolic sizes: cg_row_prefetches' test as C text, made at run time (the
+ * row length and the input's bytes), or NULL when k's rows never prefetch
+ * (column mode, no outer or several row dims).  The input's bytes are the
+ * rows' elements times its element size (the static test takes the input's
+ * numel: the same for a row op's input).  Static and symbolic kernels then
+ * prefetch at the same sizes (without it softmax over 4096 x 1000 floats at
+ * 16 threads, where it is memory-bound, took 1.12 times the static time). */
+static const char *cg_row_prefetch_cond(cg_rowk *k)
+{
+    cg_ctx *c = k->c;
+    if (k->col || k->on->ndim == 0 || k->rn->ndim != 1)
+        return NULL;
+    const cdy_meta *im = &c->g->values[k->in].meta;
+    const char *nr = cg_sym_size_text(c, k->rn, 0);
+    return cg_strf(c, "%s >= %dLL && %s * %s * %dLL >= %dLL", nr, 8 * cg_row_nlanes(k),
+                   cg_sym_numel_text(c, k->on), nr, (int)cdy_dtype_table[im->dtype].size,
+                   CG_ROW_PREFETCH_BYTES);
+}
+
 /* Emit the prefetches of block rb (nl elements) of the next row, for each
  * input read contiguously per row. */
 static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
@@ -464,13 +485,19 @@ static void cg_row_prefetch(cg_rowk *k, int ind, int nl)
             continue;
         int lines = (int)(nl * cdy_dtype_table[k->ops[o].dtype].size / 64);
         cg_indent(b, ind);
-        cdy_buf_printf(b, "if (i%d + 1 < %lldLL) {\n", lo, (long long)k->on->size[lo]);
+        if (k->pf_cond)     /* symbolic sizes: cdy_pfn is 0 when the kernel does not prefetch */
+            cdy_buf_printf(b, "if (i%d + 1 < cdy_pfn) {\n", lo);
+        else
+            cdy_buf_printf(b, "if (i%d + 1 < %lldLL) {\n", lo, (long long)k->on->size[lo]);
         cg_indent(b, ind + 1);
         cdy_buf_printf(b, "const int64_t r%d = rb;\n", last);
         cg_indent(b, ind + 1);
         cdy_buf_printf(b, "const char *pf = (const char *)&in_ptr%d[", o);
         cg_row_offset(b, k->on, k->rn, o);
-        cdy_buf_printf(b, " + %lldLL];\n", (long long)s);
+        if (k->on->sym && k->on->sstride[o][lo] >= 0)
+            cdy_buf_printf(b, " + st%s%d_%d];\n", k->on->pfx ? k->on->pfx : "", o, lo);
+        else
+            cdy_buf_printf(b, " + %lldLL];\n", (long long)s);
         for (int l = 0; l < lines; l++) {
             cg_indent(b, ind + 1);
             cdy_buf_printf(b, "__builtin_prefetch(pf + %d, 0, 2);\n", 64 * l);
@@ -677,12 +704,13 @@ static int cg_row_final(cg_rowk *k, int ind, int prologue, const char *expr, int
                                           k->out, st, k->v)
                                 : cg_strf(c, "const %s t%d = %s;", k->T, k->v, expr);
     prologue = !k->store || epi ? 2 : prologue;
+    prefetch = prefetch && k->prefetch && !k->pf_cond;
     if (k->stream)
-        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch && k->prefetch, 1,
+        return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), prefetch, 1,
                              prologue, k->store ? cg_strf(c, "const %s t%d = %s; cdy_st0[rl] = "
                                                           "%s(t%d);", k->T, k->v, expr, st, k->v) : stmt,
                              "", stmt);
-    if (prefetch && k->prefetch)
+    if (prefetch)
         return cg_row_blocks(k, ind, 4 * cg_row_nlanes(k), 1, 0, prologue, stmt, "", stmt);
     return cg_row_pass(k, ind, "", prologue, stmt);
 }
@@ -1216,8 +1244,8 @@ static int cg_row_record(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int numbe
 /* Symbolic sizes (symk.c): row kernel rk with its size-dependent decisions
  * made per call (the rows' parallel loop), a runtime row length's sums in
  * vector lanes with a runtime tail, accumulated in float; column mode (a
- * softmax over a dim not innermost) with a runtime column count; no streamed
- * stores, no prefetch.  0 or -1. */
+ * softmax over a dim not innermost) with a runtime column count; streamed
+ * stores and the sum passes' prefetch decided per call.  0 or -1. */
 static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int number)
 {
     cg_rowk *k = &rk->k;
@@ -1226,10 +1254,11 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
         return cg_sym_unsupported(c, "a norm's row length is symbolic");
     int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
-    k->prefetch = 0;
     k->lanes = cg_row_lanes(k);
     if (k->rn_expr >= 0 && k->rn->ndim > 0 && (!k->lanes || cg_row_bytes_in(k)))
         k->lanes = cg_row_nlanes(k) / (cg_row_bytes_in(k) ? 1 : 4);
+    k->pf_cond = k->lanes > 0 ? cg_row_prefetch_cond(k) : NULL;
+    k->prefetch = k->pf_cond != NULL;
     if (cg_row_record(c, kk, rk, number))
         return -1;
     kk->collapse = k->on->ndim >= 2 && !k->col;   /* the outer count unknown: its two loops'
@@ -1320,9 +1349,11 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     for (int i = 0; i < ne; i++) {   /* the exact lengths' helpers, rows in registers */
         fixed.size[0] = lens[i];
         k.rn = &fixed;
+        k.prefetch = 0;              /* rows of at most CG_ROW_EXACT_BYTES: too short */
         cg_emit_signature(c, kk, cg_strf(c, "len%lld", (long long)lens[i]));
         int rc = cg_row_emit_body(c, &k, rk, kk);
         k.rn = rn;
+        k.prefetch = rk->k.prefetch;
         if (rc)
             return -1;
         cdy_buf_puts(&c->src, "}\n");
@@ -1366,6 +1397,9 @@ static int cg_row_call_exact(cg_ctx *c, const cg_rowk *k, const kir_kernel *kk,
 static int cg_row_emit_body(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
                             const kir_kernel *kk)
 {
+    if (k->pf_cond && k->prefetch)    /* symbolic sizes: the rows prefetched ahead, or none */
+        cdy_buf_printf(&c->src, "    const int64_t cdy_pfn = %s ? %s : 0;\n", k->pf_cond,
+                       cg_sym_size_text(c, k->on, k->on->ndim - 1));
     if (k->par_cond) {    /* symbolic sizes: parallel when large enough */
         cdy_buf_printf(&c->src, "    if (%s) {\n", k->par_cond);
         if (cg_row_emit_streamed(c, k, rk, 1, kk->collapse))

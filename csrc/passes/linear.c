@@ -112,6 +112,12 @@ int cdy_pass_pack_linear(cdy_trace *t)
     return done;
 }
 
+void cdy_pass_pack_linear_per_rows(cdy_trace *t)
+{
+    for (int pn = 0; pn < t->npynodes; pn++)
+        cdy_packed_linear_set_per_rows(t->pynodes[pn].fn);
+}
+
 /* ---- linear + relu --------------------------------------------------------- */
 
 /* 1 if metas a and b have the same dtype, sizes and strides. */

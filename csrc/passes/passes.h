@@ -14,6 +14,9 @@
 /* F.linear with a float32 parameter weight -> a runtime PackedLinear (the
  * weight kept in oneDNN's packed layout; linear.c). */
 int cdy_pass_pack_linear(cdy_trace *t);
+/* t's graph compiled with runtime sizes: its PackedLinears choose per rows of
+ * their input (cdy_packed_linear_set_per_rows). */
+void cdy_pass_pack_linear_per_rows(cdy_trace *t);
 /* A float32 NCHW conv2d -> its input and weight copied to channels_last
  * around it, its result copied back to eager's strides (channels_last.c). */
 int cdy_pass_channels_last(cdy_trace *t);

@@ -35,6 +35,9 @@ typedef struct {
     PyObject *version;
     int streak;         /* calls in a row that had to pack a changed weight */
     int relu;           /* 1: relu applied to the result */
+    int always;         /* 1: config "always": the pack, never timed */
+    int per_rows;       /* 1: in a graph of runtime sizes: the choice is remade when the rows change */
+    long long rows;     /* the rows of x that choice was made for */
 } cdy_plin;
 
 /* A weight packed anew on this many calls in a row is a new tensor on every
@@ -204,6 +207,7 @@ static int plin_decide(cdy_plin *p, PyObject *const *args)
     Py_XDECREF(nt);
     if (!key)
         return -1;
+    p->rows = rows;
     PyObject *known = PyDict_GetItemWithError(choices, key);
     if (known)
         p->choice = known == Py_True;
@@ -217,7 +221,29 @@ static int plin_decide(cdy_plin *p, PyObject *const *args)
     return p->choice < 0 ? -1 : 0;
 }
 
-/* PackedLinear(x, w, b): x @ w.T + b as torch's linear computes it. */
+/* 1 when x's rows differ from those p's choice was made for (or cannot be
+ * read: decided anew, which reports the error). */
+static int plin_rows_changed(const cdy_plin *p, PyObject *x)
+{
+    PyObject *shape = cdy_tensor_attr(x, CDY_TA_shape);
+    if (!shape) {
+        PyErr_Clear();
+        return 1;
+    }
+    long long rows = 1;
+    Py_ssize_t n = PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t d = 0; d + 1 < n; d++)
+        rows *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+    Py_DECREF(shape);
+    PyErr_Clear();
+    return n < 1 || rows != p->rows;
+}
+
+/* PackedLinear(x, w, b): x @ w.T + b as torch's linear computes it.  In a graph
+ * of runtime sizes (per_rows) the choice is the one a static graph makes at the
+ * call's rows, each shape's timed once for the process (plin_decide's dict):
+ * made once at the compiling call's rows, an MLP compiled at 8 rows multiplied
+ * 64 with 8 rows' choice. */
 static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
     cdy_plin *p = (cdy_plin *)self;
@@ -225,6 +251,8 @@ static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf,
         PyErr_SetString(PyExc_TypeError, "PackedLinear expects (input, weight, bias)");
         return NULL;
     }
+    if (p->per_rows && p->choice >= 0 && !p->always && plin_rows_changed(p, args[0]))
+        p->choice = -1;
     if (p->choice < 0 && plin_decide(p, args))
         return NULL;
     if (p->choice == 0)
@@ -264,9 +292,24 @@ static PyObject *plin_get_relu(PyObject *self, void *closure)
     return PyBool_FromLong(((cdy_plin *)self)->relu);
 }
 
+static PyObject *plin_get_rows(PyObject *self, void *closure)
+{
+    cdy_plin *p = (cdy_plin *)self;
+    return p->rows < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(p->rows);
+}
+
+static PyObject *plin_get_per_rows(PyObject *self, void *closure)
+{
+    return PyBool_FromLong(((cdy_plin *)self)->per_rows);
+}
+
 static PyGetSetDef plin_getset[] = {
     {"uses_packed_weight", plin_get_packed, NULL, "whether calls use the packed weight", NULL},
     {"relu", plin_get_relu, NULL, "whether relu is applied to the result", NULL},
+    {"decided_rows", plin_get_rows, NULL, "the input rows the choice was timed or looked up "
+     "for (None: not yet, or \"always\")", NULL},
+    {"per_rows", plin_get_per_rows, NULL, "whether the choice is remade when the input's rows "
+     "change (a graph of runtime sizes)", NULL},
     {NULL},
 };
 
@@ -300,7 +343,16 @@ PyObject *cdy_packed_linear_new(int always)
     p->weight = p->packed = p->data = p->version = NULL;
     p->streak = 0;
     p->relu = 0;
+    p->always = always != 0;
+    p->per_rows = 0;
+    p->rows = -1;
     return (PyObject *)p;
+}
+
+void cdy_packed_linear_set_per_rows(PyObject *pl)
+{
+    if (pl && PyObject_TypeCheck(pl, &cdy_packed_linear_type))
+        ((cdy_plin *)pl)->per_rows = 1;
 }
 
 /* PackedLinear pl applies relu to its result from now on: 0, or -1

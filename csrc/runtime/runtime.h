@@ -55,6 +55,9 @@ PyObject *cdy_mempool_py_reset_peak(PyObject *self, PyObject *unused);
  * `always`: without timing it against torch's linear first), or NULL (no
  * error set) when this torch has no packed path. */
 PyObject *cdy_packed_linear_new(int always);
+/* PackedLinear pl (anything else: nothing) is called in a graph of runtime
+ * sizes: it chooses torch's linear or its pack per rows of its input. */
+void cdy_packed_linear_set_per_rows(PyObject *pl);
 /* Make PackedLinear pl apply relu to its result: 0, or -1 (unchanged) when
  * pl is not a PackedLinear or already applies it. */
 int cdy_packed_linear_set_relu(PyObject *pl);
