@@ -77,6 +77,14 @@ def layer_norm_grad_xhat(grad, x, eps, n):
     return grad * torch.nn.functional.layer_norm(x, x.shape[x.dim() - n:], None, None, eps)
 
 
+def gelu_exact_grad(x):
+    """The exact GELU's derivative Phi(x) + x phi(x) of a float x: what the backward's
+    prelude calls, one pointwise op (ops.def GELU_EXACT_GRAD: no erf, x read alone); this
+    eager form runs where the call is not traced."""
+    cdf = 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+    return cdf + x * (torch.exp(-0.5 * x * x) * 0.3989422804014327)
+
+
 def softmax_input_grad(grad, y, dim):
     """softmax's gradient for its input given its result y: what the backward's prelude
     calls, one row kernel (trace/build_rows.c, compiler/rows.c); this eager form runs
@@ -136,7 +144,7 @@ class TrainingGraph:
         self.source = src
         ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward",
               "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad,
-              "_ln_grad_xhat": layer_norm_grad_xhat}
+              "_ln_grad_xhat": layer_norm_grad_xhat, "_gelu_exact_grad": gelu_exact_grad}
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"

@@ -12,30 +12,30 @@ def gelu_backward(grad, x, approximate, y=None):
     """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh.  y: the
     forward's result gelu(x) where the backward has it at no cost to its peak (saved
     for the next linear's weight gradient, and not the graph's last GELU: ops.def's
-    result_if_free), else None: gelu(x) is computed in the kernel, reading x only, as
-    eager's GeluBackward0 does (transformer_stack_train: the last block's 1 MiB y held
-    through this kernel next to its output made the step's peak 7.95 MiB against
-    eager's 6.97)."""
+    result_if_free), else None: the derivative then reads x only, as eager's
+    GeluBackward0 (transformer_stack_train: the last block's 1 MiB y held through
+    this kernel next to its output made the step's peak 7.95 MiB against eager's
+    6.97)."""
     if approximate == 0:
-        # Phi(x) as gelu(x) / x: the forward's GELU (a rational function) in place
-        # of an erf, whose two polynomials and exp made this the backward's slowest
-        # kernel (transformer_stack_train, 262144 floats, one thread: 407 -> 135 us
-        # reading y, 233 us computing gelu(x)).  |x| >= 5.5: Phi 0 or 1 (GELU's
-        # tail is 0 there, as eager's erf rounds); 0.5 at x = 0.  torch.where on
-        # x > 0, not a bool .to(): GCC does not vectorize that uint8 -> float
-        # conversion.  bfloat16 / float16 in float32, rounded once at the end, as
-        # eager's kernel (and of grad's dtype: the where of two Python floats is
-        # float32); a low-precision y is not read (it would round Phi).
-        low = x.dtype not in (torch.float32, torch.float64)
-        xf = x.float() if low else x
-        if low or not isinstance(y, torch.Tensor) or y.dtype != x.dtype:
-            y = torch.nn.functional.gelu(xf, approximate="none")
-        cdf = torch.where(xf.abs() < 5.5, torch.where(xf == 0, 0.5, y / xf),
-                          torch.where(xf > 0, 1.0, 0.0))
-        pdf = torch.exp(-0.5 * xf * xf) * 0.3989422804014327
-        if low:
-            return (grad.float() * (cdf + xf * pdf)).to(grad.dtype)
-        return grad * (cdf + x * pdf)
+        # Phi(x) as gelu(x) / x where y is at hand: the forward's GELU (a rational
+        # function) in place of an erf (one thread, 262144 floats: 407 -> 135 us).
+        # |x| >= 5.5: Phi 0 or 1 (GELU's tail is 0 there, as eager's erf rounds);
+        # 0.5 at x = 0.  torch.where on x > 0, not a bool .to(): GCC does not
+        # vectorize that uint8 -> float conversion.
+        if isinstance(y, torch.Tensor) and y.dtype == x.dtype and \
+                x.dtype in (torch.float32, torch.float64):
+            cdf = torch.where(x.abs() < 5.5, torch.where(x == 0, 0.5, y / x),
+                              torch.where(x > 0, 1.0, 0.0))
+            pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
+            return grad * (cdf + x * pdf)
+        # else Phi(x) + x phi(x) as one op of x alone (_gelu_exact_grad, ops.def
+        # GELU_EXACT_GRAD: Phi by the forward GELU's rational function, one division,
+        # no erf; 233 -> 187 us where it replaced gelu(x) recomputed for gelu(x) / x,
+        # two divisions).  bfloat16 / float16 in float32, rounded once at the end, as
+        # eager's kernel (a low-precision y is not read: it would round Phi).
+        if x.dtype in (torch.float32, torch.float64):
+            return grad * _gelu_exact_grad(x)
+        return (grad.float() * _gelu_exact_grad(x.float())).to(grad.dtype)
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
     t = torch.tanh(inner)
     return grad * (0.5 * (1.0 + t) +
