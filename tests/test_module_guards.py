@@ -382,3 +382,84 @@ def test_argument_value_changes_after_warm_calls():
     for n, mod in ((1000, a), (1000, a), (1000, a), (int("2000"), a), (int("1000"), b),
                    (int("1000"), b)):
         torch.testing.assert_close(opt(x, n, mod), f(x, n, mod))
+
+
+# ---- transformers configs: their Python __getattribute__ read through the snapshot ----
+# frame/gfast.c recognizes transformers' config __getattribute__ (PreTrainedConfig's
+# attribute_map, HeterogeneousConfigMixin's per-layer check) and takes a config's reads in:
+# object's read of the mapped name, fixed by the instance dict's, the class's and the
+# attribute_map's version tags.  Every change below must still be seen.
+
+def _tiny_config_type():
+    transformers = pytest.importorskip("transformers")
+
+    class TinyConfig(transformers.PretrainedConfig):
+        model_type = "cdynamo_tiny"
+        attribute_map = {"alias": "scale"}
+
+        def __init__(self, scale=2.0, other=3.0, use_bias=True, **kw):
+            self.scale, self.other, self.use_bias = scale, other, use_bias
+            super().__init__(**kw)
+    return TinyConfig
+
+
+class ConfigReader(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.lin(x) * self.config.alias
+        return x + 1 if self.config.use_bias else x
+
+
+def _hf_setup():
+    tp = _tiny_config_type()
+    torch.manual_seed(0)
+    m = ConfigReader(tp())
+    return tp, m, cdynamo.optimize(m), torch.randn(4, 8)
+
+
+_HF_CHANGES = {
+    "value": lambda tp, m: setattr(m.config, "scale", 0.5),
+    "value through the alias": lambda tp, m: setattr(m.config, "alias", 0.25),
+    "bool": lambda tp, m: setattr(m.config, "use_bias", False),
+    "attribute_map changed in place": lambda tp, m: tp.attribute_map.__setitem__("alias", "other"),
+    "attribute_map replaced": lambda tp, m: setattr(tp, "attribute_map", {"alias": "other"}),
+    "class property shadows": lambda tp, m: setattr(tp, "use_bias", property(lambda s: False)),
+    "config object": lambda tp, m: setattr(m, "config", tp(scale=-1.0)),
+}
+
+
+@pytest.mark.parametrize("change", list(_HF_CHANGES))
+def test_transformers_config_change_after_warm_calls_recompiles(change):
+    tp, m, opt, x = _hf_setup()
+    before = _warm(opt, m, x)
+    _HF_CHANGES[change](tp, m)
+    _same(opt, m, x)
+    _same(opt, m, x)
+    assert cdynamo.stats()["recompiles"] == before + 1
+
+
+def test_transformers_config_reads_skip_its_getattribute_when_warm():
+    """Warm calls read the config through the snapshot: its Python __getattribute__ does
+    not run (Python 3.13 keeps a fresh instance's dict in its inline values, whose stores
+    leave the dict's tag: there the reads are walked, as before)."""
+    import sys
+    tp, m, opt, x = _hf_setup()
+    _warm(opt, m, x)
+    calls = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__getattribute__":
+            calls.append(frame.f_code.co_qualname)
+    sys.setprofile(prof)
+    try:
+        for _ in range(5):
+            opt(x)
+    finally:
+        sys.setprofile(None)
+    _same(opt, m, x)
+    if sys.version_info < (3, 13):
+        assert calls == []

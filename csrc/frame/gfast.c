@@ -9,8 +9,11 @@
  * exact dict's item (str or int key), an instance attribute found in the
  * instance's own dict where the type has no attribute of that name and reads
  * attributes generically (object's __getattribute__, nn.Module's
- * __getattr__ on a miss, an exact module); anything else (a Python
- * __getattribute__, a property, a converter) is walked as before.  Python
+ * __getattr__ on a miss, an exact module; a transformers config, whose
+ * Python __getattribute__ gf_hf_config recognizes: object's read of the name
+ * its class's attribute_map maps to, the map's version tag snapshotted too);
+ * anything else (another Python __getattribute__, a property, a converter)
+ * is walked as before.  Python
  * 3.13 stores an attribute of an instance whose dict shares the instance's
  * inline values without changing the dict's version tag: there only dicts
  * with their own table are taken in. */
@@ -37,6 +40,11 @@ typedef struct {
     PyTypeObject *tp;     /* ATTRS: obj's type */
     unsigned int tag;     /* ATTRS: its version tag */
     uint64_t ver;         /* the version tag of the dict the children read */
+    PyObject *amap;       /* ATTRS of a transformers config (gf_hf_config): the class's
+                             attribute_map (held by the type while its tag holds) */
+    uint64_t amap_ver;    /* its version tag */
+    PyObject *ga[2];      /* the config's __getattribute__ functions (held by the types) */
+    PyObject *ga_code[2]; /* their code objects when taken in */
     int ok;               /* the last verify found it unchanged */
 } gf_node;
 
@@ -122,6 +130,106 @@ static int gf_node_get(cdy_gfast *f, int parent, int kind, int slot, int item, P
     return f->n++;
 }
 
+/* 1 if f is the Python function module.qualname. */
+static int gf_is_function(PyObject *f, const char *module, const char *qualname)
+{
+    if (!PyFunction_Check(f))
+        return 0;
+    PyObject *m = ((PyFunctionObject *)f)->func_module, *q = ((PyFunctionObject *)f)->func_qualname;
+    return m && q && PyUnicode_Check(m) && PyUnicode_Check(q) &&
+           PyUnicode_CompareWithASCIIString(m, module) == 0 &&
+           PyUnicode_CompareWithASCIIString(q, qualname) == 0;
+}
+
+/* 1 if f is one of transformers' config __getattribute__ functions: index 0
+ * PreTrainedConfig's (a name in the class's attribute_map reads the mapped
+ * name), 1 HeterogeneousConfigMixin's (reads as object's while the instance
+ * has no _heterogeneity_spec); -1 neither. */
+static int gf_hf_getattribute(PyObject *f)
+{
+    if (gf_is_function(f, "transformers.configuration_utils", "PreTrainedConfig.__getattribute__") ||
+        gf_is_function(f, "transformers.configuration_utils", "PretrainedConfig.__getattribute__"))
+        return 0;
+    if (gf_is_function(f, "transformers.integrations.heterogeneity.configuration_utils",
+                       "HeterogeneousConfigMixin.__getattribute__"))
+        return 1;
+    return -1;
+}
+
+/* Node nd (an instance of tp, its instance dict d) as a transformers config:
+ * tp's MRO defines __getattribute__ only as PreTrainedConfig's (first),
+ * optionally HeterogeneousConfigMixin's, and object's; no __getattr__; the
+ * class's attribute_map an exact dict the instance does not shadow; no
+ * _heterogeneity_spec in the instance.  Then reading name is object's read of
+ * attribute_map.get(name, name) (gf_read); records the functions, their code
+ * and the map in nd; 1, or 0 (no error left). */
+static int gf_hf_config(gf_node *nd, PyTypeObject *tp, PyObject *d)
+{
+    static PyObject *s_ga, *s_gattr, *s_amap, *s_spec;
+    if (!s_ga && (!(s_ga = PyUnicode_InternFromString("__getattribute__")) ||
+                  !(s_gattr = PyUnicode_InternFromString("__getattr__")) ||
+                  !(s_amap = PyUnicode_InternFromString("attribute_map")) ||
+                  !(s_spec = PyUnicode_InternFromString("_heterogeneity_spec")))) {
+        Py_CLEAR(s_ga);
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *mro = tp->tp_mro;
+    if (!PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE) || !mro || !PyTuple_Check(mro) ||
+        _PyType_Lookup(tp, s_gattr))
+        return 0;
+    int n = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        PyObject *f = b == &PyBaseObject_Type ? NULL : PyDict_GetItemWithError(b->tp_dict, s_ga);
+        if (!f)
+            continue;
+        int which = gf_hf_getattribute(f);
+        if (which != n || n == 2)   /* PreTrainedConfig's first, then at most the mixin's */
+            return 0;
+        nd->ga[n] = f;
+        nd->ga_code[n] = PyFunction_GET_CODE(f);
+        n++;
+    }
+    PyObject *amap = _PyType_Lookup(tp, s_amap);
+    PyObject *spec = PyDict_GetItemWithError(d, s_spec);
+    if (!n || !amap || !PyDict_CheckExact(amap) || PyDict_GetItemWithError(d, s_amap) ||
+        (spec && spec != Py_None) || PyErr_Occurred()) {
+        PyErr_Clear();
+        nd->ga[0] = nd->ga[1] = NULL;
+        return 0;
+    }
+    nd->amap = amap;
+    nd->amap_ver = cdy_pc_dict_version(amap);
+    return 1;
+}
+
+/* 1 while the config functions and map nd recorded are unchanged (nd's type tag holds). */
+static int gf_hf_config_ok(const gf_node *nd)
+{
+    for (int i = 0; i < 2; i++)
+        if (nd->ga[i] && PyFunction_GET_CODE(nd->ga[i]) != nd->ga_code[i])
+            return 0;
+    return cdy_pc_dict_version(nd->amap) == nd->amap_ver;
+}
+
+/* The name a read of key from node nd reads: attribute_map's value for a
+ * transformers config (gf_hf_config; borrowed), key otherwise; NULL when the
+ * read is not taken in. */
+static PyObject *gf_mapped_key(const gf_node *nd, PyObject *key)
+{
+    if (!nd->amap)
+        return key;
+    if (PyUnicode_CompareWithASCIIString(key, "attribute_map") == 0)
+        return NULL;
+    PyObject *m = PyDict_GetItemWithError(nd->amap, key);
+    if (!m) {
+        PyErr_Clear();
+        return key;
+    }
+    return PyUnicode_CheckExact(m) ? m : NULL;
+}
+
 /* Make node nd's children read it by mode (GF_ITEMS / GF_ATTRS): records
  * what fixes their reads; 0 when they cannot be taken in. */
 static int gf_set_mode(gf_node *nd, int mode)
@@ -146,9 +254,10 @@ static int gf_set_mode(gf_node *nd, int mode)
         return 1;
     }
     PyTypeObject *tp = Py_TYPE(o);
-    if (PyType_Check(o) || !(tp->tp_getattro == PyObject_GenericGetAttr || tp == &PyModule_Type ||
-                             cdy_guard_module_getattr(tp)))
+    if (PyType_Check(o))
         return 0;
+    int generic = tp->tp_getattro == PyObject_GenericGetAttr || tp == &PyModule_Type ||
+                  cdy_guard_module_getattr(tp);
     PyObject **dp = _PyObject_GetDictPtr(o);
     if (!dp || !*dp || !PyDict_CheckExact(*dp) || !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
         return 0;
@@ -156,6 +265,8 @@ static int gf_set_mode(gf_node *nd, int mode)
     if (((PyDictObject *)*dp)->ma_values)   /* shares the inline values: stores skip its tag */
         return 0;
 #endif
+    if (!generic && !gf_hf_config(nd, tp, *dp))
+        return 0;
     nd->dict = *dp;
     nd->dictoff = (char *)dp - (char *)o;
     nd->tp = tp;
@@ -197,10 +308,12 @@ static PyObject *gf_read(gf_node *nd, int item, PyObject *key)
 {
     if ((item != 0 && item != 1) || !(PyUnicode_CheckExact(key) || (item && PyLong_CheckExact(key))))
         return NULL;
-    if (!item && PyUnicode_CompareWithASCIIString(key, "__class__") == 0)
-        return gf_class_of(nd, key);
     if (!item && PyType_Check(nd->obj))
         return gf_class_attr(nd, key);
+    if (!item && (!gf_set_mode(nd, GF_ATTRS) || !(key = gf_mapped_key(nd, key))))
+        return NULL;
+    if (!item && PyUnicode_CompareWithASCIIString(key, "__class__") == 0)
+        return gf_class_of(nd, key);
     if (!item && _PyType_Lookup(Py_TYPE(nd->obj), key))
         return NULL;   /* a class attribute could win over the instance's: walked */
     if (!gf_set_mode(nd, item ? GF_ITEMS : GF_ATTRS))
@@ -339,7 +452,7 @@ static int gf_container_ok(const gf_node *nd)
         return Py_TYPE(o) == tp && tp->tp_version_tag == nd->tag &&
                PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) &&
                *(PyObject **)((char *)o + nd->dictoff) == nd->dict &&
-               cdy_pc_dict_version(nd->dict) == nd->ver;
+               cdy_pc_dict_version(nd->dict) == nd->ver && (!nd->amap || gf_hf_config_ok(nd));
     }
     if (nd->cmode == GF_CLASS)
         return Py_IS_TYPE(o, &PyType_Type) && nd->tp->tp_version_tag == nd->tag &&
