@@ -411,6 +411,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
         kwnames = NULL;
     }
+    if (op == CDY_OP_NONE && !query && !kwnames && nargs == 2 && args[0]->kind == TV_TENSOR &&
+        args[1]->kind == TV_TENSOR)
+        op = cdy_callable_binary_op(fn);   /* torch.min(a, b) is torch.minimum(a, b) */
     tvar *acargs[CDY_MAX_CALL_ARGS];
     int ac_handled = 0;
     if (!query) {
@@ -1196,6 +1199,22 @@ static tvar *do_issubclass(tracer *tr, tvar **args)
     return cdy_tv_const(tr, PyBool_FromLong(r));
 }
 
+/* len(d) of a dict subclass instance d guarded by type, whose length is
+ * dict's (a ModelOutput's): a constant, guarded (LEN); NULL when stopped. */
+static tvar *by_type_dict_len(tracer *tr, tvar *d)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(d->obj);
+    cdy_guard *g = n <= INT_MAX ? cdy_tr_guard_expect(tr, CDY_GUARD_LEN, d, (PyObject *)Py_TYPE(d->obj))
+                               : NULL;
+    if (!g) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, GUARDED_BY_TYPE, "__len__", Py_TYPE(d->obj)->tp_name);
+        return NULL;
+    }
+    g->ndim = (int)n;
+    return cdy_tv_const(tr, PyLong_FromSsize_t(n));
+}
+
 /* Builtins that take symbolic values; NULL with no stop when fn is not one. */
 static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           int *handled)
@@ -1206,6 +1225,9 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if (!strcmp(n, "len") && nargs == 1) {
         tvar *a = args[0];
         long k = -1;
+        if (a->by_type && a->src && PyDict_Check(a->obj) && Py_TYPE(a->obj)->tp_as_mapping &&
+            Py_TYPE(a->obj)->tp_as_mapping->mp_length == PyDict_Type.tp_as_mapping->mp_length)
+            return by_type_dict_len(tr, a);
         if (a->by_type)   /* the length is the instance's: its __len__, traced */
             return cdy_call_dunder(tr, a, "__len__");
         if (a->kind == TV_INST) {
