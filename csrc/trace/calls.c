@@ -883,6 +883,12 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
 }
 
 /* See trace.h. */
+tvar *cdy_inline_result(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    return inline_call(tr, fn, args, nargs, kwnames, NULL);
+}
+
+/* See trace.h. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *r = inline_call(tr, fn, args, nargs, kwnames, NULL);
@@ -1676,6 +1682,12 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         cdy_is_environ(callable->self->obj))
         return cdy_environ_call(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_BOUND) {
+        int handled;
+        tvar *r = callable->self->kind == TV_OBJ || callable->self->kind == TV_CONST
+                      ? cdy_cfn_apply(tr, callable->obj, callable->self->obj, args, nargs, kwnames,
+                                      &handled) : NULL;
+        if (r || tr->t->status != CDY_TRACE_OK)
+            return r;
         tvar **all = prepend_arg(tr, callable->self, args, nargs);
         return all ? inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL) : NULL;
     }
@@ -1761,6 +1773,12 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
+    if (PyMethod_Check(fn)) {   /* Fn.apply(x) of a custom autograd.Function */
+        r = cdy_cfn_apply(tr, PyMethod_GET_FUNCTION(fn), PyMethod_GET_SELF(fn), args, nargs,
+                          kwnames, &handled);
+        if (handled)
+            return r;
+    }
     if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
         !PyObject_TypeCheck(PyMethod_GET_SELF(fn), (PyTypeObject *)cdy_tensor_type)) {
         /* a bound method (of torch's classes too: _DecoratorContextManager.clone) */

@@ -257,8 +257,9 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_BUILD_SLICE:
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
     case CDY_SOP_COMPARE_OP: case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
-    case CDY_SOP_UNARY_NEGATIVE:
-        return -1;   /* a dict merge moves its values (f(**kwargs)): read later, they pin */
+    case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_BUILD_MAP: case CDY_SOP_BUILD_CONST_KEY_MAP:
+        return -1;   /* a dict merge or display moves its values (f(**kwargs), {"n": n}): read
+                      * later, they pin; BUILD_MAP's keys pin in cdy_sx_pre */
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
     case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
@@ -278,10 +279,6 @@ static int sx_consumes(tracer *tr, int sop, int arg)
         return 3;
     case CDY_SOP_BUILD_STRING: case CDY_SOP_BUILD_SET:
         return arg;
-    case CDY_SOP_BUILD_MAP:
-        return 2 * arg;
-    case CDY_SOP_BUILD_CONST_KEY_MAP:
-        return arg + 1;
     case CDY_SOP_FORMAT_VALUE:
         return (arg & 4) ? 2 : 1;
     default:
@@ -373,6 +370,10 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
     case CDY_SOP_UNPACK_SEQUENCE: case CDY_SOP_LIST_EXTEND: case CDY_SOP_UNARY_NEGATIVE:
         ctx->n = 1;
         ctx->in[0] = sx_peek(tr, 1);
+        break;
+    case CDY_SOP_BUILD_MAP:   /* keys (hashed now) at 2n, 2n - 2, ..., 2 from the top */
+        for (int k = 2; k <= 2 * arg; k += 2)
+            cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
         break;
     case CDY_SOP_CALL:
         sx_pend(tr, arg + 2, NULL, NULL, ctx);

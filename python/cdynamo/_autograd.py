@@ -154,3 +154,29 @@ class TrainingGraph:
 
     def __repr__(self):
         return f"<cdynamo TrainingGraph {self.name}>"
+
+
+class FunctionCtxNoGrad:
+    """The ctx a custom torch.autograd.Function's forward gets when the trace inlines
+    Function.apply under no_grad (trace/custom_fn.c).  No graph node is made there, so
+    the methods that only serve the backward do nothing; attributes set on it stay in
+    the trace, as eager's ctx is dropped with its outputs' missing grad_fn."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def save_for_forward(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value
