@@ -1485,6 +1485,34 @@ static tvar *tensor_to(tracer *tr, const char *name, tvar **args, int nargs, PyO
 }
 
 /* A Tensor method call self.name(*args). */
+/* x.repeat(*sizes) (args[0] x): cdynamo._autograd.tensor_repeat inlined (views and a
+ * copy, so symbolic sizes stay symbolic), when its sizes cover x's dims; else the
+ * extern (eager raises).  NULL when stopped. */
+static tvar *tensor_repeat(tracer *tr, tvar **args, int nargs)
+{
+    static PyObject *helper;
+    if (!helper) {
+        PyObject *am = PyImport_ImportModule("cdynamo._autograd");
+        helper = am ? PyObject_GetAttrString(am, "tensor_repeat") : NULL;
+        Py_XDECREF(am);
+        if (!helper) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
+            return NULL;
+        }
+    }
+    int nrep = nargs - 1;
+    if (nargs == 2 && (args[1]->kind == TV_TUPLE || args[1]->kind == TV_LIST))
+        nrep = args[1]->n;
+    else if (nargs == 2 && args[1]->kind == TV_CONST && PyTuple_Check(args[1]->obj))
+        nrep = (int)PyTuple_GET_SIZE(args[1]->obj);
+    int ndim = tr->t->graph.values[args[0]->value].meta.ndim;
+    if (nrep < ndim || nrep > CDY_MAX_NDIM / 2) {
+        PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "repeat"));
+        return fn ? tensor_call(tr, CDY_OP_NONE, fn, "Tensor.repeat", args, nargs, NULL, 0) : NULL;
+    }
+    return inline_call(tr, helper, args, nargs, NULL, NULL);
+}
+
 static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
 {
     const char *name = PyUnicode_AsUTF8(m->obj);
@@ -1507,6 +1535,8 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     }
     if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
         return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
+    if (!strcmp(name, "repeat") && !kwnames)
+        return tensor_repeat(tr, args, nargs);
     if (!strcmp(name, "__setitem__") && nargs == 3 && !kwnames)
         return cdy_mut_setitem(tr, args[0], args[1], args[2]) ? NULL
                                                               : cdy_tv_const(tr, Py_NewRef(Py_None));
