@@ -886,6 +886,12 @@ static tvar *inline_call(tracer *tr, PyObject *fobj, tvar **args, int nargs, PyO
 }
 
 /* See trace.h. */
+tvar *cdy_inline_result(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
+{
+    return inline_call(tr, fn, args, nargs, kwnames, NULL);
+}
+
+/* See trace.h. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames)
 {
     tvar *r = inline_call(tr, fn, args, nargs, kwnames, NULL);
@@ -1501,6 +1507,34 @@ static tvar *tensor_to(tracer *tr, const char *name, tvar **args, int nargs, PyO
 }
 
 /* A Tensor method call self.name(*args). */
+/* x.repeat(*sizes) (args[0] x): cdynamo._autograd.tensor_repeat inlined (views and a
+ * copy, so symbolic sizes stay symbolic), when its sizes cover x's dims; else the
+ * extern (eager raises).  NULL when stopped. */
+static tvar *tensor_repeat(tracer *tr, tvar **args, int nargs)
+{
+    static PyObject *helper;
+    if (!helper) {
+        PyObject *am = PyImport_ImportModule("cdynamo._autograd");
+        helper = am ? PyObject_GetAttrString(am, "tensor_repeat") : NULL;
+        Py_XDECREF(am);
+        if (!helper) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
+            return NULL;
+        }
+    }
+    int nrep = nargs - 1;
+    if (nargs == 2 && (args[1]->kind == TV_TUPLE || args[1]->kind == TV_LIST))
+        nrep = args[1]->n;
+    else if (nargs == 2 && args[1]->kind == TV_CONST && PyTuple_Check(args[1]->obj))
+        nrep = (int)PyTuple_GET_SIZE(args[1]->obj);
+    int ndim = tr->t->graph.values[args[0]->value].meta.ndim;
+    if (nrep < ndim || nrep > CDY_MAX_NDIM / 2) {
+        PyObject *fn = cdy_tr_keep(tr, PyObject_GetAttrString(cdy_tensor_type, "repeat"));
+        return fn ? tensor_call(tr, CDY_OP_NONE, fn, "Tensor.repeat", args, nargs, NULL, 0) : NULL;
+    }
+    return inline_call(tr, helper, args, nargs, NULL, NULL);
+}
+
 static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject *kwnames)
 {
     const char *name = PyUnicode_AsUTF8(m->obj);
@@ -1523,6 +1557,8 @@ static tvar *tensor_method(tracer *tr, tvar *m, tvar **args, int nargs, PyObject
     }
     if (len > 1 && name[len - 1] == '_' && name[len - 2] != '_')
         return cdy_mut_method(tr, m->obj, args, nargs, kwnames);   /* functionalized */
+    if (!strcmp(name, "repeat") && !kwnames)
+        return tensor_repeat(tr, args, nargs);
     if (!strcmp(name, "__setitem__") && nargs == 3 && !kwnames)
         return cdy_mut_setitem(tr, args[0], args[1], args[2]) ? NULL
                                                               : cdy_tv_const(tr, Py_NewRef(Py_None));
@@ -1698,6 +1734,12 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         cdy_is_environ(callable->self->obj))
         return cdy_environ_call(tr, callable, args, nargs, kwnames);
     if (callable->kind == TV_BOUND) {
+        int handled;
+        tvar *r = callable->self->kind == TV_OBJ || callable->self->kind == TV_CONST
+                      ? cdy_cfn_apply(tr, callable->obj, callable->self->obj, args, nargs, kwnames,
+                                      &handled) : NULL;
+        if (r || tr->t->status != CDY_TRACE_OK)
+            return r;
         tvar **all = prepend_arg(tr, callable->self, args, nargs);
         return all ? inline_call(tr, callable->obj, all, nargs + 1, kwnames, NULL) : NULL;
     }
@@ -1783,6 +1825,12 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         return fold_call(tr, fn, name, args, nargs, kwnames);
     if (tr->t->status != CDY_TRACE_OK)
         return NULL;
+    if (PyMethod_Check(fn)) {   /* Fn.apply(x) of a custom autograd.Function */
+        r = cdy_cfn_apply(tr, PyMethod_GET_FUNCTION(fn), PyMethod_GET_SELF(fn), args, nargs,
+                          kwnames, &handled);
+        if (handled)
+            return r;
+    }
     if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)) &&
         !PyObject_TypeCheck(PyMethod_GET_SELF(fn), (PyTypeObject *)cdy_tensor_type)) {
         /* a bound method (of torch's classes too: _DecoratorContextManager.clone) */

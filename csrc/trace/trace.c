@@ -742,6 +742,54 @@ static tvar *module_list_item(tracer *tr, tvar *ml, tvar *i)
     return mods->items[k];
 }
 
+/* 1 if v is a non-empty list of int constants (no bools). */
+static int int_list(const tvar *v)
+{
+    if (v->kind != TV_LIST || v->n == 0)
+        return 0;
+    for (int k = 0; k < v->n; k++)
+        if (v->items[k]->kind != TV_CONST || !PyLong_CheckExact(v->items[k]->obj))
+            return 0;
+    return 1;
+}
+
+/* torch.tensor(l) of int list l: the int64 index tensor torch's indexing makes of it; NULL
+ * when stopped. */
+static tvar *index_tensor_of(tracer *tr, tvar *l)
+{
+    static PyObject *tensor_fn;
+    if (!tensor_fn && !(tensor_fn = PyObject_GetAttrString(cdy_torch, "tensor"))) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
+    tvar *fn = cdy_wrap(tr, tensor_fn, NULL, 0);
+    return fn ? cdy_call(tr, fn, &l, 1, NULL) : NULL;
+}
+
+/* Index i of a tensor with its int lists (x[[0, 2]], x[..., [-2], :]) made the index
+ * tensors torch's indexing reads them as; i itself when it has none; NULL when stopped. */
+static tvar *list_index(tracer *tr, tvar *i)
+{
+    if (int_list(i))
+        return index_tensor_of(tr, i);
+    if (i->kind != TV_TUPLE)
+        return i;
+    tvar **items = NULL;
+    for (int k = 0; k < i->n; k++) {
+        if (!int_list(i->items[k]))
+            continue;
+        if (!items && (items = cdy_arena_alloc(&tr->t->arena, sizeof(tvar *) * (size_t)i->n)))
+            memcpy(items, i->items, sizeof(tvar *) * (size_t)i->n);
+        if (!items) {
+            cdy_tr_stop(tr, OUT_OF_MEMORY);
+            return NULL;
+        }
+        if (!(items[k] = index_tensor_of(tr, i->items[k])))
+            return NULL;
+    }
+    return items ? cdy_tv_seq(tr, TV_TUPLE, items, i->n) : i;
+}
+
 /* BINARY_SUBSCR: containers with constant keys, tensor indexing (an extern),
  * constant folding. */
 static int op_subscr(tracer *tr)
@@ -828,6 +876,8 @@ static int op_subscr(tracer *tr)
     PyObject *fn = cdy_operator_fn(27, "getitem");
     if (!fn)
         return cdy_tr_stop_exc(tr, PY_ERROR);
+    if (s->kind == TV_TENSOR && !(i = list_index(tr, i)))
+        return -1;
     tvar *args[2] = {s, i};
     return push(tr, cdy_call_operator(tr, fn, "[]", args, 2));
 }

@@ -361,6 +361,9 @@ tvar *cdy_call_dunder(tracer *tr, tvar *self, const char *name);
 cdy_guard *cdy_tr_guard_expect(tracer *tr, int kind, tvar *obj, PyObject *expect);
 /* fn(*args) of Python function fn traced inline; NULL when stopped. */
 tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
+/* cdy_inline for a call whose result is the traced call's own (it goes on the
+ * stack: its symbolic sizes stay symbolic). */
+tvar *cdy_inline_result(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames);
 /* first followed by args (arena); NULL when stopped. */
 tvar **cdy_prepend(tracer *tr, tvar *first, tvar **args, int nargs);
 /* The Python type of v's value (borrowed). */
@@ -452,6 +455,13 @@ tvar *cdy_kwarg(tvar **args, int nargs, PyObject *kwnames, const char *name);
 /* Method `name` of DICT / LIST / SET self called with args (self not among them). */
 tvar *cdy_container_method(tracer *tr, tvar *self, const char *name, tvar **args, int nargs,
                            PyObject *kwnames);
+
+/* ---- custom_fn.c: a custom torch.autograd.Function's apply ---- */
+/* func(self, *args) when func bound to self is Fn.apply of a torch.autograd.Function
+ * subclass Fn (*handled 1): Fn.forward inlined under no_grad, else a stop; *handled
+ * 0 and NULL for any other function. */
+tvar *cdy_cfn_apply(tracer *tr, PyObject *func, PyObject *self, tvar **args, int nargs,
+                    PyObject *kwnames, int *handled);
 
 /* ---- objects.c: instances of Python classes built in the frame (TV_INST) ---- */
 /* 1 if cls(...) may be traced as a TV_INST (a Python class on object, dict,

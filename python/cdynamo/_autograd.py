@@ -162,3 +162,57 @@ class TrainingGraph:
 
     def __repr__(self):
         return f"<cdynamo TrainingGraph {self.name}>"
+
+
+class FunctionCtxNoGrad:
+    """The ctx a custom torch.autograd.Function's forward gets when the trace inlines
+    Function.apply under no_grad (trace/custom_fn.c).  No graph node is made there, so
+    the methods that only serve the backward do nothing; attributes set on it stay in
+    the trace, as eager's ctx is dropped with its outputs' missing grad_fn."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def save_for_forward(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value
+
+
+def _repeat_sizes(sh, reps, n):
+    """tensor_repeat's sizes for n <= 4 dims, by displays only (a traced list.append, a
+    cell or a comprehension's closure would pin symbolic sizes; displays move them)."""
+    if n == 1:
+        (a,), (p,) = sh, reps
+        return [1, a], [p, a], [p * a]
+    if n == 2:
+        (a, b), (p, q) = sh, reps
+        return [1, a, 1, b], [p, a, q, b], [p * a, q * b]
+    if n == 3:
+        (a, b, c), (p, q, r) = sh, reps
+        return [1, a, 1, b, 1, c], [p, a, q, b, r, c], [p * a, q * b, r * c]
+    (a, b, c, d), (p, q, r, t) = sh, reps
+    return ([1, a, 1, b, 1, c, 1, d], [p, a, q, b, r, c, t, d],
+            [p * a, q * b, r * c, t * d])
+
+
+def tensor_repeat(x, *sizes):
+    """x.repeat(*sizes) as views and one copy, for the trace to inline (trace/calls.c):
+    its sizes stay symbolic where an extern repeat would specialize them.  Each dim d of
+    x (left-padded with 1s to len(sizes)) becomes [sizes[d], x_d] expanded, then merged."""
+    reps = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    n = len(reps)
+    sh = [*((1,) * (n - x.dim())), *x.shape]
+    inner, wide, out = _repeat_sizes(sh, reps, n)
+    return x.reshape(inner).expand(wide).clone(memory_format=torch.contiguous_format).reshape(out)
