@@ -411,3 +411,41 @@ def test_oracle_takes_eager_scalar_loops_for_intermediates(monkeypatch):
                             lambda f, w=wrong: lambda *a: torch.full_like(real(f)(*a), w))
         st, detail = fuzz.check_program(src, {"family": "special"})
         assert st == "wrong" and detail.startswith("values"), (wrong, detail)
+
+
+def test_oracle_allows_another_order_of_an_ill_conditioned_float_sum(monkeypatch):
+    """A float32 sum whose terms cancel (1e30 and -1e30 among numbers near 1) is as right in
+    any order: eager's cascade and a kernel's row order differ by up to (n - 1) * u *
+    sum(|x|) (fuzz findings dtypes_wrong_b05dd5e0cc, special_wrong_70500e8abd).  The oracle
+    moves each eager sum by that bound (_SumOrder) and takes what is within twice the
+    movement; a well-conditioned sum computed wrong (an element dropped, 1e-3 off) is still
+    wrong, and so is a cancelling sum off by far more than the bound."""
+    real = cdynamo.optimize
+    col = ("torch.tensor([1.0, 1.6558, 5.3927, 1e30, -3.6176, 2.5, -1e30, -3.0063])"
+           ".view(8, 1).expand(8, 3).contiguous()")   # eager sums columns in a cascade
+
+    def seq(f):                      # the terms summed in row order, in float32
+        def run(a):
+            acc = torch.zeros(a.shape[1:])
+            for r in a:
+                acc = acc + r
+            return acc / a.shape[0]
+        return run
+    ill = _prog("return a0.mean(0)", col)
+    ns = {}
+    exec(ill, ns)
+    e = ns["f"](*ns["make_inputs"]())
+    c = seq(None)(*ns["make_inputs"]())
+    assert not torch.equal(e, c)     # the two orders differ (0.0 and -0.376)
+    monkeypatch.setattr(cdynamo, "optimize", seq)
+    assert fuzz.check_program(ill, {"family": "dtypes"})[0] in ("ok", "fallback")   # not compiled
+    moved = fuzz._eager_sum_orders(ns["f"], ns["make_inputs"], {})
+    assert len(moved) == 4 and all((p - e).abs().max() > 1e22 for p in moved)
+    monkeypatch.setattr(cdynamo, "optimize", lambda f: lambda a: seq(f)(a) + 1e24)
+    st, detail = fuzz.check_program(ill, {"family": "dtypes"})
+    assert st == "wrong" and detail.startswith("values"), detail
+    well = _prog("return a0.sum(0) * 2")
+    for wrong in (lambda a: a[1:].sum(0) * 2, lambda a: a.sum(0) * 2 * (1 + 1e-3)):
+        monkeypatch.setattr(cdynamo, "optimize", lambda f, w=wrong: w)
+        st, detail = fuzz.check_program(well, {"family": "reductions"})
+        assert st == "wrong" and detail.startswith("values"), detail

@@ -16,7 +16,8 @@ fresh copies of its inputs; values (exact for integers and bool, dtype-aware tol
 for floats with a float64 reference as tie-breaker, row-normwise in programs that
 normalize, NaNs equal, an element as far off as eager's own result moves when every op
 rounds one ulp the other way (_RoundingNoise; not in programs with rounding, comparison
-or selection ops), the sign of a NaN not read by signbit / copysign), dtypes, shapes,
+or selection ops) or each float sum is moved by the error bound of another summation
+order (_SumOrder), the sign of a NaN not read by signbit / copysign), dtypes, shapes,
 strides, aliasing (outputs that are inputs, share their storage, or each other's), the
 exception type, and the inputs' state after the call (values, shape, strides, offset)
 must all match, also on a second call with inputs of the next seed (the cache-hit path),
@@ -511,11 +512,22 @@ def _check_program_once(source, meta):
                         # the program's last step op)
                         if m1.category != "values":
                             raise
-                        perts = _eager_perturbed(f, make_inputs, state)
-                        if not perts:
-                            raise
                         ref = box[0] if box else None
-                        compare_results(_within_sensitivity(exp, perts, act), act, ref)
+                        try:
+                            perts = _eager_perturbed(f, make_inputs, state)
+                            if not perts:
+                                raise
+                            compare_results(_within_sensitivity(exp, perts, act), act, ref)
+                        except Mismatch as m2:
+                            # a float sum's order is free (eager's cascade, cdynamo's
+                            # row order): eager with each sum moved by the bound of any
+                            # order's error (_SumOrder)
+                            if m2.category != "values":
+                                raise
+                            perts = _eager_sum_orders(f, make_inputs, state)
+                            if not perts:
+                                raise
+                            compare_results(_within_sensitivity(exp, perts, act), act, ref)
                 sa, se = alias_signature(act, ins_c), alias_signature(exp, ins_e)
                 if sa != se:
                     raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
@@ -706,6 +718,66 @@ def _eager_perturbed(f, make_inputs, state):
     for k in range(_PERTURB_RUNS):
         out, ran = _eager_under(_RoundingNoise(1000 + k, max(steps.last, 0)), f, make_inputs,
                                 state)
+        if not ran:
+            return []
+        outs.append(out)
+    return outs
+
+
+# Float reductions whose result is a sum in an order the implementation chooses (ATen:
+# a cascade over the reduced dim; cdynamo's kernels: their loop order, in double).
+_SUM_OPS = {"sum", "mean", "nansum", "nanmean"}
+# the unit roundoff of the sum's accumulation: float16 / bfloat16 sum in float32
+_SUM_U = {torch.float64: 2.0 ** -53}
+
+
+class _SumOrder(torch.overrides.TorchFunctionMode):
+    """Moves each float sum's result (_SUM_OPS) up or down at random by the bound of the
+    error of summing its n terms in any order, (n - 1) * u * sum(|x|) (mean: divided by
+    n; u the accumulation's unit roundoff): one run of the program with every sum taken
+    in another order, as far as an order can move it.  Every sum of the program is moved,
+    before a step op too: the order is unspecified, what a step op does with it is as
+    right as eager's."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.g = torch.Generator().manual_seed(seed)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = (getattr(func, "__name__", "") or "").rstrip("_")
+        if name not in _SUM_OPS:
+            return out
+        x = args[0] if args else kwargs.get("input")
+        if not (isinstance(out, torch.Tensor) and isinstance(x, torch.Tensor) and
+                out.dtype.is_floating_point and x.dtype.is_floating_point and
+                out.numel() and x.numel() and out.layout == torch.strided):
+            return out
+        n = x.numel() // out.numel()
+        kw = {k: v for k, v in kwargs.items() if k not in ("dtype", "input", "out")}
+        with torch.no_grad():
+            try:
+                mag = func(x.detach().double().abs(), *args[1:], **kw)
+            except Exception:    # noqa: BLE001
+                return out
+            if mag.shape != out.shape or n < 2:
+                return out
+            u = _SUM_U.get(x.dtype, 2.0 ** -24)
+            bound = (n - 1) * u * mag
+            up = torch.rand(out.shape, generator=self.g) < 0.5
+            moved = out.double() + torch.where(up, bound, -bound)
+            keep = ~torch.isfinite(out) | ~torch.isfinite(moved)
+            return torch.where(keep, out, moved.to(out.dtype))
+
+
+def _eager_sum_orders(f, make_inputs, state):
+    """f run eagerly _PERTURB_RUNS times with each float sum moved by the bound of
+    another summation order (_SumOrder: eager's own result where f has none); [] when
+    a run raises."""
+    outs = []
+    for k in range(_PERTURB_RUNS):
+        out, ran = _eager_under(_SumOrder(2000 + k), f, make_inputs, state)
         if not ran:
             return []
         outs.append(out)

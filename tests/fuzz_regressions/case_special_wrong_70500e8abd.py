@@ -1,7 +1,7 @@
 # cdynamo fuzz finding (tools/fuzz.py), family special, wrong
 # signature: wrong/values/float+mean+nan_to_num
 # wrong: values: out: 1/1 differ, at []: eager -1.0, cdynamo 0.0 (torch.float32)
-# note: stop 46, host campaign seed 4612 (--dynamic). Triaged, open: int64 extremes cast to float32 and averaged: a sum of terms of ~9e18 that cancel; eager -1.0, cdynamo 0.0 (the order of an ill-conditioned float32 sum, as dtypes_wrong_b05dd5e0cc).
+# note: stop 46, host campaign seed 4612 (--dynamic). Triaged (fz47): int64 extremes cast to float32 and averaged, a sum of terms of ~9e18 that cancel; cdynamo (0.0) is the row-order float32 sum, eager (-1.0) its cascade; only the order: the oracle now allows each sum the error bound of any order (_SumOrder).
 import math
 import torch
 import torch.nn.functional as F
