@@ -683,10 +683,10 @@ def test_exact_length_helpers_choose_parallel_rows_per_call(dyn):
     g = _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m),),
                [(4, 20), (1000, 128), (3, 128), (3000, 16), (5, 16), (700, 64), (1000, 100),
                 (5, 5)])
-    helper = g.source[g.source.index("_len16("):g.source.index("_len32(")]
+    helper = g.source[g.source.index("_len16("):g.source.index("_len32_rows(")]
     assert "_len128(" in g.source
     if torch.get_num_threads() > 1:
-        assert "omp parallel for" in helper and ">= 32768LL" in helper
+        assert "omp parallel num_threads(NTHREADS)" in helper and ">= 32768LL" in helper
 
 
 def test_softmax_rows_prefetch_as_the_static_kernel_at_run_time(dyn):
@@ -697,8 +697,33 @@ def test_softmax_rows_prefetch_as_the_static_kernel_at_run_time(dyn):
     g = _sweep(lambda x: torch.softmax(x, -1), lambda n, m: (torch.randn(n, m),),
                [(4, 20), (2048, 511), (2048, 512), (2048, 513), (2047, 512), (2049, 512),
                 (1024, 1025), (1023, 1024), (3, 4099), (2, 5000), (300, 257)])
-    main = g.source[g.source.index("CDY_EXPORT void kernel_0("):]
+    main = g.source[g.source.index("void kernel_0_rows("):]
     assert "cdy_pfn = nr0 >= 512LL && (n0) * nr0 * 4LL >= 4194304LL ? n0 : 0;" in main
-    assert main.count("if (i0 + 1 < cdy_pfn) {") == (2 if torch.get_num_threads() > 1 else 1)
+    assert main.count("if (i0 + 1 < cdy_pfn) {") == 1
     assert "__builtin_prefetch(pf + 0, 0, 2);" in main
-    assert "__builtin_prefetch" not in g.source[:g.source.index("CDY_EXPORT void kernel_0(")]
+    assert "__builtin_prefetch" not in g.source[:g.source.index("void kernel_0_rows(")]
+
+
+@pytest.mark.parametrize("make,sizes", [
+    (lambda n, m: (torch.randn(n, m),),
+     [(4, 20), (2, 16), (3, 16), (2047, 16), (2048, 16), (2049, 16), (33, 1000), (31, 1057),
+      (16, 2048), (1000, 100), (7, 7), (5000, 7)]),
+    (lambda n, m: (torch.randn(3, n, m), torch.randn(n, m)),   # b broadcast: two outer dims
+     [(5, 20), (2, 16), (683, 16), (682, 16), (700, 16), (11, 1000), (13, 999), (2, 4099),
+      (7, 7), (1700, 7)]),
+])
+def test_rows_in_ranges_split_as_schedule_static(dyn, make, sizes):
+    """One or two outer dims: each function's loops are one helper over a range of rows
+    (<function>_rows(..., cdy_lo, cdy_hi)), which the serial path calls over every row and
+    the parallel path once per thread over its schedule(static) share; two outer dims walk
+    the flattened range.  Every size around the parallel threshold (32768 elements) and
+    row counts not a multiple of the threads equal eager."""
+    g = _sweep(lambda *a: torch.softmax(a[0] * 2 if len(a) == 1 else a[0] + a[1], -1), make,
+               sizes)
+    assert "kernel_0_rows(" in g.source and "kernel_0_len16_rows(" in g.source
+    assert g.source.count("for (int64_t r0 = 0; r0 < 16LL; r0++)") == 2   # one copy
+    if torch.get_num_threads() > 1:
+        assert "omp parallel for" not in g.source
+        assert "cdy_q = cdy_n / cdy_nt, cdy_r = cdy_n % cdy_nt;" in g.source
+    if make(2, 2)[0].dim() == 3:
+        assert "i1 = i1 + 1 < n1 ? i1 + 1 : 0, i0 += i1 == 0" in g.source

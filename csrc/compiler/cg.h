@@ -260,6 +260,8 @@ void cg_emit_header(cg_ctx *c, const kir_kernel *k);
  * of a static helper kernel_<number>_<part> taking the offset pointers). */
 void cg_emit_mark(cg_ctx *c, const kir_kernel *k);
 void cg_emit_signature(cg_ctx *c, const kir_kernel *k, const char *part);
+/* cg_emit_signature with the parameters extra (", int64_t a, ...") after the others. */
+void cg_emit_signature_x(cg_ctx *c, const kir_kernel *k, const char *part, const char *extra);
 void cg_ir_dims(cdy_buf *b, const int64_t *a, int n);
 void cg_ir_param(cdy_buf *b, const cg_operand *ops, int nops, int o);
 /* List in b the nodes kernel k computes, and count them (the fusion decisions). */

@@ -1275,6 +1275,11 @@ void cg_emit_mark(cg_ctx *c, const kir_kernel *k)
  * the kernel calls with its pointers already offset (no offsets added). */
 void cg_emit_signature(cg_ctx *c, const kir_kernel *k, const char *part)
 {
+    cg_emit_signature_x(c, k, part, "");
+}
+
+void cg_emit_signature_x(cg_ctx *c, const kir_kernel *k, const char *part, const char *extra)
+{
     cdy_buf *b = &c->src;
     const cg_operand *ops = k->ops;
     int nops = k->nops;
@@ -1295,7 +1300,8 @@ void cg_emit_signature(cg_ctx *c, const kir_kernel *k, const char *part)
             cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
     }
     cdy_buf_puts(b, k->status ? ", int64_t *restrict cdy_err" : "");
-    cdy_buf_puts(b, c->sym ? ", const int64_t *restrict cdy_s)\n{\n" : ")\n{\n");
+    cdy_buf_puts(b, c->sym ? ", const int64_t *restrict cdy_s" : "");
+    cdy_buf_printf(b, "%s)\n{\n", extra);
     if (c->sym)
         cg_sym_emit_locals(c, k);
     for (int o = 0; o < nops && !part; o++)

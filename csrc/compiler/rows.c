@@ -240,6 +240,8 @@ typedef struct {
                                   * this holds (cg_row_prefetch_cond); its final pass never */
     int whole;                   /* symbolic sizes: this copy of the loops runs when the row
                                   * length is whole lane blocks: no tails (cg_row_whole_split) */
+    int range;                   /* symbolic sizes: the outer loops run the rows [cdy_lo,
+                                  * cdy_hi) of the outer dims flattened (cg_row_ranges) */
 } cg_rowk;
 
 /* Emit one C line s at indentation ind; 0, or -1 when s is NULL (out of memory). */
@@ -455,7 +457,9 @@ static int cg_row_prefetches(const cg_rowk *k)
 
 /* Symbolic sizes: cg_row_prefetches' test as C text, made at run time (the
  * row length and the input's bytes), or NULL when k's rows never prefetch
- * (column mode, no outer or several row dims).  The input's bytes are the
+ * (column mode, several row dims; not two outer dims either: a causal
+ * softmax over 4x512x512 floats with its broadcast bool mask took 1.10 times
+ * the static time at one thread with it, 1.06 without).  The input's bytes are the
  * rows' elements times its element size (the static test takes the input's
  * numel: the same for a row op's input).  Static and symbolic kernels then
  * prefetch at the same sizes (without it softmax over 4096 x 1000 floats at
@@ -463,7 +467,7 @@ static int cg_row_prefetches(const cg_rowk *k)
 static const char *cg_row_prefetch_cond(cg_rowk *k)
 {
     cg_ctx *c = k->c;
-    if (k->col || k->on->ndim == 0 || k->rn->ndim != 1)
+    if (k->col || k->on->ndim != 1 || k->rn->ndim != 1)
         return NULL;
     const cdy_meta *im = &c->g->values[k->in].meta;
     const char *nr = cg_sym_size_text(c, k->rn, 0);
@@ -1197,6 +1201,17 @@ static int cg_row_outer(cg_rowk *k, int par, int collapse)
 {
     cdy_buf *b = &k->c->src;
     int ind = 1, n = k->on->ndim;
+    if (k->range) {     /* one or two outer dims (cg_row_ranges): one loop over the range */
+        cg_indent(b, ind);
+        const char *n1 = n == 2 ? cg_sym_size_text(k->c, k->on, 1) : NULL;
+        if (!n1)
+            cdy_buf_puts(b, "for (int64_t i0 = cdy_lo; i0 < cdy_hi; i0++) {\n");
+        else
+            cdy_buf_printf(b, "for (int64_t cdy_f = cdy_lo, i0 = cdy_lo / %s, i1 = cdy_lo %% %s; "
+                           "cdy_f < cdy_hi; cdy_f++, i1 = i1 + 1 < %s ? i1 + 1 : 0, "
+                           "i0 += i1 == 0) {\n", n1, n1, n1);
+        return ind + 1;
+    }
     for (int d = 0; d < n; d++, ind++) {
         if (d == 0 && par)
             cg_stream_open(k->c, ind, "NTHREADS", collapse ? " collapse(2)" : "", k->stream);
@@ -1325,6 +1340,9 @@ static int cg_row_call_exact(cg_ctx *c, const cg_rowk *k, const kir_kernel *kk,
                              const int64_t *lens, int ne);
 static int cg_row_emit_body(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
                             const kir_kernel *kk);
+static int cg_row_ranges(const cg_rowk *k, const kir_kernel *kk);
+static int cg_row_emit_ranged(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
+                              const kir_kernel *kk, const char *part, const int64_t *lens, int ne);
 
 /* Emit row kernel kk (cg_sched_rows). */
 int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
@@ -1346,18 +1364,25 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     cg_emit_mark(c, kk);
     cg_nest *rn = k.rn, fixed = *rn;
     fixed.ssize[0] = -1;
+    int ranged = cg_row_ranges(&k, kk);
     for (int i = 0; i < ne; i++) {   /* the exact lengths' helpers, rows in registers */
         fixed.size[0] = lens[i];
         k.rn = &fixed;
         k.prefetch = 0;              /* rows of at most CG_ROW_EXACT_BYTES: too short */
-        cg_emit_signature(c, kk, cg_strf(c, "len%lld", (long long)lens[i]));
-        int rc = cg_row_emit_body(c, &k, rk, kk);
+        const char *part = cg_strf(c, "len%lld", (long long)lens[i]);
+        int rc = ranged ? cg_row_emit_ranged(c, &k, rk, kk, part, NULL, 0) : 0;
+        if (!ranged) {
+            cg_emit_signature(c, kk, part);
+            rc = cg_row_emit_body(c, &k, rk, kk);
+            cdy_buf_puts(&c->src, "}\n");
+        }
         k.rn = rn;
         k.prefetch = rk->k.prefetch;
         if (rc)
             return -1;
-        cdy_buf_puts(&c->src, "}\n");
     }
+    if (ranged && rk->rs.numel > 0)
+        return cg_row_emit_ranged(c, &k, rk, kk, NULL, lens, ne);
     cg_emit_signature(c, kk, NULL);
     if (ne && cg_row_call_exact(c, &k, kk, lens, ne))
         return -1;
@@ -1367,27 +1392,91 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     return 0;
 }
 
+/* The arguments of a call of one of symbolic row kernel k's helpers from
+ * the kernel ("in_ptr0, out_ptr0, cdy_s", as cg_emit_signature), or NULL. */
+static const char *cg_row_helper_args(cg_ctx *c, const cg_rowk *k)
+{
+    cdy_buf args = {0};
+    for (int o = 0; o < k->nops; o++)
+        cdy_buf_printf(&args, "%s%s_ptr%d", o ? ", " : "", k->ops[o].is_out ? "out" : "in",
+                       k->ops[o].is_out ? o - k->first : o);
+    cdy_buf_puts(&args, ", cdy_s");
+    char *a = cdy_buf_take(&args);
+    const char *r = a ? cdy_arena_strdup(&c->arena, a) : NULL;
+    free(a);
+    return r;
+}
+
 /* Emit the calls of row kernel kk's exact-length helpers (lens[0..ne),
  * cg_emit_rows), each returning when the row length is its length; 0 or -1. */
 static int cg_row_call_exact(cg_ctx *c, const cg_rowk *k, const kir_kernel *kk,
                              const int64_t *lens, int ne)
 {
-    cdy_buf args = {0};
-    for (int o = 0; o < k->nops; o++)
-        cdy_buf_printf(&args, "%s%s_ptr%d", o ? ", " : "", k->ops[o].is_out ? "out" : "in",
-                       k->ops[o].is_out ? o - k->first : o);   /* as cg_emit_signature */
-    cdy_buf_puts(&args, ", cdy_s");
-    char *a = cdy_buf_take(&args);
+    const char *a = cg_row_helper_args(c, k);
     const char *nt = cg_sym_size_text(c, k->rn, 0);
-    if (!a || !nt) {
-        free(a);
+    if (!a || !nt)
         return cg_fail(c, "out of memory");
-    }
     for (int i = 0; i < ne; i++)
         cdy_buf_printf(&c->src, "    if (%s == %lldLL) {\n        kernel_%d_len%lld(%s);\n"
                        "        return;\n    }\n", nt, (long long)lens[i], kk->number,
                        (long long)lens[i], a);
-    free(a);
+    return 0;
+}
+
+/* 1 when symbolic row kernel k's loops are emitted once, in a helper over a
+ * range of its rows that its parallel path (one range per thread) and its
+ * serial path (all rows) both call (cg_row_emit_ranged), not once per path:
+ * rows parallel per call (par_cond), no streamed stores, not column mode,
+ * one or two outer dims, no error status.  Half the loops to compile: a
+ * symbolic softmax's source (two exact-length helpers and the kernel) was
+ * six copies of the loops. */
+static int cg_row_ranges(const cg_rowk *k, const kir_kernel *kk)
+{
+    return k->par_cond && !k->stream_cond && !k->col && !kk->status &&
+           (k->on->ndim == 1 || k->on->ndim == 2);
+}
+
+/* Emit symbolic row kernel k's function `part` (a helper's name; NULL: the
+ * exported kernel, which first calls its exact-length helpers lens[0..ne))
+ * as cg_row_ranges says: the helper <part>_rows over the rows [cdy_lo,
+ * cdy_hi), then the function, which runs it over all rows, or when par_cond
+ * holds in a parallel region over each thread's share as schedule(static)
+ * splits them (the first n % threads threads one row more).  0 or -1. */
+static int cg_row_emit_ranged(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk,
+                              const kir_kernel *kk, const char *part, const int64_t *lens, int ne)
+{
+    cdy_buf *b = &c->src;
+    const char *fn = part ? cg_strf(c, "%s_rows", part) : "rows";
+    const char *args = cg_row_helper_args(c, k);
+    const char *rows = cg_sym_numel_text(c, k->on);
+    if (!fn || !args || !rows)
+        return cg_fail(c, "out of memory");
+    cg_emit_signature_x(c, kk, fn, ", const int64_t cdy_lo, const int64_t cdy_hi");
+    cdy_buf_puts(b, "    if (cdy_lo >= cdy_hi)\n        return;\n");
+    if (k->pf_cond && k->prefetch)
+        cdy_buf_printf(b, "    const int64_t cdy_pfn = %s ? %s : 0;\n", k->pf_cond,
+                       cg_sym_size_text(c, k->on, k->on->ndim - 1));
+    k->range = 1;
+    int rc = cg_row_emit_loops(c, k, rk, 0, 0);
+    k->range = 0;
+    if (rc)
+        return -1;
+    cdy_buf_puts(b, "}\nint omp_get_num_threads(void);\nint omp_get_thread_num(void);\n");
+    cg_emit_signature(c, kk, part);
+    if (ne && cg_row_call_exact(c, k, kk, lens, ne))
+        return -1;
+    cdy_buf_printf(b, "    if (%s) {\n"
+                      "        #pragma omp parallel num_threads(NTHREADS)\n"
+                      "        {\n"
+                      "            const int64_t cdy_n = %s, cdy_nt = omp_get_num_threads();\n"
+                      "            const int64_t cdy_t = omp_get_thread_num();\n"
+                      "            const int64_t cdy_q = cdy_n / cdy_nt, cdy_r = cdy_n %% cdy_nt;\n"
+                      "            const int64_t lo = cdy_t * cdy_q + (cdy_t < cdy_r ? cdy_t : cdy_r);\n"
+                      "            kernel_%d_%s(%s, lo, lo + cdy_q + (cdy_t < cdy_r));\n"
+                      "        }\n"
+                      "    } else\n"
+                      "        kernel_%d_%s(%s, 0, %s);\n}\n",
+                   k->par_cond, rows, kk->number, fn, args, kk->number, fn, args, rows);
     return 0;
 }
 
