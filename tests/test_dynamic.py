@@ -954,3 +954,57 @@ def test_triu_tril_diagonal_from_sizes_stays_symbolic():
 
     cdynamo.reset()
     assert sweep(f, lambda n: (torch.randn(4, 9), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+
+
+# ---- BLOOM's decoding step: repeat, baddbmm, sizes in a dict display -----------------------
+
+def _alibi_scores(q, k, slopes):
+    """BLOOM's attention scores: alibi (slopes x positions) repeated over the batch, then
+    baddbmm with the scaled q @ k."""
+    kv = k.shape[-1]
+    alibi = slopes[:, None, None] * torch.arange(kv)
+    alibi = alibi.repeat(q.shape[0] // slopes.shape[0], 1, 1)
+    return alibi.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=0.25).softmax(-1)
+
+
+def test_repeat_and_baddbmm_sizes_stay_symbolic():
+    """A growing key length through Tensor.repeat (views and a copy) and baddbmm (its rule:
+    bmm's sizes, the bias broadcast): two compiles for the sweep, eager's values."""
+    slopes = torch.rand(4)
+    n = sweep(_alibi_scores, lambda n: (torch.randn(8, 1, 16), torch.randn(8, 16, n), slopes),
+              [5, 6, 7, 9, 12])
+    assert n == 2
+
+
+@pytest.mark.parametrize("reps", [(2, 1, 1), (1, 3, 2), (2, 1, 1, 3), ((3, 1, 2),), (1, 1, 1)])
+def test_repeat_forms_match_eager(reps):
+    """x.repeat(*sizes) and x.repeat(sizes), more sizes than dims, all ones: symbolic."""
+    def f(x):
+        return x.repeat(*reps) * 2.0
+    n = sweep(f, lambda n: (torch.randn(4, 1, n),), [5, 6, 8])
+    assert n == 2
+
+
+def test_repeat_result_is_a_fresh_tensor():
+    """Writing the repeat's result (all ones too) leaves x alone, as in eager (the write
+    into the copy's reshaped view does not yet take runtime sizes: static per size)."""
+    def f(x):
+        r = x.repeat(1, 1, 1)
+        r.add_(1.0)
+        s = x.repeat(2, 1, 1)
+        s.mul_(3.0)
+        return r, s, x * 1.0
+    n = sweep(f, lambda n: (torch.randn(4, 1, n),), [5, 6, 8])
+    assert 1 <= n <= 3
+
+
+def test_size_in_a_dict_display_stays_symbolic():
+    """A size passed on through {"n": n} and f(**kw) (as masking_utils' eager_mask passes
+    kv_length to sdpa_mask) is moved, not read: no specialization."""
+    def inner(x, n=0, m=0):
+        return x[:, :n] * m
+    def f(x):
+        kw = {"n": x.shape[1] - 1, "m": 2}
+        return inner(x, **kw)
+    n = sweep(f, lambda n: (torch.randn(3, n),), [4, 5, 7, 10])
+    assert n == 2
