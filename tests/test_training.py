@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import cdynamo
 import cdynamo._support as support
-from conftest import assert_same, run_python
+from conftest import assert_same, run_one_graph, run_python
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -1412,3 +1412,32 @@ def test_custom_function_apply_grad_mode_change_recompiles():
         torch.testing.assert_close(opt(x), _custom_fn(x))
     opt(x).sum().backward()
     torch.testing.assert_close(x.grad, torch.full((3, 5), 9.0))
+
+
+def test_custom_function_apply_with_keywords():
+    """Fn.apply(x, k=2.0): eager passes the keyword to forward; so does the inlined call."""
+    def f(x):
+        return _ScaledTanh.apply(x, k=2.0) + 1.0
+    x = torch.randn(3)
+    with torch.no_grad():
+        run_one_graph(f, x)
+
+
+class _ReadsNeeds(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0 if ctx.needs_input_grad[0] else x * 3.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_custom_function_reading_needs_input_grad_runs_eagerly():
+    """needs_input_grad follows the inputs' requires_grad even under no_grad: a forward
+    that reads it is not inlined (the frame runs eagerly), eager's result either way."""
+    def f(x):
+        return _ReadsNeeds.apply(x) + 1.0
+    with torch.no_grad():
+        for x in (torch.ones(3), torch.ones(3, requires_grad=True)):
+            torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))
