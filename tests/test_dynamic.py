@@ -1021,3 +1021,21 @@ def test_dict_subclass_argument_is_guarded_by_type():
     o = Out(a=torch.randn(4), b=torch.randn(4))
     assert_same(f(o), of(o))
     assert compiles() == 2
+
+
+def test_list_index_inside_an_index_tuple():
+    """x[..., [-2], :] (Falcon's multi-query split): a list of constants inside the index
+    tuple is one graph (it broke the graph: BAD_OP_ARG); eager's values at every size (the
+    advanced index has no symbolic rule yet: it pins the sizes, each size compiles)."""
+    def f(x):
+        return x[..., [-2], :] * 2, x[:, [0, 2]] + 1, x[..., [-1, 0], :]
+
+    def g(x):
+        return x[..., [x.shape[2] - 2, 0], :] * 2
+
+    cdynamo.reset()
+    sweep(f, lambda n: (torch.randn(2, 3, 4, n),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0
+    cdynamo.reset()
+    sweep(g, lambda n: (torch.randn(2, 3, n, 4),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0
