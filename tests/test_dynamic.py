@@ -998,13 +998,86 @@ def test_repeat_result_is_a_fresh_tensor():
     assert 1 <= n <= 3
 
 
-def test_size_in_a_dict_display_stays_symbolic():
-    """A size passed on through {"n": n} and f(**kw) (as masking_utils' eager_mask passes
-    kv_length to sdpa_mask) is moved, not read: no specialization."""
-    def inner(x, n=0, m=0):
-        return x[:, :n] * m
+def test_sizes_in_a_dict_display_stay_symbolic():
+    """f(x, n=size, **kw) (BUILD_MAP / BUILD_CONST_KEY_MAP of the explicit keywords, then
+    DICT_MERGE: transformers' eager_mask calling sdpa_mask) and {'k': size, ...} displays move
+    the size, as a merge does: GPT-J's decoding mask."""
+    def inner(x, n=None, m=0, **kw):
+        return x[:, :1] * torch.ones(n) + m + kw.get("extra", 0)
+
+    def f(x, past):
+        p = past.shape[2]
+        d = {"n": p + 1, "m": 2}
+        return inner(x, n=p, **{"extra": 1}), inner(x, **d)
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: (torch.randn(3, 4), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
+
+
+def test_size_as_a_dict_key_pins_it():
+    """A dict key is hashed by its value: {size: ..., 3: ...} has 1 key at size 3, 2 else."""
+    def f(x, past):
+        d = {past.shape[2]: 1.0, 3: 2.0}
+        return x * len(d) + d[3]
+
+    cdynamo.reset()
+    sweep(f, lambda n: (torch.randn(3, 4), torch.randn(1, 2, n, 4)), [3, 4, 5, 3, 6, 3])
+
+
+def test_min_max_of_two_tensors_keep_sizes_symbolic():
+    """torch.min(a, b) / torch.max(a, b) / a.min(b) are minimum / maximum (T5's relative
+    position buckets): no size pin, eager's NaN propagation."""
+    def f(x, past):
+        r = torch.arange(past.shape[2])[None, :] - torch.arange(x.shape[0])[:, None]
+        r = -torch.min(r, torch.zeros_like(r))
+        big = torch.min(r + 7, torch.full_like(r, 9))
+        return torch.where(r < 3, r, big), torch.max(x, 1.0 - x), x.min(x * 0.5)
+
+    def make(n):
+        x = torch.randn(4, n)
+        x[1, 0] = float("nan")
+        return x, torch.randn(1, 2, n, 4)
+
+    cdynamo.reset()
+    assert sweep(f, make, range(3, 20)) == 2
+
+
+def test_dict_subclass_argument_is_guarded_by_type():
+    """A Python subclass of dict / OrderedDict passed in (a transformers ModelOutput made
+    anew each call) is guarded by type, its items by their sources and len() by a LEN
+    guard: a new instance reuses the entry, another length recompiles."""
+    import collections   # noqa: PLC0415
+
+    class Out(collections.OrderedDict):
+        pass
+
+    def f(o):
+        return o["a"] * len(o) + (o["b"] if "b" in o else 0)
+
+    cdynamo.reset()
+    of = cdynamo.optimize(f)
+    for _ in range(3):
+        o = Out(a=torch.randn(4))
+        assert_same(f(o), of(o))
+    assert compiles() == 1
+    o = Out(a=torch.randn(4), b=torch.randn(4))
+    assert_same(f(o), of(o))
+    assert compiles() == 2
+
+
+def test_list_index_inside_an_index_tuple():
+    """x[..., [-2], :] (Falcon's multi-query split): a list of constants inside the index
+    tuple is one graph (it broke the graph: BAD_OP_ARG); eager's values at every size (the
+    advanced index has no symbolic rule yet: it pins the sizes, each size compiles)."""
     def f(x):
-        kw = {"n": x.shape[1] - 1, "m": 2}
-        return inner(x, **kw)
-    n = sweep(f, lambda n: (torch.randn(3, n),), [4, 5, 7, 10])
-    assert n == 2
+        return x[..., [-2], :] * 2, x[:, [0, 2]] + 1, x[..., [-1, 0], :]
+
+    def g(x):
+        return x[..., [x.shape[2] - 2, 0], :] * 2
+
+    cdynamo.reset()
+    sweep(f, lambda n: (torch.randn(2, 3, 4, n),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0
+    cdynamo.reset()
+    sweep(g, lambda n: (torch.randn(2, 3, n, 4),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0

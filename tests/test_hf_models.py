@@ -206,3 +206,54 @@ def test_torch_nn_modules_are_one_graph(name):
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1 and st["recompiles"] == 0, \
         (st, _support.breaks)
+
+
+def _generate_compiles(model, ids, n=12):
+    """generate() twice through an optimized forward: (eager's tokens, ours twice,
+    frames compiled by the first generate, by the second)."""
+    kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model.generate(ids, **kw)
+        cdynamo.reset()
+        fwd = model.forward
+        model.forward = cdynamo.optimize(fwd)
+        try:
+            got = model.generate(ids, **kw)
+            first = cdynamo.stats()["frames_compiled"]
+            again = model.generate(ids, **kw)
+            second = cdynamo.stats()["frames_compiled"] - first
+        finally:
+            model.forward = fwd
+    return want, got, again, first, second
+
+
+def test_generate_on_gptj_compiles_twice():
+    """GPT-J's eager_mask calls sdpa_mask(kv_length=..., **kwargs): the size stays symbolic
+    through the keyword dict (it pinned, one compile per token before)."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = T.GPTJForCausalLM(T.GPTJConfig(vocab_size=512, n_embd=64, n_layer=2, n_head=4,
+                                         rotary_dim=8, n_positions=256)).eval()
+    ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first == 2 and second == 0, (first, second)
+    assert cdynamo.stats()["fallbacks"] == 0
+
+
+def test_generate_on_t5_compiles_once_per_cache_state():
+    """T5: the relative position buckets' torch.min(a, b) is a minimum (no size pin), the
+    encoder output (a new ModelOutput each generate) is guarded by type: the decoder compiles
+    for the empty cache, the 1-token cache and then one symbolic entry; a second generate
+    reuses them."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = T.T5ForConditionalGeneration(T.T5Config(vocab_size=512, d_model=64, d_ff=128,
+                                                num_layers=2, num_heads=4, d_kv=16,
+                                                decoder_start_token_id=0)).eval()
+    ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first <= 3 and second == 0, (first, second)
+    assert cdynamo.stats()["fallbacks"] == 0

@@ -224,6 +224,15 @@ int cdy_callable_meta(PyObject *fn, int *op)
     return r ? r->meta : -1;
 }
 
+int cdy_callable_binary_op(PyObject *fn)
+{
+    const cc_rec *r = cc_find(fn);
+    if (!r || r->build[0] != cdy_build_minmax)
+        return CDY_OP_NONE;
+    return r->build_op[0] == CDY_OP_AMIN ? CDY_OP_MINIMUM
+         : r->build_op[0] == CDY_OP_AMAX ? CDY_OP_MAXIMUM : CDY_OP_NONE;
+}
+
 int cdy_callable_builds(PyObject *fn)
 {
     const cc_rec *r = cc_find(fn);

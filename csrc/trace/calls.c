@@ -73,8 +73,29 @@ static int arg_value(tracer *tr, tvar *a)
     return -1;
 }
 
+/* A list/tuple tvar a of constants (an index's [-2] inside x[..., [-2], :])
+ * as a Python list/tuple the trace keeps (borrowed), else NULL (no error). */
+static PyObject *const_seq(tracer *tr, const tvar *a)
+{
+    if ((a->kind != TV_TUPLE && a->kind != TV_LIST) || a->obj)
+        return NULL;
+    for (int i = 0; i < a->n; i++)
+        if (a->items[i]->kind != TV_CONST)
+            return NULL;
+    PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
+    for (int i = 0; s && i < a->n; i++) {
+        if (a->kind == TV_TUPLE)
+            PyTuple_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
+        else
+            PyList_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
+    }
+    PyErr_Clear();
+    return s ? cdy_tr_keep(tr, s) : NULL;
+}
+
 /* The Python value of argument a for a call on fakes: tensors are their
- * fakes; a list/tuple of tensors and constants becomes a real list/tuple. */
+ * fakes; a list/tuple of tensors and constants (or lists / tuples of
+ * constants) becomes a real list/tuple. */
 static PyObject *fake_arg(tracer *tr, tvar *a)
 {
     if (a->by_type)
@@ -85,14 +106,16 @@ static PyObject *fake_arg(tracer *tr, tvar *a)
         PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
         for (int i = 0; s && i < a->n; i++) {
             tvar *it = a->items[i];
-            if (it->kind != TV_TENSOR && it->kind != TV_CONST) {
+            PyObject *o = it->kind == TV_TENSOR || it->kind == TV_CONST ? it->obj
+                                                                        : const_seq(tr, it);
+            if (!o) {
                 Py_DECREF(s);
                 return NULL;
             }
             if (a->kind == TV_TUPLE)
-                PyTuple_SET_ITEM(s, i, Py_NewRef(it->obj));
+                PyTuple_SET_ITEM(s, i, Py_NewRef(o));
             else
-                PyList_SET_ITEM(s, i, Py_NewRef(it->obj));
+                PyList_SET_ITEM(s, i, Py_NewRef(o));
         }
         return cdy_tr_keep(tr, s);
     }
@@ -139,7 +162,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
                 return cdy_tr_stop(tr, OUT_OF_MEMORY);
             for (int j = 0; j < a->n; j++) {
                 s->ref[j] = a->items[j]->kind == TV_TENSOR ? a->items[j]->value : -1;
-                s->cst[j] = a->items[j]->obj;
+                s->cst[j] = a->items[j]->obj ? a->items[j]->obj : const_seq(tr, a->items[j]);
             }
             p->ref[i] = -2;
         }
@@ -411,6 +434,9 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
         nargs--;                      /* F.relu(x, inplace=False) is relu(x) */
         kwnames = NULL;
     }
+    if (op == CDY_OP_NONE && !query && !kwnames && nargs == 2 && args[0]->kind == TV_TENSOR &&
+        args[1]->kind == TV_TENSOR)
+        op = cdy_callable_binary_op(fn);   /* torch.min(a, b) is torch.minimum(a, b) */
     tvar *acargs[CDY_MAX_CALL_ARGS];
     int ac_handled = 0;
     if (!query) {
@@ -1202,6 +1228,22 @@ static tvar *do_issubclass(tracer *tr, tvar **args)
     return cdy_tv_const(tr, PyBool_FromLong(r));
 }
 
+/* len(d) of a dict subclass instance d guarded by type, whose length is
+ * dict's (a ModelOutput's): a constant, guarded (LEN); NULL when stopped. */
+static tvar *by_type_dict_len(tracer *tr, tvar *d)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(d->obj);
+    cdy_guard *g = n <= INT_MAX ? cdy_tr_guard_expect(tr, CDY_GUARD_LEN, d, (PyObject *)Py_TYPE(d->obj))
+                               : NULL;
+    if (!g) {
+        if (tr->t->status == CDY_TRACE_OK)
+            cdy_tr_stop(tr, GUARDED_BY_TYPE, "__len__", Py_TYPE(d->obj)->tp_name);
+        return NULL;
+    }
+    g->ndim = (int)n;
+    return cdy_tv_const(tr, PyLong_FromSsize_t(n));
+}
+
 /* Builtins that take symbolic values; NULL with no stop when fn is not one. */
 static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwnames,
                           int *handled)
@@ -1212,6 +1254,9 @@ static tvar *call_builtin(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
     if (!strcmp(n, "len") && nargs == 1) {
         tvar *a = args[0];
         long k = -1;
+        if (a->by_type && a->src && PyDict_Check(a->obj) && Py_TYPE(a->obj)->tp_as_mapping &&
+            Py_TYPE(a->obj)->tp_as_mapping->mp_length == PyDict_Type.tp_as_mapping->mp_length)
+            return by_type_dict_len(tr, a);
         if (a->by_type)   /* the length is the instance's: its __len__, traced */
             return cdy_call_dunder(tr, a, "__len__");
         if (a->kind == TV_INST) {

@@ -258,8 +258,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_CALL: case CDY_SOP_CALL_FUNCTION_EX: case CDY_SOP_LOAD_ASSERTION_ERROR:
     case CDY_SOP_COMPARE_OP: case CDY_SOP_DICT_MERGE: case CDY_SOP_DICT_UPDATE:
     case CDY_SOP_UNARY_NEGATIVE: case CDY_SOP_BUILD_MAP: case CDY_SOP_BUILD_CONST_KEY_MAP:
-        return -1;   /* a dict merge or display moves its values (f(**kwargs), {"n": n}): read
-                      * later, they pin; BUILD_MAP's keys pin in cdy_sx_pre */
+        return -1;   /* a dict display or merge moves its values (f(**kwargs)): read later, they pin */
     case CDY_SOP_RETURN_VALUE:
         return tr->parent ? -1 : 1;   /* an inlined frame's value goes on in its caller */
     case CDY_SOP_LOAD_ATTR: case CDY_SOP_LOAD_METHOD: case CDY_SOP_TO_BOOL:
@@ -371,7 +370,7 @@ void cdy_sx_pre(tracer *tr, int sop, int arg, cdy_sx_ctx *ctx)
         ctx->n = 1;
         ctx->in[0] = sx_peek(tr, 1);
         break;
-    case CDY_SOP_BUILD_MAP:   /* keys (hashed now) at 2n, 2n - 2, ..., 2 from the top */
+    case CDY_SOP_BUILD_MAP:   /* a key is hashed by its value: pinned (the values move) */
         for (int k = 2; k <= 2 * arg; k += 2)
             cdy_sx_pin_deep(tr, sx_peek(tr, k), why);
         break;

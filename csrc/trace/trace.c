@@ -968,6 +968,17 @@ static int op_build(tracer *tr, int n, int kind)
     return push(tr, cdy_tv_seq(tr, kind, items, n));
 }
 
+/* The index of a key equal to key among keys[0..n), -1 if none, -2 on an error. */
+static int dict_key_index(PyObject **keys, int n, PyObject *key)
+{
+    for (int j = 0; j < n; j++) {
+        int eq = keys[j] == key ? 1 : PyObject_RichCompareBool(keys[j], key, Py_EQ);
+        if (eq)
+            return eq < 0 ? -2 : j;
+    }
+    return -1;
+}
+
 /* BUILD_MAP n / BUILD_CONST_KEY_MAP n: a dict with constant keys. */
 static int op_build_map(tracer *tr, int n, int const_keys)
 {
@@ -980,15 +991,20 @@ static int op_build_map(tracer *tr, int n, int const_keys)
     if (!d->items || !d->keys || n * (2 - const_keys) > tr->sp)
         return cdy_tr_stop(tr, BAD_DICT_DISPLAY);
     tvar **base = &tr->stack[tr->sp - n * (2 - const_keys)];
+    int m = 0;
     for (int i = 0; i < n; i++) {
         tvar *k = const_keys ? NULL : base[2 * i];
         PyObject *key = const_keys ? PyTuple_GET_ITEM(keys->obj, i) : k->obj;
         if (!const_keys && k->kind != TV_CONST)
             return cdy_tr_stop(tr, DICT_KEY_NON_CONST);
-        d->keys[i] = key;
-        d->items[i] = const_keys ? base[i] : base[2 * i + 1];
+        int j = dict_key_index(d->keys, m, key);
+        if (j == -2)
+            return cdy_tr_stop_exc(tr, PY_ERROR);
+        if (j < 0)   /* a repeated key keeps its first place and takes the last value */
+            d->keys[j = m++] = key;
+        d->items[j] = const_keys ? base[i] : base[2 * i + 1];
     }
-    d->n = n;
+    d->n = m;
     tr->sp -= n * (2 - const_keys);
     return push(tr, d);
 }

@@ -751,6 +751,7 @@ int cdy_callable_method_op(PyObject *name);   /* the op of Tensor method `name`,
 /* The number of fn's META row among the META rows (meta.c's rule), or -1;
  * the op the rule binds as in *op. */
 int cdy_callable_meta(PyObject *fn, int *op);
+int cdy_callable_binary_op(PyObject *fn);     /* torch.min/max's (a, b) form's pointwise op, or NONE */
 int cdy_callable_builds(PyObject *fn);        /* 1 if a BUILD row names fn */
 int cdy_callable_symbolic(PyObject *fn);      /* 1 if its builders keep sizes symbolic,
                                                  * 2 the view builder (cdy_tr_sym_view), 3 clone

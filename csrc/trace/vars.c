@@ -604,6 +604,33 @@ int cdy_is_plain_instance(PyObject *o)
     return 1;
 }
 
+/* 1 if o is an instance of a Python subclass of dict or OrderedDict (a
+ * transformers ModelOutput): classes but object, dict and OrderedDict are
+ * Python classes of metaclass type.  Guarded by type: its items and
+ * attributes are read through their own sources (out[0], out.logits). */
+static int is_dict_subclass_instance(PyObject *o)
+{
+    static PyObject *odict;
+    if (!odict) {
+        PyObject *co = PyImport_ImportModule("collections");
+        odict = co ? PyObject_GetAttrString(co, "OrderedDict") : NULL;
+        Py_XDECREF(co);
+        PyErr_Clear();
+    }
+    PyTypeObject *tp = Py_TYPE(o);
+    if (!PyDict_Check(o) || PyDict_CheckExact(o) || Py_TYPE(tp) != &PyType_Type ||
+        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return 0;
+    PyObject *mro = tp->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyObject *b = PyTuple_GET_ITEM(mro, i);
+        if (b != (PyObject *)&PyBaseObject_Type && b != (PyObject *)&PyDict_Type && b != odict &&
+            !(((PyTypeObject *)b)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            return 0;
+    }
+    return 1;
+}
+
 /* 1 if o is an instance of a namedtuple class (or a Python subclass of
  * one): a tuple whose classes but tuple and object are Python classes of
  * metaclass type, with _fields.  Guarded by type: its fields are read
@@ -782,7 +809,8 @@ tvar *cdy_wrap(tracer *tr, PyObject *o, const cdy_src *src, int guard)
                       (((src->kind == CDY_SRC_LOCAL || src->nattrs) &&
                         PyObject_TypeCheck(o, (PyTypeObject *)cdy_module_type)) ||
                        (src->kind == CDY_SRC_LOCAL &&
-                        (cdy_is_plain_instance(o) || is_namedtuple_instance(o))));
+                        (cdy_is_plain_instance(o) || is_namedtuple_instance(o) ||
+                         is_dict_subclass_instance(o))));
         if (guard && src) {
             cdy_guard *g = cdy_guards_add(&tr->t->guards, konst ? CDY_GUARD_CONST :
                                           by_type ? CDY_GUARD_TYPE : CDY_GUARD_ID, src, desc);
