@@ -965,6 +965,48 @@ def test_triu_tril_diagonal_from_sizes_stays_symbolic():
     assert sweep(f, lambda n: (torch.randn(4, 9), torch.randn(1, 2, n, 4)), range(3, 20)) == 2
 
 
+# ---- BLOOM's decoding step: repeat, baddbmm, sizes in a dict display -----------------------
+
+def _alibi_scores(q, k, slopes):
+    """BLOOM's attention scores: alibi (slopes x positions) repeated over the batch, then
+    baddbmm with the scaled q @ k."""
+    kv = k.shape[-1]
+    alibi = slopes[:, None, None] * torch.arange(kv)
+    alibi = alibi.repeat(q.shape[0] // slopes.shape[0], 1, 1)
+    return alibi.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=0.25).softmax(-1)
+
+
+def test_repeat_and_baddbmm_sizes_stay_symbolic():
+    """A growing key length through Tensor.repeat (views and a copy) and baddbmm (its rule:
+    bmm's sizes, the bias broadcast): two compiles for the sweep, eager's values."""
+    slopes = torch.rand(4)
+    n = sweep(_alibi_scores, lambda n: (torch.randn(8, 1, 16), torch.randn(8, 16, n), slopes),
+              [5, 6, 7, 9, 12])
+    assert n == 2
+
+
+@pytest.mark.parametrize("reps", [(2, 1, 1), (1, 3, 2), (2, 1, 1, 3), ((3, 1, 2),), (1, 1, 1)])
+def test_repeat_forms_match_eager(reps):
+    """x.repeat(*sizes) and x.repeat(sizes), more sizes than dims, all ones: symbolic."""
+    def f(x):
+        return x.repeat(*reps) * 2.0
+    n = sweep(f, lambda n: (torch.randn(4, 1, n),), [5, 6, 8])
+    assert n == 2
+
+
+def test_repeat_result_is_a_fresh_tensor():
+    """Writing the repeat's result (all ones too) leaves x alone, as in eager (the write
+    into the copy's reshaped view does not yet take runtime sizes: static per size)."""
+    def f(x):
+        r = x.repeat(1, 1, 1)
+        r.add_(1.0)
+        s = x.repeat(2, 1, 1)
+        s.mul_(3.0)
+        return r, s, x * 1.0
+    n = sweep(f, lambda n: (torch.randn(4, 1, n),), [5, 6, 8])
+    assert 1 <= n <= 3
+
+
 def test_sizes_in_a_dict_display_stay_symbolic():
     """f(x, n=size, **kw) (BUILD_MAP / BUILD_CONST_KEY_MAP of the explicit keywords, then
     DICT_MERGE: transformers' eager_mask calling sdpa_mask) and {'k': size, ...} displays move
@@ -1030,3 +1072,21 @@ def test_dict_subclass_argument_is_guarded_by_type():
     o = Out(a=torch.randn(4), b=torch.randn(4))
     assert_same(f(o), of(o))
     assert compiles() == 2
+
+
+def test_list_index_inside_an_index_tuple():
+    """x[..., [-2], :] (Falcon's multi-query split): a list of constants inside the index
+    tuple is one graph (it broke the graph: BAD_OP_ARG); eager's values at every size (the
+    advanced index has no symbolic rule yet: it pins the sizes, each size compiles)."""
+    def f(x):
+        return x[..., [-2], :] * 2, x[:, [0, 2]] + 1, x[..., [-1, 0], :]
+
+    def g(x):
+        return x[..., [x.shape[2] - 2, 0], :] * 2
+
+    cdynamo.reset()
+    sweep(f, lambda n: (torch.randn(2, 3, 4, n),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0
+    cdynamo.reset()
+    sweep(g, lambda n: (torch.randn(2, 3, n, 4),), range(3, 9))
+    assert cdynamo.stats()["graph_breaks"] == 0

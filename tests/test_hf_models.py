@@ -126,6 +126,13 @@ MORE = {
     "gemma": lambda t: (t.GemmaForCausalLM(t.GemmaConfig(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16)), {"input_ids": _ids()}),
+    # BLOOM: its GeLU is a custom autograd.Function (inlined under no_grad), alibi's
+    # repeat, baddbmm; Falcon: the multi-query split indexes with [-2] / [-1]
+    "bloom": lambda t: (t.BloomForCausalLM(t.BloomConfig(
+        vocab_size=512, hidden_size=64, n_layer=2, n_head=4)), {"input_ids": _ids()}),
+    "falcon": lambda t: (t.FalconForCausalLM(t.FalconConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)),
+        {"input_ids": _ids()}),
     "clip_vision": lambda t: (t.CLIPVisionModel(t.CLIPVisionConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         image_size=32, patch_size=8)), {"pixel_values": torch.randn(2, 3, 32, 32)}),
@@ -145,6 +152,30 @@ def test_more_models_are_one_graph(name):
     same_output(got, want)
     st = cdynamo.stats()
     assert st["graph_breaks"] == 0 and st["frames_compiled"] == 1, (st, _support.breaks)
+
+
+@pytest.mark.parametrize("name", ["bloom", "falcon"])
+def test_generate_bloom_falcon_two_compiles_eager_tokens(name):
+    """generate() of BLOOM / Falcon: the prefill and one decoding graph whose cache length is
+    symbolic (no graph break, no recompile past the first size change), eager's tokens."""
+    import transformers   # noqa: PLC0415
+    torch.manual_seed(0)
+    model, _ = MORE[name](transformers)
+    model.eval()
+    ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(5))
+    kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model.generate(ids, **kw)
+        fwd = model.forward
+        model.forward = cdynamo.optimize(fwd)
+        got = model.generate(ids, **kw)
+        again = model.generate(ids, **kw)
+        model.forward = fwd
+    assert torch.equal(got, want) and torch.equal(again, want) and want.shape == (1, 20)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (st, _support.breaks)
+    assert st["frames_compiled"] == 2 and st["recompiles"] == 1, (st, _support.compiles)
 
 
 @pytest.mark.parametrize("name", ["encoder_layer", "encoder", "decoder_layer", "transformer",

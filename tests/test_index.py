@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import cdynamo
-from conftest import assert_same, make_tensor, run_one_graph
+from conftest import assert_same, check_raises, make_tensor, run_one_graph
 
 SRC_DTYPES = [torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool]
 IDX_DTYPES = [torch.int64, torch.int32]
@@ -360,3 +360,30 @@ def test_embedding_large_parallel_and_out_of_range():
     bad = good.clone()
     bad[40, 3] = 3000
     raises_like_eager(f, (w, bad), (w, good))
+
+
+# ---- int lists as indices (Falcon's multi-query split: x[..., [-2], :]) ----------------------
+
+@pytest.mark.parametrize("name,fn", [
+    ("ellipsis_neg", lambda q: q[..., [-2], :] + 1.0),
+    ("ellipsis_last", lambda q: q[..., [-1], :] * q[..., :-2, :].sum(-2, keepdim=True)),
+    ("top_level", lambda q: q[[0, 1, 0]] * 2.0),
+    ("two_lists", lambda q: q[:, [4, 0], 1:, [1, 2]] - 1.0),
+    ("list_and_int", lambda q: q[1, [3, -5]] + 0.5),
+])
+def test_int_list_index_is_one_graph(name, fn):
+    """A list of ints in an index is the int64 index tensor torch reads it as: one graph,
+    eager's values (advanced indexing's placement of the indexed dims too)."""
+    run_one_graph(fn, torch.randn(2, 5, 6, 4))
+
+
+def test_int_list_index_out_of_range_raises_like_eager():
+    check_raises(lambda q: q[..., [7], :] + 1.0, torch.randn(2, 5, 6, 4))
+
+
+def test_bool_list_index_falls_back_to_eager():
+    """A list of bools is a mask, not indices: not rewritten (a graph break), eager's result."""
+    def f(q):
+        return q[..., [True, False, True, False]] * 2.0
+    q = torch.randn(2, 3, 4)
+    torch.testing.assert_close(cdynamo.optimize(f)(q), f(q))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import cdynamo
 import cdynamo._support as support
-from conftest import assert_same, run_python
+from conftest import assert_same, run_one_graph, run_python
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -1362,3 +1362,109 @@ def test_softmax_input_gradient_is_one_row_kernel():
         grads_match(lambda a: (a * 0.125).softmax(dim) * 3.0, x)
         src = _backward_source()
         assert _kernels(src) == 1 and "row_softmax_backward" in src, src
+
+
+# ---- custom torch.autograd.Function (BLOOM's GeLU): Fn.apply ------------------------------
+
+class _ScaledTanh(torch.autograd.Function):
+    """Old style: forward(ctx, ...) saves for backward and keeps a constant on ctx; its
+    backward is deliberately not tanh's derivative, so a traced forward would lose it."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        ctx.mark_non_differentiable()
+        return x * torch.tanh(x) * ctx.k
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * ctx.k, None
+
+
+class _SinSetup(torch.autograd.Function):
+    """New style: forward without ctx, setup_context fills it."""
+
+    @staticmethod
+    def forward(x, k=2.0):
+        return x.sin() * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3, None
+
+
+def _custom_fn(x):
+    return _ScaledTanh.apply(x + 1, 3.0) + _SinSetup.apply(x) - 1
+
+
+def test_custom_function_apply_under_no_grad_inlines_forward():
+    """Under no_grad Fn.apply runs its forward only (eager gives no grad_fn): both styles
+    are inlined into the one graph, guarded on grad mode staying off."""
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        want = _custom_fn(x)
+        opt = cdynamo.optimize(_custom_fn)
+        for _ in range(2):
+            torch.testing.assert_close(opt(x), want)
+        e = cdynamo.explain(_custom_fn)(x)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, (st, support.breaks)
+    assert e.graph_count == 1 and e.graph_break_count == 0 and not e.eager_frames
+    assert any("GRAD_MODE" in g for g in map(str, e.guards))
+
+
+def test_custom_function_apply_with_grad_keeps_its_backward():
+    """With grad on and an input requiring grad, Fn.apply runs eagerly (AUTOGRAD_FUNCTION):
+    the gradient is the Function's own backward (2k + 3 here), not the forward's derivative."""
+    xa, xb = _x(4, 8), _x(4, 8)
+    _custom_fn(xa).sum().backward()
+    cdynamo.optimize(_custom_fn)(xb).sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad)
+    torch.testing.assert_close(xb.grad, torch.full((4, 8), 9.0))
+    assert "AUTOGRAD_FUNCTION" in [b["code"] for b in support.breaks]
+
+
+def test_custom_function_apply_grad_mode_change_recompiles():
+    """A frame traced under no_grad is guarded on it: the same frame under grad mode with an
+    input requiring grad does not reuse the inlined forward."""
+    x = _x(3, 5)
+    opt = cdynamo.optimize(_custom_fn)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), _custom_fn(x))
+    opt(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3, 5), 9.0))
+
+
+def test_custom_function_apply_with_keywords():
+    """Fn.apply(x, k=2.0): eager passes the keyword to forward; so does the inlined call."""
+    def f(x):
+        return _ScaledTanh.apply(x, k=2.0) + 1.0
+    x = torch.randn(3)
+    with torch.no_grad():
+        run_one_graph(f, x)
+
+
+class _ReadsNeeds(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0 if ctx.needs_input_grad[0] else x * 3.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_custom_function_reading_needs_input_grad_runs_eagerly():
+    """needs_input_grad follows the inputs' requires_grad even under no_grad: a forward
+    that reads it is not inlined (the frame runs eagerly), eager's result either way."""
+    def f(x):
+        return _ReadsNeeds.apply(x) + 1.0
+    with torch.no_grad():
+        for x in (torch.ones(3), torch.ones(3, requires_grad=True)):
+            torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))

@@ -361,6 +361,27 @@ static int sy_diff(sy_pass *p, int v, int dim)
 
 /* An extern of a known matmul kind (sym.h): mm / bmm / matmul, linear, addmm,
  * torch.cat. */
+/* baddbmm(bias, b1, b2) into v's dims: bmm's sizes; the bias broadcasts against
+ * them (right-aligned: its size-1 dims stay 1, the others equal v's). */
+static int sy_baddbmm(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    int bias = val->args[0];
+    const cdy_meta *bm = &p->g->values[bias].meta;
+    if (val->meta.ndim != 3 || p->g->values[val->args[1]].meta.ndim != 3 ||
+        p->g->values[val->args[2]].meta.ndim != 3 || bm->ndim > 3 ||
+        sy_matmul(p, v, val->args[1], val->args[2], 0))
+        return -1;
+    for (int bd = 0; bd < bm->ndim; bd++) {
+        int d = bd + 3 - bm->ndim, e = p->s->dims[bias][bd];
+        if (bm->sizes[bd] == 1)
+            sy_pin(p, e, v, d, "baddbmm's bias broadcast dim");
+        else
+            sy_equal(p, e, p->s->dims[v][d], v, d, "baddbmm's bias sizes");
+    }
+    return 0;
+}
+
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
@@ -383,6 +404,8 @@ static int sy_extern(sy_pass *p, int v)
             sy_pin(p, p->s->dims[val->args[0]][d], v, d, "addmm's bias");
         return sy_matmul(p, v, val->args[1], val->args[2], 0);
     }
+    if (k == 'B' && val->nargs == 3)         /* baddbmm(bias, b1, b2): b1 @ b2 + bias */
+        return sy_baddbmm(p, v);
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
         const cdy_meta *xm = &p->g->values[val->args[0]].meta;
         if (xm->ndim < 1 || p->g->values[val->args[1]].meta.ndim != 2)

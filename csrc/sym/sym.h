@@ -252,7 +252,7 @@ typedef struct cdy_sym_shapes_s {
  * bmm / matmul of two tensors of 2 or more dims (batch dims broadcast), 'l'
  * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]), 's'
  * a result of its first argument's sizes (the encoder layer's fast path, cumsum),
- * 'b' addmm(bias, x, w), 'k' torch.cat of its args (one rank), '0' + d
+ * 'b' addmm(bias, x, w), 'B' baddbmm(bias, b1, b2), 'k' torch.cat of its args (one rank), '0' + d
  * torch.diff along dim d (input, prepend / append tensors: one rank); other
  * externs specialize what they read.  Fills
  * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every

@@ -29,7 +29,7 @@ static int ts_input_value(const cdy_graph *g, int pos)
 
 /* 'm' if fn is torch's mm / bmm / matmul (function, Tensor method or
  * operator.matmul), 'l' for F.linear or a PackedLinear, 's' for the encoder
- * layer's fast path (its result src's sizes), 'b' addmm, 'k' torch.cat /
+ * layer's fast path (its result src's sizes), 'b' addmm, 'B' baddbmm, 'k' torch.cat /
  * concat / concatenate, else 0 (sym.h's extern kinds). */
 /* 's' (its first argument's sizes) for a scan extern: torch.cumsum /
  * cumprod and their Tensor methods (any keywords: dim, dtype); else 0. */
@@ -56,7 +56,7 @@ static char ts_scan_kind(PyObject *fn)
 
 static char ts_extern_kind(PyObject *fn)
 {
-    static const char kinds[15] = "mmmmmmmlmsbbkkk";   /* per fns[i] */
+    static const char kinds[17] = "mmmmmmmlmsbbkkkBB";   /* per fns[i] */
     static PyObject *fns[sizeof(kinds)];
     static int tried;
     if (!tried) {
@@ -78,6 +78,8 @@ static char ts_extern_kind(PyObject *fn)
         const char *cn[] = {"cat", "concat", "concatenate"};
         for (int i = 0; i < 3; i++)
             fns[12 + i] = PyObject_GetAttrString(cdy_torch, cn[i]);
+        fns[15] = PyObject_GetAttrString(cdy_torch, "baddbmm");
+        fns[16] = T ? PyObject_GetAttrString(T, "baddbmm") : NULL;
         Py_XDECREF(op);
         Py_XDECREF(F);
         Py_XDECREF(T);
@@ -234,7 +236,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
                              : ts_sdpa(pn)  ? 'a'
                                             : ts_extern_kind(pn->fn);
             char kw = pn->kwnames && !ext[pn->value] ? ts_extern_kind(pn->fn) : 0;
-            if (kw == 'b' || kw == 'k')   /* keywords: cat's dim=, addmm's beta= / alpha= */
+            if (kw == 'b' || kw == 'B' || kw == 'k')   /* cat's dim=, addmm's beta= / alpha= */
                 ext[pn->value] = kw;
             if (!ext[pn->value])
                 ext[pn->value] = ts_scan_kind(pn->fn);

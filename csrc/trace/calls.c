@@ -73,8 +73,29 @@ static int arg_value(tracer *tr, tvar *a)
     return -1;
 }
 
+/* A list/tuple tvar a of constants (an index's [-2] inside x[..., [-2], :])
+ * as a Python list/tuple the trace keeps (borrowed), else NULL (no error). */
+static PyObject *const_seq(tracer *tr, const tvar *a)
+{
+    if ((a->kind != TV_TUPLE && a->kind != TV_LIST) || a->obj)
+        return NULL;
+    for (int i = 0; i < a->n; i++)
+        if (a->items[i]->kind != TV_CONST)
+            return NULL;
+    PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
+    for (int i = 0; s && i < a->n; i++) {
+        if (a->kind == TV_TUPLE)
+            PyTuple_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
+        else
+            PyList_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
+    }
+    PyErr_Clear();
+    return s ? cdy_tr_keep(tr, s) : NULL;
+}
+
 /* The Python value of argument a for a call on fakes: tensors are their
- * fakes; a list/tuple of tensors and constants becomes a real list/tuple. */
+ * fakes; a list/tuple of tensors and constants (or lists / tuples of
+ * constants) becomes a real list/tuple. */
 static PyObject *fake_arg(tracer *tr, tvar *a)
 {
     if (a->by_type)
@@ -85,14 +106,16 @@ static PyObject *fake_arg(tracer *tr, tvar *a)
         PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
         for (int i = 0; s && i < a->n; i++) {
             tvar *it = a->items[i];
-            if (it->kind != TV_TENSOR && it->kind != TV_CONST) {
+            PyObject *o = it->kind == TV_TENSOR || it->kind == TV_CONST ? it->obj
+                                                                        : const_seq(tr, it);
+            if (!o) {
                 Py_DECREF(s);
                 return NULL;
             }
             if (a->kind == TV_TUPLE)
-                PyTuple_SET_ITEM(s, i, Py_NewRef(it->obj));
+                PyTuple_SET_ITEM(s, i, Py_NewRef(o));
             else
-                PyList_SET_ITEM(s, i, Py_NewRef(it->obj));
+                PyList_SET_ITEM(s, i, Py_NewRef(o));
         }
         return cdy_tr_keep(tr, s);
     }
@@ -139,7 +162,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
                 return cdy_tr_stop(tr, OUT_OF_MEMORY);
             for (int j = 0; j < a->n; j++) {
                 s->ref[j] = a->items[j]->kind == TV_TENSOR ? a->items[j]->value : -1;
-                s->cst[j] = a->items[j]->obj;
+                s->cst[j] = a->items[j]->obj ? a->items[j]->obj : const_seq(tr, a->items[j]);
             }
             p->ref[i] = -2;
         }

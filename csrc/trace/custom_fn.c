@@ -7,6 +7,8 @@
  *                                    Fn.forward(*args) inlined
  *   with grad mode on               -> AUTOGRAD_FUNCTION: the call runs eagerly
  *                                    (a graph break), so its backward is kept
+ *   under a functorch transform, or a forward that is not a Python function
+ *                                 -> AUTOGRAD_FUNCTION_FORM: runs eagerly
  *
  * Under no_grad eager's apply runs forward with grad off and gives its outputs
  * no grad_fn: the ctx is dropped with the call, and setup_context (which only
@@ -81,23 +83,14 @@ static int functorch_active(void)
     return on;
 }
 
-/* A fresh FunctionCtxNoGrad for a call with n arguments (needs_input_grad all
- * False, as eager's under no_grad); NULL when stopped. */
-static tvar *new_ctx(tracer *tr, int n)
+/* A fresh FunctionCtxNoGrad; NULL when stopped. */
+static tvar *new_ctx(tracer *tr)
 {
-    PyObject *needs = PyTuple_New(n);
-    if (!needs) {
-        cdy_tr_stop_exc(tr, PY_ERROR);
+    if (!cdy_obj_buildable(ctx_cls)) {   /* (its first call sets objects.c up) */
+        cdy_tr_stop(tr, CONSTRUCT, ((PyTypeObject *)ctx_cls)->tp_name);
         return NULL;
     }
-    for (int i = 0; i < n; i++)
-        PyTuple_SET_ITEM(needs, i, Py_NewRef(Py_False));
-    tvar *nv = cdy_tv_const(tr, needs);
-    if (nv && !cdy_obj_buildable(ctx_cls)) {   /* (its first call sets objects.c up) */
-        cdy_tr_stop(tr, CONSTRUCT, "cdynamo._autograd.FunctionCtxNoGrad");
-        return NULL;
-    }
-    return nv ? cdy_obj_new(tr, ctx_cls, &nv, 1, NULL) : NULL;
+    return cdy_obj_new(tr, ctx_cls, NULL, 0, NULL);
 }
 
 /* Fn.forward(ctx, *args) (or Fn.forward(*args) for a setup_context-style Fn)
@@ -111,8 +104,7 @@ static tvar *inline_forward(tracer *tr, PyObject *cls, int new_style, tvar **arg
         return NULL;
     }
     if (!PyFunction_Check(fwd)) {
-        cdy_tr_stop(tr, AUTOGRAD_FUNCTION, ((PyTypeObject *)cls)->tp_name,
-                    "whose forward is not a Python function");
+        cdy_tr_stop(tr, AUTOGRAD_FUNCTION_FORM, ((PyTypeObject *)cls)->tp_name);
         return NULL;
     }
     if (new_style)
@@ -122,8 +114,7 @@ static tvar *inline_forward(tracer *tr, PyObject *cls, int new_style, tvar **arg
         cdy_tr_stop(tr, OUT_OF_MEMORY);
         return NULL;
     }
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (!(all[0] = new_ctx(tr, nargs - (int)nkw)))
+    if (!(all[0] = new_ctx(tr)))
         return NULL;
     memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
     return cdy_inline_result(tr, fwd, all, nargs + 1, kwnames);
@@ -143,7 +134,7 @@ tvar *cdy_cfn_apply(tracer *tr, PyObject *func, PyObject *self, tvar **args, int
     PyObject *cls = self;
     const char *name = ((PyTypeObject *)cls)->tp_name;
     if (tr->t->grad_enabled) {
-        cdy_tr_stop(tr, AUTOGRAD_FUNCTION, name, "with grad mode on: it runs eagerly, keeping its backward");
+        cdy_tr_stop(tr, AUTOGRAD_FUNCTION, name);
         return NULL;
     }
     int ft = functorch_active(), ns = ft ? 0 : has_setup_context(cls);
@@ -152,11 +143,7 @@ tvar *cdy_cfn_apply(tracer *tr, PyObject *func, PyObject *self, tvar **args, int
         return NULL;
     }
     if (ft) {
-        cdy_tr_stop(tr, AUTOGRAD_FUNCTION, name, "under a functorch transform");
-        return NULL;
-    }
-    if (kwnames && !ns) {   /* eager's apply takes no keywords: it raises */
-        cdy_tr_stop(tr, AUTOGRAD_FUNCTION, name, "with keyword arguments");
+        cdy_tr_stop(tr, AUTOGRAD_FUNCTION_FORM, name);
         return NULL;
     }
     if (cdy_guard_grad_mode(tr, 0))

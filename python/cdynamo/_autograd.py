@@ -170,8 +170,10 @@ class FunctionCtxNoGrad:
     the methods that only serve the backward do nothing; attributes set on it stay in
     the trace, as eager's ctx is dropped with its outputs' missing grad_fn."""
 
-    def __init__(self, needs_input_grad):
-        self.needs_input_grad = needs_input_grad
+    # no needs_input_grad: eager's reads the inputs' requires_grad even under no_grad; a
+    # forward that reads it stops the trace (an attribute error: the frame runs eagerly)
+
+    def __init__(self):
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors):
