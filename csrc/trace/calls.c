@@ -1232,12 +1232,13 @@ static tvar *do_issubclass(tracer *tr, tvar **args)
  * dict's (a ModelOutput's): a constant, guarded (LEN); NULL when stopped. */
 static tvar *by_type_dict_len(tracer *tr, tvar *d)
 {
+    static const char *const what = "len()";
     Py_ssize_t n = PyDict_GET_SIZE(d->obj);
     cdy_guard *g = n <= INT_MAX ? cdy_tr_guard_expect(tr, CDY_GUARD_LEN, d, (PyObject *)Py_TYPE(d->obj))
                                : NULL;
     if (!g) {
         if (tr->t->status == CDY_TRACE_OK)
-            cdy_tr_stop(tr, GUARDED_BY_TYPE, "__len__", Py_TYPE(d->obj)->tp_name);
+            cdy_tr_stop(tr, GUARDED_BY_TYPE, what, Py_TYPE(d->obj)->tp_name);
         return NULL;
     }
     g->ndim = (int)n;
