@@ -160,7 +160,9 @@ static int gf_hf_getattribute(PyObject *f)
  * tp's MRO defines __getattribute__ only as PreTrainedConfig's (first),
  * optionally HeterogeneousConfigMixin's, and object's; no __getattr__; the
  * class's attribute_map an exact dict the instance does not shadow; no
- * _heterogeneity_spec in the instance.  Then reading name is object's read of
+ * _heterogeneity_spec in the instance or its classes (transformers versions
+ * whose mixin has no __getattribute__ check it in PreTrainedConfig's, and
+ * raise for a None one).  Then reading name is object's read of
  * attribute_map.get(name, name) (gf_read); records the functions, their code
  * and the map in nd; 1, or 0 (no error left). */
 static int gf_hf_config(gf_node *nd, PyTypeObject *tp, PyObject *d)
@@ -193,8 +195,8 @@ static int gf_hf_config(gf_node *nd, PyTypeObject *tp, PyObject *d)
     }
     PyObject *amap = _PyType_Lookup(tp, s_amap);
     PyObject *spec = PyDict_GetItemWithError(d, s_spec);
-    if (!n || !amap || !PyDict_CheckExact(amap) || PyDict_GetItemWithError(d, s_amap) ||
-        (spec && spec != Py_None) || PyErr_Occurred()) {
+    if (!n || !amap || !PyDict_CheckExact(amap) || PyDict_GetItemWithError(d, s_amap) || spec ||
+        _PyType_Lookup(tp, s_spec) || PyErr_Occurred()) {
         PyErr_Clear();
         nd->ga[0] = nd->ga[1] = NULL;
         return 0;
