@@ -227,6 +227,13 @@ class Config:
         self.use_bias = True
 
 
+class DefaultsConfig(Config):
+    """Class-level defaults under the instance's values (a dataclass's fields): the
+    instance's win, read through the snapshot while the class is unchanged."""
+    scale = 1.0
+    use_bias = False
+
+
 class MappedConfig(Config):
     attribute_map = {"alias": "scale"}
 
@@ -277,7 +284,8 @@ _CHANGES = {
 }
 
 
-@pytest.mark.parametrize("config_type", [Config, MappedConfig], ids=["plain", "getattribute"])
+@pytest.mark.parametrize("config_type", [Config, MappedConfig, DefaultsConfig],
+                         ids=["plain", "getattribute", "class defaults"])
 @pytest.mark.parametrize("change", list(_CHANGES))
 def test_change_after_warm_calls_recompiles(change, config_type):
     m, opt, x = _deep(config_type)
@@ -396,6 +404,7 @@ def _tiny_config_type():
     class TinyConfig(transformers.PretrainedConfig):
         model_type = "cdynamo_tiny"
         attribute_map = {"alias": "scale"}
+        use_bias = False   # a class default under the instance's value, as dataclass fields
 
         def __init__(self, scale=2.0, other=3.0, use_bias=True, **kw):
             self.scale, self.other, self.use_bias = scale, other, use_bias
@@ -428,8 +437,24 @@ _HF_CHANGES = {
     "attribute_map changed in place": lambda tp, m: tp.attribute_map.__setitem__("alias", "other"),
     "attribute_map replaced": lambda tp, m: setattr(tp, "attribute_map", {"alias": "other"}),
     "class property shadows": lambda tp, m: setattr(tp, "use_bias", property(lambda s: False)),
+    "class property shadows the mapped name": lambda tp, m: setattr(tp, "scale",
+                                                                    property(lambda s: 0.75)),
     "config object": lambda tp, m: setattr(m, "config", tp(scale=-1.0)),
 }
+
+
+def test_transformers_config_class_property_read_anew_after_warm_calls():
+    """A property on the class (a data descriptor) wins over the instance's value: the
+    snapshot never takes its read in, so a value the property computes from elsewhere is
+    read anew at every call."""
+    tp, m, opt, x = _hf_setup()
+    box = [0.75]
+    tp.scale = property(lambda s: box[0])
+    before = _warm(opt, m, x)
+    box[0] = 0.5
+    _same(opt, m, x)
+    _same(opt, m, x)
+    assert cdynamo.stats()["recompiles"] == before + 1
 
 
 @pytest.mark.parametrize("change", list(_HF_CHANGES))

@@ -7,7 +7,8 @@
  *
  * A read is taken in only where an unchanged container fixes its result: an
  * exact dict's item (str or int key), an instance attribute found in the
- * instance's own dict where the type has no attribute of that name and reads
+ * instance's own dict where the type has no data descriptor of that name
+ * (gf_instance_wins) and reads
  * attributes generically (object's __getattribute__, nn.Module's
  * __getattr__ on a miss, an exact module; a transformers config, whose
  * Python __getattribute__ gf_hf_config recognizes: object's read of the name
@@ -160,7 +161,9 @@ static int gf_hf_getattribute(PyObject *f)
  * tp's MRO defines __getattribute__ only as PreTrainedConfig's (first),
  * optionally HeterogeneousConfigMixin's, and object's; no __getattr__; the
  * class's attribute_map an exact dict the instance does not shadow; no
- * _heterogeneity_spec in the instance.  Then reading name is object's read of
+ * _heterogeneity_spec in the instance or its classes (transformers versions
+ * whose mixin has no __getattribute__ check it in PreTrainedConfig's, and
+ * raise for a None one).  Then reading name is object's read of
  * attribute_map.get(name, name) (gf_read); records the functions, their code
  * and the map in nd; 1, or 0 (no error left). */
 static int gf_hf_config(gf_node *nd, PyTypeObject *tp, PyObject *d)
@@ -193,8 +196,8 @@ static int gf_hf_config(gf_node *nd, PyTypeObject *tp, PyObject *d)
     }
     PyObject *amap = _PyType_Lookup(tp, s_amap);
     PyObject *spec = PyDict_GetItemWithError(d, s_spec);
-    if (!n || !amap || !PyDict_CheckExact(amap) || PyDict_GetItemWithError(d, s_amap) ||
-        (spec && spec != Py_None) || PyErr_Occurred()) {
+    if (!n || !amap || !PyDict_CheckExact(amap) || PyDict_GetItemWithError(d, s_amap) || spec ||
+        _PyType_Lookup(tp, s_spec) || PyErr_Occurred()) {
         PyErr_Clear();
         nd->ga[0] = nd->ga[1] = NULL;
         return 0;
@@ -302,6 +305,15 @@ static PyObject *gf_class_attr(gf_node *nd, PyObject *key)
            Py_IS_TYPE(v, &PyProperty_Type) ? v : NULL;
 }
 
+/* 1 if an instance attribute wins over class attribute c (NULL: none) in
+ * object's read: c is no data descriptor, by a static type (one that cannot
+ * gain a __set__ later: a dataclass's default, a function).  The class's
+ * version tag fixes which c it is. */
+static int gf_instance_wins(PyObject *c)
+{
+    return !c || (!PyType_HasFeature(Py_TYPE(c), Py_TPFLAGS_HEAPTYPE) && !Py_TYPE(c)->tp_descr_set);
+}
+
 /* The value of step (item, key) from node nd's object when the snapshot can
  * fix it (borrowed), else NULL (no error left). */
 static PyObject *gf_read(gf_node *nd, int item, PyObject *key)
@@ -314,7 +326,7 @@ static PyObject *gf_read(gf_node *nd, int item, PyObject *key)
         return NULL;
     if (!item && PyUnicode_CompareWithASCIIString(key, "__class__") == 0)
         return gf_class_of(nd, key);
-    if (!item && _PyType_Lookup(Py_TYPE(nd->obj), key))
+    if (!item && !gf_instance_wins(_PyType_Lookup(Py_TYPE(nd->obj), key)))
         return NULL;   /* a class attribute could win over the instance's: walked */
     if (!gf_set_mode(nd, item ? GF_ITEMS : GF_ATTRS))
         return NULL;
