@@ -541,3 +541,27 @@ def test_float32_row_sum_prefetches_rows_ahead():
     src = sums(torch.randn(1024, 1040, generator=g))     # a partial last chunk
     assert "l < (r0e - r0b) * 4; l += 64" in src, src
     assert "__builtin_prefetch" not in sums(x[:512].clone())   # 2 MiB: none
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (1, 256), (3000, 17), (37, 1000), (256, 768),
+                                   (512, 129), (2, 40000), (700, 33), (256, 1024)])
+def test_column_sums_spread_over_all_threads(shape):
+    """Column sums (a bias's gradient) at 16 threads: blocks of outputs narrowed so that
+    every thread has one (256 columns: 16 blocks of 16, not 4 of 64), a multiple of 16
+    wide, at most 64; odd widths, tails, one row and many rows; sums as eager's (each
+    column in double over its rows in order, whatever the block width)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(16)
+    try:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+        got = cdynamo.optimize(lambda t: (t * 2).sum(0) + 1, dynamic=False)(x)
+        torch.testing.assert_close(got, (x * 2).sum(0) + 1, rtol=1e-5, atol=1e-5)
+        got = cdynamo.optimize(lambda t: t.mean(0), dynamic=False)(x)
+        torch.testing.assert_close(got, x.mean(0), rtol=1e-5, atol=1e-6)
+        src = source()
+    finally:
+        torch.set_num_threads(n)
+    if "ib += " in src and shape[0] * shape[1] >= 32768:
+        step = int(src.split("ib += ")[1].split(")")[0])
+        want = min(64, max(16, -(-(-(-shape[1] // 16)) // 16) * 16))
+        assert step == want, (step, want, src)

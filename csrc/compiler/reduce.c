@@ -125,9 +125,8 @@
       "s += (double)cdy_rh(cdy_vexpf(cdy_rh($e - (float)m)));", "reduction(+:s)",          \
       "(double)cdy_rh(logf(cdy_rh((float)s))) + m")
 
-/* Outputs per block of an outer reduction (see cg_red_block_body). */
+/* Outputs per block of an outer reduction (see cg_red_block_body), at most. */
 #define CG_RED_BLOCK 64
-#define CG_RED_BLOCK_STR "64"
 
 typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
@@ -437,6 +436,7 @@ typedef struct {
     int64_t inumel, onumel;
     int par_out, par_in;
     int block;                   /* outer reduction: the last outer loop runs in blocks */
+    int bw;                      /* ... of this many outputs (cg_red_block_width) */
     int copy;                    /* which copy of the loops (symbolic: parallel 0, serial 1):
                                   * argmax's label found<copy> is unique in the kernel */
     int lanes;                   /* the first pass sums float lanes (cg_red_lanes) */
@@ -514,10 +514,12 @@ void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
     cg_ir_dims(ir, r->on->size, r->on->ndim);
     cdy_buf_puts(ir, ", reduced loops ");
     cg_ir_dims(ir, r->rn->size, r->rn->ndim);
-    cdy_buf_printf(ir, ", accumulator %s%s%s\n", r->env.acct,
-                   cg_red_codes[r->variant].update2 ? ", two passes" : "",
-                   r->block ? ", outer reduction: the last outer loop in blocks of "
-                              CG_RED_BLOCK_STR " innermost (accumulator arrays)" : "");
+    cdy_buf_printf(ir, ", accumulator %s%s", r->env.acct,
+                   cg_red_codes[r->variant].update2 ? ", two passes" : "");
+    if (r->block)
+        cdy_buf_printf(ir, ", outer reduction: the last outer loop in blocks of %d innermost "
+                       "(accumulator arrays)", r->bw);
+    cdy_buf_puts(ir, "\n");
     cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < r->nops; o++) {
         cdy_buf_puts(ir, r->ops[o].is_out ? "  store " : "  load  ");
@@ -539,7 +541,7 @@ enum { CG_RV_ACC = 1, CG_RV_STATE = 2 };
 
 /* In block mode, emit for block element j the copies of the variables in
  * `which`: `T name = name_b[j];` (mode 'l'), `name_b[j] = name;` ('s'), or
- * the arrays `T name_b[CG_RED_BLOCK];` ('d'). */
+ * the arrays `T name_b[r->bw];` ('d'). */
 static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int which, char mode)
 {
     char types[8][16], names[8][16];
@@ -569,7 +571,7 @@ static void cg_red_block_vars(cg_ctx *c, const cg_red_kernel *r, int ind, int wh
         else if (mode == 's')
             cdy_buf_printf(&c->src, "%s%s_b[j] = %s;", sep, names[i], names[i]);
         else
-            cdy_buf_printf(&c->src, "%s%s %s_b[%d];", sep, types[i], names[i], CG_RED_BLOCK);
+            cdy_buf_printf(&c->src, "%s%s %s_b[%d];", sep, types[i], names[i], r->bw);
     }
     cdy_buf_puts(&c->src, "\n");
 }
@@ -829,7 +831,7 @@ static int cg_red_body(cg_ctx *c, const cg_red_kernel *r, int ind)
 }
 
 /* Emit the body of kernel r in block mode at indentation ind (inside the
- * outer loops but the last, which it runs in blocks of CG_RED_BLOCK): arrays
+ * outer loops but the last, which it runs in blocks of r->bw): arrays
  * of accumulators, one pass over the reduced loops with the block innermost
  * (contiguous: it vectorizes), the stores. */
 static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
@@ -839,8 +841,7 @@ static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     int last = r->on->ndim - 1;
     const char *n = cg_sym_size_text(c, r->on, last);
     cg_indent(b, ind);
-    cdy_buf_printf(b, "const int64_t nb = %s - ib < %d ? %s - ib : %d;\n", n, CG_RED_BLOCK, n,
-                   CG_RED_BLOCK);
+    cdy_buf_printf(b, "const int64_t nb = %s - ib < %d ? %s - ib : %d;\n", n, r->bw, n, r->bw);
     cg_red_block_vars(c, r, ind, CG_RV_ACC | CG_RV_STATE, 'd');
     cg_indent(b, ind);
     cdy_buf_printf(b, "for (int64_t j = 0; j < nb; j++) {\n");
@@ -873,6 +874,22 @@ static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     cg_indent(b, ind);
     cdy_buf_puts(b, "}\n");
     return 0;
+}
+
+/* Outputs per block of kernel r in block mode: CG_RED_BLOCK, or fewer where
+ * its one outer loop is the parallel one and CG_RED_BLOCK-wide blocks would
+ * leave threads idle (a bias's gradient, the column sums of 256 x 256 floats:
+ * 4 blocks of 64 for 16 threads, each thread reading 256 rows, most of them
+ * written by other cores): a multiple of 16 (a 64-byte line of floats), at
+ * least 16, so that every thread has a block.  Each output's sum runs over
+ * the rows in the same order whatever the width. */
+static int cg_red_block_width(const cg_ctx *c, const cg_red_kernel *r)
+{
+    if (!r->block || !r->par_out || r->on->ndim != 1 || c->nthreads < 2)
+        return CG_RED_BLOCK;
+    int64_t per = (r->on->size[0] + c->nthreads - 1) / c->nthreads;
+    per = (per + 15) / 16 * 16;
+    return per < 16 ? 16 : per > CG_RED_BLOCK ? CG_RED_BLOCK : (int)per;
 }
 
 /* 1 if kernel r reduces an outer dim: the last outer loop contiguous for
@@ -936,6 +953,7 @@ static int cg_red_sched_sym(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int numb
     else if (r->sym_par_in)
         r->par_cond = cg_strf(c, "%s >= %dLL", in, CG_PARALLEL_NUMEL);
     r->block = cg_red_use_block(r);
+    r->bw = CG_RED_BLOCK;
     int v = r->variant, last = r->rn->ndim - 1;
     if (!r->block && (v == CG_RED_SUM || v == CG_RED_MEAN) && last >= 0 &&
         (r->env.idt == CDY_DT_FLOAT32 || cdy_dtype_lowp(r->env.idt))) {
@@ -1016,6 +1034,7 @@ int cg_sched_reduce(cg_ctx *c, int v)
     r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
     r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
     r->block = cg_red_use_block(r);
+    r->bw = cg_red_block_width(c, r);
     r->lanes = cg_red_lanes(r, 0);
     r->prefetch = r->lanes && cg_red_prefetches(r);
     return cg_red_record(c, k, r, number);
@@ -1061,7 +1080,7 @@ static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel
         cg_indent(b, ind);
         if (r.block && d == r.on->ndim - 1)
             cdy_buf_printf(b, "for (int64_t ib = 0; ib < %s; ib += %d) {\n",
-                           cg_sym_size_text(c, r.on, d), CG_RED_BLOCK);
+                           cg_sym_size_text(c, r.on, d), r.bw);
         else
             cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %s; i%d++) {\n", d, d,
                            cg_sym_size_text(c, r.on, d), d);
