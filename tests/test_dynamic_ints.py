@@ -201,3 +201,15 @@ def test_mistral_sliding_window_generate():
     # contiguous), the cache full (a non-contiguous view, its length specialized): then
     # every later token runs an existing entry (was: a recompile per token)
     assert st["frames_compiled"] <= 4 and st["eager_reruns"] == 0, st
+
+
+def test_int_symbol_through_keyword_arguments_dict():
+    # a call with **kwargs builds a dict (BUILD_CONST_KEY_MAP): its values move with their
+    # symbolic ints into the callee
+    def inner(x, *, n, k=1):
+        return x[:, :n] * k
+
+    def f(x, n):
+        extra = {}
+        return inner(x, n=n, k=2, **extra)
+    assert sweep_compiles(f, lambda n: (X, n), [3, 5, 9, 40]) == 2

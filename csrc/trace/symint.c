@@ -514,7 +514,7 @@ static int sx_consumes(tracer *tr, int sop, int arg)
     case CDY_SOP_BUILD_MAP:
         return 2 * arg;
     case CDY_SOP_BUILD_CONST_KEY_MAP:
-        return arg + 1;
+        return 1;    /* its keys (a constant tuple); the values move into the dict (f(**kw)) */
     case CDY_SOP_FORMAT_VALUE:
         return (arg & 4) ? 2 : 1;
     default:
