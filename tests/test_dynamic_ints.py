@@ -160,7 +160,7 @@ def test_attribute_store_of_an_int_times_a_constant():
 def test_min_max_of_int_symbols_are_guarded_choices():
     def f(x, n):
         return x[:, max(n - 5, 0):] * min(n, 9)
-    # 6: static; 7: symbolic (n - 5 > 0, n < 9); 10: min's comparison flips
+    # 6: static; 7: symbolic (n - 5 >= 0, n <= 9); 10: min's comparison flips; 3: max's
     assert sweep_compiles(f, lambda n: (X, n), [6, 7, 8, 10, 12, 20, 3]) == 4
 
     def g(x, n):
@@ -197,6 +197,19 @@ def test_mistral_sliding_window_generate():
         out = model.generate(ids, **kw)
     assert torch.equal(out, ref)
     st = cdynamo.stats()
-    # prefill (static), the cache not yet full, the kv offset at 0, the cache full: then
+    # prefill (static), the cache not yet full, the first full step (the cache still
+    # contiguous), the cache full (a non-contiguous view, its length specialized): then
     # every later token runs an existing entry (was: a recompile per token)
     assert st["frames_compiled"] <= 4 and st["eager_reruns"] == 0, st
+
+
+def test_int_symbol_through_keyword_arguments_dict():
+    # a call with **kwargs builds a dict (BUILD_CONST_KEY_MAP): its values move with their
+    # symbolic ints into the callee
+    def inner(x, *, n, k=1):
+        return x[:, :n] * k
+
+    def f(x, n):
+        extra = {}
+        return inner(x, n=n, k=2, **extra)
+    assert sweep_compiles(f, lambda n: (X, n), [3, 5, 9, 40]) == 2

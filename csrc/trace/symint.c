@@ -718,7 +718,9 @@ static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, co
             sc = val->args[a];
             nsc++;
         }
-    if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 || k == 0)
+    /* n == 0: the scalar's sign tells nothing, so only an add node's (t + n) */
+    if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 ||
+        (k == 0 && !(op == 0 && val->op == CDY_OP_ADD)))
         return 0;
     int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k && op != 5 ? sx_neg(tr, n->sx) : 0;
     return e && !cdy_tr_sym_scalar(tr, sc, e);
@@ -808,7 +810,10 @@ tvar *cdy_sx_minmax(tracer *tr, int is_max, tvar *a, tvar *b)
     int op = is_max ? Py_GT : Py_LT;   /* Python keeps a unless b is strictly better */
     int better = PyObject_RichCompareBool(b->obj, a->obj, op);
     PyErr_Clear();
-    if (!y || better < 0 || sx_cmp_push(tr, y, x, op, better, cdy_sx_where(tr, is_max ?
+    /* b picked: guarded b >= a (b <= a for min), whose equal case gives the same int,
+     * so the entry covers it (a kv offset max(n - w, 0) at n = w) */
+    int gop = better > 0 ? (is_max ? Py_GE : Py_LE) : op;
+    if (!y || better < 0 || sx_cmp_push(tr, y, x, gop, better, cdy_sx_where(tr, is_max ?
                                         "max() of ints" : "min() of ints")))
         return NULL;
     cdy_sx_taken(tr, a);
