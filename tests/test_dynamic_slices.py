@@ -397,3 +397,35 @@ def test_detached_view_at_an_offset_from_sizes_aliases_the_input(name, fn):
         assert r.storage_offset() == e.storage_offset()
         a[-1 if name != "index_unsqueeze_detach" else -2] = 99
         assert r.tolist() == e.tolist() == [99]
+
+
+@pytest.mark.parametrize("shapes", [[(6, 2, 8), (7, 5, 11), (6, 3, 4)],
+                                    [(6, 5, 8), (6, 2, 8), (7, 8, 3)]])
+def test_contiguous_of_a_cut_follows_eager_at_every_size(shapes):
+    """fuzz views_wrong_4ed6b3d22a: a0[:, n // 3:] is whole at n == 2, where contiguous()
+    returns its input; at n == 5 eager copies.  The symbolic graph kept the example's
+    choice (a view with the input's strides).  A cut's sizes now pin at contiguous()."""
+    def f(a0):
+        return a0[:, a0.shape[1] // 3:].contiguous()
+    cdynamo.reset()
+    opt = cdynamo.optimize(f, dynamic=True)
+    for sh in shapes:
+        a = torch.arange(torch.Size(sh).numel()).reshape(sh)
+        e, r = f(a), opt(a)
+        assert_same(e, r)
+        assert r.stride() == e.stride()
+        assert (r.data_ptr() == a.data_ptr()) == (e.data_ptr() == a.data_ptr())
+
+
+def test_contiguous_of_a_transpose_stays_symbolic():
+    """Only a cut pins at contiguous(): a transpose's layout follows the order of its dims."""
+    def f(a0):
+        return a0.transpose(1, 2).contiguous() * 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f, dynamic=True)
+    for sh in [(3, 4, 5), (4, 6, 7), (5, 7, 9)]:
+        a = torch.randn(sh)
+        e, r = f(a), opt(a)
+        assert_same(e, r)
+        assert r.stride() == e.stride()
+    assert cdynamo.stats()["frames_compiled"] == 1

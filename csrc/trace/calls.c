@@ -467,8 +467,10 @@ static tvar *tensor_call(tracer *tr, int op, PyObject *fn, const char *what, tva
             return NULL;
     }
     tvar *same = c_meta ? NULL : returned_arg(what, args, nargs, kwnames, out);
-    if (same)
+    if (same) {
+        cdy_tr_sym_layout(tr, what, same);
         return same;
+    }
     if (query || (!PyObject_TypeCheck(out, (PyTypeObject *)cdy_tensor_type) &&
                   !PyTuple_Check(out) && !PyList_Check(out) && cdy_is_const(out))) {
         /* a value fixed by the (guarded) meta and constants: a constant */

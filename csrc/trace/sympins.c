@@ -252,8 +252,36 @@ static void sp_copy_map(tracer *tr, int value, int src)
         tr->t->symviews[tr->t->nsymviews++] = w;
 }
 
+/* 1 if value v is, through the views the trace recorded, a cut ('c': a
+ * slice, narrow or int index): whether it is contiguous can follow the sizes
+ * (x[:, n // 3:] is whole at n == 2), not only the order of its dims. */
+static int sp_through_cut(const cdy_trace *t, int v)
+{
+    for (int hops = 0; hops < 64; hops++) {
+        int i = t->nsymviews - 1;
+        while (i >= 0 && t->symviews[i].value != v)
+            i--;
+        if (i < 0)
+            return 0;
+        if (t->symviews[i].kind == 'c')
+            return 1;
+        v = t->symviews[i].src;
+    }
+    return 1;
+}
+
+void cdy_tr_sym_layout(tracer *tr, const char *what, tvar *x)
+{
+    const char *dot = strrchr(what, '.');
+    if (x && x->kind == TV_TENSOR && !strcmp(dot ? dot + 1 : what, "contiguous") &&
+        sp_through_cut(tr->t, x->value))
+        cdy_tr_pin(tr, x->value, ~0u, "contiguous() of a cut: a copy or not by its sizes");
+}
+
 void cdy_tr_sym_copy(tracer *tr, const cdy_build_call *call, tvar *r)
 {
+    if (call->nargs >= 1)
+        cdy_tr_sym_layout(tr, call->what, call->args[0]);
     if (call->nargs < 1 || !r || r == CDY_NOT_LOWERED || r->kind != TV_TENSOR ||
         call->args[0]->kind != TV_TENSOR || r == call->args[0])
         return;

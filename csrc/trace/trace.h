@@ -155,6 +155,10 @@ void cdy_tr_pin_tensors(tracer *tr, tvar **args, int n, const char *why);
 /* A call `what` over args whose result is a constant: pins what it read
  * (x.size(d) / len(x): one dim; dim(), dtype queries: none; else all). */
 void cdy_tr_pin_query(tracer *tr, const char *what, tvar **args, int nargs);
+/* Call `what` of tensor x whose result's aliasing follows x's layout
+ * (contiguous(): x itself or a copy): pins x's sizes where they decide it
+ * (x a cut of its source, through the views the trace recorded). */
+void cdy_tr_sym_layout(tracer *tr, const char *what, tvar *x);
 /* After the view builder made r for call: record how r's sizes follow its
  * source's (transpose, permute, unsqueeze, squeeze, view / reshape with a
  * -1, flatten), else pin the call's tensors. */
