@@ -164,11 +164,11 @@ def test_len_of_module_list_is_guarded(capsys):
 class Layer(torch.nn.Module):
     def __init__(self, idx):
         super().__init__()
-        self.layer_idx = idx
+        self.shift = float(idx)   # a float constant per instance (an int would become a symbol)
         self.lin = torch.nn.Linear(8, 8)
 
     def forward(self, x):
-        return torch.relu(self.lin(x)) + self.layer_idx
+        return torch.relu(self.lin(x)) + self.shift
 
 
 class Deep(torch.nn.Module):
@@ -185,7 +185,7 @@ class Deep(torch.nn.Module):
 
 def test_recompile_limit_counts_per_module_instance(capsys):
     torch.manual_seed(0)
-    m = Deep(12).eval()   # 12 entries for Layer.forward: one per layer_idx
+    m = Deep(12).eval()   # 12 entries for Layer.forward: one per shift
     x = torch.randn(2, 8)
     opt = cdynamo.optimize(m)
     with warnings.catch_warnings(), torch.no_grad():
@@ -431,7 +431,7 @@ def test_deep_guard_failure_names_its_source(capfd):
     opt = cdynamo.optimize(m)
     with torch.no_grad():
         torch.testing.assert_close(opt(x), m(x))
-        m.b[1].layer_idx = 7   # the same modules, one constant changed deep inside
+        m.b[1].shift = 7.0   # the same modules, one constant changed deep inside
         capfd.readouterr()
         cdynamo._C.set_log_topics({"recompiles"})
         try:
@@ -439,7 +439,7 @@ def test_deep_guard_failure_names_its_source(capfd):
         finally:
             cdynamo._C.set_log_topics(set())
     err = capfd.readouterr().err
-    assert "self._modules['b']._modules['1'].layer_idx'. expected 4, actual 7" in err, err
+    assert "self._modules['b']._modules['1'].shift'. expected 4.0, actual 7.0" in err, err
     assert cdynamo.stats()["recompiles"] == 1
 
 

@@ -171,8 +171,11 @@ def test_extern_cases():
     x = make(torch.float32, (4, 6))
     g = run(lambda t: t.sum(-1, dtype=torch.float64), x)
     assert "extern" in g, g
-    g = run(lambda t: torch.max(t, t.flip(0)) + 1, x)     # elementwise max: extern
-    assert "extern" in g, g
+    g = run(lambda t: torch.max(t, t.flip(0)) + 1, x)     # elementwise max: maximum, fused
+    assert "= maximum(" in g and "extern" not in g, g
+    xn = x.clone()
+    xn[1, 2] = float("nan")
+    run(lambda t: torch.min(t, t.flip(1)) * 2, xn)          # NaN propagates as eager's
     run(lambda t: t.mean(-1), make(torch.int64, (4, 6)))   # eager raises
 
 

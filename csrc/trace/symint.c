@@ -720,7 +720,7 @@ static int sx_tensor_offset(tracer *tr, int op, const tvar *t, const tvar *n, co
         }
     /* n == 0: the scalar's sign tells nothing, so only an add node's (t + n) */
     if (nsc != 1 || g->values[sc].meta.dtype != CDY_DT_INT64 ||
-        (k == 0 && !(op == 0 && val->op == CDY_OP_ADD)))
+        (k == 0 && !(op == 0 && !strcmp(cdy_op_table[val->op].name, "add"))))
         return 0;
     int e = g->values[sc].i == k ? n->sx : g->values[sc].i == -k && op != 5 ? sx_neg(tr, n->sx) : 0;
     return e && !cdy_tr_sym_scalar(tr, sc, e);

@@ -159,7 +159,7 @@ static void test_infer_rules(void)
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
@@ -217,7 +217,7 @@ static void test_infer_matmul(void)
     ext[bm] = 'm';
     unsigned dyn[6] = {3, 3, 0, 0, 7, 7};
     cdy_sym_shapes sh;
-    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0, NULL, 0, NULL};
+    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(!strcmp(txt(&sh.tab, sh.dims[li][0]), "s0") && !strcmp(txt(&sh.tab, sh.dims[li][1]), "8"));
     /* w's dim 1 (16) meets W's static 16: specialized; x's 32 and w's 32 a relation */
@@ -255,7 +255,7 @@ static void test_guards(void)
     int y = tg_input(&t, 2, (int64_t[]){1, 3});   /* static: sizes 1 and a pinned 3 */
     tg_node(&t, CDY_OP_ADD, 2, (int64_t[]){8, 16}, 2, (int[]){x, b});
     cdy_sym_pin pin = {y, 2, "read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
     unsigned dyn[3] = {3, 1, 3};
     cdy_sym_shapes sh;
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0 && sh.nrel == 1 && sh.tab.nsyms == 4);
