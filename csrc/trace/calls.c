@@ -1687,13 +1687,7 @@ static tvar *fold_call(tracer *tr, PyObject *fn, const char *name, tvar **args, 
  * unbound: its first argument is self). */
 static int builtin_descriptor(PyObject *fn)
 {
-    static PyObject *odict;
-    if (!odict) {
-        PyObject *co = PyImport_ImportModule("collections");
-        odict = co ? PyObject_GetAttrString(co, "OrderedDict") : NULL;
-        Py_XDECREF(co);
-        PyErr_Clear();
-    }
+    PyObject *odict = cdy_ordered_dict_type();
     if (!PyObject_TypeCheck(fn, &PyMethodDescr_Type) && !PyObject_TypeCheck(fn, &PyWrapperDescr_Type))
         return 0;
     PyTypeObject *o = PyDescr_TYPE(fn);

@@ -148,6 +148,8 @@ int cdy_tr_stop_torch(tracer *tr, const char *what);
 /* Whether the trace has stopped (a reason is recorded). */
 int cdy_tr_stopped(const tracer *tr);
 PyObject *cdy_tr_keep(tracer *tr, PyObject *o);
+/* trace/vars.c: collections.OrderedDict, resolved once (borrowed; NULL if it cannot be). */
+PyObject *cdy_ordered_dict_type(void);
 /* trace/sympins.c: the trace read value's sizes at dims (a bit each) as numbers
  * (why: static text); of every tensor among args (in tuples and lists too). */
 void cdy_tr_pin(tracer *tr, int value, unsigned dims, const char *why);

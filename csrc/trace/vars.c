@@ -604,11 +604,8 @@ int cdy_is_plain_instance(PyObject *o)
     return 1;
 }
 
-/* 1 if o is an instance of a Python subclass of dict or OrderedDict (a
- * transformers ModelOutput): classes but object, dict and OrderedDict are
- * Python classes of metaclass type.  Guarded by type: its items and
- * attributes are read through their own sources (out[0], out.logits). */
-static int is_dict_subclass_instance(PyObject *o)
+/* collections.OrderedDict, resolved once (borrowed; NULL if it cannot be). */
+PyObject *cdy_ordered_dict_type(void)
 {
     static PyObject *odict;
     if (!odict) {
@@ -617,6 +614,16 @@ static int is_dict_subclass_instance(PyObject *o)
         Py_XDECREF(co);
         PyErr_Clear();
     }
+    return odict;
+}
+
+/* 1 if o is an instance of a Python subclass of dict or OrderedDict (a
+ * transformers ModelOutput): classes but object, dict and OrderedDict are
+ * Python classes of metaclass type.  Guarded by type: its items and
+ * attributes are read through their own sources (out[0], out.logits). */
+static int is_dict_subclass_instance(PyObject *o)
+{
+    PyObject *odict = cdy_ordered_dict_type();
     PyTypeObject *tp = Py_TYPE(o);
     if (!PyDict_Check(o) || PyDict_CheckExact(o) || Py_TYPE(tp) != &PyType_Type ||
         !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
