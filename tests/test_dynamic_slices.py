@@ -429,3 +429,17 @@ def test_contiguous_of_a_transpose_stays_symbolic():
         assert_same(e, r)
         assert r.stride() == e.stride()
     assert cdynamo.stats()["frames_compiled"] == 1
+
+
+def test_contiguous_after_an_added_dim_stays_symbolic():
+    """x[:, :, None] cuts nothing (a 'c' view of whole dims): repeat_kv's expand and
+    reshape (a contiguous() inside the reshape) keep their sizes symbolic."""
+    def f(x):
+        b, h, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, h, 2, s, d).reshape(b, h * 2, s, d) * 0.5
+    cdynamo.reset()
+    opt = cdynamo.optimize(f, dynamic=True)
+    for s in (16, 40, 9):
+        x = torch.randn(2, 4, s, 8)
+        assert_same(f(x), opt(x))
+    assert cdynamo.stats()["frames_compiled"] == 1

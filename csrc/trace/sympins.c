@@ -252,6 +252,17 @@ static void sp_copy_map(tracer *tr, int value, int src)
         tr->t->symviews[tr->t->nsymviews++] = w;
 }
 
+/* 1 if 'c' view w starts a source dim after 0 (a start, an int index) or
+ * cuts an out dim to fewer elements (a symbolic or constant size); 0 when it
+ * only adds size-1 dims or keeps dims whole (x[:, None], x[...]). */
+static int sp_cuts(const cdy_sym_view *w)
+{
+    for (int d = 0; d < CDY_MAX_NDIM; d++)
+        if (w->st[d] || w->sx[d] || (d < 31 && (w->a >> d & 1) && w->map[d] >= 0))
+            return 1;
+    return 0;
+}
+
 /* 1 if value v is, through the views the trace recorded, a cut ('c': a
  * slice, narrow or int index): whether it is contiguous can follow the sizes
  * (x[:, n // 3:] is whole at n == 2), not only the order of its dims. */
@@ -263,7 +274,7 @@ static int sp_through_cut(const cdy_trace *t, int v)
             i--;
         if (i < 0)
             return 0;
-        if (t->symviews[i].kind == 'c')
+        if (t->symviews[i].kind == 'c' && sp_cuts(&t->symviews[i]))
             return 1;
         v = t->symviews[i].src;
     }
