@@ -443,3 +443,18 @@ def test_contiguous_after_an_added_dim_stays_symbolic():
         x = torch.randn(2, 4, s, 8)
         assert_same(f(x), opt(x))
     assert cdynamo.stats()["frames_compiled"] == 1
+
+
+def test_contiguous_of_a_cut_from_a_constant_start_stays_symbolic():
+    """x[:, 1:] never covers its dim (a constant start past 0): whether contiguous()
+    copies it does not change with the sizes, so the sizes stay symbolic."""
+    def f(x):
+        return x[:, 1:].contiguous() * 2
+    cdynamo.reset()
+    opt = cdynamo.optimize(f, dynamic=True)
+    for sh in [(3, 4, 5), (4, 6, 7), (5, 7, 9)]:
+        x = torch.randn(sh)
+        e, r = f(x), opt(x)
+        assert_same(e, r)
+        assert r.stride() == e.stride()
+    assert cdynamo.stats()["frames_compiled"] == 1

@@ -252,14 +252,32 @@ static void sp_copy_map(tracer *tr, int value, int src)
         tr->t->symviews[tr->t->nsymviews++] = w;
 }
 
-/* 1 if 'c' view w starts a source dim after 0 (a start, an int index) or
- * cuts an out dim to fewer elements (a symbolic or constant size); 0 when it
- * only adds size-1 dims or keeps dims whole (x[:, None], x[...]). */
-static int sp_cuts(const cdy_sym_view *w)
+/* 1 if sx node n is a constant (*c its value). */
+static int sp_const(const cdy_trace *t, int n, long long *c)
 {
-    for (int d = 0; d < CDY_MAX_NDIM; d++)
-        if (w->st[d] || w->sx[d] || (d < 31 && (w->a >> d & 1) && w->map[d] >= 0))
+    if (n <= 0 || n > t->nsx || t->sx[n - 1].op != 'k')
+        return 0;
+    *c = (long long)t->sx[n - 1].c;
+    return 1;
+}
+
+/* 1 if 'c' view w may be whole at some sizes and cut at others (so whether
+ * it is contiguous can change with them): a symbolic start, or a dim cut to
+ * fewer elements from a start of 0 (x[:, :n], x[:, n // 3:]).  A constant
+ * start past 0 (x[:, 2:]) never makes its dim whole; x[:, None] cuts nothing. */
+static int sp_may_flip(const cdy_trace *t, const cdy_sym_view *w)
+{
+    const cdy_meta *m = &t->graph.values[w->value].meta;
+    long long c;
+    for (int j = 0; j < CDY_MAX_NDIM; j++)
+        if (w->st[j] && !sp_const(t, w->st[j], &c))
             return 1;
+    for (int d = 0; d < m->ndim; d++) {
+        int j = w->map[d];
+        int cut = j >= 0 && (w->sx[d] || (d < 31 && (w->a >> d & 1)));
+        if (cut && !(w->st[j] && sp_const(t, w->st[j], &c) && c > 0))
+            return 1;
+    }
     return 0;
 }
 
@@ -274,7 +292,7 @@ static int sp_through_cut(const cdy_trace *t, int v)
             i--;
         if (i < 0)
             return 0;
-        if (t->symviews[i].kind == 'c' && sp_cuts(&t->symviews[i]))
+        if (t->symviews[i].kind == 'c' && sp_may_flip(t, &t->symviews[i]))
             return 1;
         v = t->symviews[i].src;
     }
