@@ -290,3 +290,17 @@ def test_reduction_trace_needs_no_torch_meta():
         x = torch.randn(4, 5, 6)
         compiled, eager = lambda: cdynamo.optimize(f)(x), lambda: f(x)
         """)
+
+
+def test_float32_prod_in_order_overflows_as_eager():
+    """device fuzz dtypes_wrong_7978366328: a float32 prod along an outer dim (eager
+    multiplies in order, in float32) accumulated in double: 3.4e38 * 4.2 * 1e-40 gave 0.14
+    where eager gives inf, and 3.4e38 * 3.8 * -0.0 gave -0.0 where eager gives NaN."""
+    col = torch.tensor([[3.4e38, 3.4e38, -1.5], [4.2, 3.76, 2.0], [1e-40, -0.0, 0.5]])
+    x = col.repeat_interleave(8, dim=1)   # (3, 24): the reduced dim is the outer one
+    got = cdynamo.optimize(lambda t: t.prod(0))(x)
+    torch.testing.assert_close(got, x.prod(0), equal_nan=True)
+    assert torch.isinf(got[0]) and torch.isnan(got[8])
+    short = col.t().contiguous()           # rows of 3: eager's scalar loop, in order
+    torch.testing.assert_close(cdynamo.optimize(lambda t: t.prod(-1))(short), short.prod(-1),
+                               equal_nan=True)

@@ -65,6 +65,7 @@
     X(PROD, 'w', "1", "acc *= ($A)$e;", "reduction(*:acc)", NULL, NULL, NULL, "acc") \
     X(PROD_BF16, 'f', "1", "acc = cdy_rbf(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
     X(PROD_F16, 'f', "1", "acc = cdy_rh(acc * $e);", NULL, NULL, NULL, NULL, "acc") \
+    X(PROD_F32, 'f', "1", "acc *= $e;", NULL, NULL, NULL, NULL, "acc") \
     X(AMAX, 'i', "$L", "acc = $e > acc ? $e : acc;", "reduction(max:acc)", NULL, NULL, NULL, \
       "acc")                                                                 \
     X(AMIN, 'i', "$H", "acc = $e < acc ? $e : acc;", "reduction(min:acc)", NULL, NULL, NULL, \
@@ -222,9 +223,10 @@ static int cg_red_in_order(const cdy_graph *g, const cdy_value *val)
  * LOGSUMEXP's float32 twin for float32 input and rounding twins for bfloat16
  * / float16 (eager's composite rounds x - max, exp, the sum and log to the
  * input's dtype, each step: matched exactly, not once at the end), PROD's
- * rounding twins for bfloat16 / float16 where eager multiplies in order
- * (else double: eager's lane order is not reproduced, and rounding in order
- * would be further off than it). */
+ * rounding twins for bfloat16 / float16 / float32 where eager multiplies in
+ * order in the input's type (a float32 product overflows to inf where a double
+ * one would not: 3.4e38 * 4.2 * 1e-40; else double: eager's lane order is not
+ * reproduced, and rounding in order would be further off than it). */
 static int cg_red_variant_of(const cdy_graph *g, int v)
 {
     const cdy_value *val = &g->values[v];
@@ -232,8 +234,9 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     int r = cg_red_of[val->op][!flt];
     if (r == CG_RED_NORMP)
         return cg_red_norm_variant(cg_red_param(g, val));
-    if (r == CG_RED_PROD && cdy_dtype_lowp(idt) && cg_red_in_order(g, val))
-        return idt == CDY_DT_BFLOAT16 ? CG_RED_PROD_BF16 : CG_RED_PROD_F16;
+    if (r == CG_RED_PROD && (cdy_dtype_lowp(idt) || idt == CDY_DT_FLOAT32) && cg_red_in_order(g, val))
+        return idt == CDY_DT_BFLOAT16 ? CG_RED_PROD_BF16
+               : idt == CDY_DT_FLOAT16 ? CG_RED_PROD_F16 : CG_RED_PROD_F32;
     if (r == CG_RED_LOGSUMEXP && cdy_dtype_lowp(idt))
         return idt == CDY_DT_BFLOAT16 ? CG_RED_LOGSUMEXP_BF16 : CG_RED_LOGSUMEXP_F16;
     return r == CG_RED_LOGSUMEXP && idt == CDY_DT_FLOAT32 ? CG_RED_LOGSUMEXP_F32 : r;
