@@ -296,54 +296,71 @@ static int copy_checks_pass(tracer *tr, const char *base, tvar **args, int nargs
     return 1;
 }
 
-/* The bytes [*lo, *hi) fake tensor x's elements span in its storage; 0, or
- * -1 with an error. */
-static int byte_span(PyObject *x, int64_t *lo, int64_t *hi)
+/* Where a fake tensor's elements lie in its storage: its offset and
+ * element size in bytes, sizes and strides (in elements), dtype (borrowed
+ * from the fake). */
+typedef struct {
+    int64_t off, esize;
+    int nd;
+    int64_t sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
+    PyObject *dtype;
+} mut_layout;
+
+/* Read fake x's layout into l: 0, or -1 with an error. */
+static int read_layout(PyObject *x, mut_layout *l)
 {
     PyObject *off = PyObject_CallMethod(x, "storage_offset", NULL);
-    PyObject *isz = PyObject_CallMethod(x, "element_size", NULL);
-    PyObject *sz = PyObject_CallMethod(x, "size", NULL);
-    PyObject *st = PyObject_CallMethod(x, "stride", NULL);
-    int bad = !off || !isz || !sz || !st || PyTuple_GET_SIZE(sz) != PyTuple_GET_SIZE(st);
-    int64_t e = bad ? 0 : PyLong_AsLongLong(isz), last = 0, empty = 0;
-    for (Py_ssize_t d = 0; !bad && d < PyTuple_GET_SIZE(sz); d++) {
-        int64_t n = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
-        last += (n - 1) * PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
-        empty |= n == 0;
+    PyObject *isz = off ? PyObject_CallMethod(x, "element_size", NULL) : NULL;
+    PyObject *sz = isz ? PyObject_CallMethod(x, "size", NULL) : NULL;
+    PyObject *st = sz ? PyObject_CallMethod(x, "stride", NULL) : NULL;
+    PyObject *dt = st ? PyObject_GetAttrString(x, "dtype") : NULL;
+    int bad = !dt || PyTuple_GET_SIZE(sz) != PyTuple_GET_SIZE(st) ||
+              PyTuple_GET_SIZE(sz) > CDY_MAX_NDIM;
+    if (!bad) {
+        l->esize = PyLong_AsLongLong(isz);
+        l->off = PyLong_AsLongLong(off) * l->esize;
+        l->nd = (int)PyTuple_GET_SIZE(sz);
+        for (int d = 0; d < l->nd; d++) {
+            l->sz[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+            l->st[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        }
+        l->dtype = dt;   /* torch's dtypes are singletons: alive as long as torch */
     }
-    *lo = bad ? 0 : PyLong_AsLongLong(off) * e;
-    *hi = empty ? *lo : *lo + (last + 1) * e;
     Py_XDECREF(off);
     Py_XDECREF(isz);
     Py_XDECREF(sz);
     Py_XDECREF(st);
+    Py_XDECREF(dt);
+    if (bad && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "cdynamo: a fake's sizes and strides disagree");
     return bad || PyErr_Occurred() ? -1 : 0;
 }
 
-/* The gcd of g and the byte strides of fake x's dims of size > 1 (g: 0
- * before any), *esize its element size; or -1 with an error. */
-static int64_t stride_gcd(PyObject *x, int64_t g, int64_t *esize)
+/* The end (exclusive) of the bytes l's elements span from l->off. */
+static int64_t layout_end(const mut_layout *l)
 {
-    PyObject *isz = PyObject_CallMethod(x, "element_size", NULL);
-    PyObject *sz = isz ? PyObject_CallMethod(x, "size", NULL) : NULL;
-    PyObject *st = sz ? PyObject_CallMethod(x, "stride", NULL) : NULL;
-    int bad = !st || PyTuple_GET_SIZE(sz) != PyTuple_GET_SIZE(st);
-    int64_t e = bad ? 0 : PyLong_AsLongLong(isz);
-    *esize = e;
-    for (Py_ssize_t d = 0; !bad && d < PyTuple_GET_SIZE(sz); d++) {
-        int64_t k = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d)) * e;
-        if (PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d)) < 2)
+    int64_t last = 0;
+    for (int d = 0; d < l->nd; d++) {
+        if (l->sz[d] == 0)
+            return l->off;
+        last += (l->sz[d] - 1) * l->st[d];
+    }
+    return l->off + (last + 1) * l->esize;
+}
+
+/* The gcd of g and the byte strides of l's dims of size > 1 (g: 0 before any). */
+static int64_t layout_gcd(const mut_layout *l, int64_t g)
+{
+    for (int d = 0; d < l->nd; d++) {
+        if (l->sz[d] < 2)
             continue;
-        for (k = k < 0 ? -k : k; k;) {   /* Euclid: g = gcd(g, k) */
+        for (int64_t k = llabs(l->st[d] * l->esize); k;) {   /* Euclid: g = gcd(g, k) */
             int64_t r = g % k;
             g = k;
             k = r;
         }
     }
-    Py_XDECREF(isz);
-    Py_XDECREF(sz);
-    Py_XDECREF(st);
-    return bad || PyErr_Occurred() ? -1 : g;
+    return g;
 }
 
 /* 1 if tensor operand b (a fake) shares bytes with the written tensor a in
@@ -356,29 +373,19 @@ static int partial_overlap(PyObject *a, PyObject *b)
     long long sa = storage_id(a), sb = sa == -1 ? -1 : storage_id(b);
     if (sa == -1 || sb == -1)
         return -1;
-    int64_t alo, ahi, blo, bhi;
-    if (sa != sb || byte_span(a, &alo, &ahi) || byte_span(b, &blo, &bhi))
+    mut_layout la, lb;
+    if (sa != sb || read_layout(a, &la) || read_layout(b, &lb))
         return PyErr_Occurred() ? -1 : 0;
-    if (ahi <= blo || bhi <= alo)
+    if (layout_end(&la) <= lb.off || layout_end(&lb) <= la.off)
         return 0;   /* disjoint ranges */
-    int64_t ea, eb, g = stride_gcd(a, 0, &ea);
-    g = g < 0 ? -1 : stride_gcd(b, g, &eb);
-    if (g < 0)
-        return -1;
-    if (ea == eb && g > 0 && (blo - alo) % g)
+    int64_t g = layout_gcd(&lb, layout_gcd(&la, 0));
+    if (la.esize == lb.esize && g > 0 && (lb.off - la.off) % g)
         return 0;   /* each element's address differs from each of a's by a nonzero
                        multiple of the element size modulo g: no byte in common */
-    static const char *const attrs[3] = {"size", "stride", "dtype"};
-    int same = alo == blo;
-    for (int k = 0; same == 1 && k < 3; k++) {
-        PyObject *x = k < 2 ? PyObject_CallMethod(a, attrs[k], NULL) : PyObject_GetAttrString(a, attrs[k]);
-        PyObject *y = !x ? NULL : k < 2 ? PyObject_CallMethod(b, attrs[k], NULL)
-                                        : PyObject_GetAttrString(b, attrs[k]);
-        same = x && y ? PyObject_RichCompareBool(x, y, Py_EQ) : -1;
-        Py_XDECREF(x);
-        Py_XDECREF(y);
-    }
-    return same < 0 ? -1 : !same;
+    int same = la.off == lb.off && la.dtype == lb.dtype && la.nd == lb.nd &&
+               !memcmp(la.sz, lb.sz, sizeof(int64_t) * (size_t)la.nd) &&
+               !memcmp(la.st, lb.st, sizeof(int64_t) * (size_t)la.nd);
+    return !same;
 }
 
 /* Stop the trace (MUT_OVERLAP) if a tensor operand among args[0..nargs)
