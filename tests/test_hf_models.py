@@ -242,6 +242,25 @@ def test_generate_on_gptj_compiles_twice():
     assert cdynamo.stats()["fallbacks"] == 0
 
 
+def test_generate_on_gemma2_compiles_twice():
+    """Gemma-2's attention asks its registry ALL_ATTENTION_FUNCTIONS.get_interface("eager",
+    ...): Mapping.get catches the KeyError of GeneralInterface.__getitem__.  The caught
+    exception pins only what the failed lookup read (it pinned every size, one compile per
+    token before); sliding and global layers alternate, the window (8) passed mid-generate."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = T.Gemma2ForCausalLM(T.Gemma2Config(vocab_size=512, hidden_size=64, intermediate_size=128,
+                                           num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, head_dim=16,
+                                           sliding_window=8)).eval()
+    ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first == 2 and second == 0, (first, second)
+    st = cdynamo.stats()
+    assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, (st, _support.breaks)
+
+
 def test_generate_on_t5_compiles_once_per_cache_state():
     """T5: the relative position buckets' torch.min(a, b) is a minimum (no size pin), the
     encoder output (a new ModelOutput each generate) is guarded by type: the decoder compiles

@@ -180,6 +180,7 @@ void cdy_exc_escaped(tracer *tr)
     if (t->status != CDY_TRACE_RAISING)
         return;
     cdy_reason_cat cat = cdy_reasons[t->reason_code].cat;
+    cdy_sx_pin_all(tr, "the code read the size and the trace stopped");
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
     t->exc = NULL;

@@ -444,6 +444,15 @@ void cdy_sx_pin_all(tracer *tr, const char *why)
     t->sx_pinning = 0;
 }
 
+void cdy_sx_pin_frame(tracer *tr, const char *why)
+{
+    for (; tr && tr->t->nsx; tr = tr->ninstr ? NULL : tr->parent) {
+        int n = tr->sp > tr->sp_instr ? tr->sp : tr->sp_instr;
+        for (int i = 0; tr->stack && i < n && i < tr->stack_cap; i++)
+            sx_pin_deep(tr, tr->stack[i], why, 0);
+    }
+}
+
 int cdy_sx_of(const tvar *a)
 {
     return a && a->kind == TV_CONST ? a->sx : 0;

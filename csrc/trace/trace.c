@@ -89,7 +89,6 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
         append_exception(t->reason, sizeof(t->reason));
     t->status = cat == CDY_RCAT_USER || cat == CDY_RCAT_FALLBACK ? CDY_TRACE_ERROR
                                                                   : CDY_TRACE_UNSUPPORTED;
-    cdy_sx_pin_all(tr, "the code read the size and the trace stopped");
     t->reason_code = (int)code;
     const tracer *top = tr;
     while (top->parent)
@@ -98,9 +97,14 @@ int cdy_tr_stop_at(tracer *tr, cdy_reason code, int exc, const char *fmt, ...)
     t->stop_top_count = top->ninstr;
     t->reason_line = PyCode_Addr2Line(tr->co, tr->pc * 2);
     t->reason_file = tr->co->co_filename;
-    if (cat == CDY_RCAT_USER && cdy_exc_raisable(code))
-        cdy_exc_begin(tr, code, e);   /* the traced code may catch it */
-    else if (cdy_log_on("debug"))
+    if (cat == CDY_RCAT_USER && cdy_exc_raisable(code) && cdy_exc_begin(tr, code, e)) {
+        /* the traced code may catch it: what the raise depends on is pinned now,
+         * the rest when it leaves the top frame (cdy_exc_escaped) */
+        cdy_sx_pin_frame(tr, "the code read the size and an exception was raised");
+        return -1;
+    }
+    cdy_sx_pin_all(tr, "the code read the size and the trace stopped");
+    if (cdy_log_on("debug") && !(cat == CDY_RCAT_USER && cdy_exc_raisable(code)))
         log_stop_stack(tr);
     return -1;
 }
@@ -1758,6 +1762,7 @@ int cdy_tr_run_frame(tracer *tr)
         if (!tr->parent && tr->t->break_at_count == tr->ninstr && tr->t->break_at_pc == d.start)
             return break_here(tr, &d);
         int next = d.next;
+        tr->sp_instr = tr->sp;
         int r = run_instr(tr, &d, &next);
         if ((r < 0 || cdy_tr_stopped(tr)) && cdy_exc_unwind(tr, &next) == 0) {
             pc = next;   /* an exception the frame catches: on in its handler */

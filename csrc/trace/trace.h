@@ -112,6 +112,7 @@ typedef struct tracer {
                                       * rule took (cdy_tr_sym_getitem): not pinned */
     tvar *sx_op_callable;            /* the callable CALL is calling (cdy_call's result then
                                       * goes on the stack; other calls' results are pinned) */
+    int sp_instr;                    /* the stack depth when the current instruction began */
     tvar null_var;
 } tracer;
 
@@ -226,6 +227,10 @@ const char *cdy_sx_where(tracer *tr, const char *why);
 void cdy_sx_pin_node(tracer *tr, int n, const char *why);
 void cdy_sx_pin_deep(tracer *tr, tvar *v, const char *why);
 void cdy_sx_pin_all(tracer *tr, const char *why);
+/* Pin the symbolic ints an exception raised at tr's instruction may depend on:
+ * its operands, those its frame's stack held when the instruction began (its
+ * caller's too when the frame has not begun: a call's arguments). */
+void cdy_sx_pin_frame(tracer *tr, const char *why);
 /* Around semantic op s: pin what it consumes as a number; carry nodes through int
  * arithmetic, tuple indexing, unpacking.  pre fills ctx; post gets step's result r. */
 typedef struct {
