@@ -261,6 +261,38 @@ def test_generate_on_gemma2_compiles_twice():
     assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, (st, _support.breaks)
 
 
+#: decoders of tools/gen_sweep.py that transformers 5.17 has too: generate compiles twice
+_C = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+DECODERS = {
+    "gemma3": lambda T: T.Gemma3ForCausalLM(T.Gemma3TextConfig(**_C, head_dim=16,
+                                                               sliding_window=8)),
+    "cohere": lambda T: T.CohereForCausalLM(T.CohereConfig(**_C, pad_token_id=0, bos_token_id=1,
+                                                           eos_token_id=2)),
+    "phi": lambda T: T.PhiForCausalLM(T.PhiConfig(**_C)),
+    "olmo2": lambda T: T.Olmo2ForCausalLM(T.Olmo2Config(**_C, pad_token_id=0, eos_token_id=2)),
+    "llama_rope3": lambda T: T.LlamaForCausalLM(T.LlamaConfig(**_C, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=64))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_generate_on_more_decoders_compiles_twice(name):
+    """Gemma-3 (sliding window 8, passed mid-generate), Cohere (parallel block, LayerNorm
+    without bias), Phi (partial rotary), OLMo-2 (q / k norms), LLaMA with llama3 rope
+    scaling: the prefill and one symbolic decoding graph, eager's tokens."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = DECODERS[name](T).eval()
+    ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first == 2 and second == 0, (first, second)
+    st = cdynamo.stats()
+    assert st["fallbacks"] == 0 and st["graph_breaks"] == 0, (st, _support.breaks)
+
+
 def test_generate_on_t5_compiles_once_per_cache_state():
     """T5: the relative position buckets' torch.min(a, b) is a minimum (no size pin), the
     encoder output (a new ModelOutput each generate) is guarded by type: the decoder compiles
