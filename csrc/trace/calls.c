@@ -854,11 +854,23 @@ static int bind_args(tracer *tr, tracer *sub, PyFunctionObject *func, tvar **arg
     return 0;
 }
 
+static tvar *inline_call_at(tracer *tr, PyObject *fobj, tvar **args, int nargs,
+                            PyObject *kwnames, const cdy_src *func_src, int soft, tvar **cells);
+
 /* Trace a call of Python function func inline (cells: the closure of a
  * function the trace made); its return value, or NULL.  A generator runs to
  * the end and returns an iterator over what it yielded. */
 static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int nargs,
                                PyObject *kwnames, const cdy_src *func_src, tvar **cells)
+{
+    return inline_call_at(tr, fobj, args, nargs, kwnames, func_src, 0, cells);
+}
+
+/* inline_call_cells, func_src soft: where a function fixed by convention (a module's
+ * forward, reached through its class) lives; only its cells holding objects not fixed by
+ * convention are read through it (and guarded). */
+static tvar *inline_call_at(tracer *tr, PyObject *fobj, tvar **args, int nargs,
+                            PyObject *kwnames, const cdy_src *func_src, int soft, tvar **cells)
 {
     PyFunctionObject *func = (PyFunctionObject *)fobj;
     PyCodeObject *co = (PyCodeObject *)func->func_code;
@@ -882,6 +894,7 @@ static tvar *inline_call_cells(tracer *tr, PyObject *fobj, tvar **args, int narg
     sub.closure = func->func_closure;
     sub.cells = cells;
     sub.func_src = func_src;
+    sub.func_src_soft = soft;
     if ((co->co_flags & CO_GENERATOR) && !(sub.yielded = cdy_tv_seq(tr, TV_LIST, NULL, 0)))
         return NULL;
     sub.guard_globals = !cdy_is_torch_callable(fobj);
@@ -985,6 +998,27 @@ tvar **cdy_prepend(tracer *tr, tvar *first, tvar **args, int nargs)
         memcpy(all + 1, args, sizeof(tvar *) * (size_t)nargs);
     return all;
 }
+/* Where module mod's forward fwd lives (mod.forward.__func__), when fwd has a closure
+ * (a decorator's wrapper installed on the class) and mod a source short enough for its
+ * cells' contents to be read through it; else NULL. */
+static const cdy_src *forward_src(tracer *tr, tvar *mod, PyObject *fwd)
+{
+    static PyObject *str_func;
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fwd);
+    if (!mod->src || !co->co_nfreevars || mod->src->nattrs > CDY_MAX_ATTRS - 12)
+        return NULL;
+    if (!str_func && !(str_func = PyUnicode_InternFromString("__func__"))) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *bound = PyObject_GetAttr(mod->obj, str_forward);
+    int same = bound && PyMethod_Check(bound) && PyMethod_GET_FUNCTION(bound) == fwd;
+    Py_XDECREF(bound);
+    PyErr_Clear();
+    const cdy_src *m = same ? cdy_src_step(tr, mod->src, str_forward, 0) : NULL;
+    return m ? cdy_src_step(tr, m, str_func, 0) : NULL;
+}
+
 /* Call of an nn.Module: its forward inlined with the module as self. */
 static tvar *call_module(tracer *tr, tvar *mod, tvar **args, int nargs, PyObject *kwnames)
 {
@@ -999,7 +1033,8 @@ static tvar *call_module(tracer *tr, tvar *mod, tvar **args, int nargs, PyObject
         return NULL;
     }
     tvar **all = prepend_arg(tr, mod, args, nargs);
-    return all ? inline_call(tr, fwd, all, nargs + 1, kwnames, NULL) : NULL;
+    return all ? inline_call_at(tr, fwd, all, nargs + 1, kwnames, forward_src(tr, mod, fwd), 1,
+                                NULL) : NULL;
 }
 
 /* ---- builtins and container methods -------------------------------------------- */

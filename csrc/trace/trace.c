@@ -274,7 +274,8 @@ static tvar *closure_value(tracer *tr, int idx)
         d->slot = idx;
         s = d;
     }
-    else if (tr->func_src) {   /* an inlined function read from the frame: fn.__closure__[i].cell_contents */
+    else if (tr->func_src && !(tr->func_src_soft && cdy_fixed_by_convention(o))) {
+        /* an inlined function read from the frame: fn.__closure__[i].cell_contents */
         static PyObject *closure_str, *contents_str;
         if ((!closure_str && !(closure_str = PyUnicode_InternFromString("__closure__"))) ||
             (!contents_str && !(contents_str = PyUnicode_InternFromString("cell_contents")))) {

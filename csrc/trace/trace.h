@@ -91,6 +91,8 @@ typedef struct tracer {
     PyObject *globals;               /* the function's globals */
     PyObject *builtins, *closure;
     const cdy_src *func_src;         /* inlined: where the function object lives (guards its cells) */
+    int func_src_soft;               /* func_src of a function fixed by convention: its cells
+                                      * fixed by convention are read without it */
     int guard_globals;               /* 0 for torch's own code: its globals are not guarded */
     PyObject *bytes;
     const unsigned char *code;
