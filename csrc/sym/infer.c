@@ -61,6 +61,21 @@ static void sy_const_sizes(sy_pass *p, int v)
     }
 }
 
+/* The malloc'd array arr of *cap items of size sz with room for item n
+ * (grown by doubling, *cap updated); NULL out of memory (arr unchanged). */
+static void *sy_grow(void *arr, int *cap, int n, size_t sz)
+{
+    if (arr && n < *cap)
+        return arr;
+    int c = *cap ? *cap : 16;
+    while (c <= n)
+        c *= 2;
+    void *q = realloc(arr, (size_t)c * sz);
+    if (q)
+        *cap = c;
+    return q;
+}
+
 /* Record that expressions a and b must be equal (a relation; a symbolic
  * one against a constant specializes it). */
 static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
@@ -77,11 +92,13 @@ static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
         if ((p->s->rel[r][0] == a && p->s->rel[r][1] == b) ||
             (p->s->rel[r][0] == b && p->s->rel[r][1] == a))
             return;
-    if (p->s->nrel == (int)(sizeof(p->s->rel) / sizeof(p->s->rel[0]))) {
-        sy_pin(p, a, v, d, "too many relations");
-        sy_pin(p, b, v, d, "too many relations");
+    void *q = sy_grow(p->s->rel, &p->s->caprel, p->s->nrel, sizeof(*p->s->rel));
+    if (!q) {
+        sy_pin(p, a, v, d, "out of memory for a relation");
+        sy_pin(p, b, v, d, "out of memory for a relation");
         return;
     }
+    p->s->rel = q;
     p->s->rel[p->s->nrel][0] = a;
     p->s->rel[p->s->nrel++][1] = b;
 }
@@ -842,7 +859,7 @@ static void sy_node(sy_pass *p, int v)
 
 /* Comparison c of the trace, once every value's sizes are known: decided by
  * the symbols' range (counted), else a guard of the entry; without a rule
- * for a side, or no room, the sizes it reads specialize. */
+ * for a side (or out of memory) the sizes it reads specialize. */
 static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
 {
     cdy_sym_shapes *s = p->s;
@@ -858,9 +875,14 @@ static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
     for (int r = 0; e >= 0 && dec < 0 && r < s->ncmp; r++)
         if (s->cmp[r].expr == e && s->cmp[r].op == c->op)
             return;
-    if (e >= 0 && dec < 0 && s->ncmp < (int)(sizeof(s->cmp) / sizeof(s->cmp[0]))) {
-        s->cmp[s->ncmp++] = (cdy_sym_cmp_rel){e, a, b, c->op, c->truth};
-        return;
+    if (e >= 0 && dec < 0) {
+        void *q = sy_grow(s->cmp, &s->capcmp, s->ncmp, sizeof(*s->cmp));
+        if (q) {
+            s->cmp = q;
+            s->cmp[s->ncmp++] = (cdy_sym_cmp_rel){e, a, b, c->op, c->truth};
+            return;
+        }
+        what = "out of memory for a comparison guard";
     }
     sy_sx_pin(p, c->a, -1, what, 0);
     sy_sx_pin(p, c->b, -1, what, 0);
@@ -994,6 +1016,11 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->grange = NULL;
     free(s->vlay);
     s->vlay = NULL;
+    free(s->rel);
+    s->rel = NULL;
+    free(s->cmp);
+    s->cmp = NULL;
+    s->nrel = s->caprel = s->ncmp = s->capcmp = 0;
 }
 
 /* cut's bits (sym.h) of view w's value: its 'c' map's cuts, and the cuts of

@@ -214,10 +214,11 @@ typedef struct cdy_sym_shapes_s {
     cdy_sym_info info[CDY_SYM_MAX_SYMS];
     int nvalues;
     int (*dims)[CDY_MAX_NDIM];   /* per value, per dim: its size's expression (malloc'd) */
-    int nrel;
-    int rel[64][2];              /* expression pairs the trace relied on being equal */
-    int ncmp;                    /* comparisons the range does not decide: guards */
-    cdy_sym_cmp_rel cmp[32];
+    int nrel, caprel;
+    int (*rel)[2];               /* expression pairs the trace relied on being equal
+                                  * (malloc'd, grows) */
+    int ncmp, capcmp;            /* comparisons the range does not decide: guards */
+    cdy_sym_cmp_rel *cmp;        /* (malloc'd, grows) */
     int ncmp_range;              /* comparisons the symbols' range decided (no guard) */
     int runs;                    /* passes over the graph until no new pin */
     int *sval;                   /* per value (malloc'd, may be NULL): 1 + the expression
