@@ -17,7 +17,7 @@
 typedef struct {
     cdy_sym_shapes *s;
     const cdy_graph *g;
-    uint64_t pinned;          /* the symbols specialized so far */
+    cdy_sym_mask pinned;      /* the symbols specialized so far */
     int changed;              /* this pass specialized a new one */
     const char *ext;          /* per value: an extern's matmul kind (sym.h), or NULL */
     const cdy_sym_hints *h;   /* or NULL */
@@ -28,17 +28,16 @@ typedef struct {
  * why (what, about value v's dim d). */
 static void sy_pin(sy_pass *p, int e, int v, int d, const char *what)
 {
-    uint64_t m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : ~(uint64_t)0;
-    m &= ~p->pinned;
+    cdy_sym_mask m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : (cdy_sym_mask){{0}};
     for (int k = 0; k < p->s->tab.nsyms; k++)
-        if (m >> k & 1) {
+        if ((e < 0 || cdy_sym_mask_has(&m, k)) && !cdy_sym_mask_has(&p->pinned, k)) {
             cdy_sym_info *in = &p->s->info[k];
             in->pinned = 1;
             if (d >= 0)
                 snprintf(in->why, sizeof(in->why), "%s (value %d, dim %d)", what, v, d);
             else
                 snprintf(in->why, sizeof(in->why), "%s (value %d)", what, v);
-            p->pinned |= (uint64_t)1 << k;
+            cdy_sym_mask_set(&p->pinned, k);
             p->changed = 1;
         }
 }
@@ -464,7 +463,7 @@ static int sy_int_symbol(const cdy_sym_shapes *s, int i)
 static int sy_int_expr(sy_pass *p, const cdy_sym_sx *x)
 {
     int k = sy_int_symbol(p->s, x->dim);
-    if (k < 0 || p->pinned >> k & 1)
+    if (k < 0 || cdy_sym_mask_has(&p->pinned, k))
         return cdy_sym_const(&p->s->tab, x->c);
     return cdy_sym_var(&p->s->tab, k);
 }
@@ -767,10 +766,12 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     /* only an exact division (else eager's check of divisibility would be a
      * guard): the source's last k dims specialize until it is one */
     for (int k = 0; k <= sm->ndim; k++) {
-        uint64_t mask = p->pinned;   /* specialized earlier in this pass */
-        for (int d = sm->ndim - k; d < sm->ndim; d++)
-            mask |= cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
-        int nk = cdy_sym_subst_hints(&p->s->tab, n, mask);
+        cdy_sym_mask mask = p->pinned;   /* specialized earlier in this pass */
+        for (int d = sm->ndim - k; d < sm->ndim; d++) {
+            cdy_sym_mask r = cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
+            cdy_sym_mask_or(&mask, &r);
+        }
+        int nk = cdy_sym_subst_hints(&p->s->tab, n, &mask);
         int q = cdy_sym_floordiv(&p->s->tab, nk, known);
         if (q < 0 || cdy_sym_mul(&p->s->tab, q, cdy_sym_const(&p->s->tab, known)) != nk)
             continue;
@@ -925,7 +926,7 @@ static void sy_run(sy_pass *p)
             sy_scalar(p, v);
         if (val->kind == CDY_VAL_INPUT)
             for (int k = 0; k < s->tab.nsyms; k++)
-                if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
+                if (s->info[k].input == val->input_index && !cdy_sym_mask_has(&p->pinned, k))
                     s->dims[v][s->info[k].dim] = cdy_sym_var(&s->tab, k);
         for (int i = 0; i < npins; i++)    /* v's pins, before the values that read it */
             for (int d = 0; pins[i].value == v && d < val->meta.ndim; d++)
@@ -976,7 +977,7 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     cdy_symtab_init(&out->tab);
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
-    sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
+    sy_pass p = {out, g, {{0}}, 1, h ? h->ext : NULL, h, 0};
     out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
     out->grange = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->grange));
     if (!out->dims || !out->sval || !out->grange || sy_symbols(out, g, dyn, h)) {
@@ -1108,11 +1109,19 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->moves[v] = (unsigned char)sy_moves(g, h, s, v);
 }
 
-uint64_t cdy_sym_live(const cdy_sym_shapes *s)
+int cdy_sym_any_live(const cdy_sym_shapes *s)
 {
-    uint64_t m = 0;
     for (int k = 0; k < s->tab.nsyms; k++)
         if (!s->info[k].pinned)
-            m |= (uint64_t)1 << k;
+            return 1;
+    return 0;
+}
+
+cdy_sym_mask cdy_sym_live(const cdy_sym_shapes *s)
+{
+    cdy_sym_mask m = {{0}};
+    for (int k = 0; k < s->tab.nsyms; k++)
+        if (!s->info[k].pinned)
+            cdy_sym_mask_set(&m, k);
     return m;
 }
