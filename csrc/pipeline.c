@@ -172,7 +172,7 @@ static const unsigned *pp_dyn(const cdy_pipe *p, const cdy_trace *t, unsigned *d
  * (1), else 0 with p->sym_why (s freed). */
 static int pp_sym_shapes(cdy_pipe *p, const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *s)
 {
-    if (cdy_sym_trace_shapes(t, dyn, s) == 0 && cdy_sym_live(s))
+    if (cdy_sym_trace_shapes(t, dyn, s) == 0 && cdy_sym_any_live(s))
         return 1;
     snprintf(p->sym_why, sizeof(p->sym_why), "every symbolic size specialized%s%s",
              s->tab.nsyms ? ": " : "", s->tab.nsyms ? s->info[0].why : "");

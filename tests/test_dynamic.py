@@ -581,6 +581,52 @@ def test_size_compare_is_a_guard_and_a_flip_recompiles(capfd):
     assert sum(l.startswith("Recompiling function f") for l in lines) == 2, lines
 
 
+def test_many_size_comparisons_all_stay_guards(capfd):
+    # 40 comparisons of a size (a long model's checks): every one is a guard of the one
+    # symbolic entry (no fixed cap that would specialize the size past 32 of them), and a
+    # size on the other side of one of them recompiles, never a wrong result
+    def f(x):
+        n = x.shape[0]
+        out = x * 1.0
+        for k in range(40):
+            if n > k + 3:
+                out = out + 1.0
+        return out
+
+    cdynamo.reset()
+    sizes = (50, 60, 70, 80, 99, 20, 75)
+    lines = recompile_log(capfd, f, [(torch.randn(n, 4),) for n in sizes])
+    # 50 (static), 60 (every s0 > k + 3 True: serves 70.. 99 and 75), 20 (some False: the
+    # guard that failed is named)
+    assert compiles() == 3, lines
+    assert any("size comparison s0 > 20 is True does not hold (its sides are 20 and 20)" in l
+               for l in lines), lines
+    cdynamo.reset()
+    log = symbolic_log(capfd, f, torch.randn(64, 4))
+    cdynamo.reset()
+    cdynamo.optimize(f)(torch.randn(48, 4))
+    log = symbolic_log(capfd, f, torch.randn(64, 4))
+    assert sum(l.startswith("  guard s0 > ") for l in log) == 40, log
+
+
+def test_many_relations_all_stay_guards():
+    # 66 relations (every pair of 12 inputs broadcast against each other): no cap specializes
+    # them, so a sweep compiles twice; unequal sizes fall through to a recompile
+    def f(a, b, c, d, e, g, h, i, j, k, l, m):
+        xs = (a, b, c, d, e, g, h, i, j, k, l, m)
+        out = a * 0.0
+        for p in range(12):
+            for q in range(p + 1, 12):
+                out = out + xs[p] * xs[q]
+        return out
+
+    cdynamo.reset()
+    assert sweep(f, lambda n: tuple(torch.randn(n) for _ in range(12)), (5, 6, 7, 8, 9, 17)) == 2
+    of = cdynamo.optimize(f)
+    xs = [torch.randn(7) for _ in range(11)] + [torch.randn(1)]   # m broadcasts: a new graph
+    assert_same(f(*xs), of(*xs))
+
+
 def test_size_compare_decided_by_the_range_needs_no_guard(capfd):
     # symbols are >= 2: each of these holds at every size, so the sweep compiles twice and
     # the dynamic log counts them

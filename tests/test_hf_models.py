@@ -308,3 +308,41 @@ def test_generate_on_t5_compiles_once_per_cache_state():
     assert torch.equal(got, want) and torch.equal(again, want)
     assert first <= 3 and second == 0, (first, second)
     assert cdynamo.stats()["fallbacks"] == 0
+
+
+def test_generate_on_a_40_layer_llama_compiles_twice():
+    """A deep model (40 layers, Llama-2-13B's depth; tiny widths): its cache has 80 tensors
+    whose length is symbolic (more than 64 symbols: the masks are wider than one word), and
+    its residual stream into every RMSNorm is realized every few layers (recomputed from the
+    embedding, a norm's kernel needed more than 64 parameters and the frame fell back)."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = T.LlamaForCausalLM(T.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=40, num_attention_heads=2,
+                                         num_key_value_heads=1,
+                                         max_position_embeddings=256)).eval()
+    ids = torch.randint(3, 128, (1, 5), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids, n=6)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first == 2 and second == 0, (first, second)
+    assert cdynamo.stats()["fallbacks"] == 0
+
+
+def test_generate_on_mistral_with_a_prompt_shorter_than_its_window():
+    """Mistral (sliding_window 8) from a 3-token prompt: the prefill, the growing cache
+    (cumulative_length < 7: the mask is skipped), the step where the cache first cuts
+    (7: the mask is built, not yet full) and the full window (>= 8: a cut of constant
+    size 7, an int symbol) are four code paths of transformers, each compiled once
+    (torch.compile compiles this generate 6 times); tokens equal over 40 tokens."""
+    import transformers as T   # noqa: PLC0415
+    torch.manual_seed(0)
+    m = T.MistralForCausalLM(T.MistralConfig(vocab_size=512, hidden_size=64,
+                                             intermediate_size=128, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2,
+                                             max_position_embeddings=256,
+                                             sliding_window=8)).eval()
+    ids = torch.randint(3, 512, (1, 3), generator=torch.Generator().manual_seed(3))
+    want, got, again, first, second = _generate_compiles(m, ids, n=40)
+    assert torch.equal(got, want) and torch.equal(again, want)
+    assert first == 4 and second == 0, (first, second)
+    assert cdynamo.stats()["fallbacks"] == 0

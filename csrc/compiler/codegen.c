@@ -306,7 +306,12 @@ static void cg_recompute_cost(const cdy_graph *g, const char *real, int v, int *
  *  - a value read by two or more nodes, one of them with a kernel of its own
  *    (a reduction, a row op...), whose recomputation loads three or more
  *    buffers: a residual stream x = x + f(x) through a stack of blocks,
- *    which every layer norm would otherwise recompute from the start.
+ *    which every layer norm would otherwise recompute from the start;
+ *  - a value read by two or more nodes whose recomputation loads eight or
+ *    more buffers: the same stream into RMSNorm (x.pow(2).mean(), x * r:
+ *    pointwise readers), which would otherwise make each norm's kernels load
+ *    every earlier block's output (a 32-layer model: more than a kernel's
+ *    CDY_MAX_KARGS parameters).
  * A small kernel computes such a value once into scratch memory. */
 static int cg_realize_broadcast(cg_ctx *c, char *real)
 {
@@ -352,7 +357,7 @@ static int cg_realize_broadcast(cg_ctx *c, char *real)
         cg_recompute_cost(g, real, v, stack, stamp, &nodes, &leaves);
         if ((reader[v] >= 4096 && cdy_meta_numel(&g->values[v].meta) * 8 <= reader[v] &&
              nodes >= 2) ||
-            (nread[v] >= 2 && by_special[v] && leaves >= 3))
+            (nread[v] >= 2 && (leaves >= 8 || (by_special[v] && leaves >= 3))))
             real[v] = 1;
     }
     return 0;

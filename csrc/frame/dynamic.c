@@ -323,10 +323,10 @@ static cdy_symguard *dy_symguard_new(const cdy_trace *t, cdy_sym_shapes *s)
 /* The dims of each graph input that hold a live symbol of s into mask. */
 static void dy_live_dims(const cdy_sym_shapes *s, int ninputs, unsigned *mask)
 {
-    uint64_t live = cdy_sym_live(s);
+    cdy_sym_mask live = cdy_sym_live(s);
     memset(mask, 0, sizeof(unsigned) * (size_t)ninputs);
     for (int k = 0; k < s->tab.nsyms; k++)
-        if (live >> k & 1 && s->info[k].input >= 0 && s->info[k].input < ninputs)
+        if (cdy_sym_mask_has(&live, k) && s->info[k].input >= 0 && s->info[k].input < ninputs)
             mask[s->info[k].input] |= 1u << s->info[k].dim;
 }
 
@@ -334,10 +334,10 @@ static void dy_live_dims(const cdy_sym_shapes *s, int ninputs, unsigned *mask)
  * TYPE guard for int (the SYM guard reads its value); 1 when one did. */
 static int dy_int_guards(cdy_guards *gs, const cdy_trace *t, const cdy_sym_shapes *s)
 {
-    uint64_t live = cdy_sym_live(s);
+    cdy_sym_mask live = cdy_sym_live(s);
     int any = 0;
     for (int k = 0; t->int_srcs && k < s->tab.nsyms; k++) {
-        if (!(live >> k & 1) || s->info[k].input >= 0 || s->info[k].dim >= t->nints)
+        if (!cdy_sym_mask_has(&live, k) || s->info[k].input >= 0 || s->info[k].dim >= t->nints)
             continue;
         for (int j = 0; j < gs->n; j++) {
             cdy_guard *g = &gs->items[j];

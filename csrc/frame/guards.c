@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+_Static_assert(CDY_SYM_TOKEN_MAX >= CDY_SYM_MAX_SYMS, "the token holds every symbol's value");
+
 /* ---- sources ------------------------------------------------------------- */
 
 /* Copy src into dst, taking new references to the names. */
@@ -630,13 +632,13 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
     const cdy_symguard *sg = g->sym;
     int64_t vals[CDY_SYM_MAX_SYMS], sz[CDY_MAX_NDIM], st[CDY_MAX_NDIM];
     PyObject *objs[CDY_SYM_MAX_SYMS];
-    uint64_t live = cdy_sym_live(&sg->s);
+    cdy_sym_mask live = cdy_sym_live(&sg->s);
     int nd = -1, at = -1;                  /* the sizes in sz are input at's */
     PyObject *v = NULL;
     for (int k = 0; k < sg->s.tab.nsyms; k++) {
         vals[k] = sg->s.tab.hint[k];
         objs[k] = NULL;
-        if (!(live >> k & 1))
+        if (!cdy_sym_mask_has(&live, k))
             continue;
         if (sg->s.info[k].input < 0) {     /* a Python int */
             if (sym_read_int(sg, k, locals, globals, builtins, closure, &vals[k], why, n, m)) {

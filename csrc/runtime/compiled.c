@@ -102,7 +102,7 @@ typedef struct {
     int *buf_value;       /* -1 also for a buffer of static sizes (its plan meta holds) */
     int *in_value;        /* -1 also for an input of static sizes (not read per call) */
     cdy_meta *in_meta;
-    uint64_t sym_live;    /* cdy_sym_live(sym) */
+    cdy_sym_mask sym_live;    /* cdy_sym_live(sym) */
     /* the sizes cache (sym_cache): at the symbols' values sym_at (valid when
      * sym_ok), each buffer's meta (of a buffer with a value) and each input's
      * sizes (of an input with a value) and element count: a call at the sizes
@@ -796,7 +796,7 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
     const cdy_sym_shapes *s = c->sym;
     cdy_meta am[c->ninputs ? c->ninputs : 1];
     char why[256] = "";
-    uint64_t live = c->sym_live;
+    cdy_sym_mask live = c->sym_live;
     *big = 0;
     for (int i = 0; i < c->ninputs; i++) {
         if (inptr)
@@ -807,7 +807,7 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
     int checked = -1;   /* the input last checked contiguous (symbols go input by input) */
     for (int k = 0; k < s->tab.nsyms; k++) {
         sv[k] = s->tab.hint[k];
-        if (!(live >> k & 1))
+        if (!cdy_sym_mask_has(&live, k))
             continue;
         if (s->info[k].input < 0) {   /* a Python int: only the frame's SYM guard reads it */
             snprintf(why, sizeof(why), "symbol s%d is a Python int of the frame, read by its "
@@ -1513,12 +1513,12 @@ static PyObject *compiled_get_symbols(PyObject *self, void *closure)
     (void)closure;
     if (!c->sym)
         Py_RETURN_NONE;
-    uint64_t live = cdy_sym_live(c->sym);
+    cdy_sym_mask live = cdy_sym_live(c->sym);
     PyObject *t = PyList_New(0);
     for (int k = 0; t && k < c->sym->tab.nsyms; k++) {
-        PyObject *e = live >> k & 1 ? Py_BuildValue("(ii)", c->sym->info[k].input,
+        PyObject *e = cdy_sym_mask_has(&live, k) ? Py_BuildValue("(ii)", c->sym->info[k].input,
                                                      c->sym->info[k].dim) : NULL;
-        if (live >> k & 1 && (!e || PyList_Append(t, e)))
+        if (cdy_sym_mask_has(&live, k) && (!e || PyList_Append(t, e)))
             Py_CLEAR(t);
         Py_XDECREF(e);
     }

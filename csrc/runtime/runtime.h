@@ -110,7 +110,7 @@ static inline long long cdy_phase_start(void)
 /* ---- fast tensor attribute reads (runtime/tensor_attrs.c) ----------------
  * X(name): data descriptors (getsets) and no-argument methods of
  * torch.Tensor read on every call of a compiled function.                  */
-#define CDY_SYM_TOKEN_MAX 64              /* CDY_SYM_MAX_SYMS (sym/sym.h) */
+#define CDY_SYM_TOKEN_MAX 256             /* CDY_SYM_MAX_SYMS (sym/sym.h) */
 #define CDY_TENSOR_ATTRS(X) X(dtype) X(requires_grad) X(is_cpu) X(layout) X(shape) X(data_ptr) \
     X(stride) X(_version) X(storage_offset)
 

@@ -373,34 +373,43 @@ int cdy_sym_cmp_decided(cdy_symtab *tab, int e, int op)
 }
 
 /* The symbols atom a reads. */
-static uint64_t sx_atom_symbols(const cdy_symtab *tab, int a)
+static void sx_atom_symbols(const cdy_symtab *tab, int a, cdy_sym_mask *m)
 {
     const cdy_sym_atom *at = &tab->atoms[a];
-    return at->expr < 0 ? (uint64_t)1 << at->sym : cdy_sym_symbols(tab, at->expr);
+    if (at->expr < 0) {
+        cdy_sym_mask_set(m, at->sym);
+        return;
+    }
+    cdy_sym_mask o = cdy_sym_symbols(tab, at->expr);
+    cdy_sym_mask_or(m, &o);
 }
 
-uint64_t cdy_sym_symbols(const cdy_symtab *tab, int e)
+cdy_sym_mask cdy_sym_symbols(const cdy_symtab *tab, int e)
 {
     const cdy_sym_poly *p = &tab->exprs[e];
-    uint64_t m = 0;
+    cdy_sym_mask m = {{0}};
     for (int i = 0; i < p->nt; i++)
         for (int f = 0; f < p->t[i].nf; f++)
-            m |= sx_atom_symbols(tab, p->t[i].f[f]);
+            sx_atom_symbols(tab, p->t[i].f[f], &m);
     return m;
 }
 
 /* Atom a with the symbols of mask replaced by their hints: an id, or -1. */
-static int sx_atom_subst(cdy_symtab *tab, int a, uint64_t mask)
+static int sx_atom_subst(cdy_symtab *tab, int a, const cdy_sym_mask *mask)
 {
     cdy_sym_atom at = tab->atoms[a];
     if (at.expr < 0)
-        return mask >> at.sym & 1 ? cdy_sym_const(tab, tab->hint[at.sym]) : sx_atom_expr(tab, a);
+        return cdy_sym_mask_has(mask, at.sym) ? cdy_sym_const(tab, tab->hint[at.sym])
+                                              : sx_atom_expr(tab, a);
     return cdy_sym_floordiv(tab, cdy_sym_subst_hints(tab, at.expr, mask), at.div);
 }
 
-int cdy_sym_subst_hints(cdy_symtab *tab, int e, uint64_t mask)
+int cdy_sym_subst_hints(cdy_symtab *tab, int e, const cdy_sym_mask *mask)
 {
-    if (e < 0 || !(cdy_sym_symbols(tab, e) & mask))
+    if (e < 0)
+        return e;
+    cdy_sym_mask reads = cdy_sym_symbols(tab, e);
+    if (!cdy_sym_mask_meets(&reads, mask))
         return e;
     cdy_sym_poly p = tab->exprs[e];   /* a copy: interning may move the table */
     int r = cdy_sym_const(tab, 0);

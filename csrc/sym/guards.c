@@ -32,7 +32,7 @@ static int sg_static_dims(const cdy_sym_shapes *s, int v, const cdy_meta *ex, co
 int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
                   const char *const *names, int64_t *vals, char *why, size_t n)
 {
-    uint64_t live = cdy_sym_live(s);
+    cdy_sym_mask live = cdy_sym_live(s);
     for (int k = 0; k < s->tab.nsyms; k++)
         vals[k] = s->tab.hint[k];
     for (int v = 0; v < g->nvalues; v++) {
@@ -49,7 +49,7 @@ int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *a
             return 1;
     }
     for (int k = 0; k < s->tab.nsyms; k++) {
-        if (!(live >> k & 1))
+        if (!cdy_sym_mask_has(&live, k))
             continue;
         const cdy_meta *a = &actual[s->info[k].input];
         vals[k] = a->sizes[s->info[k].dim];

@@ -17,7 +17,7 @@
 typedef struct {
     cdy_sym_shapes *s;
     const cdy_graph *g;
-    uint64_t pinned;          /* the symbols specialized so far */
+    cdy_sym_mask pinned;      /* the symbols specialized so far */
     int changed;              /* this pass specialized a new one */
     const char *ext;          /* per value: an extern's matmul kind (sym.h), or NULL */
     const cdy_sym_hints *h;   /* or NULL */
@@ -28,17 +28,16 @@ typedef struct {
  * why (what, about value v's dim d). */
 static void sy_pin(sy_pass *p, int e, int v, int d, const char *what)
 {
-    uint64_t m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : ~(uint64_t)0;
-    m &= ~p->pinned;
+    cdy_sym_mask m = e >= 0 ? cdy_sym_symbols(&p->s->tab, e) : (cdy_sym_mask){{0}};
     for (int k = 0; k < p->s->tab.nsyms; k++)
-        if (m >> k & 1) {
+        if ((e < 0 || cdy_sym_mask_has(&m, k)) && !cdy_sym_mask_has(&p->pinned, k)) {
             cdy_sym_info *in = &p->s->info[k];
             in->pinned = 1;
             if (d >= 0)
                 snprintf(in->why, sizeof(in->why), "%s (value %d, dim %d)", what, v, d);
             else
                 snprintf(in->why, sizeof(in->why), "%s (value %d)", what, v);
-            p->pinned |= (uint64_t)1 << k;
+            cdy_sym_mask_set(&p->pinned, k);
             p->changed = 1;
         }
 }
@@ -61,6 +60,21 @@ static void sy_const_sizes(sy_pass *p, int v)
     }
 }
 
+/* The malloc'd array arr of *cap items of size sz with room for item n
+ * (grown by doubling, *cap updated); NULL out of memory (arr unchanged). */
+static void *sy_grow(void *arr, int *cap, int n, size_t sz)
+{
+    if (arr && n < *cap)
+        return arr;
+    int c = *cap ? *cap : 16;
+    while (c <= n)
+        c *= 2;
+    void *q = realloc(arr, (size_t)c * sz);
+    if (q)
+        *cap = c;
+    return q;
+}
+
 /* Record that expressions a and b must be equal (a relation; a symbolic
  * one against a constant specializes it). */
 static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
@@ -77,11 +91,13 @@ static void sy_equal(sy_pass *p, int a, int b, int v, int d, const char *what)
         if ((p->s->rel[r][0] == a && p->s->rel[r][1] == b) ||
             (p->s->rel[r][0] == b && p->s->rel[r][1] == a))
             return;
-    if (p->s->nrel == (int)(sizeof(p->s->rel) / sizeof(p->s->rel[0]))) {
-        sy_pin(p, a, v, d, "too many relations");
-        sy_pin(p, b, v, d, "too many relations");
+    void *q = sy_grow(p->s->rel, &p->s->caprel, p->s->nrel, sizeof(*p->s->rel));
+    if (!q) {
+        sy_pin(p, a, v, d, "out of memory for a relation");
+        sy_pin(p, b, v, d, "out of memory for a relation");
         return;
     }
+    p->s->rel = q;
     p->s->rel[p->s->nrel][0] = a;
     p->s->rel[p->s->nrel++][1] = b;
 }
@@ -447,7 +463,7 @@ static int sy_int_symbol(const cdy_sym_shapes *s, int i)
 static int sy_int_expr(sy_pass *p, const cdy_sym_sx *x)
 {
     int k = sy_int_symbol(p->s, x->dim);
-    if (k < 0 || p->pinned >> k & 1)
+    if (k < 0 || cdy_sym_mask_has(&p->pinned, k))
         return cdy_sym_const(&p->s->tab, x->c);
     return cdy_sym_var(&p->s->tab, k);
 }
@@ -750,10 +766,12 @@ static int sy_view_map(sy_pass *p, int v, const cdy_sym_view *w)
     /* only an exact division (else eager's check of divisibility would be a
      * guard): the source's last k dims specialize until it is one */
     for (int k = 0; k <= sm->ndim; k++) {
-        uint64_t mask = p->pinned;   /* specialized earlier in this pass */
-        for (int d = sm->ndim - k; d < sm->ndim; d++)
-            mask |= cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
-        int nk = cdy_sym_subst_hints(&p->s->tab, n, mask);
+        cdy_sym_mask mask = p->pinned;   /* specialized earlier in this pass */
+        for (int d = sm->ndim - k; d < sm->ndim; d++) {
+            cdy_sym_mask r = cdy_sym_symbols(&p->s->tab, p->s->dims[w->src][d]);
+            cdy_sym_mask_or(&mask, &r);
+        }
+        int nk = cdy_sym_subst_hints(&p->s->tab, n, &mask);
         int q = cdy_sym_floordiv(&p->s->tab, nk, known);
         if (q < 0 || cdy_sym_mul(&p->s->tab, q, cdy_sym_const(&p->s->tab, known)) != nk)
             continue;
@@ -842,7 +860,7 @@ static void sy_node(sy_pass *p, int v)
 
 /* Comparison c of the trace, once every value's sizes are known: decided by
  * the symbols' range (counted), else a guard of the entry; without a rule
- * for a side, or no room, the sizes it reads specialize. */
+ * for a side (or out of memory) the sizes it reads specialize. */
 static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
 {
     cdy_sym_shapes *s = p->s;
@@ -858,9 +876,14 @@ static void sy_cmp(sy_pass *p, const cdy_sym_cmp *c)
     for (int r = 0; e >= 0 && dec < 0 && r < s->ncmp; r++)
         if (s->cmp[r].expr == e && s->cmp[r].op == c->op)
             return;
-    if (e >= 0 && dec < 0 && s->ncmp < (int)(sizeof(s->cmp) / sizeof(s->cmp[0]))) {
-        s->cmp[s->ncmp++] = (cdy_sym_cmp_rel){e, a, b, c->op, c->truth};
-        return;
+    if (e >= 0 && dec < 0) {
+        void *q = sy_grow(s->cmp, &s->capcmp, s->ncmp, sizeof(*s->cmp));
+        if (q) {
+            s->cmp = q;
+            s->cmp[s->ncmp++] = (cdy_sym_cmp_rel){e, a, b, c->op, c->truth};
+            return;
+        }
+        what = "out of memory for a comparison guard";
     }
     sy_sx_pin(p, c->a, -1, what, 0);
     sy_sx_pin(p, c->b, -1, what, 0);
@@ -903,7 +926,7 @@ static void sy_run(sy_pass *p)
             sy_scalar(p, v);
         if (val->kind == CDY_VAL_INPUT)
             for (int k = 0; k < s->tab.nsyms; k++)
-                if (s->info[k].input == val->input_index && !(p->pinned >> k & 1))
+                if (s->info[k].input == val->input_index && !cdy_sym_mask_has(&p->pinned, k))
                     s->dims[v][s->info[k].dim] = cdy_sym_var(&s->tab, k);
         for (int i = 0; i < npins; i++)    /* v's pins, before the values that read it */
             for (int d = 0; pins[i].value == v && d < val->meta.ndim; d++)
@@ -954,7 +977,7 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
     cdy_symtab_init(&out->tab);
     out->nvalues = g->nvalues;
     out->dims = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->dims));
-    sy_pass p = {out, g, 0, 1, h ? h->ext : NULL, h, 0};
+    sy_pass p = {out, g, {{0}}, 1, h ? h->ext : NULL, h, 0};
     out->sval = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->sval));
     out->grange = calloc(g->nvalues ? (size_t)g->nvalues : 1, sizeof(*out->grange));
     if (!out->dims || !out->sval || !out->grange || sy_symbols(out, g, dyn, h)) {
@@ -994,6 +1017,11 @@ void cdy_sym_shapes_free(cdy_sym_shapes *s)
     s->grange = NULL;
     free(s->vlay);
     s->vlay = NULL;
+    free(s->rel);
+    s->rel = NULL;
+    free(s->cmp);
+    s->cmp = NULL;
+    s->nrel = s->caprel = s->ncmp = s->capcmp = 0;
 }
 
 /* cut's bits (sym.h) of view w's value: its 'c' map's cuts, and the cuts of
@@ -1081,11 +1109,19 @@ static void sy_const_offsets(const cdy_graph *g, const cdy_sym_hints *h, cdy_sym
         s->moves[v] = (unsigned char)sy_moves(g, h, s, v);
 }
 
-uint64_t cdy_sym_live(const cdy_sym_shapes *s)
+int cdy_sym_any_live(const cdy_sym_shapes *s)
 {
-    uint64_t m = 0;
     for (int k = 0; k < s->tab.nsyms; k++)
         if (!s->info[k].pinned)
-            m |= (uint64_t)1 << k;
+            return 1;
+    return 0;
+}
+
+cdy_sym_mask cdy_sym_live(const cdy_sym_shapes *s)
+{
+    cdy_sym_mask m = {{0}};
+    for (int k = 0; k < s->tab.nsyms; k++)
+        if (!s->info[k].pinned)
+            cdy_sym_mask_set(&m, k);
     return m;
 }

@@ -16,10 +16,48 @@
 
 #include "cdynamo.h"
 
-#define CDY_SYM_MAX_SYMS 64      /* symbols of one graph (a bit each in a mask) */
-#define CDY_SYM_MAX_ATOMS 128    /* symbols and floor-division atoms */
+#define CDY_SYM_MAX_SYMS 256     /* symbols of one graph (a bit each in a cdy_sym_mask):
+                                  * a deep model's KV cache has two per layer */
+#define CDY_SYM_MAX_ATOMS 384    /* symbols and floor-division atoms */
 #define CDY_SYM_MAX_TERMS 8      /* terms of one expression */
 #define CDY_SYM_MAX_FACTORS 4    /* atoms of one term */
+
+/* A set of symbols, a bit each (k: word k / 64, bit k % 64). */
+#define CDY_SYM_MASK_WORDS (CDY_SYM_MAX_SYMS / 64)
+typedef struct {
+    uint64_t w[CDY_SYM_MASK_WORDS];
+} cdy_sym_mask;
+
+static inline int cdy_sym_mask_has(const cdy_sym_mask *m, int k)
+{
+    return (int)(m->w[k >> 6] >> (k & 63) & 1);
+}
+static inline void cdy_sym_mask_set(cdy_sym_mask *m, int k)
+{
+    m->w[k >> 6] |= (uint64_t)1 << (k & 63);
+}
+/* *m |= *o. */
+static inline void cdy_sym_mask_or(cdy_sym_mask *m, const cdy_sym_mask *o)
+{
+    for (int i = 0; i < CDY_SYM_MASK_WORDS; i++)
+        m->w[i] |= o->w[i];
+}
+/* 1 if m and o share a symbol. */
+static inline int cdy_sym_mask_meets(const cdy_sym_mask *m, const cdy_sym_mask *o)
+{
+    for (int i = 0; i < CDY_SYM_MASK_WORDS; i++)
+        if (m->w[i] & o->w[i])
+            return 1;
+    return 0;
+}
+/* The number of symbols in m. */
+static inline int cdy_sym_mask_count(const cdy_sym_mask *m)
+{
+    int n = 0;
+    for (int i = 0; i < CDY_SYM_MASK_WORDS; i++)
+        n += __builtin_popcountll(m->w[i]);
+    return n;
+}
 
 typedef struct {
     int64_t coef;
@@ -66,9 +104,9 @@ int cdy_sym_is_const(const cdy_symtab *tab, int e, int64_t *c);
 /* The value of e with symbol k = vals[k] (vals NULL: the hints). */
 int64_t cdy_sym_eval(const cdy_symtab *tab, int e, const int64_t *vals);
 /* The symbols e reads, a bit each. */
-uint64_t cdy_sym_symbols(const cdy_symtab *tab, int e);
+cdy_sym_mask cdy_sym_symbols(const cdy_symtab *tab, int e);
 /* e with the symbols of mask replaced by their hints: an id, or -1. */
-int cdy_sym_subst_hints(cdy_symtab *tab, int e, uint64_t mask);
+int cdy_sym_subst_hints(cdy_symtab *tab, int e, const cdy_sym_mask *mask);
 /* Whether e <op> 0 (op Py_LT .. Py_GE) holds at every value of the
  * symbols >= 2: 1 always, 0 never, -1 it depends (or unknown).  May add
  * expressions to tab. */
@@ -214,10 +252,11 @@ typedef struct cdy_sym_shapes_s {
     cdy_sym_info info[CDY_SYM_MAX_SYMS];
     int nvalues;
     int (*dims)[CDY_MAX_NDIM];   /* per value, per dim: its size's expression (malloc'd) */
-    int nrel;
-    int rel[64][2];              /* expression pairs the trace relied on being equal */
-    int ncmp;                    /* comparisons the range does not decide: guards */
-    cdy_sym_cmp_rel cmp[32];
+    int nrel, caprel;
+    int (*rel)[2];               /* expression pairs the trace relied on being equal
+                                  * (malloc'd, grows) */
+    int ncmp, capcmp;            /* comparisons the range does not decide: guards */
+    cdy_sym_cmp_rel *cmp;        /* (malloc'd, grows) */
     int ncmp_range;              /* comparisons the symbols' range decided (no guard) */
     int runs;                    /* passes over the graph until no new pin */
     int *sval;                   /* per value (malloc'd, may be NULL): 1 + the expression
@@ -261,7 +300,9 @@ int cdy_sym_infer(const cdy_graph *g, const unsigned *dyn, const cdy_sym_hints *
                   cdy_sym_shapes *out);
 void cdy_sym_shapes_free(cdy_sym_shapes *s);
 /* The symbols that stayed symbolic, a bit each. */
-uint64_t cdy_sym_live(const cdy_sym_shapes *s);
+cdy_sym_mask cdy_sym_live(const cdy_sym_shapes *s);
+/* 1 if a symbol stayed symbolic. */
+int cdy_sym_any_live(const cdy_sym_shapes *s);
 
 /* ---- guards (sym/guards.c) ---------------------------------------------------
  * Whether inputs of metas actual[input position] (names[i] for the text, may

@@ -279,7 +279,8 @@ void cdy_sym_trace_log(const cdy_trace *t, const char *name)
     cdy_sym_shapes s;
     cdy_sym_dyn_all(t, dyn);
     cdy_sym_trace_shapes(t, dyn, &s);
-    int live = __builtin_popcountll(cdy_sym_live(&s));
+    cdy_sym_mask lm = cdy_sym_live(&s);
+    int live = cdy_sym_mask_count(&lm);
     cdy_log("dynamic", "%s: with the arguments' dims symbolic, %d of %d symbols stay symbolic "
             "(%d passes)", name, live, s.tab.nsyms, s.runs);
     for (int k = 0; k < s.tab.nsyms; k++) {

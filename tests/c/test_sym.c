@@ -42,7 +42,7 @@ static void test_expr(void)
     CHECK(cdy_sym_eval(&t, a, vals) == 131);
     int p = cdy_sym_mul(&t, s0, s1), q = cdy_sym_mul(&t, s1, s0);
     CHECK(p == q && !strcmp(txt(&t, p), "s0*s1"));
-    CHECK(cdy_sym_symbols(&t, p) == 3 && cdy_sym_symbols(&t, c3) == 0);
+    CHECK(cdy_sym_symbols(&t, p).w[0] == 3 && cdy_sym_symbols(&t, c3).w[0] == 0);
     /* x - x is 0 */
     int neg = cdy_sym_mul(&t, cdy_sym_const(&t, -1), p);
     int64_t c = -1;
@@ -70,9 +70,9 @@ static void test_expr(void)
     CHECK(cdy_sym_div_exact(&t, ps, cdy_sym_const(&t, 128)) < 0);
     CHECK(cdy_sym_div_exact(&t, ps, cdy_sym_add(&t, s0, s1)) < 0);
     /* hints substituted */
-    int h = cdy_sym_subst_hints(&t, a, 1);
+    int h = cdy_sym_subst_hints(&t, a, &(cdy_sym_mask){{1}});
     CHECK(cdy_sym_is_const(&t, h, &c) && c == 515);
-    CHECK(cdy_sym_subst_hints(&t, p, 1) == cdy_sym_mul(&t, cdy_sym_const(&t, 8), s1));
+    CHECK(cdy_sym_subst_hints(&t, p, &(cdy_sym_mask){{1}}) == cdy_sym_mul(&t, cdy_sym_const(&t, 8), s1));
     /* overflow is -1, never a wrong coefficient */
     int big = cdy_sym_mul(&t, s0, cdy_sym_const(&t, INT64_MAX / 2));
     CHECK(cdy_sym_mul(&t, big, c3) == -1);
@@ -155,7 +155,7 @@ static void test_infer_rules(void)
     CHECK(!strcmp(txt(&sh.tab, sh.dims[s][0]), "s0"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[sm][1]), "s1"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "2*s0"));
-    CHECK(cdy_sym_live(&sh) == 7 && sh.runs == 1);
+    CHECK(cdy_sym_live(&sh).w[0] == 7 && sh.runs == 1);
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
@@ -163,7 +163,7 @@ static void test_infer_rules(void)
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
-    CHECK(cdy_sym_live(&sh) == 6 && sh.runs == 2);
+    CHECK(cdy_sym_live(&sh).w[0] == 6 && sh.runs == 2);
     cdy_sym_shapes_free(&sh);
     /* no dyn: nothing symbolic */
     CHECK(cdy_sym_infer(&t.g, NULL, NULL, &sh) == 0 && sh.tab.nsyms == 0);
@@ -190,7 +190,7 @@ static void test_infer_specializes(void)
     CHECK(sh.info[1].pinned && strstr(sh.info[1].why, "normalized_shape"));
     CHECK(sh.info[2].pinned && sh.info[3].pinned && strstr(sh.info[2].why, "extern"));
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "disagrees"));
-    CHECK(cdy_sym_live(&sh) == 0);
+    CHECK(cdy_sym_live(&sh).w[0] == 0);
     (void)e;
     (void)bad;
     cdy_sym_shapes_free(&sh);
@@ -226,7 +226,7 @@ static void test_infer_matmul(void)
     CHECK(sh.nrel == 3);    /* s1 == s2, s4 == s7 (batch), s6 == s8 (inner); s5, s9 free */
     cdy_sym_shapes_free(&sh);
     /* without the kinds, the externs specialize everything they read */
-    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0 && cdy_sym_live(&sh) == 0);
+    CHECK(cdy_sym_infer(&t.g, dyn, NULL, &sh) == 0 && cdy_sym_live(&sh).w[0] == 0);
     cdy_sym_shapes_free(&sh);
 }
 
@@ -311,8 +311,38 @@ static void test_cmp_decided(void)
     cdy_symtab_free(&t);
 }
 
+/* Symbols past 64 (a deep model's KV cache: two per layer): masks of more
+ * than one word, substitution of a high symbol's hint. */
+static void test_many_symbols(void)
+{
+    cdy_symtab t;
+    cdy_symtab_init(&t);
+    int s3 = -1, s100 = -1, s200 = -1;
+    for (int k = 0; k < 201; k++) {
+        int e = cdy_sym_new(&t, 2 + k);
+        s3 = k == 3 ? e : s3;
+        s100 = k == 100 ? e : s100;
+        s200 = k == 200 ? e : s200;
+    }
+    CHECK(t.nsyms == 201 && s3 >= 0 && s100 >= 0 && s200 >= 0);
+    int e = cdy_sym_add(&t, cdy_sym_mul(&t, s100, s200), s3);   /* s100*s200 + s3 */
+    cdy_sym_mask m = cdy_sym_symbols(&t, e), only100 = {{0}};
+    CHECK(cdy_sym_mask_count(&m) == 3 && cdy_sym_mask_has(&m, 100) && cdy_sym_mask_has(&m, 200) &&
+          cdy_sym_mask_has(&m, 3) && !cdy_sym_mask_has(&m, 64) && m.w[0] == 8);
+    cdy_sym_mask_set(&only100, 100);
+    CHECK(cdy_sym_mask_meets(&m, &only100));
+    int h = cdy_sym_subst_hints(&t, e, &only100);                /* 102*s200 + s3 */
+    CHECK(h == cdy_sym_add(&t, cdy_sym_mul(&t, cdy_sym_const(&t, 102), s200), s3));
+    int64_t vals[CDY_SYM_MAX_SYMS];
+    for (int k = 0; k < t.nsyms; k++)
+        vals[k] = t.hint[k];
+    CHECK(cdy_sym_eval(&t, e, vals) == 102 * 202 + 5);
+    cdy_symtab_free(&t);
+}
+
 int main(void)
 {
+    test_many_symbols();
     test_guards();
     test_infer_matmul();
     test_expr();
