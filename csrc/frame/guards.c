@@ -470,10 +470,83 @@ static int check_global_id(const cdy_guard *g, PyObject *globals, char *why, siz
     return v == g->expect;
 }
 
+/* 1 if f is transformers' GeneralInterface.__getitem__ (by module and
+ * qualname, its code the one first seen: a replaced __code__ is not). */
+static int gi_is_getitem(PyObject *f)
+{
+    static PyObject *code;   /* held */
+    if (!f || !PyFunction_Check(f))
+        return 0;
+    PyFunctionObject *fn = (PyFunctionObject *)f;
+    if (!fn->func_module || !PyUnicode_Check(fn->func_module) || !PyUnicode_Check(fn->func_qualname) ||
+        PyUnicode_CompareWithASCIIString(fn->func_module, "transformers.utils.generic") ||
+        PyUnicode_CompareWithASCIIString(fn->func_qualname, "GeneralInterface.__getitem__"))
+        return 0;
+    if (!code)
+        code = Py_NewRef(fn->func_code);
+    return fn->func_code == code;
+}
+
+/* Interned names and collections.abc.Mapping.__contains__ for
+ * gi_contains; 0, or -1 (no error set). */
+static int gi_init(PyObject **names, PyObject **map_contains)
+{
+    static const char *const s[] = {"__contains__", "__getitem__", "_local_mapping",
+                                    "_global_mapping"};
+    if (*map_contains)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (!names[i] && !(names[i] = PyUnicode_InternFromString(s[i]))) {
+            PyErr_Clear();
+            return -1;
+        }
+    PyObject *abc = PyImport_ImportModule("collections.abc");
+    PyObject *m = abc ? PyObject_GetAttrString(abc, "Mapping") : NULL;
+    *map_contains = m && PyType_Check(m) ? Py_XNewRef(_PyType_Lookup((PyTypeObject *)m, names[0]))
+                                          : NULL;
+    Py_XDECREF(m);
+    Py_XDECREF(abc);
+    PyErr_Clear();
+    return *map_contains ? 0 : -1;
+}
+
+/* key in v for a transformers GeneralInterface v (ALL_ATTENTION_FUNCTIONS:
+ * Mapping.__contains__ over GeneralInterface's Python __getitem__, two
+ * frames a check) read as that __getitem__ reads it, in C: key in
+ * v._local_mapping, else in v._global_mapping, both exact dicts read by the
+ * generic lookup with no descriptor on the class.  1 / 0, or -1 with no
+ * error set when v is not one or reads otherwise (the caller asks Python). */
+static int gi_contains(PyObject *v, PyObject *key)
+{
+    static PyObject *names[4], *map_contains;
+    PyTypeObject *tp = Py_TYPE(v);
+    if (!PyUnicode_CheckExact(key) || gi_init(names, &map_contains) ||
+        tp->tp_getattro != PyObject_GenericGetAttr ||
+        _PyType_Lookup(tp, names[0]) != map_contains || !gi_is_getitem(_PyType_Lookup(tp, names[1])))
+        return -1;
+    for (int i = 2; i < 4; i++) {
+        PyObject *ca = _PyType_Lookup(tp, names[i]);
+        if (ca && Py_TYPE(ca)->tp_descr_get)
+            return -1;
+        PyObject *d = PyObject_GetAttr(v, names[i]);
+        int r = d && PyDict_CheckExact(d) ? PyDict_Contains(d, key) : -1;
+        Py_XDECREF(d);
+        if (r < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (r)
+            return 1;
+    }
+    return 0;
+}
+
 /* Check a CONTAINS guard on v: (key in v) == the traced answer (requires_grad). */
 static int check_contains(const cdy_guard *g, PyObject *v, char *why, size_t n)
 {
-    int r = PySequence_Contains(v, g->expect);
+    int r = gi_contains(v, g->expect);
+    if (r < 0)
+        r = PySequence_Contains(v, g->expect);
     PyErr_Clear();
     if (r != g->requires_grad)
         snprintf(why, n, "'%s' in '%s' is no longer %s", PyUnicode_Check(g->expect) ?

@@ -75,6 +75,8 @@ typedef struct {
     int nvalues, npynodes;
     int multi;            /* a multi-output extern: calls need a stash for its result */
     cdy_pynode *pynodes;  /* own copies of the arrays */
+    PyObject **call_fn;   /* per pynode: what a call runs (owned; NULL for an item):
+                           * its fn, or the C operator behind an OpOverload */
     PyObject *keep;       /* objects the pynodes refer to */
     int *value_input;     /* per value: input position or -1 */
     PyObject *source;     /* generated C (str) or None */
@@ -119,8 +121,9 @@ static PyObject *empty_strided;   /* torch.empty_strided */
 static PyObject *empty_like;      /* torch.empty_like */
 static PyObject *kw_dtype;        /* ("dtype",) */
 static PyObject *dtype_objs[CDY_DT_COUNT];
-static PyObject *get_rng_state;   /* torch.get_rng_state */
-static PyObject *set_rng_state;   /* torch.set_rng_state */
+static PyObject *get_rng_state;   /* torch.default_generator.get_state (torch.get_rng_state's
+                                   * read, without its Python frame) */
+static PyObject *set_rng_state;   /* torch.default_generator.set_state */
 
 /* Look up torch objects the runtime needs; 0 or -1 with error. */
 int cdy_runtime_init(PyObject *torch)
@@ -128,8 +131,10 @@ int cdy_runtime_init(PyObject *torch)
     empty_strided = PyObject_GetAttrString(torch, "empty_strided");
     empty_like = PyObject_GetAttrString(torch, "empty_like");
     kw_dtype = Py_BuildValue("(s)", "dtype");
-    get_rng_state = PyObject_GetAttrString(torch, "get_rng_state");
-    set_rng_state = PyObject_GetAttrString(torch, "set_rng_state");
+    PyObject *gen = PyObject_GetAttrString(torch, "default_generator");
+    get_rng_state = gen ? PyObject_GetAttrString(gen, "get_state") : NULL;
+    set_rng_state = gen ? PyObject_GetAttrString(gen, "set_state") : NULL;
+    Py_XDECREF(gen);
     if (!empty_strided || !empty_like || !kw_dtype || !get_rng_state || !set_rng_state)
         return -1;
     for (int d = 0; d < CDY_DT_COUNT; d++) {
@@ -236,9 +241,10 @@ static PyObject *build_seq(const cdy_pyseq *s, PyObject *const *vals, const int 
     return r;
 }
 
-/* Call pynode p with arguments from vals (graph values, through map when
- * given) or its constants; new ref or NULL. */
-static PyObject *call_pynode(const cdy_pynode *p, PyObject *const *vals, const int *map)
+/* Call fn with pynode p's arguments from vals (graph values, through map
+ * when given) or its constants; new ref or NULL. */
+static PyObject *call_pynode(PyObject *fn, const cdy_pynode *p, PyObject *const *vals,
+                             const int *map)
 {
     PyObject *av[32], *tmp[32];
     int ntmp = 0;
@@ -254,7 +260,7 @@ static PyObject *call_pynode(const cdy_pynode *p, PyObject *const *vals, const i
             av[a] = p->cst[a];
     }
     Py_ssize_t nkw = p->kwnames ? PyTuple_GET_SIZE(p->kwnames) : 0;
-    r = PyObject_Vectorcall(p->fn, av, (size_t)(p->nargs - nkw), p->kwnames);
+    r = PyObject_Vectorcall(fn, av, (size_t)(p->nargs - nkw), p->kwnames);
 done:
     for (int i = 0; i < ntmp; i++)
         Py_XDECREF(tmp[i]);
@@ -268,8 +274,9 @@ static PyObject *pynode_result(cdy_compiled *c, int n, PyObject *const *vals, co
 {
     const cdy_pynode *p = &c->pynodes[n];
     if (p->item < 0)
-        return call_pynode(p, vals, map);
-    if (!stash[p->base] && !(stash[p->base] = call_pynode(&c->pynodes[p->base], vals, map)))
+        return call_pynode(c->call_fn[n], p, vals, map);
+    if (!stash[p->base] &&
+        !(stash[p->base] = call_pynode(c->call_fn[p->base], &c->pynodes[p->base], vals, map)))
         return NULL;
     return PySequence_GetItem(stash[p->base], p->item);
 }
@@ -1196,6 +1203,9 @@ static void compiled_dealloc(PyObject *self)
         PyMem_Free(p->cst);
     }
     PyMem_Free(c->pynodes);
+    for (int n = 0; c->call_fn && n < c->npynodes; n++)
+        Py_XDECREF(c->call_fn[n]);
+    PyMem_Free(c->call_fn);
     PyMem_Free(c->value_input);
     PyMem_Free(c->outputs);
     PyMem_Free(c->wb);
@@ -1917,14 +1927,40 @@ static int draws_rng(PyObject *fn)
     return hit;
 }
 
+/* What a call of fn runs (new ref): the C operator an exact
+ * torch._ops.OpOverload holds (its __call__ is `self._op(*args, **kwargs)`,
+ * a Python frame per call: dropout's torch.ops.aten.bernoulli.p), else fn. */
+static PyObject *direct_fn(PyObject *fn)
+{
+    static PyObject *overload_tp, *s_op;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        PyObject *m = PyImport_ImportModule("torch._ops");
+        overload_tp = m ? PyObject_GetAttrString(m, "OpOverload") : NULL;
+        s_op = PyUnicode_InternFromString("_op");
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    if (!overload_tp || !s_op || (PyObject *)Py_TYPE(fn) != overload_tp)
+        return Py_NewRef(fn);
+    PyObject *op = PyObject_GetAttr(fn, s_op);
+    if (op && PyCallable_Check(op))
+        return op;
+    Py_XDECREF(op);
+    PyErr_Clear();
+    return Py_NewRef(fn);
+}
+
 /* Copy the trace's calls (pynodes) into c, owning the arrays; 0 or -1. */
 static int copy_pynodes(cdy_compiled *c, const cdy_run_record *r)
 {
     c->npynodes = r->npynodes;
     c->keep = Py_NewRef(r->keep);
     c->pynodes = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(cdy_pynode));
+    c->call_fn = PyMem_Calloc((size_t)c->npynodes + 1, sizeof(PyObject *));
     c->pynode_of = PyMem_Calloc((size_t)r->graph->nvalues + 1, sizeof(int));
-    if (!c->pynodes || !c->pynode_of)
+    if (!c->pynodes || !c->call_fn || !c->pynode_of)
         goto oom;
     for (int v = 0; v < r->graph->nvalues; v++)
         c->pynode_of[v] = -1;
@@ -1933,6 +1969,7 @@ static int copy_pynodes(cdy_compiled *c, const cdy_run_record *r)
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
         c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
+        c->call_fn[n] = s->fn ? direct_fn(s->fn) : NULL;
         d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
         d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));
         if (!d->ref || !d->cst)
