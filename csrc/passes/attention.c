@@ -264,11 +264,21 @@ static int at_rewrite(at_ctx *a, const at_match *m)
     return 0;
 }
 
+/* 1 if matched m may be rewritten in a training graph: no mask, float32
+ * (sdpa_backward's fused gradients, torch's flash kernel, then apply; float64
+ * keeps eager's unfused ops, whose rounding the fused kernel's would not). */
+static int at_trainable(const cdy_trace *t, const at_match *m)
+{
+    return m->mask < 0 && t->graph.values[m->y].meta.dtype == CDY_DT_FLOAT32;
+}
+
 /* ---- hand-written attention ------------------------------------------------ */
 
-/* Rewrite every hand-written attention in t (see the top of this file);
- * the number rewritten.  Never fails: a trace it cannot handle stays as is. */
-int cdy_pass_attention(cdy_trace *t)
+/* Rewrite every hand-written attention in t (see the top of this file), or
+ * in a training graph's forward (train: no mask, float32 only, the chain's
+ * gradient then sdpa_backward's, trace/autograd.c); the number rewritten.
+ * Never fails: a trace it cannot handle stays as is. */
+static int at_pass(cdy_trace *t, int train)
 {
     if (t->graph.nvalues == 0 || at_init())
         return 0;
@@ -281,11 +291,22 @@ int cdy_pass_attention(cdy_trace *t)
     cdy_trace_users(t, a.users);
     for (int v = 0; v < t->graph.nvalues; v++) {
         at_match m;
-        if (at_match_at(&a, v, &m) && at_rewrite(&a, &m) == 0)
+        if (at_match_at(&a, v, &m) && (!train || at_trainable(t, &m)) &&
+            at_rewrite(&a, &m) == 0)
             done++;
     }
 out:
     PyMem_Free(a.pynode_of);
     PyMem_Free(a.users);
     return done;
+}
+
+int cdy_pass_attention(cdy_trace *t)
+{
+    return at_pass(t, 0);
+}
+
+int cdy_pass_attention_train(cdy_trace *t)
+{
+    return at_pass(t, 1);
 }

@@ -1154,6 +1154,20 @@ static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
     return 0;
 }
 
+/* 1 if fn is the attention rewrite's call (cdynamo._attention.attention,
+ * passes/attention.c: F.scaled_dot_product_attention's arguments). */
+static int ag_fused_attention(PyObject *fn)
+{
+    static PyObject *att;
+    if (!att) {
+        PyObject *m = PyImport_ImportModule("cdynamo._attention");
+        att = m ? PyObject_GetAttrString(m, "attention") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return att && fn == att;
+}
+
 /* The argument `name` at position pos of call p (or by keyword): its index
  * in p's arguments, or -1 when absent. */
 static int ag_arg_at(const cdy_pynode *p, int pos, const char *name)
@@ -1397,7 +1411,8 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, fn);
     if (!ag_same_elems(s, v, fn, p))
         return 0;
-    if (!strcmp(fn, "scaled_dot_product_attention") && !ag_sdpa(s, v, p))
+    if ((!strcmp(fn, "scaled_dot_product_attention") || ag_fused_attention(p->fn)) &&
+        !ag_sdpa(s, v, p))
         return 0;
     int red = ag_loss_reduction(p);
     if (red >= 0 && (!strcmp(fn, "cross_entropy") || !strcmp(fn, "nll_loss")))
