@@ -283,11 +283,11 @@ def _heads_attention(scale, heads=2, cross=False):
 
 @pytest.mark.parametrize("case", ["scaled", "unscaled", "odd_sizes", "cross", "one_head"])
 def test_attention_chain_trains_as_one_fused_call(case):
-    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask) becomes the fused
-    attention in the forward (no L x S weights saved) and one call of torch's flash
-    kernels in the backward (cdynamo._autograd.attention_grads, its gradients
-    heads-major); outputs and gradients are eager's; odd sizes, a cross attention of
-    another length, one head."""
+    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask) becomes one call
+    of torch's flash kernel in the forward (cdynamo._autograd.attention_forward: the
+    result and its rows' log-sum-exp, saved; no L x S weights) and one of its backward
+    (attention_grads, its gradients heads-major); outputs and gradients are eager's;
+    odd sizes, a cross attention of another length, one head."""
     heads, b, t, c, cross = 2, 2, 5, 8, False
     if case == "odd_sizes":
         heads, b, t, c = 3, 3, 7, 9
@@ -302,7 +302,7 @@ def test_attention_chain_trains_as_one_fused_call(case):
     a_e, a_c = _leaves(args), _leaves(args)
     out_e, out = fn(*a_e), cdynamo.optimize(fn)(*a_c)
     src = out.grad_fn.tg.source
-    assert "sdpa_backward(" in src and "softmax" not in src, src
+    assert "_attention_grads(" in src and "softmax" not in src, src
     go = torch.randn(out.shape).transpose(0, 1).contiguous().transpose(0, 1)
     out_e.backward(go)   # a non-contiguous output gradient: eager's gradients still
     out.backward(go)
@@ -311,11 +311,13 @@ def test_attention_chain_trains_as_one_fused_call(case):
 
 
 def test_attention_grads_eager_form_where_flash_would_differ():
-    """attention_grads falls back to eager's unfused ops where torch's flash kernel would
-    give other values (an infinite q: rows of NaN weights), with the same heads-major
-    layout as the flash kernels' gradients; and the fused path's gradients agree with
-    eager's autograd on a non-contiguous output gradient."""
-    from cdynamo._autograd import attention_grads
+    """attention_forward / attention_grads fall back to eager's unfused ops where torch's
+    flash kernel would give other values (an infinite q: rows of NaN weights; the
+    forward's log-sum-exp of NaN says so), with the same heads-major layout as the flash
+    kernels' gradients; the fused path's gradients agree with eager's autograd on a
+    non-contiguous output gradient; with the saved out and lse, or without them (the
+    prelude's sdpa_backward: the forward recomputed)."""
+    from cdynamo._autograd import attention_forward, attention_grads
     g = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
     go = torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2)   # not contiguous
@@ -325,10 +327,16 @@ def test_attention_grads_eager_form_where_flash_would_differ():
         leaves = [t.clone().requires_grad_() for t in (qq, k, v)]
         s = (leaves[0] @ leaves[1].transpose(-1, -2)) * 0.5
         (s.softmax(-1) @ leaves[2]).backward(go)
-        got = attention_grads(go, qq, k, v, 0.5, False)
-        for r, e in zip(got, leaves):
-            assert r.shape == e.shape and r.transpose(1, 2).is_contiguous()
-            torch.testing.assert_close(r, e.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
+        out, lse = attention_forward(qq, k, v, 0.5)
+        torch.testing.assert_close(out, (s.softmax(-1) @ leaves[2]).detach(), rtol=RTOL,
+                                   atol=ATOL, equal_nan=True)
+        assert lse.shape == (2, 3, 5) and lse.transpose(1, 2).is_contiguous()
+        assert bool(lse.isnan().all()) == (qq is q_inf)
+        for got in (attention_grads(go, qq, k, v, 0.5, False),
+                    attention_grads(go, qq, k, v, 0.5, False, out, lse)):
+            for r, e in zip(got, leaves):
+                assert r.shape == e.shape and r.transpose(1, 2).is_contiguous()
+                torch.testing.assert_close(r, e.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
 def test_column_major_operand_gradient_keeps_its_layout():

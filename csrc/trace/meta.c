@@ -1468,13 +1468,14 @@ static void mt_heads_major(const cdy_meta *x, cdy_meta *m)
 }
 
 /* A fake for cdynamo._autograd.attention_grads(grad, query, key, value, scale,
- * is_causal): 4-d float32 tensors of one batch and heads, q, k and v of one
- * head size, k and v of one length, grad q's sizes, scale a number, is_causal
- * a bool: the gradients of q, k and v, each heads-major (mt_heads_major). */
+ * is_causal[, out, lse]): 4-d float32 tensors of one batch and heads, q, k and
+ * v of one head size, k and v of one length, grad q's sizes, scale a number,
+ * is_causal a bool (out and lse not read): the gradients of q, k and v, each
+ * heads-major (mt_heads_major). */
 static PyObject *mt_attention_grads(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
 {
-    tvar *s[6];
-    if (cdy_bind_names("grad query key value scale is_causal", args, nargs, kwnames, s) ||
+    tvar *s[8];
+    if (cdy_bind_names("grad query key value scale is_causal out lse", args, nargs, kwnames, s) ||
         !s[0] || !s[1] || !s[2] || !s[3] || !s[4] || !mt_number(s[4]) || !s[5] ||
         s[5]->kind != TV_CONST || !PyBool_Check(s[5]->obj))
         return NULL;
