@@ -331,8 +331,11 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
 {
     cdy_trace_run(t, p->code, locals, globals, builtins, closure);
     cdy_backward bw = {0};
-    if (t->status == CDY_TRACE_OK && t->training && t->grad_enabled)
+    if (t->status == CDY_TRACE_OK && t->training && t->grad_enabled) {
+        if (p->backend != CDY_BACKEND_EAGER)
+            cdy_pass_attention_train(t);   /* fused attention, before the backward reads the chain */
         cdy_autograd_build(t, &bw);        /* a stop (NO_DERIVATIVE, ...) runs the frame eagerly */
+    }
     if (!pp_compiles(p, t)) {
         cdy_backward_clear(&bw);
         return 0;                          /* a stop or no tensor op: the hook says why */

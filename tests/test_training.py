@@ -248,19 +248,95 @@ def test_attention_head_views_are_copied_by_the_backward_graph():
     (.contiguous(), k's transposed view in its memory order) instead of leaving
     torch.matmul to copy it; k's gradient (k.transpose is column-major) is the
     transpose of a row-major product, laid out as k's memory; the gradients are
-    eager's."""
+    eager's.  (The weights a have a second reader, so the chain is not the fused
+    attention: test_attention_chain_trains_as_one_fused_call.)"""
     def attn(x, w):
         b, t, c = x.shape
         q, k, v = (x @ w).split(c, dim=2)
         q, k, v = (u.view(b, t, 2, c // 2).transpose(1, 2) for u in (q, k, v))
         a = (q @ k.transpose(-2, -1)).softmax(-1)
-        return (a @ v).transpose(1, 2).reshape(b, t, c)
+        return (a @ v).transpose(1, 2).reshape(b, t, c) * a[..., :1].mean()
     w = (torch.randn(8, 24, generator=torch.Generator().manual_seed(4)) * 0.3).requires_grad_()
     grads_match(attn, _x(2, 5, 8), w)
     out = cdynamo.optimize(attn)(_x(2, 5, 8), w)
     src = out.grad_fn.tg.source
     assert ".transpose(-1, -2) @ v" in src and ".contiguous()).transpose(-1, -2)" in src, src
     assert ".transpose(-1, -2).contiguous().transpose(-1, -2)" in src, src
+
+
+def _heads_attention(scale, heads=2, cross=False):
+    """A function of (x, w[, y]) that is hand-written attention over head views of one
+    projection (x @ w: q | k | v), scaled by `scale` (None: not scaled); cross: k and v
+    from y, of another length."""
+    def attn(x, w, y=None):
+        b, t, c = x.shape
+        src = y if cross else x
+        q = (x @ w[:, :c]).view(b, t, heads, c // heads).transpose(1, 2)
+        k, v = (src @ w[:, c:]).split(c, dim=2)
+        k, v = (u.view(b, src.shape[1], heads, c // heads).transpose(1, 2) for u in (k, v))
+        s = q @ k.transpose(-2, -1)
+        if scale is not None:
+            s = s * scale
+        return (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+    return attn
+
+
+@pytest.mark.parametrize("case", ["scaled", "unscaled", "odd_sizes", "cross", "one_head"])
+def test_attention_chain_trains_as_one_fused_call(case):
+    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask) becomes one call
+    of torch's flash kernel in the forward (cdynamo._autograd.attention_forward: the
+    result and its rows' log-sum-exp, saved; no L x S weights) and one of its backward
+    (attention_grads, its gradients heads-major); outputs and gradients are eager's;
+    odd sizes, a cross attention of another length, one head."""
+    heads, b, t, c, cross = 2, 2, 5, 8, False
+    if case == "odd_sizes":
+        heads, b, t, c = 3, 3, 7, 9
+    elif case == "one_head":
+        heads = 1
+    elif case == "cross":
+        cross = True
+    fn = _heads_attention(None if case == "unscaled" else 0.3, heads, cross)
+    w = (torch.randn(c, 3 * c, generator=torch.Generator().manual_seed(4)) * 0.3).requires_grad_()
+    args = (_x(b, t, c), w) + ((_x(b, 11, c, seed=6),) if cross else ())
+    grads_match(fn, *args)
+    a_e, a_c = _leaves(args), _leaves(args)
+    out_e, out = fn(*a_e), cdynamo.optimize(fn)(*a_c)
+    src = out.grad_fn.tg.source
+    assert "_attention_grads(" in src and "softmax" not in src, src
+    go = torch.randn(out.shape).transpose(0, 1).contiguous().transpose(0, 1)
+    out_e.backward(go)   # a non-contiguous output gradient: eager's gradients still
+    out.backward(go)
+    for x, y in zip(a_e, a_c):
+        torch.testing.assert_close(y.grad, x.grad, rtol=RTOL, atol=ATOL)
+
+
+def test_attention_grads_eager_form_where_flash_would_differ():
+    """attention_forward / attention_grads fall back to eager's unfused ops where torch's
+    flash kernel would give other values (an infinite q: rows of NaN weights; the
+    forward's log-sum-exp of NaN says so), with the same heads-major layout as the flash
+    kernels' gradients; the fused path's gradients agree with eager's autograd on a
+    non-contiguous output gradient; with the saved out and lse, or without them (the
+    prelude's sdpa_backward: the forward recomputed)."""
+    from cdynamo._autograd import attention_forward, attention_grads
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    go = torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2)   # not contiguous
+    q_inf = q.clone()
+    q_inf[0, 1, 2, 0] = float("inf")
+    for qq in (q, q_inf):
+        leaves = [t.clone().requires_grad_() for t in (qq, k, v)]
+        s = (leaves[0] @ leaves[1].transpose(-1, -2)) * 0.5
+        (s.softmax(-1) @ leaves[2]).backward(go)
+        out, lse = attention_forward(qq, k, v, 0.5)
+        torch.testing.assert_close(out, (s.softmax(-1) @ leaves[2]).detach(), rtol=RTOL,
+                                   atol=ATOL, equal_nan=True)
+        assert lse.shape == (2, 3, 5) and lse.transpose(1, 2).is_contiguous()
+        assert bool(lse.isnan().all()) == (qq is q_inf)
+        for got in (attention_grads(go, qq, k, v, 0.5, False),
+                    attention_grads(go, qq, k, v, 0.5, False, out, lse)):
+            for r, e in zip(got, leaves):
+                assert r.shape == e.shape and r.transpose(1, 2).is_contiguous()
+                torch.testing.assert_close(r, e.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
 def test_column_major_operand_gradient_keeps_its_layout():
@@ -1028,7 +1104,11 @@ def _qkv_attention(x, w):
 
 
 SPLITS = {
-    "qkv_attention": (_qkv_attention, _x(2, 5, 8), _x(8, 24, seed=1)),
+    # w scaled: scores of |s| < 10, where the fused attention's rounding (flash kernels)
+    # stays within the tolerances, as eager's own sdpa's does
+    "qkv_attention": (_qkv_attention, _x(2, 5, 8),
+                      (torch.randn(8, 24, generator=torch.Generator().manual_seed(1)) * 0.3)
+                      .requires_grad_()),
     "chunk_dim0": (lambda x: sum(p.sin() * (i + 1) for i, p in enumerate(x.chunk(3, 0))).sum(),
                    _x(6, 4)),
     "split_sizes_mid_dim": (lambda x: sum((p * p).sum() * (i + 1) for i, p in

@@ -28,7 +28,7 @@
 
 #include "passes/passes.h"
 
-static PyObject *sdpa_fn, *kw_scale, *kw_mask_scale, *matmul_fns[4];
+static PyObject *sdpa_fn, *train_fn, *kw_scale, *kw_mask_scale, *matmul_fns[4];
 
 /* Resolve the callables once; 0, or -1 (error cleared: no rewrite). */
 static int at_init(void)
@@ -40,6 +40,9 @@ static int at_init(void)
     PyObject *op = PyImport_ImportModule("operator");
     PyObject *tensor = torch ? PyObject_GetAttrString(torch, "Tensor") : NULL;
     PyObject *sd = f ? PyObject_GetAttrString(f, "attention") : NULL;
+    PyObject *ag = PyImport_ImportModule("cdynamo._autograd");
+    train_fn = ag ? PyObject_GetAttrString(ag, "attention_forward") : NULL;
+    Py_XDECREF(ag);
     if (sd && tensor && op) {
         matmul_fns[0] = PyObject_GetAttrString(torch, "matmul");
         matmul_fns[1] = PyObject_GetAttrString(tensor, "matmul");
@@ -52,7 +55,7 @@ static int at_init(void)
     Py_XDECREF(torch);
     Py_XDECREF(op);
     Py_XDECREF(tensor);
-    int ok = sd && matmul_fns[0] && matmul_fns[1] && matmul_fns[2] && matmul_fns[3] &&
+    int ok = sd && train_fn && matmul_fns[0] && matmul_fns[1] && matmul_fns[2] && matmul_fns[3] &&
              kw_scale && kw_mask_scale;
     if (!ok) {
         Py_XDECREF(sd);
@@ -264,11 +267,134 @@ static int at_rewrite(at_ctx *a, const at_match *m)
     return 0;
 }
 
+/* 1 if matched m may be rewritten in a training graph: no mask, float32
+ * (sdpa_backward's fused gradients, torch's flash kernel, then apply; float64
+ * keeps eager's unfused ops, whose rounding the fused kernel's would not). */
+static int at_trainable(const cdy_trace *t, const at_match *m)
+{
+    return m->mask < 0 && t->graph.values[m->y].meta.dtype == CDY_DT_FLOAT32;
+}
+
+/* perm[d] := the dim of meta y that view dim d of w (sizes, strides st) is,
+ * every dim of y once; 1, or 0 when w is no permutation of y. */
+static int at_perm_of(const cdy_meta *y, const int64_t *sizes, const int64_t *st, int *perm)
+{
+    int taken = 0;
+    for (int d = 0; d < 4; d++) {
+        perm[d] = -1;
+        for (int e = 0; e < 4 && perm[d] < 0; e++)
+            if (!(taken >> e & 1) && sizes[d] == y->sizes[e] && st[d] == y->strides[e])
+                perm[d] = e;
+        if (perm[d] < 0)
+            return 0;
+        taken |= 1 << perm[d];
+    }
+    return 1;
+}
+
+/* Give attention result y (contiguous (B, H, L, E), every size > 1, not a
+ * graph output) the flash kernel's heads-major layout ((B, L, H, E) memory),
+ * so that the runtime keeps the kernel's result as it is (no copy into the
+ * traced strides) and y.transpose(1, 2) reads it in order: every view or
+ * copy of y (kind V, base y) must be a permutation of y's dims, its strides
+ * then permuted alike.  Nothing changes otherwise. */
+static void at_heads_major(cdy_trace *t, int y)
+{
+    cdy_graph *g = &t->graph;
+    cdy_meta *m = &g->values[y].meta;
+    int perm[4];
+    if (m->ndim != 4 || !cdy_meta_contiguous(m))
+        return;
+    for (int d = 0; d < 4; d++)
+        if (m->sizes[d] < 2)
+            return;
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->outputs[i] == y)
+            return;
+    for (int w = 0; w < g->nvalues; w++) {
+        const cdy_value *x = &g->values[w];
+        if (x->kind == CDY_VAL_NODE && cdy_op_table[x->op].kind == 'V' && x->view_base == y &&
+            (x->meta.ndim != 4 || x->view_offset != 0 ||
+             !at_perm_of(m, x->meta.sizes, x->view_strides, perm)))
+            return;
+    }
+    int64_t st[4] = {m->sizes[2] * m->sizes[1] * m->sizes[3], m->sizes[3],
+                     m->sizes[1] * m->sizes[3], 1};
+    for (int w = 0; w < g->nvalues; w++) {
+        cdy_value *x = &g->values[w];
+        if (x->kind != CDY_VAL_NODE || cdy_op_table[x->op].kind != 'V' || x->view_base != y)
+            continue;
+        at_perm_of(m, x->meta.sizes, x->view_strides, perm);
+        for (int d = 0; d < 4; d++) {
+            x->view_strides[d] = st[perm[d]];
+            if (cdy_value_is_alias(x))
+                x->meta.strides[d] = st[perm[d]];
+        }
+    }
+    memcpy(m->strides, st, sizeof(st));
+}
+
+/* Rewrite matched m in a training graph: y's call becomes
+ * cdynamo._autograd.attention_forward(q, k, v, scale) -> (y, lse), a
+ * multi-output call (the call, then one item per result), lse a new value
+ * before y (B, H, L) of the flash kernel's layout, saved for the backward
+ * with y (trace/autograd.c: no attention recomputed there); 0 or -1 (out of
+ * memory: then nothing changed but y's call, which at_rewrite made). */
+static int at_rewrite_train(at_ctx *a, const at_match *m)
+{
+    cdy_trace *t = a->t;
+    int pn = a->pynode_of[m->y];
+    int *ref = cdy_arena_alloc(&t->arena, sizeof(int) * 5);
+    PyObject **cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * 5);
+    cdy_pyseq *seq = cdy_arena_alloc(&t->arena, sizeof(cdy_pyseq) * 5);
+    if (!ref || !cst || !seq || at_rewrite(a, m) ||
+        cdy_trace_insert_pynodes(t, pn, 2))
+        return -1;
+    if (cdy_trace_insert_values(t, m->y, 1)) {
+        memmove(&t->pynodes[pn], &t->pynodes[pn + 2], sizeof(cdy_pynode) * (size_t)(t->npynodes - pn - 2));
+        t->npynodes -= 2;
+        return -1;
+    }
+    cdy_graph *g = &t->graph;
+    int lse = m->y, y = m->y + 1;
+    cdy_pynode *base = &t->pynodes[pn], *iy = &t->pynodes[pn + 1], *il = &t->pynodes[pn + 2];
+    memset(seq, 0, sizeof(cdy_pyseq) * 5);
+    *base = *il;                            /* y's call (at_rewrite's), now the base */
+    base->fn = train_fn;
+    base->kwnames = NULL;
+    base->value = -1;
+    base->item = -1;
+    base->ref = ref;
+    base->cst = cst;
+    base->seq = seq;
+    base->nargs = 4;
+    memcpy(ref, (int[]){m->q, m->k, m->v, -1}, sizeof(int) * 4);
+    cst[3] = t->pynodes[pn + 2].cst[t->pynodes[pn + 2].nargs - 1];   /* the scale */
+    memset(iy, 0, sizeof(*iy));
+    memset(il, 0, sizeof(*il));
+    *iy = (cdy_pynode){.value = y, .item = 0, .base = pn};
+    *il = (cdy_pynode){.value = lse, .item = 1, .base = pn};
+    cdy_value *lv = &g->values[lse];
+    *lv = g->values[y];
+    const cdy_meta *q = &g->values[m->q].meta;
+    lv->meta.ndim = 3;
+    int64_t sz[3] = {q->sizes[0], q->sizes[1], q->sizes[2]};
+    memcpy(lv->meta.sizes, sz, sizeof(sz));
+    lv->meta.strides[0] = sz[1] * sz[2];    /* (B, L, H) memory: the flash kernel's */
+    lv->meta.strides[1] = 1;
+    lv->meta.strides[2] = sz[1];
+    if (g->values[m->v].meta.sizes[3] == q->sizes[3])   /* the flash kernel runs */
+        at_heads_major(t, y);
+    return 0;
+}
+
 /* ---- hand-written attention ------------------------------------------------ */
 
-/* Rewrite every hand-written attention in t (see the top of this file);
- * the number rewritten.  Never fails: a trace it cannot handle stays as is. */
-int cdy_pass_attention(cdy_trace *t)
+/* Rewrite every hand-written attention in t (see the top of this file), or
+ * in a training graph's forward (train: no mask, float32 only, the chain's
+ * gradient then sdpa_backward's, trace/autograd.c); the number rewritten.
+ * Never fails: a trace it cannot handle stays as is. */
+static int at_pass(cdy_trace *t, int train)
 {
     if (t->graph.nvalues == 0 || at_init())
         return 0;
@@ -279,13 +405,27 @@ int cdy_pass_attention(cdy_trace *t)
         goto out;
     cdy_trace_pynode_of(t, a.pynode_of);
     cdy_trace_users(t, a.users);
-    for (int v = 0; v < t->graph.nvalues; v++) {
-        at_match m;
-        if (at_match_at(&a, v, &m) && at_rewrite(&a, &m) == 0)
+    int n = 0;
+    at_match *ms = PyMem_Calloc((size_t)t->graph.nvalues + 1, sizeof(at_match));
+    for (int v = 0; ms && v < t->graph.nvalues; v++)
+        if (at_match_at(&a, v, &ms[n]) && (!train || at_trainable(t, &ms[n])))
+            n++;
+    while (n-- > 0)   /* the last first: a training rewrite moves the values after y */
+        if ((train ? at_rewrite_train(&a, &ms[n]) : at_rewrite(&a, &ms[n])) == 0)
             done++;
-    }
+    PyMem_Free(ms);
 out:
     PyMem_Free(a.pynode_of);
     PyMem_Free(a.users);
     return done;
+}
+
+int cdy_pass_attention(cdy_trace *t)
+{
+    return at_pass(t, 0);
+}
+
+int cdy_pass_attention_train(cdy_trace *t)
+{
+    return at_pass(t, 1);
 }

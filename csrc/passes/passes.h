@@ -25,6 +25,9 @@ int cdy_pass_channels_last(cdy_trace *t);
 /* Hand-written attention (matmul, scale, [mask,] softmax, matmul) -> one
  * call of the fused attention (attention.c). */
 int cdy_pass_attention(cdy_trace *t);
+/* The same in a training graph's forward, before its backward is built:
+ * unmasked float32 chains only (attention.c). */
+int cdy_pass_attention_train(cdy_trace *t);
 /* relu read only by a PackedLinear's result -> applied by the PackedLinear
  * (linear.c). */
 int cdy_pass_linear_relu(cdy_trace *t);

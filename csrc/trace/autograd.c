@@ -1154,6 +1154,74 @@ static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
     return 0;
 }
 
+/* 1 if fn is the training attention rewrite's call
+ * (cdynamo._autograd.attention_forward, passes/attention.c). */
+static int ag_train_attention(PyObject *fn)
+{
+    static PyObject *att;
+    if (!att) {
+        PyObject *m = PyImport_ImportModule("cdynamo._autograd");
+        att = m ? PyObject_GetAttrString(m, "attention_forward") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return att && fn == att;
+}
+
+/* Item v of attention_forward(q, k, v, scale) -> (y, lse): y's gradient
+ * carries to q, k and v by one call of _attention_grads (torch's flash
+ * backward from the saved y and lse); lse has none.  0, or -1 (stopped). */
+static int ag_attention_items(ag_state *s, int v, const cdy_pynode *item)
+{
+    const cdy_pynode *b = &s->t->pynodes[item->base];
+    int lse = -1;
+    for (int i = 0; i < s->t->npynodes; i++)
+        if (s->t->pynodes[i].item == 1 && s->t->pynodes[i].base == item->base)
+            lse = s->t->pynodes[i].value;
+    if (item->item != 0)
+        return 0;
+    if (lse < 0 || b->nargs != 4)
+        return ag_no_formula(s, v, "attention_forward");
+    cdy_buf call = {0};
+    cdy_buf_printf(&call, "    e%d = _attention_grads(g%d, ", v, v);
+    int rc = 0;
+    for (int i = 0; !rc && i < 4; i++) {
+        rc = ag_call_arg(s, b, i, &call);
+        cdy_buf_puts(&call, ", ");
+    }
+    cdy_buf_puts(&call, "False, ");
+    ag_value(s, &call, v);
+    cdy_buf_puts(&call, ", ");
+    ag_value(s, &call, lse);
+    cdy_buf_puts(&call, ")\n");
+    if (!rc)
+        cdy_buf_puts(&s->body, call.data ? call.data : "");
+    cdy_buf_free(&call);
+    if (rc)
+        return ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "");
+    for (int i = 0; i < 3; i++)
+        if (s->needs[b->ref[i]]) {
+            char e[32];
+            snprintf(e, sizeof(e), "e%d[%d]", v, i);
+            ag_add(s, v, b->ref[i], e, 0);
+        }
+    return 0;
+}
+
+/* 1 if fn is the attention rewrite's call (cdynamo._attention.attention,
+ * passes/attention.c: F.scaled_dot_product_attention's arguments). */
+static int ag_fused_attention(PyObject *fn)
+{
+    static PyObject *att;
+    if (!att) {
+        PyObject *m = PyImport_ImportModule("cdynamo._attention");
+        att = m ? PyObject_GetAttrString(m, "attention") : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return att && fn == att;
+}
+
 /* The argument `name` at position pos of call p (or by keyword): its index
  * in p's arguments, or -1 when absent. */
 static int ag_arg_at(const cdy_pynode *p, int pos, const char *name)
@@ -1397,7 +1465,8 @@ static int ag_extern(ag_state *s, int v)
         return ag_no_formula(s, v, fn);
     if (!ag_same_elems(s, v, fn, p))
         return 0;
-    if (!strcmp(fn, "scaled_dot_product_attention") && !ag_sdpa(s, v, p))
+    if ((!strcmp(fn, "scaled_dot_product_attention") || ag_fused_attention(p->fn)) &&
+        !ag_sdpa(s, v, p))
         return 0;
     int red = ag_loss_reduction(p);
     if (red >= 0 && (!strcmp(fn, "cross_entropy") || !strcmp(fn, "nll_loss")))
@@ -1574,6 +1643,8 @@ static int ag_multi(ag_state *s, int v, const cdy_pynode *item)
 {
     const cdy_pynode *b = &s->t->pynodes[item->base];
     char fn[64];
+    if (ag_train_attention(b->fn))
+        return ag_attention_items(s, v, item);
     ag_fn_name(b->fn, fn, sizeof(fn));
     int unbind = !strcmp(fn, "unbind");
     int split = !strcmp(fn, "split") || !strcmp(fn, "chunk") || !strcmp(fn, "split_with_sizes");

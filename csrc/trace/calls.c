@@ -1894,8 +1894,10 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
         return all ? inline_call(tr, PyMethod_GET_FUNCTION(fn), all, nargs + 1, kwnames, NULL)
                    : NULL;
     }
+    int meta_op;   /* a callable of a META row (cdynamo._autograd.attention_grads): an extern */
     if ((cdy_is_torch_callable(fn) && !cdy_optim_inlined(fn)) ||
-        cdy_callable_op(fn) != CDY_OP_NONE || cdy_callable_builds(fn)) {
+        cdy_callable_op(fn) != CDY_OP_NONE || cdy_callable_builds(fn) ||
+        cdy_callable_meta(fn, &meta_op) >= 0) {
         if (PyType_Check(fn) && !any_tensor) {
             cdy_tr_stop(tr, CONSTRUCT, name);
             return NULL;

@@ -484,6 +484,7 @@ typedef enum {
     MT_MAX_POOL2D_IDX = 'I', MT_MAX_POOL2D_BW = 'J', MT_CONV_BW = 'k', MT_AS_STRIDED_SCATTER = 's',
     MT_ENCODER_LAYER = 'e',
     MT_LN_INPUT_GRAD = 'l', MT_SOFTMAX_INPUT_GRAD = 'm', MT_LN_GRAD_XHAT = 'h',
+    MT_ATTENTION_GRADS = 'o',
 } mt_rule_kind;
 
 /* The rule of each META row, in the table's order (callables.c numbers them so). */
@@ -1452,6 +1453,54 @@ static PyObject *mt_input_grad(tracer *tr, tvar **args, int nargs, PyObject *kwn
     return cdy_fake_from_meta(tr, &m);
 }
 
+/* Meta m of x's sizes and dtype, dense with dims 1 and 2 swapped in memory
+ * ((B, H, L, E) sizes of (B, L, H, E) memory: what torch's CPU flash kernels
+ * allocate for attention's heads). */
+static void mt_heads_major(const cdy_meta *x, cdy_meta *m)
+{
+    *m = *x;
+    int64_t sz[4] = {x->sizes[0], x->sizes[2], x->sizes[1], x->sizes[3]}, st[4];
+    mt_contiguous_strides(sz, 4, st);
+    m->strides[0] = st[0];
+    m->strides[1] = st[2];
+    m->strides[2] = st[1];
+    m->strides[3] = st[3];
+}
+
+/* A fake for cdynamo._autograd.attention_grads(grad, query, key, value, scale,
+ * is_causal[, out, lse]): 4-d float32 tensors of one batch and heads, q, k and
+ * v of one head size, k and v of one length, grad q's sizes, scale a number,
+ * is_causal a bool (out and lse not read): the gradients of q, k and v, each
+ * heads-major (mt_heads_major). */
+static PyObject *mt_attention_grads(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
+{
+    tvar *s[8];
+    if (cdy_bind_names("grad query key value scale is_causal out lse", args, nargs, kwnames, s) ||
+        !s[0] || !s[1] || !s[2] || !s[3] || !s[4] || !mt_number(s[4]) || !s[5] ||
+        s[5]->kind != TV_CONST || !PyBool_Check(s[5]->obj))
+        return NULL;
+    const cdy_meta *m[4] = {mt_tensor(tr, s[0]), mt_tensor(tr, s[1]), mt_tensor(tr, s[2]),
+                            mt_tensor(tr, s[3])};
+    if (!m[1])
+        return NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!m[i] || m[i]->ndim != 4 || m[i]->dtype != CDY_DT_FLOAT32 ||
+            m[i]->sizes[0] != m[1]->sizes[0] || m[i]->sizes[1] != m[1]->sizes[1] ||
+            m[i]->sizes[3] != m[1]->sizes[3])
+            return NULL;
+    }
+    if (m[0]->sizes[2] != m[1]->sizes[2] || m[2]->sizes[2] != m[3]->sizes[2])
+        return NULL;
+    PyObject *r[3];
+    for (int i = 0; i < 3; i++) {
+        cdy_meta g;
+        mt_heads_major(m[i + 1], &g);
+        if (!(r[i] = cdy_fake_from_meta(tr, &g)))
+            return NULL;
+    }
+    return cdy_tr_keep(tr, PyTuple_Pack(3, r[0], r[1], r[2]));
+}
+
 /* A fake for Tensor.repeat(*sizes) (or a sequence of sizes): at least as
  * many positive ints as the tensor has dims: the sizes times the tensor's
  * (its dims aligned to the right), contiguous, its dtype. */
@@ -1737,6 +1786,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         return mt_input_grad(tr, args, nargs, kwnames, "grad input weight eps normalized");
     case MT_SOFTMAX_INPUT_GRAD: return mt_input_grad(tr, args, nargs, kwnames, "grad result dim");
     case MT_LN_GRAD_XHAT: return mt_input_grad(tr, args, nargs, kwnames, "grad input eps normalized");
+    case MT_ATTENTION_GRADS: return mt_attention_grads(tr, args, nargs, kwnames);
     }
     if (!kind || kwnames || nargs < 2)
         return NULL;

@@ -92,6 +92,66 @@ def softmax_input_grad(grad, y, dim):
     return y * (grad - (grad * y).sum(dim, keepdim=True))
 
 
+def _heads_major(x):
+    """x (B, H, L, E) copied into (B, L, H, E) memory, seen as (B, H, L, E): the layout
+    torch's CPU flash kernels give attention's gradients (trace/meta.c mt_heads_major)."""
+    r = torch.empty((x.shape[0], x.shape[2], x.shape[1], x.shape[3]), dtype=x.dtype)
+    r = r.transpose(1, 2)
+    r.copy_(x)
+    return r
+
+
+def _last_unit(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def attention_forward(q, k, v, scale):
+    """softmax(q @ k^T * scale) @ v and its rows' log-sum-exp (B, H, L) in (B, L, H)
+    memory, what a training graph's attention becomes (passes/attention.c; 4-d float32
+    q, k, v, no mask): torch's CPU flash kernel where it gives eager's values
+    (_attention._fused_is_exact), else eager's unfused ops and a log-sum-exp of NaN,
+    which tells attention_grads to differentiate those ops."""
+    from ._attention import _fused_is_exact   # noqa: PLC0415 (imports no more than torch)
+    if _fused_is_exact(q, k, None, scale) and q.shape[-1] == v.shape[-1]:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            _last_unit(q), _last_unit(k), _last_unit(v), 0.0, False, scale=scale)[:2]
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan")).transpose(1, 2)
+    return torch.matmul(torch.softmax(s, -1), v), lse
+
+
+def attention_grads(grad, q, k, v, scale, is_causal, out=None, lse=None):
+    """The gradients of softmax(q @ k^T * scale [causal]) @ v for q, k and v (4-d float32,
+    no mask, no dropout), heads-major (trace/meta.c mt_attention_grads): what the
+    backward of attention_forward calls with its saved result out and log-sum-exp lse,
+    and the prelude's sdpa_backward without them (F.scaled_dot_product_attention).
+    torch's CPU flash backward (without out and lse: the attention recomputed by its
+    forward kernel first) where it gives eager's values (lse not NaN: as the forward
+    decided; else _attention._fused_is_exact), else eager's unfused ops."""
+    from ._attention import _fused_is_exact   # noqa: PLC0415 (imports no more than torch)
+    aten = torch.ops.aten
+    if lse is not None:
+        fused = not bool(lse.reshape(-1)[0].isnan()) if lse.numel() else False
+    else:
+        fused = _fused_is_exact(q, k, None, scale) and q.shape[-1] == v.shape[-1]
+    if fused:
+        q, k, v, grad = (_last_unit(t) for t in (q, k, v, grad))
+        if lse is None:
+            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, 0.0, is_causal, scale=scale)[:2]
+        return aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, k, v, _last_unit(out), lse, 0.0, is_causal, scale=scale)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(keep.logical_not(), float("-inf"))
+    a = torch.softmax(s, -1)
+    ga = torch.matmul(grad, v.transpose(-1, -2))
+    gs = a * (ga - (ga * a).sum(-1, keepdim=True)) * scale
+    return (_heads_major(torch.matmul(gs, k)), _heads_major(torch.matmul(gs.transpose(-1, -2), q)),
+            _heads_major(torch.matmul(a.transpose(-1, -2), grad)))
+
+
 class _Graph(torch.autograd.Function):
     """forward: the compiled forward graph (the frame's outputs, then the values the
     backward saves); backward: the compiled backward.  Both are C (runtime/train_call.c:
@@ -144,7 +204,8 @@ class TrainingGraph:
         self.source = src
         ns = {"torch": torch, "_K": consts, "__name__": "cdynamo_backward",
               "_ln_input_grad": layer_norm_input_grad, "_softmax_input_grad": softmax_input_grad,
-              "_ln_grad_xhat": layer_norm_grad_xhat, "_gelu_exact_grad": gelu_exact_grad}
+              "_ln_grad_xhat": layer_norm_grad_xhat, "_gelu_exact_grad": gelu_exact_grad,
+              "_attention_grads": attention_grads}
         code = compile(_prelude() + "\n\n" + src, f"<backward of {name}>", "exec")
         exec(code, ns)
         ns["backward"].__qualname__ = f"backward_of_{name}"

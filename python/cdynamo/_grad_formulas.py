@@ -175,7 +175,18 @@ def norm_backward(grad, x, norm, p, dims):
 def sdpa_backward(grad, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                   enable_gqa=False):
     """F.scaled_dot_product_attention's gradients for q, k, v (no dropout): the
-    attention weights recomputed, then the matmuls' and softmax's derivatives."""
+    attention weights recomputed, then the matmuls' and softmax's derivatives; 4-d
+    float32 without a mask, with a scale given (the attention rewrite's call): one extern
+    call, torch's flash kernels (_attention_grads, cdynamo._autograd.attention_grads)."""
+    if attn_mask is None and scale is not None and q.dim() == 4 and k.dim() == 4 and \
+            v.dim() == 4 and grad.dim() == 4 and q.dtype == torch.float32 and \
+            k.dtype == torch.float32 and v.dtype == torch.float32 and \
+            grad.dtype == torch.float32 and k.shape[0] == q.shape[0] and \
+            v.shape[0] == q.shape[0] and k.shape[1] == q.shape[1] and \
+            v.shape[1] == q.shape[1] and k.shape[3] == q.shape[3] and \
+            v.shape[3] == q.shape[3] and v.shape[2] == k.shape[2] and \
+            grad.shape == q.shape:
+        return _attention_grads(grad, q, k, v, scale, is_causal)
     s = scale if scale is not None else q.shape[-1] ** -0.5
     scores = (q @ k.transpose(-1, -2)) * s
     if is_causal:
