@@ -727,3 +727,30 @@ def test_rows_in_ranges_split_as_schedule_static(dyn, make, sizes):
         assert "cdy_q = cdy_n / cdy_nt, cdy_r = cdy_n % cdy_nt;" in g.source
     if make(2, 2)[0].dim() == 3:
         assert "i1 = i1 + 1 < n1 ? i1 + 1 : 0, i0 += i1 == 0" in g.source
+
+
+@pytest.mark.parametrize("hint", [16, 1000])
+def test_runtime_length_rows_sum_in_the_static_kernels_lanes(hint):
+    """A runtime row length sums in the lanes the static kernel of the call's length takes
+    (cg_row_lanes: 64 from 512 floats on, 16 below; exact-length copies too), not the
+    compiling call's: the same sum order, so at whole lane blocks the same bits as the
+    static kernel (compiled at 16 columns the symbolic softmax summed 512 in 16 lanes, at
+    1000 columns 64 or 128 in 64)."""
+    def f(x):
+        return torch.softmax(x, -1)
+    _C._dyn_test(True)
+    try:
+        g = _compile(f, torch.randn(8, hint))
+    finally:
+        _C._dyn_test(False)
+    assert g.symbols
+    assert "nr0 >= 512LL) {" in g.source          # the 64-lane copy, chosen per call
+    for n in (64, 128, 256, 384, 512, 1024, 1536):
+        x = torch.randn(40, n) * 4
+        cdynamo.reset()
+        static = _compile(f, x)
+        assert not static.symbols
+        want_lanes = 64 if n >= 512 else 16
+        assert f"sum_l[{want_lanes}]" in static.source
+        assert torch.equal(g(x), static(x)), n
+        _same(g(x), f(x))

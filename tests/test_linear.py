@@ -278,3 +278,86 @@ def test_symbolic_graph_chooses_per_rows_as_static_graphs_do():
         (spl,) = plins(static)
         assert not spl.per_rows and spl.decided_rows == 64
         assert spl.uses_packed_weight == pl.uses_packed_weight   # the same (rows, ...) key
+
+
+def _plins(g):
+    return list({id(s[1]): s[1] for s in g.program
+                 if type(s[1]).__name__ == "PackedLinear"}.values())
+
+
+@pytest.mark.parametrize("threads", [1, 16])
+def test_symbolic_graph_packs_as_static_graphs_do(threads):
+    """A graph of runtime sizes decides as a static graph compiled at the call's sizes
+    and thread count does: the same choice (torch's linear or the pack) and a pack made
+    for the call's rows (oneDNN blocks the weight for the rows it is told: 256 x 1024
+    packed for 8 rows, AB16b32a, multiplied 512 rows slower than its pack for 512,
+    AB16b64a).  The decisions are what is compared (16 threads on a 2-core host too)."""
+    from cdynamo import _C
+    w1, b1 = torch.randn(1024, 256) / 16, torch.randn(1024)
+    w2, b2 = torch.randn(256, 1024) / 32, torch.randn(256)
+
+    def mlp(x, w1, b1, w2, b2):
+        return torch.nn.functional.linear(torch.nn.functional.gelu(
+            torch.nn.functional.linear(x, w1, b1)), w2, b2)
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            cdynamo.reset()
+            _C._dyn_test(True)
+            try:
+                cdynamo.optimize(mlp)(torch.randn(8, 256), w1, b1, w2, b2)
+            finally:
+                _C._dyn_test(False)
+            sym = cdynamo._support.compiles[-1]["compiled"]
+            assert sym.symbols
+            spls = _plins(sym)
+            assert len(spls) == 2 and all(p.per_rows for p in spls)
+            for rows in (512, 64, 8, 512):
+                args = (torch.randn(rows, 256), w1, b1, w2, b2)
+                for _ in range(2):
+                    torch.testing.assert_close(sym(*args), mlp(*args), rtol=1e-4, atol=1e-4)
+                cdynamo.reset()
+                cdynamo.optimize(mlp)(*args)
+                static = cdynamo._support.compiles[-1]["compiled"]
+                assert not static.symbols
+                tpls = _plins(static)
+                torch.testing.assert_close(static(*args), mlp(*args), rtol=1e-4, atol=1e-4)
+                for sp, tp in zip(spls, tpls):
+                    assert not tp.per_rows and tp.decided_rows == sp.decided_rows == rows
+                    assert sp.uses_packed_weight == tp.uses_packed_weight
+                    if sp.uses_packed_weight:
+                        assert sp.pack_rows == tp.pack_rows == rows
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_symbolic_graph_keeps_one_pack_while_rows_change_every_call(monkeypatch):
+    """Rows changing on every call (PLIN_ROW_CHURN calls in a row) stop the pack being
+    remade for each call's rows: one pack serves them all (results still eager's); rows
+    that settle get their own pack again."""
+    from cdynamo import _C
+    monkeypatch.setattr(cdynamo.config, "pack_linear_weights", "always")
+    w, b = torch.randn(256, 128), torch.randn(256)
+
+    def f(x, w, b):
+        return torch.nn.functional.linear(x, w, b)
+    _C._dyn_test(True)
+    try:
+        with torch.no_grad():
+            cdynamo.optimize(f)(torch.randn(8, 128), w, b)
+    finally:
+        _C._dyn_test(False)
+    sym = cdynamo._support.compiles[-1]["compiled"]
+    (pl,) = _plins(sym)
+    assert pl.pack_rows == 8
+    packs = []
+    with torch.no_grad():
+        for rows in (16, 24, 16, 24, 16, 24, 24, 24):
+            x = torch.randn(rows, 128)
+            _close(sym(x, w, b), f(x, w, b))
+            packs.append(pl.pack_rows)
+    assert packs[:3] == [16, 24, 16]     # remade for each call's rows
+    assert packs[3:6] == [16] * 3        # the 4th change in a row on: kept
+    assert packs[6:] == [24, 24]         # the rows settled: remade for them

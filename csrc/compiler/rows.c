@@ -1270,7 +1270,7 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
     int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
     k->lanes = cg_row_lanes(k);
-    if (k->rn_expr >= 0 && k->rn->ndim > 0 && (!k->lanes || cg_row_bytes_in(k)))
+    if (k->rn_expr >= 0 && k->rn->ndim > 0)   /* not the hint's: cg_row_wide_split */
         k->lanes = cg_row_nlanes(k) / (cg_row_bytes_in(k) ? 1 : 4);
     k->pf_cond = k->lanes > 0 ? cg_row_prefetch_cond(k) : NULL;
     k->prefetch = k->pf_cond != NULL;
@@ -1368,6 +1368,7 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
     for (int i = 0; i < ne; i++) {   /* the exact lengths' helpers, rows in registers */
         fixed.size[0] = lens[i];
         k.rn = &fixed;
+        k.lanes = cg_row_lanes(&k);  /* a static kernel's at this length */
         k.prefetch = 0;              /* rows of at most CG_ROW_EXACT_BYTES: too short */
         const char *part = cg_strf(c, "len%lld", (long long)lens[i]);
         int rc = ranged ? cg_row_emit_ranged(c, &k, rk, kk, part, NULL, 0) : 0;
@@ -1377,6 +1378,7 @@ int cg_emit_rows(cg_ctx *c, const kir_kernel *kk)
             cdy_buf_puts(&c->src, "}\n");
         }
         k.rn = rn;
+        k.lanes = rk->k.lanes;
         k.prefetch = rk->k.prefetch;
         if (rc)
             return -1;
@@ -1539,6 +1541,20 @@ static int cg_row_whole_split(const cg_rowk *k)
            cg_row_bytes_in(k) && k->lanes == nl ? nl : 0;
 }
 
+/* The lanes of a symbolic row kernel's copy of its loops for rows of at least
+ * 8 times that many elements, chosen at run time, else 0: a runtime row
+ * length of plain inputs (no one-byte mask: cg_row_whole_split), whose other
+ * copy sums in one vector's lanes.  A static kernel takes cg_row_nlanes lanes
+ * from that length on, one vector's below (cg_row_lanes): the symbolic one
+ * took the compiling call's choice at every length (softmax compiled at
+ * 4x16x16, 16 lanes at 4x512x512; at 8x1000, 64 at 100 columns). */
+static int cg_row_wide_split(const cg_rowk *k)
+{
+    int last = k->rn->ndim - 1, nl = cg_row_nlanes(k);
+    return !k->col && last >= 0 && k->rn->sym && k->rn->ssize[last] >= 0 &&
+           !cg_row_bytes_in(k) && k->lanes == nl / 4 ? nl : 0;
+}
+
 /* A symbolic row kernel's rows of at most this many bytes of its compute
  * type (8 AVX-512 registers) get a helper function of the loops at their
  * exact length (cg_row_exact_lens). */
@@ -1546,8 +1562,13 @@ static int cg_row_whole_split(const cg_rowk *k)
 
 /* The row lengths, each a constant, that symbolic row kernel k gets a copy
  * of its loops for (into lens, at most CG_ROW_EXACT_MAX); their count.  A runtime
- * length of one row dim, not column mode, no streamed stores: the whole lane
- * blocks' powers of two (k->lanes times 1, 2, 4...) up to CG_ROW_EXACT_BYTES.
+ * length of one row dim, not column mode, no streamed stores: the lane
+ * blocks' powers of two (k->lanes times 1, 2, 4...; one vector's, a mask's
+ * 64) up to CG_ROW_EXACT_BYTES, each summed in the lanes a static kernel of
+ * that length takes (cg_row_lanes; they were the compiling call's).  No copy
+ * for a masked row of 16 or 32: a static kernel's 16-lane blocks load the
+ * mask 16 bytes at a time (cg_row_bytes_in), and the runtime-length loops'
+ * masked 64-lane block ran 4x16x16 in 0.76 of its time on the host.
  * At a constant length gcc unrolls the passes completely and keeps the row
  * in registers, as the static kernel: the runtime-length loops keep the
  * sums' lanes in memory and reload the stored exps.  Softmax, C harness on a
@@ -1578,6 +1599,26 @@ static int cg_row_emit_nest(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int 
 static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                              int collapse)
 {
+    int wide = cg_row_wide_split(k);
+    if (wide) {
+        cdy_buf_printf(&c->src, "    if (%s >= %dLL) {\n",
+                       cg_sym_size_text(c, k->rn, k->rn->ndim - 1), 8 * wide);
+        int lanes = k->lanes;
+        k->lanes = wide;
+        int rc = cg_row_emit_nest(c, k, rk, par, collapse);
+        k->lanes = lanes;
+        if (rc)
+            return -1;
+        cdy_buf_puts(&c->src, "    } else {\n");
+        int pf = k->prefetch;
+        k->prefetch = 0;    /* rows under 8 lane blocks: never (cg_row_prefetch_cond) */
+        rc = cg_row_emit_nest(c, k, rk, par, collapse);
+        k->prefetch = pf;
+        if (rc)
+            return -1;
+        cdy_buf_puts(&c->src, "    }\n");
+        return 0;
+    }
     int nl = cg_row_whole_split(k);
     if (!nl)
         return cg_row_emit_nest(c, k, rk, par, collapse);

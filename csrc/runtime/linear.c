@@ -38,11 +38,21 @@ typedef struct {
     int always;         /* 1: config "always": the pack, never timed */
     int per_rows;       /* 1: in a graph of runtime sizes: the choice is remade when the rows change */
     long long rows;     /* the rows of x that choice was made for */
+    long long pack_rows;   /* the rows the pack was made for (oneDNN's blocking hint), or -1 */
+    long long last_rows;   /* per_rows: the rows of the call before, or -1 */
+    int row_changes;    /* per_rows: calls in a row whose rows differed from the call before's */
 } cdy_plin;
 
 /* A weight packed anew on this many calls in a row is a new tensor on every
  * call (an argument, not a parameter): torch's linear from then on. */
 #define PLIN_GIVE_UP 3
+
+/* In a graph of runtime sizes the pack is remade for the call's rows, as a
+ * static graph at those rows packs it (oneDNN picks the weight's blocking for
+ * the rows it is given: 256 x 1024 packed for 8 rows is AB16b32a, for 512
+ * AB16b64a, which multiplies 512 rows faster); but not while the rows change
+ * on this many calls in a row (one pack then serves all, as before). */
+#define PLIN_ROW_CHURN 4
 
 static PyObject *linear_fn, *pointwise_op, *reorder_op, *empty_list, *empty_str;
 static PyObject *attr_str[2];   /* oneDNN's post-op: "none", "relu" */
@@ -96,29 +106,42 @@ static long long plin_rows(PyObject *x, long long in)
     return r < 0 || in <= 0 ? -1 : r / in;
 }
 
+/* 1 when p's pack is w's (same object, data pointer and version: data and
+ * ver, w's) and was made for `rows` where that matters (plin_pack). */
+static int plin_pack_fits(const cdy_plin *p, PyObject *w, PyObject *data, PyObject *ver,
+                          long long rows)
+{
+    if (!p->packed || p->weight != w || PyObject_RichCompareBool(data, p->data, Py_EQ) != 1 ||
+        PyObject_RichCompareBool(ver, p->version, Py_EQ) != 1)
+        return 0;
+    return !p->per_rows || rows == p->pack_rows || p->row_changes >= PLIN_ROW_CHURN;
+}
+
 /* The pack of weight w for input x, made anew unless the one held is still
- * w's (same object, data pointer and version).  Borrowed, or NULL. */
+ * w's (same object, data pointer and version) and, in a graph of runtime
+ * sizes, made for x's rows (PLIN_ROW_CHURN).  Borrowed, or NULL. */
 static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
 {
     PyObject *data = cdy_tensor_attr(w, CDY_TA_data_ptr);
     PyObject *ver = data ? cdy_tensor_attr(w, CDY_TA__version) : NULL;
-    if (!ver) {
+    PyObject *shape = ver ? cdy_tensor_attr(w, CDY_TA_shape) : NULL;
+    long long rows = shape ? plin_rows(x, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 1))) : -1;
+    Py_XDECREF(shape);
+    if (!ver || rows < 0) {
+        if (ver && !PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "PackedLinear: input and weight do not match");
         Py_XDECREF(data);
+        Py_XDECREF(ver);
         return NULL;
     }
-    if (p->packed && p->weight == w && PyObject_RichCompareBool(data, p->data, Py_EQ) == 1 &&
-        PyObject_RichCompareBool(ver, p->version, Py_EQ) == 1) {
+    int same = p->packed && p->weight == w;
+    if (plin_pack_fits(p, w, data, ver, rows)) {
         Py_DECREF(data);
         Py_DECREF(ver);
         p->streak = 0;
         return p->packed;
     }
-    PyObject *shape = cdy_tensor_attr(w, CDY_TA_shape);
-    long long rows = shape ? plin_rows(x, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 1))) : -1;
-    Py_XDECREF(shape);
-    if (rows < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "PackedLinear: input and weight do not match");
-    PyObject *r = rows >= 0 ? PyLong_FromLongLong(rows) : NULL;   /* the pack's batch hint */
+    PyObject *r = PyLong_FromLongLong(rows);   /* the pack's batch hint */
     PyObject *av[2] = {w, r};
     PyObject *pk = r ? PyObject_Vectorcall(reorder_op, av, 2, NULL) : NULL;
     Py_XDECREF(r);
@@ -128,7 +151,11 @@ static PyObject *plin_pack(cdy_plin *p, PyObject *x, PyObject *w)
         return NULL;
     }
     cdy_stats.weight_packs++;
-    p->streak += p->packed != NULL;
+    /* a weight new on this call (not the same one packed for other rows) */
+    same = same && PyObject_RichCompareBool(data, p->data, Py_EQ) == 1 &&
+           PyObject_RichCompareBool(ver, p->version, Py_EQ) == 1;
+    p->streak = same ? 0 : p->streak + (p->packed != NULL);
+    p->pack_rows = rows;
     Py_XSETREF(p->packed, pk);
     Py_XSETREF(p->weight, Py_NewRef(w));
     Py_XSETREF(p->data, data);
@@ -221,14 +248,13 @@ static int plin_decide(cdy_plin *p, PyObject *const *args)
     return p->choice < 0 ? -1 : 0;
 }
 
-/* 1 when x's rows differ from those p's choice was made for (or cannot be
- * read: decided anew, which reports the error). */
-static int plin_rows_changed(const cdy_plin *p, PyObject *x)
+/* The rows of x (its leading dims' product), or -1 when they cannot be read. */
+static long long plin_lead_rows(PyObject *x)
 {
     PyObject *shape = cdy_tensor_attr(x, CDY_TA_shape);
     if (!shape) {
         PyErr_Clear();
-        return 1;
+        return -1;
     }
     long long rows = 1;
     Py_ssize_t n = PyTuple_GET_SIZE(shape);
@@ -236,14 +262,27 @@ static int plin_rows_changed(const cdy_plin *p, PyObject *x)
         rows *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
     Py_DECREF(shape);
     PyErr_Clear();
-    return n < 1 || rows != p->rows;
+    return n < 1 ? -1 : rows;
+}
+
+/* A graph of runtime sizes' call at x's rows: count a change of rows from the
+ * call before (PLIN_ROW_CHURN), and make the choice anew when they differ
+ * from those it was made for (or cannot be read: decided anew, which reports
+ * the error). */
+static void plin_see_rows(cdy_plin *p, PyObject *x)
+{
+    long long rows = plin_lead_rows(x);
+    p->row_changes = p->last_rows >= 0 && rows != p->last_rows ? p->row_changes + 1 : 0;
+    p->last_rows = rows;
+    if (p->choice >= 0 && !p->always && (rows < 0 || rows != p->rows))
+        p->choice = -1;
 }
 
 /* PackedLinear(x, w, b): x @ w.T + b as torch's linear computes it.  In a graph
  * of runtime sizes (per_rows) the choice is the one a static graph makes at the
  * call's rows, each shape's timed once for the process (plin_decide's dict):
  * made once at the compiling call's rows, an MLP compiled at 8 rows multiplied
- * 64 with 8 rows' choice. */
+ * 64 with 8 rows' choice; and so is the pack (plin_pack, PLIN_ROW_CHURN). */
 static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
     cdy_plin *p = (cdy_plin *)self;
@@ -251,8 +290,8 @@ static PyObject *plin_call(PyObject *self, PyObject *const *args, size_t nargsf,
         PyErr_SetString(PyExc_TypeError, "PackedLinear expects (input, weight, bias)");
         return NULL;
     }
-    if (p->per_rows && p->choice >= 0 && !p->always && plin_rows_changed(p, args[0]))
-        p->choice = -1;
+    if (p->per_rows)
+        plin_see_rows(p, args[0]);
     if (p->choice < 0 && plin_decide(p, args))
         return NULL;
     if (p->choice == 0)
@@ -298,6 +337,12 @@ static PyObject *plin_get_rows(PyObject *self, void *closure)
     return p->rows < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(p->rows);
 }
 
+static PyObject *plin_get_pack_rows(PyObject *self, void *closure)
+{
+    cdy_plin *p = (cdy_plin *)self;
+    return p->pack_rows < 0 || !p->packed ? Py_NewRef(Py_None) : PyLong_FromLongLong(p->pack_rows);
+}
+
 static PyObject *plin_get_per_rows(PyObject *self, void *closure)
 {
     return PyBool_FromLong(((cdy_plin *)self)->per_rows);
@@ -308,6 +353,8 @@ static PyGetSetDef plin_getset[] = {
     {"relu", plin_get_relu, NULL, "whether relu is applied to the result", NULL},
     {"decided_rows", plin_get_rows, NULL, "the input rows the choice was timed or looked up "
      "for (None: not yet, or \"always\")", NULL},
+    {"pack_rows", plin_get_pack_rows, NULL, "the input rows the held pack was made for "
+     "(oneDNN's blocking hint; None: no pack)", NULL},
     {"per_rows", plin_get_per_rows, NULL, "whether the choice is remade when the input's rows "
      "change (a graph of runtime sizes)", NULL},
     {NULL},
@@ -345,7 +392,8 @@ PyObject *cdy_packed_linear_new(int always)
     p->relu = 0;
     p->always = always != 0;
     p->per_rows = 0;
-    p->rows = -1;
+    p->rows = p->pack_rows = p->last_rows = -1;
+    p->row_changes = 0;
     return (PyObject *)p;
 }
 
