@@ -269,6 +269,8 @@ def alias_signature(out, inputs):
     for i, (p, t) in enumerate(leaves):
         st = _storage(t)
         for k, a in enumerate(inputs):
+            if not isinstance(a, torch.Tensor):
+                continue
             if t is a:
                 sig.append(f"{p} is input {k}")
             elif st is not None and st == _storage(a):
@@ -283,6 +285,8 @@ def alias_signature(out, inputs):
 
 def compare_inputs(ins_e, ins_c, when):
     for k, (e, c) in enumerate(zip(ins_e, ins_c)):
+        if not isinstance(e, torch.Tensor):      # a Python number argument
+            continue
         if (e.shape, e.stride(), e.storage_offset()) != (c.shape, c.stride(), c.storage_offset()):
             raise Mismatch("inputs", f"{when}: input {k} is {tuple(e.shape)}/{e.stride()}"
                            f"+{e.storage_offset()} in eager, {tuple(c.shape)}/{c.stride()}"
@@ -949,7 +953,7 @@ def _either(exp, alt, act):
 
 def _reference(f, make_inputs, state):
     """f on float64 copies of the inputs with float64 the default dtype (None if it raises)."""
-    ins = [_upcast(a.clone()) for a in make_inputs()]
+    ins = [_upcast(a.clone()) if isinstance(a, torch.Tensor) else a for a in make_inputs()]
     st = dict(state)
     st["default_dtype"] = "float64"
     with state_ctx(st):
@@ -1065,6 +1069,9 @@ class Child:
 # ---------------------------------------------------------------- minimizing
 
 
+_CONTINUES = re.compile(r"(else|elif|except|finally)\b")
+
+
 def split_program(source):
     """(head, input lines, params, body lines, returns) of a generated program."""
     head, rest = source.split("def make_inputs():\n", 1)
@@ -1072,7 +1079,14 @@ def split_program(source):
     in_lines = [ln[4:] for ln in mk.splitlines()[1:-1]]
     sig, body = fn.split("):\n", 1)
     params = [p for p in sig.split(", ") if p]
-    lines = [ln[4:] for ln in body.rstrip("\n").splitlines()]
+    lines = []
+    for ln in body.rstrip("\n").splitlines():
+        ln = ln[4:]
+        # an indented line or else / except / finally continues the statement before it
+        if lines and (ln[:1].isspace() or _CONTINUES.match(ln)):
+            lines[-1] += "\n" + ln
+        else:
+            lines.append(ln)
     ret = lines[-1][len("return "):]
     if ret == "None":
         rets = []
@@ -1090,7 +1104,7 @@ def join_program(head, seed_line, in_lines, params, body, rets):
     # inputs not passed any more are still made (the generator's draws stay the same)
     ret = "None" if not rets else rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"
     mk = "\n".join("    " + ln for ln in [seed_line.strip()] + in_lines + [f"return [{', '.join(keep_p)}]"])
-    fb = "\n".join("    " + ln for ln in body + [f"return {ret}"])
+    fb = "\n".join("    " + ln.replace("\n", "\n    ") for ln in body + [f"return {ret}"])
     return f"{head}def make_inputs():\n{mk}\n\n\ndef f({', '.join(keep_p)}):\n{fb}\n"
 
 
