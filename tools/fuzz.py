@@ -536,6 +536,8 @@ def _check_program_once(source, meta):
                 if sa != se:
                     raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
                 compare_inputs(ins_e, ins_c, when)
+                if meta.get("train"):
+                    _compare_grads(source, f, make_inputs, state, exp, act, ins_e, ins_c)
                 if first is None:
                     first = _snapshot(act)
             except Mismatch as m:
@@ -560,6 +562,78 @@ def _check_program_once(source, meta):
         return "fallback", f"[{' '.join(dict.fromkeys(codes)) or '?'}] " + \
             "; ".join(dict.fromkeys(reasons))
     return "ok", ""
+
+
+def _grad_leaves(out):
+    """The float tensors of a result that carry a gradient (backward's roots)."""
+    return [t for _, t in _flatten(out)[0] if isinstance(t, torch.Tensor) and
+            t.requires_grad and t.is_floating_point()]
+
+
+def _backward(out, ins, seed=7):
+    """Backward from the result's float tensors with seeded gradients (float64 draws cast
+    to each root's dtype); the inputs' .grad (None for a number or a tensor without
+    one), or the exception backward raised."""
+    roots = _grad_leaves(out)
+    g = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype) for t in roots]
+    if not roots:
+        return [None] * len(ins)
+    try:
+        torch.autograd.backward(roots, [gr.to(t.dtype) for gr, t in zip(grads, roots)])
+    except Exception as e:    # noqa: BLE001
+        return e
+    return [a.grad if isinstance(a, torch.Tensor) else None for a in ins]
+
+
+def _grad_reference(source, f, make_inputs, state):
+    """The inputs' gradients of f run on float64 copies of them (the program's own casts
+    made float64, _precise_f), the roots' gradients drawn as _backward draws them;
+    None if that raises."""
+    fp = _precise_f(source, f)
+    ins = [a.detach().to(torch.float64).requires_grad_(a.requires_grad)
+           if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_inputs()]
+    st = dict(state)
+    st["default_dtype"] = "float64"
+    with state_ctx(st):
+        out, err = _call(fp, ins)
+    if err is not None:
+        return None
+    gr = _backward(out, ins)
+    return None if isinstance(gr, Exception) else gr
+
+
+def _compare_grads(source, f, make_inputs, state, exp, act, ins_e, ins_c):
+    """Backward through eager's and cdynamo's results (the same seeded root gradients):
+    each input's .grad must match (None or not, dtype, shape, values within the float
+    tolerance, a float64 run of the program as tie-breaker).  Raises Mismatch "grads";
+    nothing to compare when eager's backward raises (an in-place write over a saved
+    value, which cdynamo's functionalized graph need not repeat)."""
+    ge = _backward(exp, ins_e)
+    if isinstance(ge, Exception):
+        return
+    gc_ = _backward(act, ins_c)
+    if isinstance(gc_, Exception):
+        raise Mismatch("grads", f"cdynamo's backward raised {type(gc_).__name__} where "
+                                f"eager's did not: {str(gc_)[:300]}")
+    ref = None
+    for k, (e, c) in enumerate(zip(ge, gc_)):
+        if (e is None) != (c is None):
+            raise Mismatch("grads", f"input {k}'s grad is {'None' if e is None else 'set'} in "
+                                    f"eager, {'None' if c is None else 'set'} under cdynamo")
+        if e is None:
+            continue
+        try:
+            compare_tensor(f"grad of input {k}", e, c, strides=False)
+        except Mismatch as m:
+            if m.category != "values":
+                raise Mismatch("grads", str(m)) from None
+            if ref is None:
+                ref = _grad_reference(source, f, make_inputs, state) or [None] * len(ge)
+            try:
+                compare_tensor(f"grad of input {k}", e, c, ref[k], strides=False)
+            except Mismatch as m2:
+                raise Mismatch("grads", str(m2)) from None
 
 
 def _values_retry(source, f, make_inputs, state, exp, act, box):

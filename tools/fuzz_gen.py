@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 FAMILIES = ["pointwise", "reductions", "rows", "views", "indexing", "inplace", "aliasing",
-            "exceptions", "special", "state", "dtypes", "breaks", "args"]
+            "exceptions", "special", "state", "dtypes", "breaks", "args", "train"]
 
 PRELUDE = '''import math
 import torch
@@ -220,6 +220,13 @@ class Builder:
         exec(line, self.env)
         self.params.append(name)
         return name
+
+    def grad_input(self, name):
+        """Make input `name` a leaf that requires grad (the train family)."""
+        for i, ln in enumerate(self.in_lines):
+            if ln.startswith(f"{name} = "):
+                self.in_lines[i] = ln + ".requires_grad_()"
+                exec(self.in_lines[i], self.env)
 
     def add_shared_inputs(self, dtype):
         """Two inputs that are views of one base (they overlap)."""
@@ -1236,11 +1243,90 @@ def gen_args(b):
     b.finish(extra=[n, f] if f != "0.5" else [n])
 
 
+# ------------------------------------------------------------ training (forward and backward)
+
+TRAIN_UNARY = ["{x}.tanh()", "torch.sigmoid({x})", "{x}.sin()", "{x}.cos()", "F.gelu({x})",
+               "F.gelu({x}, approximate='tanh')", "F.silu({x})", "F.softplus({x})",
+               "{x}.relu()", "F.leaky_relu({x}, 0.1)", "F.elu({x})", "{x} * {x}", "{x}.abs()",
+               "({x} * 0.3).exp()", "({x}.abs() + 1).log()", "({x}.abs() + 1).sqrt()",
+               "({x}.abs() + 0.5).rsqrt()", "{x}.pow(2)", "-{x}", "{x}.clamp(-1, 1)",
+               "torch.erf({x})", "F.mish({x})", "F.hardswish({x})", "{x}.square()"]
+
+
+def op_train(b, x):
+    """A differentiable op of float tensor x (smooth almost everywhere on random inputs:
+    no ties, no ulp-sensitive steps)."""
+    r = b.rng
+    v = b.val(x)
+    d = b.dim(x) if v.dim() else 0
+    y = b.pick(lambda t: t.is_floating_point() and t.dtype == v.dtype and t.dim() <= v.dim()
+               and _broadcasts(t.shape, v.shape)) or x
+    k = r.randrange(10)
+    if k <= 2:
+        return r.choice(TRAIN_UNARY).format(x=x)
+    if k <= 4:
+        return r.choice([f"{x} + {y}", f"{x} * {y}", f"{x} - {y} * 0.5", f"{x} / ({y}.abs() + 1)",
+                         f"torch.where({y} > 0, {x}, {y})", f"torch.addcmul({x}, {y}, {y})",
+                         f"torch.lerp({x}, {y}, 0.3)", f"torch.maximum({x}, {y})", f"{x} * 2 + 1"])
+    if k == 5 and v.dim():
+        return r.choice([f"{x}.sum({d})", f"{x}.mean({d}, keepdim=True)", f"{x}.sum()",
+                         f"{x}.amax({d})", f"{x}.var({d})" if v.shape[d] > 1 else f"{x}.mean()",
+                         f"{x}.norm()", f"torch.logsumexp({x}, {d})", f"{x}.cumsum({d})",
+                         f"{x}.prod({d})" if v.shape[d] <= 4 else f"{x}.sum({d})"])
+    if k == 6 and v.dim():
+        ns = tuple(v.shape[-1:])
+        return r.choice([f"{x}.softmax({d})", f"{x}.log_softmax({d})", f"F.layer_norm({x}, {ns!r})",
+                         f"F.rms_norm({x}, {ns!r})", f"F.normalize({x}, dim={d})"])
+    if k == 7 and v.dim():
+        m = v.shape[-1]
+        w = b.add_input(_dtname(v.dtype), (r.randint(1, 6), m), "normal", "contig")
+        b.grad_input(w)
+        if r.random() < 0.5:
+            bias = b.add_input(_dtname(v.dtype), (b.val(w).shape[0],), "normal", "contig")
+            b.grad_input(bias)
+            return f"F.linear({x}, {w}, {bias})"
+        return r.choice([f"{x} @ {w}.t()", f"F.linear({x}, {w})", f"torch.matmul({x}, {w}.mT)"])
+    if k == 8 and v.dim():
+        return op_view(b, x)
+    return r.choice([f"{x}.sum()", f"{x}.mean()", f"({x} * {x}).mean()", f"{x}.tanh().sum()"])
+
+
+def _broadcasts(a, b):
+    """Whether shape a broadcasts to shape b without growing b."""
+    return all(p == q or p == 1 for p, q in zip(reversed(list(a)), reversed(list(b))))
+
+
+def gen_train(b):
+    r = b.rng
+    b.meta["train"] = True
+    dt = r.choice(["float32"] * 3 + ["float64"])
+    x = b.add_input(dt, b.shape(r.choice([1, 2, 2, 3]), big=0.05))
+    b.grad_input(x)
+    if r.random() < 0.5:
+        out = b.val(x).shape
+        sh = [1 if r.random() < 0.3 else s for s in out[len(out) - r.randint(0, len(out)):]]
+        y = b.add_input(dt, sh)
+        if r.random() < 0.7:
+            b.grad_input(y)
+    for _ in range(r.randint(1, 6)):
+        x = b.pick(lambda t: t.is_floating_point())
+        if x is None:
+            break
+        k = r.random()
+        if k < 0.85:
+            e = op_train(b, x)
+            e and b.emit(e)
+        elif not b.val(x).is_leaf:       # an in-place op on an intermediate
+            b.emit_stmt(r.choice([f"{x}.mul_(2)", f"{x}.add_(1)", f"{x}.tanh_()",
+                                  f"{x}.clamp_(-2, 2)"]))
+    b.finish()
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reductions": gen_reductions, "rows": gen_rows,
               "views": gen_views, "indexing": gen_indexing, "inplace": gen_inplace,
               "aliasing": gen_aliasing, "exceptions": gen_exceptions, "special": gen_special,
               "state": gen_state, "dtypes": gen_dtypes,
-              "breaks": gen_breaks, "args": gen_args}
+              "breaks": gen_breaks, "args": gen_args, "train": gen_train}
 
 
 def generate(rng, family):
