@@ -9,7 +9,10 @@
 Families (tools/fuzz_gen.py): pointwise, reductions (and scans), rows (softmax,
 log_softmax, layer_norm, group_norm and their consumers), views, indexing, inplace,
 aliasing, exceptions, special (NaN payloads, inf, -0.0, extremes), state (autocast,
-default dtype), dtypes (all dtypes; complex must be right or a clean fallback).
+default dtype), dtypes (all dtypes; complex must be right or a clean fallback), breaks
+(graph breaks and control flow: .item(), data-dependent ifs, loops, try / except, with),
+args (Python number arguments drawn per seed), train (inputs requiring grad: each
+input's .grad after a backward with seeded output gradients is compared too).
 
 The oracle is eager PyTorch: each program runs eagerly and under cdynamo.optimize on
 fresh copies of its inputs; values (exact for integers and bool, dtype-aware tolerances
