@@ -289,6 +289,26 @@ static int pp_eager(cdy_pipe *p, cdy_trace *t)
     return p->compiled ? 0 : pp_fail(p, "eager backend failed");
 }
 
+/* The pairs (output j, input k) of the first nuser outputs of t's graph that are its
+ * inputs themselves, flat in a new tuple; NULL + error. */
+static PyObject *pp_input_outputs(const cdy_trace *t, int nuser)
+{
+    PyObject *l = PyList_New(0);
+    for (int j = 0; l && j < nuser && j < t->graph.noutputs; j++) {
+        const cdy_value *val = &t->graph.values[t->graph.outputs[j]];
+        if (val->kind != CDY_VAL_INPUT)
+            continue;
+        PyObject *a = PyLong_FromLong(j), *b = PyLong_FromLong(val->input_index);
+        if (!a || !b || PyList_Append(l, a) || PyList_Append(l, b))
+            Py_CLEAR(l);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    PyObject *r = l ? PyList_AsTuple(l) : NULL;
+    Py_XDECREF(l);
+    return r;
+}
+
 /* A training graph (trace/autograd.c): the forward compiled without the
  * graph passes (their rewrites assume grad mode off: packed weights, fused
  * attention), then made a torch.autograd.Function with the backward's
@@ -317,8 +337,12 @@ static int pp_training(cdy_pipe *p, cdy_trace *t, cdy_backward *bw)
         return -1;
     if (cdy_log_on("stages"))
         cdy_log("stages", "%s: backward:\n%s", p->name, PyUnicode_AsUTF8(bw->src));
-    PyObject *tg = cdy_py_call("training_graph", "OOOsiOO", p->compiled, bw->src, bw->consts,
-                               p->name, bw->nuser, bw->saved_inputs, bw->grad_outputs);
+    PyObject *io = pp_input_outputs(t, bw->nuser);
+    PyObject *tg = io ? cdy_py_call("training_graph", "OOOsiOOO", p->compiled, bw->src,
+                                    bw->consts, p->name, bw->nuser, bw->saved_inputs,
+                                    bw->grad_outputs, io)
+                      : NULL;
+    Py_XDECREF(io);
     Py_CLEAR(p->compiled);
     if (!tg)
         return pp_fail_exc(p, "making the training graph failed");

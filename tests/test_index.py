@@ -387,3 +387,16 @@ def test_bool_list_index_falls_back_to_eager():
         return q[..., [True, False, True, False]] * 2.0
     q = torch.randn(2, 3, 4)
     torch.testing.assert_close(cdynamo.optimize(f)(q), f(q))
+
+
+@pytest.mark.parametrize("name,fn", [
+    # a nested list is read by torch as a tuple of index lists: x[[0, 1], [2, 0]]
+    ("nested_lists", lambda q: q[[[0, 1], [2, 0]]] * 2.0),
+    ("tensordot_dims", lambda q: torch.tensordot(q, q, dims=([1], [1])) + 1.0),
+    ("tensor_of_rows", lambda q: q + torch.tensor([[1.0, 2.0, 3.0, 4.0]])),
+    ("new_tensor_of_rows", lambda q: q + q.new_tensor([[1.0, 2.0, 3.0, 4.0]])),
+])
+def test_lists_of_constants_inside_call_arguments_are_one_graph(name, fn):
+    """Lists of constants nested in a call's arguments (calls.c const_seq) reach torch as
+    real lists of their kind: one graph, eager's values (they broke the graph before)."""
+    run_one_graph(fn, torch.randn(3, 4))

@@ -433,6 +433,23 @@ def test_input_not_requiring_grad_gets_none():
     torch.testing.assert_close(w.grad, x.sum(0))
 
 
+def test_returned_input_is_the_input_itself():
+    """An output that is an input (`return loss, x`) is that tensor, as eager returns it (a
+    leaf stays a leaf), not the Function's view of it; gradients through the other outputs
+    and through it equal eager's (fuzz family train)."""
+    def f(a, b):
+        return (a * b).tanh().sum(), a, b
+    x, w = _x(4, 5), torch.randn(5)
+    loss, a, b = cdynamo.optimize(f)(x, w)
+    assert a is x and b is w and a.is_leaf and a.grad_fn is None
+    (loss + (a * 3).sum()).backward()
+    xe = x.detach().clone().requires_grad_()
+    ((xe * w).tanh().sum() + (xe * 3).sum()).backward()
+    torch.testing.assert_close(x.grad, xe.grad, rtol=RTOL, atol=ATOL)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, st
+
+
 # ---------------------------------------------------------------- training loops
 
 def _train(model, batches, loss_fn, compiled, lr=0.05):

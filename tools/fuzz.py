@@ -9,7 +9,10 @@
 Families (tools/fuzz_gen.py): pointwise, reductions (and scans), rows (softmax,
 log_softmax, layer_norm, group_norm and their consumers), views, indexing, inplace,
 aliasing, exceptions, special (NaN payloads, inf, -0.0, extremes), state (autocast,
-default dtype), dtypes (all dtypes; complex must be right or a clean fallback).
+default dtype), dtypes (all dtypes; complex must be right or a clean fallback), breaks
+(graph breaks and control flow: .item(), data-dependent ifs, loops, try / except, with),
+args (Python number arguments drawn per seed), train (inputs requiring grad: each
+input's .grad after a backward with seeded output gradients is compared too).
 
 The oracle is eager PyTorch: each program runs eagerly and under cdynamo.optimize on
 fresh copies of its inputs; values (exact for integers and bool, dtype-aware tolerances
@@ -269,6 +272,8 @@ def alias_signature(out, inputs):
     for i, (p, t) in enumerate(leaves):
         st = _storage(t)
         for k, a in enumerate(inputs):
+            if not isinstance(a, torch.Tensor):
+                continue
             if t is a:
                 sig.append(f"{p} is input {k}")
             elif st is not None and st == _storage(a):
@@ -283,6 +288,8 @@ def alias_signature(out, inputs):
 
 def compare_inputs(ins_e, ins_c, when):
     for k, (e, c) in enumerate(zip(ins_e, ins_c)):
+        if not isinstance(e, torch.Tensor):      # a Python number argument
+            continue
         if (e.shape, e.stride(), e.storage_offset()) != (c.shape, c.stride(), c.storage_offset()):
             raise Mismatch("inputs", f"{when}: input {k} is {tuple(e.shape)}/{e.stride()}"
                            f"+{e.storage_offset()} in eager, {tuple(c.shape)}/{c.stride()}"
@@ -532,6 +539,8 @@ def _check_program_once(source, meta):
                 if sa != se:
                     raise Mismatch("alias", f"eager {se}, cdynamo {sa}")
                 compare_inputs(ins_e, ins_c, when)
+                if meta.get("train"):
+                    _compare_grads(source, f, make_inputs, state, exp, act, ins_e, ins_c)
                 if first is None:
                     first = _snapshot(act)
             except Mismatch as m:
@@ -556,6 +565,78 @@ def _check_program_once(source, meta):
         return "fallback", f"[{' '.join(dict.fromkeys(codes)) or '?'}] " + \
             "; ".join(dict.fromkeys(reasons))
     return "ok", ""
+
+
+def _grad_leaves(out):
+    """The float tensors of a result that carry a gradient (backward's roots)."""
+    return [t for _, t in _flatten(out)[0] if isinstance(t, torch.Tensor) and
+            t.requires_grad and t.is_floating_point()]
+
+
+def _backward(out, ins, seed=7):
+    """Backward from the result's float tensors with seeded gradients (float64 draws cast
+    to each root's dtype); the inputs' .grad (None for a number or a tensor without
+    one), or the exception backward raised."""
+    roots = _grad_leaves(out)
+    g = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype) for t in roots]
+    if not roots:
+        return [None] * len(ins)
+    try:
+        torch.autograd.backward(roots, [gr.to(t.dtype) for gr, t in zip(grads, roots)])
+    except Exception as e:    # noqa: BLE001
+        return e
+    return [a.grad if isinstance(a, torch.Tensor) else None for a in ins]
+
+
+def _grad_reference(source, f, make_inputs, state):
+    """The inputs' gradients of f run on float64 copies of them (the program's own casts
+    made float64, _precise_f), the roots' gradients drawn as _backward draws them;
+    None if that raises."""
+    fp = _precise_f(source, f)
+    ins = [a.detach().to(torch.float64).requires_grad_(a.requires_grad)
+           if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make_inputs()]
+    st = dict(state)
+    st["default_dtype"] = "float64"
+    with state_ctx(st):
+        out, err = _call(fp, ins)
+    if err is not None:
+        return None
+    gr = _backward(out, ins)
+    return None if isinstance(gr, Exception) else gr
+
+
+def _compare_grads(source, f, make_inputs, state, exp, act, ins_e, ins_c):
+    """Backward through eager's and cdynamo's results (the same seeded root gradients):
+    each input's .grad must match (None or not, dtype, shape, values within the float
+    tolerance, a float64 run of the program as tie-breaker).  Raises Mismatch "grads";
+    nothing to compare when eager's backward raises (an in-place write over a saved
+    value, which cdynamo's functionalized graph need not repeat)."""
+    ge = _backward(exp, ins_e)
+    if isinstance(ge, Exception):
+        return
+    gc_ = _backward(act, ins_c)
+    if isinstance(gc_, Exception):
+        raise Mismatch("grads", f"cdynamo's backward raised {type(gc_).__name__} where "
+                                f"eager's did not: {str(gc_)[:300]}")
+    ref = None
+    for k, (e, c) in enumerate(zip(ge, gc_)):
+        if (e is None) != (c is None):
+            raise Mismatch("grads", f"input {k}'s grad is {'None' if e is None else 'set'} in "
+                                    f"eager, {'None' if c is None else 'set'} under cdynamo")
+        if e is None:
+            continue
+        try:
+            compare_tensor(f"grad of input {k}", e, c, strides=False)
+        except Mismatch as m:
+            if m.category != "values":
+                raise Mismatch("grads", str(m)) from None
+            if ref is None:
+                ref = _grad_reference(source, f, make_inputs, state) or [None] * len(ge)
+            try:
+                compare_tensor(f"grad of input {k}", e, c, ref[k], strides=False)
+            except Mismatch as m2:
+                raise Mismatch("grads", str(m2)) from None
 
 
 def _values_retry(source, f, make_inputs, state, exp, act, box):
@@ -949,7 +1030,7 @@ def _either(exp, alt, act):
 
 def _reference(f, make_inputs, state):
     """f on float64 copies of the inputs with float64 the default dtype (None if it raises)."""
-    ins = [_upcast(a.clone()) for a in make_inputs()]
+    ins = [_upcast(a.clone()) if isinstance(a, torch.Tensor) else a for a in make_inputs()]
     st = dict(state)
     st["default_dtype"] = "float64"
     with state_ctx(st):
@@ -1065,6 +1146,9 @@ class Child:
 # ---------------------------------------------------------------- minimizing
 
 
+_CONTINUES = re.compile(r"(else|elif|except|finally)\b")
+
+
 def split_program(source):
     """(head, input lines, params, body lines, returns) of a generated program."""
     head, rest = source.split("def make_inputs():\n", 1)
@@ -1072,7 +1156,14 @@ def split_program(source):
     in_lines = [ln[4:] for ln in mk.splitlines()[1:-1]]
     sig, body = fn.split("):\n", 1)
     params = [p for p in sig.split(", ") if p]
-    lines = [ln[4:] for ln in body.rstrip("\n").splitlines()]
+    lines = []
+    for ln in body.rstrip("\n").splitlines():
+        ln = ln[4:]
+        # an indented line or else / except / finally continues the statement before it
+        if lines and (ln[:1].isspace() or _CONTINUES.match(ln)):
+            lines[-1] += "\n" + ln
+        else:
+            lines.append(ln)
     ret = lines[-1][len("return "):]
     if ret == "None":
         rets = []
@@ -1090,7 +1181,7 @@ def join_program(head, seed_line, in_lines, params, body, rets):
     # inputs not passed any more are still made (the generator's draws stay the same)
     ret = "None" if not rets else rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"
     mk = "\n".join("    " + ln for ln in [seed_line.strip()] + in_lines + [f"return [{', '.join(keep_p)}]"])
-    fb = "\n".join("    " + ln for ln in body + [f"return {ret}"])
+    fb = "\n".join("    " + ln.replace("\n", "\n    ") for ln in body + [f"return {ret}"])
     return f"{head}def make_inputs():\n{mk}\n\n\ndef f({', '.join(keep_p)}):\n{fb}\n"
 
 

@@ -9,13 +9,15 @@ statement that raises in eager is dropped (except where raising is the point).
 """
 import math
 import random
+import re
+import textwrap
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 FAMILIES = ["pointwise", "reductions", "rows", "views", "indexing", "inplace", "aliasing",
-            "exceptions", "special", "state", "dtypes"]
+            "exceptions", "special", "state", "dtypes", "breaks", "args", "train"]
 
 PRELUDE = '''import math
 import torch
@@ -108,6 +110,9 @@ SPECIAL_SCALARS = ["nan", "-nan", "inf", "-inf", "-0.0", "1e308", "1e-310", "2**
 CLAMP_BOUNDS = ["None", "-1", "0.5", "nan", "2", "-inf", "inf", "0"]
 
 
+_ASSIGNED = re.compile(r"^\s*(\w+) = ", re.M)
+
+
 def _dtname(dt):
     return str(dt).replace("torch.", "")
 
@@ -131,7 +136,7 @@ class Builder:
 
     def _reset_env(self):
         self.env = {"torch": torch, "F": F, "math": math, "nan": math.nan, "inf": math.inf}
-        exec(compile(PRELUDE, "<prelude>", "exec"), self.env)
+        exec(compile(PRELUDE + BREAK_HELPER, "<prelude>", "exec"), self.env)
         self.env["g"] = torch.Generator().manual_seed(self.seed)
 
     def replay(self):
@@ -200,6 +205,29 @@ class Builder:
         self.params.append(name)
         return name
 
+    def add_number_input(self, kind="int", lo=1, hi=5):
+        """Add a Python number argument drawn from the generator (so the call with inputs
+        of the next seed passes another value): int in [lo, hi), float, or bool."""
+        name = f"a{len(self.params)}"
+        if kind == "int":
+            expr = f"int(torch.randint({lo}, {hi}, (), generator=g))"
+        elif kind == "float":
+            expr = f"round(float(torch.rand((), generator=g)) * {hi - lo} + {lo}, 3)"
+        else:
+            expr = "bool(torch.randint(0, 2, (), generator=g))"
+        line = f"{name} = {expr}"
+        self.in_lines.append(line)
+        exec(line, self.env)
+        self.params.append(name)
+        return name
+
+    def grad_input(self, name):
+        """Make input `name` a leaf that requires grad (the train family)."""
+        for i, ln in enumerate(self.in_lines):
+            if ln.startswith(f"{name} = "):
+                self.in_lines[i] = ln + ".requires_grad_()"
+                exec(self.in_lines[i], self.env)
+
     def add_shared_inputs(self, dtype):
         """Two inputs that are views of one base (they overlap)."""
         b = f"b{self.nbase}"
@@ -220,8 +248,8 @@ class Builder:
 
     def names(self, pred=None):
         out = []
-        for n in self.params + [s.split(" = ")[0] for s in self.body if " = " in s and
-                                s.split(" = ")[0].isidentifier()]:
+        # a statement's names: every `name = ` line of it (the branches of an if, a loop)
+        for n in self.params + [m for s in self.body for m in _ASSIGNED.findall(s)]:
             v = self.env.get(n)
             if isinstance(v, torch.Tensor) and (pred is None or pred(v)):
                 out.append(n)
@@ -276,7 +304,7 @@ class Builder:
                            + self.in_lines + [f"return [{', '.join(self.params)}]"])
         rets = self.rets
         ret = "None" if not rets else rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ",)"
-        body = "\n".join("    " + ln for ln in self.body + [f"return {ret}"])
+        body = textwrap.indent("\n".join(self.body + [f"return {ret}"]), "    ")
         return f"def make_inputs():\n{inputs}\n\n\ndef f({', '.join(self.params)}):\n{body}\n"
 
     def finish(self, nmax=3, extra=()):
@@ -1065,10 +1093,240 @@ def gen_dtypes(b):
     b.finish()
 
 
+# ------------------------------------------------------------ graph breaks and control flow
+
+def _cond(b, x):
+    """A data-dependent condition on tensor x whose value eager and cdynamo agree on
+    exactly (comparisons of x's own elements, counts; no float sum near a threshold)."""
+    r = b.rng
+    v = b.val(x)
+    if v.dtype == torch.bool:
+        return r.choice([f"{x}.any()", f"{x}.all()", f"{x}.sum() > 1"])
+    k = r.choice(["0", "1", "-1"])
+    return r.choice([f"({x} > {k}).any()", f"({x} > {k}).sum() > 1", f"{x}.amax() > {k}",
+                     f"bool(({x} < {k}).all())", f"{x}.numel() > 3", f"{x}.dim() == 2",
+                     f"{x}.shape[0] > 2" if v.dim() else f"{x}.numel() == 1"])
+
+
+def op_break(b):
+    """A statement that breaks the graph (cdynamo resumes after most: .item(), a
+    data-dependent if) or holds control flow (a loop, try / except, with), its values
+    used afterwards; the name it binds, or None."""
+    r = b.rng
+    x = b.pick()
+    if x is None:
+        return None
+    v = b.val(x)
+    y = b.pick(lambda t: t.dim() <= v.dim()) or x
+    n = f"t{len(b.body)}"
+    fl = v.is_floating_point()
+    k = r.randrange(9)
+    if k == 0 and v.numel():      # a number the graph reads, used after the break
+        item = r.choice([f"{x}.sum().item()" if fl else f"int({x}.sum())", f"float({x}.amax())",
+                         f"int(({x} > 0).sum())", f"{x}.reshape(-1)[0].item()"])
+        if not b.emit_stmt(f"{n} = {item}"):
+            return None
+        return b.emit(r.choice([f"{y} * {n}", f"{y} + {n}", f"{x}.clamp(max={n})",
+                                f"torch.full_like({y}, {n})"]))
+    if k in (1, 2):               # a data-dependent branch
+        e1, e2 = op_unary(b, x), r.choice([f"{y} * 2", f"{x} - 1", f"{x}.clone()", f"{y}.abs()"])
+        stmt = f"if {_cond(b, x)}:\n    {n} = {e1}\nelse:\n    {n} = {e2}"
+        return n if b.emit_stmt(stmt) else None
+    if k == 3:                    # an in-place write on one side of a branch
+        w = b.pick(lambda t: t.dim() >= 1) or x
+        return b.emit_stmt(f"if {_cond(b, x)}:\n    {op_inplace(b, w, meta_ok=False)}") and None
+    if k == 4:                    # .tolist() and back
+        if v.numel() > 64 or v.dtype == torch.bool:
+            return None
+        if not b.emit_stmt(f"{n} = {x}.tolist()"):
+            return None
+        return b.emit(f"torch.tensor({n}, dtype={x}.dtype) + 1")
+    if k == 5:                    # a loop (unrolled, or with a break inside: eager)
+        if not b.emit_stmt(f"{n} = {x}.clone()"):
+            return None
+        inner = r.choice([f"{n} = {n} * 0.5 + {y}", f"{n}.add_({y})", f"{n} = {n}.flip(0)"
+                          if v.dim() else f"{n} = -{n}",
+                          f"{n} = {n} + {n}.sum().item()" if fl else f"{n} = {n} - int({n}.amax())"])
+        b.emit_stmt(f"for _i in range({r.randint(1, 3)}):\n    {inner}")
+        return n
+    if k == 6:                    # try / except: the except side taken or not
+        nn = v.shape[0] if v.dim() else 1
+        pos = r.choice([0, nn, nn + 2]) if v.dim() else 0
+        body = f"{x}[{pos}]" if v.dim() else f"{x}.view(1)[{r.choice([0, 3])}]"
+        stmt = (f"try:\n    {n} = {body} + 1\nexcept {r.choice(['IndexError', 'Exception'])}:\n"
+                f"    {n} = {x}.sum()")
+        return n if b.emit_stmt(stmt) else None
+    if k == 7:                    # a with block (no_grad / enable_grad: the same mode here)
+        ctx = r.choice(["torch.no_grad()", "torch.enable_grad()", "torch.inference_mode(False)"])
+        return n if b.emit_stmt(f"with {ctx}:\n    {n} = {op_unary(b, x)}") else None
+    # a helper that breaks inside (.item()) called mid-frame
+    return b.emit(f"_brk_helper({x}, {y})")
+
+
+BREAK_HELPER = '''
+
+def _brk_helper(x, y):
+    """A helper whose .item() breaks the graph inside it."""
+    s = x.float().abs().sum().item()
+    return y * 2 + (1 if s > 1 else 0)
+'''
+
+
+def gen_breaks(b):
+    r = b.rng
+    b.meta["helper"] = True
+    dt = r.choice(["float32"] * 4 + ["float64", "int64", "int32", "bfloat16"])
+    b.add_input(dt, b.shape(r.choice([1, 2, 2, 3])))
+    if r.random() < 0.5:
+        b.add_input(r.choice([dt, "float32"]), b.shape(r.choice([0, 1, 2])))
+    if r.random() < 0.3:
+        b.add_number_input(r.choice(["int", "float"]))
+    for _ in range(r.randint(2, 6)):
+        k = r.random()
+        x = b.pick()
+        if k < 0.4:
+            op_break(b)
+        elif k < 0.55 and x is not None:
+            b.emit_stmt(op_inplace(b, x, meta_ok=False))
+        elif k < 0.65 and x is not None:
+            e = op_view(b, x)
+            e and b.emit(e)
+        else:
+            gen_pointwise_op(b)
+    nums = [p for p in b.params if not isinstance(b.val(p), torch.Tensor)]
+    b.finish(extra=b.params[:1] + nums[:1])
+
+
+# ------------------------------------------------------------ Python number arguments
+
+def op_number(b, x, n, f):
+    """An op of tensor x with Python int argument n (in [1, 5)) and float f, valid for any
+    of their values (slices clamp)."""
+    r = b.rng
+    v = b.val(x)
+    d = b.dim(x) if v.dim() else 0
+    ch = [f"{x} * {n}", f"{x} + {n}", f"{x} * {f}", f"{x} - {f} * {n}", f"{x}.pow({n})",
+          f"torch.full(({n},), {f})", f"torch.arange({n}) + {x}.sum()", f"{x}.clamp(max={f})",
+          f"{x}.reshape(-1)[:{n}]", f"{x}.reshape(-1)[{n}:]", f"{x}.repeat({n})" if v.dim() <= 1
+          else f"{x}.repeat({n}, 1)", f"{x}.unsqueeze(0).expand({n}, *{x}.shape)",
+          f"{x}.sum() / {n}", f"{x}.new_full(({n}, 2), {f})", f"torch.ones({n}, {n}) * {f}",
+          f"{x} * ({n} > 2)", f"{x} + {n} * {x}.numel()", f"{x}.div({f} + 10)"]
+    if v.dim():
+        pre = ":, " * (d % v.dim())
+        ch += [f"{x}[{pre}:{n}]", f"{x}[{pre}{n}:]", f"{x}[{pre}-{n}:]", f"{x}.roll({n}, {d})",
+               f"{x}.split({n}, {d})[0]", f"{x}.chunk({n}, {d})[-1]" if v.shape[d] else f"{x}.flip({d})",
+               f"F.pad({x}, ({n}, 0))", f"{x}.narrow({d}, 0, min({n}, {x}.shape[{d}]))",
+               f"{x}.cumsum({d}) * {n}", f"{x}.topk(min({n}, {x}.shape[{d}]), {d})[0]"]
+    return r.choice(ch)
+
+
+def gen_args(b):
+    r = b.rng
+    b.add_input(dtype_pool(r), b.shape(r.choice([1, 2, 2, 3])))
+    if r.random() < 0.4:
+        b.add_input(dtype_pool(r), b.shape(r.choice([0, 1, 2])))
+    n = b.add_number_input("int")
+    f = b.add_number_input("float", -2, 3) if r.random() < 0.7 else "0.5"
+    c = b.add_number_input("bool") if r.random() < 0.3 else None
+    for _ in range(r.randint(1, 5)):
+        x = b.pick()
+        k = r.random()
+        if k < 0.55:
+            b.emit(op_number(b, x, n, f))
+        elif k < 0.65 and c is not None:
+            b.emit_stmt(f"t{len(b.body)} = {x} * 2 if {c} else {x} - {n}")
+        elif k < 0.75:
+            b.emit_stmt(f"if {n} > 2:\n    t{len(b.body)} = {x} + {f}\n"
+                        f"else:\n    t{len(b.body)} = {x} * {n}")
+        else:
+            gen_pointwise_op(b)
+    b.finish(extra=[n, f] if f != "0.5" else [n])
+
+
+# ------------------------------------------------------------ training (forward and backward)
+
+TRAIN_UNARY = ["{x}.tanh()", "torch.sigmoid({x})", "{x}.sin()", "{x}.cos()", "F.gelu({x})",
+               "F.gelu({x}, approximate='tanh')", "F.silu({x})", "F.softplus({x})",
+               "{x}.relu()", "F.leaky_relu({x}, 0.1)", "F.elu({x})", "{x} * {x}", "{x}.abs()",
+               "({x} * 0.3).exp()", "({x}.abs() + 1).log()", "({x}.abs() + 1).sqrt()",
+               "({x}.abs() + 0.5).rsqrt()", "{x}.pow(2)", "-{x}", "{x}.clamp(-1, 1)",
+               "torch.erf({x})", "F.mish({x})", "F.hardswish({x})", "{x}.square()"]
+
+
+def op_train(b, x):
+    """A differentiable op of float tensor x (smooth almost everywhere on random inputs:
+    no ties, no ulp-sensitive steps)."""
+    r = b.rng
+    v = b.val(x)
+    d = b.dim(x) if v.dim() else 0
+    y = b.pick(lambda t: t.is_floating_point() and t.dtype == v.dtype and t.dim() <= v.dim()
+               and _broadcasts(t.shape, v.shape)) or x
+    k = r.randrange(10)
+    if k <= 2:
+        return r.choice(TRAIN_UNARY).format(x=x)
+    if k <= 4:
+        return r.choice([f"{x} + {y}", f"{x} * {y}", f"{x} - {y} * 0.5", f"{x} / ({y}.abs() + 1)",
+                         f"torch.where({y} > 0, {x}, {y})", f"torch.addcmul({x}, {y}, {y})",
+                         f"torch.lerp({x}, {y}, 0.3)", f"torch.maximum({x}, {y})", f"{x} * 2 + 1"])
+    if k == 5 and v.dim():
+        return r.choice([f"{x}.sum({d})", f"{x}.mean({d}, keepdim=True)", f"{x}.sum()",
+                         f"{x}.amax({d})", f"{x}.var({d})" if v.shape[d] > 1 else f"{x}.mean()",
+                         f"{x}.norm()", f"torch.logsumexp({x}, {d})", f"{x}.cumsum({d})",
+                         f"{x}.prod({d})" if v.shape[d] <= 4 else f"{x}.sum({d})"])
+    if k == 6 and v.dim():
+        ns = tuple(v.shape[-1:])
+        return r.choice([f"{x}.softmax({d})", f"{x}.log_softmax({d})", f"F.layer_norm({x}, {ns!r})",
+                         f"F.rms_norm({x}, {ns!r})", f"F.normalize({x}, dim={d})"])
+    if k == 7 and v.dim():
+        m = v.shape[-1]
+        w = b.add_input(_dtname(v.dtype), (r.randint(1, 6), m), "normal", "contig")
+        b.grad_input(w)
+        if r.random() < 0.5:
+            bias = b.add_input(_dtname(v.dtype), (b.val(w).shape[0],), "normal", "contig")
+            b.grad_input(bias)
+            return f"F.linear({x}, {w}, {bias})"
+        return r.choice([f"{x} @ {w}.t()", f"F.linear({x}, {w})", f"torch.matmul({x}, {w}.mT)"])
+    if k == 8 and v.dim():
+        return op_view(b, x)
+    return r.choice([f"{x}.sum()", f"{x}.mean()", f"({x} * {x}).mean()", f"{x}.tanh().sum()"])
+
+
+def _broadcasts(a, b):
+    """Whether shape a broadcasts to shape b without growing b."""
+    return all(p == q or p == 1 for p, q in zip(reversed(list(a)), reversed(list(b))))
+
+
+def gen_train(b):
+    r = b.rng
+    b.meta["train"] = True
+    dt = r.choice(["float32"] * 3 + ["float64"])
+    x = b.add_input(dt, b.shape(r.choice([1, 2, 2, 3]), big=0.05))
+    b.grad_input(x)
+    if r.random() < 0.5:
+        out = b.val(x).shape
+        sh = [1 if r.random() < 0.3 else s for s in out[len(out) - r.randint(0, len(out)):]]
+        y = b.add_input(dt, sh)
+        if r.random() < 0.7:
+            b.grad_input(y)
+    for _ in range(r.randint(1, 6)):
+        x = b.pick(lambda t: t.is_floating_point())
+        if x is None:
+            break
+        k = r.random()
+        if k < 0.85:
+            e = op_train(b, x)
+            e and b.emit(e)
+        elif not b.val(x).is_leaf:       # an in-place op on an intermediate
+            b.emit_stmt(r.choice([f"{x}.mul_(2)", f"{x}.add_(1)", f"{x}.tanh_()",
+                                  f"{x}.clamp_(-2, 2)"]))
+    b.finish()
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reductions": gen_reductions, "rows": gen_rows,
               "views": gen_views, "indexing": gen_indexing, "inplace": gen_inplace,
               "aliasing": gen_aliasing, "exceptions": gen_exceptions, "special": gen_special,
-              "state": gen_state, "dtypes": gen_dtypes}
+              "state": gen_state, "dtypes": gen_dtypes,
+              "breaks": gen_breaks, "args": gen_args, "train": gen_train}
 
 
 def generate(rng, family):
@@ -1082,5 +1340,6 @@ def generate(rng, family):
         except Exception:     # noqa: BLE001  a generator bug: try another program
             continue
         if b.body or family == "aliasing":
-            return PRELUDE + "\n\n" + b.source(), b.meta
+            pre = PRELUDE + BREAK_HELPER if b.meta.pop("helper", False) else PRELUDE
+            return pre + "\n\n" + b.source(), b.meta
     return None

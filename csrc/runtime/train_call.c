@@ -33,7 +33,7 @@ static struct {
     PyObject *s_forward, *s_backward, *s_nuser, *s_saved_inputs, *s_grad_outputs,
         *s_no_grad_outputs, *s_tg, *s_saved_tensors, *s_to_save,
         *s_non_differentiable, *s_name, *s_maybe_clear_saved_tensors, *s_grad_inputs,
-        *s_ninputs;
+        *s_ninputs, *s_input_outputs;
 } tc;
 
 /* The truth of calling f with no arguments; -1 + error. */
@@ -82,7 +82,35 @@ static PyObject *tc_call(PyObject *f, PyObject *const *args, Py_ssize_t n)
     return r;
 }
 
-/* _train_apply(tg, *inputs): the outputs of _Graph.apply(tg, *inputs). */
+/* outs (a tuple, stolen) with each user output that is an input itself (tg.input_outputs:
+ * pairs output j, input k) made that input, as eager returns it, where the Function gave
+ * a view of it (its node's gradient for that output is then zero: the identity's path
+ * runs beside it); NULL + error. */
+static PyObject *tc_inputs_as_themselves(PyObject *outs, PyObject *tg, PyObject *const *in,
+                                         Py_ssize_t n)
+{
+    PyObject *io = PyObject_GetAttr(tg, tc.s_input_outputs);
+    if (!io || !PyTuple_Check(io) || PyTuple_GET_SIZE(io) == 0 || !PyTuple_Check(outs)) {
+        Py_XDECREF(io);
+        PyErr_Clear();   /* no pairs: the outputs as they are */
+        return outs;
+    }
+    PyObject *r = PyTuple_GetSlice(outs, 0, PyTuple_GET_SIZE(outs));
+    Py_DECREF(outs);
+    for (Py_ssize_t p = 0; r && p + 1 < PyTuple_GET_SIZE(io); p += 2) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(io, p));
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(io, p + 1));
+        if (j >= 0 && j < PyTuple_GET_SIZE(r) && k >= 0 && k < n)
+            Py_SETREF(((PyTupleObject *)r)->ob_item[j], Py_NewRef(in[k]));
+    }
+    Py_DECREF(io);
+    if (r && PyErr_Occurred())
+        Py_CLEAR(r);
+    return r;
+}
+
+/* _train_apply(tg, *inputs): the outputs of _Graph.apply(tg, *inputs), an output that
+ * is an input the input itself (tc_inputs_as_themselves). */
 static PyObject *tc_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!tc.apply) {
@@ -92,7 +120,9 @@ static PyObject *tc_apply(PyObject *self, PyObject *const *args, Py_ssize_t narg
     int ft = tc_call_truth(tc.functorch_active);
     if (ft < 0)
         return NULL;
-    return PyObject_Vectorcall(ft ? tc.slow_apply : tc.apply, args, nargs, NULL);
+    PyObject *outs = PyObject_Vectorcall(ft ? tc.slow_apply : tc.apply, args, nargs, NULL);
+    return outs && nargs >= 1 ? tc_inputs_as_themselves(outs, args[0], args + 1, nargs - 1)
+                              : outs;
 }
 
 /* A new tuple of seq[i] for each int i of idx (a tuple), then tail[k..]
@@ -329,7 +359,7 @@ static int tc_strings(void)
     return TC_S(forward) && TC_S(backward) && TC_S(nuser) && TC_S(saved_inputs) &&
            TC_S(grad_outputs) && TC_S(no_grad_outputs) && TC_S(tg) && TC_S(saved_tensors) &&
            TC_S(to_save) && TC_S(non_differentiable) && TC_S(name) &&
-           TC_S(maybe_clear_saved_tensors) && TC_S(grad_inputs) && TC_S(ninputs) ? 0 : -1;
+           TC_S(maybe_clear_saved_tensors) && TC_S(grad_inputs) && TC_S(ninputs) && TC_S(input_outputs) ? 0 : -1;
 #undef TC_S
 }
 

@@ -73,23 +73,32 @@ static int arg_value(tracer *tr, tvar *a)
     return -1;
 }
 
-/* A list/tuple tvar a of constants (an index's [-2] inside x[..., [-2], :])
- * as a Python list/tuple the trace keeps (borrowed), else NULL (no error). */
+/* A new list (as_list) or tuple of the objects of items[0..n), each a constant; NULL
+ * (no error set) when one is not a constant or out of memory. */
+static PyObject *const_items(tvar *const *items, int n, int as_list)
+{
+    for (int i = 0; i < n; i++)
+        if (items[i]->kind != TV_CONST)
+            return NULL;
+    PyObject *s = as_list ? PyList_New(n) : PyTuple_New(n);
+    for (int i = 0; s && i < n; i++) {
+        if (as_list)
+            PyList_SET_ITEM(s, i, Py_NewRef(items[i]->obj));
+        else
+            PyTuple_SET_ITEM(s, i, Py_NewRef(items[i]->obj));
+    }
+    PyErr_Clear();
+    return s;
+}
+
+/* A list/tuple tvar a of constants (x[:, [True, False]], tensordot's dims=([1], [0]),
+ * torch.tensor([[1.0, 2.0]])) as a Python list/tuple of its kind the trace keeps
+ * (borrowed), else NULL (no error). */
 static PyObject *const_seq(tracer *tr, const tvar *a)
 {
     if ((a->kind != TV_TUPLE && a->kind != TV_LIST) || a->obj)
         return NULL;
-    for (int i = 0; i < a->n; i++)
-        if (a->items[i]->kind != TV_CONST)
-            return NULL;
-    PyObject *s = a->kind == TV_TUPLE ? PyTuple_New(a->n) : PyList_New(a->n);
-    for (int i = 0; s && i < a->n; i++) {
-        if (a->kind == TV_TUPLE)
-            PyTuple_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
-        else
-            PyList_SET_ITEM(s, i, Py_NewRef(a->items[i]->obj));
-    }
-    PyErr_Clear();
+    PyObject *s = const_items(a->items, a->n, a->kind == TV_LIST);
     return s ? cdy_tr_keep(tr, s) : NULL;
 }
 
@@ -937,8 +946,8 @@ tvar *cdy_inline(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *kwn
     return r;   /* its caller uses the value in C: no symbolic int follows it */
 }
 
-/* A constant for v when it is a sequence of constants (so pure builtins such
- * as all/any/sum/min/max can fold over it); else v itself. */
+/* A constant tuple for v when it is a sequence of constants (so pure builtins such
+ * as all/any/sum/min/max can fold over it; const_items); else v itself. */
 static tvar *as_const_seq(tracer *tr, tvar *v)
 {
     tvar *l = v->kind == TV_VIEW ? cdy_view_list(tr, v) : NULL;   /* what the view shows now */
@@ -949,12 +958,7 @@ static tvar *as_const_seq(tracer *tr, tvar *v)
     if (v->kind != TV_TUPLE && v->kind != TV_LIST && v->kind != TV_ITER)
         return v;
     int start = v->kind == TV_ITER ? v->pos : 0;
-    for (int i = start; i < v->n; i++)
-        if (v->items[i]->kind != TV_CONST)
-            return v;
-    PyObject *t = PyTuple_New(v->n - start);
-    for (int i = start; t && i < v->n; i++)
-        PyTuple_SET_ITEM(t, i - start, Py_NewRef(v->items[i]->obj));
+    PyObject *t = const_items(v->items + start, v->n - start, 0);
     tvar *c = t ? cdy_tv_const(tr, t) : NULL;
     return c ? c : v;
 }

@@ -188,14 +188,18 @@ class TrainingGraph:
     with cdynamo.optimize) and what the C per-call path (runtime/train_call.c) reads:
     nuser, saved_inputs, grad_outputs, no_grad_outputs, grad_inputs (tuples of indices:
     the backward returns the gradients of the grad_inputs of the graph's ninputs inputs),
-    ninputs, name."""
+    ninputs, name, input_outputs (pairs output j, input k, flat: the outputs that are
+    inputs themselves, returned as the inputs, not the Function's views of them)."""
 
     __slots__ = ("forward", "backward", "nuser", "saved_inputs", "grad_outputs",
-                 "no_grad_outputs", "grad_inputs", "ninputs", "name", "source", "__weakref__")
+                 "no_grad_outputs", "grad_inputs", "ninputs", "name", "source",
+                 "input_outputs", "__weakref__")
 
-    def __init__(self, forward, src, consts, name, nuser, saved_inputs, grad_outputs):
+    def __init__(self, forward, src, consts, name, nuser, saved_inputs, grad_outputs,
+                 input_outputs=()):
         from . import optimize
         self.forward = forward
+        self.input_outputs = tuple(input_outputs)
         self.name = name
         self.nuser = nuser
         self.saved_inputs = tuple(saved_inputs)

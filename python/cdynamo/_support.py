@@ -197,9 +197,11 @@ def on_compile(info):
                       f"{type(e).__name__}: {e}", CdynamoWarning, stacklevel=2)
 
 
-def training_graph(forward, src, consts, name, nuser, saved_inputs, grad_outputs):
+def training_graph(forward, src, consts, name, nuser, saved_inputs, grad_outputs,
+                   input_outputs=()):
     """The callable of a training graph (trace/autograd.c): its compiled forward and the
-    backward's source, made into a torch.autograd.Function (cdynamo._autograd)."""
+    backward's source, made into a torch.autograd.Function (cdynamo._autograd);
+    input_outputs: pairs (output, input) of the outputs that are inputs themselves."""
     from . import _autograd
     return _autograd.TrainingGraph(forward, src, consts, name, nuser, saved_inputs,
-                                   grad_outputs).callable()
+                                   grad_outputs, input_outputs).callable()
