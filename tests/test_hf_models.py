@@ -274,6 +274,10 @@ DECODERS = {
     "llama_rope3": lambda T: T.LlamaForCausalLM(T.LlamaConfig(**_C, rope_scaling=dict(
         rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=64))),
+    # the experts registry sits in the closure of a forward installed on the class; the
+    # default grouped_mm's fallback reads the routing counts (tolist): batched_mm does not
+    "mixtral_batched": lambda T: T.MixtralForCausalLM(T.MixtralConfig(
+        **_C, num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")),
 }
 
 
@@ -281,7 +285,8 @@ DECODERS = {
 def test_generate_on_more_decoders_compiles_twice(name):
     """Gemma-3 (sliding window 8, passed mid-generate), Cohere (parallel block, LayerNorm
     without bias), Phi (partial rotary), OLMo-2 (q / k norms), LLaMA with llama3 rope
-    scaling: the prefill and one symbolic decoding graph, eager's tokens."""
+    scaling, Mixtral's batched_mm experts: the prefill and one symbolic decoding graph,
+    eager's tokens."""
     import transformers as T   # noqa: PLC0415
     torch.manual_seed(0)
     m = DECODERS[name](T).eval()
