@@ -297,7 +297,8 @@ static int at_perm_of(const cdy_meta *y, const int64_t *sizes, const int64_t *st
  * so that the runtime keeps the kernel's result as it is (no copy into the
  * traced strides) and y.transpose(1, 2) reads it in order: every view or
  * copy of y (kind V, base y) must be a permutation of y's dims, its strides
- * then permuted alike.  Nothing changes otherwise. */
+ * then permuted alike (y.transpose(1, 2).reshape(b, t, c)'s copy then
+ * reads y in order).  Nothing changes otherwise. */
 static void at_heads_major(cdy_trace *t, int y)
 {
     cdy_graph *g = &t->graph;
