@@ -730,12 +730,13 @@ def test_rows_in_ranges_split_as_schedule_static(dyn, make, sizes):
 
 
 @pytest.mark.parametrize("hint", [16, 1000])
-def test_runtime_length_rows_sum_in_the_static_kernels_lanes(hint):
-    """A runtime row length sums in the lanes the static kernel of the call's length takes
-    (cg_row_lanes: 64 from 512 floats on, 16 below; exact-length copies too), not the
-    compiling call's: the same sum order, so at whole lane blocks the same bits as the
-    static kernel (compiled at 16 columns the symbolic softmax summed 512 in 16 lanes, at
-    1000 columns 64 or 128 in 64)."""
+def test_runtime_length_rows_sum_in_lanes_not_of_the_compiling_call(hint):
+    """A runtime row length sums in one vector's lanes at every length, whatever the
+    compiling call's length (compiled at 1000 columns the runtime loops summed in 64
+    lanes, at 16 in 16; in memory, 64 lanes ran 1.05-1.15x as long), and each
+    exact-length copy in the lanes the static kernel of its length takes: below 512
+    floats (the static kernel's 16 lanes) the same sum order, the same bits as the
+    static kernel at whole lane blocks; every length equals eager."""
     def f(x):
         return torch.softmax(x, -1)
     _C._dyn_test(True)
@@ -744,13 +745,36 @@ def test_runtime_length_rows_sum_in_the_static_kernels_lanes(hint):
     finally:
         _C._dyn_test(False)
     assert g.symbols
-    assert "nr0 >= 512LL) {" in g.source          # the 64-lane copy, chosen per call
-    for n in (64, 128, 256, 384, 512, 1024, 1536):
+    rows = g.source[g.source.index("void kernel_0_rows("):]
+    assert "sum_l[16]" in rows and "sum_l[64]" not in rows
+    for n in (64, 128, 256, 384, 512, 1000, 1536):
         x = torch.randn(40, n) * 4
-        cdynamo.reset()
-        static = _compile(f, x)
-        assert not static.symbols
-        want_lanes = 64 if n >= 512 else 16
-        assert f"sum_l[{want_lanes}]" in static.source
-        assert torch.equal(g(x), static(x)), n
         _same(g(x), f(x))
+        if n < 512:
+            cdynamo.reset()
+            static = _compile(f, x)
+            assert not static.symbols and "sum_l[16]" in static.source
+            assert torch.equal(g(x), static(x)), n
+
+
+@pytest.mark.parametrize("n", [2, 16, 128, 1024])
+def test_row_copy_is_a_memcpy_a_row_as_the_static_kernel(n):
+    """A copy of contiguous rows (GQA's repeat_kv: an expand realized by a reshape) copies
+    each row with one memcpy of the call's row bytes, as the static kernel does, parallel
+    from the static copy's element count on; every size equals eager."""
+    def f(x):
+        b, h, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, h, 2, s, d).reshape(b, h * 2, s, d) * 0.5
+    _C._dyn_test(True)
+    try:
+        g = _compile(f, torch.randn(2, 4, 16, 64))
+    finally:
+        _C._dyn_test(False)
+    assert g.symbols
+    assert "__builtin_memcpy(dst, src, (__SIZE_TYPE__)n2 * 4U);" in g.source
+    x = torch.randn(2, 4, n, 64)
+    _same(g(x), f(x))
+    cdynamo.reset()
+    static = _compile(f, x)
+    assert not static.symbols and "__builtin_memcpy(dst, src, " in static.source
+    assert torch.equal(g(x), static(x))

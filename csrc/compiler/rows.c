@@ -1270,7 +1270,13 @@ static int cg_row_sched_sym(cg_ctx *c, kir_kernel *kk, cg_row_kernel *rk, int nu
     int may_stream = cg_row_streams(k, (int64_t)1 << 40) && !k->heavy;   /* but for the bytes */
     k->stream = k->may_stream = 0;
     k->lanes = cg_row_lanes(k);
-    if (k->rn_expr >= 0 && k->rn->ndim > 0)   /* not the hint's: cg_row_wide_split */
+    /* a runtime row length: one vector's lanes (a mask's 64) at every length, not
+     * the compiling call's choice.  The lanes stay in memory in the runtime-length
+     * loops, and there 16 ran faster than 64 at every length (a C harness on the
+     * host's Zen 4, softmax, 1 thread, us: 256x1000 102.7 / 108.3, 2048x512 415.6 /
+     * 436.2, 512x2048 385.6 / 407.9, 1024x300 131.9 / 151.1; the static kernel's
+     * 64 from 512 on: 111.4, 398.5, 404.4, 150.0) */
+    if (k->rn_expr >= 0 && k->rn->ndim > 0)
         k->lanes = cg_row_nlanes(k) / (cg_row_bytes_in(k) ? 1 : 4);
     k->pf_cond = k->lanes > 0 ? cg_row_prefetch_cond(k) : NULL;
     k->prefetch = k->pf_cond != NULL;
@@ -1541,20 +1547,6 @@ static int cg_row_whole_split(const cg_rowk *k)
            cg_row_bytes_in(k) && k->lanes == nl ? nl : 0;
 }
 
-/* The lanes of a symbolic row kernel's copy of its loops for rows of at least
- * 8 times that many elements, chosen at run time, else 0: a runtime row
- * length of plain inputs (no one-byte mask: cg_row_whole_split), whose other
- * copy sums in one vector's lanes.  A static kernel takes cg_row_nlanes lanes
- * from that length on, one vector's below (cg_row_lanes): the symbolic one
- * took the compiling call's choice at every length (softmax compiled at
- * 4x16x16, 16 lanes at 4x512x512; at 8x1000, 64 at 100 columns). */
-static int cg_row_wide_split(const cg_rowk *k)
-{
-    int last = k->rn->ndim - 1, nl = cg_row_nlanes(k);
-    return !k->col && last >= 0 && k->rn->sym && k->rn->ssize[last] >= 0 &&
-           !cg_row_bytes_in(k) && k->lanes == nl / 4 ? nl : 0;
-}
-
 /* A symbolic row kernel's rows of at most this many bytes of its compute
  * type (8 AVX-512 registers) get a helper function of the loops at their
  * exact length (cg_row_exact_lens). */
@@ -1599,26 +1591,6 @@ static int cg_row_emit_nest(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int 
 static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                              int collapse)
 {
-    int wide = cg_row_wide_split(k);
-    if (wide) {
-        cdy_buf_printf(&c->src, "    if (%s >= %dLL) {\n",
-                       cg_sym_size_text(c, k->rn, k->rn->ndim - 1), 8 * wide);
-        int lanes = k->lanes;
-        k->lanes = wide;
-        int rc = cg_row_emit_nest(c, k, rk, par, collapse);
-        k->lanes = lanes;
-        if (rc)
-            return -1;
-        cdy_buf_puts(&c->src, "    } else {\n");
-        int pf = k->prefetch;
-        k->prefetch = 0;    /* rows under 8 lane blocks: never (cg_row_prefetch_cond) */
-        rc = cg_row_emit_nest(c, k, rk, par, collapse);
-        k->prefetch = pf;
-        if (rc)
-            return -1;
-        cdy_buf_puts(&c->src, "    }\n");
-        return 0;
-    }
     int nl = cg_row_whole_split(k);
     if (!nl)
         return cg_row_emit_nest(c, k, rk, par, collapse);

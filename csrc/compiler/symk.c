@@ -904,13 +904,28 @@ void cg_sym_emit_locals(cg_ctx *c, const kir_kernel *k)
         sk_nest_locals(c, k->rnest, k->nops);
 }
 
+/* 1 when row copy k (cg_view_sched_copy's copy_row, at the hints) copies
+ * contiguous rows at every size: its innermost stride 1 in both operands
+ * not an expression of the sizes. */
+static int sk_copy_rows_hold(const kir_kernel *k)
+{
+    const cg_nest *n = k->nest;
+    int last = n->ndim - 1;
+    return k->copy_row && !k->copy_unit && last >= 1 && n->sstride[0][last] < 0 &&
+           n->sstride[1][last] < 0;
+}
+
 void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k)
 {
     const cg_nest *n = k->nest;
+    int rows = sk_copy_rows_hold(k);     /* one memcpy a row, as the static kernel */
     k->stream = 0;
     k->copy_unit = 0;
-    k->copy_row = 0;
-    k->flags &= ~(unsigned)(CDY_KIRF_COPY_UNITS | CDY_KIRF_COPY_ROWS);
+    k->flags &= ~(unsigned)CDY_KIRF_COPY_UNITS;
+    if (!rows) {
+        k->copy_row = 0;
+        k->flags &= ~(unsigned)CDY_KIRF_COPY_ROWS;
+    }
     int live = 0;
     for (int d = 0; d < n->ndim; d++)
         live |= n->ssize[d] >= 0;
@@ -918,13 +933,15 @@ void cg_sym_sched_loops(cg_ctx *c, kir_kernel *k)
         return;                            /* the hints' decision holds at every size */
     const char *numel = cg_sym_numel_text(c, n);
     int64_t per = cg_moved(k->ops, k->nops, n, 1);
-    k->par_cond = k->nfused <= CG_PARALLEL_CHEAP_OPS
+    k->par_cond = k->nfused <= CG_PARALLEL_CHEAP_OPS && !rows
                       ? cg_strf(c, "%s >= %dLL && %s * %lldLL >= %dLL", numel, CG_PARALLEL_NUMEL,
                                 numel, (long long)per, CG_PARALLEL_BYTES)
-                      : cg_strf(c, "%s >= %dLL", numel, CG_PARALLEL_NUMEL);
+                      : cg_strf(c, "%s >= %dLL", numel, CG_PARALLEL_NUMEL);   /* a copy's: views.c */
     k->collapse = n->ndim >= 3;           /* the outer loop's length unknown: two shared */
     k->parallel = 1;
     k->serial = NULL;
+    k->copy_parallel = rows;
+    k->copy_collapse = rows && n->ndim >= 3;
 }
 
 int cg_sym_check_step(cg_ctx *c, int kind, int v)

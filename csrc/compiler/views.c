@@ -225,26 +225,22 @@ void cg_view_sched_copy(cg_ctx *c, kir_kernel *k)
     k->copy_threads = "NTHREADS";
 }
 
-/* Emit kernel loops for a plain copy by rows (k->copy_unit: a unit-reversing
- * copy, rows by cg_reverse_row; k->copy_row: one memcpy a row); the outer
- * loops as usual, parallel when k->copy_parallel (collapsed: copy_collapse). */
-void cg_view_emit_copy(cg_ctx *c, const kir_kernel *k)
+/* Emit the loops of copy k (cg_view_emit_copy), parallel when par. */
+static void cg_view_emit_copy_loops(cg_ctx *c, const kir_kernel *k, int par)
 {
     const cg_nest *nest = k->nest;
     int U = k->copy_unit;
     cdy_buf *b = &c->src;
     int e = nest->ndim - (U ? 2 : 1), ind = 1;
-    if (U)
-        cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
     for (int d = 0; d < e; d++, ind++) {
-        if (d == 0 && k->copy_parallel) {
+        if (d == 0 && par) {
             cg_indent(b, ind);
             cdy_buf_printf(b, "#pragma omp parallel for num_threads(%s) schedule(static)%s\n",
                            k->copy_threads, k->copy_collapse ? " collapse(2)" : "");
         }
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %lldLL; i%d++) {\n", d, d,
-                       (long long)nest->size[d], d);
+        cdy_buf_printf(b, "for (int64_t i%d = 0; i%d < %s; i%d++) {\n", d, d,
+                       cg_sym_size_text(c, nest, d), d);
     }
     cg_nest outer = *nest;
     outer.ndim = e;
@@ -257,16 +253,40 @@ void cg_view_emit_copy(cg_ctx *c, const kir_kernel *k)
         cg_offset_terms(b, &outer, o, 'i', &any);
         cdy_buf_puts(b, any ? ");\n" : "0);\n");
     }
+    if (!U)
+        cg_indent(b, ind);
     if (U)
         cg_reverse_row(b, ind, U, nest->size[e]);
-    else {
-        cg_indent(b, ind);
+    else if (nest->sym && nest->ssize[e] >= 0)   /* symbolic sizes: the row's bytes per call */
+        cdy_buf_printf(b, "__builtin_memcpy(dst, src, (__SIZE_TYPE__)n%s%d * %dU);\n",
+                       nest->pfx ? nest->pfx : "", e,
+                       (int)cdy_dtype_table[c->g->values[k->grp.outs[0]].meta.dtype].size);
+    else
         cdy_buf_printf(b, "__builtin_memcpy(dst, src, %lld);\n", (long long)k->copy_row);
-    }
     while (--ind > 0) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "}\n");
     }
+}
+
+/* Emit kernel loops for a plain copy by rows (k->copy_unit: a unit-reversing
+ * copy, rows by cg_reverse_row; k->copy_row: one memcpy a row); the outer
+ * loops as usual, parallel when k->copy_parallel (collapsed: copy_collapse),
+ * with symbolic sizes when k->par_cond holds at run time. */
+void cg_view_emit_copy(cg_ctx *c, const kir_kernel *k)
+{
+    cdy_buf *b = &c->src;
+    if (k->copy_unit)
+        cdy_buf_puts(b, "    typedef uint8_t cdy_v16u8 __attribute__((vector_size(16)));\n");
+    if (!k->par_cond || !k->copy_parallel) {
+        cg_view_emit_copy_loops(c, k, k->copy_parallel);
+        return;
+    }
+    cdy_buf_printf(b, "    if (%s) {\n", k->par_cond);
+    cg_view_emit_copy_loops(c, k, 1);
+    cdy_buf_puts(b, "    } else {\n");
+    cg_view_emit_copy_loops(c, k, 0);
+    cdy_buf_puts(b, "    }\n");
 }
 
 void cg_view_print_copy(cg_ctx *c, cdy_buf *b, const kir_kernel *k)
