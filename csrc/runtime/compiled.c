@@ -51,7 +51,8 @@ typedef struct {
     PyObject **buf_meta;  /* per non-input buffer: (sizes, strides, dtype) */
     PyObject **buf_tmpl;  /* per buffer: a tensor of its meta to empty_like, or NULL */
     cdy_meta *buf_cmeta;  /* per buffer: its meta (for the pool) */
-    char *buf_pool;       /* per buffer: may come from the pool (strides >= 0) */
+    char *buf_pool;       /* per buffer: BUF_POOL may come from the pool (strides >= 0),
+                           * | BUF_MMOUT its extern is a matmul that may write a pool tensor */
     char *buf_alloc;      /* per buffer: allocated by us (else made by an extern) */
     int64_t *scratch_off; /* per buffer: byte offset in the scratch block, -1: a tensor
                            * (symbolic graphs: 0, its offset per call in sym_soff) */
@@ -117,13 +118,40 @@ typedef struct {
     size_t sym_scratch;   /* the block's size at sym_at (0: no scratch buffer) */
 } cdy_compiled;
 
+enum { BUF_POOL = 1, BUF_MMOUT = 2 };
+
 static PyObject *empty_strided;   /* torch.empty_strided */
+static PyObject *mm_fns[5];       /* operator.matmul, torch.matmul, mm, bmm, Tensor.__matmul__ */
+static PyObject *kw_out;          /* ("out",) */
 static PyObject *empty_like;      /* torch.empty_like */
 static PyObject *kw_dtype;        /* ("dtype",) */
 static PyObject *dtype_objs[CDY_DT_COUNT];
 static PyObject *get_rng_state;   /* torch.default_generator.get_state (torch.get_rng_state's
                                    * read, without its Python frame) */
 static PyObject *set_rng_state;   /* torch.default_generator.set_state */
+
+/* The matmul callables an extern may be (mm_fns); 0 or -1 with error. */
+static int mm_fns_init(PyObject *torch)
+{
+    PyObject *op = PyImport_ImportModule("operator");
+    PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
+    if (!op || !tensor) {
+        Py_XDECREF(op);
+        Py_XDECREF(tensor);
+        return -1;
+    }
+    mm_fns[0] = PyObject_GetAttrString(op, "matmul");
+    mm_fns[1] = PyObject_GetAttrString(torch, "matmul");
+    mm_fns[2] = PyObject_GetAttrString(torch, "mm");
+    mm_fns[3] = PyObject_GetAttrString(torch, "bmm");
+    mm_fns[4] = PyObject_GetAttrString(tensor, "__matmul__");
+    Py_DECREF(op);
+    Py_DECREF(tensor);
+    for (int i = 0; i < 5; i++)
+        if (!mm_fns[i])
+            return -1;
+    return 0;
+}
 
 /* Look up torch objects the runtime needs; 0 or -1 with error. */
 int cdy_runtime_init(PyObject *torch)
@@ -135,7 +163,9 @@ int cdy_runtime_init(PyObject *torch)
     get_rng_state = gen ? PyObject_GetAttrString(gen, "get_state") : NULL;
     set_rng_state = gen ? PyObject_GetAttrString(gen, "set_state") : NULL;
     Py_XDECREF(gen);
-    if (!empty_strided || !empty_like || !kw_dtype || !get_rng_state || !set_rng_state)
+    kw_out = Py_BuildValue("(s)", "out");
+    if (!empty_strided || !empty_like || !kw_dtype || !get_rng_state || !set_rng_state || !kw_out ||
+        mm_fns_init(torch))
         return -1;
     for (int d = 0; d < CDY_DT_COUNT; d++) {
         dtype_objs[d] = PyObject_GetAttrString(torch, cdy_dtype_table[d].name);
@@ -299,6 +329,21 @@ static int extern_dtype_differs(PyObject *r, PyObject *dtype)
     return differs;
 }
 
+/* Matmul pynode p (BUF_MMOUT) as torch.matmul(a, b, out=t), t a new pool
+ * tensor of buffer ob's meta (a training step's: its block returns to the
+ * pool's training lists); new ref or NULL with error. */
+static PyObject *matmul_out(cdy_compiled *c, const cdy_pynode *p, PyObject **bufs, int ob)
+{
+    void *ptr;
+    PyObject *t = cdy_mempool_tensor(&c->buf_cmeta[ob], &ptr);
+    if (!t)
+        return NULL;
+    PyObject *av[3] = {bufs[c->value_buffer[p->ref[0]]], bufs[c->value_buffer[p->ref[1]]], t};
+    PyObject *r = PyObject_Vectorcall(mm_fns[1], av, 2, kw_out);
+    Py_DECREF(t);
+    return r;
+}
+
 static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
 static int sym_read_meta(PyObject *x, cdy_meta *m, void **data);
 
@@ -414,7 +459,10 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
         ptrs[st->out_buffer] = w ? tensor_ptr(w) : NULL;
         return ptrs[st->out_buffer] ? 0 : -1;
     }
-    PyObject *r = pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
+    PyObject *r = !sv && (c->buf_pool[st->out_buffer] & BUF_MMOUT) && cdy_mempool_train &&
+                          cdy_mempool_takes(&c->buf_cmeta[st->out_buffer])
+                      ? matmul_out(c, &c->pynodes[c->pynode_of[st->index]], bufs, st->out_buffer)
+                      : pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
     if (!r)
         return -1;
     int sym = sv && c->buf_value[st->out_buffer] >= 0;   /* a symbolic size: contiguous */
@@ -1888,6 +1936,41 @@ done:
     return rc;
 }
 
+/* 1 if extern step s is a matmul of two graph tensors of at least 2 dims
+ * and buffer ob's dtype whose result ob (contiguous, not a view, not empty,
+ * static sizes) torch.matmul may write into a tensor given as out=. */
+static int matmul_out_fits(const cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r,
+                           int s, int ob)
+{
+    const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
+    const cdy_meta *m = &plan->buffers[ob];
+    int fn = 0;
+    for (int i = 0; i < 5; i++)
+        fn |= p->fn == mm_fns[i];
+    if (!fn || p->item >= 0 || p->kwnames || p->nargs != 2 || c->sym || !(c->buf_pool[ob] & BUF_POOL) ||
+        cdy_value_is_alias(&r->graph->values[c->steps[s].index]) || !cdy_meta_contiguous(m) ||
+        cdy_meta_numel(m) == 0)
+        return 0;
+    for (int a = 0; a < 2; a++) {
+        int v = p->ref[a], b = v >= 0 && v < r->graph->nvalues ? c->value_buffer[v] : -1;
+        if (b < 0 || plan->buffers[b].dtype != m->dtype || plan->buffers[b].ndim < 2)
+            return 0;
+    }
+    return 1;
+}
+
+/* Mark the buffers whose extern is a matmul that may write a pool tensor
+ * (BUF_MMOUT: a training step's, runtime/train_call.c TC_STEP). */
+static void plan_matmul_out(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
+{
+    for (int s = 0; s < c->nsteps; s++) {
+        int ob = c->steps[s].out_buffer;
+        if (c->steps[s].kind == CDY_STEP_EXTERN && ob >= c->ninputs && ob < c->nbuffers &&
+            c->pynode_of[c->steps[s].index] >= 0 && matmul_out_fits(c, plan, r, s, ob))
+            c->buf_pool[ob] |= BUF_MMOUT;
+    }
+}
+
 /* Keep each node's user code and line (add_user_frame); 0 or -1. */
 static int copy_where(cdy_compiled *c, const cdy_run_record *r)
 {
@@ -2135,13 +2218,14 @@ PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path, 
         if (prepare_meta(c, &plan->buffers[b], b))
             goto fail;
         c->buf_cmeta[b] = plan->buffers[b];
-        c->buf_pool[b] = 1;
+        c->buf_pool[b] = BUF_POOL;
         for (int d = 0; d < plan->buffers[b].ndim; d++)
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
     if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
         plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
+    plan_matmul_out(c, plan, r);
     for (int b = plan->ninputs; !c->sym && b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
             c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);

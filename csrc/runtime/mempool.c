@@ -81,6 +81,7 @@ typedef struct mp_block {
     void *data;              /* after the header, or its own allocation (MP_PAGE_MIN) */
     size_t cap;              /* data bytes the block holds */
     int cls;
+    int train;               /* taken by a training graph (cdy_mempool_train): its free list */
 } mp_block;
 
 #define MP_HEADER ((sizeof(mp_block) + MP_ALIGN - 1) & ~(size_t)(MP_ALIGN - 1))
@@ -94,9 +95,12 @@ static int (*mp_dl_read)(void *py_object, dl_tensor *out);
 static PyTypeObject *mp_read_types[2];
 static uint32_t mp_dl_keys[CDY_DT_COUNT];   /* mp_dl_key of each cdynamo dtype's DLPack type */
 static pthread_mutex_t mp_lock = PTHREAD_MUTEX_INITIALIZER;
-static mp_block *mp_free[MP_CLASSES];
+/* Free lists: [0] blocks last taken by inference graphs, [1] by training
+ * graphs (cdy_mempool_train), which cdy_mempool_trim_train empties. */
+static mp_block *mp_free[2][MP_CLASSES];
 static int64_t mp_limit = (int64_t)256 << 20;
 static int64_t mp_cached;                   /* bytes on the free lists */
+static int64_t mp_cached_train;             /* of those, on the training lists */
 static int64_t mp_held, mp_peak;            /* bytes of all blocks (live and free), their maximum */
 static long long mp_hits, mp_misses, mp_live;
 
@@ -180,9 +184,10 @@ static void mp_release(dl_managed *mt)
     mp_live--;
     int keep = b->cls < MP_CLASSES && mp_cached + (int64_t)b->cap <= mp_limit;
     if (keep) {
-        b->next = mp_free[b->cls];
-        mp_free[b->cls] = b;
+        b->next = mp_free[b->train][b->cls];
+        mp_free[b->train][b->cls] = b;
         mp_cached += (int64_t)b->cap;
+        mp_cached_train += b->train ? (int64_t)b->cap : 0;
     } else {
         mp_held -= (int64_t)b->cap;
     }
@@ -191,14 +196,31 @@ static void mp_release(dl_managed *mt)
         mp_free_block(b);
 }
 
-/* A block of class cls (capacity cap): from the free list, else new; NULL if out of memory. */
+/* The first block of free list [k][cls], unlinked; NULL if empty.  Lock held. */
+static mp_block *mp_pop(int k, int cls)
+{
+    mp_block *b = mp_free[k][cls];
+    if (b) {
+        mp_free[k][cls] = b->next;
+        mp_cached -= (int64_t)b->cap;
+        mp_cached_train -= k ? (int64_t)b->cap : 0;
+    }
+    return b;
+}
+
+_Thread_local int cdy_mempool_train;
+
+/* A block of class cls (capacity cap): from the free lists (this kind's
+ * first), else new; NULL if out of memory. */
 static mp_block *mp_take(int cls, size_t cap)
 {
+    int k = cdy_mempool_train != 0;
     pthread_mutex_lock(&mp_lock);
-    mp_block *b = cls < MP_CLASSES ? mp_free[cls] : NULL;
+    mp_block *b = cls < MP_CLASSES ? mp_pop(k, cls) : NULL;
+    if (!b && cls < MP_CLASSES)
+        b = mp_pop(!k, cls);
     if (b) {
-        mp_free[cls] = b->next;
-        mp_cached -= (int64_t)b->cap;
+        b->train = k;
         mp_hits++;
     } else {
         mp_misses++;
@@ -210,6 +232,7 @@ static mp_block *mp_take(int cls, size_t cap)
     b = mp_new(cls, cap);
     pthread_mutex_lock(&mp_lock);
     if (b) {
+        b->train = k;
         mp_held += (int64_t)cap;
         mp_peak = mp_held > mp_peak ? mp_held : mp_peak;
     } else {
@@ -219,19 +242,20 @@ static mp_block *mp_take(int cls, size_t cap)
     return b;
 }
 
-/* Free every cached block while the lists hold more than limit bytes. */
-static void mp_trim(int64_t limit)
+/* Free cached blocks of the lists k0..1, largest first, while they hold more
+ * than limit bytes (k0 = 0: all lists; 1: the training lists). */
+static void mp_trim_from(int k0, int64_t limit)
 {
     mp_block *drop = NULL;
     pthread_mutex_lock(&mp_lock);
-    for (int c = MP_CLASSES - 1; c >= 0 && mp_cached > limit; c--)
-        while (mp_free[c] && mp_cached > limit) {
-            mp_block *b = mp_free[c];
-            mp_free[c] = b->next;
-            mp_cached -= (int64_t)b->cap;
-            mp_held -= (int64_t)b->cap;
-            b->next = drop;
-            drop = b;
+    for (int k = 1; k >= k0; k--)
+        for (int c = MP_CLASSES - 1; c >= 0; c--) {
+            mp_block *b;
+            while ((k0 ? mp_cached_train : mp_cached) > limit && (b = mp_pop(k, c))) {
+                mp_held -= (int64_t)b->cap;
+                b->next = drop;
+                drop = b;
+            }
         }
     pthread_mutex_unlock(&mp_lock);
     while (drop) {
@@ -239,6 +263,18 @@ static void mp_trim(int64_t limit)
         mp_free_block(drop);
         drop = n;
     }
+}
+
+/* Free every cached block while the lists hold more than limit bytes. */
+static void mp_trim(int64_t limit)
+{
+    mp_trim_from(0, limit);
+}
+
+/* See runtime.h. */
+void cdy_mempool_trim_train(void)
+{
+    mp_trim_from(1, 0);
 }
 
 static void mp_read_init(PyObject *torch, PyTypeObject *tensor);

@@ -36,6 +36,10 @@ int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be u
  * runtime/train_call.c: such tensors then go back to torch's allocator when
  * freed, as eager's do, not to the pool's free lists). */
 extern _Thread_local int64_t cdy_mempool_bypass;
+/* Nonzero while this thread runs a training graph: the blocks it takes go
+ * back to the training free lists, which cdy_mempool_trim_train empties. */
+extern _Thread_local int cdy_mempool_train;
+void cdy_mempool_trim_train(void);                /* free the training lists' cached blocks */
 /* May a tensor of meta m (strides >= 0) come from the pool (on, and not bypassed). */
 int cdy_mempool_takes(const cdy_meta *m);
 int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */

@@ -24,12 +24,21 @@
  * at most a few KiB of blocks), their allocation through torch ~1 us each. */
 #define TC_POOL_SMALL ((int64_t)1 << 10)
 
+/* Where training graphs' tensors come from (_train_set_pool):
+ * TC_TORCH  those of TC_POOL_SMALL bytes or more from torch's allocator;
+ * TC_STEP   all from the pool's training lists, which the end of each
+ *           backward empties (the step's activations go back to the C
+ *           allocator there, as eager's do; blocks freed after it, such as
+ *           the gradients a step's zero_grad drops, serve the next forward);
+ * TC_POOL   all from the pool, kept between steps. */
+enum { TC_TORCH = 0, TC_STEP = 1, TC_POOL = 2 };
+
 static struct {
     PyObject *apply;              /* _FunctionBase.apply bound to _Graph (C) */
     PyObject *slow_apply;         /* _Graph.apply (torch's Python wrapper) */
     PyObject *functorch_active;   /* torch._C._are_functorch_transforms_active */
     PyObject *grad_enabled;       /* torch.is_grad_enabled */
-    int pool;                     /* the graphs' tensors from the output pool */
+    int pool;                     /* TC_TORCH, TC_STEP or TC_POOL */
     PyObject *s_forward, *s_backward, *s_nuser, *s_saved_inputs, *s_grad_outputs,
         *s_no_grad_outputs, *s_tg, *s_saved_tensors, *s_to_save,
         *s_non_differentiable, *s_name, *s_maybe_clear_saved_tensors, *s_grad_inputs,
@@ -62,23 +71,35 @@ static PyObject *tc_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-/* _train_set_pool(on): None. */
+/* _train_set_pool(mode): None (mode TC_TORCH, TC_STEP or TC_POOL). */
 static PyObject *tc_set_pool(PyObject *self, PyObject *arg)
 {
-    int on = PyObject_IsTrue(arg);
-    if (on < 0)
+    long mode = PyLong_AsLong(arg);
+    if (mode == -1 && PyErr_Occurred())
         return NULL;
-    tc.pool = on;
+    if (mode < TC_TORCH || mode > TC_POOL) {
+        PyErr_SetString(PyExc_ValueError, "_train_set_pool: mode 0, 1 or 2");
+        return NULL;
+    }
+    if (mode != TC_STEP)
+        cdy_mempool_trim_train();
+    tc.pool = (int)mode;
     Py_RETURN_NONE;
 }
 
-/* f(*args) with the output pool bypassed unless tc.pool. */
-static PyObject *tc_call(PyObject *f, PyObject *const *args, Py_ssize_t n)
+/* f(*args) with the graphs' tensors where tc.pool says; a backward (bwd)
+ * in TC_STEP then empties the training lists. */
+static PyObject *tc_call(PyObject *f, PyObject *const *args, Py_ssize_t n, int bwd)
 {
     int64_t old = cdy_mempool_bypass;
-    cdy_mempool_bypass = tc.pool ? 0 : TC_POOL_SMALL;
+    int old_train = cdy_mempool_train;
+    cdy_mempool_bypass = tc.pool == TC_TORCH ? TC_POOL_SMALL : 0;
+    cdy_mempool_train = tc.pool == TC_STEP;
     PyObject *r = PyObject_Vectorcall(f, args, (size_t)n, NULL);
     cdy_mempool_bypass = old;
+    cdy_mempool_train = old_train;
+    if (bwd && tc.pool == TC_STEP)
+        cdy_mempool_trim_train();
     return r;
 }
 
@@ -164,7 +185,7 @@ static PyObject *tc_run_forward(PyObject *tg, PyObject *const *in, Py_ssize_t n)
     PyObject *fwd = PyObject_GetAttr(tg, tc.s_forward);
     if (!fwd)
         return NULL;
-    PyObject *outs = tc_call(fwd, in, n);
+    PyObject *outs = tc_call(fwd, in, n, 0);
     Py_DECREF(fwd);
     if (outs && !PyTuple_Check(outs))
         Py_SETREF(outs, PySequence_Tuple(outs));
@@ -274,7 +295,7 @@ static PyObject *tc_run_backward(PyObject *ctx, PyObject *tg, PyObject *const *g
     }
     if (cl) {
         cdy_donated_args = all;
-        gs = tc_call(bwd, all, n);
+        gs = tc_call(bwd, all, n, 1);
         cdy_donated_args = NULL;
     }
     Py_XDECREF(cl);

@@ -201,8 +201,10 @@ class _Config(types.ModuleType):
     @training_output_pool.setter
     def training_output_pool(self, on):
         from . import _C
-        _C._train_set_pool(bool(on))
-        self.__dict__["_training_output_pool"] = bool(on)
+        if on not in (False, True, "step"):
+            raise ValueError(f"cdynamo.config.training_output_pool: False, True or 'step', got {on!r}")
+        _C._train_set_pool({False: 0, "step": 1, True: 2}[on])
+        self.__dict__["_training_output_pool"] = on
 
     @property
     def stream_store_bytes(self):
