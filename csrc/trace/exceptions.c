@@ -13,7 +13,9 @@
  * RERAISE and RAISE_VARARGS are traced.  An exception that leaves the top
  * frame stops the trace with its USER reason: the frame runs eagerly and
  * eager raises it.  Side effects traced before the raise stay, as eager's
- * do.  `with` blocks that see an exception (WITH_EXCEPT_START) stop. */
+ * do.  `with` blocks that see an exception (WITH_EXCEPT_START) stop.
+ * Symbolic sizes: a raise pins only what its instruction's operands hold
+ * (cdy_sx_pin_frame); one that leaves the top frame pins every size. */
 #include "trace/trace.h"
 
 #include <string.h>
