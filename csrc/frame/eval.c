@@ -683,13 +683,30 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
 
 /* ---- the hook ------------------------------------------------------------- */
 
+/* 1 if g is a functools.partial whose first argument is m: a training graph's
+ * callable (cdynamo._autograd._Call of _train_apply and its TrainingGraph,
+ * which runtime/train_call.c marks when its forward raised). */
+static int partial_of(const void *g, const void *m)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);   /* the graph's exception stays pending */
+    PyObject *args = PyObject_GetAttrString((PyObject *)g, "args");
+    int hit = args && PyTuple_Check(args) && PyTuple_GET_SIZE(args) >= 1 &&
+              (const void *)PyTuple_GET_ITEM(args, 0) == m;
+    Py_XDECREF(args);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    return hit;
+}
+
 /* 1 if the call that just returned NULL failed inside compiled graph g
  * with an Exception (not a KeyboardInterrupt or the like); the mark is
  * consumed.  Inputs are then as before the call: a graph writes its mutated
  * inputs back only after its last step. */
 static int graph_raised(const void *g)
 {
-    int hit = g && cdy_graph_failed == g && PyErr_ExceptionMatches(PyExc_Exception);
+    int hit = g && cdy_graph_failed && PyErr_ExceptionMatches(PyExc_Exception) &&
+              (cdy_graph_failed == g || partial_of(g, cdy_graph_failed));
     if (hit)
         cdy_graph_failed = NULL;
     return hit;

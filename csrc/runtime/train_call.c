@@ -179,13 +179,18 @@ static PyObject *tc_pick(PyObject *const *seq, Py_ssize_t nseq, PyObject *idx,
 }
 
 /* The compiled forward's outputs (a tuple: the frame's outputs, then the
- * values the backward saves), or NULL + error. */
+ * values the backward saves), or NULL + error; a forward that raised before
+ * writing an input (compiled.c's call_end marks it) marks tg, the entry's
+ * graph, so frame/eval.c reruns the frame eagerly, as for other graphs. */
 static PyObject *tc_run_forward(PyObject *tg, PyObject *const *in, Py_ssize_t n)
 {
     PyObject *fwd = PyObject_GetAttr(tg, tc.s_forward);
     if (!fwd)
         return NULL;
+    cdy_graph_failed = NULL;
     PyObject *outs = tc_call(fwd, in, n, 0);
+    if (!outs && cdy_graph_failed == fwd)
+        cdy_graph_failed = tg;
     Py_DECREF(fwd);
     if (outs && !PyTuple_Check(outs))
         Py_SETREF(outs, PySequence_Tuple(outs));

@@ -305,8 +305,60 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
     return r;
 }
 
+/* The generators a fake call may draw from, each with its state (a list of
+ * (generator, state) pairs; new ref), or Py_None when it cannot draw: a call
+ * with a tensor argument runs on meta fakes, which draw nothing, but one
+ * without (torch.rand(8, 8)) runs for real and would advance torch's default
+ * generator, or a generator it is given, at trace time; NULL + error. */
+static PyObject *fake_rng_save(tvar **args, int nargs)
+{
+    static PyObject *gen_type, *dflt;
+    if (!gen_type && (!(gen_type = PyObject_GetAttrString(cdy_torch, "Generator")) ||
+                      !(dflt = PyObject_GetAttrString(cdy_torch, "default_generator"))))
+        return NULL;
+    for (int i = 0; i < nargs; i++)
+        if (args[i]->kind == TV_TENSOR)
+            return Py_NewRef(Py_None);
+    PyObject *l = PyList_New(0);
+    for (int i = -1; l && i < nargs; i++) {
+        PyObject *g = i < 0 ? dflt : args[i]->obj;
+        if (!g || (i >= 0 && !PyObject_TypeCheck(g, (PyTypeObject *)gen_type)))
+            continue;
+        PyObject *st = PyObject_CallMethod(g, "get_state", NULL);
+        PyObject *pair = st ? PyTuple_Pack(2, g, st) : NULL;
+        Py_XDECREF(st);
+        if (!pair || PyList_Append(l, pair))
+            Py_CLEAR(l);
+        Py_XDECREF(pair);
+    }
+    return l;
+}
+
+/* Put back the generator states fake_rng_save took (saved: stolen); 0 or
+ * -1 + error (a pending error is kept). */
+static int fake_rng_restore(PyObject *saved)
+{
+    int rc = 0;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    for (Py_ssize_t i = 0; PyList_Check(saved) && i < PyList_GET_SIZE(saved); i++) {
+        PyObject *pair = PyList_GET_ITEM(saved, i);
+        PyObject *r = PyObject_CallMethod(PyTuple_GET_ITEM(pair, 0), "set_state", "O",
+                                          PyTuple_GET_ITEM(pair, 1));
+        rc |= r ? 0 : -1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(saved);
+    if (et) {
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return et ? 0 : rc;
+}
+
 /* fn(*args) run on the fakes (tensors are their fakes): its result, kept by
- * the trace, or NULL with the trace stopped (ERROR when torch raised). */
+ * the trace, or NULL with the trace stopped (ERROR when torch raised).  The
+ * generators it may draw from are as they were (fake_rng_save). */
 static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
                            PyObject *kwnames)
 {
@@ -317,7 +369,17 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
             cdy_tr_stop(tr, BAD_OP_ARG, what, i);
             return NULL;
         }
+    PyObject *rng = fake_rng_save(args, nargs);
+    if (!rng) {
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
     PyObject *out = PyObject_Vectorcall(fn, pyargs, (size_t)(nargs - nkw), kwnames);
+    if (fake_rng_restore(rng)) {
+        Py_CLEAR(out);
+        cdy_tr_stop_exc(tr, PY_ERROR);
+        return NULL;
+    }
     if (!out) {
         cdy_tr_stop_torch(tr, what);
         return NULL;

@@ -1,0 +1,65 @@
+"""Torch's generators after a compiled call are as eager leaves them: the trace draws
+nothing (a random factory without tensor arguments runs for real when traced: its
+generator's state is put back), and a graph that raises after drawing is rerun eagerly
+from the state before it, training graphs included."""
+import pytest
+import torch
+from torch.testing import assert_close
+
+import cdynamo
+
+
+def _draws(fn, *args, gen=None):
+    """fn(*args) from seed 0 (its exception's type, or its result), then the next draw."""
+    torch.manual_seed(0)
+    if gen is not None:
+        gen.manual_seed(1)
+    try:
+        out = fn(*args)
+    except Exception as e:  # noqa: BLE001
+        out = type(e)
+    nxt = (gen if gen is not None else torch.default_generator)
+    return out, torch.rand(4, generator=nxt)
+
+
+def test_first_call_leaves_the_default_generator_as_eager():
+    def f(x):
+        return x * torch.rand(8, 8) + torch.randn(8, 8)
+    x = torch.randn(8, 8)
+    want, want_next = _draws(f, x)
+    g = cdynamo.optimize(f)
+    for _ in range(3):   # the compiling call, then cached calls
+        got, got_next = _draws(g, x)
+        assert_close(got, want)
+        assert torch.equal(got_next, want_next)
+    assert cdynamo.stats()["frames_compiled"] >= 1
+
+
+def test_first_call_leaves_a_given_generator_as_eager():
+    def f(x, gen):
+        return x + torch.randint(0, 100, (8,), generator=gen)
+    x = torch.zeros(8, dtype=torch.int64)
+    gen = torch.Generator()
+    want, want_next = _draws(f, x, gen, gen=gen)
+    g = cdynamo.optimize(f)
+    for _ in range(2):
+        got, got_next = _draws(g, x, gen, gen=gen)
+        assert torch.equal(got, want)
+        assert torch.equal(got_next, want_next)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_graph_raising_after_a_draw_reruns_from_the_state_before(grad):
+    def f(x):
+        y = (x * torch.rand(8, 8)).sum()
+        return y + torch.linalg.cholesky(-torch.eye(3)).sum()   # not positive-definite: raises
+    x = torch.randn(8, 8, requires_grad=grad)
+    want, want_next = _draws(f, x)
+    assert isinstance(want, type) and issubclass(want, RuntimeError)
+    g = cdynamo.optimize(f)
+    before = cdynamo.stats()["eager_reruns"]
+    for _ in range(3):
+        got, got_next = _draws(g, x)
+        assert got is want
+        assert torch.equal(got_next, want_next)
+    assert cdynamo.stats()["eager_reruns"] - before >= 2
