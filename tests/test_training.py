@@ -303,6 +303,8 @@ def test_attention_chain_trains_as_one_fused_call(case):
     out_e, out = fn(*a_e), cdynamo.optimize(fn)(*a_c)
     src = out.grad_fn.tg.source
     assert "_attention_grads(" in src and "softmax" not in src, src
+    if heads > 1:   # y heads-major: the backward reads y.transpose(1, 2).reshape's copy
+        assert ".transpose(1, 2), v" in src, src
     go = torch.randn(out.shape).transpose(0, 1).contiguous().transpose(0, 1)
     out_e.backward(go)   # a non-contiguous output gradient: eager's gradients still
     out.backward(go)

@@ -1168,6 +1168,30 @@ static int ag_train_attention(PyObject *fn)
     return att && fn == att;
 }
 
+/* A copy of attention result y (B, H, L, E) that holds y's elements in y's
+ * memory order as (B, L, H, E), contiguous (y.transpose(1, 2).reshape(..)'s,
+ * which the next linear's weight gradient saves anyway: the backward reads
+ * y as its transpose, and y itself is not saved); or -1. */
+static int ag_attention_copy(const ag_state *s, int y)
+{
+    const cdy_meta *m = &s->g->values[y].meta;
+    for (int w = 0; w < s->g->nvalues && m->ndim == 4; w++) {
+        const cdy_value *x = &s->g->values[w];
+        if (x->kind != CDY_VAL_NODE || x->op != CDY_OP_VIEW_COPY || x->view_base != y ||
+            x->view_offset != 0 || x->meta.ndim != 4 || !cdy_meta_contiguous(&x->meta))
+            continue;
+        int ok = 1;
+        for (int d = 0; d < 4; d++) {
+            int e = d == 1 ? 2 : d == 2 ? 1 : d;
+            ok &= x->meta.sizes[d] == m->sizes[e] && x->view_strides[d] == m->strides[e] &&
+                  x->view_strides[d] == x->meta.strides[d];
+        }
+        if (ok)
+            return w;
+    }
+    return -1;
+}
+
 /* Item v of attention_forward(q, k, v, scale) -> (y, lse): y's gradient
  * carries to q, k and v by one call of _attention_grads (torch's flash
  * backward from the saved y and lse); lse has none.  0, or -1 (stopped). */
@@ -1190,8 +1214,9 @@ static int ag_attention_items(ag_state *s, int v, const cdy_pynode *item)
         cdy_buf_puts(&call, ", ");
     }
     cdy_buf_puts(&call, "False, ");
-    ag_value(s, &call, v);
-    cdy_buf_puts(&call, ", ");
+    int c = ag_attention_copy(s, v);
+    ag_value(s, &call, c >= 0 ? c : v);
+    cdy_buf_puts(&call, c >= 0 ? ".transpose(1, 2), " : ", ");
     ag_value(s, &call, lse);
     cdy_buf_puts(&call, ")\n");
     if (!rc)

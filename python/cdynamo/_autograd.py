@@ -108,13 +108,19 @@ def _last_unit(t):
 def attention_forward(q, k, v, scale):
     """softmax(q @ k^T * scale) @ v and its rows' log-sum-exp (B, H, L) in (B, L, H)
     memory, what a training graph's attention becomes (passes/attention.c; 4-d float32
-    q, k, v, no mask): torch's CPU flash kernel where it gives eager's values
-    (_attention._fused_is_exact), else eager's unfused ops and a log-sum-exp of NaN,
-    which tells attention_grads to differentiate those ops."""
-    from ._attention import _fused_is_exact   # noqa: PLC0415 (imports no more than torch)
-    if _fused_is_exact(q, k, None, scale) and q.shape[-1] == v.shape[-1]:
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+    q, k, v, no mask): torch's CPU flash kernel where it gives eager's values, else
+    eager's unfused ops and a log-sum-exp of NaN, which tells attention_grads to
+    differentiate those ops.  The flash kernel's values are eager's (up to rounding)
+    when every row's log-sum-exp is finite: a row of scores with +inf, NaN (dropped
+    from the kernel's max, kept in its sum) or only -inf entries (eager's softmax:
+    NaN; the kernel: zeros) has an infinite or NaN one.  That check reads the B x H x L
+    log-sum-exp only, where _attention._fused_is_exact's reads q and k (a copy of each
+    first: torch.aminmax of a head view)."""
+    if q.numel() and k.numel() and q.shape[-1] == v.shape[-1]:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             _last_unit(q), _last_unit(k), _last_unit(v), 0.0, False, scale=scale)[:2]
+        if bool(torch.isfinite(lse).all()):
+            return out, lse
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan")).transpose(1, 2)
     return torch.matmul(torch.softmax(s, -1), v), lse
@@ -127,18 +133,17 @@ def attention_grads(grad, q, k, v, scale, is_causal, out=None, lse=None):
     and the prelude's sdpa_backward without them (F.scaled_dot_product_attention).
     torch's CPU flash backward (without out and lse: the attention recomputed by its
     forward kernel first) where it gives eager's values (lse not NaN: as the forward
-    decided; else _attention._fused_is_exact), else eager's unfused ops."""
-    from ._attention import _fused_is_exact   # noqa: PLC0415 (imports no more than torch)
+    decided; recomputed: every row's finite, attention_forward's check), else eager's
+    unfused ops."""
     aten = torch.ops.aten
-    if lse is not None:
-        fused = not bool(lse.reshape(-1)[0].isnan()) if lse.numel() else False
+    q, k, v, grad = (_last_unit(t) for t in (q, k, v, grad))
+    if lse is None and q.numel() and k.numel() and q.shape[-1] == v.shape[-1]:
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale)[:2]
+        fused = bool(torch.isfinite(lse).all())   # as attention_forward decides
     else:
-        fused = _fused_is_exact(q, k, None, scale) and q.shape[-1] == v.shape[-1]
+        fused = lse is not None and lse.numel() > 0 and not bool(lse.reshape(-1)[0].isnan())
     if fused:
-        q, k, v, grad = (_last_unit(t) for t in (q, k, v, grad))
-        if lse is None:
-            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, 0.0, is_causal, scale=scale)[:2]
         return aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad, q, k, v, _last_unit(out), lse, 0.0, is_causal, scale=scale)
     s = torch.matmul(q, k.transpose(-1, -2)) * scale

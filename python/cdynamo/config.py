@@ -43,6 +43,11 @@ pack_linear_weights = True
 #: frames run eagerly (reason AUTOGRAD)
 compile_backward = True
 
+#: in such a training graph, hand-written attention (float32, no mask) is one call of
+#: torch's CPU flash kernel in the forward and one of its backward (passes/attention.c);
+#: False: the matmuls and the softmax as written, differentiated one by one
+fused_attention_training = True
+
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/
 debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
@@ -135,6 +140,7 @@ _CHECKS = {
     "num_threads": _threads,
     "pack_linear_weights": _pack,
     "compile_backward": _flag,
+    "fused_attention_training": _flag,
     "debug": _flag,
     "debug_dir": lambda n, v: _path(n, v, True),
     "standby_compiler": _flag,
