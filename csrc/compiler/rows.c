@@ -1554,13 +1554,15 @@ static int cg_row_whole_split(const cg_rowk *k)
 
 /* The row lengths, each a constant, that symbolic row kernel k gets a copy
  * of its loops for (into lens, at most CG_ROW_EXACT_MAX); their count.  A runtime
- * length of one row dim, not column mode, no streamed stores: the lane
- * blocks' powers of two (k->lanes times 1, 2, 4...; one vector's, a mask's
- * 64) up to CG_ROW_EXACT_BYTES, each summed in the lanes a static kernel of
- * that length takes (cg_row_lanes; they were the compiling call's).  No copy
- * for a masked row of 16 or 32: a static kernel's 16-lane blocks load the
- * mask 16 bytes at a time (cg_row_bytes_in), and the runtime-length loops'
- * masked 64-lane block ran 4x16x16 in 0.76 of its time on the host.
+ * length of one row dim, not column mode, no streamed stores: one vector's
+ * lanes times 1, 2, 4... up to CG_ROW_EXACT_BYTES, each summed in the lanes
+ * a static kernel of that length takes (cg_row_lanes; they were the
+ * compiling call's).  A masked row of 16 or 32 too (it had none: the
+ * runtime loops' masked 64-lane block computed 4 times the exps, 4x16x16
+ * causal softmax 1.14-1.16x the static kernel's time on the 16-core
+ * Sapphire Rapids; on the host's Zen 4, where 16-lane blocks load the mask
+ * badly (cg_row_bytes_in), the static kernel's and this copy's 1.3x the
+ * masked block's).
  * At a constant length gcc unrolls the passes completely and keeps the row
  * in registers, as the static kernel: the runtime-length loops keep the
  * sums' lanes in memory and reload the stored exps.  Softmax, C harness on a
@@ -1577,7 +1579,8 @@ static int cg_row_exact_lens(const cg_rowk *k, int64_t *lens)
         k->lanes <= 0)
         return 0;
     int64_t tsize = strcmp(k->T, "float") ? 8 : 4;
-    for (int64_t l = k->lanes; l * tsize <= CG_ROW_EXACT_BYTES && n < CG_ROW_EXACT_MAX; l *= 2)
+    for (int64_t l = cg_row_nlanes(k) / 4; l * tsize <= CG_ROW_EXACT_BYTES && n < CG_ROW_EXACT_MAX;
+         l *= 2)
         lens[n++] = l;
     return n;
 }
