@@ -137,6 +137,22 @@ def test_softmax_float32_exp_range(log):
         assert torch.equal(torch.isinf(y), torch.isinf(e))
 
 
+def test_softmax_subnormal_results_as_eager():
+    """float32 softmax's results under 2^-126 (x - max in [-104, -87.34]) are eager's
+    subnormals, not flushed to 0: log(softmax(x)) stays finite (-88.5, not -inf) and a
+    comparison with 0 agrees (fuzz: atan2(s, s) read 0 where eager's was pi / 4)."""
+    x = torch.tensor([[0.0, 88.5, 3.0, 1.0], [-12.45, 77.08, -118.0, -246.4]])
+    for f in (lambda t: torch.softmax(t, -1), lambda t: torch.softmax(t, -1).log(),
+              lambda t: (torch.softmax(t, -1) > 0).sum(-1)):
+        e, y = f(x), cdynamo.optimize(f)(x)
+        torch.testing.assert_close(y, e, rtol=1.3e-6, atol=0)
+    d = -torch.linspace(87.0, 104.5, 20001)
+    x = torch.stack([torch.zeros_like(d), d], 1)
+    e, y = torch.softmax(x, -1), cdynamo.optimize(lambda t: torch.softmax(t, -1))(x)
+    ulp = (e.view(torch.int32).long() - y.view(torch.int32).long()).abs()
+    assert int(ulp.max()) <= 1, int(ulp.max())
+
+
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_empty_and_scalar(log):
     op = torch.log_softmax if log else torch.softmax

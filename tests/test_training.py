@@ -452,6 +452,26 @@ def test_returned_input_is_the_input_itself():
     assert st["graph_breaks"] == 0 and st["fallbacks"] == 0, st
 
 
+@pytest.mark.parametrize("view", ["step", "offset_rows", "offset_cols"])
+def test_views_of_an_input_at_a_storage_offset_differentiate_like_eager(view):
+    """The backward makes a view of an input again relative to the input (as_strided
+    from its own offset, a flat slice for the view's own offset): an input at a storage
+    offset (x[..., 1::2], x[1:, 2:]) gets eager's gradients (the backward read
+    `v.storage_offset()`, which its trace took as 0: gradients off by elements)."""
+    base = torch.randn(8, 7, generator=torch.Generator().manual_seed(3))
+    sl = {"step": lambda t: t[..., 1::2], "offset_rows": lambda t: t[1:, 2:],
+          "offset_cols": lambda t: t[:, 1:4]}[view]
+
+    def f(a):
+        return (a.mT * a.mT).sum() + (F.gelu(a[2:].mT) ** 2).mean() + (a[1:, 1:].t() ** 2).sum()
+    ae = sl(base).detach().clone().requires_grad_()
+    ac = sl(base.clone()).requires_grad_()
+    assert ac.storage_offset() > 0 or view == "step"
+    f(ae).backward()
+    cdynamo.optimize(f)(ac).backward()
+    torch.testing.assert_close(ac.grad, ae.grad, rtol=RTOL, atol=ATOL)
+
+
 # ---------------------------------------------------------------- training loops
 
 def _train(model, batches, loss_fn, compiled, lr=0.05):

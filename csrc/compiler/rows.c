@@ -218,7 +218,7 @@ typedef struct {
     cg_nest *on, *rn;
     const char *T;               /* compute C type */
     const char *A;               /* accumulator C type */
-    const char *vexp;            /* exp of T for x - max <= 0: cdy_vexp_negf or exp */
+    const char *vexp;            /* exp of T for x - max <= 0: cdy_vexp_negf, _flushf or exp */
     char *e;                     /* the input's expression in a pass body */
     char *out;                   /* the output's element, out_ptr0[...] */
     int col;                     /* column mode: see cg_row_columns */
@@ -1321,7 +1321,9 @@ int cg_sched_rows(cg_ctx *c, int v)
         c->plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(g->values[v].meta.dtype);
     k->T = f32 ? "float" : "double";
-    k->vexp = f32 ? "cdy_vexp_negf" : "exp";
+    /* log_softmax only sums the exps (from 1 up): its terms under 2^-126 may flush */
+    k->vexp = !f32 ? "exp" : g->values[v].op == CDY_OP_LOG_SOFTMAX ? "cdy_vexp_flushf"
+                                                                   : "cdy_vexp_negf";
     /* a runtime row length (softmax's: a norm's rows are static) sums in float, as ATen's
      * vectorized softmax does at every length */
     k->A = f32 && (rs->nrow <= CG_ROW_FLOAT_ACC || k->rn_expr >= 0) ? "float" : "double";

@@ -1847,19 +1847,26 @@ static int ag_at_hand(const ag_state *s, int a, int dt)
 }
 
 /* Used view v made again from its base (an alias; a builder's view has no
- * torch call the runtime could realize it by). */
+ * torch call the runtime could realize it by).  Its offset from the base is
+ * relative: as_strided without an offset starts at the base's own, and an
+ * offset k > 0 is a slice [k:] of a flat view first (the backward's trace
+ * reads no storage_offset(): an input's fake has none of the input's). */
 static void ag_recompute_view(ag_state *s, int v, cdy_buf *pre)
 {
     const cdy_value *x = &s->g->values[v];
+    long long off = (long long)x->view_offset;
     s->recompute[v] = 1;
     cdy_buf_printf(pre, "    v%d = ", v);
     ag_value(s, pre, x->view_base);
+    if (off > 0)
+        cdy_buf_printf(pre, ".as_strided((%lld, ), (1, ))[%lld:]", off + 1, off);
     cdy_buf_puts(pre, ".as_strided(");
     ag_tuple(pre, x->meta.sizes, x->meta.ndim);
     cdy_buf_puts(pre, ", ");
     ag_tuple(pre, x->view_strides, x->meta.ndim);
-    cdy_buf_printf(pre, ", v%d.storage_offset() + %lld)\n", x->view_base,
-                   (long long)x->view_offset);
+    if (off < 0)
+        cdy_buf_printf(pre, ", v%d.storage_offset() + %lld", x->view_base, off);
+    cdy_buf_puts(pre, ")\n");
 }
 
 /* 1 if node v computes per element more than a few arithmetic ops (gelu,
