@@ -1587,3 +1587,90 @@ def test_custom_function_reading_needs_input_grad_runs_eagerly():
     with torch.no_grad():
         for x in (torch.ones(3), torch.ones(3, requires_grad=True)):
             torch.testing.assert_close(cdynamo.optimize(f)(x), f(x))
+
+
+def _step_mode(fn):
+    """Run fn() with config.training_output_pool = "step", restored after."""
+    cdynamo.config.training_output_pool = "step"
+    try:
+        return fn()
+    finally:
+        cdynamo.config.training_output_pool = False
+
+
+def test_step_pool_matches_eager_and_empties_its_lists_after_backward():
+    """training_output_pool = "step": the graphs' tensors (matmul results through out=
+    included) come from the pool's training lists, emptied when each backward ends (the
+    activations freed in it go back to the C allocator, as eager's; what the pool caches
+    after a backward is what was freed after it, less than the full pool caches); the
+    gradients the next step drops serve its forward (blocks reused: hits).  Losses and gradients are eager's."""
+    from cdynamo import _C
+    bench, loss, inputs, params = _mlp_step()
+    ref = [t.clone() for t in bench._train_step(loss, params)(*inputs)]
+
+    def run(cached_key):
+        f = cdynamo.optimize(loss)
+        outs, cached, misses = [], [], []
+        for _ in range(4):
+            for p in params:
+                p.grad = None
+            out = f(*inputs)
+            out.backward()
+            st = _C.output_pool_stats()
+            cached.append(st[cached_key])
+            misses.append(st["hits"])
+            outs.append((out.detach(), *[p.grad for p in params]))
+        return outs, cached, misses
+    outs, cached, misses = _step_mode(lambda: run("train_cached_bytes"))
+    cdynamo.config.training_output_pool = True
+    try:
+        _, pool_cached, _ = run("cached_bytes")
+    finally:
+        cdynamo.config.training_output_pool = False
+    _C.clear_output_pool()
+    assert cached[-1] < pool_cached[-1], (cached, pool_cached)
+    assert misses[-1] > misses[-2], misses   # hits: freed gradients reused
+    for out in outs:
+        for a, b in zip(out, ref):
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_step_pool_never_aliases_live_tensors():
+    """Under "step": a returned view of an intermediate, a saved tensor also returned, a
+    gradient kept by a hook, and retain_graph=True with a second backward all keep their
+    values while later steps reuse freed blocks (a block is reused only after torch frees
+    its storage)."""
+    torch.manual_seed(0)
+    w1 = torch.randn(64, 128, requires_grad=True)
+    w2 = torch.randn(128, 64, requires_grad=True)
+    x = torch.randn(32, 64)
+
+    def f(x):
+        h = x @ w1
+        a = torch.tanh(h)
+        y = a @ w2
+        return (y * y).mean(), a, h[:, :16]
+
+    def steps(g):
+        kept, res = [], []
+        for i in range(3):
+            w1.grad = w2.grad = None
+            hook = w2.register_hook(lambda gr: kept.append(gr))
+            loss, a, hv = g(x + i)
+            loss.backward(retain_graph=True)
+            g1 = w1.grad.clone()
+            w1.grad = None
+            loss.backward()
+            hook.remove()
+            res.append((loss.detach(), a.detach(), hv.detach(), g1, w1.grad, w2.grad))
+            torch.randn(1 << 16).mul_(2)   # churn
+        return res, kept
+
+    ref, kept_ref = steps(f)
+    got, kept = _step_mode(lambda: steps(cdynamo.optimize(f)))
+    for r, o in zip(ref, got):
+        for a, b in zip(r, o):
+            torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL)
+    for a, b in zip(kept_ref, kept):
+        torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL)
+

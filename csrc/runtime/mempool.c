@@ -426,17 +426,18 @@ PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg)
 }
 
 /* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit,
- * held bytes (all blocks, live and cached) and their high-water mark since the last reset. */
+ * held bytes (all blocks, live and cached) and their high-water mark since the last reset,
+ * cached bytes on the training lists. */
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused)
 {
     pthread_mutex_lock(&mp_lock);
     long long h = mp_hits, mi = mp_misses, live = mp_live, cached = mp_cached, lim = mp_limit;
-    long long held = mp_held, peak = mp_peak;
+    long long held = mp_held, peak = mp_peak, train = mp_cached_train;
     pthread_mutex_unlock(&mp_lock);
-    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "enabled",
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "enabled",
                          cdy_mempool_on() ? Py_True : Py_False, "hits", h, "misses", mi, "live", live,
                          "cached_bytes", cached, "limit_bytes", lim, "held_bytes", held,
-                         "peak_bytes", peak);
+                         "peak_bytes", peak, "train_cached_bytes", train);
 }
 
 /* _C.reset_output_pool_peak(): the high-water mark of held bytes starts again at the

@@ -201,7 +201,13 @@ class _Config(types.ModuleType):
         1 KiB or more with torch, so the step's activations, freed in the backward as their
         last use passes, go back to torch's allocator as eager's do (the pool would keep them
         between steps: a step's peak memory above eager's); smaller ones still come from the
-        pool (few bytes; through torch each would cost ~1 us)."""
+        pool (few bytes; through torch each would cost ~1 us).  "step": all of them (and the
+        results of their matmul externs, through out=) from the pool's training free lists,
+        which the end of each backward empties: the activations freed in the backward go back
+        to the C allocator, and the blocks freed after it (the gradients the next step's
+        zero_grad drops) serve the next forward without fresh pages (issue 34: minor page
+        faults; host stack step 1160 -> ~600 faults, process RSS high-water not above eager's,
+        but bench.step_peak_bytes, which adds torch's and the pool's peaks, counts it higher)."""
         return self.__dict__.get("_training_output_pool", False)
 
     @training_output_pool.setter
