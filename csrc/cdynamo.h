@@ -134,6 +134,12 @@ static inline int cdy_value_is_alias(const cdy_value *v)
     return v->kind == CDY_VAL_NODE && (cdy_op_table[v->op].flags & CDY_OPF_ALIAS);
 }
 
+/* 1 if v is a strided copy of its base (kind V, not aliasing: VIEW_COPY). */
+static inline int cdy_value_is_copy(const cdy_value *v)
+{
+    return v->kind == CDY_VAL_NODE && v->op == CDY_OP_VIEW_COPY;
+}
+
 /* Make node v a copy (kind V, not aliasing: VIEW_COPY) whose element
  * (i_0, ..) is element off + sum_d i_d * strides[d] of value base's buffer. */
 static inline void cdy_value_set_copy(cdy_value *v, int base, const int64_t *strides,

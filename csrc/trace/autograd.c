@@ -1177,7 +1177,7 @@ static int ag_attention_copy(const ag_state *s, int y)
     const cdy_meta *m = &s->g->values[y].meta;
     for (int w = 0; w < s->g->nvalues && m->ndim == 4; w++) {
         const cdy_value *x = &s->g->values[w];
-        if (x->kind != CDY_VAL_NODE || x->op != CDY_OP_VIEW_COPY || x->view_base != y ||
+        if (!cdy_value_is_copy(x) || x->view_base != y ||
             x->view_offset != 0 || x->meta.ndim != 4 || !cdy_meta_contiguous(&x->meta))
             continue;
         int ok = 1;
