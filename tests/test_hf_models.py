@@ -278,6 +278,13 @@ DECODERS = {
     # default grouped_mm's fallback reads the routing counts (tolist): batched_mm does not
     "mixtral_batched": lambda T: T.MixtralForCausalLM(T.MixtralConfig(
         **_C, num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")),
+    # the default experts: transformers::grouped_mm_fallback, a torch.library custom op with a
+    # fake impl, is an opaque extern (trace/libops.c): its data-dependent body is not traced
+    "mixtral_grouped": lambda T: T.MixtralForCausalLM(T.MixtralConfig(
+        **_C, num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2_moe": lambda T: T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
+        **_C, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+        shared_expert_intermediate_size=128)),
 }
 
 
@@ -285,7 +292,7 @@ DECODERS = {
 def test_generate_on_more_decoders_compiles_twice(name):
     """Gemma-3 (sliding window 8, passed mid-generate), Cohere (parallel block, LayerNorm
     without bias), Phi (partial rotary), OLMo-2 (q / k norms), LLaMA with llama3 rope
-    scaling, Mixtral's batched_mm experts: the prefill and one symbolic decoding graph,
+    scaling, Mixtral's batched_mm and default (custom op) experts, Qwen2-MoE: the prefill and one symbolic decoding graph,
     eager's tokens."""
     import transformers as T   # noqa: PLC0415
     torch.manual_seed(0)

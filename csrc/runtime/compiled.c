@@ -10,6 +10,7 @@
 #include "runtime/runtime.h"
 #include "pyver/pycompat.h"
 #include "sym/sym.h"
+#include "frame/frame.h"
 
 #include <dlfcn.h>
 #include <ffi.h>
@@ -290,7 +291,11 @@ static PyObject *call_pynode(PyObject *fn, const cdy_pynode *p, PyObject *const 
             av[a] = p->cst[a];
     }
     Py_ssize_t nkw = p->kwnames ? PyTuple_GET_SIZE(p->kwnames) : 0;
+    int hook = cdy_tls_state.enabled;
+    if (p->opaque)   /* a torch.library op: its Python body runs as eager code */
+        cdy_tls_state.enabled = 0;
     r = PyObject_Vectorcall(fn, av, (size_t)(p->nargs - nkw), p->kwnames);
+    cdy_tls_state.enabled = hook;
 done:
     for (int i = 0; i < ntmp; i++)
         Py_XDECREF(tmp[i]);

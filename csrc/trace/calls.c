@@ -151,6 +151,7 @@ static int add_pynode(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject
     p->nargs = nargs;
     p->kwnames = kwnames;
     p->value = value;
+    p->opaque = fn && cdy_libop_is(fn);
     p->ref = cdy_arena_alloc(&t->arena, sizeof(int) * (size_t)(nargs + 1));
     p->cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * (size_t)(nargs + 1));
     p->seq = cdy_arena_alloc(&t->arena, sizeof(cdy_pyseq) * (size_t)(nargs + 1));
@@ -1961,7 +1962,7 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
                    : NULL;
     }
     int meta_op;   /* a callable of a META row (cdynamo._autograd.attention_grads): an extern */
-    if ((cdy_is_torch_callable(fn) && !cdy_optim_inlined(fn)) ||
+    if ((cdy_is_torch_callable(fn) && !cdy_optim_inlined(fn)) || cdy_libop_is(fn) ||
         cdy_callable_op(fn) != CDY_OP_NONE || cdy_callable_builds(fn) ||
         cdy_callable_meta(fn, &meta_op) >= 0) {
         if (PyType_Check(fn) && !any_tensor) {
@@ -1972,6 +1973,8 @@ static tvar *call_dispatch(tracer *tr, tvar *callable, tvar **args, int nargs,
             cdy_tr_stop(tr, STATE_SETTER, name);
             return NULL;
         }
+        if (cdy_libop_check(tr, fn, name))   /* a library op that mutates: eager runs it */
+            return NULL;
         tvar *m = cdy_mut_call(tr, fn, args, nargs, kwnames, &handled);   /* in place */
         if (handled)
             return m;

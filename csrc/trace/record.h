@@ -61,6 +61,8 @@ typedef struct {
     int value;               /* graph value this call defines; -1 for a multi-output call */
     int item;                /* >= 0: this node is item `item` of pynode `base`'s result */
     int base;
+    int opaque;              /* 1: a torch.library op (trace/libops.c): run with the frame
+                              * hook off, its Python implementation never traced */
 } cdy_pynode;
 
 /* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and

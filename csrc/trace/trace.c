@@ -1781,7 +1781,8 @@ int cdy_tr_run_frame(tracer *tr)
 /* One-time lookups of torch objects; 0 or -1. */
 static int trace_init(void)
 {
-    return cdy_vars_init() || cdy_calls_init() || cdy_callables_init(cdy_torch) ? -1 : 0;
+    return cdy_vars_init() || cdy_calls_init() || cdy_libops_init() ||
+           cdy_callables_init(cdy_torch) ? -1 : 0;
 }
 
 /* Input sources in input order: the source of each graph input's guard. */

@@ -354,6 +354,15 @@ tvar *cdy_fixed_value(tracer *tr, PyObject *o);
 extern PyObject *cdy_module_type;    /* torch.nn.Module */
 extern PyObject *cdy_parameter_type; /* torch.nn.Parameter */
 
+/* ---- libops.c: torch.library ops outside aten / prims as opaque externs ---- */
+int cdy_libops_init(void);
+/* 1 if fn is torch.ops.<ns>.<name>[.<overload>] or a torch.library.custom_op
+ * (CustomOpDef) of a namespace other than aten / prims; else 0. */
+int cdy_libop_is(PyObject *fn);
+/* 0 when fn is not such an op, or is one whose schema neither mutates an
+ * input nor returns an alias; else -1, stopped (LIBOP_MUTATES / LIBOP_ALIAS). */
+int cdy_libop_check(tracer *tr, PyObject *fn, const char *what);
+
 /* ---- calls.c ---- */
 int cdy_calls_init(void);
 /* Apply callable to args (positional, then kwnames' values); NULL when stopped. */

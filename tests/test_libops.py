@@ -1,0 +1,182 @@
+"""torch.library ops outside aten (torch.library.custom_op, torch.ops.<ns>.<op>) traced as
+opaque extern nodes (csrc/trace/libops.c): the fake impl gives the result's meta, the op
+itself runs once per call with its Python body not compiled as a frame of its own; ops
+that mutate an input or return an alias, or have no fake impl, break with a reason and
+still give eager's results."""
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _support
+
+CALLS = {"n": 0}
+
+
+@torch.library.custom_op("cdytest::scale_add", mutates_args=())
+def scale_add(x: torch.Tensor, y: torch.Tensor, k: float) -> torch.Tensor:
+    CALLS["n"] += 1
+    n = int(y.sum().item())   # reads data: a graph break if it were traced
+    return x * k + n
+
+
+@scale_add.register_fake
+def _scale_add_fake(x, y, k):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("cdytest::two", mutates_args=())
+def two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    CALLS["n"] += 1
+    return x + float(x.sum().item() > 1e9), x.sum(0)
+
+
+@two.register_fake
+def _two_fake(x):
+    return torch.empty_like(x), x.new_empty(x.shape[1:])
+
+
+@torch.library.custom_op("cdytest::add_into", mutates_args=("out",))
+def add_into(x: torch.Tensor, out: torch.Tensor) -> None:
+    CALLS["n"] += 1
+    out.add_(x)
+
+
+@add_into.register_fake
+def _add_into_fake(x, out):
+    return None
+
+
+@torch.library.custom_op("cdytest::nofake", mutates_args=())
+def nofake(x: torch.Tensor) -> torch.Tensor:
+    CALLS["n"] += 1
+    return x * 2
+
+
+@torch.library.custom_op("cdytest::positive", mutates_args=())
+def positive(x: torch.Tensor) -> torch.Tensor:
+    CALLS["n"] += 1
+    return x[x > 0]
+
+
+@positive.register_fake
+def _positive_fake(x):
+    n = torch.library.get_ctx().new_dynamic_size()
+    return x.new_empty(n)
+
+
+_LIB = torch.library.Library("cdytest", "FRAGMENT")
+_LIB.define("first_rows(Tensor(a) x) -> Tensor(a)")
+
+
+def _first_rows(x):
+    CALLS["n"] += 1
+    return x[:1]
+
+
+_LIB.impl("first_rows", _first_rows, "CompositeExplicitAutograd")
+_LIB.impl("first_rows", lambda x: x[:1], "Meta")
+
+
+def calls_per_run(fn, *args, runs=3):
+    """fn compiled, run `runs` times: each result equal to eager's; the op's calls per run."""
+    opt = cdynamo.optimize(fn)
+    counts = []
+    for _ in range(runs):
+        CALLS["n"] = 0
+        got = opt(*args)
+        counts.append(CALLS["n"])
+        CALLS["n"] = 0
+        want = fn(*args)
+        torch.testing.assert_close(got, want)
+    return counts
+
+
+def codes():
+    return [b["code"] for b in _support.breaks]
+
+
+@pytest.mark.parametrize("how", ["packet", "overload", "customopdef", "kwarg"])
+def test_custom_op_with_fake_is_one_graph(how):
+    op = {"packet": torch.ops.cdytest.scale_add, "overload": torch.ops.cdytest.scale_add.default,
+          "customopdef": scale_add, "kwarg": scale_add}[how]
+
+    def f(x, y):
+        if how == "kwarg":
+            return op(x + 1, y, k=2.0).relu() * 3
+        return op(x + 1, y, 2.0).relu() * 3
+    x, y = torch.randn(4, 5), torch.ones(3)
+    assert calls_per_run(f, x, y) == [1, 1, 1]
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, (st, _support.breaks)
+    assert st["fallbacks"] == 0 and st["recompiles"] == 0
+
+
+def test_custom_op_with_two_results():
+    def f(x):
+        a, b = two(x * 2)
+        return (a - b).sum(1)
+    x = torch.randn(3, 4)
+    assert calls_per_run(f, x) == [1, 1, 1]
+    st = cdynamo.stats()
+    assert st["frames_compiled"] == 1 and st["graph_breaks"] == 0, (st, _support.breaks)
+
+
+def test_custom_op_body_runs_eagerly_in_a_new_shape():
+    """A new input shape recompiles the caller; the op's body is still never a frame."""
+    def f(x, y):
+        return scale_add(x.exp(), y, 0.5) + 1
+    opt = cdynamo.optimize(f)
+    for shape in [(2, 3), (5, 7), (4, 4)]:
+        x, y = torch.randn(*shape), torch.ones(2)
+        torch.testing.assert_close(opt(x, y), f(x, y))
+    assert "NEEDS_DATA" not in codes()
+    assert cdynamo.stats()["graph_breaks"] == 0, _support.breaks
+
+
+def test_mutating_custom_op_breaks_and_stays_correct():
+    def f(x):
+        o = torch.zeros(x.shape)
+        add_into(x + 1, o)
+        return o * 2
+    x = torch.randn(4, 5)
+    assert calls_per_run(f, x) == [1, 1, 1]
+    assert "LIBOP_MUTATES" in codes()
+
+
+def test_aliasing_library_op_breaks_and_stays_correct():
+    def f(x):
+        return torch.ops.cdytest.first_rows(x * 2) + 1
+    x = torch.randn(4, 5)
+    assert calls_per_run(f, x) == [1, 1, 1]
+    assert "LIBOP_ALIAS" in codes()
+
+
+def test_custom_op_without_fake_runs_eagerly():
+    """No fake impl: torch raises on the fakes, the frame runs eagerly (as before)."""
+    def f(x):
+        return nofake(x + 1) - 1
+    x = torch.randn(4, 5)
+    assert calls_per_run(f, x) == [1, 1, 1]
+    assert "TORCH_RAISED" in codes()
+
+
+def test_custom_op_with_data_dependent_size_breaks():
+    def f(x):
+        return positive(x + 1) * 2
+    x = torch.randn(4, 5)
+    assert calls_per_run(f, x) == [1, 1, 1]
+    assert codes() and codes()[0] == "TORCH_RAISED"
+    assert "data-dependent" in _support.breaks[0]["reason"]
+
+
+def test_custom_op_under_dynamic_shapes():
+    def f(x, y):
+        return scale_add(x * 2, y, 1.5) - x
+    opt = cdynamo.optimize(f, dynamic=True)
+    for n in (3, 5, 8, 6):
+        x, y = torch.randn(n, 4), torch.ones(2)
+        CALLS["n"] = 0
+        got = opt(x, y)
+        assert CALLS["n"] == 1
+        torch.testing.assert_close(got, f(x, y))
+    assert cdynamo.stats()["graph_breaks"] == 0, _support.breaks
