@@ -1674,3 +1674,27 @@ def test_step_pool_never_aliases_live_tensors():
     for a, b in zip(kept_ref, kept):
         torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL)
 
+
+
+@pytest.mark.parametrize("name", ["narrow_empty", "diagonal_empty", "flip_empty_base",
+                                  "linear_no_features"])
+def test_empty_view_and_linear_grads(name):
+    """Views with 0 elements, or of a 0-element base, pass zeros shaped as the base back
+    (the view's size-0 dim is not among its sorted dims, so the box / pad path reshaped a
+    0-element gradient to a non-empty shape; a 0-element base divided by zero in ag_box:
+    SIGFPE); linear's weight and bias gradients reshape by the row count, not -1 (a
+    0-element reshape(-1, n) is ambiguous).  Fuzz findings dev48f w15, w5, w3, w16."""
+    x64 = torch.randn(38)[20:36].view(1, 16).requires_grad_()
+    cases = {
+        "narrow_empty": (lambda a: F.silu(a).narrow(0, 0, 0), _x(2, 64)),
+        "diagonal_empty": (lambda a: a.expand((2, 1, 16)).diagonal(-1, 1, 2), x64),
+        "flip_empty_base": (lambda a: (a.unsqueeze(0) * 2).flip((0, 1, 2)).flatten(),
+                            torch.randn(0, 2, dtype=torch.float64).requires_grad_()),
+        "linear_no_features": (lambda x, w, b: F.linear(x, w, b),
+                               torch.randn(7, 0).requires_grad_(), torch.randn(4, 0).requires_grad_(),
+                               torch.randn(4).requires_grad_()),
+    }
+    fn, *args = cases[name]
+    st = grads_match(fn, *args, compiled=False)
+    assert st["graph_breaks"] == 0, support.breaks
+    assert not support.eager, support.eager

@@ -619,6 +619,8 @@ static int ag_box(const int64_t *vs, const int64_t *vt, const int *vo, int vn, i
                   const cdy_meta *b, cdy_buf *e, int *d, int64_t *a, int64_t *len, int *pre)
 {
     int64_t vm[CDY_MAX_NDIM], vmt[CDY_MAX_NDIM], numel = 1, bnumel = cdy_meta_numel(b);
+    if (bnumel < 1)     /* (the divisions below) */
+        return 0;
     int nv = ag_merge(vs, vt, vo, vn, vm, vmt);
     for (int i = 0; i < vn; i++)
         numel *= vs[vo[i]];
@@ -789,6 +791,14 @@ static int ag_view(ag_state *s, int v)
     int64_t vs[CDY_MAX_NDIM], vt[CDY_MAX_NDIM], zero[CDY_MAX_NDIM];
     int nz = 0, vo[CDY_MAX_NDIM], bo[CDY_MAX_NDIM];
     cdy_buf e = {0};
+    if (!cdy_meta_numel(&x->meta) || !cdy_meta_numel(b)) {  /* nothing flows: zeros */
+        cdy_buf_printf(&e, "g%d.new_zeros(", v);
+        ag_tuple(&e, b->sizes, b->ndim);
+        cdy_buf_puts(&e, ")");
+        ag_add(s, v, x->view_base, e.data ? e.data : "", 0);
+        cdy_buf_free(&e);
+        return 0;
+    }
     cdy_buf_printf(&e, "g%d", v);
     for (int d = 0; d < x->meta.ndim; d++) {
         vs[d] = x->meta.sizes[d];
@@ -919,16 +929,19 @@ static int ag_random(const char *n)
 /* linear(x, w[, b]): x's, w's and b's gradients (torch's matmuls). */
 static void ag_linear(ag_state *s, int v, const int *r, int n)
 {
-    const cdy_meta *w = &s->g->values[r[1]].meta;
-    long long o = w->sizes[0], i = w->sizes[1];
-    char e[160];
+    const cdy_meta *w = &s->g->values[r[1]].meta, *x = &s->g->values[r[0]].meta;
+    long long o = w->sizes[0], i = w->sizes[1], rows = 1;   /* rows: not -1 (0 elements) */
+    for (int d = 0; d + 1 < x->ndim; d++)
+        rows *= x->sizes[d];
+    char e[192];
     if (s->needs[r[0]])
         snprintf(e, sizeof(e), "g%d @ v%d", v, r[1]), ag_add(s, v, r[0], e, 0), s->used[r[1]] = 1;
     if (s->needs[r[1]])
-        snprintf(e, sizeof(e), "g%d.reshape(-1, %lld).t() @ v%d.reshape(-1, %lld)", v, o, r[0], i),
+        snprintf(e, sizeof(e), "g%d.reshape(%lld, %lld).t() @ v%d.reshape(%lld, %lld)", v, rows, o,
+                 r[0], rows, i),
             ag_add(s, v, r[1], e, 0), s->used[r[0]] = 1;
     if (n == 3 && r[2] >= 0 && s->needs[r[2]])
-        snprintf(e, sizeof(e), "g%d.reshape(-1, %lld).sum(0)", v, o), ag_add(s, v, r[2], e, 0);
+        snprintf(e, sizeof(e), "g%d.reshape(%lld, %lld).sum(0)", v, rows, o), ag_add(s, v, r[2], e, 0);
 }
 
 /* 1 if torch.matmul would copy stack a (its batch dims, those before the
