@@ -343,6 +343,25 @@ def test_vector_norm_nan_layouts():
     assert kernels() == 1
 
 
+def test_vector_norm_of_one_element_is_abs_exactly():
+    """A norm over dims of size 1 is eager's |x| bit for bit (fuzz
+    reductions_wrong_a76ad93125: pow(pow(|x|, 3), 1/3) was an ulp off, and the
+    == after it flipped); sqrt(x * x) would overflow a float64 1e200."""
+    x = torch.tensor([[0.056911590025744335, -6.035013699640922, 2.8051625113874055,
+                       1e200, -1e-300, 0.0, math.inf, math.nan]], dtype=torch.float64)
+    for t in (x, x.float(), x.reshape(1, 1, 8)):
+        for ord in (3, 2, -1.5, 0.5, 0, math.inf):
+            for dim in (0, (0, 1) if t.dim() == 3 else 0):
+                fn = lam(f"lambda t: torch.linalg.vector_norm(t, {ord!r}, {dim})"
+                         .replace("inf", "float('inf')"))
+                out = cdynamo.optimize(fn)(t)
+                assert torch.equal(out.nan_to_num(7.0), fn(t).nan_to_num(7.0)), (ord, dim, out)
+                assert "= vector_norm(" in graph()
+    one = torch.tensor([0.1], dtype=torch.float64)
+    assert torch.equal(cdynamo.optimize(lambda t: torch.linalg.vector_norm(t, 3))(one),
+                       torch.linalg.vector_norm(one, 3))
+
+
 def test_vector_norm_extern_and_raises():
     x = make(torch.float32, (4, 5))
     run(lambda t: torch.linalg.vector_norm(t, 2, 1, dtype=torch.float64), x)   # extern

@@ -467,3 +467,22 @@ def test_resume_function_without_tensor_ops_before_its_break_runs_eagerly():
     assert e.graph_count == 1 and [b.code for b in e.break_reasons] == ["NEEDS_DATA"], str(e)
     resume = "__resume_f_at_%d" % (f.__code__.co_firstlineno + 2)
     assert resume in [fr.function for fr in e.eager_frames], str(e)
+
+
+def test_builtin_read_by_an_inlined_helper_then_at_the_break():
+    """A builtin (bool) first read inside an inlined helper of another module (cdynamo._optim's
+    add_ with alpha) and then on the stack at a break: the resume rebuilds it from that
+    module's builtins, not as a missing global of its dict (fuzz breaks_exc_0a3abd8bdc:
+    KeyError 'bool')."""
+    def f(a1, t2):
+        a1.sub_(a1, alpha=2)
+        if bool((t2 < 0).all()):
+            return t2 * 2
+        return t2.abs()
+
+    for t2 in (torch.tensor([0, 2]), torch.tensor([-1, -3])):
+        a_e, a_c = torch.randn(5, 2), None
+        a_c = a_e.clone()
+        opt = cdynamo.optimize(f)
+        assert_same(f(a_e, t2), opt(a_c, t2))
+        assert_same(a_e, a_c)

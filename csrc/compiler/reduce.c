@@ -219,7 +219,20 @@ static int cg_red_in_order(const cdy_graph *g, const cdy_value *val)
     return rn < 64 || (in >= 0 && !((mask >> in) & 1));
 }
 
+/* The count of elements node val reduces, from its input's sizes (a
+ * symbolic dim is at least 2: sizes 0 and 1 are specialized). */
+static int64_t cg_red_count(const cdy_graph *g, const cdy_value *val)
+{
+    const cdy_meta *m = &g->values[val->args[0]].meta;
+    int64_t mask = g->values[val->args[1]].i, rn = 1;
+    for (int d = 0; d < m->ndim; d++)
+        rn *= (mask >> d) & 1 ? m->sizes[d] : 1;
+    return rn;
+}
+
 /* The variant computing reduction node v: its op's, NORMP by the order p,
+ * NORM1 for a norm (order not 0) of one element, |x| exactly as eager's
+ * (pow(pow(|x|, 3), 1 / 3.) is off by an ulp, sqrt(x * x) overflows),
  * LOGSUMEXP's float32 twin for float32 input and rounding twins for bfloat16
  * / float16 (eager's composite rounds x - max, exp, the sum and log to the
  * input's dtype, each step: matched exactly, not once at the end), PROD's
@@ -232,8 +245,10 @@ static int cg_red_variant_of(const cdy_graph *g, int v)
     const cdy_value *val = &g->values[v];
     int idt = g->values[val->args[0]].meta.dtype, flt = cdy_dtype_table[idt].is_float;
     int r = cg_red_of[val->op][!flt];
-    if (r == CG_RED_NORMP)
-        return cg_red_norm_variant(cg_red_param(g, val));
+    if (r == CG_RED_NORMP) {
+        r = cg_red_norm_variant(cg_red_param(g, val));
+        return r != CG_RED_NORM0 && cg_red_count(g, val) == 1 ? CG_RED_NORM1 : r;
+    }
     if (r == CG_RED_PROD && (cdy_dtype_lowp(idt) || idt == CDY_DT_FLOAT32) && cg_red_in_order(g, val))
         return idt == CDY_DT_BFLOAT16 ? CG_RED_PROD_BF16
                : idt == CDY_DT_FLOAT16 ? CG_RED_PROD_F16 : CG_RED_PROD_F32;

@@ -201,9 +201,11 @@ static int op_load_fast_and_clear(tracer *tr, int slot)
 static int op_load_global(tracer *tr, int idx)
 {
     PyObject *name = PyTuple_GET_ITEM(tr->co->co_names, idx);
-    PyObject *o = PyDict_GetItemWithError(tr->globals, name);
-    if (!o && !PyErr_Occurred())
+    PyObject *o = PyDict_GetItemWithError(tr->globals, name), *dict = tr->globals;
+    if (!o && !PyErr_Occurred()) {
         o = PyDict_GetItemWithError(tr->builtins, name);
+        dict = tr->builtins;
+    }
     if (!o) {
         if (PyErr_Occurred())
             return cdy_tr_stop_exc(tr, READ_GLOBAL);
@@ -215,8 +217,9 @@ static int op_load_global(tracer *tr, int idx)
     if (!s)
         return -1;
     s->name = name;
-    if (tr->parent)   /* an inlined function: its own module's globals */
-        s->dict = tr->globals;
+    if (tr->parent)   /* an inlined function: its own module's globals, or its builtins
+                       * for a builtin (a resume rebuilds it as dict[name]) */
+        s->dict = dict;
     return push(tr, cdy_wrap(tr, o, s, 1));
 }
 
