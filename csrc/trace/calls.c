@@ -201,13 +201,15 @@ static int tensor_args(tvar **args, int nargs, int *out)
     return n;
 }
 
-/* Method names that read tensor data or leave the graph: never traced. */
+/* Method names that read tensor data or leave the graph: never traced
+ * (storage_offset: a fake is at offset 0, whatever its input's offset). */
 static int data_dependent(const char *name)
 {
     static const char *names[] = {"item", "tolist", "numpy", "data_ptr", "__bool__", "__int__",
                                   "__float__", "__index__", "nonzero", "unique", "cuda",
                                   "backward", "register_hook", "retain_grad", "storage",
-                                  "untyped_storage", "__array__", "__repr__", "__str__", NULL};
+                                  "untyped_storage", "storage_offset", "__array__", "__repr__",
+                                  "__str__", NULL};
     for (int i = 0; names[i]; i++)
         if (!strcmp(name, names[i]))
             return 1;

@@ -1,7 +1,9 @@
-"""Torch's generators after a compiled call are as eager leaves them: the trace draws
+"""What eager's state is after a compiled call, where the trace could get it wrong.
+Torch's generators after a compiled call are as eager leaves them: the trace draws
 nothing (a random factory without tensor arguments runs for real when traced: its
 generator's state is put back), and a graph that raises after drawing is rerun eagerly
-from the state before it, training graphs included."""
+from the state before it, training graphs included.  An input's storage_offset() is its
+own, not its fake's."""
 import pytest
 import torch
 from torch.testing import assert_close
@@ -63,3 +65,15 @@ def test_graph_raising_after_a_draw_reruns_from_the_state_before(grad):
         assert got is want
         assert torch.equal(got_next, want_next)
     assert cdynamo.stats()["eager_reruns"] - before >= 2
+
+
+
+def test_storage_offset_of_an_input_is_eager_s():
+    """A fake sits at offset 0 whatever its input's offset: storage_offset() stops the trace
+    (NEEDS_DATA) and the frame runs eagerly, rather than giving 0 (fuzz finding of stop 48)."""
+    from cdynamo import _support
+    v = torch.arange(100.0)[1:]
+    assert cdynamo.optimize(lambda t: t.storage_offset())(v) == 1
+    f = lambda t: t.as_strided((3, 8), (2, 7), t.storage_offset()) * 2   # noqa: E731
+    assert_close(cdynamo.optimize(f)(v), f(v))
+    assert "NEEDS_DATA" in [b["code"] for b in _support.breaks]
