@@ -1119,6 +1119,18 @@ static int ag_sdpa_kw(const char *name, PyObject *c)
     return 0;
 }
 
+/* Add e<v>[i], item i of the attention gradients' call of node v, to the
+ * gradient of q / k / v (ref[0..3)) where it is needed. */
+static void ag_add_items(ag_state *s, int v, const int *ref)
+{
+    for (int i = 0; i < 3; i++)
+        if (s->needs[ref[i]]) {
+            char e[32];
+            snprintf(e, sizeof(e), "e%d[%d]", v, i);
+            ag_add(s, v, ref[i], e, 0);
+        }
+}
+
 /* F.scaled_dot_product_attention(q, k, v[, attn_mask], keywords) without
  * dropout, q k v of one batch shape: their gradients (sdpa_backward of the
  * prelude: the attention recomputed, its softmax's derivative); 1 when the
@@ -1158,13 +1170,21 @@ static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
     cdy_buf_free(&call);
     if (rc)
         return rc < 0 ? ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "") : 1;
-    for (int i = 0; i < 3; i++)
-        if (s->needs[p->ref[i]]) {
-            char e[32];
-            snprintf(e, sizeof(e), "e%d[%d]", v, i);
-            ag_add(s, v, p->ref[i], e, 0);
-        }
+    ag_add_items(s, v, p->ref);
     return 0;
+}
+
+/* 1 if fn is module mod's attribute name (looked up once into *cache;
+ * errors cleared: 0). */
+static int ag_is_attr(PyObject *fn, PyObject **cache, const char *mod, const char *name)
+{
+    if (!*cache) {
+        PyObject *m = PyImport_ImportModule(mod);
+        *cache = m ? PyObject_GetAttrString(m, name) : NULL;
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return *cache && fn == *cache;
 }
 
 /* 1 if fn is the training attention rewrite's call
@@ -1172,13 +1192,7 @@ static int ag_sdpa(ag_state *s, int v, const cdy_pynode *p)
 static int ag_train_attention(PyObject *fn)
 {
     static PyObject *att;
-    if (!att) {
-        PyObject *m = PyImport_ImportModule("cdynamo._autograd");
-        att = m ? PyObject_GetAttrString(m, "attention_forward") : NULL;
-        Py_XDECREF(m);
-        PyErr_Clear();
-    }
-    return att && fn == att;
+    return ag_is_attr(fn, &att, "cdynamo._autograd", "attention_forward");
 }
 
 /* A copy of attention result y (B, H, L, E) that holds y's elements in y's
@@ -1237,12 +1251,7 @@ static int ag_attention_items(ag_state *s, int v, const cdy_pynode *item)
     cdy_buf_free(&call);
     if (rc)
         return ag_stop(s, v, CDY_R_OUT_OF_MEMORY, "");
-    for (int i = 0; i < 3; i++)
-        if (s->needs[b->ref[i]]) {
-            char e[32];
-            snprintf(e, sizeof(e), "e%d[%d]", v, i);
-            ag_add(s, v, b->ref[i], e, 0);
-        }
+    ag_add_items(s, v, b->ref);
     return 0;
 }
 
@@ -1251,13 +1260,7 @@ static int ag_attention_items(ag_state *s, int v, const cdy_pynode *item)
 static int ag_fused_attention(PyObject *fn)
 {
     static PyObject *att;
-    if (!att) {
-        PyObject *m = PyImport_ImportModule("cdynamo._attention");
-        att = m ? PyObject_GetAttrString(m, "attention") : NULL;
-        Py_XDECREF(m);
-        PyErr_Clear();
-    }
-    return att && fn == att;
+    return ag_is_attr(fn, &att, "cdynamo._attention", "attention");
 }
 
 /* The argument `name` at position pos of call p (or by keyword): its index
