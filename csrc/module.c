@@ -107,6 +107,16 @@ PyObject *cdy_config_get(const char *name)
     return config_mod ? PyObject_GetAttrString(config_mod, name) : NULL;
 }
 
+/* 1 if cdynamo.config.<name> is true; 0 when false, unset or unreadable (errors cleared). */
+int cdy_config_flag(const char *name)
+{
+    PyObject *v = cdy_config_get(name);
+    int on = v ? PyObject_IsTrue(v) : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return on > 0;
+}
+
 /* Call the package's hook (record_break / record_eager) with a frame's
  * reason, its code and category, and the user's FILE:LINE; what it returns
  * (new ref), or NULL with errors dropped. */

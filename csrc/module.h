@@ -33,6 +33,8 @@ int cdy_log_on(const char *topic);
 void cdy_log(const char *topic, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The package's config value (new ref) or NULL with error set. */
 PyObject *cdy_config_get(const char *name);
+/* 1 if the package's config flag is true (0 when false, unset or unreadable). */
+int cdy_config_flag(const char *name);
 /* Record a graph break / fallback reason for stats and explain; code is a
  * cdy_reason (trace/reasons.h). */
 void cdy_record_break(const char *reason, int code, PyObject *filename, int line, const char *fn);

@@ -309,16 +309,6 @@ static PyObject *pp_input_outputs(const cdy_trace *t, int nuser)
     return r;
 }
 
-/* 1 if cdynamo.config's flag `name` is true. */
-static int pp_config_on(const char *name)
-{
-    PyObject *v = cdy_config_get(name);
-    int on = v ? PyObject_IsTrue(v) : 0;
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return on > 0;
-}
-
 /* A training graph (trace/autograd.c): the forward compiled without the
  * graph passes (their rewrites assume grad mode off: packed weights, fused
  * attention), then made a torch.autograd.Function with the backward's
@@ -366,7 +356,7 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
     cdy_trace_run(t, p->code, locals, globals, builtins, closure);
     cdy_backward bw = {0};
     if (t->status == CDY_TRACE_OK && t->training && t->grad_enabled) {
-        if (p->backend != CDY_BACKEND_EAGER && pp_config_on("fused_attention_training"))
+        if (p->backend != CDY_BACKEND_EAGER && cdy_config_flag("fused_attention_training"))
             cdy_pass_attention_train(t);   /* fused attention, before the backward reads the chain */
         cdy_autograd_build(t, &bw);        /* a stop (NO_DERIVATIVE, ...) runs the frame eagerly */
     }

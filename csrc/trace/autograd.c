@@ -69,11 +69,7 @@ static const char *const ag_helpers[] = {
 
 int cdy_autograd_on(void)
 {
-    PyObject *v = cdy_config_get("compile_backward");
-    int on = v ? PyObject_IsTrue(v) : 0;
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return on > 0;
+    return cdy_config_flag("compile_backward");
 }
 
 int cdy_autograd_note_input(cdy_trace *t, int index)
