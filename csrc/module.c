@@ -281,7 +281,8 @@ PyMODINIT_FUNC PyInit__C(void)
     Py_INCREF(&cdy_compiled_type);
     if (PyModule_AddObject(m, "CompiledGraph", (PyObject *)&cdy_compiled_type) < 0)
         goto fail;
-    if (cdy_frame_init(m) || cdy_pyver_init(m) || cdy_train_call_init(m))
+    if (cdy_frame_init(m) || cdy_pyver_init(m) || cdy_train_call_init(m) ||
+        cdy_attention_init(m))
         goto fail;
     return m;
 fail:

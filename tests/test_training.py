@@ -341,6 +341,48 @@ def test_attention_grads_eager_form_where_flash_would_differ():
                 torch.testing.assert_close(r, e.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
+@pytest.mark.parametrize("case", ["nan_k", "neg_inf_row", "strided_last", "float64",
+                                  "causal", "empty_k"])
+def test_attention_c_path_gives_the_python_forms_values(case):
+    """_autograd.attention_forward / attention_grads are runtime/attention.c's C functions
+    (the flash kernels through their C++ entries, the log-sum-exp read from memory): a
+    NaN in k or a row of -inf scores (the unfused form, its log-sum-exp NaN), a last dim
+    not unit-strided, float64, a causal recomputed backward, an empty k: the values and
+    layouts of the Python forms (_attention_forward_py / _attention_grads_py), which
+    are eager's."""
+    from cdynamo import _C, _autograd
+    assert _autograd.attention_forward is _C.attention_forward
+    assert _autograd.attention_grads is _C.attention_grads
+    g = torch.Generator().manual_seed(11)
+    dt = torch.float64 if case == "float64" else torch.float32
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g, dtype=dt) for _ in range(3))
+    go = torch.randn(2, 3, 5, 4, generator=g, dtype=dt)
+    if case == "nan_k":
+        k[1, 0, 3, 2] = float("nan")
+    elif case == "neg_inf_row":
+        q[0, 2, 1] = float("inf")
+        k[0, 2, :, :] = -1.0
+    elif case == "strided_last":
+        q = torch.randn(2, 3, 5, 8, generator=g)[..., ::2]
+    elif case == "empty_k":
+        k, v = k[:, :, :0], v[:, :, :0]
+    causal = case == "causal"
+    if not causal:
+        got, want = _C.attention_forward(q, k, v, 0.5), _autograd._attention_forward_py(q, k, v, 0.5)
+        for r, e in zip(got, want):
+            assert r.shape == e.shape and r.stride() == e.stride()
+            torch.testing.assert_close(r, e, equal_nan=True)
+        saved = [got]
+    else:
+        saved = []
+    for extra in [()] + [tuple(s) for s in saved]:
+        got = _C.attention_grads(go, q, k, v, 0.5, causal, *extra)
+        want = _autograd._attention_grads_py(go, q, k, v, 0.5, causal, *extra)
+        for r, e in zip(got, want):
+            assert r.shape == e.shape and r.stride() == e.stride()
+            torch.testing.assert_close(r, e, equal_nan=True)
+
+
 def test_column_major_operand_gradient_keeps_its_layout():
     """x @ w.t(): w.t() is column-major, so its gradient is computed as the
     transpose of (g^T @ x): w's gradient comes out row-major as w (as eager's),

@@ -27,6 +27,9 @@ PyObject *cdy_compiled_eager(const cdy_run_record *r, const char *name, int sing
 int cdy_runtime_init(PyObject *torch);
 /* Adds runtime/train_call.c's functions (a training graph's per-call path) to m; 0 or -1. */
 int cdy_train_call_init(PyObject *m);
+/* Adds runtime/attention.c's attention_forward and attention_grads (a training
+ * graph's attention through torch's flash kernels) to m; 0 or -1. */
+int cdy_attention_init(PyObject *m);
 
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */

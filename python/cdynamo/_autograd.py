@@ -105,7 +105,7 @@ def _last_unit(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def attention_forward(q, k, v, scale):
+def _attention_forward_py(q, k, v, scale):
     """softmax(q @ k^T * scale) @ v and its rows' log-sum-exp (B, H, L) in (B, L, H)
     memory, what a training graph's attention becomes (passes/attention.c; 4-d float32
     q, k, v, no mask): torch's CPU flash kernel where it gives eager's values, else
@@ -121,12 +121,17 @@ def attention_forward(q, k, v, scale):
             _last_unit(q), _last_unit(k), _last_unit(v), 0.0, False, scale=scale)[:2]
         if bool(torch.isfinite(lse).all()):
             return out, lse
+    return _attention_unfused(q, k, v, scale)
+
+
+def _attention_unfused(q, k, v, scale):
+    """attention_forward's eager form: eager's unfused ops, the log-sum-exp all NaN."""
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan")).transpose(1, 2)
     return torch.matmul(torch.softmax(s, -1), v), lse
 
 
-def attention_grads(grad, q, k, v, scale, is_causal, out=None, lse=None):
+def _attention_grads_py(grad, q, k, v, scale, is_causal, out=None, lse=None):
     """The gradients of softmax(q @ k^T * scale [causal]) @ v for q, k and v (4-d float32,
     no mask, no dropout), heads-major (trace/meta.c mt_attention_grads): what the
     backward of attention_forward calls with its saved result out and log-sum-exp lse,
@@ -155,6 +160,13 @@ def attention_grads(grad, q, k, v, scale, is_causal, out=None, lse=None):
     gs = a * (ga - (ga * a).sum(-1, keepdim=True)) * scale
     return (_heads_major(torch.matmul(gs, k)), _heads_major(torch.matmul(gs.transpose(-1, -2), q)),
             _heads_major(torch.matmul(a.transpose(-1, -2), grad)))
+
+
+# What training graphs call (passes/attention.c, trace/autograd.c): runtime/attention.c's
+# C functions, the fused path without Python frames or small aten ops (its checks read
+# the log-sum-exp's memory); every other case is the Python forms' above.
+attention_forward = _C.attention_forward
+attention_grads = _C.attention_grads
 
 
 class _Graph(torch.autograd.Function):
