@@ -225,6 +225,7 @@ enum {
     CDY_KIRF_COPY_ROWS = 1 << 5,   /* pointwise: a plain copy, a memcpy a row */
     CDY_KIRF_LANES = 1 << 6,       /* reduce / rows: sums in independent partial lanes */
     CDY_KIRF_PREFETCH = 1 << 7,    /* reduce / rows: loads of the next row prefetched */
+    CDY_KIRF_ROW_SPLIT = 1 << 8,   /* reduce: a column sum's rows split across the threads */
 };
 
 typedef struct {

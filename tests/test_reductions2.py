@@ -580,7 +580,41 @@ def test_column_sums_spread_over_all_threads(shape):
         src = source()
     finally:
         torch.set_num_threads(n)
-    if "ib += " in src and shape[0] * shape[1] >= 32768:
+    split = shape[0] >= 64 and shape[1] <= 1024 and shape[0] * shape[1] >= 32768
+    assert ("part[NTHREADS]" in src) == split, src      # rows split: test_column_sums_row_split
+    if "ib += " in src and shape[0] * shape[1] >= 32768 and not split:
         step = int(src.split("ib += ")[1].split(")")[0])
         want = min(64, max(16, -(-(-(-shape[1] // 16)) // 16) * 16))
         assert step == want, (step, want, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape", [(256, 256), (1000, 100), (4, 64, 1024), (3333, 17)])
+def test_column_sums_row_split(shape, dtype):
+    """float32 / bfloat16 column sums too narrow for a 64-column block per thread (a bias's
+    gradient at 16 threads) split their rows across the threads: per-thread partial sums
+    in double, then each column's partials added in thread order.  Rows not a multiple of
+    the threads, a fused prologue, a mean, several leading dims, a transposed input, NaN and
+    inf; float64 keeps the column split (its rounding would follow the thread count)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(16)
+    try:
+        g = torch.Generator().manual_seed(7)
+        x = torch.randn(*shape, generator=g).to(dtype)
+        c = torch.randn(shape[-1], generator=g).to(dtype)
+        lead = tuple(range(len(shape) - 1))
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype != torch.bfloat16 else {}
+        for fn in (lambda t, b: (t * b + 1).sum(lead), lambda t, b: (t - b).mean(lead)):
+            got = cdynamo.optimize(fn, dynamic=False)(x, c)
+            torch.testing.assert_close(got, fn(x, c), **tol)
+            assert ("part[NTHREADS]" in source()) == (dtype != torch.float64), source()
+        if len(shape) == 2:
+            xt = torch.randn(shape[1], shape[0], generator=g).to(dtype).t()
+            got = cdynamo.optimize(lambda t: t.sum(0), dynamic=False)(xt)
+            torch.testing.assert_close(got, xt.sum(0), **tol)
+            y = x.clone()
+            y[3, 1], y[-1, 2], y[5, 3], y[-2, 3] = float("nan"), float("inf"), float("inf"), -float("inf")
+            got = cdynamo.optimize(lambda t: t.sum(0), dynamic=False)(y)
+            torch.testing.assert_close(got, y.sum(0), equal_nan=True, **tol)
+    finally:
+        torch.set_num_threads(n)

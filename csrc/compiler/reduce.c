@@ -455,6 +455,9 @@ typedef struct {
     int par_out, par_in;
     int block;                   /* outer reduction: the last outer loop runs in blocks */
     int bw;                      /* ... of this many outputs (cg_red_block_width) */
+    int rsplit;                  /* block mode, rows split across the threads: per-thread
+                                  * partial sums of every column, then combined
+                                  * (cg_red_use_rsplit) */
     int copy;                    /* which copy of the loops (symbolic: parallel 0, serial 1):
                                   * argmax's label found<copy> is unique in the kernel */
     int lanes;                   /* the first pass sums float lanes (cg_red_lanes) */
@@ -537,6 +540,9 @@ void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
     if (r->block)
         cdy_buf_printf(ir, ", outer reduction: the last outer loop in blocks of %d innermost "
                        "(accumulator arrays)", r->bw);
+    if (r->rsplit)
+        cdy_buf_puts(ir, ", rows split across the threads (partial sums per thread, combined "
+                         "per column)");
     cdy_buf_puts(ir, "\n");
     cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < r->nops; o++) {
@@ -726,8 +732,11 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         else if (inner)
             cdy_buf_printf(b, "#pragma omp simd %s\n", clause);
         cg_indent(b, ind);
-        cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %s; r%d++) {\n", d, d,
-                       cg_sym_size_text(c, rn, d), d);
+        if (r->rsplit && d == 0)
+            cdy_buf_puts(b, "for (int64_t r0 = rlo; r0 < rhi; r0++) {\n");
+        else
+            cdy_buf_printf(b, "for (int64_t r%d = 0; r%d < %s; r%d++) {\n", d, d,
+                           cg_sym_size_text(c, rn, d), d);
     }
     if (r->block) {
         cg_indent(b, ind);
@@ -886,9 +895,85 @@ static int cg_red_block_body(cg_ctx *c, const cg_red_kernel *r, int ind)
     cg_indent(b, ind);
     cdy_buf_puts(b, "for (int64_t j = 0; j < nb; j++) {\n");
     cg_indent(b, ind + 1);
-    cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
-    cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 'l');
-    cg_red_stores(c, r, ind + 1);
+    if (r->rsplit) {             /* this thread's partial sums of the block's columns */
+        cdy_buf_puts(b, "part[t][ib + j] = acc_b[j];\n");
+    } else {
+        cdy_buf_printf(b, "const int64_t i%d = ib + j;\n", last);
+        cg_red_block_vars(c, r, ind + 1, CG_RV_ACC | CG_RV_STATE, 'l');
+        cg_red_stores(c, r, ind + 1);
+    }
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "}\n");
+    return 0;
+}
+
+/* Partial sums of a row-split column sum (cg_red_use_rsplit) on the calling
+ * thread's stack, at most (NTHREADS x columns doubles). */
+#define CG_RED_RSPLIT_BYTES (128 << 10)
+
+/* 1 if block-mode kernel r splits its rows across the threads: a static float32
+ * (bfloat16, float16) sum or mean of one reduced dim into one kept dim too narrow
+ * for a block of CG_RED_BLOCK columns per thread, with at least 4 rows per thread.
+ * Split by columns, each thread read its few columns' lines from every row
+ * (mostly written by other cores: a bias's gradient, 256 x 256 floats at 16
+ * threads, 4096 lines moved between cores); split by rows, each sums its own
+ * rows (the rows the producer's static schedule wrote on that core), and only
+ * the partial rows move (256 lines).  The order of the additions depends on
+ * NTHREADS only, in double; float64 inputs keep the column split. */
+static int cg_red_use_rsplit(const cg_ctx *c, const cg_red_kernel *r)
+{
+    int v = r->variant;
+    if (c->sym || !r->block || !r->par_out || r->on->ndim != 1 || r->rn->ndim != 1 ||
+        (v != CG_RED_SUM && v != CG_RED_MEAN) ||
+        (r->env.idt != CDY_DT_FLOAT32 && !cdy_dtype_lowp(r->env.idt)))
+        return 0;
+    int64_t w = r->on->size[0], rows = r->rn->size[0], nt = c->nthreads;
+    return nt >= 2 && rows >= 4 * nt && w <= (int64_t)CG_RED_BLOCK * nt &&
+           nt * w * 8 <= CG_RED_RSPLIT_BYTES;
+}
+
+/* Emit row-split kernel r at indentation ind: per thread t (one iteration of an
+ * `omp for` over NTHREADS), its rows [rlo, rhi) summed in blocks of columns into
+ * part[t]; after the loop's barrier, each column's partials added in t order
+ * and stored, the columns spread over the threads.  0 or -1. */
+static int cg_red_rsplit_nest(cg_ctx *c, const cg_red_kernel *r, int ind)
+{
+    cdy_buf *b = &c->src;
+    long long w = (long long)r->on->size[0], rows = (long long)r->rn->size[0];
+    cg_indent(b, ind);
+    cdy_buf_printf(b, "%s part[NTHREADS][%lld];\n", r->env.acct, w);
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "#pragma omp parallel num_threads(NTHREADS)\n");
+    cg_indent(b, ind);
+    cdy_buf_puts(b, "{\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "#pragma omp for schedule(static)\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "for (int64_t t = 0; t < NTHREADS; t++) {\n");
+    cg_indent(b, ind + 2);
+    cdy_buf_printf(b, "const int64_t rlo = t * %lldLL / NTHREADS, rhi = (t + 1) * %lldLL / "
+                      "NTHREADS;\n", rows, rows);
+    cg_indent(b, ind + 2);
+    cdy_buf_printf(b, "for (int64_t ib = 0; ib < %lldLL; ib += %d) {\n", w, r->bw);
+    if (cg_red_block_body(c, r, ind + 3))
+        return -1;
+    cg_indent(b, ind + 2);
+    cdy_buf_puts(b, "}\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "}\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "#pragma omp for schedule(static)\n");
+    cg_indent(b, ind + 1);
+    cdy_buf_printf(b, "for (int64_t i0 = 0; i0 < %lldLL; i0++) {\n", w);
+    cg_indent(b, ind + 2);
+    cdy_buf_printf(b, "%s acc = part[0][i0];\n", r->env.acct);
+    cg_indent(b, ind + 2);
+    cdy_buf_puts(b, "for (int64_t t = 1; t < NTHREADS; t++)\n");
+    cg_indent(b, ind + 3);
+    cdy_buf_puts(b, "acc += part[t][i0];\n");
+    cg_red_stores(c, r, ind + 2);
+    cg_indent(b, ind + 1);
+    cdy_buf_puts(b, "}\n");
     cg_indent(b, ind);
     cdy_buf_puts(b, "}\n");
     return 0;
@@ -948,7 +1033,8 @@ static int cg_red_record(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
     k->status = cg_kernel_gathers(c);
     k->rnest = r->rn;
     k->flags = (rc->update2 ? CDY_KIRF_TWO_PASS : 0) | (r->block ? CDY_KIRF_BLOCKS : 0) |
-               (r->lanes ? CDY_KIRF_LANES : 0) | (r->prefetch ? CDY_KIRF_PREFETCH : 0);
+               (r->lanes ? CDY_KIRF_LANES : 0) | (r->prefetch ? CDY_KIRF_PREFETCH : 0) |
+               (r->rsplit ? CDY_KIRF_ROW_SPLIT : 0);
     k->x = r;
     return cg_kir_fuse(c, k);
 }
@@ -1052,7 +1138,8 @@ int cg_sched_reduce(cg_ctx *c, int v)
     r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
     r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
     r->block = cg_red_use_block(r);
-    r->bw = cg_red_block_width(c, r);
+    r->rsplit = cg_red_use_rsplit(c, r);
+    r->bw = r->rsplit ? CG_RED_BLOCK : cg_red_block_width(c, r);
     r->lanes = cg_red_lanes(r, 0);
     r->prefetch = r->lanes && cg_red_prefetches(r);
     return cg_red_record(c, k, r, number);
@@ -1089,6 +1176,8 @@ static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel
     cg_red_kernel r = *rp;
     cdy_buf *b = &c->src;
     int ind = ind0;
+    if (r.rsplit)
+        return cg_red_rsplit_nest(c, &r, ind0);
     for (int d = 0; d < r.on->ndim; d++, ind++) {
         if (d == 0 && r.par_out) {
             cg_indent(b, ind);

@@ -922,7 +922,9 @@ static int ag_random(const char *n)
            strstr(n, "rrelu") || strstr(n, "gumbel");
 }
 
-/* linear(x, w[, b]): x's, w's and b's gradients (torch's matmuls). */
+/* linear(x, w[, b]): b's gradient (a column sum, first: its kernel reads g<v> right
+ * after the kernel that wrote it, from the same cores' caches, before the matmuls
+ * pass over other data), then x's and w's (torch's matmuls). */
 static void ag_linear(ag_state *s, int v, const int *r, int n)
 {
     const cdy_meta *w = &s->g->values[r[1]].meta, *x = &s->g->values[r[0]].meta;
@@ -930,14 +932,14 @@ static void ag_linear(ag_state *s, int v, const int *r, int n)
     for (int d = 0; d + 1 < x->ndim; d++)
         rows *= x->sizes[d];
     char e[192];
+    if (n == 3 && r[2] >= 0 && s->needs[r[2]])
+        snprintf(e, sizeof(e), "g%d.reshape(%lld, %lld).sum(0)", v, rows, o), ag_add(s, v, r[2], e, 0);
     if (s->needs[r[0]])
         snprintf(e, sizeof(e), "g%d @ v%d", v, r[1]), ag_add(s, v, r[0], e, 0), s->used[r[1]] = 1;
     if (s->needs[r[1]])
         snprintf(e, sizeof(e), "g%d.reshape(%lld, %lld).t() @ v%d.reshape(%lld, %lld)", v, rows, o,
                  r[0], rows, i),
             ag_add(s, v, r[1], e, 0), s->used[r[0]] = 1;
-    if (n == 3 && r[2] >= 0 && s->needs[r[2]])
-        snprintf(e, sizeof(e), "g%d.reshape(%lld, %lld).sum(0)", v, rows, o), ag_add(s, v, r[2], e, 0);
 }
 
 /* 1 if torch.matmul would copy stack a (its batch dims, those before the
