@@ -234,3 +234,38 @@ def test_attention_registry_change_between_bert_steps():
     finally:
         del ALL_ATTENTION_FUNCTIONS["sdpa"]
     check()
+
+
+# ---- where a step's time goes: the phase clocks of training graphs (tools/train_phases.py) --
+
+def test_phase_timing_splits_training_backward_from_forward():
+    """CompiledGraph.phase_timing's bank 1 (bwd_*) holds the compiled backward's phases, bank 0
+    the forward's; train_fwd / train_bwd are the whole _train_forward / _train_backward, at
+    least the exclusive phases inside them; overhead_breakdown's parts are unchanged."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    m(x).pow(2).mean().backward()
+    grads = [p.grad.clone() for p in m.parameters()]              # eager's
+    f = cdynamo.optimize(lambda x: m(x).pow(2).mean())
+    for _ in range(2):
+        for p in m.parameters():
+            p.grad = None
+        f(x).backward()
+    parts = ("inputs", "alloc", "kernels", "externs", "free", "result")
+    for clock in (True, "cpu"):
+        cdynamo._C.CompiledGraph.phase_timing(clock)
+        try:
+            for p in m.parameters():
+                p.grad = None
+            f(x).backward()
+        finally:
+            ns = cdynamo._C.CompiledGraph.phase_timing(False)
+        assert ns["bwd_kernels"] > 0 and ns["kernels"] > 0, ns       # both graphs ran kernels
+        assert ns["bwd_externs"] > 0 and ns["externs"] > 0, ns       # the linears' mm / addmm
+        assert ns["bwd_train_fwd"] == ns["bwd_train_bwd"] == 0, ns   # totals in bank 0
+        assert ns["train_fwd"] >= sum(ns[p] for p in parts), ns
+        assert ns["train_bwd"] >= sum(ns["bwd_" + p] for p in ("guards",) + parts), ns
+    for p, g in zip(m.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+    assert cdynamo._C.CompiledGraph.phase_timing(False)["kernels"] == ns["kernels"]  # off: kept

@@ -504,12 +504,14 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
 }
 
 int cdy_phase_on;
-long long cdy_phase_ns[CDY_PHASE_COUNT];
+long long cdy_phase_ns[2][CDY_PHASE_COUNT];
+int cdy_phase_bank;
+static clockid_t phase_clock = CLOCK_MONOTONIC;   /* the thread's CPU clock: phase_timing("cpu") */
 
 long long cdy_now_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(phase_clock, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 #define now_ns cdy_now_ns
@@ -1131,12 +1133,13 @@ static PyObject *run_c(PyObject *self, PyObject *const *args, size_t nargsf, PyO
             add_user_frame(c, failed);
             goto done;
         }
+        cdy_phase_add(st->kind == CDY_STEP_KERNEL ? CDY_PHASE_kernels : CDY_PHASE_externs, &t0);
         for (int j = c->drop_at[s]; j < c->drop_at[s + 1]; j++)
             Py_CLEAR(bufs[c->drop_list[j]]);
         if (donated && drop_donated(c, s, bufs))
             wrote = 1;   /* an input is gone: no rerun from the arguments */
+        cdy_phase_add(CDY_PHASE_free, &t0);
         if (c->make_at[s + 1] < c->make_at[s + 2]) {
-            cdy_phase_add(CDY_PHASE_kernels, &t0);
             if (make_bufs(c, s + 1, bufs, ptrs, sv))
                 goto done;
             cdy_phase_add(CDY_PHASE_alloc, &t0);
@@ -1537,31 +1540,50 @@ static PyObject *compiled_set_profile(PyObject *unused, PyObject *flag)
 
 /* CompiledGraph.phase_timing(flag): turn per-call phase timing on (zeroing
  * the sums) or off; returns {phase: total ns} accumulated so far. */
+/* The phase clocks' sums as a dict: name -> ns (bank 0), "bwd_" name -> ns
+ * (bank 1: inside training graphs' backwards); NULL + error. */
+static PyObject *phase_dict(void)
+{
+    static const char *names[] = {
+#define CDY_X(n) #n,
+        CDY_PHASES(CDY_X)
+#undef CDY_X
+    };
+    PyObject *d = PyDict_New();
+    for (int bank = 0; d && bank < 2; bank++)
+        for (int p = 0; d && p < CDY_PHASE_COUNT; p++) {
+            PyObject *v = PyLong_FromLongLong(cdy_phase_ns[bank][p]);
+            PyObject *k = PyUnicode_FromFormat("%s%s", bank ? "bwd_" : "", names[p]);
+            if (!v || !k || PyDict_SetItem(d, k, v))
+                Py_CLEAR(d);
+            Py_XDECREF(v);
+            Py_XDECREF(k);
+        }
+    return d;
+}
+
+/* phase_timing(flag): the sums so far (phase_dict); a true flag zeroes them
+ * and turns the clocks on ("cpu": the calling thread's CPU clock, for a
+ * loaded host at one thread), a false one turns them off. */
 static PyObject *compiled_phase_timing(PyObject *unused, PyObject *flag)
 {
+    int cpu = PyUnicode_Check(flag) && PyUnicode_CompareWithASCIIString(flag, "cpu") == 0;
     int on = PyObject_IsTrue(flag);
     if (on < 0)
         return NULL;
-    PyObject *d = PyDict_New();
-#define CDY_X(n)                                                                   \
-    if (d) {                                                                        \
-        PyObject *v = PyLong_FromLongLong(cdy_phase_ns[CDY_PHASE_##n]);            \
-        if (!v || PyDict_SetItemString(d, #n, v))                                   \
-            Py_CLEAR(d);                                                            \
-        Py_XDECREF(v);                                                              \
-    }
-    CDY_PHASES(CDY_X)
-#undef CDY_X
-    if (on)
+    PyObject *d = phase_dict();
+    if (on) {
         memset(cdy_phase_ns, 0, sizeof(cdy_phase_ns));
+        phase_clock = cpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+    }
     cdy_phase_on = on;
     return d;
 }
 
 static PyMethodDef compiled_methods[] = {
     {"phase_timing", compiled_phase_timing, METH_O | METH_STATIC,
-     "time the phases of each call (guards, inputs, alloc, kernels, result) on/off; "
-     "returns the nanoseconds summed so far"},
+     "time the phases of each call (runtime.h's CDY_PHASES; 'cpu': the thread's CPU "
+     "clock) on/off; returns the nanoseconds summed so far (bwd_*: in training backwards)"},
     {"reset_kernel_profile", compiled_reset_profile, METH_NOARGS,
      "zero this graph's per-kernel call counts and times"},
     {"set_profile_kernels", compiled_set_profile, METH_O | METH_STATIC,

@@ -87,24 +87,32 @@ extern _Thread_local const void *cdy_graph_failed;
  * caller after the call. */
 extern _Thread_local PyObject *const *cdy_donated_args;
 
-/* ---- per-call phase timing (cdynamo.overhead_breakdown) -------------------- */
-#define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(result)
+/* ---- per-call phase timing (cdynamo.overhead_breakdown) --------------------
+ * Exclusive phases of a call: guards, inputs, alloc, kernels (generated
+ * kernels), externs (torch calls), free (buffers dropped after their last
+ * step), result; train_fwd / train_bwd are inclusive: the whole of a
+ * training graph's _train_forward / _train_backward (runtime/train_call.c). */
+#define CDY_PHASES(X) X(guards) X(inputs) X(alloc) X(kernels) X(externs) X(free) X(result) \
+    X(train_fwd) X(train_bwd)
 typedef enum {
 #define CDY_X(n) CDY_PHASE_##n,
     CDY_PHASES(CDY_X)
 #undef CDY_X
     CDY_PHASE_COUNT
 } cdy_phase;
-extern int cdy_phase_on;                          /* timing wanted (rarely: it costs ~20 ns a phase) */
-extern long long cdy_phase_ns[CDY_PHASE_COUNT];   /* accumulated while cdy_phase_on */
-/* Monotonic clock in nanoseconds. */
+extern int cdy_phase_on;          /* timing wanted (rarely: it costs ~20 ns a phase) */
+/* Accumulated while cdy_phase_on, in two banks: [0] the calls outside a
+ * training graph's backward, [1] those inside it (train_call.c switches). */
+extern long long cdy_phase_ns[2][CDY_PHASE_COUNT];
+extern int cdy_phase_bank;        /* the bank phases add to: 0 or 1 */
+/* Monotonic clock in nanoseconds (the thread's CPU clock while phase_timing("cpu")). */
 long long cdy_now_ns(void);
 /* Add the time since *t0 to phase p and restart *t0 (only while cdy_phase_on). */
 static inline void cdy_phase_add(int p, long long *t0)
 {
     if (__builtin_expect(cdy_phase_on, 0)) {
         long long t = cdy_now_ns();
-        cdy_phase_ns[p] += t - *t0;
+        cdy_phase_ns[cdy_phase_bank][p] += t - *t0;
         *t0 = t;
     }
 }

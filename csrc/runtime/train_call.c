@@ -235,6 +235,7 @@ static PyObject *tc_forward(PyObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *ctx = args[0], *tg = args[1];
     PyObject *const *in = args + 2;
     Py_ssize_t n = nargs - 2;
+    long long t0 = cdy_phase_start();
     PyObject *outs = tc_run_forward(tg, in, n);
     if (!outs)
         return NULL;
@@ -253,6 +254,7 @@ static PyObject *tc_forward(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     Py_DECREF(outs);
+    cdy_phase_add(CDY_PHASE_train_fwd, &t0);
     return user;
 }
 
@@ -299,9 +301,12 @@ static PyObject *tc_run_backward(PyObject *ctx, PyObject *tg, PyObject *const *g
         cl = Py_NewRef(Py_None);
     }
     if (cl) {
+        int bank = cdy_phase_bank;
+        cdy_phase_bank = 1;   /* the phase clocks of the backward's calls apart */
         cdy_donated_args = all;
         gs = tc_call(bwd, all, n, 1);
         cdy_donated_args = NULL;
+        cdy_phase_bank = bank;
     }
     Py_XDECREF(cl);
     for (Py_ssize_t i = 0; all && i < n; i++)
@@ -350,6 +355,7 @@ static PyObject *tc_backward(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "_train_backward takes ctx, *grads");
         return NULL;
     }
+    long long t0 = cdy_phase_start();
     PyObject *tg = PyObject_GetAttr(args[0], tc.s_tg);
     if (!tg)
         return NULL;
@@ -361,6 +367,7 @@ static PyObject *tc_backward(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *r = gs ? tc_spread(tg, gs) : NULL;
     Py_XDECREF(gs);
     Py_DECREF(tg);
+    cdy_phase_add(CDY_PHASE_train_bwd, &t0);
     return r;
 }
 
