@@ -637,3 +637,53 @@ def test_copy_and_setitem_of_disjoint_or_same_elements_compile(name, fn):
     assert ex.graph_count == 1 and not ex.break_reasons, ex.break_reasons
     torch.testing.assert_close(cdynamo.optimize(f)(ca), expected)
     torch.testing.assert_close(ca, ea)
+
+
+def _moe_grouped(h, top_k_index, top_k_weights, w_up, w_down):
+    """transformers 5.17's grouped_mm experts forward on CPU (a loop over experts in place of
+    torch._grouped_mm): sort the token / expert pairs by expert, gather their rows, an
+    in-place masked_fill_ of the gathered rows (the sentinel pre-mask), clamp_ of the sorted
+    ids, per-expert matmuls at histc / cumsum offsets, inverse permutation, sum over top-k."""
+    k = top_k_index.size(-1)
+    n, d = h.shape
+    ids, perm = torch.sort(top_k_index.reshape(-1))
+    g = h[perm // k]
+    wts = top_k_weights.reshape(-1)[perm]
+    sentinel = (ids >= w_up.shape[0]).unsqueeze(-1)
+    ids.clamp_(max=w_up.shape[0] - 1)
+    g.masked_fill_(sentinel, 0.0)
+    up = torch.relu(g @ w_up[0].t()) * (ids == 0).unsqueeze(-1)
+    for e in range(1, w_up.shape[0]):
+        up = up + torch.relu(g @ w_up[e].t()) * (ids == e).unsqueeze(-1)
+    out = (up @ w_down.t()).masked_fill(sentinel, 0.0) * wts.unsqueeze(-1)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.size(0))
+    return out[inv].view(n, k, d).sum(dim=1)
+
+
+def test_inplace_on_an_advanced_index_result_compiles():
+    """x[idx] is a fresh tensor: an in-place op on it (masked_fill_, mul_) compiles in the
+    graph; its fake was a view of the meta result, an alias the trace could not re-derive
+    (MUT_ALIAS: transformers 5.17's Mixtral / Qwen2-MoE broke there in every layer)."""
+    torch.manual_seed(0)
+    h, idx = torch.randn(6, 8), torch.randint(0, 4, (6,))
+
+    def f(h, idx):
+        g = h[idx]
+        g.masked_fill_(g > 0, 0.0)
+        g.mul_(3)
+        return g * 2, h
+
+    cdynamo.reset()
+    run(f, h, idx)
+
+
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_moe_grouped_experts_with_inplace_premask_compile_once(tokens):
+    torch.manual_seed(0)
+    h = torch.randn(tokens, 8)
+    top = torch.randint(0, 4, (tokens, 2))
+    w = torch.softmax(torch.randn(tokens, 2), -1)
+    args = (h, top, w, torch.randn(4, 16, 8), torch.randn(8, 16))
+    cdynamo.reset()
+    run(_moe_grouped, *args, transcendental=True)

@@ -486,3 +486,75 @@ def test_builtin_read_by_an_inlined_helper_then_at_the_break():
         opt = cdynamo.optimize(f)
         assert_same(f(a_e, t2), opt(a_c, t2))
         assert_same(a_e, a_c)
+
+
+def _break_in_loop(x, m):
+    y = x * 2
+    for _ in range(2):
+        y = y + torch.nonzero(m).sum()   # data-dependent, inside a loop: no resume
+    return y + 1
+
+
+def _calls_break_in_loop(x, m):
+    return _break_in_loop(x.sin(), m).cos()
+
+
+def test_a_frame_that_runs_eagerly_is_not_traced_again_at_each_new_size(capfd):
+    """A frame whose trace stops where it cannot resume runs eagerly from an entry; a size
+    that changes per call (a decoding step's length) missed that entry's static guard and
+    traced it again each time, up to the recompile limit (transformers 5.17's MoE layers:
+    77 recompiles in 32 tokens).  After its trace stops at a second size, the entry
+    matches any size of the dims that changed: one retrace, then cache hits."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(_calls_break_in_loop)
+    cdynamo._C.set_log_topics({"recompiles"})
+    try:
+        for n in range(4, 16):
+            x = torch.randn(n)
+            assert_same(_calls_break_in_loop(x, x > 0), opt(x, x > 0))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    st = cdynamo.stats()
+    err = capfd.readouterr().err
+    assert "runs eagerly at any size of 'x'" in err, err
+    assert "recompile limit" not in err, err
+    # outer + its resume function (each once static, once symbolic), inner's two stops
+    assert st["recompiles"] <= 3 and st["fallbacks"] == 2, st
+
+
+def _opaque(t):
+    return t * (1.0 + 0.0 * float(t.sum().item()))   # .item(): a graph break in the caller
+
+
+def _rows(x):
+    n = x.shape[0]
+    return x.reshape(n, -1).softmax(-1) * n   # the size feeds the graph only
+
+
+def _size_only_in_graph(x):
+    y = _rows(x)                           # read in an inlined call: not a local here
+    return _opaque(y) + 1
+
+
+def _size_kept_across_the_break(x):
+    n = x.shape[0] - 1
+    y = _opaque(x * 2)
+    return y[:n] + n                       # the resume function uses n
+
+
+@pytest.mark.parametrize("fn", [_size_only_in_graph, _size_kept_across_the_break])
+def test_sizes_read_before_a_break_stay_symbolic_unless_the_resume_uses_them(fn):
+    """A graph break at a call pinned every size the code had read (the frame recompiled at
+    each new size: transformers' decoder layer with a break in its MoE block recompiled per
+    token); now only the sizes the resume function receives (stack, locals) specialize,
+    so a frame whose sizes fed only its graph compiles twice over a sweep, and one that
+    keeps a size across the break stays right at every size."""
+    cdynamo.reset()
+    opt = cdynamo.optimize(fn)
+    for n in range(4, 12):
+        x = torch.randn(n, 3)
+        assert_same(fn(x), opt(x))
+    st = cdynamo.stats()
+    if fn is _size_only_in_graph:
+        # once each: fn, _opaque and fn's resume function, static then symbolic
+        assert st["recompiles"] <= 3, st

@@ -167,6 +167,44 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
     return any != 0;
 }
 
+/* 1 if g's strides are torch.empty's for its sizes (a size-1 dim's stride free). */
+static int dy_guard_contiguous(const cdy_guard *g)
+{
+    int64_t expect = 1;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        if (g->sizes[d] != 1 && g->strides[d] != expect)
+            return 0;
+        expect *= g->sizes[d];
+    }
+    return 1;
+}
+
+unsigned cdy_dyn_relax_eager(cdy_guards *gs, const cdy_dyn_ctx *c, int *src_of_first)
+{
+    unsigned first = 0;
+    *src_of_first = -1;
+    for (int i = 0; c->mode != 0 && i < gs->n; i++) {
+        cdy_guard *g = &gs->items[i];
+        if (g->kind != CDY_GUARD_TENSOR || g->dyn || !dy_guard_contiguous(g))
+            continue;   /* a symbolic check asks for contiguous strides */
+        cdy_meta m;
+        m.ndim = g->ndim;
+        memcpy(m.sizes, g->sizes, sizeof(int64_t) * (size_t)g->ndim);
+        unsigned bits = c->mode == 1 ? ~0u
+                      : c->automatic ? dy_changed(c, &g->src, &m, NULL) : 0;
+        bits |= dy_marked(c, &g->src, g->ndim);
+        for (int d = 0; d < 32; d++)
+            if (d >= g->ndim || g->sizes[d] < 2)
+                bits &= ~(1u << d);
+        g->dyn = bits;
+        if (bits && *src_of_first < 0) {
+            *src_of_first = i;
+            first = bits;
+        }
+    }
+    return first;
+}
+
 /* The log topic of the dynamic-shapes lines: "dynamic", else "recompiles",
  * or NULL when neither is on. */
 static const char *dy_topic(void)

@@ -52,6 +52,14 @@ typedef struct cdy_symguard {
  * lives), -1 on an error (exception set; gs unchanged or fully relaxed). */
 int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p);
 
+/* The TENSOR guards of gs, an entry that runs eagerly (its trace stopped: a
+ * graph break it cannot resume after), stop comparing the dims the policy
+ * of c would make symbolic (>= 2, contiguous): a size that changes per call
+ * (a decoding step's length) would trace the frame again on every call, to
+ * stop again.  Eager is right at any size.  The dims of the first guard
+ * relaxed (its index in *src_of_first, else -1), or 0. */
+unsigned cdy_dyn_relax_eager(cdy_guards *gs, const cdy_dyn_ctx *c, int *src_of_first);
+
 /* TENSOR guard g with symbolic dims against actual sizes sz and strides st
  * (same rank): 1 holds, else 0 with why. */
 int cdy_dyn_check_tensor(const cdy_guard *g, const int64_t *sz, const int64_t *st, char *why,

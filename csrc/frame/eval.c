@@ -605,6 +605,19 @@ static cdy_dyn_ctx dyn_ctx(cdy_extra *x, cdy_frame *frame, int mode, const cdy_g
     return c;
 }
 
+/* e (an eager entry: its trace stopped) matches any size of the dims that
+ * changed since the code's earlier entries (cdy_dyn_relax_eager); logged. */
+static void relax_eager(cdy_entry *e, const cdy_dyn_ctx *c, PyCodeObject *co)
+{
+    int i;
+    unsigned bits = cdy_dyn_relax_eager(&e->guards, c, &i);
+    if (!bits || !cdy_log_on("recompiles"))
+        return;
+    cdy_log("recompiles", "%s (%s:%d) runs eagerly at any size of '%s' (dims mask 0x%x): "
+            "its trace stopped at two sizes", PyUnicode_AsUTF8(co->co_name),
+            PyUnicode_AsUTF8(co->co_filename), co->co_firstlineno, e->guards.items[i].desc, bits);
+}
+
 /* Trace and compile the frame into a new entry of x (prepended).  Returns
  * the entry, or NULL when the frame should run eagerly without one; -1 in
  * *raise when an exception is set for the caller (fullgraph). */
@@ -650,8 +663,8 @@ static cdy_entry *convert_frame(cdy_frame *frame, cdy_extra *x, int *raise)
          * entry keeps us from tracing it again */
         if (report_trace_stop(t, co))
             *raise = 1;
-        else
-            e = entry_new(t, saved.backend);
+        else if ((e = entry_new(t, saved.backend)))
+            relax_eager(e, &dyn, co);
     }
     else if ((e = entry_new(t, saved.backend))) {
         if (t->brk)

@@ -378,12 +378,25 @@ static int capture_jump(tracer *tr, const cdy_pv_instr *d, const cdy_pv_instr *j
     return 0;
 }
 
+/* Specialize the sizes the code read that the code after the break sees: the
+ * ints on the frames' stacks (the call's arguments, the values below it) and
+ * in the locals and cells, which the resume function receives as constants.
+ * A size that only fed the graph (a view's shape, an attention's length)
+ * stays symbolic; one stored into an object was pinned at its store. */
+static void pin_escaping(tracer *tr, const char *why)
+{
+    cdy_sx_pin_frame(tr, why);
+    for (int i = 0; tr->locals && i < tr->nlocals; i++)
+        if (tr->locals[i])
+            cdy_sx_pin_deep(tr, tr->locals[i], why);
+}
+
 /* See trace.h: end the trace before the top frame's CALL or conditional
  * jump d (t->brk); 0 or -1. */
 int cdy_brk_capture(tracer *tr, const cdy_pv_instr *d)
 {
     cdy_trace *t = tr->t;
-    cdy_sx_pin_all(tr, "the code read the size before a graph break");
+    pin_escaping(tr, "the code read the size before a graph break and kept it");
     int kw_tos, nargs = call_of(d, &kw_tos);
     cdy_pv_instr j;
     cdy_pv_code c = {tr->co, tr->code, tr->ncode};

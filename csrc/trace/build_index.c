@@ -556,12 +556,15 @@ static int li_cpu_strides(tracer *tr, PyObject *out, tvar *x, tvar **it, int n, 
         v[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
         ok = !(v[d] == -1 && PyErr_Occurred());
     }
-    PyObject *size = ok ? PyObject_CallMethod(out, "size", NULL) : NULL;
-    *fake = size ? cdy_tr_keep(tr, PyObject_CallMethod(out, "as_strided", "OO", size, st)) : NULL;
+    cdy_meta rm = *m;
+    if (ok)
+        memcpy(rm.strides, v, sizeof(int64_t) * (size_t)m->ndim);
+    /* a fresh fake, not a view of out: the result owns its memory (an in-place
+     * op on it must not find an alias it cannot re-derive) */
+    *fake = ok ? cdy_fake_from_meta(tr, &rm) : NULL;
     ok = *fake != NULL;
     if (ok)
-        memcpy(m->strides, v, sizeof(int64_t) * (size_t)m->ndim);
-    Py_XDECREF(size);
+        *m = rm;
     Py_XDECREF(st);
     Py_XDECREF(r);
     Py_XDECREF(cx);
