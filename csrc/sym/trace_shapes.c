@@ -196,6 +196,18 @@ static void ts_fn_name(PyObject *fn, char *buf)
     PyErr_Clear();
 }
 
+/* 1 if input meta m may have symbolic sizes: torch.empty's strides, or a
+ * non-contiguous layout without overlap (permuted, or with gaps: a slice of
+ * a bigger buffer), guarded by cdy_strides_follow; a contiguous input whose
+ * size-1 dims have other strides and an overlapping one (an expand) stay
+ * static. */
+static int ts_layout_ok(const cdy_meta *m)
+{
+    int order[CDY_MAX_NDIM];
+    return cdy_meta_canonical(m) ||
+           (!cdy_meta_contiguous(m) && cdy_meta_layout_order(m, order) >= 0);
+}
+
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
 {
     const cdy_graph *g = &t->graph;
@@ -211,10 +223,10 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
                                   "an output viewing a mutated input"};
     for (int v = 0; v < g->nvalues; v++)
-        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_canonical(&g->values[v].meta))
+        if (g->values[v].kind == CDY_VAL_INPUT && !ts_layout_ok(&g->values[v].meta))
             pins[n++] = (cdy_sym_pin){v, ~0u, cdy_meta_contiguous(&g->values[v].meta) ?
                                       "an input whose size-1 dims have other strides than "
-                                      "torch.empty's" : "a non-contiguous input"};
+                                      "torch.empty's" : "a non-contiguous input that overlaps"};
     int m = 0, removed = 0;
     for (int i = 0; i < n; i++) {
         if (pins[i].value < 0)
