@@ -82,6 +82,19 @@ int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st);
 /* m's dims of size other than 1, outermost first, into order: their count if m
  * is dense in that order (a permutation of a contiguous layout), else -1. */
 int cdy_meta_dense_order(const cdy_meta *m, int *order);
+/* m's dims of size other than 1 by decreasing stride (ties by dim order) into
+ * order: their count when m does not overlap (each stride > 0 and at least
+ * the extent of the dim inside it: a permuted layout, dense or with gaps, as
+ * a slice of a preallocated cache), else -1 (issue 32). */
+int cdy_meta_layout_order(const cdy_meta *m, int *order);
+/* 1 if sizes sz / strides st (m's rank) have the layout of example m with
+ * its sizes >= 2 free: m canonical, torch.empty's strides; else, in m's
+ * layout order, a dim dense inside the next one at m (its stride that dim's
+ * extent) is dense at sz too, any other keeps m's stride and its gap (a
+ * stride past the extent inside it), a size-1 dim keeps size 1 and its
+ * stride, and the strides sort as m's do.  What a symbolic entry's kernels
+ * (compiler/symk.c) and layouts rely on for a non-contiguous input. */
+int cdy_strides_follow(const cdy_meta *m, int nd, const int64_t *sz, const int64_t *st);
 
 /* ---- graph ------------------------------------------------------------------
  * Values are numbered 0..nvalues-1.  A value is a graph input (a tensor

@@ -311,11 +311,21 @@ def test_static_base_view_with_symbolic_operand(dyn):
         _same(g(x, w2), f(x, w2))
 
 
-def test_non_contiguous_input_specializes(dyn):
+def test_overlapping_input_specializes(dyn):
     def f(x):
         return x * 2 + 1
-    g = _compile(f, torch.randn(6, 5).t())
+    g = _compile(f, torch.randn(5).expand(6, 5))
     assert g.symbols is None
+
+
+def test_transposed_input_runs_at_every_size(dyn):
+    """A transposed input: its strides are expressions of its sizes (guarded dense in
+    the example's order); its graph runs every size, a contiguous input is refused."""
+    def f(x):
+        return x * 2 + 1
+    g = _sweep(f, lambda n, m: (torch.randn(m, n).t(),), SIZES_2D)
+    with pytest.raises(RuntimeError, match="symbolic sizes do not cover"):
+        g(torch.randn(5, 6))
 
 
 def test_non_contiguous_call_is_refused(dyn):

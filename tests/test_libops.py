@@ -180,3 +180,83 @@ def test_custom_op_under_dynamic_shapes():
         assert CALLS["n"] == 1
         torch.testing.assert_close(got, f(x, y))
     assert cdynamo.stats()["graph_breaks"] == 0, _support.breaks
+
+
+# ---- issue 32: a library op's result sizes under symbolic shapes ----
+
+@torch.library.custom_op("cdytest::rms", mutates_args=())
+def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@rms.register_fake
+def _rms_fake(x, w):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("cdytest::pool2", mutates_args=())
+def pool2(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0], -1, 2).sum(-1)
+
+
+@pool2.register_fake
+def _pool2_fake(x):
+    return x.new_empty(x.shape[0], x.shape[1] // 2)
+
+
+@torch.library.custom_op("cdytest::lie", mutates_args=())
+def lie(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x.new_ones(y.shape[0])
+
+
+@lie.register_fake
+def _lie_fake(x, y):     # follows x where the op follows y: equal at the traced sizes
+    return x.new_empty(x.shape[0])
+
+
+def _sweep(fn, make, sizes):
+    cdynamo.reset()
+    of = cdynamo.optimize(fn)
+    before = cdynamo.stats()["frames_compiled"]
+    for n in sizes:
+        args = make(n)
+        torch.testing.assert_close(of(*args), fn(*args))
+    return cdynamo.stats()["frames_compiled"] - before
+
+
+def test_library_op_sizes_follow_its_fake_symbolically(capfd):
+    """The fake run at moved sizes maps each result dim to an argument's dim: a sweep
+    over the batch compiles twice (it specialized every size before)."""
+    w = torch.randn(16)
+    capfd.readouterr()
+    cdynamo._C.set_log_topics({"dynamic"})
+    try:
+        n = _sweep(lambda x: rms(x * 2, w) + 1, lambda n: (torch.randn(n, 16),), range(2, 20))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    assert n == 2
+    assert "s0 = dim 0 of 'x' is symbolic" in capfd.readouterr().err
+
+
+def test_library_op_without_a_size_rule_says_why(capfd):
+    """x.shape[1] // 2 is no argument's size: the sizes specialize, with the reason."""
+    capfd.readouterr()
+    cdynamo._C.set_log_topics({"dynamic"})
+    try:
+        n = _sweep(lambda x: pool2(x + 1) * 2, lambda n: (torch.randn(3, 2 * n),), range(2, 6))
+    finally:
+        cdynamo._C.set_log_topics(set())
+    assert n == 4
+    err = capfd.readouterr().err
+    assert "its fake's sizes followed no rule (probe): extern cdytest::pool2" in err, err
+
+
+def test_library_op_result_checked_at_run_time():
+    """A fake that follows another argument than the op at other sizes: the real
+    result's sizes are checked, the call gives eager's result, never a wrong size."""
+    def g(x, y):
+        return lie(x, y) + 1
+    assert _sweep(g, lambda n: (torch.randn(n), torch.randn(n)), range(4, 9)) == 2
+    og = cdynamo.optimize(g)
+    x, y = torch.randn(8), torch.randn(3)
+    torch.testing.assert_close(og(x, y), g(x, y))

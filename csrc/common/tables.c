@@ -103,6 +103,65 @@ int cdy_meta_dense_order(const cdy_meta *m, int *order)
     return n;
 }
 
+/* See cdynamo.h. */
+int cdy_meta_layout_order(const cdy_meta *m, int *order)
+{
+    int n = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 1)
+            continue;
+        int j = n++;
+        while (j > 0 && m->strides[order[j - 1]] < m->strides[d]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = d;
+    }
+    int64_t extent = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (m->strides[order[i]] < extent || m->sizes[order[i]] < 1)
+            return -1;
+        extent = m->strides[order[i]] * m->sizes[order[i]];
+    }
+    return n;
+}
+
+/* -1, 0, 1 as a < b, a == b, a > b. */
+static int tb_sign(int64_t a, int64_t b)
+{
+    return (a > b) - (a < b);
+}
+
+/* See cdynamo.h. */
+int cdy_strides_follow(const cdy_meta *m, int nd, const int64_t *sz, const int64_t *st)
+{
+    int order[CDY_MAX_NDIM], n;
+    if (nd != m->ndim)
+        return 0;
+    if (cdy_meta_canonical(m))
+        return cdy_strides_canonical(nd, sz, st);
+    if ((n = cdy_meta_layout_order(m, order)) < 0)
+        return 0;
+    int64_t hext = 1, ext = 1;   /* the extent inside the dim, at m and at sz */
+    for (int i = n - 1; i >= 0; i--) {
+        int d = order[i];
+        if (sz[d] < 2)
+            return 0;
+        if (m->strides[d] == hext ? st[d] != ext : st[d] != m->strides[d] || st[d] <= ext)
+            return 0;
+        hext = m->strides[d] * m->sizes[d];
+        ext = st[d] * sz[d];
+    }
+    for (int d = 0; d < nd; d++)
+        if (m->sizes[d] == 1 && (sz[d] != 1 || st[d] != m->strides[d]))
+            return 0;
+    for (int d = 0; d < nd; d++)
+        for (int e = d + 1; e < nd; e++)
+            if (tb_sign(st[d], st[e]) != tb_sign(m->strides[d], m->strides[e]))
+                return 0;
+    return 1;
+}
+
 /* The reduction whose pair (first pass) is op (ARGMAX for AMAX), or CDY_OP_NONE. */
 int cdy_op_paired(int op)
 {

@@ -103,6 +103,32 @@ static const cdy_meta *sk_mem_meta(const cg_ctx *c, int v)
     return c->plan && b >= c->g->ninputs ? &c->plan->buffers[b] : &c->g->values[v].meta;
 }
 
+/* The stride expressions of non-canonical input v (example meta m) into
+ * mst, as its guard (cdy_strides_follow) keeps them: in m's layout order, a
+ * dim dense inside the next one the product of that one's stride and size,
+ * any other (a gap: a slice of a bigger buffer) and a size-1 dim m's literal
+ * stride; 0 or -1. */
+static int sk_input_strides(cg_ctx *c, int v, const cdy_meta *m, int *mst)
+{
+    cdy_sym_shapes *s = c->sym;
+    int order[CDY_MAX_NDIM], n = cdy_meta_layout_order(m, order), e = cdy_sym_const(&s->tab, 1);
+    int64_t ext = 1;
+    if (n < 0)
+        return cg_sym_unsupported(c, "a kernel operand with a symbolic size overlaps itself");
+    for (int d = 0; d < m->ndim; d++)
+        mst[d] = cdy_sym_const(&s->tab, m->strides[d]);
+    for (int i = n - 1; i >= 0 && e >= 0; i--) {
+        int d = order[i];
+        if (m->strides[d] == ext)
+            mst[d] = e;
+        e = mst[d] < 0 ? -1 : cdy_sym_mul(&s->tab, mst[d], s->dims[v][d]);
+        ext = m->strides[d] * m->sizes[d];
+    }
+    for (int d = 0; d < m->ndim; d++)
+        e = e < 0 || mst[d] < 0 ? -1 : e;
+    return e < 0 ? cg_sym_unsupported(c, "a stride's expression is too large") : 0;
+}
+
 /* The strides of value v's own memory (a buffer or an input, per its dims)
  * into mst: literals when its sizes are static, else dense in the order of
  * its strides at the hints (inputs with a symbol are guarded contiguous, the
@@ -112,6 +138,9 @@ static int sk_dense_strides(cg_ctx *c, int v, int *mst)
 {
     cdy_sym_shapes *s = c->sym;
     const cdy_meta *m = sk_mem_meta(c, v);
+    if (c->g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_canonical(m) &&
+        !sk_static_value(c, v))
+        return sk_input_strides(c, v, m, mst);
     int order[CDY_MAX_NDIM], zero = cdy_sym_const(&s->tab, 0), e = cdy_sym_const(&s->tab, 1);
     int static_ = sk_static_value(c, v), n = static_ ? 0 : cdy_meta_dense_order(m, order);
     if (n < 0)
@@ -136,15 +165,16 @@ static int sk_dense_strides(cg_ctx *c, int v, int *mst)
 }
 
 /* The offset expression of a view at offset off (its base's elements) of
- * base b (meta bm, dense: stride expressions bst) into *e: the offset's
- * digits in the base's dims at the hints (mixed radix in the dense order:
- * unique for in-range starts), each a constant start (sym.h's const_off)
+ * base b (meta bm, without overlap: stride expressions bst) into *e: the
+ * offset's digits in the base's dims at the hints (mixed radix in the
+ * layout's order: unique for in-range starts), each a constant start (sym.h's const_off)
  * on a dim of constant size, times that dim's stride expression; 0 or -1. */
 static int sk_view_offset(cg_ctx *c, int b, const cdy_meta *bm, const int *bst, int64_t off,
                           int *e)
 {
     cdy_sym_shapes *s = c->sym;
-    int order[CDY_MAX_NDIM], n = cdy_meta_dense_order(bm, order);
+    int order[CDY_MAX_NDIM], n = cdy_meta_layout_order(bm, order);   /* dense, or an input's
+                                                                       * layout with gaps */
     int64_t rem = off, k;
     *e = cdy_sym_const(&s->tab, 0);
     for (int i = 0; i < n && *e >= 0; i++) {
@@ -386,7 +416,7 @@ static int sk_view_strides(cg_ctx *c, int v, int *mst, int *off)
     int border[CDY_MAX_NDIM];
     unsigned used = 0;
     const cdy_meta *bm = sk_mem_meta(c, b);
-    int nb = cdy_meta_dense_order(bm, border);
+    int nb = cdy_meta_layout_order(bm, border);   /* sk_merged_dims checks its dims nest */
     *off = cdy_sym_const(&s->tab, val->view_offset);
     if (!sk_const_off(s, v) && s->vsrc && s->vsrc[v].src >= 0) {   /* a start from sizes */
         if (!sk_view_via_map(c, v, mst, off))
@@ -1049,6 +1079,9 @@ int cg_sym_check_plan(cg_ctx *c, const cdy_plan *plan)
             continue;
         }
         int order[CDY_MAX_NDIM];
+        if (c->g->values[v].kind == CDY_VAL_INPUT &&       /* guarded to its example's */
+            cdy_meta_layout_order(&c->g->values[v].meta, order) >= 0)   /* layout */
+            continue;
         if (cdy_meta_dense_order(&plan->buffers[b], order) < 0)
             return cg_sym_unsupported(c, cg_strf(c, "a buffer with a symbolic size is not "
                                                  "dense (%s's value %d)",

@@ -320,6 +320,7 @@ void cdy_symguard_free(cdy_symguard *sg)
     for (int i = 0; i < sg->nin; i++)
         cdy_src_clear(&sg->srcs[i]);
     PyMem_Free(sg->srcs);
+    PyMem_Free(sg->imeta);
     for (int i = 0; i < sg->nints; i++)
         cdy_src_clear(&sg->int_srcs[i]);
     PyMem_Free(sg->int_srcs);
@@ -342,6 +343,16 @@ static cdy_symguard *dy_symguard_new(const cdy_trace *t, cdy_sym_shapes *s)
         cdy_src_copy(&srcs[i], &t->input_srcs[i]);
     sg->srcs = srcs;
     sg->nin = n;
+    if (!(sg->imeta = PyMem_Calloc((size_t)(n ? n : 1), sizeof(cdy_meta)))) {
+        cdy_symguard_free(sg);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        int v = dy_input_value(t, i);
+        if (v >= 0)
+            sg->imeta[i] = t->graph.values[v].meta;
+    }
     if (t->nints && t->int_srcs) {
         sg->int_srcs = PyMem_Calloc((size_t)t->nints, sizeof(cdy_src));
         if (!sg->int_srcs) {
@@ -423,10 +434,21 @@ int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p)
     return 1;
 }
 
+/* 1 if sizes sz / strides st (nd dims) are contiguous (size-1 dims any stride). */
+static int dy_contiguous(int nd, const int64_t *sz, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (sz[d] != 1 && st[d] != expect)
+            return 0;
+        expect *= sz[d];
+    }
+    return 1;
+}
+
 int cdy_dyn_check_tensor(const cdy_guard *g, const int64_t *sz, const int64_t *st, char *why,
                          size_t n)
 {
-    int64_t expect = 1;
     for (int d = 0; d < g->ndim; d++) {
         if (g->dyn >> d & 1 ? sz[d] >= 2 : sz[d] == g->sizes[d])
             continue;
@@ -438,13 +460,15 @@ int cdy_dyn_check_tensor(const cdy_guard *g, const int64_t *sz, const int64_t *s
                      g->desc, d, (long long)g->sizes[d], (long long)sz[d]);
         return 0;
     }
-    for (int d = g->ndim - 1; d >= 0; d--) {
-        if (sz[d] != 1 && st[d] != expect) {
-            snprintf(why, n, "tensor '%s' is not contiguous (its symbolic entry relies on it)",
-                     g->desc);
-            return 0;
-        }
-        expect *= sz[d];
+    cdy_meta ex = {0};
+    ex.ndim = g->ndim;
+    memcpy(ex.sizes, g->sizes, sizeof(ex.sizes));
+    memcpy(ex.strides, g->strides, sizeof(ex.strides));
+    if (cdy_meta_contiguous(&ex) ? !dy_contiguous(g->ndim, sz, st)
+                                 : !cdy_strides_follow(&ex, g->ndim, sz, st)) {
+        snprintf(why, n, "tensor '%s' does not have its example's layout (its symbolic entry "
+                 "relies on it)", g->desc);
+        return 0;
     }
     return 1;
 }
@@ -486,5 +510,9 @@ void cdy_dyn_tensor_text(const cdy_guard *g, cdy_buf *b)
         else
             cdy_buf_printf(b, "%s%lld", d ? ", " : "", (long long)g->sizes[d]);
     }
-    cdy_buf_puts(b, "], contiguous\n");
+    cdy_meta ex = {0};
+    ex.ndim = g->ndim;
+    memcpy(ex.sizes, g->sizes, sizeof(ex.sizes));
+    memcpy(ex.strides, g->strides, sizeof(ex.strides));
+    cdy_buf_puts(b, cdy_meta_contiguous(&ex) ? "], contiguous\n" : "], the example's layout\n");
 }

@@ -40,6 +40,8 @@ typedef struct cdy_symguard {
     cdy_sym_shapes s;
     int nin;
     cdy_src *srcs;          /* per graph input (owned copies) */
+    cdy_meta *imeta;        /* per graph input, its example's meta (owned): the layout
+                             * its strides must follow (cdy_strides_follow) */
     int nints;
     cdy_src *int_srcs;      /* per Python int of the trace (owned copies): an int
                              * symbol k (input -1) is int_srcs[info[k].dim] */
@@ -47,7 +49,7 @@ typedef struct cdy_symguard {
 
 /* Relax gs (the entry's guards, from trace t) for the symbolic shapes *p->sym
  * (taken: p->sym is NULL after): the TENSOR guard of each graph input with a
- * live symbol stops comparing that dim (>= 2, contiguous), and a SYM guard
+ * live symbol stops comparing that dim (>= 2, the example's layout), and a SYM guard
  * checks the relations.  1 when relaxed, 0 when nothing was (no symbol
  * lives), -1 on an error (exception set; gs unchanged or fully relaxed). */
 int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p);

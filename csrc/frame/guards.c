@@ -725,15 +725,16 @@ static int check_sym(const cdy_guard *g, PyObject *const *locals, PyObject *glob
             Py_XDECREF(v);
             v = memo_fetch(m, &sg->srcs[at], locals, globals, builtins, closure);
             nd = v ? sym_read_dims(v, sz, st) : -1;
-            if (nd >= 0 && !cdy_strides_canonical(nd, sz, st))
-                nd = -2;                   /* torch.empty's strides: the graph relies on them */
+            if (nd >= 0 && !(sg->imeta ? cdy_strides_follow(&sg->imeta[at], nd, sz, st)
+                                       : cdy_strides_canonical(nd, sz, st)))
+                nd = -2;                   /* the example's layout: the graph relies on it */
         }
         if (nd <= sg->s.info[k].dim || sz[sg->s.info[k].dim] < 2) {
             Py_XDECREF(v);
             PyErr_Clear();
             if (n)   /* a miss with no message wanted (cdy_guards_check): no formatting */
-                snprintf(why, n, nd == -2 ? "symbol s%d's input does not have torch.empty's "
-                                            "strides (its symbolic entry relies on them)" :
+                snprintf(why, n, nd == -2 ? "symbol s%d's input does not have its example's "
+                                            "layout (its symbolic entry relies on it)" :
                                  nd < 0 ? "the sizes of symbol s%d's input could not be read" :
                                           "symbol s%d is %lld: sizes 0 and 1 are not symbolic",
                          k, nd < 0 ? 0LL : (long long)sz[sg->s.info[k].dim]);

@@ -878,11 +878,13 @@ static int sym_values(cdy_compiled *c, PyObject *const *args, int64_t *sv, int *
         }
         const cdy_meta *a = &am[s->info[k].input];
         sv[k] = s->info[k].dim < a->ndim ? a->sizes[s->info[k].dim] : 0;
-        int contig = checked == s->info[k].input || cdy_meta_canonical(a);
+        int contig = checked == s->info[k].input ||
+                     cdy_strides_follow(&c->in_meta[s->info[k].input], a->ndim, a->sizes,
+                                        a->strides);
         checked = contig ? s->info[k].input : -1;
         if (sv[k] < 2 || !contig)
             snprintf(why, sizeof(why), "input %d: size %lld of dim %d (symbols are >= 2) or not "
-                     "torch.empty's strides", s->info[k].input, (long long)sv[k], s->info[k].dim);
+                     "its example's layout", s->info[k].input, (long long)sv[k], s->info[k].dim);
     }
     if (!why[0])
         sym_cache(c, sv, why, sizeof(why));

@@ -6,7 +6,9 @@
  * change broadcasting and are never symbols); per relation: both sides equal
  * at the symbols' values; per input with a symbol: torch.empty's strides
  * for its sizes, size-1 dims' too (what the trace's layouts relied on: an
- * op keeping its input's layout copies them); another input's dims specialize,
+ * op keeping its input's layout copies them), or for a non-contiguous
+ * example its layout (cdy_strides_follow: dense dims stay dense, gaps keep
+ * their strides); an overlapping input's dims specialize,
  * sym/trace_shapes.c).  Values themselves are not guarded. */
 #include "sym/sym.h"
 
@@ -27,6 +29,15 @@ static int sg_static_dims(const cdy_sym_shapes *s, int v, const cdy_meta *ex, co
         return 0;
     }
     return 1;
+}
+
+/* The example meta of g's input at position pos, or NULL. */
+static const cdy_meta *sg_input_meta(const cdy_graph *g, int pos)
+{
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == CDY_VAL_INPUT && g->values[v].input_index == pos)
+            return &g->values[v].meta;
+    return NULL;
 }
 
 int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *actual,
@@ -58,9 +69,11 @@ int cdy_sym_guard(const cdy_sym_shapes *s, const cdy_graph *g, const cdy_meta *a
                      s->info[k].dim, names ? names[s->info[k].input] : "?", (long long)vals[k]);
             return 1;
         }
-        if (!cdy_meta_canonical(a)) {
-            snprintf(why, n, "tensor '%s' does not have torch.empty's strides (the trace relied on it)",
-                     names ? names[s->info[k].input] : "?");
+        const cdy_meta *ex = sg_input_meta(g, s->info[k].input);
+        if (!ex || !cdy_strides_follow(ex, a->ndim, a->sizes, a->strides)) {
+            snprintf(why, n, "tensor '%s' does not have its example's layout (torch.empty's "
+                     "strides, or the strides of a non-contiguous example; the trace relied on "
+                     "it)", names ? names[s->info[k].input] : "?");
             return 1;
         }
     }

@@ -398,6 +398,27 @@ static int sy_baddbmm(sy_pass *p, int v)
     return 0;
 }
 
+/* A torch.library op's result (extern kind 'L') into v's dims: each dim the
+ * argument dim its fake's probe found it follows, or its constant size
+ * (sym.h's lmap); the runtime checks the real result's sizes. */
+static int sy_libop(sy_pass *p, int v)
+{
+    const cdy_value *val = &p->g->values[v];
+    if (!p->h || !p->h->lmap)
+        return -1;
+    for (int d = 0; d < val->meta.ndim; d++) {
+        int code = p->h->lmap[v][d] - 1, u = code / CDY_MAX_NDIM, e = code % CDY_MAX_NDIM;
+        if (code < 0) {   /* a constant: the hint's size */
+            p->s->dims[v][d] = cdy_sym_const(&p->s->tab, val->meta.sizes[d]);
+            continue;
+        }
+        if (u >= v || e >= p->g->values[u].meta.ndim)
+            return -1;
+        p->s->dims[v][d] = p->s->dims[u][e];
+    }
+    return 0;
+}
+
 static int sy_extern(sy_pass *p, int v)
 {
     const cdy_value *val = &p->g->values[v];
@@ -420,6 +441,8 @@ static int sy_extern(sy_pass *p, int v)
             sy_pin(p, p->s->dims[val->args[0]][d], v, d, "addmm's bias");
         return sy_matmul(p, v, val->args[1], val->args[2], 0);
     }
+    if (k == 'L')
+        return sy_libop(p, v);
     if (k == 'B' && val->nargs == 3)         /* baddbmm(bias, b1, b2): b1 @ b2 + bias */
         return sy_baddbmm(p, v);
     if (k == 'l' && (val->nargs == 2 || val->nargs == 3)) {
@@ -836,6 +859,8 @@ static void sy_node(sy_pass *p, int v)
         r = sy_extern(p, v);
     else if (kind == 'V' || kind == 'G' || kind == 'I')
         r = sy_view(p, v);
+    if (cdy_value_is_extern(val) && p->ext && p->ext[v] == 'U')   /* a torch.library op */
+        why = "its fake's sizes followed no rule (probe):";
     if (r == 0 && !sy_agrees(p, v)) {
         r = -1;
         why = "the symbolic rule disagrees with the meta";

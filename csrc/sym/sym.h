@@ -227,6 +227,10 @@ typedef struct {
     const char *ext_names;       /* per value 32 chars: an extern's function name (logs), or NULL */
     const struct cdy_sym_int_s *ints;  /* Python ints the trace read as symbols (below) */
     int nints;
+    const int (*lmap)[CDY_MAX_NDIM];   /* per value (may be NULL): extern kind 'L' (a
+                                  * torch.library op), per output dim 1 + value *
+                                  * CDY_MAX_NDIM + dim of the argument dim its size
+                                  * follows, 0 its constant size (trace/libops.c) */
 } cdy_sym_hints;
 #define CDY_SYM_EXT_NAME 32
 
@@ -292,7 +296,9 @@ typedef struct cdy_sym_shapes_s {
  * linear(x, weight[, bias]), 'a' the fused attention (q, k, v[, mask]), 's'
  * a result of its first argument's sizes (the encoder layer's fast path, cumsum),
  * 'b' addmm(bias, x, w), 'B' baddbmm(bias, b1, b2), 'k' torch.cat of its args (one rank), '0' + d
- * torch.diff along dim d (input, prepend / append tensors: one rank); other
+ * torch.diff along dim d (input, prepend / append tensors: one rank), 'L' a
+ * torch.library op whose result dims follow h->lmap ('U' one without such a
+ * rule: specializes with that reason); other
  * externs specialize what they read.  Fills
  * *out (free with cdy_sym_shapes_free).  0, or -1 (memory): then every
  * symbol specialized. */

@@ -186,14 +186,44 @@ static char ts_attention_kind(const cdy_pynode *pn)
     return 'a';
 }
 
+/* 'L' when opaque library op pn of t has a size rule (cdy_libop_size_map: into
+ * (*lmap)[pn->value], the table allocated for t's values on first use), else
+ * 'U' (sym.h's extern kinds). */
+static char ts_libop_kind(const cdy_trace *t, const cdy_pynode *pn, int (**lmap)[CDY_MAX_NDIM])
+{
+    int map[CDY_MAX_NDIM];
+    if (!cdy_libop_size_map(t, pn, map))
+        return 'U';
+    if (!*lmap && !(*lmap = calloc((size_t)t->graph.nvalues, sizeof(**lmap))))
+        return 'U';
+    memcpy((*lmap)[pn->value], map, sizeof(map));
+    return 'L';
+}
+
 /* fn's __name__ into buf (CDY_SYM_EXT_NAME chars, for the logs), or "" . */
 static void ts_fn_name(PyObject *fn, char *buf)
 {
     PyObject *n = PyObject_GetAttrString(fn, "__name__");
+    if (!n) {   /* a torch.library CustomOpDef: its qualified name */
+        PyErr_Clear();
+        n = PyObject_GetAttrString(fn, "_qualname");
+    }
     const char *u = n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : NULL;
     snprintf(buf, CDY_SYM_EXT_NAME, "%s", u ? u : "");
     Py_XDECREF(n);
     PyErr_Clear();
+}
+
+/* 1 if input meta m may have symbolic sizes: torch.empty's strides, or a
+ * non-contiguous layout without overlap (permuted, or with gaps: a slice of
+ * a bigger buffer), guarded by cdy_strides_follow; a contiguous input whose
+ * size-1 dims have other strides and an overlapping one (an expand) stay
+ * static. */
+static int ts_layout_ok(const cdy_meta *m)
+{
+    int order[CDY_MAX_NDIM];
+    return cdy_meta_canonical(m) ||
+           (!cdy_meta_contiguous(m) && cdy_meta_layout_order(m, order) >= 0);
 }
 
 int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes *out)
@@ -211,10 +241,10 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
         pins[n++] = (cdy_sym_pin){ts_input_value(g, t->review[i].input), ~0u,
                                   "an output viewing a mutated input"};
     for (int v = 0; v < g->nvalues; v++)
-        if (g->values[v].kind == CDY_VAL_INPUT && !cdy_meta_canonical(&g->values[v].meta))
+        if (g->values[v].kind == CDY_VAL_INPUT && !ts_layout_ok(&g->values[v].meta))
             pins[n++] = (cdy_sym_pin){v, ~0u, cdy_meta_contiguous(&g->values[v].meta) ?
                                       "an input whose size-1 dims have other strides than "
-                                      "torch.empty's" : "a non-contiguous input"};
+                                      "torch.empty's" : "a non-contiguous input that overlaps"};
     int m = 0, removed = 0;
     for (int i = 0; i < n; i++) {
         if (pins[i].value < 0)
@@ -228,6 +258,7 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
     char ext[g->nvalues ? g->nvalues : 1];
     memset(ext, 0, sizeof(ext));
     char *names = calloc(g->nvalues ? (size_t)g->nvalues : 1, CDY_SYM_EXT_NAME);
+    int (*lmap)[CDY_MAX_NDIM] = NULL;
     for (int i = 0; i < t->npynodes; i++) {
         const cdy_pynode *pn = &t->pynodes[i];
         if (pn->value >= 0 && pn->value < g->nvalues && pn->item < 0 && pn->fn &&
@@ -242,14 +273,17 @@ int cdy_sym_trace_shapes(const cdy_trace *t, const unsigned *dyn, cdy_sym_shapes
                 ext[pn->value] = ts_scan_kind(pn->fn);
             if (!ext[pn->value])
                 ext[pn->value] = ts_diff_kind(pn, g);
+            if (!ext[pn->value] && pn->opaque)
+                ext[pn->value] = ts_libop_kind(t, pn, &lmap);
             if (names)
                 ts_fn_name(pn->fn, names + (size_t)pn->value * CDY_SYM_EXT_NAME);
         }
     }
     cdy_sym_hints h = {pins, m, ext, t->symviews, t->nsymviews, t->sx, t->nsx, t->cmps, t->ncmps,
-                       names, t->ints, t->nints};
+                       names, t->ints, t->nints, (const int (*)[CDY_MAX_NDIM])lmap};
     int r = cdy_sym_infer(g, dyn, &h, out);
     free(names);
+    free(lmap);
     return r;
 }
 

@@ -10,8 +10,13 @@
  * body, transformers' grouped_mm_fallback, would break there every call).
  * An op whose schema mutates an input (Tensor(a!)) or returns an alias of
  * one (Tensor(a)) is not opaque: the trace stops (LIBOP_MUTATES /
- * LIBOP_ALIAS) and the frame runs the op eagerly.                        */
+ * LIBOP_ALIAS) and the frame runs the op eagerly.
+ * Under symbolic sizes (issue 32) an op's result sizes follow a rule that
+ * cdy_libop_size_map finds by a second run of its fake at moved sizes; the
+ * runtime checks the real result's sizes against it (runtime/compiled.c's
+ * sym_extern_result: a mismatch raises and the frame reruns eagerly). */
 #include "trace/trace.h"
+#include "frame/frame.h"
 
 #include <string.h>
 
@@ -159,4 +164,95 @@ int cdy_libop_check(tracer *tr, PyObject *fn, const char *what)
     }
     Py_DECREF(l);
     return r;
+}
+
+/* A probe's size for hint size n >= 2: distinct hints stay distinct, no
+ * probe size is a hint size of 2..1000 by chance of n + c. */
+static int64_t lo_moved(int64_t n)
+{
+    return 2 * n + 1001;
+}
+
+/* A meta tensor of m's dtype at m's sizes moved (lo_moved; 0 and 1 kept): a
+ * new reference, or NULL with an error. */
+static PyObject *lo_probe_tensor(const cdy_meta *m)
+{
+    PyObject *sz = PyTuple_New(m->ndim), *fn = PyObject_GetAttrString(cdy_torch, "empty");
+    PyObject *kw = PyDict_New(), *dev = PyUnicode_FromString("meta"), *r = NULL;
+    for (int d = 0; sz && d < m->ndim; d++)
+        PyTuple_SET_ITEM(sz, d, PyLong_FromLongLong(m->sizes[d] >= 2 ? lo_moved(m->sizes[d])
+                                                                        : m->sizes[d]));
+    if (sz && fn && kw && dev && !PyDict_SetItemString(kw, "dtype", cdy_dtype_obj(m->dtype)) &&
+        !PyDict_SetItemString(kw, "device", dev))
+        r = PyObject_Call(fn, sz, kw);
+    Py_XDECREF(dev);
+    Py_XDECREF(sz);
+    Py_XDECREF(fn);
+    Py_XDECREF(kw);
+    return r;
+}
+
+/* pn's call with its tensors as moved meta tensors, the frame hook off: the
+ * result (new reference) or NULL with an error. */
+static PyObject *lo_probe_call(const cdy_trace *t, const cdy_pynode *pn)
+{
+    PyObject *av[pn->nargs + 1], *r = NULL;
+    int n = 0, ok = 1;
+    for (; ok && n < pn->nargs; n++) {
+        av[n] = pn->ref[n] >= 0 ? lo_probe_tensor(&t->graph.values[pn->ref[n]].meta)
+                                : Py_XNewRef(pn->ref[n] == -1 ? pn->cst[n] : NULL);
+        ok = av[n] != NULL;
+    }
+    if (ok) {
+        Py_ssize_t nkw = pn->kwnames ? PyTuple_GET_SIZE(pn->kwnames) : 0;
+        int hook = cdy_tls_state.enabled;
+        cdy_tls_state.enabled = 0;
+        r = PyObject_Vectorcall(pn->fn, av, (size_t)(pn->nargs - nkw), pn->kwnames);
+        cdy_tls_state.enabled = hook;
+    }
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(av[i]);
+    if (!r && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "an argument the probe cannot rebuild");
+    return r;
+}
+
+/* 1 + value * CDY_MAX_NDIM + dim of the first tensor argument dim of pn with
+ * hint size n, or 0. */
+static int lo_source_dim(const cdy_trace *t, const cdy_pynode *pn, int64_t n)
+{
+    for (int i = 0; i < pn->nargs; i++) {
+        const cdy_meta *m = pn->ref[i] >= 0 ? &t->graph.values[pn->ref[i]].meta : NULL;
+        for (int d = 0; m && d < m->ndim; d++)
+            if (m->sizes[d] == n)
+                return 1 + pn->ref[i] * CDY_MAX_NDIM + d;
+    }
+    return 0;
+}
+
+int cdy_libop_size_map(const cdy_trace *t, const cdy_pynode *pn, int *map)
+{
+    if (!pn->opaque || pn->value < 0 || pn->item >= 0 || pn->value >= t->graph.nvalues)
+        return 0;
+    for (int i = 0; i < pn->nargs; i++)
+        if (pn->ref[i] < -1)   /* a tuple or list argument: not rebuilt */
+            return 0;
+    const cdy_meta *om = &t->graph.values[pn->value].meta;
+    PyObject *r = lo_probe_call(t, pn);
+    PyObject *shape = r && PyObject_TypeCheck(r, (PyTypeObject *)cdy_tensor_type) ? PyObject_GetAttrString(r, "shape")
+                                                                   : NULL;
+    PyObject *seq = shape ? PySequence_Fast(shape, "shape") : NULL;
+    int ok = seq && PySequence_Fast_GET_SIZE(seq) == om->ndim;
+    for (int d = 0; ok && d < om->ndim; d++) {
+        long long got = PyLong_AsLongLong(PySequence_Fast_ITEMS(seq)[d]);
+        int64_t hint = om->sizes[d];
+        map[d] = got == hint ? 0 : hint >= 2 && got == lo_moved(hint) ? lo_source_dim(t, pn, hint)
+                                                                        : -1;
+        ok = map[d] >= 0 && !(got != hint && map[d] == 0);
+    }
+    Py_XDECREF(seq);
+    Py_XDECREF(shape);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return ok;
 }

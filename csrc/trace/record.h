@@ -65,6 +65,7 @@ typedef struct {
                               * hook off, its Python implementation never traced */
 } cdy_pynode;
 
+
 /* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
  * the frames unwind to a handler; it never leaves cdy_trace_run */
 typedef enum { CDY_TRACE_OK, CDY_TRACE_UNSUPPORTED, CDY_TRACE_ERROR,
@@ -163,6 +164,13 @@ typedef struct {
     int ncmps, cap_cmps;     /* comparisons of symbolic ints the trace decided */
     struct cdy_sym_cmp_s *cmps; /* (trace/symint.c): guards or range facts (sym/infer.c) */
 } cdy_trace;
+
+/* The sizes rule of opaque library op pn (trace/libops.c) of trace t into
+ * map (per output dim: 1 + value * CDY_MAX_NDIM + dim of a tensor argument's
+ * dim it follows, 0 a constant): found by running the op's fake on meta
+ * tensors whose sizes >= 2 are all moved (equal sizes alike) and matching the
+ * result's sizes.  1 when every dim has a rule, else 0 (no error set). */
+int cdy_libop_size_map(const cdy_trace *t, const cdy_pynode *pn, int *map);
 
 /* What a compiled graph keeps of its trace (runtime/compiled.c copies it,
  * so the trace may go after): the graph (its values' kinds, metas, source

@@ -159,7 +159,7 @@ static void test_infer_rules(void)
     cdy_sym_shapes_free(&sh);
     /* a pin (the trace read x.shape[0]) specializes s0, and only it */
     cdy_sym_pin pin = {x, 1, "x.shape read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0, NULL};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(sh.info[0].pinned && strstr(sh.info[0].why, "x.shape read"));
     CHECK(!strcmp(txt(&sh.tab, sh.dims[c][0]), "16"));
@@ -217,7 +217,7 @@ static void test_infer_matmul(void)
     ext[bm] = 'm';
     unsigned dyn[6] = {3, 3, 0, 0, 7, 7};
     cdy_sym_shapes sh;
-    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
+    cdy_sym_hints h = {NULL, 0, ext, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0, NULL};
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0);
     CHECK(!strcmp(txt(&sh.tab, sh.dims[li][0]), "s0") && !strcmp(txt(&sh.tab, sh.dims[li][1]), "8"));
     /* w's dim 1 (16) meets W's static 16: specialized; x's 32 and w's 32 a relation */
@@ -255,7 +255,7 @@ static void test_guards(void)
     int y = tg_input(&t, 2, (int64_t[]){1, 3});   /* static: sizes 1 and a pinned 3 */
     tg_node(&t, CDY_OP_ADD, 2, (int64_t[]){8, 16}, 2, (int[]){x, b});
     cdy_sym_pin pin = {y, 2, "read"};
-    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0};
+    cdy_sym_hints h = {&pin, 1, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0, NULL};
     unsigned dyn[3] = {3, 1, 3};
     cdy_sym_shapes sh;
     CHECK(cdy_sym_infer(&t.g, dyn, &h, &sh) == 0 && sh.nrel == 1 && sh.tab.nsyms == 4);
@@ -277,7 +277,7 @@ static void test_guards(void)
     a[0].strides[0] = 1;
     a[0].strides[1] = 4;
     CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
-    CHECK(strstr(why, "'x' does not have torch.empty's strides") != NULL);
+    CHECK(strstr(why, "'x' does not have its example's layout") != NULL);
     a[0] = meta_of(2, (int64_t[]){4, 7});
     a[2] = meta_of(2, (int64_t[]){1, 4});
     CHECK(cdy_sym_guard(&sh, &t.g, a, names, vals, why, sizeof(why)) == 1);
@@ -340,6 +340,28 @@ static void test_many_symbols(void)
     cdy_symtab_free(&t);
 }
 
+/* cdy_strides_follow: a slice of a wider buffer keeps its gap, dense dims follow the
+ * sizes, a transposed example's order holds (issue 32's non-contiguous inputs). */
+static void test_strides_follow(void)
+{
+    cdy_meta m = meta_of(2, (int64_t[]){3, 5});
+    m.strides[0] = 512;                                   /* buf[:, :5] of a (3, 512) */
+    CHECK(cdy_strides_follow(&m, 2, (int64_t[]){3, 9}, (int64_t[]){512, 1}));
+    CHECK(!cdy_strides_follow(&m, 2, (int64_t[]){3, 512}, (int64_t[]){512, 1}));  /* no gap */
+    CHECK(!cdy_strides_follow(&m, 2, (int64_t[]){3, 9}, (int64_t[]){9, 1}));
+    CHECK(!cdy_strides_follow(&m, 2, (int64_t[]){3, 600}, (int64_t[]){512, 1}));  /* overlaps */
+    cdy_meta t = meta_of(2, (int64_t[]){4, 6});
+    t.strides[0] = 1;                                     /* randn(6, 4).t() */
+    t.strides[1] = 4;
+    CHECK(cdy_strides_follow(&t, 2, (int64_t[]){7, 6}, (int64_t[]){1, 7}));
+    CHECK(!cdy_strides_follow(&t, 2, (int64_t[]){7, 6}, (int64_t[]){6, 1}));
+    cdy_meta e = meta_of(2, (int64_t[]){4, 6});
+    e.strides[0] = 0;                                     /* an expand overlaps */
+    int order[CDY_MAX_NDIM];
+    CHECK(cdy_meta_layout_order(&e, order) < 0);
+    CHECK(cdy_meta_layout_order(&m, order) == 2 && order[0] == 0 && order[1] == 1);
+}
+
 int main(void)
 {
     test_many_symbols();
@@ -349,6 +371,7 @@ int main(void)
     test_cmp_decided();
     test_infer_rules();
     test_infer_specializes();
+    test_strides_follow();
     printf("test_sym: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
