@@ -67,6 +67,46 @@ def test_graph_raising_after_a_draw_reruns_from_the_state_before(grad):
     assert cdynamo.stats()["eager_reruns"] - before >= 2
 
 
+def _sdpa_drop(x):
+    q = x.view(2, 4, 8)
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+
+
+_DRAWS = {   # every spelling the one detector (cdy_pynode_draws_rng) must see as a draw
+    "dropout_train": lambda x: torch.nn.functional.dropout(x, 0.5, training=True),  # bernoulli.p
+    "bernoulli_p": lambda x: torch.ops.aten.bernoulli.p(x, 0.5),
+    "bernoulli_method": lambda x: x.detach().clamp(0, 1).bernoulli(),
+    "randn_like": lambda x: x + torch.randn_like(x),
+    "native_dropout": lambda x: torch.ops.aten.native_dropout.default(x, 0.5, True)[0],
+    "sdpa_dropout": _sdpa_drop,
+}
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("kind", sorted(_DRAWS))
+def test_rerun_after_a_raise_restores_every_kind_of_draw(kind, grad):
+    """A graph whose only draw is dropout's bernoulli.p (the C operator call of training
+    dropout), attention's dropout or another extern spelling puts the default generator
+    back before its eager rerun: the state after the raise is eager's (stop 48: draws_rng
+    knew neither bernoulli.p nor attention's dropout_p, and the rerun drew twice)."""
+    draw = _DRAWS[kind]
+
+    def f(x):
+        y = (draw(x) * 2).sum()
+        return y + torch.linalg.cholesky(-torch.eye(3)).sum()   # raises after the draw
+    x = torch.randn(8, 8, requires_grad=grad)
+    want, want_next = _draws(f, x)
+    assert want is torch.linalg.LinAlgError
+    g = cdynamo.optimize(f)
+    before = cdynamo.stats()["eager_reruns"]
+    for _ in range(2):
+        got, got_next = _draws(g, x)
+        assert got is want
+        assert torch.equal(got_next, want_next)
+    # no derivative formula (NO_DERIVATIVE): with grad the frame runs eagerly
+    compiled = not (grad and kind in ("native_dropout", "randn_like"))
+    assert (cdynamo.stats()["eager_reruns"] - before >= 1) == compiled
+
 
 def test_storage_offset_of_an_input_is_eager_s():
     """A fake sits at offset 0 whatever its input's offset: storage_offset() stops the trace

@@ -2020,25 +2020,6 @@ static int copy_where(cdy_compiled *c, const cdy_run_record *r)
     return 0;
 }
 
-/* 1 if calling fn draws from torch's default generator (by its name:
- * rand*, bernoulli, dropout...); errors are cleared. */
-static int draws_rng(PyObject *fn)
-{
-    static const char *names[] = {"rand", "randn", "randint", "randperm", "rand_like",
-                                  "randn_like", "randint_like", "bernoulli", "multinomial",
-                                  "normal", "poisson", "dropout", "dropout1d", "dropout2d",
-                                  "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-                                  "native_dropout", "rrelu", "gumbel_softmax", NULL};
-    PyObject *nm = PyObject_GetAttrString(fn, "__name__");
-    const char *n = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
-    int hit = 0;
-    for (int i = 0; n && names[i] && !hit; i++)
-        hit = !strcmp(n, names[i]);
-    Py_XDECREF(nm);
-    PyErr_Clear();
-    return hit;
-}
-
 /* What a call of fn runs (new ref): the C operator an exact
  * torch._ops.OpOverload holds (its __call__ is `self._op(*args, **kwargs)`,
  * a Python frame per call: dropout's torch.ops.aten.bernoulli.p), else fn. */
@@ -2080,7 +2061,7 @@ static int copy_pynodes(cdy_compiled *c, const cdy_run_record *r)
         const cdy_pynode *s = &r->pynodes[n];
         cdy_pynode *d = &c->pynodes[n];
         *d = *s;
-        c->uses_rng |= s->fn && draws_rng(s->fn);   /* fn: NULL for an item of a multi-output call */
+        c->uses_rng |= cdy_pynode_draws_rng(s);   /* 0 for an item of a multi-output call */
         c->call_fn[n] = s->fn ? direct_fn(s->fn) : NULL;
         d->ref = PyMem_Calloc((size_t)s->nargs + 1, sizeof(int));
         d->cst = PyMem_Calloc((size_t)s->nargs + 1, sizeof(PyObject *));

@@ -914,14 +914,6 @@ static void ag_fn_name(PyObject *fn, char *out, size_t n)
     PyErr_Clear();
 }
 
-/* 1 if fn draws random numbers (its gradient cannot be recomputed). */
-static int ag_random(const char *n)
-{
-    return strstr(n, "dropout") || strstr(n, "rand") || strstr(n, "bernoulli") ||
-           strstr(n, "normal") || strstr(n, "multinomial") || strstr(n, "poisson") ||
-           strstr(n, "rrelu") || strstr(n, "gumbel");
-}
-
 /* linear(x, w[, b]): b's gradient (a column sum, first: its kernel reads g<v> right
  * after the kernel that wrote it, from the same cores' caches, before the matmuls
  * pass over other data), then x's and w's (torch's matmuls). */
@@ -1455,16 +1447,6 @@ static int ag_pool(ag_state *s, int v)
     return 0;
 }
 
-/* 1 if extern call p is F.scaled_dot_product_attention with dropout (random:
- * the vjp's rerun would draw another mask). */
-static int ag_sdpa_dropout(const cdy_pynode *p, const char *fn)
-{
-    if (strcmp(fn, "scaled_dot_product_attention"))
-        return 0;
-    PyObject *d = ag_const_arg(p, 4, "dropout_p");
-    return !d || (d != Py_None && !ag_sdpa_kw("dropout_p", d));
-}
-
 /* 1 if extern call p (of fn) updates running statistics in place:
  * batch_norm not in eval mode, instance_norm with running statistics. */
 static int ag_updates_stats(const cdy_pynode *p, const char *fn)
@@ -1491,7 +1473,7 @@ static int ag_extern(ag_state *s, int v)
     ag_fn_name(p->fn, fn, sizeof(fn));
     if (!strcmp(fn, "bernoulli.p"))
         return 0;                          /* dropout's noise: no gradient (derivatives.yaml) */
-    if (ag_random(fn) || ag_sdpa_dropout(p, fn))
+    if (cdy_pynode_draws_rng(p))          /* a recompute would draw again */
         return ag_no_formula(s, v, fn);
     if (!strcmp(fn, "detach"))
         return 0;                          /* no gradient flows through */

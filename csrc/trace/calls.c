@@ -308,12 +308,82 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
     return r;
 }
 
-/* The generators a fake call may draw from, each with its state (a list of
- * (generator, state) pairs; new ref), or Py_None when it cannot draw: a call
- * with a tensor argument runs on meta fakes, which draw nothing, but one
- * without (torch.rand(8, 8)) runs for real and would advance torch's default
- * generator, or a generator it is given, at trace time; NULL + error. */
-static PyObject *fake_rng_save(tvar **args, int nargs)
+/* 1 if word w[0..n) names a random function (cdy_name_draws_rng). */
+static int rng_word(const char *w, size_t n)
+{
+    static const char *const words[] = {
+        "rand", "randn", "randint", "randperm", "random", "uniform", "normal", "bernoulli",
+        "multinomial", "poisson", "binomial", "exponential", "geometric", "cauchy", "dropout",
+        "rrelu", "gumbel", "dirichlet", "gamma", NULL};
+    for (int i = 0; words[i]; i++)
+        if (strlen(words[i]) == n && !strncmp(w, words[i], n))
+            return 1;
+    return 0;
+}
+
+int cdy_name_draws_rng(const char *name)
+{
+    for (const char *c = name; c && *c;) {
+        size_t n = 0;
+        while ((c[n] >= 'a' && c[n] <= 'z') || (c[n] >= 'A' && c[n] <= 'Z'))
+            n++;
+        if (n && rng_word(c, n))
+            return 1;
+        c += n ? n : 1;
+    }
+    return 0;
+}
+
+int cdy_fn_draws_rng(PyObject *fn)
+{
+    PyObject *nm = fn ? PyObject_GetAttrString(fn, "__name__") : NULL;
+    int hit = nm && PyUnicode_Check(nm) && cdy_name_draws_rng(PyUnicode_AsUTF8(nm));
+    Py_XDECREF(nm);
+    PyErr_Clear();
+    return hit;
+}
+
+/* Call p's argument at position pos or keyword name: its index, or -1. */
+static int pynode_arg_at(const cdy_pynode *p, int pos, const char *name)
+{
+    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
+    int at = pos < npos ? pos : -1;
+    for (int k = 0; k < nkw; k++) {
+        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
+        if (n && !strcmp(n, name))
+            at = npos + k;
+    }
+    PyErr_Clear();
+    return at;
+}
+
+int cdy_pynode_draws_rng(const cdy_pynode *p)
+{
+    if (!p->fn)
+        return 0;
+    if (cdy_fn_draws_rng(p->fn))
+        return 1;
+    PyObject *nm = PyObject_GetAttrString(p->fn, "__name__");
+    int sdpa = nm && PyUnicode_Check(nm) &&
+               PyUnicode_CompareWithASCIIString(nm, "scaled_dot_product_attention") == 0;
+    Py_XDECREF(nm);
+    PyErr_Clear();
+    int at = sdpa ? pynode_arg_at(p, 4, "dropout_p") : -1;
+    if (at < 0)
+        return 0;                          /* not attention, or no dropout_p: none */
+    PyObject *d = p->ref[at] == -1 ? p->cst[at] : NULL;
+    int zero = d && (d == Py_None || (PyNumber_Check(d) && PyObject_Not(d) == 1));
+    PyErr_Clear();
+    return !zero;
+}
+
+/* The generators a fake call of fn may draw from, each with its state (a
+ * list of (generator, state) pairs; new ref), or Py_None when it cannot
+ * draw: a call with a tensor argument runs on meta fakes, which draw
+ * nothing, but one without (torch.rand(8, 8)) runs for real and would
+ * advance torch's default generator (when cdy_fn_draws_rng), or a generator
+ * it is given, at trace time; NULL + error. */
+static PyObject *fake_rng_save(PyObject *fn, tvar **args, int nargs)
 {
     static PyObject *gen_type, *dflt;
     if (!gen_type && (!(gen_type = PyObject_GetAttrString(cdy_torch, "Generator")) ||
@@ -323,7 +393,7 @@ static PyObject *fake_rng_save(tvar **args, int nargs)
         if (args[i]->kind == TV_TENSOR)
             return Py_NewRef(Py_None);
     PyObject *l = PyList_New(0);
-    for (int i = -1; l && i < nargs; i++) {
+    for (int i = cdy_fn_draws_rng(fn) ? -1 : 0; l && i < nargs; i++) {
         PyObject *g = i < 0 ? dflt : args[i]->obj;
         if (!g || (i >= 0 && !PyObject_TypeCheck(g, (PyTypeObject *)gen_type)))
             continue;
@@ -372,7 +442,7 @@ static PyObject *fake_call(tracer *tr, PyObject *fn, const char *what, tvar **ar
             cdy_tr_stop(tr, BAD_OP_ARG, what, i);
             return NULL;
         }
-    PyObject *rng = fake_rng_save(args, nargs);
+    PyObject *rng = fake_rng_save(fn, args, nargs);
     if (!rng) {
         cdy_tr_stop_exc(tr, PY_ERROR);
         return NULL;

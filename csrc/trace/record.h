@@ -65,6 +65,18 @@ typedef struct {
                               * hook off, its Python implementation never traced */
 } cdy_pynode;
 
+/* The one detector of random draws (trace/calls.c), used by the trace's
+ * fake calls (generators put back), the backward (no formula: a recompute
+ * would draw again) and the runtime (a graph that raises puts the generator
+ * back before its eager rerun).  1 if a callable named name draws from a
+ * generator: a word of it (split at '_', '.', digits) names a random
+ * function (rand, normal, bernoulli, dropout...; "bernoulli.p" too). */
+int cdy_name_draws_rng(const char *name);
+/* cdy_name_draws_rng of fn's __name__ (0 without one); errors are cleared. */
+int cdy_fn_draws_rng(PyObject *fn);
+/* 1 if recorded call p draws: by its fn's name, or
+ * scaled_dot_product_attention with a dropout_p that is not a constant 0. */
+int cdy_pynode_draws_rng(const cdy_pynode *p);
 
 /* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
  * the frames unwind to a handler; it never leaves cdy_trace_run */
