@@ -1740,3 +1740,50 @@ def test_empty_view_and_linear_grads(name):
     st = grads_match(fn, *args, compiled=False)
     assert st["graph_breaks"] == 0, support.breaks
     assert not support.eager, support.eager
+
+
+@pytest.mark.parametrize("case", ["gelu", "odd", "transposed_grad", "grad_used_twice", "float64"])
+def test_linear_bias_gradient_right_after_its_producer(case):
+    """A linear's bias gradient (the output gradient's column sum) comes first in its
+    backward, before the two matmuls, so that its kernel reads the gradient right after
+    the kernel that wrote it; at 16 threads a float32 one too narrow for 64 columns per
+    thread splits its rows across the threads (reduce.c cg_red_use_rsplit; float64
+    keeps the column split).  Odd sizes, a transposed output gradient, a gradient also
+    used elsewhere; gradients as eager's."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(16)
+    try:
+        dt = torch.float64 if case == "float64" else torch.float32
+        rows, i, o = (37, 29, 203) if case == "odd" else (64, 32, 512)
+        torch.manual_seed(0)
+        lin1, lin2 = nn.Linear(i, o).to(dt), nn.Linear(o, i).to(dt)
+        x = torch.randn(4, rows, i, dtype=dt, requires_grad=True)
+        if case == "transposed_grad":
+            fn = lambda a: lin1(a).transpose(0, 1).sin()   # noqa: E731
+        elif case == "grad_used_twice":
+            fn = lambda a: (lambda h: lin2(h) + h[..., :i] * 2)(F.gelu(lin1(a)))   # noqa: E731
+        else:
+            fn = lambda a: lin2(F.gelu(lin1(a)))   # noqa: E731
+        params = [*lin1.parameters(), *lin2.parameters()]
+        fn(x).pow(2).sum().backward()
+        want = [x.grad] + [p.grad for p in params]
+        x.grad = None
+        for p in params:
+            p.grad = None
+        out = cdynamo.optimize(fn)(x)
+        src = out.grad_fn.tg.source
+        out.pow(2).sum().backward()
+        got = [x.grad] + [p.grad for p in params]
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=1e-4)
+        lines = src.splitlines()
+        sums = [k for k, ln in enumerate(lines) if ".sum(0))" in ln and ".reshape(" in ln]
+        assert sums, src
+        for k in sums:           # the next line is the same gradient's first matmul
+            g = lines[k].split("= (")[1].split(".reshape")[0]
+            assert lines[k + 1].split("= (")[1].startswith(g + " @ "), src
+        csrc = _backward_source()
+        split = dt == torch.float32 and 4 * rows >= 64 and 4 * rows * o >= 32768
+        assert ("part[NTHREADS]" in csrc) == split, csrc
+    finally:
+        torch.set_num_threads(n)
