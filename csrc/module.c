@@ -232,6 +232,8 @@ static PyMethodDef module_methods[] = {
     {"set_log_topics", py_set_log_topics, METH_O, "enable log topics"},
     {"set_output_pool_bytes", cdy_mempool_py_set_limit, METH_O,
      "cache at most n bytes of freed graph tensors for reuse (0: no pool)"},
+    {"set_heap_keep", cdy_mempool_py_heap_keep, METH_O,
+     "glibc keeps n bytes of freed heap memory mapped (config.heap_keep_mb)"},
     {"output_pool_stats", cdy_mempool_py_stats, METH_NOARGS, "the tensor pool's counters"},
     {"reset_output_pool_peak", cdy_mempool_py_reset_peak, METH_NOARGS,
      "the pool's high-water mark of held bytes starts again at the bytes held now"},

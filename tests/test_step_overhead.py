@@ -269,3 +269,65 @@ def test_phase_timing_splits_training_backward_from_forward():
     for p, g in zip(m.parameters(), grads):
         torch.testing.assert_close(p.grad, g)
     assert cdynamo._C.CompiledGraph.phase_timing(False)["kernels"] == ns["kernels"]  # off: kept
+
+
+# ---- config.heap_keep_mb: glibc keeps the step's freed memory mapped ---------------------
+
+_HEAP_STEP = r"""
+import resource, sys, torch, torch.nn as nn
+import cdynamo
+torch.set_num_threads(1)
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
+                  nn.Linear(1024, 256))
+x = torch.randn(2048, 256)
+def grads(f):
+    for p in m.parameters():
+        p.grad = None
+    f(x).pow(2).mean().backward()
+    return [p.grad for p in m.parameters()]
+want = grads(m)
+f = cdynamo.optimize(lambda x: m(x))
+for _ in range(3):
+    grads(f)
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    got = grads(f)
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 10
+for g, w in zip(got, want):
+    torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+print("FAULTS", faults, cdynamo.config.heap_keep_mb)
+"""
+
+
+def _heap_step(env):
+    import os
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", _HEAP_STEP], capture_output=True, text=True,
+                       env={**os.environ, **env}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("FAULTS")][-1].split()
+    return float(line[1]), line[2]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_heap_keep_mb_steps_fault_no_pages_and_match_eager():
+    """With CDYNAMO_HEAP_KEEP_MB the steps' tensors (MiB each) reuse heap memory that stays
+    mapped: less than 60% of the minor page faults per warm step (host: ~2300 -> 400-970; the
+    bench's transformer_stack_train 2000 -> 0), where glibc's trims fault them in again
+    each step; the gradients are eager's either way (own process: the setting is
+    process-wide and one-way)."""
+    base, keep_default = _heap_step({"CDYNAMO_HEAP_KEEP_MB": ""})
+    kept, keep = _heap_step({"CDYNAMO_HEAP_KEEP_MB": "256"})
+    assert keep_default == "None" and keep == "256.0"
+    assert kept < 0.6 * base, (kept, base)
+
+
+def test_heap_keep_mb_checks_its_value():
+    with pytest.raises(ValueError, match="heap_keep_mb"):
+        cdynamo.config.heap_keep_mb = -1
+    with pytest.raises(ValueError, match="heap_keep_mb"):
+        cdynamo.config.heap_keep_mb = True
+    if cdynamo.config.heap_keep_mb is None:
+        cdynamo.config.heap_keep_mb = None          # unset stays unset (no mallopt)
+        assert cdynamo.config.heap_keep_mb is None

@@ -26,6 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 /* ---- the DLPack 1.x ABI (dlpack.h, major version 1) ---------------------- */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -423,6 +427,33 @@ PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg)
     pthread_mutex_unlock(&mp_lock);
     mp_trim(n);
     Py_RETURN_NONE;
+}
+
+/* _C.set_heap_keep(n): glibc's malloc keeps up to n bytes of freed memory at
+ * the top of its heap mapped (M_TRIM_THRESHOLD) and serves allocations up to
+ * MP_HEAP_MMAP_MAX bytes from the heap (M_MMAP_THRESHOLD: a fixed threshold,
+ * where glibc's dynamic one follows the largest block freed and its trim
+ * threshold twice that).  A training step frees its gradients and activations
+ * at the top of the heap; glibc then trims them and the next step faults every
+ * page in again (transformer_stack_train: ~2000 minor faults a step).  True,
+ * or False where the C library is not glibc.  One-way for the process: glibc
+ * has no call that brings its dynamic thresholds back. */
+#define MP_HEAP_MMAP_MAX ((long long)32 << 20)   /* glibc's largest M_MMAP_THRESHOLD (64-bit) */
+PyObject *cdy_mempool_py_heap_keep(PyObject *self, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0 || n > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "set_heap_keep: bytes in [0, 2**31)");
+        return NULL;
+    }
+#ifdef __GLIBC__
+    if (mallopt(M_MMAP_THRESHOLD, (int)MP_HEAP_MMAP_MAX) == 1 &&
+        mallopt(M_TRIM_THRESHOLD, (int)n) == 1)
+        Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
 }
 
 /* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit,

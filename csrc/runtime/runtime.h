@@ -54,6 +54,8 @@ PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data);
  * error) when that path does not apply (older torch, a subclass, not CPU). */
 int cdy_mempool_read(PyObject *x, cdy_meta *m, void **data);
 PyObject *cdy_mempool_py_set_limit(PyObject *self, PyObject *arg);
+/* _C.set_heap_keep(n): glibc keeps n freed heap bytes mapped (mempool.c) */
+PyObject *cdy_mempool_py_heap_keep(PyObject *self, PyObject *arg);
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_clear(PyObject *self, PyObject *unused);
 PyObject *cdy_mempool_py_reset_peak(PyObject *self, PyObject *unused);

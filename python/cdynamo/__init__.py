@@ -25,6 +25,8 @@ __all__ = ["optimize", "disable", "reset", "stats", "config", "Unsupported", "Cd
 
 _support.set_log_topics(parse_topics(os.environ.get("CDYNAMO_LOGS", "")))
 config.output_pool_mb = config.output_pool_mb   # the environment's size, to the C runtime
+if config.heap_keep_mb is not None:
+    config.heap_keep_mb = config.heap_keep_mb   # CDYNAMO_HEAP_KEEP_MB, to glibc
 # Frames from these files are never traced: torch's and the standard library's,
 # and _attention.py and _autograd.py, which compiled graphs call (the rest of
 # cdynamo's own Python never runs under the hook: the hook is off while tracing).

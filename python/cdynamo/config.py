@@ -90,6 +90,14 @@ def _env_pool_mb():
         return 256.0
 
 
+def _env_heap_keep_mb():
+    v = os.environ.get("CDYNAMO_HEAP_KEEP_MB", "")
+    try:
+        return max(0.0, float(v)) if v else None
+    except ValueError:
+        return None
+
+
 def _count(name, v):
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"cdynamo.config.{name} must be an int, got {type(v).__name__}: {v!r}")
@@ -235,6 +243,33 @@ class _Config(types.ModuleType):
                                  f"got {n!r}")
             n = int(n)
         self.__dict__["_stream_store_bytes"] = n
+
+    @property
+    def heap_keep_mb(self):
+        """MB of freed memory glibc's malloc keeps mapped at the top of its heap between a
+        free and the next allocation (M_TRIM_THRESHOLD; allocations up to 32 MiB then come
+        from the heap, M_MMAP_THRESHOLD), or None (CDYNAMO_HEAP_KEEP_MB; default None: glibc's
+        own dynamic thresholds, untouched).  A training step frees its gradients and
+        activations at the heap's top, glibc gives them back to the kernel, and the next step
+        faults each page in again: transformer_stack_train ~2000 minor faults a step, eager
+        as much, ~5% of a 1-thread host step in the kernel (issue 34).  Process-wide (eager's
+        allocations and torch's too) and one-way: glibc has no call that restores its dynamic
+        thresholds, so None after a number raises.  Not glibc: no effect."""
+        return self.__dict__.get("_heap_keep_mb", _env_heap_keep_mb())
+
+    @heap_keep_mb.setter
+    def heap_keep_mb(self, mb):
+        from . import _C
+        if mb is None:
+            if self.heap_keep_mb is not None:
+                raise ValueError("cdynamo.config.heap_keep_mb cannot go back to None: glibc "
+                                 "cannot restore its dynamic thresholds")
+            return
+        if isinstance(mb, bool) or not isinstance(mb, numbers.Real) or not 0 <= mb < 2048:
+            raise ValueError(f"cdynamo.config.heap_keep_mb must be None or a number of MB in "
+                             f"[0, 2048), got {mb!r}")
+        _C.set_heap_keep(int(mb * (1 << 20)))
+        self.__dict__["_heap_keep_mb"] = mb
 
     @property
     def profile_kernels(self):
