@@ -152,6 +152,29 @@ def test_derivative_matches_eager(name):
     grads_match(fn, *args)
 
 
+@pytest.mark.parametrize("form", ["tensor", "int_tensor", "number_0"])
+def test_pow_gradient_is_eager_s_at_zero_exponents(form):
+    """pow's gradients are eager's to the sign of a zero: 0 (not -0.0 = grad * 0 * x**-1,
+    nor nan at x == 0) where the exponent is 0, and the exponent's 0 where x == 0 and e >= 0
+    (fuzz family random: `a0 ** torch.randint(0, 5, (4,))`, stop 49)."""
+    fns = {"tensor": lambda a, b: a ** b, "int_tensor": lambda a, b: a ** b.long(),
+           "number_0": lambda a, b: a ** 0.0 * b}
+    x = torch.tensor([-2.0, 0.0, 3.0, 0.0, 1.5, 0.7, -0.0])
+    e = torch.tensor([0.0, 0.0, 2.0, -1.0, 2.5, 0.0, 3.0])
+    g = torch.tensor([-1.0, -1.0, 2.0, -1.0, 0.5, -3.0, 1.0])
+    grads = []
+    for fn in (fns[form], cdynamo.optimize(fns[form])):
+        a, b = x.clone().requires_grad_(), e.clone().requires_grad_()
+        fn(a, b).backward(g)
+        grads.append([t.grad for t in (a, b)])
+    for want, got in zip(*grads):
+        assert (want is None) == (got is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(got.signbit(), want.signbit()), (want, got)
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
 def test_backward_source_uses_the_registry_formulas():
     """The backward is Python over torch written from ops.def's words: tanh's
     `grad * (1 - result * result)` reads the forward's saved result."""

@@ -307,6 +307,8 @@ def compare_inputs(ins_e, ins_c, when):
 def state_ctx(state):
     old = torch.get_default_dtype()
     try:
+        if state.get("seed") is not None:   # the random family: eager and cdynamo draw alike
+            torch.manual_seed(state["seed"])
         if state.get("default_dtype"):
             torch.set_default_dtype(getattr(torch, state["default_dtype"]))
         if state.get("autocast"):
@@ -487,8 +489,14 @@ def _check_program_once(source, meta):
             ins_e, ins_c = make_inputs(), make_inputs()
             with state_ctx(state):
                 exp, err_e = _call(f, ins_e)
+            gen_e = torch.default_generator.get_state()
             with state_ctx(state):
                 act, err_c = _call(opt, ins_c)
+            # a seeded call leaves the default generator where eager's left it: a graph
+            # that raised reran eagerly from the state before it, the trace drew nothing
+            if state.get("seed") is not None and \
+                    not torch.equal(torch.default_generator.get_state(), gen_e):
+                return "wrong", f"generator: its state differs from eager's ({when})"
             if err_e is not None or err_c is not None:
                 if err_e is None:
                     return "exc", (f"exc: cdynamo raised {type(err_c).__name__} where eager "

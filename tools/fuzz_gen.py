@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 FAMILIES = ["pointwise", "reductions", "rows", "views", "indexing", "inplace", "aliasing",
-            "exceptions", "special", "state", "dtypes", "breaks", "args", "train"]
+            "exceptions", "special", "state", "dtypes", "breaks", "args", "train", "random"]
 
 PRELUDE = '''import math
 import torch
@@ -1322,11 +1322,82 @@ def gen_train(b):
     b.finish()
 
 
+# ------------------------------------------------------------ random draws
+
+def op_random(b, x):
+    """A draw from torch's default generator, as x's size, dtype or values give it (the
+    spellings cdynamo's one detector of draws must know: rand*, bernoulli / bernoulli.p,
+    dropout, normal, multinomial, randperm, attention's dropout_p)."""
+    r = b.rng
+    v = b.val(x)
+    sh = tuple(v.shape)
+    fl = v.is_floating_point()
+    p = r.choice(["0.5", "0.2", "0.0", "1.0"])
+    ch = [f"torch.rand({sh!r})", f"torch.randn({sh!r}) * 0.1", f"torch.randint(0, 5, {sh!r})",
+          f"torch.randperm({max(v.numel(), 1)})", f"torch.randint_like({x}, 0, 3)"]
+    if fl:
+        ch += [f"torch.rand_like({x})", f"{x} + torch.randn_like({x})",
+               f"F.dropout({x}, {p}, training=True)", f"torch.dropout({x}, {p}, True)",
+               f"torch.ops.aten.bernoulli.p({x}, {p})", f"{x}.sigmoid().bernoulli()",
+               f"torch.bernoulli({x}.sigmoid())", f"torch.normal({x}, 1.0)",
+               f"F.dropout1d({x}, {p}, training=True)" if v.dim() in (2, 3) else f"{x}.bernoulli({p})",
+               f"F.rrelu({x}, training=True)", f"F.alpha_dropout({x}, {p}, training=True)",
+               f"torch.ops.aten.native_dropout.default({x}, {p}, True)[0]"]
+        if v.dim() == 1 and v.numel():
+            ch.append(f"torch.multinomial({x}.abs() + 0.1, {min(v.numel(), 3)})")
+        # the C operator calls (no Python name of the rand / dropout kind): half the draws
+        hard = [f"torch.ops.aten.bernoulli.p({x}, {p})",
+                f"torch.ops.aten.native_dropout.default({x}, {p}, True)[0]"]
+        if v.dim() >= 3 and v.numel():
+            hard.append(f"F.scaled_dot_product_attention({x}, {x}, {x}, dropout_p={p})")
+        if r.random() < 0.5:
+            return r.choice(hard)
+    return r.choice(ch)
+
+
+def gen_random(b):
+    """Draws among kernels, under a seed set before each call (state "seed"): eager and
+    cdynamo must draw the same numbers and leave the generator alike, also when the
+    graph raises after drawing (its eager rerun) or breaks."""
+    r = b.rng
+    b.meta["states"] = [{"seed": r.randrange(1000)}]
+    dt = r.choice(["float32"] * 4 + ["float64", "bfloat16", "int64"])
+    x = b.add_input(dt, b.shape(r.choice([1, 2, 3, 3])))
+    if r.random() < 0.3 and dt in ("float32", "float64"):
+        b.meta["train"] = True
+        b.grad_input(x)
+    for _ in range(r.randint(1, 5)):
+        y = b.pick()
+        k = r.random()
+        if k < 0.55:
+            b.emit(op_random(b, y))
+        elif k < 0.55 and not b.meta.get("train"):
+            b.emit_stmt(r.choice([f"{y}.uniform_()", f"{y}.normal_()", f"{y}.bernoulli_(0.5)",
+                                  f"{y}.random_(0, 4)", f"{y}.exponential_()"]))
+        elif k < 0.65:
+            b.emit(f"{y}.sum().item() * {y}" if r.random() < 0.5 else f"{y} * 2")
+        else:
+            gen_pointwise_op(b)
+    if r.random() < 0.5 and not b.meta.get("train"):   # a raise after the draws
+        if r.random() < 0.7:    # at run time, inside the graph: an integer division by 0
+            xi = b.add_input(r.choice(["int64", "int32"]), (3,), "normal", "contig")
+            z = b.add_input("int64", (3,), "index", "contig", 0, 2)
+            b.body.append(f"t{len(b.body)} = {xi} // {z}")
+        else:
+            for _ in range(4):
+                e = op_raise(b)
+                if e is not None:
+                    b.body.append(f"t{len(b.body)} = {e}")
+                    break
+    b.finish()
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reductions": gen_reductions, "rows": gen_rows,
               "views": gen_views, "indexing": gen_indexing, "inplace": gen_inplace,
               "aliasing": gen_aliasing, "exceptions": gen_exceptions, "special": gen_special,
               "state": gen_state, "dtypes": gen_dtypes,
-              "breaks": gen_breaks, "args": gen_args, "train": gen_train}
+              "breaks": gen_breaks, "args": gen_args, "train": gen_train,
+              "random": gen_random}
 
 
 def generate(rng, family):

@@ -65,7 +65,8 @@ static const char *const ag_helpers[] = {
     "gelu_backward", "hardswish_backward", "mish_backward", "cross_entropy_backward",
     "vjp", "view_scatter", "gather_backward", "norm_backward", "nll_loss_backward",
     "sdpa_backward", "conv_backward", "batch_norm_backward", "max_pool2d_backward",
-    "adaptive_max_pool2d_backward", "layer_norm_backward", "softmax_backward", NULL};
+    "adaptive_max_pool2d_backward", "layer_norm_backward", "softmax_backward", "pow_backward",
+    "pow_backward_exponent", NULL};
 
 int cdy_autograd_on(void)
 {

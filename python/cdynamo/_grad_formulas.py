@@ -52,6 +52,22 @@ def mish_backward(grad, x):
     return grad * (t + x * torch.sigmoid(x) * (1.0 - t * t))
 
 
+def pow_backward(grad, x, e):
+    """pow's gradient for its base, as eager computes it: grad * (e * x ** (e - 1)) in that
+    order, exactly 0 where the exponent is 0 (not 0 * x ** -1: -0.0, or nan at x == 0)."""
+    if isinstance(e, torch.Tensor):
+        return torch.where(e == 0, 0.0, grad * (e * torch.pow(x, e - 1)))
+    if e == 0:
+        return torch.zeros_like(grad)
+    return grad * (e * torch.pow(x, e - 1))
+
+
+def pow_backward_exponent(grad, x, e, y):
+    """pow's gradient for a tensor exponent (y: the result), as eager computes it:
+    grad * (y * log(x)), with 0 in place of y * log(x) where x == 0 and e >= 0."""
+    return grad * torch.where((x == 0) & (e >= 0), 0.0, y * torch.log(x))
+
+
 def softmax_backward(grad, y, dim):
     """softmax's gradient for its input from its result y: float32 / float64 one row
     kernel (_softmax_input_grad, cdynamo._autograd.softmax_input_grad: the row's sum of
