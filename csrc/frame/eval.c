@@ -614,7 +614,7 @@ static void relax_eager(cdy_entry *e, const cdy_dyn_ctx *c, PyCodeObject *co)
     if (!bits || !cdy_log_on("recompiles"))
         return;
     cdy_log("recompiles", "%s (%s:%d) runs eagerly at any size of '%s' (dims mask 0x%x): "
-            "its trace stopped at two sizes", PyUnicode_AsUTF8(co->co_name),
+            "its trace stopped where it cannot resume", PyUnicode_AsUTF8(co->co_name),
             PyUnicode_AsUTF8(co->co_filename), co->co_firstlineno, e->guards.items[i].desc, bits);
 }
 
