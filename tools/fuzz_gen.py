@@ -843,7 +843,18 @@ def op_inplace(b, x, meta_ok=True):
           f"{x}.clamp_({r.choice(CLAMP_BOUNDS)}, {r.choice(CLAMP_BOUNDS[1:])})", f"{x}.fill_({s})",
           f"{x}.zero_()", f"{x}.copy_({y})", f"{x}.relu_()", f"{x}.neg_()", f"{x}.abs_()",
           f"{x}.masked_fill_({x} > 0, {s})", f"{x}.exp_()", f"{x}.floor_()", f"{x}[...] = {s}",
-          f"{x}.mul_({y})", f"{x}.sigmoid_()", f"{x}.pow_(2)"]
+          f"{x}.mul_({y})", f"{x}.sigmoid_()", f"{x}.pow_(2)",
+          # out= arguments: into x itself (a resize when y's broadcast shape differs: the
+          # trace stops, MUT_SHAPE), or into a fresh tensor of the result's shape.  Not into
+          # a fresh torch.empty(0): a tensor a graph makes comes from the output pool, whose
+          # storage cannot grow (config.output_pool_mb), and eager's resize then raises
+          # (fz49's report, stop 49)
+          f"torch.add({x}, {y}, out={x})", f"torch.mul({y}, {s}, out={x})",
+          f"torch.neg({y}, out={x})", f"torch.clamp({x}, -1, 1, out={x})",
+          f"torch.maximum({x}, {y}, out={x})",
+          f"o{len(b.body)} = torch.sub({x}, {x}, out=torch.empty_like({x}))",
+          f"o{len(b.body)} = torch.sum({x}, {d}, keepdim=True, "
+          f"out=torch.empty_like({x}.sum({d}, keepdim=True)))"]
     if v.dim():
         n = v.shape[d]
         pre = ":, " * (d % v.dim())

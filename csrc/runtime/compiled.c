@@ -127,8 +127,9 @@ static PyObject *kw_out;          /* ("out",) */
 static PyObject *empty_like;      /* torch.empty_like */
 static PyObject *kw_dtype;        /* ("dtype",) */
 static PyObject *dtype_objs[CDY_DT_COUNT];
-static PyObject *get_rng_state;   /* torch.default_generator.get_state (torch.get_rng_state's
-                                   * read, without its Python frame) */
+static PyObject *get_rng_state;   /* torch.default_generator.clone_state: a copy of its
+                                   * state that allocates no tensor (get_state's 5 KiB
+                                   * byte tensor would count in a training step's peak) */
 static PyObject *set_rng_state;   /* torch.default_generator.set_state */
 
 /* The matmul callables an extern may be (mm_fns); 0 or -1 with error. */
@@ -161,7 +162,7 @@ int cdy_runtime_init(PyObject *torch)
     empty_like = PyObject_GetAttrString(torch, "empty_like");
     kw_dtype = Py_BuildValue("(s)", "dtype");
     PyObject *gen = PyObject_GetAttrString(torch, "default_generator");
-    get_rng_state = gen ? PyObject_GetAttrString(gen, "get_state") : NULL;
+    get_rng_state = gen ? PyObject_GetAttrString(gen, "clone_state") : NULL;
     set_rng_state = gen ? PyObject_GetAttrString(gen, "set_state") : NULL;
     Py_XDECREF(gen);
     kw_out = Py_BuildValue("(s)", "out");
@@ -999,9 +1000,9 @@ static void add_user_frame(const cdy_compiled *c, int v)
     cdy_pc_traceback_add(name, file, c->where_line[v]);
 }
 
-/* The state of torch's default generator when c draws from it (a graph that
- * raises is rerun eagerly: the rerun must draw what eager draws), else
- * Py_None; new reference, NULL on error. */
+/* A copy of torch's default generator (clone_state) when c draws from it (a
+ * graph that raises is rerun eagerly: the rerun must draw what eager draws),
+ * else Py_None; new reference, NULL on error. */
 static PyObject *rng_save(const cdy_compiled *c)
 {
     return c->uses_rng ? PyObject_CallNoArgs(get_rng_state) : Py_NewRef(Py_None);
@@ -1017,7 +1018,9 @@ static PyObject *call_end(cdy_compiled *c, PyObject *res, int wrote, PyObject *r
         if (rng != Py_None) {
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
-            PyObject *r = PyObject_CallOneArg(set_rng_state, rng);
+            PyObject *st = PyObject_CallMethod(rng, "get_state", NULL);
+            PyObject *r = st ? PyObject_CallOneArg(set_rng_state, st) : NULL;
+            Py_XDECREF(st);
             Py_XDECREF(r);
             if (!r)
                 cdy_graph_failed = NULL;   /* no rerun from another state */

@@ -263,6 +263,18 @@ static int eager_rejects(tracer *tr, int op, const int *argv, int nargs, PyObjec
     return 0;
 }
 
+/* Item it of a drawing call's fake result (fn), as the real call makes it: a
+ * clone when the fake is an argument's own fake (torch's decomposition of
+ * native_dropout(x, 0, True) returns x, where the CPU kernel returns a new
+ * dense tensor); borrowed (kept by the trace), NULL + error. */
+static PyObject *fresh_item(tracer *tr, PyObject *fn, tvar **args, int nargs, PyObject *it)
+{
+    for (int j = 0; j < nargs; j++)
+        if (args[j]->kind == TV_TENSOR && args[j]->obj == it && cdy_fn_draws_rng(fn))
+            return cdy_tr_keep(tr, PyObject_CallMethod(it, "clone", NULL));
+    return it;
+}
+
 /* A call returning a tuple/list of tensors `out` (fakes): one call pynode and
  * an extern node per item; a TUPLE/LIST tvar of them.  NULL when stopped. */
 static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args, int nargs,
@@ -293,7 +305,12 @@ static tvar *multi_call(tracer *tr, PyObject *fn, const char *what, tvar **args,
                 return NULL;
             continue;
         }
-        tvar *v = cdy_tensor_node(tr, PySequence_Fast_ITEMS(out)[i], &idx);
+        PyObject *it = fresh_item(tr, fn, args, nargs, PySequence_Fast_ITEMS(out)[i]);
+        if (!it) {
+            cdy_tr_stop_exc(tr, PY_ERROR);
+            return NULL;
+        }
+        tvar *v = cdy_tensor_node(tr, it, &idx);
         if (!v || add_pynode(tr, NULL, NULL, 0, NULL, idx))
             return NULL;
         cdy_value *gv = &tr->t->graph.values[idx];
