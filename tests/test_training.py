@@ -1810,3 +1810,26 @@ def test_linear_bias_gradient_right_after_its_producer(case):
         assert ("part[NTHREADS]" in csrc) == split, csrc
     finally:
         torch.set_num_threads(n)
+
+
+def test_floor_divide_backward_raises_as_eager_and_div_floor_gives_zeros():
+    """`//` and torch.floor_divide have no derivative in eager (backward raises); a
+    training frame that needs one runs eagerly and raises the same error.
+    div(rounding_mode='floor') is eager's DivBackward: zero gradients."""
+    b = torch.randn(6) + 3
+    for fn in (lambda a: (a // b).sum(), lambda a: (torch.floor_divide(a, b) * a).sum()):
+        for run in (fn, cdynamo.optimize(fn)):
+            a = torch.randn(6, requires_grad=True)
+            with pytest.raises(RuntimeError, match="floor_divide is not implemented"):
+                run(a).backward()
+
+    def h(a):
+        return (torch.div(a, b, rounding_mode="floor") * a).sum()
+    a = torch.randn(6, requires_grad=True)
+    a2 = a.detach().clone().requires_grad_()
+    h(a).backward()
+    cdynamo.reset()
+    cdynamo.optimize(h)(a2).backward()
+    torch.testing.assert_close(a2.grad, a.grad)
+    st = cdynamo.stats()
+    assert (st["frames_compiled"], st["graph_breaks"]) == (2, 0), st   # forward and backward

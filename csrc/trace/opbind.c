@@ -639,13 +639,13 @@ static int ob_check(tracer *tr, int op, tvar **out, int n, tvar **extra)
 }
 
 /* The op torch.div computes for rounding_mode r (None, 'floor', 'trunc'):
- * op itself, DIV_FLOOR or DIV_TRUNC; -1 for another mode. */
+ * op itself, DIV_FLOOR_MODE or DIV_TRUNC; -1 for another mode. */
 static int ob_div_mode(int op, tvar *r)
 {
     if (!r || (r->kind == TV_CONST && r->obj == Py_None))
         return op;
     const char *s = r->kind == TV_CONST && PyUnicode_Check(r->obj) ? PyUnicode_AsUTF8(r->obj) : "";
-    return !strcmp(s, "floor") ? CDY_OP_DIV_FLOOR : !strcmp(s, "trunc") ? CDY_OP_DIV_TRUNC : -1;
+    return !strcmp(s, "floor") ? CDY_OP_DIV_FLOOR_MODE : !strcmp(s, "trunc") ? CDY_OP_DIV_TRUNC : -1;
 }
 
 /* Canonical args of *op for a call with args (positional, then the values of
