@@ -210,3 +210,26 @@ def test_held_bytes_and_their_high_water_mark():
     _C.clear_output_pool()
     s3 = _stats()
     assert s3["held_bytes"] == s0["held_bytes"] and s3["peak_bytes"] == s["peak_bytes"]
+
+
+def test_empty_graph_tensors_grow_as_in_eager():
+    """A graph's tensor of no elements is torch's own, not a pool block: the idiom
+    out=torch.empty(0) (a graph break at the out= call, which grows the tensor the graph
+    made) and resize_ of an empty result work as in eager (fz49's campaign: "Trying to
+    resize storage that is not resizable")."""
+    def f(a, b):
+        o = torch.empty(0)
+        torch.add(a, b, out=o)
+        return o * 2
+
+    def g(a0):
+        torch.sum(a0, 0, keepdim=True, out=torch.empty(0, dtype=a0.dtype))
+        return a0 + 1
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    torch.testing.assert_close(cdynamo.optimize(f)(a, b), f(a, b))
+    torch.testing.assert_close(cdynamo.optimize(g)(a), g(a))
+    outs = cdynamo.optimize(lambda t: (torch.empty(0), t[:0] * 2))(a)
+    for o in outs:
+        o.resize_(5)
+        assert o.shape == (5,)

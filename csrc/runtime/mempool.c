@@ -15,7 +15,9 @@
  *
  * The one visible difference from empty_like: torch cannot grow such a
  * tensor's storage (resize_ to more elements raises, as for any tensor
- * from torch.from_dlpack).  output_pool_mb = 0 turns the pool off.
+ * from torch.from_dlpack).  A tensor of no elements is torch's own, so
+ * the idiom out=torch.empty(0) grows as in eager (cdy_mempool_takes).
+ * output_pool_mb = 0 turns the pool off.
  *
  * The deleter may run on any thread, with or without the GIL: the lists
  * are guarded by a mutex of their own.  Only the DLPack 1.x ABI is used;
@@ -367,9 +369,9 @@ int cdy_mempool_on(void)
 
 int cdy_mempool_takes(const cdy_meta *m)
 {
-    return cdy_mempool_on() &&
-           (!cdy_mempool_bypass ||
-            cdy_mempool_extent(m) * cdy_dtype_table[m->dtype].size < cdy_mempool_bypass);
+    int64_t n = cdy_mempool_extent(m);
+    return cdy_mempool_on() && n > 0 &&
+           (!cdy_mempool_bypass || n * cdy_dtype_table[m->dtype].size < cdy_mempool_bypass);
 }
 
 /* Elements that meta m's strides span (0 for no elements); strides must be >= 0. */

@@ -43,7 +43,7 @@ extern _Thread_local int64_t cdy_mempool_bypass;
  * back to the training free lists, which cdy_mempool_trim_train empties. */
 extern _Thread_local int cdy_mempool_train;
 void cdy_mempool_trim_train(void);                /* free the training lists' cached blocks */
-/* May a tensor of meta m (strides >= 0) come from the pool (on, and not bypassed). */
+/* May a tensor of meta m (strides >= 0) come from the pool (on, not bypassed, not empty). */
 int cdy_mempool_takes(const cdy_meta *m);
 int64_t cdy_mempool_extent(const cdy_meta *m);    /* elements m's strides (>= 0) span */
 /* A new tensor of m (its data in *data), or NULL + error. */
