@@ -77,11 +77,9 @@ int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st)
     return 1;
 }
 
-/* The dims of m of size other than 1, outermost first (decreasing strides,
- * ties by dim order), into order: their count when m is dense in that order
- * (the innermost's stride 1, each other's the product of the sizes inside
- * it: a permutation of a contiguous layout), else -1. */
-int cdy_meta_dense_order(const cdy_meta *m, int *order)
+/* The dims of m of size other than 1 into order, outermost first (decreasing
+ * strides, ties by dim order): their count. */
+static int meta_sorted_dims(const cdy_meta *m, int *order)
 {
     int n = 0;
     for (int d = 0; d < m->ndim; d++) {
@@ -94,6 +92,16 @@ int cdy_meta_dense_order(const cdy_meta *m, int *order)
         }
         order[j] = d;
     }
+    return n;
+}
+
+/* The dims of m of size other than 1, outermost first (decreasing strides,
+ * ties by dim order), into order: their count when m is dense in that order
+ * (the innermost's stride 1, each other's the product of the sizes inside
+ * it: a permutation of a contiguous layout), else -1. */
+int cdy_meta_dense_order(const cdy_meta *m, int *order)
+{
+    int n = meta_sorted_dims(m, order);
     int64_t st = 1;
     for (int i = n - 1; i >= 0; i--) {
         if (m->strides[order[i]] != st)
@@ -106,17 +114,7 @@ int cdy_meta_dense_order(const cdy_meta *m, int *order)
 /* See cdynamo.h. */
 int cdy_meta_layout_order(const cdy_meta *m, int *order)
 {
-    int n = 0;
-    for (int d = 0; d < m->ndim; d++) {
-        if (m->sizes[d] == 1)
-            continue;
-        int j = n++;
-        while (j > 0 && m->strides[order[j - 1]] < m->strides[d]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = d;
-    }
+    int n = meta_sorted_dims(m, order);
     int64_t extent = 1;
     for (int i = n - 1; i >= 0; i--) {
         if (m->strides[order[i]] < extent || m->sizes[order[i]] < 1)

@@ -1254,21 +1254,6 @@ static int ag_fused_attention(PyObject *fn)
     return ag_is_attr(fn, &att, "cdynamo._attention", "attention");
 }
 
-/* The argument `name` at position pos of call p (or by keyword): its index
- * in p's arguments, or -1 when absent. */
-static int ag_arg_at(const cdy_pynode *p, int pos, const char *name)
-{
-    int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
-    int at = pos < npos ? pos : -1;
-    for (int k = 0; k < nkw; k++) {
-        const char *n = PyUnicode_AsUTF8(PyTuple_GET_ITEM(p->kwnames, k));
-        if (n && !strcmp(n, name))
-            at = npos + k;
-    }
-    PyErr_Clear();
-    return at;
-}
-
 /* Argument i of call p (-1: absent, written None) into b, as ag_call_arg. */
 static int ag_opt_arg(ag_state *s, const cdy_pynode *p, int i, cdy_buf *b)
 {
@@ -1305,7 +1290,7 @@ static int ag_conv(ag_state *s, int v, const cdy_pynode *p)
                                         "dilation", "groups"};
     int at[7];
     for (int k = 0; k < 7; k++)
-        at[k] = ag_arg_at(p, k, names[k]);
+        at[k] = cdy_pynode_arg_at(p, k, names[k]);
     if (at[0] < 0 || at[1] < 0 || p->ref[at[0]] < 0 || p->ref[at[1]] < 0)
         return 1;
     PyObject *pad = ag_const_arg(p, 4, "padding");
@@ -1346,7 +1331,7 @@ static int ag_batch_norm(ag_state *s, int v, const cdy_pynode *p)
     static const int pos[] = {0, 3, 4, 7};
     int at[4];
     for (int k = 0; k < 4; k++)
-        at[k] = ag_arg_at(p, pos[k], names[k]);
+        at[k] = cdy_pynode_arg_at(p, pos[k], names[k]);
     PyObject *tr = ag_const_arg(p, 5, "training");
     if (tr != Py_True || at[0] < 0 || p->ref[at[0]] < 0 ||
         s->g->values[p->ref[at[0]]].meta.ndim < 2)
@@ -1533,7 +1518,7 @@ static int ag_extern(ag_state *s, int v)
  * borrowed, Py_None when absent, NULL when it is a tensor. */
 static PyObject *ag_const_arg(const cdy_pynode *p, int pos, const char *name)
 {
-    int at = ag_arg_at(p, pos, name);
+    int at = cdy_pynode_arg_at(p, pos, name);
     return at < 0 ? Py_None : p->ref[at] == -1 ? p->cst[at] : NULL;
 }
 

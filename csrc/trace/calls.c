@@ -360,8 +360,8 @@ int cdy_fn_draws_rng(PyObject *fn)
     return hit;
 }
 
-/* Call p's argument at position pos or keyword name: its index, or -1. */
-static int pynode_arg_at(const cdy_pynode *p, int pos, const char *name)
+/* See record.h. */
+int cdy_pynode_arg_at(const cdy_pynode *p, int pos, const char *name)
 {
     int nkw = p->kwnames ? (int)PyTuple_GET_SIZE(p->kwnames) : 0, npos = p->nargs - nkw;
     int at = pos < npos ? pos : -1;
@@ -385,7 +385,7 @@ int cdy_pynode_draws_rng(const cdy_pynode *p)
                PyUnicode_CompareWithASCIIString(nm, "scaled_dot_product_attention") == 0;
     Py_XDECREF(nm);
     PyErr_Clear();
-    int at = sdpa ? pynode_arg_at(p, 4, "dropout_p") : -1;
+    int at = sdpa ? cdy_pynode_arg_at(p, 4, "dropout_p") : -1;
     if (at < 0)
         return 0;                          /* not attention, or no dropout_p: none */
     PyObject *d = p->ref[at] == -1 ? p->cst[at] : NULL;

@@ -77,6 +77,9 @@ int cdy_fn_draws_rng(PyObject *fn);
 /* 1 if recorded call p draws: by its fn's name, or
  * scaled_dot_product_attention with a dropout_p that is not a constant 0. */
 int cdy_pynode_draws_rng(const cdy_pynode *p);
+/* Recorded call p's argument at position pos, or given by keyword name: its
+ * index in p's arguments, or -1 when absent. */
+int cdy_pynode_arg_at(const cdy_pynode *p, int pos, const char *name);
 
 /* RAISING: only while tracing: the traced code raised (trace/exceptions.c) and
  * the frames unwind to a handler; it never leaves cdy_trace_run */
