@@ -311,6 +311,9 @@ def _heap_step(env):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.skipif("libasan" in __import__("os").environ.get("LD_PRELOAD", ""),
+                    reason="under tools/asan_tests.sh ASan's allocator replaces glibc's "
+                           "malloc, which mallopt tunes")
 def test_heap_keep_mb_steps_fault_no_pages_and_match_eager():
     """With CDYNAMO_HEAP_KEEP_MB the steps' tensors (MiB each) reuse heap memory that stays
     mapped: less than 60% of the minor page faults per warm step (host: ~2300 -> 400-970; the
