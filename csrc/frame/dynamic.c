@@ -167,14 +167,14 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
     return any != 0;
 }
 
-/* 1 if g's strides are torch.empty's for its sizes (a size-1 dim's stride free). */
-static int dy_guard_contiguous(const cdy_guard *g)
+/* 1 if sizes sz / strides st (nd dims) are contiguous (size-1 dims any stride). */
+static int dy_contiguous(int nd, const int64_t *sz, const int64_t *st)
 {
     int64_t expect = 1;
-    for (int d = g->ndim - 1; d >= 0; d--) {
-        if (g->sizes[d] != 1 && g->strides[d] != expect)
+    for (int d = nd - 1; d >= 0; d--) {
+        if (sz[d] != 1 && st[d] != expect)
             return 0;
-        expect *= g->sizes[d];
+        expect *= sz[d];
     }
     return 1;
 }
@@ -185,7 +185,8 @@ unsigned cdy_dyn_relax_eager(cdy_guards *gs, const cdy_dyn_ctx *c, int *src_of_f
     *src_of_first = -1;
     for (int i = 0; c->mode != 0 && i < gs->n; i++) {
         cdy_guard *g = &gs->items[i];
-        if (g->kind != CDY_GUARD_TENSOR || g->dyn || !dy_guard_contiguous(g))
+        if (g->kind != CDY_GUARD_TENSOR || g->dyn ||
+            !dy_contiguous(g->ndim, g->sizes, g->strides))
             continue;   /* a symbolic check asks for contiguous strides */
         cdy_meta m;
         m.ndim = g->ndim;
@@ -431,18 +432,6 @@ int cdy_dyn_apply(cdy_guards *gs, const cdy_trace *t, cdy_pipe *p)
     cdy_sym_shapes_free(s);   /* the moved-from shell (zeroed) */
     free(s);
     p->sym = NULL;
-    return 1;
-}
-
-/* 1 if sizes sz / strides st (nd dims) are contiguous (size-1 dims any stride). */
-static int dy_contiguous(int nd, const int64_t *sz, const int64_t *st)
-{
-    int64_t expect = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        if (sz[d] != 1 && st[d] != expect)
-            return 0;
-        expect *= sz[d];
-    }
     return 1;
 }
 
