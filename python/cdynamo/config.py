@@ -74,28 +74,14 @@ automatic_dynamic_shapes = True
 
 
 
-def _env_stream_bytes():
-    v = os.environ.get("CDYNAMO_STREAM_STORE_BYTES", "")
+def _env_number(name, conv, default):
+    """Environment variable name as conv (int or float), at least 0; default when unset
+    or not a number."""
+    v = os.environ.get(name, "")
     try:
-        return max(0, int(v)) if v else None
+        return max(conv(0), conv(v)) if v else default
     except ValueError:
-        return None
-
-
-def _env_pool_mb():
-    v = os.environ.get("CDYNAMO_OUTPUT_POOL_MB", "")
-    try:
-        return max(0.0, float(v)) if v else 256.0
-    except ValueError:
-        return 256.0
-
-
-def _env_heap_keep_mb():
-    v = os.environ.get("CDYNAMO_HEAP_KEEP_MB", "")
-    try:
-        return max(0.0, float(v)) if v else None
-    except ValueError:
-        return None
+        return default
 
 
 def _count(name, v):
@@ -191,7 +177,8 @@ class _Config(types.ModuleType):
         exchange API: a reused block costs no allocation call and no page faults. Such a
         tensor's storage cannot grow (resize_ to more elements raises, as for a tensor from
         torch.from_dlpack); 0 turns the pool off and graphs allocate with torch.empty_like."""
-        return self.__dict__.get("_output_pool_mb", _env_pool_mb())
+        return self.__dict__.get("_output_pool_mb",
+                                 _env_number("CDYNAMO_OUTPUT_POOL_MB", float, 256.0))
 
     @output_pool_mb.setter
     def output_pool_mb(self, mb):
@@ -233,7 +220,8 @@ class _Config(types.ModuleType):
         next reader anyway, and a plain store would first read each line it writes. None: 3/4
         of this CPU's last-level cache (x86-64; elsewhere never); 0: never. Read when a frame
         is compiled (default: CDYNAMO_STREAM_STORE_BYTES)."""
-        return self.__dict__.get("_stream_store_bytes", _env_stream_bytes())
+        return self.__dict__.get("_stream_store_bytes",
+                                 _env_number("CDYNAMO_STREAM_STORE_BYTES", int, None))
 
     @stream_store_bytes.setter
     def stream_store_bytes(self, n):
@@ -255,7 +243,8 @@ class _Config(types.ModuleType):
         as much, ~5% of a 1-thread host step in the kernel (issue 34).  Process-wide (eager's
         allocations and torch's too) and one-way: glibc has no call that restores its dynamic
         thresholds, so None after a number raises.  Not glibc: no effect."""
-        return self.__dict__.get("_heap_keep_mb", _env_heap_keep_mb())
+        return self.__dict__.get("_heap_keep_mb",
+                                 _env_number("CDYNAMO_HEAP_KEEP_MB", float, None))
 
     @heap_keep_mb.setter
     def heap_keep_mb(self, mb):
