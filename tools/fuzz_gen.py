@@ -1382,9 +1382,6 @@ def gen_random(b):
         k = r.random()
         if k < 0.55:
             b.emit(op_random(b, y))
-        elif k < 0.55 and not b.meta.get("train"):
-            b.emit_stmt(r.choice([f"{y}.uniform_()", f"{y}.normal_()", f"{y}.bernoulli_(0.5)",
-                                  f"{y}.random_(0, 4)", f"{y}.exponential_()"]))
         elif k < 0.65:
             b.emit(f"{y}.sum().item() * {y}" if r.random() < 0.5 else f"{y} * 2")
         else:
