@@ -643,7 +643,7 @@ def test_column_sum_stores_its_producer(shape, dtype, threads, monkeypatch):
     split = threads > 1 and dtype == torch.float32 and rows >= 64 and rows * shape[-1] >= 32768
     fused = threads == 1 or split or rows * shape[-1] < 32768
     fns = [lambda x, y: (lambda p: (p, p.sum(tuple(range(p.dim() - 1)))))(torch.sin(x) * y),
-           lambda x, y: (lambda p: (p, p.reshape(-1, p.shape[-1]).sum(0)))(torch.sin(x) * y + 1),
+           lambda x, y: (lambda p: (p, p.reshape(-1, p.shape[-1]).sum(0, keepdim=True)))(torch.sin(x) * y + 1),
            lambda x, y: (lambda p: (p.reshape(-1, p.shape[-1]).mean(0), p * 2))(x * y - x)]
     for fn in fns:
         cdynamo.reset()
