@@ -465,11 +465,8 @@ static void at_set_transpose(cdy_graph *g, int t, int kc)
     tv->meta.strides[n - 1] = tv->meta.strides[n - 2];
     tv->meta.sizes[n - 2] = sz;
     tv->meta.strides[n - 2] = st;
-    tv->op = CDY_OP_VIEW;
     tv->args[0] = kc;
-    tv->view_base = kc;
-    tv->view_offset = 0;
-    memcpy(tv->view_strides, tv->meta.strides, sizeof(tv->view_strides));
+    cdy_value_set_view(tv, kc, tv->meta.strides, 0);
 }
 
 /* Fill new call p (at_lean's) as value v := fn(x[, -2, -1]) (transpose:
@@ -570,8 +567,10 @@ static int at_use_flash(const cdy_trace *t, const at_match *m, long min_len)
 /* ---- hand-written attention ------------------------------------------------ */
 
 /* Rewrite every hand-written attention in t (see the top of this file), or
- * in a training graph's forward (train: no mask, float32 only, the chain's
- * gradient then sdpa_backward's, trace/autograd.c); the number rewritten.
+ * in a training graph's forward (train: the flash call where at_use_flash,
+ * its gradient then attention_grads', trace/autograd.c; else the lean chain,
+ * at_lean, where an earlier chain ends before this one starts); the number
+ * rewritten.
  * Never fails: a trace it cannot handle stays as is. */
 static int at_pass(cdy_trace *t, int train)
 {
