@@ -306,12 +306,14 @@ def _heads_attention(scale, heads=2, cross=False):
 
 
 @pytest.mark.parametrize("case", ["scaled", "unscaled", "odd_sizes", "cross", "one_head"])
-def test_attention_chain_trains_as_one_fused_call(case):
-    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask) becomes one call
+def test_attention_chain_trains_as_one_fused_call(case, monkeypatch):
+    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask; a query at least
+    config.attention_flash_min_len long: 0 here) becomes one call
     of torch's flash kernel in the forward (cdynamo._autograd.attention_forward: the
     result and its rows' log-sum-exp, saved; no L x S weights) and one of its backward
     (attention_grads, its gradients heads-major); outputs and gradients are eager's;
     odd sizes, a cross attention of another length, one head."""
+    monkeypatch.setattr(cdynamo.config, "attention_flash_min_len", 0)
     heads, b, t, c, cross = 2, 2, 5, 8, False
     if case == "odd_sizes":
         heads, b, t, c = 3, 3, 7, 9
