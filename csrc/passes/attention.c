@@ -525,31 +525,30 @@ static int at_lean(at_ctx *a, at_match *m)
         PyMem_Free(po);
         return -1;
     }
-    int mm_a = m->a + n, mm_y = m->y + n, next = at, err = 0;
+    /* the copies first, side by side (one kernel of the scheduler's), then k's view */
+    int mm_a = m->a + n, mm_y = m->y + n, err = 0;
+    int vq = cq ? at : -1, vk = ck ? at + cq : -1, vv = cv ? at + cq + ck : -1;
+    int vt = ck ? at + n - 1 : -1;
     cdy_pynode *calls = &a->t->pynodes[pn];
-    if (cq) {
-        at_set_copy(g, next, m->q, mm_a);
-        err |= at_set_call(a->t, calls++, next++, contiguous_fn, m->q);
-    }
+    int src[3] = {m->q, m->k, m->v}, dst[3] = {vq, vk, vv};
+    for (int i = 0; i < 3; i++)
+        if (dst[i] >= 0) {
+            at_set_copy(g, dst[i], src[i], mm_a);
+            err |= at_set_call(a->t, calls++, dst[i], contiguous_fn, src[i]);
+        }
     if (ck) {
-        at_set_copy(g, next, m->k, mm_a);
-        at_set_transpose(g, next + 1, next);
-        err |= at_set_call(a->t, calls++, next, contiguous_fn, m->k);
-        err |= at_set_call(a->t, calls++, next + 1, transpose_fn, next);
-        next += 2;
+        at_set_transpose(g, vt, vk);
+        err |= at_set_call(a->t, calls++, vt, transpose_fn, vk);
     }
-    if (cv)
-        err |= at_set_call(a->t, calls++, next, contiguous_fn, m->v), at_set_copy(g, next, m->v, mm_a);
     PyMem_Free(a->pynode_of);
     a->pynode_of = po;
     cdy_trace_pynode_of(a->t, a->pynode_of);
-    next = at;
     if (cq)
-        at_retarget(a, mm_a, 0, next++);
+        at_retarget(a, mm_a, 0, vq);
     if (ck)
-        at_retarget(a, mm_a, 1, next + 1), next += 2;
+        at_retarget(a, mm_a, 1, vt);
     if (cv)
-        at_retarget(a, mm_y, 1, next);
+        at_retarget(a, mm_y, 1, vv);
     return err ? -1 : 1;
 }
 
