@@ -165,6 +165,15 @@ static inline void cdy_value_set_copy(cdy_value *v, int base, const int64_t *str
         v->view_strides[d] = strides[d];
 }
 
+/* Make node v a view (kind V, aliasing: VIEW) of value base (never a VIEW
+ * node) whose element (i_0, ..) is element off + sum_d i_d * strides[d]. */
+static inline void cdy_value_set_view(cdy_value *v, int base, const int64_t *strides,
+                                      int64_t off)
+{
+    cdy_value_set_copy(v, base, strides, off);
+    v->op = CDY_OP_VIEW;
+}
+
 /* Make node v an extern node over the tensors args[0..n), computing in cdt. */
 static inline void cdy_value_set_extern(cdy_value *v, const int *args, int n, int cdt)
 {

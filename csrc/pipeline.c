@@ -356,8 +356,8 @@ int cdy_pipeline(cdy_pipe *p, cdy_trace *t, PyObject *const *locals, PyObject *g
     cdy_trace_run(t, p->code, locals, globals, builtins, closure);
     cdy_backward bw = {0};
     if (t->status == CDY_TRACE_OK && t->training && t->grad_enabled) {
-        if (p->backend != CDY_BACKEND_EAGER && cdy_config_flag("fused_attention_training"))
-            cdy_pass_attention_train(t);   /* fused attention, before the backward reads the chain */
+        if (p->backend != CDY_BACKEND_EAGER)
+            cdy_pass_attention_train(t);   /* flash or lean attention, before the backward reads the chain */
         cdy_autograd_build(t, &bw);        /* a stop (NO_DERIVATIVE, ...) runs the frame eagerly */
     }
     if (!pp_compiles(p, t)) {

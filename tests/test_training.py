@@ -5,6 +5,7 @@ torch.autograd.Function (python/cdynamo/_autograd.py).  Losses and gradients equ
 recompile per step; what has no formula runs eagerly with reason NO_DERIVATIVE."""
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -305,12 +306,14 @@ def _heads_attention(scale, heads=2, cross=False):
 
 
 @pytest.mark.parametrize("case", ["scaled", "unscaled", "odd_sizes", "cross", "one_head"])
-def test_attention_chain_trains_as_one_fused_call(case):
-    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask) becomes one call
+def test_attention_chain_trains_as_one_fused_call(case, monkeypatch):
+    """softmax(q @ k^T * c) @ v in a training graph (float32, no mask; a query at least
+    config.attention_flash_min_len long: 0 here) becomes one call
     of torch's flash kernel in the forward (cdynamo._autograd.attention_forward: the
     result and its rows' log-sum-exp, saved; no L x S weights) and one of its backward
     (attention_grads, its gradients heads-major); outputs and gradients are eager's;
     odd sizes, a cross attention of another length, one head."""
+    monkeypatch.setattr(cdynamo.config, "attention_flash_min_len", 0)
     heads, b, t, c, cross = 2, 2, 5, 8, False
     if case == "odd_sizes":
         heads, b, t, c = 3, 3, 7, 9
@@ -333,6 +336,111 @@ def test_attention_chain_trains_as_one_fused_call(case):
     out.backward(go)
     for x, y in zip(a_e, a_c):
         torch.testing.assert_close(y.grad, x.grad, rtol=RTOL, atol=ATOL)
+
+
+def _lean_attention(scale, heads=2, cross=False, mask=False, dtype=torch.float32):
+    """_heads_attention's chain, optionally with an additive float mask (t x s) on the
+    scores, in dtype."""
+    def attn(x, w, y=None):
+        b, t, c = x.shape
+        src = y if cross else x
+        q = (x @ w[:, :c]).view(b, t, heads, c // heads).transpose(1, 2)
+        k, v = (src @ w[:, c:]).split(c, dim=2)
+        k, v = (u.view(b, src.shape[1], heads, c // heads).transpose(1, 2) for u in (k, v))
+        s = q @ k.transpose(-2, -1)
+        if scale is not None:
+            s = s * scale
+        if mask:
+            s = s + torch.ones(t, src.shape[1], dtype=dtype).triu(1) * -1e4
+        return (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+    return attn
+
+
+def _aten_copies(fn, *args):
+    """The aten clones and copies of 4-d tensors in one compiled forward + backward of fn."""
+    f = cdynamo.optimize(fn)
+    f(*_leaves(args)).sum().backward()   # compiled (forward and backward)
+    a = _leaves(args)
+    with torch.profiler.profile(record_shapes=True) as p:
+        f(*a).sum().backward()
+    return [(e.key, e.input_shapes) for e in p.key_averages(group_by_input_shape=True)
+            if e.key == "aten::clone" or (e.key == "aten::copy_" and
+                                          any(len(s) == 4 for s in e.input_shapes))]
+
+
+@pytest.mark.parametrize("case", ["scaled", "unscaled", "odd_sizes", "cross", "one_head",
+                                  "masked", "float64", "short_of_min_len"])
+def test_attention_lean_chain_trains_without_aten_copies(case, monkeypatch):
+    """With config.fused_attention_training off (or the query shorter than
+    config.attention_flash_min_len), hand-written attention in a training graph is the
+    lean unfused chain: q, k and v copied into contiguous heads by the graph's own kernels
+    before the two matmuls (torch's bmm reads them in place), the softmax and its backward
+    the graph's row kernels, the backward's matmuls reading the saved copies and the
+    result's gradient made contiguous once: no aten clone or 4-d copy in a step; outputs
+    and gradients (also for a non-contiguous output gradient) are eager's; masked and
+    float64 chains too (which the flash path does not take)."""
+    if case == "short_of_min_len":
+        monkeypatch.setattr(cdynamo.config, "attention_flash_min_len", 6)
+    else:
+        monkeypatch.setattr(cdynamo.config, "fused_attention_training", False)
+    heads, b, t, c, cross, dt = 2, 2, 5, 8, False, torch.float32
+    if case == "odd_sizes":
+        heads, b, t, c = 3, 3, 7, 9
+    elif case == "one_head":
+        heads = 1
+    elif case == "cross":
+        cross = True
+    elif case == "float64":
+        dt = torch.float64
+    fn = _lean_attention(None if case == "unscaled" else 0.3, heads, cross, case == "masked", dt)
+    w = (torch.randn(c, 3 * c, generator=torch.Generator().manual_seed(4)) * 0.3).to(dt)
+    args = (_x(b, t, c).to(dt).detach().requires_grad_(), w.requires_grad_())
+    args += (_x(b, 11, c, seed=6).to(dt).detach().requires_grad_(),) if cross else ()
+    grads_match(fn, *args)
+    a_e, a_c = _leaves(args), _leaves(args)
+    out_e, out = fn(*a_e), cdynamo.optimize(fn)(*a_c)
+    src = out.grad_fn.tg.source
+    assert "_attention_grads(" not in src and "softmax_backward(" in src, src
+    assert not re.search(r"v\d+(\.transpose\(-1, -2\))?\.contiguous\(\)", src), src   # no operand's
+    assert re.search(r"(g\d+) = \1\.contiguous\(\)", src), src   # the result's gradient, once
+    go = torch.randn(out.shape, dtype=dt).transpose(0, 1).contiguous().transpose(0, 1)
+    out_e.backward(go)
+    out.backward(go)
+    for x, y in zip(a_e, a_c):
+        torch.testing.assert_close(y.grad, x.grad, rtol=RTOL, atol=ATOL)
+    if heads > 1:
+        assert _aten_copies(fn, *args) == []
+
+
+def test_attention_lean_chain_keeps_eager_nan_rows(monkeypatch):
+    """The lean chain is eager's ops: a row of -inf scores (NaN weights) and an infinite
+    input give eager's NaN / inf pattern in outputs and gradients."""
+    monkeypatch.setattr(cdynamo.config, "fused_attention_training", False)
+    fn = _lean_attention(0.3)
+    x = _x(2, 5, 8).detach().clone()
+    x[1, 2, 0] = float("inf")
+    w = (torch.randn(8, 24, generator=torch.Generator().manual_seed(4)) * 0.3)
+    a_e, a_c = _leaves((x.requires_grad_(), w.requires_grad_())), _leaves((x, w))
+    out_e, out = fn(*a_e), cdynamo.optimize(fn)(*a_c)
+    torch.testing.assert_close(out, out_e, rtol=RTOL, atol=ATOL, equal_nan=True)
+    assert out.isnan().any()
+    go = torch.randn(out.shape)
+    out_e.backward(go)
+    out.backward(go)
+    for e, c in zip(a_e, a_c):
+        torch.testing.assert_close(c.grad, e.grad, rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def test_attention_flash_min_len_chooses_by_query_length(monkeypatch):
+    """config.attention_flash_min_len: a query at least that long takes the flash kernels,
+    a shorter one the lean chain (read when the frame compiles)."""
+    fn = _lean_attention(0.3)
+    w = (torch.randn(8, 24, generator=torch.Generator().manual_seed(4)) * 0.3).requires_grad_()
+    for min_len, flash in ((5, True), (6, False)):
+        cdynamo.reset()
+        monkeypatch.setattr(cdynamo.config, "attention_flash_min_len", min_len)
+        src = cdynamo.optimize(fn)(_x(2, 5, 8), w).grad_fn.tg.source
+        assert ("_attention_grads(" in src) == flash, (min_len, src)
 
 
 def test_attention_grads_eager_form_where_flash_would_differ():

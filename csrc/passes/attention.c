@@ -29,6 +29,7 @@
 #include "passes/passes.h"
 
 static PyObject *sdpa_fn, *train_fn, *kw_scale, *kw_mask_scale, *matmul_fns[4];
+static PyObject *contiguous_fn, *transpose_fn, *minus[3];   /* the lean chain's calls; -1, -2 */
 
 /* Resolve the callables once; 0, or -1 (error cleared: no rewrite). */
 static int at_init(void)
@@ -48,6 +49,10 @@ static int at_init(void)
         matmul_fns[1] = PyObject_GetAttrString(tensor, "matmul");
         matmul_fns[2] = PyObject_GetAttrString(tensor, "__matmul__");
         matmul_fns[3] = PyObject_GetAttrString(op, "matmul");
+        contiguous_fn = PyObject_GetAttrString(tensor, "contiguous");
+        transpose_fn = PyObject_GetAttrString(tensor, "transpose");
+        minus[1] = PyLong_FromLong(-1);
+        minus[2] = PyLong_FromLong(-2);
         kw_scale = Py_BuildValue("(s)", "scale");
         kw_mask_scale = Py_BuildValue("(ss)", "attn_mask", "scale");
     }
@@ -56,7 +61,7 @@ static int at_init(void)
     Py_XDECREF(op);
     Py_XDECREF(tensor);
     int ok = sd && train_fn && matmul_fns[0] && matmul_fns[1] && matmul_fns[2] && matmul_fns[3] &&
-             kw_scale && kw_mask_scale;
+             kw_scale && kw_mask_scale && contiguous_fn && transpose_fn && minus[1] && minus[2];
     if (!ok) {
         Py_XDECREF(sd);
         PyErr_Clear();
@@ -389,11 +394,182 @@ static int at_rewrite_train(at_ctx *a, const at_match *m)
     return 0;
 }
 
+/* config.attention_flash_min_len when config.fused_attention_training is
+ * on (an int >= 0), else -1: no flash kernels. */
+static long at_flash_min_len(void)
+{
+    if (!cdy_config_flag("fused_attention_training"))
+        return -1;
+    PyObject *v = cdy_config_get("attention_flash_min_len");
+    long n = v && PyLong_Check(v) ? PyLong_AsLong(v) : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return n < 0 ? 0 : n;
+}
+
+/* ---- the lean unfused chain (training, short sequences) -------------------- */
+
+/* 1 if torch.matmul reads stack meta m in place: its batch dims (those
+ * before the last two) merge into one and its matrices are row- or
+ * column-major; 0: ATen would copy it first (attention's head views of the
+ * qkv projection: batch and head strides apart). */
+static int at_bmm_ready(const cdy_meta *m)
+{
+    int n = m->ndim;
+    if (n < 3)
+        return 1;
+    if (m->strides[n - 1] != 1 && m->strides[n - 2] != 1)
+        return 0;
+    int64_t inner = -1;      /* the stride the next batch dim out must have */
+    for (int d = n - 3; d >= 0; d--) {
+        if (m->sizes[d] == 1)
+            continue;
+        if (inner >= 0 && m->strides[d] != inner)
+            return 0;
+        inner = m->strides[d] * m->sizes[d];
+    }
+    return 1;
+}
+
+/* Make new value c a contiguous copy of value x (VIEW_COPY: read through
+ * x's base when x is a view), its node numbered like `like`'s source line. */
+static void at_set_copy(cdy_graph *g, int c, int x, int like)
+{
+    const cdy_value *xv = &g->values[x];
+    cdy_value *cv = &g->values[c];
+    int alias = cdy_value_is_alias(xv);
+    cv->kind = CDY_VAL_NODE;
+    cv->meta = xv->meta;
+    int64_t st = 1;
+    for (int d = cv->meta.ndim - 1; d >= 0; d--) {   /* torch.empty's strides */
+        cv->meta.strides[d] = st;
+        st *= cv->meta.sizes[d] > 1 ? cv->meta.sizes[d] : 1;
+    }
+    cv->nargs = 1;
+    cv->args[0] = x;
+    cv->compute_dtype = xv->meta.dtype;
+    cv->source_line = g->values[like].source_line;
+    cv->source_code = g->values[like].source_code;
+    cdy_value_set_copy(cv, alias ? xv->view_base : x, alias ? xv->view_strides : xv->meta.strides,
+                       alias ? xv->view_offset : 0);
+}
+
+/* Make new value t the view kc.transpose(-2, -1) of contiguous copy kc. */
+static void at_set_transpose(cdy_graph *g, int t, int kc)
+{
+    cdy_value *tv = &g->values[t];
+    *tv = g->values[kc];
+    int n = tv->meta.ndim;
+    int64_t sz = tv->meta.sizes[n - 1], st = tv->meta.strides[n - 1];
+    tv->meta.sizes[n - 1] = tv->meta.sizes[n - 2];
+    tv->meta.strides[n - 1] = tv->meta.strides[n - 2];
+    tv->meta.sizes[n - 2] = sz;
+    tv->meta.strides[n - 2] = st;
+    tv->args[0] = kc;
+    cdy_value_set_view(tv, kc, tv->meta.strides, 0);
+}
+
+/* Fill new call p (at_lean's) as value v := fn(x[, -2, -1]) (transpose:
+ * the last two dims swapped); 0, or -1 (no memory). */
+static int at_set_call(cdy_trace *t, cdy_pynode *p, int v, PyObject *fn, int x)
+{
+    int n = fn == transpose_fn ? 3 : 1;
+    int *ref = cdy_arena_alloc(&t->arena, sizeof(int) * 3);
+    PyObject **cst = cdy_arena_alloc(&t->arena, sizeof(PyObject *) * 3);
+    cdy_pyseq *seq = cdy_arena_alloc(&t->arena, sizeof(cdy_pyseq) * 3);
+    if (!ref || !cst || !seq)
+        return -1;
+    memset(seq, 0, sizeof(cdy_pyseq) * 3);
+    memcpy(ref, (int[]){x, -1, -1}, sizeof(int) * 3);
+    cst[0] = NULL;
+    cst[1] = minus[2];
+    cst[2] = minus[1];
+    *p = (cdy_pynode){.fn = fn, .nargs = n, .ref = ref, .cst = cst, .seq = seq,
+                      .value = v, .item = -1};
+    return 0;
+}
+
+/* Point tensor argument `slot` of matmul value mm (node and call) at value x. */
+static void at_retarget(at_ctx *a, int mm, int slot, int x)
+{
+    a->t->graph.values[mm].args[slot] = x;
+    a->t->pynodes[a->pynode_of[mm]].ref[slot] = x;
+}
+
+/* The lean chain for matched m in a training graph (what torch.compile's
+ * CPU code does at short sequences): q, k and v copied by the graph's own
+ * copy kernels into contiguous heads (B, H, L, E) before the two matmuls,
+ * k's copy read transposed, so that torch.matmul calls bmm on them with no
+ * ATen copy, and the backward's matmuls read the saved copies in place
+ * (trace/autograd.c: the result's gradient made contiguous once).  The
+ * softmax and its backward stay the graph's row kernels.  Only operands that
+ * torch would copy are copied; 0, or -1 (nothing changed: no room). */
+static int at_lean(at_ctx *a, at_match *m)
+{
+    cdy_graph *g = &a->t->graph;
+    int cq = !at_bmm_ready(&g->values[m->q].meta), cv = !at_bmm_ready(&g->values[m->v].meta);
+    int ck = !at_bmm_ready(&g->values[m->kt].meta);
+    int n = cq + cv + 2 * ck, at = m->a;
+    if (!n)
+        return 0;
+    int pn = a->pynode_of[at];
+    int *po = PyMem_Calloc((size_t)g->nvalues + (size_t)n + 1, sizeof(int));
+    if (!po || cdy_trace_insert_pynodes(a->t, pn, n)) {
+        PyMem_Free(po);
+        return -1;
+    }
+    if (cdy_trace_insert_values(a->t, at, n)) {
+        memmove(&a->t->pynodes[pn], &a->t->pynodes[pn + n],
+                sizeof(cdy_pynode) * (size_t)(a->t->npynodes - pn - n));
+        a->t->npynodes -= n;
+        PyMem_Free(po);
+        return -1;
+    }
+    /* the copies first, side by side (one kernel of the scheduler's), then k's view */
+    int mm_a = m->a + n, mm_y = m->y + n, err = 0;
+    int vq = cq ? at : -1, vk = ck ? at + cq : -1, vv = cv ? at + cq + ck : -1;
+    int vt = ck ? at + n - 1 : -1;
+    cdy_pynode *calls = &a->t->pynodes[pn];
+    int src[3] = {m->q, m->k, m->v}, dst[3] = {vq, vk, vv};
+    for (int i = 0; i < 3; i++)
+        if (dst[i] >= 0) {
+            at_set_copy(g, dst[i], src[i], mm_a);
+            err |= at_set_call(a->t, calls++, dst[i], contiguous_fn, src[i]);
+        }
+    if (ck) {
+        at_set_transpose(g, vt, vk);
+        err |= at_set_call(a->t, calls++, vt, transpose_fn, vk);
+    }
+    PyMem_Free(a->pynode_of);
+    a->pynode_of = po;
+    cdy_trace_pynode_of(a->t, a->pynode_of);
+    if (cq)
+        at_retarget(a, mm_a, 0, vq);
+    if (ck)
+        at_retarget(a, mm_a, 1, vt);
+    if (cv)
+        at_retarget(a, mm_y, 1, vv);
+    return err ? -1 : 1;
+}
+
+/* 1 if matched m takes torch's flash kernels in a training graph: trainable,
+ * config.fused_attention_training on, and m's query length at least
+ * config.attention_flash_min_len (below it the lean chain: its L x S scores
+ * are small, and bmm's calls cheaper than the flash kernels' at many
+ * threads). */
+static int at_use_flash(const cdy_trace *t, const at_match *m, long min_len)
+{
+    return at_trainable(t, m) && min_len >= 0 &&
+           t->graph.values[m->q].meta.sizes[2] >= min_len;
+}
+
 /* ---- hand-written attention ------------------------------------------------ */
 
 /* Rewrite every hand-written attention in t (see the top of this file), or
- * in a training graph's forward (train: no mask, float32 only, the chain's
- * gradient then sdpa_backward's, trace/autograd.c); the number rewritten.
+ * in a training graph's forward (train: the flash call where at_use_flash,
+ * its gradient then attention_grads', trace/autograd.c; else the lean chain,
+ * at_lean, where an earlier chain ends before this one starts); the number
+ * rewritten.
  * Never fails: a trace it cannot handle stays as is. */
 static int at_pass(cdy_trace *t, int train)
 {
@@ -407,13 +583,18 @@ static int at_pass(cdy_trace *t, int train)
     cdy_trace_pynode_of(t, a.pynode_of);
     cdy_trace_users(t, a.users);
     int n = 0;
+    long min_len = train ? at_flash_min_len() : 0;
     at_match *ms = PyMem_Calloc((size_t)t->graph.nvalues + 1, sizeof(at_match));
     for (int v = 0; ms && v < t->graph.nvalues; v++)
-        if (at_match_at(&a, v, &ms[n]) && (!train || at_trainable(t, &ms[n])))
+        if (at_match_at(&a, v, &ms[n]))
             n++;
-    while (n-- > 0)   /* the last first: a training rewrite moves the values after y */
-        if ((train ? at_rewrite_train(&a, &ms[n]) : at_rewrite(&a, &ms[n])) == 0)
-            done++;
+    for (int i = n - 1; i >= 0; i--) {   /* the last first: a rewrite moves the values after it */
+        int r = !train                               ? at_rewrite(&a, &ms[i])
+                : at_use_flash(t, &ms[i], min_len)   ? at_rewrite_train(&a, &ms[i])
+                : i == 0 || ms[i - 1].y < ms[i].a    ? at_lean(&a, &ms[i]) - 1
+                                                     : -1;
+        done += r == 0;
+    }
     PyMem_Free(ms);
 out:
     PyMem_Free(a.pynode_of);

@@ -26,7 +26,9 @@ int cdy_pass_channels_last(cdy_trace *t);
  * call of the fused attention (attention.c). */
 int cdy_pass_attention(cdy_trace *t);
 /* The same in a training graph's forward, before its backward is built:
- * unmasked float32 chains only (attention.c). */
+ * unmasked float32 chains whose query is at least attention_flash_min_len
+ * long, with fused_attention_training on; every other chain the lean one
+ * (q, k, v copied into contiguous heads before its matmuls) (attention.c). */
 int cdy_pass_attention_train(cdy_trace *t);
 /* relu read only by a PackedLinear's result -> applied by the PackedLinear
  * (linear.c). */

@@ -972,6 +972,15 @@ static void ag_mm_operand(ag_state *s, int a, char *e, size_t n)
         snprintf(e, n, "v%d.transpose(-1, -2).contiguous().transpose(-1, -2)", a);
 }
 
+/* Stack v's gradient (read by both of its matmul's gradients) made
+ * contiguous once, where it arrives permuted (attention's p @ v: the
+ * gradient of y.transpose(1, 2)'s copy), so that neither matmul copies it
+ * through ATen; contiguous() of a contiguous gradient is that gradient. */
+static void ag_mm_grad_ready(ag_state *s, int v)
+{
+    cdy_buf_printf(&s->body, "    g%d = g%d.contiguous()\n", v, v);
+}
+
 /* 1 if operand a's matrices are column-major (its last dim strided, the one
  * before it unit: k.transpose(-2, -1) of attention, w.t()). */
 static int ag_col_major(const ag_state *s, int a)
@@ -991,6 +1000,8 @@ static int ag_col_major(const ag_state *s, int a)
 static void ag_matmul(ag_state *s, int v, const int *r)
 {
     char e[192], o[96];
+    if (s->g->values[v].meta.ndim >= 4 && s->needs[r[0]] && s->needs[r[1]])
+        ag_mm_grad_ready(s, v);
     if (s->needs[r[0]]) {
         ag_mm_operand(s, r[1], o, sizeof(o));
         if (ag_col_major(s, r[0]))

@@ -48,6 +48,14 @@ compile_backward = True
 #: False: the matmuls and the softmax as written, differentiated one by one
 fused_attention_training = True
 
+#: with fused_attention_training on, the flash kernels serve attention whose query length
+#: is at least this; shorter sequences take the lean unfused chain (q, k and v copied into
+#: contiguous heads by the graph's kernels, torch's bmm, the softmax row kernels), as do
+#: all with fused_attention_training off; 0: flash whenever it applies.  128: at 1 thread
+#: the two tie at 64 tokens and flash leads by ~3% from 128 (host, CPU time); at many
+#: threads short sequences favour bmm (torch.compile's choice; tools/train_attention_ab.py)
+attention_flash_min_len = 128
+
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
 #: repro.py under <debug_dir>/run_<date>-pid_<pid>/<function>_<n>/
 debug = os.environ.get("CDYNAMO_DEBUG", "") not in ("", "0")
@@ -135,6 +143,7 @@ _CHECKS = {
     "pack_linear_weights": _pack,
     "compile_backward": _flag,
     "fused_attention_training": _flag,
+    "attention_flash_min_len": _count,
     "debug": _flag,
     "debug_dir": lambda n, v: _path(n, v, True),
     "standby_compiler": _flag,
