@@ -52,8 +52,9 @@ fused_attention_training = True
 #: is at least this; shorter sequences take the lean unfused chain (q, k and v copied into
 #: contiguous heads by the graph's kernels, torch's bmm, the softmax row kernels), as do
 #: all with fused_attention_training off; 0: flash whenever it applies.  128: at 1 thread
-#: the two tie at 64 tokens and flash leads by ~3% from 128 (host, CPU time); at many
-#: threads short sequences favour bmm (torch.compile's choice; tools/train_attention_ab.py)
+#: the two tie at 64 tokens and flash leads by ~3% from 128 (host, CPU time); at 16 threads
+#: (device, the stack's step, tools/train_attention_ab.py) they tie within 2% at 32, 64, 128
+#: and 512 tokens, the lean chain 6% ahead at 256 (docs/bench/device-2026-11-30-stop50)
 attention_flash_min_len = 128
 
 #: CDYNAMO_DEBUG=1: write each compile's graph, IR, C code, guards, bytecode and a
