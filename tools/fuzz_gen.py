@@ -844,6 +844,10 @@ def op_inplace(b, x, meta_ok=True):
           f"{x}.zero_()", f"{x}.copy_({y})", f"{x}.relu_()", f"{x}.neg_()", f"{x}.abs_()",
           f"{x}.masked_fill_({x} > 0, {s})", f"{x}.exp_()", f"{x}.floor_()", f"{x}[...] = {s}",
           f"{x}.mul_({y})", f"{x}.sigmoid_()", f"{x}.pow_(2)",
+          # aten overloads that write their input (the tracer must not take them for
+          # their functional forms: the write was dropped, fz50's report)
+          f"torch.ops.aten.add_.Tensor({x}, {y})", f"torch.ops.aten.mul_.Scalar({x}, {s})",
+          f"torch.ops.aten.clamp_min_.default({x}, 0)",
           # out= arguments: into x itself (a resize when y's broadcast shape differs: the
           # trace stops, MUT_SHAPE), or into a fresh tensor of the result's shape.  Not into
           # a fresh torch.empty(0): a tensor a graph makes comes from the output pool, whose
