@@ -483,3 +483,55 @@ def test_oracle_allows_another_order_of_an_ill_conditioned_float_sum(monkeypatch
         monkeypatch.setattr(cdynamo, "optimize", lambda f, w=wrong: w)
         st, detail = fuzz.check_program(well, {"family": "reductions"})
         assert st == "wrong" and detail.startswith("values"), detail
+
+
+_SELECT_ON_NOISE = fuzz_gen.PRELUDE + '''
+
+def make_inputs():
+    g = torch.Generator().manual_seed(578262147)
+    a0 = _fill(g, torch.float32, (1, 4)).expand(5, 4).requires_grad_()
+    a1 = _fill(g, torch.float32, (3,)).requires_grad_()
+    return [a0, a1]
+
+
+def f(a0, a1):
+    t0 = F.layer_norm(a0, (4,))
+    t2 = (t0 - t0 * 0.5).sum()
+    return torch.where(t2 > 0, t0, t2), a1 * 3
+'''
+
+
+def test_oracle_grads_of_a_selection_on_a_cancelled_sum(monkeypatch):
+    """A where chosen by the sign of a sum that cancels to rounding noise (eager -5e-7,
+    within the (n - 1) * u * sum(|x|) bound of any summation order) may go either way:
+    the forward is accepted through _SumOrder, and so are the gradients of the other
+    branch, from backwards through the same sum orders' runs (gbw's finding,
+    tests/fuzz_regressions/case_train_wrong_890503650f.py).  Not a blanket allowance:
+    the gradient of an input the selection does not reach is still compared exactly,
+    and the other branch's gradients under eager's own forward value are wrong."""
+    meta = {"family": "train", "train": True}
+
+    def other_order(f, a1_grad=0.0):
+        def run(a0, a1):
+            t0 = F.layer_norm(a0, (4,))
+            t2 = (t0 - t0 * 0.5).sum() + 1e-6       # summed in another order: > 0
+            a1w = a1 * a1_grad
+            return torch.where(t2 > 0, t0, t2), a1 * 3 + (a1w - a1w.detach())
+        return run
+    import torch.nn.functional as F
+    monkeypatch.setattr(cdynamo, "optimize", other_order)
+    assert fuzz.check_program(_SELECT_ON_NOISE, meta)[0] == "fallback"     # not compiled
+    # a1's gradient off by 1e-3: the sum orders do not move it
+    monkeypatch.setattr(cdynamo, "optimize", lambda f: other_order(f, a1_grad=1e-3))
+    st, detail = fuzz.check_program(_SELECT_ON_NOISE, meta)
+    assert st == "wrong" and "grad of input 1" in detail, detail
+
+    def grads_only(f):       # eager's forward value, the other branch's gradients
+        def run(a0, a1):
+            e = f(a0, a1)
+            alt = F.layer_norm(a0, (4,))
+            return (e[0].detach() + (alt - alt.detach()),) + tuple(e[1:])
+        return run
+    monkeypatch.setattr(cdynamo, "optimize", grads_only)
+    st, detail = fuzz.check_program(_SELECT_ON_NOISE, meta)
+    assert st == "wrong" and "grad of input 0" in detail, detail

@@ -143,6 +143,44 @@ def test_mutating_custom_op_breaks_and_stays_correct():
     assert "LIBOP_MUTATES" in codes()
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_aten_overload_that_writes_its_input_breaks(grad):
+    """An aten overload that writes an input (torch.ops.aten.mul_.Tensor, normal_.default,
+    add.out) stops the trace (LIBOP_MUTATES) and runs eagerly: taken for its functional
+    form the write was dropped (mul_ gave x * 1; normal_'s gradient passed through as 1,
+    fuzz finding random_wrong_efd21c41c8).  Functional overloads still compile."""
+    def mul(a):
+        t = a * 1
+        torch.ops.aten.mul_.Tensor(t, 3)
+        return t + 1
+
+    def draw(a):
+        t = a * 1
+        torch.ops.aten.normal_.default(t)
+        return t * 2
+
+    def into(a):
+        o = torch.zeros(3)
+        torch.ops.aten.add.out(a.detach(), 1, out=o)
+        return o * 2
+
+    for fn in (mul, draw, into):
+        cdynamo.reset()
+        res = []
+        for run in (fn, cdynamo.optimize(fn)):
+            a = torch.ones(3, requires_grad=grad)
+            torch.manual_seed(5)
+            out = run(a)
+            if grad and out.requires_grad:
+                out.backward(torch.ones(3))
+            res.append((out.detach(), a.grad))
+        torch.testing.assert_close(res[1], res[0])
+        assert "LIBOP_MUTATES" in codes() or cdynamo.stats()["frames_compiled"] == 0, fn
+    cdynamo.reset()
+    assert calls_per_run(lambda x: torch.ops.aten.mul.Tensor(x, 3) + 1, torch.ones(3)) == [0, 0, 0]
+    assert cdynamo.stats()["frames_compiled"] == 1 and not codes()
+
+
 def test_aliasing_library_op_breaks_and_stays_correct():
     def f(x):
         return torch.ops.cdytest.first_rows(x * 2) + 1

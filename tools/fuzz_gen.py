@@ -844,6 +844,10 @@ def op_inplace(b, x, meta_ok=True):
           f"{x}.zero_()", f"{x}.copy_({y})", f"{x}.relu_()", f"{x}.neg_()", f"{x}.abs_()",
           f"{x}.masked_fill_({x} > 0, {s})", f"{x}.exp_()", f"{x}.floor_()", f"{x}[...] = {s}",
           f"{x}.mul_({y})", f"{x}.sigmoid_()", f"{x}.pow_(2)",
+          # aten overloads that write their input (the tracer must not take them for
+          # their functional forms: the write was dropped, fz50's report)
+          f"torch.ops.aten.add_.Tensor({x}, {y})", f"torch.ops.aten.mul_.Scalar({x}, {s})",
+          f"torch.ops.aten.clamp_min_.default({x}, 0)",
           # out= arguments: into x itself (a resize when y's broadcast shape differs: the
           # trace stops, MUT_SHAPE), or into a fresh tensor of the result's shape.  Not into
           # a fresh torch.empty(0): a tensor a graph makes comes from the output pool, whose
@@ -1366,6 +1370,55 @@ def op_random(b, x):
     return r.choice(ch)
 
 
+def _fresh(b, y):
+    """A tensor the program makes (of y's shape and dtype, or float32): a name, or None."""
+    r = b.rng
+    v = b.val(y)
+    sh = tuple(v.shape)
+    dt = _dtname(v.dtype) if r.random() < 0.7 else "float32"
+    return b.emit(r.choice([f"torch.empty({sh!r}, dtype=torch.{dt})", f"torch.zeros_like({y})",
+                            f"torch.empty({sh!r}).uniform_()", f"torch.zeros({sh!r}).normal_(0, 2)",
+                            f"torch.empty_like({y})", f"{y}.clone()", f"{y} * 1",
+                            f"torch.ones({sh!r}, dtype=torch.{dt})",
+                            f"{y}.detach().clone()", f"{y}.new_zeros({sh!r})"]))
+
+
+def op_inplace_draw(b, y):
+    """An in-place draw on a tensor the program owns: a fresh one (made from y's shape
+    and dtype), or a view of one (eager drops views a draw cannot write: expanded
+    ones).  The draw's result is used (as returned, or the fresh tensor or view after
+    it), so the numbers drawn reach an output."""
+    r = b.rng
+    mark = len(b.body)
+    t = _fresh(b, y)
+    if t is None:
+        return
+    if r.random() < 0.4:
+        t = b.emit(op_view(b, t)) or t
+    fl = b.val(t).is_floating_point()
+    p = r.choice(["0.5", "0.2", "0.0", "1.0"])
+    ints = [f"{t}.random_()", f"{t}.random_(0, 4)", f"{t}.random_(7)",
+            f"torch.ops.aten.random_.from_({t}, 0, 5)"]
+    floats = [f"{t}.uniform_()", f"{t}.uniform_(-2, 3)", f"{t}.normal_()", f"{t}.normal_(1.0, 0.5)",
+              f"{t}.bernoulli_({p})", f"{t}.bernoulli_(torch.full_like({t}, {p}))",
+              f"{t}.exponential_()", f"{t}.exponential_(2.0)", f"{t}.geometric_({p if p != '0.0' else '0.3'})",
+              f"{t}.cauchy_()", f"{t}.log_normal_()", f"{t}.random_(0, 4)",
+              f"torch.nn.init.uniform_({t})", f"torch.nn.init.normal_({t}, std=0.02)",
+              f"torch.ops.aten.uniform_.default({t}, 0.0, 1.0)",
+              f"torch.ops.aten.normal_.default({t})"]
+    if fl and b.val(t).dim() >= 2 and b.val(t).numel():
+        floats += [f"torch.nn.init.kaiming_uniform_({t})", f"torch.nn.init.xavier_normal_({t})"]
+    draw = r.choice(floats if fl else ints)
+    if r.random() < 0.5:
+        ok = b.emit(draw) is not None             # tN = t.uniform_(): t itself
+    else:
+        ok = b.emit_stmt(draw)
+        ok and b.emit(r.choice([f"{t} * 2", f"{t} + 1", f"{t}.sum()", f"{t}.clone()"]))
+    if not ok:       # eager refused the draw: no fresh tensor left unwritten (torch.empty's)
+        del b.body[mark:]
+        b.replay()
+
+
 def gen_random(b):
     """Draws among kernels, under a seed set before each call (state "seed"): eager and
     cdynamo must draw the same numbers and leave the generator alike, also when the
@@ -1380,8 +1433,12 @@ def gen_random(b):
     for _ in range(r.randint(1, 5)):
         y = b.pick()
         k = r.random()
-        if k < 0.55:
+        if k < 0.4:
             b.emit(op_random(b, y))
+        elif k < 0.55:
+            op_inplace_draw(b, y)
+        elif k < 0.58:       # reseeded inside f: the draws after it start over
+            b.emit_stmt(f"torch.manual_seed({r.randrange(100)})")
         elif k < 0.65:
             b.emit(f"{y}.sum().item() * {y}" if r.random() < 0.5 else f"{y} * 2")
         else:

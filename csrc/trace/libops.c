@@ -140,8 +140,26 @@ static int stop_schema(tracer *tr, int alias, const char *what, PyObject *s)
     return r;
 }
 
-/* See trace.h: 0 when fn is not a library op outside aten or is one that is
- * opaque, -1 (stopped: LIBOP_MUTATES / LIBOP_ALIAS) otherwise. */
+/* 1 if every schema of list l mutates an input (is_mutable; unreadable counts
+ * as mutating), else 0. */
+static int all_mutate(PyObject *l)
+{
+    int all = 1;
+    for (Py_ssize_t i = 0; all && i < PyList_GET_SIZE(l); i++) {
+        PyObject *m = PyObject_GetAttrString(PyList_GET_ITEM(l, i), "is_mutable");
+        all = m ? PyObject_IsTrue(m) != 0 : 1;
+        Py_XDECREF(m);
+    }
+    PyErr_Clear();
+    return all;
+}
+
+/* See trace.h: 0 when fn is not a library op or is one that is opaque (outside
+ * aten / prims) or functional (aten / prims), -1 (stopped: LIBOP_MUTATES /
+ * LIBOP_ALIAS) otherwise.  An aten overload that writes an input
+ * (torch.ops.aten.mul_.Tensor, normal_.default, add.out) stops too: the
+ * tracer would take it for its functional form and drop the write (a packet
+ * stops when every overload writes: aten.mul_, not aten.add with its .out). */
 int cdy_libop_check(tracer *tr, PyObject *fn, const char *what)
 {
     PyObject *l = op_schemas(fn);
@@ -150,8 +168,11 @@ int cdy_libop_check(tracer *tr, PyObject *fn, const char *what)
     int r = 0;
     for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(l); i++) {
         PyObject *s = PyList_GET_ITEM(l, i);
-        if (builtin_schema(s))
+        if (builtin_schema(s)) {
+            if (all_mutate(l))
+                r = stop_schema(tr, 0, what, s);
             break;
+        }
         PyObject *m = PyObject_GetAttrString(s, "is_mutable");
         int mut = m ? PyObject_IsTrue(m) : -1;
         Py_XDECREF(m);

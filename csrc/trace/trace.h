@@ -360,7 +360,8 @@ int cdy_libops_init(void);
  * (CustomOpDef) of a namespace other than aten / prims; else 0. */
 int cdy_libop_is(PyObject *fn);
 /* 0 when fn is not such an op, or is one whose schema neither mutates an
- * input nor returns an alias; else -1, stopped (LIBOP_MUTATES / LIBOP_ALIAS). */
+ * input nor returns an alias, or an aten / prims op that writes no input;
+ * else -1, stopped (LIBOP_MUTATES / LIBOP_ALIAS). */
 int cdy_libop_check(tracer *tr, PyObject *fn, const char *what);
 
 /* ---- calls.c ---- */
