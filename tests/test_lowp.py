@@ -167,6 +167,25 @@ def test_scalars_compute_in_float32_as_eager(dtype):
 
 
 @pytest.mark.parametrize("dtype", LOWP)
+@pytest.mark.parametrize("sdt", [torch.float32, torch.float64, torch.int64])
+def test_zero_dim_tensor_divisor_and_factor_read_unrounded(sdt, dtype):
+    # eager's reduced-float mul / div kernels (true, trunc, floor; floor_divide) read a 0-dim
+    # tensor second operand at its original value in float32 (3.0043 stays 3.0043, 257 stays
+    # 257), where other ops and a first operand round it to the dtype: -3 / 3.0043 truncates
+    # to -0.0 in eager, to -1 if the divisor were rounded to bfloat16's 3.0 (fz50's finding)
+    x = (make((256,), dtype, scale=10.0) * 4).to(dtype)
+    x[:2] = torch.tensor([-3.0, -3.96875])
+    s = torch.tensor(257 if sdt == torch.int64 else 3.0042927265167236, dtype=sdt)
+    fns = [lambda t, c: t * c, lambda t, c: t / c, lambda t, c: c * t, lambda t, c: t + c,
+           lambda t, c: torch.div(t, c, rounding_mode="trunc"),
+           lambda t, c: torch.div(t, c, rounding_mode="floor"),
+           lambda t, c: torch.floor_divide(t, c), lambda t, c: (t * c).exp() / c]
+    for fn in fns:
+        cdynamo.reset()
+        check(fn, x, s)
+
+
+@pytest.mark.parametrize("dtype", LOWP)
 def test_mixed_dtypes_promote_as_eager(dtype):
     a, f = make((8, 16), dtype), make((8, 16), torch.float32, 1)
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16

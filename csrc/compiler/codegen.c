@@ -794,13 +794,18 @@ static int cg_compute_dtype(cg_ctx *c, const cdy_value *val)
  * in bfloat16 / float16 an integer or float32 tensor rounds to it first; a
  * Python number reaches the float32 (opmath) math unrounded in mul / div and
  * the ops' parameters, rounded to the dtype in the CDY_OPF_LOWP_NUMBER ops (add,
- * sub, pow, remainder, fmod) and comparisons (checked against torch 2.13's kernels). */
+ * sub, pow, remainder, fmod) and comparisons (checked against torch 2.13's kernels).
+ * A 0-dim tensor as arg 1 of mul / div / div's rounding modes is read unrounded
+ * too (CDY_OPF_OPMATH_SCALAR1: their reduced-float kernels take the scalar
+ * operand's original value, BinaryOpsKernel.cpp); as arg 0 it rounds. */
 static int cg_lowp_arg_dtype(cg_ctx *c, const cdy_value *val, int a, int ldt)
 {
     if (!cdy_dtype_lowp(ldt))
         return ldt;
-    if (c->g->values[val->args[a]].kind != CDY_VAL_SCALAR)
-        return ldt;
+    const cdy_value *av = &c->g->values[val->args[a]];
+    if (av->kind != CDY_VAL_SCALAR)
+        return a == 1 && av->meta.ndim == 0 && cdy_op_has(val->op, CDY_OPF_OPMATH_SCALAR1)
+                   ? CDY_DT_FLOAT32 : ldt;
     if (cdy_op_has(val->op, CDY_OPF_LOWP_NUMBER) || cdy_op_table[val->op].kind == 'C')
         return ldt;
     return CDY_DT_FLOAT32;

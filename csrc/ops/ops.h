@@ -47,6 +47,9 @@ enum {
                                          * by name) rather than save it (trace/autograd.c) */
     CDY_OPF_SYM_GRAD2 = 1 << 22,        /* SYM_NORMED row op whose arg 2 is a gradient of arg
                                          * 0's sizes, not a bias of the normalized sizes */
+    CDY_OPF_OPMATH_SCALAR1 = 1 << 23,   /* a bfloat16 / float16 kernel reads a 0-dim tensor
+                                         * arg 1 at float32 precision, unrounded, as eager's
+                                         * mul / div kernels do (original_scalar_value) */
 };
 
 typedef enum {
