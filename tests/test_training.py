@@ -1835,3 +1835,21 @@ def test_floor_divide_backward_raises_as_eager_and_div_floor_gives_zeros():
     torch.testing.assert_close(a2.grad, a.grad)
     st = cdynamo.stats()
     assert (st["frames_compiled"], st["graph_breaks"]) == (2, 0), st   # forward and backward
+
+
+def test_matmul_gradient_of_a_stack_of_one_keeps_negative_zero():
+    """(1, 1, 6) @ w: the weight's gradient is one product per element (eager folds the
+    stack into one mm), so a -0.0 there stays -0.0; a sum over the size-1 batch dim made
+    it 0.0 (fuzz train_wrong_0633c42165: linear -> gelu -> cumsum -> matmul)."""
+    t2 = torch.tensor([[[0.0, 0.0, 0.0, 16.9, 22.6, 22.6]]])
+    c = torch.tensor([-2.0, 1.0, 3.0, -1.0])
+    loss = lambda t, w: ((t @ w) * c).sum()  # noqa: E731
+    grads = []
+    for fn in (loss, cdynamo.optimize(loss), cdynamo.optimize(loss)):
+        w = torch.linspace(-1, 1, 24).reshape(6, 4).requires_grad_()
+        fn(t2, w).backward()
+        grads.append(w.grad)
+    assert torch.signbit(grads[0][0, 0]) and not torch.signbit(grads[0][0, 1])
+    for g in grads[1:]:
+        assert torch.equal(torch.signbit(g), torch.signbit(grads[0])), g
+        torch.testing.assert_close(g, grads[0])
