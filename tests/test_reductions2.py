@@ -618,3 +618,67 @@ def test_column_sums_row_split(shape, dtype):
             torch.testing.assert_close(got, y.sum(0), equal_nan=True, **tol)
     finally:
         torch.set_num_threads(n)
+
+
+def _stores_producer():
+    """1 if the last compile's IR has a reduction that computes and stores its input's producer."""
+    return "computed here and stored as it is summed" in (cdynamo._support.compiles[-1]["ir_post"] or "")
+
+
+@pytest.mark.parametrize("threads", [1, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(256, 512), (4, 37, 203), (3, 5, 7)])
+def test_column_sum_stores_its_producer(shape, dtype, threads, monkeypatch):
+    """A column sum whose input is a realized pointwise value (also returned), read
+    directly or through a contiguous reshape merging its leading dims (a linear's bias
+    gradient), computes and stores that value in its own pass: one kernel, results as
+    eager's.  It does so where each element is visited once on the thread summing its row:
+    one thread, or the row split (float32 at 16 threads; float64 keeps the column split
+    and a separate producer kernel)."""
+    monkeypatch.setattr(cdynamo.config, "num_threads", threads)
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(*shape, generator=g).to(dtype)
+    b = torch.randn(*shape, generator=g).to(dtype)
+    rows = math.prod(shape[:-1])
+    split = threads > 1 and dtype == torch.float32 and rows >= 64 and rows * shape[-1] >= 32768
+    fused = threads == 1 or split or rows * shape[-1] < 32768
+    fns = [lambda x, y: (lambda p: (p, p.sum(tuple(range(p.dim() - 1)))))(torch.sin(x) * y),
+           lambda x, y: (lambda p: (p, p.reshape(-1, p.shape[-1]).sum(0, keepdim=True)))(torch.sin(x) * y + 1),
+           lambda x, y: (lambda p: (p.reshape(-1, p.shape[-1]).mean(0), p * 2))(x * y - x)]
+    for fn in fns:
+        cdynamo.reset()
+        got = cdynamo.optimize(fn, dynamic=False)(a, b)
+        for u, w in zip(got, fn(a, b)):
+            torch.testing.assert_close(u, w, rtol=1e-5, atol=1e-5)
+        assert _stores_producer() == fused, cdynamo._support.compiles[-1]["ir_post"]
+        n = 2 + (fn is fns[2])          # the sum's kernel, p * 2's; the producer's when apart
+        assert kernels() == n - fused, source()
+
+
+@pytest.mark.parametrize("case", ["read_before", "view_read_before", "strided_view",
+                                  "non_contiguous", "amax", "int"])
+def test_column_sum_keeps_its_producer_apart(case, monkeypatch):
+    """The producer keeps its own kernel where the sum may not store it: another node reads
+    it (or a view of it) before the sum, the sum reads a view that is not a contiguous
+    reshape, the producer is not contiguous, a reduction other than sum / mean, an integer
+    producer.  Results as eager's either way."""
+    monkeypatch.setattr(cdynamo.config, "num_threads", 1)
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(8, 16, 32, generator=g), torch.randn(8, 16, 32, generator=g)
+    if case == "read_before":
+        fn = lambda x, y: (lambda p: (p, (p + 1).exp(), p.reshape(-1, 32).sum(0)))(x * y)
+    elif case == "view_read_before":
+        fn = lambda x, y: (lambda p: (p, p[:, 1:].sum(), p.reshape(-1, 32).sum(0)))(x * y)
+    elif case == "strided_view":
+        fn = lambda x, y: (lambda p: (p, p[:, ::2].reshape(-1, 32).sum(0)))(x * y)
+    elif case == "non_contiguous":
+        fn = lambda x, y: (lambda p: (p, p.transpose(1, 2).sum((0, 1))))(x.transpose(1, 2) * y.transpose(1, 2))
+    elif case == "amax":
+        fn = lambda x, y: (lambda p: (p, p.reshape(-1, 32).amax(0)))(x * y)
+    else:
+        a, b = (a * 10).to(torch.int32), (b * 10).to(torch.int32)
+        fn = lambda x, y: (lambda p: (p, p.reshape(-1, 32).sum(0)))(x * y)
+    got = cdynamo.optimize(fn, dynamic=False)(a, b)
+    for u, w in zip(got, fn(a, b)):
+        torch.testing.assert_close(u, w, rtol=1e-5, atol=1e-5)
+    assert not _stores_producer(), cdynamo._support.compiles[-1]["ir_post"]

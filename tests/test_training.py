@@ -1814,6 +1814,50 @@ def test_linear_bias_gradient_right_after_its_producer(case):
         torch.set_num_threads(n)
 
 
+@pytest.mark.parametrize("threads", [1, 16])
+@pytest.mark.parametrize("case", ["plain", "odd", "transposed_grad", "grad_used_twice", "float64"])
+def test_linear_bias_gradient_fused_into_its_producer(case, threads, monkeypatch):
+    """A linear's bias gradient (g.reshape(R, O).sum(0)) is computed by the kernel that
+    produces g: the GELU backward's pointwise kernel is gone, the sum's kernel computes and
+    stores g as it sums it (reduce.c cg_red_pick_producers), on one thread or with the rows
+    split across 16 (float32); float64 at 16 threads keeps the column split and the
+    producer's own kernel, and so does a sum reading a permuted view of its producer (a
+    transposed output gradient).  Odd sizes, a gradient also used elsewhere; gradients as
+    eager's."""
+    monkeypatch.setattr(cdynamo.config, "num_threads", threads)
+    dt = torch.float64 if case == "float64" else torch.float32
+    rows, i, o = (37, 29, 203) if case == "odd" else (64, 32, 512)
+    torch.manual_seed(0)
+    lin1, lin2 = nn.Linear(i, o).to(dt), nn.Linear(o, i).to(dt)
+    x = torch.randn(4, rows, i, dtype=dt, requires_grad=True)
+    if case == "transposed_grad":
+        fn = lambda a: lin1(a).transpose(0, 1).sin()   # noqa: E731
+    elif case == "grad_used_twice":
+        fn = lambda a: (lambda h: lin2(h) + h[..., :i] * 2)(F.gelu(lin1(a)))   # noqa: E731
+    else:
+        fn = lambda a: lin2(F.gelu(lin1(a)))   # noqa: E731
+    params = [*lin1.parameters(), *lin2.parameters()]
+    fn(x).pow(2).sum().backward()
+    want = [x.grad] + [p.grad for p in params]
+    x.grad = None
+    for p in params:
+        p.grad = None
+    cdynamo.optimize(fn)(x).pow(2).sum().backward()
+    got = [x.grad] + [p.grad for p in params]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=1e-4)
+    rec = [r for r in support.compiles if r["function"] == "backward"][-1]
+    # transposed: the sum reads g.transpose(0, 1)'s reshape, a permuted view: apart
+    fused = (threads == 1 or dt == torch.float32) and case != "transposed_grad"
+    assert ("computed here and stored as it is summed" in rec["ir_post"]) == fused, rec["ir_post"]
+    if case in ("plain", "odd", "float64"):
+        # the GELU backward's kernel (the y-form: exp, no gelu_exact_grad), writing its
+        # output over the dying matmul gradient it reads (compiler/share.c)
+        gelu = [ops for ops in _fused_ops(rec["source"]) if "gelu_exact_grad" in ops or "exp" in ops]
+        assert len(gelu) == 1 and ("sum" in gelu[0]) == fused, rec["source"]
+        assert len(rec["compiled"].shared_buffers) == 1, rec["compiled"].shared_buffers
+
+
 def test_floor_divide_backward_raises_as_eager_and_div_floor_gives_zeros():
     """`//` and torch.floor_divide have no derivative in eager (backward raises); a
     training frame that needs one runs eagerly and raises the same error.

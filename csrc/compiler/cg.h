@@ -58,6 +58,9 @@ typedef struct {
     int nbuffers;                    /* the plan's buffer count */
     int cap_steps;                   /* capacity of plan->steps (and plan->kernels) */
     char *done;                      /* value -> stored by a special kernel's epilogue */
+    int *red_prod;                   /* reduction value -> the pointwise value its kernel also
+                                      * computes and stores (reduce.c cg_red_pick_producers),
+                                      * or -1 */
     int *vparam;                     /* view value -> its load parameter in the current kernel */
     const cg_nest *nest;             /* the current pointwise kernel's nest (index operands) */
     int64_t stream_bytes;            /* kernels moving more bytes stream their stores; 0: never */
@@ -82,6 +85,10 @@ typedef struct {
  * emitter and a printer (KIR_KINDS). */
 int cg_check_reduce(cg_ctx *c, int v);
 int cg_sched_reduce(cg_ctx *c, int v);
+/* Before the schedule: give each column sum whose input is a realized pointwise
+ * value read by nothing else before it that value's computation and store
+ * (c->red_prod, the value marked c->done); 0 or -1. */
+int cg_red_pick_producers(cg_ctx *c);
 int cg_check_rows(cg_ctx *c, int v);
 int cg_sched_rows(cg_ctx *c, int v);
 int cg_check_cat(cg_ctx *c, int v);
@@ -209,6 +216,9 @@ extern const char cg_gather_helper[];
  * inputs read at the same addresses (plan->buffer_share, k->share_*); 0 or
  * -1.  cg_share_param: 1 if operand o of k is one of its pair's (no restrict). */
 int cg_share(cg_ctx *c, cdy_plan *plan);
+/* reduce.c: the operand of reduce kernel k storing its producer (each element
+ * loaded and stored once, in one pass: cg_red_pick_producers), or -1. */
+int cg_red_store_once(const kir_kernel *k);
 int cg_share_param(const kir_kernel *k, int o);
 
 /* 1 if node v of g is of a special kind. */

@@ -1787,10 +1787,14 @@ static int cg_scratch(cg_ctx *c)
     c->val_k0 = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->done = cdy_arena_alloc(&c->arena, nv);
     c->vparam = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
+    c->red_prod = cdy_arena_alloc(&c->arena, sizeof(int) * nv);
     c->nbuffers = 0;
-    return (c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0 &&
-            c->done && c->vparam)
-               ? 0 : cg_fail(c, "out of memory");
+    if (!(c->val_buf && c->live && c->param && c->in_group && c->val_nk && c->val_k0 &&
+          c->done && c->vparam && c->red_prod))
+        return cg_fail(c, "out of memory");
+    for (size_t v = 0; v < nv; v++)
+        c->red_prod[v] = -1;
+    return 0;
 }
 
 /* Schedule the pointwise kernels realizing the values of [lo, hi), one per
@@ -1941,7 +1945,7 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     if (cg_scratch(c) || cg_plan_buffers(c, plan) || cg_sym_check_plan(c, plan))
         return -1;
     c->plan = plan;
-    if (cg_schedule(c) || cg_share(c, plan))
+    if (cg_red_pick_producers(c) || cg_schedule(c) || cg_share(c, plan))
         return -1;
     cg_ir_pre(c);
     cg_ir_post(c);

@@ -128,6 +128,12 @@
 
 /* Outputs per block of an outer reduction (see cg_red_block_body), at most. */
 #define CG_RED_BLOCK 64
+/* A kernel that also stores its producer (cg_red_pick_producers) takes its
+ * last outer loop whole, up to this many outputs (8 KiB of double
+ * accumulators): the producer's loads and store then run along contiguous
+ * rows; blocks of 64 columns hopped a page per row (4 arrays of 256 x 1024
+ * floats, 1 thread: 1.2x the two separate kernels' time). */
+#define CG_RED_ROW_BLOCK 1024
 
 typedef enum {
 #define CG_X(v, a, i, u, c, m, u2, c2, r) CG_RED_##v,
@@ -448,6 +454,13 @@ typedef struct {
     int v;                       /* the node whose variant runs */
     int nout;
     int outs[2];                 /* outputs: [partner amax/amin,] v */
+    int in;                      /* the value whose sizes the loops walk: v's input, or the
+                                  * producer pstore when v reads it through a reshape */
+    int64_t mask;                /* the dims of `in` reduced */
+    int pstore;                  /* the pointwise value this kernel also computes and stores
+                                  * as it reads it (cg_red_pick_producers), or -1 */
+    int ngout;                   /* the kernel's group: outs, then pstore */
+    int gouts[3];
     cg_operand *ops;
     int nops, first;
     cg_nest *on, *rn;
@@ -472,28 +485,52 @@ typedef struct {
     const char *par_cond, *lanes_cond;
 } cg_red_kernel;
 
-/* Operands, outer and reduced loop nests of kernel r (outputs r->outs); 0 or -1. */
+/* Per dim d of kernel r's input space, the dim of v's result it walks (odim[d],
+ * -1 for a reduced one without keepdim).  Through a reshape (r->in is not v's
+ * input) the kept dims are the last ones of both. */
+static void cg_red_out_dims(const cdy_graph *g, const cg_red_kernel *r, int *odim)
+{
+    const cdy_value *val = &g->values[r->v];
+    const cdy_meta *im = &g->values[r->in].meta;
+    int keep = g->values[val->args[2]].i != 0, reshaped = r->in != val->args[0];
+    for (int d = 0, od = 0; d < im->ndim; d++) {
+        int red = (int)((r->mask >> d) & 1);
+        odim[d] = reshaped ? (red ? -1 : val->meta.ndim - (im->ndim - d))
+                           : (red && !keep ? -1 : od);
+        od += !red || keep;
+    }
+}
+
+/* Operands, outer and reduced loop nests of kernel r (outputs r->outs, and
+ * r->pstore stored with its own strides); 0 or -1. */
 static int cg_red_setup(cg_ctx *c, cg_red_kernel *r)
 {
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[r->v];
-    const cdy_meta *im = &g->values[val->args[0]].meta;
-    int64_t mask = g->values[val->args[1]].i;
-    int keep = g->values[val->args[2]].i != 0;
+    const cdy_meta *im = &g->values[r->in].meta;
+    int keep = g->values[val->args[2]].i != 0, odim[CDY_MAX_NDIM];
     int64_t osz[CDY_MAX_NDIM], rsz[CDY_MAX_NDIM];
     r->ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     r->on = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
     r->rn = cdy_arena_alloc(&c->arena, sizeof(cg_nest));
     if (!r->ops || !r->on || !r->rn)
         return cg_fail(c, "out of memory");
-    cg_group grp = {im->ndim, im->sizes, r->nout, r->outs};
+    r->ngout = r->nout;
+    for (int j = 0; j < r->nout; j++)
+        r->gouts[j] = r->outs[j];
+    if (r->pstore >= 0)
+        r->gouts[r->ngout++] = r->pstore;
+    cg_group grp = {im->ndim, im->sizes, r->ngout, r->gouts};
     cg_mark_live(c, &grp);
+    if (r->in != val->args[0])   /* the reshape of pstore: not loaded, pstore computed */
+        c->live[val->args[0]] = 0;
     if ((r->nops = cg_operands(c, &grp, r->ops)) < 0)
         return -1;
     r->first = cg_first_out(r->ops, r->nops);
+    cg_red_out_dims(g, r, odim);
     r->env.rnumel = r->inumel = 1;
-    for (int d = 0, od = 0; d < im->ndim; d++) {
-        int red = (int)((mask >> d) & 1);
+    for (int d = 0; d < im->ndim; d++) {
+        int red = (int)((r->mask >> d) & 1);
         r->inumel *= im->sizes[d];
         r->env.rnumel *= red ? im->sizes[d] : 1;
         osz[d] = red ? 1 : im->sizes[d];
@@ -501,15 +538,14 @@ static int cg_red_setup(cg_ctx *c, cg_red_kernel *r)
         for (int j = 0; j < r->nout; j++) {
             const cdy_meta *om = &g->values[r->outs[j]].meta;
             r->ops[r->first + j].stride[d] =
-                red || om->sizes[od] == 1 ? 0 : om->strides[od];
+                red || om->sizes[odim[d]] == 1 ? 0 : om->strides[odim[d]];
         }
-        od += !red || keep;
     }
     r->onumel = cdy_meta_numel(&val->meta);
-    cg_group og = {im->ndim, osz, r->nout, r->outs}, rg = {im->ndim, rsz, r->nout, r->outs};
+    cg_group og = {im->ndim, osz, r->ngout, r->gouts}, rg = {im->ndim, rsz, r->ngout, r->gouts};
     cg_build_nest(&og, r->ops, r->nops, r->on);
     cg_build_nest(&rg, r->ops, r->nops, r->rn);
-    return c->sym ? cg_sym_red_nests(c, val->args[0], mask, keep, r->ops, r->nops, r->on, r->rn,
+    return c->sym ? cg_sym_red_nests(c, r->in, r->mask, keep, r->ops, r->nops, r->on, r->rn,
                                      &r->rnumel_expr)
                   : 0;
 }
@@ -521,12 +557,12 @@ void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
     int k = kk->number;
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[r->v];
-    const cdy_meta *im = &g->values[val->args[0]].meta;
+    const cdy_meta *im = &g->values[r->in].meta;
     cdy_buf *ir = &c->ir_post;
     const char *name = cdy_op_table[val->op].name;
-    cdy_buf_printf(ir, "kernel_%d: reduction %%%d %s of %%%d ", k, r->v, name, val->args[0]);
+    cdy_buf_printf(ir, "kernel_%d: reduction %%%d %s of %%%d ", k, r->v, name, r->in);
     cg_ir_dims(ir, im->sizes, im->ndim);
-    cdy_buf_printf(ir, " over dims mask 0x%llx%s -> ", (long long)g->values[val->args[1]].i,
+    cdy_buf_printf(ir, " over dims mask 0x%llx%s -> ", (long long)r->mask,
                    g->values[val->args[2]].i ? " keepdim" : "");
     cg_ir_dims(ir, val->meta.sizes, val->meta.ndim);
     if (r->nout > 1)
@@ -543,6 +579,10 @@ void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
     if (r->rsplit)
         cdy_buf_puts(ir, ", rows split across the threads (partial sums per thread, combined "
                          "per column)");
+    if (r->pstore >= 0)
+        cdy_buf_printf(ir, "; its input's producer %%%d computed here and stored as it is "
+                           "summed (no kernel of its own)%s", r->pstore,
+                       r->in != val->args[0] ? ", the reshape between them bypassed" : "");
     cdy_buf_puts(ir, "\n");
     cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < r->nops; o++) {
@@ -557,6 +597,10 @@ void cg_print_reduce(cg_ctx *c, const kir_kernel *kk)
     cdy_buf_printf(&c->ir_dec, "  kernel_%d is a separate kernel: reduction %%%d %s (values "
                                "before it are realized first; its prologue is fused)\n",
                    k, r->v, name);
+    if (r->pstore >= 0)
+        cdy_buf_printf(&c->ir_dec, "  %%%d has no kernel of its own: kernel_%d computes and "
+                                   "stores it in its pass (each element once, on the thread "
+                                   "summing its row)\n", r->pstore, k);
 }
 
 /* Block variables (CG_RV_*): the accumulator (and NaN flag), the state of
@@ -761,9 +805,16 @@ static int cg_red_pass(cg_ctx *c, const cg_red_kernel *r, int pass, int ind)
         cdy_buf_puts(b, "]);\n");
     }
     for (int u = 0; u < g->nvalues; u++)
-        if (!c->in_group[u] && c->live[u] && g->values[u].kind == CDY_VAL_NODE &&
-            !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
+        if ((!c->in_group[u] || u == r->pstore) && c->live[u] &&
+            g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u) && cg_emit_node(c, u, ind))
             return -1;
+    if (r->pstore >= 0 && !pass) {   /* the producer's store: each element visited once */
+        int o = r->first + r->nout;
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "out_ptr%d[", r->nout);
+        cg_red_offset(b, r->on, rn, o);
+        cdy_buf_printf(b, "] = %s(t%d);\n", cg_st(r->ops[o].dtype), r->pstore);
+    }
     if (find) {
         cg_indent(b, ind);
         cdy_buf_puts(b, "if (");
@@ -1013,16 +1064,23 @@ static int cg_red_use_block(const cg_red_kernel *r)
     return unit;
 }
 
+int cg_red_store_once(const kir_kernel *k)
+{
+    const cg_red_kernel *r = k->kind == CDY_KIR_REDUCE ? k->x : NULL;
+    if (!r || r->pstore < 0 || (k->flags & CDY_KIRF_TWO_PASS))
+        return -1;
+    return r->first + r->nout;
+}
+
 /* The kernel record k of reduction r (number), common to both paths. */
 static int cg_red_record(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
 {
     const cdy_graph *g = c->g;
-    const cdy_value *val = &g->values[r->v];
     const cg_red_code *rc = &cg_red_codes[r->variant];
     k->number = number;
     k->node = r->v;
-    k->grp = (cg_group){g->values[val->args[0]].meta.ndim, g->values[val->args[0]].meta.sizes,
-                        r->nout, r->outs};
+    k->grp = (cg_group){g->values[r->in].meta.ndim, g->values[r->in].meta.sizes,
+                        r->ngout, r->gouts};
     k->ops = r->ops;
     k->nops = r->nops;
     k->nest = r->on;
@@ -1097,12 +1155,86 @@ static int cg_red_welford(const cg_ctx *c, const cg_red_kernel *r)
     return v == CG_RED_VAR ? CG_RED_VAR_WF : CG_RED_STD_WF;
 }
 
+/* 1 if view u walks its base contiguously from offset 0 (size-1 dims: any stride). */
+static int cg_red_dense_view(const cdy_value *u)
+{
+    int64_t st = 1;
+    if (u->view_offset != 0)
+        return 0;
+    for (int d = u->meta.ndim - 1; d >= 0; d--) {
+        if (u->meta.sizes[d] != 1 && u->view_strides[d] != st)
+            return 0;
+        st *= u->meta.sizes[d];
+    }
+    return 1;
+}
+
+/* The mask over p's dims of reduction v, whose input is a contiguous reshape
+ * of contiguous p reducing its leading dims (a linear's bias gradient,
+ * g.reshape(R, O).sum(0) of g [B, S, O]), when p's last dims are the view's
+ * kept ones and its other dims hold the reduced elements; else 0. */
+static int64_t cg_red_reshape_mask(const cdy_graph *g, int v, int p)
+{
+    const cdy_value *val = &g->values[v], *u = &g->values[val->args[0]];
+    const cdy_meta *pm = &g->values[p].meta, *um = &u->meta;
+    int64_t mask = g->values[val->args[1]].i, rn = 1, pn = 1;
+    int k = 0, j = 0;
+    while (k < um->ndim && ((mask >> k) & 1))
+        rn *= um->sizes[k++];
+    if (k == 0 || k == um->ndim || mask != ((int64_t)1 << k) - 1 || pm->ndim - (um->ndim - k) < 1)
+        return 0;
+    for (j = 0; j < pm->ndim - (um->ndim - k); j++)
+        pn *= pm->sizes[j];
+    if (pn != rn)
+        return 0;
+    for (int d = k; d < um->ndim; d++)
+        if (um->sizes[d] != pm->sizes[j + d - k])
+            return 0;
+    return ((int64_t)1 << j) - 1;
+}
+
+/* Fill record r of reduction node v (not the second of a pair), storing
+ * pstore (-1: none) read through mask over in's sizes: its operands, nests
+ * and decisions (cg_sched_reduce); 0 or -1. */
+static int cg_red_plan(cg_ctx *c, int v, int in, int64_t mask, int pstore, cg_red_kernel *r)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    int partner = cg_red_partner(g, v), idt = g->values[val->args[0]].meta.dtype;
+    *r = (cg_red_kernel){.v = v, .nout = partner >= 0 ? 2 : 1, .in = in, .mask = mask,
+                         .pstore = pstore};
+    r->outs[0] = partner >= 0 ? partner : v;
+    r->outs[1] = v;
+    r->variant = cg_red_variant_of(g, v);
+    if (cg_red_setup(c, r))
+        return -1;
+    r->variant = cg_red_welford(c, r);
+    const cg_red_code *rc = &cg_red_codes[r->variant];
+    r->env.acct = cg_red_acct(rc, idt);
+    r->env.octype = cdy_dtype_table[val->meta.dtype].cctype;
+    r->env.idt = idt;
+    if (c->sym)
+        return 0;
+    int big = c->nthreads > 1 && r->inumel >= CG_PARALLEL_NUMEL;
+    r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
+    r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
+    r->block = cg_red_use_block(r);
+    r->rsplit = cg_red_use_rsplit(c, r);
+    r->bw = r->rsplit ? CG_RED_BLOCK : cg_red_block_width(c, r);
+    if (pstore >= 0 && r->block && r->on->size[r->on->ndim - 1] <= CG_RED_ROW_BLOCK)
+        r->bw = (int)r->on->size[r->on->ndim - 1];
+    r->lanes = cg_red_lanes(r, 0);
+    r->prefetch = r->lanes && cg_red_prefetches(r);
+    return 0;
+}
+
 /* Schedule reduction node v as a kernel: a loop nest over the kept dims
  * (outer, parallel when large), an accumulator per output element, a loop
  * nest over the reduced dims whose body computes the reduction's input
  * expression inline from leaves (the pointwise prologue is fused, never
- * realized).  An amax/amin whose argmax/argmin follows is computed with it
- * (a CDY_KIR_PAIRED step).  0 or -1. */
+ * realized; a producer cg_red_pick_producers gave it is also stored).  An
+ * amax/amin whose argmax/argmin follows is computed with it (a
+ * CDY_KIR_PAIRED step).  0 or -1. */
 int cg_sched_reduce(cg_ctx *c, int v)
 {
     const cdy_graph *g = c->g;
@@ -1120,29 +1252,120 @@ int cg_sched_reduce(cg_ctx *c, int v)
     if (!r)
         return cg_fail(c, "out of memory");
     const cdy_value *val = &g->values[v];
-    int partner = cg_red_partner(g, v), idt = g->values[val->args[0]].meta.dtype;
-    *r = (cg_red_kernel){.v = v, .nout = partner >= 0 ? 2 : 1};
-    r->outs[0] = partner >= 0 ? partner : v;
-    r->outs[1] = v;
-    r->variant = cg_red_variant_of(g, v);
-    if (cg_red_setup(c, r))
+    int p = c->red_prod[v], in = val->args[0];
+    int64_t mask = g->values[val->args[1]].i;
+    if (p >= 0 && p != in)
+        mask = cg_red_reshape_mask(g, v, p);
+    if (cg_red_plan(c, v, p >= 0 ? p : in, mask, p, r))
         return -1;
-    r->variant = cg_red_welford(c, r);
-    const cg_red_code *rc = &cg_red_codes[r->variant];
-    r->env.acct = cg_red_acct(rc, idt);
-    r->env.octype = cdy_dtype_table[val->meta.dtype].cctype;
-    r->env.idt = idt;
-    if (c->sym)
-        return cg_red_sched_sym(c, k, r, number);
-    int big = c->nthreads > 1 && r->inumel >= CG_PARALLEL_NUMEL;
-    r->par_out = big && r->on->ndim > 0 && r->onumel >= c->nthreads;
-    r->par_in = big && r->on->ndim == 0 && r->rn->ndim > 0 && rc->clause;
-    r->block = cg_red_use_block(r);
-    r->rsplit = cg_red_use_rsplit(c, r);
-    r->bw = r->rsplit ? CG_RED_BLOCK : cg_red_block_width(c, r);
-    r->lanes = cg_red_lanes(r, 0);
-    r->prefetch = r->lanes && cg_red_prefetches(r);
-    return cg_red_record(c, k, r, number);
+    return c->sym ? cg_red_sched_sym(c, k, r, number) : cg_red_record(c, k, r, number);
+}
+
+/* 1 if v's input p, reached directly or through a reshape u, may be computed by
+ * v's kernel: p a realized pointwise node of float32 / float64 (its value as
+ * computed is the stored one), nothing between p and v reads p or u, and p's
+ * unrealized producers hold no index, cat or gather node and read no row
+ * node (whose epilogue computes p).  stack: nvalues ints. */
+static int cg_red_prod_ok(cg_ctx *c, int v, int p, int *stack)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *pv = &g->values[p];
+    int u = g->values[v].args[0], dt = pv->meta.dtype, top = 0;
+    if (pv->kind != CDY_VAL_NODE || c->val_buf[p] < 0 || c->done[p] || cg_is_view(g, p) ||
+        cg_is_special(g, p) || cg_is_extern(g, p) || cg_is_gather(g, p) ||
+        strchr("KI", cdy_op_table[pv->op].kind) || pv->compute_dtype != dt ||
+        (dt != CDY_DT_FLOAT32 && dt != CDY_DT_FLOAT64))
+        return 0;
+    for (int w = p + 1; w < v; w++) {
+        const cdy_value *wv = &g->values[w];
+        if (w == u || wv->kind != CDY_VAL_NODE)
+            continue;
+        if ((cg_is_view(g, w) || cg_is_gather(g, w)) && wv->view_base == p)
+            return 0;
+        for (int a = 0; a < wv->nargs; a++)
+            if (wv->args[a] == p || wv->args[a] == u)
+                return 0;
+    }
+    stack[top++] = p;
+    while (top > 0) {
+        const cdy_value *x = &g->values[stack[--top]];
+        for (int a = 0; a < x->nargs; a++) {
+            int w = x->args[a];
+            const cdy_value *wv = &g->values[w];
+            if (wv->kind != CDY_VAL_NODE)
+                continue;
+            if (cdy_op_table[wv->op].kind == 'N')
+                return 0;
+            if (c->val_buf[w] >= 0 || cg_is_view(g, w))
+                continue;
+            if (cg_is_special(g, w) || cg_is_gather(g, w) || strchr("KI", cdy_op_table[wv->op].kind))
+                return 0;
+            stack[top++] = w;
+        }
+    }
+    return 1;
+}
+
+/* The pointwise value reduction v would compute and store (its input, or the
+ * base of a contiguous reshape it reads), and its mask over that value's
+ * dims, or -1. */
+static int cg_red_producer(cg_ctx *c, int v, int64_t *mask, int *stack)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[v];
+    int u = val->args[0];
+    const cdy_value *uv = &g->values[u];
+    int variant = cg_red_variant_of(g, v);
+    if (c->sym || (variant != CG_RED_SUM && variant != CG_RED_MEAN) ||
+        cg_red_partner(g, v) >= 0 || cg_red_partner(g, v + 1) == v || uv->kind != CDY_VAL_NODE)
+        return -1;
+    *mask = g->values[val->args[1]].i;
+    if (!cg_is_view(g, u))
+        return cg_red_prod_ok(c, v, u, stack) ? u : -1;
+    int p = uv->view_base;
+    if (c->val_buf[u] >= 0 || p < 0 || !cg_red_dense_view(uv) ||
+        !cdy_meta_contiguous(&g->values[p].meta) ||
+        cdy_meta_numel(&g->values[p].meta) != cdy_meta_numel(&uv->meta))
+        return -1;
+    *mask = cg_red_reshape_mask(g, v, p);
+    return *mask && cg_red_prod_ok(c, v, p, stack) ? p : -1;
+}
+
+/* 1 if planned kernel r may store its producer: one pass of a sum or mean in
+ * blocks, visiting each element once, on the thread that owns its rows (the
+ * row split) or on one thread where the producer's kernel ran on one too
+ * (generated for one thread, or below the parallel threshold), and not so
+ * big that the producer's kernel would stream its stores. */
+static int cg_red_may_store(const cg_ctx *c, const cg_red_kernel *r)
+{
+    int64_t bytes = r->inumel * cdy_dtype_table[c->g->values[r->pstore].meta.dtype].size;
+    return r->block && !cg_red_codes[r->variant].update2 && !r->par_in &&
+           (r->rsplit || c->nthreads == 1 || (!r->par_out && r->inumel < CG_PARALLEL_NUMEL)) &&
+           !cg_streams(c, 2 * bytes);
+}
+
+int cg_red_pick_producers(cg_ctx *c)
+{
+    const cdy_graph *g = c->g;
+    int *stack = cdy_arena_alloc(&c->arena, sizeof(int) * ((size_t)g->nvalues + 1));
+    cg_red_kernel *r = cdy_arena_alloc(&c->arena, sizeof(cg_red_kernel));
+    if (!stack || !r)
+        return cg_fail(c, "out of memory");
+    for (int v = 0; v < g->nvalues && !c->sym; v++) {
+        int64_t mask = 0;
+        if (g->values[v].kind != CDY_VAL_NODE || cdy_op_table[g->values[v].op].kind != 'R')
+            continue;
+        int p = cg_red_producer(c, v, &mask, stack);
+        if (p < 0)
+            continue;
+        if (cg_red_plan(c, v, p, mask, p, r))
+            return -1;
+        if (cg_red_may_store(c, r)) {
+            c->red_prod[v] = p;
+            c->done[p] = 1;
+        }
+    }
+    return 0;
 }
 
 static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp, int ind0);
@@ -1154,7 +1377,7 @@ int cg_emit_reduce(cg_ctx *c, const kir_kernel *kk)
     const cdy_graph *g = c->g;
     cg_red_kernel r = *(const cg_red_kernel *)kk->x;
     const cdy_value *val = &g->values[r.v];
-    r.env.e = cg_value_expr(c, val->args[0]);
+    r.env.e = cg_value_expr(c, r.in);
     r.env.param = val->nargs > 3 ? cg_scalar_literal(c, &g->values[val->args[3]]) : "0";
     r.env.lin = cg_red_linear(c, r.rn);
     if (!r.env.e || !r.env.param || !r.env.lin)

@@ -1,4 +1,5 @@
 /* share.c - a pointwise kernel's output written over an input that dies there.
+ * (Also a column sum's stored producer, bfuse: reduce.c cg_red_store_once.)
  *
  * As torch.compile's wrapper reuses a dead buffer in place: when a pointwise
  * kernel reads a buffer at exactly the addresses it writes one of its outputs
@@ -48,17 +49,20 @@ static int sh_ops_match(const cg_ctx *c, const kir_kernel *k, int i, int o)
     return 1;
 }
 
-/* 1 if kernel k may write an output over an input at all: pointwise, not a
- * piece or a plain copy, no gather, index operand or status, static sizes. */
-static int sh_kernel_fits(const cg_ctx *c, const kir_kernel *k)
+/* The one output operand of kernel k that may be written over an input, -2
+ * for any of a pointwise kernel's, -1 none: a pointwise kernel (not a piece
+ * or a plain copy), or a column sum storing its producer in one pass
+ * (cg_red_store_once); no gather, index operand or status; static sizes. */
+static int sh_kernel_out(const cg_ctx *c, const kir_kernel *k)
 {
-    if (c->sym || k->kind != CDY_KIR_POINTWISE || k->piece >= 0 || k->nidx || k->status ||
-        k->copy_unit || k->copy_row)
-        return 0;
+    int red = k->kind == CDY_KIR_REDUCE ? cg_red_store_once(k) : -1;
+    if (c->sym || (k->kind != CDY_KIR_POINTWISE && red < 0) || k->piece >= 0 || k->nidx ||
+        k->status || k->copy_unit || k->copy_row)
+        return -1;
     for (int p = 0; p < k->nops; p++)
         if (cg_is_gather(c->g, k->ops[p].value))
-            return 0;
-    return 1;
+            return -1;
+    return red >= 0 ? red : -2;
 }
 
 /* Note in last[] that program step s touches value v's buffer (none: -1). */
@@ -101,10 +105,12 @@ static void sh_last_steps(const cg_ctx *c, int *last)
 
 /* Pair one output of pointwise step s with an input dying there: sets
  * k->share_out / share_in and plan->buffer_share. */
-static void sh_pair(cg_ctx *c, kir_kernel *k, int s, const int *last, const char *taken)
+static void sh_pair(cg_ctx *c, kir_kernel *k, int s, const int *last, const char *taken,
+                    int only)
 {
     for (int o = 0; o < k->nops; o++) {
-        if (!k->ops[o].is_out || c->plan->buffer_share[k->ops[o].buffer] >= 0)
+        if (!k->ops[o].is_out || (only >= 0 && o != only) ||
+            c->plan->buffer_share[k->ops[o].buffer] >= 0)
             continue;
         for (int i = 0; i < k->nops; i++) {
             int b = k->ops[i].buffer;
@@ -135,9 +141,10 @@ int cg_share(cg_ctx *c, cdy_plan *plan)
     for (int s = 0; s < c->prog.n; s++) {
         kir_kernel *k = &c->prog.k[s];
         k->share_out = k->share_in = -1;
-        if (!sh_kernel_fits(c, k))
+        int only = sh_kernel_out(c, k);
+        if (only == -1)
             continue;
-        sh_pair(c, k, s, last, taken);
+        sh_pair(c, k, s, last, taken, only);
         if (k->share_in >= 0)
             taken[k->ops[k->share_in].buffer] = 1;
     }
@@ -146,6 +153,5 @@ int cg_share(cg_ctx *c, cdy_plan *plan)
 
 int cg_share_param(const kir_kernel *k, int o)
 {
-    return k->kind == CDY_KIR_POINTWISE && k->share_in >= 0 &&
-           (o == k->share_in || o == k->share_out);
+    return k->share_in >= 0 && (o == k->share_in || o == k->share_out);
 }

@@ -1454,6 +1454,34 @@ static void test_kir_reduction_boundary(void)
     cdy_plan_free(&p);
 }
 
+/* A column sum of a realized pointwise value (an output too) computes and
+ * stores that value in its own pass on one thread: one REDUCE kernel whose
+ * outputs are the sum and the value; on two threads (no row split for 1024
+ * columns) the value keeps its kernel. */
+static void test_kir_sum_stores_producer(void)
+{
+    tgraph t;
+    tg_init(&t);
+    int64_t sz[2] = {64, 1024};
+    int a = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL), b = tg_input(&t, CDY_DT_FLOAT32, 2, sz, NULL);
+    int m = tg_node(&t, CDY_OP_MUL, CDY_DT_FLOAT32, CDY_DT_FLOAT32, a, b, 0);
+    int s = tg_reduce(&t, CDY_OP_SUM, CDY_DT_FLOAT32, m, 1, 0);
+    tg_output(&t, m);
+    tg_output(&t, s);
+    cdy_plan p;
+    if (kir_plan(&t, 1, &p, "producer"))
+        return;
+    CHECK(p.nkir == 1 && p.kir[0].kind == CDY_KIR_REDUCE && p.kir[0].nout == 2 &&
+          p.kir[0].outs[0] == s && p.kir[0].outs[1] == m && p.nkernels == 1,
+          "producer: one reduce kernel storing the sum and the product");
+    cdy_plan_free(&p);
+    if (kir_plan(&t, 2, &p, "producer, two threads"))
+        return;
+    CHECK(p.nkir == 2 && p.kir[0].kind == CDY_KIR_POINTWISE && p.kir[1].kind == CDY_KIR_REDUCE &&
+          p.kir[1].nout == 1, "producer, two threads: the product's kernel, then the sum's");
+    cdy_plan_free(&p);
+}
+
 /* A small value of two ops that a much larger space reads by broadcasting is
  * realized once (a kernel of its own) rather than recomputed per element; an
  * extern node splits the kernels before and after it into separate steps. */
@@ -1585,6 +1613,7 @@ int main(void)
     test_kir_fused_chain();
     test_kir_parallel_rules();
     test_kir_reduction_boundary();
+    test_kir_sum_stores_producer();
     test_kir_realize_and_extern();
     test_symbolic_sizes();
     if (getenv("CDY_TEST_KEEP"))                 /* keep the generated files to read */
