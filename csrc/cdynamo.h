@@ -299,6 +299,10 @@ typedef struct {
     int nvalues;
     int *value_buffer;       /* graph value -> buffer number, or -1 */
     char *buffer_alloc;      /* per buffer: 1 if the runtime allocates it, CDY_BUF_UNUSED */
+    int *buffer_share;       /* per buffer: an input buffer of the pointwise kernel writing
+                              * it, read there at the same addresses, that no later step
+                              * touches: the runtime may give both one tensor; else -1
+                              * (compiler/share.c; NULL: none) */
     char *ir_pre;            /* loop IR before fusion: one loop per graph node (malloc'd) */
     char *ir_post;           /* per kernel: loops, fused nodes, loads/stores, vectorized and
                               * parallel or not and why, fusion decisions (malloc'd) */

@@ -211,6 +211,16 @@ void cg_gather_emit_report(cg_ctx *c, int ind);
 /* Definition of cdy_gather_bad, written before each status kernel (guarded). */
 extern const char cg_gather_helper[];
 
+/* ---- share.c: an output written over an input that dies at its kernel ----
+ * cg_share: after scheduling, pair outputs of pointwise kernels with dying
+ * inputs read at the same addresses (plan->buffer_share, k->share_*); 0 or
+ * -1.  cg_share_param: 1 if operand o of k is one of its pair's (no restrict). */
+int cg_share(cg_ctx *c, cdy_plan *plan);
+/* reduce.c: the operand of reduce kernel k storing its producer (each element
+ * loaded and stored once, in one pass: cg_red_pick_producers), or -1. */
+int cg_red_store_once(const kir_kernel *k);
+int cg_share_param(const kir_kernel *k, int o);
+
 /* 1 if node v of g is of a special kind. */
 int cg_is_special(const cdy_graph *g, int v);
 /* layout.c: channels_last strides for free nodes that read channels_last

@@ -1304,10 +1304,11 @@ void cg_emit_signature_x(cg_ctx *c, const kir_kernel *k, const char *part, const
         const char *ct = cdy_dtype_table[ops[o].dtype].ctype;
         if (o)
             cdy_buf_puts(b, ", ");
+        const char *rs = cg_share_param(k, o) ? "" : "restrict ";
         if (ops[o].is_out)
-            cdy_buf_printf(b, "%s *restrict out_ptr%d", ct, o - first);
+            cdy_buf_printf(b, "%s *%sout_ptr%d", ct, rs, o - first);
         else
-            cdy_buf_printf(b, "const %s *restrict in_ptr%d", ct, o);
+            cdy_buf_printf(b, "const %s *%sin_ptr%d", ct, rs, o);
     }
     cdy_buf_puts(b, k->status ? ", int64_t *restrict cdy_err" : "");
     cdy_buf_puts(b, c->sym ? ", const int64_t *restrict cdy_s" : "");
@@ -1503,6 +1504,8 @@ void cg_print_pointwise(cg_ctx *c, const kir_kernel *k)
         cg_ir_dims(b, nest->stride[o], nest->ndim);
         if (k->ops[o].offset)
             cdy_buf_printf(b, " offset %lld", (long long)k->ops[o].offset);
+        if (o == k->share_out)
+            cdy_buf_printf(b, " (may reuse dying buffer %d in place)", k->ops[k->share_in].buffer);
         cdy_buf_puts(b, "\n");
     }
     cg_ir_vector(b, k);
@@ -1591,6 +1594,7 @@ kir_kernel *cg_kir_add(cg_ctx *c, int kind)
     memset(k, 0, sizeof(*k));
     k->kind = kind;
     k->number = k->node = k->piece = k->sep_from = -1;
+    k->share_out = k->share_in = -1;
     return k;
 }
 
@@ -1946,7 +1950,7 @@ static int cg_run(cg_ctx *c, cdy_plan *plan)
     if (cg_scratch(c) || cg_plan_buffers(c, plan) || cg_sym_check_plan(c, plan))
         return -1;
     c->plan = plan;
-    if (cg_red_pick_producers(c) || cg_schedule(c))
+    if (cg_red_pick_producers(c) || cg_schedule(c) || cg_share(c, plan))
         return -1;
     cg_ir_pre(c);
     cg_ir_post(c);
@@ -2004,6 +2008,7 @@ void cdy_plan_free(cdy_plan *plan)
     free(plan->steps);
     free(plan->value_buffer);
     free(plan->buffer_alloc);
+    free(plan->buffer_share);
     free(plan->ir_pre);
     free(plan->ir_post);
     free(plan->kir);

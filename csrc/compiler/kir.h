@@ -116,6 +116,8 @@ typedef struct {
     const cg_group *sep_grp;     /* that kernel's group */
     const cg_nest *rnest;        /* a reduce / rows kernel's reduced (row) loops */
     unsigned flags;              /* CDY_KIRF_* */
+    int share_out, share_in;     /* ops: an output written over an input that dies here
+                                  * (share.c; the pair's pointers are not restrict), or -1 */
     const char *par_cond;        /* symbolic sizes: the C condition (over n<d>) under which
                                   * the loops run parallel, decided per call; else NULL */
     void *x;                     /* the kind's own record (cg_red_kernel, cg_rowk, ...) */

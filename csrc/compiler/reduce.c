@@ -1064,6 +1064,14 @@ static int cg_red_use_block(const cg_red_kernel *r)
     return unit;
 }
 
+int cg_red_store_once(const kir_kernel *k)
+{
+    const cg_red_kernel *r = k->kind == CDY_KIR_REDUCE ? k->x : NULL;
+    if (!r || r->pstore < 0 || (k->flags & CDY_KIRF_TWO_PASS))
+        return -1;
+    return r->first + r->nout;
+}
+
 /* The kernel record k of reduction r (number), common to both paths. */
 static int cg_red_record(cg_ctx *c, kir_kernel *k, cg_red_kernel *r, int number)
 {

@@ -67,6 +67,8 @@ typedef struct {
      * make_list[make_at[s] .. make_at[s+1]) (s = 0 also those no step touches),
      * the ones no later step reads drop_list[drop_at[s] .. drop_at[s+1]) */
     int *make_at, *make_list, *drop_at, *drop_list;
+    int *buf_share;       /* per buffer: the buffer whose tensor it is when made (its
+                           * kernel writes it over that dying input: plan_share), or -1 */
     /* donated inputs (cdy_donated_args) no later step reads, not returned:
      * in_drop_list[in_drop_at[s] .. in_drop_at[s+1]) */
     int *in_drop_at, *in_drop_list;
@@ -951,6 +953,11 @@ static int make_bufs(cdy_compiled *c, int s, PyObject **bufs, void **ptrs, const
                 return -1;
             continue;
         }
+        if (c->buf_share[b] >= 0 && bufs[c->buf_share[b]]) {   /* the dying input's tensor */
+            bufs[b] = Py_NewRef(bufs[c->buf_share[b]]);
+            ptrs[b] = ptrs[c->buf_share[b]];
+            continue;
+        }
         if (c->buf_pool[b] && cdy_mempool_takes(&c->buf_cmeta[b])) {
             if (!(bufs[b] = cdy_mempool_tensor(&c->buf_cmeta[b], &ptrs[b])))
                 return -1;
@@ -1246,6 +1253,7 @@ static void compiled_dealloc(PyObject *self)
     PyMem_Free(c->scratch);
     PyMem_Free(c->steps);
     PyMem_Free(c->make_at);
+    PyMem_Free(c->buf_share);
     PyMem_Free(c->make_list);
     PyMem_Free(c->drop_at);
     PyMem_Free(c->drop_list);
@@ -1385,6 +1393,23 @@ static PyObject *compiled_get_scratch_bytes(PyObject *self, void *closure)
 static PyObject *compiled_get_peak_bytes(PyObject *self, void *closure)
 {
     return PyLong_FromLongLong(((cdy_compiled *)self)->peak_bytes);
+}
+
+/* ((output buffer, input buffer), ...): the outputs made as a dying input's tensor. */
+static PyObject *compiled_get_shared(PyObject *self, void *closure)
+{
+    cdy_compiled *c = (cdy_compiled *)self;
+    (void)closure;
+    PyObject *t = PyList_New(0);
+    for (int b = 0; t && c->buf_share && b < c->nbuffers; b++) {
+        PyObject *e = c->buf_share[b] >= 0 ? Py_BuildValue("(ii)", b, c->buf_share[b]) : NULL;
+        if (c->buf_share[b] >= 0 && (!e || PyList_Append(t, e)))
+            Py_CLEAR(t);
+        Py_XDECREF(e);
+    }
+    PyObject *r = t ? PyList_AsTuple(t) : NULL;
+    Py_XDECREF(t);
+    return r;
 }
 
 static PyObject *compiled_get_ir_pre(PyObject *self, void *closure)
@@ -1637,6 +1662,9 @@ static PyGetSetDef compiled_getset[] = {
     {"scratch_bytes", compiled_get_scratch_bytes, NULL,
      "bytes of the block holding the buffers only kernels read (no tensors made per call)",
      NULL},
+    {"shared_buffers", compiled_get_shared, NULL,
+     "((output buffer, input buffer), ...): outputs a kernel writes over an input that dies "
+     "there, made as that input's tensor (compiler/share.c)", NULL},
     {"peak_buffer_bytes", compiled_get_peak_bytes, NULL,
      "most bytes of the tensors a call makes (kernel outputs, extern results) alive at once",
      NULL},
@@ -1876,6 +1904,92 @@ static int bucket(const int *slot, int nbuf, int nslots, int **at, int **list)
     return 0;
 }
 
+/* The last buffer of the chain taking b's tensor (plan_share), b if none. */
+static int share_holder(const cdy_compiled *c, int b)
+{
+    for (int n = 0; n < c->nbuffers; n++) {
+        int next = -1;
+        for (int o = c->ninputs; o < c->nbuffers && next < 0; o++)
+            if (c->buf_share[o] == b)
+                next = o;
+        if (next < 0)
+            return b;
+        b = next;
+    }
+    return b;
+}
+
+/* 1 if step s is an extern whose pynode is a matmul (mm_fns) of one
+ * result: a new tensor, no alias of its arguments. */
+static int step_is_matmul(const cdy_compiled *c, int s)
+{
+    const cdy_step *st = &c->steps[s];
+    int n = st->kind == CDY_STEP_EXTERN ? c->pynode_of[st->index] : -1;
+    if (n < 0 || c->pynodes[n].item >= 0)
+        return 0;
+    for (int i = 0; i < 5; i++)
+        if (c->pynodes[n].fn == mm_fns[i])
+            return 1;
+    return 0;
+}
+
+/* foreign[b] = 1 for every buffer an extern other than a matmul reads or
+ * makes, or a symbolic view is made of: its tensor may be seen by torch
+ * after the step that reads it (an alias, a saved reference). */
+static void share_foreign(const cdy_compiled *c, char *foreign)
+{
+    for (int s = 0; s < c->nsteps; s++) {
+        const cdy_step *st = &c->steps[s];
+        if (st->kind != CDY_STEP_EXTERN || step_is_matmul(c, s))
+            continue;
+        if (st->out_buffer >= 0)
+            foreign[st->out_buffer] = 1;
+        if (c->pynode_of[st->index] >= 0)
+            pynode_arg_buffers(c, c->pynode_of[st->index], mark_buffer, foreign);
+        int base = sym_view_base(c, st->index);
+        if (base >= 0 && c->value_buffer[base] >= 0)
+            foreign[c->value_buffer[base]] = 1;
+    }
+    for (int o = 0; o < c->noutputs; o++)
+        foreign[c->outputs[o]] = 1;   /* an input that is returned does not die */
+}
+
+/* buf_share: the plan's pairs (compiler/share.c) whose input is a tensor
+ * made per call (by a kernel or a matmul), seen by kernels and matmuls
+ * only, last touched by the step that first touches the output, an output
+ * we make as a tensor of the same meta: the output is made as the input's
+ * tensor (in place, as eager's x.add_(y) on a dead x).  0 or -1. */
+static int plan_share(cdy_compiled *c, const cdy_plan *plan)
+{
+    int nb = c->nbuffers, rc = -1;
+    int *first = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    int *last = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    char *foreign = PyMem_Calloc((size_t)nb + 1, 1);
+    c->buf_share = PyMem_Calloc((size_t)nb + 1, sizeof(int));
+    if (!first || !last || !foreign || !c->buf_share) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    step_spans(c, first, last);
+    share_foreign(c, foreign);
+    for (int b = 0; b < nb; b++) {
+        int in = plan->buffer_share && !c->sym && b >= c->ninputs ? plan->buffer_share[b] : -1;
+        c->buf_share[b] = -1;
+        if (in < c->ninputs || in >= nb || foreign[in] || c->buf_alloc[b] != 1 ||
+            c->scratch_off[b] >= 0 || c->scratch_off[in] >= 0 ||
+            c->buf_alloc[in] == CDY_BUF_UNUSED || last[in] != first[b] || first[b] >= c->nsteps ||
+            c->steps[first[b]].kind != CDY_STEP_KERNEL)
+            continue;
+        c->buf_share[b] = in;
+    }
+    rc = 0;
+done:
+    PyMem_Free(first);
+    PyMem_Free(last);
+    PyMem_Free(foreign);
+    return rc;
+}
+
 /* The most bytes of per-call tensors alive at once: the tensors we make
  * and the extern results that are not views (r's graph says which steps
  * make views), each from slot born[b] of make_at to slot drop[b] of
@@ -1898,11 +2012,12 @@ static int64_t peak_bytes(const cdy_compiled *c, const cdy_plan *plan, const cdy
     for (int b = c->ninputs; b < c->nbuffers; b++) {
         const cdy_meta *m = &plan->buffers[b];
         int64_t bytes = cdy_meta_numel(m) * cdy_dtype_table[m->dtype].size;
-        if (born[b] < 0 || view[b])
+        if (born[b] < 0 || view[b] || c->buf_share[b] >= 0)
             continue;
         made[born[b]] += bytes;
-        if (drop[b] >= 0)
-            freed[drop[b]] += bytes;
+        int last = share_holder(c, b);   /* the memory goes with the last buffer taking it */
+        if (drop[last] >= 0)
+            freed[drop[last]] += bytes;
     }
     peak = 0;
     for (int s = 0; s <= ns; s++) {
@@ -2236,7 +2351,7 @@ PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path, 
             c->buf_pool[b] &= plan->buffers[b].strides[d] >= 0;
     }
     if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
-        plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
+        plan_share(c, plan) || plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
     plan_matmul_out(c, plan, r);
     for (int b = plan->ninputs; !c->sym && b < plan->nbuffers; b++)

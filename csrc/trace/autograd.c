@@ -326,20 +326,16 @@ static int ag_is_helper(const char *w)
 static int ag_realized_costly(const ag_state *s, int v);
 
 /* 1 if node v's result is at hand for its derivative at no cost to the
- * backward's peak: saved anyway (ag_realized_costly: an extern reads it), and
- * v is not the last node of its op in the graph, whose derivative comes first
- * in the backward, where the most saved tensors are alive (there reading the
- * result would hold it past its other readers: transformer_stack_train's last
- * GELU, +1 MiB over eager's peak). */
+ * backward's peak: saved anyway (ag_realized_costly: an extern reads it).
+ * Even the graph's last node of its op, whose derivative comes first in the
+ * backward where the most saved tensors are alive: the derivative's kernel
+ * writes its output over the dying gradient it reads (compiler/share.c), so
+ * holding the result up to it is no more than eager's peak
+ * (transformer_stack_train's last GELU: 5.97 MiB against eager's 6.97; 7.95
+ * before the buffer reuse). */
 static int ag_result_free(const ag_state *s, int v)
 {
-    const cdy_graph *g = s->g;
-    if (!ag_realized_costly(s, v))
-        return 0;
-    for (int u = v + 1; u < g->nvalues; u++)
-        if (g->values[u].kind == CDY_VAL_NODE && g->values[u].op == g->values[v].op)
-            return 1;
-    return 0;
+    return ag_realized_costly(s, v);
 }
 
 /* The substitution of word w (not a call, attribute or keyword) of node v's
@@ -432,8 +428,14 @@ static int ag_subst(ag_state *s, int v, const char *f, size_t len, char names[8]
     return 0;
 }
 
+/* ag_add's bcast: a matmul's operand gradient.  Its leading dims of size 1
+ * are dropped, not summed (eager folds a stack times a matrix into one mm:
+ * a gradient of -0.0 stays -0.0, where a sum over one element gives 0.0). */
+#define AG_BCAST_MM 2
+
 /* Add contribution expr (over node v's shape) to the gradient of argument
- * value a, summed to a's shape when `bcast` (pointwise broadcasting) and
+ * value a, summed to a's shape when `bcast` (pointwise broadcasting, as
+ * eager's sum_to: leading dims summed even of size 1; AG_BCAST_MM above) and
  * cast to a's dtype. */
 static void ag_add(ag_state *s, int v, int a, const char *expr, int bcast)
 {
@@ -447,12 +449,16 @@ static void ag_add(ag_state *s, int v, int a, const char *expr, int bcast)
         int64_t dims[CDY_MAX_NDIM];
         int nd = 0;
         for (int d = 0; d < r->ndim; d++)
-            if (d < lead || (m->sizes[d - lead] == 1 && r->sizes[d] != 1))
+            if ((d < lead || (m->sizes[d - lead] == 1 && r->sizes[d] != 1)) &&
+                (bcast != AG_BCAST_MM || r->sizes[d] != 1))
                 dims[nd++] = d;
         if (nd) {
             cdy_buf_puts(&e, ".sum(");
             ag_tuple(&e, dims, nd);
-            cdy_buf_puts(&e, ", keepdim=True).reshape(");
+            cdy_buf_puts(&e, ", keepdim=True)");
+        }
+        if (nd || lead) {
+            cdy_buf_puts(&e, ".reshape(");
             ag_tuple(&e, m->sizes, m->ndim);
             cdy_buf_puts(&e, ")");
         }
@@ -999,7 +1005,7 @@ static int ag_col_major(const ag_state *s, int a)
  * gradients in rows, not transposed; w.t()'s reaches w's as w's layout). */
 static void ag_matmul(ag_state *s, int v, const int *r)
 {
-    char e[192], o[96];
+    char e[320], o[96];
     if (s->g->values[v].meta.ndim >= 4 && s->needs[r[0]] && s->needs[r[1]])
         ag_mm_grad_ready(s, v);
     if (s->needs[r[0]]) {
@@ -1008,15 +1014,24 @@ static void ag_matmul(ag_state *s, int v, const int *r)
             snprintf(e, sizeof(e), "(%s @ g%d.transpose(-1, -2)).transpose(-1, -2)", o, v);
         else
             snprintf(e, sizeof(e), "g%d @ %s.transpose(-1, -2)", v, o);
-        ag_add(s, v, r[0], e, 1);
+        ag_add(s, v, r[0], e, AG_BCAST_MM);
     }
     if (s->needs[r[1]]) {
         ag_mm_operand(s, r[0], o, sizeof(o));
+        const cdy_meta *ma = &s->g->values[r[0]].meta, *mb = &s->g->values[r[1]].meta;
+        char fa[160], fg[40];
+        if (ma->ndim >= 3 && mb->ndim == 2) {   /* a stack times a matrix: one mm, as eager */
+            snprintf(fa, sizeof(fa), "%s.reshape(-1, %lld)", o, (long long)mb->sizes[0]);
+            snprintf(fg, sizeof(fg), "g%d.reshape(-1, %lld)", v, (long long)mb->sizes[1]);
+        } else {
+            snprintf(fa, sizeof(fa), "%s", o);
+            snprintf(fg, sizeof(fg), "g%d", v);
+        }
         if (ag_col_major(s, r[1]))
-            snprintf(e, sizeof(e), "(g%d.transpose(-1, -2) @ %s).transpose(-1, -2)", v, o);
+            snprintf(e, sizeof(e), "(%s.transpose(-1, -2) @ %s).transpose(-1, -2)", fg, fa);
         else
-            snprintf(e, sizeof(e), "%s.transpose(-1, -2) @ g%d", o, v);
-        ag_add(s, v, r[1], e, 1);
+            snprintf(e, sizeof(e), "%s.transpose(-1, -2) @ %s", fa, fg);
+        ag_add(s, v, r[1], e, ma->ndim >= 3 && mb->ndim == 2 ? 0 : AG_BCAST_MM);   /* folded: b's shape */
     }
 }
 

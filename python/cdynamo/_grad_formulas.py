@@ -11,11 +11,10 @@ arithmetic, branches on constants.
 def gelu_backward(grad, x, approximate, y=None):
     """gelu's derivative; approximate 0: the exact (erf) form, 1: tanh.  y: the
     forward's result gelu(x) where the backward has it at no cost to its peak (saved
-    for the next linear's weight gradient, and not the graph's last GELU: ops.def's
-    result_if_free), else None: the derivative then reads x only, as eager's
-    GeluBackward0 (transformer_stack_train: the last block's 1 MiB y held through
-    this kernel next to its output made the step's peak 7.95 MiB against eager's
-    6.97)."""
+    for the next linear's weight gradient: ops.def's result_if_free; the derivative's
+    output takes the memory of the dying gradient it reads, compiler/share.c, so even
+    the graph's last GELU holds y at no cost), else None: the derivative then reads x
+    only, as eager's GeluBackward0."""
     if approximate == 0:
         # Phi(x) as gelu(x) / x where y is at hand: the forward's GELU (a rational
         # function) in place of an erf (one thread, 262144 floats: 407 -> 135 us).
