@@ -233,3 +233,28 @@ def test_empty_graph_tensors_grow_as_in_eager():
     for o in outs:
         o.resize_(5)
         assert o.shape == (5,)
+
+
+def test_outputs_without_the_pool_are_torchs_seen_by_the_profiler():
+    # With the pool off a graph's tensors come from torch's CPU allocator (runtime/compiled.c's
+    # empty_meta: torch.compile's _empty_strided_cpu where torch has it): eager's dtypes,
+    # strides and values, storage that grows, and torch.profiler's memory events count them.
+    from torch.profiler import ProfilerActivity, profile
+    cdynamo.config.output_pool_mb = 0
+
+    def fn(x, b):
+        return x.t() * 2, (x > 0) & b, x.to(torch.bfloat16) + 1, x.sum(0)
+    f = cdynamo.optimize(fn)
+    x, b = torch.randn(64, 48), torch.rand(64, 48) > 0.5
+    got, want = f(x, b), fn(x, b)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.stride() == w.stride()
+        torch.testing.assert_close(g, w)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        ys = f(x, b)
+    sizes = sorted(e.nbytes() for e in prof.profiler.kineto_results.events()
+                   if e.name() == "[memory]" and e.nbytes() > 0)
+    for y in ys:
+        assert y.untyped_storage().nbytes() in sizes
+    ys[0].resize_(100, 100)
+    assert ys[0].shape == (100, 100)
