@@ -12,7 +12,7 @@ with profile(activities=[ProfilerActivity.CPU]) as p:
     for _ in range(5): step(*inputs)
 cnt = collections.Counter()
 for e in p.events():
-    if e.name in ("aten::as_strided", "aten::transpose", "aten::view", "aten::reshape", "aten::t", "aten::expand", "aten::slice", "aten::empty", "aten::detach", "aten::resolve_conj", "aten::narrow", "aten::permute"):
+    if e.name in ("aten::as_strided", "aten::transpose", "aten::view", "aten::reshape", "aten::t", "aten::expand", "aten::slice", "aten::empty", "aten::detach", "aten::resolve_conj", "aten::narrow", "aten::permute", "aten::empty_like", "aten::empty_strided"):
         chain = []; q = e.cpu_parent
         while q is not None and len(chain) < 3:
             chain.append(q.name); q = q.cpu_parent
