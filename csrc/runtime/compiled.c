@@ -511,14 +511,30 @@ static void alias_begin(cdy_compiled *c)
     c->alias_learning = c->alias && c->alias_src && c->alias_sp;
 }
 
+/* 1 when pynode p's arguments after the first are constants (a view's
+ * layout then depends only on its base's, which the guards fix). */
+static int rest_constant(const cdy_pynode *p)
+{
+    for (int a = 1; a < p->nargs; a++) {
+        if (p->ref[a] >= 0)
+            return 0;
+        for (int j = 0; p->ref[a] == -2 && j < p->seq[a].n; j++)
+            if (p->seq[a].ref[j] >= 0)
+                return 0;
+    }
+    return 1;
+}
+
 /* First call: when extern step st's result r (a plain tensor needing no
- * grad) is a view of its first argument, a buffer of c (same storage), keep
- * its sizes, strides and offset from that buffer's in c->alias[out]. */
+ * grad) is a view of its first argument, a buffer of c (same storage), its
+ * other arguments constants, keep its sizes, strides and offset from that
+ * buffer's in c->alias[out]. */
 static void alias_learn(cdy_compiled *c, const cdy_step *st, PyObject **bufs, PyObject *r)
 {
     const cdy_pynode *p = &c->pynodes[c->pynode_of[st->index]];
     int ob = st->out_buffer;
-    if (p->item >= 0 || p->nargs < 1 || p->ref[0] < 0 || p->ref[0] >= c->nvalues)
+    if (p->item >= 0 || p->nargs < 1 || p->ref[0] < 0 || p->ref[0] >= c->nvalues ||
+        !rest_constant(p))
         return;
     int b = c->value_buffer[p->ref[0]];
     PyObject *base = b >= 0 && b != ob ? bufs[b] : NULL;
@@ -548,15 +564,16 @@ static void alias_learn(cdy_compiled *c, const cdy_step *st, PyObject **bufs, Py
 
 /* End of the first call (ok: it succeeded, its outputs in bufs): keep the
  * recorded views no output can reach: none when it failed, else those on a
- * storage no output that is a view shares (the alias has no view link). */
+ * storage no output shares other than their base itself (the alias has no
+ * view link and its own version counter). */
 static void alias_end(cdy_compiled *c, PyObject **bufs, int ok)
 {
     c->alias_learning = 0;
     for (int i = 0; i < c->noutputs; i++) {
         PyObject *o = ok ? bufs[c->outputs[i]] : NULL;
-        void *sp = o && is_view(o) ? storage_ptr(o) : NULL;
+        void *sp = o ? storage_ptr(o) : NULL;
         for (int b = 0; sp && b < c->nbuffers; b++)
-            if (c->alias[b] && c->alias_sp[b] == sp)
+            if (c->alias[b] && c->alias_sp[b] == sp && o != bufs[c->alias_src[b]])
                 Py_CLEAR(c->alias[b]);
     }
     for (int b = 0; !ok && b < c->nbuffers; b++)
