@@ -233,3 +233,74 @@ def test_empty_graph_tensors_grow_as_in_eager():
     for o in outs:
         o.resize_(5)
         assert o.shape == (5,)
+
+
+def test_outputs_without_the_pool_are_torchs_seen_by_the_profiler():
+    # With the pool off a graph's tensors come from torch's CPU allocator (runtime/compiled.c's
+    # empty_meta: torch.compile's _empty_strided_cpu where torch has it): eager's dtypes,
+    # strides and values, storage that grows, and torch.profiler's memory events count them.
+    from torch.profiler import ProfilerActivity, profile
+    cdynamo.config.output_pool_mb = 0
+
+    def fn(x, b):
+        return x.t() * 2, (x > 0) & b, x.to(torch.bfloat16) + 1, x.sum(0)
+    f = cdynamo.optimize(fn)
+    x, b = torch.randn(64, 48), torch.rand(64, 48) > 0.5
+    got, want = f(x, b), fn(x, b)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.stride() == w.stride()
+        torch.testing.assert_close(g, w)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        ys = f(x, b)
+    sizes = sorted(e.nbytes() for e in prof.profiler.kineto_results.events()
+                   if e.name() == "[memory]" and e.nbytes() > 0)
+    for y in ys:
+        assert y.untyped_storage().nbytes() in sizes
+    ys[0].resize_(100, 100)
+    assert ys[0].shape == (100, 100)
+
+
+def _ops(f, *args):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        r = f(*args)
+    return r, {e.key: e.count for e in prof.key_averages()}
+
+
+def test_views_only_an_extern_reads_are_remade_as_aliases_after_the_first_call():
+    # runtime/compiled.c alias_learn: from the second call on, a view an extern step makes of a
+    # buffer, which no output can reach, is torch._C._dynamo.guards._reinterpret_tensor of it
+    # (no dispatcher op); values stay eager's.
+    if not hasattr(torch._C._dynamo.guards, "_reinterpret_tensor"):
+        pytest.skip("this torch has no _reinterpret_tensor")
+
+    def fn(x, w):
+        h = (x * 2).reshape(64, 32)
+        return torch.mm(h.t(), w).sin()
+    f = cdynamo.optimize(fn)
+    x, w = torch.randn(4, 16, 32), torch.randn(64, 8)
+    first, ops1 = _ops(f, x, w)
+    for _ in range(2):
+        got, ops = _ops(f, x, w)
+        torch.testing.assert_close(got, fn(x, w))
+    torch.testing.assert_close(first, fn(x, w))
+    views = ("aten::reshape", "aten::view", "aten::t", "aten::transpose", "aten::as_strided")
+    assert sum(ops1.get(k, 0) for k in views) > 0
+    assert sum(ops.get(k, 0) for k in views) == 0, ops
+
+
+def test_a_returned_view_keeps_its_view_link_when_an_extern_also_reads_it():
+    def fn(x, w):
+        h = (x * 2).reshape(64, 32)
+        return torch.mm(h, w), h.t()
+    f = cdynamo.optimize(fn)
+    x, w = torch.randn(4, 16, 32), torch.randn(32, 8)
+    for _ in range(3):
+        got, want = f(x, w), fn(x, w)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+        assert got[1]._is_view() and got[1]._base is not None
+        assert got[1].untyped_storage().data_ptr() == got[1]._base.untyped_storage().data_ptr()
+    g1 = got[1]
+    g1._base.add_(1)                                  # the view link is torch's: writes show
+    torch.testing.assert_close(g1, want[1] + 1)
