@@ -1875,6 +1875,30 @@ def test_empty_view_and_linear_grads(name):
     assert not support.eager, support.eager
 
 
+def _bias_grad_case(case):
+    """Two linears with a GELU between them (or a transposed / twice-read gradient), odd
+    sizes or float64 by case; eager's gradients taken and the grads reset: (dtype, rows,
+    out features, fn, x, params, eager's grads of x and params)."""
+    dt = torch.float64 if case == "float64" else torch.float32
+    rows, i, o = (37, 29, 203) if case == "odd" else (64, 32, 512)
+    torch.manual_seed(0)
+    lin1, lin2 = nn.Linear(i, o).to(dt), nn.Linear(o, i).to(dt)
+    x = torch.randn(4, rows, i, dtype=dt, requires_grad=True)
+    if case == "transposed_grad":
+        fn = lambda a: lin1(a).transpose(0, 1).sin()   # noqa: E731
+    elif case == "grad_used_twice":
+        fn = lambda a: (lambda h: lin2(h) + h[..., :i] * 2)(F.gelu(lin1(a)))   # noqa: E731
+    else:
+        fn = lambda a: lin2(F.gelu(lin1(a)))   # noqa: E731
+    params = [*lin1.parameters(), *lin2.parameters()]
+    fn(x).pow(2).sum().backward()
+    want = [x.grad] + [p.grad for p in params]
+    x.grad = None
+    for p in params:
+        p.grad = None
+    return dt, rows, o, fn, x, params, want
+
+
 @pytest.mark.parametrize("case", ["gelu", "odd", "transposed_grad", "grad_used_twice", "float64"])
 def test_linear_bias_gradient_right_after_its_producer(case):
     """A linear's bias gradient (the output gradient's column sum) comes first in its
@@ -1886,23 +1910,7 @@ def test_linear_bias_gradient_right_after_its_producer(case):
     n = torch.get_num_threads()
     torch.set_num_threads(16)
     try:
-        dt = torch.float64 if case == "float64" else torch.float32
-        rows, i, o = (37, 29, 203) if case == "odd" else (64, 32, 512)
-        torch.manual_seed(0)
-        lin1, lin2 = nn.Linear(i, o).to(dt), nn.Linear(o, i).to(dt)
-        x = torch.randn(4, rows, i, dtype=dt, requires_grad=True)
-        if case == "transposed_grad":
-            fn = lambda a: lin1(a).transpose(0, 1).sin()   # noqa: E731
-        elif case == "grad_used_twice":
-            fn = lambda a: (lambda h: lin2(h) + h[..., :i] * 2)(F.gelu(lin1(a)))   # noqa: E731
-        else:
-            fn = lambda a: lin2(F.gelu(lin1(a)))   # noqa: E731
-        params = [*lin1.parameters(), *lin2.parameters()]
-        fn(x).pow(2).sum().backward()
-        want = [x.grad] + [p.grad for p in params]
-        x.grad = None
-        for p in params:
-            p.grad = None
+        dt, rows, o, fn, x, params, want = _bias_grad_case(case)
         out = cdynamo.optimize(fn)(x)
         src = out.grad_fn.tg.source
         out.pow(2).sum().backward()
@@ -1933,23 +1941,7 @@ def test_linear_bias_gradient_fused_into_its_producer(case, threads, monkeypatch
     transposed output gradient).  Odd sizes, a gradient also used elsewhere; gradients as
     eager's."""
     monkeypatch.setattr(cdynamo.config, "num_threads", threads)
-    dt = torch.float64 if case == "float64" else torch.float32
-    rows, i, o = (37, 29, 203) if case == "odd" else (64, 32, 512)
-    torch.manual_seed(0)
-    lin1, lin2 = nn.Linear(i, o).to(dt), nn.Linear(o, i).to(dt)
-    x = torch.randn(4, rows, i, dtype=dt, requires_grad=True)
-    if case == "transposed_grad":
-        fn = lambda a: lin1(a).transpose(0, 1).sin()   # noqa: E731
-    elif case == "grad_used_twice":
-        fn = lambda a: (lambda h: lin2(h) + h[..., :i] * 2)(F.gelu(lin1(a)))   # noqa: E731
-    else:
-        fn = lambda a: lin2(F.gelu(lin1(a)))   # noqa: E731
-    params = [*lin1.parameters(), *lin2.parameters()]
-    fn(x).pow(2).sum().backward()
-    want = [x.grad] + [p.grad for p in params]
-    x.grad = None
-    for p in params:
-        p.grad = None
+    dt, rows, o, fn, x, params, want = _bias_grad_case(case)
     cdynamo.optimize(fn)(x).pow(2).sum().backward()
     got = [x.grad] + [p.grad for p in params]
     for a, b in zip(got, want):
