@@ -140,17 +140,23 @@ static int stop_schema(tracer *tr, int alias, const char *what, PyObject *s)
     return r;
 }
 
-/* 1 if every schema of list l mutates an input (is_mutable; unreadable counts
- * as mutating), else 0. */
+/* 1 if schema s mutates an input (is_mutable; unreadable counts as mutating:
+ * never a wrong result), else 0; error cleared. */
+static int schema_mutates(PyObject *s)
+{
+    PyObject *m = PyObject_GetAttrString(s, "is_mutable");
+    int mut = m ? PyObject_IsTrue(m) != 0 : 1;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return mut;
+}
+
+/* 1 if every schema of list l mutates an input (schema_mutates), else 0. */
 static int all_mutate(PyObject *l)
 {
     int all = 1;
-    for (Py_ssize_t i = 0; all && i < PyList_GET_SIZE(l); i++) {
-        PyObject *m = PyObject_GetAttrString(PyList_GET_ITEM(l, i), "is_mutable");
-        all = m ? PyObject_IsTrue(m) != 0 : 1;
-        Py_XDECREF(m);
-    }
-    PyErr_Clear();
+    for (Py_ssize_t i = 0; all && i < PyList_GET_SIZE(l); i++)
+        all = schema_mutates(PyList_GET_ITEM(l, i));
     return all;
 }
 
@@ -173,12 +179,10 @@ int cdy_libop_check(tracer *tr, PyObject *fn, const char *what)
                 r = stop_schema(tr, 0, what, s);
             break;
         }
-        PyObject *m = PyObject_GetAttrString(s, "is_mutable");
-        int mut = m ? PyObject_IsTrue(m) : -1;
-        Py_XDECREF(m);
+        int mut = schema_mutates(s);
         int alias = mut == 0 ? returns_alias(s) : 0;
         PyErr_Clear();
-        if (mut != 0)   /* unreadable counts as mutating: never a wrong result */
+        if (mut)
             r = stop_schema(tr, 0, what, s);
         else if (alias != 0)
             r = stop_schema(tr, 1, what, s);
