@@ -146,7 +146,7 @@ static PyObject *empty_fast;
  * to base (no _base, its own version counter): used only for the views an
  * extern step makes that no output can reach (alias_learn). */
 static PyObject *reinterpret_fn;
-static PyObject *str_is_view, *str_untyped_storage, *str_storage_offset;
+static PyObject *str_is_view, *str_untyped_storage;
 static PyObject *tensor_type;     /* torch.Tensor */
 static PyObject *mm_fns[5];       /* operator.matmul, torch.matmul, mm, bmm, Tensor.__matmul__ */
 static PyObject *kw_out;          /* ("out",) */
@@ -206,8 +206,7 @@ static void empty_fast_init(PyObject *torch)
     tensor_type = PyObject_GetAttrString(torch, "Tensor");
     str_is_view = PyUnicode_InternFromString("_is_view");
     str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
-    str_storage_offset = PyUnicode_InternFromString("storage_offset");
-    if (!str_is_view || !str_untyped_storage || !str_storage_offset)
+    if (!str_is_view || !str_untyped_storage)
         Py_CLEAR(reinterpret_fn);
     PyErr_Clear();
     Py_XDECREF(g);
@@ -494,7 +493,7 @@ static int is_view(PyObject *t)
 /* t.storage_offset(), or -1 (error cleared). */
 static long long storage_offset(PyObject *t)
 {
-    PyObject *r = PyObject_CallMethodNoArgs(t, str_storage_offset);
+    PyObject *r = cdy_tensor_attr(t, CDY_TA_storage_offset);
     long long v = r ? PyLong_AsLongLong(r) : -1;
     Py_XDECREF(r);
     PyErr_Clear();
@@ -549,7 +548,7 @@ static void alias_learn(cdy_compiled *c, const cdy_step *st, PyObject **bufs, Py
     long long off = storage_offset(r), boff = storage_offset(base);
     if (!sp || sp != storage_ptr(base) || off < 0 || boff < 0)
         return;
-    PyObject *shape = PyObject_GetAttrString(r, "shape");
+    PyObject *shape = cdy_tensor_attr(r, CDY_TA_shape);
     PyObject *sz = shape ? PySequence_Tuple(shape) : NULL;
     PyObject *strd = sz ? cdy_tensor_attr(r, CDY_TA_stride) : NULL;
     if (strd && PyTuple_CheckExact(strd))
