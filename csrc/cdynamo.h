@@ -74,11 +74,15 @@ typedef struct {
 
 int64_t cdy_meta_numel(const cdy_meta *m);
 int cdy_meta_contiguous(const cdy_meta *m);   /* row-major (size-1 dims any stride) */
+/* The same for nd sizes sz and strides st (a guard's, a view's strides over its base). */
+int cdy_strides_contiguous(int nd, const int64_t *sz, const int64_t *st);
 /* 1 if m's strides are torch.empty's for its sizes (size-1 dims' too: an op
  * that keeps its input's layout, clone, copies them into its result). */
 int cdy_meta_canonical(const cdy_meta *m);
 /* The same for nd sizes sz and strides st (a guard reading them as arrays). */
 int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st);
+/* Set st to torch.empty's strides for the nd sizes sz (cdy_strides_canonical's). */
+void cdy_canonical_strides(int nd, const int64_t *sz, int64_t *st);
 /* m's dims of size other than 1, outermost first, into order: their count if m
  * is dense in that order (a permutation of a contiguous layout), else -1. */
 int cdy_meta_dense_order(const cdy_meta *m, int *order);

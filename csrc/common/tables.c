@@ -49,11 +49,17 @@ int64_t cdy_meta_numel(const cdy_meta *m)
 /* 1 if m is contiguous (row-major; the strides of size-1 dims do not matter). */
 int cdy_meta_contiguous(const cdy_meta *m)
 {
-    int64_t st = 1;
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        if (m->sizes[d] != 1 && m->strides[d] != st)
+    return cdy_strides_contiguous(m->ndim, m->sizes, m->strides);
+}
+
+/* 1 if strides st walk the nd sizes sz row-major (see cdy_meta_contiguous). */
+int cdy_strides_contiguous(int nd, const int64_t *sz, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (sz[d] != 1 && st[d] != expect)
             return 0;
-        st *= m->sizes[d];
+        expect *= sz[d];
     }
     return 1;
 }
@@ -75,6 +81,16 @@ int cdy_strides_canonical(int nd, const int64_t *sz, const int64_t *st)
         expect *= sz[d] > 1 ? sz[d] : 1;
     }
     return 1;
+}
+
+/* torch.empty's strides for the nd sizes sz into st (size 0 and 1 counted as 1). */
+void cdy_canonical_strides(int nd, const int64_t *sz, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= sz[d] > 1 ? sz[d] : 1;
+    }
 }
 
 /* The dims of m of size other than 1 into order, outermost first (decreasing

@@ -1158,15 +1158,8 @@ static int cg_red_welford(const cg_ctx *c, const cg_red_kernel *r)
 /* 1 if view u walks its base contiguously from offset 0 (size-1 dims: any stride). */
 static int cg_red_dense_view(const cdy_value *u)
 {
-    int64_t st = 1;
-    if (u->view_offset != 0)
-        return 0;
-    for (int d = u->meta.ndim - 1; d >= 0; d--) {
-        if (u->meta.sizes[d] != 1 && u->view_strides[d] != st)
-            return 0;
-        st *= u->meta.sizes[d];
-    }
-    return 1;
+    return u->view_offset == 0 &&
+           cdy_strides_contiguous(u->meta.ndim, u->meta.sizes, u->view_strides);
 }
 
 /* The mask over p's dims of reduction v, whose input is a contiguous reshape

@@ -167,18 +167,6 @@ int cdy_dyn_policy(void *ctx, const cdy_trace *t, unsigned *dyn)
     return any != 0;
 }
 
-/* 1 if sizes sz / strides st (nd dims) are contiguous (size-1 dims any stride). */
-static int dy_contiguous(int nd, const int64_t *sz, const int64_t *st)
-{
-    int64_t expect = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        if (sz[d] != 1 && st[d] != expect)
-            return 0;
-        expect *= sz[d];
-    }
-    return 1;
-}
-
 unsigned cdy_dyn_relax_eager(cdy_guards *gs, const cdy_dyn_ctx *c, int *src_of_first)
 {
     unsigned first = 0;
@@ -186,7 +174,7 @@ unsigned cdy_dyn_relax_eager(cdy_guards *gs, const cdy_dyn_ctx *c, int *src_of_f
     for (int i = 0; c->mode != 0 && i < gs->n; i++) {
         cdy_guard *g = &gs->items[i];
         if (g->kind != CDY_GUARD_TENSOR || g->dyn ||
-            !dy_contiguous(g->ndim, g->sizes, g->strides))
+            !cdy_strides_contiguous(g->ndim, g->sizes, g->strides))
             continue;   /* a symbolic check asks for contiguous strides */
         cdy_meta m;
         m.ndim = g->ndim;
@@ -453,7 +441,7 @@ int cdy_dyn_check_tensor(const cdy_guard *g, const int64_t *sz, const int64_t *s
     ex.ndim = g->ndim;
     memcpy(ex.sizes, g->sizes, sizeof(ex.sizes));
     memcpy(ex.strides, g->strides, sizeof(ex.strides));
-    if (cdy_meta_contiguous(&ex) ? !dy_contiguous(g->ndim, sz, st)
+    if (cdy_meta_contiguous(&ex) ? !cdy_strides_contiguous(g->ndim, sz, st)
                                  : !cdy_strides_follow(&ex, g->ndim, sz, st)) {
         snprintf(why, n, "tensor '%s' does not have its example's layout (its symbolic entry "
                  "relies on it)", g->desc);

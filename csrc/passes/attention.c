@@ -440,11 +440,7 @@ static void at_set_copy(cdy_graph *g, int c, int x, int like)
     int alias = cdy_value_is_alias(xv);
     cv->kind = CDY_VAL_NODE;
     cv->meta = xv->meta;
-    int64_t st = 1;
-    for (int d = cv->meta.ndim - 1; d >= 0; d--) {   /* torch.empty's strides */
-        cv->meta.strides[d] = st;
-        st *= cv->meta.sizes[d] > 1 ? cv->meta.sizes[d] : 1;
-    }
+    cdy_canonical_strides(cv->meta.ndim, cv->meta.sizes, cv->meta.strides);
     cv->nargs = 1;
     cv->args[0] = x;
     cv->compute_dtype = xv->meta.dtype;

@@ -89,16 +89,6 @@ static int mt_dense(const mt_operand *o)
     return mt_dense_in_order(o, idx, n);
 }
 
-/* Contiguous strides of sizes s (ndim n) into st. */
-static void mt_contiguous_strides(const int64_t *s, int n, int64_t *st)
-{
-    int64_t acc = 1;
-    for (int d = n - 1; d >= 0; d--) {
-        st[d] = acc;
-        acc *= s[d] > 1 ? s[d] : 1;
-    }
-}
-
 /* Broadcast the operands' sizes into m (sizes, ndim) and say whether every
  * operand has the same shape (TensorIterator's all_ops_same_shape_); 0, or -1
  * when the sizes do not broadcast. */
@@ -189,7 +179,7 @@ static void mt_reorder_strides(const mt_operand *ops, int n, cdy_meta *m)
     for (int i = 0; i < nd; i++)
         inverted &= perm[i] == nd - 1 - i;
     if (inverted) {
-        mt_contiguous_strides(m->sizes, nd, m->strides);
+        cdy_canonical_strides(nd, m->sizes, m->strides);
         return;
     }
     int64_t next = 1;
@@ -217,7 +207,7 @@ static int mt_layout(const mt_operand *ops, int n, cdy_meta *m)
                                  sizeof(int64_t) * (size_t)ops[0].ndim);
         }
         if (contiguous) {
-            mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+            cdy_canonical_strides(m->ndim, m->sizes, m->strides);
             return 0;
         }
         if (channels_last) {
@@ -425,7 +415,7 @@ PyObject *cdy_meta_pointwise(tracer *tr, int op, PyObject *fn, tvar **args, int 
     /* pow(number, tensor) allocates its result contiguous (torch's pow.Scalar
      * meta passes no strides), whatever the exponent's layout */
     if (rule == 'M' || (op == CDY_OP_POW && args[0]->kind != TV_TENSOR))
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -462,7 +452,7 @@ PyObject *cdy_meta_reduce(tracer *tr, int op, tvar **args, int n)
             m.sizes[m.ndim++] = x->sizes[d];
         else if (args[2]->obj == Py_True)
             m.sizes[m.ndim++] = 1;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     if ((m.dtype = cdy_op_reduce_dtype(op, x->dtype)) == CDY_DT_NONE)
         return NULL;
     return cdy_fake_from_meta(tr, &m);
@@ -602,7 +592,7 @@ static PyObject *mt_layer_norm(tracer *tr, tvar **args, int nargs)
             return NULL;
     }
     cdy_meta m = *x;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -694,7 +684,7 @@ static PyObject *mt_cat(tracer *tr, tvar **args, int nargs, PyObject *kwnames, c
     }
     if (ncl == s[0]->n)
         return NULL;   /* every piece channels_last: so is the result (not covered) */
-    mt_contiguous_strides(m.sizes, nd, m.strides);
+    cdy_canonical_strides(nd, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -710,7 +700,7 @@ static int mt_suggested_strides(const cdy_meta *x, cdy_meta *m)
         mt_channels_last_strides(m->sizes, m->strides);
         return 0;
     }
-    mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+    cdy_canonical_strides(m->ndim, m->sizes, m->strides);
     return 0;
 }
 
@@ -738,7 +728,7 @@ static int mt_batch_norm_strides(tracer *tr, tvar **s, const cdy_meta *x, cdy_me
     }
     static const int cl3d[5] = {1, 4, 3, 2, 0};   /* innermost first */
     if (params && mt_contiguous(&o)) {
-        mt_contiguous_strides(m->sizes, m->ndim, m->strides);
+        cdy_canonical_strides(m->ndim, m->sizes, m->strides);
         return 0;
     }
     if (params && x->ndim == 5 && mt_dense_in_order(&o, cl3d, 5))
@@ -857,7 +847,7 @@ static PyObject *mt_softmax(tracer *tr, tvar **s)
         if (m.dtype != CDY_DT_FLOAT32 && m.dtype != CDY_DT_FLOAT64)
             return NULL;
     }
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -954,7 +944,7 @@ static PyObject *mt_conv2d(tracer *tr, tvar **args, int nargs, PyObject *kwnames
     if (mt_suggests_cl(x) || mt_suggests_cl(w))
         mt_channels_last_strides(m.sizes, m.strides);
     else
-        mt_contiguous_strides(m.sizes, 4, m.strides);
+        cdy_canonical_strides(4, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1066,7 +1056,7 @@ static PyObject *mt_embedding(tracer *tr, tvar **args, int nargs, PyObject *kwna
     cdy_meta m = *i;
     m.sizes[m.ndim++] = w->sizes[1];
     m.dtype = w->dtype;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1200,7 +1190,7 @@ static PyObject *mt_sdpa(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     }
     if (!flash) {
         m.sizes[3] = mt_tensor(tr, s[2])->sizes[3];
-        mt_contiguous_strides(m.sizes, 4, m.strides);
+        cdy_canonical_strides(4, m.sizes, m.strides);
     }
     return cdy_fake_from_meta(tr, &m);
 }
@@ -1269,7 +1259,7 @@ static PyObject *mt_cumsum(tracer *tr, tvar **args, int nargs, PyObject *kwnames
     } else if (!cdy_dtype_table[x->dtype].is_float) {
         m.dtype = CDY_DT_INT64;
     }
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1286,7 +1276,7 @@ static PyObject *mt_tril(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     if (!x || x->ndim < 2)
         return NULL;
     cdy_meta m = *x;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1329,7 +1319,7 @@ static PyObject *mt_roll(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     if (cdy_tv_none(s[2])) {
         if (nsh != 1)
             return NULL;
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        cdy_canonical_strides(m.ndim, m.sizes, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
     if (cdy_int_items(s[2], dims, &nd, CDY_MAX_NDIM) || nd != nsh)
@@ -1363,7 +1353,7 @@ static PyObject *mt_addmm(tracer *tr, tvar **args, int nargs, PyObject *kwnames)
     m.sizes[1] = b->sizes[1];
     if (!mt_broadcasts_to(c->sizes, c->ndim, m.sizes, 2))
         return NULL;
-    mt_contiguous_strides(m.sizes, 2, m.strides);
+    cdy_canonical_strides(2, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1449,7 +1439,7 @@ static PyObject *mt_input_grad(tracer *tr, tvar **args, int nargs, PyObject *kwn
         memcmp(g->sizes, x->sizes, sizeof(int64_t) * (size_t)x->ndim))
         return NULL;
     cdy_meta m = *x;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1460,7 +1450,7 @@ static void mt_heads_major(const cdy_meta *x, cdy_meta *m)
 {
     *m = *x;
     int64_t sz[4] = {x->sizes[0], x->sizes[2], x->sizes[1], x->sizes[3]}, st[4];
-    mt_contiguous_strides(sz, 4, st);
+    cdy_canonical_strides(4, sz, st);
     m->strides[0] = st[0];
     m->strides[1] = st[2];
     m->strides[2] = st[1];
@@ -1526,7 +1516,7 @@ static PyObject *mt_repeat(tracer *tr, tvar **args, int nargs, PyObject *kwnames
             return NULL;
         m.sizes[i] = (int64_t)r[i] * (xi >= 0 ? x->sizes[xi] : 1);
     }
-    mt_contiguous_strides(m.sizes, n, m.strides);
+    cdy_canonical_strides(n, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1552,7 +1542,7 @@ static PyObject *mt_gather(tracer *tr, tvar **args, int nargs, PyObject *kwnames
             return NULL;
     cdy_meta m = *i;
     m.dtype = x->dtype;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1674,7 +1664,7 @@ static PyObject *mt_conv_bw(tracer *tr, tvar **args, int nargs, PyObject *kwname
             m.ndim = 1;
             m.sizes[0] = w->sizes[0];
         }
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        cdy_canonical_strides(m.ndim, m.sizes, m.strides);
         if (!(r[k] = cdy_fake_from_meta(tr, &m)))
             return NULL;
     }
@@ -1724,7 +1714,7 @@ static PyObject *mt_encoder_layer(tracer *tr, tvar **args, int nargs, PyObject *
             return NULL;
     }
     cdy_meta m = *x;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     return cdy_fake_from_meta(tr, &m);
 }
 
@@ -1813,7 +1803,7 @@ PyObject *cdy_meta_extern(tracer *tr, PyObject *fn, tvar **args, int nargs, PyOb
         return NULL;
     if (mt_mm_sizes(kind, ms[0], ms[1], &m) || m.ndim > CDY_MAX_NDIM)
         return NULL;
-    mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+    cdy_canonical_strides(m.ndim, m.sizes, m.strides);
     m.dtype = ms[0]->dtype;
     return cdy_fake_from_meta(tr, &m);
 }
@@ -2023,7 +2013,7 @@ static PyObject *mt_canonical(tracer *tr, PyObject *out)
         if (f)
             mt_channels_last_strides(m.sizes, m.strides);
         else
-            mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+            cdy_canonical_strides(m.ndim, m.sizes, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
     return out;
@@ -2045,11 +2035,11 @@ PyObject *cdy_meta_cpu_layout(tracer *tr, int op, PyObject *fn, tvar **args, int
     if (mt_read_out(out, &m) || cdy_meta_numel(&m) == 0 || m.ndim == 0)
         return out;
     if (!extern_op && mt_rule(op) == 'M') {
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        cdy_canonical_strides(m.ndim, m.sizes, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
     if (extern_op && cdy_callable_contiguous(fn)) {
-        mt_contiguous_strides(m.sizes, m.ndim, m.strides);
+        cdy_canonical_strides(m.ndim, m.sizes, m.strides);
         return cdy_fake_from_meta(tr, &m);
     }
     if (extern_op && mt_fn_cpu_pointwise(fn) &&
