@@ -147,3 +147,26 @@ def test_attention_qkv_bias_gradient_in_the_cat_kernel():
     assert "the column sum" in rec["ir_post"], rec["ir_post"]
     assert any("concat_pieces, sum" in ln for ln in rec["source"].splitlines()
                if ln.startswith("/* fused:")), rec["source"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transformer_stack_backward_kernels(threads, monkeypatch):
+    """bench's transformer_stack_train (4 pre-norm blocks, one qkv linear each): each
+    block's q/k/v gradients are gathered by one kernel that also computes the qkv bias's
+    gradient, so the backward has no kernel summing the [256, 768] cat (48 kernels on one
+    thread, 52 before); the loss and gradients as eager's."""
+    from cdynamo import bench
+    monkeypatch.setattr(cdynamo.config, "num_threads", threads)
+    cdynamo.reset()
+    w = [w for w in bench.WORKLOADS if w.name == "transformer_stack_train"][0]
+    inputs, params = w.inputs(True), w.train_params()
+    want = [t.clone() for t in bench._train_step(w.fn, params)(*inputs)]
+    got = bench._train_step(cdynamo.optimize(w.fn), params)(*inputs)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    src = _last("backward")["source"]
+    fused = [ln for ln in src.splitlines() if ln.startswith("/* fused:")]
+    assert sum("concat_pieces, sum" in ln for ln in fused) == 4, fused
+    assert not any("concat_pieces " in ln for ln in fused), fused   # none without its sum
+    if threads == 1:
+        assert _kernels(src) == 48, fused
