@@ -89,6 +89,10 @@ int cg_sched_reduce(cg_ctx *c, int v);
  * value read by nothing else before it that value's computation and store
  * (c->red_prod, the value marked c->done); 0 or -1. */
 int cg_red_pick_producers(cg_ctx *c);
+/* The column sum cat node v's kernel may compute (views.c): a float sum of v's
+ * contiguous result (or a dense reshape of it) over its first *rows dims, set;
+ * -1 if none. */
+int cg_red_cat_sum(const cg_ctx *c, int v, int *rows);
 int cg_check_rows(cg_ctx *c, int v);
 int cg_sched_rows(cg_ctx *c, int v);
 int cg_check_cat(cg_ctx *c, int v);

@@ -1361,6 +1361,51 @@ int cg_red_pick_producers(cg_ctx *c)
     return 0;
 }
 
+/* The rows of cat node v's contiguous result that reduction s sums (s a
+ * float sum of v's dtype, of v or of a dense reshape of it, over leading dims
+ * only), as the count of v's leading dims they span; 0 if none. */
+static int cg_red_cat_rows(const cg_ctx *c, int v, int s)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *sv = &g->values[s], *vv = &g->values[v];
+    int u = sv->args[0];
+    const cdy_value *uv = &g->values[u];
+    if (sv->kind != CDY_VAL_NODE || cdy_op_table[sv->op].kind != 'R' || c->done[s] ||
+        c->val_buf[s] < 0 || cg_red_variant_of(g, s) != CG_RED_SUM || cg_red_partner(g, s) >= 0 ||
+        cg_red_partner(g, s + 1) == s || sv->meta.dtype != vv->meta.dtype ||
+        !cdy_dtype_table[sv->meta.dtype].is_float || !cdy_meta_contiguous(&sv->meta))
+        return 0;
+    if (u != v && (!cg_is_view(g, u) || uv->view_base != v || c->val_buf[u] >= 0 ||
+                   !cg_red_dense_view(uv) ||
+                   cdy_meta_numel(&uv->meta) != cdy_meta_numel(&vv->meta)))
+        return 0;
+    int64_t mask = g->values[sv->args[1]].i, rn = 1, pn = 1;
+    int k = 0, j = 0;
+    while (k < uv->meta.ndim && ((mask >> k) & 1))
+        rn *= uv->meta.sizes[k++];
+    if (k == 0 || k == uv->meta.ndim || mask != ((int64_t)1 << k) - 1)
+        return 0;
+    while (j < vv->meta.ndim && pn < rn)
+        pn *= vv->meta.sizes[j++];
+    return pn == rn && j < vv->meta.ndim ? j : 0;
+}
+
+int cg_red_cat_sum(const cg_ctx *c, int v, int *rows)
+{
+    const cdy_graph *g = c->g;
+    for (int s = v + 1; s < g->nvalues && !c->sym; s++) {
+        const cdy_value *sv = &g->values[s];
+        if (sv->kind != CDY_VAL_NODE || cdy_op_table[sv->op].kind != 'R' || sv->nargs < 2)
+            continue;
+        int u = sv->args[0];
+        if (u != v && !(cg_is_view(g, u) && g->values[u].view_base == v))
+            continue;
+        if ((*rows = cg_red_cat_rows(c, v, s)) > 0)
+            return s;
+    }
+    return -1;
+}
+
 static int cg_red_emit_nest(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp, int ind0);
 static int cg_red_emit_sym(cg_ctx *c, const kir_kernel *kk, const cg_red_kernel *rp);
 

@@ -728,7 +728,54 @@ typedef struct {
     cg_nest *nests;
     int64_t start[CDY_MAX_NODE_ARGS];
     const char *threads;         /* the parallel region's team: "1" when small */
+    int rowk;                    /* > 0: by rows of the output's first rowk dims, each row
+                                  * written whole (cg_emit_cat_rows); 0: per piece */
+    int sum;                     /* the column sum over those rows this kernel also
+                                  * computes (reduce.c cg_red_cat_sum), or -1 */
+    int64_t rows, cols;          /* the rows' count and length */
+    int parts;                   /* the rows cut into this many fixed ranges, one per
+                                  * iteration of the work-shared loop */
 } cg_cat_kernel;
+
+/* Partial column sums of a cat kernel (cg_emit_cat_rows) on the calling
+ * thread's stack: at most this many bytes (parts x columns doubles). */
+#define CG_CAT_SUM_BYTES (128 << 10)
+
+/* Choose how cat node v (cat dim d, no new dim) of contiguous output is
+ * copied (ck->rowk, ck->sum): by rows computing a column sum over rows of
+ * its first dims (reduce.c cg_red_cat_sum) when the partial sums fit, else
+ * by rows of its dims before d when every piece's last dim is contiguous
+ * and there are rows to share, else per piece (rowk 0). */
+static void cg_cat_pick_rows(cg_ctx *c, int v, int d, const cg_operand *ops, cg_cat_kernel *ck)
+{
+    const cdy_value *val = &c->g->values[v];
+    const cdy_meta *om = &val->meta;
+    int np = val->nargs - 1, k = 0;
+    ck->rowk = 0;
+    ck->sum = -1;
+    if (cdy_op_has(val->op, CDY_OPF_NEW_DIM) || !cdy_meta_contiguous(om) || cdy_meta_numel(om) == 0)
+        return;
+    int s = cg_red_cat_sum(c, v, &k);
+    if (s < 0 || k > d || (int64_t)ck->parts * cdy_meta_numel(&c->g->values[s].meta) * 8 >
+                              CG_CAT_SUM_BYTES) {
+        s = -1;
+        k = d;
+        for (int i = 0; i < np; i++) {
+            const cdy_meta *pm = &c->g->values[val->args[i]].meta;
+            if (pm->sizes[om->ndim - 1] > 1 && ops[i].stride[om->ndim - 1] != 1)
+                return;
+        }
+    }
+    int64_t rows = 1;
+    for (int a = 0; a < k; a++)
+        rows *= om->sizes[a];
+    if (k == 0 || (s < 0 && rows < 2))
+        return;
+    ck->rowk = k;
+    ck->sum = s;
+    ck->rows = rows;
+    ck->cols = cdy_meta_numel(om) / rows;
+}
 
 /* Schedule cat / stack node v whose pieces are all plain (cg_cat_plain) as
  * one kernel: one parallel region, each piece's rows work-shared in turn. */
@@ -744,7 +791,7 @@ static int cg_sched_cat_one(cg_ctx *c, int v)
     cg_operand *ops = cdy_arena_alloc(&c->arena, sizeof(cg_operand) * CG_MAX_OPS);
     cg_cat_kernel *ck = cdy_arena_alloc(&c->arena, sizeof(cg_cat_kernel));
     cg_nest *nests = cdy_arena_alloc(&c->arena, sizeof(cg_nest) * (size_t)np);
-    int *outs = cdy_arena_alloc(&c->arena, sizeof(int));
+    int *outs = cdy_arena_alloc(&c->arena, sizeof(int) * 2);
     if (!ops || !ck || !nests || !outs)
         return cg_fail(c, "out of memory");
     outs[0] = v;
@@ -787,9 +834,137 @@ static int cg_sched_cat_one(cg_ctx *c, int v)
     ck->np = np;
     ck->nests = nests;
     ck->threads = k->parallel ? "NTHREADS" : "1";
+    ck->parts = k->parallel ? c->nthreads : 1;
     k->threads = ck->threads;
     k->x = ck;
+    cg_cat_pick_rows(c, v, d, ops, ck);
+    if (ck->sum >= 0) {          /* the sum's output: a second output, the sum computed here */
+        int s = ck->sum;
+        ops[np + 1] = (cg_operand){.buffer = c->val_buf[s], .is_out = 1, .value = s,
+                                    .dtype = c->g->values[s].meta.dtype};
+        outs[1] = s;
+        k->grp.nout = 2;
+        k->nops = np + 2;
+        c->live[s] = c->in_group[s] = 1;
+        c->done[s] = 1;
+    }
     return cg_kir_fuse(c, k);
+}
+
+/* Emit the copy of piece i (operand i, starting at ck->start[i] of its row)
+ * into row r of a by-rows cat kernel (q0.. the row's indices, out_ptr0 + r *
+ * cols the row): loops over the piece's dims from ck->rowk, contiguous runs
+ * merged, the innermost a memcpy where both sides are contiguous. */
+static void cg_cat_row_piece(cg_ctx *c, const kir_kernel *k, int i)
+{
+    const cg_cat_kernel *ck = k->x;
+    const cdy_meta *om = &c->g->values[k->node].meta;
+    const cdy_meta *pm = &c->g->values[c->g->values[k->node].args[i]].meta;
+    const cg_operand *op = &k->ops[i];
+    int pdt = op->dtype, odt = k->ops[ck->np].dtype, n = 0;
+    int64_t sz[CDY_MAX_NDIM], si[CDY_MAX_NDIM], so[CDY_MAX_NDIM];
+    for (int a = ck->rowk; a < om->ndim; a++) {
+        if (pm->sizes[a] == 1)
+            continue;
+        if (n > 0 && si[n - 1] == pm->sizes[a] * op->stride[a] &&
+            so[n - 1] == pm->sizes[a] * om->strides[a]) {   /* runs on both sides: merged */
+            sz[n - 1] *= pm->sizes[a];
+            si[n - 1] = op->stride[a];
+            so[n - 1] = om->strides[a];
+            continue;
+        }
+        sz[n] = pm->sizes[a];
+        si[n] = op->stride[a];
+        so[n++] = om->strides[a];
+    }
+    cdy_buf *b = &c->src;
+    cdy_buf_printf(b, "                { int64_t ii = 0, io = r * %lldLL + %lldLL;\n",
+                   (long long)ck->cols, (long long)ck->start[i]);
+    for (int a = 0; a < ck->rowk; a++)
+        if (pm->sizes[a] > 1)
+            cdy_buf_printf(b, "                ii += q%d * %lldLL;\n", a, (long long)op->stride[a]);
+    for (int a = 0; a + 1 < n; a++)
+        cdy_buf_printf(b, "                for (int64_t a%d = 0; a%d < %lldLL; a%d++) {\n", a, a,
+                       (long long)sz[a], a);
+    cdy_buf_puts(b, "                { int64_t ji = ii, jo = io;\n");
+    for (int a = 0; a + 1 < n; a++)
+        cdy_buf_printf(b, "                ji += a%d * %lldLL; jo += a%d * %lldLL;\n", a,
+                       (long long)si[a], a, (long long)so[a]);
+    int64_t L = n ? sz[n - 1] : 1, li = n ? si[n - 1] : 0, lo = n ? so[n - 1] : 0;
+    if (pdt == odt && (L == 1 || (li == 1 && lo == 1)))
+        cdy_buf_printf(b, "                __builtin_memcpy(out_ptr0 + jo, in_ptr%d + ji, "
+                          "%lldULL);\n",
+                       i, (long long)(L * cdy_dtype_table[odt].size));
+    else {
+        char *in = cg_strf(c, "in_ptr%d[ji + j * %lldLL]", i, (long long)li);
+        char *x = cg_copy_elem(c, in, pdt, odt);
+        cdy_buf_printf(b, "                #pragma omp simd\n"
+                          "                for (int64_t j = 0; j < %lldLL; j++)\n"
+                          "                    out_ptr0[jo + j * %lldLL] = %s;\n",
+                       (long long)L, (long long)lo, x);
+    }
+    cdy_buf_puts(b, "                }\n");
+    for (int a = 0; a + 1 < n; a++)
+        cdy_buf_puts(b, "                }\n");
+    cdy_buf_puts(b, "                }\n");
+}
+
+/* Emit by-rows cat kernel k: the rows cut into ck->parts fixed ranges (the
+ * first (t + 1) * rows / parts - t * rows / parts rows to range t), a
+ * work-shared loop over the ranges writing each row whole, piece by piece;
+ * with a column sum, each range adds its rows (as stored) in order into its
+ * own partial sums in double, then the ranges' partials are added in range
+ * order per column and stored: the order depends on the parts only (one
+ * part: the separate sum kernel's order). */
+static void cg_emit_cat_rows(cg_ctx *c, const kir_kernel *k)
+{
+    const cg_cat_kernel *ck = k->x;
+    const cdy_value *val = &c->g->values[k->node];
+    const cdy_meta *om = &val->meta;
+    cdy_buf *b = &c->src;
+    long long R = (long long)ck->rows, C = (long long)ck->cols;
+    int odt = om->dtype;
+    if (ck->sum >= 0)
+        cdy_buf_printf(b, "    double part[%d][%lld];\n", ck->parts, C);
+    cdy_buf_printf(b, "    #pragma omp parallel num_threads(%s)\n    {\n"
+                      "        #pragma omp for schedule(static)\n"
+                      "        for (int64_t t = 0; t < %dLL; t++) {\n"
+                      "            const int64_t rlo = t * %lldLL / %d, "
+                      "rhi = (t + 1) * %lldLL / %d;\n",
+                   ck->threads, ck->parts, R, ck->parts, R, ck->parts);
+    if (ck->sum >= 0)
+        cdy_buf_printf(b, "            double *restrict acc = part[t];\n"
+                          "            for (int64_t j = 0; j < %lldLL; j++)\n"
+                          "                acc[j] = 0;\n", C);
+    cdy_buf_puts(b, "            for (int64_t r = rlo; r < rhi; r++) {\n"
+                    "                int64_t rem = r;\n");
+    for (int a = ck->rowk - 1; a > 0; a--)
+        cdy_buf_printf(b, "                const int64_t q%d = rem %% %lldLL; rem /= %lldLL;\n", a,
+                       (long long)om->sizes[a], (long long)om->sizes[a]);
+    cdy_buf_puts(b, "                const int64_t q0 = rem;\n");
+    for (int a = 0; a < ck->rowk; a++)
+        cdy_buf_printf(b, "                (void)q%d;\n", a);
+    for (int i = 0; i < ck->np; i++)
+        if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
+            cg_cat_row_piece(c, k, i);
+    if (ck->sum >= 0)            /* the row just written, added in order */
+        cdy_buf_printf(b, "                #pragma omp simd\n"
+                          "                for (int64_t j = 0; j < %lldLL; j++)\n"
+                          "                    acc[j] += (double)%s(out_ptr0[r * %lldLL + j]);\n",
+                       C, cg_ld(odt), C);
+    cdy_buf_puts(b, "            }\n        }\n");
+    if (ck->sum >= 0) {
+        int sdt = c->g->values[ck->sum].meta.dtype;
+        cdy_buf_printf(b, "        #pragma omp for schedule(static)\n"
+                          "        for (int64_t j = 0; j < %lldLL; j++) {\n"
+                          "            double acc = part[0][j];\n"
+                          "            for (int64_t t = 1; t < %dLL; t++)\n"
+                          "                acc += part[t][j];\n"
+                          "            out_ptr1[j] = %s((%s)(acc));\n"
+                          "        }\n",
+                       C, ck->parts, cg_st(sdt), cdy_dtype_table[sdt].cctype);
+    }
+    cdy_buf_puts(b, "    }\n}\n");
 }
 
 int cg_emit_cat_kernel(cg_ctx *c, const kir_kernel *k)
@@ -797,6 +972,10 @@ int cg_emit_cat_kernel(cg_ctx *c, const kir_kernel *k)
     const cg_cat_kernel *ck = k->x;
     const cdy_value *val = &c->g->values[k->node];
     cg_emit_header(c, k);
+    if (ck->rowk > 0) {
+        cg_emit_cat_rows(c, k);
+        return 0;
+    }
     cdy_buf_printf(&c->src, "    #pragma omp parallel num_threads(%s)\n    {\n", ck->threads);
     for (int i = 0; i < ck->np; i++)
         if (cdy_meta_numel(&c->g->values[val->args[i]].meta) > 0)
@@ -809,9 +988,16 @@ void cg_print_cat_kernel(cg_ctx *c, const kir_kernel *k)
 {
     const cg_cat_kernel *ck = k->x;
     cdy_buf_printf(&c->ir_post, "kernel_%d: %s %%%d: its %d pieces (no producers to fuse) "
-                   "copied by one kernel, one parallel region%s\n", k->number,
+                   "copied by one kernel, one parallel region%s", k->number,
                    cdy_op_table[c->g->values[k->node].op].name, k->node, ck->np,
                    k->parallel ? "" : " (one thread: small)");
+    if (ck->rowk > 0)
+        cdy_buf_printf(&c->ir_post, ", by rows (%lld rows of %lld elements, %d ranges)",
+                       (long long)ck->rows, (long long)ck->cols, ck->parts);
+    if (ck->sum >= 0)
+        cdy_buf_printf(&c->ir_post, "; the column sum %%%d over the rows computed here "
+                       "(partial sums per range in double)", ck->sum);
+    cdy_buf_puts(&c->ir_post, "\n");
     cg_ir_fuses(c, &c->ir_post, k);
 }
 
