@@ -127,3 +127,19 @@ def test_training_step_matmuls_go_direct():
     ops = _ops(lambda: f(x, q).backward())
     assert ops.get("aten::matmul", 0) == 0, ops
     assert ops.get("aten::bmm", 0) >= 6, ops
+
+
+def test_switch_off_keeps_torch_matmul():
+    """_C.set_matmul_direct(False): graphs compiled from then call torch.matmul (A/B)."""
+    from cdynamo import _C
+    a, b = _pair("bmm4")
+    was = _C.set_matmul_direct(False)
+    try:
+        g = cdynamo.optimize(lambda x, y: x @ y + 1.0)
+        got = g(a, b)
+        ops = _ops(g, a, b)
+    finally:
+        _C.set_matmul_direct(was)
+    assert was is True
+    assert torch.equal(got, a @ b + 1.0)
+    assert ops.get("aten::matmul", 0) == 1, ops

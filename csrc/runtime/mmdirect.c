@@ -22,6 +22,7 @@ static PyObject *mmd_mm, *mmd_bmm;        /* torch.mm, torch.bmm */
 static PyObject *mmd_reinterpret;         /* torch._C._dynamo.guards._reinterpret_tensor or NULL */
 static PyObject *mmd_grad_enabled;        /* torch.is_grad_enabled */
 static PyObject *mmd_kw_out;              /* ("out",) */
+static int mmd_on = 1;                    /* _C.set_matmul_direct: plans are made */
 
 /* Look up the torch functions; 0 or -1 with error (the views' function may
  * be missing: plans needing views are then not made). */
@@ -149,7 +150,7 @@ static PyObject *mmd_plan_batch(const cdy_meta *a, const cdy_meta *b, const cdy_
 PyObject *cdy_mmd_plan(const cdy_meta *a, const cdy_meta *b, const cdy_meta *o)
 {
     PyObject *r = NULL;
-    if (!mmd_mm || a->dtype != b->dtype || a->ndim < 2 || b->ndim < 2 || o->ndim < 2)
+    if (!mmd_on || !mmd_mm || a->dtype != b->dtype || a->ndim < 2 || b->ndim < 2 || o->ndim < 2)
         return NULL;
     if (a->ndim == 2 && b->ndim == 2)
         r = mmd_build(mmd_mm, Py_NewRef(Py_None), Py_NewRef(Py_None), Py_NewRef(Py_None),
@@ -225,4 +226,15 @@ int cdy_mmd_call(PyObject *plan, PyObject *a, PyObject *b, PyObject *out, PyObje
     Py_XDECREF(vb);
     Py_XDECREF(va);
     return *r ? 1 : -1;
+}
+
+PyObject *cdy_mmd_py_set(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    PyObject *was = PyBool_FromLong(mmd_on);
+    mmd_on = on;
+    return was;
 }

@@ -40,6 +40,9 @@ PyObject *cdy_mmd_plan(const cdy_meta *a, const cdy_meta *b, const cdy_meta *o);
  * or NULL): 1 with *r (new ref, torch.equal to torch.matmul's, same
  * strides), 0 where torch.matmul must run (an operand needs grad), -1 with error. */
 int cdy_mmd_call(PyObject *plan, PyObject *a, PyObject *b, PyObject *out, PyObject **r);
+/* _C.set_matmul_direct(flag): graphs compiled from now make direct forms
+ * (default True); returns the flag before (A/B measurements, tests). */
+PyObject *cdy_mmd_py_set(PyObject *self, PyObject *arg);
 
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
