@@ -24,7 +24,7 @@ static PyObject *mmd_grad_enabled;        /* torch.is_grad_enabled */
 static PyObject *mmd_kw_out;              /* ("out",) */
 static int mmd_on = 1;                    /* _C.set_matmul_direct: plans are made */
 
-/* Look up the torch functions; 0 or -1 with error (the views' function may
+/* See runtime.h: look up the torch functions; 0 or -1 with error (the views' function may
  * be missing: plans needing views are then not made). */
 int cdy_mmd_init(PyObject *torch)
 {
@@ -147,6 +147,7 @@ static PyObject *mmd_plan_batch(const cdy_meta *a, const cdy_meta *b, const cdy_
                      mmd_full(o));
 }
 
+/* See runtime.h. */
 PyObject *cdy_mmd_plan(const cdy_meta *a, const cdy_meta *b, const cdy_meta *o)
 {
     PyObject *r = NULL;
@@ -200,6 +201,7 @@ static PyObject *mmd_as(PyObject *t, PyObject *v)
     return PyObject_Vectorcall(mmd_reinterpret, args, 4, NULL);
 }
 
+/* See runtime.h. */
 int cdy_mmd_call(PyObject *plan, PyObject *a, PyObject *b, PyObject *out, PyObject **r)
 {
     int ok = mmd_views_ok(plan, a, b);
@@ -228,6 +230,7 @@ int cdy_mmd_call(PyObject *plan, PyObject *a, PyObject *b, PyObject *out, PyObje
     return *r ? 1 : -1;
 }
 
+/* See runtime.h. */
 PyObject *cdy_mmd_py_set(PyObject *self, PyObject *arg)
 {
     (void)self;
