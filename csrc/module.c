@@ -232,6 +232,9 @@ static PyMethodDef module_methods[] = {
     {"set_log_topics", py_set_log_topics, METH_O, "enable log topics"},
     {"set_output_pool_bytes", cdy_mempool_py_set_limit, METH_O,
      "cache at most n bytes of freed graph tensors for reuse (0: no pool)"},
+    {"set_matmul_direct", cdy_mmd_py_set, METH_O,
+     "graphs compiled from now call torch.matmul's mm / bmm directly (default True); "
+     "returns the flag before"},
     {"set_heap_keep", cdy_mempool_py_heap_keep, METH_O,
      "glibc keeps n bytes of freed heap memory mapped (config.heap_keep_mb)"},
     {"output_pool_stats", cdy_mempool_py_stats, METH_NOARGS, "the tensor pool's counters"},

@@ -125,6 +125,7 @@ typedef struct {
     int *alias_src;
     void **alias_sp;
     int alias_learning;   /* this call records the views (the first call) */
+    PyObject **mmd;       /* per buffer: its matmul extern's direct form (cdy_mmd_plan), or NULL */
     size_t sym_scratch;   /* the block's size at sym_at (0: no scratch buffer) */
 } cdy_compiled;
 
@@ -241,7 +242,7 @@ int cdy_runtime_init(PyObject *torch)
     kw_out = Py_BuildValue("(s)", "out");
     empty_fast_init(torch);
     if (!empty_strided || !empty_like || !kw_dtype || !get_rng_state || !set_rng_state || !kw_out ||
-        mm_fns_init(torch))
+        mm_fns_init(torch) || cdy_mmd_init(torch))
         return -1;
     for (int d = 0; d < CDY_DT_COUNT; d++) {
         dtype_objs[d] = PyObject_GetAttrString(torch, cdy_dtype_table[d].name);
@@ -419,9 +420,33 @@ static PyObject *matmul_out(cdy_compiled *c, const cdy_pynode *p, PyObject **buf
     if (!t)
         return NULL;
     PyObject *av[3] = {bufs[c->value_buffer[p->ref[0]]], bufs[c->value_buffer[p->ref[1]]], t};
-    PyObject *r = PyObject_Vectorcall(mm_fns[1], av, 2, kw_out);
+    PyObject *r = NULL;
+    int rc = c->mmd && c->mmd[ob] ? cdy_mmd_call(c->mmd[ob], av[0], av[1], t, &r) : 0;
+    if (rc == 0)
+        r = PyObject_Vectorcall(mm_fns[1], av, 2, kw_out);
     Py_DECREF(t);
     return r;
+}
+
+/* Extern step st's result (new ref or NULL with error): a matmul's into a
+ * pool tensor (BUF_MMOUT, a training step), or through its direct form
+ * (c->mmd), else the pynode's call. */
+static PyObject *extern_result(cdy_compiled *c, const cdy_step *st, PyObject **bufs,
+                               PyObject **stash)
+{
+    int ob = st->out_buffer;
+    const cdy_pynode *p = &c->pynodes[c->pynode_of[st->index]];
+    if ((c->buf_pool[ob] & BUF_MMOUT) && cdy_mempool_train &&
+        cdy_mempool_takes(&c->buf_cmeta[ob]))
+        return matmul_out(c, p, bufs, ob);
+    PyObject *r = NULL;
+    int rc = c->mmd && c->mmd[ob]
+                 ? cdy_mmd_call(c->mmd[ob], bufs[c->value_buffer[p->ref[0]]],
+                                bufs[c->value_buffer[p->ref[1]]], NULL, &r)
+                 : 0;
+    if (rc)
+        return r;
+    return pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
 }
 
 static void sym_meta_at(const cdy_compiled *c, int b, const int64_t *sv, cdy_meta *m);
@@ -674,10 +699,8 @@ static int run_extern(cdy_compiled *c, const cdy_step *st, PyObject **bufs, void
     PyObject *r = !sv && c->alias && c->alias[st->out_buffer]
                       ? alias_make(c, st->out_buffer, bufs) : NULL;
     if (!r)
-        r = !sv && (c->buf_pool[st->out_buffer] & BUF_MMOUT) && cdy_mempool_train &&
-                    cdy_mempool_takes(&c->buf_cmeta[st->out_buffer])
-                ? matmul_out(c, &c->pynodes[c->pynode_of[st->index]], bufs, st->out_buffer)
-                : pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash);
+        r = sv ? pynode_result(c, c->pynode_of[st->index], bufs, c->value_buffer, stash)
+               : extern_result(c, st, bufs, stash);
     if (!r)
         return -1;
     int sym = sv && c->buf_value[st->out_buffer] >= 0;   /* a symbolic size: contiguous */
@@ -1461,6 +1484,9 @@ static void compiled_dealloc(PyObject *self)
     for (int b = 0; c->alias && b < c->nbuffers; b++)
         Py_XDECREF(c->alias[b]);
     PyMem_Free(c->alias);
+    for (int b = 0; c->mmd && b < c->nbuffers; b++)
+        Py_XDECREF(c->mmd[b]);
+    PyMem_Free(c->mmd);
     PyMem_Free(c->alias_src);
     PyMem_Free(c->alias_sp);
     PyMem_Free(c->buf_cmeta);
@@ -2324,16 +2350,49 @@ static int matmul_out_fits(const cdy_compiled *c, const cdy_plan *plan, const cd
     return 1;
 }
 
-/* Mark the buffers whose extern is a matmul that may write a pool tensor
- * (BUF_MMOUT: a training step's, runtime/train_call.c TC_STEP). */
-static void plan_matmul_out(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
+/* 1 if extern step s making buffer ob is a matmul (torch.matmul, @: not mm
+ * or bmm themselves) of two graph tensors, the static graph's only call of
+ * that name: its direct form (cdy_mmd_plan) may replace it. */
+static int matmul_direct_fits(const cdy_compiled *c, const cdy_run_record *r, int s, int ob)
 {
+    const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
+    if ((p->fn != mm_fns[0] && p->fn != mm_fns[1] && p->fn != mm_fns[4]) || p->item >= 0 ||
+        p->kwnames || p->nargs != 2 || c->sym ||
+        cdy_value_is_alias(&r->graph->values[c->steps[s].index]))
+        return 0;
+    for (int a = 0; a < 2; a++) {
+        int v = p->ref[a], b = v >= 0 && v < r->graph->nvalues ? c->value_buffer[v] : -1;
+        if (b < 0 || b == ob)
+            return 0;
+    }
+    return 1;
+}
+
+/* Mark the buffers whose extern is a matmul that may write a pool tensor
+ * (BUF_MMOUT: a training step's, runtime/train_call.c TC_STEP), and keep
+ * the matmuls' direct forms (c->mmd); 0 or -1 with MemoryError. */
+static int plan_matmul_out(cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r)
+{
+    c->mmd = PyMem_Calloc((size_t)c->nbuffers + 1, sizeof(PyObject *));
+    if (!c->mmd) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (int s = 0; s < c->nsteps; s++) {
         int ob = c->steps[s].out_buffer;
-        if (c->steps[s].kind == CDY_STEP_EXTERN && ob >= c->ninputs && ob < c->nbuffers &&
-            c->pynode_of[c->steps[s].index] >= 0 && matmul_out_fits(c, plan, r, s, ob))
+        if (c->steps[s].kind != CDY_STEP_EXTERN || ob < c->ninputs || ob >= c->nbuffers ||
+            c->pynode_of[c->steps[s].index] < 0)
+            continue;
+        if (matmul_out_fits(c, plan, r, s, ob))
             c->buf_pool[ob] |= BUF_MMOUT;
+        if (matmul_direct_fits(c, r, s, ob)) {
+            const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
+            c->mmd[ob] = cdy_mmd_plan(&plan->buffers[c->value_buffer[p->ref[0]]],
+                                      &plan->buffers[c->value_buffer[p->ref[1]]],
+                                      &plan->buffers[ob]);
+        }
     }
+    return 0;
 }
 
 /* Keep each node's user code and line (add_user_frame); 0 or -1. */
@@ -2571,7 +2630,8 @@ PyObject *cdy_compiled_from_plan_sym(const cdy_plan *plan, const char *so_path, 
     if (copy_pynodes(c, r) || copy_where(c, r) || plan_scratch(c, plan) || copy_writeback(c, r) ||
         plan_share(c, plan) || plan_lifetimes(c, plan, r) || copy_kir(c, plan, r))
         goto fail;
-    plan_matmul_out(c, plan, r);
+    if (plan_matmul_out(c, plan, r))
+        goto fail;
     for (int b = plan->ninputs; !c->sym && !empty_fast && b < plan->nbuffers; b++)
         if (c->buf_alloc[b] == 1 && c->scratch_off[b] < 0)
             c->buf_tmpl[b] = make_template(c, &plan->buffers[b], b);

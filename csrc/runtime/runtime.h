@@ -31,6 +31,19 @@ int cdy_train_call_init(PyObject *m);
  * graph's attention through torch's flash kernels) to m; 0 or -1. */
 int cdy_attention_init(PyObject *m);
 
+/* ---- runtime: a matmul extern as the mm / bmm it reaches (runtime/mmdirect.c) */
+int cdy_mmd_init(PyObject *torch);                /* 0, or -1 with error */
+/* The direct form of torch.matmul(a, b) at static metas a, b (o: its
+ * product's): a new ref to keep, or NULL (no error) where torch.matmul runs. */
+PyObject *cdy_mmd_plan(const cdy_meta *a, const cdy_meta *b, const cdy_meta *o);
+/* Run plan on tensors a, b (out: a contiguous tensor of o's meta to write,
+ * or NULL): 1 with *r (new ref, torch.equal to torch.matmul's, same
+ * strides), 0 where torch.matmul must run (an operand needs grad), -1 with error. */
+int cdy_mmd_call(PyObject *plan, PyObject *a, PyObject *b, PyObject *out, PyObject **r);
+/* _C.set_matmul_direct(flag): graphs compiled from now make direct forms
+ * (default True); returns the flag before (A/B measurements, tests). */
+PyObject *cdy_mmd_py_set(PyObject *self, PyObject *arg);
+
 /* ---- runtime: the pool of blocks behind a graph's tensors (runtime/mempool.c) */
 int cdy_mempool_init(PyObject *torch);            /* 0; pool off if torch lacks the API */
 int cdy_mempool_on(void);                         /* may cdy_mempool_tensor be used */
