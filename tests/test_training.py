@@ -1646,7 +1646,7 @@ def test_layer_norm_backward_kernels_in_a_block():
     assert _kernels(src) == 2, src
 
 
-def _ln_param_grads(dt, threads, shape=(4, 16, 64), weight=True):
+def _ln_param_grads(dt, threads, shape=(4, 64, 128), weight=True):
     """x, weight and bias gradients of (x + layer_norm(x)).sin() in compiled training
     at `threads` threads, eager's alongside; and the compiled backward's record."""
     torch.manual_seed(0)
@@ -1689,6 +1689,7 @@ def test_layer_norm_parameter_sums_in_the_row_kernel(dt):
         assert _kernels(src) == 2, src   # and the residual's gradient added to sin()'s
         assert "row_layer_norm_backward, row_layer_norm_grad_xhat, sum, sum" in src, src
         assert "only its column sum, computed here, reads it" in rec["ir_post"], rec["ir_post"]
+        assert f"cdy_cp[{threads}][2][128]" in src, src   # a part per thread (parallel rows)
         res[threads] = got
     for a, b in zip(res[1], res[2]):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
@@ -1714,6 +1715,39 @@ def test_layer_norm_parameter_sums_grad_xhat_alone_and_bfloat16():
     got, want, _ = _ln_param_grads(torch.bfloat16, 2, shape=(4, 8, 32))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_layer_norm_row_kernel_sums_the_residual_gradient_for_a_bias():
+    """A linear whose output feeds a residual and a layer_norm (the pre-norm block):
+    the row kernel's epilogue adds the residual's gradient, and the sum over the rows of
+    that sum (through the reshape the linear's bias gradient reads) joins the row
+    kernel too; all gradients are eager's at 1 and 2 threads."""
+    for threads in (1, 2):
+        cdynamo.reset()
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            torch.manual_seed(0)
+            lin1, ln, lin2 = nn.Linear(64, 128), nn.LayerNorm(128), nn.Linear(128, 128)
+            params = [*lin1.parameters(), *ln.parameters(), *lin2.parameters()]
+            x = torch.randn(4, 64, 64, requires_grad=True)
+
+            def fn(a):
+                h = lin1(a)
+                return h + lin2(ln(h))
+            got, want = [], []
+            for f, out in ((cdynamo.optimize(fn), got), (fn, want)):
+                for p in (x, *params):
+                    p.grad = None
+                f(x).pow(2).sum().backward()
+                out.extend(p.grad.clone() for p in (x, *params))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            fused = _fused_ops(_backward_source())
+            row = [k for k in fused if "row_layer_norm_backward" in k]
+            assert len(row) == 1 and row[0].count("sum") == 3, fused
+        finally:
+            torch.set_num_threads(old)
 
 
 def test_softmax_input_gradient_is_one_row_kernel():

@@ -1,7 +1,9 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
  * group_norm, softmax's and layer_norm's input gradients, layer_norm's
  * grad * xhat): one kernel each, but grad * xhat joins the kernel of its
- * layer_norm input gradient (cg_row_sibling).  The input's dims
+ * layer_norm input gradient (cg_row_sibling), and the sums over the rows of
+ * grad * xhat and of grad (the weight's and bias's gradients) join that
+ * kernel too (cg_row_pick_sums, cg_row_emit_summed).  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -22,6 +24,8 @@
 #define CG_ROW_FLOAT_ACC 8192
 /* At most this many realized pointwise consumers join a row kernel's epilogue. */
 #define CG_ROW_EPI 8
+/* At most this many column sums join a row kernel (cg_row_pick_sums). */
+#define CG_ROW_NSUM 3
 /* Column mode: columns per block (see cg_row_columns). */
 #define CG_ROW_COLS 64
 
@@ -232,8 +236,9 @@ typedef struct {
     int sib;                     /* the grad * xhat node its final pass computes (cg_row_sibling), or -1 */
     int sib_store;               /* 0: sib is not stored (its column sum is its only reader) */
     int nsum;                    /* column sums over the rows computed here (cg_row_pick_sums) */
-    int sums[2];                 /* their sum nodes: the last nsum outputs */
-    int sum_src[2];              /* the values they sum (grad * xhat, the gradient) */
+    int sums[CG_ROW_NSUM];       /* their sum nodes: the last nsum outputs */
+    int sum_src[CG_ROW_NSUM];    /* the values they sum (grad * xhat, the gradient, an
+                                  * epilogue output) */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
     int lanes;                   /* lanes of its sums (cg_row_lanes) */
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
@@ -289,8 +294,8 @@ static int cg_row_sum_adds(cg_rowk *k, int ind)
     cdy_buf *b = &c->src;
     for (int i = 0; i < k->nsum; i++) {
         int src = k->sum_src[i], o = k->nops - k->nsum + i, any = 0;
-        const char *e = src == k->v || src == k->sib ? cg_strf(c, "t%d", src)
-                                                     : cg_value_expr(c, src);
+        const char *e = src == k->v || c->in_group[src] ? cg_strf(c, "t%d", src)
+                                                         : cg_value_expr(c, src);
         if (!e)
             return cg_fail(c, "out of memory");
         cg_indent(b, ind);
@@ -1155,8 +1160,22 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
  * thread's stack: at most this many bytes (threads x sums x row doubles). */
 #define CG_ROW_SUM_BYTES (128 << 10)
 
+/* 1 if view w of value src (of k's sizes) is a contiguous reshape of
+ * contiguous src to [rows, row length], not realized: its dim 0 the rows. */
+static int cg_row_rows_view(const cg_ctx *c, const cg_rowk *k, int w, int src)
+{
+    const cdy_value *wv = &c->g->values[w];
+    const cdy_meta *sm = &c->g->values[src].meta;
+    return cg_is_view(c->g, w) && wv->view_base == src && c->val_buf[w] < 0 &&
+           wv->meta.ndim == 2 && wv->meta.sizes[1] == k->rs->nrow &&
+           cdy_meta_contiguous(&wv->meta) && cdy_meta_contiguous(sm) &&
+           cdy_meta_numel(&wv->meta) == cdy_meta_numel(sm) && sm->ndim == k->rs->ndim &&
+           !memcmp(sm->sizes, k->rs->size, sizeof(int64_t) * (size_t)sm->ndim);
+}
+
 /* 1 if node s is a sum of value src over exactly the outer dims of k's
- * rows (all of them, at least one) into a dense result of src's dtype, that
+ * rows (all of them, at least one; or dim 0 of a reshape of src to [rows,
+ * row length], cg_row_rows_view) into a dense result of src's dtype, that
  * no reduction kernel owns otherwise (a producer it stores, reduce.c). */
 static int cg_row_sum_ok(cg_ctx *c, const cg_rowk *k, int s, int src)
 {
@@ -1166,8 +1185,13 @@ static int cg_row_sum_ok(cg_ctx *c, const cg_rowk *k, int s, int src)
     int p = (int)g->values[g->values[k->v].args[4]].i;
     int64_t outer = ((int64_t)1 << (im->ndim - p)) - 1;
     if (sv->kind != CDY_VAL_NODE || sv->op != CDY_OP_SUM || sv->nargs != 3 ||
-        sv->args[0] != src || c->done[s] || c->val_buf[s] < 0 || c->red_prod[s] >= 0)
+        c->done[s] || c->val_buf[s] < 0 || c->red_prod[s] >= 0)
         return 0;
+    if (sv->args[0] != src) {
+        if (!cg_row_rows_view(c, k, sv->args[0], src))
+            return 0;
+        outer = 1;
+    }
     const cdy_value *mv = &g->values[sv->args[1]];
     return mv->kind == CDY_VAL_SCALAR && mv->i == outer && outer != 0 &&
            sv->meta.dtype == g->values[src].meta.dtype &&
@@ -1204,13 +1228,16 @@ static int cg_row_pick_sums(cg_ctx *c, cg_rowk *k, char *epi)
     const cdy_graph *g = c->g;
     const cdy_value *val = &g->values[k->v];
     int gx = val->op == CDY_OP_LAYER_NORM_GX ? k->v : k->sib;
-    int src[2] = {gx, val->args[2]};
+    int src[CG_ROW_NSUM] = {gx, val->args[2], -1};
     k->sib_store = 1;
     if (c->sym || (val->op != CDY_OP_LAYER_NORM_BW && val->op != CDY_OP_LAYER_NORM_GX) ||
         (val->meta.dtype != CDY_DT_FLOAT32 && val->meta.dtype != CDY_DT_FLOAT64) ||
-        (int64_t)c->nthreads * 2 * k->rs->nrow * 8 > CG_ROW_SUM_BYTES)
+        (int64_t)c->nthreads * CG_ROW_NSUM * k->rs->nrow * 8 > CG_ROW_SUM_BYTES)
         return 0;
-    for (int i = 0; i < 2; i++)
+    for (int o = 1; o < k->nout && src[2] < 0; o++)   /* a stored epilogue output: the */
+        if (k->outs[o] != k->sib && g->values[k->outs[o]].meta.dtype == val->meta.dtype)
+            src[2] = k->outs[o];                       /* residual's gradient, typically */
+    for (int i = 0; i < CG_ROW_NSUM; i++)
         for (int s = k->v + 1; src[i] >= 0 && s < g->nvalues; s++)
             if (cg_row_sum_ok(c, k, s, src[i])) {
                 k->sums[k->nsum] = s;
@@ -1231,7 +1258,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
 {
     const cdy_graph *g = c->g;
     char *epi = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
-    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 3));
+    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 1 + CG_ROW_NSUM));
     if (!epi || !k->outs)
         return cg_fail(c, "out of memory");
     k->outs[0] = k->v;
@@ -1275,6 +1302,9 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     const cdy_meta *im = &g->values[k->in].meta;
     cg_group grp = {im->ndim, im->sizes, k->nout, outs};
     cg_mark_live(c, &grp);
+    for (int i = 0; i < k->nsum; i++)   /* a sum through a reshape reads t<src>, not the view */
+        if (g->values[k->sums[i]].args[0] != k->sum_src[i])
+            c->live[g->values[k->sums[i]].args[0]] = 0;
     if ((k->nops = cg_operands(c, &grp, k->ops)) < 0)
         return -1;
     k->first = cg_first_out(k->ops, k->nops);
