@@ -1080,7 +1080,8 @@ void cg_print_rows(cg_ctx *c, const kir_kernel *kk)
         int unused = o == k->first && !k->store;
         int unsib = o > k->first && k->ops[o].value == k->sib && !k->sib_store;
         int sum = o >= k->nops - k->nsum;
-        cdy_buf_puts(ir, unused || unsib ? "  (not stored) " : k->ops[o].is_out ? "  store " : "  load  ");
+        cdy_buf_puts(ir, unused || unsib ? "  (not stored) "
+                         : k->ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, k->ops, k->nops, o);
         cdy_buf_puts(ir, unused ? ": only its fused epilogue reads it\n"
                          : unsib ? ": only its column sum, computed here, reads it\n"
@@ -1786,7 +1787,8 @@ static int cg_row_emit_summed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, in
     long long np = par ? c->nthreads : 1, w = (long long)rk->rs.nrow;
     long long rows = (long long)(rk->rs.numel / rk->rs.nrow), prod = 1;
     int ns = k->nsum, n = k->on->ndim;
-    cdy_buf_printf(b, "    double cdy_cp[%lld][%d][%lld] __attribute__((aligned(64)));\n", np, ns, w);
+    cdy_buf_printf(b, "    double cdy_cp[%lld][%d][%lld] __attribute__((aligned(64)));\n", np, ns,
+                   w);
     if (par)
         cdy_buf_puts(b, "    #pragma omp parallel num_threads(NTHREADS)\n    {\n"
                         "    #pragma omp for schedule(static)\n");
