@@ -1624,8 +1624,9 @@ def test_layer_norm_input_gradient_is_one_row_kernel(case):
 def test_layer_norm_backward_kernels_in_a_block():
     """layer_norm then a linear (the pre-norm block's shape): the backward's kernels
     other than the linear's externs are the input gradient's row kernel (with the
-    residual's add and grad * xhat), the two parameter sums and the linear's bias sum: 4
-    kernels, 8 in the formula's form."""
+    residual's add, grad * xhat and the two parameter sums over the rows: rows.c
+    cg_row_pick_sums) and the linear's bias sum: 2 kernels (4 with the parameter sums
+    kernels of their own, 8 in the formula's form)."""
     torch.manual_seed(0)
     ln, lin = nn.LayerNorm(32), nn.Linear(32, 32)
     x = torch.randn(4, 8, 32, requires_grad=True)
@@ -1641,8 +1642,112 @@ def test_layer_norm_backward_kernels_in_a_block():
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=1e-4)
     src = _backward_source()
-    assert "row_layer_norm_backward, row_layer_norm_grad_xhat, add" in src, src
-    assert _kernels(src) == 4, src
+    assert "row_layer_norm_backward, row_layer_norm_grad_xhat, sum, sum, add" in src, src
+    assert _kernels(src) == 2, src
+
+
+def _ln_param_grads(dt, threads, shape=(4, 64, 128), weight=True):
+    """x, weight and bias gradients of (x + layer_norm(x)).sin() in compiled training
+    at `threads` threads, eager's alongside; and the compiled backward's record."""
+    torch.manual_seed(0)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ln = nn.LayerNorm(shape[-1], elementwise_affine=weight).to(dt)
+        if weight:
+            with torch.no_grad():
+                ln.weight.uniform_(0.5, 1.5)
+                ln.bias.uniform_(-0.5, 0.5)
+        x = torch.randn(*shape, dtype=dt, requires_grad=True)
+        fn = lambda a: (a + ln(a)).sin()   # noqa: E731
+        got, want = [], []
+        for f, out in ((cdynamo.optimize(fn), got), (fn, want)):
+            for p in (x, *ln.parameters()):
+                p.grad = None
+            f(x).pow(2).sum().backward()
+            out.extend(p.grad.clone() for p in (x, *ln.parameters()))
+        rec = [r for r in cdynamo._support.compiles if r["function"] == "backward"][-1]
+        return got, want, rec
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64])
+def test_layer_norm_parameter_sums_in_the_row_kernel(dt):
+    """float32 / float64 layer_norm: its weight's and bias's gradients, the sums over the
+    rows of grad * xhat and of grad, are computed by the input gradient's row kernel
+    (rows.c cg_row_pick_sums: per thread its rows' sums in double, added in thread order),
+    grad * xhat never stored: the backward is two kernels, 4 before; the gradients are
+    eager's at 1 and 2 threads, and the same at both."""
+    cdynamo.reset()
+    res = {}
+    for threads in (1, 2):
+        got, want, rec = _ln_param_grads(dt, threads)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+        src = rec["source"]
+        assert _kernels(src) == 2, src   # and the residual's gradient added to sin()'s
+        assert "row_layer_norm_backward, row_layer_norm_grad_xhat, sum, sum" in src, src
+        assert "only its column sum, computed here, reads it" in rec["ir_post"], rec["ir_post"]
+        assert f"cdy_cp[{threads}][2][128]" in src, src   # a part per thread (parallel rows)
+        res[threads] = got
+    for a, b in zip(res[1], res[2]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_layer_norm_parameter_sums_grad_xhat_alone_and_bfloat16():
+    """The input needs no gradient: grad * xhat's row kernel computes both sums itself;
+    bfloat16 (not a row kernel: the formula's path) keeps eager's gradients too."""
+    cdynamo.reset()
+    torch.manual_seed(0)
+    ln = nn.LayerNorm(32)
+    x = torch.randn(8, 32)
+    fn = lambda a: ln(a * 2).sin()   # noqa: E731
+    for f, out in ((cdynamo.optimize(fn), got := []), (fn, want := [])):
+        for p in ln.parameters():
+            p.grad = None
+        f(x).pow(2).sum().backward()
+        out.extend(p.grad.clone() for p in ln.parameters())
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    src = _backward_source()
+    assert "row_layer_norm_grad_xhat, sum, sum" in src and _kernels(src) <= 2, src
+    got, want, _ = _ln_param_grads(torch.bfloat16, 2, shape=(4, 8, 32))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_layer_norm_row_kernel_sums_the_residual_gradient_for_a_bias():
+    """A linear whose output feeds a residual and a layer_norm (the pre-norm block):
+    the row kernel's epilogue adds the residual's gradient, and the sum over the rows of
+    that sum (through the reshape the linear's bias gradient reads) joins the row
+    kernel too; all gradients are eager's at 1 and 2 threads."""
+    for threads in (1, 2):
+        cdynamo.reset()
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            torch.manual_seed(0)
+            lin1, ln, lin2 = nn.Linear(64, 128), nn.LayerNorm(128), nn.Linear(128, 128)
+            params = [*lin1.parameters(), *ln.parameters(), *lin2.parameters()]
+            x = torch.randn(4, 64, 64, requires_grad=True)
+
+            def fn(a):
+                h = lin1(a)
+                return h + lin2(ln(h))
+            got, want = [], []
+            for f, out in ((cdynamo.optimize(fn), got), (fn, want)):
+                for p in (x, *params):
+                    p.grad = None
+                f(x).pow(2).sum().backward()
+                out.extend(p.grad.clone() for p in (x, *params))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            fused = _fused_ops(_backward_source())
+            row = [k for k in fused if "row_layer_norm_backward" in k]
+            assert len(row) == 1 and row[0].count("sum") == 3, fused
+        finally:
+            torch.set_num_threads(old)
 
 
 def test_softmax_input_gradient_is_one_row_kernel():

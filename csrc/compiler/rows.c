@@ -1,7 +1,9 @@
 /* rows.c - row nodes (kind 'N': softmax, log_softmax, layer_norm,
  * group_norm, softmax's and layer_norm's input gradients, layer_norm's
  * grad * xhat): one kernel each, but grad * xhat joins the kernel of its
- * layer_norm input gradient (cg_row_sibling).  The input's dims
+ * layer_norm input gradient (cg_row_sibling), and the sums over the rows of
+ * grad * xhat and of grad (the weight's and bias's gradients) join that
+ * kernel too (cg_row_pick_sums, cg_row_emit_summed).  The input's dims
  * split into outer dims (the rows, parallel when large) and row dims; per
  * row a few passes over the row dims, each recomputing the input's pointwise
  * prologue inline from leaves (as reduce.c does) and accumulating
@@ -22,6 +24,8 @@
 #define CG_ROW_FLOAT_ACC 8192
 /* At most this many realized pointwise consumers join a row kernel's epilogue. */
 #define CG_ROW_EPI 8
+/* At most this many column sums join a row kernel (cg_row_pick_sums). */
+#define CG_ROW_NSUM 3
 /* Column mode: columns per block (see cg_row_columns). */
 #define CG_ROW_COLS 64
 
@@ -230,6 +234,11 @@ typedef struct {
     int may_stream;              /* cg_row_streams: streams unless heavy */
     int staged;                  /* emitting a streamed block: stores go to cdy_st<o>[rl] */
     int sib;                     /* the grad * xhat node its final pass computes (cg_row_sibling), or -1 */
+    int sib_store;               /* 0: sib is not stored (its column sum is its only reader) */
+    int nsum;                    /* column sums over the rows computed here (cg_row_pick_sums) */
+    int sums[CG_ROW_NSUM];       /* their sum nodes: the last nsum outputs */
+    int sum_src[CG_ROW_NSUM];    /* the values they sum (grad * xhat, the gradient, an
+                                  * epilogue output) */
     const cg_rowshape *rs;       /* the iteration space (cg_row_shape) */
     int lanes;                   /* lanes of its sums (cg_row_lanes) */
     int prefetch;                /* its passes prefetch the next row (cg_row_prefetches) */
@@ -267,6 +276,36 @@ static char *cg_row_gx(cg_rowk *k, int u)
                     : NULL;
 }
 
+/* 1 if u is one of the column sums k computes (cg_row_pick_sums). */
+static int cg_row_is_sum(const cg_rowk *k, int u)
+{
+    for (int i = 0; i < k->nsum; i++)
+        if (k->sums[i] == u)
+            return 1;
+    return 0;
+}
+
+/* Emit, in the final pass's body at indentation ind, each column sum's add
+ * of this element into the thread's partial sums cdy_cs[i] (indexed by the
+ * sum's own offset of the element's row position: its result is dense); 0 or -1. */
+static int cg_row_sum_adds(cg_rowk *k, int ind)
+{
+    cg_ctx *c = k->c;
+    cdy_buf *b = &c->src;
+    for (int i = 0; i < k->nsum; i++) {
+        int src = k->sum_src[i], o = k->nops - k->nsum + i, any = 0;
+        const char *e = src == k->v || c->in_group[src] ? cg_strf(c, "t%d", src)
+                                                         : cg_value_expr(c, src);
+        if (!e)
+            return cg_fail(c, "out of memory");
+        cg_indent(b, ind);
+        cdy_buf_printf(b, "cdy_cs[%d][", i);
+        cg_offset_terms(b, k->rn, o, 'r', &any);
+        cdy_buf_printf(b, "%s] += (double)%s;\n", any ? "" : "0", e);
+    }
+    return 0;
+}
+
 /* Emit the body block of a row pass at indentation ind: loads and prologue
  * nodes (prologue 1), stmt; prologue 2 (the final pass): stmt defines t<v>,
  * the epilogue nodes and their stores follow; 0 or -1. */
@@ -288,7 +327,7 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
         cdy_buf_puts(b, "]);\n");
     }
     for (int u = 0; prologue && u < c->g->nvalues; u++)
-        if (u != k->v && (u < k->v || prologue == 2) && c->live[u] &&
+        if (u != k->v && (u < k->v || prologue == 2) && c->live[u] && !cg_row_is_sum(k, u) &&
             c->g->values[u].kind == CDY_VAL_NODE && !cg_is_leaf(c, u)) {
             if (u > k->v && *stmt && cg_row_line(k, ind, stmt))   /* t<v> before its epilogue */
                 return -1;
@@ -298,7 +337,9 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
         }
     if (*stmt)
         cg_row_line(k, ind, stmt);
-    for (int o = k->first + 1; prologue == 2 && o < k->nops; o++) {
+    for (int o = k->first + 1; prologue == 2 && o < k->nops - k->nsum; o++) {
+        if (k->ops[o].value == k->sib && !k->sib_store)
+            continue;
         cg_indent(b, ind);
         if (k->staged)
             cdy_buf_printf(b, "cdy_st%d[rl", o - k->first);
@@ -308,6 +349,8 @@ static int cg_row_body(cg_rowk *k, int ind, int prologue, const char *stmt)
         }
         cdy_buf_printf(b, "] = %s(t%d);\n", cg_st(k->ops[o].dtype), k->ops[o].value);
     }
+    if (prologue == 2 && cg_row_sum_adds(k, ind))
+        return -1;
     cg_indent(b, ind - 1);
     cdy_buf_puts(b, "}\n");
     return 0;
@@ -1035,9 +1078,15 @@ void cg_print_rows(cg_ctx *c, const kir_kernel *kk)
     cg_ir_fuses(c, ir, kk);
     for (int o = 0; o < k->nops; o++) {
         int unused = o == k->first && !k->store;
-        cdy_buf_puts(ir, unused ? "  (not stored) " : k->ops[o].is_out ? "  store " : "  load  ");
+        int unsib = o > k->first && k->ops[o].value == k->sib && !k->sib_store;
+        int sum = o >= k->nops - k->nsum;
+        cdy_buf_puts(ir, unused || unsib ? "  (not stored) "
+                         : k->ops[o].is_out ? "  store " : "  load  ");
         cg_ir_param(ir, k->ops, k->nops, o);
-        cdy_buf_puts(ir, unused ? ": only its fused epilogue reads it\n" : "\n");
+        cdy_buf_puts(ir, unused ? ": only its fused epilogue reads it\n"
+                         : unsib ? ": only its column sum, computed here, reads it\n"
+                         : sum ? ": column sum over the rows (each part's rows summed in double, "
+                                 "the parts added in order after the rows)\n" : "\n");
     }
     cdy_buf_printf(ir, "  parallel: %s\n", par ? "yes: omp parallel for over the rows"
                                               : "no: small, or one row");
@@ -1108,6 +1157,101 @@ static int cg_row_unread(const cg_ctx *c, int v, const char *epi)
     return 1;
 }
 
+/* Partial column sums of a row kernel (cg_row_pick_sums) on the calling
+ * thread's stack: at most this many bytes (threads x sums x row doubles). */
+#define CG_ROW_SUM_BYTES (128 << 10)
+
+/* 1 if view w of value src (of k's sizes) is a contiguous reshape of
+ * contiguous src to [rows, row length], not realized: its dim 0 the rows. */
+static int cg_row_rows_view(const cg_ctx *c, const cg_rowk *k, int w, int src)
+{
+    const cdy_value *wv = &c->g->values[w];
+    const cdy_meta *sm = &c->g->values[src].meta;
+    return cg_is_view(c->g, w) && wv->view_base == src && c->val_buf[w] < 0 &&
+           wv->meta.ndim == 2 && wv->meta.sizes[1] == k->rs->nrow &&
+           cdy_meta_contiguous(&wv->meta) && cdy_meta_contiguous(sm) &&
+           cdy_meta_numel(&wv->meta) == cdy_meta_numel(sm) && sm->ndim == k->rs->ndim &&
+           !memcmp(sm->sizes, k->rs->size, sizeof(int64_t) * (size_t)sm->ndim);
+}
+
+/* 1 if node s is a sum of value src over exactly the outer dims of k's
+ * rows (all of them, at least one; or dim 0 of a reshape of src to [rows,
+ * row length], cg_row_rows_view) into a dense result of src's dtype, that
+ * no reduction kernel owns otherwise (a producer it stores, reduce.c). */
+static int cg_row_sum_ok(cg_ctx *c, const cg_rowk *k, int s, int src)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *sv = &g->values[s];
+    const cdy_meta *im = &g->values[k->in].meta;
+    int p = (int)g->values[g->values[k->v].args[4]].i;
+    int64_t outer = ((int64_t)1 << (im->ndim - p)) - 1;
+    if (sv->kind != CDY_VAL_NODE || sv->op != CDY_OP_SUM || sv->nargs != 3 ||
+        c->done[s] || c->val_buf[s] < 0 || c->red_prod[s] >= 0)
+        return 0;
+    if (sv->args[0] != src) {
+        if (!cg_row_rows_view(c, k, sv->args[0], src))
+            return 0;
+        outer = 1;
+    }
+    const cdy_value *mv = &g->values[sv->args[1]];
+    return mv->kind == CDY_VAL_SCALAR && mv->i == outer && outer != 0 &&
+           sv->meta.dtype == g->values[src].meta.dtype &&
+           cdy_meta_numel(&sv->meta) == k->rs->nrow && cdy_meta_contiguous(&sv->meta);
+}
+
+/* 1 if every reader of value u is a sum k computes: not a graph output, no
+ * view of it, no other node reads it. */
+static int cg_row_only_summed(const cg_ctx *c, const cg_rowk *k, int u)
+{
+    const cdy_graph *g = c->g;
+    for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o] == u)
+            return 0;
+    for (int w = u + 1; w < g->nvalues; w++) {
+        if ((cg_is_view(g, w) || cg_is_gather(g, w)) && g->values[w].view_base == u)
+            return 0;
+        for (int a = 0; a < g->values[w].nargs; a++)
+            if (g->values[w].args[a] == u && !cg_row_is_sum(k, w))
+                return 0;
+    }
+    return 1;
+}
+
+/* Layer_norm's weight and bias gradients in its row kernel: the sums over
+ * the rows (the outer dims) of grad * xhat (k's sibling, or v itself) and of
+ * the gradient become outputs of k (the last nsum, marked done and epi),
+ * each thread summing its rows in double, combined in thread order
+ * (cg_row_emit_summed).  Static sizes, float32 / float64, the partial sums
+ * within CG_ROW_SUM_BYTES; grad * xhat is then not stored when nothing else
+ * reads it.  0 or -1. */
+static int cg_row_pick_sums(cg_ctx *c, cg_rowk *k, char *epi)
+{
+    const cdy_graph *g = c->g;
+    const cdy_value *val = &g->values[k->v];
+    int gx = val->op == CDY_OP_LAYER_NORM_GX ? k->v : k->sib;
+    int src[CG_ROW_NSUM] = {gx, val->args[2], -1};
+    k->sib_store = 1;
+    if (c->sym || (val->op != CDY_OP_LAYER_NORM_BW && val->op != CDY_OP_LAYER_NORM_GX) ||
+        (val->meta.dtype != CDY_DT_FLOAT32 && val->meta.dtype != CDY_DT_FLOAT64) ||
+        (int64_t)c->nthreads * CG_ROW_NSUM * k->rs->nrow * 8 > CG_ROW_SUM_BYTES)
+        return 0;
+    for (int o = 1; o < k->nout && src[2] < 0; o++)   /* a stored epilogue output: the */
+        if (k->outs[o] != k->sib && g->values[k->outs[o]].meta.dtype == val->meta.dtype)
+            src[2] = k->outs[o];                       /* residual's gradient, typically */
+    for (int i = 0; i < CG_ROW_NSUM; i++)
+        for (int s = k->v + 1; src[i] >= 0 && s < g->nvalues; s++)
+            if (cg_row_sum_ok(c, k, s, src[i])) {
+                k->sums[k->nsum] = s;
+                k->sum_src[k->nsum++] = src[i];
+                k->outs[k->nout++] = s;
+                c->done[s] = epi[s] = 1;
+                break;
+            }
+    if (k->sib >= 0 && k->nsum && cg_row_only_summed(c, k, k->sib))
+        k->sib_store = 0;
+    return 0;
+}
+
 /* Pick the pointwise epilogue of row node v, computed in its final pass:
  * k->outs = v, then the realized picked nodes not done yet (marked done: no
  * other kernel computes them, it may read a norm result left unstored); k->heavy when one of the picked is transcendental.  0 or -1. */
@@ -1115,7 +1259,7 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
 {
     const cdy_graph *g = c->g;
     char *epi = cdy_arena_alloc(&c->arena, (size_t)g->nvalues + 1);
-    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 1));
+    k->outs = cdy_arena_alloc(&c->arena, sizeof(int) * (CG_ROW_EPI + 1 + CG_ROW_NSUM));
     if (!epi || !k->outs)
         return cg_fail(c, "out of memory");
     k->outs[0] = k->v;
@@ -1137,6 +1281,8 @@ static int cg_row_epilogue(cg_ctx *c, cg_rowk *k)
             c->done[u] = 1;
         }
     }
+    if (cg_row_pick_sums(c, k, epi))
+        return -1;
     k->store = k->nout == 1 || !cg_row_unread(c, k->v, epi);
     return 0;
 }
@@ -1157,6 +1303,9 @@ static int cg_row_setup(cg_ctx *c, cg_rowk *k, const cg_rowshape *rs)
     const cdy_meta *im = &g->values[k->in].meta;
     cg_group grp = {im->ndim, im->sizes, k->nout, outs};
     cg_mark_live(c, &grp);
+    for (int i = 0; i < k->nsum; i++)   /* a sum through a reshape reads t<src>, not the view */
+        if (g->values[k->sums[i]].args[0] != k->sum_src[i])
+            c->live[g->values[k->sums[i]].args[0]] = 0;
     if ((k->nops = cg_operands(c, &grp, k->ops)) < 0)
         return -1;
     k->first = cg_first_out(k->ops, k->nops);
@@ -1319,6 +1468,8 @@ int cg_sched_rows(cg_ctx *c, int v)
         return -1;
     if (!k->store)   /* the kernel's out_ptr0: never touched, no memory */
         c->plan->buffer_alloc[c->val_buf[v]] = CDY_BUF_UNUSED;
+    if (!k->sib_store)   /* grad * xhat: only its column sum, computed here, reads it */
+        c->plan->buffer_alloc[c->val_buf[k->sib]] = CDY_BUF_UNUSED;
     int f32 = g->values[v].meta.dtype == CDY_DT_FLOAT32 || cdy_dtype_lowp(g->values[v].meta.dtype);
     k->T = f32 ? "float" : "double";
     /* log_softmax only sums the exps (from 1 up): its terms under 2^-126 may flush */
@@ -1330,7 +1481,7 @@ int cg_sched_rows(cg_ctx *c, int v)
     k->col = cg_row_columns(k);
     if (c->sym)
         return cg_row_sched_sym(c, kk, rk, number);
-    k->may_stream = cg_row_streams(k, rs->numel);
+    k->may_stream = !k->nsum && cg_row_streams(k, rs->numel);
     k->stream = k->may_stream && !k->heavy;
     k->lanes = cg_row_lanes(k);
     k->prefetch = cg_row_prefetches(k);
@@ -1613,18 +1764,72 @@ static int cg_row_emit_loops(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int
     return 0;
 }
 
+/* Emit the passes of k's op (its rows' loops open) at indentation ind; 0 or -1. */
+static int cg_row_passes(cg_rowk *k, const cg_row_kernel *rk, int ind)
+{
+    int op = k->c->g->values[k->v].op;
+    return op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
+           : op == CDY_OP_SOFTMAX_BW ? cg_row_softmax_bw(k, ind)
+           : op == CDY_OP_LAYER_NORM_BW ? cg_row_norm_bw(k, ind, rk->rs.nrow)
+           : op == CDY_OP_LAYER_NORM_GX ? cg_row_norm_gx(k, ind, rk->rs.nrow)
+                                        : cg_row_norm(k, ind, rk->rs.nrow);
+}
+
+/* Emit row kernel k with column sums (cg_row_pick_sums): per part t of np
+ * (NTHREADS when par, else 1; an `omp for` over them), the rows [t * R /
+ * np, (t + 1) * R / np) of the R rows, the outer dims flattened, their sums
+ * into the part's zeroed doubles cdy_cp[t]; after the loop's barrier each
+ * column's parts added in t order (the same for any team size) and stored,
+ * the columns spread over the threads.  0 or -1. */
+static int cg_row_emit_summed(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par)
+{
+    cdy_buf *b = &c->src;
+    long long np = par ? c->nthreads : 1, w = (long long)rk->rs.nrow;
+    long long rows = (long long)(rk->rs.numel / rk->rs.nrow), prod = 1;
+    int ns = k->nsum, n = k->on->ndim;
+    cdy_buf_printf(b, "    double cdy_cp[%lld][%d][%lld] __attribute__((aligned(64)));\n", np, ns,
+                   w);
+    if (par)
+        cdy_buf_puts(b, "    #pragma omp parallel num_threads(NTHREADS)\n    {\n"
+                        "    #pragma omp for schedule(static)\n");
+    cdy_buf_printf(b, "    for (int64_t cdy_t = 0; cdy_t < %lldLL; cdy_t++) {\n", np);
+    cdy_buf_printf(b, "        double (*cdy_cs)[%lld] = cdy_cp[cdy_t];\n"
+                      "        __builtin_memset(cdy_cs, 0, sizeof(cdy_cp[0]));\n"
+                      "        const int64_t cdy_hi = (cdy_t + 1) * %lldLL / %lldLL;\n"
+                      "        for (int64_t cdy_f = cdy_t * %lldLL / %lldLL; cdy_f < cdy_hi; "
+                      "cdy_f++) {\n", w, rows, np, rows, np);
+    for (int d = n - 1; d >= 0; d--) {
+        cdy_buf_printf(b, "            const int64_t i%d = cdy_f / %lldLL %% %lldLL;\n", d, prod,
+                       (long long)k->on->size[d]);
+        prod *= k->on->size[d];
+    }
+    if (cg_row_passes(k, rk, 3))
+        return -1;
+    cdy_buf_puts(b, "        }\n    }\n");
+    if (par)
+        cdy_buf_puts(b, "    #pragma omp for schedule(static)\n");
+    cdy_buf_printf(b, "    for (int64_t j = 0; j < %lldLL; j++) {\n", w);
+    for (int i = 0; i < ns; i++) {
+        int o = k->nops - ns + i;
+        cdy_buf_printf(b, "        double a%d = cdy_cp[0][%d][j];\n"
+                          "        for (int64_t t = 1; t < %lldLL; t++)\n"
+                          "            a%d += cdy_cp[t][%d][j];\n"
+                          "        out_ptr%d[j] = %s((%s)a%d);\n", i, i, np, i, i,
+                       o - k->first, cg_st(k->ops[o].dtype),
+                       cdy_dtype_table[k->ops[o].dtype].cctype, i);
+    }
+    cdy_buf_puts(b, par ? "    }\n    }\n" : "    }\n");
+    return 0;
+}
+
 /* Emit row kernel k's outer loops (parallel when par) and its op's passes; 0 or -1. */
 static int cg_row_emit_nest(cg_ctx *c, cg_rowk *k, const cg_row_kernel *rk, int par,
                             int collapse)
 {
+    if (k->nsum)
+        return cg_row_emit_summed(c, k, rk, par);
     int ind = cg_row_outer(k, par, collapse);
-    int op = c->g->values[k->v].op;
-    int rc = op == CDY_OP_SOFTMAX || op == CDY_OP_LOG_SOFTMAX ? cg_row_softmax(k, ind)
-             : op == CDY_OP_SOFTMAX_BW ? cg_row_softmax_bw(k, ind)
-             : op == CDY_OP_LAYER_NORM_BW ? cg_row_norm_bw(k, ind, rk->rs.nrow)
-             : op == CDY_OP_LAYER_NORM_GX ? cg_row_norm_gx(k, ind, rk->rs.nrow)
-                                          : cg_row_norm(k, ind, rk->rs.nrow);
-    if (rc)
+    if (cg_row_passes(k, rk, ind))
         return -1;
     while (--ind > 0) {
         cg_indent(&c->src, ind);

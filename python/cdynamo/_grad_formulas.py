@@ -88,8 +88,9 @@ def layer_norm_backward(grad, mask, x, w, eps, n):
     """layer_norm's gradients (input, weight, bias; None where mask says so) in one
     call (trace/autograd.c ag_layer_norm).  float32 / float64: the input's gradient is
     one row kernel (_ln_input_grad, cdynamo._autograd.layer_norm_input_grad), which also
-    writes grad * xhat for the weight's (_ln_grad_xhat), then the two column sums: 3
-    kernels per layer_norm where the formula below made 8 (transformer_stack training).  Else the rows' mean and rstd computed once for all three, the rest fused
+    writes grad * xhat for the weight's (_ln_grad_xhat), and the two column sums (the
+    compiler computes them in that row kernel, compiler/rows.c cg_row_pick_sums): 1
+    kernel per layer_norm where the formula below made 8 (transformer_stack training).  Else the rows' mean and rstd computed once for all three, the rest fused
     by the compiler around them."""
     lead = tuple(range(x.dim() - n))
     if x.dtype in (torch.float32, torch.float64) and grad.dtype == x.dtype and n >= 1:
