@@ -300,7 +300,8 @@ static void mp_read_init(PyObject *torch, PyTypeObject *tensor);
  * deleter, context, device), size_bytes_, the resizable_ flag after
  * size_bytes_is_heap_allocated_, allocator_ after the flags and
  * materialize_fn_.  mp_grow_init checks them all. */
-enum { MP_VAR_IMPL = 16, MP_TI_STORAGE = 16, MP_SI_DATA = 16, MP_SI_BYTES = 48,
+#define MP_VAR_IMPL sizeof(PyObject)
+enum { MP_TI_STORAGE = 16, MP_SI_DATA = 16, MP_SI_BYTES = 48,
        MP_SI_HEAP = 56, MP_SI_RESIZABLE = 57, MP_SI_ALLOC = 72 };
 static void *mp_grow;       /* torch's CPU allocator; NULL: pool tensors do not grow */
 
@@ -311,12 +312,19 @@ static char *mp_storage_of(PyObject *obj)
     return impl ? *(char **)(impl + MP_TI_STORAGE) : NULL;
 }
 
-/* Whether tensor obj's storage holds data (bytes long), resizable flag r,
- * allocator a, at the offsets above. */
+/* Whether tensor obj's StorageImpl is where MP_TI_STORAGE says (the one
+ * obj.untyped_storage()._cdata names: nothing else is read before that
+ * holds) and holds data (bytes long), resizable flag r, allocator a. */
 static int mp_grow_matches(PyObject *obj, void *data, int64_t bytes, int r, void *a)
 {
-    char *st = mp_storage_of(obj);
-    return st && *(void **)(st + MP_SI_DATA) == data && *(int64_t *)(st + MP_SI_BYTES) == bytes &&
+    PyObject *s = PyObject_CallMethod(obj, "untyped_storage", NULL);
+    PyObject *c = s ? PyObject_GetAttrString(s, "_cdata") : NULL;
+    void *want = c && PyLong_Check(c) ? PyLong_AsVoidPtr(c) : NULL;
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    PyErr_Clear();
+    char *st = want ? mp_storage_of(obj) : NULL;
+    return st && st == want && *(void **)(st + MP_SI_DATA) == data && *(int64_t *)(st + MP_SI_BYTES) == bytes &&
            st[MP_SI_HEAP] == 0 && st[MP_SI_RESIZABLE] == r && *(void **)(st + MP_SI_ALLOC) == a;
 }
 
@@ -543,17 +551,18 @@ PyObject *cdy_mempool_py_heap_keep(PyObject *self, PyObject *arg)
 
 /* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit,
  * held bytes (all blocks, live and cached) and their high-water mark since the last reset,
- * cached bytes on the training lists. */
+ * cached bytes on the training lists, whether pool tensors grow (mp_grow_init). */
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused)
 {
     pthread_mutex_lock(&mp_lock);
     long long h = mp_hits, mi = mp_misses, live = mp_live, cached = mp_cached, lim = mp_limit;
     long long held = mp_held, peak = mp_peak, train = mp_cached_train;
     pthread_mutex_unlock(&mp_lock);
-    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "enabled",
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O}", "enabled",
                          cdy_mempool_on() ? Py_True : Py_False, "hits", h, "misses", mi, "live", live,
                          "cached_bytes", cached, "limit_bytes", lim, "held_bytes", held,
-                         "peak_bytes", peak, "train_cached_bytes", train);
+                         "peak_bytes", peak, "train_cached_bytes", train, "growable",
+                         mp_grow ? Py_True : Py_False);
 }
 
 /* _C.reset_output_pool_peak(): the high-water mark of held bytes starts again at the
