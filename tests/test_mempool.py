@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -199,6 +200,26 @@ def test_a_grown_output_after_a_graph_break_is_eagers():
         torch.testing.assert_close(r_c, r_e)
         torch.testing.assert_close(o_c, o_e)
         assert o_c.stride() == o_e.stride()
+
+
+@pytest.mark.parametrize("prog", [
+    lambda y: y.resize_(100).fill_(1.5) * 2,
+    lambda y: y.resize_as_(torch.ones(5, 5)).zero_() + 1,
+    lambda y: torch.add(torch.ones(6, 6), 1, out=y) * 3,
+    lambda y: torch.cat([torch.ones(7), torch.ones(8)], out=y.view(-1)) + 1,
+    lambda y: torch.empty(0).set_(y.untyped_storage(), 0, (2,), (1,)).resize_(64).zero_() + 1,
+], ids=["resize_", "resize_as_", "add_out", "cat_out", "set_resize_"])
+def test_a_compiled_function_grows_a_pooled_input_as_eager(prog):
+    """A compiled function that grows its argument, a graph's pooled output (resize_,
+    resize_as_, out= of a larger result, set_() then resize_), gives eager's result and
+    leaves the argument as eager does."""
+    f = cdynamo.optimize(lambda x: x * 1 + 2)
+    y_c, y_e = f(torch.arange(12.0).reshape(3, 4)), torch.arange(12.0).reshape(3, 4) + 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # out= resizing warns, in both
+        r_c, r_e = cdynamo.optimize(prog)(y_c), prog(y_e)
+    torch.testing.assert_close(r_c, r_e)
+    assert y_c.shape == y_e.shape and y_c.stride() == y_e.stride()
 
 
 def test_reset_frees_the_cached_blocks():
