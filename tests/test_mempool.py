@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -133,12 +134,92 @@ def test_limit_bounds_the_cached_bytes_and_zero_turns_the_pool_off():
     assert y.shape == (512, 1024)
 
 
-def test_a_pooled_output_cannot_grow_and_says_so():
+def _grow_ops(y, make, a, b):
+    """resize_ bigger, then out= (a + b) and set_() on y as eager would run them; make(n)
+    gives a fresh tensor of n elements.  Returns what eager's results are compared on."""
+    prefix = y[:16].clone()
+    y.resize_(8)                                 # shrinking keeps the storage
+    y.resize_(1000)                              # growing copies into a bigger one
+    assert y.shape == (1000,) and y.untyped_storage().nbytes() >= 4000
+    grown = y[:16].clone()
+    z = make(16)
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(a, b, out=z)                   # out= of a larger result grows z
+    w = torch.empty(0)
+    v = make(16)
+    w.set_(v.untyped_storage(), 0, (4,), (1,))   # w shares v's storage ...
+    w.resize_(2000)                              # ... and grows it for both
+    assert w.data_ptr() == v.data_ptr() and v.untyped_storage().nbytes() >= 8000
+    v.set_(torch.arange(5.0))                    # v leaves its storage; w keeps it
+    return prefix, grown, z, w[:16], v
+
+
+def test_a_pooled_output_grows_as_in_eager():
+    """A graph's output is a pool block whose storage grows as torch's do (mempool.c
+    mp_grow): resize_ bigger, out= of a larger result, set_() onto it and growing it;
+    the block goes back to the pool when torch drops it, so the counters balance."""
+    gc.collect()
+    _C.clear_output_pool()
+    s0 = _stats()
+    assert s0["growable"]                        # torch's storage layout checked at import
     f = cdynamo.optimize(lambda x: x + 2)
-    y = f(torch.randn(16))
-    y.resize_(8)                                 # shrinking is fine
-    with pytest.raises(RuntimeError, match="not resizable"):
-        y.resize_(1000)
+    x = torch.randn(16)
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    got = _grow_ops(f(x), lambda n: f(torch.randn(n)), a, b)
+    want = _grow_ops(x + 2, lambda n: torch.randn(n) + 2, a, b)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], got[0])   # resize_ kept the values
+    torch.testing.assert_close(got[2], want[2])
+    assert got[2].shape == want[2].shape == (64, 64)
+    torch.testing.assert_close(got[4], want[4])
+    s1 = _stats()
+    assert s1["misses"] + s1["hits"] > 0 and s1["live"] == s0["live"]   # every block came back
+    del got
+    gc.collect()
+    s2 = _stats()
+    assert s2["live"] == s0["live"] and s2["held_bytes"] == s0["held_bytes"] + s2["cached_bytes"]
+    _C.clear_output_pool()
+    assert _stats()["held_bytes"] == s0["held_bytes"]
+
+
+def test_a_grown_output_after_a_graph_break_is_eagers():
+    """out= onto a pool tensor of the wrong size inside a compiled function (the out= call
+    a graph break, as for any out= that resizes) grows it as eager does."""
+    def g(a, b, o):
+        torch.add(a, b, out=o)
+        return o * 2
+
+    f = cdynamo.optimize(lambda x: x + 2)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    for o_c, o_e in ((f(torch.randn(4)), torch.randn(4) + 2),
+                     (f(torch.randn(3, 3)).t(), (torch.randn(3, 3) + 2).t())):
+        with pytest.warns(UserWarning, match="resized"):
+            r_c = cdynamo.optimize(g)(a, b, o_c)
+        with pytest.warns(UserWarning, match="resized"):
+            r_e = g(a, b, o_e)
+        torch.testing.assert_close(r_c, r_e)
+        torch.testing.assert_close(o_c, o_e)
+        assert o_c.stride() == o_e.stride()
+
+
+@pytest.mark.parametrize("prog", [
+    lambda y: y.resize_(100).fill_(1.5) * 2,
+    lambda y: y.resize_as_(torch.ones(5, 5)).zero_() + 1,
+    lambda y: torch.add(torch.ones(6, 6), 1, out=y) * 3,
+    lambda y: torch.cat([torch.ones(7), torch.ones(8)], out=y.view(-1)) + 1,
+    lambda y: torch.empty(0).set_(y.untyped_storage(), 0, (2,), (1,)).resize_(64).zero_() + 1,
+], ids=["resize_", "resize_as_", "add_out", "cat_out", "set_resize_"])
+def test_a_compiled_function_grows_a_pooled_input_as_eager(prog):
+    """A compiled function that grows its argument, a graph's pooled output (resize_,
+    resize_as_, out= of a larger result, set_() then resize_), gives eager's result and
+    leaves the argument as eager does."""
+    f = cdynamo.optimize(lambda x: x * 1 + 2)
+    y_c, y_e = f(torch.arange(12.0).reshape(3, 4)), torch.arange(12.0).reshape(3, 4) + 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # out= resizing warns, in both
+        r_c, r_e = cdynamo.optimize(prog)(y_c), prog(y_e)
+    torch.testing.assert_close(r_c, r_e)
+    assert y_c.shape == y_e.shape and y_c.stride() == y_e.stride()
 
 
 def test_reset_frees_the_cached_blocks():

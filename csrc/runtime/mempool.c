@@ -13,17 +13,24 @@
  * that is already mapped.  The free lists hold at most cdy_mempool_limit
  * bytes (cdynamo.config.output_pool_mb); a block over that is freed.
  *
- * The one visible difference from empty_like: torch cannot grow such a
- * tensor's storage (resize_ to more elements raises, as for any tensor
- * from torch.from_dlpack).  A tensor of no elements is torch's own, so
- * the idiom out=torch.empty(0) grows as in eager (cdy_mempool_takes).
- * output_pool_mb = 0 turns the pool off.
+ * A storage torch makes from DLPack cannot grow (resize_ to more elements
+ * raises "not resizable"); a pool tensor's can, as empty_like's: its
+ * storage is marked resizable with torch's CPU allocator (mp_grow), so a
+ * resize_ / out= that needs more bytes takes them from torch's allocator,
+ * copies, and drops the block's DataPtr, whose deleter puts the block back.
+ * torch has no C entry that sets these two fields: they are written at
+ * the offsets c10/core/StorageImpl.h gives them, which mp_grow_init checks
+ * at import on a torch tensor and a pool tensor (data pointer, size,
+ * resizable flag, allocator all where expected, else growing stays off and
+ * the error stays).  A tensor of no elements is torch's own
+ * (cdy_mempool_takes).  output_pool_mb = 0 turns the pool off.
  *
  * The deleter may run on any thread, with or without the GIL: the lists
  * are guarded by a mutex of their own.  Only the DLPack 1.x ABI is used;
  * its structs are declared below from the DLPack specification.          */
 #include "runtime/runtime.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +292,86 @@ void cdy_mempool_trim_train(void)
 
 static void mp_read_init(PyObject *torch, PyTypeObject *tensor);
 
+/* ---- growing: a pool tensor's storage resizable, as torch's own ------------- */
+/* Byte offsets in torch's objects (torch/csrc/autograd/python_variable.h,
+ * c10/core/TensorImpl.h, c10/core/StorageImpl.h; 64-bit): THPVariable's
+ * at::Tensor after PyObject_HEAD; TensorImpl's storage_ after the
+ * intrusive_ptr_target (vtable, counts); StorageImpl's data_ptr_ (data,
+ * deleter, context, device), size_bytes_, the resizable_ flag after
+ * size_bytes_is_heap_allocated_, allocator_ after the flags and
+ * materialize_fn_.  mp_grow_init checks them all. */
+#define MP_VAR_IMPL sizeof(PyObject)
+enum { MP_TI_STORAGE = 16, MP_SI_DATA = 16, MP_SI_BYTES = 48,
+       MP_SI_HEAP = 56, MP_SI_RESIZABLE = 57, MP_SI_ALLOC = 72 };
+static void *mp_grow;       /* torch's CPU allocator; NULL: pool tensors do not grow */
+
+/* StorageImpl of tensor object obj (a THPVariable). */
+static char *mp_storage_of(PyObject *obj)
+{
+    char *impl = *(char **)((char *)obj + MP_VAR_IMPL);
+    return impl ? *(char **)(impl + MP_TI_STORAGE) : NULL;
+}
+
+/* Whether tensor obj's StorageImpl is where MP_TI_STORAGE says (the one
+ * obj.untyped_storage()._cdata names: nothing else is read before that
+ * holds) and holds data (bytes long), resizable flag r, allocator a. */
+static int mp_grow_matches(PyObject *obj, void *data, int64_t bytes, int r, void *a)
+{
+    PyObject *s = PyObject_CallMethod(obj, "untyped_storage", NULL);
+    PyObject *c = s ? PyObject_GetAttrString(s, "_cdata") : NULL;
+    void *want = c && PyLong_Check(c) ? PyLong_AsVoidPtr(c) : NULL;
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    PyErr_Clear();
+    char *st = want ? mp_storage_of(obj) : NULL;
+    return st && st == want && *(void **)(st + MP_SI_DATA) == data && *(int64_t *)(st + MP_SI_BYTES) == bytes &&
+           st[MP_SI_HEAP] == 0 && st[MP_SI_RESIZABLE] == r && *(void **)(st + MP_SI_ALLOC) == a;
+}
+
+/* Mark pool tensor obj's storage (data pointer data) resizable with torch's
+ * CPU allocator; a storage not laid out as checked is left alone. */
+static void mp_make_growable(PyObject *obj, void *data)
+{
+    char *st = mp_storage_of(obj);
+    if (st && *(void **)(st + MP_SI_DATA) == data) {
+        *(void **)(st + MP_SI_ALLOC) = mp_grow;
+        st[MP_SI_RESIZABLE] = 1;
+    }
+}
+
+/* torch's CPU allocator (c10::GetCPUAllocator in the loaded libc10), or NULL. */
+static void *mp_cpu_allocator(void)
+{
+    void *h = dlopen("libc10.so", RTLD_LAZY | RTLD_NOLOAD);
+    void *(*get)(void) = NULL;
+    if (h)
+        *(void **)&get = dlsym(h, "_ZN3c1015GetCPUAllocatorEv");
+    (void)dlerror();
+    return get ? get() : NULL;   /* h stays open: libc10 lives as long as the process */
+}
+
+/* Turn growing on if a torch tensor's storage and a pool tensor's have the
+ * layout the offsets say (torch.empty: resizable, the CPU allocator; a pool
+ * block: neither); the probe's block is freed and the counters start at 0. */
+static void mp_grow_init(PyObject *torch)
+{
+    void *a = mp_cpu_allocator(), *data = NULL, *pdata = NULL;
+    cdy_meta m = {.ndim = 1, .dtype = CDY_DT_FLOAT32, .sizes = {16}, .strides = {1}};
+    PyObject *t = a && mp_dl_read ? PyObject_CallMethod(torch, "empty", "i", 16) : NULL;
+    PyObject *p = t && cdy_mempool_read(t, NULL, &data) ? cdy_mempool_tensor(&m, &pdata) : NULL;
+    if (p && Py_TYPE(p) == Py_TYPE(t) && mp_grow_matches(t, data, 64, 1, a) &&
+        mp_grow_matches(p, pdata, 64, 0, NULL))
+        mp_grow = a;
+    Py_XDECREF(p);
+    Py_XDECREF(t);
+    PyErr_Clear();
+    mp_trim(0);
+    pthread_mutex_lock(&mp_lock);
+    mp_hits = mp_misses = 0;
+    mp_peak = mp_held;
+    pthread_mutex_unlock(&mp_lock);
+}
+
 /* DLPack type t as one number (code, bits, lanes). */
 static uint32_t mp_dl_key(dl_dtype t)
 {
@@ -302,6 +389,8 @@ int cdy_mempool_init(PyObject *torch)
         api = a;   /* torch keeps the table alive for the process */
     if (api && api->dltensor_from_py_object_no_sync && tensor && PyType_Check(tensor))
         mp_read_init(torch, (PyTypeObject *)tensor);
+    if (api)
+        mp_grow_init(torch);
     Py_XDECREF(cap);
     Py_XDECREF(tensor);
     PyErr_Clear();
@@ -410,6 +499,8 @@ PyObject *cdy_mempool_tensor(const cdy_meta *m, void **data)
     void *obj = NULL;
     if (api->managed_tensor_to_py_object_no_sync(&b->mt, &obj))
         return NULL;   /* torch raised; whether it called the deleter is unknown: the block is left */
+    if (mp_grow)
+        mp_make_growable(obj, t->data);
     *data = t->data;
     return obj;
 }
@@ -460,17 +551,18 @@ PyObject *cdy_mempool_py_heap_keep(PyObject *self, PyObject *arg)
 
 /* _C.output_pool_stats() -> dict: enabled, hits, misses, live blocks, cached bytes, limit,
  * held bytes (all blocks, live and cached) and their high-water mark since the last reset,
- * cached bytes on the training lists. */
+ * cached bytes on the training lists, whether pool tensors grow (mp_grow_init). */
 PyObject *cdy_mempool_py_stats(PyObject *self, PyObject *unused)
 {
     pthread_mutex_lock(&mp_lock);
     long long h = mp_hits, mi = mp_misses, live = mp_live, cached = mp_cached, lim = mp_limit;
     long long held = mp_held, peak = mp_peak, train = mp_cached_train;
     pthread_mutex_unlock(&mp_lock);
-    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "enabled",
+    return Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O}", "enabled",
                          cdy_mempool_on() ? Py_True : Py_False, "hits", h, "misses", mi, "live", live,
                          "cached_bytes", cached, "limit_bytes", lim, "held_bytes", held,
-                         "peak_bytes", peak, "train_cached_bytes", train);
+                         "peak_bytes", peak, "train_cached_bytes", train, "growable",
+                         mp_grow ? Py_True : Py_False);
 }
 
 /* _C.reset_output_pool_peak(): the high-water mark of held bytes starts again at the

@@ -185,8 +185,8 @@ class _Config(types.ModuleType):
         """MB of freed compiled-graph tensors kept for reuse (CDYNAMO_OUTPUT_POOL_MB, default
         256). The tensors a compiled graph makes come from this pool, through torch's DLPack
         exchange API: a reused block costs no allocation call and no page faults. Such a
-        tensor's storage cannot grow (resize_ to more elements raises, as for a tensor from
-        torch.from_dlpack); 0 turns the pool off and graphs allocate with torch.empty_like."""
+        tensor's storage grows as torch's do (resize_, out=: new memory from torch's CPU
+        allocator, the block back to the pool); 0 turns the pool off and graphs allocate with torch.empty_like."""
         return self.__dict__.get("_output_pool_mb",
                                  _env_number("CDYNAMO_OUTPUT_POOL_MB", float, 256.0))
 
