@@ -171,3 +171,18 @@ def test_transformer_stack_backward_kernels(threads, monkeypatch):
     assert not any("concat_pieces " in ln for ln in fused), fused   # none without its sum
     if threads == 1:
         assert _kernels(src) == 25, fused
+
+
+def test_cat_of_few_rows_keeps_a_loop_per_piece_across_threads(monkeypatch):
+    """A parallel cat whose dims before the cat dim hold fewer rows than threads (2 rows, 4
+    threads) keeps the per-piece loops (every thread has work); values as eager's."""
+    monkeypatch.setattr(cdynamo.config, "num_threads", 4)
+    cdynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(2, 3000, 16, generator=g), torch.randn(2, 1000, 16, generator=g)
+
+    def few_rows(a, b):
+        return torch.cat([a, b], 1)
+    torch.testing.assert_close(cdynamo.optimize(few_rows)(a, b), few_rows(a, b))
+    rec = _last("few_rows")
+    assert "concat_pieces" in rec["ir_post"] and "by rows" not in rec["ir_post"], rec["ir_post"]

@@ -744,8 +744,8 @@ typedef struct {
 /* Choose how cat node v (cat dim d, no new dim) of contiguous output is
  * copied (ck->rowk, ck->sum): by rows computing a column sum over rows of
  * its first dims (reduce.c cg_red_cat_sum) when the partial sums fit, else
- * by rows of its dims before d when every piece's last dim is contiguous
- * and there are rows to share, else per piece (rowk 0). */
+ * by rows of its dims before d when every piece's last dim is contiguous;
+ * by rows only with a row per range at least, else per piece (rowk 0). */
 static void cg_cat_pick_rows(cg_ctx *c, int v, int d, const cg_operand *ops, cg_cat_kernel *ck)
 {
     const cdy_value *val = &c->g->values[v];
@@ -769,7 +769,7 @@ static void cg_cat_pick_rows(cg_ctx *c, int v, int d, const cg_operand *ops, cg_
     int64_t rows = 1;
     for (int a = 0; a < k; a++)
         rows *= om->sizes[a];
-    if (k == 0 || (s < 0 && rows < 2))
+    if (k == 0 || rows < 2 || rows < ck->parts)   /* a range per thread, a row at least */
         return;
     ck->rowk = k;
     ck->sum = s;
