@@ -2102,3 +2102,47 @@ def test_matmul_gradient_of_a_stack_of_one_keeps_negative_zero():
     for g in grads[1:]:
         assert torch.equal(torch.signbit(g), torch.signbit(grads[0])), g
         torch.testing.assert_close(g, grads[0])
+
+
+_LN_SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-30, -1e-30, 1e10, -3.0, 0.5, 7.0]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("affine", ["none", "weight", "weight_bias"])
+@pytest.mark.parametrize("square", [True, False])
+def test_layer_norm_input_grad_signed_zeros(n, affine, square):
+    """layer_norm's input gradient on rows of 1 and 2 elements (xhat 0 or +-1, constant
+    rows) with special values and output gradients of either sign or a zero of either
+    sign: eager's values, and eager's sign where the gradient is a zero (fuzz finding
+    train_wrong_f51322fbce: our -0 from gh - mean(gh) on a row of zeros, where eager's
+    a * gh + b * x + c gives +0).  Left out of the sign check: rows of 2 whose gh = dy * w
+    are zeros of both signs, where eager's sign follows x's own sign against the mean
+    (its b * x term), which our formula on x - mean does not see."""
+    g = torch.Generator().manual_seed(5 + n)
+    sp = torch.tensor(_LN_SPECIAL)
+    x = sp[torch.randint(0, len(sp), (64, n), generator=g)]
+    x[:16] = x[:16, :1]                                   # constant rows: xhat 0
+    gz = sp[torch.randint(0, 6, (64, n), generator=g)]   # zeros and +-1, +-2.5
+    w = sp[torch.randint(0, 6, (n,), generator=g)] if affine != "none" else None
+    b = torch.tensor([-0.0, 0.5][:n]) if affine == "weight_bias" else None
+
+    def fn(a, keep=None):
+        y = F.layer_norm(a, (n,), w, b)
+        if keep is not None:
+            y.retain_grad()
+            keep.append(y)
+        return (y * y if square else y) * gz
+
+    a_e, a_c = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ys = []
+    out_e, out_c = fn(a_e, ys), cdynamo.optimize(fn)(a_c)
+    go = sp[torch.randint(0, 6, out_e.shape, generator=g)]
+    out_e.backward(go)
+    out_c.backward(go)
+    torch.testing.assert_close(a_c.grad, a_e.grad, rtol=RTOL, atol=ATOL)
+    gh = ys[0].grad * (w if w is not None else 1.0)
+    mixed = ((gh == 0).all(1) & torch.signbit(gh).any(1) & ~torch.signbit(gh).all(1))[:, None]
+    zero = (a_e.grad == 0) & (a_c.grad == 0) & ~mixed
+    assert torch.equal(torch.signbit(a_c.grad)[zero], torch.signbit(a_e.grad)[zero]), \
+        (x, a_e.grad, a_c.grad)
+    assert zero.sum() >= 8            # the check saw zeros

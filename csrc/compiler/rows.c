@@ -964,16 +964,16 @@ static int cg_row_norm_gx(cg_rowk *k, int ind, int64_t n)
                                            A, ge, A, k->e, A, A), 1);
 }
 
-/* The two sums of layer_norm_backward's row: sg += gh, sx += gh * xh for
- * each element, after pre (which defines gh and xh); in lanes as cg_row_sum
- * (cg_row_lanes), else one simd reduction.  0 or -1. */
+/* The two sums of layer_norm_backward's row, negated: sg -= gh, sx -= gh *
+ * xh for each element, after pre (which defines gh and xh); in lanes as
+ * cg_row_sum (cg_row_lanes), else one simd reduction.  0 or -1. */
 static int cg_row_sum2(cg_rowk *k, int ind, const char *pre)
 {
     cg_ctx *c = k->c;
     int nl = k->lanes;
     if (!pre)
         return cg_fail(c, "out of memory");
-    const char *one = cg_strf(c, "%ssg += gh; sx += gh * xh;", pre);
+    const char *one = cg_strf(c, "%ssg -= gh; sx -= gh * xh;", pre);
     if (!nl)
         return cg_row_pass(k, ind, "reduction(+:sg, sx)", 1, one);
     for (int a = 0; a < 2; a++) {
@@ -982,7 +982,7 @@ static int cg_row_sum2(cg_rowk *k, int ind, const char *pre)
                        a ? "sx" : "sg", nl);
     }
     if (cg_row_blocks(k, ind, nl, 0, 0, 1,
-                      cg_strf(c, "%ssg_l[rl] += gh; sx_l[rl] += gh * xh;", pre),
+                      cg_strf(c, "%ssg_l[rl] -= gh; sx_l[rl] -= gh * xh;", pre),
                       "reduction(+:sg, sx)", one))
         return -1;
     return cg_row_fold(k, ind, "sg", nl) || cg_row_fold(k, ind, "sx", nl);
@@ -990,10 +990,14 @@ static int cg_row_sum2(cg_rowk *k, int ind, const char *pre)
 
 /* layer_norm's input gradient over one row (x the input, g the gradient, w
  * the weight or 1): the moments of x as layer_norm's (cg_row_moments), xh =
- * (x - mu) * rs, gh = g * w; the sums of gh and gh * xh; then rs * (gh -
- * sum(gh) / n - xh * sum(gh * xh) / n) and the epilogue (the residual's
- * gradient added, typically).  ATen's backward computes the same terms from
- * the forward's saved mean and rstd. */
+ * (x - mu) * rs, gh = g * w; the negated means of gh and gh * xh, ng and nx
+ * (cg_row_sum2); then rs * ((gh + ng) + xh * nx) and the epilogue (the
+ * residual's gradient added, typically).  ATen's backward computes the same
+ * terms from the forward's saved mean and rstd.  The negation is exact, so
+ * the values are those of rs * ((gh - mean(gh)) - xh * mean(gh * xh)) but
+ * for the sign of a zero: a row whose gh are all zeros (or of length 1) gets
+ * +0 (gh + ng, ng a sum from +0 of zeros' negations, is +0), as eager's
+ * a * gh + b * x + c, where the -0 of gh - mean(gh) gave -0. */
 static int cg_row_norm_bw(cg_rowk *k, int ind, int64_t n)
 {
     cg_ctx *c = k->c;
@@ -1005,13 +1009,13 @@ static int cg_row_norm_bw(cg_rowk *k, int ind, int64_t n)
         return cg_fail(c, "out of memory");
     const char *pre = cg_strf(c, "const %s gh = (%s)%s * (%s)%s; const %s xh = ((%s)%s - (%s)mu) "
                                  "* (%s)rs; ", A, A, ge, A, we, A, A, k->e, A, A);
-    const char *fin = cg_strf(c, "(%s)((%s)rs * (((%s)%s * (%s)%s - mg) - ((%s)%s - (%s)mu) * "
-                                 "(%s)rs * mx))", T, A, A, ge, A, we, A, k->e, A, A);
+    const char *fin = cg_strf(c, "(%s)((%s)rs * (((%s)%s * (%s)%s + ng) + ((%s)%s - (%s)mu) * "
+                                 "(%s)rs * nx))", T, A, A, ge, A, we, A, k->e, A, A);
     long long nn = (long long)n;
     return cg_row_moments(k, ind, n) ||
            cg_row_line(k, ind, cg_strf(c, "%s sg = 0, sx = 0;", A)) ||
            cg_row_sum2(k, ind, pre) ||
-           cg_row_line(k, ind, cg_strf(c, "const %s mg = sg / (%s)%lld.0, mx = sx / (%s)%lld.0;",
+           cg_row_line(k, ind, cg_strf(c, "const %s ng = sg / (%s)%lld.0, nx = sx / (%s)%lld.0;",
                                        A, A, nn, A, nn)) ||
            cg_row_final(k, ind, 1, fin, 1);
 }

@@ -66,7 +66,9 @@ def layer_norm_input_grad(grad, x, w, eps, n):
     rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
     xhat = xc * rstd
     gh = grad * w if w is not None else grad
-    return rstd * (gh - gh.mean(dims, keepdim=True) - xhat * (gh * xhat).mean(dims, keepdim=True))
+    # the means negated (exactly) and added: eager's +0 where gh's row is all zeros
+    return rstd * ((gh + (-gh).mean(dims, keepdim=True)) +
+                   xhat * (-(gh * xhat)).mean(dims, keepdim=True))
 
 
 def layer_norm_grad_xhat(grad, x, eps, n):

@@ -108,8 +108,9 @@ def layer_norm_backward(grad, mask, x, w, eps, n):
     gx = gw = gb = None
     if mask[0]:
         gh = grad * w if isinstance(w, torch.Tensor) else grad
-        gx = rstd * (gh - gh.mean(dims, keepdim=True) -
-                     xhat * (gh * xhat).mean(dims, keepdim=True))
+        # the means negated (exactly) and added: eager's +0 where gh's row is all zeros
+        gx = rstd * ((gh + (-gh).mean(dims, keepdim=True)) +
+                     xhat * (-(gh * xhat)).mean(dims, keepdim=True))
     if mask[1]:
         gw = (grad * xhat).sum(lead) if lead else grad * xhat
     if mask[2]:
