@@ -2327,26 +2327,40 @@ done:
     return rc;
 }
 
+/* The pynode of extern step s if it is a matmul (step_is_matmul) of two
+ * positional graph tensors, b[0] and b[1] their buffers, in a static graph
+ * and not an alias; else NULL. */
+static const cdy_pynode *matmul_of_two(const cdy_compiled *c, const cdy_run_record *r, int s,
+                                       int b[2])
+{
+    if (!step_is_matmul(c, s) || c->sym || cdy_value_is_alias(&r->graph->values[c->steps[s].index]))
+        return NULL;
+    const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
+    if (p->kwnames || p->nargs != 2)
+        return NULL;
+    for (int a = 0; a < 2; a++) {
+        int v = p->ref[a];
+        b[a] = v >= 0 && v < r->graph->nvalues ? c->value_buffer[v] : -1;
+        if (b[a] < 0)
+            return NULL;
+    }
+    return p;
+}
+
 /* 1 if extern step s is a matmul of two graph tensors of at least 2 dims
  * and buffer ob's dtype whose result ob (contiguous, not a view, not empty,
  * static sizes) torch.matmul may write into a tensor given as out=. */
 static int matmul_out_fits(const cdy_compiled *c, const cdy_plan *plan, const cdy_run_record *r,
                            int s, int ob)
 {
-    const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
     const cdy_meta *m = &plan->buffers[ob];
-    int fn = 0;
-    for (int i = 0; i < 5; i++)
-        fn |= p->fn == mm_fns[i];
-    if (!fn || p->item >= 0 || p->kwnames || p->nargs != 2 || c->sym || !(c->buf_pool[ob] & BUF_POOL) ||
-        cdy_value_is_alias(&r->graph->values[c->steps[s].index]) || !cdy_meta_contiguous(m) ||
+    int b[2];
+    if (!matmul_of_two(c, r, s, b) || !(c->buf_pool[ob] & BUF_POOL) || !cdy_meta_contiguous(m) ||
         cdy_meta_numel(m) == 0)
         return 0;
-    for (int a = 0; a < 2; a++) {
-        int v = p->ref[a], b = v >= 0 && v < r->graph->nvalues ? c->value_buffer[v] : -1;
-        if (b < 0 || plan->buffers[b].dtype != m->dtype || plan->buffers[b].ndim < 2)
+    for (int a = 0; a < 2; a++)
+        if (plan->buffers[b[a]].dtype != m->dtype || plan->buffers[b[a]].ndim < 2)
             return 0;
-    }
     return 1;
 }
 
@@ -2355,17 +2369,10 @@ static int matmul_out_fits(const cdy_compiled *c, const cdy_plan *plan, const cd
  * that name: its direct form (cdy_mmd_plan) may replace it. */
 static int matmul_direct_fits(const cdy_compiled *c, const cdy_run_record *r, int s, int ob)
 {
-    const cdy_pynode *p = &c->pynodes[c->pynode_of[c->steps[s].index]];
-    if ((p->fn != mm_fns[0] && p->fn != mm_fns[1] && p->fn != mm_fns[4]) || p->item >= 0 ||
-        p->kwnames || p->nargs != 2 || c->sym ||
-        cdy_value_is_alias(&r->graph->values[c->steps[s].index]))
-        return 0;
-    for (int a = 0; a < 2; a++) {
-        int v = p->ref[a], b = v >= 0 && v < r->graph->nvalues ? c->value_buffer[v] : -1;
-        if (b < 0 || b == ob)
-            return 0;
-    }
-    return 1;
+    int b[2];
+    const cdy_pynode *p = matmul_of_two(c, r, s, b);
+    return p && (p->fn == mm_fns[0] || p->fn == mm_fns[1] || p->fn == mm_fns[4]) && b[0] != ob &&
+           b[1] != ob;
 }
 
 /* Mark the buffers whose extern is a matmul that may write a pool tensor
